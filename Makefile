@@ -1,0 +1,27 @@
+# The two commands of the README:
+#   make demo   bring up loopback clusters and show offloading end to end
+#   make test   the whole test suite (unit, component, end-to-end on real control planes)
+# Both install what they need first (scripts/bootstrap.sh): .venv and the cached binaries.
+
+.PHONY: bootstrap demo test test-fast bench down
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+demo: bootstrap
+	.venv/bin/kube-offload demo
+
+test: bootstrap
+	.venv/bin/python -m pytest
+
+# Unit and component tiers only (no clusters): seconds.
+test-fast: bootstrap
+	.venv/bin/python -m pytest -m "not e2e"
+
+bench: bootstrap
+	.venv/bin/python bench/bench_webhook.py
+	.venv/bin/python bench/bench_extender.py
+	.venv/bin/python bench/bench_offloading.py
+
+down:
+	.venv/bin/kube-offload cluster down --state-dir $${XDG_STATE_HOME:-$$HOME/.local/state}/kube-offload/demo

@@ -1,0 +1,317 @@
+"""Build the real Kubernetes control-plane binaries, etcd and kwok from Go modules, cached
+outside the repository and keyed by version.
+
+Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload``)::
+
+    bin/kubernetes-v1.37.2/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
+    bin/etcd-v3.7.3/etcd
+    bin/kwok-v0.8.0/{kwok,kwokctl}
+    build/<same names>/   wrapper go.mod, build logs
+    build.lock            one build at a time
+
+Only what is missing is built; a finished binary is moved into ``bin/`` atomically, so an
+interrupted build never leaves a half-written binary that looks cached.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from kube_offload import versions
+
+KUBE_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message says which step and what to try."""
+
+
+@dataclass(frozen=True)
+class Binaries:
+    kube_apiserver: Path
+    kube_scheduler: Path
+    kube_controller_manager: Path
+    kubectl: Path
+    etcd: Path
+    kwok: Path
+    kwokctl: Path
+
+    def all(self) -> dict[str, Path]:
+        return {
+            "kube-apiserver": self.kube_apiserver,
+            "kube-scheduler": self.kube_scheduler,
+            "kube-controller-manager": self.kube_controller_manager,
+            "kubectl": self.kubectl,
+            "etcd": self.etcd,
+            "kwok": self.kwok,
+            "kwokctl": self.kwokctl,
+        }
+
+    def missing(self) -> list[str]:
+        return [name for name, path in self.all().items() if not os.access(path, os.X_OK)]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("KUBE_OFFLOAD_CACHE") or Path.home() / ".cache" / "kube-offload")
+
+
+def binaries(root: Path | None = None) -> Binaries:
+    root = root or cache_root()
+    kube = root / "bin" / f"kubernetes-{versions.KUBERNETES}"
+    etcd = root / "bin" / f"etcd-{versions.ETCD}"
+    kwok = root / "bin" / f"kwok-{versions.KWOK}"
+    return Binaries(
+        kube_apiserver=kube / "kube-apiserver",
+        kube_scheduler=kube / "kube-scheduler",
+        kube_controller_manager=kube / "kube-controller-manager",
+        kubectl=kube / "kubectl",
+        etcd=etcd / "etcd",
+        kwok=kwok / "kwok",
+        kwokctl=kwok / "kwokctl",
+    )
+
+
+# --- pure helpers -------------------------------------------------------------------------
+def staging_modules(kubernetes_go_mod: str) -> list[str]:
+    """Every ``k8s.io/<m> => ./staging/...`` replaced module named in k8s.io/kubernetes'
+    go.mod: the wrapper must pin each of them (replace directives of a dependency are
+    ignored by Go, and the published go.mod requires them at v0.0.0)."""
+    found = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", kubernetes_go_mod, re.MULTILINE)
+    return sorted(set(found))
+
+
+def staging_version(kubernetes_version: str) -> str:
+    """``v1.37.2`` -> ``v0.37.2``."""
+    match = re.fullmatch(r"v1\.(\d+)\.(\d+)", kubernetes_version)
+    if not match:
+        raise ValueError(f"unsupported Kubernetes version {kubernetes_version!r}: expected v1.X.Y")
+    return f"v0.{match.group(1)}.{match.group(2)}"
+
+
+def kubernetes_wrapper_go_mod(kubernetes_version: str, modules: list[str]) -> str:
+    staging = staging_version(kubernetes_version)
+    lines = [
+        "module kube-offload.local/build/kubernetes",
+        "",
+        f"go {versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]}.0",
+        "",
+        f"require k8s.io/kubernetes {kubernetes_version}",
+        "",
+    ]
+    lines += [f"replace {module} => {module} {staging}" for module in modules]
+    return "\n".join(lines) + "\n"
+
+
+def version_ldflags(kubernetes_version: str) -> str:
+    """Stamp ``--version``: kwokctl reads it to pick flags, and an unstamped build reports
+    v0.0.0-master, which kwokctl treats as an unknown (newest) release."""
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", kubernetes_version)
+    if not match:
+        raise ValueError(f"unsupported Kubernetes version {kubernetes_version!r}")
+    major, minor = match.groups()
+    flags = []
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {package}.gitVersion={kubernetes_version}",
+            f"-X {package}.gitMajor={major}",
+            f"-X {package}.gitMinor={minor}",
+            f"-X {package}.gitTreeState=clean",
+            f"-X {package}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return "-s -w " + " ".join(flags)
+
+
+def parse_go_version(output: str) -> tuple[int, int] | None:
+    match = re.search(r"go(\d+)\.(\d+)", output)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# --- I/O -------------------------------------------------------------------------------------
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
+    return env
+
+
+def check_go() -> str:
+    go = shutil.which("go")
+    if not go:
+        raise BuildError(
+            "the Go toolchain is not on PATH: install Go >= "
+            f"{versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]} (https://go.dev/dl) and retry"
+        )
+    output = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout
+    found = parse_go_version(output)
+    if found is None or found < versions.GO_MINIMUM:
+        raise BuildError(
+            f"{output.strip() or 'go version failed'}: Kubernetes {versions.KUBERNETES} needs Go >= "
+            f"{versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]} with GOTOOLCHAIN=local; install a newer Go"
+        )
+    return go
+
+
+def _run_step(step: str, cmd: list[str], *, cwd: Path, log_path: Path, say: Callable[[str], None]) -> None:
+    """Run one long Go command, logging everything to ``log_path`` and printing a heartbeat
+    with the number of packages compiled so far (go build -v prints one per line)."""
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(cmd, cwd=cwd, env=go_env(), stdout=log, stderr=subprocess.STDOUT)
+        done = threading.Event()
+
+        def heartbeat() -> None:
+            while not done.wait(30):
+                try:
+                    packages = sum(1 for _ in open(log_path))
+                except OSError:
+                    packages = 0
+                say(f"  ... {step}: {int(time.monotonic() - started)}s elapsed, {packages} log lines")
+
+        thread = threading.Thread(target=heartbeat, daemon=True)
+        thread.start()
+        try:
+            code = process.wait()
+        except BaseException:
+            process.terminate()
+            raise
+        finally:
+            done.set()
+    if code != 0:
+        tail = "".join(open(log_path).readlines()[-15:])
+        raise BuildError(
+            f"step '{step}' failed (exit {code}); full log: {log_path}\n{tail}\n"
+            "What to try: check that the Go module proxy is reachable (GOPROXY), retry with "
+            "GOSUMDB=off if the checksum database is unreachable, and make sure there are a few GB "
+            "of free disk for the module and build caches."
+        )
+    say(f"  {step}: done in {int(time.monotonic() - started)}s")
+
+
+def _install(built: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(target.name + ".tmp")
+    shutil.copy2(built, temp)
+    os.replace(temp, target)
+
+
+def _build_kubernetes(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    work = root / "build" / f"kubernetes-{versions.KUBERNETES}"
+    work.mkdir(parents=True, exist_ok=True)
+    say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
+    download = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{versions.KUBERNETES}"],
+        cwd=work, env=go_env(), capture_output=True, text=True, check=False,
+    )
+    if download.returncode != 0:
+        raise BuildError(
+            f"step 'download k8s.io/kubernetes@{versions.KUBERNETES}' failed: {download.stderr.strip()[-800:]}\n"
+            "What to try: check that the Go module proxy is reachable (GOPROXY)."
+        )
+    go_mod_path = json.loads(download.stdout)["GoMod"]
+    modules = staging_modules(Path(go_mod_path).read_text())
+    (work / "go.mod").write_text(kubernetes_wrapper_go_mod(versions.KUBERNETES, modules))
+    out = work / "out"
+    out.mkdir(exist_ok=True)
+    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_BINARIES]
+    say(f"- kubernetes {versions.KUBERNETES}: building {', '.join(KUBE_BINARIES)} "
+        "(the first build takes tens of minutes on 2 cores)")
+    _run_step(
+        f"build kubernetes {versions.KUBERNETES}",
+        [go, "build", "-v", "-trimpath", "-ldflags", version_ldflags(versions.KUBERNETES), "-o", str(out) + "/", *packages],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    for name in KUBE_BINARIES:
+        _install(out / name, bins.all()[name])
+
+
+def _build_etcd(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    # `go install go.etcd.io/etcd/server/v3@...` fails on the monorepo's replace directives;
+    # a wrapper module that requires the server module (itself a main package) works.
+    work = root / "build" / f"etcd-{versions.ETCD}"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "go.mod").write_text(
+        "module kube-offload.local/build/etcd\n\n"
+        f"go {versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]}.0\n\n"
+        f"require go.etcd.io/etcd/server/v3 {versions.ETCD}\n"
+    )
+    say(f"- etcd {versions.ETCD}: building")
+    _run_step(
+        f"build etcd {versions.ETCD}",
+        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(work / "out" / "etcd"), "go.etcd.io/etcd/server/v3"],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    _install(work / "out" / "etcd", bins.etcd)
+
+
+def _build_kwok(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    work = root / "build" / f"kwok-{versions.KWOK}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    env_gobin = ["env", f"GOBIN={out}"]
+    say(f"- kwok {versions.KWOK}: building kwok and kwokctl")
+    _run_step(
+        f"build kwok {versions.KWOK}",
+        [*env_gobin, go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
+         f"sigs.k8s.io/kwok/cmd/kwok@{versions.KWOK}", f"sigs.k8s.io/kwok/cmd/kwokctl@{versions.KWOK}"],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    _install(out / "kwok", bins.kwok)
+    _install(out / "kwokctl", bins.kwokctl)
+
+
+@dataclass
+class _Lock:
+    path: Path
+
+    def __enter__(self) -> "_Lock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = open(self.path, "w")
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._fd.close()
+
+
+def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> Binaries:
+    """Build whatever is missing (under a lock, so parallel callers wait), return paths."""
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    root = root or cache_root()
+    bins = binaries(root)
+    if not bins.missing():
+        return bins
+    with _Lock(root / "build.lock"):
+        missing = bins.missing()
+        if not missing:
+            return bins
+        say(f"kube-offload: building {', '.join(missing)} into {root / 'bin'} (cached for next time)")
+        go = check_go()
+        started = time.monotonic()
+        if any(name in missing for name in KUBE_BINARIES):
+            _build_kubernetes(root, bins, go, say)
+        if "etcd" in missing:
+            _build_etcd(root, bins, go, say)
+        if "kwok" in missing or "kwokctl" in missing:
+            _build_kwok(root, bins, go, say)
+        say(f"kube-offload: binaries ready in {int(time.monotonic() - started)}s")
+    still = bins.missing()
+    if still:
+        raise BuildError(f"after building, these binaries are still missing: {', '.join(still)}")
+    return bins
+
+
+def describe(bins: Binaries) -> Iterator[str]:
+    for name, path in bins.all().items():
+        state = "ok" if os.access(path, os.X_OK) else "missing"
+        yield f"{name:<24} {state:<8} {path}"

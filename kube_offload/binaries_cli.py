@@ -1,0 +1,44 @@
+"""``kube-offload binaries``: build, locate and inspect the cached control-plane binaries."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kube_offload import binaries, versions
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "binaries",
+        help="build and locate the Kubernetes/etcd/kwok binaries used for loopback clusters",
+        description=(
+            f"Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl ({versions.KUBERNETES}), "
+            f"etcd ({versions.ETCD}) and kwok/kwokctl ({versions.KWOK}) from Go modules with the local Go "
+            "toolchain, into $KUBE_OFFLOAD_CACHE (default ~/.cache/kube-offload). Only missing binaries are built."
+        ),
+    )
+    actions = parser.add_subparsers(dest="binaries_action", metavar="ACTION")
+    build = actions.add_parser("build", help="build whatever is missing (first run: tens of minutes)")
+    build.set_defaults(func=_build)
+    status = actions.add_parser("status", help="list each binary and whether it is cached")
+    status.set_defaults(func=_status)
+    parser.set_defaults(func=_status)
+
+
+def _build(_args: argparse.Namespace) -> int:
+    try:
+        bins = binaries.ensure_binaries()
+    except binaries.BuildError as exc:
+        print(f"kube-offload: {exc}", file=sys.stderr)
+        return 1
+    for line in binaries.describe(bins):
+        print(line)
+    return 0
+
+
+def _status(_args: argparse.Namespace) -> int:
+    bins = binaries.binaries()
+    for line in binaries.describe(bins):
+        print(line)
+    return 0 if not bins.missing() else 1

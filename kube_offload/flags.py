@@ -1,0 +1,86 @@
+"""Command-line flags that can also come from the environment.
+
+Every flag of every component is declared through :func:`add_flag`, so each has exactly one
+environment variable (``KUBE_OFFLOAD_<COMPONENT>_<FLAG>``) and its default shows in
+``--help``. Precedence: command line > environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Callable
+
+
+def env_name(component: str, flag: str) -> str:
+    """``("webhook", "--tls-cert")`` -> ``KUBE_OFFLOAD_WEBHOOK_TLS_CERT``."""
+    parts = ["KUBE_OFFLOAD", component, flag.lstrip("-")]
+    return "_".join(p.upper().replace("-", "_") for p in parts if p)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def add_flag(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    component: str,
+    flag: str,
+    *,
+    default: Any,
+    help: str,
+    type: Callable[[str], Any] = str,
+    choices: list[str] | tuple[str, ...] | None = None,
+    action: str | None = None,
+) -> None:
+    """Add ``flag`` with its environment variable; a bad environment value exits like a
+    bad command-line value would (argparse names the flag)."""
+    env = env_name(component, flag)
+    raw = os.environ.get(env)
+    value = default
+    if action == "append":
+        value = list(default or [])
+        if raw:
+            value = [item for item in raw.split(",") if item]
+        parser.add_argument(
+            flag,
+            action="append",
+            default=None,
+            help=f"{help} (env {env}, comma-separated; default: {default or 'none'})",
+        )
+        parser.set_defaults(**{flag.lstrip("-").replace("-", "_") + "_env_default": value})
+        return
+    converter = _parse_bool if type is bool else type
+    if raw is not None:
+        try:
+            value = converter(raw)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise SystemExit(f"kube-offload: environment variable {env}={raw!r} is invalid: {exc}")
+        if choices is not None and value not in choices:
+            raise SystemExit(
+                f"kube-offload: environment variable {env}={raw!r} is invalid: "
+                f"choose one of {', '.join(choices)}"
+            )
+    shown = "none" if default in (None, "") else default
+    parser.add_argument(
+        flag,
+        type=converter,
+        default=value,
+        choices=choices,
+        metavar=None if choices else flag.lstrip("-").upper().replace("-", "_"),
+        help=f"{help} (env {env}; default: {shown})",
+    )
+
+
+def appended(args: argparse.Namespace, flag: str) -> list[str]:
+    """The value of an ``action="append"`` flag: command line if given, else env/default."""
+    dest = flag.lstrip("-").replace("-", "_")
+    given = getattr(args, dest, None)
+    if given:
+        return list(given)
+    return list(getattr(args, dest + "_env_default", []) or [])

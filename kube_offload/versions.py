@@ -1,0 +1,15 @@
+"""Pinned versions of the control-plane binaries built from Go modules (the one place).
+
+Kubernetes matches the major version of the ``kubernetes`` Python client (37 <-> 1.37);
+etcd is the minor line that Kubernetes release requires; kwok is the newest release.
+All three build with Go >= 1.26 and ``GOTOOLCHAIN=local``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KUBERNETES: Final = "v1.37.2"
+ETCD: Final = "v3.7.3"
+KWOK: Final = "v0.8.0"
+GO_MINIMUM: Final = (1, 26)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything kube-offload needs on a fresh machine, idempotently:
+#   1. a virtualenv in .venv with the package and its test dependencies (PyPI);
+#   2. the real Kubernetes control-plane binaries, etcd, kwok and kwokctl, built from Go
+#      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  echo "kube-offload: Python >= 3.11 is required ($PYTHON is $("$PYTHON" --version 2>&1 || echo missing)); set PYTHON=/path/to/python3.11" >&2
+  exit 2
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "kube-offload: creating virtualenv .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.kube-offload-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "kube-offload: installing Python dependencies into .venv"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[test]'
+  touch "$stamp"
+fi
+
+.venv/bin/kube-offload binaries build

@@ -1,0 +1,87 @@
+"""The work queue's contract: de-duplication, no concurrent processing of one key,
+dirty re-queue, delays and backoff."""
+
+import threading
+import time
+
+import pytest
+
+from kube_offload.controller import Controller, PermanentError, Requeue
+from kube_offload.workqueue import ShutDown, WorkQueue
+
+
+def test_duplicate_adds_are_held_once():
+    q = WorkQueue()
+    for _ in range(5):
+        q.add("ns/a")
+    q.add("ns/b")
+    assert [q.get(timeout=1), q.get(timeout=1)] == ["ns/a", "ns/b"]
+    with pytest.raises(TimeoutError):
+        q.get(timeout=0.05)
+
+
+def test_key_added_while_processing_is_requeued_after_done_not_before():
+    q = WorkQueue()
+    q.add("k")
+    assert q.get(timeout=1) == "k"
+    q.add("k")  # while processing
+    with pytest.raises(TimeoutError):
+        q.get(timeout=0.05)
+    q.done("k")
+    assert q.get(timeout=1) == "k"
+
+
+def test_add_after_delays_and_rate_limit_grows():
+    q = WorkQueue(base_delay=0.05, max_delay=1)
+    start = time.monotonic()
+    q.add_after("x", 0.1)
+    assert q.get(timeout=1) == "x"
+    assert time.monotonic() - start >= 0.09
+    q.done("x")
+    assert q.add_rate_limited("y") == pytest.approx(0.05)
+    assert q.add_rate_limited("y") == pytest.approx(0.1)
+    q.forget("y")
+    assert q.add_rate_limited("y") == pytest.approx(0.05)
+
+
+def test_shutdown_wakes_blocked_getters():
+    q = WorkQueue()
+    errors = []
+
+    def getter():
+        try:
+            q.get()
+        except ShutDown:
+            errors.append("shutdown")
+
+    thread = threading.Thread(target=getter)
+    thread.start()
+    time.sleep(0.05)
+    q.shutdown()
+    thread.join(1)
+    assert errors == ["shutdown"]
+
+
+def test_controller_retry_policy():
+    calls: list[str] = []
+
+    def reconcile(key: str) -> None:
+        calls.append(key)
+        if key == "requeue":
+            raise Requeue(after=0.01)
+        if key == "permanent":
+            raise PermanentError("bad spec")
+        if key == "flaky":
+            raise RuntimeError("boom")
+
+    c = Controller(name="t", reconcile=reconcile, max_retries=2)
+    c.process_one("permanent")
+    assert c.queue.failures("permanent") == 0 and len(c.queue) == 0
+    c.process_one("requeue")
+    assert c.queue.get(timeout=1) == "requeue"
+    c.queue.done("requeue")
+    for _ in range(3):
+        c.process_one("flaky")
+    # two retries scheduled, the third failure drops the key and resets its backoff
+    assert c.queue.failures("flaky") == 0
+    assert calls.count("flaky") == 3
