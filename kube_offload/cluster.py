@@ -1,0 +1,503 @@
+"""Loopback Kubernetes clusters for the demo and the end-to-end tests.
+
+One *local* cluster and N *remote* clusters, each a real kube-apiserver + etcd +
+kube-scheduler + kube-controller-manager started by ``kwokctl --runtime binary`` from the
+binaries built by :mod:`kube_offload.binaries`, with kwok simulating physical nodes. On top
+the harness starts our own components as plain processes: in the local cluster the webhook
+(registered with the apiserver by URL) and the scheduler extender (in the scheduler's
+configuration), one virtual kubelet per remote cluster; in each remote cluster the enforcer.
+
+Everything lives under one state directory (``--state-dir``, default
+``~/.local/state/kube-offload``)::
+
+    kwok/clusters/<name>/kubeconfig.yaml   each cluster's kubeconfig (kwokctl's own)
+    kubeconfig-<name>.yaml                 a copy, with a stable documented path
+    pki/                                   CA + serving certificate for 127.0.0.1
+    logs/<component>.log                   our components' logs
+    processes.json                         PIDs of the processes we started
+    topology.json                          what `up` created, for `status` and `down`
+
+Nothing listens on anything but loopback, and the user's ~/.kube/config is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from kube_offload import constants as C
+from kube_offload.binaries import Binaries, ensure_binaries
+from kube_offload.processes import ProcessTable
+
+Say = Callable[[str], None]
+
+SHADOWPOD_CRD = Path(__file__).parent / "manifests" / "shadowpod-crd.yaml"
+REGION_LABEL = "topology.kubernetes.io/region"
+PROVIDER_LABEL = "kube-offload.io/provider"
+REMOTE_REGIONS = ("eu-west", "eu-south", "us-east", "ap-south")
+REMOTE_PROVIDERS = ("acme", "globex", "initech", "umbrella")
+
+
+class ClusterError(RuntimeError):
+    """Bringing up or driving a loopback cluster failed; the message says what and where."""
+
+
+@dataclass
+class ClusterSpec:
+    name: str  # kwokctl cluster name (also the kubeconfig context, prefixed "kwok-")
+    cluster_id: str
+    role: str  # "local" | "remote"
+    nodes: int = 2
+    node_cpu: str = "4"
+    node_memory: str = "16Gi"
+    node_pods: int = 110
+    labels: dict[str, str] = field(default_factory=dict)  # remote: labels of its virtual node
+
+
+@dataclass
+class Topology:
+    prefix: str
+    local: ClusterSpec
+    remotes: list[ClusterSpec]
+    webhook_port: int = 0
+    extender_port: int = 0
+    virtual_kubelets: bool = True
+
+    def clusters(self) -> list[ClusterSpec]:
+        return [self.local, *self.remotes]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Topology":
+        data = json.loads(text)
+        return cls(
+            prefix=data["prefix"],
+            local=ClusterSpec(**data["local"]),
+            remotes=[ClusterSpec(**r) for r in data["remotes"]],
+            webhook_port=data.get("webhook_port", 0),
+            extender_port=data.get("extender_port", 0),
+            virtual_kubelets=data.get("virtual_kubelets", True),
+        )
+
+
+def default_topology(
+    *,
+    prefix: str = "ko",
+    remotes: int = 1,
+    local_nodes: int = 2,
+    remote_nodes: int = 2,
+    node_cpu: str = "4",
+    node_memory: str = "16Gi",
+    node_pods: int = 110,
+) -> Topology:
+    """A local cluster and ``remotes`` remote clusters labelled with distinct regions and
+    providers, so cluster selectors have something to choose between."""
+    local = ClusterSpec(f"{prefix}-local", "local", "local", local_nodes, node_cpu, node_memory, node_pods)
+    remote_specs = []
+    for index in range(remotes):
+        cluster_id = f"remote-{index + 1}"
+        labels = {
+            REGION_LABEL: REMOTE_REGIONS[index % len(REMOTE_REGIONS)],
+            PROVIDER_LABEL: REMOTE_PROVIDERS[index % len(REMOTE_PROVIDERS)],
+        }
+        remote_specs.append(
+            ClusterSpec(f"{prefix}-{cluster_id}", cluster_id, "remote", remote_nodes, node_cpu, node_memory, node_pods, labels)
+        )
+    return Topology(prefix=prefix, local=local, remotes=remote_specs)
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "kube-offload"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kwok_node_manifest(name: str, spec: ClusterSpec) -> dict:
+    """A physical node simulated by kwok (kwokctl's controller manages nodes annotated
+    ``kwok.x-k8s.io/node=fake``; our virtual node carries no such annotation)."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    if spec.role == "remote":
+        labels.update({k: v for k, v in spec.labels.items() if k == REGION_LABEL})
+    resources = {"cpu": spec.node_cpu, "memory": spec.node_memory, "pods": str(spec.node_pods)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+class Cluster:
+    """A handle on one running kwokctl cluster: kubectl, apply, stop/start."""
+
+    def __init__(self, spec: ClusterSpec, *, state_dir: Path, bins: Binaries) -> None:
+        self.spec = spec
+        self.state_dir = state_dir
+        self.bins = bins
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.state_dir / "kwok"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / f"kubeconfig-{self.name}.yaml"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.kwok_workdir)
+        env["KWOK_KUBECTL_BINARY"] = str(self.bins.kubectl)
+        env["PATH"] = os.pathsep.join([str(self.bins.kubectl.parent), str(self.bins.kwokctl.parent), env.get("PATH", "")])
+        # The apiserver's outbound transports (webhook, aggregated APIs) honour proxy
+        # variables; our webhook is on loopback and must never go through a proxy.
+        no_proxy = "127.0.0.1,localhost"
+        env["NO_PROXY"] = env["no_proxy"] = ",".join(filter(None, [no_proxy, env.get("NO_PROXY", "")]))
+        return env
+
+    @property
+    def kwokctl_config(self) -> Path:
+        """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback."""
+        path = self.state_dir / "kwokctl-config.yaml"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump({
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokctlConfiguration",
+                "options": {"bindAddress": "127.0.0.1"},
+            }))
+        return path
+
+    def kwokctl(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        argv = [str(self.bins.kwokctl), "--config", str(self.kwokctl_config), *args]
+        result = subprocess.run(argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise ClusterError(f"`kwokctl {' '.join(args)}` failed (exit {result.returncode}):\n{result.stderr.strip()[-3000:]}")
+        return result
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
+        argv = [str(self.bins.kubectl), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, check=False, env=self.env())
+        if check and result.returncode != 0:
+            raise ClusterError(f"`kubectl {' '.join(args)}` on {self.name} failed (exit {result.returncode}): {result.stderr.strip()}")
+        return result
+
+    def kubectl_json(self, *args: str, timeout: float = 60) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)
+
+    def apply(self, objects: dict | Iterable[dict]) -> None:
+        items = [objects] if isinstance(objects, dict) else list(objects)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(items))
+
+    def create(self, scheduler_config: Path | None = None) -> None:
+        b = self.bins
+        args = [
+            "create", "cluster", "--name", self.name, "--runtime", "binary", "--kubeconfig", "",
+            "--kube-admission=true", "--kube-authorization=true",
+            "--kube-apiserver-binary", str(b.kube_apiserver),
+            "--kube-controller-manager-binary", str(b.kube_controller_manager),
+            "--kube-scheduler-binary", str(b.kube_scheduler),
+            "--kwok-controller-binary", str(b.kwok),
+            "--etcd-binary", str(b.etcd),
+            "--wait", "120s",
+        ]
+        if scheduler_config is not None:
+            args += ["--kube-scheduler-config", str(scheduler_config)]
+        self.kwokctl(*args, timeout=300)
+        source = self.kwok_workdir / "clusters" / self.name / "kubeconfig.yaml"
+        if not source.exists():
+            raise ClusterError(f"kwokctl created {self.name} but wrote no kubeconfig at {source}")
+        shutil.copyfile(source, self.kubeconfig)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            result = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+            if result.returncode == 0 and result.stdout.strip() == "ok":
+                return
+            last = result.stderr.strip() or result.stdout.strip()
+            time.sleep(0.5)
+        raise ClusterError(f"apiserver of {self.name} not ready after {timeout}s: {last}")
+
+    def exists(self) -> bool:
+        return (self.kwok_workdir / "clusters" / self.name / "kwok.yaml").exists()
+
+    def stop(self) -> None:
+        """Stop every control-plane process of this cluster (its data stays)."""
+        self.kwokctl("stop", "cluster", "--name", self.name, timeout=120)
+
+    def start(self) -> None:
+        self.kwokctl("start", "cluster", "--name", self.name, timeout=180)
+        self.wait_ready()
+
+    def delete(self) -> None:
+        self.kwokctl("delete", "cluster", "--name", self.name, timeout=180, check=False)
+        self.kubeconfig.unlink(missing_ok=True)
+
+    def add_physical_nodes(self) -> list[str]:
+        names = [f"{self.spec.cluster_id}-node-{i}" for i in range(self.spec.nodes)]
+        self.apply([kwok_node_manifest(name, self.spec) for name in names])
+        return names
+
+
+class Environment:
+    """The whole loopback setup: clusters, certificates and our processes."""
+
+    def __init__(self, state_dir: Path | None = None, *, say: Say | None = None, bins: Binaries | None = None) -> None:
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+        self.say: Say = say or (lambda line: print(line, flush=True))
+        self._bins = bins
+        self.processes = ProcessTable(self.state_dir / "processes.json")
+
+    # --- state ------------------------------------------------------------------------
+    @property
+    def topology_path(self) -> Path:
+        return self.state_dir / "topology.json"
+
+    def topology(self) -> Topology | None:
+        if not self.topology_path.exists():
+            return None
+        return Topology.from_json(self.topology_path.read_text())
+
+    @property
+    def bins(self) -> Binaries:
+        if self._bins is None:
+            self._bins = ensure_binaries(say=self.say)
+        return self._bins
+
+    def cluster(self, spec: ClusterSpec) -> Cluster:
+        return Cluster(spec, state_dir=self.state_dir, bins=self.bins)
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    def log_path(self, name: str) -> Path:
+        return self.state_dir / "logs" / f"{name}.log"
+
+    # --- up ---------------------------------------------------------------------------
+    def up(self, topology: Topology) -> None:
+        started = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        existing = self.topology()
+        if existing is not None:
+            raise ClusterError(
+                f"an environment already exists in {self.state_dir} ({existing.local.name} + "
+                f"{len(existing.remotes)} remote); run `kube-offload cluster down` first or pass another --state-dir"
+            )
+        self.bins  # build before anything else, with progress
+        topology.webhook_port = topology.webhook_port or free_port()
+        topology.extender_port = topology.extender_port or free_port()
+        self.topology_path.write_text(topology.to_json())
+        self._write_certificates()
+
+        scheduler_config = self._write_scheduler_config(topology)
+        local = self.cluster(topology.local)
+        self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
+        local.create(scheduler_config=scheduler_config)
+        local.add_physical_nodes()
+        for spec in topology.remotes:
+            remote = self.cluster(spec)
+            self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
+            remote.create()
+            remote.add_physical_nodes()
+            remote.kubectl("apply", "-f", str(SHADOWPOD_CRD))
+            remote.kubectl("wait", "--for=condition=Established", "crd/shadowpods.kube-offload.io", "--timeout=60s")
+
+        self.say(f"- starting webhook on https://127.0.0.1:{topology.webhook_port} and extender on https://127.0.0.1:{topology.extender_port}")
+        self.start_webhook(topology, local)
+        self.start_extender(topology, local)
+        self._wait_https_ready("webhook", topology.webhook_port)
+        self._wait_https_ready("extender", topology.extender_port)
+        self._register_webhook(topology, local)
+        for spec in topology.remotes:
+            self.start_enforcer(spec)
+            if topology.virtual_kubelets:
+                self.start_vkubelet(topology, spec)
+        if topology.virtual_kubelets:
+            for spec in topology.remotes:
+                self.wait_virtual_node_ready(local, spec)
+        self.say(f"- environment up in {int(time.monotonic() - started)}s")
+
+    def _write_certificates(self) -> None:
+        from certs import pki  # the certs package owns certificate generation
+
+        self.pki_dir.mkdir(parents=True, exist_ok=True)
+        ca = pki.generate_ca("kube-offload loopback CA", 30)
+        serving = pki.issue_serving_cert(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"], days=30)
+        (self.pki_dir / "ca.crt").write_bytes(ca.cert_pem)
+        (self.pki_dir / "tls.crt").write_bytes(serving.cert_pem)
+        key = self.pki_dir / "tls.key"
+        key.write_bytes(serving.key_pem)
+        key.chmod(0o600)
+
+    def _ca_bundle_b64(self) -> str:
+        from certs import pki
+
+        return pki.ca_bundle_b64((self.pki_dir / "ca.crt").read_bytes())
+
+    def _write_scheduler_config(self, topology: Topology) -> Path:
+        from extender import registration
+
+        config = registration.scheduler_configuration(registration.ExtenderRegistration(
+            url=f"https://127.0.0.1:{topology.extender_port}",
+            ca_data=(self.pki_dir / "ca.crt").read_bytes(),
+        ))
+        path = self.state_dir / "kube-scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def _register_webhook(self, topology: Topology, local: Cluster) -> None:
+        from webhook import registration
+
+        target = registration.WebhookTarget(url=f"https://127.0.0.1:{topology.webhook_port}", ca_bundle=self._ca_bundle_b64())
+        local.apply([registration.mutating_configuration(target), registration.validating_configuration(target)])
+
+    def _component_argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "kube_offload.cli", *args]
+
+    def _process_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def start_webhook(self, topology: Topology, local: Cluster) -> None:
+        argv = self._component_argv(
+            "webhook", "--kubeconfig", str(local.kubeconfig), "--bind", f"127.0.0.1:{topology.webhook_port}",
+            "--tls-cert", str(self.pki_dir / "tls.crt"), "--tls-key", str(self.pki_dir / "tls.key"),
+        )
+        self.processes.start("webhook", argv, log=self.log_path("webhook"), env=self._process_env())
+
+    def start_extender(self, topology: Topology, local: Cluster) -> None:
+        argv = self._component_argv(
+            "extender", "--kubeconfig", str(local.kubeconfig), "--bind", f"127.0.0.1:{topology.extender_port}",
+            "--tls-cert", str(self.pki_dir / "tls.crt"), "--tls-key", str(self.pki_dir / "tls.key"),
+        )
+        self.processes.start("extender", argv, log=self.log_path("extender"), env=self._process_env())
+
+    def start_enforcer(self, spec: ClusterSpec) -> None:
+        remote = self.cluster(spec)
+        argv = self._component_argv("enforcer", "--kubeconfig", str(remote.kubeconfig))
+        self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
+
+    def vkubelet_argv(self, topology: Topology, spec: ClusterSpec) -> list[str]:
+        local = self.cluster(topology.local)
+        remote = self.cluster(spec)
+        argv = self._component_argv(
+            "vkubelet",
+            "--local-kubeconfig", str(local.kubeconfig),
+            "--remote-kubeconfig", str(remote.kubeconfig),
+            "--cluster-id", spec.cluster_id,
+            "--local-cluster-id", topology.local.cluster_id,
+        )
+        for key, value in sorted(spec.labels.items()):
+            argv += ["--node-label", f"{key}={value}"]
+        return argv
+
+    def start_vkubelet(self, topology: Topology, spec: ClusterSpec, extra_args: Iterable[str] = ()) -> None:
+        argv = self.vkubelet_argv(topology, spec) + list(extra_args)
+        self.processes.start(f"vkubelet-{spec.cluster_id}", argv, log=self.log_path(f"vkubelet-{spec.cluster_id}"), env=self._process_env())
+
+    def _wait_https_ready(self, name: str, port: int, timeout: float = 60) -> None:
+        context = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            record = self.processes.get(name)
+            if record is None or not record.running():
+                raise ClusterError(f"{name} exited during start-up; see {self.log_path(name)}:\n{_tail(self.log_path(name))}")
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except Exception as exc:  # not listening yet, or not ready (503)
+                last = str(exc)
+            time.sleep(0.3)
+        raise ClusterError(f"{name} not ready on 127.0.0.1:{port} after {timeout}s ({last}); see {self.log_path(name)}")
+
+    def wait_virtual_node_ready(self, local: Cluster, spec: ClusterSpec, timeout: float = 90) -> None:
+        node = f"{C.VIRTUAL_NODE_PREFIX}{spec.cluster_id}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = local.kubectl("get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+            if result.returncode == 0 and result.stdout.strip() == "True":
+                return
+            record = self.processes.get(f"vkubelet-{spec.cluster_id}")
+            if record is None or not record.running():
+                name = f"vkubelet-{spec.cluster_id}"
+                raise ClusterError(f"{name} exited; see {self.log_path(name)}:\n{_tail(self.log_path(name))}")
+            time.sleep(0.5)
+        raise ClusterError(f"virtual node {node} not Ready after {timeout}s; see {self.log_path(f'vkubelet-{spec.cluster_id}')}")
+
+    # --- status / down -------------------------------------------------------------------
+    def status(self) -> list[str]:
+        topology = self.topology()
+        if topology is None:
+            return [f"no environment in {self.state_dir} (run `kube-offload cluster up`)"]
+        lines = [f"state dir: {self.state_dir}"]
+        for spec in topology.clusters():
+            cluster = self.cluster(spec)
+            ready = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5)
+            state = "ready" if ready.returncode == 0 else "down"
+            extra = f" labels: {', '.join(f'{k}={v}' for k, v in spec.labels.items())}" if spec.labels else ""
+            lines.append(f"{spec.role:<7} {spec.name:<20} id={spec.cluster_id:<10} apiserver {state:<6} kubeconfig {cluster.kubeconfig}{extra}")
+        for record in self.processes.load():
+            state = f"running (pid {record.pid})" if record.running() else "not running"
+            lines.append(f"process {record.name:<20} {state:<22} log {record.log}")
+        return lines
+
+    def down(self) -> None:
+        stopped = self.processes.stop_all()
+        if stopped:
+            self.say(f"- stopped {', '.join(stopped)}")
+        topology = self.topology()
+        if topology is not None:
+            for spec in reversed(topology.clusters()):
+                cluster = self.cluster(spec)
+                if cluster.exists():
+                    self.say(f"- deleting cluster {spec.name}")
+                    cluster.delete()
+            self.topology_path.unlink(missing_ok=True)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
+    except OSError:
+        return "(no log)"

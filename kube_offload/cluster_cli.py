@@ -1,0 +1,80 @@
+"""``kube-offload cluster up | down | status``: loopback clusters with our components."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kube_offload.binaries import BuildError
+from kube_offload.cluster import ClusterError, Environment, default_state_dir, default_topology
+from kube_offload.flags import add_flag
+
+COMPONENT = "cluster"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "cluster",
+        help="start/stop a local and N remote loopback clusters with kube-offload running",
+        description=(
+            "Real kube-apiserver, etcd, kube-scheduler and kube-controller-manager per cluster, started by "
+            "kwokctl --runtime binary on 127.0.0.1, with kwok simulating physical nodes; our webhook, "
+            "extender, virtual kubelets and enforcers run as local processes. Binaries are built on first use."
+        ),
+    )
+    add_flag(parser, COMPONENT, "--state-dir", default=str(default_state_dir()),
+             help="where kubeconfigs, certificates, logs and PIDs are kept")
+    actions = parser.add_subparsers(dest="cluster_action", metavar="ACTION")
+
+    up = actions.add_parser("up", help="create the clusters and start our components")
+    add_flag(up, COMPONENT, "--remotes", default=1, type=int, help="number of remote clusters")
+    add_flag(up, COMPONENT, "--prefix", default="ko", help="prefix of the kwokctl cluster names")
+    add_flag(up, COMPONENT, "--local-nodes", default=2, type=int, help="kwok physical nodes in the local cluster")
+    add_flag(up, COMPONENT, "--remote-nodes", default=2, type=int, help="kwok physical nodes in each remote cluster")
+    add_flag(up, COMPONENT, "--node-cpu", default="4", help="CPU capacity of each kwok node")
+    add_flag(up, COMPONENT, "--node-memory", default="16Gi", help="memory capacity of each kwok node")
+    add_flag(up, COMPONENT, "--node-pods", default=110, type=int, help="pod capacity of each kwok node")
+    add_flag(up, COMPONENT, "--virtual-kubelets", default=True, type=bool,
+             help="start one virtual kubelet per remote cluster (false: no virtual nodes)")
+    up.set_defaults(func=_up)
+
+    down = actions.add_parser("down", help="stop our processes and delete the clusters")
+    down.set_defaults(func=_down)
+    status = actions.add_parser("status", help="say what runs where")
+    status.set_defaults(func=_status)
+    parser.set_defaults(func=_status)
+
+
+def _env(args: argparse.Namespace) -> Environment:
+    return Environment(Path(args.state_dir))
+
+
+def _up(args: argparse.Namespace) -> int:
+    env = _env(args)
+    topology = default_topology(
+        prefix=args.prefix, remotes=args.remotes, local_nodes=args.local_nodes, remote_nodes=args.remote_nodes,
+        node_cpu=args.node_cpu, node_memory=args.node_memory, node_pods=args.node_pods,
+    )
+    topology.virtual_kubelets = args.virtual_kubelets
+    try:
+        env.up(topology)
+    except (ClusterError, BuildError) as exc:
+        print(f"kube-offload: {exc}", file=sys.stderr)
+        print("kube-offload: leaving what was started in place for inspection; "
+              "`kube-offload cluster down` removes it", file=sys.stderr)
+        return 1
+    for line in env.status():
+        print(line)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    _env(args).down()
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    for line in _env(args).status():
+        print(line)
+    return 0

@@ -1,0 +1,162 @@
+"""``kube-offload demo``: the main job, end to end, on loopback clusters.
+
+Brings up (or reuses) one local and one remote cluster with kube-offload running, then
+walks through what a platform engineer would do, printing each kubectl command and its
+output: the virtual node, a rejected bad policy label, a namespace opted in, a Deployment
+offloaded to the remote cluster, the same pods seen from both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from kube_offload import constants as C
+from kube_offload.binaries import BuildError
+from kube_offload.cluster import Cluster, ClusterError, Environment, default_state_dir, default_topology
+from kube_offload.flags import add_flag
+
+COMPONENT = "demo"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="show offloading end to end on loopback clusters (builds what it needs)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_flag(parser, COMPONENT, "--state-dir", default=str(default_state_dir() / "demo"),
+             help="where the demo environment keeps kubeconfigs, logs and PIDs")
+    add_flag(parser, COMPONENT, "--replicas", default=6, type=int, help="replicas of the offloaded Deployment")
+    add_flag(parser, COMPONENT, "--namespace", default="demo", help="the namespace to offload")
+    add_flag(parser, COMPONENT, "--down", default=False, type=bool,
+             help="tear everything down at the end instead of leaving it up to explore")
+    parser.set_defaults(func=run)
+
+
+def _banner(text: str) -> None:
+    print(f"\n\033[1m== {text}\033[0m", flush=True)
+
+
+def _show(cluster: Cluster, *args: str, check: bool = True) -> str:
+    print(f"$ kubectl --context {cluster.name} {' '.join(args)}", flush=True)
+    result = cluster.kubectl(*args, check=False)
+    output = (result.stdout + result.stderr).rstrip()
+    print(output, flush=True)
+    if check and result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return output
+
+
+def _healthy(env: Environment) -> bool:
+    topology = env.topology()
+    if topology is None:
+        return False
+    for spec in topology.clusters():
+        if env.cluster(spec).kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode != 0:
+            return False
+    return all(record.running() for record in env.processes.load())
+
+
+def run(args: argparse.Namespace) -> int:
+    env = Environment(Path(args.state_dir))
+    try:
+        _banner("1. Loopback clusters: real kube-apiserver/etcd/scheduler/controller-manager, kwok nodes")
+        if _healthy(env):
+            print(f"reusing the running environment in {env.state_dir}")
+        else:
+            env.down()
+            env.up(default_topology(prefix="demo", remotes=1))
+        topology = env.topology()
+        assert topology is not None
+        local = env.cluster(topology.local)
+        remote = env.cluster(topology.remotes[0])
+        twin = f"{args.namespace}-{topology.local.cluster_id}"
+        _walkthrough(env, local, remote, args.namespace, twin, args.replicas)
+    except (ClusterError, BuildError) as exc:
+        print(f"\nkube-offload demo: {exc}", file=sys.stderr)
+        print(f"logs: {env.state_dir / 'logs'}; remove everything with: kube-offload cluster down --state-dir {env.state_dir}",
+              file=sys.stderr)
+        return 1
+    if args.down:
+        _banner("Tearing down")
+        env.down()
+    else:
+        _banner("Explore it yourself")
+        print(f"export KUBECONFIG={local.kubeconfig}        # the local cluster")
+        print(f"kubectl --kubeconfig {remote.kubeconfig} get pods -A   # the remote cluster")
+        print(f"kube-offload cluster status --state-dir {env.state_dir}")
+        print(f"kube-offload cluster down --state-dir {env.state_dir}   # stop everything")
+    return 0
+
+
+def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin: str, replicas: int) -> None:
+    _show(local, "get", "nodes", "-L", f"{C.LABEL_TYPE},{C.LABEL_CLUSTER_ID},topology.kubernetes.io/region")
+
+    _banner(f"2. Opt a namespace in (a bad value is refused by our validating webhook)")
+    local.kubectl("create", "namespace", namespace, check=False)
+    _show(local, "label", "namespace", namespace, f"{C.LABEL_POD_PLACEMENT}=Everywhere", check=False)
+    _show(local, "label", "--overwrite", "namespace", namespace,
+          f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+
+    _banner(f"3. A Deployment of {replicas} pods in '{namespace}': the webhook adds toleration + affinity, "
+            "the scheduler (asking our extender) picks the virtual node")
+    local.apply(_deployment(namespace, replicas))
+    _wait_running(local, namespace, replicas)
+    _show(local, "get", "pods", "-n", namespace, "-o", "wide")
+    first = local.kubectl("get", "pods", "-n", namespace, "-o", "jsonpath={.items[0].metadata.name}").stdout
+    print(f"\n(the toleration and node affinity the webhook added to {first}:)")
+    _show(local, "get", "pod", "-n", namespace, first, "-o",
+          "jsonpath={.spec.tolerations[?(@.key=='" + C.TAINT_KEY + "')]}{'\\n'}{.spec.affinity.nodeAffinity}{'\\n'}")
+
+    _banner(f"4. The same pods in the remote cluster (twin namespace '{twin}'), kept there by ShadowPods")
+    _show(remote, "get", "shadowpods", "-n", twin)
+    _show(remote, "get", "pods", "-n", twin, "-o", "wide")
+
+    _banner("5. Delete a remote pod behind the local cluster's back: the enforcer recreates it, the local pod stays")
+    remote_pod = remote.kubectl("get", "pods", "-n", twin, "-o", "jsonpath={.items[0].metadata.name}").stdout
+    _show(remote, "delete", "pod", "-n", twin, remote_pod, "--wait=false")
+    time.sleep(3)
+    _show(remote, "get", "pods", "-n", twin, remote_pod, "-o", "wide")
+    _show(local, "get", "pod", "-n", namespace, remote_pod, "-o", "wide")
+
+
+def _deployment(namespace: str, replicas: int) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "hello", "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "hello"}},
+            "template": {
+                "metadata": {"labels": {"app": "hello"}},
+                "spec": {
+                    "containers": [{
+                        "name": "hello",
+                        "image": "registry.k8s.io/e2e-test-images/agnhost:2.53",
+                        "args": ["serve-hostname"],
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                    }]
+                },
+            },
+        },
+    }
+
+
+def _wait_running(cluster: Cluster, namespace: str, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    running = 0
+    while time.monotonic() < deadline:
+        phases = cluster.kubectl("get", "pods", "-n", namespace, "-o", "jsonpath={.items[*].status.phase}").stdout.split()
+        running = phases.count("Running")
+        print(f"\r  {running}/{count} pods Running", end="", flush=True)
+        if running >= count:
+            print()
+            return
+        time.sleep(1)
+    print()
+    raise ClusterError(f"only {running}/{count} pods Running in {namespace} after {timeout}s")

@@ -1,0 +1,95 @@
+"""Session fixtures: real loopback clusters (one local, one remote) with kube-offload running.
+
+The environment is built once per test session by the same code as `kube-offload cluster
+up`, in a temporary state directory, and torn down at the end: exactly the processes the
+harness started (by PID) are stopped and the kwokctl clusters deleted. When a test fails,
+every component's log is copied to `.artifacts/e2e-logs/` in the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from kube_offload.cluster import Cluster, Environment, default_topology
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / ".artifacts" / "e2e-logs"
+
+_failed = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    global _failed
+    if report.failed and "e2e" in item.keywords:
+        _failed = True
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def offload_env(tmp_path_factory) -> Iterator[Environment]:
+    state_dir = tmp_path_factory.mktemp("kube-offload-e2e")
+    env = Environment(state_dir, say=lambda line: print(line, flush=True))
+    topology = default_topology(prefix="e2e", remotes=1, local_nodes=2, remote_nodes=2)
+    try:
+        env.up(topology)
+        yield env
+    finally:
+        if _failed or os.environ.get("KUBE_OFFLOAD_KEEP_LOGS"):
+            _keep_logs(env)
+        env.down()
+
+
+def _keep_logs(env: Environment) -> None:
+    target = ARTIFACTS / time.strftime("%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    logs = env.state_dir / "logs"
+    if logs.exists():
+        shutil.copytree(logs, target / "components", dirs_exist_ok=True)
+    kwok = env.state_dir / "kwok" / "clusters"
+    if kwok.exists():
+        for cluster_dir in kwok.iterdir():
+            if (cluster_dir / "logs").exists():
+                shutil.copytree(cluster_dir / "logs", target / cluster_dir.name, dirs_exist_ok=True)
+    print(f"\nkube-offload e2e: component and control-plane logs kept in {target}")
+
+
+@pytest.fixture(scope="session")
+def local(offload_env: Environment) -> Cluster:
+    return offload_env.cluster(offload_env.topology().local)
+
+
+@pytest.fixture(scope="session")
+def remote(offload_env: Environment) -> Cluster:
+    return offload_env.cluster(offload_env.topology().remotes[0])
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value; fail the test with ``what``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def wait() -> Callable[..., object]:
+    """The :func:`wait_for` poller, as a fixture (test modules cannot import conftest)."""
+    return wait_for
