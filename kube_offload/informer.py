@@ -75,8 +75,10 @@ class Informer:
         response = self._response
         if response is not None:
             try:
-                response.close()
-            except Exception:  # closing a half-dead socket may raise anything
+                # close() would wait for the buffer lock the reading thread holds for as
+                # long as the watch is quiet; shutting the socket down wakes that reader.
+                response.shutdown()
+            except Exception:  # a half-dead socket may raise anything
                 pass
 
     def wait_for_sync(self, timeout: float) -> bool:

@@ -85,3 +85,32 @@ def test_controller_retry_policy():
     # two retries scheduled, the third failure drops the key and resets its backoff
     assert c.queue.failures("flaky") == 0
     assert calls.count("flaky") == 3
+
+
+def test_informer_stop_wakes_a_blocked_watch_reader():
+    """stop() must return promptly even while the watch thread is blocked reading a quiet
+    stream (close() on a urllib3 response would wait for the reader's lock)."""
+    import socket
+
+    from kube_offload.informer import Informer
+
+    class QuietResponse:
+        def __init__(self):
+            self.a, self.b = socket.socketpair()
+            self.shut = False
+
+        def shutdown(self):
+            self.shut = True
+            self.a.shutdown(socket.SHUT_RDWR)
+
+    informer = Informer(name="t", list_func=lambda **_: None)
+    response = QuietResponse()
+    informer._response = response
+    reader = threading.Thread(target=lambda: response.a.recv(1), daemon=True)
+    reader.start()
+    started = time.monotonic()
+    informer.stop()
+    reader.join(2)
+    assert response.shut
+    assert not reader.is_alive()
+    assert time.monotonic() - started < 2

@@ -1,0 +1,139 @@
+"""Wiring of the ShadowPod controller: two informers (ShadowPods, and the pods the
+enforcer manages), the owner index, the work queue and its workers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from kubernetes import client
+
+from enforcer.api import KubeEnforcerApi
+from enforcer.events import EventRecorder
+from enforcer.podindex import PodIndex
+from enforcer.reconcile import Reconciler
+from kube_offload.constants import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY_ENFORCER,
+    SHADOWPOD_GROUP,
+    SHADOWPOD_PLURAL,
+    SHADOWPOD_VERSION,
+)
+from kube_offload.controller import Controller
+from kube_offload.informer import Informer
+from kube_offload.shadowpod import owner_key
+
+log = logging.getLogger("kube_offload.enforcer")
+
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY_ENFORCER}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    workers: int = 4
+    """Reconciles running at once (one ShadowPod is never reconciled twice at once)."""
+    resync_seconds: float = 300.0
+    """How often every ShadowPod is reconciled again even if nothing changed."""
+    namespace: str | None = None
+    """Watch only this namespace (None: all namespaces)."""
+
+
+class Enforcer:
+    def __init__(self, api_client: client.ApiClient, settings: Settings) -> None:
+        self.settings = settings
+        self.shadowpods = Informer(
+            name="shadowpods",
+            resync_seconds=settings.resync_seconds,
+            transform=_drop_managed_fields,
+            **_shadowpod_list(api_client, settings.namespace),
+        )
+        # Only the enforcer's own pods: the rest of the cluster's pods are none of its
+        # business, and caching them would cost memory in proportion to the cluster.
+        self.pods = Informer(
+            name="managed-pods",
+            resync_seconds=settings.resync_seconds,
+            transform=_drop_managed_fields,
+            **_pod_list(api_client, settings.namespace),
+        )
+        self.index = PodIndex()
+        api = KubeEnforcerApi(api_client)
+        self.reconciler = Reconciler(
+            shadowpods=self.shadowpods,
+            pods=self.pods,
+            index=self.index,
+            api=api,
+            recorder=EventRecorder(api),
+        )
+        self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
+        # The index must see a pod event before the reconcile it triggers runs.
+        self.pods.add_handler(self.index.on_event)
+        self.controller.watch(self.shadowpods)
+        self.controller.watch(self.pods, owner_key)
+
+    def start(self, stop: threading.Event) -> bool:
+        """Start the informers and, once both caches are filled, the workers. Returns
+        False if ``stop`` was set first. Reconciling before the caches are complete would
+        mistake a pod not yet listed for a missing one."""
+        self.shadowpods.start()
+        self.pods.start()
+        next_warning = time.monotonic() + 30.0
+        while not stop.is_set():
+            if self.shadowpods.has_synced() and self.pods.has_synced():
+                self.controller.start()
+                log.info("caches synced; %d workers reconciling ShadowPods", self.settings.workers)
+                return True
+            if time.monotonic() > next_warning:
+                next_warning += 30.0
+                log.warning("still waiting for the ShadowPod and pod caches (is the ShadowPod CRD installed?)")
+            stop.wait(0.1)
+        return False
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.controller.stop()
+        # Informer.stop() closes the watch response while the informer thread is blocked
+        # reading it, and that close can wait on the reader's buffer lock for as long as
+        # the watch stays quiet (minutes). Stopping must not hang on it: the informer
+        # threads are daemons and die with the process anyway.
+        closer = threading.Thread(target=self._stop_informers, name="stop-informers", daemon=True)
+        closer.start()
+        closer.join(timeout)
+
+    def _stop_informers(self) -> None:
+        self.shadowpods.stop()
+        self.pods.stop()
+
+
+def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
+    custom = client.CustomObjectsApi(api_client)
+    if namespace:
+        return {
+            "list_func": custom.list_namespaced_custom_object,
+            "list_kwargs": {
+                "group": SHADOWPOD_GROUP,
+                "version": SHADOWPOD_VERSION,
+                "namespace": namespace,
+                "plural": SHADOWPOD_PLURAL,
+            },
+        }
+    return {
+        "list_func": custom.list_cluster_custom_object,
+        "list_kwargs": {"group": SHADOWPOD_GROUP, "version": SHADOWPOD_VERSION, "plural": SHADOWPOD_PLURAL},
+    }
+
+
+def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
+    core = client.CoreV1Api(api_client)
+    if namespace:
+        return {
+            "list_func": core.list_namespaced_pod,
+            "list_kwargs": {"namespace": namespace, "label_selector": MANAGED_SELECTOR},
+        }
+    return {"list_func": core.list_pod_for_all_namespaces, "list_kwargs": {"label_selector": MANAGED_SELECTOR}}
+
+
+def _drop_managed_fields(obj: dict) -> dict:
+    # managedFields are often the largest part of an object and nothing here reads them.
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj

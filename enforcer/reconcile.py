@@ -1,0 +1,199 @@
+"""Reconcile one ShadowPod: exactly one Pod, replaced at once when it is lost.
+
+The decision is :func:`kube_offload.shadowpod.plan` (pure, table-tested); this module
+reads the caches, carries the plan out against the API server and turns every API
+answer into the controller's outcomes (return, Requeue, PermanentError, or an error
+retried with backoff). Running it twice in a row, or after a crash at any line, leaves
+the same state: pods are created under the ShadowPod's own name, so a repeated create
+meets AlreadyExists instead of making a duplicate, and deletions name the pod's UID.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from enforcer import events
+from enforcer.api import EnforcerApi
+from enforcer.events import EventRecorder
+from enforcer.podindex import PodIndex
+from kube_offload.controller import PermanentError, Requeue
+from kube_offload.kube import ApiError, split_key
+from kube_offload.logs import ObjectLogger
+from kube_offload.shadowpod import (
+    Action,
+    InvalidShadowPod,
+    build_pod,
+    controller_ref,
+    describe_end,
+    is_owned_by,
+    plan,
+    status_changed,
+    status_from_pod,
+    status_without_pod,
+)
+
+# How soon to look again at a name still held by a terminating pod. The pod's DELETED
+# event normally triggers the reconcile first; this is the fallback.
+TERMINATING_RECHECK_SECONDS = 2.0
+# After a write was refused because the cache is behind: the informer is about to
+# deliver the newer object, look again shortly after.
+STALE_CACHE_RECHECK_SECONDS = 0.5
+# A pod of that name that the enforcer does not own blocks the ShadowPod; poll for it to go.
+NAME_TAKEN_RECHECK_SECONDS = 30.0
+
+log = logging.getLogger("kube_offload.enforcer")
+
+
+class Cache(Protocol):
+    def get(self, key: str) -> dict | None: ...
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        shadowpods: Cache,
+        pods: Cache,
+        index: PodIndex,
+        api: EnforcerApi,
+        recorder: EventRecorder,
+    ) -> None:
+        self._shadowpods = shadowpods
+        self._pods = pods
+        self._index = index
+        self._api = api
+        self._recorder = recorder
+
+    def __call__(self, key: str) -> None:
+        namespace, name = split_key(key)
+        if namespace is None:
+            return  # ShadowPods are namespaced; nothing else is ever enqueued
+        logger = ObjectLogger(log, {"key": key})
+        shadowpod = self._shadowpods.get(key)
+        pods = [p for p in (self._pods.get(k) for k in self._index.pods_of(key)) if p is not None]
+        if shadowpod is None:
+            # The garbage collector deletes these through the owner reference; this is
+            # the safety net for when it cannot (no kube-controller-manager, say).
+            self._delete_orphans(namespace, name, pods, logger)
+            return
+        mine = [p for p in pods if is_owned_by(p, shadowpod)]
+        orphans = [p for p in pods if not is_owned_by(p, shadowpod)]
+        if orphans:
+            # Pods of an earlier ShadowPod of the same name, not yet collected.
+            self._delete_orphans(namespace, name, orphans, logger)
+
+        decision = plan(shadowpod, mine)
+        logger.debug("%s (pods: %d, deleting: %d)", decision.action.value, len(mine), len(decision.delete))
+        for pod in decision.delete:
+            self._delete(pod, logger)
+            if pod is not decision.replaced:
+                self._recorder.record(
+                    shadowpod,
+                    events.NORMAL,
+                    events.REASON_DELETED_EXTRA,
+                    f"Deleted pod {_name(pod)}: only one pod may run for a ShadowPod",
+                )
+
+        if decision.action is Action.MIRROR:
+            assert decision.pod is not None
+            self._write_status(shadowpod, status_from_pod(shadowpod, decision.pod), logger)
+        elif decision.action is Action.WAIT:
+            raise Requeue(TERMINATING_RECHECK_SECONDS, f"pod {name} is still terminating")
+        elif decision.action is Action.CREATE:
+            self._create(shadowpod, decision.replaced, logger)
+
+    # --- actions -----------------------------------------------------------------------
+    def _create(self, shadowpod: dict, replaced: dict | None, logger: logging.LoggerAdapter) -> None:
+        meta = shadowpod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            pod = build_pod(shadowpod)
+        except InvalidShadowPod as exc:
+            self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
+            self._write_status(shadowpod, status_without_pod(shadowpod, f"invalid ShadowPod: {exc}"), logger)
+            raise PermanentError(f"invalid ShadowPod: {exc}") from exc
+        try:
+            created = self._api.create_pod(namespace, pod)
+        except ApiError as exc:
+            if exc.already_exists:
+                self._name_taken(shadowpod, logger)
+            if exc.transient:
+                raise
+            # Refused for what the pod is or where it would go: quota, LimitRange,
+            # PodSecurity, an admission webhook, validation. Say so where the user looks,
+            # then let the controller retry with backoff (quota may free up).
+            message = f"creating pod {name} failed: {exc.message}"
+            self._recorder.record(shadowpod, events.WARNING, events.REASON_CREATE_FAILED, message)
+            self._write_status(shadowpod, status_without_pod(shadowpod, message), logger, best_effort=True)
+            raise
+
+        previous_uid = (shadowpod.get("status") or {}).get("podUID")
+        if replaced is not None:
+            reason, message = events.REASON_RECREATED, f"Created pod {name} to replace one that ended ({describe_end(replaced)})"
+        elif previous_uid:
+            reason, message = events.REASON_RECREATED, f"Created pod {name} to replace pod {previous_uid}, which was deleted"
+        else:
+            reason, message = events.REASON_CREATED, f"Created pod {name}"
+        logger.info("%s", message)
+        self._recorder.record(shadowpod, events.NORMAL, reason, message)
+        self._write_status(shadowpod, status_from_pod(shadowpod, created), logger)
+
+    def _name_taken(self, shadowpod: dict, logger: logging.LoggerAdapter) -> None:
+        """The create met a pod of the same name that the cache does not show as ours
+        (yet). Always raises: what to do depends on whose pod it is."""
+        meta = shadowpod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        existing = self._api.get_pod(namespace, name)
+        if existing is None or is_owned_by(existing, shadowpod):
+            # Ours: the old pod still terminating, or one the informer has not delivered.
+            raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {name} exists; waiting for the cache or its termination")
+        if controller_ref(existing) is not None and (controller_ref(existing) or {}).get("name") == name:
+            # Made for an earlier ShadowPod of this name: its owner is gone.
+            self._delete_orphans(namespace, name, [existing], logger)
+            raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"deleted pod {name} of an earlier ShadowPod")
+        message = f"a pod named {name} exists and is not managed by the enforcer; delete or rename it"
+        self._recorder.record(shadowpod, events.WARNING, events.REASON_NAME_TAKEN, message)
+        self._write_status(shadowpod, status_without_pod(shadowpod, message), logger, best_effort=True)
+        raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
+
+    def _delete(self, pod: dict, logger: logging.LoggerAdapter) -> None:
+        meta = pod["metadata"]
+        logger.info("deleting pod %s (uid %s)", meta["name"], meta.get("uid"))
+        self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"])
+
+    def _delete_orphans(self, namespace: str, name: str, pods: list[dict], logger: logging.LoggerAdapter) -> None:
+        """Delete the pods whose owning ShadowPod no longer exists, after checking with the
+        API server itself: a cache that lags must never cost a live pod."""
+        candidates = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        if not candidates:
+            return
+        live = self._api.get_shadowpod(namespace, name)
+        live_uid = ((live or {}).get("metadata") or {}).get("uid")
+        for pod in candidates:
+            if (controller_ref(pod) or {}).get("uid") == live_uid:
+                continue
+            logger.info("pod %s outlived its ShadowPod", _name(pod))
+            self._delete(pod, logger)
+
+    def _write_status(
+        self, shadowpod: dict, desired: dict, logger: logging.LoggerAdapter, *, best_effort: bool = False
+    ) -> None:
+        if not status_changed(shadowpod, desired):
+            return
+        meta = shadowpod["metadata"]
+        try:
+            self._api.patch_shadowpod_status(meta["namespace"], meta["name"], desired, meta.get("resourceVersion", ""))
+        except ApiError as exc:
+            if best_effort:
+                logger.warning("could not update status: %s", exc)
+                return
+            if exc.not_found:
+                return  # deleted meanwhile; its DELETED event brings us back
+            if exc.conflict:
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, "ShadowPod changed meanwhile") from exc
+            raise
+
+
+def _name(pod: dict) -> str:
+    return str((pod.get("metadata") or {}).get("name"))

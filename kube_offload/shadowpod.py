@@ -1,0 +1,471 @@
+"""The ShadowPod model: pure functions shared by the virtual kubelet (which writes
+ShadowPods into the remote cluster) and the enforcer (which turns each one into a Pod).
+
+Everything here takes and returns raw API JSON dicts and does no I/O, so the whole
+contract - what a ShadowPod holds, which Pod it stands for, when that Pod must be
+recreated and what the ShadowPod's status says about it - is table-tested in one place.
+
+The recreate rule (docs/enforcer.md explains it for users):
+
+* a pod that is being deleted is left to finish; a new one is created as soon as it is
+  gone (it has the ShadowPod's name, so both cannot exist at once);
+* a pod that ended because the system stopped it - evicted, preempted, rejected by the
+  kubelet at admission, shut down with its node (``status.reason`` in
+  :data:`KILLED_REASONS` or a ``DisruptionTarget`` condition) - is deleted and replaced;
+* a pod whose ``restartPolicy`` is ``Always`` (the default) and that is Succeeded or
+  Failed was stopped from outside, since its kubelet would otherwise have restarted its
+  containers: replaced too;
+* a pod whose ``restartPolicy`` is ``Never`` or ``OnFailure`` that Succeeded or Failed on
+  its own (including ``activeDeadlineSeconds`` running out) finished its run: it is
+  mirrored, never replaced, and once the ShadowPod's status records that terminal phase
+  no new pod is created even if the finished one is deleted later.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from kube_offload.constants import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY_ENFORCER,
+    SHADOWPOD_GROUP,
+    SHADOWPOD_KIND,
+    SHADOWPOD_VERSION,
+)
+
+__all__ = [
+    # building and reading (the virtual kubelet writes ShadowPods with build_shadowpod)
+    "API_VERSION",
+    "InvalidShadowPod",
+    "PodTemplate",
+    "build_shadowpod",
+    "read_pod_template",
+    "build_pod",
+    "owner_reference",
+    # pods and their owner
+    "controller_ref",
+    "owner_key",
+    "is_owned_by",
+    "choose_pod",
+    # the recreate rule and the decision
+    "PodFate",
+    "pod_fate",
+    "killed_by_system",
+    "describe_end",
+    "run_completed",
+    "Action",
+    "Plan",
+    "plan",
+    # status
+    "status_from_pod",
+    "status_without_pod",
+    "status_changed",
+    "STATUS_FIELDS",
+    "TERMINAL_PHASES",
+    "KILLED_REASONS",
+]
+
+API_VERSION = f"{SHADOWPOD_GROUP}/{SHADOWPOD_VERSION}"
+
+PHASE_PENDING = "Pending"
+PHASE_RUNNING = "Running"
+PHASE_SUCCEEDED = "Succeeded"
+PHASE_FAILED = "Failed"
+TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+
+RESTART_ALWAYS = "Always"
+
+# Pod-level ``status.reason`` values with which the kubelet or the control plane ends a
+# pod that did not finish on its own. "DeadlineExceeded" is deliberately absent: the
+# pod's own activeDeadlineSeconds ended it, so running it again would loop forever.
+KILLED_REASONS = frozenset(
+    {
+        "Evicted",  # node-pressure or API-initiated eviction
+        "Preempting",  # preempted by a higher-priority pod
+        "Shutdown",  # graceful node shutdown
+        "Terminated",  # graceful node shutdown (older kubelets)
+        "NodeShutdown",
+        "NodeLost",
+        "NodeAffinity",  # kubelet admission: node labels no longer match
+        "UnexpectedAdmissionError",
+    }
+)
+# Kubelet admission rejections for lack of a resource read "OutOfcpu", "OutOfpods", ...
+KILLED_REASON_PREFIX = "OutOf"
+# Since Kubernetes 1.26 the control plane marks pods it is about to disrupt (eviction,
+# preemption, taint manager, pod GC) with this condition.
+CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+
+# The status fields the enforcer owns; anything else under ``status`` is left alone.
+STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration")
+
+
+class InvalidShadowPod(ValueError):
+    """The ShadowPod's spec does not have the shape of a pod template."""
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """What ``spec.pod`` of a ShadowPod holds: the pod's labels, annotations and PodSpec."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    spec: dict[str, Any]
+
+
+class PodFate(enum.Enum):
+    """What the enforcer does with an existing pod (see the module docstring)."""
+
+    ACTIVE = "active"  # pending or running: mirror it
+    COMPLETED = "completed"  # finished its own run: mirror it, never replace it
+    TERMINATING = "terminating"  # being deleted: wait until gone, then create anew
+    KILLED = "killed"  # stopped by the system: delete it and create anew
+
+
+# --- building and reading ShadowPods ---------------------------------------------------------
+def build_shadowpod(
+    *,
+    name: str,
+    namespace: str,
+    pod_metadata: Mapping[str, Any],
+    pod_spec: Mapping[str, Any],
+    origin_labels: Mapping[str, str] | None = None,
+    origin_annotations: Mapping[str, str] | None = None,
+) -> dict:
+    """The ShadowPod that asks the remote cluster to run one pod.
+
+    Only ``labels`` and ``annotations`` of ``pod_metadata`` are kept (name, namespace,
+    UID, owner references and the like belong to the local pod). The origin labels and
+    annotations (``kube-offload.io/origin-*``) go on the ShadowPod itself and also into
+    the pod template, so the pod the enforcer creates carries them too and can be found
+    by the same label selector; on a clash they win over the pod's own keys. Inputs are
+    copied, never aliased.
+    """
+    origin_labels = dict(origin_labels or {})
+    origin_annotations = dict(origin_annotations or {})
+    labels = {**_str_map(pod_metadata.get("labels")), **origin_labels}
+    annotations = {**_str_map(pod_metadata.get("annotations")), **origin_annotations}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if origin_labels:
+        metadata["labels"] = origin_labels
+    if origin_annotations:
+        metadata["annotations"] = origin_annotations
+    template_metadata: dict[str, Any] = {}
+    if labels:
+        template_metadata["labels"] = labels
+    if annotations:
+        template_metadata["annotations"] = annotations
+    return {
+        "apiVersion": API_VERSION,
+        "kind": SHADOWPOD_KIND,
+        "metadata": metadata,
+        "spec": {"pod": {"metadata": template_metadata, "spec": copy.deepcopy(dict(pod_spec))}},
+    }
+
+
+def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
+    """The pod template of a ShadowPod (copies); raises InvalidShadowPod when
+    ``spec.pod.spec`` is missing or not an object."""
+    pod = (shadowpod.get("spec") or {}).get("pod")
+    if not isinstance(pod, Mapping):
+        raise InvalidShadowPod("spec.pod is missing or not an object")
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InvalidShadowPod("spec.pod.spec is missing or not an object")
+    metadata = pod.get("metadata")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidShadowPod("spec.pod.metadata is not an object")
+    return PodTemplate(
+        labels=_str_map(metadata.get("labels")),
+        annotations=_str_map(metadata.get("annotations")),
+        spec=copy.deepcopy(dict(spec)),
+    )
+
+
+def build_pod(shadowpod: Mapping[str, Any]) -> dict:
+    """The Pod the enforcer creates for ``shadowpod``.
+
+    It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
+    instead of making a second pod; the template's labels plus the managed-by label;
+    the template's annotations; the PodSpec exactly as given; and a controller owner
+    reference, so the garbage collector deletes the pod with its ShadowPod
+    (blockOwnerDeletion makes a foreground deletion of the ShadowPod wait for it).
+    """
+    template = read_pod_template(shadowpod)
+    meta = shadowpod.get("metadata") or {}
+    labels = {**template.labels, LABEL_MANAGED_BY: MANAGED_BY_ENFORCER}
+    metadata: dict[str, Any] = {
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "labels": labels,
+        "ownerReferences": [owner_reference(shadowpod)],
+    }
+    if template.annotations:
+        metadata["annotations"] = template.annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.spec}
+
+
+def owner_reference(shadowpod: Mapping[str, Any]) -> dict:
+    meta = shadowpod.get("metadata") or {}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": SHADOWPOD_KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# --- pods and their owner --------------------------------------------------------------------
+def controller_ref(pod: Mapping[str, Any]) -> dict | None:
+    """The pod's controller owner reference if it points at a ShadowPod, else None."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if not ref.get("controller"):
+            continue
+        api_version = str(ref.get("apiVersion") or "")
+        if ref.get("kind") == SHADOWPOD_KIND and api_version.split("/", 1)[0] == SHADOWPOD_GROUP:
+            return ref
+        return None  # controlled by something else
+    return None
+
+
+def owner_key(pod: Mapping[str, Any]) -> str | None:
+    """``namespace/name`` of the ShadowPod controlling ``pod``, or None."""
+    ref = controller_ref(pod)
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    if ref is None or not namespace or not ref.get("name"):
+        return None
+    return f"{namespace}/{ref['name']}"
+
+
+def is_owned_by(pod: Mapping[str, Any], shadowpod: Mapping[str, Any]) -> bool:
+    """True when ``pod`` is controlled by this very ShadowPod (same name *and* UID: a
+    ShadowPod deleted and created again under the same name is another owner)."""
+    ref = controller_ref(pod)
+    meta = shadowpod.get("metadata") or {}
+    return ref is not None and ref.get("name") == meta.get("name") and ref.get("uid") == meta.get("uid")
+
+
+def choose_pod(pods: Iterable[Mapping[str, Any]], name: str) -> tuple[dict | None, list[dict]]:
+    """Of the pods of one ShadowPod, the one to keep (the oldest) and the ones to delete.
+
+    More than one should never exist; it could after a crash or a manual copy. Ties on
+    the one-second creationTimestamp go to the pod named after the ShadowPod, then by name,
+    so that every enforcer replica or restart picks the same pod.
+    """
+    ordered = sorted(
+        pods,
+        key=lambda p: (
+            _meta(p).get("creationTimestamp") or "",
+            _meta(p).get("name") != name,
+            _meta(p).get("name") or "",
+        ),
+    )
+    if not ordered:
+        return None, []
+    return dict(ordered[0]), [dict(p) for p in ordered[1:]]
+
+
+def pod_fate(pod: Mapping[str, Any]) -> PodFate:
+    """Decide what to do with an existing pod (the recreate rule, module docstring)."""
+    if _meta(pod).get("deletionTimestamp"):
+        return PodFate.TERMINATING
+    status = pod.get("status") or {}
+    if status.get("phase") not in TERMINAL_PHASES:
+        return PodFate.ACTIVE
+    if killed_by_system(pod):
+        return PodFate.KILLED
+    if ((pod.get("spec") or {}).get("restartPolicy") or RESTART_ALWAYS) == RESTART_ALWAYS:
+        return PodFate.KILLED
+    return PodFate.COMPLETED
+
+
+def killed_by_system(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    if reason in KILLED_REASONS or reason.startswith(KILLED_REASON_PREFIX):
+        return True
+    return any(
+        c.get("type") == CONDITION_DISRUPTION_TARGET and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def describe_end(pod: Mapping[str, Any]) -> str:
+    """A short human account of why a pod ended, for Events and status messages."""
+    status = pod.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "ended"
+    message = status.get("message")
+    return f"{reason}: {message}" if message else str(reason)
+
+
+def run_completed(shadowpod: Mapping[str, Any]) -> bool:
+    """True once the ShadowPod's status records a pod that finished its own run: from
+    then on a vanished pod is not replaced (it would run the workload a second time)."""
+    phase = (shadowpod.get("status") or {}).get("phase")
+    if phase not in TERMINAL_PHASES:
+        return False
+    pod = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
+    return (pod.get("restartPolicy") or RESTART_ALWAYS) != RESTART_ALWAYS
+
+
+# --- the decision --------------------------------------------------------------------------
+class Action(enum.Enum):
+    NOTHING = "nothing"  # ShadowPod being deleted, or its finished run needs no new pod
+    MIRROR = "mirror"  # keep ``Plan.pod`` and copy its state into the status
+    CREATE = "create"  # (after the deletions) create the pod from build_pod()
+    WAIT = "wait"  # the pod's name is still held by a terminating pod: check again soon
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one reconcile of a ShadowPod does: first delete ``delete``, then ``action``."""
+
+    action: Action
+    pod: dict | None = None  # the pod to mirror (MIRROR)
+    delete: tuple[dict, ...] = ()  # extra pods, and a killed pod being replaced
+    replaced: dict | None = None  # the killed pod a CREATE replaces, for Events
+
+
+def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
+    """Decide a reconcile from the ShadowPod and the pods it controls (same owner UID).
+
+    Terminating pods are out of the running: they are going away whatever happens, and
+    keeping one over a healthy younger pod would delete the healthy one. Only a
+    terminating pod that holds the ShadowPod's name blocks creating the replacement.
+    """
+    meta = _meta(shadowpod)
+    if meta.get("deletionTimestamp"):
+        return Plan(Action.NOTHING)
+    name = str(meta.get("name") or "")
+    pods = list(pods)
+    terminating = [p for p in pods if pod_fate(p) is PodFate.TERMINATING]
+    live = [p for p in pods if pod_fate(p) is not PodFate.TERMINATING]
+    keep, extras = choose_pod(live, name)
+    delete = list(extras)
+    replaced = None
+    if keep is not None:
+        if pod_fate(keep) is not PodFate.KILLED:
+            return Plan(Action.MIRROR, pod=keep, delete=tuple(delete))
+        replaced = keep
+        delete.append(keep)
+    if run_completed(shadowpod):
+        return Plan(Action.NOTHING, delete=tuple(delete))
+    if any(_meta(p).get("name") == name for p in terminating):
+        return Plan(Action.WAIT, delete=tuple(delete))
+    return Plan(Action.CREATE, delete=tuple(delete), replaced=replaced)
+
+
+# --- status ----------------------------------------------------------------------------------
+def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict:
+    """The ShadowPod status that mirrors ``pod``.
+
+    ``recreations`` grows by one whenever the pod observed is not the one the status last
+    recorded. Counting from the status itself (not from an in-memory counter) keeps the
+    number right across enforcer restarts, even one between creating a pod and writing
+    the status, provided the write is conditional on the ShadowPod's resourceVersion.
+    """
+    current = shadowpod.get("status") or {}
+    pod_meta = _meta(pod)
+    pod_status = pod.get("status") or {}
+    uid = str(pod_meta.get("uid") or "")
+    recreations = _recreations(current)
+    previous_uid = current.get("podUID")
+    if previous_uid and uid and previous_uid != uid:
+        recreations += 1
+    return _status(
+        shadowpod,
+        phase=str(pod_status.get("phase") or PHASE_PENDING),
+        pod_name=str(pod_meta.get("name") or ""),
+        pod_uid=uid,
+        recreations=recreations,
+        message=str(pod_status.get("message") or ""),
+        conditions=[_clean(c) for c in pod_status.get("conditions") or [] if isinstance(c, Mapping)],
+    )
+
+
+def status_without_pod(shadowpod: Mapping[str, Any], message: str) -> dict:
+    """The status while no pod exists (creation failed, or the old one is still going).
+
+    podName/podUID keep naming the last pod, so the next pod still counts as a
+    recreation; the conditions of a pod that is gone would only mislead, so they go.
+    """
+    current = shadowpod.get("status") or {}
+    return _status(
+        shadowpod,
+        phase=PHASE_PENDING,
+        pod_name=str(current.get("podName") or ""),
+        pod_uid=str(current.get("podUID") or ""),
+        recreations=_recreations(current),
+        message=message,
+        conditions=[],
+    )
+
+
+def status_changed(shadowpod: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """True if writing ``desired`` would change what the status says."""
+    current = shadowpod.get("status") or {}
+    return any(_normal(current.get(field)) != _normal(desired.get(field)) for field in STATUS_FIELDS)
+
+
+def _status(
+    shadowpod: Mapping[str, Any],
+    *,
+    phase: str,
+    pod_name: str,
+    pod_uid: str,
+    recreations: int,
+    message: str,
+    conditions: list[dict],
+) -> dict:
+    status: dict[str, Any] = {
+        "phase": phase,
+        "podName": pod_name,
+        "podUID": pod_uid,
+        "recreations": recreations,
+        "message": message,
+        "conditions": conditions,
+    }
+    generation = _meta(shadowpod).get("generation")
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def _recreations(status: Mapping[str, Any]) -> int:
+    try:
+        return max(0, int(status.get("recreations") or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _clean(value: Any) -> Any:
+    """Drop nulls (e.g. a pod condition's ``lastProbeTime: null``): a structural schema
+    prunes them, and comparing against what was stored must not see a difference."""
+    if isinstance(value, Mapping):
+        return {k: _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _normal(value: Any) -> Any:
+    """Absent, null, "" and [] all read as "nothing" when comparing statuses."""
+    value = _clean(value)
+    return None if value in ("", [], {}) else value
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}

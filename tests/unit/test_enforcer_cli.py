@@ -1,0 +1,63 @@
+"""``kube-offload enforcer`` flags: defaults, environment variables, duration parsing."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from enforcer.cli import parse_duration, register
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kube-offload")
+    register(parser.add_subparsers())
+    return parser.parse_args(["enforcer", *argv])
+
+
+def test_defaults():
+    args = parse([])
+    assert (args.kubeconfig, args.workers, args.resync_period, args.install_crd, args.namespace) == (
+        None, 4, 300.0, False, None)
+    assert (args.log_level, args.log_json) == ("INFO", False)
+    assert args.func.__module__ == "enforcer.cli"
+
+
+def test_command_line():
+    args = parse(["--kubeconfig", "/k", "--workers", "8", "--resync-period", "90s", "--install-crd=true",
+                  "--namespace", "team-a", "--log-level", "DEBUG", "--log-json", "yes"])
+    assert (args.kubeconfig, args.workers, args.resync_period, args.install_crd, args.namespace) == (
+        "/k", 8, 90.0, True, "team-a")
+    assert (args.log_level, args.log_json) == ("DEBUG", True)
+
+
+def test_environment_and_command_line_precedence(monkeypatch):
+    monkeypatch.setenv("KUBE_OFFLOAD_ENFORCER_RESYNC_PERIOD", "2m")
+    monkeypatch.setenv("KUBE_OFFLOAD_ENFORCER_INSTALL_CRD", "true")
+    monkeypatch.setenv("KUBE_OFFLOAD_ENFORCER_WORKERS", "2")
+    args = parse([])
+    assert (args.resync_period, args.install_crd, args.workers) == (120.0, True, 2)
+    assert parse(["--workers", "3"]).workers == 3
+
+
+def test_bad_environment_value_exits_with_the_variable_named(monkeypatch):
+    monkeypatch.setenv("KUBE_OFFLOAD_ENFORCER_RESYNC_PERIOD", "soon")
+    with pytest.raises(SystemExit, match="KUBE_OFFLOAD_ENFORCER_RESYNC_PERIOD"):
+        parse([])
+
+
+@pytest.mark.parametrize("text,seconds", [("300", 300.0), ("300s", 300.0), ("5m", 300.0), ("1h", 3600.0),
+                                          ("250ms", 0.25), ("1.5m", 90.0)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5 minutes", "-1s", "0", "1d"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration(text)
+
+
+def test_workers_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        parse(["--workers", "0"])

@@ -1,0 +1,304 @@
+"""The reconcile's control flow: which writes it makes for each state and how it turns API
+answers into outcomes. The API server is an in-memory record here, so these tests say
+nothing about Kubernetes itself; tests/e2e/test_enforcer.py runs the same code against a
+real kube-apiserver, scheduler, controller-manager and kwok."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+
+from enforcer import events
+from enforcer.events import EventRecorder
+from enforcer.podindex import PodIndex
+from enforcer.reconcile import Reconciler
+from kube_offload.controller import PermanentError, Requeue
+from kube_offload.informer import ADDED, DELETED
+from kube_offload.kube import ApiError
+from kube_offload.shadowpod import build_shadowpod
+
+KEY = "ns/web"
+
+
+class FakeApi:
+    """Just enough of an API server: names are unique, deletes honour UID preconditions,
+    status patches honour resourceVersion, and every write is recorded."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict] = {}
+        self.shadowpods: dict[str, dict] = {}
+        self.events: list[dict] = []
+        self.writes: list[tuple] = []
+        self.create_error: ApiError | None = None
+        self._uids = itertools.count(1)
+
+    def get_shadowpod(self, namespace, name):
+        return copy.deepcopy(self.shadowpods.get(f"{namespace}/{name}"))
+
+    def create_pod(self, namespace, pod):
+        self.writes.append(("create", pod["metadata"]["name"]))
+        if self.create_error is not None:
+            raise self.create_error
+        key = f"{namespace}/{pod['metadata']['name']}"
+        if key in self.pods:
+            raise ApiError(409, "AlreadyExists", "pods exists", {"reason": "AlreadyExists"})
+        created = copy.deepcopy(pod)
+        created["metadata"].update(uid=f"pod-{next(self._uids)}", creationTimestamp="2025-01-01T00:00:00Z")
+        created["status"] = {"phase": "Pending"}
+        self.pods[key] = created
+        return copy.deepcopy(created)
+
+    def get_pod(self, namespace, name):
+        return copy.deepcopy(self.pods.get(f"{namespace}/{name}"))
+
+    def delete_pod(self, namespace, name, uid):
+        self.writes.append(("delete", name, uid))
+        key = f"{namespace}/{name}"
+        if key in self.pods and self.pods[key]["metadata"]["uid"] == uid:
+            del self.pods[key]
+
+    def patch_shadowpod_status(self, namespace, name, status, resource_version):
+        self.writes.append(("status", name))
+        current = self.shadowpods.get(f"{namespace}/{name}")
+        if current is None:
+            raise ApiError(404, "NotFound", "gone")
+        if resource_version and current["metadata"]["resourceVersion"] != resource_version:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        current["status"] = copy.deepcopy(status)
+        current["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(current)
+
+    def create_event(self, namespace, event):
+        self.events.append(event)
+        return event
+
+    def patch_event(self, namespace, name, patch):
+        for event in self.events:
+            if event["metadata"]["name"] == name:
+                event.update(patch)
+                return event
+        raise ApiError(404, "NotFound", "no event")
+
+
+class World:
+    """The fake API plus caches that show exactly what the API holds (an up-to-date
+    informer) unless a test freezes them."""
+
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.index = PodIndex()
+        self.reconcile = Reconciler(
+            shadowpods=self, pods=_PodCache(self), index=self.index, api=self.api, recorder=EventRecorder(self.api)
+        )
+        self.frozen_shadowpods: dict[str, dict] | None = None
+
+    def get(self, key):  # the ShadowPod cache
+        source = self.frozen_shadowpods if self.frozen_shadowpods is not None else self.api.shadowpods
+        return copy.deepcopy(source.get(key))
+
+    def sync_index(self) -> None:
+        for pod in self.api.pods.values():
+            self.index.on_event(ADDED, None, pod)
+
+    def add_shadowpod(self, restart_policy: str | None = None) -> dict:
+        spec = {"containers": [{"name": "c", "image": "i"}]}
+        if restart_policy:
+            spec["restartPolicy"] = restart_policy
+        shp = build_shadowpod(name="web", namespace="ns", pod_metadata={"labels": {"a": "b"}}, pod_spec=spec)
+        shp["metadata"].update(uid="shp-1", resourceVersion="1", generation=1)
+        self.api.shadowpods[KEY] = shp
+        return shp
+
+    def run(self) -> None:
+        self.sync_index()
+        self.reconcile(KEY)
+
+    def reasons(self) -> list[str]:
+        return [e["reason"] for e in self.api.events]
+
+
+class _PodCache:
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def get(self, key):
+        return copy.deepcopy(self.world.api.pods.get(key))
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_creates_the_pod_records_an_event_and_writes_status(world):
+    world.add_shadowpod()
+    world.run()
+    pod = world.api.pods[KEY]
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "shp-1"
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["podUID"] == pod["metadata"]["uid"] and status["recreations"] == 0 and status["phase"] == "Pending"
+    assert world.reasons() == [events.REASON_CREATED]
+    assert world.api.events[0]["involvedObject"]["kind"] == "ShadowPod"
+
+
+def test_second_reconcile_writes_nothing(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == []
+
+
+def test_vanished_pod_is_recreated_and_counted(world):
+    world.add_shadowpod()
+    world.run()
+    first_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.index.on_event(DELETED, None, world.api.pods.pop(KEY))
+    world.run()
+    assert world.api.pods[KEY]["metadata"]["uid"] != first_uid
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+    assert world.reasons() == [events.REASON_CREATED, events.REASON_RECREATED]
+
+
+def test_evicted_pod_is_deleted_and_replaced(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    old_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.run()
+    assert ("delete", "web", old_uid) in world.api.writes
+    assert world.api.pods[KEY]["metadata"]["uid"] != old_uid
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+    assert "Evicted: low on memory" in world.api.events[-1]["message"]
+
+
+def test_completed_run_is_mirrored_and_never_rerun(world):
+    world.add_shadowpod(restart_policy="Never")
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Succeeded"}
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["phase"] == "Succeeded"
+    world.index.on_event(DELETED, None, world.api.pods.pop(KEY))
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [] and KEY not in world.api.pods
+
+
+def test_terminating_pod_requeues_without_writes(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    world.api.writes.clear()
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.api.writes == []
+
+
+def test_already_exists_because_the_cache_lags_requeues(world):
+    world.add_shadowpod()
+    world.run()
+    world.index = PodIndex()  # the pod informer has not delivered the pod yet
+    world.reconcile._index = world.index
+    with pytest.raises(Requeue):
+        world.reconcile(KEY)
+    assert len(world.api.pods) == 1
+
+
+def test_name_taken_by_a_foreign_pod_is_reported(world):
+    world.add_shadowpod()
+    world.api.pods[KEY] = {"metadata": {"name": "web", "namespace": "ns", "uid": "foreign"}}
+    with pytest.raises(Requeue):
+        world.reconcile(KEY)  # the foreign pod is not labelled, so not in the index
+    assert world.reasons() == [events.REASON_NAME_TAKEN]
+    assert "not managed by the enforcer" in world.api.shadowpods[KEY]["status"]["message"]
+    assert world.api.pods[KEY]["metadata"]["uid"] == "foreign"
+
+
+def test_pod_of_an_earlier_shadowpod_with_the_same_name_is_deleted(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.shadowpods[KEY]["metadata"]["uid"] = "shp-2"  # deleted and created again
+    world.index = PodIndex()  # and its old pod not seen (yet) by the informer
+    world.reconcile._index = world.index
+    with pytest.raises(Requeue):
+        world.reconcile(KEY)
+    assert KEY not in world.api.pods
+    world.run()
+    assert world.api.pods[KEY]["metadata"]["ownerReferences"][0]["uid"] == "shp-2"
+
+
+def test_rejected_creation_is_reported_then_retried(world):
+    world.add_shadowpod()
+    world.api.create_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: exceeded quota: q')
+    with pytest.raises(ApiError):
+        world.run()
+    assert world.reasons() == [events.REASON_CREATE_FAILED]
+    assert "exceeded quota" in world.api.events[0]["message"]
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["phase"] == "Pending" and "exceeded quota" in status["message"]
+    with pytest.raises(ApiError):
+        world.run()
+    assert len(world.api.events) == 1 and world.api.events[0]["count"] == 2, "repeats fold into one Event"
+    world.api.create_error = None
+    world.run()
+    assert KEY in world.api.pods and world.api.shadowpods[KEY]["status"]["message"] == ""
+
+
+def test_transient_creation_error_is_retried_without_noise(world):
+    world.add_shadowpod()
+    world.api.create_error = ApiError(0, "Unreachable", "connection refused")
+    with pytest.raises(ApiError):
+        world.run()
+    assert world.api.events == [] and "status" not in world.api.shadowpods[KEY]
+
+
+def test_invalid_shadowpod_is_permanent(world):
+    shp = world.add_shadowpod()
+    shp["spec"]["pod"]["spec"] = "not a pod spec"
+    with pytest.raises(PermanentError):
+        world.run()
+    assert world.reasons() == [events.REASON_INVALID]
+
+
+def test_extra_pods_are_deleted_keeping_the_oldest(world):
+    world.add_shadowpod()
+    world.run()
+    extra = copy.deepcopy(world.api.pods[KEY])
+    extra["metadata"].update(name="web-copy", uid="copy", creationTimestamp="2025-02-01T00:00:00Z")
+    world.api.pods["ns/web-copy"] = extra
+    world.run()
+    assert "ns/web-copy" not in world.api.pods and KEY in world.api.pods
+    assert events.REASON_DELETED_EXTRA in world.reasons()
+
+
+def test_stale_shadowpod_cache_makes_the_status_write_conflict_and_requeue(world):
+    world.add_shadowpod()
+    world.run()
+    world.frozen_shadowpods = copy.deepcopy(world.api.shadowpods)
+    world.api.shadowpods[KEY]["metadata"]["resourceVersion"] = "99"  # someone wrote meanwhile
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    with pytest.raises(Requeue):
+        world.run()
+    world.frozen_shadowpods = None
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["phase"] == "Running"
+
+
+def test_orphan_pod_is_deleted_once_the_apiserver_confirms_its_owner_is_gone(world):
+    world.add_shadowpod()
+    world.run()
+    world.frozen_shadowpods = {}  # the cache says the ShadowPod is gone ...
+    world.run()
+    assert KEY in world.api.pods, "... but the apiserver still has it: keep the pod"
+    del world.api.shadowpods[KEY]
+    world.run()
+    assert KEY not in world.api.pods
+
+
+def test_shadowpod_being_deleted_is_left_to_the_garbage_collector(world):
+    world.add_shadowpod()
+    world.api.shadowpods[KEY]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    world.run()
+    assert world.api.writes == []
