@@ -1,0 +1,860 @@
+"""The Helm charts, checked without helm (it is not installed here, and the charts have not
+been rendered by helm in CI): metadata and values parse, every template is valid YAML once
+its template actions are replaced, template blocks balance, every ``include`` and every
+``.Values`` path exists, the contract names agree with kube_offload.constants, the webhook
+configurations and the scheduler configuration agree with the Python builders, and every
+flag a container passes is one its component's CLI accepts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+import kube_offload
+from kube_offload import constants as C
+from kube_offload import versions
+
+ROOT = Path(__file__).resolve().parents[2]
+CHARTS = ROOT / "charts"
+LOCAL = CHARTS / "kube-offload-local"
+REMOTE = CHARTS / "kube-offload-remote"
+CRD_MANIFEST = ROOT / "kube_offload" / "manifests" / "shadowpod-crd.yaml"
+CHART_DIRS = [LOCAL, REMOTE]
+PLACEHOLDER = "TEMPLATED"
+
+_COMMENT = re.compile(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", re.DOTALL)
+_ACTION = re.compile(r"\{\{-?(.*?)-?\}\}", re.DOTALL)
+
+
+def strip_template(text: str) -> str:
+    """Template text -> YAML: comments go, a line holding only actions (if/range/end,
+    ``include ... | nindent``) goes, any other action becomes a placeholder scalar. Every
+    branch of an if/else stays, so this checks the YAML shape of all of them at once."""
+    text = _COMMENT.sub("", text)
+    lines = []
+    for line in text.splitlines():
+        if "{{" in line:
+            if not _ACTION.sub("", line).strip():
+                continue
+            line = _ACTION.sub(PLACEHOLDER, line)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def actions(text: str) -> list[str]:
+    return [body.strip() for body in _ACTION.findall(_COMMENT.sub("", text))]
+
+
+def templates(chart: Path) -> list[Path]:
+    return sorted(p for p in (chart / "templates").iterdir() if p.suffix == ".yaml")
+
+
+def all_templates() -> list[Path]:
+    return [t for chart in CHART_DIRS for t in templates(chart)]
+
+
+def load_values(chart: Path) -> dict[str, Any]:
+    return yaml.safe_load((chart / "values.yaml").read_text())
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(strip_template(path.read_text())) if d]
+
+
+def chart_documents(chart: Path) -> list[dict[str, Any]]:
+    return [d for t in templates(chart) for d in documents(t)]
+
+
+def find(docs: list[dict[str, Any]], kind: str, component: str | None = None) -> list[dict[str, Any]]:
+    """Objects of ``kind`` (names are templated, so the component label tells them apart)."""
+    return [
+        d for d in docs
+        if d["kind"] == kind
+        and (component is None or (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == component)
+    ]
+
+
+def is_hook(doc: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
+
+
+def containers(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    spec = doc["spec"]
+    if doc["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    yield from spec["template"]["spec"]["containers"]
+
+
+def rules_of(doc: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs, merged over the rules of a (Cluster)Role."""
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in doc["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
+def assert_grants(doc: dict[str, Any], group: str, resources: list[str], verbs: list[str]) -> None:
+    granted = rules_of(doc)
+    for resource in resources:
+        missing = set(verbs) - granted.get((group, resource), set())
+        assert not missing, f"{doc['metadata']['name']}: {group or 'core'}/{resource} lacks {sorted(missing)}"
+
+
+# --- metadata and values -----------------------------------------------------------------
+
+
+def test_strip_template_keeps_yaml_shape() -> None:
+    text = (
+        "{{- if .Values.a }}\n"
+        "metadata:\n"
+        "  name: {{ include \"x\" . }}-suffix\n"
+        "  labels:\n"
+        "    {{- include \"labels\" . | nindent 4 }}\n"
+        "{{- /* a\n multi-line comment */}}\n"
+        "{{- end }}\n"
+    )
+    assert yaml.safe_load(strip_template(text)) == {"metadata": {"name": f"{PLACEHOLDER}-suffix", "labels": None}}
+
+
+@pytest.mark.parametrize("chart", CHART_DIRS, ids=lambda p: p.name)
+def test_chart_metadata(chart: Path) -> None:
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    assert meta["apiVersion"] == "v2"
+    assert meta["name"] == chart.name
+    assert re.fullmatch(r"\d+\.\d+\.\d+", meta["version"])
+    assert meta["appVersion"] == kube_offload.__version__
+    assert meta["type"] == "application"
+    assert "dependencies" not in meta
+
+
+@pytest.mark.parametrize("chart", CHART_DIRS, ids=lambda p: p.name)
+def test_values_image_defaults(chart: Path) -> None:
+    image = load_values(chart)["image"]
+    assert f"{image['repository']}:{image['tag']}" == f"ghcr.io/kube-offload/kube-offload:{kube_offload.__version__}"
+
+
+def test_local_values_defaults_agree_with_the_components() -> None:
+    from webhook import registration
+
+    values = load_values(LOCAL)
+    assert values["remoteClusters"] == [] and values["localClusterId"] == ""
+    assert values["webhook"]["failurePolicy"] == registration.DEFAULT_POD_FAILURE_POLICY
+    assert values["webhook"]["namespaceFailurePolicy"] == registration.DEFAULT_NAMESPACE_FAILURE_POLICY
+    assert values["webhook"]["timeoutSeconds"] == registration.DEFAULT_TIMEOUT_SECONDS
+    assert values["scheduler"]["image"]["tag"] == versions.KUBERNETES
+    assert values["scheduler"]["name"] and values["scheduler"]["enabled"] is True
+    for key in ("days", "caDays", "renewWithin", "clusterDomain"):
+        assert values["certificates"][key]
+
+
+def test_remote_cluster_fields_used_are_the_documented_ones() -> None:
+    """The commented example under remoteClusters in values.yaml is the only documentation
+    of an entry's fields: every field the template reads must be in it."""
+    text = (LOCAL / "values.yaml").read_text()
+    example = text.split("remoteClusters: []", 1)[1]
+    documented = set(re.findall(r"^#\s+(?:- )?([A-Za-z]+):", example, re.MULTILINE))
+    used = set(re.findall(r"\$cluster\.([A-Za-z]+)", (LOCAL / "templates" / "vkubelet.yaml").read_text()))
+    assert used and used <= documented, f"undocumented: {used - documented}"
+
+
+# --- the ShadowPod CRD -------------------------------------------------------------------
+
+
+def test_remote_chart_crd_is_a_relative_symlink_to_the_manifest() -> None:
+    link = REMOTE / "crds" / "shadowpods.yaml"
+    assert link.is_symlink()
+    target = os.readlink(link)
+    assert not os.path.isabs(target)
+    assert target == "../../../kube_offload/manifests/shadowpod-crd.yaml"
+    assert link.resolve() == CRD_MANIFEST.resolve()
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_MANIFEST.read_text())
+
+
+def test_crd_has_the_contract_names(crd: dict[str, Any]) -> None:
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1" and crd["kind"] == "CustomResourceDefinition"
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == f"{C.SHADOWPOD_PLURAL}.{C.SHADOWPOD_GROUP}"
+    assert spec["group"] == C.SHADOWPOD_GROUP
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == C.SHADOWPOD_KIND
+    assert spec["names"]["plural"] == C.SHADOWPOD_PLURAL
+    assert spec["names"]["singular"] == C.SHADOWPOD_KIND.lower()
+    assert spec["names"]["listKind"] == f"{C.SHADOWPOD_KIND}List"
+    assert spec["names"]["shortNames"] == [C.SHADOWPOD_SHORT_NAME]
+    [version] = spec["versions"]
+    assert version["name"] == C.SHADOWPOD_VERSION
+    assert version["served"] is True and version["storage"] is True
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["Phase", "Pod", "Age"]
+    assert columns["Phase"]["jsonPath"] == ".status.phase"
+    assert columns["Pod"]["jsonPath"] == ".status.podName"
+    assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def test_crd_schema(crd: dict[str, Any]) -> None:
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema["type"] == "object" and schema["required"] == ["spec"]
+    spec = schema["properties"]["spec"]
+    assert spec["required"] == ["pod"]
+    pod = spec["properties"]["pod"]
+    assert pod["required"] == ["spec"]
+    meta = pod["properties"]["metadata"]["properties"]
+    for field in ("labels", "annotations"):
+        assert meta[field] == {"type": "object", "additionalProperties": {"type": "string"}}
+    pod_spec = pod["properties"]["spec"]
+    assert pod_spec["type"] == "object" and pod_spec["x-kubernetes-preserve-unknown-fields"] is True
+    status = schema["properties"]["status"]["properties"]
+    assert {k: v["type"] for k, v in status.items()} == {
+        "phase": "string",
+        "podName": "string",
+        "podUID": "string",
+        "recreations": "integer",
+        "message": "string",
+        "observedGeneration": "integer",
+        "conditions": "array",
+    }
+    assert status["conditions"]["items"]["type"] == "object"
+
+
+def test_crd_schema_is_structural(crd: dict[str, Any]) -> None:
+    """The apiserver rejects a CRD whose schema has a node without a type (unless it
+    preserves unknown fields); walk every node."""
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        for name, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{name}")
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}{{}}")
+
+    walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "$")
+
+
+def test_enforcer_and_harness_load_the_same_manifest() -> None:
+    from kube_offload import cluster
+
+    assert cluster.SHADOWPOD_CRD.resolve() == CRD_MANIFEST.resolve()
+
+
+# --- templates: syntax and hygiene -------------------------------------------------------
+
+
+@pytest.mark.parametrize("template", all_templates(), ids=lambda p: f"{p.parents[1].name}/{p.name}")
+def test_template_is_yaml_of_kubernetes_objects(template: Path) -> None:
+    docs = documents(template)
+    assert docs, "no objects"
+    namespaced = {"ServiceAccount", "Service", "Deployment", "Job", "CronJob", "ConfigMap", "Role", "RoleBinding", "Secret"}
+    for doc in docs:
+        assert "{{" not in yaml.safe_dump(doc)
+        assert doc.get("apiVersion") and doc.get("kind"), doc
+        assert doc["metadata"].get("name"), doc
+        if doc["kind"] in namespaced:
+            assert doc["metadata"].get("namespace"), f"{doc['kind']} {doc['metadata']['name']} has no namespace"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [p for chart in CHART_DIRS for p in (chart / "templates").iterdir()],
+    ids=lambda p: f"{p.parents[1].name}/{p.name}",
+)
+def test_template_blocks_balance(template: Path) -> None:
+    depth = 0
+    for body in actions(template.read_text()):
+        word = body.split()[0] if body.split() else ""
+        if word in ("if", "range", "with", "define", "block"):
+            depth += 1
+        elif word == "end":
+            depth -= 1
+            assert depth >= 0, f"unmatched end in {template.name}"
+    assert depth == 0, f"{depth} unclosed block(s) in {template.name}"
+
+
+@pytest.mark.parametrize("chart", CHART_DIRS, ids=lambda p: p.name)
+def test_every_include_is_defined(chart: Path) -> None:
+    sources = [p.read_text() for p in (chart / "templates").iterdir()]
+    defined = {m for text in sources for m in re.findall(r'define "([^"]+)"', text)}
+    included = {m for text in sources for m in re.findall(r'(?:include|template) "([^"]+)"', text)}
+    assert included, "no includes found: the check would prove nothing"
+    assert included <= defined, f"undefined: {included - defined}"
+
+
+@pytest.mark.parametrize("chart", CHART_DIRS, ids=lambda p: p.name)
+def test_every_values_path_exists(chart: Path) -> None:
+    values = load_values(chart)
+    paths = {
+        m
+        for p in (chart / "templates").iterdir()
+        for m in re.findall(r"\.Values((?:\.[A-Za-z0-9_]+)+)", p.read_text())
+    }
+    assert paths
+    for path in sorted(paths):
+        node: Any = values
+        for part in path.strip(".").split("."):
+            assert isinstance(node, dict) and part in node, f".Values{path} is not in {chart.name}/values.yaml"
+            node = node[part]
+
+
+def test_contract_names_come_from_constants() -> None:
+    contract = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str)}
+    used = {
+        name
+        for path in all_templates() + [LOCAL / "values.yaml", REMOTE / "values.yaml"]
+        for name in re.findall(r"kube-offload\.io/[A-Za-z0-9._-]+", path.read_text())
+    }
+    assert used, "no contract names found: the check would prove nothing"
+    assert used <= contract, f"not in kube_offload/constants.py: {used - contract}"
+
+
+def test_secrets_are_mounted_whole_so_renewals_reach_the_pods() -> None:
+    # A subPath mount is a copy the kubelet never updates: a renewed pair would not arrive.
+    for template in all_templates():
+        assert "subPath" not in template.read_text(), template.name
+
+
+# --- local chart: behaviour --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_docs() -> list[dict[str, Any]]:
+    return chart_documents(LOCAL)
+
+
+@pytest.fixture(scope="module")
+def remote_docs() -> list[dict[str, Any]]:
+    return chart_documents(REMOTE)
+
+
+def _without(webhook: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in webhook.items() if k not in keys}
+
+
+def test_webhook_configurations_match_webhook_registration(local_docs: list[dict[str, Any]]) -> None:
+    from webhook import registration
+
+    target = registration.WebhookTarget(ca_bundle="", service=registration.ServiceRef("ns", "svc", 443))
+    expected = {
+        "MutatingWebhookConfiguration": registration.mutating_configuration(target),
+        "ValidatingWebhookConfiguration": registration.validating_configuration(target),
+    }
+    for kind, built in expected.items():
+        [doc] = find(local_docs, kind)
+        [chart_hook] = doc["webhooks"]
+        [python_hook] = built["webhooks"]
+        # failurePolicy and timeoutSeconds come from values (checked against the same
+        # defaults above); the caBundle is patched in by the hook Job.
+        ignored = ("clientConfig", "failurePolicy", "timeoutSeconds")
+        assert _without(chart_hook, *ignored) == _without(python_hook, *ignored), kind
+        assert chart_hook["clientConfig"]["service"]["path"] == python_hook["clientConfig"]["service"]["path"]
+        assert chart_hook["clientConfig"]["service"]["port"] == 443
+        assert "caBundle" not in chart_hook["clientConfig"]
+    [mutating] = find(local_docs, "MutatingWebhookConfiguration")
+    hook = mutating["webhooks"][0]
+    assert hook["namespaceSelector"] == {"matchLabels": {C.LABEL_ENABLED: C.ENABLED_VALUE}}
+    assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    [validating] = find(local_docs, "ValidatingWebhookConfiguration")
+    assert validating["webhooks"][0]["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert validating["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+
+
+def test_scheduler_config_matches_extender_registration(local_docs: list[dict[str, Any]]) -> None:
+    from extender import registration
+
+    [config_map] = find(local_docs, "ConfigMap", "scheduler")
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    built = registration.scheduler_configuration(
+        registration.ExtenderRegistration(url="https://extender:8080", ca_file="/ca.crt")
+    )
+    assert config["apiVersion"] == built["apiVersion"] and config["kind"] == built["kind"]
+    [chart_extender] = config["extenders"]
+    [python_extender] = built["extenders"]
+    assert set(chart_extender) == set(python_extender)
+    assert chart_extender["filterVerb"] == python_extender["filterVerb"]
+    assert chart_extender["prioritizeVerb"] == python_extender["prioritizeVerb"]
+    assert set(chart_extender["tlsConfig"]) == {"insecure", "caFile"}
+    [profile] = config["profiles"]
+    assert set(profile) == {"schedulerName"}
+
+
+def _component_parser(component: str) -> argparse.ArgumentParser:
+    """The real argparse parser of ``kube-offload <component>`` (subcommand path)."""
+    module = importlib.import_module(f"{component.split()[0]}.cli")
+    root = argparse.ArgumentParser()
+    module.register(root.add_subparsers())
+    parser = root
+    for word in component.split():
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[word]
+    return parser
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+def _our_containers(docs: list[dict[str, Any]]) -> Iterator[tuple[str, list[str]]]:
+    for doc in docs:
+        if doc["kind"] not in ("Deployment", "Job", "CronJob"):
+            continue
+        for container in containers(doc):
+            if "args" in container and container.get("args"):
+                yield f"{doc['kind']}/{doc['metadata']['name']}", container["args"]
+
+
+def _certs_secret_args() -> list[str]:
+    """The ``certs secret`` arguments the hook Job and the CronJob take from _helpers.tpl."""
+    helpers = (LOCAL / "templates" / "_helpers.tpl").read_text()
+    body = helpers.split('define "kube-offload.certsSecretArgs" -}}', 1)[1].split("{{- end -}}", 1)[0]
+    return yaml.safe_load(strip_template(body))
+
+
+def test_container_flags_are_accepted_by_the_component_clis(
+    local_docs: list[dict[str, Any]], remote_docs: list[dict[str, Any]]
+) -> None:
+    seen: dict[str, set[str]] = {}
+    commands = list(_our_containers(local_docs + remote_docs)) + [("certs secret helper", _certs_secret_args())]
+    for where, args in commands:
+        words = [a for a in args if not str(a).startswith("-")]
+        component = " ".join(words[:2]) if words[0] == "certs" else words[0]
+        flags = {str(a).split("=", 1)[0] for a in args if str(a).startswith("--")}
+        accepted = _option_strings(_component_parser(component))
+        assert flags <= accepted, f"{where}: kube-offload {component} does not accept {sorted(flags - accepted)}"
+        seen.setdefault(component, set()).update(flags)
+    assert set(seen) == {"webhook", "extender", "vkubelet", "certs secret", "certs patch-ca-bundle", "enforcer"}
+
+
+def test_certs_secret_helper_args_parse(tmp_path: Path) -> None:
+    """Beyond the names: with the placeholders filled in, the helper's arguments are a
+    command line ``kube-offload certs secret`` accepts."""
+    filled = {
+        "--namespace": "kube-offload", "--name": "tls", "--ca-name": "ca", "--service": "hook",
+        "--cluster-domain": "cluster.local", "--days": "365", "--ca-days": "3650", "--within": "720h",
+        "--dns": "extra.example.com", "--ip": "10.0.0.1",
+    }
+    args = [f"{a.split('=')[0]}={filled[a.split('=')[0]]}" if a.startswith("--") else a for a in _certs_secret_args()]
+    root = argparse.ArgumentParser()
+    importlib.import_module("certs.cli").register(root.add_subparsers(dest="command"))
+    parsed = root.parse_args(args)
+    assert parsed.certs_command == "secret" and parsed.namespace == "kube-offload"
+
+
+def test_pods_run_the_single_image_with_one_subcommand_each(local_docs: list[dict[str, Any]]) -> None:
+    helpers = (LOCAL / "templates" / "_helpers.tpl").read_text()
+    assert 'printf "%s:%s" .Values.image.repository' in helpers
+    components = {args[0] for _, args in _our_containers(local_docs)}
+    assert {"webhook", "extender", "vkubelet", "certs"} <= components
+
+
+def test_webhook_sets_scheduler_name_only_with_the_extender_scheduler() -> None:
+    text = (LOCAL / "templates" / "webhook.yaml").read_text()
+    guard = text.split("- --scheduler-name=", 1)[0].rsplit("{{-", 1)[1]
+    assert ".Values.scheduler.enabled" in guard and ".Values.extender.enabled" in guard
+
+
+def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]) -> None:
+    source = (LOCAL / "templates" / "vkubelet.yaml").read_text()
+    assert "{{- range $cluster := .Values.remoteClusters }}" in source
+    [deployment] = find(local_docs, "Deployment", "vkubelet")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    flags = {a.split("=", 1)[0] for a in container["args"][1:]}
+    assert {"--cluster-id", "--local-cluster-id", "--remote-kubeconfig", "--sharing-percentage",
+            "--node-label", "--node-address"} <= flags
+    assert "--node-address=$(POD_IP)" in container["args"]
+
+
+def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
+    [webhook] = find(local_docs, "ClusterRole", "webhook")
+    assert rules_of(webhook) == {("", "namespaces"): {"get", "list", "watch"}}
+    [extender] = find(local_docs, "ClusterRole", "extender")
+    assert rules_of(extender) == {("", r): {"get", "list", "watch"} for r in ("nodes", "namespaces", "pods")}
+    [vkubelet] = find(local_docs, "ClusterRole", "vkubelet")
+    assert_grants(vkubelet, "", ["nodes"], ["get", "list", "watch", "create", "update", "patch", "delete"])
+    assert_grants(vkubelet, "", ["nodes/status", "pods/status"], ["get", "update", "patch"])
+    assert_grants(vkubelet, "", ["pods"], ["get", "list", "watch", "update", "patch", "delete"])
+    assert_grants(vkubelet, "", ["events"], ["create", "patch"])
+    assert_grants(vkubelet, "", ["configmaps", "secrets", "services", "persistentvolumeclaims", "serviceaccounts",
+                                 "namespaces"], ["get", "list", "watch"])
+    assert_grants(vkubelet, "discovery.k8s.io", ["endpointslices"], ["get", "list", "watch"])
+    assert_grants(vkubelet, "networking.k8s.io", ["ingresses"], ["get", "list", "watch"])
+    assert_grants(vkubelet, "", ["serviceaccounts/token"], ["create"])
+    [leases] = find(local_docs, "Role", "vkubelet")
+    assert leases["metadata"]["namespace"] == "kube-node-lease"
+    assert_grants(leases, "coordination.k8s.io", ["leases"], ["get", "create", "update"])
+
+
+def test_certificate_hooks(local_docs: list[dict[str, Any]]) -> None:
+    jobs = {d["metadata"]["annotations"]["helm.sh/hook"]: d for d in find(local_docs, "Job")}
+    assert set(jobs) == {"pre-install,pre-upgrade", "post-install,post-upgrade"}
+    [patch_container] = containers(jobs["post-install,post-upgrade"])
+    assert patch_container["args"][:2] == ["certs", "patch-ca-bundle"]
+    hook_rbac = [d for d in local_docs if is_hook(d) and d["kind"] != "Job"]
+    assert {d["kind"] for d in hook_rbac} == {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    for doc in hook_rbac:
+        # Created before the Jobs of both phases, deleted once each phase succeeded.
+        assert doc["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade,post-install,post-upgrade"
+        assert int(doc["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
+    [cluster_role] = [d for d in hook_rbac if d["kind"] == "ClusterRole"]
+    assert_grants(cluster_role, "admissionregistration.k8s.io",
+                  ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"], ["get", "patch"])
+    # The renewal CronJob runs without the hook RBAC: its own, get/patch only.
+    [cron] = find(local_docs, "CronJob")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    [renewal_role] = [d for d in find(local_docs, "Role", "certificates") if not is_hook(d)]
+    assert rules_of(renewal_role) == {("", "secrets"): {"get", "patch"}}
+
+
+# --- remote chart ------------------------------------------------------------------------
+
+
+def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
+    [enforcer] = find(remote_docs, "ClusterRole", "enforcer")
+    assert_grants(enforcer, C.SHADOWPOD_GROUP, [C.SHADOWPOD_PLURAL], ["get", "list", "watch", "update", "patch"])
+    assert_grants(enforcer, C.SHADOWPOD_GROUP, [f"{C.SHADOWPOD_PLURAL}/status"], ["get", "update", "patch"])
+    assert_grants(enforcer, C.SHADOWPOD_GROUP, [f"{C.SHADOWPOD_PLURAL}/finalizers"], ["update"])
+    assert_grants(enforcer, "", ["pods"], ["get", "list", "watch", "create", "delete"])
+    assert_grants(enforcer, "", ["events"], ["create", "patch"])
+    [consumer] = find(remote_docs, "ClusterRole", "consumer")
+    crud = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    assert_grants(consumer, "", ["namespaces"], ["create", "delete"])
+    assert_grants(consumer, C.SHADOWPOD_GROUP, [C.SHADOWPOD_PLURAL], crud)
+    assert_grants(consumer, "", ["configmaps", "secrets", "services", "persistentvolumeclaims", "serviceaccounts"], crud)
+    assert_grants(consumer, "discovery.k8s.io", ["endpointslices"], crud)
+    assert_grants(consumer, "networking.k8s.io", ["ingresses"], crud)
+    assert_grants(consumer, "", ["pods/log"], ["get"])
+    assert_grants(consumer, "", ["pods/exec"], ["get", "create"])
+    assert_grants(consumer, "", ["events"], ["get", "list", "watch"])
+    assert "create" not in rules_of(consumer).get(("", "events"), set())
+    # The consumer reads status; only the enforcer writes it.
+    assert rules_of(consumer)[(C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/status")] == {"get"}
+
+
+def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:
+    [token] = find(remote_docs, "Secret")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert "kubernetes.io/service-account.name" in token["metadata"]["annotations"]
+    [account] = find(remote_docs, "ServiceAccount", "consumer")
+    [binding] = find(remote_docs, "ClusterRoleBinding", "consumer")
+    assert binding["roleRef"]["kind"] == "ClusterRole"
+    assert binding["subjects"][0]["kind"] == "ServiceAccount"
+    source = (REMOTE / "templates" / "consumer.yaml").read_text()
+    assert "{{- range .Values.consumers }}" in source
+    assert account["metadata"]["name"] == binding["subjects"][0]["name"] == token["metadata"]["name"].replace("-token", "")
+
+
+def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
+    [deployment] = find(remote_docs, "Deployment", "enforcer")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "enforcer"
+
+
+# --- rendered with the template engine Helm uses -----------------------------------------
+#
+# charts/tools/render executes the templates with Go text/template + sprig + Helm's
+# include/toYaml/required, the engine `helm template` uses. It is built offline from the Go
+# module cache (or the Go module proxy). Outside CI, without Go, these tests skip and say
+# why; with CI=true they must run.
+
+RENDER_TOOL = CHARTS / "tools" / "render"
+RELEASE = "kube-offload"
+NAMESPACE = "kube-offload"
+IMAGE = f"ghcr.io/kube-offload/kube-offload:{kube_offload.__version__}"
+TWO_REMOTES = {
+    "localClusterId": "local",
+    "remoteClusters": [
+        {"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig",
+         "labels": {"topology.kubernetes.io/region": "eu-west", "example.com/provider": "acme"}},
+        {"id": "remote-2", "kubeconfigSecret": "remote-2-kubeconfig", "kubeconfigKey": "config",
+         "sharingPercentage": 50, "extraArgs": ["--log-json=true"]},
+    ],
+}
+
+
+class RenderError(Exception):
+    pass
+
+
+@pytest.fixture(scope="session")
+def renderer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    go = shutil.which("go")
+    if go is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("go is not installed; the rendered-chart tests build charts/tools/render with it")
+        pytest.skip("go is not installed; the rendered-chart tests build charts/tools/render with it")
+    workdir = tmp_path_factory.mktemp("render")
+    source = workdir / "src"
+    shutil.copytree(RENDER_TOOL, source)  # the build writes nothing into the repository
+    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+    result = subprocess.run(
+        [go, "build", "-o", str(workdir / "render"), "."],
+        cwd=source, env=env, capture_output=True, text=True, timeout=900,
+    )
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.fail(f"cannot build charts/tools/render: {last}")
+    return workdir / "render"
+
+
+def render(renderer: Path, chart: Path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as handle:
+        yaml.safe_dump(values or {}, handle)
+        handle.flush()
+        result = subprocess.run(
+            [str(renderer), str(chart), RELEASE, NAMESPACE, handle.name],
+            capture_output=True, text=True, timeout=60,
+        )
+    if result.returncode != 0:
+        raise RenderError(result.stderr.strip())
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    [doc] = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def parse_component_args(args: list[str]) -> argparse.Namespace:
+    """Parse a container's args with the real ``kube-offload`` parser of its component."""
+    module = importlib.import_module(f"{args[0]}.cli")
+    root = argparse.ArgumentParser(exit_on_error=False)
+    module.register(root.add_subparsers(dest="command"))
+    return root.parse_args(args)
+
+
+def our_containers(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [
+        (doc, c)
+        for doc in docs
+        if doc["kind"] in ("Deployment", "Job", "CronJob")
+        for c in containers(doc)
+        if c["image"] == IMAGE
+    ]
+
+
+@pytest.fixture(scope="module")
+def rendered_local(renderer: Path) -> list[dict[str, Any]]:
+    return render(renderer, LOCAL, TWO_REMOTES)
+
+
+def test_rendered_local_objects(renderer: Path, rendered_local: list[dict[str, Any]]) -> None:
+    names = [(d["kind"], d["metadata"]["name"]) for d in rendered_local]
+    assert len(names) == len(set(names)), "duplicate objects"
+    assert ("Deployment", "kube-offload-webhook") in names
+    assert ("Deployment", "kube-offload-extender") in names
+    assert ("Deployment", "kube-offload-scheduler") in names
+    assert [n for k, n in names if k == "Deployment" and "vkubelet" in n] == [
+        "kube-offload-vkubelet-remote-1", "kube-offload-vkubelet-remote-2"]
+    for doc in rendered_local:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "kube-offload", doc["metadata"]["name"]
+    without_remotes = render(renderer, LOCAL)
+    assert not [d for d in without_remotes if "vkubelet" in d["metadata"]["name"]]
+
+
+def test_rendered_args_parse_with_the_component_clis(
+    renderer: Path, rendered_local: list[dict[str, Any]]
+) -> None:
+    remote = render(renderer, REMOTE, {"consumers": [{"name": "local"}]})
+    pairs = our_containers(rendered_local) + our_containers(remote)
+    assert {c["args"][0] for _, c in pairs} == {"webhook", "extender", "vkubelet", "certs", "enforcer"}
+    for doc, container in pairs:
+        env = {e["name"] for e in container.get("env", [])}
+        for arg in container["args"]:
+            # $(VAR) is expanded by the kubelet from the container's env: it must be there.
+            for var in re.findall(r"\$\((\w+)\)", arg):
+                assert var in env, f"{doc['metadata']['name']}: $({var}) is not in env"
+        try:
+            parse_component_args(container["args"])
+        except (argparse.ArgumentError, SystemExit) as exc:
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: kube-offload {' '.join(container['args'])}: {exc}")
+
+
+def test_rendered_vkubelets(rendered_local: list[dict[str, Any]]) -> None:
+    first = one(rendered_local, "Deployment", "kube-offload-vkubelet-remote-1")
+    second = one(rendered_local, "Deployment", "kube-offload-vkubelet-remote-2")
+    args = parse_component_args(first["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert (args.cluster_id, args.local_cluster_id, args.sharing_percentage) == ("remote-1", "local", C.DEFAULT_SHARING_PERCENTAGE)
+    assert sorted(args.node_label) == ["example.com/provider=acme", "topology.kubernetes.io/region=eu-west"]
+    assert args.node_address == "$(POD_IP)"
+    pod = first["spec"]["template"]["spec"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if args.remote_kubeconfig.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "remote-1-kubeconfig"
+    assert volume["secret"]["items"] == [{"key": "kubeconfig", "path": Path(args.remote_kubeconfig).name}]
+    second_pod = second["spec"]["template"]["spec"]
+    second_args = parse_component_args(second_pod["containers"][0]["args"])
+    assert second_args.sharing_percentage == 50 and second_args.log_json is True
+    assert second_pod["volumes"][0]["secret"]["items"][0]["key"] == "config"
+    # The two Deployments select only their own pods.
+    assert first["spec"]["selector"] != second["spec"]["selector"]
+    for deployment in (first, second):
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"remoteClusters": [{"id": "r", "kubeconfigSecret": "s"}]}, "localClusterId is required"),
+        ({"localClusterId": "l", "remoteClusters": [{"id": "r"}]}, "needs kubeconfigSecret"),
+    ],
+)
+def test_rendering_refuses_incomplete_remote_clusters(renderer: Path, values: dict[str, Any], message: str) -> None:
+    with pytest.raises(RenderError, match=message):
+        render(renderer, LOCAL, values)
+
+
+def test_rendered_webhook_configurations_equal_the_python_builders(rendered_local: list[dict[str, Any]]) -> None:
+    from webhook import registration
+
+    target = registration.WebhookTarget(ca_bundle="", service=registration.ServiceRef(NAMESPACE, "kube-offload-webhook", 443))
+    for kind, built in (
+        ("MutatingWebhookConfiguration", registration.mutating_configuration(target)),
+        ("ValidatingWebhookConfiguration", registration.validating_configuration(target)),
+    ):
+        doc = one(rendered_local, kind, registration.CONFIGURATION_NAME)
+        for webhook in built["webhooks"]:
+            del webhook["clientConfig"]["caBundle"]  # patched in after the install
+        assert doc["webhooks"] == built["webhooks"], kind
+
+
+def test_rendered_scheduler_configuration_equals_the_python_builder(
+    renderer: Path, rendered_local: list[dict[str, Any]]
+) -> None:
+    from extender import registration
+
+    for values, url, ca_file in (
+        ({}, f"https://kube-offload-extender.{NAMESPACE}.svc:8080", "/etc/kube-offload/scheduler-tls/ca.crt"),
+        ({"extender": {"tls": False}}, f"http://kube-offload-extender.{NAMESPACE}.svc:8080", ""),
+    ):
+        docs = render(renderer, LOCAL, values) if values else rendered_local
+        config = yaml.safe_load(one(docs, "ConfigMap", "kube-offload-scheduler-config")["data"]["config.yaml"])
+        built = registration.scheduler_configuration(
+            registration.ExtenderRegistration(url=url, ca_file=ca_file, scheduler_name="kube-offload-scheduler")
+        )
+        assert config["profiles"] == built["profiles"]
+        assert config["extenders"] == built["extenders"]
+        assert config["leaderElection"] == {
+            "leaderElect": False, "resourceNamespace": NAMESPACE, "resourceName": "kube-offload-scheduler"}
+
+
+def _mount_of(pod: dict[str, Any], container: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volume that serves ``path`` in ``container``."""
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/"))
+    return next(v for v in pod["volumes"] if v["name"] == mount["name"])
+
+
+def test_rendered_certificate_wiring_is_consistent(rendered_local: list[dict[str, Any]]) -> None:
+    """Names written in five places agree: the Secret the Job writes is the one the pods
+    mount, its SANs cover the Services clients call, and the post-install Job patches the
+    webhook configurations that exist, with RBAC for exactly those names."""
+    secret_job = one(rendered_local, "Job", "kube-offload-certs")
+    certs = parse_component_args(secret_job["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert certs.certs_command == "secret" and certs.namespace == NAMESPACE
+    services = set(cli_listed(certs, "--service"))
+    assert services == {"kube-offload-webhook", "kube-offload-extender"}
+    for name in services:
+        one(rendered_local, "Service", name)
+
+    for deployment in ("kube-offload-webhook", "kube-offload-extender"):
+        pod = one(rendered_local, "Deployment", deployment)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        args = parse_component_args(container["args"])
+        for path in (args.tls_cert, args.tls_key):
+            assert _mount_of(pod, container, path)["secret"]["secretName"] == certs.name
+        port_names = {p["name"] for p in container["ports"]}
+        service = one(rendered_local, "Service", deployment)
+        assert service["spec"]["ports"][0]["targetPort"] in port_names
+        assert service["spec"]["selector"].items() <= pod_labels(rendered_local, deployment).items()
+
+    scheduler_pod = one(rendered_local, "Deployment", "kube-offload-scheduler")["spec"]["template"]["spec"]
+    config = yaml.safe_load(one(rendered_local, "ConfigMap", "kube-offload-scheduler-config")["data"]["config.yaml"])
+    ca_file = config["extenders"][0]["tlsConfig"]["caFile"]
+    assert _mount_of(scheduler_pod, scheduler_pod["containers"][0], ca_file)["secret"]["secretName"] == certs.name
+    assert config["extenders"][0]["urlPrefix"].split("//")[1].split(":")[0] in [
+        f"{s}.{NAMESPACE}.svc" for s in services]
+
+    patch_job = one(rendered_local, "Job", "kube-offload-ca-bundle")
+    patch_pod = patch_job["spec"]["template"]["spec"]
+    patch = parse_component_args(patch_pod["containers"][0]["args"])
+    assert _mount_of(patch_pod, patch_pod["containers"][0], patch.ca_file)["secret"]["secretName"] == certs.name
+    for name in cli_listed(patch, "--mutating"):
+        one(rendered_local, "MutatingWebhookConfiguration", name)
+    for name in cli_listed(patch, "--validating"):
+        one(rendered_local, "ValidatingWebhookConfiguration", name)
+    hook_role = one(rendered_local, "ClusterRole", "kube-offload-certs-hook")
+    assert set(hook_role["rules"][0]["resourceNames"]) == set(cli_listed(patch, "--mutating") + cli_listed(patch, "--validating"))
+    secret_role = one(rendered_local, "Role", "kube-offload-certs-hook")
+    assert set(secret_role["rules"][1]["resourceNames"]) == {certs.name, certs.ca_name}
+    for job in ("kube-offload-certs", "kube-offload-ca-bundle"):
+        assert one(rendered_local, "Job", job)["spec"]["template"]["spec"]["serviceAccountName"] == "kube-offload-certs-hook"
+
+    webhook_args = parse_component_args(
+        one(rendered_local, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert webhook_args.scheduler_name == one(rendered_local, "ServiceAccount", "kube-offload-scheduler")["metadata"]["name"]
+
+
+def cli_listed(args: argparse.Namespace, flag: str) -> list[str]:
+    from kube_offload.flags import appended
+
+    return appended(args, flag)
+
+
+def pod_labels(docs: list[dict[str, Any]], deployment: str) -> dict[str, str]:
+    return one(docs, "Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
+
+
+def test_rendered_without_the_second_scheduler(renderer: Path) -> None:
+    docs = render(renderer, LOCAL, {"scheduler": {"enabled": False}})
+    assert not [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kube-offload-scheduler"]
+    one(docs, "ConfigMap", "kube-offload-scheduler-config")  # still there, to copy from
+    args = parse_component_args(one(docs, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args.scheduler_name is None
+
+
+def test_rendered_scheduler_restarts_when_its_configuration_changes(
+    renderer: Path, rendered_local: list[dict[str, Any]]
+) -> None:
+    def checksum(docs: list[dict[str, Any]]) -> str:
+        return one(docs, "Deployment", "kube-offload-scheduler")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum(rendered_local) == checksum(render(renderer, LOCAL, TWO_REMOTES))
+    assert checksum(rendered_local) != checksum(render(renderer, LOCAL, dict(TWO_REMOTES, extender={"weight": 3})))
+
+
+def test_rendered_remote_chart(renderer: Path) -> None:
+    docs = render(renderer, REMOTE, {"consumers": [{"name": "local-a"}, {"name": "local-b"}]})
+    assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]  # crds/ is not templated
+    for consumer in ("local-a", "local-b"):
+        account = one(docs, "ServiceAccount", f"consumer-{consumer}")
+        binding = one(docs, "ClusterRoleBinding", f"kube-offload-consumer-{consumer}")
+        token = one(docs, "Secret", f"consumer-{consumer}-token")
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
+        assert binding["roleRef"]["name"] == "kube-offload-consumer"
+        one(docs, "ClusterRole", binding["roleRef"]["name"])
+        assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == account["metadata"]["name"]
+    enforcer = one(docs, "Deployment", "kube-offload-enforcer")
+    assert enforcer["spec"]["template"]["spec"]["serviceAccountName"] == "kube-offload-enforcer"
+    assert one(docs, "ClusterRoleBinding", "kube-offload-enforcer")["roleRef"]["name"] == "kube-offload-enforcer"
+    with pytest.raises(RenderError, match="needs a name"):
+        render(renderer, REMOTE, {"consumers": [{}]})
