@@ -1,0 +1,294 @@
+"""Benchmark of the scheduler extender's filter (a script, not a test; never fails on time).
+
+For 100 / 1,000 / 5,000 candidate nodes (90 % physical, 10 % virtual with capacity
+annotations; node objects shaped like a kubelet's, images included) it measures:
+
+- in process, nodes mode (what kube-scheduler sends without nodeCacheCapable):
+  parse ExtenderArgs + decide + dump the ExtenderFilterResult, against the baseline
+  ``json.dumps(json.loads(payload))`` of the very same payload, in the same run;
+- in process, names mode (nodeCacheCapable): the same with node names and the node cache;
+- prioritize (nodes mode), for reference;
+- over HTTP (unless --no-http): POST /filter against POST /bench/passthrough (loads +
+  dumps on the same gunicorn + Flask stack), client-side wall time.
+
+Each figure is the median of several runs of baseline and filter taken alternately;
+the goal is filter ≤ 2× the baseline.
+
+    .venv/bin/python bench/bench_extender.py            # about a minute on 2 cores
+    .venv/bin/python bench/bench_extender.py --quick    # fewer sizes and runs
+    .venv/bin/python bench/bench_extender.py --gc-off --no-http   # the algorithmic cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from kube_offload import constants as c
+from kube_offload.capacity import encode_remote_capacity
+from kube_offload.resources import parse_quantity as q
+
+from extender import core, wire
+from extender.caches import StaticCaches
+
+NAMESPACE = {
+    "metadata": {
+        "name": "demo",
+        "labels": {c.LABEL_ENABLED: "true", c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL_AND_REMOTE},
+        "annotations": {c.ANNOTATION_CLUSTER_SELECTOR: "topology.kubernetes.io/region in (eu-west,eu-south)"},
+    }
+}
+
+
+def make_node(index: int, virtual: bool, now: datetime) -> dict:
+    name = f"kube-offload-cluster-{index:05d}" if virtual else f"worker-{index:05d}.nodes.example.internal"
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        c.LABEL_HOSTNAME: name,
+        "node.kubernetes.io/instance-type": "m6i.2xlarge",
+        "topology.kubernetes.io/region": ("eu-west", "eu-south", "us-east")[index % 3],
+        "topology.kubernetes.io/zone": f"zone-{index % 3}",
+    }
+    annotations = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
+    }
+    taints = []
+    if virtual:
+        labels.update({c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE, c.LABEL_CLUSTER_ID: f"cluster-{index:05d}"})
+        taints.append({"key": c.TAINT_KEY, "value": c.TAINT_VALUE, "effect": c.TAINT_EFFECT})
+        # A remote cluster of 8..40 nodes with varied free resources: realistic bounded
+        # annotation (up to 16 shapes), distinct per virtual node.
+        free = {
+            f"r{j}": {"cpu": q(f"{(index * 7 + j * 13) % 16 + 1}"), "memory": q(f"{(index + j * 5) % 60 + 4}Gi"),
+                      "pods": q("110"), "ephemeral-storage": q("90Gi")}
+            for j in range(8 + index % 33)
+        }
+        annotations[c.ANNOTATION_REMOTE_CAPACITY] = encode_remote_capacity(free, updated=now)
+    images = [
+        {"names": [f"registry.example.com/team/app-{k}@sha256:{'%064x' % (index * 100 + k)}",
+                   f"registry.example.com/team/app-{k}:v1.{k}.0"], "sizeBytes": 50_000_000 + k}
+        for k in range(12)
+    ]
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"{index:08x}-0000-4000-8000-{index:012x}",
+            "resourceVersion": str(100000 + index),
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {"podCIDR": f"10.{index // 256 % 256}.{index % 256}.0/24", "podCIDRs": [f"10.{index // 256 % 256}.{index % 256}.0/24"],
+                 "providerID": f"aws:///eu-west-1a/i-{index:017x}", **({"taints": taints} if taints else {})},
+        "status": {
+            "capacity": {"cpu": "8", "ephemeral-storage": "101430960Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
+                         "memory": "32475836Ki", "pods": "110"},
+            "allocatable": {"cpu": "7910m", "ephemeral-storage": "93478772582", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
+                            "memory": "31458028Ki", "pods": "110"},
+            "conditions": [
+                {"type": kind, "status": "False", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": f"KubeletHasNo{kind}",
+                 "message": f"kubelet has no {kind.lower()}"}
+                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure")
+            ] + [{"type": "Ready", "status": "False" if index % 97 == 0 else "True",
+                  "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                  "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+            "addresses": [{"type": "InternalIP", "address": f"10.0.{index // 256 % 256}.{index % 256}"},
+                          {"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"machineID": f"{index:032x}", "systemUUID": f"{index:032x}", "bootID": f"{index:032x}",
+                         "kernelVersion": "6.8.0-1019-aws", "osImage": "Ubuntu 24.04.1 LTS",
+                         "containerRuntimeVersion": "containerd://1.7.24", "kubeletVersion": "v1.37.2",
+                         "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+            "images": images,
+        },
+    }
+
+
+def make_pod() -> dict:
+    return {
+        "metadata": {"name": "web-7d9c-abcde", "generateName": "web-7d9c-", "namespace": "demo",
+                     "uid": "6b1f7a8e-0000-4000-8000-000000000001", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [{"name": "app", "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}}],
+            "initContainers": [{"name": "proxy", "image": "envoy:1.31", "restartPolicy": "Always",
+                                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
+            "tolerations": [{"key": c.TAINT_KEY, "operator": "Exists", "effect": c.TAINT_EFFECT}],
+            "schedulerName": "default-scheduler",
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+@dataclass
+class Figure:
+    """Median wall-clock and CPU seconds of one action."""
+
+    wall: float
+    cpu: float
+
+
+def measure_pair(baseline: Callable[[], object], action: Callable[[], object], runs: int) -> tuple[Figure, Figure]:
+    """Medians of ``baseline`` and ``action``, run alternately so that a load burst from
+    other processes hits both alike, each after an (untimed) full GC. CPU time (this process only) is the steadier figure
+    on a shared machine; wall time is what a caller waits."""
+    baseline()
+    action()  # warm-up: first-call costs (memo of capacity annotations, imports) excluded
+    samples: dict[str, list[tuple[float, float]]] = {"base": [], "action": []}
+    for _ in range(runs):
+        for key, function in (("base", baseline), ("action", action)):
+            # Start each call from an empty GC backlog, so a full collection owed to the
+            # previous call's garbage is not billed to this one.
+            gc.collect()
+            wall, cpu = time.perf_counter(), time.process_time()
+            function()
+            samples[key].append((time.perf_counter() - wall, time.process_time() - cpu))
+    base, act = (
+        Figure(statistics.median(w for w, _ in samples[k]), statistics.median(c for _, c in samples[k]))
+        for k in ("base", "action")
+    )
+    return base, act
+
+
+def payloads(nodes: list[dict]) -> tuple[bytes, bytes]:
+    """ExtenderArgs as kube-scheduler sends them: (nodes mode, names mode)."""
+    pod = make_pod()
+    by_objects = {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
+    by_names = {"Pod": pod, "Nodes": None, "NodeNames": [n["metadata"]["name"] for n in nodes]}
+    return (json.dumps(by_objects, separators=(",", ":")).encode(),
+            json.dumps(by_names, separators=(",", ":")).encode())
+
+
+def bench_in_process(nodes: list[dict], runs: int) -> dict:
+    caches = StaticCaches(nodes=nodes, namespaces=[NAMESPACE])
+    nodes_payload, names_payload = payloads(nodes)
+
+    def baseline(payload: bytes) -> Callable[[], object]:
+        return lambda: json.dumps(json.loads(payload))
+
+    def filter_call(payload: bytes) -> Callable[[], object]:
+        def run() -> bytes:
+            args = wire.parse_extender_args(payload)
+            result = core.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace), caches.node)
+            return wire.dumps(wire.filter_result(args, result))
+        return run
+
+    def prioritize_call() -> bytes:
+        args = wire.parse_extender_args(nodes_payload)
+        scores = core.prioritize(args.pod, args.candidates, caches.namespace_policy(args.namespace),
+                                 core.STRATEGY_MOST_FREE_REMOTE)
+        return wire.dumps(wire.host_priority_list(scores))
+
+    base_nodes, filter_nodes = measure_pair(baseline(nodes_payload), filter_call(nodes_payload), runs)
+    base_names, filter_names = measure_pair(baseline(names_payload), filter_call(names_payload), runs)
+    _, prioritize_nodes = measure_pair(baseline(nodes_payload), prioritize_call, max(3, runs // 2))
+    return {
+        "payload_mb": len(nodes_payload) / 1e6,
+        "base_nodes": base_nodes,
+        "filter_nodes": filter_nodes,
+        "base_names": base_names,
+        "filter_names": filter_names,
+        "prioritize_nodes": prioritize_nodes,
+    }
+
+
+def bench_http(sizes: list[int], all_nodes: list[dict], runs: int) -> dict[int, dict[str, Figure]]:
+    import requests
+
+    from extender.offline import running_server
+
+    figures: dict[int, dict[str, Figure]] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        snapshot = os.path.join(directory, "snapshot.json")
+        with open(snapshot, "w") as handle:
+            json.dump({"nodes": all_nodes, "namespaces": [NAMESPACE]}, handle)
+        with running_server(snapshot, extra_args=("--bench-passthrough", "true")) as url, requests.Session() as session:
+            for size in sizes:
+                nodes_payload, names_payload = payloads(all_nodes[:size])
+
+                def post(path: str, payload: bytes) -> Callable[[], object]:
+                    def run() -> bytes:
+                        answer = session.post(f"{url}{path}", data=payload,
+                                              headers={"Content-Type": "application/json"}, timeout=120)
+                        answer.raise_for_status()
+                        return answer.content
+                    return run
+
+                base_nodes, filter_nodes = measure_pair(post("/bench/passthrough", nodes_payload),
+                                                        post("/filter", nodes_payload), runs)
+                base_names, filter_names = measure_pair(post("/bench/passthrough", names_payload),
+                                                        post("/filter", names_payload), runs)
+                figures[size] = {"base_nodes": base_nodes, "filter_nodes": filter_nodes,
+                                 "base_names": base_names, "filter_names": filter_names}
+    return figures
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 100 and 1000, 3 runs each")
+    parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurements")
+    parser.add_argument("--runs", type=int, default=0, help="runs per figure (default 7, 3 with --quick)")
+    parser.add_argument("--gc-off", action="store_true",
+                        help="disable Python's cyclic GC in this process (in-process figures): a full "
+                             "collection lands on whichever call triggers it, which makes single ratios noisy")
+    options = parser.parse_args()
+    if options.gc_off:
+        gc.disable()
+    sizes = [100, 1000] if options.quick else [100, 1000, 5000]
+    runs = options.runs or (3 if options.quick else 7)
+
+    now = datetime.now(timezone.utc)
+    started = time.perf_counter()
+    all_nodes = [make_node(i, virtual=(i % 10 == 5), now=now) for i in range(max(sizes))]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {load:.1f} at start; median of {runs} alternating runs"
+          f"{'; GC off' if options.gc_off else ''}")
+    print(f"node objects: {len(json.dumps(all_nodes[0]))} B physical, {len(json.dumps(all_nodes[5]))} B virtual")
+    print()
+    print("in process. filter = parse ExtenderArgs + decide + dump ExtenderFilterResult;")
+    print("baseline = json.dumps(json.loads(payload)) of the same payload. ms of CPU (ms of wall)")
+    print("| nodes | payload MB | baseline | filter | ratio (CPU) | names mode: baseline | names mode: filter | prioritize |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        f = bench_in_process(all_nodes[:size], runs)
+        base, filt = f["base_nodes"], f["filter_nodes"]
+        print(f"| {size} | {f['payload_mb']:.1f} | {ms(base.cpu)} ({ms(base.wall)}) | {ms(filt.cpu)} ({ms(filt.wall)}) | "
+              f"{filt.cpu / base.cpu:.2f}x | {ms(f['base_names'].cpu)} | {ms(f['filter_names'].cpu)} | "
+              f"{ms(f['prioritize_nodes'].cpu)} |")
+    if not options.no_http:
+        print()
+        print("over HTTP (gunicorn gthread, 1 worker, keep-alive). client wall ms; /filter vs /bench/passthrough")
+        print("| nodes | baseline | filter | ratio (wall) | names mode: baseline | names mode: filter |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for size, f in bench_http(sizes, all_nodes, runs).items():
+            base, filt = f["base_nodes"], f["filter_nodes"]
+            print(f"| {size} | {ms(base.wall)} | {ms(filt.wall)} | {filt.wall / base.wall:.2f}x | "
+                  f"{ms(f['base_names'].wall)} | {ms(f['filter_names'].wall)} |")
+    print()
+    print(f"total bench time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The extender's Flask app: thin routes over :mod:`extender.wire` and :mod:`extender.core`.
+
+Each verb reads the body, parses ExtenderArgs, looks the namespace policy up, asks the
+core and answers. What kube-scheduler sees:
+
+- malformed ExtenderArgs: 400 with ``{"Error": message}`` (the scheduler treats any
+  non-200 as an error for that pod, which is right for garbage);
+- caches not synced yet: ``filter`` answers 200 with ``Error`` set, so the message lands
+  in the pod's events and the scheduler retries the pod later, instead of deciding on an
+  empty cache; ``prioritize`` answers 503 (kube-scheduler ignores prioritize errors);
+- a bug: a logged 500, never a dead worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from flask import Flask, Response, request
+from prometheus_client import CollectorRegistry, Counter
+from werkzeug.exceptions import HTTPException
+
+from kube_offload.metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
+
+from extender import core, wire
+from extender.caches import ExtenderCaches
+from extender.settings import ExtenderSettings
+
+log = logging.getLogger("extender.app")
+
+COMPONENT = "extender"
+OK = "ok"
+PASSTHROUGH = "passthrough"  # the pod's namespace is not offloaded: nothing checked
+NOT_SYNCED = "not_synced"
+BAD_REQUEST = "bad_request"
+ERROR = "error"
+
+FAILURE_REASONS = (
+    core.REASON_PLACEMENT,
+    core.REASON_NOT_READY,
+    core.REASON_CAPACITY,
+    core.REASON_UNKNOWN_NODE,
+    core.REASON_INVALID_POLICY,
+)
+CAPACITY_UNKNOWN_REASONS = (core.CAPACITY_MISSING, core.CAPACITY_STALE, core.CAPACITY_INVALID)
+
+
+class _Rejected(Exception):
+    """A request we answer with 400: the message says what is wrong."""
+
+
+def _json(status: int, body: Any) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry | None, caches: ExtenderCaches) -> None:
+        self.http = HttpMetrics.create(COMPONENT, registry)
+        registry = self.http.registry
+        filtered = Counter(
+            "nodes_filtered_out",
+            "Nodes the filter verb removed, by reason.",
+            ["reason"],
+            namespace=NAMESPACE,
+            subsystem=COMPONENT,
+            registry=registry,
+        )
+        unchecked = Counter(
+            "capacity_unchecked",
+            "Virtual nodes kept without a remote-capacity check, by why the annotation "
+            "could not be used (missing, stale, invalid).",
+            ["reason"],
+            namespace=NAMESPACE,
+            subsystem=COMPONENT,
+            registry=registry,
+        )
+        # Children made once: labels() costs a lock and a tuple per call, per node.
+        self.filtered = {reason: filtered.labels(reason=reason) for reason in FAILURE_REASONS}
+        self.unchecked = {reason: unchecked.labels(reason=reason) for reason in CAPACITY_UNKNOWN_REASONS}
+        state_gauge(
+            registry,
+            COMPONENT,
+            "caches_synced",
+            "1 once the namespace (and node) caches have synced, else 0.",
+            lambda: 1.0 if caches.synced() else 0.0,
+        )
+
+    def count_filter(self, result: core.FilterResult) -> None:
+        counts: dict[str, int] = {}
+        for failure in result.failures.values():
+            counts[failure.reason] = counts.get(failure.reason, 0) + 1
+        for reason, count in counts.items():
+            self.filtered[reason].inc(count)
+        counts = {}
+        for reason in result.capacity_unknown.values():
+            counts[reason] = counts.get(reason, 0) + 1
+        for reason, count in counts.items():
+            self.unchecked[reason].inc(count)
+
+
+def create_app(
+    caches: ExtenderCaches,
+    settings: ExtenderSettings | None = None,
+    *,
+    registry: CollectorRegistry | None = None,
+) -> Flask:
+    settings = settings or ExtenderSettings()
+    if settings.strategy not in core.STRATEGIES:
+        raise ValueError(f"unknown strategy {settings.strategy!r}; use one of {', '.join(core.STRATEGIES)}")
+    app = Flask("kube-offload-extender")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    metrics = ExtenderMetrics(registry, caches)
+
+    def parse() -> wire.ExtenderArgs:
+        try:
+            args = wire.parse_extender_args(request.get_data(cache=False))
+        except wire.WireError as exc:
+            raise _Rejected(str(exc)) from None
+        if args.node_cache_mode and not caches.has_node_cache:
+            raise _Rejected(
+                "kube-scheduler sent NodeNames (nodeCacheCapable: true) but this extender runs "
+                "without a node cache; start it with --node-cache-capable or set "
+                "nodeCacheCapable: false in the scheduler configuration"
+            )
+        return args
+
+    @app.post("/filter")
+    def filter_route() -> Response:
+        started = time.perf_counter()
+        outcome = ERROR
+        try:
+            args = parse()
+            if not caches.synced():
+                outcome = NOT_SYNCED
+                return _json(200, wire.filter_error("kube-offload extender: caches not synced yet, retry later"))
+            policy = caches.namespace_policy(args.namespace)
+            result = core.filter_nodes(
+                args.pod,
+                args.candidates,
+                policy,
+                caches.node,
+                capacity_max_age=settings.capacity_max_age,
+            )
+            metrics.count_filter(result)
+            outcome = PASSTHROUGH if result.passthrough else OK
+            if result.failures and log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "filter %s: %d kept, %d filtered out: %s",
+                    args.pod_key, len(result.passed), len(result.failures),
+                    "; ".join(f"{n}: {f.message}" for n, f in result.failures.items()),
+                )
+            return Response(wire.dumps(wire.filter_result(args, result)), mimetype="application/json")
+        except _Rejected as exc:
+            outcome = BAD_REQUEST
+            log.info("filter: bad request: %s", exc)
+            return _json(400, wire.bad_request(str(exc)))
+        except HTTPException:
+            outcome = BAD_REQUEST  # e.g. 413 body too large: answered by http_error below
+            raise
+        except Exception:
+            log.exception("filter: unexpected failure")
+            return _json(500, wire.filter_error("kube-offload extender failed unexpectedly; see its log"))
+        finally:
+            metrics.http.observe("filter", outcome, time.perf_counter() - started)
+
+    @app.post("/prioritize")
+    def prioritize_route() -> Response:
+        started = time.perf_counter()
+        outcome = ERROR
+        try:
+            args = parse()
+            if not caches.synced():
+                outcome = NOT_SYNCED
+                return _json(503, wire.bad_request("kube-offload extender: caches not synced yet"))
+            policy = caches.namespace_policy(args.namespace)
+            scores = core.prioritize(
+                args.pod,
+                args.candidates,
+                policy,
+                settings.strategy,
+                node_lookup=caches.node,
+                capacity_max_age=settings.capacity_max_age,
+            )
+            outcome = PASSTHROUGH if core.is_passthrough(policy) else OK
+            return Response(wire.dumps(wire.host_priority_list(scores)), mimetype="application/json")
+        except _Rejected as exc:
+            outcome = BAD_REQUEST
+            log.info("prioritize: bad request: %s", exc)
+            return _json(400, wire.bad_request(str(exc)))
+        except HTTPException:
+            outcome = BAD_REQUEST  # e.g. 413 body too large: answered by http_error below
+            raise
+        except Exception:
+            log.exception("prioritize: unexpected failure")
+            return _json(500, wire.bad_request("kube-offload extender failed unexpectedly; see its log"))
+        finally:
+            metrics.http.observe("prioritize", outcome, time.perf_counter() - started)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if caches.synced():
+            return Response("ok\n", mimetype="text/plain")
+        return Response("caches not synced yet\n", status=503, mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics_route() -> Response:
+        body, content_type = exposition(metrics.http.registry)
+        return Response(body, content_type=content_type)
+
+    if settings.bench_passthrough:
+
+        @app.post("/bench/passthrough")
+        def bench_passthrough() -> Response:
+            # The HTTP benchmark's baseline: same server stack and JSON work on the same
+            # payload (loads + compact dumps, as the verbs answer), none of the extender's.
+            started = time.perf_counter()
+            try:
+                document = json.loads(request.get_data(cache=False))
+                return Response(wire.dumps(document), mimetype="application/json")
+            except ValueError as exc:
+                return _json(400, wire.bad_request(str(exc)))
+            finally:
+                metrics.http.observe("bench_passthrough", OK, time.perf_counter() - started)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        # 404/405/413 and friends as JSON too, so every answer has one shape.
+        return _json(exc.code or 500, wire.bad_request(exc.description or exc.name))
+
+    app.extensions["kube_offload_metrics"] = metrics
+    return app

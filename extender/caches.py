@@ -1,0 +1,150 @@
+"""What the extender reads besides the request: namespace policies and (nodeCacheCapable
+mode) Node objects.
+
+In production both come from informers (list+watch) over the local API server; a request
+then costs dictionary lookups only. Namespace policies are parsed once per namespace
+change, on the informer thread. Tests and benchmarks use :class:`StaticCaches`, which
+needs no API server; the HTTP app only sees the :class:`ExtenderCaches` protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterable, Protocol
+
+from kube_offload.nodes import node_name
+from kube_offload.policy import PolicyError, namespace_name, policy_from_namespace
+
+from extender.core import InvalidPolicy, PolicyLookup
+
+log = logging.getLogger("extender.caches")
+
+
+class ExtenderCaches(Protocol):
+    has_node_cache: bool
+    """False when the extender runs without a node cache (not nodeCacheCapable)."""
+
+    def node(self, name: str) -> dict | None: ...
+
+    def namespace_policy(self, namespace: str) -> PolicyLookup:
+        """The namespace's policy; None when unknown (treated as not offloaded)."""
+
+    def synced(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def evaluate_policy(namespace: dict) -> PolicyLookup:
+    try:
+        return policy_from_namespace(namespace)
+    except PolicyError as exc:
+        return InvalidPolicy(namespace=namespace_name(namespace), message=str(exc))
+
+
+class StaticCaches:
+    """Fixed nodes and namespaces (API-shaped dicts) held in memory; always synced."""
+
+    def __init__(self, *, nodes: Iterable[dict] = (), namespaces: Iterable[dict] = (), node_cache: bool = True):
+        self.has_node_cache = node_cache
+        self._nodes = {node_name(node): node for node in nodes}
+        self._policies = {namespace_name(ns): evaluate_policy(ns) for ns in namespaces}
+
+    def node(self, name: str) -> dict | None:
+        return self._nodes.get(name)
+
+    def namespace_policy(self, namespace: str) -> PolicyLookup:
+        return self._policies.get(namespace)
+
+    def synced(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _strip_managed_fields(obj: dict) -> dict:
+    # managedFields can be most of a Node's size and the extender never reads them.
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return obj
+
+
+class InformerCaches:
+    """Informers over namespaces and, when ``node_cache``, nodes of the local cluster.
+
+    Start them in the process that serves requests: informer threads do not survive a
+    fork (see extender/server.py).
+    """
+
+    def __init__(self, api_client: Any, *, node_cache: bool, resync_seconds: float = 300.0) -> None:
+        # Imported here so that tests with static caches need neither the client nor a cluster.
+        from kubernetes import client
+
+        from kube_offload.informer import Informer
+
+        core = client.CoreV1Api(api_client)
+        self.has_node_cache = node_cache
+        self._namespaces = Informer(
+            name="namespaces",
+            list_func=core.list_namespace,
+            resync_seconds=resync_seconds,
+            transform=_strip_managed_fields,
+        )
+        self._policies: dict[str, PolicyLookup] = {}
+        self._lock = threading.Lock()
+        self._namespaces.add_handler(self._on_namespace)
+        self._nodes = (
+            Informer(
+                name="nodes",
+                list_func=core.list_node,
+                resync_seconds=resync_seconds,
+                transform=_strip_managed_fields,
+            )
+            if node_cache
+            else None
+        )
+
+    def _on_namespace(self, event: str, old: dict | None, new: dict) -> None:
+        name = namespace_name(new)
+        if event == "DELETED":
+            with self._lock:
+                self._policies.pop(name, None)
+            return
+        if old is not None and _same_version(old, new) and name in self._policies:
+            return  # a resync: the policy cannot have changed
+        policy = evaluate_policy(new)
+        if isinstance(policy, InvalidPolicy):
+            log.warning("namespace %s: invalid offloading policy, virtual nodes refused: %s", name, policy.message)
+        with self._lock:
+            self._policies[name] = policy
+
+    def node(self, name: str) -> dict | None:
+        return self._nodes.get(name) if self._nodes is not None else None
+
+    def namespace_policy(self, namespace: str) -> PolicyLookup:
+        return self._policies.get(namespace)
+
+    def synced(self) -> bool:
+        return self._namespaces.has_synced() and (self._nodes is None or self._nodes.has_synced())
+
+    def start(self) -> None:
+        self._namespaces.start()
+        if self._nodes is not None:
+            self._nodes.start()
+
+    def stop(self) -> None:
+        self._namespaces.stop()
+        if self._nodes is not None:
+            self._nodes.stop()
+
+
+def _same_version(old: dict, new: dict) -> bool:
+    old_rv = (old.get("metadata") or {}).get("resourceVersion")
+    return bool(old_rv) and old_rv == (new.get("metadata") or {}).get("resourceVersion")

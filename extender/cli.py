@@ -1,0 +1,177 @@
+"""``kube-offload extender``: serve the scheduler extender; ``... extender
+scheduler-config``: print the KubeSchedulerConfiguration that registers it.
+
+Only flags and wiring live here; see extender/server.py and extender/registration.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+
+from kube_offload.flags import add_flag
+from kube_offload.logs import LEVELS, setup_logging
+
+from extender import core
+from extender import registration as reg
+from extender.settings import DEFAULT_BIND, DEFAULT_MAX_BODY_BYTES, DEFAULT_THREADS, DEFAULT_WORKERS
+
+COMPONENT = "extender"
+CONFIG_COMPONENT = "extender-scheduler-config"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value} is not at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses NaN
+        raise ValueError(f"{text} is not a number of seconds >= 0")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "extender",
+        help="serve the scheduler extender (filter and prioritize nodes for offloaded pods)",
+        description=(
+            "Serve the kube-offload scheduler extender over HTTP or HTTPS: POST /filter, "
+            "POST /prioritize, GET /healthz, /readyz, /metrics. "
+            "'kube-offload extender scheduler-config' prints the KubeSchedulerConfiguration "
+            "that registers it."
+        ),
+    )
+    add_flag(parser, COMPONENT, "--kubeconfig", default=None,
+             help="kubeconfig of the local cluster; unset: in-cluster config, then ~/.kube/config")
+    add_flag(parser, COMPONENT, "--bind", default=DEFAULT_BIND, help="HOST:PORT to serve on")
+    add_flag(parser, COMPONENT, "--tls-cert", default=None,
+             help="PEM serving certificate (with its chain); with --tls-key serves HTTPS, unset: plain HTTP")
+    add_flag(parser, COMPONENT, "--tls-key", default=None, help="PEM private key of --tls-cert")
+    add_flag(parser, COMPONENT, "--node-cache-capable", default=False, type=bool,
+             help="keep a node cache so kube-scheduler may send node names only "
+                  "(must match nodeCacheCapable in the scheduler configuration)")
+    add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
+             help="how prioritize scores nodes: prefer-local, prefer-remote or most-free-remote")
+    add_flag(parser, COMPONENT, "--capacity-max-age", default=core.DEFAULT_CAPACITY_MAX_AGE, type=_seconds,
+             help="seconds after which a virtual node's remote-capacity annotation is stale and "
+                  "ignored (the node is then kept without a capacity check); 0: never stale")
+    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=_positive,
+             help="largest request body accepted (ExtenderArgs carry every candidate Node "
+                  "when not nodeCacheCapable)")
+    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=_positive,
+             help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring")
+    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=_positive,
+             help="request threads per worker")
+    add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
+    parser.set_defaults(func=run)
+
+    actions = parser.add_subparsers(dest="extender_action", metavar="ACTION")
+    conf = actions.add_parser(
+        "scheduler-config",
+        help="print the KubeSchedulerConfiguration YAML that registers the extender",
+        description=(
+            "Print a kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration whose "
+            "extenders entry calls this extender (filterVerb filter, prioritizeVerb "
+            "prioritize), for kube-scheduler --config."
+        ),
+    )
+    add_flag(conf, CONFIG_COMPONENT, "--url", default=None,
+             help="urlPrefix of the extender, e.g. http://127.0.0.1:8080 (https:// turns on enableHTTPS); required")
+    add_flag(conf, CONFIG_COMPONENT, "--weight", default=1, type=_positive,
+             help="weight of the extender's scores against the scheduler's own")
+    add_flag(conf, CONFIG_COMPONENT, "--http-timeout", default="5s",
+             help="httpTimeout, a Go duration (e.g. 5s); a pod's scheduling cycle fails after it")
+    add_flag(conf, CONFIG_COMPONENT, "--node-cache-capable", default=False, type=bool,
+             help="nodeCacheCapable: send node names only (the extender must run with --node-cache-capable)")
+    add_flag(conf, CONFIG_COMPONENT, "--ignorable", default=False, type=bool,
+             help="ignorable: schedule without the extender when it fails (default false, so a "
+                  "broken extender is visible in pod events rather than silently bypassed)")
+    add_flag(conf, CONFIG_COMPONENT, "--ca-file", default=None,
+             help="https: tlsConfig.caFile, the CA that signed the extender's certificate, as a path "
+                  "kube-scheduler can read")
+    add_flag(conf, CONFIG_COMPONENT, "--embed-ca", default=False, type=bool,
+             help="https: embed --ca-file's contents as tlsConfig.caData instead of referring to the path")
+    add_flag(conf, CONFIG_COMPONENT, "--server-name", default=None,
+             help="https: tlsConfig.serverName, when the certificate does not name the URL's host")
+    add_flag(conf, CONFIG_COMPONENT, "--insecure-skip-verify", default=False, type=bool,
+             help="https: tlsConfig.insecure, skip verifying the extender's certificate (tests only)")
+    add_flag(conf, CONFIG_COMPONENT, "--scheduler-name", default=reg.DEFAULT_SCHEDULER_NAME,
+             help="schedulerName of the profile")
+    conf.set_defaults(func=print_scheduler_config)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kube_offload.kube import load_api_client
+
+    from extender.server import serve
+    from extender.settings import ExtenderSettings, ServerSettings
+
+    setup_logging(args.log_level)
+    server = ServerSettings(
+        bind=args.bind,
+        tls_cert=args.tls_cert or None,
+        tls_key=args.tls_key or None,
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+    )
+    app_settings = ExtenderSettings(
+        strategy=args.strategy,
+        capacity_max_age=args.capacity_max_age or None,
+        max_body_bytes=args.max_body_bytes,
+    )
+    # Load the kubeconfig once here so a bad one is one clear error, not a worker that
+    # fails to boot; the worker loads its own client after the fork.
+    load_api_client(args.kubeconfig)
+    serve(server, app_settings, functools.partial(_informer_caches, args.kubeconfig, args.node_cache_capable))
+    return 0
+
+
+def _informer_caches(kubeconfig: str | None, node_cache: bool):  # runs in the worker
+    from kube_offload.kube import load_api_client
+
+    from extender.caches import InformerCaches
+
+    return InformerCaches(load_api_client(kubeconfig), node_cache=node_cache)
+
+
+def print_scheduler_config(args: argparse.Namespace) -> int:
+    def usage(message: str) -> int:
+        print(f"kube-offload extender scheduler-config: {message}", file=sys.stderr)
+        return 2
+
+    if not args.url:
+        return usage("--url is required (where kube-scheduler reaches the extender)")
+    ca_file, ca_data = args.ca_file or "", b""
+    if args.embed_ca:
+        if not ca_file:
+            return usage("--embed-ca needs --ca-file")
+        try:
+            with open(ca_file, "rb") as handle:
+                ca_data = handle.read()
+        except OSError as exc:
+            return usage(f"--ca-file {ca_file!r} cannot be read: {exc.strerror}")
+        ca_file = ""
+    registration = reg.ExtenderRegistration(
+        url=args.url,
+        weight=args.weight,
+        http_timeout=args.http_timeout,
+        node_cache_capable=args.node_cache_capable,
+        ignorable=args.ignorable,
+        ca_file=ca_file,
+        ca_data=ca_data,
+        server_name=args.server_name or "",
+        insecure_skip_verify=args.insecure_skip_verify,
+        scheduler_name=args.scheduler_name,
+    )
+    try:
+        text = reg.scheduler_configuration_yaml(registration)
+    except ValueError as exc:
+        return usage(str(exc))
+    sys.stdout.write(text)
+    return 0

@@ -1,0 +1,149 @@
+"""Serve the extender from a JSON snapshot of nodes and namespaces instead of informers.
+
+The real server (gunicorn, HTTP or HTTPS, the same app) with :class:`StaticCaches`
+loaded from a file, so the component tests, the HTTP benchmark and offline experiments
+need no API server::
+
+    python -m extender.offline snapshot.json --bind 127.0.0.1:18080
+
+The snapshot is ``{"nodes": [Node, ...], "namespaces": [Namespace, ...]}`` in the API's
+JSON shape. :func:`running_server` starts one in a child process and waits until it
+answers; gunicorn must own a main thread for its signal handling, hence the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+from kube_offload.flags import add_flag
+
+from extender import core
+from extender.caches import StaticCaches
+from extender.settings import ExtenderSettings, ServerSettings
+
+COMPONENT = "extender-offline"
+
+
+class SnapshotCaches(StaticCaches):
+    """Static caches that report "not synced" until ``gate`` exists (when given): lets a
+    test watch /readyz and the filter before and after the sync."""
+
+    def __init__(self, *, gate: str | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._gate = gate
+
+    def synced(self) -> bool:
+        return self._gate is None or os.path.exists(self._gate)
+
+
+def load_caches(path: str, *, node_cache: bool, gate: str | None) -> SnapshotCaches:
+    with open(path, encoding="utf-8") as handle:
+        snapshot = json.load(handle)
+    return SnapshotCaches(
+        gate=gate, nodes=snapshot.get("nodes", []), namespaces=snapshot.get("namespaces", []), node_cache=node_cache
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from extender.server import serve
+
+    parser = argparse.ArgumentParser(prog="python -m extender.offline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("snapshot", help="JSON file with nodes and namespaces")
+    add_flag(parser, COMPONENT, "--bind", default="127.0.0.1:8080", help="HOST:PORT to serve on")
+    add_flag(parser, COMPONENT, "--tls-cert", default=None, help="PEM serving certificate; unset: plain HTTP")
+    add_flag(parser, COMPONENT, "--tls-key", default=None, help="PEM private key of --tls-cert")
+    add_flag(parser, COMPONENT, "--node-cache-capable", default=True, type=bool,
+             help="answer NodeNames requests from the snapshot's nodes")
+    add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
+             help="prioritize strategy")
+    add_flag(parser, COMPONENT, "--sync-gate", default=None,
+             help="report caches not synced until this file exists")
+    add_flag(parser, COMPONENT, "--threads", default=4, type=int, help="request threads")
+    add_flag(parser, COMPONENT, "--bench-passthrough", default=False, type=bool,
+             help="serve POST /bench/passthrough (benchmark baseline)")
+    add_flag(parser, COMPONENT, "--log-level", default="WARNING", help="log level")
+    args = parser.parse_args(argv)
+
+    from kube_offload.logs import setup_logging
+
+    setup_logging(args.log_level)
+    serve(
+        ServerSettings(bind=args.bind, tls_cert=args.tls_cert, tls_key=args.tls_key, threads=args.threads,
+                       log_level=args.log_level),
+        ExtenderSettings(strategy=args.strategy, bench_passthrough=args.bench_passthrough),
+        lambda: load_caches(args.snapshot, node_cache=args.node_cache_capable, gate=args.sync_gate),
+    )
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def running_server(
+    snapshot: str,
+    *,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    ca_file: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    startup_timeout: float = 30.0,
+) -> Iterator[str]:
+    """Start ``python -m extender.offline`` on a free loopback port; yields its base URL
+    once /healthz answers, and stops the process (only that one) afterwards."""
+    port = free_port()
+    command = [sys.executable, "-m", "extender.offline", snapshot, "--bind", f"127.0.0.1:{port}", *extra_args]
+    if tls_cert:
+        command += ["--tls-cert", tls_cert, "--tls-key", tls_key or ""]
+    scheme = "https" if tls_cert else "http"
+    base = f"{scheme}://127.0.0.1:{port}"
+    context = ssl.create_default_context(cafile=ca_file) if tls_cert else None
+    # A file, not a pipe: nobody reads the pipe while the server runs, and a full pipe
+    # would block the server on its next log line.
+    log_file = tempfile.TemporaryFile()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if process.poll() is not None:
+                log_file.seek(0)
+                raise RuntimeError(
+                    f"extender exited with {process.returncode}: {log_file.read().decode(errors='replace')}"
+                )
+            try:
+                with urllib.request.urlopen(f"{base}/healthz", timeout=2, context=context) as answer:
+                    if answer.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"extender did not answer on {base} within {startup_timeout}s")
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log_file.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

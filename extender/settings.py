@@ -1,0 +1,53 @@
+"""Settings of the scheduler extender: what the app decides, and how the server runs it.
+
+Read from flags/environment in one place (extender/cli.py); every field has a default so
+tests and benchmarks build them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extender.core import DEFAULT_CAPACITY_MAX_AGE, DEFAULT_STRATEGY
+
+DEFAULT_BIND = "0.0.0.0:8080"
+# One process, several threads: see extender/server.py for why.
+DEFAULT_WORKERS = 1
+DEFAULT_THREADS = 8
+# Without nodeCacheCapable, kube-scheduler sends every candidate Node object for every
+# pod: ~3-10 KiB each (status.images dominates), so 5,000 nodes can approach 50 MiB.
+DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ExtenderSettings:
+    """Behaviour of the Flask app."""
+
+    strategy: str = DEFAULT_STRATEGY
+    # Seconds after which a capacity annotation is stale (then ignored); None = never.
+    capacity_max_age: float | None = DEFAULT_CAPACITY_MAX_AGE
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Register POST /bench/passthrough (json.loads + json.dumps of the body, nothing else):
+    # the HTTP benchmark's baseline on the same server stack. Off unless asked for.
+    bench_passthrough: bool = False
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How gunicorn serves the app."""
+
+    bind: str = DEFAULT_BIND
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    workers: int = DEFAULT_WORKERS
+    threads: int = DEFAULT_THREADS
+    log_level: str = "INFO"
+    # kube-scheduler reuses its connections to the extender; closing idle ones quickly
+    # would only cost it new (TLS) handshakes on the scheduling path.
+    keepalive_seconds: int = 30
+    # On SIGTERM, finish in-flight calls but do not outlive a pod's grace period.
+    graceful_timeout_seconds: int = 10
+
+    @property
+    def https(self) -> bool:
+        return bool(self.tls_cert)
