@@ -27,6 +27,10 @@ MAPPING_ENFORCE_SAME_NAME: Final = "EnforceSameName"
 MAPPINGS: Final = (MAPPING_DEFAULT_NAME, MAPPING_ENFORCE_SAME_NAME)
 DEFAULT_MAPPING: Final = MAPPING_DEFAULT_NAME
 
+# --- Kubernetes' own well-known keys we rely on ---------------------------------------------
+ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
+LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
+
 # --- Virtual node --------------------------------------------------------------------------
 LABEL_TYPE: Final = f"{DOMAIN}/type"
 TYPE_VIRTUAL_NODE: Final = "virtual-node"

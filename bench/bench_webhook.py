@@ -1,0 +1,396 @@
+"""Benchmark of the admission webhook over HTTPS (a script, not a test: it never fails on
+time, it prints figures).
+
+It starts the production server stack (gunicorn, gthread worker, TLS, one worker process)
+with the bench-only ``POST /echo`` route enabled and a static in-memory namespace source
+holding one offloaded namespace, then drives it from separate client processes, each with
+one keep-alive HTTPS connection:
+
+1. closed loop (each client sends its next request when the last answer arrived), for
+   ``/echo`` and ``/mutate/pods`` alternately with the same request body, giving
+   requests/s and latency percentiles: the ratio is what admission work costs on top of
+   the bare server stack;
+2. fixed rate (open loop): ``--rate`` requests/s (and ``--low-rate`` for /mutate/pods)
+   spread over the clients on a fixed schedule; latency is measured from the *scheduled*
+   send time, so a slow answer that delays the following requests counts against them (no
+   coordinated omission). A client that falls 50 % behind its schedule stops sending; the
+   shortfall shows as a lower achieved rate.
+
+The client is pure Python (``http.client`` + ``ssl``, much leaner per request than
+``requests``); it shares the machine's cores with the server, which lowers absolute
+figures on a small machine but affects /echo and /mutate/pods alike.
+
+Usage: ``.venv/bin/python bench/bench_webhook.py`` (under 60 s; loopback only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.client
+import json
+import multiprocessing
+import os
+import platform
+import socket
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+from certs import pki
+from kube_offload import constants as c
+from webhook.admission import build_review
+from webhook.namespace_cache import StaticNamespaceSource
+from webhook.server import serve
+from webhook.settings import ServerSettings, WebhookSettings
+
+HOST = "127.0.0.1"
+NAMESPACE = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {
+        "name": "bench",
+        "labels": {c.LABEL_ENABLED: "true", c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL_AND_REMOTE},
+        "annotations": {c.ANNOTATION_CLUSTER_SELECTOR: "topology.kubernetes.io/region in (eu-west,eu-south),provider!=aws"},
+    },
+}
+
+
+def realistic_pod() -> dict:
+    """A Deployment's pod as the apiserver sends it to admission (defaults applied)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "web-7c9f8d6b5-",
+            "namespace": "bench",
+            "labels": {"app": "web", "pod-template-hash": "7c9f8d6b5", "tier": "frontend"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7c9f8d6b5",
+                 "uid": "6f1d0c8e-1d5e-4f7a-9b2a-0c3d4e5f6a7b", "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "registry.example.com/web:1.27.3",
+                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(8)],
+                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                  "limits": {"cpu": "1", "memory": "512Mi"}},
+                    "volumeMounts": [{"name": "kube-api-access-abcde", "readOnly": True,
+                                      "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                                       "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1,
+                                       "failureThreshold": 3},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]
+            }}},
+            "volumes": [{"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}}],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "securityContext": {},
+            "schedulerName": "default-scheduler",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ],
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+        },
+    }
+
+
+# --- server ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def make_tls(directory: Path) -> tuple[Path, Path, Path]:
+    ca = pki.generate_ca("kube-offload bench CA", days=1)
+    serving = pki.issue_serving_cert(ca, ip_addresses=[HOST], dns_names=["localhost"], days=1)
+    paths = (directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    paths[0].write_bytes(ca.cert_pem)
+    paths[1].write_bytes(serving.cert_pem)
+    paths[2].write_bytes(serving.key_pem)
+    return paths
+
+
+def run_server(port: int, cert: Path, key: Path, workers: int, threads: int) -> None:
+    serve(
+        ServerSettings(tls_cert=str(cert), tls_key=str(key), bind=f"{HOST}:{port}", workers=workers,
+                       threads=threads, log_level="WARNING", graceful_timeout_seconds=2),
+        WebhookSettings(enable_echo=True),
+        functools.partial(StaticNamespaceSource, [NAMESPACE]),
+    )
+
+
+# --- clients -------------------------------------------------------------------------------
+
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def connect(port: int, ca: Path) -> http.client.HTTPSConnection:
+    context = ssl.create_default_context(cafile=str(ca))
+    connection = http.client.HTTPSConnection(HOST, port, context=context, timeout=10)
+    connection.connect()
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return connection
+
+
+def call(connection: http.client.HTTPSConnection, path: str, body: bytes) -> None:
+    connection.request("POST", path, body, HEADERS)
+    response = connection.getresponse()
+    response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{path}: HTTP {response.status}")
+
+
+def closed_loop_client(port: int, ca: Path, path: str, body: bytes, start: float, seconds: float, results) -> None:
+    connection = connect(port, ca)
+    call(connection, path, body)  # handshake and first request outside the window
+    latencies = array("d")
+    while time.monotonic() < start:
+        time.sleep(0.0005)
+    end = start + seconds
+    while True:
+        sent = time.perf_counter()
+        if time.monotonic() >= end:
+            break
+        call(connection, path, body)
+        latencies.append(time.perf_counter() - sent)
+    results.put(latencies.tobytes())
+
+
+def fixed_rate_client(port: int, ca: Path, path: str, body: bytes, start: float, seconds: float,
+                      rate: float, clients: int, index: int, results) -> None:
+    connection = connect(port, ca)
+    call(connection, path, body)
+    interval = clients / rate
+    # Clients interleave: client k sends at start + k/rate + i*clients/rate.
+    first = start + index / rate
+    count = int(seconds * rate / clients)
+    # A server that cannot keep up would stretch the run without end: stop sending at this
+    # deadline; the requests never sent show as a lower achieved rate.
+    give_up = start + seconds * 1.5
+    latencies = array("d")
+    for i in range(count):
+        scheduled = first + i * interval
+        if time.monotonic() > give_up:
+            break
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        call(connection, path, body)
+        latencies.append(time.monotonic() - scheduled)
+    latencies.append(time.monotonic())  # last element: when this client finished
+    results.put(latencies.tobytes())
+
+
+def run_clients_raw(target, args_for, clients: int) -> list[array]:
+    """Run ``clients`` client processes; each one's array of floats."""
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    processes = [ctx.Process(target=target, args=(*args_for(i), results)) for i in range(clients)]
+    for p in processes:
+        p.start()
+    chunks: list[array] = []
+    for _ in processes:
+        chunk = array("d")
+        chunk.frombytes(results.get(timeout=120))
+        chunks.append(chunk)
+    for p in processes:
+        p.join(10)
+        if p.exitcode != 0:
+            raise RuntimeError(f"client process failed with exit code {p.exitcode}")
+    return chunks
+
+
+def run_clients(target, args_for, clients: int) -> list[float]:
+    return [x for chunk in run_clients_raw(target, args_for, clients) for x in chunk]
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """User+system CPU of the gunicorn arbiter and its worker(s) so far."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return float("nan")
+    for process in [pid, *map(int, children)]:
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+# --- reporting -----------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    label: str
+    requests: int
+    seconds: float
+    latencies: list[float]
+    server_cpu: float = float("nan")  # seconds of server CPU spent in the run
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return float("nan")
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    @property
+    def cpu_per_request_us(self) -> float:
+        return self.server_cpu / self.requests * 1e6
+
+    def row(self) -> str:
+        return (f"| {self.label:<36} | {self.rate:>6.0f} | {self.percentile(0.50):>6.2f} | "
+                f"{self.percentile(0.99):>7.2f} | {self.percentile(0.999):>8.2f} | "
+                f"{max(self.latencies) * 1000:>7.2f} | {self.cpu_per_request_us:>14.0f} |")
+
+
+HEADER = ("| run                                  | req/s  | p50 ms | p99 ms  | p99.9 ms | max ms  | server CPU/req µs |\n"
+          "|--------------------------------------|--------|--------|---------|----------|---------|-------------------|")
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({model or platform.processor() or 'unknown CPU'}), Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=4, help="client processes (one keep-alive connection each)")
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes (production default: 1)")
+    parser.add_argument("--threads", type=int, default=8, help="server gthread threads per worker")
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each closed-loop round (2 rounds per route)")
+    parser.add_argument("--rate", type=float, default=1000.0, help="fixed request rate")
+    parser.add_argument("--low-rate", type=float, default=500.0,
+                        help="a second fixed rate for /mutate/pods, below saturation on a small machine")
+    parser.add_argument("--rate-seconds", type=float, default=6.0, help="length of each fixed-rate run")
+    args = parser.parse_args(argv)
+
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    body = json.dumps(build_review(realistic_pod(), uid="6e2b4cb8-7d8e-4c4c-9bd5-2b3f1f4e8a11")).encode()
+    with tempfile.TemporaryDirectory(prefix="kube-offload-bench-") as tmp:
+        ca, cert, key = make_tls(Path(tmp))
+        port = free_port()
+        server = multiprocessing.get_context("fork").Process(target=run_server, args=(port, cert, key, args.workers, args.threads), daemon=True)
+        server.start()
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    connection = connect(port, ca)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or not server.is_alive():
+                        raise SystemExit("bench: the webhook server did not start")
+                    time.sleep(0.1)
+            # Sanity: the mutate route really mutates this pod, echo really echoes.
+            connection.request("POST", "/mutate/pods", body, HEADERS)
+            answer = json.loads(connection.getresponse().read())["response"]
+            assert answer["allowed"] and answer.get("patchType") == "JSONPatch", answer
+            connection.request("POST", "/echo", body, HEADERS)
+            assert connection.getresponse().read() == body
+            connection.close()
+
+            def closed(path: str, seconds: float) -> Figures:
+                start = time.monotonic() + 0.5
+                cpu = server_cpu_seconds(server.pid)
+                lat = run_clients(closed_loop_client, lambda i: (port, ca, path, body, start, seconds), args.clients)
+                # Includes the clients' connection set-up: a slight over-estimate for both routes.
+                cpu = server_cpu_seconds(server.pid) - cpu
+                return Figures(path, len(lat), seconds, lat, cpu)
+
+            def fixed(path: str, rate: float) -> Figures:
+                start = time.monotonic() + 0.5
+                cpu = server_cpu_seconds(server.pid)
+                results = run_clients_raw(
+                    fixed_rate_client,
+                    lambda i: (port, ca, path, body, start, args.rate_seconds, rate, args.clients, i),
+                    args.clients,
+                )
+                cpu = server_cpu_seconds(server.pid) - cpu
+                finished = max(r[-1] for r in results)
+                lat = [x for r in results for x in r[:-1]]
+                return Figures(f"{path} @ {rate:.0f}/s fixed", len(lat), finished - start, lat, cpu)
+
+            closed("/echo", 1.0)  # warm-up (imports, caches, branch predictors)
+            closed("/mutate/pods", 1.0)
+            rounds: dict[str, list[Figures]] = {"/echo": [], "/mutate/pods": []}
+            for _ in range(2):  # alternate, so drift (thermal, neighbours) hits both alike
+                for path in rounds:
+                    rounds[path].append(closed(path, args.seconds))
+            totals = {
+                path: Figures(f"{path} closed loop, {args.clients} conns", sum(f.requests for f in figs),
+                              sum(f.seconds for f in figs), [x for f in figs for x in f.latencies],
+                              sum(f.server_cpu for f in figs))
+                for path, figs in rounds.items()
+            }
+            fixed_mutate = fixed("/mutate/pods", args.rate)
+            fixed_echo = fixed("/echo", args.rate)
+            fixed_low = fixed("/mutate/pods", args.low_rate)
+        finally:
+            server.terminate()
+            server.join(10)
+
+    ratio = totals["/mutate/pods"].rate / totals["/echo"].rate
+    cpu_ratio = totals["/echo"].cpu_per_request_us / totals["/mutate/pods"].cpu_per_request_us
+    print(f"machine: {machine()}; load average before/after: {load_before} / {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"request body: {len(body)} bytes (AdmissionReview of a Deployment pod); server: {args.workers} worker(s) x {args.threads} gthread threads, TLS")
+    print(HEADER)
+    for figures in (totals["/echo"], totals["/mutate/pods"], fixed_echo, fixed_mutate, fixed_low):
+        print(figures.row())
+    print(f"throughput ratio mutate/echo: {ratio:.2f} (goal >= 0.90); "
+          f"server CPU per request echo/mutate: {cpu_ratio:.2f}")
+    print(f"fixed-rate p99 of /mutate/pods at {args.rate:.0f} req/s: {fixed_mutate.percentile(0.99):.2f} ms "
+          f"(goal <= 5 ms); achieved {fixed_mutate.rate:.0f} req/s, "
+          f"mean {statistics.fmean(fixed_mutate.latencies) * 1000:.2f} ms")
+    print(f"fixed-rate p99 of /mutate/pods at {args.low_rate:.0f} req/s: {fixed_low.percentile(0.99):.2f} ms; "
+          f"achieved {fixed_low.rate:.0f} req/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

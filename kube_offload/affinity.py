@@ -1,0 +1,125 @@
+"""Node affinity and toleration that express a namespace policy on a pod (pure functions).
+
+Required node affinity is an OR of nodeSelectorTerms, each an AND of expressions. The
+policy's terms are combined with the pod's own by cross product (ARCHITECTURE.md: each
+policy term ANDed into each user term, nothing of the user's dropped), and the merge is
+idempotent so that webhook re-invocation (reinvocationPolicy: IfNeeded) or a pod created
+from an already-mutated manifest gains nothing the second time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_offload import constants as c
+from kube_offload.policy import NamespacePolicy
+from kube_offload.selector import IN, NOT_IN
+
+
+def _type_expression(operator: str) -> dict:
+    return {"key": c.LABEL_TYPE, "operator": operator, "values": [c.TYPE_VIRTUAL_NODE]}
+
+
+def policy_node_terms(policy: NamespacePolicy) -> list[dict] | None:
+    """The required nodeSelectorTerms of the placement table; None when nothing is required.
+
+    LocalAndRemote with an empty cluster selector is "physical OR any virtual node", i.e.
+    every node, so it requires nothing (the toleration alone opens virtual nodes).
+    """
+    if not policy.enabled:
+        return None
+    local_term = {"matchExpressions": [_type_expression(NOT_IN)]}
+    remote_term = {
+        "matchExpressions": [_type_expression(IN)]
+        + policy.cluster_selector.to_node_selector_requirements()
+    }
+    if policy.placement == c.PLACEMENT_LOCAL:
+        return [local_term]
+    if policy.placement == c.PLACEMENT_REMOTE:
+        return [remote_term]
+    if policy.cluster_selector.is_empty():
+        return None
+    return [local_term, remote_term]
+
+
+def _expression_identity(expression: Any) -> Any:
+    """Comparable identity of an expression: values are a set for In/NotIn semantics."""
+    if not isinstance(expression, dict):
+        return ("opaque", repr(expression))
+    values = expression.get("values")
+    if isinstance(values, list):
+        values = tuple(sorted(map(str, values)))
+    elif values is not None:
+        values = ("opaque", repr(values))
+    return (expression.get("key"), expression.get("operator"), values or ())
+
+
+def _identities(expressions: Any) -> list[tuple[Any, Any]]:
+    return [(_expression_identity(e), e) for e in expressions or ()]
+
+
+def _fields_identity(term: dict) -> frozenset:
+    return frozenset(_expression_identity(f) for f in term.get("matchFields") or ())
+
+
+def merge_required_terms(
+    user_terms: list[dict] | None, policy_terms: list[dict]
+) -> list[dict]:
+    """Cross product of the pod's required terms with the policy's (new lists and terms;
+    expression objects are shared, never modified).
+
+    A user term that already contains every expression of some policy term already
+    implies the policy, so it is kept as is instead of being crossed again: that is what
+    makes a second merge a no-op, and it does not change which nodes match. Identical
+    expressions within a term and identical terms (expressions compared as sets) are
+    kept once.
+    """
+    if not user_terms:
+        return [_copy_term(t) for t in policy_terms]
+    policy = [_identities(t.get("matchExpressions")) for t in policy_terms]
+    policy_sets = [frozenset(identity for identity, _ in p) for p in policy]
+    merged: list[dict] = []
+    seen: set = set()
+
+    for user_term in user_terms:
+        user = _identities(user_term.get("matchExpressions"))
+        user_set = frozenset(identity for identity, _ in user)
+        fields = _fields_identity(user_term)
+        # An empty term matches no node in Kubernetes; crossing it would make it match
+        # some, so it stays as the user wrote it.
+        if (not user and not fields) or any(p <= user_set for p in policy_sets):
+            candidates = [(_copy_term(user_term), (user_set, fields))]
+        else:
+            candidates = []
+            for policy_expressions in policy:
+                ids: set = set()
+                expressions = []
+                for identity, expression in user + policy_expressions:
+                    if identity not in ids:
+                        ids.add(identity)
+                        expressions.append(expression)
+                term = _copy_term(user_term)
+                term["matchExpressions"] = expressions
+                candidates.append((term, (frozenset(ids), fields)))
+        for term, identity in candidates:
+            if identity not in seen:
+                seen.add(identity)
+                merged.append(term)
+    return merged
+
+
+def _copy_term(term: dict) -> dict:
+    copied = dict(term)
+    for field in ("matchExpressions", "matchFields"):
+        if isinstance(copied.get(field), list):
+            copied[field] = list(copied[field])
+    return copied
+
+
+def virtual_node_toleration() -> dict:
+    return {
+        "key": c.TAINT_KEY,
+        "operator": "Equal",
+        "value": c.TAINT_VALUE,
+        "effect": c.TAINT_EFFECT,
+    }

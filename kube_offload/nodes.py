@@ -1,0 +1,79 @@
+"""Facts about Node objects (plain API dicts) that the webhook and the extender share.
+
+:func:`placement_allows` is the placement table of ARCHITECTURE.md applied to one node;
+the webhook expresses the same table as node affinity (``affinity.policy_node_terms``),
+and the scheduler extender calls this function as a filter, so that both agree.
+"""
+
+from __future__ import annotations
+
+from kube_offload import constants as c
+from kube_offload.policy import NamespacePolicy
+
+
+def _labels(node: dict) -> dict:
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+def node_name(node: dict) -> str:
+    metadata = node.get("metadata") or {}
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def is_virtual_node(node: dict) -> bool:
+    return _labels(node).get(c.LABEL_TYPE) == c.TYPE_VIRTUAL_NODE
+
+
+def cluster_id_of(node: dict) -> str | None:
+    """The remote cluster id of a virtual node; None for physical nodes or a missing label."""
+    if not is_virtual_node(node):
+        return None
+    cluster_id = _labels(node).get(c.LABEL_CLUSTER_ID)
+    return cluster_id if isinstance(cluster_id, str) and cluster_id else None
+
+
+def node_is_ready(node: dict) -> bool:
+    """True when the node reports condition Ready=True (Unknown and missing are not ready)."""
+    status = node.get("status") or {}
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions or ():
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def placement_allows(policy: NamespacePolicy, node: dict) -> tuple[bool, str]:
+    """Whether a pod of ``policy``'s namespace may run on ``node``; the reason when not.
+
+    Readiness and remote capacity are deliberately not checked here: they are facts about
+    the node at scheduling time, not about the policy (the extender checks them itself).
+    """
+    name = node_name(node)
+    if not is_virtual_node(node):
+        if policy.enabled and policy.placement == c.PLACEMENT_REMOTE:
+            return False, (
+                f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}="
+                f"{c.PLACEMENT_REMOTE}: node {name} is not a virtual node"
+            )
+        return True, ""
+
+    cluster = cluster_id_of(node) or "unknown"
+    if not policy.enabled:
+        return False, (
+            f"namespace {policy.namespace} is not offloaded ({c.LABEL_ENABLED}="
+            f"{c.ENABLED_VALUE} is not set): virtual node {name} (cluster {cluster}) is excluded"
+        )
+    if policy.placement == c.PLACEMENT_LOCAL:
+        return False, (
+            f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL}: "
+            f"virtual node {name} (cluster {cluster}) is excluded"
+        )
+    if not policy.cluster_selector.matches(_labels(node)):
+        return False, (
+            f"virtual node {name} (cluster {cluster}) does not match the cluster selector "
+            f'"{policy.cluster_selector}" of namespace {policy.namespace}'
+        )
+    return True, ""

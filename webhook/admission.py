@@ -1,0 +1,248 @@
+"""AdmissionReview (admission.k8s.io/v1) in and out, as pure functions.
+
+:func:`parse_review` turns the raw request body into an :class:`AdmissionRequest` or
+raises :class:`BadRequest` with a message naming the offending field; the HTTP layer
+answers those with 400. :func:`review_response` builds the answer the apiserver expects:
+same apiVersion and kind, ``response.uid`` echoed (the apiserver rejects an answer whose
+uid differs), a base64 JSON Patch when allowed with changes, a ``status`` when denied.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+# Outcomes as reported in metrics and logs.
+PATCHED = "patched"
+ALLOWED = "allowed"
+DENIED = "denied"
+
+
+class BadRequest(ValueError):
+    """The body is not an AdmissionReview the webhook can act on (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class GroupVersionKind:
+    group: str
+    version: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.group}/{self.version}, Kind={self.kind}" if self.group else (
+            f"{self.version}, Kind={self.kind}"
+        )
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    uid: str
+    api_version: str
+    kind: GroupVersionKind
+    operation: str
+    namespace: str
+    name: str
+    sub_resource: str
+    object: dict | None
+    old_object: dict | None
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to answer: allowed (with an optional patch) or denied with a status."""
+
+    allowed: bool
+    patch: tuple[dict, ...] = ()
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    warnings: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def allow(cls, patch: list[dict] | tuple[dict, ...] = (), *, warnings=()) -> Decision:
+        return cls(allowed=True, patch=tuple(patch), warnings=tuple(warnings))
+
+    @classmethod
+    def deny(cls, code: int, reason: str, message: str) -> Decision:
+        return cls(allowed=False, code=code, reason=reason, message=message)
+
+    @property
+    def outcome(self) -> str:
+        if not self.allowed:
+            return DENIED
+        return PATCHED if self.patch else ALLOWED
+
+
+def _field(container: dict, key: str, path: str, kind: type | tuple[type, ...], *,
+           required: bool, default: Any = None) -> Any:
+    value = container.get(key)
+    if value is None:
+        if required:
+            raise BadRequest(f"{path}.{key} is missing")
+        return default
+    if not isinstance(value, kind):
+        expected = {dict: "an object", str: "a string", bool: "a boolean", list: "a list"}
+        raise BadRequest(
+            f"{path}.{key} must be {expected.get(kind, str(kind))}, got {_json_type(value)}"
+        )
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "null"
+
+
+def decode_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply to be an AdmissionReview") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+
+
+def parse_review(body: bytes) -> AdmissionRequest:
+    """The request inside an AdmissionReview body; :class:`BadRequest` when it is unusable."""
+    review = decode_body(body)
+    if not isinstance(review, dict):
+        raise BadRequest(f"request body must be a JSON object (an {KIND}), got {_json_type(review)}")
+    api_version = review.get("apiVersion")
+    kind = review.get("kind")
+    if kind != KIND:
+        raise BadRequest(f"kind must be {KIND!r}, got {kind!r}")
+    if api_version != API_VERSION:
+        raise BadRequest(
+            f"apiVersion must be {API_VERSION!r} (register the webhook with "
+            f"admissionReviewVersions: [v1]), got {api_version!r}"
+        )
+    request = _field(review, "request", "review", dict, required=True)
+    uid = _field(request, "uid", "request", str, required=True)
+    if not uid:
+        raise BadRequest("request.uid is empty")
+    gvk = _field(request, "kind", "request", dict, required=True)
+    group = _field(gvk, "group", "request.kind", str, required=False, default="")
+    version = _field(gvk, "version", "request.kind", str, required=True)
+    kind_name = _field(gvk, "kind", "request.kind", str, required=True)
+    operation = _field(request, "operation", "request", str, required=True)
+    if operation not in OPERATIONS:
+        raise BadRequest(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    obj = _field(request, "object", "request", dict, required=operation in ("CREATE", "UPDATE"))
+    old = _field(request, "oldObject", "request", dict, required=False)
+    if obj is not None:
+        _check_metadata(obj, "request.object")
+    if old is not None:
+        _check_metadata(old, "request.oldObject")
+    return AdmissionRequest(
+        uid=uid,
+        api_version=api_version,
+        kind=GroupVersionKind(group, version, kind_name),
+        operation=operation,
+        namespace=_field(request, "namespace", "request", str, required=False, default=""),
+        name=_field(request, "name", "request", str, required=False, default=""),
+        sub_resource=_field(request, "subResource", "request", str, required=False, default=""),
+        object=obj,
+        old_object=old,
+        dry_run=bool(_field(request, "dryRun", "request", bool, required=False, default=False)),
+    )
+
+
+def _check_metadata(obj: dict, path: str) -> None:
+    """Labels and annotations are string maps in every Kubernetes object; policy reading
+    relies on it, so a different shape is the client's mistake, reported here."""
+    metadata = _field(obj, "metadata", path, dict, required=False)
+    if metadata is None:
+        return
+    for key in ("labels", "annotations"):
+        values = _field(metadata, key, f"{path}.metadata", dict, required=False) or {}
+        for name, value in values.items():
+            if not isinstance(value, str):
+                raise BadRequest(
+                    f"{path}.metadata.{key}[{name!r}] must be a string, got {_json_type(value)}"
+                )
+
+
+def review_response(request: AdmissionRequest, decision: Decision) -> dict:
+    """The AdmissionReview to send back for ``request``."""
+    response: dict[str, Any] = {"uid": request.uid, "allowed": decision.allowed}
+    if decision.allowed and decision.patch:
+        patch = json.dumps(list(decision.patch), separators=(",", ":")).encode()
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(patch).decode("ascii")
+    if not decision.allowed:
+        response["status"] = {
+            "status": "Failure",
+            "code": decision.code,
+            "reason": decision.reason,
+            "message": decision.message,
+        }
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    return {"apiVersion": request.api_version, "kind": KIND, "response": response}
+
+
+def error_status(code: int, reason: str, message: str) -> dict:
+    """A metav1.Status body for HTTP-level errors (400, 404, 503 ...)."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+_RESOURCES = {"Pod": "pods", "Namespace": "namespaces"}
+
+
+def build_review(
+    obj: dict,
+    *,
+    operation: str = "CREATE",
+    uid: str = "00000000-0000-0000-0000-000000000000",
+    old_object: dict | None = None,
+    namespace: str | None = None,
+) -> dict:
+    """An AdmissionReview for a core/v1 object as kube-apiserver sends it (every field it
+    sets), for tests, benchmarks and debugging with curl."""
+    kind = obj.get("kind", "Pod")
+    resource = {"group": "", "version": "v1", "resource": _RESOURCES.get(kind, kind.lower() + "s")}
+    gvk = {"group": "", "version": "v1", "kind": kind}
+    metadata = obj.get("metadata") or {}
+    if namespace is None:
+        namespace = metadata.get("namespace", "") if kind != "Namespace" else ""
+    options_kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": gvk,
+        "resource": resource,
+        "requestKind": gvk,
+        "requestResource": resource,
+        "name": metadata.get("name", ""),
+        "operation": operation,
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+        "object": None if operation == "DELETE" else obj,
+        "oldObject": obj if operation == "DELETE" and old_object is None else old_object,
+        "dryRun": False,
+        "options": {"kind": options_kind.get(operation, "CreateOptions"), "apiVersion": "meta.k8s.io/v1"},
+    }
+    if namespace:
+        request["namespace"] = namespace
+    return {"apiVersion": API_VERSION, "kind": KIND, "request": request}

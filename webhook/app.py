@@ -1,0 +1,139 @@
+"""The webhook's Flask app: thin routes over :mod:`webhook.review`.
+
+Every admission route does the same four things: read the body, parse the review, ask
+the route's decision function, answer. A client's mistake is a 400 with a Status body
+naming the problem; a policy that cannot be read is a 503 (the registration's
+failurePolicy then decides); anything else is a logged 500, never a dead worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from kube_offload.metrics import HttpMetrics, exposition, state_gauge
+from webhook.admission import (
+    AdmissionRequest,
+    BadRequest,
+    Decision,
+    error_status,
+    parse_review,
+    review_response,
+)
+from webhook.namespace_cache import NamespaceSource, NamespaceUnavailable
+from webhook.review import review_namespace, review_pod
+from webhook.settings import WebhookSettings
+
+log = logging.getLogger("webhook.app")
+
+BAD_REQUEST = "bad_request"
+UNAVAILABLE = "unavailable"
+ERROR = "error"
+
+
+def _json(status: int, body: Any) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json"
+    )
+
+
+def _status(code: int, reason: str, message: str) -> Response:
+    return _json(code, error_status(code, reason, message))
+
+
+def create_app(settings: WebhookSettings, *, namespace_source: NamespaceSource) -> Flask:
+    app = Flask("kube-offload-webhook")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    metrics = HttpMetrics.create("webhook")
+    state_gauge(
+        metrics.registry,
+        "webhook",
+        "namespace_cache_synced",
+        "1 once the namespace cache has synced (the webhook is ready), else 0.",
+        lambda: 1.0 if namespace_source.ready() else 0.0,
+    )
+
+    def admit(endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> Response:
+        started = time.perf_counter()
+        outcome = ERROR
+        try:
+            try:
+                review = parse_review(request.get_data(cache=False))
+                decision = decide(review)
+            except BadRequest as exc:
+                outcome = BAD_REQUEST
+                log.info("%s: bad request: %s", endpoint, exc)
+                return _status(400, "BadRequest", str(exc))
+            except NamespaceUnavailable as exc:
+                outcome = UNAVAILABLE
+                return _status(503, "ServiceUnavailable", str(exc))
+            except HTTPException:
+                outcome = BAD_REQUEST  # e.g. 413 body too large: Flask answers it
+                raise
+            except Exception:
+                log.exception("%s: unexpected failure", endpoint)
+                return _status(
+                    500, "InternalError", "the webhook failed unexpectedly; see its log"
+                )
+            outcome = decision.outcome
+            if not decision.allowed:
+                log.info(
+                    "%s: denied %s %s/%s: %s", endpoint, review.kind.kind,
+                    review.namespace, review.name, decision.message,
+                )
+            return _json(200, review_response(review, decision))
+        finally:
+            metrics.observe(endpoint, outcome, time.perf_counter() - started)
+
+    @app.post("/mutate/pods")
+    def mutate_pods() -> Response:
+        return admit(
+            "mutate_pods",
+            lambda review: review_pod(
+                review, source=namespace_source, scheduler_name=settings.scheduler_name
+            ),
+        )
+
+    @app.post("/validate/namespaces")
+    def validate_namespaces() -> Response:
+        return admit("validate_namespaces", review_namespace)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if namespace_source.ready():
+            return Response("ok\n", mimetype="text/plain")
+        return Response("namespace cache not synced yet\n", status=503, mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics_route() -> Response:
+        body, content_type = exposition(metrics.registry)
+        return Response(body, content_type=content_type)
+
+    if settings.enable_echo:
+
+        @app.post("/echo")
+        def echo() -> Response:
+            # Same envelope as the admission routes (body read, metrics, JSON response)
+            # minus the admission work: the benchmark's baseline.
+            started = time.perf_counter()
+            try:
+                return Response(request.get_data(cache=False), mimetype="application/json")
+            finally:
+                metrics.observe("echo", "echoed", time.perf_counter() - started)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        return _status(code, exc.name.replace(" ", ""), exc.description or exc.name)
+
+    app.extensions["kube_offload_metrics"] = metrics
+    return app

@@ -1,0 +1,158 @@
+"""``kube-offload webhook``: serve the admission webhook; ``... webhook configuration``:
+print the webhook configurations to register it.
+
+Only flags and wiring live here; see webhook/server.py and webhook/registration.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import sys
+
+from kube_offload.flags import add_flag
+from kube_offload.logs import LEVELS, setup_logging
+from webhook import registration as reg
+from webhook.settings import DEFAULT_BIND, DEFAULT_THREADS, DEFAULT_WORKERS
+
+COMPONENT = "webhook"
+CONFIGURATION_COMPONENT = "webhook-configuration"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value} is not at least 1")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "webhook",
+        help="serve the admission webhook (pod mutation, namespace policy validation)",
+        description=(
+            "Serve the kube-offload admission webhook over HTTPS: POST /mutate/pods, "
+            "POST /validate/namespaces, GET /healthz, /readyz, /metrics. "
+            "'kube-offload webhook configuration' prints the configurations that register it."
+        ),
+    )
+    add_flag(parser, COMPONENT, "--kubeconfig", default=None,
+             help="kubeconfig of the local cluster; unset: in-cluster config, then ~/.kube/config")
+    add_flag(parser, COMPONENT, "--bind", default=DEFAULT_BIND,
+             help="HOST:PORT to serve HTTPS on")
+    add_flag(parser, COMPONENT, "--tls-cert", default=None,
+             help="PEM serving certificate (with its chain); required to serve")
+    add_flag(parser, COMPONENT, "--tls-key", default=None,
+             help="PEM private key of --tls-cert; required to serve")
+    add_flag(parser, COMPONENT, "--scheduler-name", default=None,
+             help="set spec.schedulerName of mutated pods that use the default scheduler "
+                  "(e.g. the scheduler profile that calls the kube-offload extender); unset: leave it")
+    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=_positive,
+             help="gunicorn worker processes; each has its own namespace cache and metrics, "
+                  "so keep 1 unless measuring")
+    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=_positive,
+             help="request threads per worker")
+    add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS,
+             help="log level")
+    parser.set_defaults(func=run)
+
+    actions = parser.add_subparsers(dest="webhook_action", metavar="ACTION")
+    conf = actions.add_parser(
+        "configuration",
+        help="print the Mutating/ValidatingWebhookConfiguration YAML",
+        description=(
+            "Print both webhook configurations (named kube-offload-webhook) for "
+            "'kubectl apply -f -'. Give --url for a webhook reached by URL, or "
+            "--service-namespace/--service-name for one behind an in-cluster Service."
+        ),
+    )
+    add_flag(conf, CONFIGURATION_COMPONENT, "--url", default=None,
+             help="base URL of the webhook, e.g. https://127.0.0.1:8443 (paths are appended)")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--service-namespace", default=None,
+             help="namespace of the webhook's Service (service mode)")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--service-name", default=None,
+             help="name of the webhook's Service (service mode)")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--service-port", default=443, type=int,
+             help="port of the webhook's Service")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--ca-file", default=None,
+             help="PEM of the CA that signed the serving certificate (becomes caBundle); required")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--pod-failure-policy",
+             default=reg.DEFAULT_POD_FAILURE_POLICY, choices=reg.FAILURE_POLICIES,
+             help="failurePolicy of the pod webhook (Fail: no pod of an offloaded namespace "
+                  "is created while the webhook is down; Ignore: they are created unmutated)")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--namespace-failure-policy",
+             default=reg.DEFAULT_NAMESPACE_FAILURE_POLICY, choices=reg.FAILURE_POLICIES,
+             help="failurePolicy of the namespace validation webhook")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--timeout-seconds",
+             default=reg.DEFAULT_TIMEOUT_SECONDS, type=int,
+             help="timeoutSeconds of both webhooks (1-30)")
+    conf.set_defaults(func=print_configuration)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kubernetes.config.config_exception import ConfigException
+
+    from kube_offload.kube import load_api_client
+    from webhook.namespace_cache import informer_source
+    from webhook.server import check_tls_files, serve
+    from webhook.settings import ServerSettings, WebhookSettings
+
+    setup_logging(args.log_level)
+    server = ServerSettings(
+        tls_cert=args.tls_cert or "",
+        tls_key=args.tls_key or "",
+        bind=args.bind,
+        workers=args.workers,
+        threads=args.threads,
+        log_level=args.log_level,
+    )
+    check_tls_files(server)
+    # Load the kubeconfig once here so a bad one is one clear error, not a worker that
+    # fails to boot; the worker loads its own client after the fork.
+    try:
+        load_api_client(args.kubeconfig)
+    except ConfigException as exc:
+        raise SystemExit(
+            f"kube-offload webhook: no usable kubeconfig ({exc}); not running in a cluster "
+            "and ~/.kube/config is missing or invalid: pass --kubeconfig"
+        ) from None
+    serve(
+        server,
+        WebhookSettings(scheduler_name=args.scheduler_name or None),
+        functools.partial(informer_source, args.kubeconfig),
+    )
+    return 0
+
+
+def print_configuration(args: argparse.Namespace) -> int:
+    def usage(message: str) -> int:
+        print(f"kube-offload webhook configuration: {message}", file=sys.stderr)
+        return 2
+
+    if not args.ca_file:
+        return usage("--ca-file is required (the CA that signed the webhook's certificate)")
+    try:
+        with open(args.ca_file, "rb") as handle:
+            ca_bundle = base64.b64encode(handle.read()).decode("ascii")
+    except OSError as exc:
+        return usage(f"--ca-file {args.ca_file!r} cannot be read: {exc.strerror}")
+    service = None
+    if args.service_namespace or args.service_name:
+        if not (args.service_namespace and args.service_name):
+            return usage("service mode needs both --service-namespace and --service-name")
+        service = reg.ServiceRef(args.service_namespace, args.service_name, args.service_port)
+    if (args.url is None) == (service is None):
+        return usage("give either --url or --service-namespace and --service-name")
+    try:
+        target = reg.WebhookTarget(ca_bundle=ca_bundle, url=args.url, service=service)
+        text = reg.configurations_yaml(
+            target,
+            pod_failure_policy=args.pod_failure_policy,
+            namespace_failure_policy=args.namespace_failure_policy,
+            timeout_seconds=args.timeout_seconds,
+        )
+    except ValueError as exc:
+        return usage(str(exc))
+    sys.stdout.write(text)
+    return 0
