@@ -64,6 +64,7 @@ class ClusterSpec:
     node_memory: str = "16Gi"
     node_pods: int = 110
     labels: dict[str, str] = field(default_factory=dict)  # remote: labels of its virtual node
+    kubelet_port: int = 0  # remote: the virtual node's kubelet API port on 127.0.0.1
 
 
 @dataclass
@@ -222,9 +223,12 @@ class Cluster:
         items = [objects] if isinstance(objects, dict) else list(objects)
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(items))
 
-    def create(self, scheduler_config: Path | None = None) -> None:
+    def create(self, scheduler_config: Path | None = None, extra_configs: Iterable[Path] = ()) -> None:
         b = self.bins
-        args = [
+        configs: list[str] = []
+        for extra in extra_configs:
+            configs += ["--config", str(extra)]
+        args = [*configs,
             "create", "cluster", "--name", self.name, "--runtime", "binary", "--kubeconfig", "",
             "--kube-admission=true", "--kube-authorization=true",
             "--kube-apiserver-binary", str(b.kube_apiserver),
@@ -323,6 +327,8 @@ class Environment:
         self.bins  # build before anything else, with progress
         topology.webhook_port = topology.webhook_port or free_port()
         topology.extender_port = topology.extender_port or free_port()
+        for spec in topology.remotes:
+            spec.kubelet_port = spec.kubelet_port or free_port()
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
 
@@ -333,8 +339,9 @@ class Environment:
         local.add_physical_nodes()
         for spec in topology.remotes:
             remote = self.cluster(spec)
+            spec.kubelet_port = spec.kubelet_port or free_port()
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
-            remote.create()
+            remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
             remote.kubectl("apply", "-f", str(SHADOWPOD_CRD))
             remote.kubectl("wait", "--for=condition=Established", "crd/shadowpods.kube-offload.io", "--timeout=60s")
@@ -365,6 +372,15 @@ class Environment:
         key = self.pki_dir / "tls.key"
         key.write_bytes(serving.key_pem)
         key.chmod(0o600)
+
+    def _remote_kwok_config(self) -> Path:
+        """kwok's log/exec simulation for remote pods, so `kubectl logs/exec` on an
+        offloaded pod has something real to reach at the end of the chain."""
+        from kube_offload import kwok_sim
+
+        path = self.state_dir / "kwok-remote-sim.yaml"
+        path.write_text(yaml.safe_dump_all(kwok_sim.remote_config_documents(self.state_dir)))
+        return path
 
     def _ca_bundle_b64(self) -> str:
         from certs import pki
@@ -425,6 +441,9 @@ class Environment:
             "--remote-kubeconfig", str(remote.kubeconfig),
             "--cluster-id", spec.cluster_id,
             "--local-cluster-id", topology.local.cluster_id,
+            "--kubelet-port", str(spec.kubelet_port),
+            "--kubelet-tls-cert", str(self.pki_dir / "tls.crt"),
+            "--kubelet-tls-key", str(self.pki_dir / "tls.key"),
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]
