@@ -45,9 +45,11 @@ Say = Callable[[str], None]
 
 SHADOWPOD_CRD = Path(__file__).parent / "manifests" / "shadowpod-crd.yaml"
 REGION_LABEL = "topology.kubernetes.io/region"
-PROVIDER_LABEL = "kube-offload.io/provider"
+PROVIDER_LABEL = "example.com/provider"  # an operator-chosen label, not part of our contract
 REMOTE_REGIONS = ("eu-west", "eu-south", "us-east", "ap-south")
 REMOTE_PROVIDERS = ("acme", "globex", "initech", "umbrella")
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}=fake"
 
 
 class ClusterError(RuntimeError):
@@ -150,7 +152,7 @@ def kwok_node_manifest(name: str, spec: ClusterSpec) -> dict:
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
         "status": {"capacity": resources, "allocatable": resources},
     }
@@ -197,6 +199,16 @@ class Cluster:
                 "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                 "kind": "KwokctlConfiguration",
                 "options": {"bindAddress": "127.0.0.1"},
+                # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
+                # our virtual node's lease and write the status of the pods bound to it.
+                # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
+                "componentsPatches": [{
+                    "name": "kwok-controller",
+                    "extraArgs": [
+                        {"key": "manage-all-nodes", "value": "false", "override": True},
+                        {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": True},
+                    ],
+                }],
             }))
         return path
 
@@ -268,6 +280,14 @@ class Cluster:
     def start(self) -> None:
         self.kwokctl("start", "cluster", "--name", self.name, timeout=180)
         self.wait_ready()
+        # A restarted kwok controller does not take over the leases its previous run held
+        # until they expire (minutes), leaving its nodes' pods Pending meanwhile; the
+        # leases of kwok's own nodes are safe to drop, it recreates them at once.
+        nodes = self.kubectl_json("get", "nodes").get("items", [])
+        kwok_nodes = [n["metadata"]["name"] for n in nodes
+                      if (n["metadata"].get("annotations") or {}).get(KWOK_NODE_ANNOTATION) == "fake"]
+        if kwok_nodes:
+            self.kubectl("delete", "lease", "-n", "kube-node-lease", "--ignore-not-found", *kwok_nodes, check=False)
 
     def delete(self) -> None:
         self.kwokctl("delete", "cluster", "--name", self.name, timeout=180, check=False)

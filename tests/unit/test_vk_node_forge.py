@@ -1,0 +1,182 @@
+"""The virtual Node and Lease as written to the API: labels, taint, conditions, status
+diffing and heartbeats."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kube_offload import constants as c
+from kube_offload.resources import parse_quantity
+from vkubelet import node_forge as forge
+from vkubelet.settings import Settings, SettingsError, parse_duration, parse_node_labels
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+SETTINGS = Settings(
+    cluster_id="remote-1",
+    local_cluster_id="local",
+    node_labels={"topology.kubernetes.io/region": "eu-west", c.LABEL_TYPE: "forged"},
+)
+
+
+def _observation(reachable=True, capacity=None, pressure=None, silent_for=1.0):
+    return forge.Observation(
+        reachable=reachable,
+        silent_for=silent_for,
+        capacity=capacity if capacity is not None else {"cpu": parse_quantity("3600m"), "pods": parse_quantity("99")},
+        pressure=pressure or {},
+        remote_version="v1.37.2",
+    )
+
+
+def _condition(status, kind):
+    return next(cond for cond in status["conditions"] if cond["type"] == kind)
+
+
+def test_contract_labels_win_over_configured_ones():
+    labels = forge.node_labels(SETTINGS)
+    assert labels[c.LABEL_TYPE] == c.TYPE_VIRTUAL_NODE
+    assert labels[c.LABEL_CLUSTER_ID] == "remote-1"
+    assert labels[c.LABEL_HOSTNAME] == "kube-offload-remote-1"
+    assert labels["topology.kubernetes.io/region"] == "eu-west"
+
+
+def test_new_node_has_name_taint_addresses_endpoint_and_capacity():
+    status = forge.node_status(SETTINGS, _observation(), None, NOW)
+    node = forge.build_node(SETTINGS, status, {c.ANNOTATION_REMOTE_CAPACITY: "{}"})
+    assert node["metadata"]["name"] == "kube-offload-remote-1"
+    assert node["spec"]["taints"] == [{"key": c.TAINT_KEY, "value": "true", "effect": "NoExecute"}]
+    assert node["metadata"]["annotations"] == {c.ANNOTATION_REMOTE_CAPACITY: "{}"}
+    assert status["addresses"] == [
+        {"type": "InternalIP", "address": "127.0.0.1"},
+        {"type": "Hostname", "address": "127.0.0.1"},
+    ]
+    assert status["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10250}}
+    assert status["capacity"] == {"cpu": "3600m", "pods": "99"}
+    assert status["allocatable"] == status["capacity"]
+    assert status["nodeInfo"]["kubeletVersion"] == "v1.37.2"
+    assert status["nodeInfo"]["operatingSystem"] == "linux"
+
+
+def test_ready_follows_reachability():
+    ready = _condition(forge.node_status(SETTINGS, _observation(True), None, NOW), "Ready")
+    assert ready["status"] == "True" and ready["reason"] == forge.REASON_READY
+    down = _condition(forge.node_status(SETTINGS, _observation(False, silent_for=25.0), None, NOW), "Ready")
+    assert down["status"] == "False" and down["reason"] == forge.REASON_NOT_READY
+    assert "25s" in down["message"]
+
+
+def test_pressure_conditions_true_when_any_remote_node_reports_them():
+    status = forge.node_status(SETTINGS, _observation(pressure={"DiskPressure": ["n1", "n2"]}), None, NOW)
+    assert _condition(status, "DiskPressure")["status"] == "True"
+    assert "n1, n2" in _condition(status, "DiskPressure")["message"]
+    assert _condition(status, "MemoryPressure")["status"] == "False"
+    assert _condition(status, "PIDPressure")["status"] == "False"
+
+
+def test_transition_time_kept_while_status_unchanged_and_moved_on_change():
+    first = forge.node_status(SETTINGS, _observation(True), None, NOW)
+    later = NOW + timedelta(minutes=5)
+    same = forge.node_status(SETTINGS, _observation(True), first, later)
+    assert _condition(same, "Ready")["lastTransitionTime"] == forge.format_time(NOW)
+    assert _condition(same, "Ready")["lastHeartbeatTime"] == forge.format_time(later)
+    flipped = forge.node_status(SETTINGS, _observation(False), first, later)
+    assert _condition(flipped, "Ready")["lastTransitionTime"] == forge.format_time(later)
+
+
+def test_capacity_unknown_keeps_the_previous_one():
+    previous = {"capacity": {"cpu": "2"}, "allocatable": {"cpu": "2"}}
+    status = forge.node_status(SETTINGS, forge.Observation(True, 1.0, None, {}), previous, NOW)
+    assert status["capacity"] == {"cpu": "2"} and status["allocatable"] == {"cpu": "2"}
+
+
+def test_status_patch_skipped_when_only_heartbeats_differ():
+    current = forge.node_status(SETTINGS, _observation(), None, NOW)
+    soon = NOW + timedelta(seconds=20)
+    desired = forge.node_status(SETTINGS, _observation(), current, soon)
+    assert forge.status_patch(current, desired, soon, 60) is None
+    # ...until the heartbeat falls due.
+    late = NOW + timedelta(seconds=61)
+    assert forge.status_patch(current, forge.node_status(SETTINGS, _observation(), current, late), late, 60) is not None
+
+
+def test_status_patch_written_on_a_real_change_and_nulls_vanished_resources():
+    current = forge.node_status(SETTINGS, _observation(capacity={"cpu": 1000, "nvidia.com/gpu": 1000}), None, NOW)
+    desired = forge.node_status(SETTINGS, _observation(capacity={"cpu": 2000}), current, NOW)
+    patch = forge.status_patch(current, desired, NOW, 60)
+    assert patch["status"]["capacity"] == {"cpu": "2", "nvidia.com/gpu": None}
+    assert patch["status"]["allocatable"] == {"cpu": "2", "nvidia.com/gpu": None}
+
+
+def test_quantity_spelling_is_not_a_change():
+    current = forge.node_status(SETTINGS, _observation(capacity={"memory": parse_quantity("1Gi")}), None, NOW)
+    current["capacity"] = {"memory": "1073741824"}
+    current["allocatable"] = {"memory": "1073741824"}
+    desired = forge.node_status(SETTINGS, _observation(capacity={"memory": parse_quantity("1Gi")}), current, NOW)
+    assert forge.status_equivalent(current, desired)
+
+
+def test_metadata_patch_adds_ours_and_keeps_others():
+    node = {
+        "metadata": {"name": "kube-offload-remote-1", "resourceVersion": "7", "labels": {"team": "x"}, "annotations": {}},
+        "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]},
+    }
+    patch = forge.metadata_patch(node, SETTINGS, {c.ANNOTATION_REMOTE_CAPACITY: "{...}"})
+    assert patch["metadata"]["labels"][c.LABEL_TYPE] == c.TYPE_VIRTUAL_NODE
+    assert "team" not in patch["metadata"]["labels"]  # untouched, not removed
+    assert patch["metadata"]["annotations"] == {c.ANNOTATION_REMOTE_CAPACITY: "{...}"}
+    assert patch["spec"]["taints"] == [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+        forge.virtual_node_taint(),
+    ]
+    assert patch["metadata"]["resourceVersion"] == "7"
+
+
+def test_metadata_patch_none_when_in_sync():
+    node = {
+        "metadata": {"labels": forge.node_labels(SETTINGS), "annotations": {"a": "1"}},
+        "spec": {"taints": [forge.virtual_node_taint(), {"key": "other", "effect": "NoSchedule"}]},
+    }
+    assert forge.metadata_patch(node, SETTINGS, {"a": "1"}) is None
+
+
+def test_lease_owned_by_the_node_and_renewal_uses_micro_time():
+    lease = forge.build_lease(SETTINGS, "node-uid")
+    assert lease["metadata"] == {
+        "name": "kube-offload-remote-1",
+        "namespace": "kube-node-lease",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "kube-offload-remote-1", "uid": "node-uid"}],
+    }
+    assert lease["spec"] == {"holderIdentity": "kube-offload-remote-1", "leaseDurationSeconds": 40}
+    renewal = forge.lease_renewal(SETTINGS, NOW)
+    assert renewal["spec"]["renewTime"] == "2026-01-01T12:00:00.000000Z"
+
+
+# --- settings ---------------------------------------------------------------------------------
+def test_settings_default_node_name_and_validation():
+    assert Settings(cluster_id="b", local_cluster_id="a").node_name == "kube-offload-b"
+    Settings(cluster_id="b", local_cluster_id="a").validate()
+    with pytest.raises(SettingsError, match="--cluster-id"):
+        Settings(cluster_id="Bad_Id", local_cluster_id="a").validate()
+    with pytest.raises(SettingsError, match="--local-cluster-id is required"):
+        Settings(cluster_id="b", local_cluster_id="").validate()
+    with pytest.raises(SettingsError, match="--sharing-percentage"):
+        Settings(cluster_id="b", local_cluster_id="a", sharing_percentage=0).validate()
+    with pytest.raises(SettingsError, match="--ping-timeout"):
+        Settings(cluster_id="b", local_cluster_id="a", ping_interval=10, ping_timeout=5).validate()
+    with pytest.raises(SettingsError, match="--node-label"):
+        Settings(cluster_id="b", local_cluster_id="a", node_labels={"bad key": "v"}).validate()
+
+
+def test_node_labels_and_durations_parse():
+    assert parse_node_labels(["a=b", "topology.kubernetes.io/region = eu"]) == {
+        "a": "b",
+        "topology.kubernetes.io/region": "eu",
+    }
+    with pytest.raises(SettingsError):
+        parse_node_labels(["novalue"])
+    assert parse_duration("5s") == 5.0
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("2m") == 120.0
+    assert parse_duration("7") == 7.0
+    with pytest.raises(ValueError):
+        parse_duration("soon")

@@ -1,0 +1,367 @@
+"""Local pod -> remote pod: what is dropped, what is kept, and the ShadowPod around it."""
+
+import copy
+
+import pytest
+
+from kube_offload import constants as c
+from kube_offload.affinity import merge_required_terms, policy_node_terms, virtual_node_toleration
+from kube_offload.policy import policy_from_namespace
+from vkubelet.translation import (
+    TranslationContext,
+    build_shadowpod_for,
+    origin_key,
+    origin_uid,
+    requirement_matches,
+    term_matches,
+    translate_pod,
+)
+
+NODE = "kube-offload-remote-1"
+NODE_LABELS = {
+    c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE,
+    c.LABEL_CLUSTER_ID: "remote-1",
+    c.LABEL_HOSTNAME: NODE,
+    "kubernetes.io/os": "linux",
+    "topology.kubernetes.io/region": "eu-west",
+    "kube-offload.io/provider": "acme",
+}
+CTX = TranslationContext(local_cluster_id="local", virtual_node_labels=NODE_LABELS, virtual_node_name=NODE)
+
+
+def _pod(**spec_extra) -> dict:
+    spec = {
+        "nodeName": NODE,
+        "schedulerName": "default-scheduler",
+        "serviceAccountName": "builder",
+        "serviceAccount": "builder",
+        "priority": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": "nginx",
+                "env": [{"name": "MODE", "value": "prod"}],
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/data"},
+                    {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "data", "emptyDir": {}},
+            {
+                "name": "kube-api-access-x7k2p",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+                    ]
+                },
+            },
+        ],
+        "tolerations": [
+            virtual_node_toleration(),
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        ],
+    }
+    spec.update(spec_extra)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "web-1",
+            "namespace": "demo",
+            "uid": "uid-1",
+            "labels": {"app": "web"},
+            "annotations": {"note": "kept"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "web", "uid": "rs", "apiVersion": "apps/v1"}],
+        },
+        "spec": spec,
+        "status": {"phase": "Pending", "qosClass": "BestEffort"},
+    }
+
+
+def _affinity(pod_affinity: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": pod_affinity}}}
+
+
+def _ns(**labels) -> dict:
+    annotations = {}
+    selector = labels.pop("selector", None)
+    if selector:
+        annotations[c.ANNOTATION_CLUSTER_SELECTOR] = selector
+    return {"metadata": {"name": "demo", "labels": {c.LABEL_ENABLED: "true", **labels}, "annotations": annotations}}
+
+
+# --- what is dropped -----------------------------------------------------------------------
+def test_node_name_scheduler_priority_and_our_toleration_are_dropped():
+    spec = translate_pod(_pod(), CTX).spec
+    assert "nodeName" not in spec
+    assert "schedulerName" not in spec
+    assert "priority" not in spec
+    assert [t["key"] for t in spec["tolerations"]] == ["node.kubernetes.io/not-ready"]
+
+
+def test_tolerations_list_removed_when_only_ours():
+    spec = translate_pod(_pod(tolerations=[virtual_node_toleration()]), CTX).spec
+    assert "tolerations" not in spec
+
+
+def test_service_account_token_volume_and_mount_are_dropped_and_automount_off():
+    spec = translate_pod(_pod(), CTX).spec
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec and "serviceAccount" not in spec
+    assert [v["name"] for v in spec["volumes"]] == ["data"]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+
+
+def test_standalone_root_ca_volume_is_dropped_without_reflection_and_renamed_with_it():
+    pod = _pod(
+        volumes=[{"name": "ca", "configMap": {"name": "kube-root-ca.crt"}}],
+        containers=[{"name": "app", "image": "x", "volumeMounts": [{"name": "ca", "mountPath": "/ca"}]}],
+    )
+    without = translate_pod(pod, CTX).spec
+    assert "volumes" not in without
+    assert "volumeMounts" not in without["containers"][0]
+    with_reflection = translate_pod(pod, TranslationContext(**{**CTX.__dict__, "reflection": True})).spec
+    # Reflection copies the local CA under another name (the remote has its own kube-root-ca.crt).
+    assert with_reflection["volumes"] == [{"name": "ca", "configMap": {"name": "kube-offload-root-ca.crt"}}]
+    # The account exists only locally; its tokens come from the reflected token Secret.
+    assert "serviceAccountName" not in with_reflection
+
+
+def test_user_projected_volume_loses_only_its_token_source():
+    pod = _pod(
+        volumes=[
+            {
+                "name": "mixed",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token", "audience": "vault"}},
+                        {"secret": {"name": "creds"}},
+                    ]
+                },
+            }
+        ],
+        containers=[{"name": "app", "image": "x", "volumeMounts": [{"name": "mixed", "mountPath": "/m"}]}],
+    )
+    spec = translate_pod(pod, CTX).spec
+    assert spec["volumes"] == [{"name": "mixed", "projected": {"sources": [{"secret": {"name": "creds"}}]}}]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "mixed", "mountPath": "/m"}]
+
+
+def test_init_container_mounts_of_dropped_volumes_go_too():
+    pod = _pod()
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "image": "busybox", "volumeMounts": [{"name": "kube-api-access-x7k2p", "mountPath": "/t"}]}
+    ]
+    spec = translate_pod(pod, CTX).spec
+    assert "volumeMounts" not in spec["initContainers"][0]
+
+
+def test_priority_class_kept_only_if_the_remote_cluster_has_it():
+    pod = _pod(priorityClassName="high", preemptionPolicy="Never")
+    assert "priorityClassName" not in translate_pod(pod, CTX).spec
+    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"})})
+    spec = translate_pod(pod, ctx).spec
+    assert spec["priorityClassName"] == "high"
+    # The number and policy come from the remote class, never from the local one.
+    assert "priority" not in spec and "preemptionPolicy" not in spec
+
+
+@pytest.mark.parametrize("field", ["overhead", "ephemeralContainers", "schedulingGates", "readinessGates"])
+def test_fields_set_by_local_machinery_are_dropped(field):
+    values = {
+        "overhead": {"cpu": "250m"},
+        "ephemeralContainers": [{"name": "debug", "image": "busybox"}],
+        "schedulingGates": [{"name": "x"}],
+        "readinessGates": [{"conditionType": "example.com/lb"}],
+    }
+    assert field not in translate_pod(_pod(**{field: values[field]}), CTX).spec
+
+
+# --- what is kept --------------------------------------------------------------------------
+def test_user_content_is_kept_verbatim():
+    pod = _pod(
+        hostAliases=[{"ip": "127.0.0.1", "hostnames": ["x"]}],
+        dnsPolicy="ClusterFirst",
+        restartPolicy="Always",
+        topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+    )
+    spec = translate_pod(pod, CTX).spec
+    assert spec["containers"][0]["env"] == [{"name": "MODE", "value": "prod"}]
+    assert spec["containers"][0]["image"] == "nginx"
+    assert spec["hostAliases"] == pod["spec"]["hostAliases"]
+    assert spec["topologySpreadConstraints"] == pod["spec"]["topologySpreadConstraints"]
+    assert spec["restartPolicy"] == "Always"
+
+
+def test_translation_does_not_mutate_the_local_pod():
+    pod = _pod(affinity=_affinity([{"matchExpressions": [{"key": c.LABEL_TYPE, "operator": "In", "values": ["virtual-node"]}]}]))
+    before = copy.deepcopy(pod)
+    translate_pod(pod, CTX)
+    assert pod == before
+
+
+def test_labels_and_annotations_are_copied_not_owner_references():
+    remote = translate_pod(_pod(), CTX)
+    assert remote.labels == {"app": "web"}
+    assert remote.annotations == {"note": "kept"}
+
+
+# --- node selection ----------------------------------------------------------------------------
+def test_node_selector_keys_of_the_virtual_node_are_dropped_others_kept():
+    pod = _pod(nodeSelector={"kubernetes.io/os": "linux", "disktype": "ssd", c.LABEL_HOSTNAME: NODE})
+    assert translate_pod(pod, CTX).spec["nodeSelector"] == {"disktype": "ssd"}
+    pod = _pod(nodeSelector={c.LABEL_HOSTNAME: NODE})
+    assert "nodeSelector" not in translate_pod(pod, CTX).spec
+
+
+@pytest.mark.parametrize(
+    "placement, selector",
+    [
+        (c.PLACEMENT_REMOTE, ""),
+        (c.PLACEMENT_REMOTE, "topology.kubernetes.io/region in (eu-west,eu-south),kube-offload.io/provider!=aws"),
+        (c.PLACEMENT_LOCAL_AND_REMOTE, "topology.kubernetes.io/region=eu-west"),
+    ],
+)
+def test_policy_affinity_added_by_the_webhook_disappears(placement, selector):
+    """Whatever the webhook adds for a policy (via the shared affinity module) is about
+    choosing the virtual node; none of it reaches the remote pod."""
+    labels = {c.LABEL_POD_PLACEMENT: placement}
+    if selector:
+        labels["selector"] = selector
+    terms = merge_required_terms(None, policy_node_terms(policy_from_namespace(_ns(**labels))))
+    spec = translate_pod(_pod(affinity=_affinity(terms)), CTX).spec
+    assert "affinity" not in spec
+
+
+def test_user_terms_crossed_with_the_policy_keep_only_the_users_expressions():
+    user_terms = [
+        {"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}]},
+        {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+    ]
+    policy = policy_from_namespace(_ns(**{c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL_AND_REMOTE, "selector": "kube-offload.io/provider=acme"}))
+    merged = merge_required_terms(user_terms, policy_node_terms(policy))
+    # A virtual node that carries "disktype": the disktype branch crossed with the remote
+    # policy term matches it, and every expression of that branch is over one of its
+    # labels, so the branch was entirely about the virtual node: no requirement remains.
+    labels = {**NODE_LABELS, "disktype": "ssd"}
+    ctx = TranslationContext(local_cluster_id="local", virtual_node_labels=labels, virtual_node_name=NODE)
+    spec = translate_pod(_pod(affinity=_affinity(merged)), ctx).spec
+    assert "affinity" not in spec
+
+    # Without "disktype" (and without "gpu") no term matches the virtual node: the pod
+    # got there some other way (an explicit nodeName), and nothing is imposed remotely.
+    spec = translate_pod(_pod(affinity=_affinity(merged)), CTX).spec
+    assert "affinity" not in spec
+
+
+def test_user_expression_over_other_labels_survives_in_the_matching_term():
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": c.LABEL_TYPE, "operator": "In", "values": [c.TYPE_VIRTUAL_NODE]},
+                {"key": "disktype", "operator": "NotIn", "values": ["hdd"]},
+            ]
+        },
+        {"matchExpressions": [{"key": c.LABEL_TYPE, "operator": "NotIn", "values": [c.TYPE_VIRTUAL_NODE]}]},
+    ]
+    spec = translate_pod(_pod(affinity=_affinity(terms)), CTX).spec
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "disktype", "operator": "NotIn", "values": ["hdd"]}]}]
+    }
+
+
+def test_match_fields_naming_the_virtual_node_are_dropped():
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}]
+    spec = translate_pod(_pod(affinity=_affinity(terms)), CTX).spec
+    assert "affinity" not in spec
+
+
+def test_preferred_terms_lose_virtual_node_expressions_and_empty_ones_go():
+    affinity = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 10, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/region", "operator": "In", "values": ["eu-west"]}]}},
+                {
+                    "weight": 5,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kube-offload.io/provider", "operator": "In", "values": ["acme"]},
+                            {"key": "zone", "operator": "In", "values": ["a"]},
+                        ]
+                    },
+                },
+            ]
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    spec = translate_pod(_pod(affinity=affinity), CTX).spec
+    assert spec["affinity"]["nodeAffinity"] == {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}
+        ]
+    }
+    assert "podAntiAffinity" in spec["affinity"]
+
+
+@pytest.mark.parametrize(
+    "requirement, labels, expected",
+    [
+        ({"key": "a", "operator": "In", "values": ["1"]}, {"a": "1"}, True),
+        ({"key": "a", "operator": "In", "values": ["1"]}, {}, False),
+        ({"key": "a", "operator": "NotIn", "values": ["1"]}, {}, True),
+        ({"key": "a", "operator": "NotIn", "values": ["1"]}, {"a": "1"}, False),
+        ({"key": "a", "operator": "Exists"}, {"a": ""}, True),
+        ({"key": "a", "operator": "DoesNotExist"}, {"a": ""}, False),
+        ({"key": "a", "operator": "Gt", "values": ["3"]}, {"a": "4"}, True),
+        ({"key": "a", "operator": "Gt", "values": ["3"]}, {"a": "3"}, False),
+        ({"key": "a", "operator": "Lt", "values": ["3"]}, {"a": "x"}, False),
+        ({"key": "a", "operator": "Bogus", "values": ["3"]}, {"a": "3"}, False),
+    ],
+)
+def test_requirement_semantics(requirement, labels, expected):
+    assert requirement_matches(requirement, labels) is expected
+
+
+def test_empty_term_matches_nothing():
+    assert term_matches({}, NODE_LABELS, NODE) is False
+    assert term_matches({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}, {}, NODE)
+
+
+# --- the ShadowPod -----------------------------------------------------------------------------
+def test_shadowpod_carries_origin_labels_annotations_and_the_translated_spec():
+    shp = build_shadowpod_for(_pod(), "demo-local", CTX)
+    assert shp["apiVersion"] == f"{c.SHADOWPOD_GROUP}/{c.SHADOWPOD_VERSION}"
+    assert shp["kind"] == c.SHADOWPOD_KIND
+    assert shp["metadata"]["name"] == "web-1"
+    assert shp["metadata"]["namespace"] == "demo-local"
+    assert shp["metadata"]["labels"] == {c.LABEL_ORIGIN_CLUSTER_ID: "local"}
+    assert shp["metadata"]["annotations"] == {
+        c.ANNOTATION_ORIGIN_NAMESPACE: "demo",
+        c.ANNOTATION_ORIGIN_NAME: "web-1",
+        c.ANNOTATION_ORIGIN_UID: "uid-1",
+    }
+    template = shp["spec"]["pod"]
+    assert template["metadata"]["labels"] == {"app": "web", c.LABEL_ORIGIN_CLUSTER_ID: "local"}
+    assert template["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID] == "uid-1"
+    assert template["metadata"]["annotations"]["note"] == "kept"
+    assert "nodeName" not in template["spec"]
+    assert origin_key(shp) == "demo/web-1"
+    assert origin_uid(shp) == "uid-1"
+
+
+def test_a_pod_cannot_forge_its_origin():
+    pod = _pod()
+    pod["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID] = "someone-else"
+    pod["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] = "other"
+    shp = build_shadowpod_for(pod, "demo-local", CTX)
+    assert shp["spec"]["pod"]["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID] == "uid-1"
+    assert shp["spec"]["pod"]["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] == "local"
+
+
+def test_origin_key_needs_both_annotations():
+    assert origin_key({"metadata": {"annotations": {c.ANNOTATION_ORIGIN_NAME: "x"}}}) is None
+    assert origin_key({}) is None

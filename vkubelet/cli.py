@@ -1,0 +1,161 @@
+"""``kube-offload vkubelet``: flags in, virtual kubelet started, stopped on SIGTERM/SIGINT.
+
+Only settings and wiring live here; see vkubelet/runner.py for what runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+import kube_offload
+from kube_offload import constants as c
+from kube_offload.flags import add_flag, appended
+from kube_offload.logs import LEVELS, setup_logging
+from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
+from vkubelet.settings import Settings, SettingsError, parse_duration, parse_node_labels
+
+COMPONENT = "vkubelet"
+
+log = logging.getLogger("kube_offload.vkubelet")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "vkubelet",
+        help="run the virtual kubelet of one remote cluster (runs in the local cluster)",
+        description=(
+            "Show one remote cluster as a virtual node of the local cluster and run the pods "
+            "bound to that node in the remote cluster (as ShadowPods in twin namespaces), "
+            "keeping their local status true. One process per remote cluster. "
+            "See docs/virtual-kubelet.md."
+        ),
+    )
+    flag = lambda name, **kw: add_flag(parser, COMPONENT, name, **kw)  # noqa: E731
+    flag("--local-kubeconfig", default=None,
+         help="kubeconfig of the local cluster; unset: in-cluster config, then ~/.kube/config")
+    flag("--remote-kubeconfig", default=None, help="kubeconfig of the remote cluster (required)")
+    flag("--cluster-id", default="", help="id of the REMOTE cluster; the node is named kube-offload-<id> (required)")
+    flag("--local-cluster-id", default="",
+         help="id of the LOCAL cluster: the origin label on remote objects and the suffix of twin namespaces (required)")
+    flag("--node-name", default="", help=f"name of the virtual node; unset: {c.VIRTUAL_NODE_PREFIX}<cluster-id>")
+    add_flag(parser, COMPONENT, "--node-label", default=[], action="append",
+             help="extra label of the virtual node, key=value, repeatable (region, provider...)")
+    flag("--sharing-percentage", default=c.DEFAULT_SHARING_PERCENTAGE, type=int,
+         help="share of the remote cluster's free resources the virtual node offers (1-100)")
+    flag("--ping-interval", default="5s", type=_duration, help="how often the remote API server is probed")
+    flag("--ping-timeout", default="20s", type=_duration,
+         help="the node turns NotReady once the remote API server has been unreachable this long")
+    flag("--resync-period", default="300s", type=_duration, help="full re-check of every object even if nothing changed")
+    flag("--workers", default=4, type=_positive_int, help="pods reconciled in parallel")
+    flag("--node-address", default="127.0.0.1",
+         help="InternalIP and Hostname address of the virtual node (where the kubelet endpoint is reached)")
+    flag("--kubelet-port", default=10250, type=int, help="kubelet endpoint port published on the node")
+    flag("--kubelet-tls-cert", default="",
+         help="serving certificate (PEM) of the kubelet endpoint (kubectl logs/exec); unset: one is generated at start-up")
+    flag("--kubelet-tls-key", default="", help="private key (PEM) of --kubelet-tls-cert")
+    flag("--kubelet-bind-address", default="",
+         help="address the kubelet endpoint listens on (0.0.0.0: all); unset: the --node-address")
+    flag("--kubelet-client-ca", default="",
+         help="CA file; when set, only clients with a certificate it signed (the apiserver's "
+              "--kubelet-client-certificate) may use the kubelet endpoint")
+    flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
+    flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
+    add_reflection_flags(parser, COMPONENT)
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    settings = Settings(
+        cluster_id=args.cluster_id,
+        local_cluster_id=args.local_cluster_id,
+        local_kubeconfig=args.local_kubeconfig or None,
+        remote_kubeconfig=args.remote_kubeconfig or None,
+        node_name=args.node_name or "",
+        node_labels=parse_node_labels(appended(args, "--node-label")),
+        sharing_percentage=args.sharing_percentage,
+        ping_interval=float(args.ping_interval),
+        ping_timeout=float(args.ping_timeout),
+        resync_period=float(args.resync_period),
+        workers=args.workers,
+        node_address=args.node_address,
+        kubelet_port=args.kubelet_port,
+        kubelet_tls_cert=args.kubelet_tls_cert or "",
+        kubelet_tls_key=args.kubelet_tls_key or "",
+        kubelet_bind_address=args.kubelet_bind_address or "",
+        kubelet_client_ca=args.kubelet_client_ca or "",
+        log_level=args.log_level,
+        log_json=bool(args.log_json),
+        reflection=reflection_settings_from_args(args),
+    )
+    settings.validate()
+    if not settings.remote_kubeconfig:
+        raise SettingsError("--remote-kubeconfig is required")
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level, json_format=bool(args.log_json))
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
+        return 2
+    # Imported here so ``kube-offload --help`` does not pay for the runner's imports.
+    from kube_offload.kube import load_api_client
+    from vkubelet.kubelet_api import kubelet_api_loop
+    from vkubelet.reflection.loops import reflection_loops
+    from vkubelet.runner import VirtualKubelet
+
+    local = load_api_client(settings.local_kubeconfig)
+    remote = load_api_client(settings.remote_kubeconfig)
+    # The user agent names the field manager: managedFields then say who wrote what.
+    for api_client in (local, remote):
+        api_client.user_agent = f"kube-offload-vkubelet/{kube_offload.__version__} ({settings.node_name})"
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s; stopping (the node and the offloaded pods stay)", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    try:
+        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), kubelet_api_loop])
+    except SettingsError as exc:  # e.g. the kubelet port is taken, the certificate unreadable
+        print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
+        return 2
+    log.info(
+        "virtual kubelet for cluster %s starting: node %s, local cluster %s, sharing %d%%",
+        settings.cluster_id,
+        settings.node_name,
+        settings.local_cluster_id,
+        settings.sharing_percentage,
+    )
+    vk.start()
+    try:
+        # A timed wait keeps the main thread responsive to signals.
+        while not stop.wait(1.0):
+            pass
+    finally:
+        vk.stop()
+        log.info("virtual kubelet stopped")
+    return 0

@@ -1,0 +1,307 @@
+"""The virtual Node: keeps it existing, labelled, tainted, sized and healthy, plus its Lease.
+
+Three small loops, each on its own thread so that a slow call in one never delays the
+others (a lease that stops being renewed makes the node lifecycle controller mark the
+node Unknown, whatever the reason):
+
+* probe: asks the remote API server for /version every ping interval; the node is Ready
+  while the remote cluster answered within the ping timeout;
+* status: converges the Node (create if missing, our labels/annotation/taint, status via
+  nodes/status) when something changed - a remote node or pod (rate-limited), readiness,
+  the Node itself - and at least every ``node_status_report_seconds`` as a heartbeat;
+* lease: renews ``kube-node-lease/<node>`` every ``lease_renew_seconds``.
+
+The Node is never deleted here, not even on shutdown: pods bound to it must survive a
+vkubelet restart (deleting the node would make the pod GC delete them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+from kubernetes import client
+
+from kube_offload import capacity as cap
+from kube_offload import constants as c
+from kube_offload.kube import ApiError, call_json
+from vkubelet import node_forge as forge
+from vkubelet.informers import SharedInformers
+from vkubelet.remote_resources import RemoteResources, summarize, virtual_node_capacity
+from vkubelet.settings import Settings
+
+MERGE_PATCH = "application/merge-patch+json"
+
+log = logging.getLogger("kube_offload.vkubelet.node")
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def annotation_due(current: str | None, fresh: str, now: datetime, refresh_seconds: float) -> bool:
+    """Whether to write ``fresh`` over ``current``: when what it says changed, or when
+    ``current`` is older than ``refresh_seconds`` (the extender ignores stale summaries,
+    so an unchanged one must still be re-stamped now and then)."""
+    if not current:
+        return True
+    try:
+        old = cap.decode_remote_capacity(current)
+        new = cap.decode_remote_capacity(fresh)
+    except cap.CapacityError:
+        return True
+    if (old.shapes, dict(old.total), old.remote_nodes, old.omitted) != (
+        new.shapes,
+        dict(new.total),
+        new.remote_nodes,
+        new.omitted,
+    ):
+        return True
+    return old.age_seconds(now) >= refresh_seconds
+
+
+class VirtualNode:
+    def __init__(
+        self,
+        settings: Settings,
+        informers: SharedInformers,
+        *,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._core = client.CoreV1Api(informers.local_client)
+        self._coordination = client.CoordinationV1Api(informers.local_client)
+        self._version = client.VersionApi(informers.remote_client)
+        self._informers = informers
+        self.node_informer = informers.local_node()
+        self.remote_nodes = informers.remote_nodes()
+        self.remote_pods = informers.remote_pods()
+
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._capacity_dirty = threading.Event()
+        self._capacity_dirty.set()
+        self._lock = threading.Lock()
+        self._last_answer = 0.0  # monotonic time of the last successful probe
+        self._reachable = False
+        self._remote_version = ""
+        self._remote: RemoteResources | None = None
+        self._written: dict | None = None  # the Node as our last write returned it
+        self._ready_listeners: list[Callable[[], None]] = []
+        self._threads: list[threading.Thread] = []
+
+        self.remote_nodes.add_handler(self._on_remote_change)
+        self.remote_pods.add_handler(self._on_remote_change)
+        self.node_informer.add_handler(lambda _kind, _old, _new: self._wake.set())
+
+    # --- public ----------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return self._reachable
+
+    def on_reconnect(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever the remote cluster becomes reachable again: the
+        controllers re-check every object, since work dropped during an outage would
+        otherwise wait for the next full resync."""
+        self._ready_listeners.append(listener)
+
+    def start(self) -> None:
+        for name, target in (("probe", self._probe_loop), ("status", self._status_loop), ("lease", self._lease_loop)):
+            thread = threading.Thread(target=target, name=f"vnode-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # --- probe ------------------------------------------------------------------------------
+    def probe_once(self) -> None:
+        timeout = max(1.0, min(self.settings.ping_interval, 5.0))
+        try:
+            version = call_json(self._version.get_code, _request_timeout=(timeout, timeout))
+        except ApiError as exc:
+            log.debug("remote API server probe failed: %s", exc)
+        else:
+            with self._lock:
+                self._last_answer = time.monotonic()
+                self._remote_version = str(version.get("gitVersion") or self._remote_version)
+        self._update_reachability()
+
+    def _update_reachability(self) -> None:
+        last = max(self._last_answer, self._informers.remote_last_contact())
+        silent = time.monotonic() - last if last else None
+        reachable = silent is not None and silent <= self.settings.ping_timeout
+        with self._lock:
+            changed = reachable != self._reachable
+            self._reachable = reachable
+        if changed:
+            if reachable:
+                log.info("remote cluster %s reachable: node %s Ready", self.settings.cluster_id, self.settings.node_name)
+            else:
+                log.warning(
+                    "remote cluster %s unreachable for %s: node %s NotReady",
+                    self.settings.cluster_id,
+                    f"{silent:.0f}s" if silent is not None else "ever",
+                    self.settings.node_name,
+                )
+            self._wake.set()
+            if reachable:
+                for listener in self._ready_listeners:
+                    try:
+                        listener()
+                    except Exception:
+                        log.exception("reconnect listener failed")
+
+    def _probe_loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.probe_once()
+            self._stop.wait(max(0.0, self.settings.ping_interval - (time.monotonic() - started)))
+
+    # --- status -----------------------------------------------------------------------------
+    def _on_remote_change(self, _kind: str, _old: dict | None, _new: dict) -> None:
+        self._capacity_dirty.set()
+        self._wake.set()
+
+    def observe(self) -> forge.Observation:
+        """Recompute the remote summary if remote nodes/pods changed (and both caches
+        listed at least once)."""
+        if self._capacity_dirty.is_set() and self.remote_nodes.has_synced() and self.remote_pods.has_synced():
+            self._capacity_dirty.clear()
+            self._remote = summarize(self.remote_nodes.list(), self.remote_pods.list(), self.settings.local_cluster_id)
+        last = max(self._last_answer, self._informers.remote_last_contact())
+        with self._lock:
+            reachable, version = self._reachable, self._remote_version
+        remote = self._remote
+        return forge.Observation(
+            reachable=reachable,
+            silent_for=(time.monotonic() - last) if last else None,
+            capacity=virtual_node_capacity(remote.shareable, self.settings.sharing_percentage) if remote else None,
+            pressure=remote.pressure if remote else {},
+            remote_version=version,
+        )
+
+    def _current_node(self) -> dict | None:
+        cached = self.node_informer.get(self.settings.node_name)
+        written = self._written
+        if cached is None or written is None:
+            return cached if self.node_informer.has_synced() else (cached or written)
+        # Right after our own write the cache may lag behind it; the newer copy wins.
+        return written if _rv(written) > _rv(cached) else cached
+
+    def sync(self) -> None:
+        """Converge the Node once (idempotent)."""
+        now = self._clock()
+        observation = self.observe()
+        node = self._current_node()
+        annotations: dict[str, str] = {}
+        remote = self._remote
+        if remote is not None:
+            fresh = cap.encode_remote_capacity(remote.free_by_node, updated=now)
+            current = ((node or {}).get("metadata") or {}).get("annotations", {}).get(c.ANNOTATION_REMOTE_CAPACITY)
+            if annotation_due(current, fresh, now, self.settings.node_status_report_seconds):
+                annotations[c.ANNOTATION_REMOTE_CAPACITY] = fresh
+        desired = forge.node_status(self.settings, observation, (node or {}).get("status"), now)
+
+        if node is None:
+            body = forge.build_node(self.settings, desired, annotations)
+            try:
+                node = call_json(self._core.create_node, body)
+                log.info("created virtual node %s", self.settings.node_name)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                node = call_json(self._core.read_node, self.settings.node_name)
+            self._written = node
+
+        patch = forge.metadata_patch(node, self.settings, annotations)
+        if patch:
+            node = call_json(self._core.patch_node, self.settings.node_name, patch, _content_type=MERGE_PATCH)
+            self._written = node
+        patch = forge.status_patch(node.get("status"), desired, now, self.settings.node_status_report_seconds)
+        if patch:
+            self._written = call_json(
+                self._core.patch_node_status, self.settings.node_name, patch, _content_type=MERGE_PATCH
+            )
+
+    def _status_loop(self) -> None:
+        backoff = 0.5
+        # Wake at least this often to notice a heartbeat falling due.
+        tick = max(1.0, min(self.settings.ping_interval, self.settings.node_status_report_seconds / 4))
+        while not self._stop.is_set():
+            try:
+                self.sync()
+                backoff = 0.5
+            except ApiError as exc:
+                log.warning("node %s: update failed (%s); retrying in %.1fs", self.settings.node_name, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            except Exception:
+                log.exception("node %s: update failed; retrying in %.1fs", self.settings.node_name, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            self._wake.wait(tick)
+            if self._stop.is_set():
+                return
+            if self._capacity_dirty.is_set():
+                # A burst of remote pod events becomes one recomputation.
+                self._stop.wait(self.settings.capacity_min_interval_seconds)
+            self._wake.clear()
+
+    # --- lease ------------------------------------------------------------------------------
+    def renew_lease(self) -> None:
+        name, namespace = self.settings.node_name, forge.LEASE_NAMESPACE
+        patch = forge.lease_renewal(self.settings, self._clock())
+        try:
+            call_json(self._coordination.patch_namespaced_lease, name, namespace, patch, _content_type=MERGE_PATCH)
+            return
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+        node = self._current_node()
+        if node is None:
+            return  # the status loop creates the node first; the lease is owned by it
+        uid = (node.get("metadata") or {}).get("uid")
+        # Created without renewTime: the client's model would write a MicroTime without
+        # fractional seconds, which the API refuses; the patch below sends ours verbatim.
+        try:
+            call_json(self._coordination.create_namespaced_lease, namespace, forge.build_lease(self.settings, uid))
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+        call_json(self._coordination.patch_namespaced_lease, name, namespace, patch, _content_type=MERGE_PATCH)
+
+    def _lease_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.renew_lease()
+                delay = self.settings.lease_renew_seconds
+            except ApiError as exc:
+                log.warning("lease %s: renewal failed (%s)", self.settings.node_name, exc)
+                delay = min(2.0, self.settings.lease_renew_seconds)
+            except Exception:
+                log.exception("lease %s: renewal failed", self.settings.node_name)
+                delay = min(2.0, self.settings.lease_renew_seconds)
+            self._stop.wait(delay)
+
+
+def _rv(obj: dict) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0

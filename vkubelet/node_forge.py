@@ -1,0 +1,292 @@
+"""The virtual Node and its Lease as the API wants them (pure: time is passed in).
+
+``node.py`` reads the world and calls these; everything that decides what the node says
+lives here and is tested on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import kube_offload
+from kube_offload import constants as c
+from kube_offload import resources
+from kube_offload.resources import QuantityError, ResourceList
+from vkubelet.remote_resources import PRESSURE_CONDITIONS
+from vkubelet.settings import Settings
+
+READY = "Ready"
+CONDITION_TYPES = (READY, *PRESSURE_CONDITIONS)
+LEASE_NAMESPACE = "kube-node-lease"
+
+# Reasons shown by `kubectl describe node`, kubelet-style.
+REASON_READY = "RemoteClusterReachable"
+REASON_NOT_READY = "RemoteClusterUnreachable"
+_PRESSURE_REASONS = {
+    "MemoryPressure": ("RemoteHasSufficientMemory", "RemoteUnderMemoryPressure", "memory"),
+    "DiskPressure": ("RemoteHasNoDiskPressure", "RemoteUnderDiskPressure", "disk"),
+    "PIDPressure": ("RemoteHasSufficientPID", "RemoteUnderPIDPressure", "PID"),
+}
+
+
+def format_time(moment: datetime) -> str:
+    """metav1.Time: RFC 3339, second precision."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(moment: datetime) -> str:
+    """metav1.MicroTime: the API refuses it without exactly six fractional digits."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+# --- metadata and spec -----------------------------------------------------------------------
+def node_labels(settings: Settings) -> dict[str, str]:
+    """Configured labels, then the contract labels (which win on a clash: the scheduler,
+    the extender and cluster selectors rely on them)."""
+    labels = dict(settings.node_labels)
+    labels.update(
+        {
+            c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE,
+            c.LABEL_CLUSTER_ID: settings.cluster_id,
+            c.LABEL_HOSTNAME: settings.node_name,
+            # Offloaded pods run on Linux nodes; without these, pods with the usual
+            # kubernetes.io/os=linux nodeSelector could never land on the virtual node.
+            "kubernetes.io/os": "linux",
+        }
+    )
+    return labels
+
+
+def virtual_node_taint() -> dict[str, str]:
+    return {"key": c.TAINT_KEY, "value": c.TAINT_VALUE, "effect": c.TAINT_EFFECT}
+
+
+def has_virtual_node_taint(taints: list[dict] | None) -> bool:
+    wanted = virtual_node_taint()
+    return any(all(t.get(k) == v for k, v in wanted.items()) for t in taints or [])
+
+
+# --- status ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Observation:
+    """What the vkubelet currently knows about the remote cluster."""
+
+    reachable: bool
+    # Seconds since the remote API server last answered (None: never).
+    silent_for: float | None
+    capacity: ResourceList | None  # None: not computed yet (remote caches not synced)
+    pressure: Mapping[str, list[str]]
+    remote_version: str = ""
+
+
+def node_conditions(observation: Observation, previous: list[dict] | None, now: datetime) -> list[dict]:
+    """Ready plus the three pressure conditions; lastTransitionTime is kept from
+    ``previous`` while a condition's status does not change."""
+    before = {cond.get("type"): cond for cond in previous or []}
+    stamp = format_time(now)
+    result = []
+    if observation.reachable:
+        ready = ("True", REASON_READY, "the remote cluster's API server answers")
+    elif observation.silent_for is None:
+        ready = ("False", REASON_NOT_READY, "the remote cluster's API server has not answered yet")
+    else:
+        ready = (
+            "False",
+            REASON_NOT_READY,
+            f"the remote cluster's API server has not answered for {int(observation.silent_for)}s",
+        )
+    wanted: list[tuple[str, tuple[str, str, str]]] = [(READY, ready)]
+    for kind in PRESSURE_CONDITIONS:
+        fine, under, what = _PRESSURE_REASONS[kind]
+        nodes = list(observation.pressure.get(kind) or [])
+        if nodes:
+            shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+            wanted.append((kind, ("True", under, f"remote nodes under {what} pressure: {shown}")))
+        else:
+            wanted.append((kind, ("False", fine, f"no remote node reports {what} pressure")))
+    for kind, (status, reason, message) in wanted:
+        old = before.get(kind) or {}
+        transition = old.get("lastTransitionTime") if old.get("status") == status else None
+        result.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": transition or stamp,
+            }
+        )
+    return result
+
+
+def node_info(settings: Settings, remote_version: str) -> dict[str, str]:
+    # The API requires every field. kubeletVersion is the remote control plane's version:
+    # that is the Kubernetes the pods really run on, and version-skew logic in the local
+    # control plane then sees a plausible kubelet.
+    return {
+        "architecture": "amd64",
+        "bootID": "",
+        "containerRuntimeVersion": f"kube-offload://{kube_offload.__version__}",
+        "kernelVersion": "",
+        "kubeProxyVersion": "",
+        "kubeletVersion": remote_version or "v0.0.0-unknown",
+        "machineID": "",
+        "operatingSystem": "linux",
+        "osImage": f"kube-offload virtual node of cluster {settings.cluster_id}",
+        "systemUUID": "",
+    }
+
+
+def node_status(
+    settings: Settings, observation: Observation, previous: Mapping[str, Any] | None, now: datetime
+) -> dict:
+    """The whole status the vkubelet owns. With no capacity computed yet the previous
+    capacity is kept: a vkubelet restart must not zero the node for a moment and make
+    the scheduler think nothing fits."""
+    previous = previous or {}
+    status: dict[str, Any] = {
+        "conditions": node_conditions(observation, previous.get("conditions"), now),
+        "addresses": [
+            {"type": "InternalIP", "address": settings.node_address},
+            {"type": "Hostname", "address": settings.node_address},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+        "nodeInfo": node_info(settings, observation.remote_version or (previous.get("nodeInfo") or {}).get("kubeletVersion", "")),
+    }
+    if observation.capacity is not None:
+        formatted = resources.format_resource_list(observation.capacity)
+        status["capacity"] = formatted
+        status["allocatable"] = dict(formatted)
+    else:
+        status["capacity"] = dict(previous.get("capacity") or {"pods": "0"})
+        status["allocatable"] = dict(previous.get("allocatable") or status["capacity"])
+    return status
+
+
+def build_node(settings: Settings, status: dict, annotations: Mapping[str, str]) -> dict:
+    """The Node to create when none exists (status included: the API keeps a Node's
+    status on create, as kubelet registration relies on)."""
+    metadata: dict[str, Any] = {"name": settings.node_name, "labels": node_labels(settings)}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": {"taints": [virtual_node_taint()]},
+        "status": status,
+    }
+
+
+def metadata_patch(node: Mapping[str, Any], settings: Settings, annotations: Mapping[str, str]) -> dict | None:
+    """A merge patch that puts our labels, annotations and taint on an existing node, or
+    None when they are already there. Other labels, annotations and taints (kubectl
+    label, the node lifecycle controller's not-ready taint) are left alone."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    patch: dict[str, Any] = {}
+    labels = {k: v for k, v in node_labels(settings).items() if (meta.get("labels") or {}).get(k) != v}
+    if labels:
+        patch.setdefault("metadata", {})["labels"] = labels
+    changed = {k: v for k, v in annotations.items() if (meta.get("annotations") or {}).get(k) != v}
+    if changed:
+        patch.setdefault("metadata", {})["annotations"] = changed
+    taints = list(spec.get("taints") or [])
+    if not has_virtual_node_taint(taints):
+        # A merge patch replaces the whole list; the resourceVersion makes it fail
+        # rather than drop a taint another controller added meanwhile.
+        patch["spec"] = {"taints": [*(t for t in taints if t.get("key") != c.TAINT_KEY), virtual_node_taint()]}
+        patch.setdefault("metadata", {})["resourceVersion"] = meta.get("resourceVersion")
+    return patch or None
+
+
+def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any], now: datetime, report_seconds: float) -> dict | None:
+    """The merge patch for nodes/status, or None when nothing but heartbeat timestamps
+    would change and the last heartbeat is younger than ``report_seconds``."""
+    current = current or {}
+    if status_equivalent(current, desired) and not heartbeat_due(current, now, report_seconds):
+        return None
+    patch: dict[str, Any] = dict(desired)
+    # A merge patch merges maps: resources we no longer report must be nulled out.
+    for field in ("capacity", "allocatable"):
+        stale = set(current.get(field) or {}) - set(desired.get(field) or {})
+        if stale:
+            patch[field] = {**desired.get(field, {}), **{name: None for name in stale}}
+    return {"status": patch}
+
+
+def status_equivalent(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Equal in everything but heartbeat times (and quantity spelling)."""
+    for field in ("capacity", "allocatable"):
+        if _amounts(current.get(field)) != _amounts(desired.get(field)):
+            return False
+    if _conditions_key(current.get("conditions")) != _conditions_key(desired.get("conditions")):
+        return False
+    if (current.get("addresses") or []) != desired.get("addresses"):
+        return False
+    if (current.get("daemonEndpoints") or {}) != desired.get("daemonEndpoints"):
+        return False
+    info = current.get("nodeInfo") or {}
+    return all(info.get(k, "") == v for k, v in (desired.get("nodeInfo") or {}).items())
+
+
+def heartbeat_due(current: Mapping[str, Any], now: datetime, report_seconds: float) -> bool:
+    for cond in current.get("conditions") or []:
+        if cond.get("type") == READY:
+            beat = parse_time(cond.get("lastHeartbeatTime"))
+            return beat is None or (now - beat).total_seconds() >= report_seconds
+    return True
+
+
+def _amounts(raw: Any) -> ResourceList | None:
+    try:
+        return resources.parse_resource_list(raw or {})
+    except QuantityError:
+        return None
+
+
+def _conditions_key(conditions: Any) -> list[tuple]:
+    return sorted(
+        (cond.get("type"), cond.get("status"), cond.get("reason"), cond.get("message"), cond.get("lastTransitionTime"))
+        for cond in conditions or []
+    )
+
+
+# --- lease -------------------------------------------------------------------------------------
+def build_lease(settings: Settings, node_uid: str | None) -> dict:
+    """The node's Lease, without renewTime (set by :func:`lease_renewal`). Owned by the
+    Node, as a kubelet's is, so deleting the node deletes its lease."""
+    metadata: dict[str, Any] = {"name": settings.node_name, "namespace": LEASE_NAMESPACE}
+    if node_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": settings.node_name, "uid": node_uid}
+        ]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {"holderIdentity": settings.node_name, "leaseDurationSeconds": settings.lease_duration_seconds},
+    }
+
+
+def lease_renewal(settings: Settings, now: datetime) -> dict:
+    """A merge patch renewing the lease (sent as raw JSON: see node.py on MicroTime)."""
+    return {
+        "spec": {
+            "holderIdentity": settings.node_name,
+            "leaseDurationSeconds": settings.lease_duration_seconds,
+            "renewTime": format_micro_time(now),
+        }
+    }

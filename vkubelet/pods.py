@@ -1,0 +1,359 @@
+"""Pod offloading (loops 4, 6 and 7 of ARCHITECTURE.md): each local pod bound to the
+virtual node is run as a ShadowPod in its twin namespace, and its status follows the
+remote pod's.
+
+One reconcile per local pod key ``namespace/name``, triggered by the local pod, its
+ShadowPod(s), its remote pod and its twin namespace; it reads only caches and converges:
+
+* local pod gone -> every ShadowPod of ours that stood for it is deleted (orphans, e.g.
+  after a vkubelet crash between the user's delete and ours);
+* local pod terminating -> ShadowPod deleted (UID precondition); once the ShadowPod and
+  the remote pod are both gone, the local pod is deleted with grace 0, as a kubelet
+  confirms a pod's end;
+* otherwise -> exactly one ShadowPod, named like the pod, in the twin namespace, for this
+  pod's UID (one for an older pod of the same name is deleted first); the remote pod's
+  status is copied back when it differs.
+
+Deterministic names (same pod name, twin namespace from naming.py) are what make a crash
+at any point safe: a second create meets AlreadyExists instead of making a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Mapping
+
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload import shadowpod
+from kube_offload.controller import Controller, Requeue
+from kube_offload.kube import ApiError, call_json, split_key
+from kube_offload.logs import ObjectLogger
+from vkubelet import events as ev
+from vkubelet import status as st
+from vkubelet.events import EventRecorder
+from vkubelet.informers import SharedInformers
+from vkubelet.namespaces import TwinNamespaces
+from vkubelet.node_forge import node_labels, parse_time
+from vkubelet.origin_index import OriginIndex
+from vkubelet.remote_resources import is_ours
+from vkubelet.settings import Settings
+from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
+
+MERGE_PATCH = "application/merge-patch+json"
+
+# A pod arriving together with its namespace's first offloading may find the twin not
+# created yet; only warn when that lasts.
+TWIN_WAIT_WARNING_SECONDS = 10.0
+# How often to look again at a pod whose namespace is not offloaded to this cluster.
+NOT_OFFLOADED_RETRY_SECONDS = 30.0
+REJECTED_RETRY_SECONDS = 30.0
+UNSCHEDULABLE_RETRY_SECONDS = 30.0
+TERMINATION_POLL_SECONDS = 2.0
+# status.reason of a pod ended because its namespace stopped being offloaded here.
+REASON_NOT_OFFLOADED = "NotOffloaded"
+
+log = logging.getLogger("kube_offload.vkubelet.pods")
+
+
+class PodOffloader:
+    def __init__(
+        self,
+        settings: Settings,
+        informers: SharedInformers,
+        twins: TwinNamespaces,
+        recorder: EventRecorder,
+    ) -> None:
+        self.settings = settings
+        self._local = client.CoreV1Api(informers.local_client)
+        self._custom = client.CustomObjectsApi(informers.remote_client)
+        self._twins = twins
+        self._recorder = recorder
+        self._node_labels = node_labels(settings)
+
+        self.local_pods = informers.local_pods()
+        self.shadowpods = informers.remote_shadowpods()
+        self.remote_pods = informers.remote_pods()
+        self.priority_classes = informers.remote_priority_classes()
+        # Indexes first: their handlers must have run before a worker reads them for a
+        # key the controller's handlers enqueue (handlers run in registration order).
+        self.shadow_index = OriginIndex(self.shadowpods, self._is_ours)
+        self.pod_index = OriginIndex(self.remote_pods, self._is_ours)
+
+        self.controller = Controller(name="pods", reconcile=self.reconcile, workers=settings.workers)
+        self.controller.watch(self.local_pods)
+        self.controller.watch(self.shadowpods, self._local_key_of)
+        self.controller.watch(self.remote_pods, self._local_key_of)
+        self.controller.watch(twins.remote_namespaces, self._pods_of_twin)
+
+    def informers(self) -> list:
+        """Caches that must be complete before the first reconcile: deciding that a
+        ShadowPod is an orphan from a half-listed cache would delete a live pod."""
+        return [self.local_pods, self.shadowpods, self.remote_pods, *self._twins.informers()]
+
+    def resync_all(self) -> None:
+        for key in set(self.local_pods.keys()) | set(self.shadow_index.local_keys()):
+            self.controller.enqueue(key)
+
+    # --- event -> key ------------------------------------------------------------------------
+    def _is_ours(self, obj: Mapping) -> bool:
+        return is_ours(obj, self.settings.local_cluster_id)
+
+    def _local_key_of(self, obj: dict) -> str | None:
+        return origin_key(obj) if self._is_ours(obj) else None
+
+    def _pods_of_twin(self, remote_namespace: dict) -> list[str]:
+        local_ns = ((remote_namespace.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
+        if not local_ns:
+            return []
+        prefix = f"{local_ns}/"
+        return [key for key in self.local_pods.keys() if key.startswith(prefix)]
+
+    # --- reconcile -----------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        logger = ObjectLogger(log, {"key": key})
+        local = self.local_pods.get(key)
+        shadows = self.shadow_index.get(key)
+        if local is None:
+            if shadows and self._still_exists_elsewhere(key, shadows, logger):
+                return
+            for shp in shadows:
+                self._delete_shadowpod(shp, logger, "its local pod no longer exists")
+            return
+        if (local.get("metadata") or {}).get("deletionTimestamp"):
+            self._terminate(local, shadows, logger)
+            return
+
+        namespace, name = split_key(key)
+        twin, why = self._twins.twin_for(namespace or "")
+        if twin is None:
+            self._not_placeable(local, why, shadows, logger)
+            return
+
+        uid = local["metadata"]["uid"]
+        current = None
+        blocked = False
+        for shp in shadows:
+            meta = shp["metadata"]
+            if meta.get("namespace") == twin and origin_uid(shp) == uid and not meta.get("deletionTimestamp"):
+                current = shp
+                continue
+            if meta.get("namespace") == twin:
+                blocked = True  # same name, so the new one can only be created once it is gone
+            self._delete_shadowpod(shp, logger, "it stands for another pod of the same name or namespace")
+        if current is None:
+            if blocked:
+                raise Requeue(1.0, "waiting for the previous ShadowPod of this name to go")
+            self._create_shadowpod(local, twin, logger)
+            return
+
+        self._sync_template_metadata(local, current, twin, logger)
+        remote = self.remote_pods.get(f"{twin}/{name}")
+        if remote is not None and (not self._is_ours(remote) or not _belongs_to(remote, current)):
+            remote = None  # a leftover of an older ShadowPod: its status is not this pod's
+        if remote is None:
+            return  # the enforcer has not made it yet; its creation will bring us back
+        self._sync_status(local, remote, current, logger)
+        unschedulable = st.remote_unschedulable(remote)
+        if unschedulable:
+            self._recorder.warning(
+                local,
+                ev.REASON_REMOTE_UNSCHEDULABLE,
+                f"cluster {self.settings.cluster_id} cannot schedule the pod: {unschedulable}",
+            )
+            raise Requeue(UNSCHEDULABLE_RETRY_SECONDS, "remote pod unschedulable")
+
+    # --- steps -----------------------------------------------------------------------------
+    def context(self) -> TranslationContext:
+        return TranslationContext(
+            local_cluster_id=self.settings.local_cluster_id,
+            virtual_node_labels=self._node_labels,
+            virtual_node_name=self.settings.node_name,
+            remote_priority_classes=frozenset(self.priority_classes.keys()),
+            # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
+            # namespace; without it the pod runs with no API identity (translation.py).
+            reflection=self.settings.reflection.service_account_tokens,
+        )
+
+    def _create_shadowpod(self, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+        body = build_shadowpod_for(local, twin, self.context())
+        try:
+            call_json(
+                self._custom.create_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                twin,
+                c.SHADOWPOD_PLURAL,
+                body,
+            )
+        except ApiError as exc:
+            if exc.already_exists:
+                raise Requeue(0.5, "ShadowPod exists but is not in the cache yet")
+            if exc.transient:
+                raise
+            if exc.not_found:
+                raise Requeue(2.0, f"twin namespace {twin} not found yet")
+            message = f"cluster {self.settings.cluster_id} refused the ShadowPod {twin}/{local['metadata']['name']}: {exc.message}"
+            logger.warning(message)
+            self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+            raise Requeue(REJECTED_RETRY_SECONDS, message)
+        logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], self.settings.cluster_id)
+        self._recorder.normal(
+            local, ev.REASON_OFFLOADED, f"running in cluster {self.settings.cluster_id} as {twin}/{local['metadata']['name']}"
+        )
+
+    def _still_exists_elsewhere(self, key: str, shadows: list[dict], logger: logging.LoggerAdapter) -> bool:
+        """Before deleting ShadowPods as orphans, ask the API server itself: a cache
+        that lags behind, or a pod bound to another virtual node of this same remote
+        cluster (two vkubelets of one local cluster sharing a provider), must not cost
+        a running pod. True when the local pod exists after all."""
+        namespace, name = split_key(key)
+        try:
+            pod = call_json(self._local.read_namespaced_pod, name, namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        uids = {origin_uid(shp) for shp in shadows}
+        if pod.get("metadata", {}).get("uid") not in uids:
+            return False  # another pod of the same name: the ShadowPods are orphans
+        if (pod.get("spec") or {}).get("nodeName") == self.settings.node_name:
+            raise Requeue(2.0, "the local pod exists; waiting for the cache to show it")
+        logger.warning(
+            "ShadowPods of this pod exist but it is bound to node %s, not %s: left alone",
+            (pod.get("spec") or {}).get("nodeName"),
+            self.settings.node_name,
+        )
+        return True
+
+    def _delete_shadowpod(self, shp: dict, logger: logging.LoggerAdapter, why: str) -> None:
+        meta = shp["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        try:
+            call_json(
+                self._custom.delete_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                meta["namespace"],
+                c.SHADOWPOD_PLURAL,
+                meta["name"],
+                body={"preconditions": {"uid": meta["uid"]}},
+            )
+            logger.info("deleted ShadowPod %s/%s: %s", meta["namespace"], meta["name"], why)
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return  # already gone, or replaced by one we did not mean to delete
+            raise
+
+    def _terminate(self, local: dict, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+        key = f"{local['metadata']['namespace']}/{local['metadata']['name']}"
+        for shp in shadows:
+            self._delete_shadowpod(shp, logger, "its local pod is being deleted")
+        remaining = [f"ShadowPod {s['metadata']['namespace']}/{s['metadata']['name']}" for s in shadows]
+        remaining += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.pod_index.get(key)]
+        if remaining:
+            raise Requeue(TERMINATION_POLL_SECONDS, f"waiting for remote {', '.join(remaining)} to go")
+        meta = local["metadata"]
+        try:
+            call_json(
+                self._local.delete_namespaced_pod,
+                meta["name"],
+                meta["namespace"],
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )
+            logger.info("remote pod gone: deleted the local pod")
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return
+            raise
+
+    def _not_placeable(self, local: dict, why: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+        meta = local["metadata"]
+        plan = self._twins.plan(meta["namespace"])
+        if plan.twin is not None:
+            # Offloaded here, twin on its way: normally a matter of milliseconds.
+            created = parse_time(meta.get("creationTimestamp"))
+            age = (datetime.now(timezone.utc) - created).total_seconds() if created else 0.0
+            if age >= TWIN_WAIT_WARNING_SECONDS:
+                self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, why)
+            raise Requeue(1.0, why)
+        message = f"cannot run on virtual node {self.settings.node_name}: {why}"
+        if plan.policy_error is not None:
+            # A typo in a namespace label must not end running pods: wait for a fix.
+            self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+            raise Requeue(NOT_OFFLOADED_RETRY_SECONDS, message)
+        # The namespace is no longer offloaded to this cluster (label removed, placement
+        # Local, selector no longer matching): the pod cannot run here any more. Its
+        # remote side is stopped first; then the pod ends like one a kubelet cannot
+        # admit, so that its controller replaces it where the policy now allows.
+        for shp in shadows:
+            self._delete_shadowpod(shp, logger, why)
+        remaining = shadows + self.pod_index.get(f"{meta['namespace']}/{meta['name']}")
+        if remaining:
+            raise Requeue(TERMINATION_POLL_SECONDS, f"{message}; waiting for its remote pod to go")
+        failed = st.failed_status(local, REASON_NOT_OFFLOADED, message, _now())
+        if failed is None:
+            return
+        patch = st.status_patch(local, failed)
+        if patch is not None:
+            logger.warning("%s: marking the pod Failed", message)
+            self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+            self._patch_status(local, patch)
+
+    def _sync_template_metadata(self, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+        """Labels and annotations of a running pod can change (a controller adopting or
+        releasing it); they follow. The PodSpec is immutable but for a few fields and
+        is not resent."""
+        wanted = (build_shadowpod_for(local, twin, self.context())["spec"]["pod"]).get("metadata") or {}
+        have = (((shp.get("spec") or {}).get("pod") or {}).get("metadata")) or {}
+        patch: dict = {}
+        for field in ("labels", "annotations"):
+            desired, current = wanted.get(field) or {}, have.get(field) or {}
+            if desired != current:
+                patch[field] = {**desired, **{k: None for k in current if k not in desired}}
+        if not patch:
+            return
+        meta = shp["metadata"]
+        call_json(
+            self._custom.patch_namespaced_custom_object,
+            c.SHADOWPOD_GROUP,
+            c.SHADOWPOD_VERSION,
+            meta["namespace"],
+            c.SHADOWPOD_PLURAL,
+            meta["name"],
+            {"spec": {"pod": {"metadata": patch}}},
+            _content_type=MERGE_PATCH,
+        )
+        logger.info("updated labels/annotations of ShadowPod %s/%s", meta["namespace"], meta["name"])
+
+    def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
+        desired = st.desired_status(local, remote, shp, self.settings.node_address)
+        patch = st.status_patch(local, desired)
+        if patch is not None:
+            self._patch_status(local, patch)
+            logger.debug("status updated: phase %s", (desired or {}).get("phase"))
+
+    def _patch_status(self, local: dict, patch: dict) -> None:
+        meta = local["metadata"]
+        try:
+            call_json(self._local.patch_namespaced_pod_status, meta["name"], meta["namespace"], patch, _content_type=MERGE_PATCH)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            if exc.conflict:
+                raise Requeue(0.2, "local pod changed meanwhile")
+            raise
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _belongs_to(pod: Mapping, shp: Mapping) -> bool:
+    """The remote pod was made for this very ShadowPod (or carries no owner to say)."""
+    if shadowpod.controller_ref(pod) is None:
+        return True
+    return shadowpod.is_owned_by(pod, shp)

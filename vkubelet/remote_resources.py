@@ -1,0 +1,118 @@
+"""What the remote cluster has to offer, from its Nodes and Pods (pure).
+
+Two different numbers come out of the same data, on purpose:
+
+* ``shareable``: the basis of the virtual node's capacity. Per schedulable remote node,
+  allocatable minus the requests of its non-terminated pods that are NOT ours, summed.
+  Our own offloaded pods are left in: the local scheduler already counts them against
+  the virtual node's allocatable (they are bound to it), so subtracting them here as
+  well would count every offloaded pod twice and shrink the node with each pod placed.
+* ``free_by_node``: what each schedulable remote node can take *right now* (every pod
+  subtracted, ours included, since they occupy the node): the per-node summary the
+  scheduler extender reads to know whether one node can hold a given pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from kube_offload import constants as c
+from kube_offload import resources
+from kube_offload.nodes import is_virtual_node, node_is_ready, node_name
+from kube_offload.resources import QuantityError, ResourceList
+
+PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+
+
+@dataclass(frozen=True)
+class RemoteResources:
+    shareable: ResourceList
+    free_by_node: dict[str, ResourceList]
+    # Condition type -> names of the remote nodes reporting it True.
+    pressure: dict[str, list[str]] = field(default_factory=dict)
+    schedulable_nodes: int = 0
+    total_nodes: int = 0
+
+
+def node_is_schedulable(node: Mapping) -> bool:
+    """Ready and not cordoned. A remote cluster's own virtual nodes (it may offload
+    further) are left out: their capacity is borrowed, and counting it would advertise
+    the same resources twice, or in a loop back to us."""
+    spec = node.get("spec") or {}
+    return node_is_ready(dict(node)) and not spec.get("unschedulable") and not is_virtual_node(dict(node))
+
+
+def is_ours(pod: Mapping, local_cluster_id: str) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == local_cluster_id
+
+
+def summarize(nodes: Iterable[Mapping], pods: Iterable[Mapping], local_cluster_id: str) -> RemoteResources:
+    node_list = list(nodes)
+    # Every resource any remote node reports stays on the virtual node, at zero if need
+    # be, so a resource does not vanish and reappear as nodes come and go.
+    reported: set[str] = set()
+    allocatable: dict[str, ResourceList] = {}
+    for node in node_list:
+        try:
+            amounts = resources.node_allocatable(node)
+        except QuantityError:
+            continue  # a node with a malformed status offers nothing we can trust
+        reported.update(amounts)
+        if node_is_schedulable(node):
+            allocatable[node_name(dict(node))] = amounts
+
+    used_all: dict[str, ResourceList] = {name: {} for name in allocatable}
+    used_foreign: dict[str, ResourceList] = {name: {} for name in allocatable}
+    for pod in pods:
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to not in allocatable or resources.pod_is_terminated(pod):
+            continue
+        try:
+            requests = resources.pod_requests(pod)
+        except QuantityError:
+            continue  # the apiserver validated it; a parse failure is our limitation
+        used_all[bound_to] = resources.add(used_all[bound_to], requests)
+        if not is_ours(pod, local_cluster_id):
+            used_foreign[bound_to] = resources.add(used_foreign[bound_to], requests)
+
+    shareable: ResourceList = {name: 0 for name in reported}
+    free_by_node: dict[str, ResourceList] = {}
+    for name, amounts in allocatable.items():
+        # Requests of resources the node does not report cannot be taken from it.
+        foreign = {r: a for r, a in used_foreign[name].items() if r in amounts}
+        everyone = {r: a for r, a in used_all[name].items() if r in amounts}
+        # Clamped per node: one overcommitted node must not eat the others' free room.
+        shareable = resources.add(shareable, resources.clamp_non_negative(resources.subtract(amounts, foreign)))
+        free_by_node[name] = resources.subtract(amounts, everyone)
+
+    pressure: dict[str, list[str]] = {kind: [] for kind in PRESSURE_CONDITIONS}
+    for node in node_list:
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            kind = condition.get("type")
+            if kind in pressure and condition.get("status") == "True":
+                pressure[kind].append(node_name(dict(node)))
+    return RemoteResources(
+        shareable=shareable,
+        free_by_node=free_by_node,
+        pressure={kind: sorted(names) for kind, names in pressure.items()},
+        schedulable_nodes=len(allocatable),
+        total_nodes=len(node_list),
+    )
+
+
+# Byte amounts are published in whole KiB, as a kubelet does, rather than as 11-digit
+# byte counts; rounding down further by less than 1 KiB costs nothing.
+_KIB = 1024 * resources.MILLI
+
+
+def virtual_node_capacity(shareable: Mapping[str, int], sharing_percentage: int) -> ResourceList:
+    """``sharing_percentage`` % of ``shareable``, always rounded down - cpu to the
+    milli-core, bytes to the KiB, everything else to a whole unit: a virtual node never
+    promises more than exists."""
+    scaled = resources.clamp_non_negative(resources.scale(shareable, sharing_percentage))
+    for name, amount in scaled.items():
+        if resources.uses_binary_format(name) and amount >= _KIB:
+            scaled[name] = amount - amount % _KIB
+    return scaled

@@ -1,0 +1,149 @@
+"""Settings of one virtual kubelet (one remote cluster), read from flags/environment in
+vkubelet/cli.py only; every tunable has a default so tests build them directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kube_offload import constants as c
+from kube_offload.selector import label_key_problem, label_value_problem
+from vkubelet.reflection.settings import ReflectionSettings
+
+# A cluster id ends up in a node name, in label values and in namespace names
+# (``<ns>-<local id>``), so it must be a DNS-1123 label, the strictest of the three.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+CLUSTER_ID_MAX = 63 - len(c.VIRTUAL_NODE_PREFIX)
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; the message names the flag."""
+
+
+def default_node_name(cluster_id: str) -> str:
+    return f"{c.VIRTUAL_NODE_PREFIX}{cluster_id}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one virtual kubelet needs to know about its two clusters."""
+
+    # The REMOTE cluster's id: names the virtual node and its cluster-id label.
+    cluster_id: str
+    # The LOCAL cluster's id: the origin label on every remote object and the suffix of
+    # twin namespace names.
+    local_cluster_id: str
+    local_kubeconfig: str | None = None
+    remote_kubeconfig: str | None = None
+    # Empty = ``kube-offload-<cluster_id>`` (the contract name).
+    node_name: str = ""
+    # Operator-configured labels of the virtual node (region, provider, ...), on top of
+    # the contract labels; namespace cluster selectors are matched against all of them.
+    node_labels: dict[str, str] = field(default_factory=dict)
+    sharing_percentage: int = c.DEFAULT_SHARING_PERCENTAGE
+    # How often the remote API server is probed, and how long it may stay silent before
+    # the virtual node turns NotReady.
+    ping_interval: float = 5.0
+    ping_timeout: float = 20.0
+    # Full resync of every informer (level-triggered safety net).
+    resync_period: float = 300.0
+    workers: int = 4
+    # InternalIP and Hostname of the virtual node: where the API server reaches the
+    # kubelet endpoint (kubectl logs/exec, added later).
+    node_address: str = "127.0.0.1"
+    kubelet_port: int = 10250
+    # Kubelet API (kubectl logs/exec/attach; docs/logs-and-exec.md). Serving certificate
+    # and key (PEM files); both empty = a certificate generated at start-up, which is
+    # enough unless the apiserver runs with --kubelet-certificate-authority.
+    kubelet_tls_cert: str = ""
+    kubelet_tls_key: str = ""
+    # Where the kubelet API listens; empty = node_address (where the apiserver connects).
+    kubelet_bind_address: str = ""
+    # When set, only clients with a certificate from this CA (the apiserver's
+    # --kubelet-client-certificate) may connect.
+    kubelet_client_ca: str = ""
+    log_level: str = "INFO"
+    log_json: bool = False
+    # Resource reflection: per type workers and policy (vkubelet/reflection/settings.py).
+    reflection: ReflectionSettings = field(default_factory=ReflectionSettings)
+
+    # Not flags: kubelet-like timings nobody should need to change.
+    # The Lease is renewed this often and says it is valid this long; the node lifecycle
+    # controller marks the node Unknown when the lease is older than its grace period.
+    lease_renew_seconds: float = 10.0
+    lease_duration_seconds: int = 40
+    # The node status is written when something changed, and at least this often so the
+    # Ready condition's heartbeat stays fresh (kubelet: nodeStatusReportFrequency).
+    node_status_report_seconds: float = 60.0
+    # Remote node/pod events trigger a capacity recomputation at most this often.
+    capacity_min_interval_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.node_name:
+            object.__setattr__(self, "node_name", default_node_name(self.cluster_id))
+
+    def validate(self) -> None:
+        """Raise SettingsError naming the first flag whose value cannot work."""
+        for flag, value in (("--cluster-id", self.cluster_id), ("--local-cluster-id", self.local_cluster_id)):
+            if not value:
+                raise SettingsError(f"{flag} is required")
+            if not _DNS_LABEL.match(value):
+                raise SettingsError(
+                    f"{flag}={value!r} must be lowercase letters, digits and '-', starting and ending "
+                    "with a letter or digit (it is used in node, label and namespace names)"
+                )
+        if len(self.cluster_id) > CLUSTER_ID_MAX:
+            raise SettingsError(f"--cluster-id={self.cluster_id!r} is longer than {CLUSTER_ID_MAX} characters")
+        if len(self.local_cluster_id) > 63:
+            raise SettingsError(f"--local-cluster-id={self.local_cluster_id!r} is longer than 63 characters")
+        if len(self.node_name) > 63 or not _DNS_SUBDOMAIN.match(self.node_name):
+            # 63, not 253: the node name is also the kubernetes.io/hostname label value.
+            raise SettingsError(f"--node-name={self.node_name!r} must be a DNS name of at most 63 characters")
+        for key, value in self.node_labels.items():
+            problem = label_key_problem(key) or label_value_problem(value)
+            if problem:
+                raise SettingsError(f"--node-label {key}={value}: {problem}")
+        if not 1 <= self.sharing_percentage <= 100:
+            raise SettingsError(f"--sharing-percentage={self.sharing_percentage} must be between 1 and 100")
+        if self.ping_interval <= 0:
+            raise SettingsError("--ping-interval must be positive")
+        if self.ping_timeout < self.ping_interval:
+            raise SettingsError("--ping-timeout must be at least --ping-interval")
+        if self.resync_period <= 0:
+            raise SettingsError("--resync-period must be positive")
+        if self.workers < 1:
+            raise SettingsError("--workers must be at least 1")
+        if not 1 <= self.kubelet_port <= 65535:
+            raise SettingsError(f"--kubelet-port={self.kubelet_port} is not a TCP port")
+        if bool(self.kubelet_tls_cert) != bool(self.kubelet_tls_key):
+            raise SettingsError("--kubelet-tls-cert and --kubelet-tls-key must be given together")
+        if not self.node_address:
+            raise SettingsError("--node-address is required")
+        problem = self.reflection.problem()
+        if problem:
+            raise SettingsError(problem)
+
+
+def parse_node_labels(items: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` (repeated --node-label, or the comma-separated env value)."""
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SettingsError(f"--node-label {item!r} must be key=value")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``"5s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or a bare number of seconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 2m)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
