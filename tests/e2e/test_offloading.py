@@ -145,7 +145,8 @@ def test_virtual_node_is_ready_with_the_contract_labels_taint_and_capacity(local
         assert conditions[kind]["status"] == "False"
     # Written by the vkubelet, not by kwok (which must not manage the virtual node).
     assert conditions["Ready"]["reason"] == "RemoteClusterReachable"
-    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    # the harness gives each virtual kubelet a free loopback port for its kubelet API
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == remote.spec.kubelet_port
     assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
 
     # Capacity = 90 % of the remote free resources, rounded down; nothing else runs in

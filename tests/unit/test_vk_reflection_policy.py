@@ -1,0 +1,146 @@
+"""Reflection policy and settings: which objects a deny-list or allow-list selects, and
+the flags that set it (with their environment variables)."""
+
+import argparse
+
+import pytest
+
+from kube_offload import constants as c
+from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
+from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.reflection.settings import (
+    RESOURCES,
+    ReflectionSettings,
+    ResourceSettings,
+    parse_storage_classes,
+)
+from vkubelet.settings import Settings, SettingsError
+
+
+def _obj(**annotations) -> dict:
+    return {"metadata": {"name": "x", "namespace": "demo", "annotations": annotations}}
+
+
+@pytest.mark.parametrize(
+    "annotations, deny, allow",
+    [
+        ({}, True, False),
+        ({c.ANNOTATION_SKIP_REFLECTION: "true"}, False, False),
+        ({c.ANNOTATION_SKIP_REFLECTION: ""}, False, False),  # `kubectl annotate ... key=`
+        ({c.ANNOTATION_SKIP_REFLECTION: "false"}, True, False),
+        ({c.ANNOTATION_ALLOW_REFLECTION: "true"}, True, True),
+        ({c.ANNOTATION_ALLOW_REFLECTION: "False"}, True, False),
+        # Skipped wins over allowed.
+        ({c.ANNOTATION_ALLOW_REFLECTION: "true", c.ANNOTATION_SKIP_REFLECTION: "true"}, False, False),
+        ({"unrelated": "x"}, True, False),
+    ],
+)
+def test_deny_list_and_allow_list(annotations, deny, allow):
+    assert should_reflect(_obj(**annotations), Policy.DENY_LIST) is deny
+    assert should_reflect(_obj(**annotations), Policy.ALLOW_LIST) is allow
+
+
+def test_object_without_annotations_or_metadata():
+    assert should_reflect({}, Policy.DENY_LIST) is True
+    assert should_reflect({"metadata": {"annotations": None}}, Policy.ALLOW_LIST) is False
+
+
+def _parse(argv: list[str], monkeypatch=None, env: dict | None = None) -> ReflectionSettings:
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    parser = argparse.ArgumentParser()
+    add_reflection_flags(parser, "vkubelet")
+    return reflection_settings_from_args(parser.parse_args(argv))
+
+
+def test_flag_defaults_reflect_everything_with_deny_list():
+    settings = _parse([])
+    for name in RESOURCES:
+        assert settings.of(name) == ResourceSettings(workers=2, policy=Policy.DENY_LIST)
+    assert settings.token_seconds == 3600
+    assert settings.storage_classes == {}
+    assert settings.problem() is None
+
+
+def test_flags_set_workers_policy_storage_classes_and_token_lifetime():
+    settings = _parse([
+        "--reflect-configmaps-policy", "allow-list",
+        "--reflect-ingresses-workers", "0",
+        "--reflect-events-workers", "5",
+        "--reflect-storage-class", "local-path=standard",
+        "--reflect-storage-class", "*=",
+        "--reflect-token-expiration", "2h",
+    ])
+    assert settings.of("configmaps").policy is Policy.ALLOW_LIST
+    assert settings.of("secrets").policy is Policy.DENY_LIST
+    assert not settings.enabled("ingresses")
+    assert settings.of("events").workers == 5
+    assert settings.storage_classes == {"local-path": "standard", "*": ""}
+    assert settings.token_seconds == 7200
+
+
+def test_environment_variables_set_the_same(monkeypatch):
+    settings = _parse(
+        [],
+        monkeypatch,
+        {
+            "KUBE_OFFLOAD_VKUBELET_REFLECT_SECRETS_POLICY": "allow-list",
+            "KUBE_OFFLOAD_VKUBELET_REFLECT_SERVICES_WORKERS": "0",
+            "KUBE_OFFLOAD_VKUBELET_REFLECT_STORAGE_CLASS": "a=b,c=",
+        },
+    )
+    assert settings.of("secrets").policy is Policy.ALLOW_LIST
+    assert not settings.enabled("services")
+    assert settings.storage_classes == {"a": "b", "c": ""}
+
+
+def test_command_line_beats_environment(monkeypatch):
+    settings = _parse(["--reflect-secrets-policy", "deny-list"], monkeypatch,
+                      {"KUBE_OFFLOAD_VKUBELET_REFLECT_SECRETS_POLICY": "allow-list"})
+    assert settings.of("secrets").policy is Policy.DENY_LIST
+
+
+def test_bad_values_are_refused(monkeypatch):
+    with pytest.raises(SystemExit):
+        _parse(["--reflect-secrets-policy", "maybe"])
+    with pytest.raises(SystemExit):
+        _parse(["--reflect-secrets-workers", "-1"])
+    with pytest.raises(SystemExit):
+        _parse([], monkeypatch, {"KUBE_OFFLOAD_VKUBELET_REFLECT_EVENTS_POLICY": "nope"})
+    with pytest.raises(ValueError):
+        parse_storage_classes(["no-equals-sign"])
+
+
+def test_serviceaccounts_has_no_policy_flag():
+    parser = argparse.ArgumentParser()
+    add_reflection_flags(parser, "vkubelet")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--reflect-serviceaccounts-policy", "allow-list"])
+
+
+def test_settings_validation_names_the_flag():
+    short = ReflectionSettings(token_seconds=60)
+    assert "--reflect-token-expiration" in short.problem()
+    no_ca = ReflectionSettings(resources={"configmaps": ResourceSettings(workers=0)})
+    assert "--reflect-configmaps-workers" in no_ca.problem()
+    both_off = ReflectionSettings(
+        resources={"configmaps": ResourceSettings(workers=0), "serviceaccounts": ResourceSettings(workers=0)}
+    )
+    assert both_off.problem() is None
+    assert not both_off.service_account_tokens
+    with pytest.raises(SettingsError, match="--reflect-token-expiration"):
+        Settings(cluster_id="remote-1", local_cluster_id="local", reflection=short).validate()
+
+
+def test_vkubelet_cli_carries_reflection_settings():
+    from vkubelet import cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args([
+        "vkubelet", "--cluster-id", "remote-1", "--local-cluster-id", "local", "--remote-kubeconfig", "/dev/null",
+        "--reflect-persistentvolumeclaims-workers", "0",
+    ])
+    settings = cli.settings_from_args(args)
+    assert not settings.reflection.enabled("persistentvolumeclaims")
+    assert settings.reflection.enabled("configmaps")

@@ -1,0 +1,31 @@
+"""ConfigMaps local -> remote. The local cluster's CA bundle (kube-root-ca.crt) goes
+under another name (names.REFLECTED_ROOT_CA_CONFIGMAP), since the remote cluster
+publishes its own kube-root-ca.crt in every namespace, twin namespaces included."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from kubernetes import client
+
+from vkubelet.reflection import forge as f
+from vkubelet.reflection import names as n
+from vkubelet.reflection.reflector import Reflector
+from vkubelet.reflection.settings import CONFIGMAPS
+
+
+class ConfigMapReflector(Reflector):
+    resource = CONFIGMAPS
+    kind = "ConfigMap"
+    api_class = client.CoreV1Api
+    suffix = "config_map"
+
+    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+        return f.forge_configmap(local, ctx)
+
+    def selected(self, local: Mapping) -> bool:
+        # Every offloaded pod with a service-account token mounts the CA bundle, and
+        # nobody annotates a ConfigMap the controller-manager writes: whatever the policy.
+        if (local.get("metadata") or {}).get("name") == n.ROOT_CA_CONFIGMAP:
+            return True
+        return super().selected(local)

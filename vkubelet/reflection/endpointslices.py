@@ -1,0 +1,61 @@
+"""EndpointSlices local -> remote: the endpoints of local pods, so that remote pods
+reaching a reflected Service by name also reach its backends in the local cluster
+(forge.forge_endpointslice says which addresses; docs/reflection.md the network limits).
+
+Users cannot annotate the slices a controller writes, so the policy is read on the
+slice's Service (label kubernetes.io/service-name): annotate the Service and its slices
+follow. A skip annotation on the slice itself is honoured as well.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from kubernetes import client
+
+from kube_offload.informer import Informer
+from kube_offload.kube import object_key
+from vkubelet.reflection import forge as f
+from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.reflection.reflector import Reflector, shared_informer
+from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
+
+
+class EndpointSliceReflector(Reflector):
+    resource = ENDPOINTSLICES
+    kind = "EndpointSlice"
+    api_class = client.DiscoveryV1Api
+    suffix = "endpoint_slice"
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self.services = shared_informer(context.informers, "local", SERVICES, client.CoreV1Api, "service")
+        self.controller.watch(self.services, self._slices_of_service)
+
+    def extra_informers(self) -> list[Informer]:
+        return [self.services]
+
+    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+        return f.forge_endpointslice(local, ctx)
+
+    def selected(self, local: Mapping) -> bool:
+        if not should_reflect(local, Policy.DENY_LIST):
+            return False
+        service_name = f.service_name_of_slice(local)
+        namespace = (local.get("metadata") or {}).get("namespace")
+        service = self.services.get(f"{namespace}/{service_name}") if service_name else None
+        return should_reflect(service if service is not None else local, self.policy)
+
+    def _slices_of_service(self, service: dict) -> list[str]:
+        key = object_key(service)
+        namespace, name = key.split("/", 1)
+        prefix = f"{namespace}/"
+        if not self._offloaded(key) and not any(k.startswith(prefix) for k in self.index.local_keys()):
+            return []  # nothing of ours in that namespace: spare the scan
+        keys = []
+        for slice_key in self.local.keys():
+            if slice_key.startswith(prefix):
+                slice_ = self.local.get(slice_key)
+                if slice_ is not None and f.service_name_of_slice(slice_) == name:
+                    keys.append(slice_key)
+        return keys

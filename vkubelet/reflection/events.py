@@ -1,0 +1,182 @@
+"""Events remote -> local: what the remote cluster says about an offloaded pod (the
+remote scheduler's Scheduled, the kubelet's Pulled/Started/BackOff, the enforcer's
+notes on the ShadowPod) shows on the local pod, in `kubectl describe pod` and
+`kubectl get events`.
+
+The remote Events watched are those about Pods and ShadowPods (field-selected); one is
+copied only if its object is one of ours (origin label) standing for a local pod that
+still exists with the UID it was made for. The copy's name is derived from the remote
+Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
+and at most updates its count; remote Events are never deleted locally (they expire
+with the local cluster's event TTL). The policy is read on the local pod.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Mapping
+
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload.controller import Controller, Requeue
+from kube_offload.informer import Informer
+from kube_offload.kube import ApiError, call_json
+from kube_offload.logs import ObjectLogger
+from vkubelet import events as vk_events
+from vkubelet.reflection import forge as f
+from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.reflection.reflector import shared_informer
+from vkubelet.reflection.settings import EVENTS
+from vkubelet.remote_resources import is_ours
+from vkubelet.translation import origin_key, origin_uid
+
+if TYPE_CHECKING:
+    from vkubelet.runner import LoopContext
+
+# An Event may arrive before the pod it is about reaches our cache; a young one is
+# looked at again for this long.
+YOUNG_EVENT_SECONDS = 60.0
+_REMEMBERED = 4096
+_MERGE_PATCH = "application/merge-patch+json"
+
+log = logging.getLogger("kube_offload.vkubelet.reflection.events")
+
+
+class EventReflector:
+    resource = EVENTS
+
+    def __init__(self, context: "LoopContext") -> None:
+        self.settings = context.settings
+        self.name = f"reflect-{self.resource}"
+        resource_settings = self.settings.reflection.of(self.resource)
+        self.policy: Policy = resource_settings.policy
+        self._twins = context.twins
+        informers = context.informers
+        self._local = client.CoreV1Api(informers.local_client)
+        self.pod_events = shared_informer(
+            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector="involvedObject.kind=Pod"
+        )
+        self.shadowpod_events = shared_informer(
+            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector=f"involvedObject.kind={c.SHADOWPOD_KIND}"
+        )
+        self.remote_pods = informers.remote_pods()
+        self.shadowpods = informers.remote_shadowpods()
+        self.local_pods = informers.local_pods()
+        self._lock = threading.Lock()
+        # Local Event name -> what was last written (or found) there.
+        self._written: OrderedDict[str, tuple] = OrderedDict()
+        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=log)
+        self.controller.watch(self.pod_events, self._key_if_relevant)
+        self.controller.watch(self.shadowpod_events, self._key_if_relevant)
+
+    # --- the Loop protocol -------------------------------------------------------------------
+    def informers(self) -> list[Informer]:
+        return [
+            self.pod_events, self.shadowpod_events, self.remote_pods, self.shadowpods, self.local_pods,
+            *self._twins.informers(),
+        ]
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def resync_all(self) -> None:
+        for informer in (self.pod_events, self.shadowpod_events):
+            for event in informer.list():
+                key = self._key_if_relevant(event)
+                if key:
+                    self.controller.enqueue(key)
+
+    # --- reconcile ---------------------------------------------------------------------------
+    def _in_twin(self, event: Mapping) -> bool:
+        namespace = (event.get("metadata") or {}).get("namespace")
+        remote_ns = self._twins.remote_namespaces.get(namespace or "")
+        return remote_ns is not None
+
+    def _key_if_relevant(self, event: dict) -> str | None:
+        # Other tenants' Events are in the cache too (a field selector cannot say "ours").
+        if not self._in_twin(event):
+            return None
+        meta = event.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    def _event(self, key: str) -> dict | None:
+        return self.pod_events.get(key) or self.shadowpod_events.get(key)
+
+    def reconcile(self, key: str) -> None:
+        event = self._event(key)
+        if event is None or not self._in_twin(event):
+            return
+        meta = event.get("metadata") or {}
+        involved = event.get("involvedObject") or {}
+        namespace = involved.get("namespace") or meta.get("namespace")
+        cache = self.remote_pods if involved.get("kind") == "Pod" else self.shadowpods
+        owner = cache.get(f"{namespace}/{involved.get('name')}")
+        if owner is None:
+            if _age_seconds(event) < YOUNG_EVENT_SECONDS:
+                raise Requeue(2.0, "the object of the Event is not in the cache yet")
+            return
+        if not is_ours(owner, self.settings.local_cluster_id):
+            return
+        if involved.get("uid") and (owner.get("metadata") or {}).get("uid") != involved["uid"]:
+            return  # about an earlier object of that name
+        local_key = origin_key(owner)
+        pod = self.local_pods.get(local_key) if local_key else None
+        if pod is None or (pod.get("metadata") or {}).get("uid") != origin_uid(owner):
+            return
+        if not should_reflect(pod, self.policy):
+            return
+        desired = f.forge_local_event(
+            event,
+            pod,
+            host=self.settings.node_name,
+            component=vk_events.COMPONENT,
+            reporting_controller=vk_events.REPORTING_CONTROLLER,
+        )
+        self._write(desired, ObjectLogger(log, {"key": f"pod {local_key}"}))
+
+    def _write(self, desired: dict, logger: logging.LoggerAdapter) -> None:
+        name = desired["metadata"]["name"]
+        namespace = desired["metadata"]["namespace"]
+        fingerprint = tuple(desired.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))
+        with self._lock:
+            if self._written.get(name) == fingerprint:
+                return
+        try:
+            call_json(self._local.create_namespaced_event, namespace, desired)
+            logger.debug("copied remote event %s %s", desired["reason"], name)
+        except ApiError as exc:
+            if not exc.already_exists:
+                if exc.transient or exc.conflict:
+                    raise
+                logger.warning("could not copy remote event %s: %s", desired["reason"], exc)
+                return
+            current = call_json(self._local.read_namespaced_event, name, namespace)
+            if not f.local_event_is_current(desired, current):
+                patch = {k: desired[k] for k in ("type", "reason", "message", "count") if k in desired}
+                if desired.get("lastTimestamp"):
+                    patch["lastTimestamp"] = desired["lastTimestamp"]
+                call_json(self._local.patch_namespaced_event, name, namespace, patch, _content_type=_MERGE_PATCH)
+        with self._lock:
+            self._written[name] = fingerprint
+            self._written.move_to_end(name)
+            while len(self._written) > _REMEMBERED:
+                self._written.popitem(last=False)
+
+
+def _age_seconds(event: Mapping) -> float:
+    stamp = None
+    for name in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        stamp = f.parse_time(event.get(name))
+        if stamp:
+            break
+    stamp = stamp or f.parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+    if stamp is None:
+        return 0.0
+    return (datetime.now(timezone.utc) - stamp).total_seconds()

@@ -1,0 +1,105 @@
+"""The ``kube-offload vkubelet`` flags of resource reflection (each with its environment
+variable, through kube_offload.flags) and the settings they make."""
+
+from __future__ import annotations
+
+import argparse
+
+from kube_offload.flags import add_flag, appended
+from vkubelet.reflection.policy import POLICIES, Policy
+from vkubelet.reflection.settings import (
+    DEFAULT_TOKEN_SECONDS,
+    DEFAULT_WORKERS,
+    EVENTS,
+    RESOURCES,
+    SERVICEACCOUNTS,
+    WITHOUT_POLICY,
+    ReflectionSettings,
+    ResourceSettings,
+    parse_storage_classes,
+)
+from vkubelet.settings import SettingsError, parse_duration
+
+_WORKERS_HELP = {
+    SERVICEACCOUNTS: "offloaded pods whose service-account token is requested and refreshed in parallel; "
+    "0: pods run without a token",
+    EVENTS: "remote Events of offloaded pods copied to the local pod in parallel; 0: none copied",
+}
+_POLICY_HELP = {
+    EVENTS: "which offloaded pods get their remote Events copied (the annotations are read on the local pod)",
+}
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> int:
+    try:
+        return int(parse_duration(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> None:
+    group = parser.add_argument_group("resource reflection (docs/reflection.md)")
+    for name in RESOURCES:
+        add_flag(
+            group,
+            component,
+            f"--reflect-{name}-workers",
+            default=DEFAULT_WORKERS,
+            type=_non_negative_int,
+            help=_WORKERS_HELP.get(name, f"local {name} reflected in parallel; 0: {name} are not reflected"),
+        )
+        if name in WITHOUT_POLICY:
+            continue
+        add_flag(
+            group,
+            component,
+            f"--reflect-{name}-policy",
+            default=Policy.DENY_LIST.value,
+            choices=POLICIES,
+            help=_POLICY_HELP.get(
+                name,
+                f"which {name} are reflected: deny-list = all but those annotated kube-offload.io/skip-reflection, "
+                "allow-list = only those annotated kube-offload.io/allow-reflection",
+            ),
+        )
+    add_flag(
+        group,
+        component,
+        "--reflect-storage-class",
+        default=[],
+        action="append",
+        help="StorageClass of reflected PVCs, local=remote, repeatable; remote empty = the remote default class, "
+        "local * = every class not listed; classes not listed are kept",
+    )
+    add_flag(
+        group,
+        component,
+        "--reflect-token-expiration",
+        default=f"{DEFAULT_TOKEN_SECONDS}s",
+        type=_seconds,
+        help="lifetime of the service-account tokens requested for offloaded pods (at least 10m); "
+        "renewed at 80%% of it",
+    )
+
+
+def reflection_settings_from_args(args: argparse.Namespace) -> ReflectionSettings:
+    resources = {}
+    for name in RESOURCES:
+        workers = getattr(args, f"reflect_{name}_workers")
+        policy = getattr(args, f"reflect_{name}_policy", Policy.DENY_LIST.value)
+        resources[name] = ResourceSettings(workers=workers, policy=Policy(policy))
+    try:
+        storage_classes = parse_storage_classes(appended(args, "--reflect-storage-class"))
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    token_seconds = getattr(args, "reflect_token_expiration")
+    if isinstance(token_seconds, str):  # the default, unconverted by argparse
+        token_seconds = _seconds(token_seconds)
+    return ReflectionSettings(resources=resources, storage_classes=storage_classes, token_seconds=int(token_seconds))

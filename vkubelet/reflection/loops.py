@@ -1,0 +1,34 @@
+"""The reflection loops the virtual kubelet runs: one factory per enabled resource type
+(workers > 0), for :class:`vkubelet.runner.VirtualKubelet`'s ``extra_loops``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from vkubelet.reflection import settings as s
+from vkubelet.reflection.configmaps import ConfigMapReflector
+from vkubelet.reflection.endpointslices import EndpointSliceReflector
+from vkubelet.reflection.events import EventReflector
+from vkubelet.reflection.ingresses import IngressReflector
+from vkubelet.reflection.pvcs import PersistentVolumeClaimReflector
+from vkubelet.reflection.secrets import SecretReflector
+from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
+from vkubelet.reflection.services import ServiceReflector
+from vkubelet.reflection.settings import ReflectionSettings
+
+REFLECTORS: dict[str, Callable] = {
+    s.CONFIGMAPS: ConfigMapReflector,
+    s.SECRETS: SecretReflector,
+    s.SERVICES: ServiceReflector,
+    s.ENDPOINTSLICES: EndpointSliceReflector,
+    s.INGRESSES: IngressReflector,
+    s.PERSISTENTVOLUMECLAIMS: PersistentVolumeClaimReflector,
+    s.SERVICEACCOUNTS: ServiceAccountTokenReflector,
+    s.EVENTS: EventReflector,
+}
+
+
+def reflection_loops(settings: ReflectionSettings) -> list[Callable]:
+    """LoopFactory per enabled type; each reads its workers and policy from
+    ``context.settings.reflection`` (the same settings)."""
+    return [REFLECTORS[name] for name in s.RESOURCES if settings.enabled(name)]

@@ -1,0 +1,347 @@
+"""The one reconcile loop every reflected resource type shares (local -> remote).
+
+Per type: an informer on the local objects in every namespace, one on the remote objects
+this cluster's reflector of that type wrote (label-selected: origin + reflector labels,
+so nobody else's objects are even cached), an index remote -> local key, and a
+:class:`~kube_offload.controller.Controller` keyed by the local ``namespace/name``.
+
+A reconcile reads the caches and converges:
+
+* the local object is gone, terminating, not selected by the policy, or its namespace is
+  not offloaded here -> every remote object of ours standing for it is deleted (UID
+  precondition: never one that replaced it meanwhile);
+* otherwise the desired object is forged (forge.py) and created, or written over the
+  remote one when they differ (remote drift is overwritten; equal -> no write).
+
+A remote object of that name that does not carry our labels is never touched: the
+local object gets a Warning Event and the loop looks again later. Restart safety: the
+remote informer's first list delivers every object of ours, each enqueues its local
+key, and a key whose local object is gone deletes it.
+
+Subclasses (one module per type) say which API, how to forge, and what differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+
+from kube_offload import constants as c
+from kube_offload.controller import Controller, Requeue
+from kube_offload.informer import Informer
+from kube_offload.kube import ApiError, call_json, object_key, split_key
+from kube_offload.logs import ObjectLogger
+from vkubelet.origin_index import OriginIndex
+from vkubelet.reflection import forge as f
+from vkubelet.reflection import names as n
+from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.translation import origin_key
+
+if TYPE_CHECKING:
+    from vkubelet.informers import SharedInformers
+    from vkubelet.runner import LoopContext
+
+# Reasons of the local Events reflection records (docs/reflection.md lists them).
+REASON_REFLECTION_CONFLICT = "ReflectionConflict"
+REASON_REFLECTION_FAILED = "ReflectionFailed"
+
+# How soon to look again at an object whose remote name is held by an object not ours,
+# or that the remote API server refused.
+CONFLICT_RETRY_SECONDS = 60.0
+REFUSED_RETRY_SECONDS = 60.0
+
+log = logging.getLogger("kube_offload.vkubelet.reflection")
+
+
+class RemoteOps:
+    """Create / read / replace / delete of one namespaced kind through a kubernetes
+    client API object (``CoreV1Api`` + ``config_map`` -> ``create_namespaced_config_map``...)."""
+
+    def __init__(self, api: Any, suffix: str) -> None:
+        self._api = api
+        self._suffix = suffix
+
+    def _method(self, verb: str) -> Callable[..., Any]:
+        return getattr(self._api, f"{verb}_namespaced_{self._suffix}")
+
+    def create(self, namespace: str, body: Mapping) -> dict:
+        return call_json(self._method("create"), namespace, dict(body))
+
+    def read(self, namespace: str, name: str) -> dict:
+        return call_json(self._method("read"), name, namespace)
+
+    def replace(self, namespace: str, name: str, body: Mapping) -> dict:
+        return call_json(self._method("replace"), name, namespace, dict(body))
+
+    def delete(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Delete if it is still the object with ``uid``; False if already gone or replaced."""
+        body = {"preconditions": {"uid": uid}} if uid else {}
+        try:
+            call_json(self._method("delete"), name, namespace, body=body)
+            return True
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return False
+            raise
+
+
+def shared_informer(
+    informers: "SharedInformers",
+    side: str,
+    resource: str,
+    api_class: type,
+    suffix: str,
+    *,
+    label_selector: str = "",
+    field_selector: str = "",
+) -> Informer:
+    """The process-wide informer on ``resource`` in every namespace of one side
+    (``local``/``remote``), optionally selected; registered once by name, so every loop
+    asking for the same selection shares one list+watch."""
+    api_client = informers.local_client if side == "local" else informers.remote_client
+    api = api_class(api_client)
+    selection = ",".join(filter(None, [label_selector, field_selector]))
+    name = f"{side}-{resource}" + (f"[{selection}]" if selection else "")
+    kwargs = {}
+    if label_selector:
+        kwargs["label_selector"] = label_selector
+    if field_selector:
+        kwargs["field_selector"] = field_selector
+
+    def make() -> Informer:
+        return Informer(
+            name=name,
+            list_func=getattr(api, f"list_{suffix}_for_all_namespaces"),
+            list_kwargs=kwargs,
+            resync_seconds=informers.settings.resync_period,
+        )
+
+    return informers.shared(name, make)
+
+
+def owned_selector(local_cluster_id: str, reflector: str) -> str:
+    return f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_cluster_id},{n.LABEL_REFLECTOR}={reflector}"
+
+
+def is_terminating(obj: Mapping) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+class Reflector:
+    """Local -> remote reflection of one resource type (subclassed per type)."""
+
+    # The resource type: settings key, LABEL_REFLECTOR value, flag names.
+    resource: ClassVar[str]
+    kind: ClassVar[str]
+    # kubernetes client API class and method suffix (``config_map``, ``endpoint_slice``...).
+    api_class: ClassVar[type]
+    suffix: ClassVar[str]
+    # When the remote API refuses an update as invalid (an immutable field changed):
+    # delete and create it again. False for kinds whose deletion loses data.
+    recreate_on_invalid: ClassVar[bool] = True
+
+    def __init__(self, context: "LoopContext") -> None:
+        self.context = context
+        self.settings = context.settings
+        self.name = f"reflect-{self.resource}"
+        resource_settings = self.settings.reflection.of(self.resource)
+        self.policy: Policy = resource_settings.policy
+        self._local_id = self.settings.local_cluster_id
+        self._twins = context.twins
+        self._recorder = context.recorder
+        self.log = logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
+        informers = context.informers
+        self.ops = RemoteOps(self.api_class(informers.remote_client), self.suffix)
+        self.local = shared_informer(informers, "local", self.resource, self.api_class, self.suffix)
+        self.remote = shared_informer(
+            informers,
+            "remote",
+            self.resource,
+            self.api_class,
+            self.suffix,
+            label_selector=owned_selector(self._local_id, self.resource),
+        )
+        # The index first: its handler must have run before a worker reads it for a key
+        # the controller's handlers enqueue (handlers run in registration order).
+        self.index = OriginIndex(self.remote, self.owns)
+        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
+        self.controller.watch(self.local, self._local_key)
+        self.controller.watch(self.remote, self._remote_key)
+        self.controller.watch(self._twins.remote_namespaces, self._keys_of_twin)
+
+    # --- the Loop protocol ------------------------------------------------------------------
+    def informers(self) -> list[Informer]:
+        return [self.local, self.remote, *self._twins.informers(), *self.extra_informers()]
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def resync_all(self) -> None:
+        keys = {key for key in self.local.keys() if self._offloaded(key)} | set(self.index.local_keys())
+        for key in keys:
+            self.controller.enqueue(key)
+
+    # --- what subclasses say ------------------------------------------------------------------
+    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+        raise NotImplementedError
+
+    def selected(self, local: Mapping) -> bool:
+        """Whether the policy selects ``local`` for reflection."""
+        return should_reflect(local, self.policy)
+
+    def remote_view(self, current: Mapping) -> Mapping:
+        """The remote object without what the remote cluster rightly sets itself."""
+        return current
+
+    def is_up_to_date(self, desired: Mapping, current: Mapping) -> bool:
+        return f.is_up_to_date(desired, self.remote_view(current))
+
+    def update_body(self, desired: Mapping, current: Mapping) -> dict:
+        return f.update_body(desired, current)
+
+    def extra_informers(self) -> list[Informer]:
+        return []
+
+    # --- event -> key ------------------------------------------------------------------------
+    def owns(self, remote: Mapping) -> bool:
+        return f.is_owned(remote, self._local_id, self.resource)
+
+    def _offloaded(self, key: str) -> bool:
+        namespace, _ = split_key(key)
+        return bool(namespace) and self._twins.plan(namespace or "").twin is not None
+
+    def _local_key(self, obj: dict) -> str | None:
+        key = object_key(obj)
+        # Objects of namespaces that are not offloaded here cost nothing, unless a remote
+        # copy of ours is left to clean up.
+        if self._offloaded(key) or self.index.get(key):
+            return key
+        return None
+
+    def _remote_key(self, obj: dict) -> str | None:
+        return origin_key(obj) if self.owns(obj) else None
+
+    def _keys_of_twin(self, remote_namespace: dict) -> list[str]:
+        local_ns = ((remote_namespace.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
+        if not local_ns:
+            return []
+        prefix = f"{local_ns}/"
+        keys = {key for key in self.local.keys() if key.startswith(prefix)}
+        keys.update(key for key in self.index.local_keys() if key.startswith(prefix))
+        return sorted(keys)
+
+    # --- reconcile ---------------------------------------------------------------------------
+    def forge_context(self, twin: str) -> f.ForgeContext:
+        return f.ForgeContext(
+            local_cluster_id=self._local_id,
+            remote_namespace=twin,
+            reflector=self.resource,
+            virtual_node_name=self.settings.node_name,
+            storage_classes=dict(self.settings.reflection.storage_classes),
+        )
+
+    def reconcile(self, key: str) -> None:
+        logger = ObjectLogger(self.log, {"key": f"{self.kind} {key}"})
+        namespace, _ = split_key(key)
+        local = self.local.get(key)
+        desired: dict | None = None
+        why = "its local object no longer exists"
+        if local is not None:
+            twin, not_here = self._twins.twin_for(namespace or "")
+            if twin is None:
+                why = not_here
+            elif is_terminating(local):
+                why = "its local object is being deleted"
+            elif not self.selected(local):
+                why = f"the {self.policy.value} reflection policy leaves it out"
+            else:
+                desired = self._forge(local, twin, logger)
+                why = "the local object is not reflected"
+        for remote in self.index.get(key):
+            if desired is None or object_key(remote) != object_key(desired):
+                self._delete(remote, logger, why)
+        if desired is not None and local is not None:
+            self._apply(local, desired, logger)
+
+    def _forge(self, local: Mapping, twin: str, logger: logging.LoggerAdapter) -> dict | None:
+        try:
+            return self.forge(local, self.forge_context(twin))
+        except f.Unreflectable as exc:
+            message = f"not reflected to cluster {self.settings.cluster_id}: {exc}"
+            logger.warning(message)
+            self._recorder.warning(local, REASON_REFLECTION_FAILED, message)
+            return None
+
+    def _delete(self, remote: Mapping, logger: logging.LoggerAdapter, why: str) -> None:
+        meta = remote.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return
+        if self.ops.delete(meta["namespace"], meta["name"], meta.get("uid")):
+            logger.info("deleted remote %s %s/%s: %s", self.kind, meta["namespace"], meta["name"], why)
+
+    def _apply(self, local: Mapping, desired: dict, logger: logging.LoggerAdapter) -> None:
+        meta = desired["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        current = self.remote.get(f"{namespace}/{name}")
+        if current is None:
+            try:
+                self.ops.create(namespace, desired)
+                logger.info("created remote %s %s/%s", self.kind, namespace, name)
+                return
+            except ApiError as exc:
+                if exc.already_exists:
+                    current = self.ops.read(namespace, name)
+                elif exc.not_found:
+                    raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
+                elif exc.transient or exc.conflict:
+                    raise
+                else:
+                    self._refused(local, f"refused {self.kind} {namespace}/{name}: {exc.message}", logger)
+            if not self.owns(current):
+                self._conflict(local, current, logger)
+        if self.is_up_to_date(desired, current):
+            return
+        try:
+            self.ops.replace(namespace, name, self.update_body(desired, current))
+            logger.info("updated remote %s %s/%s", self.kind, namespace, name)
+        except ApiError as exc:
+            if exc.not_found:
+                raise Requeue(0.5, "the remote object went away; creating it again") from exc
+            if exc.status == 422 and self.recreate_on_invalid:
+                # An immutable field changed locally (an immutable ConfigMap's data, a
+                # Secret's type, a Service's type...): only a new object can follow it.
+                self.ops.delete(namespace, name, (current.get("metadata") or {}).get("uid"))
+                logger.info(
+                    "remote %s %s/%s cannot be updated in place (%s): recreating it", self.kind, namespace, name, exc.message
+                )
+                raise Requeue(0.5, "recreating") from exc
+            if exc.transient or exc.conflict:
+                raise
+            self._refused(local, f"refused the update of {self.kind} {namespace}/{name}: {exc.message}", logger)
+
+    def _conflict(self, local: Mapping, current: Mapping, logger: logging.LoggerAdapter) -> None:
+        meta = current.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
+        message = (
+            f"not reflected to cluster {self.settings.cluster_id}: the remote {self.kind} "
+            f"{meta.get('namespace')}/{meta.get('name')} "
+            + (
+                f"belongs to cluster {owner}"
+                if owner and owner != self._local_id
+                else "was not created by kube-offload reflection"
+            )
+            + " and is left alone"
+        )
+        logger.warning(message)
+        self._recorder.warning(local, REASON_REFLECTION_CONFLICT, message)
+        raise Requeue(CONFLICT_RETRY_SECONDS, message)
+
+    def _refused(self, local: Mapping, what: str, logger: logging.LoggerAdapter) -> None:
+        message = f"cluster {self.settings.cluster_id} {what}"
+        logger.warning(message)
+        self._recorder.warning(local, REASON_REFLECTION_FAILED, message)
+        raise Requeue(REFUSED_RETRY_SECONDS, message)
+

@@ -1,0 +1,215 @@
+"""Service-account tokens for offloaded pods (local TokenRequest -> remote Secret).
+
+A pod that mounts its service-account token expects a token of its HOME cluster: the
+one its ServiceAccount, RBAC and every in-cluster client it talks to live in. For each
+local pod bound to the virtual node that mounts tokens (projected serviceAccountToken
+sources), this loop asks the LOCAL TokenRequest API for a token of the pod's service
+account, bound to the pod (it dies with the pod), one per audience, and keeps them with
+the pod's local namespace in one remote Secret in the twin namespace
+(names.token_secret_name). Translation mounts that Secret where the projected token
+was; the CA comes from the reflected kube-root-ca.crt. Tokens are renewed once 80 % of
+their lifetime has passed, from the Secret's own annotations, so a restart neither
+re-requests fresh tokens nor lets old ones expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Mapping
+
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload.controller import Controller, Requeue
+from kube_offload.informer import Informer
+from kube_offload.kube import ApiError, call_json, object_key, split_key
+from kube_offload.logs import ObjectLogger
+from vkubelet.origin_index import OriginIndex
+from vkubelet.reflection import forge as f
+from vkubelet.reflection import names as n
+from vkubelet.reflection.reflector import (
+    CONFLICT_RETRY_SECONDS,
+    REASON_REFLECTION_CONFLICT,
+    REASON_REFLECTION_FAILED,
+    REFUSED_RETRY_SECONDS,
+    RemoteOps,
+    is_terminating,
+    owned_selector,
+    shared_informer,
+)
+from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
+from vkubelet.translation import origin_key
+
+if TYPE_CHECKING:
+    from vkubelet.runner import LoopContext
+
+log = logging.getLogger("kube_offload.vkubelet.reflection.serviceaccounts")
+
+
+class ServiceAccountTokenReflector:
+    resource = SERVICEACCOUNTS
+    kind = "Secret"
+
+    def __init__(self, context: "LoopContext") -> None:
+        self.settings = context.settings
+        self.name = f"reflect-{self.resource}"
+        self._local_id = self.settings.local_cluster_id
+        self._twins = context.twins
+        self._recorder = context.recorder
+        self._token_seconds = self.settings.reflection.token_seconds
+        informers = context.informers
+        self._local = client.CoreV1Api(informers.local_client)
+        self.ops = RemoteOps(client.CoreV1Api(informers.remote_client), "secret")
+        self.local_pods = informers.local_pods()
+        self.remote = shared_informer(
+            informers, "remote", SECRETS, client.CoreV1Api, "secret",
+            label_selector=owned_selector(self._local_id, self.resource),
+        )
+        self.index = OriginIndex(self.remote, self.owns)
+        self._lock = threading.Lock()
+        # Local pod key -> when its next renewal is already scheduled.
+        self._scheduled: dict[str, datetime] = {}
+        workers = self.settings.reflection.of(self.resource).workers
+        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=workers, logger=log)
+        self.controller.watch(self.local_pods)
+        self.controller.watch(self.remote, self._remote_key)
+        self.controller.watch(self._twins.remote_namespaces, self._pods_of_twin)
+
+    # --- the Loop protocol -------------------------------------------------------------------
+    def informers(self) -> list[Informer]:
+        return [self.local_pods, self.remote, *self._twins.informers()]
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def resync_all(self) -> None:
+        for key in set(self.local_pods.keys()) | set(self.index.local_keys()):
+            self.controller.enqueue(key)
+
+    # --- event -> key ------------------------------------------------------------------------
+    def owns(self, remote: Mapping) -> bool:
+        return f.is_owned(remote, self._local_id, self.resource)
+
+    def _remote_key(self, obj: dict) -> str | None:
+        return origin_key(obj) if self.owns(obj) else None
+
+    def _pods_of_twin(self, remote_namespace: dict) -> list[str]:
+        local_ns = ((remote_namespace.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
+        if not local_ns:
+            return []
+        return [key for key in self.local_pods.keys() if key.startswith(f"{local_ns}/")]
+
+    # --- reconcile ---------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        logger = ObjectLogger(log, {"key": f"pod {key}"})
+        namespace, name = split_key(key)
+        pod = self.local_pods.get(key)
+        twin: str | None = None
+        sources: list[f.TokenSource] = []
+        if pod is not None:
+            twin, _ = self._twins.twin_for(namespace or "")
+            if twin is not None:
+                sources = f.token_sources(pod)
+        wanted = f"{twin}/{n.token_secret_name(name)}" if sources else None
+        for secret in self.index.get(key):
+            if object_key(secret) != wanted:
+                meta = secret["metadata"]
+                if self.ops.delete(meta["namespace"], meta["name"], meta.get("uid")):
+                    logger.info("deleted token Secret %s/%s", meta["namespace"], meta["name"])
+        if pod is None or wanted is None or twin is None:
+            with self._lock:
+                self._scheduled.pop(key, None)
+            return
+        if is_terminating(pod):
+            # The remote pod may still use its token while it stops; the Secret goes
+            # with the local pod, which goes only once the remote pod is gone.
+            return
+
+        now = datetime.now(timezone.utc)
+        current = self.remote.get(wanted)
+        if current is not None and f.token_secret_is_current(
+            current, pod, sources, now=now, refresh_fraction=TOKEN_REFRESH_FRACTION
+        ):
+            self._schedule(key, f.token_refresh_at(current, TOKEN_REFRESH_FRACTION), now)
+            return
+
+        answers = {source.key: self._request_token(pod, source, logger) for source in sources}
+        tokens = {key: token for key, (token, _) in answers.items()}
+        expires = min(expiry for _, expiry in answers.values())
+        desired = f.forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires)
+        self._apply(pod, desired, current, logger)
+        self._schedule(key, f.token_refresh_at(desired, TOKEN_REFRESH_FRACTION), now)
+
+    def _forge_context(self, twin: str) -> f.ForgeContext:
+        return f.ForgeContext(local_cluster_id=self._local_id, remote_namespace=twin, reflector=self.resource)
+
+    def _schedule(self, key: str, at: datetime | None, now: datetime) -> None:
+        if at is None:
+            return
+        with self._lock:
+            if self._scheduled.get(key) == at:
+                return  # pod updates would otherwise pile up timers for the same renewal
+            self._scheduled[key] = at
+        self.controller.enqueue_after(key, max(1.0, (at - now).total_seconds()))
+
+    def _request_token(self, pod: Mapping, source: f.TokenSource, logger: logging.LoggerAdapter) -> tuple[str, datetime]:
+        meta = pod["metadata"]
+        spec: dict = {
+            "expirationSeconds": self._token_seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        }
+        if source.audience:
+            spec["audiences"] = [source.audience]
+        account = f.service_account_name(pod)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        try:
+            answer = call_json(self._local.create_namespaced_service_account_token, account, meta["namespace"], body)
+        except ApiError as exc:
+            if exc.transient or exc.conflict:
+                raise
+            message = (
+                f"cannot get a token of service account {meta['namespace']}/{account} for the offloaded pod: {exc.message}"
+            )
+            logger.warning(message)
+            self._recorder.warning(pod, REASON_REFLECTION_FAILED, message)
+            raise Requeue(5.0 if exc.not_found else REFUSED_RETRY_SECONDS, message) from exc
+        status = answer.get("status") or {}
+        expiry = f.parse_time(status.get("expirationTimestamp"))
+        if not status.get("token") or expiry is None:
+            raise Requeue(REFUSED_RETRY_SECONDS, "the TokenRequest answer carried no token")
+        return str(status["token"]), expiry
+
+    def _apply(self, pod: Mapping, desired: dict, current: Mapping | None, logger: logging.LoggerAdapter) -> None:
+        meta = desired["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if current is None:
+            try:
+                self.ops.create(namespace, desired)
+                logger.info("created token Secret %s/%s", namespace, name)
+                return
+            except ApiError as exc:
+                if exc.not_found:
+                    raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
+                if not exc.already_exists:
+                    raise
+            current = self.ops.read(namespace, name)
+            if not self.owns(current):
+                message = (
+                    f"the remote Secret {namespace}/{name} was not created by kube-offload and is left alone; "
+                    "the pod gets no token"
+                )
+                logger.warning(message)
+                self._recorder.warning(pod, REASON_REFLECTION_CONFLICT, message)
+                raise Requeue(CONFLICT_RETRY_SECONDS, message)
+        try:
+            self.ops.replace(namespace, name, f.update_body(desired, current))
+            logger.info("renewed token Secret %s/%s", namespace, name)
+        except ApiError as exc:
+            if exc.not_found:
+                raise Requeue(0.5, "the token Secret went away; creating it again") from exc
+            raise
