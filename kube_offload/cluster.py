@@ -206,7 +206,8 @@ class Cluster:
                     "name": "kwok-controller",
                     "extraArgs": [
                         {"key": "manage-all-nodes", "value": "false", "override": True},
-                        {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": True},
+                        # override only replaces an existing flag; this one is new, so appended
+                        {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
                     ],
                 }],
             }))

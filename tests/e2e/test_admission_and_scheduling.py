@@ -54,8 +54,15 @@ def _get(cluster, *args: str) -> dict:
 
 
 def _scheduled_node(local, namespace: str, name: str, wait) -> str:
-    return wait(lambda: _get(local, "pod", "-n", namespace, name)["spec"].get("nodeName"), timeout=60,
-                what=f"pod {namespace}/{name} to be scheduled")
+    try:
+        return wait(lambda: _get(local, "pod", "-n", namespace, name)["spec"].get("nodeName"), timeout=60,
+                    what=f"pod {namespace}/{name} to be scheduled")
+    except BaseException:
+        # say why in the test report: the scheduler's own verdict and the nodes' state
+        events = _get(local, "events", "-n", namespace)["items"]
+        print("events:", [(e.get("reason"), e.get("message")) for e in events])
+        print("nodes:", local.kubectl("get", "nodes", "-o", "wide").stdout)
+        raise
 
 
 def _failed_scheduling_message(local, namespace: str, name: str, wait) -> str:
