@@ -23,11 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "extender, virtual kubelets and enforcers run as local processes. Binaries are built on first use."
         ),
     )
-    add_flag(parser, COMPONENT, "--state-dir", default=str(default_state_dir()),
-             help="where kubeconfigs, certificates, logs and PIDs are kept")
     actions = parser.add_subparsers(dest="cluster_action", metavar="ACTION")
 
     up = actions.add_parser("up", help="create the clusters and start our components")
+    _add_state_dir(up)
     add_flag(up, COMPONENT, "--remotes", default=1, type=int, help="number of remote clusters")
     add_flag(up, COMPONENT, "--prefix", default="ko", help="prefix of the kwokctl cluster names")
     add_flag(up, COMPONENT, "--local-nodes", default=2, type=int, help="kwok physical nodes in the local cluster")
@@ -40,10 +39,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop our processes and delete the clusters")
+    _add_state_dir(down)
     down.set_defaults(func=_down)
     status = actions.add_parser("status", help="say what runs where")
+    _add_state_dir(status)
     status.set_defaults(func=_status)
+    _add_state_dir(parser)
     parser.set_defaults(func=_status)
+
+
+def _add_state_dir(parser: argparse.ArgumentParser) -> None:
+    # On every action, so `kube-offload cluster down --state-dir X` reads naturally.
+    add_flag(parser, COMPONENT, "--state-dir", default=str(default_state_dir()),
+             help="where kubeconfigs, certificates, logs and PIDs are kept")
 
 
 def _env(args: argparse.Namespace) -> Environment:

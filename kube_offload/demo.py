@@ -42,13 +42,19 @@ def _banner(text: str) -> None:
 
 
 def _show(cluster: Cluster, *args: str, check: bool = True) -> str:
-    print(f"$ kubectl --context {cluster.name} {' '.join(args)}", flush=True)
+    # $LOCAL / $REMOTE are the kubeconfig paths printed at the start (see _walkthrough)
+    alias = "$LOCAL" if cluster.spec.role == "local" else "$REMOTE"
+    print(f"$ kubectl --kubeconfig {alias} {' '.join(_quote(a) for a in args)}", flush=True)
     result = cluster.kubectl(*args, check=False)
     output = (result.stdout + result.stderr).rstrip()
     print(output, flush=True)
     if check and result.returncode != 0:
         raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
     return output
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(ch in arg for ch in " {}[]?*()'\"") else arg
 
 
 def _healthy(env: Environment) -> bool:
@@ -94,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin: str, replicas: int) -> None:
+    print(f"LOCAL={local.kubeconfig}")
+    print(f"REMOTE={remote.kubeconfig}")
     _show(local, "get", "nodes", "-L", f"{C.LABEL_TYPE},{C.LABEL_CLUSTER_ID},topology.kubernetes.io/region")
 
     _banner(f"2. Opt a namespace in (a bad value is refused by our validating webhook)")
@@ -122,6 +130,13 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
     time.sleep(3)
     _show(remote, "get", "pods", "-n", twin, remote_pod, "-o", "wide")
     _show(local, "get", "pod", "-n", namespace, remote_pod, "-o", "wide")
+
+    _banner("6. Troubleshoot as usual: logs, exec and events of an offloaded pod come from the remote cluster")
+    _show(local, "logs", "-n", namespace, remote_pod, "--tail=3")
+    _show(local, "exec", "-n", namespace, remote_pod, "--", "hostname")
+    described = local.kubectl("describe", "pod", "-n", namespace, remote_pod).stdout
+    print(f"$ kubectl --kubeconfig $LOCAL describe pod -n {namespace} {remote_pod}   (Events section)")
+    print(described[described.find("Events:"):].rstrip())
 
 
 def _deployment(namespace: str, replicas: int) -> dict:

@@ -1,0 +1,122 @@
+"""Benchmark: Deployment creation -> all pods Running, through the virtual node vs on local
+kwok nodes, in the same run on the same loopback environment; plus the virtual kubelet's
+resident memory at that scale.
+
+    .venv/bin/python bench/bench_offloading.py [--sizes 100,500] [--keep]
+
+Prints a table and the ratio virtual/local for each size (goal: <= 1.5). Not a test: it
+never fails on time. It brings up its own environment (local + 1 remote cluster, large
+kwok nodes so capacity is never the bottleneck) in a temporary state directory and tears
+it down at the end, stopping exactly the processes it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kube_offload import constants as C
+from kube_offload.cluster import Cluster, Environment, default_topology
+
+
+def deployment(name: str, namespace: str, replicas: int) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                                         "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]},
+            },
+        },
+    }
+
+
+def running(cluster: Cluster, namespace: str) -> int:
+    out = cluster.kubectl("get", "pods", "-n", namespace, "-o", "jsonpath={.items[*].status.phase}", timeout=120).stdout
+    return out.split().count("Running")
+
+
+def time_to_running(cluster: Cluster, namespace: str, replicas: int, timeout: float) -> float:
+    started = time.monotonic()
+    cluster.apply(deployment("bench", namespace, replicas))
+    while time.monotonic() - started < timeout:
+        if running(cluster, namespace) >= replicas:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise SystemExit(f"bench: {namespace}: {running(cluster, namespace)}/{replicas} Running after {timeout}s")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def namespace(local: Cluster, name: str, placement: str) -> str:
+    local.kubectl("create", "namespace", name)
+    local.kubectl("label", "namespace", name, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={placement}")
+    return name
+
+
+def cleanup(local: Cluster, names: list[str], timeout: float = 300) -> None:
+    local.kubectl("delete", "namespace", *names, "--wait=true", f"--timeout={int(timeout)}s", check=False, timeout=timeout + 30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100,500", help="comma-separated replica counts")
+    parser.add_argument("--timeout", type=float, default=600, help="per measurement, seconds")
+    parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+
+    state = Path(tempfile.mkdtemp(prefix="kube-offload-bench-"))
+    env = Environment(state, say=lambda line: print(line, file=sys.stderr, flush=True))
+    # Big nodes: 2 local and 2 remote nodes with room for 600 pods each.
+    topology = default_topology(prefix="bench", remotes=1, local_nodes=2, remote_nodes=2,
+                                node_cpu="64", node_memory="256Gi", node_pods=600)
+    rows = []
+    try:
+        env.up(topology)
+        local = env.cluster(topology.local)
+        vkubelet = env.processes.get(f"vkubelet-{topology.remotes[0].cluster_id}")
+        assert vkubelet is not None
+        rss_idle = rss_mib(vkubelet.pid)
+        for size in sizes:
+            ns_local = namespace(local, f"bench-local-{size}", C.PLACEMENT_LOCAL)
+            ns_remote = namespace(local, f"bench-remote-{size}", C.PLACEMENT_REMOTE)
+            t_local = time_to_running(local, ns_local, size, args.timeout)
+            t_remote = time_to_running(local, ns_remote, size, args.timeout)
+            rss = rss_mib(vkubelet.pid)
+            rows.append((size, t_local, t_remote, t_remote / t_local, rss))
+            print(f"  {size} pods: local {t_local:.1f}s, virtual node {t_remote:.1f}s, vkubelet RSS {rss:.0f} MiB",
+                  file=sys.stderr, flush=True)
+            cleanup(local, [ns_local, ns_remote])
+    finally:
+        if not args.keep:
+            env.down()
+
+    print()
+    print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, "
+          f"{len(__import__('os').sched_getaffinity(0))} cores; python {platform.python_version()}")
+    print(f"vkubelet RSS idle: {rss_idle:.0f} MiB")
+    print(f"{'pods':>6} {'local kwok (s)':>15} {'virtual node (s)':>17} {'ratio':>7} {'vkubelet RSS (MiB)':>19}")
+    for size, t_local, t_remote, ratio, rss in rows:
+        print(f"{size:>6} {t_local:>15.1f} {t_remote:>17.1f} {ratio:>7.2f} {rss:>19.0f}")
+    print(json.dumps({"rows": [dict(zip(("pods", "local_s", "virtual_s", "ratio", "rss_mib"), r)) for r in rows]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
