@@ -1,0 +1,323 @@
+"""The kubelet API server over real HTTPS sockets: routing, error bodies, the WebSocket
+upgrade, TLS (generated certificate, client CA, reload). The remote API server is a
+closed loopback port here, so every path that would reach it meets a real connection
+failure; the successful relays are covered end to end in tests/e2e/test_logs_exec.py."""
+
+import base64
+import http.client
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from certs import pki
+from vkubelet.kubeletapi import websocket as ws
+from vkubelet.kubeletapi.paths import RequestError
+from vkubelet.kubeletapi.resolver import RemotePod
+from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
+from vkubelet.kubeletapi.tls import ServerContext, TLSSetupError, serving_files, subject_names
+
+
+class Resolver:
+    """Pods the test says are offloaded; everything else is not on this node."""
+
+    def __init__(self, served):
+        self.served = served
+
+    def resolve(self, namespace, pod, pod_uid=""):
+        key = f"{namespace}/{pod}"
+        if key not in self.served:
+            raise RequestError(404, f"pod {key} is not bound to virtual node kube-offload-r1")
+        return RemotePod(f"{namespace}-local", pod)
+
+
+def closed_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    configuration = client.Configuration()
+    configuration.host = f"https://127.0.0.1:{closed_port()}"
+    configuration.verify_ssl = False
+    remote = client.ApiClient(configuration)
+    files = serving_files("", "", node_address="127.0.0.1", node_name="kube-offload-r1")
+    app = KubeletApi(resolver=Resolver({"demo/web"}), remote=remote, cluster_id="r1")
+    srv = KubeletHTTPServer(("127.0.0.1", 0), app, ServerContext(files))
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.close_streams()
+    srv.server_close()
+    files.cleanup()
+    assert not files.cert.exists()
+
+
+def insecure():
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # as the apiserver without --kubelet-certificate-authority
+    return context
+
+
+def request(srv, method, path, headers=None):
+    conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=insecure(), timeout=10)
+    conn.request(method, path, headers=headers or {})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    return response, body
+
+
+def test_healthz(server):
+    response, body = request(server, "GET", "/healthz")
+    assert (response.status, body) == (200, b"ok\n")
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(server):
+    conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], context=insecure(), timeout=10)
+    for _ in range(3):
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok\n"
+    conn.close()
+
+
+def test_logs_of_a_pod_not_on_this_node_are_404_with_a_plain_message(server):
+    response, body = request(server, "GET", "/containerLogs/demo/other/app")
+    assert response.status == 404
+    assert response.getheader("Content-Type").startswith("text/plain")
+    assert body.decode().strip() == "pod demo/other is not bound to virtual node kube-offload-r1"
+
+
+def test_bad_log_query_is_400(server):
+    response, body = request(server, "GET", "/containerLogs/demo/web/app?tailLines=-3")
+    assert response.status == 400
+    assert b"tailLines" in body
+
+
+def test_logs_with_the_remote_cluster_down_are_503(server):
+    response, body = request(server, "GET", "/containerLogs/demo/web/app?follow=true")
+    assert response.status == 503
+    assert body.decode().startswith("remote cluster r1 is unreachable")
+
+
+def test_unknown_paths_and_methods(server):
+    assert request(server, "GET", "/stats/summary")[0].status == 404
+    assert request(server, "PUT", "/containerLogs/demo/web/app")[0].status == 405
+    assert request(server, "POST", "/containerLogs/demo/web/app")[0].status == 405
+
+
+def test_a_request_body_is_dropped_and_the_connection_stays_usable(server):
+    conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], context=insecure(), timeout=10)
+    conn.request("POST", "/healthz", body=b"x" * (200 * 1024))
+    assert conn.getresponse().read() == b"ok\n"
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().read() == b"ok\n"
+    conn.close()
+
+
+def test_port_forward_is_refused_with_a_status(server):
+    response, body = request(server, "GET", "/portForward/demo/web")
+    assert response.status == 501
+    assert json.loads(body)["reason"] == "NotImplemented"
+
+
+def test_spdy_exec_is_refused_with_a_status_kubectl_decodes(server):
+    response, body = request(
+        server, "POST", "/exec/demo/web/app?command=ls&output=1", {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
+    )
+    status = json.loads(body)
+    assert response.status == 400
+    assert (status["kind"], status["status"], status["code"]) == ("Status", "Failure", 400)
+    assert "SPDY is not supported" in status["message"]
+
+
+def test_exec_of_a_pod_not_on_this_node_is_a_404_status_before_any_upgrade(server):
+    response, body = request(server, "GET", "/exec/demo/other/app?command=ls&output=1", _ws_headers())
+    assert response.status == 404
+    assert json.loads(body)["reason"] == "NotFound"
+
+
+def _ws_headers(protocols="v5.channel.k8s.io, v4.channel.k8s.io"):
+    return {
+        "Connection": "Upgrade",
+        "Upgrade": "websocket",
+        "Sec-Websocket-Version": "13",
+        "Sec-Websocket-Key": base64.b64encode(os.urandom(16)).decode(),
+        "Sec-Websocket-Protocol": protocols,
+    }
+
+
+def test_unsupported_stream_protocols_are_refused(server):
+    response, body = request(server, "GET", "/exec/demo/web/app?command=ls&output=1", _ws_headers("channel.k8s.io"))
+    assert response.status == 400
+    assert "none of the offered stream protocols" in json.loads(body)["message"]
+
+
+def test_websocket_exec_upgrades_then_reports_the_unreachable_remote_on_the_error_channel(server):
+    raw = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10)
+    sock = insecure().wrap_socket(raw)
+    headers = _ws_headers()
+    lines = [f"GET /exec/demo/web/app?command=ls&output=1 HTTP/1.1", f"Host: 127.0.0.1"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    head = head.decode()
+    assert head.startswith("HTTP/1.1 101")
+    assert f"Sec-WebSocket-Accept: {ws.accept_key(headers['Sec-Websocket-Key'])}" in head
+    assert "Sec-WebSocket-Protocol: v5.channel.k8s.io" in head
+    parser = ws.FrameParser(expect_masked=False)
+    parser.feed(rest)
+    frames = []
+    while True:
+        frame = parser.next_frame()
+        if frame is not None:
+            frames.append(frame)
+            if frame.opcode == ws.OP_CLOSE:
+                break
+            continue
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        parser.feed(chunk)
+    sock.close()
+    error = frames[0]
+    assert error.payload[0] == 3  # the error channel
+    status = json.loads(error.payload[1:])
+    assert (status["status"], status["code"]) == ("Failure", 503)
+    assert status["message"].startswith("remote cluster r1 is unreachable")
+    assert frames[-1].opcode == ws.OP_CLOSE
+
+
+def test_a_silent_client_does_not_block_the_others(server):
+    silent = socket.create_connection(("127.0.0.1", server.server_address[1]))  # no TLS handshake
+    try:
+        assert request(server, "GET", "/healthz")[0].status == 200
+    finally:
+        silent.close()
+
+
+# --- TLS ----------------------------------------------------------------------------------------
+def test_generated_certificate_names_the_node_address_and_name():
+    files = serving_files("", "", node_address="10.0.0.7", node_name="kube-offload-r1")
+    try:
+        names = pki.subject_names(files.cert.read_bytes())
+        assert names.ip_addresses == ("10.0.0.7",)
+        assert names.dns_names == ("kube-offload-r1",)
+        assert oct(files.key.stat().st_mode & 0o777) == "0o600"
+        assert oct(files.generated_dir.stat().st_mode & 0o777) == "0o700"
+    finally:
+        files.cleanup()
+
+
+def test_a_generated_key_does_not_stay_on_disk():
+    files = serving_files("", "", node_address="127.0.0.1", node_name="kube-offload-r1")
+    context = ServerContext(files)
+    assert not files.generated_dir.exists()
+    assert context.get() is context.get()
+
+
+def test_subject_names_default_to_loopback_for_a_dns_address():
+    assert subject_names("vk.example", "kube-offload-r1") == (["vk.example", "kube-offload-r1"], ["127.0.0.1"])
+
+
+def _pair(tmp_path, name, ca):
+    pair = pki.issue_serving_cert(ca, ip_addresses=["127.0.0.1"])
+    cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    cert.write_bytes(pair.cert_pem)
+    key.write_bytes(pair.key_pem)
+    return cert, key
+
+
+def test_given_files_are_checked(tmp_path):
+    ca = pki.generate_ca()
+    cert, key = _pair(tmp_path, "a", ca)
+    other_cert, other_key = _pair(tmp_path, "b", ca)
+    assert serving_files(str(cert), str(key), node_address="127.0.0.1", node_name="n").generated_dir is None
+    with pytest.raises(TLSSetupError, match="does not belong"):
+        serving_files(str(cert), str(other_key), node_address="127.0.0.1", node_name="n")
+    with pytest.raises(TLSSetupError, match="together"):
+        serving_files(str(cert), "", node_address="127.0.0.1", node_name="n")
+    with pytest.raises(TLSSetupError):
+        serving_files(str(tmp_path / "missing.crt"), str(key), node_address="127.0.0.1", node_name="n")
+
+
+def test_context_reloads_rotated_files(tmp_path):
+    ca = pki.generate_ca()
+    cert, key = _pair(tmp_path, "tls", ca)
+    files = serving_files(str(cert), str(key), node_address="127.0.0.1", node_name="n")
+    context = ServerContext(files)
+    first = context.get()
+    assert context.get() is first  # unchanged files: same context
+    time.sleep(0.01)
+    new_cert, new_key = _pair(tmp_path, "next", ca)
+    os.replace(new_key, key)
+    os.replace(new_cert, cert)
+    assert context.get() is not first
+
+
+def _client_cert(tmp_path, ca):
+    """A clientAuth certificate signed by ``ca`` (certs/pki issues serving ones only)."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.private_key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+def test_client_ca_requires_a_client_certificate(tmp_path):
+    ca = pki.generate_ca()
+    cert, key = _pair(tmp_path, "tls", ca)
+    client_ca = pki.generate_ca("clients")
+    ca_file = tmp_path / "client-ca.crt"
+    ca_file.write_bytes(client_ca.cert_pem)
+    files = serving_files(str(cert), str(key), node_address="127.0.0.1", node_name="n")
+    app = KubeletApi(resolver=Resolver(set()), remote=client.ApiClient(client.Configuration()), cluster_id="r1")
+    srv = KubeletHTTPServer(("127.0.0.1", 0), app, ServerContext(files, str(ca_file)))
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    try:
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            request(srv, "GET", "/healthz")
+        # A client certificate from that CA (like the apiserver's kubelet client cert) gets in.
+        leaf_cert, leaf_key = _client_cert(tmp_path, client_ca)
+        context = insecure()
+        context.load_cert_chain(str(leaf_cert), str(leaf_key))
+        conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=context, timeout=10)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -1,0 +1,147 @@
+"""The kubelet API of the virtual node as a virtual-kubelet loop (``kubectl logs``,
+``exec`` and ``attach`` on offloaded pods).
+
+:func:`kubelet_api_loop` is the :data:`vkubelet.runner.LoopFactory`. It binds the HTTPS
+port at once (a port in use or an unreadable certificate stops the vkubelet at start-up,
+not silently later), serves once the pod caches have listed, and keeps
+``ExtendWebSocketsToKubelet`` in the node's ``status.declaredFeatures``: that is what
+makes the local kube-apiserver (>= 1.36) proxy ``kubectl exec`` to us as a WebSocket
+instead of translating it to SPDY (see vkubelet/kubeletapi/streams.py). The machinery is
+in ``vkubelet/kubeletapi/``; docs/logs-and-exec.md describes the behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Mapping
+
+from kubernetes import client
+
+from kube_offload.controller import Controller
+from kube_offload.informer import Informer
+from kube_offload.kube import ApiError, call_json
+from vkubelet.kubeletapi.resolver import PodResolver
+from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
+from vkubelet.kubeletapi.tls import ServerContext, TLSSetupError, serving_files
+from vkubelet.runner import LoopContext
+from vkubelet.settings import Settings, SettingsError
+
+log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
+
+MERGE_PATCH = "application/merge-patch+json"
+# The node feature the apiserver looks for before proxying exec/attach/port-forward
+# WebSockets to a kubelet (kubernetes v1.37 pkg/registry/core/pod/rest/subresources.go,
+# checkNodeSupportsWebsockets).
+WEBSOCKET_FEATURE = "ExtendWebSocketsToKubelet"
+
+
+def declared_features_patch(node: Mapping | None, feature: str = WEBSOCKET_FEATURE) -> dict | None:
+    """The nodes/status merge patch adding ``feature`` to ``status.declaredFeatures``, or
+    None when it is there (or the node does not exist yet). A merge patch replaces the
+    whole list, so the others are kept; the API wants it sorted and without duplicates."""
+    if node is None:
+        return None
+    current = list((node.get("status") or {}).get("declaredFeatures") or [])
+    if feature in current:
+        return None
+    return {"status": {"declaredFeatures": sorted(set(current) | {feature})}}
+
+
+def bind_address(settings: Settings) -> str:
+    """Where to listen: ``--kubelet-bind-address``, by default the node address the
+    apiserver is told to connect to."""
+    return settings.kubelet_bind_address or settings.node_address
+
+
+class KubeletApiLoop:
+    name = "kubelet-api"
+
+    def __init__(self, context: LoopContext) -> None:
+        settings = context.settings
+        self._settings = settings
+        self._local_pods = context.informers.local_pods()
+        self._remote_pods = context.informers.remote_pods()
+        self._node = context.informers.local_node()
+        self._core_local = client.CoreV1Api(context.informers.local_client)
+        resolver = PodResolver(
+            local_pods=self._local_pods,
+            remote_pods=self._remote_pods,
+            node_name=settings.node_name,
+            cluster_id=settings.cluster_id,
+            local_cluster_id=settings.local_cluster_id,
+        )
+        try:
+            self._files = serving_files(
+                settings.kubelet_tls_cert,
+                settings.kubelet_tls_key,
+                node_address=settings.node_address,
+                node_name=settings.node_name,
+            )
+        except TLSSetupError as exc:
+            raise SettingsError(str(exc)) from None
+        address = (bind_address(settings), settings.kubelet_port)
+        try:
+            tls = ServerContext(self._files, settings.kubelet_client_ca)
+            self.server = KubeletHTTPServer(
+                address, KubeletApi(resolver=resolver, remote=context.informers.remote_client, cluster_id=settings.cluster_id), tls
+            )
+        except TLSSetupError as exc:
+            self._files.cleanup()
+            raise SettingsError(str(exc)) from None
+        except OSError as exc:
+            self._files.cleanup()
+            raise SettingsError(f"--kubelet-port: cannot listen on {address[0]}:{address[1]}: {exc.strerror or exc}") from None
+        self._thread: threading.Thread | None = None
+        self._declared = False
+        self.features = Controller(name="kubelet-api-features", reconcile=self._reconcile_features, workers=1)
+        self.features.watch(self._node)
+
+    @property
+    def port(self) -> int:
+        """The port really bound (``--kubelet-port`` unless that was 0 in a test)."""
+        return self.server.server_address[1]
+
+    def informers(self) -> list[Informer]:
+        return [self._local_pods, self._remote_pods, self._node]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5}, name="kubelet-api", daemon=True)
+        self._thread.start()
+        self.features.start()
+        self.features.enqueue(self._settings.node_name)
+        log.info("kubelet API serving on https://%s:%d", *self.server.server_address[:2])
+
+    def stop(self) -> None:
+        self.features.stop()
+        if self._thread is not None:
+            self.server.shutdown()
+        self.server.close_streams()
+        self.server.server_close()
+        self._files.cleanup()
+
+    def resync_all(self) -> None:
+        self.features.enqueue(self._settings.node_name)
+
+    def _reconcile_features(self, key: str) -> None:
+        if key != self._settings.node_name:
+            return
+        patch = declared_features_patch(self._node.get(key))
+        if patch is None:
+            return
+        try:
+            call_json(self._core_local.patch_node_status, key, patch, _content_type=MERGE_PATCH)
+        except ApiError as exc:
+            if exc.not_found:
+                return  # the node loop creates it; its ADDED event brings us back
+            raise
+        # The node's next watch event may predate this patch and run it once more
+        # (harmless: same merge patch); say it once.
+        if not self._declared:
+            self._declared = True
+            log.info("node %s: declared %s (kubectl exec reaches this kubelet API as a WebSocket)", key, WEBSOCKET_FEATURE)
+
+
+def kubelet_api_loop(context: LoopContext) -> KubeletApiLoop:
+    """The :data:`vkubelet.runner.LoopFactory` of the kubelet API."""
+    return KubeletApiLoop(context)

@@ -1,0 +1,19 @@
+"""The kubelet API of the virtual node: what makes ``kubectl logs``, ``exec`` and
+``attach`` work on an offloaded pod.
+
+The local kube-apiserver reaches a node's kubelet over HTTPS at the address and port the
+node publishes; the virtual kubelet answers there and relays each request to the remote
+cluster's API server (``pods/log``, ``pods/exec``, ``pods/attach``) for the pod's remote
+twin. Modules:
+
+* ``paths``     - kubelet URL paths, parsed (pure);
+* ``resolver``  - local pod -> its remote pod, from the informer caches;
+* ``logs``      - containerLogs query -> remote pods/log query, and the streaming relay;
+* ``websocket`` - RFC 6455 framing and handshake (pure);
+* ``streams``   - exec/attach options and the WebSocket relay to the remote API server;
+* ``tls``       - the serving certificate (given, or generated at start-up);
+* ``server``    - the threaded HTTPS server and its request handler.
+
+``vkubelet/kubelet_api.py`` plugs it into the virtual kubelet as a loop.
+See docs/logs-and-exec.md.
+"""

@@ -1,0 +1,187 @@
+"""``GET /containerLogs/{ns}/{pod}/{container}``: the kubelet log query mapped onto the
+remote API server's ``pods/log`` and the stream relayed as it comes.
+
+The query is the one the local apiserver builds from ``kubectl logs`` (LogLocation in
+``pkg/registry/core/pod/strategy.go``): follow, previous, timestamps, sinceSeconds,
+sinceTime, tailLines, limitBytes and stream; the kubelet also accepts the legacy
+``tail``. All of them are passed on unchanged, so the remote kubelet applies them to the
+real log exactly as the local one would have.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Iterator
+
+from kubernetes import client
+
+from kube_offload.kube import ApiError
+from vkubelet.kubeletapi.paths import RequestError, parse_bool, parse_int, query_value
+
+log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
+
+LOG_STREAMS = ("All", "Stdout", "Stderr")
+# Connect quickly or fail; a followed log may stay silent for hours, so no read timeout
+# then. Without follow the remote kubelet answers at once: a read stuck for minutes means
+# a dead connection.
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT_WITHOUT_FOLLOW = 120.0
+CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    """``v1.PodLogOptions`` as the kubelet receives it (minus the container, in the path)."""
+
+    follow: bool = False
+    previous: bool = False
+    timestamps: bool = False
+    tail_lines: int | None = None
+    since_seconds: int | None = None
+    since_time: str | None = None
+    limit_bytes: int | None = None
+    stream: str | None = None
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+
+
+def parse_log_query(query: dict[str, list[str]]) -> LogQuery:
+    """Read and validate the query (the checks of ValidatePodLogOptions, so a bad value
+    is refused here with a message rather than by the remote side)."""
+    tail_text = query_value(query, "tailLines")
+    legacy_tail = query_value(query, "tail")
+    if legacy_tail:
+        # The kubelet's backwards compatibility: ``tail=N`` is tailLines, ``tail=all`` none.
+        tail_text = None if legacy_tail == "all" else legacy_tail
+    since_time = query_value(query, "sinceTime") or None
+    if since_time is not None:
+        try:
+            _parse_time(since_time)
+        except ValueError:
+            raise RequestError(400, f"query parameter sinceTime={since_time!r} is not an RFC 3339 time") from None
+    stream = query_value(query, "stream") or None
+    result = LogQuery(
+        follow=bool(parse_bool("follow", query_value(query, "follow"))),
+        previous=bool(parse_bool("previous", query_value(query, "previous"))),
+        timestamps=bool(parse_bool("timestamps", query_value(query, "timestamps"))),
+        tail_lines=parse_int("tailLines", tail_text, minimum=0),
+        since_seconds=parse_int("sinceSeconds", query_value(query, "sinceSeconds"), minimum=1),
+        since_time=since_time,
+        limit_bytes=parse_int("limitBytes", query_value(query, "limitBytes"), minimum=1),
+        stream=stream,
+    )
+    if result.since_seconds is not None and result.since_time is not None:
+        raise RequestError(400, "at most one of sinceSeconds and sinceTime may be given")
+    if stream is not None and stream not in LOG_STREAMS:
+        raise RequestError(400, f"stream={stream!r} must be one of {', '.join(LOG_STREAMS)}")
+    if stream not in (None, "All") and result.tail_lines is not None:
+        raise RequestError(400, "tailLines cannot be combined with stream other than All")
+    return result
+
+
+def remote_log_params(query: LogQuery, container: str) -> list[tuple[str, str]]:
+    """Query parameters of the remote ``GET .../pods/{name}/log``: only what is set, in
+    the API's spelling (what ``read_namespaced_pod_log`` sends, plus sinceTime, which
+    the Python client's generated method cannot send: it is missing from its OpenAPI)."""
+    params: list[tuple[str, str]] = [("container", container)]
+    for name, value in (
+        ("follow", query.follow),
+        ("previous", query.previous),
+        ("timestamps", query.timestamps),
+    ):
+        if value:
+            params.append((name, "true"))
+    for name, number in (
+        ("tailLines", query.tail_lines),
+        ("sinceSeconds", query.since_seconds),
+        ("limitBytes", query.limit_bytes),
+    ):
+        if number is not None:
+            params.append((name, str(number)))
+    if query.since_time is not None:
+        params.append(("sinceTime", query.since_time))
+    if query.stream is not None:
+        params.append(("stream", query.stream))
+    return params
+
+
+def remote_error(exc: ApiError, *, cluster_id: str, remote_pod: str) -> RequestError:
+    """What to answer when the remote API server refused or failed.
+
+    The local apiserver passes the body of a 400 or 500 to kubectl as the message
+    (GenericHttpResponseChecker); other codes become a generic message. So errors the
+    user should read travel as 400 (the pod's state: container waiting, no previous
+    instance...) or 500 (our side: credentials, remote cluster down)."""
+    where = f"(remote cluster {cluster_id}, pod {remote_pod})"
+    if exc.status == 0:
+        return RequestError(503, f"remote cluster {cluster_id} is unreachable: {exc.message}")
+    if exc.status in (401, 403):
+        return RequestError(
+            500, f"the virtual kubelet may not read logs in remote cluster {cluster_id}: {exc.message}"
+        )
+    if exc.status == 404:
+        return RequestError(404, f"{exc.message} {where}")
+    if exc.status == 429:
+        return RequestError(429, f"remote cluster {cluster_id} asks to retry later: {exc.message}")
+    if exc.status >= 500:
+        return RequestError(502, f"remote cluster {cluster_id} failed: {exc.message} {where}")
+    return RequestError(400, f"{exc.message} {where}")
+
+
+def _api_error(status: int, body: bytes, fallback: str) -> ApiError:
+    parsed: dict = {}
+    try:
+        parsed = json.loads(body)
+    except (ValueError, TypeError):
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
+    message = parsed.get("message") or body.decode("utf-8", "replace").strip() or fallback
+    return ApiError(status, str(parsed.get("reason") or fallback), message, parsed)
+
+
+def open_remote_log(api_client: client.ApiClient, namespace: str, pod: str, params: list[tuple[str, str]], *, follow: bool) -> Any:
+    """Start ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` on the remote API server and
+    return the urllib3 response, unread; ApiError if it did not answer 2xx.
+
+    Built with the client's own ``param_serialize``/``call_api`` (auth, TLS, proxy
+    settings of the kubeconfig), which is exactly what ``read_namespaced_pod_log`` does
+    with ``_preload_content=False``, only with every parameter (sinceTime) allowed."""
+    method, url, headers, body, post_params = api_client.param_serialize(
+        method="GET",
+        resource_path="/api/v1/namespaces/{namespace}/pods/{name}/log",
+        path_params={"namespace": namespace, "name": pod},
+        query_params=params,
+        header_params={"Accept": "text/plain, */*"},
+        auth_settings=["BearerToken"],
+    )
+    timeout = (CONNECT_TIMEOUT, None) if follow else (CONNECT_TIMEOUT, READ_TIMEOUT_WITHOUT_FOLLOW)
+    try:
+        response = api_client.call_api(method, url, header_params=headers, body=body, post_params=post_params, _request_timeout=timeout)
+    except client.ApiException as exc:
+        raise ApiError.from_exception(exc) from exc
+    except Exception as exc:  # urllib3 and socket errors share no useful base class
+        raise ApiError(0, "Unreachable", str(exc)) from exc
+    raw = response.response
+    if not 200 <= response.status <= 299:
+        try:
+            data = raw.read()
+        finally:
+            raw.release_conn()
+        raise _api_error(response.status, data, raw.reason or "")
+    return raw
+
+
+def iter_chunks(raw: Any, *, stopped: Callable[[], bool]) -> Iterator[bytes]:
+    """The response body as it arrives (``read1``: whatever is there, without waiting
+    for a full buffer, so a followed log line is relayed the moment it is written)."""
+    while not stopped():
+        data = raw.read1(CHUNK)
+        if not data:
+            return
+        yield data

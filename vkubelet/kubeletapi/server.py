@@ -1,0 +1,404 @@
+"""The threaded HTTPS server of the kubelet endpoint and its request handler.
+
+Why ``http.server.ThreadingHTTPServer`` and not Flask/gunicorn like the webhook: an exec
+turns the HTTP connection into a WebSocket, and the relay needs the raw TLS socket after
+the ``101`` - the standard library hands it over as ``self.connection``, a WSGI server
+does not (WSGI has no upgrade). A followed log is one long response per request, which a
+thread per connection serves simply; the requests come from one client (the local
+apiserver), a few at a time, so a thread each is cheap. And the server lives inside the
+vkubelet process, next to the informers it reads, where gunicorn's pre-fork model would
+not fit. No dependency is added.
+
+The TLS handshake runs in the connection's thread, not in the accepting one, so a slow
+or stuck client cannot hold up the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+import ssl
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+from kubernetes import client
+
+from kube_offload.kube import ApiError
+from vkubelet.kubeletapi import logs, streams
+from vkubelet.kubeletapi import websocket as ws
+from vkubelet.kubeletapi.paths import (
+    ATTACH,
+    CONTAINER_LOGS,
+    EXEC,
+    HEALTHZ,
+    PORT_FORWARD,
+    KubeletRequest,
+    RequestError,
+    parse_request_path,
+)
+from vkubelet.kubeletapi.resolver import PodResolver, RemotePod
+from vkubelet.kubeletapi.tls import ServerContext
+
+log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
+
+HANDSHAKE_TIMEOUT = 10.0
+# How long a kept-alive connection may sit idle between requests (and how long a client
+# may take to send its request headers).
+IDLE_TIMEOUT = 120.0
+HANGUP_POLL_MS = 500
+DISCARD_CHUNK = 64 * 1024
+_POLL_HANGUP = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
+
+
+@dataclass
+class LogStream:
+    raw: Any  # urllib3 response of the remote pods/log, unread
+    description: str
+
+
+class KubeletApi:
+    """What the endpoints do, apart from HTTP: resolve the pod, open the remote side."""
+
+    def __init__(self, *, resolver: PodResolver, remote: client.ApiClient, cluster_id: str) -> None:
+        self.resolver = resolver
+        self.remote = remote
+        self.core = client.CoreV1Api(remote)
+        self.cluster_id = cluster_id
+        self.stopping = threading.Event()
+
+    def resolve(self, request: KubeletRequest) -> RemotePod:
+        return self.resolver.resolve(request.namespace, request.pod, request.pod_uid)
+
+    def open_logs(self, request: KubeletRequest) -> LogStream:
+        query = logs.parse_log_query(request.query)
+        target = self.resolve(request)
+        params = logs.remote_log_params(query, request.container)
+        try:
+            raw = logs.open_remote_log(self.remote, target.namespace, target.name, params, follow=query.follow)
+        except ApiError as exc:
+            raise logs.remote_error(exc, cluster_id=self.cluster_id, remote_pod=str(target)) from exc
+        return LogStream(raw, f"logs {request.pod_key}/{request.container} -> {self.cluster_id}:{target}")
+
+    def remote_opener(self, request: KubeletRequest, target: RemotePod, options: streams.StreamOptions) -> Callable[[str], streams.RemoteStream]:
+        def open_remote(offer: str) -> streams.RemoteStream:
+            return streams.open_remote_stream(
+                self.core, request.endpoint, target.namespace, target.name, request.container, options, offer=offer
+            )
+
+        return open_remote
+
+
+class KubeletHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], app: KubeletApi, tls: ServerContext) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.app = app
+        self.tls = tls
+        self._closers: dict[int, Callable[[], None]] = {}
+        self._closers_lock = threading.Lock()
+        super().__init__(address, KubeletRequestHandler)
+
+    # --- TLS in the connection's thread ------------------------------------------------------
+    def finish_request(self, request: socket.socket, client_address: Any) -> None:
+        request.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            conn = self.tls.get().wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("kubelet API: TLS handshake with %s failed: %s", client_address, exc)
+            request.close()
+            return
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("kubelet API: request from %s failed", client_address)
+
+    # --- shutdown of long-lived requests ----------------------------------------------------
+    def register_closer(self, close: Callable[[], None]) -> int:
+        with self._closers_lock:
+            token = id(close)
+            self._closers[token] = close
+            return token
+
+    def unregister_closer(self, token: int) -> None:
+        with self._closers_lock:
+            self._closers.pop(token, None)
+
+    def close_streams(self) -> None:
+        """End every followed log and exec relay (the server is stopping)."""
+        self.app.stopping.set()
+        with self._closers_lock:
+            closers = list(self._closers.values())
+        for close in closers:
+            try:
+                close()
+            except Exception:  # a stream that ended meanwhile
+                pass
+
+
+class KubeletRequestHandler(BaseHTTPRequestHandler):
+    server: KubeletHTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = "kube-offload-vkubelet"
+    sys_version = ""
+    timeout = IDLE_TIMEOUT
+    # Unbuffered: after a WebSocket upgrade nothing of the stream may sit in a read buffer.
+    rbufsize = 0
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        # SPDY clients send exec/attach as POST; WebSocket handshakes are GETs.
+        self._handle()
+
+    def _method_not_allowed(self) -> None:
+        self._send_text(405, f"{self.command} is not supported by the kubelet API of a kube-offload virtual node")
+
+    do_PUT = do_DELETE = do_PATCH = _method_not_allowed
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("kubelet API %s: " + format, self.address_string(), *args)
+
+    # --- dispatch -------------------------------------------------------------------------
+    def _handle(self) -> None:
+        streaming = False
+        self._responded = False
+        try:
+            self._discard_body()
+            request = parse_request_path(self.path)
+            streaming = request.endpoint in (EXEC, ATTACH, PORT_FORWARD)
+            if request.endpoint == HEALTHZ:
+                self._send_text(200, "ok")
+            elif request.endpoint == CONTAINER_LOGS:
+                if self.command != "GET":
+                    raise RequestError(405, "containerLogs takes GET")
+                self._serve_logs(request)
+            elif request.endpoint in (EXEC, ATTACH):
+                self._serve_stream(request)
+            else:
+                raise RequestError(
+                    501, f"{request.endpoint} is not supported by kube-offload virtual nodes (only logs, exec and attach)"
+                )
+        except RequestError as exc:
+            log.info("kubelet API: %s %s -> %d %s", self.command, self.path.split("?")[0], exc.status, exc.message)
+            self._send_error(exc, streaming)
+        except Exception:
+            log.exception("kubelet API: %s %s failed", self.command, self.path.split("?")[0])
+            if not self._responded:
+                self._send_error(RequestError(500, "internal error in the virtual kubelet; see its log"), streaming)
+            self.close_connection = True
+
+    def _send_error(self, exc: RequestError, streaming: bool) -> None:
+        if streaming:
+            self._send_status(exc)
+        else:
+            self._send_text(exc.status, exc.message)
+
+    _responded = False
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._responded = True
+        super().send_response(code, message)
+
+    def _discard_body(self) -> None:
+        """No endpoint served here takes a body; one sent anyway is read and dropped (in
+        bounded pieces) so the answer reaches the client instead of a connection reset."""
+        try:
+            remaining = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            raise RequestError(400, "invalid Content-Length") from None
+        while remaining > 0:
+            data = self.rfile.read(min(remaining, DISCARD_CHUNK))
+            if not data:
+                break
+            remaining -= len(data)
+
+    # --- responses ------------------------------------------------------------------------
+    def _send_text(self, status: int, text: str) -> None:
+        body = (text.rstrip("\n") + "\n").encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_status(self, exc: RequestError) -> None:
+        """A metav1.Status body: what client-go decodes from a refused upgrade (it then
+        prints the message, with the reason, as a StatusError)."""
+        body = json.dumps(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": exc.message,
+                "reason": exc.reason,
+                "code": exc.status,
+            }
+        ).encode("utf-8")
+        self.send_response(exc.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        # After a refused upgrade the apiserver closes its side; so do we.
+        self.close_connection = True
+
+    # --- logs -----------------------------------------------------------------------------
+    def _serve_logs(self, request: KubeletRequest) -> None:
+        stream = self.server.app.open_logs(request)
+        raw = stream.raw
+        hung_up = threading.Event()
+        done = threading.Event()
+        complete = False
+
+        def close_upstream() -> None:
+            hung_up.set()
+            _shutdown_response(raw)
+
+        token = self.server.register_closer(close_upstream)
+        watcher = threading.Thread(
+            target=_watch_hangup, args=(self.connection, done, close_upstream), name="kubelet-api-hangup", daemon=True
+        )
+        try:
+            self.connection.settimeout(None)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            watcher.start()
+            log.debug("kubelet API: %s: streaming", stream.description)
+            chunks = logs.iter_chunks(raw, stopped=hung_up.is_set)
+            while True:
+                try:
+                    chunk = next(chunks, None)
+                except Exception as exc:  # the remote stream broke, or we shut it down
+                    if not hung_up.is_set():
+                        log.info("kubelet API: %s: remote stream ended with an error: %s", stream.description, exc)
+                    # No final chunk: the client must see a truncated stream, not a clean end.
+                    self.close_connection = True
+                    return
+                if chunk is None:
+                    break
+                # An OSError here means the client went away: handled below.
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if hung_up.is_set():
+                self.close_connection = True
+                return
+            complete = True
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError as exc:  # the client went away while we wrote
+            log.debug("kubelet API: %s: client gone: %s", stream.description, exc)
+            self.close_connection = True
+        finally:
+            done.set()
+            self.server.unregister_closer(token)
+            try:
+                if not complete:
+                    raw.close()  # an interrupted stream's connection must not be reused
+                raw.release_conn()
+            except Exception:
+                pass
+            log.debug("kubelet API: %s: ended%s", stream.description, " (client hung up)" if hung_up.is_set() else "")
+
+    # --- exec / attach ------------------------------------------------------------------
+    def _serve_stream(self, request: KubeletRequest) -> None:
+        options = streams.parse_stream_options(request.endpoint, request.query)
+        target = self.server.app.resolve(request)
+        headers = {name: value for name, value in self.headers.items()}
+        if not ws.is_websocket_request(headers):
+            raise RequestError(
+                400,
+                f"{request.endpoint} on a kube-offload virtual node needs a WebSocket "
+                f"({', '.join(streams.SUPPORTED_PROTOCOLS)}); SPDY is not supported. The local API server "
+                "sends WebSockets when its feature gate ExtendWebSocketsToKubelet is on (default since "
+                "Kubernetes 1.36) and kubectl uses them unless KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false",
+            )
+        problem = ws.handshake_problem(self.command, headers)
+        if problem:
+            raise RequestError(400, problem)
+        offered = ws.offered_protocols(self.headers.get_all("Sec-WebSocket-Protocol") or [])
+        protocol = ws.choose_protocol(offered, streams.SUPPORTED_PROTOCOLS)
+        if protocol is None:
+            raise RequestError(
+                400,
+                f"none of the offered stream protocols ({', '.join(offered) or 'none'}) is supported; "
+                f"use one of {', '.join(streams.SUPPORTED_PROTOCOLS)}",
+            )
+        app = self.server.app
+        description = f"{request.endpoint} {request.pod_key}/{request.container} -> {app.cluster_id}:{target}"
+        sock = self.connection
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self._responded = True
+        self.wfile.write(ws.handshake_response(ws.client_key(headers), protocol))
+        self.close_connection = True
+        log.info("kubelet API: %s: started (%s)", description, protocol)
+
+        def close_relay() -> None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        token = self.server.register_closer(close_relay)
+        try:
+            outcome = streams.serve_stream(
+                sock,
+                protocol,
+                app.remote_opener(request, target, options),
+                cluster_id=app.cluster_id,
+                description=description,
+                stopped=app.stopping.is_set,
+            )
+        finally:
+            self.server.unregister_closer(token)
+        log.info("kubelet API: %s: ended: %s", description, outcome)
+
+
+def _watch_hangup(conn: socket.socket, done: threading.Event, on_hangup: Callable[[], None]) -> None:
+    """Call ``on_hangup`` when the client closes its side of the connection while a
+    log is being relayed: a followed log of a quiet container would otherwise keep the
+    remote stream open until its next line. Polls for hang-up only (POLLRDHUP), never
+    reads, so the TLS object is left to the thread that writes."""
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), _POLL_HANGUP)
+    except (OSError, ValueError):
+        return
+    while not done.is_set():
+        try:
+            events = poller.poll(HANGUP_POLL_MS)
+        except OSError:
+            return
+        if events and not done.is_set():
+            on_hangup()
+            return
+
+
+def _shutdown_response(raw: Any) -> None:
+    """Interrupt a read blocked on the remote response (urllib3 >= 2.3: shutdown())."""
+    shutdown = getattr(raw, "shutdown", None)
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            raw.release_conn()
+    except Exception:
+        pass
