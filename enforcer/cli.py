@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import signal
 import threading
 
-from kube_offload.flags import add_flag
+from kube_offload.flags import add_flag, positive_duration, positive_int
 from kube_offload.kube import load_api_client
 from kube_offload.logs import LEVELS, setup_logging
 
@@ -33,13 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="kubeconfig of the cluster to enforce in; unset: in-cluster config, then ~/.kube/config",
     )
-    add_flag(parser, COMPONENT, "--workers", default=4, type=_positive_int, help="ShadowPods reconciled in parallel")
+    add_flag(parser, COMPONENT, "--workers", default=4, type=positive_int, help="ShadowPods reconciled in parallel")
     add_flag(
         parser,
         COMPONENT,
         "--resync-period",
         default="300s",
-        type=parse_duration,
+        type=positive_duration,
         help="reconcile every ShadowPod again after this long even if nothing changed (e.g. 90s, 5m)",
     )
     add_flag(
@@ -93,25 +92,3 @@ def run(args: argparse.Namespace) -> int:
         enforcer.stop()
         log.info("enforcer stopped")
     return 0
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """``"300"``, ``"300s"``, ``"5m"``, ``"1h"`` -> seconds (a bare number is seconds)."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 5m or 1h, got {text!r}")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
-    return seconds
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value

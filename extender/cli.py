@@ -10,7 +10,7 @@ import argparse
 import functools
 import sys
 
-from kube_offload.flags import add_flag
+from kube_offload.flags import add_flag, non_negative_seconds, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 
 from extender import core
@@ -19,20 +19,6 @@ from extender.settings import DEFAULT_BIND, DEFAULT_MAX_BODY_BYTES, DEFAULT_THRE
 
 COMPONENT = "extender"
 CONFIG_COMPONENT = "extender-scheduler-config"
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{value} is not at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0:  # also refuses NaN
-        raise ValueError(f"{text} is not a number of seconds >= 0")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,15 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "(must match nodeCacheCapable in the scheduler configuration)")
     add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
              help="how prioritize scores nodes: prefer-local, prefer-remote or most-free-remote")
-    add_flag(parser, COMPONENT, "--capacity-max-age", default=core.DEFAULT_CAPACITY_MAX_AGE, type=_seconds,
+    add_flag(parser, COMPONENT, "--capacity-max-age", default=core.DEFAULT_CAPACITY_MAX_AGE, type=non_negative_seconds,
              help="seconds after which a virtual node's remote-capacity annotation is stale and "
                   "ignored (the node is then kept without a capacity check); 0: never stale")
-    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=_positive,
+    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=positive_int,
              help="largest request body accepted (ExtenderArgs carry every candidate Node "
                   "when not nodeCacheCapable)")
-    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=_positive,
+    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
              help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring")
-    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=_positive,
+    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
              help="request threads per worker")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     parser.set_defaults(func=run)
@@ -82,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_flag(conf, CONFIG_COMPONENT, "--url", default=None,
              help="urlPrefix of the extender, e.g. http://127.0.0.1:8080 (https:// turns on enableHTTPS); required")
-    add_flag(conf, CONFIG_COMPONENT, "--weight", default=1, type=_positive,
+    add_flag(conf, CONFIG_COMPONENT, "--weight", default=1, type=positive_int,
              help="weight of the extender's scores against the scheduler's own")
     add_flag(conf, CONFIG_COMPONENT, "--http-timeout", default="5s",
              help="httpTimeout, a Go duration (e.g. 5s); a pod's scheduling cycle fails after it")

@@ -104,7 +104,7 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
     print(f"REMOTE={remote.kubeconfig}")
     _show(local, "get", "nodes", "-L", f"{C.LABEL_TYPE},{C.LABEL_CLUSTER_ID},topology.kubernetes.io/region")
 
-    _banner(f"2. Opt a namespace in (a bad value is refused by our validating webhook)")
+    _banner("2. Opt a namespace in (a bad value is refused by our validating webhook)")
     local.kubectl("create", "namespace", namespace, check=False)
     _show(local, "label", "namespace", namespace, f"{C.LABEL_POD_PLACEMENT}=Everywhere", check=False)
     _show(local, "label", "--overwrite", "namespace", namespace,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any, Callable
 
 
@@ -84,3 +85,42 @@ def appended(args: argparse.Namespace, flag: str) -> list[str]:
     if given:
         return list(given)
     return list(getattr(args, dest + "_env_default", []) or [])
+
+
+# --- argparse value types shared by every component's flags ---------------------------------
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``"5s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or a bare number of seconds;
+    ValueError (which argparse reports against the flag) otherwise."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 2m, 1h)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def positive_duration(text: str) -> float:
+    """argparse type: a duration > 0 (see :func:`parse_duration`), errors worded for the flag."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
+    return seconds
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds >= 0")
+    return value

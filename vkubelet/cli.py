@@ -13,28 +13,14 @@ import threading
 
 import kube_offload
 from kube_offload import constants as c
-from kube_offload.flags import add_flag, appended
+from kube_offload.flags import add_flag, appended, positive_duration, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
-from vkubelet.settings import Settings, SettingsError, parse_duration, parse_node_labels
+from vkubelet.settings import Settings, SettingsError, parse_node_labels
 
 COMPONENT = "vkubelet"
 
 log = logging.getLogger("kube_offload.vkubelet")
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,11 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="extra label of the virtual node, key=value, repeatable (region, provider...)")
     flag("--sharing-percentage", default=c.DEFAULT_SHARING_PERCENTAGE, type=int,
          help="share of the remote cluster's free resources the virtual node offers (1-100)")
-    flag("--ping-interval", default="5s", type=_duration, help="how often the remote API server is probed")
-    flag("--ping-timeout", default="20s", type=_duration,
+    flag("--ping-interval", default="5s", type=positive_duration, help="how often the remote API server is probed")
+    flag("--ping-timeout", default="20s", type=positive_duration,
          help="the node turns NotReady once the remote API server has been unreachable this long")
-    flag("--resync-period", default="300s", type=_duration, help="full re-check of every object even if nothing changed")
-    flag("--workers", default=4, type=_positive_int, help="pods reconciled in parallel")
+    flag("--resync-period", default="300s", type=positive_duration, help="full re-check of every object even if nothing changed")
+    flag("--workers", default=4, type=positive_int, help="pods reconciled in parallel")
     flag("--node-address", default="127.0.0.1",
          help="InternalIP and Hostname address of the virtual node (where the kubelet endpoint is reached)")
     flag("--kubelet-port", default=10250, type=int, help="kubelet endpoint port published on the node")

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from kube_offload import constants as c
+from kube_offload.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
 from vkubelet.reflection.settings import ReflectionSettings
 
@@ -135,15 +136,3 @@ def parse_node_labels(items: list[str]) -> dict[str, str]:
             raise SettingsError(f"--node-label {item!r} must be key=value")
         labels[key.strip()] = value.strip()
     return labels
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``"5s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or a bare number of seconds."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 2m)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]

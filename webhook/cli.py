@@ -11,20 +11,13 @@ import base64
 import functools
 import sys
 
-from kube_offload.flags import add_flag
+from kube_offload.flags import add_flag, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 from webhook import registration as reg
 from webhook.settings import DEFAULT_BIND, DEFAULT_THREADS, DEFAULT_WORKERS
 
 COMPONENT = "webhook"
 CONFIGURATION_COMPONENT = "webhook-configuration"
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{value} is not at least 1")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,10 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--scheduler-name", default=None,
              help="set spec.schedulerName of mutated pods that use the default scheduler "
                   "(e.g. the scheduler profile that calls the kube-offload extender); unset: leave it")
-    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=_positive,
+    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
              help="gunicorn worker processes; each has its own namespace cache and metrics, "
                   "so keep 1 unless measuring")
-    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=_positive,
+    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
              help="request threads per worker")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS,
              help="log level")

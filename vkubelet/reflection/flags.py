@@ -18,7 +18,8 @@ from vkubelet.reflection.settings import (
     ResourceSettings,
     parse_storage_classes,
 )
-from vkubelet.settings import SettingsError, parse_duration
+from kube_offload.flags import parse_duration
+from vkubelet.settings import SettingsError
 
 _WORKERS_HELP = {
     SERVICEACCOUNTS: "offloaded pods whose service-account token is requested and refreshed in parallel; "
