@@ -20,7 +20,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from gunicorn.app.base import BaseApplication
+from kube_offload.serving import GunicornServer
 
 from extender.app import create_app
 from extender.caches import ExtenderCaches
@@ -31,37 +31,12 @@ log = logging.getLogger("extender.server")
 CachesFactory = Callable[[], ExtenderCaches]
 
 
-class ExtenderServer(BaseApplication):
+class ExtenderServer(GunicornServer):
     def __init__(self, server: ServerSettings, app_settings: ExtenderSettings, caches_factory: CachesFactory) -> None:
-        self._server = server
         self._app_settings = app_settings
         self._caches_factory = caches_factory
         self._caches: ExtenderCaches | None = None
-        super().__init__()
-
-    def load_config(self) -> None:
-        options = {
-            "bind": [self._server.bind],
-            "workers": self._server.workers,
-            "threads": self._server.threads,
-            "worker_class": "gthread",
-            "certfile": self._server.tls_cert or None,
-            "keyfile": self._server.tls_key or None,
-            "loglevel": self._server.log_level.lower(),
-            "keepalive": self._server.keepalive_seconds,
-            "graceful_timeout": self._server.graceful_timeout_seconds,
-            "proc_name": "kube-offload-extender",
-            "preload_app": False,
-            "worker_exit": self._worker_exit,
-        }
-        # gunicorn >= 25 opens a control socket at one fixed per-user path
-        # ($HOME/.gunicorn/gunicorn.ctl): the webhook, the extender and test servers on one
-        # host would take it from each other, and a read-only root filesystem refuses it.
-        # Nothing here uses it.
-        if "control_socket_disable" in self.cfg.settings:
-            options["control_socket_disable"] = True
-        for key, value in options.items():
-            self.cfg.set(key, value)
+        super().__init__(server, proc_name="kube-offload-extender")
 
     def load(self) -> Any:
         caches = self._caches_factory()
@@ -70,7 +45,7 @@ class ExtenderServer(BaseApplication):
         log.info("worker %d: serving, caches %s", os.getpid(), type(caches).__name__)
         return create_app(caches, self._app_settings)
 
-    def _worker_exit(self, server: Any, worker: Any) -> None:
+    def worker_exit(self) -> None:
         if self._caches is not None:
             self._caches.stop()
 

@@ -22,7 +22,7 @@ import os
 import ssl
 from typing import Any, Callable
 
-from gunicorn.app.base import BaseApplication
+from kube_offload.serving import GunicornServer
 
 from webhook.app import create_app
 from webhook.namespace_cache import NamespaceSource
@@ -33,37 +33,14 @@ log = logging.getLogger("webhook.server")
 SourceFactory = Callable[[], NamespaceSource]
 
 
-class WebhookServer(BaseApplication):
+class WebhookServer(GunicornServer):
     def __init__(
         self, server: ServerSettings, app_settings: WebhookSettings, source_factory: SourceFactory
     ) -> None:
-        self._server = server
         self._app_settings = app_settings
         self._source_factory = source_factory
         self._source: Any = None
-        super().__init__()
-
-    def load_config(self) -> None:
-        options = {
-            "bind": [self._server.bind],
-            "workers": self._server.workers,
-            "threads": self._server.threads,
-            "worker_class": "gthread",
-            "certfile": self._server.tls_cert,
-            "keyfile": self._server.tls_key,
-            "loglevel": self._server.log_level.lower(),
-            "keepalive": self._server.keepalive_seconds,
-            "graceful_timeout": self._server.graceful_timeout_seconds,
-            "proc_name": "kube-offload-webhook",
-            "preload_app": False,
-            "worker_exit": self._worker_exit,
-        }
-        # gunicorn >= 25 opens a control socket at one fixed per-user path; several servers
-        # on one host (webhook, extender, tests) would take it from each other.
-        if "control_socket_disable" in self.cfg.settings:
-            options["control_socket_disable"] = True
-        for key, value in options.items():
-            self.cfg.set(key, value)
+        super().__init__(server, proc_name="kube-offload-webhook")
 
     def load(self) -> Any:
         source = self._source_factory()
@@ -79,7 +56,7 @@ class WebhookServer(BaseApplication):
         log.info("worker %d: serving, namespace source %s", os.getpid(), type(source).__name__)
         return app
 
-    def _worker_exit(self, server: Any, worker: Any) -> None:
+    def worker_exit(self) -> None:
         stop = getattr(self._source, "stop", None)
         if callable(stop):
             stop()

@@ -1,0 +1,62 @@
+"""Serve a Flask app with gunicorn, started from Python (no gunicorn CLI): the process
+model shared by the webhook and the extender.
+
+gthread workers; the app (and the cache it reads) is built in each worker after the fork
+(``preload_app`` off), because threads - a watch, say - do not survive ``fork()``. A
+subclass says how to build the app (:meth:`load`) and what to stop at worker exit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gunicorn.app.base import BaseApplication
+
+
+class ServerOptions(Protocol):
+    bind: str
+    workers: int
+    threads: int
+    tls_cert: str | None
+    tls_key: str | None
+    log_level: str
+    keepalive_seconds: int
+    graceful_timeout_seconds: int
+
+
+class GunicornServer(BaseApplication):
+    def __init__(self, server: ServerOptions, *, proc_name: str) -> None:
+        self._server = server
+        self._proc_name = proc_name
+        super().__init__()
+
+    def load_config(self) -> None:
+        server = self._server
+        options: dict[str, Any] = {
+            "bind": [server.bind],
+            "workers": server.workers,
+            "threads": server.threads,
+            "worker_class": "gthread",
+            "certfile": server.tls_cert or None,
+            "keyfile": server.tls_key or None,
+            "loglevel": server.log_level.lower(),
+            "keepalive": server.keepalive_seconds,
+            "graceful_timeout": server.graceful_timeout_seconds,
+            "proc_name": self._proc_name,
+            "preload_app": False,
+            "worker_exit": lambda _arbiter, _worker: self.worker_exit(),
+        }
+        # gunicorn >= 25 opens a control socket at one fixed per-user path
+        # ($HOME/.gunicorn/gunicorn.ctl): the webhook, the extender and test servers on one
+        # host would take it from each other, and a read-only root filesystem refuses it.
+        # Nothing here uses it.
+        if "control_socket_disable" in self.cfg.settings:
+            options["control_socket_disable"] = True
+        for key, value in options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:  # pragma: no cover - abstract
+        raise TypeError(f"{type(self).__name__} must say how to build its app (load)")
+
+    def worker_exit(self) -> None:
+        """Stop what :meth:`load` started in this worker."""
