@@ -8,11 +8,11 @@ failurePolicy then decides); anything else is a logged 500, never a dead worker.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Callable
 
+import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
@@ -37,9 +37,7 @@ ERROR = "error"
 
 
 def _json(status: int, body: Any) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json"
-    )
+    return Response(orjson.dumps(body), status=status, mimetype="application/json")
 
 
 def _status(code: int, reason: str, message: str) -> Response:
