@@ -175,7 +175,7 @@ def _run_step(step: str, cmd: list[str], *, cwd: Path, log_path: Path, say: Call
                     packages = sum(1 for _ in open(log_path))
                 except OSError:
                     packages = 0
-                say(f"  ... {step}: {int(time.monotonic() - started)}s elapsed, {packages} log lines")
+                say(f"  ... {step}: {int(time.monotonic() - started)}s elapsed, {packages} packages compiled so far")
 
         thread = threading.Thread(target=heartbeat, daemon=True)
         thread.start()

@@ -1,0 +1,58 @@
+"""Pure parts of the binary builder: the wrapper go.mod and the version stamp."""
+
+import pytest
+
+from kube_offload import binaries
+
+GO_MOD = """module k8s.io/kubernetes
+
+go 1.26.0
+
+replace (
+	k8s.io/api => ./staging/src/k8s.io/api
+	k8s.io/apimachinery => ./staging/src/k8s.io/apimachinery
+	k8s.io/streaming => ./staging/src/k8s.io/streaming
+)
+
+require github.com/other/thing v1.0.0
+"""
+
+
+def test_staging_modules_are_read_off_the_release_go_mod():
+    assert binaries.staging_modules(GO_MOD) == ["k8s.io/api", "k8s.io/apimachinery", "k8s.io/streaming"]
+
+
+def test_wrapper_pins_every_staging_module_at_the_matching_v0_version():
+    text = binaries.kubernetes_wrapper_go_mod("v1.37.2", ["k8s.io/api", "k8s.io/streaming"])
+    assert "require k8s.io/kubernetes v1.37.2" in text
+    assert "replace k8s.io/api => k8s.io/api v0.37.2" in text
+    assert "replace k8s.io/streaming => k8s.io/streaming v0.37.2" in text
+
+
+def test_version_stamp_sets_git_version_major_minor_for_both_packages():
+    flags = binaries.version_ldflags("v1.37.2")
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        assert f"-X {package}.gitVersion=v1.37.2" in flags
+        assert f"-X {package}.gitMajor=1" in flags
+        assert f"-X {package}.gitMinor=37" in flags
+
+
+@pytest.mark.parametrize("bad", ["1.37.2", "v1.37", "latest"])
+def test_unsupported_versions_are_refused(bad):
+    with pytest.raises(ValueError):
+        binaries.staging_version(bad)
+
+
+def test_go_version_parsing():
+    assert binaries.parse_go_version("go version go1.26.8 linux/amd64") == (1, 26)
+    assert binaries.parse_go_version("bash: go: command not found") is None
+
+
+def test_missing_binaries_are_listed(tmp_path):
+    bins = binaries.binaries(tmp_path)
+    assert set(bins.missing()) == set(bins.all())
+    target = bins.kwokctl
+    target.parent.mkdir(parents=True)
+    target.write_text("#!/bin/sh\n")
+    target.chmod(0o755)
+    assert "kwokctl" not in bins.missing()
