@@ -198,10 +198,16 @@ def _run_step(step: str, cmd: list[str], *, cwd: Path, log_path: Path, say: Call
 
 
 def _install(built: Path, target: Path) -> None:
+    """Move the fresh binary into bin/ (a rename: atomic, and no second ~100 MB copy is
+    left behind in build/)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(target.name + ".tmp")
-    shutil.copy2(built, temp)
-    os.replace(temp, target)
+    try:
+        os.replace(built, target)
+    except OSError:  # build/ and bin/ on different filesystems
+        temp = target.with_name(target.name + ".tmp")
+        shutil.copy2(built, temp)
+        os.replace(temp, target)
+        built.unlink(missing_ok=True)
 
 
 def _build_kubernetes(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
