@@ -211,8 +211,9 @@ def test_exec_with_stdin(local, pod):
     assert result.stdout == "got:hello over stdin\n"
 
 
-@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) to give kubectl a terminal")
 def test_exec_interactive_with_a_tty(local, pod):
+    # script(1) (util-linux/bsdutils, on every Debian-like machine) gives kubectl a terminal.
+    assert shutil.which("script"), "script(1) is needed to give kubectl a terminal: install util-linux"
     namespace, _ = pod
     kubectl = f"{local.bins.kubectl} --kubeconfig {local.kubeconfig} exec -it -n {namespace} {POD} -- sh"
     feeder = "sleep 2; printf 'echo tty-$((40+2))\\n'; sleep 2; printf 'exit\\n'; sleep 1"

@@ -23,6 +23,7 @@ Subclasses (one module per type) say which API, how to forge, and what differs.
 
 from __future__ import annotations
 
+import abc
 import logging
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
@@ -127,7 +128,7 @@ def is_terminating(obj: Mapping) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-class Reflector:
+class Reflector(abc.ABC):
     """Local -> remote reflection of one resource type (subclassed per type)."""
 
     # The resource type: settings key, LABEL_REFLECTOR value, flag names.
@@ -185,8 +186,9 @@ class Reflector:
             self.controller.enqueue(key)
 
     # --- what subclasses say ------------------------------------------------------------------
+    @abc.abstractmethod
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        raise NotImplementedError
+        """The remote object ``local`` should be reflected as, or None for none."""
 
     def selected(self, local: Mapping) -> bool:
         """Whether the policy selects ``local`` for reflection."""
