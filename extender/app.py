@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter
@@ -126,77 +126,87 @@ def create_app(
             )
         return args
 
-    @app.post("/filter")
-    def filter_route() -> Response:
+    def answer(
+        verb: str,
+        not_synced: Callable[[], Response],
+        failure: dict,
+        decide: Callable[[wire.ExtenderArgs], tuple[str, Response]],
+    ) -> Response:
+        """The shape every verb shares: parse, wait for the caches, decide; a client's
+        mistake is a 400 with a message, and every call is counted and timed."""
         started = time.perf_counter()
         outcome = ERROR
         try:
             args = parse()
             if not caches.synced():
                 outcome = NOT_SYNCED
-                return _json(200, wire.filter_error("kube-offload extender: caches not synced yet, retry later"))
-            policy = caches.namespace_policy(args.namespace)
-            result = core.filter_nodes(
-                args.pod,
-                args.candidates,
-                policy,
-                caches.node,
-                capacity_max_age=settings.capacity_max_age,
-            )
-            metrics.count_filter(result)
-            outcome = PASSTHROUGH if result.passthrough else OK
-            if result.failures and log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "filter %s: %d kept, %d filtered out: %s",
-                    args.pod_key, len(result.passed), len(result.failures),
-                    "; ".join(f"{n}: {f.message}" for n, f in result.failures.items()),
-                )
-            return Response(wire.dumps(wire.filter_result(args, result)), mimetype="application/json")
+                return not_synced()
+            outcome, response = decide(args)
+            return response
         except _Rejected as exc:
             outcome = BAD_REQUEST
-            log.info("filter: bad request: %s", exc)
+            log.info("%s: bad request: %s", verb, exc)
             return _json(400, wire.bad_request(str(exc)))
         except HTTPException:
             outcome = BAD_REQUEST  # e.g. 413 body too large: answered by http_error below
             raise
         except Exception:
-            log.exception("filter: unexpected failure")
-            return _json(500, wire.filter_error("kube-offload extender failed unexpectedly; see its log"))
+            log.exception("%s: unexpected failure", verb)
+            return _json(500, failure)
         finally:
-            metrics.http.observe("filter", outcome, time.perf_counter() - started)
+            metrics.http.observe(verb, outcome, time.perf_counter() - started)
+
+    def decide_filter(args: wire.ExtenderArgs) -> tuple[str, Response]:
+        policy = caches.namespace_policy(args.namespace)
+        result = core.filter_nodes(
+            args.pod,
+            args.candidates,
+            policy,
+            caches.node,
+            capacity_max_age=settings.capacity_max_age,
+        )
+        metrics.count_filter(result)
+        if result.failures and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "filter %s: %d kept, %d filtered out: %s",
+                args.pod_key, len(result.passed), len(result.failures),
+                "; ".join(f"{n}: {f.message}" for n, f in result.failures.items()),
+            )
+        outcome = PASSTHROUGH if result.passthrough else OK
+        return outcome, Response(wire.dumps(wire.filter_result(args, result)), mimetype="application/json")
+
+    def decide_prioritize(args: wire.ExtenderArgs) -> tuple[str, Response]:
+        policy = caches.namespace_policy(args.namespace)
+        scores = core.prioritize(
+            args.pod,
+            args.candidates,
+            policy,
+            settings.strategy,
+            node_lookup=caches.node,
+            capacity_max_age=settings.capacity_max_age,
+        )
+        outcome = PASSTHROUGH if core.is_passthrough(policy) else OK
+        return outcome, Response(wire.dumps(wire.host_priority_list(scores)), mimetype="application/json")
+
+    @app.post("/filter")
+    def filter_route() -> Response:
+        # Not synced: 200 with Error set, so the message reaches the pod's events.
+        return answer(
+            "filter",
+            lambda: _json(200, wire.filter_error("kube-offload extender: caches not synced yet, retry later")),
+            wire.filter_error("kube-offload extender failed unexpectedly; see its log"),
+            decide_filter,
+        )
 
     @app.post("/prioritize")
     def prioritize_route() -> Response:
-        started = time.perf_counter()
-        outcome = ERROR
-        try:
-            args = parse()
-            if not caches.synced():
-                outcome = NOT_SYNCED
-                return _json(503, wire.bad_request("kube-offload extender: caches not synced yet"))
-            policy = caches.namespace_policy(args.namespace)
-            scores = core.prioritize(
-                args.pod,
-                args.candidates,
-                policy,
-                settings.strategy,
-                node_lookup=caches.node,
-                capacity_max_age=settings.capacity_max_age,
-            )
-            outcome = PASSTHROUGH if core.is_passthrough(policy) else OK
-            return Response(wire.dumps(wire.host_priority_list(scores)), mimetype="application/json")
-        except _Rejected as exc:
-            outcome = BAD_REQUEST
-            log.info("prioritize: bad request: %s", exc)
-            return _json(400, wire.bad_request(str(exc)))
-        except HTTPException:
-            outcome = BAD_REQUEST  # e.g. 413 body too large: answered by http_error below
-            raise
-        except Exception:
-            log.exception("prioritize: unexpected failure")
-            return _json(500, wire.bad_request("kube-offload extender failed unexpectedly; see its log"))
-        finally:
-            metrics.http.observe("prioritize", outcome, time.perf_counter() - started)
+        # Not synced: 503, which kube-scheduler ignores for prioritize.
+        return answer(
+            "prioritize",
+            lambda: _json(503, wire.bad_request("kube-offload extender: caches not synced yet")),
+            wire.bad_request("kube-offload extender failed unexpectedly; see its log"),
+            decide_prioritize,
+        )
 
     @app.get("/healthz")
     def healthz() -> Response:
