@@ -10,11 +10,11 @@ needs no API server; the HTTP app only sees the :class:`ExtenderCaches` protocol
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Iterable, Protocol
 
 from kube_offload.nodes import node_name
-from kube_offload.policy import PolicyError, namespace_name, policy_from_namespace
+from kube_offload.namespace_policies import NamespacePolicies, evaluate
+from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
 
 from extender.core import InvalidPolicy, PolicyLookup
 
@@ -38,10 +38,13 @@ class ExtenderCaches(Protocol):
 
 
 def evaluate_policy(namespace: dict) -> PolicyLookup:
-    try:
-        return policy_from_namespace(namespace)
-    except PolicyError as exc:
-        return InvalidPolicy(namespace=namespace_name(namespace), message=str(exc))
+    return _lookup(namespace_name(namespace), evaluate(namespace))
+
+
+def _lookup(name: str, entry: NamespacePolicy | PolicyError | None) -> PolicyLookup:
+    if isinstance(entry, PolicyError):
+        return InvalidPolicy(namespace=name, message=str(entry))
+    return entry
 
 
 class StaticCaches:
@@ -97,9 +100,7 @@ class InformerCaches:
             resync_seconds=resync_seconds,
             transform=_strip_managed_fields,
         )
-        self._policies: dict[str, PolicyLookup] = {}
-        self._lock = threading.Lock()
-        self._namespaces.add_handler(self._on_namespace)
+        self._policies = NamespacePolicies(self._namespaces, on_invalid=_log_invalid)
         self._nodes = (
             Informer(
                 name="nodes",
@@ -111,25 +112,11 @@ class InformerCaches:
             else None
         )
 
-    def _on_namespace(self, event: str, old: dict | None, new: dict) -> None:
-        name = namespace_name(new)
-        if event == "DELETED":
-            with self._lock:
-                self._policies.pop(name, None)
-            return
-        if old is not None and _same_version(old, new) and name in self._policies:
-            return  # a resync: the policy cannot have changed
-        policy = evaluate_policy(new)
-        if isinstance(policy, InvalidPolicy):
-            log.warning("namespace %s: invalid offloading policy, virtual nodes refused: %s", name, policy.message)
-        with self._lock:
-            self._policies[name] = policy
-
     def node(self, name: str) -> dict | None:
         return self._nodes.get(name) if self._nodes is not None else None
 
     def namespace_policy(self, namespace: str) -> PolicyLookup:
-        return self._policies.get(namespace)
+        return _lookup(namespace, self._policies.get(namespace))
 
     def synced(self) -> bool:
         return self._namespaces.has_synced() and (self._nodes is None or self._nodes.has_synced())
@@ -145,6 +132,5 @@ class InformerCaches:
             self._nodes.stop()
 
 
-def _same_version(old: dict, new: dict) -> bool:
-    old_rv = (old.get("metadata") or {}).get("resourceVersion")
-    return bool(old_rv) and old_rv == (new.get("metadata") or {}).get("resourceVersion")
+def _log_invalid(name: str, error: PolicyError) -> None:
+    log.warning("namespace %s: invalid offloading policy, virtual nodes refused: %s", name, error)

@@ -10,10 +10,10 @@ needs no API server.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, Iterable, Protocol
 
-from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name, policy_from_namespace
+from kube_offload.namespace_policies import evaluate
+from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
 
 log = logging.getLogger("webhook.namespaces")
 
@@ -38,13 +38,6 @@ class NamespaceSource(Protocol):
         """True once policies can be answered (cache synced)."""
 
 
-def _evaluate(namespace: dict) -> NamespacePolicy | PolicyError:
-    try:
-        return policy_from_namespace(namespace)
-    except PolicyError as exc:
-        return exc
-
-
 def _answer(entry: Any) -> NamespacePolicy:
     if isinstance(entry, PolicyError):
         raise entry
@@ -55,7 +48,7 @@ class StaticNamespaceSource:
     """Fixed namespaces (API-shaped dicts) held in memory; always ready."""
 
     def __init__(self, namespaces: Iterable[dict] = ()) -> None:
-        self._entries = {namespace_name(ns): _evaluate(ns) for ns in namespaces}
+        self._entries = {namespace_name(ns): evaluate(ns) for ns in namespaces}
 
     def get_policy(self, name: str) -> NamespacePolicy | None:
         entry = self._entries.get(name)
@@ -73,6 +66,7 @@ class InformerNamespaceSource:
         from kubernetes import client
 
         from kube_offload.informer import Informer
+        from kube_offload.namespace_policies import NamespacePolicies
 
         self._core = client.CoreV1Api(api_client)
         self._informer = Informer(
@@ -80,17 +74,7 @@ class InformerNamespaceSource:
             list_func=self._core.list_namespace,
             resync_seconds=resync_seconds,
         )
-        self._entries: dict[str, NamespacePolicy | PolicyError] = {}
-        self._lock = threading.Lock()
-        self._informer.add_handler(self._on_event)
-
-    def _on_event(self, event: str, old: dict | None, new: dict) -> None:
-        name = namespace_name(new)
-        with self._lock:
-            if event == "DELETED":
-                self._entries.pop(name, None)
-            else:
-                self._entries[name] = _evaluate(new)
+        self._policies = NamespacePolicies(self._informer)
 
     def start(self) -> None:
         self._informer.start()
@@ -105,13 +89,13 @@ class InformerNamespaceSource:
         return self._informer.wait_for_sync(timeout)
 
     def get_policy(self, name: str) -> NamespacePolicy | None:
-        entry = self._entries.get(name)
+        entry = self._policies.get(name)
         if entry is not None:
             return _answer(entry)
         namespace = self._fetch(name)
         # Not stored: the watch delivers it shortly, and storing here could race with a
         # DELETED event and resurrect a namespace.
-        return None if namespace is None else _answer(_evaluate(namespace))
+        return None if namespace is None else _answer(evaluate(namespace))
 
     def _fetch(self, name: str) -> dict | None:
         from kube_offload.kube import ApiError, call_json

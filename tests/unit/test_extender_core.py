@@ -446,14 +446,15 @@ def test_informer_caches_follow_namespace_events() -> None:
     assert not caches.has_node_cache and caches.node("worker-1") is None
     assert not caches.synced(), "not synced before the informers have listed"
     ns = namespace(placement=c.PLACEMENT_REMOTE)
-    caches._on_namespace("ADDED", None, ns)
+    deliver = caches._namespaces._dispatch  # what the informer calls on each event
+    deliver("ADDED", None, ns)
     assert caches.namespace_policy("demo").placement == c.PLACEMENT_REMOTE
     broken = json.loads(json.dumps(ns))
     broken["metadata"]["labels"][c.LABEL_POD_PLACEMENT] = "Anywhere"
     broken["metadata"]["resourceVersion"] = "8"
-    caches._on_namespace("MODIFIED", ns, broken)
+    deliver("MODIFIED", ns, broken)
     assert isinstance(caches.namespace_policy("demo"), core.InvalidPolicy)
-    caches._on_namespace("MODIFIED", broken, broken)  # resync: same resourceVersion
+    deliver("MODIFIED", broken, broken)  # resync: same resourceVersion
     assert isinstance(caches.namespace_policy("demo"), core.InvalidPolicy)
-    caches._on_namespace("DELETED", broken, broken)
+    deliver("DELETED", broken, broken)
     assert caches.namespace_policy("demo") is None
