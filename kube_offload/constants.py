@@ -69,3 +69,48 @@ SHADOWPOD_VERSION: Final = "v1alpha1"
 SHADOWPOD_KIND: Final = "ShadowPod"
 SHADOWPOD_PLURAL: Final = "shadowpods"
 SHADOWPOD_SHORT_NAME: Final = "shp"
+
+# --- Provider side: consumers, tenants, twin namespaces (docs/security.md) ------------------
+# A consumer cluster admitted by a provider: cluster-scoped, named after the consumer's
+# local cluster id. Spec (provider-owned): identity, Pod Security level, quota, cordon,
+# suggested virtual-node labels. Status (enforcer-owned): usage and the capacity summary
+# the consumer's virtual kubelet reads instead of listing the provider's pods.
+CONSUMER_KIND: Final = "Consumer"
+CONSUMER_PLURAL: Final = "consumers"
+# A consumer's request for one twin namespace, in its tenant namespace; named after the
+# namespace it asks for. The enforcer creates that namespace; the consumer cannot.
+TWIN_NAMESPACE_KIND: Final = "TwinNamespace"
+TWIN_NAMESPACE_PLURAL: Final = "twinnamespaces"
+TWIN_NAMESPACE_FINALIZER: Final = f"{DOMAIN}/twin-namespace"
+TWIN_PHASE_PENDING: Final = "Pending"
+TWIN_PHASE_READY: Final = "Ready"
+TWIN_PHASE_REFUSED: Final = "Refused"
+TWIN_PHASE_TERMINATING: Final = "Terminating"
+
+# The provider namespace of one consumer: its identity and its TwinNamespace requests.
+TENANT_NAMESPACE_PREFIX: Final = "kube-offload-tenant-"
+LABEL_TENANT: Final = f"{DOMAIN}/tenant"
+# The ServiceAccount (in the tenant namespace) a consumer's virtual kubelet runs as.
+CONSUMER_SERVICE_ACCOUNT: Final = "consumer"
+# RoleBinding the enforcer writes into each twin namespace, binding the consumer's
+# namespaced ClusterRole (chart: <release>-consumer-twin) to the consumer's identity.
+TWIN_ROLEBINDING_NAME: Final = "kube-offload-consumer"
+DEFAULT_CONSUMER_TWIN_ROLE: Final = "kube-offload-consumer-twin"
+# Set on a twin namespace: the TwinNamespace request (<tenant ns>/<name>) it answers.
+ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"
+
+# Pod Security admission (upstream keys); level per consumer, default baseline.
+LABEL_PSA_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
+LABEL_PSA_ENFORCE_VERSION: Final = "pod-security.kubernetes.io/enforce-version"
+PSA_LEVELS: Final = ("privileged", "baseline", "restricted")
+DEFAULT_PSA_LEVEL: Final = "baseline"
+
+# ShadowPod validating webhook served by the enforcer.
+SHADOWPOD_WEBHOOK_NAME: Final = "shadowpods.enforcer.kube-offload.io"
+SHADOWPOD_WEBHOOK_CONFIGURATION: Final = "kube-offload-enforcer"
+SHADOWPOD_WEBHOOK_PATH: Final = "/validate-shadowpods"
+
+
+def tenant_namespace(consumer_id: str) -> str:
+    """The provider namespace that holds consumer ``consumer_id``'s identity and requests."""
+    return f"{TENANT_NAMESPACE_PREFIX}{consumer_id}"
