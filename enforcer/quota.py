@@ -1,0 +1,82 @@
+"""What a consumer uses of this provider: the sum of requests over its live ShadowPods.
+
+One definition for the two readers that must agree: the Consumer status loop (which
+publishes ``status.used``) and the ShadowPod validating webhook (which refuses a pod that
+would take the consumer over its quota). Pure: no I/O.
+
+A ShadowPod counts for consumer ``<id>`` when its *namespace* is a twin of ``<id>``
+(labelled origin-cluster-id=<id> and managed-by=enforcer, labels only the enforcer
+writes); the ShadowPod's own origin label is the consumer's to set, so it is never
+trusted for accounting.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable, Mapping
+
+from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
+from kube_offload.resources import MILLI, TERMINATED_PHASES, QuantityError, ResourceList, pod_requests
+
+log = logging.getLogger("kube_offload.enforcer.quota")
+
+NamespaceLookup = Callable[[str], "Mapping | None"]
+"""Namespace name -> Namespace object (or None): e.g. a namespace informer's ``get``."""
+
+
+def twin_owner(namespace: Mapping | None) -> str | None:
+    """The consumer id a namespace is a twin of, or None when the enforcer did not make
+    it a twin (no managed-by=enforcer label, or no origin label)."""
+    if not namespace:
+        return None
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY_ENFORCER:
+        return None
+    owner = labels.get(LABEL_ORIGIN_CLUSTER_ID)
+    return owner or None
+
+
+def live_shadowpod(shadowpod: Mapping) -> bool:
+    """A ShadowPod that holds (or will hold) resources: not being deleted and not in a
+    final phase. A Succeeded/Failed pod frees its node's resources, so it frees quota too."""
+    metadata = shadowpod.get("metadata") or {}
+    if metadata.get("deletionTimestamp"):
+        return False
+    status = shadowpod.get("status") or {}
+    return status.get("phase") not in TERMINATED_PHASES
+
+
+def shadowpod_requests(shadowpod: Mapping) -> ResourceList:
+    """The effective requests of the Pod a ShadowPod stands for (``pods`` included).
+
+    A ShadowPod whose quantities do not parse counts as one pod and nothing else: the
+    apiserver would refuse the Pod it stands for, so it cannot hold cpu or memory, but
+    it still takes a slot so a flood of broken objects cannot escape the pods quota.
+    """
+    pod = (shadowpod.get("spec") or {}).get("pod") or {}
+    try:
+        return pod_requests(pod)
+    except QuantityError as exc:
+        metadata = shadowpod.get("metadata") or {}
+        log.debug("ShadowPod %s/%s: %s; counted as one pod", metadata.get("namespace"), metadata.get("name"), exc)
+        return {"pods": MILLI}
+
+
+def consumer_usage(shadowpods: Iterable[Mapping], consumer_id: str, *, namespace_of: NamespaceLookup) -> ResourceList:
+    """Sum of :func:`shadowpod_requests` over the live ShadowPods in twin namespaces of
+    ``consumer_id``, in milli-units; ``pods`` is always present (``pods`` = 1000 × count).
+
+    ``namespace_of`` resolves a namespace name to its object (a cache lookup), so that
+    ownership is decided by the namespace's enforcer-written labels.
+    """
+    used: ResourceList = {"pods": 0}
+    owners: dict[str, str | None] = {}
+    for shadowpod in shadowpods:
+        namespace = (shadowpod.get("metadata") or {}).get("namespace") or ""
+        if namespace not in owners:
+            owners[namespace] = twin_owner(namespace_of(namespace))
+        if owners[namespace] != consumer_id or not live_shadowpod(shadowpod):
+            continue
+        for name, amount in shadowpod_requests(shadowpod).items():
+            used[name] = used.get(name, 0) + amount
+    return used

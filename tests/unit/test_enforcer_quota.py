@@ -1,0 +1,152 @@
+"""Which ShadowPods count for a consumer's usage, and how much (enforcer/quota.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from enforcer.quota import consumer_usage, live_shadowpod, shadowpod_requests, twin_owner
+from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
+
+GI = 1024**3 * 1000  # one Gi in milli-bytes
+
+
+def namespace(name: str, labels: dict | None) -> dict:
+    return {"metadata": {"name": name, "labels": labels or {}}}
+
+
+def twin(name: str, consumer: str) -> dict:
+    return namespace(name, {LABEL_ORIGIN_CLUSTER_ID: consumer, LABEL_MANAGED_BY: MANAGED_BY_ENFORCER})
+
+
+NAMESPACES = {
+    "a-1": twin("a-1", "a"),
+    "a-2": twin("a-2", "a"),
+    "b-1": twin("b-1", "b"),
+    # Carries a's origin label but the enforcer did not make it: a consumer cannot make a
+    # namespace count (or not count) for itself by labelling.
+    "fake-a": namespace("fake-a", {LABEL_ORIGIN_CLUSTER_ID: "a"}),
+    "plain": namespace("plain", {}),
+}
+
+
+def shadowpod(
+    ns: str,
+    name: str,
+    *,
+    cpu: str | None = "500m",
+    memory: str | None = "1Gi",
+    phase: str | None = None,
+    deleting: bool = False,
+    origin: str | None = None,
+    extra: dict | None = None,
+) -> dict:
+    requests = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    requests.update(extra or {})
+    metadata: dict = {"namespace": ns, "name": name}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    obj: dict = {
+        "metadata": metadata,
+        "spec": {
+            "pod": {
+                "metadata": {"labels": {LABEL_ORIGIN_CLUSTER_ID: origin} if origin else {}},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
+            }
+        },
+    }
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+@pytest.mark.parametrize(
+    "ns, expected",
+    [
+        (NAMESPACES["a-1"], "a"),
+        (NAMESPACES["b-1"], "b"),
+        (NAMESPACES["fake-a"], None),
+        (NAMESPACES["plain"], None),
+        (namespace("x", {LABEL_MANAGED_BY: MANAGED_BY_ENFORCER}), None),
+        (namespace("x", {LABEL_MANAGED_BY: MANAGED_BY_ENFORCER, LABEL_ORIGIN_CLUSTER_ID: ""}), None),
+        (None, None),
+        ({}, None),
+    ],
+)
+def test_twin_owner(ns, expected):
+    assert twin_owner(ns) == expected
+
+
+@pytest.mark.parametrize(
+    "obj, live",
+    [
+        (shadowpod("a-1", "p"), True),
+        (shadowpod("a-1", "p", phase="Pending"), True),
+        (shadowpod("a-1", "p", phase="Running"), True),
+        (shadowpod("a-1", "p", phase="Unknown"), True),
+        (shadowpod("a-1", "p", phase="Succeeded"), False),
+        (shadowpod("a-1", "p", phase="Failed"), False),
+        (shadowpod("a-1", "p", deleting=True), False),
+        (shadowpod("a-1", "p", phase="Running", deleting=True), False),
+    ],
+)
+def test_live_shadowpod(obj, live):
+    assert live_shadowpod(obj) is live
+
+
+def test_shadowpod_requests_counts_the_pod_slot():
+    assert shadowpod_requests(shadowpod("a-1", "p")) == {"cpu": 500, "memory": GI, "pods": 1000}
+
+
+def test_malformed_shadowpod_counts_as_one_pod_only():
+    assert shadowpod_requests(shadowpod("a-1", "p", cpu="lots")) == {"pods": 1000}
+    assert shadowpod_requests({"metadata": {}, "spec": {"pod": {"spec": {"containers": "x"}}}}) == {"pods": 1000}
+
+
+def test_shadowpod_without_pod_is_one_empty_pod():
+    assert shadowpod_requests({"metadata": {}}) == {"pods": 1000}
+
+
+def usage(objs, consumer):
+    return consumer_usage(objs, consumer, namespace_of=NAMESPACES.get)
+
+
+def test_usage_sums_live_shadowpods_in_the_consumers_twins_only():
+    objs = [
+        shadowpod("a-1", "p1"),
+        shadowpod("a-2", "p2", cpu="1", memory="512Mi", extra={"nvidia.com/gpu": "1"}),
+        shadowpod("a-1", "done", phase="Succeeded"),
+        shadowpod("a-1", "failed", phase="Failed"),
+        shadowpod("a-1", "going", deleting=True),
+        shadowpod("b-1", "other"),
+        # b's ShadowPod claiming to be a's by label is still b's.
+        shadowpod("b-1", "liar", origin="a"),
+        shadowpod("fake-a", "p"),
+        shadowpod("plain", "p"),
+        shadowpod("unknown-ns", "p"),
+    ]
+    assert usage(objs, "a") == {"cpu": 1500, "memory": GI + GI // 2, "nvidia.com/gpu": 1000, "pods": 2000}
+    assert usage(objs, "b") == {"cpu": 1000, "memory": 2 * GI, "pods": 2000}
+
+
+@pytest.mark.parametrize("consumer", ["a", "nobody", ""])
+def test_no_shadowpods_means_zero_pods(consumer):
+    assert usage([], consumer) == {"pods": 0}
+
+
+def test_pods_without_requests_count_only_pods():
+    assert usage([shadowpod("a-1", "p", cpu=None, memory=None)], "a") == {"pods": 1000}
+
+
+def test_namespace_is_looked_up_once_per_namespace():
+    calls: list[str] = []
+
+    def lookup(name):
+        calls.append(name)
+        return NAMESPACES.get(name)
+
+    consumer_usage([shadowpod("a-1", f"p{i}") for i in range(5)], "a", namespace_of=lookup)
+    assert calls == ["a-1"]
