@@ -30,7 +30,7 @@ from kube_offload import constants as c
 from kube_offload.kube import ApiError, call_json
 from vkubelet import node_forge as forge
 from vkubelet.informers import SharedInformers
-from vkubelet.remote_resources import RemoteResources, summarize, virtual_node_capacity
+from kube_offload.remote_resources import RemoteResources, summarize, virtual_node_capacity
 from vkubelet.settings import Settings
 
 MERGE_PATCH = "application/merge-patch+json"

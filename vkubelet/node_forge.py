@@ -14,7 +14,7 @@ import kube_offload
 from kube_offload import constants as c
 from kube_offload import resources
 from kube_offload.resources import QuantityError, ResourceList
-from vkubelet.remote_resources import PRESSURE_CONDITIONS
+from kube_offload.remote_resources import PRESSURE_CONDITIONS
 from vkubelet.settings import Settings
 
 READY = "Ready"

@@ -38,7 +38,7 @@ from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from vkubelet.node_forge import node_labels, parse_time
 from vkubelet.origin_index import OriginIndex
-from vkubelet.remote_resources import is_ours
+from kube_offload.remote_resources import is_ours
 from vkubelet.settings import Settings
 from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
 

@@ -7,7 +7,7 @@ from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload.resources import parse_quantity
 from vkubelet.node import annotation_due
-from vkubelet.remote_resources import node_is_schedulable, summarize, virtual_node_capacity
+from kube_offload.remote_resources import node_is_schedulable, summarize, virtual_node_capacity
 
 LOCAL_ID = "local"
 

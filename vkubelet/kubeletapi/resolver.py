@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from kube_offload.informer import Informer
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.origin_index import OriginIndex
-from vkubelet.remote_resources import is_ours
+from kube_offload.remote_resources import is_ours
 from vkubelet.translation import origin_key, origin_uid
 
 

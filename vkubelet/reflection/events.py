@@ -31,7 +31,7 @@ from vkubelet.reflection import forge as f
 from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.reflector import shared_informer
 from vkubelet.reflection.settings import EVENTS
-from vkubelet.remote_resources import is_ours
+from kube_offload.remote_resources import is_ours
 from vkubelet.translation import origin_key, origin_uid
 
 if TYPE_CHECKING:
