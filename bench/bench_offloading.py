@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from kube_offload import constants as C
-from kube_offload.cluster import Cluster, Environment, default_topology
+from kube_offload_harness.cluster import Cluster, Environment, default_topology
 
 
 def deployment(name: str, namespace: str, replicas: int) -> dict:

@@ -3,6 +3,10 @@
 Each component package owns a ``cli`` module exposing ``register(subparsers)``, which adds
 its subcommand and sets ``func`` to the function that runs it; this module only collects
 them, so a component's flags live next to its code.
+
+Tools that are not part of the product (the development harness's ``demo``, ``cluster`` and
+``binaries``) add their subcommands through the ``kube_offload.commands`` entry-point group:
+the product never imports them, and its CLI works the same without them installed.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
 
 # (module, subcommand) in the order --help lists them.
 SUBCOMMANDS: tuple[str, ...] = (
@@ -18,10 +23,10 @@ SUBCOMMANDS: tuple[str, ...] = (
     "certs.cli",
     "vkubelet.cli",
     "enforcer.cli",
-    "kube_offload.binaries_cli",
-    "kube_offload.cluster_cli",
-    "kube_offload.demo",
 )
+
+# Entry points named here register extra subcommands: ``name = "module:register"``.
+COMMANDS_GROUP = "kube_offload.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in SUBCOMMANDS:
         module = importlib.import_module(module_name)
         module.register(subparsers)
+    for entry_point in sorted(metadata.entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+        try:
+            register = entry_point.load()
+        except ImportError as exc:
+            # A half-installed plugin must not take the product's own commands down with it.
+            print(
+                f"kube-offload: skipping subcommand {entry_point.name!r} ({entry_point.value}): {exc}; "
+                "reinstall the package that provides it (from a checkout: scripts/bootstrap.sh)",
+                file=sys.stderr,
+            )
+            continue
+        register(subparsers)
     return parser
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kube-offload needs on a fresh machine, idempotently:
-#   1. a virtualenv in .venv with the package and its test dependencies (PyPI);
+#   1. a virtualenv in .venv with the package and its test dependencies (PyPI), and the
+#      development harness (harness/: loopback clusters, binary builder, demo);
 #   2. the real Kubernetes control-plane binaries, etcd, kwok and kwokctl, built from Go
 #      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing.
 set -euo pipefail
@@ -17,10 +18,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.kube-offload-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# The product, then the development harness (its own distribution, harness/, never in the
+# product's wheel); either pyproject changing (entry points, dependencies) means re-install.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ harness/pyproject.toml -nt "$stamp" ]; then
   echo "kube-offload: installing Python dependencies into .venv"
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e '.[test]'
+  .venv/bin/python -m pip install --quiet -e harness
   touch "$stamp"
 fi
 

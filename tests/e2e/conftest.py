@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from kube_offload.cluster import Cluster, Environment, default_topology
+from kube_offload_harness.cluster import Cluster, Environment, default_topology
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "e2e-logs"

@@ -27,8 +27,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from kube_offload.binaries import ensure_binaries
-from kube_offload.cluster import Cluster, ClusterSpec
+from kube_offload_harness.binaries import ensure_binaries
+from kube_offload_harness.cluster import Cluster, ClusterSpec
 from kube_offload.constants import LABEL_MANAGED_BY, MANAGED_BY_ENFORCER
 from kube_offload.kube import load_api_client
 

@@ -1,7 +1,7 @@
 """Issue 5, part 3: ``kubectl logs``, ``exec`` and ``attach`` on an offloaded pod, through the
 real local kube-apiserver, the virtual node's kubelet API and the real remote
 kube-apiserver down to kwok, which serves the simulated log file and runs exec commands
-(kube_offload/kwok_sim.py; the harness gives each remote cluster that configuration).
+(harness/kube_offload_harness/kwok_sim.py; the harness gives each remote cluster that configuration).
 
 Where it makes sense the answer through the virtual node is compared with the answer of
 the remote cluster itself for the twin pod: the relay must change nothing."""
@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from kube_offload import constants as C
-from kube_offload import kwok_sim
+from kube_offload_harness import kwok_sim
 from vkubelet.naming import twin_namespace_name
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
@@ -38,7 +38,7 @@ def sim(offload_env, remote):
     if "kind: ClusterLogs" not in kwok_config.read_text():
         pytest.fail(
             f"{kwok_config} has no ClusterLogs: the harness must create remote clusters with an extra "
-            "kwokctl --config made from kube_offload.kwok_sim.remote_config_documents(state_dir)"
+            "kwokctl --config made from kube_offload_harness.kwok_sim.remote_config_documents(state_dir)"
         )
     return kwok_sim.simulated_files(offload_env.state_dir)
 

@@ -19,7 +19,7 @@ import pytest
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload.cluster import Cluster, Environment
+from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload.resources import parse_quantity
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)

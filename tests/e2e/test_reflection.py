@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from kube_offload import constants as c
-from kube_offload.cluster import Cluster
+from kube_offload_harness.cluster import Cluster
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 REFLECTOR_LABEL = "kube-offload.io/reflector"

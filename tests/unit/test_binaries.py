@@ -2,7 +2,7 @@
 
 import pytest
 
-from kube_offload import binaries
+from kube_offload_harness import binaries
 
 GO_MOD = """module k8s.io/kubernetes
 

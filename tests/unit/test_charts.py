@@ -23,7 +23,7 @@ import yaml
 
 import kube_offload
 from kube_offload import constants as C
-from kube_offload import versions
+from kube_offload_harness import versions
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
@@ -251,7 +251,7 @@ def test_crd_schema_is_structural(crd: dict[str, Any]) -> None:
 
 
 def test_enforcer_and_harness_load_the_same_manifest() -> None:
-    from kube_offload import cluster
+    from kube_offload_harness import cluster
 
     assert cluster.SHADOWPOD_CRD.resolve() == CRD_MANIFEST.resolve()
 

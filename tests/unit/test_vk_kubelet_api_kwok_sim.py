@@ -1,5 +1,5 @@
 """The kwok configuration that gives remote loopback pods logs, exec and attach
-(kube_offload/kwok_sim.py). Whether kwok really serves them is checked end to end
+(harness/kube_offload_harness/kwok_sim.py). Whether kwok really serves them is checked end to end
 (tests/e2e/test_logs_exec.py); here: the documents' shape and the CRI log format."""
 
 import re
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from kube_offload import kwok_sim
+from kube_offload_harness import kwok_sim
 
 # The CRI log line format read by k8s.io/cri-client/pkg/logs (parseCRILog).
 CRI_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) (stdout|stderr) F (.*)$")

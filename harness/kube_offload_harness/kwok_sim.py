@@ -178,7 +178,7 @@ def remote_kwok_config_note() -> str:
     return (
         "Each remote loopback cluster is created with an extra kwokctl --config file holding "
         "kwok ClusterLogs, ClusterExec and ClusterAttach documents "
-        "(kube_offload.kwok_sim.remote_config_documents): every pod's containers serve "
+        "(kube_offload_harness.kwok_sim.remote_config_documents): every pod's containers serve "
         f"<state dir>/{SIM_DIR_NAME}/container.log as their log (CRI format; "
         "previous-container.log for --previous), attach streams what is appended to it, and "
         f"exec runs the command on the host in <state dir>/{SIM_DIR_NAME}/exec with "

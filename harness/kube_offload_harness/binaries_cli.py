@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kube_offload import binaries, versions
+from kube_offload_harness import binaries, versions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from kube_offload import constants as C
-from kube_offload.binaries import BuildError
-from kube_offload.cluster import Cluster, ClusterError, Environment, default_state_dir, default_topology
+from kube_offload_harness.binaries import BuildError
+from kube_offload_harness.cluster import Cluster, ClusterError, Environment, default_state_dir, default_topology
 from kube_offload.flags import add_flag
 
 COMPONENT = "demo"

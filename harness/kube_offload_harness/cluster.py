@@ -2,7 +2,7 @@
 
 One *local* cluster and N *remote* clusters, each a real kube-apiserver + etcd +
 kube-scheduler + kube-controller-manager started by ``kwokctl --runtime binary`` from the
-binaries built by :mod:`kube_offload.binaries`, with kwok simulating physical nodes. On top
+binaries built by :mod:`kube_offload_harness.binaries`, with kwok simulating physical nodes. On top
 the harness starts our own components as plain processes: in the local cluster the webhook
 (registered with the apiserver by URL) and the scheduler extender (in the scheduler's
 configuration), one virtual kubelet per remote cluster; in each remote cluster the enforcer.
@@ -37,13 +37,15 @@ from typing import Callable, Iterable
 
 import yaml
 
+import kube_offload
 from kube_offload import constants as C
-from kube_offload.binaries import Binaries, ensure_binaries
-from kube_offload.processes import ProcessTable
+from kube_offload_harness.binaries import Binaries, ensure_binaries
+from kube_offload_harness.processes import ProcessTable
 
 Say = Callable[[str], None]
 
-SHADOWPOD_CRD = Path(__file__).parent / "manifests" / "shadowpod-crd.yaml"
+# The product package ships the CRD (one source for the chart, the enforcer and this harness).
+SHADOWPOD_CRD = Path(kube_offload.__file__).parent / "manifests" / "shadowpod-crd.yaml"
 REGION_LABEL = "topology.kubernetes.io/region"
 PROVIDER_LABEL = "example.com/provider"  # an operator-chosen label, not part of our contract
 REMOTE_REGIONS = ("eu-west", "eu-south", "us-east", "ap-south")
@@ -397,7 +399,7 @@ class Environment:
     def _remote_kwok_config(self) -> Path:
         """kwok's log/exec simulation for remote pods, so `kubectl logs/exec` on an
         offloaded pod has something real to reach at the end of the chain."""
-        from kube_offload import kwok_sim
+        from kube_offload_harness import kwok_sim
 
         path = self.state_dir / "kwok-remote-sim.yaml"
         path.write_text(yaml.safe_dump_all(kwok_sim.remote_config_documents(self.state_dir)))

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kube_offload.binaries import BuildError
-from kube_offload.cluster import ClusterError, Environment, default_state_dir, default_topology
+from kube_offload_harness.binaries import BuildError
+from kube_offload_harness.cluster import ClusterError, Environment, default_state_dir, default_topology
 from kube_offload.flags import add_flag
 
 COMPONENT = "cluster"
