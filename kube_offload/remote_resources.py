@@ -116,3 +116,75 @@ def virtual_node_capacity(shareable: Mapping[str, int], sharing_percentage: int)
         if resources.uses_binary_format(name) and amount >= _KIB:
             scaled[name] = amount - amount % _KIB
     return scaled
+
+
+# --- Consumer.status.capacity ------------------------------------------------------------
+# The provider's enforcer publishes a consumer's summary in its Consumer's status so the
+# consumer's virtual kubelet needs no read access to the provider's nodes and pods. The
+# JSON shape (quantities as canonical strings) is the contract in docs/security.md.
+
+
+class CapacityStatusError(ValueError):
+    """A ``Consumer.status.capacity`` that does not have the documented shape."""
+
+
+def encode_capacity_status(summary: RemoteResources) -> dict:
+    """``summary`` as ``Consumer.status.capacity`` JSON: ``{"shareable": {res: qty},
+    "freeByNode": {node: {res: qty}}, "pressure": {condition: [nodes]},
+    "schedulableNodes": n, "totalNodes": n}``; exact, so decoding gives ``summary`` back."""
+    return {
+        "shareable": resources.format_resource_list(summary.shareable),
+        "freeByNode": {
+            node: resources.format_resource_list(free) for node, free in sorted(summary.free_by_node.items())
+        },
+        "pressure": {kind: sorted(nodes) for kind, nodes in sorted(summary.pressure.items())},
+        "schedulableNodes": summary.schedulable_nodes,
+        "totalNodes": summary.total_nodes,
+    }
+
+
+def decode_capacity_status(raw: Mapping | None) -> RemoteResources:
+    """The inverse of :func:`encode_capacity_status`. Raises :class:`CapacityStatusError`
+    naming the field when ``raw`` is not of that shape (e.g. written by a newer or a
+    broken enforcer), so the reader can say what is wrong instead of guessing."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise CapacityStatusError(f"status.capacity must be an object, got {type(raw).__name__}")
+    shareable = _resource_list(raw.get("shareable"), "status.capacity.shareable")
+    free_raw = raw.get("freeByNode") or {}
+    if not isinstance(free_raw, Mapping):
+        raise CapacityStatusError("status.capacity.freeByNode must be an object of node -> resources")
+    free_by_node = {
+        str(node): _resource_list(free, f"status.capacity.freeByNode[{node}]") for node, free in free_raw.items()
+    }
+    pressure_raw = raw.get("pressure") or {}
+    if not isinstance(pressure_raw, Mapping):
+        raise CapacityStatusError("status.capacity.pressure must be an object of condition -> [node names]")
+    pressure: dict[str, list[str]] = {}
+    for kind, nodes in pressure_raw.items():
+        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+            raise CapacityStatusError(f"status.capacity.pressure[{kind}] must be a list of node names")
+        pressure[str(kind)] = list(nodes)
+    return RemoteResources(
+        shareable=shareable,
+        free_by_node=free_by_node,
+        pressure=pressure,
+        schedulable_nodes=_count(raw.get("schedulableNodes"), "status.capacity.schedulableNodes"),
+        total_nodes=_count(raw.get("totalNodes"), "status.capacity.totalNodes"),
+    )
+
+
+def _resource_list(raw: object, field_name: str) -> ResourceList:
+    try:
+        return resources.parse_resource_list(raw)  # type: ignore[arg-type]
+    except QuantityError as exc:
+        raise CapacityStatusError(f"{field_name}: {exc}") from None
+
+
+def _count(raw: object, field_name: str) -> int:
+    if raw is None:
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise CapacityStatusError(f"{field_name} must be a non-negative integer, got {raw!r}")
+    return raw
