@@ -1,0 +1,190 @@
+"""One kind of object, watched in a changing set of namespaces (a "multi-namespace informer").
+
+A least-privilege identity may read a kind only in some namespaces (a consumer in its twin
+namespaces on a provider; the virtual kubelet in the offloaded namespaces of its own
+cluster), so a cluster-wide list+watch is forbidden, and would cache far more than it
+needs anyway. This keeps one :class:`~kube_offload.informer.Informer` per namespace and
+offers the same read interface over all of them: ``get("ns/name")``, ``list()``,
+``keys()``, ``add_handler``, ``has_synced``, ``last_contact``, ``start``/``stop``.
+Controllers written against one cluster-wide informer work unchanged.
+
+:meth:`MultiNamespaceInformer.set_namespaces` says which namespaces to watch; a new one
+gets its own list+watch at once (when started), one that goes away is stopped and every
+object it held is delivered as a DELETED event, so level-triggered controllers converge
+(an index drops its entries, a controller re-reads the key and finds nothing).
+
+Handlers are called in registration order for every event of every namespace, one event
+at a time (one dispatch lock): handlers only enqueue keys, so serialising them costs
+nothing and keeps "a namespace's DELETED burst" and "a late event of that namespace's
+stopped watch" from interleaving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from kube_offload.informer import DELETED, Handler, Informer
+from kube_offload.kube import split_key
+
+log = logging.getLogger("kube_offload.informer")
+
+# namespace -> the list function of that namespace (called with list/watch kwargs), e.g.
+# ``lambda ns: functools.partial(core.list_namespaced_pod, ns)``.
+ListForNamespace = Callable[[str], Callable[..., Any]]
+
+
+def namespace_changes(current: Iterable[str], wanted: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(namespaces to start watching, namespaces to stop watching), each sorted."""
+    before, after = set(current), {ns for ns in wanted if ns}
+    return sorted(after - before), sorted(before - after)
+
+
+class MultiNamespaceInformer:
+    def __init__(
+        self,
+        *,
+        name: str,
+        list_for_namespace: ListForNamespace,
+        list_kwargs: dict | None = None,
+        resync_seconds: float = 300.0,
+        watch_timeout_seconds: int = 240,
+        transform: Callable[[dict], dict] | None = None,
+    ) -> None:
+        self.name = name
+        self._list_for_namespace = list_for_namespace
+        self._list_kwargs = dict(list_kwargs or {})
+        self._resync_seconds = resync_seconds
+        self._watch_timeout = watch_timeout_seconds
+        self._transform = transform
+        self._lock = threading.RLock()  # guards _children and the flags below
+        self._dispatch_lock = threading.RLock()  # one event at a time to the handlers
+        self._children: dict[str, Informer] = {}
+        self._handlers: list[Handler] = []
+        self._started = False
+        self._stopped = False
+        # A namespace's last contact outlives its informer: readiness must not drop
+        # because the last twin namespace went away.
+        self._retired_contact = 0.0
+
+    # --- the Informer read interface ---------------------------------------------------------
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def get(self, key: str) -> dict | None:
+        namespace, _ = split_key(key)
+        with self._lock:
+            child = self._children.get(namespace or "")
+        return child.get(key) if child is not None else None
+
+    def list(self) -> list[dict]:
+        with self._lock:
+            children = list(self._children.values())
+        return [obj for child in children for obj in child.list()]
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            children = list(self._children.values())
+        return [key for child in children for key in child.keys()]
+
+    def has_synced(self) -> bool:
+        """Started, and every watched namespace has been listed at least once (True with
+        no namespace at all: an empty set is completely known)."""
+        with self._lock:
+            return self._started and all(child.has_synced() for child in self._children.values())
+
+    def wait_for_sync(self, timeout: float, poll: float = 0.1) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.has_synced():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+        return True
+
+    @property
+    def last_contact(self) -> float:
+        with self._lock:
+            return max([self._retired_contact, *(child.last_contact for child in self._children.values())])
+
+    # --- the namespace set -----------------------------------------------------------------------
+    def namespaces(self) -> list[str]:
+        with self._lock:
+            return sorted(self._children)
+
+    def namespace_synced(self, namespace: str) -> bool:
+        with self._lock:
+            child = self._children.get(namespace)
+        return child is not None and child.has_synced()
+
+    def set_namespaces(self, namespaces: Iterable[str]) -> None:
+        """Watch exactly ``namespaces`` from now on (idempotent; cheap when unchanged)."""
+        wanted = list(namespaces)
+        with self._dispatch_lock:
+            with self._lock:
+                if self._stopped:
+                    return
+                added, removed = namespace_changes(self._children, wanted)
+                gone = [(ns, self._children.pop(ns)) for ns in removed]
+                fresh = []
+                for ns in added:
+                    child = self._new_child(ns)
+                    self._children[ns] = child
+                    fresh.append(child)
+                start = self._started
+            for ns, child in gone:
+                child.stop()
+                self._retired_contact = max(self._retired_contact, child.last_contact)
+                objects = child.list()
+                log.info("%s: stopped watching namespace %s (%d objects dropped)", self.name, ns, len(objects))
+                for obj in objects:
+                    self._dispatch(DELETED, obj, obj)
+            if start:
+                for child in fresh:
+                    child.start()
+            for child in fresh:
+                log.info("%s: watching namespace %s", self.name, child.name.rsplit("@", 1)[-1])
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started or self._stopped:
+                return
+            self._started = True
+            children = list(self._children.values())
+        for child in children:
+            child.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            children = list(self._children.values())
+        for child in children:
+            child.stop()
+
+    # --- internals -----------------------------------------------------------------------------
+    def _new_child(self, namespace: str) -> Informer:
+        child = Informer(
+            name=f"{self.name}@{namespace}",
+            list_func=self._list_for_namespace(namespace),
+            list_kwargs=self._list_kwargs,
+            resync_seconds=self._resync_seconds,
+            watch_timeout_seconds=self._watch_timeout,
+            transform=self._transform,
+        )
+        child.add_handler(lambda kind, old, new: self._forward(namespace, child, kind, old, new))
+        return child
+
+    def _forward(self, namespace: str, child: Informer, kind: str, old: dict | None, new: dict) -> None:
+        with self._dispatch_lock:
+            with self._lock:
+                current = self._children.get(namespace) is child
+            if current:  # a stopped watch's last events must not resurrect dropped objects
+                self._dispatch(kind, old, new)
+
+    def _dispatch(self, kind: str, old: dict | None, new: dict) -> None:
+        for handler in self._handlers:
+            try:
+                handler(kind, old, new)
+            except Exception:  # one broken handler must not stop the others
+                log.exception("%s: handler failed for %s", self.name, kind)
