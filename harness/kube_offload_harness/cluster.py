@@ -40,6 +40,7 @@ import yaml
 import kube_offload
 from kube_offload import constants as C
 from kube_offload_harness.binaries import Binaries, ensure_binaries
+from kube_offload_harness import identities
 from kube_offload_harness.processes import ProcessTable
 
 Say = Callable[[str], None]
@@ -69,6 +70,7 @@ class ClusterSpec:
     node_pods: int = 110
     labels: dict[str, str] = field(default_factory=dict)  # remote: labels of its virtual node
     kubelet_port: int = 0  # remote: the virtual node's kubelet API port on 127.0.0.1
+    enforcer_webhook_port: int = 0  # remote: the enforcer's ShadowPod webhook on 127.0.0.1
 
 
 @dataclass
@@ -79,6 +81,9 @@ class Topology:
     webhook_port: int = 0
     extender_port: int = 0
     virtual_kubelets: bool = True
+    # Run every component under the ServiceAccount its chart creates (identities.py),
+    # and the enforcer with its ShadowPod webhook registered; False: admin kubeconfigs.
+    chart_identities: bool = False  # TODO(lead): True once the enforcer webhook and consumer scoping land
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -96,6 +101,7 @@ class Topology:
             webhook_port=data.get("webhook_port", 0),
             extender_port=data.get("extender_port", 0),
             virtual_kubelets=data.get("virtual_kubelets", True),
+            chart_identities=data.get("chart_identities", False),
         )
 
 
@@ -352,6 +358,7 @@ class Environment:
         topology.extender_port = topology.extender_port or free_port()
         for spec in topology.remotes:
             spec.kubelet_port = spec.kubelet_port or free_port()
+            spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
 
@@ -360,14 +367,22 @@ class Environment:
         self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
         local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
+        if topology.chart_identities:
+            self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
+            self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
+                topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes]))
         for spec in topology.remotes:
             remote = self.cluster(spec)
-            spec.kubelet_port = spec.kubelet_port or free_port()
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
             remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
-            remote.kubectl("apply", "-f", str(SHADOWPOD_CRD))
-            remote.kubectl("wait", "--for=condition=Established", "crd/shadowpods.kube-offload.io", "--timeout=60s")
+            if topology.chart_identities:
+                self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
+                self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
+                    topology.local.cluster_id, node_labels=spec.labels))
+            else:
+                remote.kubectl("apply", "-f", str(SHADOWPOD_CRD))
+                remote.kubectl("wait", "--for=condition=Established", "crd/shadowpods.kube-offload.io", "--timeout=60s")
 
         self.say(f"- starting webhook on https://127.0.0.1:{topology.webhook_port} and extender on https://127.0.0.1:{topology.extender_port}")
         self.start_webhook(topology, local)
@@ -377,6 +392,10 @@ class Environment:
         self._register_webhook(topology, local)
         for spec in topology.remotes:
             self.start_enforcer(spec)
+            if topology.chart_identities:
+                self._wait_https_ready(f"enforcer-{spec.cluster_id}", spec.enforcer_webhook_port)
+                self._register_enforcer_webhook(spec)
+        for spec in topology.remotes:
             if topology.virtual_kubelets:
                 self.start_vkubelet(topology, spec)
         if topology.virtual_kubelets:
@@ -427,6 +446,54 @@ class Environment:
         target = registration.WebhookTarget(url=f"https://127.0.0.1:{topology.webhook_port}", ca_bundle=self._ca_bundle_b64())
         local.apply([registration.mutating_configuration(target), registration.validating_configuration(target)])
 
+    def _register_enforcer_webhook(self, spec: ClusterSpec) -> None:
+        """The ShadowPod webhook, registered by URL as `kube-offload enforcer configuration`
+        prints it for a user (the chart registers it through a Service instead)."""
+        argv = self._component_argv(
+            "enforcer", "configuration", "--url", f"https://127.0.0.1:{spec.enforcer_webhook_port}",
+            "--ca-file", str(self.pki_dir / "ca.crt"),
+        )
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=self._process_env())
+        if result.returncode != 0:
+            raise ClusterError(f"`kube-offload enforcer configuration` failed: {result.stderr.strip()[-2000:]}")
+        self.cluster(spec).kubectl("apply", "-f", "-", input=result.stdout)
+
+    # --- identities ---------------------------------------------------------------------
+    def install_identities(self, cluster: Cluster, chart: Path, values: dict) -> None:
+        """Apply the identity objects of ``chart`` rendered by real helm: CRDs first (and
+        wait until they are served), then namespaces, ServiceAccounts, RBAC, Consumers."""
+        rendered = identities.render_chart(self.bins.helm, chart, values, env=cluster.env())
+        objects = [identities.release_namespace(), *identities.identity_objects(rendered)]
+        crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+        if crds:
+            cluster.apply(crds)
+            names = [f"crd/{o['metadata']['name']}" for o in crds]
+            cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")
+        cluster.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
+
+    def identity_kubeconfig(self, cluster: Cluster, account: identities.ServiceAccountRef) -> Path:
+        """A kubeconfig for ``account`` on ``cluster`` from a TokenRequest token (made once
+        per environment; tokens last identities.TOKEN_DURATION)."""
+        path = self.state_dir / "identities" / f"{cluster.name}--{account.namespace}--{account.name}.yaml"
+        if path.exists():
+            return path
+        token = cluster.kubectl(
+            "create", "token", account.name, "-n", account.namespace, "--duration", identities.TOKEN_DURATION
+        ).stdout.strip()
+        admin = yaml.safe_load(cluster.kubeconfig.read_text())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(identities.token_kubeconfig(admin, token, account.username)))
+        path.chmod(0o600)
+        return path
+
+    def component_kubeconfig(self, cluster: Cluster, account: identities.ServiceAccountRef) -> Path:
+        """The kubeconfig a component runs with: its chart identity, or the admin one when
+        the topology says so (chart_identities=False, for debugging RBAC itself)."""
+        topology = self.topology()
+        if topology is not None and not topology.chart_identities:
+            return cluster.kubeconfig
+        return self.identity_kubeconfig(cluster, account)
+
     def _component_argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "kube_offload.cli", *args]
 
@@ -438,21 +505,29 @@ class Environment:
 
     def start_webhook(self, topology: Topology, local: Cluster) -> None:
         argv = self._component_argv(
-            "webhook", "--kubeconfig", str(local.kubeconfig), "--bind", f"127.0.0.1:{topology.webhook_port}",
+            "webhook", "--kubeconfig", str(self.component_kubeconfig(local, identities.WEBHOOK_SA)), "--bind", f"127.0.0.1:{topology.webhook_port}",
             "--tls-cert", str(self.pki_dir / "tls.crt"), "--tls-key", str(self.pki_dir / "tls.key"),
         )
         self.processes.start("webhook", argv, log=self.log_path("webhook"), env=self._process_env())
 
     def start_extender(self, topology: Topology, local: Cluster) -> None:
         argv = self._component_argv(
-            "extender", "--kubeconfig", str(local.kubeconfig), "--bind", f"127.0.0.1:{topology.extender_port}",
+            "extender", "--kubeconfig", str(self.component_kubeconfig(local, identities.EXTENDER_SA)), "--bind", f"127.0.0.1:{topology.extender_port}",
             "--tls-cert", str(self.pki_dir / "tls.crt"), "--tls-key", str(self.pki_dir / "tls.key"),
         )
         self.processes.start("extender", argv, log=self.log_path("extender"), env=self._process_env())
 
     def start_enforcer(self, spec: ClusterSpec) -> None:
         remote = self.cluster(spec)
-        argv = self._component_argv("enforcer", "--kubeconfig", str(remote.kubeconfig))
+        argv = self._component_argv("enforcer", "--kubeconfig", str(self.component_kubeconfig(remote, identities.ENFORCER_SA)))
+        topology = self.topology()
+        if topology is not None and topology.chart_identities:
+            argv += [
+                "--consumer-twin-role", identities.CONSUMER_TWIN_ROLE,
+                "--webhook-bind", f"127.0.0.1:{spec.enforcer_webhook_port}",
+                "--webhook-tls-cert", str(self.pki_dir / "tls.crt"),
+                "--webhook-tls-key", str(self.pki_dir / "tls.key"),
+            ]
         self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
 
     def vkubelet_argv(self, topology: Topology, spec: ClusterSpec) -> list[str]:
@@ -460,8 +535,8 @@ class Environment:
         remote = self.cluster(spec)
         argv = self._component_argv(
             "vkubelet",
-            "--local-kubeconfig", str(local.kubeconfig),
-            "--remote-kubeconfig", str(remote.kubeconfig),
+            "--local-kubeconfig", str(self.component_kubeconfig(local, identities.VKUBELET_SA)),
+            "--remote-kubeconfig", str(self.component_kubeconfig(remote, identities.consumer_sa(topology.local.cluster_id))),
             "--cluster-id", spec.cluster_id,
             "--local-cluster-id", topology.local.cluster_id,
             "--kubelet-port", str(spec.kubelet_port),

@@ -1,0 +1,146 @@
+"""Run every component under the identity its Helm chart gives it, never an admin.
+
+The loopback harness runs our components as local processes, not as the charts'
+Deployments (kwok only pretends to run pods). So that the charts' RBAC is what the
+components really run under, the harness renders each chart with real ``helm template``,
+applies only its *identity* objects (CRDs, Namespaces, ServiceAccounts, Roles, bindings,
+Consumers) and starts each component with a kubeconfig built from a TokenRequest token of
+the ServiceAccount the chart made for it. A verb missing from a chart shows up as a
+failing test; nothing is granted here that the chart does not grant.
+
+The pure parts (which rendered objects are identities, the kubeconfig of a token) are
+table-tested; the rest is thin I/O through helm and kubectl.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_CHART = REPO / "charts" / "kube-offload-local"
+REMOTE_CHART = REPO / "charts" / "kube-offload-remote"
+
+RELEASE = "kube-offload"
+RELEASE_NAMESPACE = "kube-offload"
+
+# What gives a component its identity and permissions. Workloads, Services, webhook
+# registrations and hook Jobs are left out: the harness runs the processes itself and
+# registers webhooks by URL on 127.0.0.1.
+IDENTITY_KINDS = frozenset({
+    "CustomResourceDefinition",
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "Consumer",
+})
+
+# Tokens last as long as a demo environment may be left running; the apiserver caps them
+# at --service-account-max-token-expiration where that is set.
+TOKEN_DURATION = "48h"
+
+
+class IdentityError(RuntimeError):
+    """Rendering a chart or minting a token failed; the message says which and why."""
+
+
+def identity_objects(documents: Iterable[Mapping[str, Any] | None]) -> list[dict]:
+    """The identity objects of a rendered chart, CRDs and Namespaces first (what the rest
+    needs to exist), hooks excluded (they live only during an install)."""
+    order = {"CustomResourceDefinition": 0, "Namespace": 1}
+    kept = []
+    for doc in documents:
+        if not doc or doc.get("kind") not in IDENTITY_KINDS:
+            continue
+        annotations = (doc.get("metadata") or {}).get("annotations") or {}
+        if "helm.sh/hook" in annotations:
+            continue
+        kept.append(dict(doc))
+    return sorted(kept, key=lambda d: order.get(d["kind"], 2))
+
+
+def token_kubeconfig(admin: Mapping[str, Any], token: str, user: str) -> dict:
+    """A kubeconfig for ``token`` against the same server (and CA) as ``admin``'s
+    current context: only the credentials change."""
+    contexts = {c["name"]: c["context"] for c in admin.get("contexts") or []}
+    current = admin.get("current-context") or next(iter(contexts), None)
+    if current not in contexts:
+        raise IdentityError("the admin kubeconfig has no current context")
+    cluster_name = contexts[current]["cluster"]
+    clusters = {c["name"]: c["cluster"] for c in admin.get("clusters") or []}
+    if cluster_name not in clusters:
+        raise IdentityError(f"the admin kubeconfig has no cluster {cluster_name!r}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": dict(clusters[cluster_name])}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster_name, "user": user}}],
+        "current-context": user,
+    }
+
+
+@dataclass(frozen=True)
+class ServiceAccountRef:
+    namespace: str
+    name: str
+
+    @property
+    def username(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.name}"
+
+
+def render_chart(helm: Path, chart: Path, values: Mapping[str, Any], *, env: Mapping[str, str]) -> list[dict]:
+    """``helm template`` of ``chart`` as release ``kube-offload`` in namespace
+    ``kube-offload``, CRDs included."""
+    argv = [
+        str(helm), "template", RELEASE, str(chart),
+        "--namespace", RELEASE_NAMESPACE, "--include-crds", "--values", "-",
+    ]
+    result = subprocess.run(
+        argv, input=yaml.safe_dump(dict(values)), capture_output=True, text=True, timeout=120, env=dict(env)
+    )
+    if result.returncode != 0:
+        raise IdentityError(f"`helm template {chart.name}` failed: {result.stderr.strip()[-2000:]}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def release_namespace() -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}}
+
+
+def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
+    """The local chart's values for this topology (what docs/install.md shows a user)."""
+    return {
+        "localClusterId": local_cluster_id,
+        "remoteClusters": [{"id": rid, "kubeconfigSecret": f"{rid}-kubeconfig"} for rid in remote_ids],
+    }
+
+
+def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None) -> dict:
+    """The remote chart's values admitting one consumer (what ``kube-offload peer`` does)."""
+    consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False}
+    if quota:
+        consumer["quota"] = dict(quota)
+    return {"nodeLabels": dict(node_labels), "consumers": [consumer]}
+
+
+# The ServiceAccounts the charts create for each component (release "kube-offload").
+WEBHOOK_SA = ServiceAccountRef(RELEASE_NAMESPACE, f"{RELEASE}-webhook")
+EXTENDER_SA = ServiceAccountRef(RELEASE_NAMESPACE, f"{RELEASE}-extender")
+VKUBELET_SA = ServiceAccountRef(RELEASE_NAMESPACE, f"{RELEASE}-vkubelet")
+ENFORCER_SA = ServiceAccountRef(RELEASE_NAMESPACE, f"{RELEASE}-enforcer")
+CONSUMER_TWIN_ROLE = f"{RELEASE}-consumer-twin"
+
+
+def consumer_sa(consumer_id: str) -> ServiceAccountRef:
+    from kube_offload import constants as c
+
+    return ServiceAccountRef(c.tenant_namespace(consumer_id), c.CONSUMER_SERVICE_ACCOUNT)

@@ -1,0 +1,80 @@
+"""The harness runs components under their charts' identities: which rendered objects are
+identities, and the kubeconfig built from a token (harness/kube_offload_harness/identities.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube_offload_harness import identities
+
+
+def _obj(kind: str, name: str, **annotations: str) -> dict:
+    meta: dict = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"kind": kind, "metadata": meta}
+
+
+def test_identity_objects_keep_rbac_crds_and_consumers_and_order_crds_first() -> None:
+    rendered = [
+        _obj("Deployment", "kube-offload-enforcer"),
+        _obj("ClusterRole", "kube-offload-enforcer"),
+        _obj("Namespace", "kube-offload-tenant-local"),
+        _obj("Consumer", "local"),
+        None,
+        _obj("ValidatingWebhookConfiguration", "kube-offload-enforcer"),
+        _obj("CustomResourceDefinition", "consumers.kube-offload.io"),
+        _obj("Service", "kube-offload-enforcer"),
+        _obj("ServiceAccount", "consumer"),
+        _obj("Secret", "consumer-token"),
+    ]
+    kept = identities.identity_objects(rendered)
+    assert [(o["kind"], o["metadata"]["name"]) for o in kept] == [
+        ("CustomResourceDefinition", "consumers.kube-offload.io"),
+        ("Namespace", "kube-offload-tenant-local"),
+        ("ClusterRole", "kube-offload-enforcer"),
+        ("Consumer", "local"),
+        ("ServiceAccount", "consumer"),
+    ]
+
+
+def test_identity_objects_drop_hooks() -> None:
+    hook = _obj("ServiceAccount", "kube-offload-certs-hook", **{"helm.sh/hook": "pre-install"})
+    assert identities.identity_objects([hook, _obj("Role", "r")]) == [_obj("Role", "r")]
+
+
+ADMIN = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "kwok-x", "cluster": {"server": "https://127.0.0.1:3456", "certificate-authority": "/p/ca.crt"}}],
+    "users": [{"name": "kwok-x", "user": {"client-certificate": "/p/admin.crt", "client-key": "/p/admin.key"}}],
+    "contexts": [{"name": "kwok-x", "context": {"cluster": "kwok-x", "user": "kwok-x"}}],
+    "current-context": "kwok-x",
+}
+
+
+def test_token_kubeconfig_keeps_server_and_ca_and_replaces_credentials() -> None:
+    config = identities.token_kubeconfig(ADMIN, "tok", "system:serviceaccount:ns:sa")
+    assert config["clusters"] == ADMIN["clusters"]
+    assert config["users"] == [{"name": "system:serviceaccount:ns:sa", "user": {"token": "tok"}}]
+    assert config["current-context"] == "system:serviceaccount:ns:sa"
+    assert "admin.key" not in str(config)
+
+
+def test_token_kubeconfig_needs_a_current_context() -> None:
+    with pytest.raises(identities.IdentityError, match="no current context"):
+        identities.token_kubeconfig({**ADMIN, "contexts": [], "current-context": "nope"}, "t", "u")
+
+
+def test_service_account_username_and_consumer_identity() -> None:
+    assert identities.consumer_sa("local").username == "system:serviceaccount:kube-offload-tenant-local:consumer"
+
+
+def test_values_for_the_topology() -> None:
+    assert identities.local_values("local", ["remote-1"]) == {
+        "localClusterId": "local",
+        "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig"}],
+    }
+    values = identities.remote_values("local", node_labels={"topology.kubernetes.io/region": "eu-west"}, quota={"pods": "3"})
+    assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}}]
+    assert values["nodeLabels"] == {"topology.kubernetes.io/region": "eu-west"}
