@@ -1,0 +1,84 @@
+"""Who a consumer is on this provider, read from its ``Consumer`` and its tenant namespace.
+
+Pure facts shared by the TwinNamespace controller (is this request a consumer's?) and the
+ShadowPod webhook (is this user the consumer that owns the namespace? which Pod Security
+level applies?). Everything the provider trusts here is provider-written: the Consumer's
+spec and the tenant namespace's label, never anything the consumer can set.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from kube_offload import constants as c
+
+ConsumerLookup = Callable[[str], "Mapping | None"]
+"""Consumer name -> Consumer object (or None): e.g. a Consumer informer's ``get``."""
+
+
+def consumer_name(consumer: Mapping) -> str:
+    return str((consumer.get("metadata") or {}).get("name") or "")
+
+
+def service_account_of(consumer: Mapping) -> tuple[str, str]:
+    """(namespace, name) of the consumer's identity here; each part defaults as the CRD
+    documents: ServiceAccount ``consumer`` in ``kube-offload-tenant-<name>``."""
+    account = (consumer.get("spec") or {}).get("serviceAccount") or {}
+    namespace = account.get("namespace") or c.tenant_namespace(consumer_name(consumer))
+    name = account.get("name") or c.CONSUMER_SERVICE_ACCOUNT
+    return str(namespace), str(name)
+
+
+def service_account_username(consumer: Mapping) -> str:
+    """The user name the apiserver gives the consumer's requests."""
+    namespace, name = service_account_of(consumer)
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def pod_security_level(consumer: Mapping) -> str:
+    """The consumer's Pod Security level: the CRD's default (baseline) when unset, and
+    ``restricted`` for a value this code does not know, so a typo never loosens it."""
+    level = (consumer.get("spec") or {}).get("podSecurityLevel")
+    if level is None or level == "":
+        return c.DEFAULT_PSA_LEVEL
+    return level if level in c.PSA_LEVELS else "restricted"
+
+
+def tenant_of(namespace: Mapping | None) -> str | None:
+    """The consumer id a tenant namespace belongs to (its ``kube-offload.io/tenant`` label)."""
+    if not namespace:
+        return None
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    return labels.get(c.LABEL_TENANT) or None
+
+
+def requesting_consumer(
+    request_namespace: str, tenant_namespace: Mapping | None, consumers: ConsumerLookup
+) -> tuple[Mapping | None, str]:
+    """The Consumer whose requests namespace ``request_namespace`` is, or None and why not.
+
+    All three must hold: the namespace carries ``kube-offload.io/tenant=<id>``, Consumer
+    ``<id>`` exists, and that Consumer's ServiceAccount lives in this very namespace (so
+    whoever can write requests here is that consumer, and nobody else's label or object
+    can make a namespace speak for a consumer).
+    """
+    consumer_id = tenant_of(tenant_namespace)
+    if consumer_id is None:
+        return None, (
+            f"namespace {request_namespace} is not a tenant namespace (no label {c.LABEL_TENANT}); "
+            "the provider admits a consumer by creating its tenant namespace and Consumer"
+        )
+    consumer = consumers(consumer_id)
+    if consumer is None:
+        return None, (
+            f"namespace {request_namespace} belongs to consumer {consumer_id}, but there is no "
+            f"Consumer {consumer_id}: the provider has not admitted it (kubectl get consumers)"
+        )
+    account_namespace, _ = service_account_of(consumer)
+    if account_namespace != request_namespace:
+        return None, (
+            f"Consumer {consumer_id} has its identity in namespace {account_namespace}, not "
+            f"{request_namespace}: requests are served only in the namespace of the consumer's "
+            "ServiceAccount (Consumer spec.serviceAccount.namespace)"
+        )
+    return consumer, ""
