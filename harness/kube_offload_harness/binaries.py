@@ -1,11 +1,12 @@
-"""Build the real Kubernetes control-plane binaries, etcd and kwok from Go modules, cached
-outside the repository and keyed by version.
+"""Build the real Kubernetes control-plane binaries, etcd, kwok and Helm from Go modules,
+cached outside the repository and keyed by version.
 
 Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload``)::
 
     bin/kubernetes-v1.37.2/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
     bin/etcd-v3.7.3/etcd
     bin/kwok-v0.8.0/{kwok,kwokctl}
+    bin/helm-v3.22.0/helm
     build/<same names>/   wrapper go.mod, build logs
     build.lock            one build at a time
 
@@ -46,6 +47,7 @@ class Binaries:
     etcd: Path
     kwok: Path
     kwokctl: Path
+    helm: Path
 
     def all(self) -> dict[str, Path]:
         return {
@@ -56,6 +58,7 @@ class Binaries:
             "etcd": self.etcd,
             "kwok": self.kwok,
             "kwokctl": self.kwokctl,
+            "helm": self.helm,
         }
 
     def missing(self) -> list[str]:
@@ -71,6 +74,7 @@ def binaries(root: Path | None = None) -> Binaries:
     kube = root / "bin" / f"kubernetes-{versions.KUBERNETES}"
     etcd = root / "bin" / f"etcd-{versions.ETCD}"
     kwok = root / "bin" / f"kwok-{versions.KWOK}"
+    helm = root / "bin" / f"helm-{versions.HELM}"
     return Binaries(
         kube_apiserver=kube / "kube-apiserver",
         kube_scheduler=kube / "kube-scheduler",
@@ -79,6 +83,7 @@ def binaries(root: Path | None = None) -> Binaries:
         etcd=etcd / "etcd",
         kwok=kwok / "kwok",
         kwokctl=kwok / "kwokctl",
+        helm=helm / "helm",
     )
 
 
@@ -129,6 +134,31 @@ def version_ldflags(kubernetes_version: str) -> str:
             f"-X {package}.gitTreeState=clean",
             f"-X {package}.buildDate=1970-01-01T00:00:00Z",
         ]
+    return "-s -w " + " ".join(flags)
+
+
+def module_version(go_mod: str, module: str) -> str | None:
+    """The version ``go_mod`` requires of ``module`` (``require`` line or block)."""
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def helm_ldflags(helm_version: str, helm_go_mod: str) -> str:
+    """What Helm's own Makefile stamps. ``version`` makes ``helm version`` true; without the
+    Kubernetes version (read, as the Makefile does, off the client-go Helm requires) ``helm
+    template`` and ``helm lint`` would assume a Kubernetes 1.20 cluster for
+    ``.Capabilities.KubeVersion`` and for the deprecated-API check."""
+    client_go = module_version(helm_go_mod, "k8s.io/client-go")
+    match = re.fullmatch(r"v0\.(\d+)\.\d+", client_go or "")
+    if not match:
+        raise ValueError(f"Helm {helm_version}'s go.mod requires k8s.io/client-go {client_go!r}: expected v0.X.Y")
+    minor = match.group(1)
+    flags = [
+        f"-X helm.sh/helm/v3/internal/version.version={helm_version}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ]
+    for package in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {package}.k8sVersionMajor=1", f"-X {package}.k8sVersionMinor={minor}"]
     return "-s -w " + " ".join(flags)
 
 
@@ -275,6 +305,33 @@ def _build_kwok(root: Path, bins: Binaries, go: str, say: Callable[[str], None])
     _install(out / "kwokctl", bins.kwokctl)
 
 
+def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    # helm.sh/helm/v3 has no replace directives: `go install module@version` builds it as
+    # released; its go.mod is read first for the Kubernetes version to stamp.
+    work = root / "build" / f"helm-{versions.HELM}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"- helm {versions.HELM}: reading helm.sh/helm/v3's go.mod")
+    download = subprocess.run(
+        [go, "mod", "download", "-json", f"helm.sh/helm/v3@{versions.HELM}"],
+        cwd=work, env=go_env(), capture_output=True, text=True, check=False,
+    )
+    if download.returncode != 0:
+        raise BuildError(
+            f"step 'download helm.sh/helm/v3@{versions.HELM}' failed: {download.stderr.strip()[-800:]}\n"
+            "What to try: check that the Go module proxy is reachable (GOPROXY)."
+        )
+    ldflags = helm_ldflags(versions.HELM, Path(json.loads(download.stdout)["GoMod"]).read_text())
+    say(f"- helm {versions.HELM}: building")
+    _run_step(
+        f"build helm {versions.HELM}",
+        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", ldflags,
+         f"helm.sh/helm/v3/cmd/helm@{versions.HELM}"],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    _install(out / "helm", bins.helm)
+
+
 @dataclass
 class _Lock:
     path: Path
@@ -310,6 +367,8 @@ def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | No
             _build_etcd(root, bins, go, say)
         if "kwok" in missing or "kwokctl" in missing:
             _build_kwok(root, bins, go, say)
+        if "helm" in missing:
+            _build_helm(root, bins, go, say)
         say(f"kube-offload: binaries ready in {int(time.monotonic() - started)}s")
     still = bins.missing()
     if still:

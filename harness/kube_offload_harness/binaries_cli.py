@@ -11,10 +11,10 @@ from kube_offload_harness import binaries, versions
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "binaries",
-        help="build and locate the Kubernetes/etcd/kwok binaries used for loopback clusters",
+        help="build and locate the Kubernetes/etcd/kwok/helm binaries used for loopback clusters and chart tests",
         description=(
             f"Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl ({versions.KUBERNETES}), "
-            f"etcd ({versions.ETCD}) and kwok/kwokctl ({versions.KWOK}) from Go modules with the local Go "
+            f"etcd ({versions.ETCD}), kwok/kwokctl ({versions.KWOK}) and helm ({versions.HELM}) from Go modules with the local Go "
             "toolchain, into $KUBE_OFFLOAD_CACHE (default ~/.cache/kube-offload). Only missing binaries are built."
         ),
     )

@@ -1,8 +1,9 @@
 """Pinned versions of the control-plane binaries built from Go modules (the one place).
 
 Kubernetes matches the major version of the ``kubernetes`` Python client (37 <-> 1.37);
-etcd is the minor line that Kubernetes release requires; kwok is the newest release.
-All three build with Go >= 1.26 and ``GOTOOLCHAIN=local``.
+etcd is the minor line that Kubernetes release requires; kwok is the newest release; Helm
+is the newest v3.22 patch the Go module proxy serves. All build with Go >= 1.26 and
+``GOTOOLCHAIN=local``.
 """
 
 from __future__ import annotations
@@ -12,4 +13,6 @@ from typing import Final
 KUBERNETES: Final = "v1.37.2"
 ETCD: Final = "v3.7.3"
 KWOK: Final = "v0.8.0"
+# Helm runs the charts in the tests (lint, template, install into the loopback clusters).
+HELM: Final = "v3.22.0"
 GO_MINIMUM: Final = (1, 26)

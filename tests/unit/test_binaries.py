@@ -56,3 +56,42 @@ def test_missing_binaries_are_listed(tmp_path):
     target.write_text("#!/bin/sh\n")
     target.chmod(0o755)
     assert "kwokctl" not in bins.missing()
+
+
+HELM_GO_MOD = """module helm.sh/helm/v3
+
+go 1.26.0
+
+require (
+	github.com/BurntSushi/toml v1.6.0
+	k8s.io/api v0.37.0
+	k8s.io/client-go v0.37.0
+)
+"""
+
+
+def test_module_version_reads_require_lines_and_blocks():
+    assert binaries.module_version(HELM_GO_MOD, "k8s.io/client-go") == "v0.37.0"
+    assert binaries.module_version("require k8s.io/client-go v0.36.1\n", "k8s.io/client-go") == "v0.36.1"
+    assert binaries.module_version(HELM_GO_MOD, "k8s.io/kubectl") is None
+
+
+def test_helm_stamp_sets_its_version_and_the_kubernetes_version_of_its_client_go():
+    flags = binaries.helm_ldflags("v3.22.0", HELM_GO_MOD)
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    for package in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        assert f"-X {package}.k8sVersionMajor=1" in flags
+        assert f"-X {package}.k8sVersionMinor=37" in flags
+
+
+def test_helm_stamp_refuses_a_go_mod_without_client_go():
+    with pytest.raises(ValueError, match="k8s.io/client-go"):
+        binaries.helm_ldflags("v3.22.0", "module helm.sh/helm/v3\n")
+
+
+def test_helm_is_cached_by_version(tmp_path):
+    from kube_offload_harness import versions
+
+    bins = binaries.binaries(tmp_path)
+    assert bins.helm == tmp_path / "bin" / f"helm-{versions.HELM}" / "helm"
+    assert "helm" in bins.missing()
