@@ -75,6 +75,8 @@ SHADOWPOD_SHORT_NAME: Final = "shp"
 # local cluster id. Spec (provider-owned): identity, Pod Security level, quota, cordon,
 # suggested virtual-node labels. Status (enforcer-owned): usage and the capacity summary
 # the consumer's virtual kubelet reads instead of listing the provider's pods.
+# apiVersion of every kube-offload custom resource (ShadowPod, Consumer, TwinNamespace).
+API_VERSION: Final = f"{SHADOWPOD_GROUP}/{SHADOWPOD_VERSION}"
 CONSUMER_KIND: Final = "Consumer"
 CONSUMER_PLURAL: Final = "consumers"
 # A consumer's request for one twin namespace, in its tenant namespace; named after the

@@ -33,3 +33,37 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{- define "kube-offload-remote.enforcerName" -}}
+{{- printf "%s-enforcer" (include "kube-offload-remote.fullname" .) -}}
+{{- end -}}
+
+{{- /* The ClusterRole the enforcer binds into every twin namespace for its consumer. */ -}}
+{{- define "kube-offload-remote.twinRoleName" -}}
+{{- printf "%s-consumer-twin" (include "kube-offload-remote.fullname" .) -}}
+{{- end -}}
+
+{{- define "kube-offload-remote.tlsSecretName" -}}
+{{- printf "%s-enforcer-tls" (include "kube-offload-remote.fullname" .) -}}
+{{- end -}}
+
+{{- define "kube-offload-remote.caSecretName" -}}
+{{- printf "%s-enforcer-ca" (include "kube-offload-remote.fullname" .) -}}
+{{- end -}}
+
+{{- define "kube-offload-remote.tlsDir" -}}
+/etc/kube-offload/tls
+{{- end -}}
+
+{{- define "kube-offload-remote.certsSecretArgs" -}}
+- certs
+- secret
+- --namespace={{ .Release.Namespace }}
+- --name={{ include "kube-offload-remote.tlsSecretName" . }}
+- --ca-name={{ include "kube-offload-remote.caSecretName" . }}
+- --service={{ include "kube-offload-remote.enforcerName" . }}
+- --cluster-domain={{ .Values.certificates.clusterDomain }}
+- --days={{ .Values.certificates.days }}
+- --ca-days={{ .Values.certificates.caDays }}
+- --within={{ .Values.certificates.renewWithin }}
+{{- end -}}
