@@ -44,7 +44,7 @@ from pathlib import Path
 
 from certs import pki
 from kube_offload import constants as c
-from webhook.admission import build_review
+from kube_offload.admission import build_review
 from webhook.namespace_cache import StaticNamespaceSource
 from webhook.server import serve
 from webhook.settings import ServerSettings, WebhookSettings

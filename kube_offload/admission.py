@@ -1,4 +1,6 @@
-"""AdmissionReview (admission.k8s.io/v1) in and out, as pure functions.
+"""AdmissionReview (admission.k8s.io/v1) in and out, as pure functions, shared by every
+admission webhook of the project (the local pod/namespace webhook, the enforcer's ShadowPod
+validation).
 
 :func:`parse_review` turns the raw request body into an :class:`AdmissionRequest` or
 raises :class:`BadRequest` with a message naming the offending field; the HTTP layer
@@ -42,6 +44,14 @@ class GroupVersionKind:
 
 
 @dataclass(frozen=True)
+class UserInfo:
+    """Who sent the request the apiserver is admitting (``request.userInfo``)."""
+
+    username: str = ""
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class AdmissionRequest:
     uid: str
     api_version: str
@@ -53,6 +63,7 @@ class AdmissionRequest:
     object: dict | None
     old_object: dict | None
     dry_run: bool
+    user_info: UserInfo = UserInfo()
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,18 @@ def parse_review(body: bytes) -> AdmissionRequest:
         object=obj,
         old_object=old,
         dry_run=bool(_field(request, "dryRun", "request", bool, required=False, default=False)),
+        user_info=_user_info(request),
     )
+
+
+def _user_info(request: dict) -> UserInfo:
+    info = _field(request, "userInfo", "request", dict, required=False) or {}
+    username = _field(info, "username", "request.userInfo", str, required=False, default="")
+    groups = _field(info, "groups", "request.userInfo", list, required=False, default=[])
+    for index, group in enumerate(groups):
+        if not isinstance(group, str):
+            raise BadRequest(f"request.userInfo.groups[{index}] must be a string, got {_json_type(group)}")
+    return UserInfo(username, tuple(groups))
 
 
 def _check_metadata(obj: dict, path: str) -> None:
@@ -222,12 +244,18 @@ def build_review(
     uid: str = "00000000-0000-0000-0000-000000000000",
     old_object: dict | None = None,
     namespace: str | None = None,
+    resource: str | None = None,
+    user_info: dict | None = None,
+    dry_run: bool = False,
 ) -> dict:
-    """An AdmissionReview for a core/v1 object as kube-apiserver sends it (every field it
-    sets), for tests, benchmarks and debugging with curl."""
+    """An AdmissionReview for ``obj`` as kube-apiserver sends it (every field it sets),
+    for tests, benchmarks and debugging with curl. The group and version come from the
+    object's apiVersion (core/v1 when absent); ``resource`` defaults to the lower-case
+    plural of the kind for the core kinds above and ``<kind>s`` otherwise."""
     kind = obj.get("kind", "Pod")
-    resource = {"group": "", "version": "v1", "resource": _RESOURCES.get(kind, kind.lower() + "s")}
-    gvk = {"group": "", "version": "v1", "kind": kind}
+    group, _, version = str(obj.get("apiVersion") or "v1").rpartition("/")
+    resource_ref = {"group": group, "version": version, "resource": resource or _RESOURCES.get(kind, kind.lower() + "s")}
+    gvk = {"group": group, "version": version, "kind": kind}
     metadata = obj.get("metadata") or {}
     if namespace is None:
         namespace = metadata.get("namespace", "") if kind != "Namespace" else ""
@@ -235,15 +263,17 @@ def build_review(
     request: dict[str, Any] = {
         "uid": uid,
         "kind": gvk,
-        "resource": resource,
+        "resource": resource_ref,
         "requestKind": gvk,
-        "requestResource": resource,
+        "requestResource": resource_ref,
         "name": metadata.get("name", ""),
         "operation": operation,
-        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+        "userInfo": user_info
+        if user_info is not None
+        else {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
         "object": None if operation == "DELETE" else obj,
         "oldObject": obj if operation == "DELETE" and old_object is None else old_object,
-        "dryRun": False,
+        "dryRun": dry_run,
         "options": {"kind": options_kind.get(operation, "CreateOptions"), "apiVersion": "meta.k8s.io/v1"},
     }
     if namespace:

@@ -17,7 +17,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from kube_offload.metrics import HttpMetrics, exposition, state_gauge
-from webhook.admission import (
+from kube_offload.admission import (
     AdmissionRequest,
     BadRequest,
     Decision,

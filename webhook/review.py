@@ -1,7 +1,7 @@
 """What the webhook decides for one admission request, route by route.
 
 These functions hold the decisions (which kinds and operations each route acts on, when to
-deny, what to patch); :mod:`webhook.admission` handles the envelope and
+deny, what to patch); :mod:`kube_offload.admission` handles the envelope and
 :mod:`webhook.mutation` the patch itself, so the Flask routes stay one line each.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kube_offload import constants as c
 from kube_offload.policy import POLICY_KEYS, PolicyError, policy_values, validate_namespace
-from webhook.admission import AdmissionRequest, BadRequest, Decision
+from kube_offload.admission import AdmissionRequest, BadRequest, Decision
 from webhook.mutation import MalformedPod, mutate_pod
 from webhook.namespace_cache import NamespaceSource
 

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from kube_offload import constants as c
-from webhook.admission import build_review
+from kube_offload.admission import build_review
 from webhook.namespace_cache import StaticNamespaceSource
 from webhook.registration import NAMESPACE_WEBHOOK_NAME
 

@@ -20,7 +20,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.admission import build_review
+from kube_offload.admission import build_review
 
 ROUTES = ("/mutate/pods", "/validate/namespaces")
 SETTINGS = settings(

@@ -14,7 +14,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload.policy import NamespacePolicy
 from kube_offload.selector import parse_selector
-from webhook.admission import (
+from kube_offload.admission import (
     BadRequest,
     Decision,
     build_review,

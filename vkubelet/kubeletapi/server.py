@@ -1,16 +1,14 @@
 """The threaded HTTPS server of the kubelet endpoint and its request handler.
 
-Why ``http.server.ThreadingHTTPServer`` and not Flask/gunicorn like the webhook: an exec
+Built on :class:`kube_offload.https_server.ThreadingHTTPSServer` (shared with the
+enforcer's ShadowPod webhook). Why not Flask/gunicorn like the local webhook: an exec
 turns the HTTP connection into a WebSocket, and the relay needs the raw TLS socket after
 the ``101`` - the standard library hands it over as ``self.connection``, a WSGI server
 does not (WSGI has no upgrade). A followed log is one long response per request, which a
 thread per connection serves simply; the requests come from one client (the local
 apiserver), a few at a time, so a thread each is cheap. And the server lives inside the
 vkubelet process, next to the informers it reads, where gunicorn's pre-fork model would
-not fit. No dependency is added.
-
-The TLS handshake runs in the connection's thread, not in the accepting one, so a slow
-or stuck client cannot hold up the others.
+not fit. No dependency is added. The TLS handshake runs in the connection's thread.
 """
 
 from __future__ import annotations
@@ -19,14 +17,14 @@ import json
 import logging
 import select
 import socket
-import ssl
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 
 from kubernetes import client
 
+from kube_offload.https_server import ThreadingHTTPSServer
 from kube_offload.kube import ApiError
 from vkubelet.kubeletapi import logs, streams
 from vkubelet.kubeletapi import websocket as ws
@@ -45,7 +43,6 @@ from vkubelet.kubeletapi.tls import ServerContext
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
-HANDSHAKE_TIMEOUT = 10.0
 # How long a kept-alive connection may sit idle between requests (and how long a client
 # may take to send its request headers).
 IDLE_TIMEOUT = 120.0
@@ -92,35 +89,12 @@ class KubeletApi:
         return open_remote
 
 
-class KubeletHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
+class KubeletHTTPServer(ThreadingHTTPSServer):
     def __init__(self, address: tuple[str, int], app: KubeletApi, tls: ServerContext) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.app = app
-        self.tls = tls
         self._closers: dict[int, Callable[[], None]] = {}
         self._closers_lock = threading.Lock()
-        super().__init__(address, KubeletRequestHandler)
-
-    # --- TLS in the connection's thread ------------------------------------------------------
-    def finish_request(self, request: socket.socket, client_address: Any) -> None:
-        request.settimeout(HANDSHAKE_TIMEOUT)
-        try:
-            conn = self.tls.get().wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("kubelet API: TLS handshake with %s failed: %s", client_address, exc)
-            request.close()
-            return
-        try:
-            self.RequestHandlerClass(conn, client_address, self)
-        finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
+        super().__init__(address, KubeletRequestHandler, tls)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.exception("kubelet API: request from %s failed", client_address)

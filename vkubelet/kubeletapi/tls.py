@@ -15,34 +15,20 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import shutil
-import ssl
 import tempfile
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from certs import pki
 
+# The context (reloaded when the files change), the files and the error are shared with
+# the enforcer's webhook server; re-exported here for the kubelet API's callers.
+from kube_offload.https_server import ServerContext, ServingFiles, TLSSetupError
+
+__all__ = ["GENERATED_DAYS", "ServerContext", "ServingFiles", "TLSSetupError", "serving_files", "subject_names"]
+
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
 GENERATED_DAYS = 365
-
-
-class TLSSetupError(RuntimeError):
-    """The serving certificate cannot be used; the message names the flag."""
-
-
-@dataclass(frozen=True)
-class ServingFiles:
-    cert: Path
-    key: Path
-    # Set when we generated the pair: its private directory, removed once loaded.
-    generated_dir: Path | None = None
-
-    def cleanup(self) -> None:
-        if self.generated_dir is not None:
-            shutil.rmtree(self.generated_dir, ignore_errors=True)
 
 
 def subject_names(node_address: str, node_name: str) -> tuple[list[str], list[str]]:
@@ -83,70 +69,3 @@ def serving_files(cert_file: str, key_file: str, *, node_address: str, node_name
         handle.write(pair.key_pem)
     log.info("kubelet API: no --kubelet-tls-cert given; serving a generated certificate for %s", ", ".join(dns + ips))
     return ServingFiles(cert, key, generated_dir=directory)
-
-
-class ServerContext:
-    """The server's SSLContext, rebuilt when the certificate, key or client CA files
-    change on disk (checked at each new connection: one stat per file). A generated pair
-    never changes: it is loaded once and its files are removed at once, so no key is
-    left on disk, whatever way the process ends."""
-
-    def __init__(self, files: ServingFiles, client_ca: str = "") -> None:
-        self._files = files
-        self._client_ca = client_ca
-        self._lock = threading.Lock()
-        self._stamp: tuple = ()
-        self._context = self._build()
-        # (The client CA, if any, is then not re-read either: rotate by restarting.)
-        self._static = files.generated_dir is not None
-        if files.generated_dir is not None:
-            files.cleanup()
-
-    def _paths(self) -> list[str]:
-        return [str(self._files.cert), str(self._files.key)] + ([self._client_ca] if self._client_ca else [])
-
-    def _current_stamp(self) -> tuple:
-        stamp = []
-        for path in self._paths():
-            try:
-                info = os.stat(path)
-                stamp.append((info.st_mtime_ns, info.st_size, info.st_ino))
-            except OSError:
-                stamp.append(None)
-        return tuple(stamp)
-
-    def _build(self) -> ssl.SSLContext:
-        stamp = self._current_stamp()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        # HTTP/1.1 only: the WebSocket upgrade and chunked log streams are HTTP/1.1
-        # things; Go's client falls back to it when the server does not offer h2.
-        context.set_alpn_protocols(["http/1.1"])
-        try:
-            context.load_cert_chain(str(self._files.cert), str(self._files.key))
-        except (OSError, ssl.SSLError) as exc:
-            raise TLSSetupError(f"cannot load the kubelet serving certificate {self._files.cert}: {exc}") from None
-        if self._client_ca:
-            try:
-                context.load_verify_locations(cafile=self._client_ca)
-            except (OSError, ssl.SSLError) as exc:
-                raise TLSSetupError(f"--kubelet-client-ca {self._client_ca}: {exc}") from None
-            context.verify_mode = ssl.CERT_REQUIRED
-        self._stamp = stamp
-        return context
-
-    def get(self) -> ssl.SSLContext:
-        if self._static:
-            return self._context
-        stamp = self._current_stamp()
-        if stamp != self._stamp:
-            with self._lock:
-                if stamp != self._stamp:
-                    try:
-                        self._context = self._build()
-                        log.info("kubelet API: serving certificate reloaded from %s", self._files.cert)
-                    except TLSSetupError as exc:
-                        # Half-written files during a rotation: keep serving the old pair.
-                        log.warning("kubelet API: %s; keeping the previous certificate", exc)
-                        self._stamp = stamp
-        return self._context
