@@ -306,7 +306,8 @@ def pod_requests(pod: Mapping[str, object]) -> ResourceList:
     (component-helpers ``PodRequests``) so we agree with the scheduler and the kubelet:
 
     - the sum of the app containers' requests, plus those of restartable init containers
-      (sidecars, ``restartPolicy: Always``), which keep running beside the app;
+      (sidecars, ``restartPolicy: Always``), which keep running beside the app; a
+      limit without a request counts as that request, as the apiserver defaults it;
     - at least, per resource, the peak of the init phase: each regular init container
       runs alone beside the sidecars started before it, and each sidecar beside the
       sidecars before it;
@@ -410,11 +411,23 @@ def _container_requests(container: Mapping[str, object]) -> ResourceList:
 
 
 def _requests_of(resources: object, where: str) -> ResourceList:
+    """Requests of one container (or of the pod level), with the apiserver's defaulting
+    applied: a resource with a limit and no request requests its limit
+    (``SetDefaults_Pod``). Pods from the API already carry the defaulted requests; a
+    ShadowPod's template does not, and counting its limits-only ``nvidia.com/gpu: 1`` as
+    nothing would let it slip past a consumer's quota."""
     if resources is None:
         return {}
     if not isinstance(resources, Mapping):
         raise QuantityError(f"{where}: resources must be an object")
     try:
-        return parse_resource_list(resources.get("requests"))  # type: ignore[arg-type]
+        requests = parse_resource_list(resources.get("requests"))  # type: ignore[arg-type]
     except QuantityError as exc:
         raise QuantityError(f"{where}: requests: {exc}") from None
+    try:
+        limits = parse_resource_list(resources.get("limits"))  # type: ignore[arg-type]
+    except QuantityError as exc:
+        raise QuantityError(f"{where}: limits: {exc}") from None
+    for name, amount in limits.items():
+        requests.setdefault(name, amount)
+    return requests

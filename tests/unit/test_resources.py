@@ -312,6 +312,17 @@ def test_pod_level_requests_replace_cpu_and_memory_only() -> None:
     assert r.pod_requests(p) == {"cpu": 3100, "memory": 2 * GI * 1000, "ephemeral-storage": GI * 1000, "pods": 1000}
 
 
+def test_a_limit_without_a_request_counts_as_the_request() -> None:
+    # As the apiserver defaults a Pod: a ShadowPod template is not defaulted, and its
+    # limits-only GPU must count against a quota all the same.
+    app = {"name": "app", "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": "1"}, "requests": {"cpu": "500m"}}}
+    init = {"name": "init", "resources": {"limits": {"memory": "1Gi"}}}
+    p = pod([app], init=[init])
+    assert r.pod_requests(p) == {"cpu": 500, "nvidia.com/gpu": 1000, "memory": GI * 1000, "pods": 1000}
+    p["spec"]["resources"] = {"limits": {"cpu": "4"}}  # pod level, PodLevelResources
+    assert r.pod_requests(p)["cpu"] == 4000
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
@@ -322,6 +333,7 @@ def test_pod_level_requests_replace_cpu_and_memory_only() -> None:
         ({"containers": [{"name": "a", "resources": {"requests": ["cpu"]}}]}, "must be an object"),
         ({"containers": [], "initContainers": {}}, "spec.initContainers must be a list"),
         ({"containers": [], "overhead": {"cpu": "1x"}}, "spec.overhead"),
+        ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "x"}}}]}, "limits: cpu"),
         ([], "pod spec must be an object"),
     ],
 )
