@@ -1,0 +1,110 @@
+"""The provider-side caches beyond ShadowPods and managed pods: Namespaces, Consumers
+and the ServiceAccounts consumers reflected. One list+watch each per enforcer process,
+read by the ShadowPod webhook and meant to be shared by every loop that needs the same
+objects (the TwinNamespace controller, the Consumer status loop): a second informer on
+the same kind would be a second watch and a second copy in memory.
+
+On a cache miss, :meth:`ProviderCaches.namespace` and friends ask the API server once:
+an object created a moment ago (a twin namespace, a freshly reflected ServiceAccount)
+may not have reached the watch yet, and refusing it for that would only cost the
+consumer a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client
+
+from enforcer.api import raw_request
+from kube_offload import constants as c
+from kube_offload.informer import Informer
+from kube_offload.kube import ApiError, call_json
+
+log = logging.getLogger("kube_offload.enforcer.caches")
+
+CONSUMER_VERSION = c.SHADOWPOD_VERSION  # one API version for the group's kinds
+# A cache miss is answered by one GET inside an admission: keep it short.
+LIVE_GET_TIMEOUT: tuple[float, float] = (1.0, 2.0)
+
+
+class ProviderCaches:
+    def __init__(self, api_client: client.ApiClient, *, resync_seconds: float = 300.0) -> None:
+        self._api_client = api_client
+        core = client.CoreV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+        self.namespaces = Informer(
+            name="namespaces",
+            list_func=core.list_namespace,
+            resync_seconds=resync_seconds,
+            transform=_drop_managed_fields,
+        )
+        self.consumers = Informer(
+            name="consumers",
+            list_func=custom.list_cluster_custom_object,
+            list_kwargs={"group": c.DOMAIN, "version": CONSUMER_VERSION, "plural": c.CONSUMER_PLURAL},
+            resync_seconds=resync_seconds,
+            transform=_drop_managed_fields,
+        )
+        # Only ServiceAccounts carrying an origin label: the ones consumers reflected, the
+        # only ones a ShadowPod may name besides "default". Metadata is all that is read.
+        self.service_accounts = Informer(
+            name="reflected-serviceaccounts",
+            list_func=core.list_service_account_for_all_namespaces,
+            list_kwargs={"label_selector": c.LABEL_ORIGIN_CLUSTER_ID},
+            resync_seconds=resync_seconds,
+            transform=_metadata_only,
+        )
+
+    def informers(self) -> list[Informer]:
+        return [self.namespaces, self.consumers, self.service_accounts]
+
+    def start(self) -> None:
+        for informer in self.informers():
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers():
+            informer.stop()
+
+    def has_synced(self) -> bool:
+        return all(informer.has_synced() for informer in self.informers())
+
+    # --- reads, with one live GET on a miss -------------------------------------------------
+    def namespace(self, name: str) -> dict | None:
+        return self.namespaces.get(name) or self._live(f"/api/v1/namespaces/{_q(name)}")
+
+    def consumer(self, name: str) -> dict | None:
+        return self.consumers.get(name) or self._live(
+            f"/apis/{c.DOMAIN}/{CONSUMER_VERSION}/{c.CONSUMER_PLURAL}/{_q(name)}"
+        )
+
+    def service_account(self, namespace: str, name: str) -> dict | None:
+        return self.service_accounts.get(f"{namespace}/{name}") or self._live(
+            f"/api/v1/namespaces/{_q(namespace)}/serviceaccounts/{_q(name)}"
+        )
+
+    def _live(self, path: str) -> dict | None:
+        try:
+            return call_json(raw_request, self._api_client, "GET", path, _request_timeout=LIVE_GET_TIMEOUT)
+        except ApiError as exc:
+            if not exc.not_found:
+                log.warning("GET %s failed: %s", path, exc)
+            return None
+
+
+def _drop_managed_fields(obj: dict) -> dict:
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
+def _metadata_only(obj: dict) -> dict:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    keep = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {k: meta[k] for k in keep if k in meta}}
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")

@@ -1,0 +1,114 @@
+"""The second half of ShadowPod validation: ask the provider's own API server whether it
+would accept the very Pod the enforcer is going to create, with a server-side dry run
+(``POST .../pods?dryRun=All``: every admission plugin and validation runs, nothing is
+stored). Pod Security admission at the namespace's level, LimitRanges, ResourceQuotas,
+other admission webhooks and the Pod's own validation then decide everything the static
+rules (:mod:`enforcer.validation`) do not spell out, exactly as they will for the real
+create.
+
+:func:`verdict` turns the API server's answer into the webhook's decision (pure):
+a refusal keeps the API server's reason with its own noise stripped and the Pod's field
+paths rewritten into the ShadowPod's (``spec.containers[0]`` -> ``spec.pod.spec.containers[0]``);
+a failure of the server or the network refuses with "could not verify" (503) rather than
+admitting what nobody checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Mapping
+from urllib.parse import quote
+
+from kubernetes import client
+
+from enforcer.api import raw_request
+from kube_offload.admission import Decision
+from kube_offload.kube import ApiError, call_json
+from kube_offload.shadowpod import InvalidShadowPod, build_pod
+
+# Connect and read timeouts of the dry run. The apiserver gives this webhook 10 s in all
+# (timeoutSeconds); the dry run must leave time for the answer to travel back.
+DRY_RUN_TIMEOUT: tuple[float, float] = (2.0, 6.0)
+# What a ShadowPod field is called in a Pod: the template's spec and metadata.
+_POD_FIELD = re.compile(r"(?<![\w.\[])(spec|metadata)(?=[.\[:]|$)")
+_NOISE = re.compile(r'^(?:pods?|Pod) "[^"]*" is (?:forbidden|invalid): ', re.IGNORECASE)
+
+
+def pod_for(shadowpod: Mapping[str, Any]) -> dict:
+    """The Pod the enforcer would create for ``shadowpod`` (:func:`build_pod`), built
+    from an admission's object. The apiserver has set name and UID before it calls a
+    validating webhook; the placeholders only keep a malformed review from crashing."""
+    obj = copy.deepcopy(dict(shadowpod))
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("uid", "00000000-0000-0000-0000-000000000000")
+    if not meta.get("name"):
+        meta["name"] = f"{meta.get('generateName') or 'shadowpod-'}dry-run"
+    return build_pod(obj)
+
+
+def dry_run_create(api_client: client.ApiClient, namespace: str, pod: dict) -> None:
+    """Raises :class:`ApiError` when the API server would not create ``pod``."""
+    call_json(
+        raw_request,
+        api_client,
+        "POST",
+        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?dryRun=All",
+        body=pod,
+        _request_timeout=DRY_RUN_TIMEOUT,
+    )
+
+
+def check(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any]) -> Decision:
+    try:
+        pod = pod_for(shadowpod)
+    except (InvalidShadowPod, KeyError) as exc:
+        return Decision.deny(422, "Invalid", f"{exc}")
+    try:
+        dry_run_create(api_client, namespace, pod)
+    except ApiError as exc:
+        return verdict(exc)
+    return Decision.allow()
+
+
+def verdict(error: ApiError) -> Decision:
+    """The webhook's answer for a dry run that failed with ``error``."""
+    if error.already_exists:
+        # Storage checks the name last, after admission and validation passed: the Pod is
+        # acceptable, and its name is the enforcer's business (an old pod still
+        # terminating, typically), not the consumer's.
+        return Decision.allow()
+    if error.status in (0, 401, 408, 429) or error.status >= 500 or error.status == 403 and _rbac_refusal(error):
+        return Decision.deny(
+            503,
+            "ServiceUnavailable",
+            f"could not verify the ShadowPod with a dry run of its Pod ({_describe(error)}); retry later",
+        )
+    code, reason = (403, "Forbidden") if error.status == 403 else (422, "Invalid")
+    return Decision.deny(code, reason, f"the provider would refuse this Pod: {pod_message(error)}")
+
+
+def pod_message(error: ApiError) -> str:
+    """The API server's reason without its preamble, in ShadowPod field paths."""
+    causes = ((error.body.get("details") or {}).get("causes") or []) if error.status == 422 else []
+    parts = []
+    for cause in causes:
+        field_path = str(cause.get("field") or "")
+        message = str(cause.get("message") or cause.get("reason") or "")
+        parts.append(f"{_shadowpod_path(field_path)}: {message}" if field_path else message)
+    if parts:
+        return "; ".join(parts)
+    return _shadowpod_path(_NOISE.sub("", error.message or error.reason or f"HTTP {error.status}"))
+
+
+def _shadowpod_path(text: str) -> str:
+    return _POD_FIELD.sub(lambda match: f"spec.pod.{match.group(1)}", text)
+
+
+def _rbac_refusal(error: ApiError) -> bool:
+    """A 403 for the enforcer's own missing permission (its RBAC), not the Pod's fault."""
+    return 'cannot create resource "pods"' in (error.message or "")
+
+
+def _describe(error: ApiError) -> str:
+    return f"{error.status} {error.reason}: {error.message}" if error.status else f"API server unreachable: {error.message}"

@@ -1,0 +1,119 @@
+"""ShadowPods admitted but not yet in the informer's cache: what closes the window in
+which two concurrent creates could both take a consumer's last slot.
+
+The webhook computes a consumer's usage from the ShadowPod informer, which learns of an
+admitted object only after the apiserver has stored it and the watch has delivered it
+(milliseconds to seconds). Two admissions in that window would both see the old usage.
+So every admission that adds requests records them here, under the same lock as the
+quota decision, and every decision counts what is recorded and not yet cached.
+
+An entry is *settled* (dropped) once the cache holds that object (same UID) at the
+admitted generation or later, so it is never counted twice for long; and it *expires*
+after ``ttl`` seconds in any case, which covers an admission that never became an object
+(a later webhook or the apiserver refused it, or it was deleted before the watch saw it).
+Until then it is counted: erring towards refusing, never towards over-admitting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from kube_offload.resources import ResourceList
+
+DEFAULT_TTL_SECONDS = 60.0
+
+CacheLookup = Callable[[str], "Mapping | None"]
+"""``namespace/name`` -> the informer's cached ShadowPod, or None."""
+
+
+@dataclass
+class Reservation:
+    key: str  # namespace/name
+    consumer_id: str
+    uid: str
+    generation: int
+    requests: ResourceList  # what the admission added (positive amounts only)
+    expires: float
+    token: int = field(default=0)
+
+
+class Ledger:
+    def __init__(self, cached: CacheLookup, *, ttl: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._cached = cached
+        self._ttl = ttl
+        self._clock = clock
+        self._entries: dict[int, Reservation] = {}
+        self._next_token = 1
+        # Held by the webhook across "read usage, decide, reserve": that sequence must be
+        # atomic for two admissions of one consumer. Re-entrant so the methods below can
+        # be called with it held.
+        self.lock = threading.RLock()
+
+    def pending(self, consumer_id: str) -> ResourceList:
+        """Sum of the unsettled, unexpired reservations of ``consumer_id``.
+
+        Call this *before* reading the informer: an object that lands in the cache in
+        between is then counted twice for one decision (a refusal at worst), never zero
+        times."""
+        total: ResourceList = {}
+        with self.lock:
+            self._prune()
+            for entry in self._entries.values():
+                if entry.consumer_id != consumer_id:
+                    continue
+                for name, amount in entry.requests.items():
+                    total[name] = total.get(name, 0) + amount
+        return total
+
+    def reserve(self, *, key: str, consumer_id: str, uid: str, generation: int, requests: Mapping[str, int]) -> int | None:
+        """Record an admission; returns a token for :meth:`release`, or None when it adds
+        nothing (a decrease is not credited before the cache shows it)."""
+        positive = {name: amount for name, amount in requests.items() if amount > 0}
+        if not positive:
+            return None
+        with self.lock:
+            token = self._next_token
+            self._next_token += 1
+            self._entries[token] = Reservation(
+                key=key,
+                consumer_id=consumer_id,
+                uid=uid,
+                generation=generation,
+                requests=positive,
+                expires=self._clock() + self._ttl,
+                token=token,
+            )
+            return token
+
+    def release(self, token: int | None) -> None:
+        """Forget a reservation whose admission was refused after all (the dry run)."""
+        if token is None:
+            return
+        with self.lock:
+            self._entries.pop(token, None)
+
+    def __len__(self) -> int:
+        with self.lock:
+            self._prune()
+            return len(self._entries)
+
+    def _prune(self) -> None:
+        now = self._clock()
+        for token, entry in list(self._entries.items()):
+            if now >= entry.expires or self._settled(entry):
+                del self._entries[token]
+
+    def _settled(self, entry: Reservation) -> bool:
+        if not entry.uid:
+            return False  # cannot tell which object it is: let it expire
+        cached = self._cached(entry.key)
+        meta = (cached or {}).get("metadata") or {}
+        if meta.get("uid") != entry.uid:
+            return False
+        try:
+            return int(meta.get("generation") or 0) >= entry.generation
+        except (TypeError, ValueError):
+            return True

@@ -1,0 +1,412 @@
+"""Whether a consumer may write this ShadowPod here: the static half of the ShadowPod
+validating webhook, as pure functions (no I/O, table-tested in tests/unit).
+
+The checks, in order (docs/enforcer.md "ShadowPod validation"); the first that fails
+decides, except the spec rules (3-9), which are all reported at once (one line each) so
+one round trip shows everything to fix:
+
+1. the namespace is a twin the enforcer made (``managed-by=enforcer``) of a Consumer;
+2. the request's user is that Consumer's ServiceAccount;
+3. ``spec.pod.metadata.labels[origin-cluster-id]`` is that consumer's id;
+4. no hostNetwork / hostPID / hostIPC,
+5. no privileged (or Windows HostProcess) container,
+6. no capability added beyond the consumer's Pod Security level,
+7. no hostPath volume - rules 4-7 are the Pod Security ``baseline`` rules, so a consumer
+   the provider put at level ``privileged`` is spared them;
+8. no ``nodeName`` (the provider's scheduler places pods; a pinned pod would bypass it);
+9. ``serviceAccountName`` is ``default`` or a ServiceAccount of that namespace the
+   consumer reflected (labelled with its origin);
+10. the consumer's usage plus what this request adds stays within ``spec.quota`` for every
+    resource listed there (absent = unlimited; ``pods`` counts ShadowPods);
+11. a cordoned consumer creates nothing and may not raise requests by an update.
+
+What these rules do not cover (the rest of Pod Security, LimitRanges, ResourceQuotas,
+the Pod's own validation) the provider's API server decides, through a dry-run create of
+the very Pod the enforcer would make (:mod:`enforcer.dry_run`).
+
+Refusals: 403 Forbidden for who may write where (1, 2) and for quota and cordon (as the
+apiserver's own ResourceQuota does), 422 Invalid for the spec (3-9). Every message names
+the field and says how to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+from enforcer.quota import live_shadowpod, shadowpod_requests, twin_owner
+from enforcer.tenancy import consumer_name, pod_security_level, service_account_username
+from kube_offload import constants as c
+from kube_offload.admission import AdmissionRequest, Decision
+from kube_offload.resources import (
+    QuantityError,
+    ResourceList,
+    format_quantity,
+    parse_resource_list,
+    pod_requests,
+    resource_sort_key,
+    uses_binary_format,
+)
+
+POD_SPEC = "spec.pod.spec"
+POD_LABELS = "spec.pod.metadata.labels"
+
+LEVEL_PRIVILEGED, LEVEL_BASELINE, LEVEL_RESTRICTED = c.PSA_LEVELS
+# Pod Security Standards: the capabilities a container may add at each level
+# (baseline: the container runtime's default set; restricted: NET_BIND_SERVICE only).
+# Compared as the apiserver's Pod Security admission does: exact names, no CAP_ prefix.
+ALLOWED_CAPABILITIES: dict[str, frozenset[str] | None] = {
+    LEVEL_PRIVILEGED: None,  # anything
+    LEVEL_BASELINE: frozenset(
+        {
+            "AUDIT_WRITE",
+            "CHOWN",
+            "DAC_OVERRIDE",
+            "FOWNER",
+            "FSETID",
+            "KILL",
+            "MKNOD",
+            "NET_BIND_SERVICE",
+            "SETFCAP",
+            "SETGID",
+            "SETPCAP",
+            "SETUID",
+            "SYS_CHROOT",
+        }
+    ),
+    LEVEL_RESTRICTED: frozenset({"NET_BIND_SERVICE"}),
+}
+HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
+DEFAULT_SERVICE_ACCOUNT = "default"
+
+ServiceAccountLookup = Callable[[str], "Mapping | None"]
+"""ServiceAccount name -> that ServiceAccount in the request's namespace, or None."""
+
+
+class Invalid(ValueError):
+    """The ShadowPod does not have the shape of a pod template; names the field."""
+
+
+@dataclass(frozen=True)
+class ConsumerTerms:
+    """The parts of a Consumer's spec the webhook enforces."""
+
+    consumer_id: str
+    username: str  # system:serviceaccount:<ns>:<name>
+    level: str
+    quota: ResourceList  # milli-units; an absent resource is unlimited
+    cordoned: bool
+
+
+class ConsumerError(ValueError):
+    """The Consumer object itself is unusable (the provider's mistake)."""
+
+
+def consumer_terms(consumer: Mapping) -> ConsumerTerms:
+    """Identity and level as :mod:`enforcer.tenancy` reads them (an unknown level counts
+    as restricted); a quota that does not parse is the provider's mistake and refuses."""
+    spec = consumer.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise ConsumerError("spec is not an object")
+    if not isinstance(spec.get("serviceAccount") or {}, Mapping):
+        raise ConsumerError("spec.serviceAccount is not an object")
+    try:
+        quota = parse_resource_list(spec.get("quota"))
+    except QuantityError as exc:
+        raise ConsumerError(f"spec.quota: {exc}") from None
+    return ConsumerTerms(
+        consumer_id=consumer_name(consumer),
+        username=service_account_username(consumer),
+        level=pod_security_level(consumer),
+        quota=quota,
+        cordoned=spec.get("cordoned") is True,
+    )
+
+
+# --- the decision -----------------------------------------------------------------------------
+def decide(
+    request: AdmissionRequest,
+    *,
+    namespace: Mapping | None,
+    consumer: Mapping | None,
+    usage: Mapping[str, int],
+    service_account: ServiceAccountLookup,
+) -> Decision:
+    """Allow, or refuse with the first failing rule's message (see the module docstring).
+
+    ``namespace`` is the request's Namespace object (None: unknown); ``consumer`` the
+    Consumer its origin label names (None: none); ``usage`` that consumer's current use in
+    milli-units, the old object of an UPDATE included; ``service_account`` looks up a
+    ServiceAccount of the request's namespace by name.
+    """
+    if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
+        return Decision.allow()
+    new = request.object or {}
+    if request.operation == "UPDATE" and request.old_object is not None and spec_unchanged(request):
+        # Only metadata changed: finalizers or owner references (the garbage collector and
+        # the enforcer make such updates while deleting), labels, annotations. Nothing the
+        # Pod is made from, and blocking these would leave deletions hanging.
+        return Decision.allow()
+
+    ns_name = request.namespace or str((new.get("metadata") or {}).get("namespace") or "")
+    owner = twin_owner(namespace)
+    if owner is None:
+        return _forbidden(
+            f'namespace "{ns_name}" is not a twin namespace made by the enforcer (no label '
+            f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER} and {c.LABEL_ORIGIN_CLUSTER_ID}); ShadowPods are "
+            "admitted only in twin namespaces, which a consumer asks for with a TwinNamespace in its tenant namespace"
+        )
+    if consumer is None:
+        return _forbidden(
+            f'namespace "{ns_name}" is a twin of consumer "{owner}", which this provider does not admit '
+            f'(no Consumer "{owner}"); ask the provider to create it'
+        )
+    try:
+        terms = consumer_terms(consumer)
+    except ConsumerError as exc:
+        return _forbidden(f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it before ShadowPods are admitted')
+
+    username = request.user_info.username
+    if username != terms.username:
+        return _forbidden(
+            f'user "{username}" may not write ShadowPods in namespace "{ns_name}": it belongs to consumer '
+            f'"{owner}", and only that consumer\'s identity may'
+        )
+
+    try:
+        problems = _origin_problems(new, owner, ns_name)
+        problems += _spec_problems(_pod_spec(new), terms, ns_name, service_account)
+        if problems:
+            return _invalid(problems)
+        delta = requests_delta(request)
+    except Invalid as exc:
+        return _invalid([str(exc)])
+
+    exceeded = quota_excess(terms.quota, usage, delta)
+    if exceeded:
+        added = "requested" if request.operation == "CREATE" else "added by this update"
+        details = "; ".join(
+            f"{name}: {added} {_q(name, more)}, used {_q(name, used)}, quota {_q(name, limit)}"
+            for name, more, used, limit in exceeded
+        )
+        return _forbidden(
+            f'exceeded quota of consumer "{owner}": {details}; wait until other ShadowPods of this consumer end, '
+            "or ask the provider to raise Consumer spec.quota"
+        )
+    if terms.cordoned:
+        if request.operation == "CREATE":
+            return _forbidden(
+                f'consumer "{owner}" is cordoned by the provider: no new ShadowPods are admitted '
+                "(existing ones keep running) until the provider sets Consumer spec.cordoned=false"
+            )
+        raised = sorted((name for name, amount in delta.items() if amount > 0), key=resource_sort_key)
+        if raised:
+            return _forbidden(
+                f'consumer "{owner}" is cordoned by the provider: an update may not raise requests '
+                f"(this one raises {', '.join(raised)})"
+            )
+    return Decision.allow()
+
+
+def spec_unchanged(request: AdmissionRequest) -> bool:
+    return (request.object or {}).get("spec") == (request.old_object or {}).get("spec")
+
+
+def requests_delta(request: AdmissionRequest) -> ResourceList:
+    """What this request adds to its consumer's usage, per resource, in milli-units: the
+    new object's requests (``pods`` = 1000), minus the old object's on an UPDATE. An
+    object that no longer holds resources (being deleted, Succeeded/Failed) counts zero.
+    Raises :class:`Invalid` when the new object's quantities do not parse."""
+    new = request.object or {}
+    delta: ResourceList = {}
+    if live_shadowpod(new):
+        try:
+            delta = pod_requests((new.get("spec") or {}).get("pod") or {})
+        except QuantityError as exc:
+            raise Invalid(f"{POD_SPEC}: {exc}") from None
+    old = request.old_object
+    if request.operation == "UPDATE" and old is not None and live_shadowpod(old):
+        for name, amount in shadowpod_requests(old).items():
+            delta[name] = delta.get(name, 0) - amount
+    return delta
+
+
+def quota_excess(
+    quota: Mapping[str, int], usage: Mapping[str, int], delta: Mapping[str, int]
+) -> list[tuple[str, int, int, int]]:
+    """(resource, added, used, quota) for every quota'd resource this request would take
+    over its quota. A request that adds nothing to a resource is never refused for it,
+    so a consumer already over a lowered quota can still shrink or touch its pods."""
+    exceeded = []
+    for name in sorted(quota, key=resource_sort_key):
+        more = delta.get(name, 0)
+        if more <= 0:
+            continue
+        used = usage.get(name, 0)
+        if used + more > quota[name]:
+            exceeded.append((name, more, used, quota[name]))
+    return exceeded
+
+
+# --- the rules ----------------------------------------------------------------------------------
+def _origin_problems(shadowpod: Mapping, owner: str, ns_name: str) -> list[str]:
+    problems = []
+    pod = _mapping((shadowpod.get("spec") or {}), "pod", "spec")
+    labels = _mapping(_mapping(pod, "metadata", "spec.pod"), "labels", "spec.pod.metadata")
+    got = labels.get(c.LABEL_ORIGIN_CLUSTER_ID)
+    if got != owner:
+        problems.append(
+            f"{POD_LABELS}[{c.LABEL_ORIGIN_CLUSTER_ID}]: must be {owner!r} (the consumer namespace "
+            f'"{ns_name}" belongs to), {"is missing" if got is None else f"got {got!r}"}'
+        )
+    own = ((shadowpod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
+    if own is not None and own != owner:
+        problems.append(f"metadata.labels[{c.LABEL_ORIGIN_CLUSTER_ID}]: must be {owner!r} or absent, got {own!r}")
+    return problems
+
+
+def _pod_spec(shadowpod: Mapping) -> Mapping:
+    pod = _mapping(shadowpod.get("spec") or {}, "pod", "spec")
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise Invalid(f"{POD_SPEC}: must be an object (a PodSpec)")
+    return spec
+
+
+def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_account: ServiceAccountLookup) -> list[str]:
+    problems: list[str] = []
+    level = terms.level
+    who = f'consumer "{terms.consumer_id}" (Pod Security level {level})'
+    containers = list(_containers(spec))
+    baseline_applies = level != LEVEL_PRIVILEGED
+
+    if baseline_applies:
+        for field in HOST_NAMESPACES:
+            if _flag(spec, field, POD_SPEC):
+                problems.append(f"{POD_SPEC}.{field}: host namespaces are not allowed for {who}; remove {field}")
+
+        if _flag(_windows_options(spec, POD_SPEC), "hostProcess", f"{POD_SPEC}.securityContext.windowsOptions"):
+            problems.append(
+                f"{POD_SPEC}.securityContext.windowsOptions.hostProcess: HostProcess pods are not allowed for {who}; "
+                "remove hostProcess"
+            )
+        for path, container in containers:
+            context = _mapping(container, "securityContext", path)
+            name = container.get("name")
+            if _flag(context, "privileged", f"{path}.securityContext"):
+                problems.append(
+                    f'{path}.securityContext.privileged: container "{name}" may not be privileged for {who}; '
+                    "remove privileged or set it to false"
+                )
+            if _flag(_windows_options(container, path), "hostProcess", f"{path}.securityContext.windowsOptions"):
+                problems.append(
+                    f'{path}.securityContext.windowsOptions.hostProcess: container "{name}" may not be a '
+                    f"HostProcess container for {who}; remove hostProcess"
+                )
+
+    allowed = ALLOWED_CAPABILITIES[level]
+    if allowed is not None:
+        for path, container in containers:
+            field = f"{path}.securityContext.capabilities"
+            capabilities = _mapping(_mapping(container, "securityContext", path), "capabilities", f"{path}.securityContext")
+            added = capabilities.get("add")
+            if added is None:
+                continue
+            if not isinstance(added, list) or not all(isinstance(item, str) for item in added):
+                raise Invalid(f"{field}.add: must be a list of capability names")
+            refused = [cap for cap in added if cap not in allowed]
+            if refused:
+                problems.append(
+                    f'{field}.add: container "{container.get("name")}" may not add {", ".join(refused)} for {who}, '
+                    f"which allows only {', '.join(sorted(allowed))}; remove {', '.join(refused)}"
+                )
+
+    if baseline_applies:
+        volumes = spec.get("volumes")
+        if volumes is not None and not isinstance(volumes, list):
+            raise Invalid(f"{POD_SPEC}.volumes: must be a list")
+        for index, volume in enumerate(volumes or []):
+            if not isinstance(volume, Mapping):
+                raise Invalid(f"{POD_SPEC}.volumes[{index}]: must be an object")
+            if volume.get("hostPath") is not None:
+                problems.append(
+                    f'{POD_SPEC}.volumes[{index}].hostPath: volume "{volume.get("name")}" would mount a directory of '
+                    f"the provider's node, which is not allowed for {who}; use another volume type "
+                    "(emptyDir, configMap, secret, persistentVolumeClaim)"
+                )
+
+    node_name = spec.get("nodeName")
+    if node_name not in (None, ""):
+        problems.append(
+            f"{POD_SPEC}.nodeName: a consumer's pods may not name a node ({node_name!r}): the provider's scheduler "
+            "places them; remove nodeName"
+        )
+
+    for field in ("serviceAccountName", "serviceAccount"):  # serviceAccount: deprecated alias
+        account = spec.get(field)
+        if account in (None, "", DEFAULT_SERVICE_ACCOUNT):
+            continue
+        if not isinstance(account, str):
+            raise Invalid(f"{POD_SPEC}.{field}: must be a string")
+        found = service_account(account)
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        if found is None or labels.get(c.LABEL_ORIGIN_CLUSTER_ID) != terms.consumer_id:
+            problems.append(
+                f'{POD_SPEC}.{field}: ServiceAccount "{account}" is not one that consumer "{terms.consumer_id}" '
+                f'reflected into namespace "{ns_name}"; use "{DEFAULT_SERVICE_ACCOUNT}" or a ServiceAccount '
+                f"reflected from the consumer cluster (labelled {c.LABEL_ORIGIN_CLUSTER_ID}={terms.consumer_id})"
+            )
+    return problems
+
+
+# --- reading the template ------------------------------------------------------------------------
+def _containers(spec: Mapping) -> Iterator[tuple[str, Mapping]]:
+    for field in CONTAINER_FIELDS:
+        items = spec.get(field)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise Invalid(f"{POD_SPEC}.{field}: must be a list")
+        for index, container in enumerate(items):
+            path = f"{POD_SPEC}.{field}[{index}]"
+            if not isinstance(container, Mapping):
+                raise Invalid(f"{path}: must be an object")
+            yield path, container
+
+
+def _mapping(parent: Mapping, key: str, path: str) -> Mapping:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise Invalid(f"{path}.{key}: must be an object")
+    return value
+
+
+def _windows_options(owner: Mapping, path: str) -> Mapping:
+    return _mapping(_mapping(owner, "securityContext", path), "windowsOptions", f"{path}.securityContext")
+
+
+def _flag(parent: Mapping, key: str, path: str) -> bool:
+    """True only for a JSON ``true``; anything but a boolean is refused, so a string
+    ``"true"`` cannot slip past a check the Pod's own validation would then read."""
+    value = parent.get(key)
+    if value is None or value is False:
+        return False
+    if value is True:
+        return True
+    raise Invalid(f"{path}.{key}: must be true or false")
+
+
+def _q(name: str, milli: int) -> str:
+    return format_quantity(milli, binary=uses_binary_format(name))
+
+
+def _forbidden(message: str) -> Decision:
+    return Decision.deny(403, "Forbidden", message)
+
+
+def _invalid(problems: list[str]) -> Decision:
+    # One line per problem: each already ends with "; <the fix>".
+    return Decision.deny(422, "Invalid", "\n".join(problems))
