@@ -31,42 +31,58 @@ LIVE_GET_TIMEOUT: tuple[float, float] = (1.0, 2.0)
 
 
 class ProviderCaches:
-    def __init__(self, api_client: client.ApiClient, *, resync_seconds: float = 300.0) -> None:
+    """``namespaces`` and ``consumers`` may be informers another loop already runs (the
+    TenantLoops' own): then they are read, not started or stopped, here."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespaces: Informer | None = None,
+        consumers: Informer | None = None,
+        resync_seconds: float = 300.0,
+    ) -> None:
         self._api_client = api_client
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
-        self.namespaces = Informer(
-            name="namespaces",
-            list_func=core.list_namespace,
-            resync_seconds=resync_seconds,
-            transform=_drop_managed_fields,
+        self._owned: list[Informer] = []
+        self.namespaces = namespaces or self._own(
+            Informer(name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=_drop_managed_fields)
         )
-        self.consumers = Informer(
-            name="consumers",
-            list_func=custom.list_cluster_custom_object,
-            list_kwargs={"group": c.DOMAIN, "version": CONSUMER_VERSION, "plural": c.CONSUMER_PLURAL},
-            resync_seconds=resync_seconds,
-            transform=_drop_managed_fields,
+        self.consumers = consumers or self._own(
+            Informer(
+                name="consumers",
+                list_func=custom.list_cluster_custom_object,
+                list_kwargs={"group": c.DOMAIN, "version": CONSUMER_VERSION, "plural": c.CONSUMER_PLURAL},
+                resync_seconds=resync_seconds,
+                transform=_drop_managed_fields,
+            )
         )
         # Only ServiceAccounts carrying an origin label: the ones consumers reflected, the
         # only ones a ShadowPod may name besides "default". Metadata is all that is read.
-        self.service_accounts = Informer(
-            name="reflected-serviceaccounts",
-            list_func=core.list_service_account_for_all_namespaces,
-            list_kwargs={"label_selector": c.LABEL_ORIGIN_CLUSTER_ID},
-            resync_seconds=resync_seconds,
-            transform=_metadata_only,
+        self.service_accounts = self._own(
+            Informer(
+                name="reflected-serviceaccounts",
+                list_func=core.list_service_account_for_all_namespaces,
+                list_kwargs={"label_selector": c.LABEL_ORIGIN_CLUSTER_ID},
+                resync_seconds=resync_seconds,
+                transform=_metadata_only,
+            )
         )
+
+    def _own(self, informer: Informer) -> Informer:
+        self._owned.append(informer)
+        return informer
 
     def informers(self) -> list[Informer]:
         return [self.namespaces, self.consumers, self.service_accounts]
 
     def start(self) -> None:
-        for informer in self.informers():
+        for informer in self._owned:
             informer.start()
 
     def stop(self) -> None:
-        for informer in self.informers():
+        for informer in self._owned:
             informer.stop()
 
     def has_synced(self) -> bool:

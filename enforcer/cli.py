@@ -1,17 +1,23 @@
-"""``kube-offload enforcer``: settings in, controller started, stopped on SIGTERM/SIGINT."""
+"""``kube-offload enforcer``: settings in, controller (and, with a certificate, the
+ShadowPod webhook) started, stopped on SIGTERM/SIGINT; ``kube-offload enforcer
+configuration`` prints the webhook's registration."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import sys
 import threading
 
 from kube_offload.flags import add_flag, positive_duration, positive_int
 from kube_offload.kube import load_api_client
 from kube_offload.logs import LEVELS, setup_logging
+from kube_offload.webhook_target import add_target_flags, target_from_args
 
 COMPONENT = "enforcer"
+CONFIGURATION_COMPONENT = "enforcer-configuration"
+DEFAULT_WEBHOOK_BIND = "0.0.0.0:9443"
 
 log = logging.getLogger("kube_offload.enforcer")
 
@@ -52,17 +58,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--namespace", default=None, help="watch only this namespace; unset: all namespaces")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
+    add_flag(
+        parser,
+        COMPONENT,
+        "--webhook-bind",
+        default=DEFAULT_WEBHOOK_BIND,
+        help="HOST:PORT the ShadowPod validating webhook serves HTTPS on (only with --webhook-tls-cert)",
+    )
+    add_flag(
+        parser,
+        COMPONENT,
+        "--webhook-tls-cert",
+        default=None,
+        help="PEM serving certificate of the ShadowPod webhook (re-read when it changes); unset: no webhook",
+    )
+    add_flag(parser, COMPONENT, "--webhook-tls-key", default=None, help="PEM private key of --webhook-tls-cert")
     parser.set_defaults(func=run)
+
+    actions = parser.add_subparsers(dest="enforcer_action", metavar="ACTION")
+    conf = actions.add_parser(
+        "configuration",
+        help="print the ValidatingWebhookConfiguration of the ShadowPod webhook",
+        description=(
+            "Print the ValidatingWebhookConfiguration that registers the enforcer's ShadowPod webhook "
+            "(ShadowPod CREATE/UPDATE, failurePolicy Fail) for 'kubectl apply -f -'. Give --url for a "
+            "webhook reached by URL, or --service-namespace/--service-name for one behind a Service."
+        ),
+    )
+    add_target_flags(conf, CONFIGURATION_COMPONENT, example_url="https://127.0.0.1:9443")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--timeout-seconds", default=10, type=int,
+             help="timeoutSeconds of the webhook (1-30)")
+    conf.set_defaults(func=print_configuration)
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so ``kube-offload --help`` does not pay for the controller's imports.
     from enforcer.controller import Enforcer, Settings
     from enforcer.crd import ensure_crd
+    from enforcer.webhook_server import ShadowPodWebhook
+    from kube_offload.https_server import TLSSetupError
 
     setup_logging(args.log_level, json_format=args.log_json)
     # argparse runs a string default through ``type`` too, so this is always seconds.
     settings = Settings(workers=args.workers, resync_seconds=float(args.resync_period), namespace=args.namespace or None)
+    webhook_settings = _webhook_settings(args)
     api_client = load_api_client(args.kubeconfig or None)
     if args.install_crd:
         ensure_crd(api_client)
@@ -77,18 +116,61 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     enforcer = Enforcer(api_client, settings)
+    webhook = None
+    if webhook_settings is not None:
+        try:
+            webhook = ShadowPodWebhook(
+                api_client, webhook_settings, shadowpods=enforcer.shadowpods, resync_seconds=settings.resync_seconds
+            )
+        except TLSSetupError as exc:
+            raise SystemExit(f"kube-offload enforcer: {exc}") from None
     log.info(
-        "enforcer starting (namespace: %s, workers: %d, resync: %.0fs)",
+        "enforcer starting (namespace: %s, workers: %d, resync: %.0fs, ShadowPod webhook: %s)",
         settings.namespace or "all",
         settings.workers,
         settings.resync_seconds,
+        webhook_settings.bind if webhook_settings else "off",
     )
     try:
+        if webhook is not None:
+            webhook.start()
         enforcer.start(stop)
         # A timed wait keeps the main thread responsive to signals on every platform.
         while not stop.wait(1.0):
             pass
     finally:
+        if webhook is not None:
+            webhook.stop()
         enforcer.stop()
         log.info("enforcer stopped")
+    return 0
+
+
+def _webhook_settings(args: argparse.Namespace):
+    """The webhook's settings, or None when no certificate is given (no webhook)."""
+    from enforcer.webhook_server import WebhookSettings
+
+    if not (args.webhook_tls_cert or args.webhook_tls_key):
+        return None
+    if not (args.webhook_tls_cert and args.webhook_tls_key):
+        raise SystemExit("kube-offload enforcer: --webhook-tls-cert and --webhook-tls-key must be given together")
+    if args.namespace:
+        # Quota sums a consumer's ShadowPods over all its twin namespaces.
+        raise SystemExit(
+            "kube-offload enforcer: the ShadowPod webhook needs every ShadowPod of the cluster; "
+            "drop --namespace or the --webhook-tls-* flags"
+        )
+    return WebhookSettings(bind=args.webhook_bind, tls_cert=args.webhook_tls_cert, tls_key=args.webhook_tls_key)
+
+
+def print_configuration(args: argparse.Namespace) -> int:
+    from enforcer import registration
+
+    try:
+        target = target_from_args(args)
+        text = registration.configuration_yaml(target, timeout_seconds=args.timeout_seconds)
+    except ValueError as exc:
+        print(f"kube-offload enforcer configuration: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
     return 0

@@ -7,12 +7,12 @@ Only flags and wiring live here; see webhook/server.py and webhook/registration.
 from __future__ import annotations
 
 import argparse
-import base64
 import functools
 import sys
 
 from kube_offload.flags import add_flag, positive_int
 from kube_offload.logs import LEVELS, setup_logging
+from kube_offload.webhook_target import add_target_flags, target_from_args
 from webhook import registration as reg
 from webhook.settings import DEFAULT_BIND, DEFAULT_THREADS, DEFAULT_WORKERS
 
@@ -60,16 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--service-namespace/--service-name for one behind an in-cluster Service."
         ),
     )
-    add_flag(conf, CONFIGURATION_COMPONENT, "--url", default=None,
-             help="base URL of the webhook, e.g. https://127.0.0.1:8443 (paths are appended)")
-    add_flag(conf, CONFIGURATION_COMPONENT, "--service-namespace", default=None,
-             help="namespace of the webhook's Service (service mode)")
-    add_flag(conf, CONFIGURATION_COMPONENT, "--service-name", default=None,
-             help="name of the webhook's Service (service mode)")
-    add_flag(conf, CONFIGURATION_COMPONENT, "--service-port", default=443, type=int,
-             help="port of the webhook's Service")
-    add_flag(conf, CONFIGURATION_COMPONENT, "--ca-file", default=None,
-             help="PEM of the CA that signed the serving certificate (becomes caBundle); required")
+    add_target_flags(conf, CONFIGURATION_COMPONENT, example_url="https://127.0.0.1:8443")
     add_flag(conf, CONFIGURATION_COMPONENT, "--pod-failure-policy",
              default=reg.DEFAULT_POD_FAILURE_POLICY, choices=reg.FAILURE_POLICIES,
              help="failurePolicy of the pod webhook (Fail: no pod of an offloaded namespace "
@@ -123,22 +114,8 @@ def print_configuration(args: argparse.Namespace) -> int:
         print(f"kube-offload webhook configuration: {message}", file=sys.stderr)
         return 2
 
-    if not args.ca_file:
-        return usage("--ca-file is required (the CA that signed the webhook's certificate)")
     try:
-        with open(args.ca_file, "rb") as handle:
-            ca_bundle = base64.b64encode(handle.read()).decode("ascii")
-    except OSError as exc:
-        return usage(f"--ca-file {args.ca_file!r} cannot be read: {exc.strerror}")
-    service = None
-    if args.service_namespace or args.service_name:
-        if not (args.service_namespace and args.service_name):
-            return usage("service mode needs both --service-namespace and --service-name")
-        service = reg.ServiceRef(args.service_namespace, args.service_name, args.service_port)
-    if (args.url is None) == (service is None):
-        return usage("give either --url or --service-namespace and --service-name")
-    try:
-        target = reg.WebhookTarget(ca_bundle=ca_bundle, url=args.url, service=service)
+        target = target_from_args(args)
         text = reg.configurations_yaml(
             target,
             pod_failure_policy=args.pod_failure_policy,

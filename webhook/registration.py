@@ -1,17 +1,25 @@
 """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration (pure builders).
 
-Two ways to reach the webhook: a ``url`` (the webhook runs outside the cluster's network,
-e.g. on loopback next to the apiserver in the end-to-end tests) or an in-cluster Service
-(the Helm chart). Both configurations are named ``kube-offload-webhook``.
+Two ways to reach the webhook (:class:`~kube_offload.webhook_target.WebhookTarget`): a
+``url`` or an in-cluster Service. Both configurations are named ``kube-offload-webhook``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import yaml
 
 from kube_offload import constants as c
+from kube_offload.webhook_target import FAILURE_POLICIES, ServiceRef, WebhookTarget, check_options
+
+__all__ = [
+    "CONFIGURATION_NAME",
+    "FAILURE_POLICIES",
+    "ServiceRef",
+    "WebhookTarget",
+    "configurations_yaml",
+    "mutating_configuration",
+    "validating_configuration",
+]
 
 CONFIGURATION_NAME = "kube-offload-webhook"
 # Webhook names must be fully qualified (at least three DNS labels); they appear in the
@@ -25,57 +33,12 @@ NAMESPACE_PATH = "/validate/namespaces"
 NAMESPACE_NAME_LABEL = c.LABEL_NAMESPACE_NAME
 EXCLUDED_NAMESPACES: tuple[str, ...] = ("kube-system",)
 
-FAILURE_POLICIES = ("Fail", "Ignore")
 DEFAULT_POD_FAILURE_POLICY = "Fail"
 # Validating namespace labels is a courtesy (bad values are refused again when pods are
 # admitted, and the extender re-checks): an outage of the webhook must not block every
 # namespace create/update in the cluster, hence Ignore.
 DEFAULT_NAMESPACE_FAILURE_POLICY = "Ignore"
 DEFAULT_TIMEOUT_SECONDS = 5
-
-
-@dataclass(frozen=True)
-class ServiceRef:
-    namespace: str
-    name: str
-    port: int = 443
-
-
-@dataclass(frozen=True)
-class WebhookTarget:
-    """Exactly one of ``url`` (base, e.g. ``https://127.0.0.1:8443``) or ``service``."""
-
-    ca_bundle: str  # base64 PEM of the CA that signed the serving certificate
-    url: str | None = None
-    service: ServiceRef | None = None
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.service is None):
-            raise ValueError("give exactly one of url or service")
-        if self.url is not None and not self.url.startswith("https://"):
-            raise ValueError(f"webhook url must start with https:// (got {self.url!r})")
-
-    def client_config(self, path: str) -> dict:
-        if self.url is not None:
-            return {"url": self.url.rstrip("/") + path, "caBundle": self.ca_bundle}
-        assert self.service is not None
-        return {
-            "service": {
-                "namespace": self.service.namespace,
-                "name": self.service.name,
-                "path": path,
-                "port": self.service.port,
-            },
-            "caBundle": self.ca_bundle,
-        }
-
-
-def _check(failure_policy: str, timeout_seconds: int) -> None:
-    if failure_policy not in FAILURE_POLICIES:
-        raise ValueError(f"failurePolicy must be one of {', '.join(FAILURE_POLICIES)}")
-    # The API accepts 1..30 seconds.
-    if not 1 <= timeout_seconds <= 30:
-        raise ValueError("timeoutSeconds must be between 1 and 30")
 
 
 def mutating_configuration(
@@ -85,7 +48,7 @@ def mutating_configuration(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
 ) -> dict:
     """Pod CREATE in namespaces labelled ``kube-offload.io/enabled=true``."""
-    _check(failure_policy, timeout_seconds)
+    check_options(failure_policy, timeout_seconds)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -128,7 +91,7 @@ def validating_configuration(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
 ) -> dict:
     """Namespace CREATE/UPDATE everywhere but kube-system."""
-    _check(failure_policy, timeout_seconds)
+    check_options(failure_policy, timeout_seconds)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",

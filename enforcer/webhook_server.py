@@ -1,0 +1,246 @@
+"""HTTPS edge of the ShadowPod webhook, inside the enforcer process (so it reads the
+controllers' own informers): ``POST`` :data:`~kube_offload.constants.SHADOWPOD_WEBHOOK_PATH`
+with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced) and ``/metrics``.
+
+The handler only reads the body, parses it (:func:`kube_offload.admission.parse_review`)
+and answers with :meth:`ShadowPodValidator.review`'s decision. A client's mistake (not
+JSON, not an AdmissionReview v1, a missing uid ...) is a 400 whose Status names it; only a
+bug of ours is a 500, logged here and answered without a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from enforcer.caches import ProviderCaches
+from enforcer.shadowpod_webhook import ShadowPodValidator
+from kube_offload import constants as c
+from kube_offload.admission import BadRequest, error_status, parse_review, review_response
+from kube_offload.https_server import ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind
+from kube_offload.metrics import HttpMetrics, exposition, state_gauge
+
+log = logging.getLogger("kube_offload.enforcer.webhook")
+
+DEFAULT_BIND = "0.0.0.0:9443"
+# AdmissionReviews carry the object and the old object; etcd caps an object at 1.5 MiB.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+# A kept-alive connection may idle this long between reviews (the apiserver reuses them).
+IDLE_TIMEOUT = 120.0
+ENDPOINT = "validate_shadowpods"
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    bind: str = DEFAULT_BIND
+    """HOST:PORT to serve HTTPS on."""
+    tls_cert: str = ""
+    """PEM serving certificate (with its chain); re-read when it changes on disk."""
+    tls_key: str = ""
+    """PEM private key of tls_cert."""
+
+
+class WebhookHTTPServer(ThreadingHTTPSServer):
+    def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator) -> None:
+        if not (settings.tls_cert and settings.tls_key):
+            raise TLSSetupError("--webhook-tls-cert and --webhook-tls-key must be given together")
+        try:
+            address = parse_bind(settings.bind)
+        except ValueError as exc:
+            raise TLSSetupError(f"--webhook-bind: {exc}") from None
+        tls = ServerContext(ServingFiles(Path(settings.tls_cert), Path(settings.tls_key)), name="ShadowPod webhook")
+        self.validator = validator
+        self.metrics = HttpMetrics.create("shadowpod_webhook")
+        state_gauge(
+            self.metrics.registry,
+            "shadowpod_webhook",
+            "caches_synced",
+            "1 once every cache the ShadowPod webhook reads has synced (it is ready), else 0.",
+            lambda: 1.0 if validator.ready() else 0.0,
+        )
+        state_gauge(
+            self.metrics.registry,
+            "shadowpod_webhook",
+            "ledger_reservations",
+            "ShadowPods admitted and not yet seen by the informer (counted against quota meanwhile).",
+            lambda: float(len(validator.ledger)),
+        )
+        try:
+            super().__init__(address, WebhookRequestHandler, tls)
+        except OSError as exc:
+            raise TLSSetupError(f"--webhook-bind: cannot listen on {settings.bind}: {exc.strerror or exc}") from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="shadowpod-webhook", daemon=True)
+        self._thread.start()
+        log.info("ShadowPod webhook serving HTTPS on %s%s", self.server_address[0:2], c.SHADOWPOD_WEBHOOK_PATH)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+        self.server_close()
+
+
+class WebhookRequestHandler(BaseHTTPRequestHandler):
+    server: WebhookHTTPServer
+    protocol_version = "HTTP/1.1"
+    server_version = "kube-offload-enforcer"
+    sys_version = ""
+    timeout = IDLE_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("webhook %s: " + format, self.address_string(), *args)
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] != c.SHADOWPOD_WEBHOOK_PATH:
+            self._discard_body()
+            self._status(404, "NotFound", f"no such endpoint; AdmissionReviews go to POST {c.SHADOWPOD_WEBHOOK_PATH}")
+            return
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            body = self._read_body()
+            if body is None:
+                outcome = "bad_request"
+                return
+            try:
+                review = parse_review(body)
+            except BadRequest as exc:
+                outcome = "bad_request"
+                log.info("bad AdmissionReview: %s", exc)
+                self._status(400, "BadRequest", str(exc))
+                return
+            try:
+                decision = self.server.validator.review(review)
+            except Exception:
+                log.exception("ShadowPod review %s failed unexpectedly", review.uid)
+                self._status(500, "InternalError", "the ShadowPod webhook failed unexpectedly; see the enforcer's log")
+                return
+            outcome = "allowed" if decision.allowed else "denied"
+            if not decision.allowed:
+                log.info(
+                    "denied %s ShadowPod %s/%s by %s: %s",
+                    review.operation,
+                    review.namespace,
+                    review.name or (review.object or {}).get("metadata", {}).get("generateName", ""),
+                    review.user_info.username,
+                    decision.message,
+                )
+            self._json(200, review_response(review, decision))
+        finally:
+            self.server.metrics.observe(ENDPOINT, outcome, time.perf_counter() - started)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            self._text(200, "ok")
+        elif path == "/readyz":
+            if self.server.validator.ready():
+                self._text(200, "ok")
+            else:
+                self._text(503, "caches not synced yet")
+        elif path == "/metrics":
+            body, content_type = exposition(self.server.metrics.registry)
+            self._send(200, body, content_type)
+        else:
+            self._status(404, "NotFound", f"no such endpoint (POST {c.SHADOWPOD_WEBHOOK_PATH}, GET /healthz, /readyz, /metrics)")
+
+    def _method_not_allowed(self) -> None:
+        self._discard_body()
+        self._status(405, "MethodNotAllowed", f"{self.command} is not supported; AdmissionReviews are POSTed")
+
+    do_PUT = do_DELETE = do_PATCH = _method_not_allowed
+
+    # --- body ---------------------------------------------------------------------------
+    def _content_length(self) -> int | None:
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return None
+        try:
+            length = int(raw)
+        except ValueError:
+            return -1
+        return length if length >= 0 else -1
+
+    def _read_body(self) -> bytes | None:
+        """The request body, or None after answering the error that prevents reading it."""
+        length = self._content_length()
+        if length is None:
+            self.close_connection = True
+            self._status(411, "LengthRequired", "an AdmissionReview must be sent with a Content-Length")
+            return None
+        if length < 0:
+            self.close_connection = True
+            self._status(400, "BadRequest", "invalid Content-Length")
+            return None
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body makes the connection unusable
+            self._status(413, "RequestEntityTooLarge", f"request body of {length} bytes exceeds {MAX_BODY_BYTES}")
+            return None
+        return self.rfile.read(length)
+
+    def _discard_body(self) -> None:
+        length = self._content_length()
+        if length is None or length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return
+        self.rfile.read(length)
+
+    # --- responses ----------------------------------------------------------------------------
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, code: int, payload: Any) -> None:
+        self._send(code, orjson.dumps(payload), "application/json")
+
+    def _status(self, code: int, reason: str, message: str) -> None:
+        self._json(code, error_status(code, reason, message))
+
+    def _text(self, code: int, text: str) -> None:
+        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
+
+
+class ShadowPodWebhook:
+    """The webhook as one of the enforcer's loops: the caches it reads beyond the
+    ShadowPod informer, the validator and the HTTPS server. ``namespaces``/``consumers``:
+    informers another loop of this process already runs, to share rather than duplicate."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        settings: WebhookSettings,
+        *,
+        shadowpods: Any,
+        namespaces: Any = None,
+        consumers: Any = None,
+        resync_seconds: float = 300.0,
+    ) -> None:
+        self.caches = ProviderCaches(api_client, namespaces=namespaces, consumers=consumers, resync_seconds=resync_seconds)
+        self.validator = ShadowPodValidator.for_cluster(api_client, shadowpods=shadowpods, caches=self.caches)
+        self.server = WebhookHTTPServer(settings, self.validator)
+
+    def start(self) -> None:
+        """Listen at once (``/healthz`` answers, ``/readyz`` is 503 until the caches sync)."""
+        self.caches.start()
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.caches.stop()

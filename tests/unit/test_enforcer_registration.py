@@ -1,0 +1,114 @@
+"""Registering the ShadowPod webhook: ``kube-offload enforcer configuration`` and the
+``--webhook-*`` flags of ``kube-offload enforcer``."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+
+import pytest
+import yaml
+
+from enforcer.cli import _webhook_settings, print_configuration, register
+from enforcer.registration import validating_configuration
+from kube_offload import constants as c
+from kube_offload.webhook_target import ServiceRef, WebhookTarget
+
+CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kube-offload")
+    register(parser.add_subparsers())
+    return parser.parse_args(["enforcer", *argv])
+
+
+def test_the_configuration_by_url():
+    config = validating_configuration(WebhookTarget(ca_bundle="Q0E=", url="https://127.0.0.1:9443/"))
+    assert config["kind"] == "ValidatingWebhookConfiguration"
+    assert config["metadata"]["name"] == c.SHADOWPOD_WEBHOOK_CONFIGURATION
+    (webhook,) = config["webhooks"]
+    assert webhook == {
+        "name": c.SHADOWPOD_WEBHOOK_NAME,
+        "clientConfig": {"url": f"https://127.0.0.1:9443{c.SHADOWPOD_WEBHOOK_PATH}", "caBundle": "Q0E="},
+        "rules": [
+            {
+                "operations": ["CREATE", "UPDATE"],
+                "apiGroups": ["kube-offload.io"],
+                "apiVersions": ["v1alpha1"],
+                "resources": ["shadowpods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+        "admissionReviewVersions": ["v1"],
+    }
+
+
+def test_the_configuration_by_service():
+    target = WebhookTarget(ca_bundle="Q0E=", service=ServiceRef("kube-offload", "kube-offload-enforcer", 443))
+    client_config = validating_configuration(target)["webhooks"][0]["clientConfig"]
+    assert client_config["service"] == {
+        "namespace": "kube-offload",
+        "name": "kube-offload-enforcer",
+        "path": c.SHADOWPOD_WEBHOOK_PATH,
+        "port": 443,
+    }
+
+
+def test_configuration_command_prints_yaml(tmp_path, capsys):
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(CA_PEM)
+    args = parse(["configuration", "--url", "https://127.0.0.1:9443", "--ca-file", str(ca)])
+    assert args.func(args) == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["webhooks"][0]["clientConfig"]["caBundle"] == base64.b64encode(CA_PEM).decode()
+    assert args.func is print_configuration
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--url", "https://x"], "--ca-file is required"),
+        (["--ca-file", "{ca}"], "give either --url or --service-namespace and --service-name"),
+        (["--ca-file", "{ca}", "--service-name", "x"], "needs both --service-namespace and --service-name"),
+        (["--ca-file", "{ca}", "--url", "http://127.0.0.1:9443"], "must start with https://"),
+        (["--ca-file", "{ca}", "--url", "https://x", "--timeout-seconds", "31"], "timeoutSeconds must be between 1 and 30"),
+        (["--ca-file", "/nonexistent/ca.crt", "--url", "https://x"], "cannot be read"),
+    ],
+)
+def test_configuration_command_usage_errors(tmp_path, capsys, argv, message):
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(CA_PEM)
+    args = parse(["configuration", *[a.replace("{ca}", str(ca)) for a in argv]])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kube-offload enforcer configuration: ") and message in err
+
+
+def test_webhook_is_off_without_a_certificate():
+    args = parse([])
+    assert args.webhook_bind == "0.0.0.0:9443"
+    assert _webhook_settings(args) is None
+
+
+def test_webhook_flags_and_environment(monkeypatch):
+    monkeypatch.setenv("KUBE_OFFLOAD_ENFORCER_WEBHOOK_BIND", "127.0.0.1:19443")
+    settings = _webhook_settings(parse(["--webhook-tls-cert", "/c", "--webhook-tls-key", "/k"]))
+    assert (settings.bind, settings.tls_cert, settings.tls_key) == ("127.0.0.1:19443", "/c", "/k")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--webhook-tls-cert", "/c"], "--webhook-tls-cert and --webhook-tls-key must be given together"),
+        (["--webhook-tls-key", "/k"], "must be given together"),
+        (["--webhook-tls-cert", "/c", "--webhook-tls-key", "/k", "--namespace", "a"], "drop --namespace"),
+    ],
+)
+def test_webhook_flag_mistakes(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        _webhook_settings(parse(argv))
