@@ -7,8 +7,11 @@ admitted object only after the apiserver has stored it and the watch has deliver
 So every admission that adds requests records them here, under the same lock as the
 quota decision, and every decision counts what is recorded and not yet cached.
 
-An entry is *settled* (dropped) once the cache holds that object (same UID) at the
-admitted generation or later, so it is never counted twice for long; and it *expires*
+An entry is *settled* (dropped) once the informer delivers that object (same UID) at the
+admitted generation or later, or its deletion - seen as an event (:meth:`Ledger.on_event`,
+an informer handler), because an object created and deleted between two admissions is
+never in the cache when the next one looks - so it is never counted twice for long, nor
+after it is gone; and it *expires*
 after ``ttl`` seconds in any case, which covers an admission that never became an object
 (a later webhook or the apiserver refused it, or it was deleted before the watch saw it).
 Until then it is counted: erring towards refusing, never towards over-admitting.
@@ -21,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from kube_offload.informer import DELETED
 from kube_offload.resources import ResourceList
 
 DEFAULT_TTL_SECONDS = 60.0
@@ -88,6 +92,18 @@ class Ledger:
             )
             return token
 
+    def on_event(self, event: str, old: Mapping | None, new: Mapping) -> None:
+        """Informer handler: settle the entries this ShadowPod event answers."""
+        meta = new.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        with self.lock:
+            for token, entry in list(self._entries.items()):
+                if entry.key == key and entry.uid == uid and (event == DELETED or _generation(meta) >= entry.generation):
+                    del self._entries[token]
+
     def release(self, token: int | None) -> None:
         """Forget a reservation whose admission was refused after all (the dry run)."""
         if token is None:
@@ -111,9 +127,11 @@ class Ledger:
             return False  # cannot tell which object it is: let it expire
         cached = self._cached(entry.key)
         meta = (cached or {}).get("metadata") or {}
-        if meta.get("uid") != entry.uid:
-            return False
-        try:
-            return int(meta.get("generation") or 0) >= entry.generation
-        except (TypeError, ValueError):
-            return True
+        return meta.get("uid") == entry.uid and _generation(meta) >= entry.generation
+
+
+def _generation(meta: Mapping) -> int:
+    try:
+        return int(meta.get("generation") or 0)
+    except (TypeError, ValueError):
+        return 0

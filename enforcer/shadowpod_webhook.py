@@ -41,6 +41,9 @@ class ShadowPodValidator:
         self._caches = caches
         self._dry_run = dry_run
         self.ledger = ledger or Ledger(shadowpods.get)
+        add_handler = getattr(shadowpods, "add_handler", None)
+        if add_handler is not None:  # an Informer: settle reservations on its events
+            add_handler(self.ledger.on_event)
 
     @classmethod
     def for_cluster(cls, api_client, *, shadowpods: ShadowPodCache, caches: ProviderCaches) -> "ShadowPodValidator":

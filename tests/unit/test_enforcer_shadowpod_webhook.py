@@ -276,3 +276,33 @@ def test_the_dry_run_pod_is_the_enforcers_pod():
     bare = shadowpod("x")
     del bare["metadata"]["uid"], bare["metadata"]["name"]
     assert dry_run.pod_for(bare)["metadata"]["name"].endswith("dry-run")
+
+
+def test_ledger_settles_on_the_informers_events_too():
+    # Created and deleted between two admissions: never in the cache when one looks.
+    ledger = Ledger(lambda key: None)
+    ledger.reserve(key="ns/a", consumer_id="local", uid="u1", generation=2, requests={"pods": 1000})
+    ledger.reserve(key="ns/b", consumer_id="local", uid="u2", generation=1, requests={"pods": 1000})
+    ledger.on_event("ADDED", None, {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1}})
+    assert len(ledger) == 2  # an older generation settles nothing
+    ledger.on_event("DELETED", None, {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1}})
+    ledger.on_event("MODIFIED", None, {"metadata": {"namespace": "ns", "name": "b", "uid": "other", "generation": 5}})
+    assert ledger.pending("local") == {"pods": 1000}
+    ledger.on_event("MODIFIED", None, {"metadata": {"namespace": "ns", "name": "b", "uid": "u2", "generation": 1}})
+    assert len(ledger) == 0
+
+
+def test_the_validator_listens_to_an_informer():
+    class Informer(Cache):
+        handlers: list = []
+
+        def add_handler(self, handler):
+            self.handlers.append(handler)
+
+    informer = Informer()
+    v, _, _ = validator({"pods": "1"}, shadowpods=informer)
+    assert v.review(review(shadowpod("a"))).allowed
+    assert not v.review(review(shadowpod("b"))).allowed
+    for handler in informer.handlers:
+        handler("DELETED", None, shadowpod("a"))
+    assert v.review(review(shadowpod("b"))).allowed
