@@ -23,6 +23,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "certs.cli",
     "vkubelet.cli",
     "enforcer.cli",
+    "kube_offload.peer_cli",  # peer, unpeer
 )
 
 # Entry points named here register extra subcommands: ``name = "module:register"``.

@@ -1,0 +1,617 @@
+"""Planning ``kube-offload peer`` and ``kube-offload unpeer``: from what both clusters hold
+now and what the user asked for, the list of steps to take.
+
+Everything here is pure: the CLI (:mod:`kube_offload.peer_cli`) reads the two clusters into
+a :class:`PeerState` / :class:`UnpeerState`, asks :func:`plan_peer` / :func:`plan_unpeer`
+for the steps, prints them (``--dry-run`` stops there) and carries them out. Each step
+says in one line what it does, and whether it changes anything (waits and checks do not),
+so a second run on a peered pair plans no change at all: a release is upgraded only when
+its values or chart version differ, the kubeconfig Secret is written only when its
+content differs, and so on.
+
+Peering touches two Helm releases, and only through their values: the remote release
+(chart kube-offload-remote) lists the consumers it admits in ``consumers``, the local
+release (chart kube-offload-local) lists the remote clusters it uses in
+``remoteClusters``. Both lists are merged by key (``name`` / ``id``): peering one pair
+never drops another consumer or another remote cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kube_offload import constants as c
+from kube_offload.resources import QuantityError, parse_quantity
+from kube_offload.selector import label_key_problem, label_value_problem
+
+REMOTE_CHART = "kube-offload-remote"
+LOCAL_CHART = "kube-offload-local"
+DEFAULT_NAMESPACE = "kube-offload"
+DEFAULT_RELEASE = "kube-offload"
+# Chart value createTokenSecret: true makes the remote chart create this long-lived token
+# Secret for the consumer's ServiceAccount in its tenant namespace.
+CONSUMER_TOKEN_SECRET = "consumer-token"
+# Key of the kubeconfig in the local Secret; the local chart's default kubeconfigKey.
+KUBECONFIG_KEY = "kubeconfig"
+# Set on the objects `peer` writes itself (not through Helm), so they say who made them.
+PEER_MANAGER = "kube-offload-peer"
+# The pod template annotation `kubectl rollout restart` sets; the same effect here.
+RESTARTED_AT_ANNOTATION = "kubectl.kubernetes.io/restartedAt"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+# --- actions --------------------------------------------------------------------------------
+# peer
+REMOTE_RELEASE = "remote-release"  # install/upgrade the remote chart (consumer added or removed)
+WAIT_TOKEN = "wait-token"
+KUBECONFIG_SECRET = "kubeconfig-secret"
+LOCAL_RELEASE = "local-release"  # install/upgrade the local chart (remote added or removed)
+RESTART_VKUBELET = "restart-vkubelet"
+WAIT_NODE_READY = "wait-node-ready"
+# unpeer
+CORDON_NODE = "cordon-node"
+EVICT_PODS = "evict-pods"
+WAIT_VKUBELET_GONE = "wait-vkubelet-gone"
+DELETE_KUBECONFIG_SECRET = "delete-kubeconfig-secret"
+DELETE_NODE = "delete-node"
+DELETE_TWIN_REQUESTS = "delete-twin-requests"
+DELETE_TWIN_NAMESPACES = "delete-twin-namespaces"
+WAIT_TWINS_GONE = "wait-twins-gone"
+DELETE_CONSUMER = "delete-consumer"
+WAIT_CONSUMER_GONE = "wait-consumer-gone"
+NOTE = "note"
+
+
+class PeeringError(ValueError):
+    """Bad input or a state peering cannot go on from; the message names the fix."""
+
+
+# --- inputs ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Release:
+    """A Helm release as ``helm list`` and ``helm get values`` show it."""
+
+    name: str
+    namespace: str
+    revision: int
+    status: str  # deployed, failed, pending-install, ...
+    chart: str  # <chart name>-<version>, e.g. kube-offload-remote-0.1.0
+    values: Mapping[str, Any]  # the user-supplied values (helm get values, without --all)
+
+
+@dataclass(frozen=True)
+class ChartRef:
+    name: str
+    version: str
+    path: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+@dataclass(frozen=True)
+class PeerOptions:
+    local_cluster_id: str
+    remote_cluster_id: str
+    remote_server: str  # as reachable from the local cluster's pods
+    remote_ca_pem: bytes | None  # from the remote kubeconfig; None: the token Secret's ca.crt
+    remote_chart: ChartRef
+    local_chart: ChartRef
+    namespace: str = DEFAULT_NAMESPACE
+    local_release: str = DEFAULT_RELEASE
+    remote_release: str = DEFAULT_RELEASE
+    quota: Mapping[str, str] | None = None  # None: keep what the release has
+    pod_security_level: str | None = None  # None: keep (chart default baseline)
+    node_labels: Mapping[str, str] | None = None  # suggested by the provider; None: keep
+    local_values: Mapping[str, Any] = field(default_factory=dict)  # from --local-values files
+    remote_values: Mapping[str, Any] = field(default_factory=dict)  # from --remote-values files
+    wait: bool = True
+
+
+@dataclass(frozen=True)
+class ConsumerToken:
+    """What the token controller wrote into the consumer's token Secret."""
+
+    token: str
+    ca_pem: bytes
+
+
+@dataclass(frozen=True)
+class PeerState:
+    remote_release: Release | None
+    consumer_token_secret_exists: bool
+    consumer_token: ConsumerToken | None  # None: the Secret is missing or not filled in yet
+    kubeconfig_secret: Mapping[str, Any] | None  # the local Secret's kubeconfig, parsed; None: no Secret
+    kubeconfig_secret_exists: bool
+    local_release: Release | None
+    vkubelet_deployed: bool  # the local release already runs a vkubelet for this remote
+    node_ready: bool
+
+
+@dataclass(frozen=True)
+class UnpeerOptions:
+    local_cluster_id: str
+    remote_cluster_id: str
+    # Helm upgrades need a chart: removing an entry re-renders the chart from here.
+    remote_chart: ChartRef
+    local_chart: ChartRef
+    namespace: str = DEFAULT_NAMESPACE
+    local_release: str = DEFAULT_RELEASE
+    remote_release: str = DEFAULT_RELEASE
+
+
+@dataclass(frozen=True)
+class UnpeerState:
+    node_exists: bool
+    node_unschedulable: bool
+    pods_on_node: Sequence[str]  # "namespace/name" of pods bound to the virtual node
+    local_release: Release | None
+    vkubelet_pods: Sequence[str]  # pods of this remote's vkubelet Deployment
+    kubeconfig_secret_exists: bool
+    twin_requests: Sequence[str]  # TwinNamespace names in the consumer's tenant namespace
+    twin_namespaces: Sequence[str]  # namespaces the enforcer made for this consumer
+    foreign_namespaces: Sequence[str]  # carry the consumer's origin label, not made by the enforcer
+    remote_release: Release | None
+    tenant_namespace_exists: bool
+    consumer_exists: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str
+    description: str  # one line, prefixed with the side it acts on ("local:", "remote:")
+    changes: bool = True
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+# --- names ----------------------------------------------------------------------------------
+def node_name(remote_cluster_id: str) -> str:
+    return f"{c.VIRTUAL_NODE_PREFIX}{remote_cluster_id}"
+
+
+def kubeconfig_secret_name(remote_cluster_id: str) -> str:
+    return f"{remote_cluster_id}-kubeconfig"
+
+
+def chart_fullname(release: str) -> str:
+    """The charts' ``fullname`` helper: the release name if it says kube-offload, else
+    ``<release>-kube-offload``, cut at 40 characters."""
+    name = release if "kube-offload" in release else f"{release}-kube-offload"
+    return name[:40].rstrip("-")
+
+
+def vkubelet_deployment_name(local_release: str, remote_cluster_id: str) -> str:
+    return f"{chart_fullname(local_release)}-vkubelet-{remote_cluster_id}"
+
+
+def consumer_username(consumer_id: str) -> str:
+    return f"system:serviceaccount:{c.tenant_namespace(consumer_id)}:{c.CONSUMER_SERVICE_ACCOUNT}"
+
+
+# --- input checks ---------------------------------------------------------------------------
+def cluster_id_problem(flag: str, value: str) -> str | None:
+    if not value:
+        return f"{flag} is required: a cluster id (a DNS-1123 label, e.g. local or remote-1)"
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        return f"{flag} {value!r} is not a DNS-1123 label: use lower-case letters, digits and '-' (at most 63)"
+    return None
+
+
+def parse_quota(text: str) -> dict[str, str]:
+    """``cpu=8,memory=16Gi,pods=50`` -> ``{"cpu": "8", "memory": "16Gi", "pods": "50"}``."""
+    quota: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        resource, eq, amount = part.partition("=")
+        resource, amount = resource.strip(), amount.strip()
+        if not eq or not resource or not amount:
+            raise PeeringError(f"--quota: {part!r} is not resource=quantity (e.g. --quota cpu=8,memory=16Gi,pods=50)")
+        problem = label_key_problem(resource)
+        if problem:
+            raise PeeringError(f"--quota: {resource!r} is not a resource name ({problem})")
+        try:
+            milli = parse_quantity(amount)
+        except QuantityError as exc:
+            raise PeeringError(f"--quota {resource}: {exc}") from None
+        if milli < 0:
+            raise PeeringError(f"--quota {resource}: {amount!r} is negative")
+        quota[resource] = amount
+    if not quota:
+        raise PeeringError("--quota is empty; give resource=quantity pairs, e.g. --quota cpu=8,memory=16Gi,pods=50")
+    return quota
+
+
+def parse_node_labels(items: Sequence[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise PeeringError(f"--node-label {item!r}: expected key=value, e.g. topology.kubernetes.io/region=eu-west")
+        problem = label_key_problem(key) or label_value_problem(value)
+        if problem:
+            raise PeeringError(f"--node-label {item!r}: {problem}")
+        labels[key] = value
+    return labels
+
+
+def cluster_of_kubeconfig(kubeconfig: Mapping[str, Any], context: str | None = None) -> dict[str, Any]:
+    """The ``cluster`` entry (server, certificate-authority[-data], ...) of ``context`` (or
+    the current context) of a parsed kubeconfig."""
+    contexts = {entry.get("name"): entry.get("context") or {} for entry in kubeconfig.get("contexts") or []}
+    name = context or kubeconfig.get("current-context")
+    if not name:
+        raise PeeringError("the remote kubeconfig has no current-context; pass --remote-context")
+    if name not in contexts:
+        raise PeeringError(f"the remote kubeconfig has no context {name!r} (it has: {', '.join(map(str, contexts)) or 'none'})")
+    clusters = {entry.get("name"): entry.get("cluster") or {} for entry in kubeconfig.get("clusters") or []}
+    cluster_name = contexts[name].get("cluster")
+    if cluster_name not in clusters:
+        raise PeeringError(f"context {name!r} of the remote kubeconfig names cluster {cluster_name!r}, which it does not define")
+    cluster = dict(clusters[cluster_name])
+    if not cluster.get("server"):
+        raise PeeringError(f"cluster {cluster_name!r} of the remote kubeconfig has no server")
+    return cluster
+
+
+# --- values ---------------------------------------------------------------------------------
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm's merge of values files: maps merge key by key, anything else is replaced."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _upsert(entries: Sequence[Mapping[str, Any]], key: str, entry: Mapping[str, Any]) -> list[dict]:
+    """``entries`` with ``entry`` merged into the one of the same ``key`` (appended if none);
+    every other entry kept as it was, in its place."""
+    result = [dict(e) for e in entries]
+    for index, existing in enumerate(result):
+        if existing.get(key) == entry.get(key):
+            result[index] = {**existing, **entry}
+            return result
+    result.append(dict(entry))
+    return result
+
+
+def _merge_list(current: Any, extra: Any, key: str, where: str) -> list[dict]:
+    """Entries of ``extra`` (from a values file) upserted into ``current`` by ``key``."""
+    entries = list(current or [])
+    for entry in extra or []:
+        if not isinstance(entry, Mapping) or not entry.get(key):
+            raise PeeringError(f"{where}: every entry needs {key!r}, got {entry!r}")
+        entries = _upsert(entries, key, entry)
+    return entries
+
+
+def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions) -> dict[str, Any]:
+    """The remote release's values admitting consumer ``options.local_cluster_id``:
+    the release's current values, the --remote-values files on top, then this consumer
+    upserted into ``consumers`` (other consumers kept, its own other fields kept)."""
+    values = deep_merge(current, {k: v for k, v in options.remote_values.items() if k != "consumers"})
+    consumers = _merge_list(current.get("consumers"), options.remote_values.get("consumers"), "name", "--remote-values consumers")
+    entry: dict[str, Any] = {"name": options.local_cluster_id, "createTokenSecret": True}
+    if options.pod_security_level is not None:
+        entry["podSecurityLevel"] = options.pod_security_level
+    if options.quota is not None:
+        entry["quota"] = dict(options.quota)
+    if options.node_labels is not None:
+        entry["nodeLabels"] = dict(options.node_labels)
+    values["consumers"] = _upsert(consumers, "name", entry)
+    return values
+
+
+def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -> dict[str, Any]:
+    """The local release's values using remote cluster ``options.remote_cluster_id``
+    (other remote clusters kept; the entry's own labels, sharing percentage... kept)."""
+    existing_id = current.get("localClusterId")
+    if existing_id and existing_id != options.local_cluster_id:
+        raise PeeringError(
+            f"the local release {options.local_release!r} already has localClusterId {existing_id!r}; "
+            f"pass --local-cluster-id {existing_id} (one cluster has one id)"
+        )
+    extra_id = options.local_values.get("localClusterId")
+    if extra_id and extra_id != options.local_cluster_id:
+        raise PeeringError(f"--local-values sets localClusterId {extra_id!r} but --local-cluster-id is {options.local_cluster_id!r}")
+    values = deep_merge(current, {k: v for k, v in options.local_values.items() if k != "remoteClusters"})
+    remotes = _merge_list(current.get("remoteClusters"), options.local_values.get("remoteClusters"), "id", "--local-values remoteClusters")
+    values["localClusterId"] = options.local_cluster_id
+    values["remoteClusters"] = _upsert(
+        remotes, "id", {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
+    )
+    return values
+
+
+def remote_values_without_consumer(current: Mapping[str, Any], consumer_id: str) -> dict[str, Any]:
+    values = copy.deepcopy(dict(current))
+    values["consumers"] = [e for e in current.get("consumers") or [] if e.get("name") != consumer_id]
+    return values
+
+
+def local_values_without_remote(current: Mapping[str, Any], remote_cluster_id: str) -> dict[str, Any]:
+    values = copy.deepcopy(dict(current))
+    values["remoteClusters"] = [e for e in current.get("remoteClusters") or [] if e.get("id") != remote_cluster_id]
+    return values
+
+
+def has_consumer(release: Release | None, consumer_id: str) -> bool:
+    return release is not None and any(e.get("name") == consumer_id for e in release.values.get("consumers") or [])
+
+
+def has_remote(release: Release | None, remote_cluster_id: str) -> bool:
+    return release is not None and any(e.get("id") == remote_cluster_id for e in release.values.get("remoteClusters") or [])
+
+
+def _entry(values: Mapping[str, Any], list_key: str, key: str, wanted: str) -> dict:
+    return next((dict(e) for e in values.get(list_key) or [] if e.get(key) == wanted), {})
+
+
+def _release_is_current(release: Release | None, chart: ChartRef, values: Mapping[str, Any]) -> bool:
+    return (
+        release is not None
+        and release.status == "deployed"
+        and release.chart == chart.label
+        and _normalized(release.values) == _normalized(values)
+    )
+
+
+def _normalized(values: Mapping[str, Any]) -> Any:
+    """Values compared as Helm sees them: an empty map or list equals an absent key."""
+    if isinstance(values, Mapping):
+        return {k: _normalized(v) for k, v in values.items() if v not in (None, {}, [])}
+    if isinstance(values, list):
+        return [_normalized(v) for v in values]
+    return values
+
+
+def _release_verb(release: Release | None, chart: ChartRef, namespace: str, name: str) -> str:
+    if release is None:
+        return f"install chart {chart.label} as release {name} in namespace {namespace}"
+    why = []
+    if release.status != "deployed":
+        why.append(f"it is {release.status}")
+    if release.chart != chart.label:
+        why.append(f"from {release.chart}")
+    suffix = f" ({'; '.join(why)})" if why else ""
+    return f"upgrade release {namespace}/{name} (revision {release.revision}) to {chart.label}{suffix}"
+
+
+def _describe_consumer(entry: Mapping[str, Any]) -> str:
+    parts = [f"pod security {entry.get('podSecurityLevel') or c.DEFAULT_PSA_LEVEL}"]
+    quota = entry.get("quota") or {}
+    parts.append("quota " + (", ".join(f"{k}={v}" for k, v in sorted(quota.items())) if quota else "none (unlimited)"))
+    labels = entry.get("nodeLabels") or {}
+    if labels:
+        parts.append("node labels " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return "; ".join(parts)
+
+
+def _names(entries: Any, key: str) -> str:
+    return ", ".join(str(e.get(key)) for e in entries or []) or "none"
+
+
+# --- the consumer's kubeconfig --------------------------------------------------------------
+def consumer_kubeconfig(*, server: str, ca_pem: bytes, token: str, remote_cluster_id: str, local_cluster_id: str) -> dict:
+    """The kubeconfig a virtual kubelet uses in the remote cluster: its server and CA,
+    the consumer ServiceAccount's token, nothing else."""
+    user = f"{c.CONSUMER_SERVICE_ACCOUNT}-{local_cluster_id}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": remote_cluster_id, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+        }}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": remote_cluster_id, "context": {"cluster": remote_cluster_id, "user": user}}],
+        "current-context": remote_cluster_id,
+    }
+
+
+def desired_kubeconfig(options: PeerOptions, token: ConsumerToken) -> dict:
+    return consumer_kubeconfig(
+        server=options.remote_server,
+        ca_pem=options.remote_ca_pem or token.ca_pem,
+        token=token.token,
+        remote_cluster_id=options.remote_cluster_id,
+        local_cluster_id=options.local_cluster_id,
+    )
+
+
+# --- peer -----------------------------------------------------------------------------------
+def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
+    """The steps that take the pair from ``state`` to peered as ``options`` say."""
+    steps: list[Step] = []
+    consumer_id, rid, ns = options.local_cluster_id, options.remote_cluster_id, options.namespace
+    tenant = c.tenant_namespace(consumer_id)
+
+    remote_values = remote_values_with_consumer(state.remote_release.values if state.remote_release else {}, options)
+    current = _release_is_current(state.remote_release, options.remote_chart, remote_values)
+    # A deleted token Secret (the documented way to rotate the consumer's token) comes
+    # back only with a `helm upgrade`, which recreates the chart's missing objects.
+    token_missing = current and not state.consumer_token_secret_exists
+    remote_changes = not current or token_missing
+    if remote_changes:
+        admitted = "admit" if not has_consumer(state.remote_release, consumer_id) else "update"
+        entry = _entry(remote_values, "consumers", "name", consumer_id)
+        why = "; recreates the missing token Secret" if token_missing else ""
+        steps.append(Step(
+            REMOTE_RELEASE,
+            f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)}{why}; "
+            f"{admitted} consumer {consumer_id} ({_describe_consumer(entry)}); consumers: {_names(remote_values['consumers'], 'name')}",
+            data={"values": remote_values, "release": options.remote_release, "chart": options.remote_chart.path},
+        ))
+
+    # The token is known now only if nothing on the remote side is about to change;
+    # otherwise it is read after the upgrade and the Secret written if it differs.
+    token = None if remote_changes else state.consumer_token
+    secret = kubeconfig_secret_name(rid)
+    write_secret = True
+    if token is None:
+        steps.append(Step(
+            WAIT_TOKEN,
+            f"remote: wait for the token of {consumer_username(consumer_id)} (Secret {tenant}/{CONSUMER_TOKEN_SECRET})",
+            changes=False,
+        ))
+        how = "create" if not state.kubeconfig_secret_exists else "update (if it differs)"
+    else:
+        write_secret = desired_kubeconfig(options, token) != state.kubeconfig_secret
+        how = "create" if not state.kubeconfig_secret_exists else "update"
+    if write_secret:
+        steps.append(Step(
+            KUBECONFIG_SECRET,
+            f"local: {how} Secret {ns}/{secret}: a kubeconfig for {options.remote_server} as {consumer_username(consumer_id)}",
+            data={"name": secret},
+        ))
+
+    local_values = local_values_with_remote(state.local_release.values if state.local_release else {}, options)
+    if not _release_is_current(state.local_release, options.local_chart, local_values):
+        added = "add" if not has_remote(state.local_release, rid) else "keep"
+        steps.append(Step(
+            LOCAL_RELEASE,
+            f"local: {_release_verb(state.local_release, options.local_chart, ns, options.local_release)}; "
+            f"{added} remote cluster {rid} (a virtual kubelet for node {node_name(rid)}); "
+            f"remoteClusters: {_names(local_values['remoteClusters'], 'id')}",
+            data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path},
+        ))
+
+    if write_secret and state.kubeconfig_secret_exists and state.vkubelet_deployed:
+        # The virtual kubelet reads its kubeconfig once, at start-up.
+        deployment = vkubelet_deployment_name(options.local_release, rid)
+        steps.append(Step(
+            RESTART_VKUBELET,
+            f"local: restart Deployment {ns}/{deployment} if its credentials changed, so the virtual kubelet uses the new ones",
+            data={"name": deployment},
+        ))
+
+    if options.wait:
+        steps.append(Step(WAIT_NODE_READY, f"local: wait until node {node_name(rid)} is Ready", changes=False))
+    return steps
+
+
+# --- unpeer ---------------------------------------------------------------------------------
+def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
+    """The steps that leave nothing of the pair: the local side first (no new pods, pods
+    back to their controllers, no more virtual kubelet), then the remote side (twin
+    namespaces with everything in them, then the consumer's identity)."""
+    steps: list[Step] = []
+    consumer_id, rid, ns = options.local_cluster_id, options.remote_cluster_id, options.namespace
+    node = node_name(rid)
+    tenant = c.tenant_namespace(consumer_id)
+
+    if state.node_exists and not state.node_unschedulable:
+        steps.append(Step(CORDON_NODE, f"local: cordon node {node} (no new pods are scheduled there)"))
+    if state.pods_on_node:
+        shown = ", ".join(list(state.pods_on_node)[:5]) + (" ..." if len(state.pods_on_node) > 5 else "")
+        steps.append(Step(
+            EVICT_PODS,
+            f"local: evict the {len(state.pods_on_node)} pod(s) on {node} and wait until they are gone "
+            f"(their controllers recreate them elsewhere): {shown}",
+            data={"pods": list(state.pods_on_node)},
+        ))
+    deployment = vkubelet_deployment_name(options.local_release, rid)
+    if has_remote(state.local_release, rid):
+        assert state.local_release is not None
+        values = local_values_without_remote(state.local_release.values, rid)
+        steps.append(Step(
+            LOCAL_RELEASE,
+            f"local: {_release_verb(state.local_release, options.local_chart, ns, options.local_release)} without remote "
+            f"cluster {rid} (removes Deployment {deployment}); remoteClusters left: {_names(values['remoteClusters'], 'id')}",
+            data={"values": values, "release": options.local_release, "chart": options.local_chart.path},
+        ))
+    if has_remote(state.local_release, rid) or state.vkubelet_pods:
+        steps.append(Step(
+            WAIT_VKUBELET_GONE,
+            f"local: wait until the virtual kubelet of {rid} has stopped (pods of Deployment {ns}/{deployment})",
+            changes=False,
+            data={"name": deployment},
+        ))
+    if state.kubeconfig_secret_exists:
+        steps.append(Step(DELETE_KUBECONFIG_SECRET, f"local: delete Secret {ns}/{kubeconfig_secret_name(rid)}",
+                          data={"name": kubeconfig_secret_name(rid)}))
+    if state.node_exists:
+        steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Lease goes with it)", data={"name": node}))
+
+    if state.twin_requests:
+        steps.append(Step(
+            DELETE_TWIN_REQUESTS,
+            f"remote: delete the {len(state.twin_requests)} TwinNamespace request(s) in {tenant} "
+            f"(the enforcer deletes each twin namespace with its ShadowPods, pods and reflected objects): "
+            f"{', '.join(state.twin_requests)}",
+            data={"names": list(state.twin_requests)},
+        ))
+    orphans = sorted(set(state.twin_namespaces) - set(state.twin_requests))
+    if orphans:
+        steps.append(Step(
+            DELETE_TWIN_NAMESPACES,
+            f"remote: delete twin namespace(s) of {consumer_id} whose request is already gone: {', '.join(orphans)}",
+            data={"names": orphans},
+        ))
+    if state.twin_requests or state.twin_namespaces:
+        steps.append(Step(
+            WAIT_TWINS_GONE,
+            f"remote: wait until the twin namespaces of {consumer_id} and their requests are gone",
+            changes=False,
+        ))
+    for name in state.foreign_namespaces:
+        steps.append(Step(
+            NOTE,
+            f"remote: namespace {name} carries {c.LABEL_ORIGIN_CLUSTER_ID}={consumer_id} but the enforcer did not make it; "
+            "left alone (delete it yourself if it is this consumer's)",
+            changes=False,
+        ))
+
+    if has_consumer(state.remote_release, consumer_id):
+        assert state.remote_release is not None
+        values = remote_values_without_consumer(state.remote_release.values, consumer_id)
+        steps.append(Step(
+            REMOTE_RELEASE,
+            f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)} without "
+            f"consumer {consumer_id} (removes Consumer {consumer_id}, namespace {tenant}, its ServiceAccount, token and RBAC); "
+            f"consumers left: {_names(values['consumers'], 'name')}",
+            data={"values": values, "release": options.remote_release, "chart": options.remote_chart.path},
+        ))
+    elif state.consumer_exists or state.tenant_namespace_exists:
+        # Admitted by hand (not through this release's values): remove what is there.
+        what = []
+        if state.consumer_exists:
+            what.append(f"Consumer {consumer_id}")
+        if state.tenant_namespace_exists:
+            what.append(f"namespace {tenant}")
+        steps.append(Step(
+            DELETE_CONSUMER,
+            f"remote: delete {' and '.join(what)} (not managed by release {ns}/{options.remote_release})",
+            data={"consumer": state.consumer_exists, "namespace": state.tenant_namespace_exists},
+        ))
+    if has_consumer(state.remote_release, consumer_id) or state.consumer_exists or state.tenant_namespace_exists:
+        steps.append(Step(
+            WAIT_CONSUMER_GONE,
+            f"remote: wait until Consumer {consumer_id} and namespace {tenant} are gone",
+            changes=False,
+        ))
+    return steps
+
+
+def changes(steps: Sequence[Step]) -> list[Step]:
+    return [step for step in steps if step.changes]
+
+
+def render_plan(steps: Sequence[Step], *, title: str) -> str:
+    """The plan as printed: one numbered line per step, waits and notes marked."""
+    changing = changes(steps)
+    if not changing:
+        head = f"{title}: nothing to change"
+    else:
+        head = f"{title}: {len(changing)} change(s)"
+    lines = [head]
+    for index, step in enumerate(steps, 1):
+        marker = "" if step.changes else ("(note) " if step.action == NOTE else "(check) ")
+        lines.append(f"  {index}. {marker}{step.description}")
+    return "\n".join(lines)

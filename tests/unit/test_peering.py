@@ -1,0 +1,335 @@
+"""kube_offload.peering: what `peer` and `unpeer` plan from what the two clusters hold.
+
+The property that matters most: a pair that is already peered plans no change, so a
+second run leaves both Helm releases at the same revision; and neither command ever drops
+another consumer or another remote cluster from a release's values.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from kube_offload import peering as p
+
+REMOTE_CHART = p.ChartRef(p.REMOTE_CHART, "0.1.0", "/charts/kube-offload-remote")
+LOCAL_CHART = p.ChartRef(p.LOCAL_CHART, "0.1.0", "/charts/kube-offload-local")
+TOKEN = p.ConsumerToken(token="t0ken", ca_pem=b"-----BEGIN CERTIFICATE-----\nsa\n-----END CERTIFICATE-----\n")
+REMOTE_CA = b"-----BEGIN CERTIFICATE-----\nserver\n-----END CERTIFICATE-----\n"
+
+
+def options(**overrides) -> p.PeerOptions:
+    base = dict(
+        local_cluster_id="local",
+        remote_cluster_id="remote-2",
+        remote_server="https://10.0.0.2:6443",
+        remote_ca_pem=REMOTE_CA,
+        remote_chart=REMOTE_CHART,
+        local_chart=LOCAL_CHART,
+        quota={"cpu": "8", "memory": "16Gi", "pods": "50"},
+        pod_security_level="baseline",
+        node_labels={"topology.kubernetes.io/region": "eu-west"},
+    )
+    base.update(overrides)
+    return p.PeerOptions(**base)
+
+
+def release(chart: p.ChartRef, values: dict, *, revision: int = 3, status: str = "deployed") -> p.Release:
+    return p.Release(name="kube-offload", namespace="kube-offload", revision=revision, status=status,
+                     chart=chart.label, values=values)
+
+
+def fresh_state() -> p.PeerState:
+    return p.PeerState(
+        remote_release=None,
+        consumer_token_secret_exists=False,
+        consumer_token=None,
+        kubeconfig_secret=None,
+        kubeconfig_secret_exists=False,
+        local_release=None,
+        vkubelet_deployed=False,
+        node_ready=False,
+    )
+
+
+def peered_state(opts: p.PeerOptions, *, remote_values: dict | None = None, local_values: dict | None = None) -> p.PeerState:
+    """Both sides exactly as a successful `peer` with ``opts`` leaves them."""
+    remote_values = remote_values if remote_values is not None else p.remote_values_with_consumer({}, opts)
+    local_values = local_values if local_values is not None else p.local_values_with_remote({}, opts)
+    return p.PeerState(
+        remote_release=release(REMOTE_CHART, remote_values),
+        consumer_token_secret_exists=True,
+        consumer_token=TOKEN,
+        kubeconfig_secret=p.desired_kubeconfig(opts, TOKEN),
+        kubeconfig_secret_exists=True,
+        local_release=release(LOCAL_CHART, local_values, revision=7),
+        vkubelet_deployed=True,
+        node_ready=True,
+    )
+
+
+def actions(steps) -> list[str]:
+    return [s.action for s in steps]
+
+
+# --- peer -----------------------------------------------------------------------------------
+def test_fresh_pair_installs_both_sides_in_order():
+    steps = p.plan_peer(fresh_state(), options())
+    assert actions(steps) == [p.REMOTE_RELEASE, p.WAIT_TOKEN, p.KUBECONFIG_SECRET, p.LOCAL_RELEASE, p.WAIT_NODE_READY]
+    assert [s.changes for s in steps] == [True, False, True, True, False]
+    remote = steps[0].data["values"]
+    assert remote["consumers"] == [{
+        "name": "local", "createTokenSecret": True, "podSecurityLevel": "baseline",
+        "quota": {"cpu": "8", "memory": "16Gi", "pods": "50"},
+        "nodeLabels": {"topology.kubernetes.io/region": "eu-west"},
+    }]
+    local = steps[3].data["values"]
+    assert local["localClusterId"] == "local"
+    assert local["remoteClusters"] == [{"id": "remote-2", "kubeconfigSecret": "remote-2-kubeconfig"}]
+    assert "install chart kube-offload-remote-0.1.0" in steps[0].description
+    assert all("\n" not in s.description for s in steps)
+
+
+def test_a_peered_pair_plans_no_change():
+    opts = options()
+    steps = p.plan_peer(peered_state(opts), opts)
+    assert p.changes(steps) == []
+    assert actions(steps) == [p.WAIT_NODE_READY]
+    assert "nothing to change" in p.render_plan(steps, title="peer")
+
+
+def test_no_wait_plans_no_node_check():
+    opts = options(wait=False)
+    assert p.plan_peer(peered_state(opts), opts) == []
+
+
+def test_omitted_options_keep_what_the_release_has():
+    """A second `peer` without --quota/--pod-security-level/--node-label is still a no-op."""
+    opts = options()
+    bare = options(quota=None, pod_security_level=None, node_labels=None)
+    assert p.changes(p.plan_peer(peered_state(opts), bare)) == []
+
+
+def test_a_new_quota_upgrades_the_remote_release_and_leaves_the_local_one():
+    opts = options()
+    state = peered_state(opts)
+    steps = p.plan_peer(state, options(quota={"cpu": "4"}))
+    assert p.LOCAL_RELEASE not in actions(steps)
+    assert steps[0].action == p.REMOTE_RELEASE
+    assert steps[0].data["values"]["consumers"][0]["quota"] == {"cpu": "4"}
+    assert "revision 3" in steps[0].description
+    # the token is read again after the upgrade; the Secret is rewritten (and the
+    # virtual kubelet restarted) only if the kubeconfig then differs
+    assert actions(steps)[1:] == [p.WAIT_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET, p.WAIT_NODE_READY]
+    assert "if it differs" in steps[2].description and "if its credentials changed" in steps[3].description
+
+
+def test_other_consumers_and_remote_clusters_are_never_dropped():
+    opts = options()
+    other_consumer = {"name": "team-b", "quota": {"cpu": "2"}, "cordoned": True}
+    other_remote = {"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig", "labels": {"a": "b"}}
+    state = p.PeerState(
+        remote_release=release(REMOTE_CHART, {"nodeLabels": {"x": "y"}, "consumers": [other_consumer]}),
+        consumer_token_secret_exists=False, consumer_token=None,
+        kubeconfig_secret=None, kubeconfig_secret_exists=False,
+        local_release=release(LOCAL_CHART, {"localClusterId": "local", "remoteClusters": [other_remote],
+                                            "webhook": {"replicas": 1}}),
+        vkubelet_deployed=False, node_ready=False,
+    )
+    steps = {s.action: s for s in p.plan_peer(state, opts)}
+    remote = steps[p.REMOTE_RELEASE].data["values"]
+    assert remote["consumers"][0] == other_consumer
+    assert [e["name"] for e in remote["consumers"]] == ["team-b", "local"]
+    assert remote["nodeLabels"] == {"x": "y"}
+    local = steps[p.LOCAL_RELEASE].data["values"]
+    assert local["remoteClusters"][0] == other_remote
+    assert [e["id"] for e in local["remoteClusters"]] == ["remote-1", "remote-2"]
+    assert local["webhook"] == {"replicas": 1}
+
+
+def test_the_remote_entry_keeps_fields_set_by_hand():
+    opts = options()
+    current = p.local_values_with_remote({}, opts)
+    current["remoteClusters"][0]["sharingPercentage"] = 50
+    current["remoteClusters"][0]["labels"] = {"tier": "spot"}
+    merged = p.local_values_with_remote(current, opts)
+    assert merged["remoteClusters"] == [{
+        "id": "remote-2", "kubeconfigSecret": "remote-2-kubeconfig", "sharingPercentage": 50, "labels": {"tier": "spot"},
+    }]
+    assert p.changes(p.plan_peer(peered_state(opts, local_values=current), opts)) == []
+
+
+def test_values_files_merge_into_the_release_values():
+    opts = options(local_values={"webhook": {"enabled": False}, "remoteClusters": [{"id": "remote-2", "labels": {"k": "v"}}]},
+                   remote_values={"image": {"tag": "dev"}})
+    local = p.local_values_with_remote({"webhook": {"replicas": 1}}, opts)
+    assert local["webhook"] == {"replicas": 1, "enabled": False}
+    assert local["remoteClusters"] == [{"id": "remote-2", "labels": {"k": "v"}, "kubeconfigSecret": "remote-2-kubeconfig"}]
+    assert p.remote_values_with_consumer({}, opts)["image"] == {"tag": "dev"}
+
+
+def test_another_local_cluster_id_is_refused():
+    state = peered_state(options())
+    with pytest.raises(p.PeeringError, match="already has localClusterId 'local'; pass --local-cluster-id local"):
+        p.plan_peer(state, options(local_cluster_id="other"))
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (dict(status="failed"), "it is failed"),
+        (dict(chart="kube-offload-remote-0.0.9"), "from kube-offload-remote-0.0.9"),
+    ],
+)
+def test_a_failed_or_older_release_is_upgraded(change, why):
+    opts = options()
+    state = peered_state(opts)
+    remote = state.remote_release
+    state = p.PeerState(**{**state.__dict__, "remote_release": p.Release(**{**remote.__dict__, **change})})
+    steps = p.plan_peer(state, opts)
+    assert actions(p.changes(steps))[0] == p.REMOTE_RELEASE
+    assert why in steps[0].description
+
+
+def test_a_deleted_token_secret_is_recreated_by_an_upgrade_and_the_vkubelet_restarted():
+    """The documented token rotation: delete consumer-token, run peer again."""
+    opts = options()
+    state = peered_state(opts)
+    state = p.PeerState(**{**state.__dict__, "consumer_token_secret_exists": False, "consumer_token": None})
+    steps = p.plan_peer(state, opts)
+    assert actions(steps) == [p.REMOTE_RELEASE, p.WAIT_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET, p.WAIT_NODE_READY]
+    assert "recreates the missing token Secret" in steps[0].description
+
+
+def test_a_different_server_rewrites_the_secret_and_restarts():
+    opts = options()
+    state = peered_state(opts)
+    steps = p.plan_peer(state, options(remote_server="https://remote.example:6443"))
+    assert actions(p.changes(steps)) == [p.KUBECONFIG_SECRET, p.RESTART_VKUBELET]
+
+
+def test_the_consumer_kubeconfig_holds_server_ca_and_token_only():
+    config = p.desired_kubeconfig(options(), TOKEN)
+    cluster = config["clusters"][0]["cluster"]
+    assert cluster == {"server": "https://10.0.0.2:6443", "certificate-authority-data": base64.b64encode(REMOTE_CA).decode()}
+    assert config["users"][0]["user"] == {"token": "t0ken"}
+    # without a CA in the remote kubeconfig, the cluster's own CA from the token Secret
+    fallback = p.desired_kubeconfig(options(remote_ca_pem=None), TOKEN)
+    assert base64.b64decode(fallback["clusters"][0]["cluster"]["certificate-authority-data"]) == TOKEN.ca_pem
+
+
+# --- input ----------------------------------------------------------------------------------
+def test_parse_quota():
+    assert p.parse_quota("cpu=8, memory=16Gi,pods=50,nvidia.com/gpu=1") == {
+        "cpu": "8", "memory": "16Gi", "pods": "50", "nvidia.com/gpu": "1"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("cpu", "is not resource=quantity"),
+    ("cpu=lots", "--quota cpu: 'lots' is not a Kubernetes quantity"),
+    ("cpu=-1", "negative"),
+    (",", "--quota is empty"),
+])
+def test_parse_quota_errors_name_the_flag(text, message):
+    with pytest.raises(p.PeeringError, match=message):
+        p.parse_quota(text)
+
+
+def test_parse_node_labels():
+    assert p.parse_node_labels(["topology.kubernetes.io/region=eu-west", "tier="]) == {
+        "topology.kubernetes.io/region": "eu-west", "tier": ""}
+    with pytest.raises(p.PeeringError, match="expected key=value"):
+        p.parse_node_labels(["region"])
+    with pytest.raises(p.PeeringError, match="--node-label 'a=b c'"):
+        p.parse_node_labels(["a=b c"])
+
+
+@pytest.mark.parametrize("value, ok", [("local", True), ("remote-1", True), ("", False), ("Remote", False), ("a_b", False), ("-a", False)])
+def test_cluster_ids_are_dns_labels(value, ok):
+    assert (p.cluster_id_problem("--local-cluster-id", value) is None) is ok
+
+
+def test_cluster_of_kubeconfig():
+    config = {
+        "current-context": "a",
+        "contexts": [{"name": "a", "context": {"cluster": "ca"}}, {"name": "b", "context": {"cluster": "cb"}}],
+        "clusters": [{"name": "ca", "cluster": {"server": "https://a"}}, {"name": "cb", "cluster": {"server": "https://b"}}],
+    }
+    assert p.cluster_of_kubeconfig(config)["server"] == "https://a"
+    assert p.cluster_of_kubeconfig(config, "b")["server"] == "https://b"
+    with pytest.raises(p.PeeringError, match="no context 'c'"):
+        p.cluster_of_kubeconfig(config, "c")
+
+
+def test_names_follow_the_charts():
+    assert p.chart_fullname("kube-offload") == "kube-offload"
+    assert p.chart_fullname("prod") == "prod-kube-offload"
+    assert p.vkubelet_deployment_name("kube-offload", "remote-2") == "kube-offload-vkubelet-remote-2"
+    assert p.node_name("remote-2") == "kube-offload-remote-2"
+
+
+# --- unpeer ---------------------------------------------------------------------------------
+def unpeer_options() -> p.UnpeerOptions:
+    return p.UnpeerOptions(local_cluster_id="local", remote_cluster_id="remote-2",
+                           remote_chart=REMOTE_CHART, local_chart=LOCAL_CHART)
+
+
+def peered_unpeer_state(**overrides) -> p.UnpeerState:
+    opts = options()
+    remote_values = p.remote_values_with_consumer({"consumers": [{"name": "team-b"}]}, opts)
+    local_values = p.local_values_with_remote({"remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "s"}]}, opts)
+    base = dict(
+        node_exists=True,
+        node_unschedulable=False,
+        pods_on_node=["demo/web-1", "demo/web-2"],
+        local_release=release(LOCAL_CHART, local_values),
+        vkubelet_pods=["kube-offload-vkubelet-remote-2-abc"],
+        kubeconfig_secret_exists=True,
+        twin_requests=["demo-local"],
+        twin_namespaces=["demo-local", "old-local"],
+        foreign_namespaces=[],
+        remote_release=release(REMOTE_CHART, remote_values),
+        tenant_namespace_exists=True,
+        consumer_exists=True,
+    )
+    base.update(overrides)
+    return p.UnpeerState(**base)
+
+
+def test_unpeer_removes_the_local_side_first_then_the_remote():
+    steps = p.plan_unpeer(peered_unpeer_state(), unpeer_options())
+    assert actions(steps) == [
+        p.CORDON_NODE, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_VKUBELET_GONE, p.DELETE_KUBECONFIG_SECRET, p.DELETE_NODE,
+        p.DELETE_TWIN_REQUESTS, p.DELETE_TWIN_NAMESPACES, p.WAIT_TWINS_GONE, p.REMOTE_RELEASE, p.WAIT_CONSUMER_GONE,
+    ]
+    by_action = {s.action: s for s in steps}
+    assert by_action[p.LOCAL_RELEASE].data["values"]["remoteClusters"] == [{"id": "remote-1", "kubeconfigSecret": "s"}]
+    assert [e["name"] for e in by_action[p.REMOTE_RELEASE].data["values"]["consumers"]] == ["team-b"]
+    # a twin namespace whose request is already gone is deleted directly
+    assert by_action[p.DELETE_TWIN_NAMESPACES].data["names"] == ["old-local"]
+    assert by_action[p.EVICT_PODS].data["pods"] == ["demo/web-1", "demo/web-2"]
+
+
+def test_unpeer_of_an_unpeered_pair_plans_nothing():
+    gone = peered_unpeer_state(
+        node_exists=False, pods_on_node=[], vkubelet_pods=[], kubeconfig_secret_exists=False, twin_requests=[],
+        twin_namespaces=[], tenant_namespace_exists=False, consumer_exists=False,
+        local_release=release(LOCAL_CHART, {"localClusterId": "local", "remoteClusters": []}),
+        remote_release=release(REMOTE_CHART, {"consumers": []}),
+    )
+    assert p.plan_unpeer(gone, unpeer_options()) == []
+
+
+def test_unpeer_removes_a_consumer_admitted_by_hand():
+    state = peered_unpeer_state(remote_release=release(REMOTE_CHART, {"consumers": []}))
+    steps = {s.action: s for s in p.plan_unpeer(state, unpeer_options())}
+    assert p.REMOTE_RELEASE not in steps
+    assert steps[p.DELETE_CONSUMER].data == {"consumer": True, "namespace": True}
+    assert p.WAIT_CONSUMER_GONE in steps
+
+
+def test_unpeer_leaves_namespaces_it_did_not_make_and_says_so():
+    state = peered_unpeer_state(foreign_namespaces=["handmade"])
+    notes = [s for s in p.plan_unpeer(state, unpeer_options()) if s.action == p.NOTE]
+    assert len(notes) == 1 and not notes[0].changes and "handmade" in notes[0].description
