@@ -157,14 +157,14 @@ def chart_ref(charts_dir: Path, name: str) -> p.ChartRef:
     return p.ChartRef(name=name, version=str(meta.get("version", "")), path=str(charts_dir / name))
 
 
-def kubeconfig_path(value: str | None) -> Path:
+def kubeconfig_path(value: str | None, flag: str) -> Path:
     if value:
         path = Path(value)
     else:
         env = os.environ.get("KUBECONFIG", "")
         path = Path(env.split(os.pathsep)[0]) if env else Path.home() / ".kube" / "config"
     if not path.exists():
-        raise p.PeeringError(f"kubeconfig {str(path)!r} does not exist; pass --local-kubeconfig / --remote-kubeconfig")
+        raise p.PeeringError(f"{flag}: kubeconfig {str(path)!r} does not exist; pass {flag} FILE")
     return path
 
 
@@ -336,7 +336,8 @@ def _context(args: argparse.Namespace) -> Context:
         raise p.PeeringError("--local-cluster-id and --remote-cluster-id must differ: they name two clusters")
     helm = resolve_helm(args.helm)
     charts = resolve_charts_dir(args.charts_dir)
-    local_path, remote_path = kubeconfig_path(args.local_kubeconfig), kubeconfig_path(args.remote_kubeconfig)
+    local_path = kubeconfig_path(args.local_kubeconfig, "--local-kubeconfig")
+    remote_path = kubeconfig_path(args.remote_kubeconfig, "--remote-kubeconfig")
     local = Cluster(local_path, args.local_context, "local")
     remote = Cluster(remote_path, args.remote_context, "remote")
     if local.server == remote.server:
@@ -519,6 +520,11 @@ def run_peer(args: argparse.Namespace) -> int:
 
 
 def _peer(args: argparse.Namespace) -> int:
+    # The flags that need no cluster are checked before anything is read.
+    if args.quota:
+        p.parse_quota(args.quota)
+    p.parse_node_labels(appended(args, "--node-label"))
+    _pod_security_level(args.pod_security_level)
     ctx = _context(args)
     options = peer_options(args, ctx)
     steps = p.plan_peer(observe_peer(ctx, options), options)
