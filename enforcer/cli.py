@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 
+from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE
 from kube_offload.flags import add_flag, positive_duration, positive_int
 from kube_offload.kube import load_api_client
 from kube_offload.logs import LEVELS, setup_logging
@@ -53,9 +54,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--install-crd",
         default=False,
         type=bool,
-        help="create the ShadowPod CRD from kube_offload/manifests if it is missing (--install-crd=true)",
+        help=(
+            "create the ShadowPod, Consumer and TwinNamespace CRDs from kube_offload/manifests "
+            "where missing (--install-crd=true)"
+        ),
     )
-    add_flag(parser, COMPONENT, "--namespace", default=None, help="watch only this namespace; unset: all namespaces")
+    add_flag(
+        parser,
+        COMPONENT,
+        "--namespace",
+        default=None,
+        help=(
+            "watch only this namespace; unset: all namespaces. Set, the TwinNamespace controller "
+            "and the Consumer status loop (cluster-wide) do not run"
+        ),
+    )
+    add_flag(
+        parser,
+        COMPONENT,
+        "--consumer-twin-role",
+        default=DEFAULT_CONSUMER_TWIN_ROLE,
+        help="ClusterRole bound to a consumer's ServiceAccount (RoleBinding) in each of its twin namespaces",
+    )
+    add_flag(
+        parser,
+        COMPONENT,
+        "--consumer-status-period",
+        default="2s",
+        type=positive_duration,
+        help="recompute Consumer statuses (usage, capacity) at most this often; written only when changed",
+    )
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_flag(
@@ -94,17 +122,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here so ``kube-offload --help`` does not pay for the controller's imports.
     from enforcer.controller import Enforcer, Settings
-    from enforcer.crd import ensure_crd
+    from enforcer.crd import ensure_crds
     from enforcer.webhook_server import ShadowPodWebhook
     from kube_offload.https_server import TLSSetupError
 
     setup_logging(args.log_level, json_format=args.log_json)
     # argparse runs a string default through ``type`` too, so this is always seconds.
-    settings = Settings(workers=args.workers, resync_seconds=float(args.resync_period), namespace=args.namespace or None)
+    settings = Settings(
+        workers=args.workers,
+        resync_seconds=float(args.resync_period),
+        namespace=args.namespace or None,
+        consumer_twin_role=args.consumer_twin_role,
+        consumer_status_seconds=float(args.consumer_status_period),
+    )
     webhook_settings = _webhook_settings(args)
     api_client = load_api_client(args.kubeconfig or None)
     if args.install_crd:
-        ensure_crd(api_client)
+        ensure_crds(api_client)
 
     stop = threading.Event()
 
@@ -119,17 +153,27 @@ def run(args: argparse.Namespace) -> int:
     webhook = None
     if webhook_settings is not None:
         try:
+            # The tenant loops' namespace and Consumer informers are shared, not duplicated.
+            # (--namespace rules out both the webhook and the tenant loops.)
+            tenants = enforcer.tenants
             webhook = ShadowPodWebhook(
-                api_client, webhook_settings, shadowpods=enforcer.shadowpods, resync_seconds=settings.resync_seconds
+                api_client,
+                webhook_settings,
+                shadowpods=enforcer.shadowpods,
+                namespaces=tenants.namespaces if tenants else None,
+                consumers=tenants.consumers if tenants else None,
+                resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:
             raise SystemExit(f"kube-offload enforcer: {exc}") from None
     log.info(
-        "enforcer starting (namespace: %s, workers: %d, resync: %.0fs, ShadowPod webhook: %s)",
+        "enforcer starting (namespace: %s, workers: %d, resync: %.0fs, ShadowPod webhook: %s, "
+        "twin namespaces and Consumer status: %s)",
         settings.namespace or "all",
         settings.workers,
         settings.resync_seconds,
         webhook_settings.bind if webhook_settings else "off",
+        f"on, twin role {settings.consumer_twin_role}" if enforcer.tenants else "off (--namespace)",
     )
     try:
         if webhook is not None:

@@ -1,5 +1,6 @@
 """Wiring of the ShadowPod controller: two informers (ShadowPods, and the pods the
-enforcer manages), the owner index, the work queue and its workers."""
+enforcer manages), the owner index, the work queue and its workers; and, once it runs,
+the provider-side loops (TwinNamespace controller, Consumer status: enforcer/tenants.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from enforcer.api import KubeEnforcerApi
 from enforcer.events import EventRecorder
 from enforcer.podindex import PodIndex
 from enforcer.reconcile import Reconciler
+from enforcer.tenants import TenantLoops
 from kube_offload.constants import (
+    DEFAULT_CONSUMER_TWIN_ROLE,
     LABEL_MANAGED_BY,
     MANAGED_BY_ENFORCER,
     SHADOWPOD_GROUP,
@@ -37,7 +40,12 @@ class Settings:
     resync_seconds: float = 300.0
     """How often every ShadowPod is reconciled again even if nothing changed."""
     namespace: str | None = None
-    """Watch only this namespace (None: all namespaces)."""
+    """Watch only this namespace (None: all namespaces). Set, the provider-side loops
+    (cluster-wide by nature) do not run."""
+    consumer_twin_role: str = DEFAULT_CONSUMER_TWIN_ROLE
+    """ClusterRole bound to the consumer in each twin namespace."""
+    consumer_status_seconds: float = 2.0
+    """Consumer statuses are recomputed at most this often (and written only on change)."""
 
 
 class Enforcer:
@@ -71,6 +79,15 @@ class Enforcer:
         self.pods.add_handler(self.index.on_event)
         self.controller.watch(self.shadowpods)
         self.controller.watch(self.pods, owner_key)
+        self.tenants: TenantLoops | None = None
+        if settings.namespace is None:
+            self.tenants = TenantLoops(
+                api_client,
+                shadowpods=self.shadowpods,
+                twin_role=settings.consumer_twin_role,
+                status_period=settings.consumer_status_seconds,
+                resync_seconds=settings.resync_seconds,
+            )
 
     def start(self, stop: threading.Event) -> bool:
         """Start the informers and, once both caches are filled, the workers. Returns
@@ -83,6 +100,9 @@ class Enforcer:
             if self.shadowpods.has_synced() and self.pods.has_synced():
                 self.controller.start()
                 log.info("caches synced; %d workers reconciling ShadowPods", self.settings.workers)
+                # Only now: their first lists (every pod and node) must not delay this one.
+                if self.tenants is not None:
+                    self.tenants.start()
                 return True
             if time.monotonic() > next_warning:
                 next_warning += 30.0
@@ -92,6 +112,8 @@ class Enforcer:
 
     def stop(self, timeout: float = 2.0) -> None:
         self.controller.stop()
+        if self.tenants is not None:
+            self.tenants.stop(timeout)
         # Informer.stop() closes the watch response while the informer thread is blocked
         # reading it, and that close can wait on the reader's buffer lock for as long as
         # the watch stays quiet (minutes). Stopping must not hang on it: the informer

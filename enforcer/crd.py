@@ -1,5 +1,6 @@
-"""Install the ShadowPod CRD shipped in kube_offload/manifests when it is missing
-(``--install-crd``: handy for test clusters; Helm installs it in production)."""
+"""Install the CRDs shipped in kube_offload/manifests (ShadowPod, Consumer, TwinNamespace)
+where they are missing (``--install-crd``: handy for test clusters; Helm installs them in
+production)."""
 
 from __future__ import annotations
 
@@ -11,36 +12,42 @@ import yaml
 from kubernetes import client
 
 from enforcer.api import raw_request
-from kube_offload.constants import SHADOWPOD_GROUP, SHADOWPOD_PLURAL
 from kube_offload.kube import ApiError, call_json
 
-CRD_NAME = f"{SHADOWPOD_PLURAL}.{SHADOWPOD_GROUP}"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# Every CRD the enforcer reads; the chart symlinks the same files.
+MANIFESTS = ("shadowpod-crd.yaml", "consumer-crd.yaml", "twinnamespace-crd.yaml")
 
 log = logging.getLogger("kube_offload.enforcer.crd")
 
 
-def load_crd() -> dict:
-    text = (resources.files("kube_offload") / "manifests" / "shadowpod-crd.yaml").read_text()
-    return yaml.safe_load(text)
+def load_crds() -> list[dict]:
+    manifests = resources.files("kube_offload") / "manifests"
+    return [yaml.safe_load((manifests / name).read_text()) for name in MANIFESTS]
 
 
-def ensure_crd(api_client: client.ApiClient, *, timeout: float = 30.0) -> None:
-    """Create the CRD unless one of that name exists (an existing one is left as it is:
-    upgrading a CRD is the installer's job), then wait until it is Established so the
-    informer's first list does not meet a 404."""
-    try:
-        call_json(raw_request, api_client, "POST", CRD_PATH, body=load_crd())
-        log.info("created CustomResourceDefinition %s", CRD_NAME)
-    except ApiError as exc:
-        if not exc.already_exists:
-            raise
+def ensure_crds(api_client: client.ApiClient, *, timeout: float = 30.0) -> None:
+    """Create each CRD unless one of that name exists (an existing one is left as it is:
+    upgrading a CRD is the installer's job), then wait until all are Established so the
+    informers' first lists do not meet a 404."""
+    crds = load_crds()
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        try:
+            call_json(raw_request, api_client, "POST", CRD_PATH, body=crd)
+            log.info("created CustomResourceDefinition %s", name)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
     deadline = time.monotonic() + timeout
-    while True:
-        crd = call_json(raw_request, api_client, "GET", f"{CRD_PATH}/{CRD_NAME}")
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"kube-offload enforcer: CRD {CRD_NAME} not Established after {timeout:.0f}s")
-        time.sleep(0.2)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        while not _established(call_json(raw_request, api_client, "GET", f"{CRD_PATH}/{name}")):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"kube-offload enforcer: CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.2)
+
+
+def _established(crd: dict) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)

@@ -21,7 +21,15 @@ def test_defaults():
     assert (args.kubeconfig, args.workers, args.resync_period, args.install_crd, args.namespace) == (
         None, 4, 300.0, False, None)
     assert (args.log_level, args.log_json) == ("INFO", False)
+    assert (args.consumer_twin_role, args.consumer_status_period) == ("kube-offload-consumer-twin", 2.0)
     assert args.func.__module__ == "enforcer.cli"
+
+
+def test_provider_loop_flags(monkeypatch):
+    args = parse(["--consumer-twin-role", "r-consumer-twin", "--consumer-status-period", "500ms"])
+    assert (args.consumer_twin_role, args.consumer_status_period) == ("r-consumer-twin", 0.5)
+    monkeypatch.setenv("KUBE_OFFLOAD_ENFORCER_CONSUMER_TWIN_ROLE", "from-env")
+    assert parse([]).consumer_twin_role == "from-env"
 
 
 def test_command_line():

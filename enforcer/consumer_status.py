@@ -1,0 +1,59 @@
+"""What a Consumer's status should say (pure): the enforcer-owned half of the Consumer.
+
+``used``/``shadowPods`` come from :func:`enforcer.quota.consumer_usage` (the same sum the
+ShadowPod webhook checks against the quota), ``twinNamespaces`` from the namespaces'
+enforcer-written labels, ``capacity`` from
+:func:`kube_offload.remote_resources.summarize` in the shape
+:func:`kube_offload.remote_resources.encode_capacity_status` writes (the consumer's
+virtual kubelet reads it back instead of listing this cluster's nodes and pods).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Iterable, Mapping
+
+from enforcer.quota import twin_owner
+from kube_offload.remote_resources import RemoteResources, encode_capacity_status
+from kube_offload.resources import MILLI, ResourceList, format_resource_list
+
+# Set on every write, so it is left out when deciding whether anything changed.
+UPDATED = "updated"
+
+
+def twin_namespaces_of(namespaces: Iterable[Mapping], consumer_id: str) -> list[str]:
+    """Names of the namespaces the enforcer made for ``consumer_id``, sorted."""
+    return sorted(
+        str((ns.get("metadata") or {}).get("name")) for ns in namespaces if twin_owner(ns) == consumer_id
+    )
+
+
+def desired_status(
+    consumer: Mapping,
+    *,
+    used: ResourceList,
+    twin_namespaces: list[str],
+    capacity: RemoteResources,
+) -> dict:
+    """The status without its timestamp (see :func:`stamped`)."""
+    status: dict = {
+        "used": format_resource_list(used),
+        "shadowPods": used.get("pods", 0) // MILLI,
+        "twinNamespaces": list(twin_namespaces),
+        "capacity": encode_capacity_status(capacity),
+    }
+    generation = (consumer.get("metadata") or {}).get("generation")
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def status_changed(consumer: Mapping, desired: Mapping) -> bool:
+    """Whether writing ``desired`` would change anything but the timestamp."""
+    current = {k: v for k, v in (consumer.get("status") or {}).items() if k != UPDATED}
+    return current != {k: v for k, v in desired.items() if k != UPDATED}
+
+
+def stamped(status: Mapping, now: datetime | None = None) -> dict:
+    moment = now or datetime.now(timezone.utc)
+    return {**status, UPDATED: moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -1,0 +1,136 @@
+"""The Consumer status loop: usage, twin namespaces and the capacity summary of every
+Consumer, written through ``consumers/status``.
+
+Any change in the caches it reads (Consumers, ShadowPods, namespaces, nodes, pods) only
+marks the loop dirty; one thread then recomputes every Consumer's status at most once
+per ``period`` and writes those that changed. Coalescing keeps the cost bounded however
+fast pods churn (one pass is a sum over the cached objects, no API reads), and writing
+only on change keeps a quiet cluster quiet. The pass runs on its own thread, apart from
+the ShadowPod workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+from enforcer.consumer_status import desired_status, stamped, status_changed, twin_namespaces_of
+from enforcer.quota import consumer_usage
+from enforcer.tenancy import consumer_name
+from enforcer.tenant_api import TenantApi
+from enforcer.trim import content_changed
+from kube_offload.kube import ApiError
+from kube_offload.remote_resources import summarize
+
+log = logging.getLogger("kube_offload.enforcer.consumers")
+
+
+class Cache(Protocol):
+    def get(self, key: str) -> dict | None: ...
+
+    def list(self) -> list[dict]: ...
+
+    def has_synced(self) -> bool: ...
+
+
+class ConsumerStatusLoop:
+    def __init__(
+        self,
+        *,
+        consumers: Cache,
+        shadowpods: Cache,
+        namespaces: Cache,
+        nodes: Cache,
+        pods: Cache,
+        api: TenantApi,
+        period: float = 2.0,
+        resync_seconds: float = 300.0,
+    ) -> None:
+        self._consumers = consumers
+        self._shadowpods = shadowpods
+        self._namespaces = namespaces
+        self._nodes = nodes
+        self._pods = pods
+        self._api = api
+        self._period = period
+        self._resync = resync_seconds
+        self._dirty = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+        self.writes = 0
+
+    # --- informer handlers (on the informer threads: cheap) --------------------------------
+    def on_event(self, _event: str, _old: dict | None, _new: dict) -> None:
+        self._dirty.set()
+
+    def on_trimmed_event(self, _event: str, old: dict | None, new: dict) -> None:
+        """For nodes and pods: a heartbeat or a condition changes only the
+        resourceVersion of the trimmed object, and is nothing to recompute for."""
+        if old is None or old is new or content_changed(old, new):
+            self._dirty.set()
+
+    # --- loop --------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._dirty.set()  # the first pass, once the caches are complete
+            self._thread = threading.Thread(target=self._run, name="consumer-status", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._dirty.set()
+
+    def _synced(self) -> bool:
+        caches = (self._consumers, self._shadowpods, self._namespaces, self._nodes, self._pods)
+        return all(cache.has_synced() for cache in caches)
+
+    def _run(self) -> None:
+        # Usage computed from a half-filled cache would publish a too-low figure.
+        while not self._synced():
+            if self._stopped.wait(0.2):
+                return
+        last_pass = float("-inf")
+        while not self._stopped.is_set():
+            self._dirty.wait(self._resync)
+            if self._stopped.is_set():
+                return
+            wait = last_pass + self._period - time.monotonic()
+            if wait > 0 and self._stopped.wait(wait):
+                return
+            self._dirty.clear()
+            last_pass = time.monotonic()
+            try:
+                self.sync_all()
+            except Exception:  # a bug in one pass must not end the loop
+                log.exception("consumer status pass failed")
+                self._dirty.set()
+
+    def sync_all(self) -> None:
+        """One pass over every Consumer (also called directly by tests)."""
+        self.passes += 1
+        nodes = self._nodes.list()
+        pods = self._pods.list()
+        shadowpods = self._shadowpods.list()
+        namespaces = self._namespaces.list()
+        for consumer in self._consumers.list():
+            name = consumer_name(consumer)
+            desired = desired_status(
+                consumer,
+                used=consumer_usage(shadowpods, name, namespace_of=self._namespaces.get),
+                twin_namespaces=twin_namespaces_of(namespaces, name),
+                capacity=summarize(nodes, pods, name),
+            )
+            if not status_changed(consumer, desired):
+                continue
+            try:
+                self._api.replace_consumer_status(name, stamped(desired))
+                self.writes += 1
+                log.debug("[%s] status: %d ShadowPods, used %s", name, desired["shadowPods"], desired["used"])
+            except ApiError as exc:
+                if exc.not_found:
+                    continue  # deleted meanwhile
+                log.warning("[%s] could not write status: %s; trying again in %.0fs", name, exc, self._period)
+                self._dirty.set()

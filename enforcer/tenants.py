@@ -1,0 +1,154 @@
+"""Wiring of the enforcer's provider-side loops: the TwinNamespace controller and the
+Consumer status loop, with the cluster-wide informers they read.
+
+They start after the ShadowPod controller is running and wait for their own caches on
+their own threads, so their initial lists (every pod and node of the cluster) never
+delay a ShadowPod's pod, and their workers are not the ShadowPod workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from kubernetes import client
+
+from enforcer.consumers import ConsumerStatusLoop
+from enforcer.tenant_api import KubeTenantApi
+from enforcer.trim import drop_managed_fields, trim_namespace, trim_node, trim_pod
+from enforcer.twins import TwinReconciler, consumer_spec_changed
+from kube_offload import constants as c
+from kube_offload.controller import Controller
+from kube_offload.informer import Informer
+
+log = logging.getLogger("kube_offload.enforcer.tenants")
+
+
+class TenantLoops:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        shadowpods: Informer,
+        twin_role: str,
+        status_period: float,
+        resync_seconds: float,
+        workers: int = 2,
+    ) -> None:
+        core = client.CoreV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+        rbac = client.RbacAuthorizationV1Api(api_client)
+
+        def custom_list(plural: str) -> dict:
+            return {
+                "list_func": custom.list_cluster_custom_object,
+                "list_kwargs": {"group": c.DOMAIN, "version": c.SHADOWPOD_VERSION, "plural": plural},
+            }
+
+        self.namespaces = Informer(
+            name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=trim_namespace
+        )
+        self.consumers = Informer(
+            name="consumers", resync_seconds=resync_seconds, transform=drop_managed_fields, **custom_list(c.CONSUMER_PLURAL)
+        )
+        self.requests = Informer(
+            name="twinnamespaces",
+            resync_seconds=resync_seconds,
+            transform=drop_managed_fields,
+            **custom_list(c.TWIN_NAMESPACE_PLURAL),
+        )
+        # Only the twin RoleBindings (one name, every namespace), not all of them.
+        self.rolebindings = Informer(
+            name="twin-rolebindings",
+            list_func=rbac.list_role_binding_for_all_namespaces,
+            list_kwargs={"field_selector": f"metadata.name={c.TWIN_ROLEBINDING_NAME}"},
+            resync_seconds=resync_seconds,
+            transform=drop_managed_fields,
+        )
+        self.nodes = Informer(name="capacity-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)
+        self.pods = Informer(
+            name="capacity-pods", list_func=core.list_pod_for_all_namespaces, resync_seconds=resync_seconds, transform=trim_pod
+        )
+        self._informers = [self.namespaces, self.consumers, self.requests, self.rolebindings, self.nodes, self.pods]
+
+        api = KubeTenantApi(api_client)
+        self.reconciler = TwinReconciler(
+            requests=self.requests,
+            namespaces=self.namespaces,
+            consumers=self.consumers,
+            rolebindings=self.rolebindings,
+            api=api,
+            twin_role=twin_role,
+        )
+        self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
+        self.twins.watch(self.requests)
+        self.namespaces.add_handler(self._fan_out(self.reconciler.keys_for_namespace))
+        self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
+        consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)
+        self.consumers.add_handler(
+            lambda event, old, new: consumer_keys(event, old, new) if consumer_spec_changed(event, old, new) else None
+        )
+
+        self.status = ConsumerStatusLoop(
+            consumers=self.consumers,
+            shadowpods=shadowpods,
+            namespaces=self.namespaces,
+            nodes=self.nodes,
+            pods=self.pods,
+            api=api,
+            period=status_period,
+            resync_seconds=resync_seconds,
+        )
+        for informer in (self.consumers, shadowpods, self.namespaces):
+            informer.add_handler(self.status.on_event)
+        for informer in (self.nodes, self.pods):
+            informer.add_handler(self.status.on_trimmed_event)
+
+        self._stopped = threading.Event()
+        self._starter: threading.Thread | None = None
+
+    def _fan_out(self, key_func):
+        def handler(_event: str, old: dict | None, new: dict) -> None:
+            for obj in (old, new):
+                if obj is not None:
+                    for key in key_func(obj):
+                        self.twins.enqueue(key)
+
+        return handler
+
+    def start(self) -> None:
+        for informer in self._informers:
+            informer.start()
+        self.status.start()
+        self._starter = threading.Thread(target=self._start_twins, name="twin-namespaces-start", daemon=True)
+        self._starter.start()
+
+    def _start_twins(self) -> None:
+        # A request served from a half-filled namespace cache could be refused for a
+        # namespace not listed yet, or a namespace created twice.
+        caches = (self.namespaces, self.consumers, self.requests, self.rolebindings)
+        waited = 0.0
+        while not all(cache.has_synced() for cache in caches):
+            if self._stopped.wait(0.2):
+                return
+            waited += 0.2
+            if waited >= 30.0:
+                waited = 0.0
+                missing = ", ".join(cache.name for cache in caches if not cache.has_synced())
+                log.warning("TwinNamespace controller still waiting for caches: %s (are the Consumer and "
+                            "TwinNamespace CRDs installed?)", missing)
+        self.twins.start()
+        log.info("caches synced; TwinNamespace controller running")
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopped.set()
+        self.twins.stop()
+        self.status.stop()
+        # As in Enforcer.stop: closing a quiet watch can block; never hang on it.
+        closer = threading.Thread(target=self._stop_informers, name="stop-tenant-informers", daemon=True)
+        closer.start()
+        closer.join(timeout)
+
+    def _stop_informers(self) -> None:
+        for informer in self._informers:
+            informer.stop()

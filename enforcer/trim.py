@@ -1,0 +1,114 @@
+"""What the enforcer's cluster-wide caches keep of each object (informer transforms).
+
+The capacity summary needs every Node and every Pod of the provider, and the
+TwinNamespace controller every Namespace; caching them whole would cost memory in
+proportion to the cluster (a Pod is often several KiB, most of it managedFields, env and
+volumes). Each transform keeps only the fields its readers use — for pods and nodes,
+what :func:`kube_offload.remote_resources.summarize` reads — plus the resourceVersion
+the informer compares on a re-list. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from kube_offload import constants as c
+
+_OUR_ANNOTATION_PREFIX = f"{c.DOMAIN}/"
+
+
+def _pick(source: Mapping | None, *keys: str) -> dict:
+    source = source or {}
+    return {k: source[k] for k in keys if source.get(k) is not None}
+
+
+def _metadata(obj: Mapping, *keys: str) -> dict:
+    return _pick(obj.get("metadata"), "name", "namespace", "uid", "resourceVersion", "deletionTimestamp", *keys)
+
+
+def trim_pod(pod: dict) -> dict:
+    """Name, namespace, the origin label (the summary's "is it the consumer's own?"),
+    deletionTimestamp, nodeName, the requests of containers and init containers (with the
+    init containers' restartPolicy: sidecars count differently), pod-level resources,
+    overhead and the phase."""
+    metadata = _metadata(pod)
+    origin = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
+    if origin is not None:
+        metadata["labels"] = {c.LABEL_ORIGIN_CLUSTER_ID: origin}
+    source = pod.get("spec") or {}
+    spec = _pick(source, "nodeName", "overhead")
+    if source.get("resources") is not None:
+        spec["resources"] = _pick(source["resources"], "requests")
+    for field in ("containers", "initContainers"):
+        containers = source.get(field)
+        if isinstance(containers, list):
+            spec[field] = [_trim_container(item) for item in containers]
+        elif containers is not None:
+            spec[field] = containers  # malformed: keep it so pod_requests says so, as before
+    trimmed: dict = {"metadata": metadata, "spec": spec}
+    phase = (pod.get("status") or {}).get("phase")
+    if phase is not None:
+        trimmed["status"] = {"phase": phase}
+    return trimmed
+
+
+def _trim_container(container: object) -> object:
+    if not isinstance(container, Mapping):
+        return container
+    trimmed = _pick(container, "name", "restartPolicy")
+    resources = container.get("resources")
+    if isinstance(resources, Mapping):
+        trimmed["resources"] = _pick(resources, "requests")
+    elif resources is not None:
+        trimmed["resources"] = resources
+    return trimmed
+
+
+def trim_node(node: dict) -> dict:
+    """Name, the virtual-node type label, unschedulable, allocatable and the conditions'
+    type and status (heartbeat times and messages change every few seconds)."""
+    metadata = _metadata(node)
+    node_type = ((node.get("metadata") or {}).get("labels") or {}).get(c.LABEL_TYPE)
+    if node_type is not None:
+        metadata["labels"] = {c.LABEL_TYPE: node_type}
+    status = node.get("status") or {}
+    trimmed_status: dict = _pick(status, "allocatable")
+    conditions = status.get("conditions")
+    if isinstance(conditions, list):
+        trimmed_status["conditions"] = [_pick(cond, "type", "status") for cond in conditions if isinstance(cond, Mapping)]
+    return {"metadata": metadata, "spec": _pick(node.get("spec"), "unschedulable"), "status": trimmed_status}
+
+
+def trim_namespace(namespace: dict) -> dict:
+    """Name, UID, labels (tenant, origin, managed-by, Pod Security), our own annotations
+    (twin-request, twin-of) and the phase."""
+    metadata = _metadata(namespace, "labels")
+    annotations = (namespace.get("metadata") or {}).get("annotations") or {}
+    ours = {k: v for k, v in annotations.items() if k.startswith(_OUR_ANNOTATION_PREFIX)}
+    if ours:
+        metadata["annotations"] = ours
+    trimmed: dict = {"metadata": metadata}
+    phase = (namespace.get("status") or {}).get("phase")
+    if phase is not None:
+        trimmed["status"] = {"phase": phase}
+    return trimmed
+
+
+def content_changed(old: Mapping | None, new: Mapping) -> bool:
+    """Whether two trimmed versions of an object differ in anything but resourceVersion
+    (a node's heartbeat, a pod's condition: nothing the summary reads)."""
+    if old is None:
+        return True
+    return _without_version(old) != _without_version(new)
+
+
+def _without_version(obj: Mapping) -> dict:
+    copy = dict(obj)
+    copy["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+    return copy
+
+
+def drop_managed_fields(obj: dict) -> dict:
+    """For objects kept whole: managedFields are often their largest part, and unread."""
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj

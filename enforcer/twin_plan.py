@@ -1,0 +1,327 @@
+"""What to do about one TwinNamespace request: the decisions of the TwinNamespace
+controller as a pure function of what the caches (or a live read) show.
+
+A request ``T/<name>`` (T: a consumer's tenant namespace) asks for namespace ``<name>``.
+The enforcer creates it for the consumer, labelled with the consumer's origin id and Pod
+Security level, binds the consumer's twin role into it, and deletes it (with everything
+the consumer put in it) when the request goes. A namespace is *ours* only when it carries
+all three marks the enforcer writes at creation — managed-by=enforcer, origin=<id> and
+twin-request=T/<name> — so a namespace made by anyone else, or for another request, is
+never adopted, relabelled or deleted. :mod:`enforcer.twins` carries a plan out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+from enforcer.tenancy import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
+from kube_offload import constants as c
+
+# How soon to look again while waiting for something only time brings (a namespace
+# terminating). Its watch event normally comes first; this is the fallback.
+TERMINATING_RECHECK_SECONDS = 2.0
+# A name held by someone else's namespace may be freed by them; look again now and then.
+NAME_TAKEN_RECHECK_SECONDS = 30.0
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes' own namespaces exist anyway (and would be refused as not ours); tenant
+# namespaces may not exist *yet*, and a consumer must not grab a future tenant's name.
+_RESERVED_NAMES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+_RESERVED_PREFIXES = (c.TENANT_NAMESPACE_PREFIX,)
+
+
+class RoleBindingAction(Enum):
+    NONE = "none"
+    CREATE = "create"
+    UPDATE = "update"  # subjects or marks differ
+    RECREATE = "recreate"  # roleRef differs, and roleRef is immutable
+
+
+@dataclass(frozen=True)
+class TwinPlan:
+    """The steps of one reconcile, carried out in this order: finalizer, namespace,
+    RoleBinding, namespace deletion, finalizer removal, status, requeue."""
+
+    status: dict | None = None
+    """The desired status (None: leave it as it is)."""
+    add_finalizer: bool = False
+    create_namespace: dict | None = None
+    namespace_patch: dict | None = None
+    """A merge patch of our namespace's labels/annotations (Pod Security level changed)."""
+    rolebinding: dict | None = None
+    rolebinding_action: RoleBindingAction = RoleBindingAction.NONE
+    delete_namespace_uid: str | None = None
+    remove_finalizer: bool = False
+    requeue_after: float | None = None
+    notes: list[str] = field(default_factory=list)
+    """Why, in words, for the debug log."""
+
+
+def request_key(request: Mapping) -> str:
+    metadata = request.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def has_finalizer(request: Mapping) -> bool:
+    return c.TWIN_NAMESPACE_FINALIZER in ((request.get("metadata") or {}).get("finalizers") or [])
+
+
+def finalizers_with(request: Mapping) -> list[str]:
+    current = list((request.get("metadata") or {}).get("finalizers") or [])
+    return current if c.TWIN_NAMESPACE_FINALIZER in current else [*current, c.TWIN_NAMESPACE_FINALIZER]
+
+
+def finalizers_without(request: Mapping) -> list[str]:
+    return [f for f in (request.get("metadata") or {}).get("finalizers") or [] if f != c.TWIN_NAMESPACE_FINALIZER]
+
+
+def name_problem(name: str) -> str:
+    """Why ``name`` cannot be a twin namespace, or "" when it can."""
+    if len(name) > 63 or not _DNS_LABEL.match(name):
+        return (
+            f"metadata.name {name!r} is not a valid namespace name: at most 63 lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit"
+        )
+    if name in _RESERVED_NAMES or name.startswith(_RESERVED_PREFIXES):
+        return f"metadata.name {name!r} is reserved on this provider; ask for another namespace name"
+    return ""
+
+
+def is_ours(namespace: Mapping | None, consumer_id: str, key: str) -> bool:
+    """Whether the enforcer made ``namespace`` for request ``key`` of ``consumer_id``."""
+    if not namespace:
+        return False
+    metadata = namespace.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    return (
+        labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
+        and labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == consumer_id
+        and annotations.get(c.ANNOTATION_TWIN_REQUEST) == key
+    )
+
+
+def made_for(namespace: Mapping | None, key: str) -> bool:
+    """Whether the enforcer made ``namespace`` for request ``key``, whichever consumer it
+    was for (the deletion path, where the Consumer may be gone already)."""
+    if not namespace:
+        return False
+    metadata = namespace.get("metadata") or {}
+    return (metadata.get("labels") or {}).get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER and (
+        metadata.get("annotations") or {}
+    ).get(c.ANNOTATION_TWIN_REQUEST) == key
+
+
+def desired_labels(consumer_id: str, level: str) -> dict[str, str]:
+    return {
+        c.LABEL_ORIGIN_CLUSTER_ID: consumer_id,
+        c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER,
+        c.LABEL_PSA_ENFORCE: level,
+        c.LABEL_PSA_ENFORCE_VERSION: "latest",
+    }
+
+
+def desired_annotations(request: Mapping) -> dict[str, str]:
+    return {
+        c.ANNOTATION_TWIN_OF: str((request.get("spec") or {}).get("localNamespace") or ""),
+        c.ANNOTATION_TWIN_REQUEST: request_key(request),
+    }
+
+
+def desired_namespace(request: Mapping, consumer_id: str, level: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": (request.get("metadata") or {}).get("name"),
+            "labels": desired_labels(consumer_id, level),
+            "annotations": desired_annotations(request),
+        },
+    }
+
+
+def namespace_patch(namespace: Mapping, request: Mapping, consumer_id: str, level: str) -> dict | None:
+    """A merge patch bringing our namespace's labels and annotations to what they should
+    be (only the keys that differ), or None when they already are."""
+    metadata = namespace.get("metadata") or {}
+    patch: dict = {}
+    for section, desired in (("labels", desired_labels(consumer_id, level)), ("annotations", desired_annotations(request))):
+        current = metadata.get(section) or {}
+        changed = {k: v for k, v in desired.items() if current.get(k) != v}
+        if changed:
+            patch.setdefault("metadata", {})[section] = changed
+    return patch or None
+
+
+def desired_rolebinding(namespace: str, request: Mapping, consumer: Mapping, twin_role: str) -> dict:
+    account_namespace, account_name = service_account_of(consumer)
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": c.TWIN_ROLEBINDING_NAME,
+            "namespace": namespace,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
+            "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
+        },
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": twin_role},
+        "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": account_namespace}],
+    }
+
+
+def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindingAction:
+    if existing is None:
+        return RoleBindingAction.CREATE
+    if existing.get("roleRef") != desired["roleRef"]:
+        return RoleBindingAction.RECREATE
+    metadata = existing.get("metadata") or {}
+    wanted = desired["metadata"]
+    marks_ok = all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
+        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
+    )
+    if _subjects(existing) != _subjects(desired) or not marks_ok:
+        return RoleBindingAction.UPDATE
+    return RoleBindingAction.NONE
+
+
+def _subjects(binding: Mapping) -> list[tuple]:
+    return sorted(
+        (s.get("kind"), s.get("name"), s.get("namespace") or "", s.get("apiGroup") or "")
+        for s in binding.get("subjects") or []
+    )
+
+
+def status(request: Mapping, phase: str, message: str, namespace: str = "") -> dict:
+    desired: dict = {"phase": phase, "message": message}
+    if namespace:
+        desired["namespace"] = namespace
+    generation = (request.get("metadata") or {}).get("generation")
+    if generation is not None:
+        desired["observedGeneration"] = generation
+    return desired
+
+
+def status_changed(request: Mapping, desired: Mapping) -> bool:
+    return (request.get("status") or {}) != desired
+
+
+def _terminating(obj: Mapping | None) -> bool:
+    return bool(obj and (obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def plan_twin(
+    request: Mapping,
+    *,
+    tenant_namespace: Mapping | None,
+    consumers: ConsumerLookup,
+    namespace: Mapping | None,
+    rolebinding: Mapping | None,
+    twin_role: str,
+) -> TwinPlan:
+    """The plan for ``request`` given the tenant namespace it lives in, the Consumers,
+    the namespace it asks for and that namespace's twin RoleBinding (each None if absent)."""
+    if _terminating(request):
+        return _plan_deletion(request, namespace)
+
+    key = request_key(request)
+    name = str((request.get("metadata") or {}).get("name") or "")
+    request_namespace = str((request.get("metadata") or {}).get("namespace") or "")
+
+    problem = name_problem(name)
+    if problem:
+        return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, problem))
+
+    consumer, why_not = requesting_consumer(request_namespace, tenant_namespace, consumers)
+    if consumer is None:
+        # A namespace served earlier stays (its pods keep running) until the request is
+        # deleted; nothing new is done for a request nobody admitted.
+        return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, why_not))
+    consumer_id = consumer_name(consumer)
+    level = pod_security_level(consumer)
+
+    if namespace is not None and not is_ours(namespace, consumer_id, key):
+        return TwinPlan(
+            status=status(
+                request,
+                c.TWIN_PHASE_REFUSED,
+                f"namespace {name} exists and is not yours: it was not created by the enforcer for "
+                f"request {key}; ask for another name (it is never adopted)",
+            ),
+            requeue_after=NAME_TAKEN_RECHECK_SECONDS,
+        )
+
+    add_finalizer = not has_finalizer(request)
+    if namespace is None:
+        # The finalizer goes on first, so a namespace never exists without the request
+        # holding on to it until it is cleaned up.
+        return TwinPlan(
+            status=status(request, c.TWIN_PHASE_PENDING, f"creating namespace {name}"),
+            add_finalizer=add_finalizer,
+            create_namespace=desired_namespace(request, consumer_id, level),
+            notes=["namespace absent: create it"],
+        )
+
+    if _terminating(namespace):
+        # Ours but going away (deleted by hand): once gone it is created afresh.
+        return TwinPlan(
+            status=status(request, c.TWIN_PHASE_PENDING, f"namespace {name} is terminating; it will be created again"),
+            add_finalizer=add_finalizer,
+            requeue_after=TERMINATING_RECHECK_SECONDS,
+        )
+
+    patch = namespace_patch(namespace, request, consumer_id, level)
+    binding = desired_rolebinding(name, request, consumer, twin_role)
+    action = rolebinding_action(rolebinding, binding)
+    active = (namespace.get("status") or {}).get("phase", "Active") == "Active"
+    if patch is None and action is RoleBindingAction.NONE and active:
+        desired_status = status(request, c.TWIN_PHASE_READY, f"namespace {name} is ready", name)
+    else:
+        waiting = []
+        if patch is not None:
+            waiting.append("labels")
+        if action is not RoleBindingAction.NONE:
+            waiting.append(f"RoleBinding {c.TWIN_ROLEBINDING_NAME}")
+        if not active:
+            waiting.append("the namespace to become Active")
+        desired_status = status(request, c.TWIN_PHASE_PENDING, f"namespace {name}: waiting for {', '.join(waiting)}", name)
+    return TwinPlan(
+        status=desired_status,
+        add_finalizer=add_finalizer,
+        namespace_patch=patch,
+        rolebinding=binding if action is not RoleBindingAction.NONE else None,
+        rolebinding_action=action,
+    )
+
+
+def _plan_deletion(request: Mapping, namespace: Mapping | None) -> TwinPlan:
+    """The request is being deleted: our namespace goes first (everything in it with it),
+    then the finalizer. ``namespace`` must come from a live read here: a cache that has
+    not seen the namespace yet must not let the finalizer go while it exists."""
+    if not has_finalizer(request):
+        return TwinPlan(notes=["deleting, not ours to finalize"])
+    name = str((request.get("metadata") or {}).get("name") or "")
+    key = request_key(request)
+    if not made_for(namespace, key):
+        # Gone already, or someone else's (never touched): nothing to clean up.
+        return TwinPlan(remove_finalizer=True, notes=["namespace gone or not ours: release the request"])
+    assert namespace is not None
+    terminating = status(request, c.TWIN_PHASE_TERMINATING, f"deleting namespace {name} and everything in it", name)
+    if _terminating(namespace):
+        return TwinPlan(status=terminating, requeue_after=TERMINATING_RECHECK_SECONDS)
+    uid = str((namespace.get("metadata") or {}).get("uid") or "")
+    return TwinPlan(status=terminating, delete_namespace_uid=uid, requeue_after=TERMINATING_RECHECK_SECONDS)
+
+
+def orphan_namespace_uid(namespace: Mapping | None, key: str) -> str | None:
+    """The UID to delete when ``namespace`` was made for request ``key`` and the request is
+    gone (its finalizer removed by hand): the namespace would otherwise outlive it. The
+    caller confirms the request's absence with the API server first."""
+    if not made_for(namespace, key) or _terminating(namespace):
+        return None
+    assert namespace is not None
+    return str((namespace.get("metadata") or {}).get("uid") or "") or None

@@ -1,0 +1,239 @@
+"""The TwinNamespace controller: a consumer asks, the provider creates its namespace.
+
+Keys are TwinNamespace keys (``<tenant ns>/<name>``). Every event that can change the
+answer for a request enqueues it: the request itself, the namespace of that name, the
+tenant namespace it lives in, its Consumer (spec changes only: the Consumer status loop
+writes status every few seconds) and the twin RoleBinding. One reconcile reads the
+caches, asks :func:`enforcer.twin_plan.plan_twin` what to do and does it; running it
+again, or after a crash at any line, converges to the same state (creates meet
+AlreadyExists, deletes carry the UID, the finalizer patch carries the resourceVersion).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from enforcer.tenancy import consumer_name, service_account_of
+from enforcer.tenant_api import TenantApi
+from enforcer.twin_plan import (
+    RoleBindingAction,
+    TwinPlan,
+    finalizers_with,
+    finalizers_without,
+    has_finalizer,
+    orphan_namespace_uid,
+    plan_twin,
+    status_changed,
+)
+from kube_offload import constants as c
+from kube_offload.controller import Requeue
+from kube_offload.informer import ADDED, DELETED
+from kube_offload.kube import ApiError, split_key
+from kube_offload.logs import ObjectLogger
+
+log = logging.getLogger("kube_offload.enforcer.twins")
+
+# After a write the cache has not caught up with yet: its event is about to come.
+STALE_CACHE_RECHECK_SECONDS = 0.5
+
+
+class Cache(Protocol):
+    def get(self, key: str) -> dict | None: ...
+
+    def keys(self) -> list[str]: ...
+
+
+class TwinReconciler:
+    def __init__(
+        self,
+        *,
+        requests: Cache,
+        namespaces: Cache,
+        consumers: Cache,
+        rolebindings: Cache,
+        api: TenantApi,
+        twin_role: str,
+    ) -> None:
+        self._requests = requests
+        self._namespaces = namespaces
+        self._consumers = consumers
+        self._rolebindings = rolebindings
+        self._api = api
+        self._twin_role = twin_role
+
+    # --- keys: which requests an event concerns (informer handlers: cheap) ---------------
+    def keys_for_namespace(self, namespace: dict) -> list[str]:
+        """The request that made it, every request asking for its name (one may be waiting
+        for a foreign namespace to go), and every request in it (a tenant namespace)."""
+        metadata = namespace.get("metadata") or {}
+        name = metadata.get("name") or ""
+        keys = set()
+        made_for = (metadata.get("annotations") or {}).get(c.ANNOTATION_TWIN_REQUEST)
+        if made_for:
+            keys.add(made_for)
+        for key in self._requests.keys():
+            request_namespace, request_name = split_key(key)
+            if request_name == name or request_namespace == name:
+                keys.add(key)
+        return sorted(keys)
+
+    def keys_for_rolebinding(self, binding: dict) -> list[str]:
+        metadata = binding.get("metadata") or {}
+        made_for = (metadata.get("annotations") or {}).get(c.ANNOTATION_TWIN_REQUEST)
+        if made_for:
+            return [made_for]
+        namespace = metadata.get("namespace") or ""
+        return [k for k in self._requests.keys() if split_key(k)[1] == namespace]
+
+    def keys_for_consumer(self, consumer: dict) -> list[str]:
+        """Requests in the namespaces this Consumer may speak from: its tenant namespace
+        and its ServiceAccount's namespace."""
+        homes = {c.tenant_namespace(consumer_name(consumer)), service_account_of(consumer)[0]}
+        return [k for k in self._requests.keys() if split_key(k)[0] in homes]
+
+    # --- reconcile ----------------------------------------------------------------------
+    def __call__(self, key: str) -> None:
+        request_namespace, name = split_key(key)
+        if request_namespace is None:
+            return  # TwinNamespaces are namespaced; nothing else is ever enqueued
+        logger = ObjectLogger(log, {"key": key})
+        cached = self._requests.get(key)
+        if cached is None:
+            self._collect_orphan(key, name, logger)
+            return
+        request = {**cached, "metadata": dict(cached.get("metadata") or {})}
+        deleting = bool((request.get("metadata") or {}).get("deletionTimestamp"))
+        # Deleting: the live namespace, so a namespace the cache has not seen yet can never
+        # be left behind when the finalizer goes.
+        namespace = self._api.get_namespace(name) if deleting else self._namespaces.get(name)
+        plan = self._plan(request, namespace)
+        if plan.create_namespace is not None:
+            try:
+                self._prepare(request, plan, logger)
+                self._api.create_namespace(plan.create_namespace)
+                logger.info("created namespace %s", name)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                # The cache was behind, or someone else took the name just now: decide
+                # again from the live namespace.
+                plan = self._plan(request, self._api.get_namespace(name))
+                if plan.create_namespace is not None:
+                    raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"namespace {name} appeared and vanished") from exc
+        self._carry_out(request, plan, logger)
+
+    def _plan(self, request: dict, namespace: dict | None) -> TwinPlan:
+        metadata = request.get("metadata") or {}
+        name = metadata.get("name") or ""
+        return plan_twin(
+            request,
+            tenant_namespace=self._namespaces.get(metadata.get("namespace") or ""),
+            consumers=self._consumers.get,
+            namespace=namespace,
+            rolebinding=self._rolebindings.get(f"{name}/{c.TWIN_ROLEBINDING_NAME}"),
+            twin_role=self._twin_role,
+        )
+
+    def _prepare(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+        """The finalizer, before anything is created for the request."""
+        if not plan.add_finalizer or has_finalizer(request):
+            return
+        metadata = request["metadata"]
+        finalizers = finalizers_with(request)
+        try:
+            updated = self._api.set_twin_request_finalizers(
+                metadata["namespace"], metadata["name"], finalizers, metadata.get("resourceVersion", "")
+            )
+        except ApiError as exc:
+            if exc.conflict or exc.not_found:
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, "request changed meanwhile") from exc
+            raise
+        # The rest of this reconcile works on what was written, never on the stale copy
+        # (a copy: the cached object itself is never changed).
+        request["metadata"] = {
+            **metadata,
+            "finalizers": finalizers,
+            "resourceVersion": (updated.get("metadata") or {}).get("resourceVersion"),
+        }
+        logger.debug("finalizer added")
+
+    def _carry_out(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+        metadata = request["metadata"]
+        request_namespace, name = metadata["namespace"], metadata["name"]
+        self._prepare(request, plan, logger)
+        if plan.namespace_patch is not None:
+            self._api.patch_namespace(name, plan.namespace_patch)
+            logger.info("namespace %s relabelled: %s", name, plan.namespace_patch["metadata"])
+        if plan.rolebinding is not None:
+            self._bind(name, plan, logger)
+        if plan.delete_namespace_uid is not None:
+            self._api.delete_namespace(name, plan.delete_namespace_uid)
+            logger.info("deleting namespace %s (uid %s): its request is being deleted", name, plan.delete_namespace_uid)
+        if plan.status is not None and status_changed(request, plan.status):
+            try:
+                self._api.replace_twin_request_status(request_namespace, name, plan.status)
+            except ApiError as exc:
+                if not exc.not_found:  # gone meanwhile: its DELETED event brings us back
+                    raise
+            if plan.status.get("phase") in (c.TWIN_PHASE_READY, c.TWIN_PHASE_REFUSED):
+                logger.info("%s: %s", plan.status["phase"], plan.status.get("message"))
+        if plan.remove_finalizer:
+            try:
+                self._api.set_twin_request_finalizers(
+                    request_namespace, name, finalizers_without(request), metadata.get("resourceVersion", "")
+                )
+            except ApiError as exc:
+                if exc.not_found:
+                    return
+                if exc.conflict:
+                    raise Requeue(STALE_CACHE_RECHECK_SECONDS, "request changed meanwhile") from exc
+                raise
+            logger.info("namespace %s is gone; request released", name)
+        if plan.requeue_after is not None:
+            raise Requeue(plan.requeue_after, "; ".join(plan.notes) or "waiting")
+
+    def _bind(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+        assert plan.rolebinding is not None
+        existing = self._rolebindings.get(f"{namespace}/{c.TWIN_ROLEBINDING_NAME}")
+        try:
+            if plan.rolebinding_action is RoleBindingAction.CREATE:
+                self._api.create_rolebinding(namespace, plan.rolebinding)
+                logger.info("bound ClusterRole %s in %s", self._twin_role, namespace)
+            elif plan.rolebinding_action is RoleBindingAction.UPDATE and existing is not None:
+                body = dict(plan.rolebinding)
+                body["metadata"] = {**plan.rolebinding["metadata"], "resourceVersion": existing["metadata"].get("resourceVersion")}
+                self._api.update_rolebinding(namespace, body)
+                logger.info("RoleBinding %s in %s corrected", c.TWIN_ROLEBINDING_NAME, namespace)
+            elif plan.rolebinding_action is RoleBindingAction.RECREATE and existing is not None:
+                # roleRef cannot change: delete (this very one) and create on the next pass.
+                self._api.delete_rolebinding(namespace, c.TWIN_ROLEBINDING_NAME, existing["metadata"].get("uid", ""))
+                logger.info("RoleBinding %s in %s bound the wrong role; replacing it", c.TWIN_ROLEBINDING_NAME, namespace)
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, "RoleBinding deleted; recreate it")
+        except ApiError as exc:
+            if exc.already_exists or exc.conflict:
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, "RoleBinding changed meanwhile") from exc
+            raise
+
+    def _collect_orphan(self, key: str, name: str, logger: logging.LoggerAdapter) -> None:
+        """A namespace whose request vanished without us (its finalizer removed by hand)
+        would outlive it; delete it once the API server confirms the request is gone."""
+        uid = orphan_namespace_uid(self._namespaces.get(name), key)
+        if uid is None:
+            return
+        request_namespace, request_name = split_key(key)
+        if self._api.get_twin_request(request_namespace or "", request_name) is not None:
+            return  # the cache is behind; the request's own event brings us back
+        logger.info("namespace %s outlived its request; deleting it", name)
+        self._api.delete_namespace(name, uid)
+
+
+def consumer_spec_changed(event: str, old: dict | None, new: dict) -> bool:
+    """Only a Consumer's arrival, departure or spec change concerns its requests; its
+    status changes every few seconds and must not requeue them all."""
+    if event in (ADDED, DELETED) or old is None:
+        return True
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if old_meta.get("generation") is not None and old_meta.get("generation") == new_meta.get("generation"):
+        return False
+    return old.get("spec") != new.get("spec")

@@ -1,0 +1,171 @@
+"""Consumer status: what it says (enforcer/consumer_status.py) and when the loop writes it
+(enforcer/consumers.py, one pass over in-memory caches; the API server is a recorder
+here, tests/e2e/test_twin_namespaces.py runs the loop against a real one)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from enforcer.consumer_status import desired_status, stamped, status_changed, twin_namespaces_of
+from enforcer.consumers import ConsumerStatusLoop
+from kube_offload import constants as c
+from kube_offload.kube import ApiError
+from kube_offload.remote_resources import RemoteResources, decode_capacity_status
+
+GI = 1024**3 * 1000
+
+
+def ns(name, consumer=None, managed=True):
+    labels = {}
+    if consumer:
+        labels[c.LABEL_ORIGIN_CLUSTER_ID] = consumer
+    if managed:
+        labels[c.LABEL_MANAGED_BY] = c.MANAGED_BY_ENFORCER
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def consumer(name, status=None, generation=1):
+    obj = {"metadata": {"name": name, "generation": generation}, "spec": {}}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def shadowpod(namespace, name, cpu="500m", phase=None):
+    obj = {
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"pod": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}},
+    }
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def node(name, cpu="4"):
+    return {
+        "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def pod(name, node_name, cpu, origin=None):
+    labels = {c.LABEL_ORIGIN_CLUSTER_ID: origin} if origin else {}
+    return {"metadata": {"name": name, "namespace": "x", "labels": labels},
+            "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {"cpu": cpu}}}]}}
+
+
+def test_twin_namespaces_of():
+    namespaces = [ns("b-local", "local"), ns("a-local", "local"), ns("x-other", "other"),
+                  ns("fake", "local", managed=False), ns("plain")]
+    assert twin_namespaces_of(namespaces, "local") == ["a-local", "b-local"]
+    assert twin_namespaces_of(namespaces, "nobody") == []
+
+
+def test_desired_status_shape():
+    status = desired_status(
+        consumer("local", generation=4),
+        used={"cpu": 1500, "memory": GI, "pods": 3000},
+        twin_namespaces=["demo-local"],
+        capacity=RemoteResources(shareable={"cpu": 3000}, free_by_node={"n1": {"cpu": 3000}}, schedulable_nodes=1, total_nodes=1),
+    )
+    assert status == {
+        "used": {"cpu": "1500m", "memory": "1Gi", "pods": "3"},
+        "shadowPods": 3,
+        "twinNamespaces": ["demo-local"],
+        "capacity": {"shareable": {"cpu": "3"}, "freeByNode": {"n1": {"cpu": "3"}}, "pressure": {},
+                     "schedulableNodes": 1, "totalNodes": 1},
+        "observedGeneration": 4,
+    }
+
+
+def test_status_changed_ignores_the_timestamp():
+    desired = {"used": {"pods": "0"}, "shadowPods": 0}
+    assert status_changed(consumer("a"), desired)
+    written = stamped(desired, datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc))
+    assert written["updated"] == "2026-05-01T12:00:00Z"
+    assert not status_changed(consumer("a", status=written), desired)
+    assert status_changed(consumer("a", status=written), {**desired, "shadowPods": 1})
+
+
+class Cache:
+    def __init__(self, objs, key=lambda o: o["metadata"]["name"]):
+        self.store = {key(o): o for o in objs}
+
+    def get(self, key):
+        return self.store.get(key)
+
+    def list(self):
+        return list(self.store.values())
+
+    def has_synced(self):
+        return True
+
+
+class RecordingApi:
+    def __init__(self):
+        self.writes = []
+        self.fail: ApiError | None = None
+
+    def replace_consumer_status(self, name, status):
+        if self.fail:
+            raise self.fail
+        self.writes.append((name, status))
+        return {}
+
+
+def make_loop(consumers, shadowpods, api):
+    return ConsumerStatusLoop(
+        consumers=Cache(consumers),
+        shadowpods=Cache(shadowpods, key=lambda o: f"{o['metadata']['namespace']}/{o['metadata']['name']}"),
+        namespaces=Cache([ns("demo-local", "local"), ns("demo-other", "other")]),
+        nodes=Cache([node("n1"), node("n2", cpu="2")]),
+        pods=Cache([pod("mine", "n1", "500m", origin="local"), pod("theirs", "n2", "1")]),
+        api=api,
+    )
+
+
+def test_one_pass_writes_each_consumer_usage_and_capacity():
+    api = RecordingApi()
+    loop = make_loop(
+        [consumer("local"), consumer("other")],
+        [shadowpod("demo-local", "a"), shadowpod("demo-local", "b", cpu="1"), shadowpod("demo-local", "done", phase="Succeeded"),
+         shadowpod("demo-other", "c")],
+        api,
+    )
+    loop.sync_all()
+    written = dict(api.writes)
+    assert written["local"]["used"] == {"cpu": "1500m", "pods": "2"}
+    assert written["local"]["shadowPods"] == 2
+    assert written["local"]["twinNamespaces"] == ["demo-local"]
+    assert written["other"]["used"] == {"cpu": "500m", "pods": "1"}
+    # The consumer's own pods are not subtracted from what is shareable with it.
+    shareable_local = decode_capacity_status(written["local"]["capacity"]).shareable
+    shareable_other = decode_capacity_status(written["other"]["capacity"]).shareable
+    assert shareable_local["cpu"] == 5000 and shareable_other["cpu"] == 4500
+    assert "updated" in written["local"]
+
+
+def test_unchanged_status_is_not_written_again():
+    api = RecordingApi()
+    loop = make_loop([consumer("local")], [shadowpod("demo-local", "a")], api)
+    loop.sync_all()
+    name, status = api.writes[0]
+    loop._consumers.store["local"]["status"] = status
+    loop.sync_all()
+    assert len(api.writes) == 1
+    loop._shadowpods.store["demo-local/b"] = shadowpod("demo-local", "b")
+    loop.sync_all()
+    assert len(api.writes) == 2 and api.writes[1][1]["shadowPods"] == 2
+
+
+def test_a_failed_write_marks_the_loop_dirty_and_a_deleted_consumer_is_skipped():
+    api = RecordingApi()
+    loop = make_loop([consumer("local")], [], api)
+    api.fail = ApiError(500, "InternalError", "boom")
+    loop._dirty.clear()
+    loop.sync_all()
+    assert loop._dirty.is_set()
+    api.fail = ApiError(404, "NotFound", "gone")
+    loop._dirty.clear()
+    loop.sync_all()
+    assert not loop._dirty.is_set()
