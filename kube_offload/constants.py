@@ -45,6 +45,10 @@ TAINT_EFFECT: Final = "NoExecute"
 # Published by the virtual kubelet on its Node, read by the scheduler extender: the remote
 # cluster's free capacity per remote node (format in docs/capacity-annotation.md).
 ANNOTATION_REMOTE_CAPACITY: Final = f"{DOMAIN}/remote-capacity"
+# Set by the virtual kubelet on its Node: the keys of the labels it applied because the
+# provider suggested them (Consumer.spec.nodeLabels), so it can remove one the provider
+# withdraws without touching labels others put on the node.
+ANNOTATION_PROVIDER_LABELS: Final = f"{DOMAIN}/provider-labels"
 
 DEFAULT_SHARING_PERCENTAGE: Final = 90
 
@@ -88,6 +92,11 @@ TWIN_PHASE_PENDING: Final = "Pending"
 TWIN_PHASE_READY: Final = "Ready"
 TWIN_PHASE_REFUSED: Final = "Refused"
 TWIN_PHASE_TERMINATING: Final = "Terminating"
+# Set by the consumer on a Refused TwinNamespace (an RFC 3339 time): "look again". Any
+# change to the request is an update event the provider's controller reconciles, so a
+# refusal whose cause went away (the Consumer now exists, the name is free) is retried
+# without deleting and recreating the request.
+ANNOTATION_TWIN_RETRY: Final = f"{DOMAIN}/retry-requested"
 
 # The provider namespace of one consumer: its identity and its TwinNamespace requests.
 TENANT_NAMESPACE_PREFIX: Final = "kube-offload-tenant-"

@@ -52,8 +52,12 @@ class MultiNamespaceInformer:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         transform: Callable[[dict], dict] | None = None,
+        sync_gate: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
+        # When the namespace set comes from another cache, "synced" must wait for that
+        # cache too: an empty set is complete only once its source has listed.
+        self._sync_gate = sync_gate
         self._list_for_namespace = list_for_namespace
         self._list_kwargs = dict(list_kwargs or {})
         self._resync_seconds = resync_seconds
@@ -90,8 +94,10 @@ class MultiNamespaceInformer:
         return [key for child in children for key in child.keys()]
 
     def has_synced(self) -> bool:
-        """Started, and every watched namespace has been listed at least once (True with
-        no namespace at all: an empty set is completely known)."""
+        """Started, the namespace set known (``sync_gate``), and every watched namespace
+        listed at least once (True with no namespace at all: an empty set is complete)."""
+        if self._sync_gate is not None and not self._sync_gate():
+            return False
         with self._lock:
             return self._started and all(child.has_synced() for child in self._children.values())
 

@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--cluster-id", default="", help="id of the REMOTE cluster; the node is named kube-offload-<id> (required)")
     flag("--local-cluster-id", default="",
          help="id of the LOCAL cluster: the origin label on remote objects and the suffix of twin namespaces (required)")
+    flag("--tenant-namespace", default="",
+         help="our tenant namespace in the remote cluster, where twin namespaces are requested; "
+              f"unset: {c.TENANT_NAMESPACE_PREFIX}<local-cluster-id>")
     flag("--node-name", default="", help=f"name of the virtual node; unset: {c.VIRTUAL_NODE_PREFIX}<cluster-id>")
     add_flag(parser, COMPONENT, "--node-label", default=[], action="append",
              help="extra label of the virtual node, key=value, repeatable (region, provider...)")
@@ -75,6 +78,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         local_kubeconfig=args.local_kubeconfig or None,
         remote_kubeconfig=args.remote_kubeconfig or None,
         node_name=args.node_name or "",
+        tenant_namespace=args.tenant_namespace or "",
         node_labels=parse_node_labels(appended(args, "--node-label")),
         sharing_percentage=args.sharing_percentage,
         ping_interval=float(args.ping_interval),

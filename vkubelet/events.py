@@ -24,6 +24,7 @@ REASON_OFFLOADED = "Offloaded"
 REASON_OFFLOADING_FAILED = "OffloadingFailed"
 REASON_REMOTE_UNSCHEDULABLE = "RemoteUnschedulable"
 REASON_TWIN_CONFLICT = "TwinNamespaceConflict"
+REASON_TWIN_REFUSED = "TwinNamespaceRefused"
 REASON_POLICY_INVALID = "InvalidOffloadingPolicy"
 
 

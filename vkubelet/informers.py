@@ -4,21 +4,47 @@ Each kind of object is listed and watched once per process however many loops re
 a loop asks this registry for ``remote_pods()`` and gets the same cache as every other
 loop. Loops added later (resource reflection, the kubelet API) ask for their own kinds
 through :meth:`SharedInformers.shared` before the runner starts them all.
+
+Remote scope follows the consumer's RBAC on the provider (docs/virtual-kubelet.md):
+cluster-wide only its own ``Consumer`` (field-selected by name) and PriorityClasses; in
+its tenant namespace its ``TwinNamespace`` requests; everything else (pods, ShadowPods,
+Events, reflected kinds) through :meth:`SharedInformers.remote_in_twins`, one
+namespace-scoped list+watch per usable twin namespace.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from typing import Callable
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.informer import Informer
+from kube_offload.namespaced_informer import ListForNamespace, MultiNamespaceInformer
+from vkubelet import twin_requests as tr
 from vkubelet.settings import Settings
 
 LOCAL = "local"
 REMOTE = "remote"
+
+
+class CacheLike(Protocol):
+    """What the registry and the runner need of a cache: an :class:`Informer`, a
+    :class:`MultiNamespaceInformer`, or an object standing for a set of them."""
+
+    name: str
+    last_contact: float
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def has_synced(self) -> bool: ...
+
+
+C = TypeVar("C", bound=CacheLike)
 
 
 class SharedInformers:
@@ -26,12 +52,15 @@ class SharedInformers:
         self.settings = settings
         self.local_client = local
         self.remote_client = remote
-        self._informers: dict[str, Informer] = {}
-        self._lock = threading.Lock()
+        self._informers: dict[str, CacheLike] = {}
+        # Usable twin namespaces on the provider, and the informers scoped to them.
+        self._twin_namespaces: set[str] = set()
+        self._twin_scoped: list[MultiNamespaceInformer] = []
+        self._lock = threading.RLock()  # factories may register what they depend on
         self._started = False
 
     # --- registry ------------------------------------------------------------------------
-    def shared(self, name: str, factory: Callable[[], Informer]) -> Informer:
+    def shared(self, name: str, factory: Callable[[], C]) -> C:
         """The informer registered as ``name``, created by ``factory`` the first time.
         Names start with ``local-`` or ``remote-`` to say which API server they watch."""
         with self._lock:
@@ -56,7 +85,7 @@ class SharedInformers:
         for informer in informers:
             informer.stop()
 
-    def wait_for_sync(self, informers: list[Informer], stop: threading.Event, poll: float = 0.2) -> bool:
+    def wait_for_sync(self, informers: list[CacheLike], stop: threading.Event, poll: float = 0.2) -> bool:
         """Block until every informer listed once (True) or ``stop`` is set (False)."""
         while not stop.is_set():
             if all(informer.has_synced() for informer in informers):
@@ -94,39 +123,106 @@ class SharedInformers:
         api = client.CoreV1Api(self.local_client)
         return self.shared("local-namespaces", lambda: self._new("local-namespaces", api.list_namespace))
 
-    def remote_nodes(self) -> Informer:
-        api = client.CoreV1Api(self.remote_client)
-        return self.shared("remote-nodes", lambda: self._new("remote-nodes", api.list_node))
-
-    def remote_pods(self) -> Informer:
-        """Every remote pod: the capacity computation needs the pods of other tenants
-        too; ours are found in the same cache by their origin label."""
-        api = client.CoreV1Api(self.remote_client)
-        return self.shared("remote-pods", lambda: self._new("remote-pods", api.list_pod_for_all_namespaces))
-
-    def remote_namespaces(self) -> Informer:
-        """Remote namespaces that carry our origin label (our twins, nobody else's)."""
-        api = client.CoreV1Api(self.remote_client)
-        selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"
-        return self.shared(
-            "remote-namespaces", lambda: self._new("remote-namespaces", api.list_namespace, label_selector=selector)
-        )
-
-    def remote_shadowpods(self) -> Informer:
+    # --- remote: cluster-wide, only what the consumer's RBAC grants ----------------------------
+    def remote_consumer(self) -> Informer:
+        """Our own ``Consumer`` on the provider (its terms: quota, suggested node labels;
+        its status: the capacity summary). RBAC grants get/list/watch on that one name,
+        and a list is authorized by name only through the metadata.name field selector."""
         api = client.CustomObjectsApi(self.remote_client)
-        selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"
 
-        def list_shadowpods(**kwargs):
-            return api.list_custom_object_for_all_namespaces(
-                c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.SHADOWPOD_PLURAL, **kwargs
-            )
+        def list_consumers(**kwargs):
+            return api.list_cluster_custom_object(c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.CONSUMER_PLURAL, **kwargs)
 
-        return self.shared(
-            "remote-shadowpods", lambda: self._new("remote-shadowpods", list_shadowpods, label_selector=selector)
-        )
+        selector = f"metadata.name={self.settings.local_cluster_id}"
+        return self.shared("remote-consumer", lambda: self._new("remote-consumer", list_consumers, field_selector=selector))
 
     def remote_priority_classes(self) -> Informer:
         api = client.SchedulingV1Api(self.remote_client)
         return self.shared(
             "remote-priorityclasses", lambda: self._new("remote-priorityclasses", api.list_priority_class)
         )
+
+    # --- remote: the tenant namespace ----------------------------------------------------------
+    def remote_twin_requests(self) -> Informer:
+        """Our TwinNamespace requests, in our tenant namespace (the only place we may
+        write them). Which of them are Ready decides where the twin-scoped informers
+        below watch (:meth:`set_twin_namespaces`, called by vkubelet/namespaces.py)."""
+        api = client.CustomObjectsApi(self.remote_client)
+        tenant = self.settings.tenant_namespace
+        selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"
+        list_requests = functools.partial(
+            api.list_namespaced_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, tenant, c.TWIN_NAMESPACE_PLURAL
+        )
+
+        def make() -> Informer:
+            informer = self._new("remote-twinnamespaces", list_requests, label_selector=selector)
+            # The first handler: the twin-scoped informers follow the Ready set before any
+            # controller hears of the change (and, on the first list, before the informer
+            # says it synced, which is what their sync gate waits for).
+            informer.add_handler(
+                lambda _kind, _old, _new: self.set_twin_namespaces(
+                    tr.usable_twins(informer.list(), self.settings.local_cluster_id)
+                )
+            )
+            return informer
+
+        return self.shared("remote-twinnamespaces", make)
+
+    # --- remote: inside the twin namespaces ------------------------------------------------------
+    def set_twin_namespaces(self, namespaces: Iterable[str]) -> None:
+        """The provider namespaces every twin-scoped informer watches from now on."""
+        wanted = set(namespaces)
+        with self._lock:
+            if wanted == self._twin_namespaces:
+                return
+            self._twin_namespaces = wanted
+            scoped = list(self._twin_scoped)
+        for informer in scoped:
+            informer.set_namespaces(wanted)
+
+    def twin_namespaces(self) -> set[str]:
+        with self._lock:
+            return set(self._twin_namespaces)
+
+    def remote_in_twins(self, name: str, list_for_namespace: ListForNamespace, **list_kwargs) -> MultiNamespaceInformer:
+        """The process-wide informer registered as ``name`` (``remote-...``): one
+        namespace-scoped list+watch per usable twin namespace, the only place the
+        consumer's RBAC lets it read. It reports synced only once the twin requests have
+        been listed (so the namespace set is known) and every twin has been listed."""
+        requests = self.remote_twin_requests()
+
+        def make() -> MultiNamespaceInformer:
+            informer = MultiNamespaceInformer(
+                name=name,
+                list_for_namespace=list_for_namespace,
+                list_kwargs=list_kwargs,
+                resync_seconds=self.settings.resync_period,
+                sync_gate=requests.has_synced,
+            )
+            with self._lock:
+                self._twin_scoped.append(informer)
+                current = set(self._twin_namespaces)
+            informer.set_namespaces(current)
+            return informer
+
+        return self.shared(name, make)  # type: ignore[return-value]
+
+    def remote_pods(self) -> MultiNamespaceInformer:
+        """Our remote pods (origin label), in the twin namespaces."""
+        api = client.CoreV1Api(self.remote_client)
+        return self.remote_in_twins(
+            "remote-pods", lambda ns: functools.partial(api.list_namespaced_pod, ns), label_selector=self._ours()
+        )
+
+    def remote_shadowpods(self) -> MultiNamespaceInformer:
+        api = client.CustomObjectsApi(self.remote_client)
+
+        def list_for(ns: str):
+            return functools.partial(
+                api.list_namespaced_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, ns, c.SHADOWPOD_PLURAL
+            )
+
+        return self.remote_in_twins("remote-shadowpods", list_for, label_selector=self._ours())
+
+    def _ours(self) -> str:
+        return f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"

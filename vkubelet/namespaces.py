@@ -1,27 +1,43 @@
 """Twin namespaces: for each local namespace offloaded to this remote cluster, one remote
-namespace that holds its pods (loop 1 of ARCHITECTURE.md).
+namespace that holds its pods (loop 1 of ARCHITECTURE.md), asked of the provider.
 
-Ownership rule: a remote namespace is ours only if it carries
-``kube-offload.io/origin-cluster-id=<local id>``. One that exists without it (created by
-the remote cluster's users, or by another consumer cluster) is never taken over nor
-deleted; the local namespace gets a Warning Event saying so. A twin is deleted when its
-namespace stops being offloaded here, and only if it is ours.
+The consumer cannot create, relabel or delete namespaces on the provider. It writes one
+``TwinNamespace`` request per twin into its tenant namespace (``--tenant-namespace``),
+named after the namespace it wants; the provider's enforcer creates the namespace (origin
+label, Pod Security level, our role bound in it), never adopting one it did not create,
+and reports ``status.phase``. A twin is used - pods, ShadowPods and reflected objects go
+there, and the remote informers watch there - only while its request is ours and Ready.
+
+* namespace offloaded here -> a request for its twin (created if missing);
+* Refused -> a Warning Event on the local namespace with the provider's message; the
+  request is nudged (``kube-offload.io/retry-requested``) with exponential backoff so
+  the provider looks again once it has fixed the cause (no hot loop, no recreation);
+* namespace no longer offloaded here (or deleted) -> its request is deleted; the enforcer
+  then deletes the twin and everything in it.
+
+A request of that name that stands for another local namespace is never taken over: the
+local namespace gets a Warning Event and the loop looks again later.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass
-from typing import Mapping
+from datetime import datetime, timezone
+from typing import Callable, Mapping
 
 from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.controller import Controller, Requeue
+from kube_offload.informer import Informer
 from kube_offload.kube import ApiError, call_json
 from kube_offload.logs import ObjectLogger
 from kube_offload.policy import PolicyError, policy_from_namespace
 from vkubelet import events as ev
+from vkubelet import twin_requests as tr
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.naming import twin_namespace_name
@@ -29,6 +45,11 @@ from vkubelet.node_forge import node_labels
 from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet.namespaces")
+
+MERGE_PATCH = "application/merge-patch+json"
+# A request the provider has not answered yet is looked at again this often (its status
+# change normally brings us back at once).
+PENDING_RECHECK_SECONDS = 30.0
 
 
 # --- pure decisions ------------------------------------------------------------------------
@@ -61,78 +82,127 @@ def plan_twin(namespace: Mapping | None, *, name: str, virtual_node_labels: Mapp
     return TwinPlan(twin_namespace_name(name, local_cluster_id, policy.mapping), "offloaded")
 
 
-def is_our_twin(remote_namespace: Mapping, local_namespace: str, local_cluster_id: str) -> bool:
-    meta = remote_namespace.get("metadata") or {}
-    return (meta.get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID) == local_cluster_id and (
-        meta.get("annotations") or {}
-    ).get(c.ANNOTATION_TWIN_OF) == local_namespace
+@dataclass(frozen=True)
+class RequestState:
+    """Where the request for one twin stands, from the consumer's side."""
+
+    usable: bool
+    # Why not usable (for logs, Events and the pod loop's "why not running"); "" when usable.
+    reason: str
+    conflict: bool = False  # the name is held by a request for another local namespace
+    refused: bool = False
+    waiting: bool = False  # Pending or terminating: the provider's move
 
 
-def build_twin(twin: str, local_namespace: str, local_cluster_id: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": twin,
-            "labels": {c.LABEL_ORIGIN_CLUSTER_ID: local_cluster_id},
-            "annotations": {c.ANNOTATION_TWIN_OF: local_namespace},
-        },
-    }
+def request_state(request: Mapping | None, *, twin: str, local_namespace: str, local_cluster_id: str, cluster_id: str) -> RequestState:
+    """The state of ``request`` (the cached TwinNamespace named ``twin``; None: none)."""
+    if request is None:
+        return RequestState(False, f"twin namespace {twin} not requested from cluster {cluster_id} yet", waiting=True)
+    if not tr.is_ours(request, local_cluster_id) or tr.local_namespace_of(request) != local_namespace:
+        other = tr.local_namespace_of(request)
+        return RequestState(
+            False,
+            f"cannot offload to cluster {cluster_id}: twin namespace {twin} is already requested "
+            + (f"for local namespace {other}" if other and tr.is_ours(request, local_cluster_id) else "by someone else")
+            + "; it is never taken over (use another name or the DefaultName mapping)",
+            conflict=True,
+        )
+    if tr.is_deleting(request):
+        return RequestState(False, f"twin namespace {twin} is being deleted in cluster {cluster_id}", waiting=True)
+    phase = tr.phase(request)
+    if phase == c.TWIN_PHASE_REFUSED:
+        detail = tr.message(request) or "no reason given"
+        return RequestState(False, f"cluster {cluster_id} refused twin namespace {twin}: {detail}", refused=True)
+    if not tr.is_usable(request, local_cluster_id):
+        return RequestState(False, f"twin namespace {twin} is {phase} in cluster {cluster_id}", waiting=True)
+    return RequestState(True, "")
 
 
 # --- the loop --------------------------------------------------------------------------------
 class TwinNamespaces:
-    """Reconciles twins, and answers the pod loop's question "where do this namespace's
-    pods go?" from the same caches and the same rule."""
+    """Reconciles twin requests, and answers the pod loop's question "where do this
+    namespace's pods go?" from the same caches and the same rule."""
 
-    # How soon to look again at a name held by a namespace that is not ours.
+    # How soon to look again at a twin name held by a request for another namespace.
     CONFLICT_RETRY_SECONDS = 60.0
 
-    def __init__(self, settings: Settings, informers: SharedInformers, recorder: EventRecorder) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        informers: SharedInformers,
+        recorder: EventRecorder,
+        *,
+        labels: Callable[[], Mapping[str, str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
-        self._remote = client.CoreV1Api(informers.remote_client)
+        self._custom = client.CustomObjectsApi(informers.remote_client)
         self._recorder = recorder
-        self._labels = node_labels(settings)
+        # The virtual node's labels now (the provider may change the ones it suggests):
+        # cluster selectors are matched against exactly what the node carries.
+        self._labels = labels or (lambda: node_labels(settings))
+        self._clock = clock
+        self._refusals: dict[str, tr.RefusalBackoff] = {}
+        self._refusals_lock = threading.Lock()
         self.local_namespaces = informers.local_namespaces()
-        self.remote_namespaces = informers.remote_namespaces()
+        # SharedInformers keeps the twin-scoped remote informers on the Ready set of
+        # these requests (its handler runs before any controller hears of a change).
+        self.requests = informers.remote_twin_requests()
+        self.consumer = informers.remote_consumer()
         self.controller = Controller(name="twin-namespaces", reconcile=self.reconcile, workers=max(1, settings.workers // 2))
         self.controller.watch(self.local_namespaces)
-        self.controller.watch(self.remote_namespaces, self._local_name_of)
+        self.controller.watch(self.requests, self.local_namespace_of)
 
-    def informers(self) -> list:
-        return [self.local_namespaces, self.remote_namespaces]
+    def informers(self) -> list[Informer]:
+        # The Consumer too: its suggested node labels take part in cluster selectors, and
+        # a plan made without them would delete twins that are wanted.
+        return [self.local_namespaces, self.requests, self.consumer]
+
+    def node_labels(self) -> dict[str, str]:
+        return dict(self._labels())
 
     def plan(self, name: str) -> TwinPlan:
         return plan_twin(
             self.local_namespaces.get(name),
             name=name,
-            virtual_node_labels=self._labels,
+            virtual_node_labels=self._labels(),
             local_cluster_id=self.settings.local_cluster_id,
+        )
+
+    def local_namespace_of(self, request: Mapping) -> str | None:
+        """The local namespace a cached TwinNamespace request of ours stands for."""
+        return tr.local_namespace_of(request) if tr.is_ours(request, self.settings.local_cluster_id) else None
+
+    def _state(self, name: str, twin: str, request: Mapping | None = None) -> RequestState:
+        if request is None:
+            request = self.requests.get(f"{self.settings.tenant_namespace}/{twin}")
+        return request_state(
+            request,
+            twin=twin,
+            local_namespace=name,
+            local_cluster_id=self.settings.local_cluster_id,
+            cluster_id=self.settings.cluster_id,
         )
 
     def twin_for(self, name: str) -> tuple[str | None, str]:
         """The remote namespace for pods of local namespace ``name`` if it is ready to take
-        them (offloaded here, twin exists, ours, not terminating); else None and why."""
+        them (offloaded here, requested, and the provider's answer is Ready); else None
+        and why (the provider's refusal message included)."""
         plan = self.plan(name)
         if plan.twin is None:
             return None, plan.reason
-        remote = self.remote_namespaces.get(plan.twin)
-        if remote is None or not is_our_twin(remote, name, self.settings.local_cluster_id):
-            return None, f"the remote namespace {plan.twin} does not exist yet or is not managed by kube-offload"
-        if (remote.get("metadata") or {}).get("deletionTimestamp"):
-            return None, f"the remote namespace {plan.twin} is being deleted"
+        state = self._state(name, plan.twin)
+        if not state.usable:
+            return None, state.reason
         return plan.twin, ""
 
     def resync_all(self) -> None:
         for name in self.local_namespaces.keys():
             self.controller.enqueue(name)
-        for remote in self.remote_namespaces.list():
-            key = self._local_name_of(remote)
+        for request in self.requests.list():
+            key = self.local_namespace_of(request)
             if key:
                 self.controller.enqueue(key)
-
-    def _local_name_of(self, remote: dict) -> str | None:
-        return ((remote.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
 
     def reconcile(self, name: str) -> None:
         logger = ObjectLogger(log, {"key": f"namespace {name}"})
@@ -140,60 +210,141 @@ class TwinNamespaces:
         if plan.policy_error is not None:
             # A typo in a label must not delete a twin full of running pods: keep things
             # as they are until the policy reads again (the webhook refuses most typos).
-            namespace = self.local_namespaces.get(name)
             logger.warning("invalid offloading policy, leaving the twin namespace as it is: %s", plan.reason)
-            if namespace is not None:
-                self._recorder.warning(_with_kind(namespace), ev.REASON_POLICY_INVALID, plan.reason)
+            self._warn(name, ev.REASON_POLICY_INVALID, plan.reason)
             return
 
-        for remote in self.remote_namespaces.list():
-            remote_name = remote["metadata"]["name"]
-            if remote_name == plan.twin or self._local_name_of(remote) != name:
-                continue
-            if not is_our_twin(remote, name, self.settings.local_cluster_id):
-                continue
-            self._delete(remote, logger, plan.reason)
+        for request in self.requests.list():
+            if self.local_namespace_of(request) == name and request["metadata"]["name"] != plan.twin:
+                self._delete(request, logger, plan.reason)
 
         if plan.twin is None:
+            self._forget_refusal(name)
             return
-        existing = self.remote_namespaces.get(plan.twin)
-        if existing is not None and is_our_twin(existing, name, self.settings.local_cluster_id):
-            if (existing.get("metadata") or {}).get("deletionTimestamp"):
-                raise Requeue(2.0, f"twin namespace {plan.twin} is still terminating")
+        request = self.requests.get(f"{self.settings.tenant_namespace}/{plan.twin}")
+        if request is None:
+            self._create(name, plan.twin, logger)
             return
+        state = self._state(name, plan.twin, request)
+        if state.usable:
+            if self._forget_refusal(name):
+                logger.info("cluster %s now grants twin namespace %s", self.settings.cluster_id, plan.twin)
+            return
+        if state.conflict:
+            logger.warning(state.reason)
+            self._warn(name, ev.REASON_TWIN_CONFLICT, state.reason)
+            raise Requeue(self.CONFLICT_RETRY_SECONDS, state.reason)
+        if state.refused:
+            self._refused(name, state.reason, logger, request)
+        if tr.is_deleting(request):
+            raise Requeue(2.0, state.reason)  # re-offloaded while the old twin goes: ask again once it is gone
+        raise Requeue(PENDING_RECHECK_SECONDS, state.reason)  # the provider's answer brings us back sooner
+
+    # --- steps ---------------------------------------------------------------------------------
+    def _create(self, name: str, twin: str, logger: logging.LoggerAdapter) -> None:
+        tenant = self.settings.tenant_namespace
+        body = tr.build_request(
+            twin, tenant_namespace=tenant, local_namespace=name, local_cluster_id=self.settings.local_cluster_id
+        )
         try:
-            call_json(self._remote.create_namespace, build_twin(plan.twin, name, self.settings.local_cluster_id))
-            logger.info("created twin namespace %s in cluster %s", plan.twin, self.settings.cluster_id)
+            call_json(
+                self._custom.create_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                tenant,
+                c.TWIN_NAMESPACE_PLURAL,
+                body,
+            )
+            logger.info("requested twin namespace %s from cluster %s", twin, self.settings.cluster_id)
             return
         except ApiError as exc:
-            if not exc.already_exists:
+            if exc.transient or (exc.conflict and not exc.already_exists):
                 raise
-        current = call_json(self._remote.read_namespace, plan.twin)
-        if is_our_twin(current, name, self.settings.local_cluster_id):
-            return  # ours; the cache had not seen it yet
-        owner = ((current.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
-        message = (
-            f"cannot offload to cluster {self.settings.cluster_id}: the remote namespace {plan.twin} already exists and "
-            + (f"belongs to cluster {owner}" if owner else "was not created by kube-offload")
-            + "; it is never taken over (use another name or the DefaultName mapping)"
+            if not exc.already_exists:
+                # 403: we are not (or no longer) admitted; 404: no tenant namespace or no
+                # TwinNamespace API; 422: the provider refuses the request itself.
+                self._refused(
+                    name,
+                    f"cluster {self.settings.cluster_id} refused the request for twin namespace {twin} "
+                    f"in {tenant}: {exc.message or exc.reason}",
+                    logger,
+                    None,
+                )
+        current = call_json(
+            self._custom.get_namespaced_custom_object,
+            c.SHADOWPOD_GROUP,
+            c.SHADOWPOD_VERSION,
+            tenant,
+            c.TWIN_NAMESPACE_PLURAL,
+            twin,
         )
-        logger.warning(message)
-        namespace = self.local_namespaces.get(name)
-        if namespace is not None:
-            self._recorder.warning(_with_kind(namespace), ev.REASON_TWIN_CONFLICT, message)
-        raise Requeue(self.CONFLICT_RETRY_SECONDS, message)
+        state = self._state(name, twin, current)
+        if state.conflict:
+            logger.warning(state.reason)
+            self._warn(name, ev.REASON_TWIN_CONFLICT, state.reason)
+            raise Requeue(self.CONFLICT_RETRY_SECONDS, state.reason)
+        # Ours: the cache had not seen it yet; its events bring us back.
 
-    def _delete(self, remote: dict, logger: logging.LoggerAdapter, why: str) -> None:
-        meta = remote["metadata"]
+    def _refused(self, name: str, reason: str, logger: logging.LoggerAdapter, request: Mapping | None) -> None:
+        """Tell the user (Warning Event on the local namespace), then look again with
+        exponential backoff, nudging the provider at each look (twin_requests.refusal_step)."""
+        with self._refusals_lock:
+            step = tr.refusal_step(self._refusals.get(name), reason, self._clock())
+            self._refusals[name] = step.backoff
+        if step.tell:
+            logger.warning("%s (looking again in %.0fs)", reason, step.wait)
+            self._warn(name, ev.REASON_TWIN_REFUSED, reason)
+        if step.nudge and request is not None:
+            self._nudge(request, logger)
+        raise Requeue(max(0.5, step.wait), f"{reason} (look {step.backoff.attempts + 1})")
+
+    def _forget_refusal(self, name: str) -> bool:
+        with self._refusals_lock:
+            return self._refusals.pop(name, None) is not None
+
+    def _nudge(self, request: Mapping, logger: logging.LoggerAdapter) -> None:
+        meta = request.get("metadata") or {}
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            call_json(
+                self._custom.patch_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                meta["namespace"],
+                c.TWIN_NAMESPACE_PLURAL,
+                meta["name"],
+                {"metadata": {"annotations": {c.ANNOTATION_TWIN_RETRY: stamp}}},
+                _content_type=MERGE_PATCH,
+            )
+            logger.info("asked cluster %s to look again at twin namespace %s", self.settings.cluster_id, meta["name"])
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    def _delete(self, request: Mapping, logger: logging.LoggerAdapter, why: str) -> None:
+        meta = request.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return
         try:
-            call_json(self._remote.delete_namespace, meta["name"], body={"preconditions": {"uid": meta["uid"]}})
-            logger.info("deleted twin namespace %s (%s)", meta["name"], why)
+            call_json(
+                self._custom.delete_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                meta["namespace"],
+                c.TWIN_NAMESPACE_PLURAL,
+                meta["name"],
+                body={"preconditions": {"uid": meta.get("uid")}},
+            )
+            logger.info("withdrew the request for twin namespace %s (%s)", meta["name"], why)
         except ApiError as exc:
             if exc.not_found or exc.conflict:
-                return  # gone, or another namespace of that name now: not the one we meant
+                return  # gone, or another request of that name now: not the one we meant
             raise
+
+    def _warn(self, name: str, reason: str, message: str) -> None:
+        namespace = self.local_namespaces.get(name)
+        if namespace is not None:
+            self._recorder.warning(_with_kind(namespace), reason, message)
 
 
 def _with_kind(namespace: Mapping) -> dict:

@@ -7,9 +7,15 @@ node Unknown, whatever the reason):
 * probe: asks the remote API server for /version every ping interval; the node is Ready
   while the remote cluster answered within the ping timeout;
 * status: converges the Node (create if missing, our labels/annotation/taint, status via
-  nodes/status) when something changed - a remote node or pod (rate-limited), readiness,
-  the Node itself - and at least every ``node_status_report_seconds`` as a heartbeat;
+  nodes/status) when something changed - our Consumer object on the provider
+  (rate-limited), readiness, the Node itself - and at least every
+  ``node_status_report_seconds`` as a heartbeat;
 * lease: renews ``kube-node-lease/<node>`` every ``lease_renew_seconds``.
+
+Capacity, pressure and the remote-capacity annotation come from the provider's summary in
+our ``Consumer`` object (provider_terms.py): the consumer may not read the provider's nodes
+or pods. Capacity is capped by the Consumer's quota, and the labels the provider suggests
+go on the node under the configured ones.
 
 The Node is never deleted here, not even on shutdown: pods bound to it must survive a
 vkubelet restart (deleting the node would make the pod GC delete them).
@@ -30,7 +36,8 @@ from kube_offload import constants as c
 from kube_offload.kube import ApiError, call_json
 from vkubelet import node_forge as forge
 from vkubelet.informers import SharedInformers
-from kube_offload.remote_resources import RemoteResources, summarize, virtual_node_capacity
+from vkubelet import provider_terms as terms
+from vkubelet.provider_terms import ProviderTerms
 from vkubelet.settings import Settings
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -80,8 +87,7 @@ class VirtualNode:
         self._version = client.VersionApi(informers.remote_client)
         self._informers = informers
         self.node_informer = informers.local_node()
-        self.remote_nodes = informers.remote_nodes()
-        self.remote_pods = informers.remote_pods()
+        self.consumer = informers.remote_consumer()
 
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -91,13 +97,14 @@ class VirtualNode:
         self._last_answer = 0.0  # monotonic time of the last successful probe
         self._reachable = False
         self._remote_version = ""
-        self._remote: RemoteResources | None = None
+        self._terms: ProviderTerms | None = None  # None: our Consumer not listed yet
+        self._terms_lock = threading.Lock()  # read from the status thread and the controllers
+        self._label_listeners: list[Callable[[], None]] = []
         self._written: dict | None = None  # the Node as our last write returned it
         self._ready_listeners: list[Callable[[], None]] = []
         self._threads: list[threading.Thread] = []
 
-        self.remote_nodes.add_handler(self._on_remote_change)
-        self.remote_pods.add_handler(self._on_remote_change)
+        self.consumer.add_handler(self._on_consumer_change)
         self.node_informer.add_handler(lambda _kind, _old, _new: self._wake.set())
 
     # --- public ----------------------------------------------------------------------------
@@ -105,6 +112,22 @@ class VirtualNode:
     def ready(self) -> bool:
         with self._lock:
             return self._reachable
+
+    def terms(self) -> ProviderTerms | None:
+        """The provider's terms as last read (None until our Consumer has been listed)."""
+        if self._terms is None and self.consumer.has_synced():
+            self._read_terms()
+        return self._terms
+
+    def labels(self) -> dict[str, str]:
+        """The virtual node's labels as they are now (what cluster selectors match)."""
+        current = self.terms()
+        return forge.node_labels(self.settings, current.suggested_labels if current else None)
+
+    def on_labels_changed(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` when the provider's suggested labels change: which local
+        namespaces are offloaded here may change with them."""
+        self._label_listeners.append(listener)
 
     def on_reconnect(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` whenever the remote cluster becomes reachable again: the
@@ -172,25 +195,54 @@ class VirtualNode:
             self._stop.wait(max(0.0, self.settings.ping_interval - (time.monotonic() - started)))
 
     # --- status -----------------------------------------------------------------------------
-    def _on_remote_change(self, _kind: str, _old: dict | None, _new: dict) -> None:
+    def _on_consumer_change(self, _kind: str, _old: dict | None, _new: dict) -> None:
         self._capacity_dirty.set()
         self._wake.set()
 
+    def _read_terms(self) -> None:
+        """Re-read our Consumer from its cache (once it listed); say what changed."""
+        with self._terms_lock:
+            consumer = self.consumer.get(self.settings.local_cluster_id)
+            fresh = terms.read_consumer(consumer)
+            previous = self._terms
+            self._terms = fresh
+        if previous is None or previous.admitted != fresh.admitted:
+            if fresh.admitted:
+                log.info("provider admits consumer %s (Consumer object found)", self.settings.local_cluster_id)
+            else:
+                log.warning(
+                    "cluster %s has no Consumer %s for us: the virtual node offers nothing until the provider admits "
+                    "this cluster (kube-offload-remote chart, consumers.%s)",
+                    self.settings.cluster_id,
+                    self.settings.local_cluster_id,
+                    self.settings.local_cluster_id,
+                )
+        if previous is None or previous.problems != fresh.problems:
+            for problem in fresh.problems:
+                log.warning("Consumer %s: %s", self.settings.local_cluster_id, problem)
+        if previous is not None and previous.suggested_labels != fresh.suggested_labels:
+            log.info("provider-suggested node labels now %s", fresh.suggested_labels or "none")
+            for listener in self._label_listeners:
+                try:
+                    listener()
+                except Exception:
+                    log.exception("label listener failed")
+
     def observe(self) -> forge.Observation:
-        """Recompute the remote summary if remote nodes/pods changed (and both caches
-        listed at least once)."""
-        if self._capacity_dirty.is_set() and self.remote_nodes.has_synced() and self.remote_pods.has_synced():
+        """Re-read the provider's terms if our Consumer changed (once it listed)."""
+        if self._capacity_dirty.is_set() and self.consumer.has_synced():
             self._capacity_dirty.clear()
-            self._remote = summarize(self.remote_nodes.list(), self.remote_pods.list(), self.settings.local_cluster_id)
+            self._read_terms()
         last = max(self._last_answer, self._informers.remote_last_contact())
         with self._lock:
             reachable, version = self._reachable, self._remote_version
-        remote = self._remote
+        current = self._terms
+        summary = current.summary if current else None
         return forge.Observation(
             reachable=reachable,
             silent_for=(time.monotonic() - last) if last else None,
-            capacity=virtual_node_capacity(remote.shareable, self.settings.sharing_percentage) if remote else None,
-            pressure=remote.pressure if remote else {},
+            capacity=terms.node_capacity(current, self.settings.sharing_percentage) if current else None,
+            pressure=summary.pressure if summary else {},
             remote_version=version,
         )
 
@@ -208,16 +260,20 @@ class VirtualNode:
         observation = self.observe()
         node = self._current_node()
         annotations: dict[str, str] = {}
-        remote = self._remote
-        if remote is not None:
-            fresh = cap.encode_remote_capacity(remote.free_by_node, updated=now)
+        current = self._terms
+        summary = current.summary if current else None
+        suggested = current.suggested_labels if current else None
+        if current is not None and not current.admitted:
+            summary = None
+        if summary is not None:
+            fresh = cap.encode_remote_capacity(summary.free_by_node, updated=now)
             current = ((node or {}).get("metadata") or {}).get("annotations", {}).get(c.ANNOTATION_REMOTE_CAPACITY)
             if annotation_due(current, fresh, now, self.settings.node_status_report_seconds):
                 annotations[c.ANNOTATION_REMOTE_CAPACITY] = fresh
         desired = forge.node_status(self.settings, observation, (node or {}).get("status"), now)
 
         if node is None:
-            body = forge.build_node(self.settings, desired, annotations)
+            body = forge.build_node(self.settings, desired, annotations, suggested)
             try:
                 node = call_json(self._core.create_node, body)
                 log.info("created virtual node %s", self.settings.node_name)
@@ -227,7 +283,7 @@ class VirtualNode:
                 node = call_json(self._core.read_node, self.settings.node_name)
             self._written = node
 
-        patch = forge.metadata_patch(node, self.settings, annotations)
+        patch = forge.metadata_patch(node, self.settings, annotations, suggested)
         if patch:
             node = call_json(self._core.patch_node, self.settings.node_name, patch, _content_type=MERGE_PATCH)
             self._written = node
@@ -259,7 +315,7 @@ class VirtualNode:
             if self._stop.is_set():
                 return
             if self._capacity_dirty.is_set():
-                # A burst of remote pod events becomes one recomputation.
+                # A burst of Consumer status writes becomes one recomputation.
                 self._stop.wait(self.settings.capacity_min_interval_seconds)
             self._wake.clear()
 

@@ -51,10 +51,13 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 # --- metadata and spec -----------------------------------------------------------------------
-def node_labels(settings: Settings) -> dict[str, str]:
-    """Configured labels, then the contract labels (which win on a clash: the scheduler,
-    the extender and cluster selectors rely on them)."""
-    labels = dict(settings.node_labels)
+def node_labels(settings: Settings, suggested: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The provider's suggested labels (already filtered: provider_terms.py), then the
+    configured ones (--node-label: the consumer's word wins over the provider's), then
+    the contract labels (which win on any clash: the scheduler, the extender and cluster
+    selectors rely on them)."""
+    labels = dict(suggested or {})
+    labels.update(settings.node_labels)
     labels.update(
         {
             c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE,
@@ -66,6 +69,20 @@ def node_labels(settings: Settings) -> dict[str, str]:
         }
     )
     return labels
+
+
+def provider_label_keys(settings: Settings, suggested: Mapping[str, str] | None) -> list[str]:
+    """The label keys that are on the node only because the provider suggested them."""
+    own = node_labels(settings)
+    return sorted(key for key in (suggested or {}) if key not in own)
+
+
+def encode_label_keys(keys: list[str]) -> str:
+    return ",".join(keys)
+
+
+def decode_label_keys(value: str | None) -> list[str]:
+    return [key for key in (value or "").split(",") if key]
 
 
 def virtual_node_taint() -> dict[str, str]:
@@ -175,12 +192,18 @@ def node_status(
     return status
 
 
-def build_node(settings: Settings, status: dict, annotations: Mapping[str, str]) -> dict:
+def build_node(
+    settings: Settings, status: dict, annotations: Mapping[str, str], suggested: Mapping[str, str] | None = None
+) -> dict:
     """The Node to create when none exists (status included: the API keeps a Node's
     status on create, as kubelet registration relies on)."""
-    metadata: dict[str, Any] = {"name": settings.node_name, "labels": node_labels(settings)}
+    metadata: dict[str, Any] = {"name": settings.node_name, "labels": node_labels(settings, suggested)}
+    annotations = dict(annotations)
+    provider_keys = provider_label_keys(settings, suggested)
+    if provider_keys:
+        annotations[c.ANNOTATION_PROVIDER_LABELS] = encode_label_keys(provider_keys)
     if annotations:
-        metadata["annotations"] = dict(annotations)
+        metadata["annotations"] = annotations
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -190,17 +213,37 @@ def build_node(settings: Settings, status: dict, annotations: Mapping[str, str])
     }
 
 
-def metadata_patch(node: Mapping[str, Any], settings: Settings, annotations: Mapping[str, str]) -> dict | None:
+def metadata_patch(
+    node: Mapping[str, Any],
+    settings: Settings,
+    annotations: Mapping[str, str],
+    suggested: Mapping[str, str] | None = None,
+) -> dict | None:
     """A merge patch that puts our labels, annotations and taint on an existing node, or
-    None when they are already there. Other labels, annotations and taints (kubectl
-    label, the node lifecycle controller's not-ready taint) are left alone."""
+    None when they are already there. A label the provider suggested earlier (listed in
+    the provider-labels annotation) and no longer does is removed; other labels,
+    annotations and taints (kubectl label, the node lifecycle controller's not-ready
+    taint) are left alone."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
+    have_labels = meta.get("labels") or {}
+    have_annotations = meta.get("annotations") or {}
     patch: dict[str, Any] = {}
-    labels = {k: v for k, v in node_labels(settings).items() if (meta.get("labels") or {}).get(k) != v}
+    wanted = node_labels(settings, suggested)
+    labels: dict[str, str | None] = {k: v for k, v in wanted.items() if have_labels.get(k) != v}
+    for key in decode_label_keys(have_annotations.get(c.ANNOTATION_PROVIDER_LABELS)):
+        if key not in wanted and key in have_labels:
+            labels[key] = None  # withdrawn by the provider
     if labels:
         patch.setdefault("metadata", {})["labels"] = labels
-    changed = {k: v for k, v in annotations.items() if (meta.get("annotations") or {}).get(k) != v}
+    annotations = dict(annotations)
+    provider_keys = encode_label_keys(provider_label_keys(settings, suggested))
+    annotations[c.ANNOTATION_PROVIDER_LABELS] = provider_keys
+    changed: dict[str, str | None] = {k: v for k, v in annotations.items() if have_annotations.get(k) != v}
+    if not provider_keys:
+        changed.pop(c.ANNOTATION_PROVIDER_LABELS, None)
+        if c.ANNOTATION_PROVIDER_LABELS in have_annotations:
+            changed[c.ANNOTATION_PROVIDER_LABELS] = None
     if changed:
         patch.setdefault("metadata", {})["annotations"] = changed
     taints = list(spec.get("taints") or [])

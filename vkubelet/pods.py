@@ -36,7 +36,7 @@ from vkubelet import status as st
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
-from vkubelet.node_forge import node_labels, parse_time
+from vkubelet.node_forge import parse_time
 from vkubelet.origin_index import OriginIndex
 from kube_offload.remote_resources import is_ours
 from vkubelet.settings import Settings
@@ -71,7 +71,6 @@ class PodOffloader:
         self._custom = client.CustomObjectsApi(informers.remote_client)
         self._twins = twins
         self._recorder = recorder
-        self._node_labels = node_labels(settings)
 
         self.local_pods = informers.local_pods()
         self.shadowpods = informers.remote_shadowpods()
@@ -86,7 +85,7 @@ class PodOffloader:
         self.controller.watch(self.local_pods)
         self.controller.watch(self.shadowpods, self._local_key_of)
         self.controller.watch(self.remote_pods, self._local_key_of)
-        self.controller.watch(twins.remote_namespaces, self._pods_of_twin)
+        self.controller.watch(twins.requests, self._pods_of_twin)
 
     def informers(self) -> list:
         """Caches that must be complete before the first reconcile: deciding that a
@@ -104,8 +103,8 @@ class PodOffloader:
     def _local_key_of(self, obj: dict) -> str | None:
         return origin_key(obj) if self._is_ours(obj) else None
 
-    def _pods_of_twin(self, remote_namespace: dict) -> list[str]:
-        local_ns = ((remote_namespace.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
+    def _pods_of_twin(self, request: dict) -> list[str]:
+        local_ns = self._twins.local_namespace_of(request)
         if not local_ns:
             return []
         prefix = f"{local_ns}/"
@@ -169,7 +168,7 @@ class PodOffloader:
     def context(self) -> TranslationContext:
         return TranslationContext(
             local_cluster_id=self.settings.local_cluster_id,
-            virtual_node_labels=self._node_labels,
+            virtual_node_labels=self._twins.node_labels(),
             virtual_node_name=self.settings.node_name,
             remote_priority_classes=frozenset(self.priority_classes.keys()),
             # Reflection provides the pod's tokens and kube-root-ca.crt in the twin

@@ -96,12 +96,14 @@ class VirtualKubelet:
         self.informers = SharedInformers(settings, local, remote)
         self.recorder = EventRecorder(local, host=settings.node_name)
         self.node = VirtualNode(settings, self.informers)
-        self.twins = TwinNamespaces(settings, self.informers, self.recorder)
+        self.twins = TwinNamespaces(settings, self.informers, self.recorder, labels=self.node.labels)
         self.pods = PodOffloader(settings, self.informers, self.twins, self.recorder)
         context = LoopContext(settings, self.informers, self.twins, self.recorder, self.node)
         self.loops: list[Loop] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
         self.loops += [factory(context) for factory in extra_loops]
         self.node.on_reconnect(self._resync_all)
+        # The provider's suggested labels take part in cluster selectors.
+        self.node.on_labels_changed(self.twins.resync_all)
         self._stop = threading.Event()
         self._starters: list[threading.Thread] = []
         self._started: list[Loop] = []

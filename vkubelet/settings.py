@@ -40,6 +40,9 @@ class Settings:
     remote_kubeconfig: str | None = None
     # Empty = ``kube-offload-<cluster_id>`` (the contract name).
     node_name: str = ""
+    # Our tenant namespace on the provider, where we ask for twin namespaces
+    # (TwinNamespace objects). Empty = ``kube-offload-tenant-<local_cluster_id>``.
+    tenant_namespace: str = ""
     # Operator-configured labels of the virtual node (region, provider, ...), on top of
     # the contract labels; namespace cluster selectors are matched against all of them.
     node_labels: dict[str, str] = field(default_factory=dict)
@@ -84,6 +87,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.node_name:
             object.__setattr__(self, "node_name", default_node_name(self.cluster_id))
+        if not self.tenant_namespace and self.local_cluster_id:
+            object.__setattr__(self, "tenant_namespace", c.tenant_namespace(self.local_cluster_id))
 
     def validate(self) -> None:
         """Raise SettingsError naming the first flag whose value cannot work."""
@@ -102,6 +107,11 @@ class Settings:
         if len(self.node_name) > 63 or not _DNS_SUBDOMAIN.match(self.node_name):
             # 63, not 253: the node name is also the kubernetes.io/hostname label value.
             raise SettingsError(f"--node-name={self.node_name!r} must be a DNS name of at most 63 characters")
+        if len(self.tenant_namespace) > 63 or not _DNS_LABEL.match(self.tenant_namespace):
+            raise SettingsError(
+                f"--tenant-namespace={self.tenant_namespace!r} must be a namespace name (lowercase letters, digits "
+                f"and '-', at most 63 characters); unset, it is {c.TENANT_NAMESPACE_PREFIX}<local cluster id>"
+            )
         for key, value in self.node_labels.items():
             problem = label_key_problem(key) or label_value_problem(value)
             if problem:

@@ -119,3 +119,12 @@ def test_set_namespaces_after_stop_is_ignored(informer):
     informer.stop()
     informer.set_namespaces(["a"])
     assert informer.namespaces() == []
+
+
+def test_the_sync_gate_holds_synced_back_until_the_namespace_set_is_known():
+    known = {"value": False}
+    inf = MultiNamespaceInformer(name="gated", list_for_namespace=_never_called, sync_gate=lambda: known["value"])
+    inf._started = True  # no threads: no API server here
+    assert not inf.has_synced()  # no namespace yet, but the set is not known either
+    known["value"] = True
+    assert inf.has_synced()

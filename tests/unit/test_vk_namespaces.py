@@ -3,7 +3,8 @@
 import pytest
 
 from kube_offload import constants as c
-from vkubelet.namespaces import build_twin, is_our_twin, plan_twin
+from vkubelet import twin_requests as tr
+from vkubelet.namespaces import plan_twin, request_state
 
 NODE_LABELS = {
     c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE,
@@ -62,24 +63,65 @@ def test_invalid_policy_is_reported_not_acted_upon():
     assert c.LABEL_ENABLED in plan.reason
 
 
-def test_twin_carries_origin_label_and_local_namespace():
-    twin = build_twin("demo-local", "demo", "local")
-    assert twin["metadata"] == {
-        "name": "demo-local",
-        "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"},
-        "annotations": {c.ANNOTATION_TWIN_OF: "demo"},
-    }
-    assert is_our_twin(twin, "demo", "local")
+# --- the request's state, from the consumer's side --------------------------------------------
+def _request(name="demo-local", *, local="demo", origin="local", phase=None, message=None, deleting=False, granted=None):
+    req = tr.build_request(name, tenant_namespace="kube-offload-tenant-local", local_namespace=local, local_cluster_id="local")
+    req["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] = origin
+    status = {}
+    if phase:
+        status["phase"] = phase
+    if message:
+        status["message"] = message
+    if granted:
+        status["namespace"] = granted
+    if status:
+        req["status"] = status
+    if deleting:
+        req["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return req
+
+
+def _state(request, twin="demo-local", local="demo"):
+    return request_state(request, twin=twin, local_namespace=local, local_cluster_id="local", cluster_id="remote-1")
+
+
+def test_ready_request_of_ours_is_usable():
+    state = _state(_request(phase=c.TWIN_PHASE_READY, granted="demo-local"))
+    assert state.usable and state.reason == ""
 
 
 @pytest.mark.parametrize(
-    "labels, annotations",
+    "request_, flag, words",
     [
-        ({}, {}),  # created by the remote cluster's users
-        ({c.LABEL_ORIGIN_CLUSTER_ID: "other"}, {c.ANNOTATION_TWIN_OF: "demo"}),  # another consumer's
-        ({c.LABEL_ORIGIN_CLUSTER_ID: "local"}, {c.ANNOTATION_TWIN_OF: "other-ns"}),  # ours, for another namespace
+        (None, "waiting", "not requested"),
+        (_request(), "waiting", "Pending"),  # no status yet: the provider has not answered
+        (_request(phase=c.TWIN_PHASE_PENDING), "waiting", "Pending"),
+        (_request(phase=c.TWIN_PHASE_READY, deleting=True), "waiting", "being deleted"),
+        (_request(phase=c.TWIN_PHASE_TERMINATING), "waiting", "being deleted"),
+        (_request(phase=c.TWIN_PHASE_REFUSED, message="exists and is not yours"), "refused", "exists and is not yours"),
+        (_request(phase=c.TWIN_PHASE_REFUSED), "refused", "no reason given"),
+        (_request(local="other", phase=c.TWIN_PHASE_READY), "conflict", "local namespace other"),
+        (_request(origin="someone", phase=c.TWIN_PHASE_READY), "conflict", "someone else"),
+        # Ready for another namespace name than asked: never used
+        (_request(phase=c.TWIN_PHASE_READY, granted="elsewhere"), "waiting", "Ready"),
     ],
 )
-def test_foreign_namespaces_are_not_ours(labels, annotations):
-    remote = {"metadata": {"name": "demo", "labels": labels, "annotations": annotations}}
-    assert not is_our_twin(remote, "demo", "local")
+def test_unusable_requests_say_why(request_, flag, words):
+    state = _state(request_)
+    assert not state.usable
+    assert getattr(state, flag)
+    assert words in state.reason
+    assert "remote-1" in state.reason or flag == "conflict"
+
+
+def test_the_request_is_what_the_provider_contract_says():
+    req = tr.build_request("demo-local", tenant_namespace="kube-offload-tenant-local", local_namespace="demo", local_cluster_id="local")
+    assert req["apiVersion"] == f"{c.SHADOWPOD_GROUP}/{c.SHADOWPOD_VERSION}"
+    assert req["kind"] == c.TWIN_NAMESPACE_KIND
+    assert req["metadata"] == {
+        "name": "demo-local",
+        "namespace": "kube-offload-tenant-local",
+        "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"},
+    }
+    assert req["spec"] == {"localNamespace": "demo"}
+    assert tr.local_namespace_of(req) == "demo" and tr.is_ours(req, "local") and not tr.is_ours(req, "other")

@@ -180,3 +180,45 @@ def test_node_labels_and_durations_parse():
     assert parse_duration("7") == 7.0
     with pytest.raises(ValueError):
         parse_duration("soon")
+
+
+# --- provider-suggested labels ------------------------------------------------------------------
+SUGGESTED = {"topology.kubernetes.io/region": "us-east", "topology.kubernetes.io/zone": "us-east-1a", "tier": "gold"}
+
+
+def test_configured_labels_win_over_suggested_ones_and_contract_labels_over_both():
+    labels = forge.node_labels(SETTINGS, {**SUGGESTED, c.LABEL_CLUSTER_ID: "spoofed"})
+    assert labels["topology.kubernetes.io/region"] == "eu-west"  # --node-label over the provider
+    assert labels["topology.kubernetes.io/zone"] == "us-east-1a"
+    assert labels["tier"] == "gold"
+    assert labels[c.LABEL_CLUSTER_ID] == "remote-1"
+
+
+def test_new_node_records_which_labels_came_from_the_provider():
+    node = forge.build_node(SETTINGS, {}, {}, SUGGESTED)
+    assert node["metadata"]["labels"]["tier"] == "gold"
+    # region is ours (--node-label): it is not the provider's to withdraw
+    assert node["metadata"]["annotations"][c.ANNOTATION_PROVIDER_LABELS] == "tier,topology.kubernetes.io/zone"
+    assert c.ANNOTATION_PROVIDER_LABELS not in forge.build_node(SETTINGS, {}, {}).get("metadata", {}).get("annotations", {})
+
+
+def test_a_withdrawn_suggestion_is_removed_and_other_labels_kept():
+    node = forge.build_node(SETTINGS, {}, {}, SUGGESTED)
+    node["metadata"]["labels"]["team"] = "kubectl-label"  # someone else's
+    node["metadata"]["resourceVersion"] = "7"
+    patch = forge.metadata_patch(node, SETTINGS, {}, {"tier": "silver"})
+    assert patch["metadata"]["labels"] == {"tier": "silver", "topology.kubernetes.io/zone": None}
+    assert patch["metadata"]["annotations"] == {c.ANNOTATION_PROVIDER_LABELS: "tier"}
+    assert "spec" not in patch
+
+
+def test_all_suggestions_withdrawn_drops_the_annotation_too():
+    node = forge.build_node(SETTINGS, {}, {}, SUGGESTED)
+    patch = forge.metadata_patch(node, SETTINGS, {}, {})
+    assert patch["metadata"]["labels"] == {"tier": None, "topology.kubernetes.io/zone": None}
+    assert patch["metadata"]["annotations"] == {c.ANNOTATION_PROVIDER_LABELS: None}
+
+
+def test_suggestions_in_sync_need_no_patch():
+    node = forge.build_node(SETTINGS, {}, {}, SUGGESTED)
+    assert forge.metadata_patch(node, SETTINGS, {}, SUGGESTED) is None

@@ -3,8 +3,9 @@ remote scheduler's Scheduled, the kubelet's Pulled/Started/BackOff, the enforcer
 notes on the ShadowPod) shows on the local pod, in `kubectl describe pod` and
 `kubectl get events`.
 
-The remote Events watched are those about Pods and ShadowPods (field-selected); one is
-copied only if its object is one of ours (origin label) standing for a local pod that
+The remote Events watched are those about Pods and ShadowPods (field-selected) in our
+usable twin namespaces only (namespace-scoped watches: the consumer may read Events
+nowhere else on the provider); one is copied only if its object is one of ours (origin label) standing for a local pod that
 still exists with the UID it was made for. The copy's name is derived from the remote
 Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
 and at most updates its count; remote Events are never deleted locally (they expire
@@ -56,6 +57,7 @@ class EventReflector:
         self.policy: Policy = resource_settings.policy
         self._twins = context.twins
         informers = context.informers
+        self._informers = informers
         self._local = client.CoreV1Api(informers.local_client)
         self.pod_events = shared_informer(
             informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector="involvedObject.kind=Pod"
@@ -96,11 +98,11 @@ class EventReflector:
     # --- reconcile ---------------------------------------------------------------------------
     def _in_twin(self, event: Mapping) -> bool:
         namespace = (event.get("metadata") or {}).get("namespace")
-        remote_ns = self._twins.remote_namespaces.get(namespace or "")
-        return remote_ns is not None
+        return bool(namespace) and namespace in self._informers.twin_namespaces()
 
     def _key_if_relevant(self, event: dict) -> str | None:
-        # Other tenants' Events are in the cache too (a field selector cannot say "ours").
+        # The watches are scoped to the twins already; a twin that stopped being usable
+        # delivers its Events as deletions, which need no copy.
         if not self._in_twin(event):
             return None
         meta = event.get("metadata") or {}

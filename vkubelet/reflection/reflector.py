@@ -24,6 +24,7 @@ Subclasses (one module per type) say which API, how to forge, and what differs.
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
@@ -96,9 +97,10 @@ def shared_informer(
     label_selector: str = "",
     field_selector: str = "",
 ) -> Informer:
-    """The process-wide informer on ``resource`` in every namespace of one side
-    (``local``/``remote``), optionally selected; registered once by name, so every loop
-    asking for the same selection shares one list+watch."""
+    """The process-wide informer on ``resource`` of one side (``local``: every
+    namespace; ``remote``: the usable twin namespaces only, the one place the consumer
+    may read), optionally selected; registered once by name, so every loop asking for
+    the same selection shares one list+watch."""
     api_client = informers.local_client if side == "local" else informers.remote_client
     api = api_class(api_client)
     selection = ",".join(filter(None, [label_selector, field_selector]))
@@ -108,6 +110,9 @@ def shared_informer(
         kwargs["label_selector"] = label_selector
     if field_selector:
         kwargs["field_selector"] = field_selector
+    if side == "remote":
+        list_namespaced = getattr(api, f"list_namespaced_{suffix}")
+        return informers.remote_in_twins(name, lambda ns: functools.partial(list_namespaced, ns), **kwargs)
 
     def make() -> Informer:
         return Informer(
@@ -168,7 +173,7 @@ class Reflector(abc.ABC):
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
         self.controller.watch(self.local, self._local_key)
         self.controller.watch(self.remote, self._remote_key)
-        self.controller.watch(self._twins.remote_namespaces, self._keys_of_twin)
+        self.controller.watch(self._twins.requests, self._keys_of_twin)
 
     # --- the Loop protocol ------------------------------------------------------------------
     def informers(self) -> list[Informer]:
@@ -226,8 +231,8 @@ class Reflector(abc.ABC):
     def _remote_key(self, obj: dict) -> str | None:
         return origin_key(obj) if self.owns(obj) else None
 
-    def _keys_of_twin(self, remote_namespace: dict) -> list[str]:
-        local_ns = ((remote_namespace.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
+    def _keys_of_twin(self, request: dict) -> list[str]:
+        local_ns = self._twins.local_namespace_of(request)
         if not local_ns:
             return []
         prefix = f"{local_ns}/"

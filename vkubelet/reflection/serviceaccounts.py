@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Mapping
 
 from kubernetes import client
 
-from kube_offload import constants as c
 from kube_offload.controller import Controller, Requeue
 from kube_offload.informer import Informer
 from kube_offload.kube import ApiError, call_json, object_key, split_key
@@ -75,7 +74,7 @@ class ServiceAccountTokenReflector:
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=workers, logger=log)
         self.controller.watch(self.local_pods)
         self.controller.watch(self.remote, self._remote_key)
-        self.controller.watch(self._twins.remote_namespaces, self._pods_of_twin)
+        self.controller.watch(self._twins.requests, self._pods_of_twin)
 
     # --- the Loop protocol -------------------------------------------------------------------
     def informers(self) -> list[Informer]:
@@ -98,8 +97,8 @@ class ServiceAccountTokenReflector:
     def _remote_key(self, obj: dict) -> str | None:
         return origin_key(obj) if self.owns(obj) else None
 
-    def _pods_of_twin(self, remote_namespace: dict) -> list[str]:
-        local_ns = ((remote_namespace.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_TWIN_OF)
+    def _pods_of_twin(self, request: dict) -> list[str]:
+        local_ns = self._twins.local_namespace_of(request)
         if not local_ns:
             return []
         return [key for key in self.local_pods.keys() if key.startswith(f"{local_ns}/")]

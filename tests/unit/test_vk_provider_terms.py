@@ -1,0 +1,109 @@
+"""Reading our Consumer object: capacity from the provider's summary, capped by the quota;
+suggested labels filtered; malformed parts named, not fatal."""
+
+import pytest
+
+from kube_offload import constants as c
+from kube_offload.remote_resources import RemoteResources, encode_capacity_status
+from kube_offload.resources import parse_quantity as q
+from vkubelet import provider_terms as pt
+
+SUMMARY = RemoteResources(
+    shareable={"cpu": q("10"), "memory": q("20Gi"), "pods": q("200"), "nvidia.com/gpu": q("4")},
+    free_by_node={"n1": {"cpu": q("4"), "memory": q("8Gi"), "pods": q("100")}},
+    pressure={"MemoryPressure": ["n1"], "DiskPressure": [], "PIDPressure": []},
+    schedulable_nodes=1,
+    total_nodes=2,
+)
+
+
+def _consumer(*, capacity=SUMMARY, quota=None, labels=None, cordoned=None):
+    spec = {}
+    if quota is not None:
+        spec["quota"] = quota
+    if labels is not None:
+        spec["nodeLabels"] = labels
+    if cordoned is not None:
+        spec["cordoned"] = cordoned
+    status = {} if capacity is None else {"capacity": encode_capacity_status(capacity) if isinstance(capacity, RemoteResources) else capacity}
+    return {"apiVersion": "kube-offload.io/v1alpha1", "kind": c.CONSUMER_KIND, "metadata": {"name": "local"}, "spec": spec, "status": status}
+
+
+def test_no_consumer_means_not_admitted_and_nothing_offered():
+    terms = pt.read_consumer(None)
+    assert not terms.admitted
+    assert pt.node_capacity(terms, 90) == {"pods": 0}
+
+
+def test_summary_not_published_yet_keeps_what_the_node_shows():
+    terms = pt.read_consumer(_consumer(capacity=None))
+    assert terms.admitted and terms.summary is None
+    assert pt.node_capacity(terms, 90) is None
+
+
+def test_capacity_is_the_sharing_percentage_of_the_shareable_summary():
+    terms = pt.read_consumer(_consumer())
+    assert terms.summary == SUMMARY
+    capacity = pt.node_capacity(terms, 50)
+    assert capacity == {"cpu": q("5"), "memory": q("10Gi"), "pods": q("100"), "nvidia.com/gpu": q("2")}
+
+
+def test_quota_caps_each_resource_it_names_and_only_those():
+    terms = pt.read_consumer(_consumer(quota={"cpu": "2", "pods": 10, "memory": "64Gi", "example.com/fpga": "1"}))
+    assert terms.quota == {"cpu": q("2"), "pods": q("10"), "memory": q("64Gi"), "example.com/fpga": q("1")}
+    capacity = pt.node_capacity(terms, 100)
+    assert capacity == {"cpu": q("2"), "memory": q("20Gi"), "pods": q("10"), "nvidia.com/gpu": q("4")}
+    assert "example.com/fpga" not in capacity  # a quota does not invent a resource
+
+
+@pytest.mark.parametrize(
+    "capacity, quota, want",
+    [
+        ({"cpu": 5000}, {}, {"cpu": 5000}),
+        ({"cpu": 5000}, {"cpu": 1000}, {"cpu": 1000}),
+        ({"cpu": 500}, {"cpu": 1000}, {"cpu": 500}),
+        ({"cpu": 500, "pods": 3000}, {"pods": 0}, {"cpu": 500, "pods": 0}),  # quota 0: nothing of it
+    ],
+)
+def test_cap_by_quota(capacity, quota, want):
+    assert pt.cap_by_quota(capacity, quota) == want
+
+
+def test_malformed_parts_are_named_and_ignored():
+    terms = pt.read_consumer(
+        _consumer(capacity={"shareable": {"cpu": "lots"}}, quota={"cpu": "two", "memory": "1Gi"}, labels={"ok": "yes"})
+    )
+    assert terms.summary is None
+    assert terms.quota == {"memory": q("1Gi")}
+    assert terms.suggested_labels == {"ok": "yes"}
+    assert any("status.capacity.shareable" in p for p in terms.problems)
+    assert any("spec.quota[cpu]" in p for p in terms.problems)
+
+
+@pytest.mark.parametrize(
+    "key, value, allowed",
+    [
+        ("topology.kubernetes.io/region", "eu-west", True),
+        ("topology.kubernetes.io/zone", "eu-west-1a", True),
+        ("node.kubernetes.io/instance-type", "m5.large", True),
+        ("provider", "acme", True),
+        ("example.com/tier", "gold", True),
+        (c.LABEL_TYPE, "physical", False),  # ours
+        ("x.kube-offload.io/anything", "v", False),
+        ("kubernetes.io/hostname", "n1", False),
+        ("node-role.kubernetes.io/control-plane", "", False),
+        ("k8s.io/thing", "v", False),
+        ("bad key!", "v", False),
+        ("fine", "not a valid value!", False),
+    ],
+)
+def test_which_suggested_labels_a_provider_may_set(key, value, allowed):
+    assert (pt.suggested_label_problem(key, value) is None) == allowed
+    terms = pt.read_consumer(_consumer(labels={key: value}))
+    assert (key in terms.suggested_labels) == allowed
+    assert bool(terms.problems) != allowed
+
+
+def test_cordon_is_read():
+    assert pt.read_consumer(_consumer(cordoned=True)).cordoned
+    assert not pt.read_consumer(_consumer()).cordoned
