@@ -5,7 +5,8 @@ Any change in the caches it reads (Consumers, ShadowPods, namespaces, nodes, pod
 marks the loop dirty; one thread then recomputes every Consumer's status at most once
 per ``period`` and writes those that changed. Coalescing keeps the cost bounded however
 fast pods churn (one pass is a sum over the cached objects, no API reads), and writing
-only on change keeps a quiet cluster quiet. The pass runs on its own thread, apart from
+only on change keeps a quiet cluster quiet. The pods' requests are parsed once per pass
+for all consumers (:func:`~kube_offload.remote_resources.summarize_many`). The pass runs on its own thread, apart from
 the ShadowPod workers.
 """
 
@@ -22,7 +23,7 @@ from enforcer.tenancy import consumer_name
 from enforcer.tenant_api import TenantApi
 from enforcer.trim import content_changed
 from kube_offload.kube import ApiError
-from kube_offload.remote_resources import summarize
+from kube_offload.remote_resources import summarize_many
 
 log = logging.getLogger("kube_offload.enforcer.consumers")
 
@@ -115,13 +116,16 @@ class ConsumerStatusLoop:
         pods = self._pods.list()
         shadowpods = self._shadowpods.list()
         namespaces = self._namespaces.list()
-        for consumer in self._consumers.list():
+        consumers = self._consumers.list()
+        # One parse of every pod for all consumers, not one per consumer.
+        capacities = summarize_many(nodes, pods, [consumer_name(consumer) for consumer in consumers])
+        for consumer in consumers:
             name = consumer_name(consumer)
             desired = desired_status(
                 consumer,
                 used=consumer_usage(shadowpods, name, namespace_of=self._namespaces.get),
                 twin_namespaces=twin_namespaces_of(namespaces, name),
-                capacity=summarize(nodes, pods, name),
+                capacity=capacities[name],
             )
             if not status_changed(consumer, desired):
                 continue

@@ -49,6 +49,15 @@ def is_ours(pod: Mapping, local_cluster_id: str) -> bool:
 
 
 def summarize(nodes: Iterable[Mapping], pods: Iterable[Mapping], local_cluster_id: str) -> RemoteResources:
+    return summarize_many(nodes, pods, [local_cluster_id])[local_cluster_id]
+
+
+def summarize_many(
+    nodes: Iterable[Mapping], pods: Iterable[Mapping], consumer_ids: Iterable[str]
+) -> dict[str, RemoteResources]:
+    """:func:`summarize` for several consumers at once (the provider's enforcer publishes
+    one summary per Consumer): every pod's requests are parsed once, not once per
+    consumer, and each consumer's "foreign" use is everyone's minus its own."""
     node_list = list(nodes)
     # Every resource any remote node reports stays on the virtual node, at zero if need
     # be, so a resource does not vanish and reappear as nodes come and go.
@@ -63,8 +72,10 @@ def summarize(nodes: Iterable[Mapping], pods: Iterable[Mapping], local_cluster_i
         if node_is_schedulable(node):
             allocatable[node_name(dict(node))] = amounts
 
+    ids = list(dict.fromkeys(consumer_ids))
     used_all: dict[str, ResourceList] = {name: {} for name in allocatable}
-    used_foreign: dict[str, ResourceList] = {name: {} for name in allocatable}
+    # consumer id -> node -> requests of that consumer's own pods there
+    used_own: dict[str, dict[str, ResourceList]] = {cid: {} for cid in ids}
     for pod in pods:
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to not in allocatable or resources.pod_is_terminated(pod):
@@ -74,17 +85,15 @@ def summarize(nodes: Iterable[Mapping], pods: Iterable[Mapping], local_cluster_i
         except QuantityError:
             continue  # the apiserver validated it; a parse failure is our limitation
         used_all[bound_to] = resources.add(used_all[bound_to], requests)
-        if not is_ours(pod, local_cluster_id):
-            used_foreign[bound_to] = resources.add(used_foreign[bound_to], requests)
+        origin = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
+        if origin in used_own:
+            own = used_own[origin]
+            own[bound_to] = resources.add(own.get(bound_to, {}), requests)
 
-    shareable: ResourceList = {name: 0 for name in reported}
     free_by_node: dict[str, ResourceList] = {}
     for name, amounts in allocatable.items():
         # Requests of resources the node does not report cannot be taken from it.
-        foreign = {r: a for r, a in used_foreign[name].items() if r in amounts}
         everyone = {r: a for r, a in used_all[name].items() if r in amounts}
-        # Clamped per node: one overcommitted node must not eat the others' free room.
-        shareable = resources.add(shareable, resources.clamp_non_negative(resources.subtract(amounts, foreign)))
         free_by_node[name] = resources.subtract(amounts, everyone)
 
     pressure: dict[str, list[str]] = {kind: [] for kind in PRESSURE_CONDITIONS}
@@ -93,13 +102,24 @@ def summarize(nodes: Iterable[Mapping], pods: Iterable[Mapping], local_cluster_i
             kind = condition.get("type")
             if kind in pressure and condition.get("status") == "True":
                 pressure[kind].append(node_name(dict(node)))
-    return RemoteResources(
-        shareable=shareable,
-        free_by_node=free_by_node,
-        pressure={kind: sorted(names) for kind, names in pressure.items()},
-        schedulable_nodes=len(allocatable),
-        total_nodes=len(node_list),
-    )
+    pressure = {kind: sorted(names) for kind, names in pressure.items()}
+
+    summaries: dict[str, RemoteResources] = {}
+    for cid in ids:
+        shareable: ResourceList = {name: 0 for name in reported}
+        for name, amounts in allocatable.items():
+            foreign_all = resources.subtract(used_all[name], used_own[cid].get(name, {}))
+            foreign = {r: a for r, a in foreign_all.items() if r in amounts}
+            # Clamped per node: one overcommitted node must not eat the others' free room.
+            shareable = resources.add(shareable, resources.clamp_non_negative(resources.subtract(amounts, foreign)))
+        summaries[cid] = RemoteResources(
+            shareable=shareable,
+            free_by_node={name: dict(free) for name, free in free_by_node.items()},
+            pressure={kind: list(names) for kind, names in pressure.items()},
+            schedulable_nodes=len(allocatable),
+            total_nodes=len(node_list),
+        )
+    return summaries
 
 
 # Byte amounts are published in whole KiB, as a kubelet does, rather than as 11-digit

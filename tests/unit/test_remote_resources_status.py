@@ -89,3 +89,35 @@ def test_absent_status_is_an_empty_summary():
 def test_malformed_status_names_the_field(raw, field):
     with pytest.raises(CapacityStatusError, match=field.replace("[", r"\[").replace("]", r"\]")):
         decode_capacity_status(raw)
+
+
+def test_summarize_many_equals_one_summary_per_consumer():
+    from kube_offload import constants as c
+    from kube_offload.remote_resources import summarize_many
+
+    def node(name, cpu, ready="True", pressure=False):
+        conditions = [{"type": "Ready", "status": ready}]
+        if pressure:
+            conditions.append({"type": "MemoryPressure", "status": "True"})
+        return {"metadata": {"name": name},
+                "status": {"allocatable": {"cpu": cpu, "memory": "4Gi", "pods": "10", "example.com/gpu": "1"},
+                           "conditions": conditions}}
+
+    def pod(name, node_name, cpu, origin=None, phase="Running"):
+        labels = {c.LABEL_ORIGIN_CLUSTER_ID: origin} if origin else {}
+        return {"metadata": {"name": name, "labels": labels},
+                "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+                "status": {"phase": phase}}
+
+    nodes = [node("n1", "2"), node("n2", "1", pressure=True), node("down", "8", ready="False")]
+    pods = [pod("a1", "n1", "500m", "a"), pod("a2", "n2", "1500m", "a"), pod("b1", "n1", "1", "b"),
+            pod("x", "n1", "250m"), pod("c-done", "n2", "1", "c", phase="Succeeded"), pod("other", "n2", "100m", "zz"),
+            pod("nowhere", "down", "4", "b")]
+    together = summarize_many(nodes, pods, ["a", "b", "c", "a"])
+    assert set(together) == {"a", "b", "c"}
+    for cid in ("a", "b", "c"):
+        assert together[cid] == summarize_many(nodes, pods, [cid])[cid]
+    # Each consumer's own pods stay in its shareable figure (n2 is overcommitted by a's pod).
+    assert together["a"].shareable["cpu"] == 2000 - 1250 + 1000 - 100
+    assert together["b"].shareable["cpu"] == 2000 - 750 + 0
+    assert together["a"].free_by_node == together["b"].free_by_node
