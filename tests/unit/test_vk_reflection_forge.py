@@ -92,6 +92,8 @@ def test_secret_copies_type_and_data():
 def test_service_account_token_secrets_stay_home_and_token_names_are_reserved():
     legacy = {"metadata": meta("default-token-abc"), "type": f.SERVICE_ACCOUNT_TOKEN_TYPE, "data": {"token": "eA=="}}
     assert f.forge_secret(legacy, ctx("secrets")) is None
+    helm = {"metadata": meta("sh.helm.release.v1.web.v1"), "type": "helm.sh/release.v1", "data": {"release": "eA=="}}
+    assert f.forge_secret(helm, ctx("secrets")) is None
     with pytest.raises(f.Unreflectable):
         f.forge_secret({"metadata": meta(n.token_secret_name("web")), "type": "Opaque"}, ctx("secrets"))
 

@@ -7,7 +7,15 @@ import pytest
 
 from kube_offload import constants as c
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
-from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.reflection.policy import (
+    BOOTSTRAP_TOKEN_TYPE,
+    HELM_RELEASE_TYPE,
+    SERVICE_ACCOUNT_TOKEN_TYPE,
+    Policy,
+    decide,
+    never_reflected,
+    should_reflect,
+)
 from vkubelet.reflection.settings import (
     RESOURCES,
     ReflectionSettings,
@@ -43,6 +51,64 @@ def test_deny_list_and_allow_list(annotations, deny, allow):
 def test_object_without_annotations_or_metadata():
     assert should_reflect({}, Policy.DENY_LIST) is True
     assert should_reflect({"metadata": {"annotations": None}}, Policy.ALLOW_LIST) is False
+
+
+SKIP = {c.ANNOTATION_SKIP_REFLECTION: "true"}
+ALLOW = {c.ANNOTATION_ALLOW_REFLECTION: "true"}
+
+
+def _typed(kind: str, type_: str | None = None, name: str = "x", labels: dict | None = None, **annotations) -> dict:
+    obj = {"kind": kind, "metadata": {"name": name, "namespace": "demo", "labels": labels or {}, "annotations": annotations}}
+    if type_ is not None:
+        obj["type"] = type_
+    return obj
+
+
+HELM_CM = {"name": "sh.helm.release.v1.web.v3", "labels": {"owner": "helm", "name": "web"}}
+
+
+@pytest.mark.parametrize(
+    "obj, kind, deny, allow",
+    [
+        # Ordinary Secrets follow the policy.
+        (_typed("Secret", "Opaque"), "Secret", True, False),
+        (_typed("Secret", "Opaque", **ALLOW), "Secret", True, True),
+        (_typed("Secret", "Opaque", **SKIP), "Secret", False, False),
+        (_typed("Secret", "kubernetes.io/tls", **ALLOW), "Secret", True, True),
+        (_typed("Secret", "kubernetes.io/dockerconfigjson"), "Secret", True, False),
+        (_typed("Secret"), "Secret", True, False),  # no type = Opaque
+        # The local cluster's credentials and Helm releases: never, whatever is annotated.
+        (_typed("Secret", SERVICE_ACCOUNT_TOKEN_TYPE), "Secret", False, False),
+        (_typed("Secret", SERVICE_ACCOUNT_TOKEN_TYPE, **ALLOW), "Secret", False, False),
+        (_typed("Secret", SERVICE_ACCOUNT_TOKEN_TYPE, **{c.ANNOTATION_SKIP_REFLECTION: "false"}), "Secret", False, False),
+        (_typed("Secret", HELM_RELEASE_TYPE), "Secret", False, False),
+        (_typed("Secret", HELM_RELEASE_TYPE, **ALLOW), "Secret", False, False),
+        (_typed("Secret", BOOTSTRAP_TOKEN_TYPE, **ALLOW), "Secret", False, False),
+        # Helm's ConfigMap storage driver: the same records, by name and owner label.
+        (_typed("ConfigMap", **HELM_CM), "ConfigMap", False, False),
+        (_typed("ConfigMap", **HELM_CM, **ALLOW), "ConfigMap", False, False),
+        # ... but only with both: a user's ConfigMap named alike, or labelled alike, is data.
+        (_typed("ConfigMap", name="sh.helm.release.v1.web.v3"), "ConfigMap", True, False),
+        (_typed("ConfigMap", labels={"owner": "helm"}), "ConfigMap", True, False),
+        # A type is a Secret's field: the same value on another kind means nothing.
+        (_typed("ConfigMap", SERVICE_ACCOUNT_TOKEN_TYPE), "ConfigMap", True, False),
+        (_typed("Service", **SKIP), "Service", False, False),
+        (_typed("Ingress", **ALLOW), "Ingress", True, True),
+    ],
+)
+def test_what_is_exported_under_each_policy(obj, kind, deny, allow):
+    assert decide(obj, Policy.DENY_LIST, kind=kind).reflect is deny
+    assert decide(obj, Policy.ALLOW_LIST, kind=kind).reflect is allow
+    assert should_reflect(obj, Policy.DENY_LIST, kind=kind) is deny
+
+
+def test_decisions_say_why():
+    assert "service-account token" in decide(_typed("Secret", SERVICE_ACCOUNT_TOKEN_TYPE), Policy.DENY_LIST, kind="Secret").why
+    assert "Helm release" in decide(_typed("Secret", HELM_RELEASE_TYPE), Policy.DENY_LIST, kind="Secret").why
+    assert c.ANNOTATION_SKIP_REFLECTION in decide(_typed("Secret", "Opaque", **SKIP), Policy.DENY_LIST, kind="Secret").why
+    assert c.ANNOTATION_ALLOW_REFLECTION in decide(_typed("Secret", "Opaque"), Policy.ALLOW_LIST, kind="Secret").why
+    assert never_reflected(_typed("Secret", "Opaque"), "Secret") is None
+    assert never_reflected({}, "Secret") is None
 
 
 def _parse(argv: list[str], monkeypatch=None, env: dict | None = None) -> ReflectionSettings:

@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from vkubelet.reflection import names as n
+from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE, never_reflected  # noqa: F401  (re-exported)
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-SERVICE_ACCOUNT_TOKEN_TYPE = "kubernetes.io/service-account-token"
 TOKEN_SECRET_TYPE = f"{c.DOMAIN}/service-account-token"
 # Annotations the PersistentVolume controller and the scheduler write on claims: they
 # describe one cluster's binding and provisioning, so they are neither copied from the
@@ -101,8 +101,9 @@ def forge_configmap(local: Mapping, ctx: ForgeContext) -> dict | None:
 
 
 def forge_secret(local: Mapping, ctx: ForgeContext) -> dict | None:
-    # Legacy long-lived tokens of the local cluster: its credentials stay home.
-    if local.get("type") == SERVICE_ACCOUNT_TOKEN_TYPE:
+    # The reflector never gets here with one (policy.decide); a second check costs
+    # nothing and keeps a credential from leaking through any other caller.
+    if never_reflected(local, "Secret") is not None:
         return None
     name = str(_meta(local).get("name") or "")
     if name.startswith(n.TOKEN_SECRET_PREFIX):
