@@ -22,8 +22,6 @@ RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
 
 
 class TenantApi(Protocol):
-    def get_twin_request(self, namespace: str, name: str) -> dict | None: ...
-
     def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict: ...
 
     def replace_twin_request_status(self, namespace: str, name: str, status: dict) -> dict: ...
@@ -62,10 +60,7 @@ class KubeTenantApi:
                 return None
             raise
 
-    # --- TwinNamespace (twinnamespaces: get, patch; twinnamespaces/status: patch) ----------
-    def get_twin_request(self, namespace: str, name: str) -> dict | None:
-        return self._get_or_none(_twin_path(namespace, name))
-
+    # --- TwinNamespace (twinnamespaces: patch; twinnamespaces/status: patch) --------------
     def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict:
         # The resourceVersion makes the patch conditional: the list is computed from the
         # cached object, and a finalizer someone else added meanwhile must not be lost.

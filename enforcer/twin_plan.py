@@ -315,13 +315,3 @@ def _plan_deletion(request: Mapping, namespace: Mapping | None) -> TwinPlan:
         return TwinPlan(status=terminating, requeue_after=TERMINATING_RECHECK_SECONDS)
     uid = str((namespace.get("metadata") or {}).get("uid") or "")
     return TwinPlan(status=terminating, delete_namespace_uid=uid, requeue_after=TERMINATING_RECHECK_SECONDS)
-
-
-def orphan_namespace_uid(namespace: Mapping | None, key: str) -> str | None:
-    """The UID to delete when ``namespace`` was made for request ``key`` and the request is
-    gone (its finalizer removed by hand): the namespace would otherwise outlive it. The
-    caller confirms the request's absence with the API server first."""
-    if not made_for(namespace, key) or _terminating(namespace):
-        return None
-    assert namespace is not None
-    return str((namespace.get("metadata") or {}).get("uid") or "") or None

@@ -22,7 +22,6 @@ from enforcer.twin_plan import (
     finalizers_with,
     finalizers_without,
     has_finalizer,
-    orphan_namespace_uid,
     plan_twin,
     status_changed,
 )
@@ -100,7 +99,10 @@ class TwinReconciler:
         logger = ObjectLogger(log, {"key": key})
         cached = self._requests.get(key)
         if cached is None:
-            self._collect_orphan(key, name, logger)
+            # Gone: its finalizer made sure its namespace went first. A namespace left by
+            # a finalizer removed by hand is left alone: deleting a namespace on the word
+            # of labels anyone with namespace rights can write would be the one
+            # destructive guess this controller makes (docs/enforcer.md).
             return
         request = {**cached, "metadata": dict(cached.get("metadata") or {})}
         deleting = bool((request.get("metadata") or {}).get("deletionTimestamp"))
@@ -214,18 +216,6 @@ class TwinReconciler:
             if exc.already_exists or exc.conflict:
                 raise Requeue(STALE_CACHE_RECHECK_SECONDS, "RoleBinding changed meanwhile") from exc
             raise
-
-    def _collect_orphan(self, key: str, name: str, logger: logging.LoggerAdapter) -> None:
-        """A namespace whose request vanished without us (its finalizer removed by hand)
-        would outlive it; delete it once the API server confirms the request is gone."""
-        uid = orphan_namespace_uid(self._namespaces.get(name), key)
-        if uid is None:
-            return
-        request_namespace, request_name = split_key(key)
-        if self._api.get_twin_request(request_namespace or "", request_name) is not None:
-            return  # the cache is behind; the request's own event brings us back
-        logger.info("namespace %s outlived its request; deleting it", name)
-        self._api.delete_namespace(name, uid)
 
 
 def consumer_spec_changed(event: str, old: dict | None, new: dict) -> bool:

@@ -14,7 +14,6 @@ from enforcer.twin_plan import (
     is_ours,
     name_problem,
     namespace_patch,
-    orphan_namespace_uid,
     plan_twin,
     rolebinding_action,
 )
@@ -330,12 +329,3 @@ def test_deleting_request_deletes_its_namespace_even_when_the_consumer_is_gone()
 def test_deleting_request_without_our_finalizer_is_left_alone():
     p = plan(request(deleting=True, finalizer=False), ns=ours())
     assert p.delete_namespace_uid is None and not p.remove_finalizer and p.status is None
-
-
-# --- orphans -------------------------------------------------------------------------
-def test_orphan_namespace_uid():
-    assert orphan_namespace_uid(ours(), KEY) == "ns-uid"
-    assert orphan_namespace_uid(ours(deleting=True), KEY) is None
-    assert orphan_namespace_uid(ours(), f"{TENANT}/other") is None
-    assert orphan_namespace_uid(foreign(), KEY) is None
-    assert orphan_namespace_uid(None, KEY) is None
