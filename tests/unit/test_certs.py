@@ -111,6 +111,24 @@ def test_issue_refuses_a_non_ca_issuer(serving: pki.KeyPair) -> None:
         pki.issue_serving_cert(serving, dns_names=["x.svc"], now=NOW)
 
 
+def test_client_cert_carries_the_user_and_groups_and_client_auth_only(ca: pki.KeyPair) -> None:
+    pair = pki.issue_client_cert(ca, common_name="kube-apiserver-kubelet-client", organizations=["ops", "ops", "audit"], now=NOW)
+    cert = pair.certificate
+    assert cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "kube-apiserver-kubelet-client"
+    assert [a.value for a in cert.subject.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME)] == ["ops", "audit"]
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    assert pki.is_issued_by(pair.cert_pem, ca.cert_pem)
+    assert pki.load_pem(pair.cert_pem, pair.key_pem) == pair
+
+
+def test_client_cert_needs_a_common_name_and_a_ca_issuer(ca: pki.KeyPair, serving: pki.KeyPair) -> None:
+    with pytest.raises(ValueError, match="common name"):
+        pki.issue_client_cert(ca, common_name="", now=NOW)
+    with pytest.raises(ValueError, match="not a CA"):
+        pki.issue_client_cert(serving, common_name="someone", now=NOW)
+
+
 def test_load_pem_rejects_a_key_of_another_certificate(ca: pki.KeyPair, serving: pki.KeyPair) -> None:
     assert pki.load_pem(serving.cert_pem, serving.key_pem) == serving
     with pytest.raises(ValueError, match="does not belong"):
