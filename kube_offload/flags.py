@@ -112,6 +112,15 @@ def positive_duration(text: str) -> float:
     return seconds
 
 
+def non_negative_duration(text: str) -> float:
+    """argparse type: a duration >= 0 (0 usually turns something off, e.g. a cache)."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return seconds
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:

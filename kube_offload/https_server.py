@@ -56,11 +56,22 @@ class ServerContext:
     left on disk, whatever way the process ends.
 
     ``name`` is what log lines and errors call the server ("kubelet", "ShadowPod webhook").
+    With ``client_ca``, a client certificate it did not sign ends the handshake; without
+    one a client may still connect when ``require_client_certificate`` is False (the
+    kubelet API also takes bearer tokens, checked after the handshake).
     """
 
-    def __init__(self, files: ServingFiles, client_ca: str = "", *, name: str = "kubelet") -> None:
+    def __init__(
+        self,
+        files: ServingFiles,
+        client_ca: str = "",
+        *,
+        name: str = "kubelet",
+        require_client_certificate: bool = True,
+    ) -> None:
         self._files = files
         self._client_ca = client_ca
+        self._require_client_certificate = require_client_certificate
         self._name = name
         self._lock = threading.Lock()
         self._stamp: tuple = ()
@@ -99,7 +110,7 @@ class ServerContext:
                 context.load_verify_locations(cafile=self._client_ca)
             except (OSError, ssl.SSLError) as exc:
                 raise TLSSetupError(f"client CA {self._client_ca} of the {self._name} server: {exc}") from None
-            context.verify_mode = ssl.CERT_REQUIRED
+            context.verify_mode = ssl.CERT_REQUIRED if self._require_client_certificate else ssl.CERT_OPTIONAL
         self._stamp = stamp
         return context
 

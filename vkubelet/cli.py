@@ -13,7 +13,7 @@ import threading
 
 import kube_offload
 from kube_offload import constants as c
-from kube_offload.flags import add_flag, appended, positive_duration, positive_int
+from kube_offload.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.settings import Settings, SettingsError, parse_node_labels
@@ -63,8 +63,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--kubelet-bind-address", default="",
          help="address the kubelet endpoint listens on (0.0.0.0: all); unset: the --node-address")
     flag("--kubelet-client-ca", default="",
-         help="CA file; when set, only clients with a certificate it signed (the apiserver's "
-              "--kubelet-client-certificate) may use the kubelet endpoint")
+         help="CA file: client certificates it signed authenticate as user CN, groups O; give the CA of the "
+              "apiserver's --kubelet-client-certificate, or kubectl logs/exec are refused (401)")
+    flag("--kubelet-anonymous-auth", default=False, type=bool,
+         help="serve requests without credentials as system:anonymous (still authorized by "
+              "SubjectAccessReview) instead of refusing them with 401")
+    flag("--kubelet-authentication-cache-ttl", default="2m", type=non_negative_duration,
+         help="how long a TokenReview answer for a bearer token is kept (a refused token: at most 30s); 0: not cached")
+    flag("--kubelet-authorization-cache-authorized-ttl", default="5m", type=non_negative_duration,
+         help="how long an allowed SubjectAccessReview answer is kept; 0: not cached")
+    flag("--kubelet-authorization-cache-unauthorized-ttl", default="30s", type=non_negative_duration,
+         help="how long a denied SubjectAccessReview answer is kept; 0: not cached")
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_reflection_flags(parser, COMPONENT)
@@ -91,6 +100,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         kubelet_tls_key=args.kubelet_tls_key or "",
         kubelet_bind_address=args.kubelet_bind_address or "",
         kubelet_client_ca=args.kubelet_client_ca or "",
+        kubelet_anonymous_auth=bool(args.kubelet_anonymous_auth),
+        kubelet_authn_cache_ttl=float(args.kubelet_authentication_cache_ttl),
+        kubelet_authz_cache_authorized_ttl=float(args.kubelet_authorization_cache_authorized_ttl),
+        kubelet_authz_cache_unauthorized_ttl=float(args.kubelet_authorization_cache_unauthorized_ttl),
         log_level=args.log_level,
         log_json=bool(args.log_json),
         reflection=reflection_settings_from_args(args),

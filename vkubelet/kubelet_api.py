@@ -6,7 +6,9 @@ port at once (a port in use or an unreadable certificate stops the vkubelet at s
 not silently later), serves once the pod caches have listed, and keeps
 ``ExtendWebSocketsToKubelet`` in the node's ``status.declaredFeatures``: that is what
 makes the local kube-apiserver (>= 1.36) proxy ``kubectl exec`` to us as a WebSocket
-instead of translating it to SPDY (see vkubelet/kubeletapi/streams.py). The machinery is
+instead of translating it to SPDY (see vkubelet/kubeletapi/streams.py). Every request is
+authenticated (client certificate from ``--kubelet-client-ca``, TokenReview) and
+authorized (SubjectAccessReview) on the local apiserver, as by a kubelet. The machinery is
 in ``vkubelet/kubeletapi/``; docs/logs-and-exec.md describes the behaviour.
 """
 
@@ -21,6 +23,10 @@ from kubernetes import client
 from kube_offload.controller import Controller
 from kube_offload.informer import Informer
 from kube_offload.kube import ApiError, call_json
+from vkubelet.kubeletapi.access import AccessControl
+from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer, token_review_call
+from vkubelet.kubeletapi.authz import Authorizer, subject_access_review_call
+from vkubelet.kubeletapi.decision_cache import CacheTTL
 from vkubelet.kubeletapi.resolver import PodResolver
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
 from vkubelet.kubeletapi.tls import ServerContext, TLSSetupError, serving_files
@@ -34,6 +40,9 @@ MERGE_PATCH = "application/merge-patch+json"
 # WebSockets to a kubelet (kubernetes v1.37 pkg/registry/core/pod/rest/subresources.go,
 # checkNodeSupportsWebsockets).
 WEBSOCKET_FEATURE = "ExtendWebSocketsToKubelet"
+# How long a token the apiserver refused is remembered (at most the allowed TTL): short,
+# so a token that starts working (a new ServiceAccount's) is not refused for long.
+TOKEN_DENIED_TTL = 30.0
 
 
 def declared_features_patch(node: Mapping | None, feature: str = WEBSOCKET_FEATURE) -> dict | None:
@@ -46,6 +55,26 @@ def declared_features_patch(node: Mapping | None, feature: str = WEBSOCKET_FEATU
     if feature in current:
         return None
     return {"status": {"declaredFeatures": sorted(set(current) | {feature})}}
+
+
+def access_control(settings: Settings, local: client.ApiClient) -> AccessControl:
+    """Authentication and authorization of every request, as a kubelet in webhook mode
+    (vkubelet/kubeletapi/access.py): client certificates from ``--kubelet-client-ca``,
+    bearer tokens by TokenReview and every request by SubjectAccessReview, both on the
+    LOCAL apiserver and as the vkubelet's own identity."""
+    tokens = TokenReviewer(
+        token_review_call(local),
+        CacheTTL(allowed=settings.kubelet_authn_cache_ttl, denied=min(settings.kubelet_authn_cache_ttl, TOKEN_DENIED_TTL)),
+    )
+    authorizer = Authorizer(
+        subject_access_review_call(local),
+        CacheTTL(allowed=settings.kubelet_authz_cache_authorized_ttl, denied=settings.kubelet_authz_cache_unauthorized_ttl),
+    )
+    return AccessControl(
+        authenticator=Authenticator(tokens=tokens, anonymous=settings.kubelet_anonymous_auth),
+        authorizer=authorizer,
+        node_name=settings.node_name,
+    )
 
 
 def bind_address(settings: Settings) -> str:
@@ -62,11 +91,15 @@ class KubeletApiLoop:
         self._settings = settings
         self._local_pods = context.informers.local_pods()
         self._remote_pods = context.informers.remote_pods()
+        self._shadowpods = context.informers.remote_shadowpods()
+        self._twins = context.twins
         self._node = context.informers.local_node()
         self._core_local = client.CoreV1Api(context.informers.local_client)
         resolver = PodResolver(
             local_pods=self._local_pods,
             remote_pods=self._remote_pods,
+            shadowpods=self._shadowpods,
+            twins=context.twins,
             node_name=settings.node_name,
             cluster_id=settings.cluster_id,
             local_cluster_id=settings.local_cluster_id,
@@ -82,10 +115,15 @@ class KubeletApiLoop:
             raise SettingsError(str(exc)) from None
         address = (bind_address(settings), settings.kubelet_port)
         try:
-            tls = ServerContext(self._files, settings.kubelet_client_ca)
-            self.server = KubeletHTTPServer(
-                address, KubeletApi(resolver=resolver, remote=context.informers.remote_client, cluster_id=settings.cluster_id), tls
+            # A client without a certificate may still connect: it may have a bearer token.
+            tls = ServerContext(self._files, settings.kubelet_client_ca, require_client_certificate=False)
+            app = KubeletApi(
+                resolver=resolver,
+                remote=context.informers.remote_client,
+                cluster_id=settings.cluster_id,
+                access=access_control(settings, context.informers.local_client),
             )
+            self.server = KubeletHTTPServer(address, app, tls)
         except TLSSetupError as exc:
             self._files.cleanup()
             raise SettingsError(str(exc)) from None
@@ -103,7 +141,7 @@ class KubeletApiLoop:
         return self.server.server_address[1]
 
     def informers(self) -> list[Informer]:
-        return [self._local_pods, self._remote_pods, self._node]
+        return [self._local_pods, self._remote_pods, self._shadowpods, self._node, *self._twins.informers()]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5}, name="kubelet-api", daemon=True)
@@ -111,6 +149,12 @@ class KubeletApiLoop:
         self.features.start()
         self.features.enqueue(self._settings.node_name)
         log.info("kubelet API serving on https://%s:%d", *self.server.server_address[:2])
+        if not self._settings.kubelet_client_ca:
+            log.warning(
+                "kubelet API: no --kubelet-client-ca: client certificates are not accepted, so the local "
+                "apiserver (which calls with its --kubelet-client-certificate) is refused with 401 and "
+                "kubectl logs/exec on offloaded pods fail; give the CA of that certificate"
+            )
 
     def stop(self) -> None:
         self.features.stop()

@@ -65,9 +65,17 @@ class Settings:
     kubelet_tls_key: str = ""
     # Where the kubelet API listens; empty = node_address (where the apiserver connects).
     kubelet_bind_address: str = ""
-    # When set, only clients with a certificate from this CA (the apiserver's
-    # --kubelet-client-certificate) may connect.
+    # Client certificates signed by this CA (the apiserver's --kubelet-client-certificate)
+    # authenticate as CN / O; empty = no client certificate is accepted.
     kubelet_client_ca: str = ""
+    # Requests with no credentials: refused with 401 (False), or served as
+    # system:anonymous, still authorized by SubjectAccessReview (True).
+    kubelet_anonymous_auth: bool = False
+    # How long TokenReview and SubjectAccessReview answers are kept (seconds; 0 = not
+    # cached). Defaults are the kubelet's.
+    kubelet_authn_cache_ttl: float = 120.0
+    kubelet_authz_cache_authorized_ttl: float = 300.0
+    kubelet_authz_cache_unauthorized_ttl: float = 30.0
     log_level: str = "INFO"
     log_json: bool = False
     # Resource reflection: per type workers and policy (vkubelet/reflection/settings.py).
@@ -128,6 +136,13 @@ class Settings:
             raise SettingsError("--workers must be at least 1")
         if not 1 <= self.kubelet_port <= 65535:
             raise SettingsError(f"--kubelet-port={self.kubelet_port} is not a TCP port")
+        for flag, ttl in (
+            ("--kubelet-authentication-cache-ttl", self.kubelet_authn_cache_ttl),
+            ("--kubelet-authorization-cache-authorized-ttl", self.kubelet_authz_cache_authorized_ttl),
+            ("--kubelet-authorization-cache-unauthorized-ttl", self.kubelet_authz_cache_unauthorized_ttl),
+        ):
+            if ttl < 0:
+                raise SettingsError(f"{flag} must not be negative (0 turns the cache off)")
         if bool(self.kubelet_tls_cert) != bool(self.kubelet_tls_key):
             raise SettingsError("--kubelet-tls-cert and --kubelet-tls-key must be given together")
         if not self.node_address:

@@ -12,7 +12,8 @@ Everything lives under one state directory (``--state-dir``, default
 
     kwok/clusters/<name>/kubeconfig.yaml   each cluster's kubeconfig (kwokctl's own)
     kubeconfig-<name>.yaml                 a copy, with a stable documented path
-    pki/                                   CA + serving certificate for 127.0.0.1
+    pki/                                   CA + serving certificate for 127.0.0.1; the local
+                                           apiserver's kubelet client certificate and its CA
     logs/<component>.log                   our components' logs
     processes.json                         PIDs of the processes we started
     topology.json                          what `up` created, for `status` and `down`
@@ -53,6 +54,11 @@ REMOTE_REGIONS = ("eu-west", "eu-south", "us-east", "ap-south")
 REMOTE_PROVIDERS = ("acme", "globex", "initech", "umbrella")
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}=fake"
+# The local apiserver's identity towards kubelets (--kubelet-client-certificate), named as
+# kubeadm names it; the virtual kubelet authenticates it by --kubelet-client-ca and
+# authorizes it by SubjectAccessReview, so RBAC binds it like a kubeadm cluster does.
+APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"
+KUBELET_API_ADMIN_ROLE = "system:kubelet-api-admin"  # bootstrap ClusterRole: nodes/proxy, log, stats...
 
 
 class ClusterError(RuntimeError):
@@ -199,25 +205,39 @@ class Cluster:
 
     @property
     def kwokctl_config(self) -> Path:
-        """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback."""
-        path = self.state_dir / "kwokctl-config.yaml"
+        """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback.
+        The local cluster's file also gives its apiserver a kubelet client certificate
+        (kwokctl passes none): the virtual node's kubelet API refuses anonymous callers.
+        One file per role, since kwokctl reads only the first KwokctlConfiguration."""
+        local = self.spec.role == "local"
+        path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
+            patches = [{
+                # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
+                # our virtual node's lease and write the status of the pods bound to it.
+                # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    # override only replaces an existing flag; this one is new, so appended
+                    {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
+                ],
+            }]
+            if local:
+                pki = self.state_dir / "pki"
+                patches.append({
+                    "name": "kube-apiserver",
+                    "extraArgs": [
+                        {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
+                        {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+                    ],
+                })
             path.write_text(yaml.safe_dump({
                 "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                 "kind": "KwokctlConfiguration",
                 "options": {"bindAddress": "127.0.0.1"},
-                # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
-                # our virtual node's lease and write the status of the pods bound to it.
-                # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
-                "componentsPatches": [{
-                    "name": "kwok-controller",
-                    "extraArgs": [
-                        {"key": "manage-all-nodes", "value": "false", "override": True},
-                        # override only replaces an existing flag; this one is new, so appended
-                        {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
-                    ],
-                }],
+                "componentsPatches": patches,
             }))
         return path
 
@@ -367,6 +387,7 @@ class Environment:
         self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
         local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
+        self._authorize_apiserver_kubelet_client(local)
         if topology.chart_identities:
             self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
             self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
@@ -414,6 +435,26 @@ class Environment:
         key = self.pki_dir / "tls.key"
         key.write_bytes(serving.key_pem)
         key.chmod(0o600)
+        # The local apiserver's kubelet client certificate, from a CA of its own: only
+        # certificates meant for calling kubelets are accepted by the kubelet API.
+        kubelet_client_ca = pki.generate_ca("kube-offload loopback kubelet client CA", 30)
+        client = pki.issue_client_cert(kubelet_client_ca, common_name=APISERVER_KUBELET_CLIENT, days=30)
+        (self.pki_dir / "kubelet-client-ca.crt").write_bytes(kubelet_client_ca.cert_pem)
+        (self.pki_dir / "apiserver-kubelet-client.crt").write_bytes(client.cert_pem)
+        client_key = self.pki_dir / "apiserver-kubelet-client.key"
+        client_key.write_bytes(client.key_pem)
+        client_key.chmod(0o600)
+
+    def _authorize_apiserver_kubelet_client(self, local: Cluster) -> None:
+        """What kubeadm does for the same identity: without it the virtual kubelet's
+        SubjectAccessReview refuses the apiserver, and kubectl logs/exec with it."""
+        local.apply({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"kube-offload-{APISERVER_KUBELET_CLIENT}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KUBELET_API_ADMIN_ROLE},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": APISERVER_KUBELET_CLIENT}],
+        })
 
     def _remote_kwok_config(self) -> Path:
         """kwok's log/exec simulation for remote pods, so `kubectl logs/exec` on an
@@ -542,6 +583,7 @@ class Environment:
             "--kubelet-port", str(spec.kubelet_port),
             "--kubelet-tls-cert", str(self.pki_dir / "tls.crt"),
             "--kubelet-tls-key", str(self.pki_dir / "tls.key"),
+            "--kubelet-client-ca", str(self.pki_dir / "kubelet-client-ca.crt"),
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]

@@ -1,25 +1,27 @@
-"""Local pod -> remote pod, the node's declared feature, and where the endpoint listens."""
+"""Local pod -> remote pod (only through our ShadowPod in our twin namespace), the node's
+declared feature, and where the endpoint listens."""
 
 import pytest
 
 from kube_offload import constants as c
+from kube_offload.shadowpod import owner_reference
 from vkubelet.kubelet_api import WEBSOCKET_FEATURE, bind_address, declared_features_patch
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod, choose_remote_pod
 from vkubelet.settings import Settings
 
 NODE = "kube-offload-remote-1"
+TWIN = "demo-local"
 
 
 def local_pod(name="web", namespace="demo", uid="uid-1", node=NODE):
     return {"metadata": {"name": name, "namespace": namespace, "uid": uid}, "spec": {"nodeName": node}}
 
 
-def remote_pod(name="web", namespace="demo-local", *, origin=("demo", "web", "uid-1"), cluster="local", created="2026-01-01T00:00:00Z", deleting=False):
-    meta = {
+def _origin_meta(name, namespace, origin, cluster):
+    return {
         "name": name,
         "namespace": namespace,
-        "creationTimestamp": created,
         "labels": {c.LABEL_ORIGIN_CLUSTER_ID: cluster},
         "annotations": {
             c.ANNOTATION_ORIGIN_NAMESPACE: origin[0],
@@ -27,23 +29,50 @@ def remote_pod(name="web", namespace="demo-local", *, origin=("demo", "web", "ui
             c.ANNOTATION_ORIGIN_UID: origin[2],
         },
     }
+
+
+def shadowpod(name="web", namespace=TWIN, *, uid="shp-1", origin=("demo", "web", "uid-1"), cluster="local"):
+    meta = _origin_meta(name, namespace, origin, cluster)
+    meta["uid"] = uid
+    return {"apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod", "metadata": meta}
+
+
+def remote_pod(name="web", namespace=TWIN, *, owner=None, origin=("demo", "web", "uid-1"), cluster="local",
+               created="2026-01-01T00:00:00Z", deleting=False):
+    """A pod as the enforcer makes it: controlled by ``owner`` (default: the ShadowPod of
+    the same name and namespace); ``owner=False`` for none."""
+    meta = _origin_meta(name, namespace, origin, cluster)
+    meta["creationTimestamp"] = created
+    if owner is None:
+        owner = shadowpod(name, namespace)
+    if owner:
+        meta["ownerReferences"] = [owner_reference(owner)]
     if deleting:
         meta["deletionTimestamp"] = "2026-01-02T00:00:00Z"
     return {"metadata": meta}
 
 
-def choose(local, candidates, pod_uid=""):
+def choose(local, pods, shadowpods=None, *, twin=TWIN, pod_uid=""):
     return choose_remote_pod(
-        local, candidates, key="demo/web", node_name=NODE, cluster_id="remote-1", local_cluster_id="local", pod_uid=pod_uid
+        local,
+        [shadowpod()] if shadowpods is None else shadowpods,
+        pods,
+        twin=twin,
+        twin_problem="" if twin else "namespace demo is not offloaded (kube-offload.io/enabled is not true)",
+        key="demo/web",
+        node_name=NODE,
+        cluster_id="remote-1",
+        local_cluster_id="local",
+        pod_uid=pod_uid,
     )
 
 
-def test_the_twin_pod_is_found():
-    assert choose(local_pod(), [remote_pod()]) == RemotePod("demo-local", "web")
+def test_the_pod_our_shadowpod_owns_in_our_twin_is_found():
+    assert choose(local_pod(), [remote_pod()]) == RemotePod(TWIN, "web")
 
 
-def test_enforce_same_name_twins_are_found_by_their_origin_not_their_namespace():
-    assert choose(local_pod(), [remote_pod(namespace="demo")]) == RemotePod("demo", "web")
+def test_enforce_same_name_twins_work_the_same():
+    assert choose(local_pod(), [remote_pod(namespace="demo")], [shadowpod(namespace="demo")], twin="demo") == RemotePod("demo", "web")
 
 
 @pytest.mark.parametrize("local", [None, local_pod(node="worker-1")])
@@ -57,21 +86,52 @@ def test_a_request_for_another_uid_is_404():
     with pytest.raises(RequestError) as info:
         choose(local_pod(), [remote_pod()], pod_uid="uid-0")
     assert info.value.status == 404
-    assert choose(local_pod(), [remote_pod()], pod_uid="uid-1") == RemotePod("demo-local", "web")
+    assert choose(local_pod(), [remote_pod()], pod_uid="uid-1") == RemotePod(TWIN, "web")
+
+
+def test_a_namespace_with_no_usable_twin_is_a_400_saying_why():
+    with pytest.raises(RequestError, match="namespace demo has no twin there .*not offloaded") as info:
+        choose(local_pod(), [remote_pod()], twin=None)
+    assert info.value.status == 400
+
+
+# Every one of these looks like the twin pod by its labels and annotations; none is owned
+# by our ShadowPod in our twin namespace, so none may ever be exec'd into.
+FORGED_ELSEWHERE = shadowpod(namespace="tenant-b-ns")  # another tenant's copy of our ShadowPod
+FORGERIES = {
+    "another consumer's pod": [remote_pod(cluster="another-consumer")],
+    "an older pod of the same name": [remote_pod(origin=("demo", "web", "uid-0"))],
+    "another local pod's twin": [remote_pod(origin=("other", "web", "uid-1"))],
+    "a copy with our labels in another namespace, owned by a forged ShadowPod there": [
+        remote_pod(namespace="tenant-b-ns", owner=FORGED_ELSEWHERE)
+    ],
+    "a copy in another namespace claiming our ShadowPod as owner": [remote_pod(namespace="tenant-b-ns", owner=shadowpod())],
+    "a pod in our twin with no owner": [remote_pod(owner=False)],
+    "a pod in our twin owned by an older ShadowPod of the same name": [remote_pod(owner=shadowpod(uid="shp-0"))],
+    "a pod in our twin owned by something else": [
+        {**remote_pod(), "metadata": {**remote_pod()["metadata"], "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "shp-1", "controller": True}]}}
+    ],
+}
+
+
+@pytest.mark.parametrize("candidates", FORGERIES.values(), ids=FORGERIES.keys())
+def test_pods_not_owned_by_our_shadowpod_in_our_twin_are_never_used(candidates):
+    with pytest.raises(RequestError, match="no running counterpart in remote cluster remote-1") as info:
+        choose(local_pod(), candidates, [shadowpod(), FORGED_ELSEWHERE])
+    assert info.value.status == 400
 
 
 @pytest.mark.parametrize(
-    "candidate",
+    "owner",
     [
-        remote_pod(cluster="another-consumer"),  # not ours
-        remote_pod(origin=("demo", "web", "uid-0")),  # an older pod of the same name
-        remote_pod(origin=("other", "web", "uid-1")),  # another local pod
+        shadowpod(cluster="another-consumer"),  # a ShadowPod in our twin without our label
+        shadowpod(origin=("demo", "web", "uid-0")),  # for an older local pod of the same name
     ],
 )
-def test_remote_pods_that_are_not_this_pods_twin_are_never_used(candidate):
-    with pytest.raises(RequestError, match="no running counterpart in remote cluster remote-1") as info:
-        choose(local_pod(), [candidate])
-    assert info.value.status == 400
+def test_the_owning_shadowpod_must_be_ours_and_stand_for_this_very_pod(owner):
+    with pytest.raises(RequestError, match="no running counterpart"):
+        choose(local_pod(), [remote_pod(owner=owner)], [owner])
 
 
 def test_no_remote_pod_yet_is_a_400_kubectl_can_show():
@@ -82,11 +142,12 @@ def test_no_remote_pod_yet_is_a_400_kubectl_can_show():
 
 
 def test_the_live_pod_wins_over_one_being_deleted_then_the_newest():
-    old_dying = remote_pod(namespace="a", created="2026-01-03T00:00:00Z", deleting=True)
-    live_old = remote_pod(namespace="b", created="2026-01-01T00:00:00Z")
-    live_new = remote_pod(namespace="c", created="2026-01-02T00:00:00Z")
-    assert choose(local_pod(), [old_dying, live_old, live_new]) == RemotePod("c", "web")
-    assert choose(local_pod(), [old_dying]) == RemotePod("a", "web")
+    old_dying = remote_pod(name="web", created="2026-01-03T00:00:00Z", deleting=True)
+    live_old = remote_pod(name="web", created="2026-01-01T00:00:00Z")
+    live_new = {**remote_pod(name="web", created="2026-01-02T00:00:00Z")}
+    live_new["metadata"] = {**live_new["metadata"], "name": "web-2"}
+    assert choose(local_pod(), [old_dying, live_old, live_new]) == RemotePod(TWIN, "web-2")
+    assert choose(local_pod(), [old_dying]) == RemotePod(TWIN, "web")
 
 
 # --- declaredFeatures ----------------------------------------------------------------------

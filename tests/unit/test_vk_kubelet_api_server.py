@@ -1,7 +1,10 @@
 """The kubelet API server over real HTTPS sockets: routing, error bodies, the WebSocket
 upgrade, TLS (generated certificate, client CA, reload). The remote API server is a
 closed loopback port here, so every path that would reach it meets a real connection
-failure; the successful relays are covered end to end in tests/e2e/test_logs_exec.py."""
+failure; the successful relays are covered end to end in tests/e2e/test_logs_exec.py.
+Every request here is authenticated with a bearer token an admin holds (the reviews are
+answered in the API's JSON by the ``kubelet_auth`` fixture of tests/unit/conftest.py); authentication and
+authorization themselves are tested in test_vk_kubelet_api_access.py."""
 
 import base64
 import http.client
@@ -42,14 +45,18 @@ def closed_port():
         return sock.getsockname()[1]
 
 
+# The admin's token (tests/unit/conftest.py, kubelet_auth), sent by every request here.
+ADMIN_TOKEN = "admin-token"
+
+
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, kubelet_auth):
     configuration = client.Configuration()
     configuration.host = f"https://127.0.0.1:{closed_port()}"
     configuration.verify_ssl = False
     remote = client.ApiClient(configuration)
     files = serving_files("", "", node_address="127.0.0.1", node_name="kube-offload-r1")
-    app = KubeletApi(resolver=Resolver({"demo/web"}), remote=remote, cluster_id="r1")
+    app = KubeletApi(resolver=Resolver({"demo/web"}), remote=remote, cluster_id="r1", access=kubelet_auth.access_control(kubelet_auth.Reviews()))
     srv = KubeletHTTPServer(("127.0.0.1", 0), app, ServerContext(files))
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
@@ -68,9 +75,12 @@ def insecure():
     return context
 
 
-def request(srv, method, path, headers=None):
-    conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=insecure(), timeout=10)
-    conn.request(method, path, headers=headers or {})
+def request(srv, method, path, headers=None, *, token=ADMIN_TOKEN, context=None):
+    conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=context or insecure(), timeout=10)
+    headers = dict(headers or {})
+    if token:
+        headers.setdefault("Authorization", f"Bearer {token}")
+    conn.request(method, path, headers=headers)
     response = conn.getresponse()
     body = response.read()
     conn.close()
@@ -85,7 +95,7 @@ def test_healthz(server):
 def test_keep_alive_serves_several_requests_on_one_connection(server):
     conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], context=insecure(), timeout=10)
     for _ in range(3):
-        conn.request("GET", "/healthz")
+        conn.request("GET", "/healthz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert conn.getresponse().read() == b"ok\n"
     conn.close()
 
@@ -117,9 +127,10 @@ def test_unknown_paths_and_methods(server):
 
 def test_a_request_body_is_dropped_and_the_connection_stays_usable(server):
     conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], context=insecure(), timeout=10)
-    conn.request("POST", "/healthz", body=b"x" * (200 * 1024))
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    conn.request("POST", "/healthz", body=b"x" * (200 * 1024), headers=auth)
     assert conn.getresponse().read() == b"ok\n"
-    conn.request("GET", "/healthz")
+    conn.request("GET", "/healthz", headers=auth)
     assert conn.getresponse().read() == b"ok\n"
     conn.close()
 
@@ -166,7 +177,7 @@ def test_websocket_exec_upgrades_then_reports_the_unreachable_remote_on_the_erro
     raw = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10)
     sock = insecure().wrap_socket(raw)
     headers = _ws_headers()
-    lines = [f"GET /exec/demo/web/app?command=ls&output=1 HTTP/1.1", f"Host: 127.0.0.1"]
+    lines = [f"GET /exec/demo/web/app?command=ls&output=1 HTTP/1.1", f"Host: 127.0.0.1", f"Authorization: Bearer {ADMIN_TOKEN}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
     data = b""
@@ -267,57 +278,44 @@ def test_context_reloads_rotated_files(tmp_path):
     assert context.get() is not first
 
 
-def _client_cert(tmp_path, ca):
-    """A clientAuth certificate signed by ``ca`` (certs/pki issues serving ones only)."""
-    import datetime as dt
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca.private_key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "client.crt", tmp_path / "client.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_file, key_file
-
-
-def test_client_ca_requires_a_client_certificate(tmp_path):
+def test_client_ca_admits_its_certificates_and_still_lets_token_clients_connect(tmp_path, kubelet_auth):
     ca = pki.generate_ca()
     cert, key = _pair(tmp_path, "tls", ca)
     client_ca = pki.generate_ca("clients")
     ca_file = tmp_path / "client-ca.crt"
     ca_file.write_bytes(client_ca.cert_pem)
     files = serving_files(str(cert), str(key), node_address="127.0.0.1", node_name="n")
-    app = KubeletApi(resolver=Resolver(set()), remote=client.ApiClient(client.Configuration()), cluster_id="r1")
-    srv = KubeletHTTPServer(("127.0.0.1", 0), app, ServerContext(files, str(ca_file)))
+    reviews = kubelet_auth.Reviews()
+    app = KubeletApi(
+        resolver=Resolver(set()),
+        remote=client.ApiClient(client.Configuration()),
+        cluster_id="r1",
+        access=kubelet_auth.access_control(reviews),
+    )
+    srv = KubeletHTTPServer(("127.0.0.1", 0), app, ServerContext(files, str(ca_file), require_client_certificate=False))
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     try:
-        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
-            request(srv, "GET", "/healthz")
-        # A client certificate from that CA (like the apiserver's kubelet client cert) gets in.
-        leaf_cert, leaf_key = _client_cert(tmp_path, client_ca)
+        # No certificate: the connection is accepted, the request needs a token.
+        assert request(srv, "GET", "/healthz", token="")[0].status == 401
+        assert request(srv, "GET", "/healthz")[0].status == 200
+        # A client certificate from that CA (like the apiserver's kubelet client cert)
+        # authenticates as its CN; the admin role is bound to that user in Reviews.
+        pair = pki.issue_client_cert(client_ca, common_name="kube-apiserver-kubelet-client")
+        leaf_cert, leaf_key = tmp_path / "client.crt", tmp_path / "client.key"
+        leaf_cert.write_bytes(pair.cert_pem)
+        leaf_key.write_bytes(pair.key_pem)
         context = insecure()
         context.load_cert_chain(str(leaf_cert), str(leaf_key))
-        conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=context, timeout=10)
-        conn.request("GET", "/healthz")
-        assert conn.getresponse().status == 200
-        conn.close()
+        assert request(srv, "GET", "/healthz", token="", context=context)[0].status == 200
+        assert reviews.sar_users[-1] == ("kube-apiserver-kubelet-client", ("system:authenticated",))
+        # A certificate from another CA never gets an answer: the handshake fails.
+        stranger = pki.issue_client_cert(pki.generate_ca("other"), common_name="kube-apiserver-kubelet-client")
+        leaf_cert.write_bytes(stranger.cert_pem)
+        leaf_key.write_bytes(stranger.key_pem)
+        context = insecure()
+        context.load_cert_chain(str(leaf_cert), str(leaf_key))
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            request(srv, "GET", "/healthz", context=context)
     finally:
         srv.shutdown()
         srv.server_close()

@@ -4,10 +4,15 @@
 The local kube-apiserver reaches a node's kubelet over HTTPS at the address and port the
 node publishes; the virtual kubelet answers there and relays each request to the remote
 cluster's API server (``pods/log``, ``pods/exec``, ``pods/attach``) for the pod's remote
-twin. Modules:
+twin. Every request is first authenticated and authorized as a kubelet in webhook mode
+does it. Modules:
 
+* ``access``    - the gate in front of every request (401 / 403 / 500);
+* ``authn``     - client certificate, bearer token (TokenReview) or anonymous;
+* ``authz``     - path and method -> node attributes (pure), SubjectAccessReview;
+* ``decision_cache`` - the bounded TTL cache of both reviews;
 * ``paths``     - kubelet URL paths, parsed (pure);
-* ``resolver``  - local pod -> its remote pod, from the informer caches;
+* ``resolver``  - local pod -> the remote pod our ShadowPod owns in our twin namespace;
 * ``logs``      - containerLogs query -> remote pods/log query, and the streaming relay;
 * ``websocket`` - RFC 6455 framing and handshake (pure);
 * ``streams``   - exec/attach options and the WebSocket relay to the remote API server;

@@ -31,6 +31,7 @@ class RequestError(Exception):
 
 _REASONS = {
     400: "BadRequest",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",

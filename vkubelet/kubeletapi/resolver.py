@@ -1,22 +1,33 @@
 """Which remote pod a kubelet request for local pod ``ns/name`` is about.
 
-Only a pod bound to this virtual node is served, and only through a remote pod of ours
-(origin label = our local cluster id) whose origin annotations name that very local pod
-(namespace, name and UID). Reading the origin annotations rather than recomputing the
-twin namespace keeps this right whatever the namespace mapping was when the pod was
-offloaded, and never reaches a pod of another consumer cluster or of the provider's
-own users.
+Only a pod bound to this virtual node is served, and only through the remote pod that
+*our ShadowPod owns in this consumer's twin namespace of the pod's namespace*:
+
+1. the twin namespace is the one the twin-namespace rule gives for the local namespace
+   (``TwinNamespaces.twin_for``: offloaded here, ours, ready), never one read off a
+   remote object;
+2. in it, a ShadowPod of ours (origin label = our local cluster id) whose origin
+   annotations name this very local pod (namespace, name **and UID**);
+3. and a pod in that same namespace whose controller ownerReference is that ShadowPod
+   (name **and UID**: the enforcer sets it) and whose origin annotations agree.
+
+Why not the labels and annotations alone: anyone who can create a pod somewhere in the
+provider (another consumer in its own twin namespaces, the provider's users) can copy our
+origin label and annotations onto it; ``kubectl exec`` would then run in a pod we do not
+own. Only we may create ShadowPods in our twin namespaces, and only the enforcer makes
+pods owned by them, so the chain above cannot be forged by another tenant.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from kube_offload.informer import Informer
+from kube_offload.remote_resources import is_ours
+from kube_offload.shadowpod import is_owned_by
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.origin_index import OriginIndex
-from kube_offload.remote_resources import is_ours
 from vkubelet.translation import origin_key, origin_uid
 
 
@@ -29,69 +40,110 @@ class RemotePod:
         return f"{self.namespace}/{self.name}"
 
 
+class TwinRule(Protocol):
+    """The twin-namespace rule (vkubelet/namespaces.py ``TwinNamespaces``)."""
+
+    def twin_for(self, name: str) -> tuple[str | None, str]: ...
+
+
+def _meta(obj: Mapping) -> Mapping:
+    return obj.get("metadata") or {}
+
+
+def _stands_for(obj: Mapping, *, key: str, uid: str, local_cluster_id: str) -> bool:
+    return is_ours(obj, local_cluster_id) and origin_key(obj) == key and origin_uid(obj) == uid
+
+
 def choose_remote_pod(
     local_pod: Mapping | None,
-    candidates: Sequence[Mapping],
+    shadowpods: Sequence[Mapping],
+    pods: Sequence[Mapping],
     *,
+    twin: str | None,
+    twin_problem: str = "",
     key: str,
     node_name: str,
     cluster_id: str,
     local_cluster_id: str,
     pod_uid: str = "",
 ) -> RemotePod:
-    """The remote pod to serve ``key`` from, or RequestError saying why there is none."""
+    """The remote pod to serve ``key`` from, or RequestError saying why there is none.
+
+    ``twin`` is the twin namespace of the pod's namespace (None, with ``twin_problem``,
+    when there is none usable); ``shadowpods`` and ``pods`` are the remote candidates
+    (any namespace: the ones outside ``twin`` are ignored)."""
     if local_pod is None or (local_pod.get("spec") or {}).get("nodeName") != node_name:
         raise RequestError(404, f"pod {key} is not bound to virtual node {node_name}")
-    uid = (local_pod.get("metadata") or {}).get("uid", "")
+    uid = _meta(local_pod).get("uid", "")
     if pod_uid and pod_uid != uid:
         raise RequestError(404, f"pod {key} with UID {pod_uid} is not bound to virtual node {node_name}")
+    not_yet = RequestError(
+        400,
+        f"pod {key} has no running counterpart in remote cluster {cluster_id} yet "
+        "(not created yet, or being recreated); try again in a moment",
+    )
+    if twin is None:
+        namespace = key.split("/", 1)[0]
+        raise RequestError(
+            400, f"pod {key} has no counterpart in remote cluster {cluster_id}: namespace {namespace} has no twin there "
+            f"({twin_problem or 'not offloaded there'})"
+        )
+    owners = [
+        shp
+        for shp in shadowpods
+        if _meta(shp).get("namespace") == twin and _stands_for(shp, key=key, uid=uid, local_cluster_id=local_cluster_id)
+    ]
     matching = [
         pod
-        for pod in candidates
-        if is_ours(pod, local_cluster_id) and origin_key(pod) == key and origin_uid(pod) == uid
+        for pod in pods
+        if _meta(pod).get("namespace") == twin
+        and _stands_for(pod, key=key, uid=uid, local_cluster_id=local_cluster_id)
+        and any(is_owned_by(pod, shp) for shp in owners)
     ]
     if not matching:
-        raise RequestError(
-            400,
-            f"pod {key} has no running counterpart in remote cluster {cluster_id} yet "
-            "(not created yet, or being recreated); try again in a moment",
-        )
+        raise not_yet
     # A pod being deleted and its replacement may coexist for a moment: prefer the live
     # one, then the newest.
     matching.sort(
-        key=lambda pod: (
-            not (pod.get("metadata") or {}).get("deletionTimestamp"),
-            (pod.get("metadata") or {}).get("creationTimestamp") or "",
-        ),
+        key=lambda pod: (not _meta(pod).get("deletionTimestamp"), _meta(pod).get("creationTimestamp") or ""),
         reverse=True,
     )
-    meta = matching[0].get("metadata") or {}
+    meta = _meta(matching[0])
     return RemotePod(meta.get("namespace", ""), meta.get("name", ""))
 
 
 class PodResolver:
-    """:func:`choose_remote_pod` over the virtual kubelet's caches."""
+    """:func:`choose_remote_pod` over the virtual kubelet's caches and twin rule."""
 
     def __init__(
         self,
         *,
         local_pods: Informer,
         remote_pods: Informer,
+        shadowpods: Informer,
+        twins: TwinRule,
         node_name: str,
         cluster_id: str,
         local_cluster_id: str,
     ) -> None:
         self._local_pods = local_pods
+        self._twins = twins
         self._node_name = node_name
         self._cluster_id = cluster_id
         self._local_cluster_id = local_cluster_id
-        self._index = OriginIndex(remote_pods, lambda pod: is_ours(pod, local_cluster_id))
+        ours = lambda obj: is_ours(obj, local_cluster_id)  # noqa: E731
+        self._pods = OriginIndex(remote_pods, ours)
+        self._shadowpods = OriginIndex(shadowpods, ours)
 
     def resolve(self, namespace: str, pod: str, pod_uid: str = "") -> RemotePod:
         key = f"{namespace}/{pod}"
+        twin, problem = self._twins.twin_for(namespace)
         return choose_remote_pod(
             self._local_pods.get(key),
-            self._index.get(key),
+            self._shadowpods.get(key),
+            self._pods.get(key),
+            twin=twin,
+            twin_problem=problem,
             key=key,
             node_name=self._node_name,
             cluster_id=self._cluster_id,

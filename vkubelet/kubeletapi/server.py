@@ -28,6 +28,8 @@ from kube_offload.https_server import ThreadingHTTPSServer
 from kube_offload.kube import ApiError
 from vkubelet.kubeletapi import logs, streams
 from vkubelet.kubeletapi import websocket as ws
+from vkubelet.kubeletapi.access import AccessControl
+from vkubelet.kubeletapi.authn import WEBSOCKET_TOKEN_PROTOCOL_PREFIX, Credentials
 from vkubelet.kubeletapi.paths import (
     ATTACH,
     CONTAINER_LOGS,
@@ -58,9 +60,11 @@ class LogStream:
 
 
 class KubeletApi:
-    """What the endpoints do, apart from HTTP: resolve the pod, open the remote side."""
+    """What the endpoints do, apart from HTTP: admit the caller (authentication and
+    authorization, before anything else), resolve the pod, open the remote side."""
 
-    def __init__(self, *, resolver: PodResolver, remote: client.ApiClient, cluster_id: str) -> None:
+    def __init__(self, *, resolver: PodResolver, remote: client.ApiClient, cluster_id: str, access: AccessControl) -> None:
+        self.access = access
         self.resolver = resolver
         self.remote = remote
         self.core = client.CoreV1Api(remote)
@@ -131,17 +135,13 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
     # Unbuffered: after a WebSocket upgrade nothing of the stream may sit in a read buffer.
     rbufsize = 0
 
+    # Every method goes through _handle: as on a kubelet, the caller is authenticated and
+    # authorized before the method or path is looked at (SPDY clients send exec/attach
+    # as POST; WebSocket handshakes are GETs; the rest is refused with 405 once admitted).
     def do_GET(self) -> None:
         self._handle()
 
-    def do_POST(self) -> None:
-        # SPDY clients send exec/attach as POST; WebSocket handshakes are GETs.
-        self._handle()
-
-    def _method_not_allowed(self) -> None:
-        self._send_text(405, f"{self.command} is not supported by the kubelet API of a kube-offload virtual node")
-
-    do_PUT = do_DELETE = do_PATCH = _method_not_allowed
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("kubelet API %s: " + format, self.address_string(), *args)
@@ -152,6 +152,10 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
         self._responded = False
         try:
             self._discard_body()
+            if not self._admitted():
+                return
+            if self.command not in ("GET", "POST"):
+                raise RequestError(405, f"{self.command} is not supported by the kubelet API of a kube-offload virtual node")
             request = parse_request_path(self.path)
             streaming = request.endpoint in (EXEC, ATTACH, PORT_FORWARD)
             if request.endpoint == HEALTHZ:
@@ -174,6 +178,30 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
             if not self._responded:
                 self._send_error(RequestError(500, "internal error in the virtual kubelet; see its log"), streaming)
             self.close_connection = True
+
+    def _admitted(self) -> bool:
+        """Authenticate and authorize (vkubelet/kubeletapi/access.py, which logs the
+        reason); a refusal is answered here in plain text, as the kubelet's auth filter
+        does, whatever the endpoint."""
+        headers = {name: value for name, value in self.headers.items()}
+        websocket = ws.is_websocket_request(headers)
+        try:
+            peercert = self.connection.getpeercert()
+        except (AttributeError, ValueError):  # not a TLS socket / no handshake
+            peercert = None
+        credentials = Credentials(
+            peercert=peercert,
+            authorization=self.headers.get("Authorization"),
+            websocket_protocols=tuple(self.headers.get_all("Sec-WebSocket-Protocol") or ()) if websocket else (),
+        )
+        try:
+            self.server.app.access.admit(self.command, self.path, credentials)
+        except RequestError as exc:
+            self._send_text(exc.status, exc.message)
+            if ws.is_upgrade_request(headers):
+                self.close_connection = True  # the client gave up on the upgrade
+            return False
+        return True
 
     def _send_error(self, exc: RequestError, streaming: bool) -> None:
         if streaming:
@@ -209,7 +237,8 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _send_status(self, exc: RequestError) -> None:
         """A metav1.Status body: what client-go decodes from a refused upgrade (it then
@@ -307,7 +336,11 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
         problem = ws.handshake_problem(self.command, headers)
         if problem:
             raise RequestError(400, problem)
-        offered = ws.offered_protocols(self.headers.get_all("Sec-WebSocket-Protocol") or [])
+        offered = [
+            protocol
+            for protocol in ws.offered_protocols(self.headers.get_all("Sec-WebSocket-Protocol") or [])
+            if not protocol.startswith(WEBSOCKET_TOKEN_PROTOCOL_PREFIX)  # a credential: never echoed
+        ]
         protocol = ws.choose_protocol(offered, streams.SUPPORTED_PROTOCOLS)
         if protocol is None:
             raise RequestError(
