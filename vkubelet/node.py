@@ -320,18 +320,19 @@ class VirtualNode:
             self._wake.clear()
 
     # --- lease ------------------------------------------------------------------------------
-    def renew_lease(self) -> None:
+    def renew_lease(self) -> bool:
+        """Renew (or create) the lease; False when the Node does not exist yet."""
         name, namespace = self.settings.node_name, forge.LEASE_NAMESPACE
         patch = forge.lease_renewal(self.settings, self._clock())
         try:
             call_json(self._coordination.patch_namespaced_lease, name, namespace, patch, _content_type=MERGE_PATCH)
-            return
+            return True
         except ApiError as exc:
             if not exc.not_found:
                 raise
         node = self._current_node()
         if node is None:
-            return  # the status loop creates the node first; the lease is owned by it
+            return False  # the status loop creates the node first; the lease is owned by it
         uid = (node.get("metadata") or {}).get("uid")
         # Created without renewTime: the client's model would write a MicroTime without
         # fractional seconds, which the API refuses; the patch below sends ours verbatim.
@@ -341,12 +342,14 @@ class VirtualNode:
             if not exc.already_exists:
                 raise
         call_json(self._coordination.patch_namespaced_lease, name, namespace, patch, _content_type=MERGE_PATCH)
+        return True
 
     def _lease_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.renew_lease()
-                delay = self.settings.lease_renew_seconds
+                # Right after start the node may not exist yet: look again soon rather
+                # than leave the node without a lease for a whole renewal period.
+                delay = self.settings.lease_renew_seconds if self.renew_lease() else min(0.5, self.settings.lease_renew_seconds)
             except ApiError as exc:
                 log.warning("lease %s: renewal failed (%s)", self.settings.node_name, exc)
                 delay = min(2.0, self.settings.lease_renew_seconds)

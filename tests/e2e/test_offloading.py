@@ -10,6 +10,7 @@ Each test uses its own namespace and cleans it up, so they do not depend on each
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -172,6 +173,55 @@ def test_virtual_node_is_ready_with_the_contract_labels_taint_and_capacity(local
     assert lease["spec"]["leaseDurationSeconds"] == 40
 
 
+def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider(local, remote, wait):
+    """The provider's terms live in our Consumer object (the vkubelet may read nothing
+    else cluster-wide): its quota caps the node, its suggested labels go on the node
+    under the operator's --node-label flags, and both follow the provider's changes."""
+    consumer = remote.kubectl_json("get", f"{c.CONSUMER_PLURAL}.{c.SHADOWPOD_GROUP}", LOCAL_ID)
+    assert consumer["status"]["capacity"]["shareable"], "the enforcer publishes the capacity summary"
+    original_labels = consumer["spec"].get("nodeLabels") or {}
+    region = next(iter(remote.spec.labels))
+
+    def patch_consumer(spec: dict) -> None:
+        remote.kubectl("patch", f"{c.CONSUMER_PLURAL}.{c.SHADOWPOD_GROUP}", LOCAL_ID, "--type=merge",
+                       "-p", json.dumps({"spec": spec}))
+
+    def node() -> dict:
+        return local.kubectl_json("get", "node", node_name(remote))
+
+    before = node()["status"]["capacity"]
+    assert parse_quantity(before["cpu"]) > parse_quantity("1")
+    try:
+        patch_consumer({"quota": {"cpu": "1", "pods": "7"},
+                        "nodeLabels": {"example.com/tier": "gold", region: "provider-says", "kubernetes.io/hostname": "x"}})
+
+        def capped():
+            status = node()["status"]
+            return (status["capacity"].get("cpu") == "1" and status["capacity"].get("pods") == "7"
+                    and status["allocatable"] == status["capacity"] and status)
+
+        status = wait(capped, timeout=60, what="the virtual node capped at the quota (cpu 1, pods 7)")
+        assert status["capacity"]["memory"] == before["memory"]  # not in the quota: not capped
+
+        labelled = wait(lambda: node()["metadata"]["labels"].get("example.com/tier") == "gold" and node(),
+                        timeout=60, what="the provider-suggested label on the node")
+        labels = labelled["metadata"]["labels"]
+        assert labels[region] == remote.spec.labels[region]  # the operator's --node-label wins
+        assert labels[c.LABEL_HOSTNAME] == node_name(remote)  # reserved: never the provider's
+        assert "example.com/tier" in labelled["metadata"]["annotations"][c.ANNOTATION_PROVIDER_LABELS].split(",")
+
+        patch_consumer({"quota": None, "nodeLabels": {"example.com/tier": None, region: original_labels.get(region),
+                                                     "kubernetes.io/hostname": None}})
+        wait(lambda: "example.com/tier" not in node()["metadata"]["labels"], timeout=60,
+             what="the withdrawn suggestion removed from the node")
+        wait(lambda: parse_quantity(node()["status"]["capacity"]["cpu"]) > parse_quantity("1"), timeout=60,
+             what="the capacity back to the sharing percentage once the quota is gone")
+    finally:
+        patch_consumer({"quota": None, "nodeLabels": None})
+        if original_labels:
+            patch_consumer({"nodeLabels": original_labels})
+
+
 # --- pods ----------------------------------------------------------------------------------------
 def test_deployment_of_20_runs_in_the_remote_twin_namespace_and_scales_down(local, remote, wait):
     ns = unique("vk-deploy")
@@ -267,23 +317,48 @@ def test_namespace_label_removed_removes_the_twin_and_pods_move_home(local, remo
         delete_namespace(local, ns)
 
 
-def test_foreign_remote_namespace_is_never_taken_over(local, remote, wait):
+def twin_request(remote: Cluster, name: str) -> dict | None:
+    result = remote.kubectl(
+        "get", f"{c.TWIN_NAMESPACE_PLURAL}.{c.SHADOWPOD_GROUP}", name, "-n", c.tenant_namespace(LOCAL_ID), "-o", "json",
+        check=False,
+    )
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def test_foreign_remote_namespace_is_never_taken_over(offload_env, local, remote, wait):
     ns = unique("vk-conflict")
     remote.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"owner": "remote-team"}}})
     offloaded_namespace(local, ns, **{c.LABEL_NAMESPACE_MAPPING: c.MAPPING_ENFORCE_SAME_NAME})
     try:
-        def conflict_event():
+        # The consumer only asks; the provider refuses a name it did not create for it.
+        def refused_event():
             events = local.kubectl_json("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={ns}")
-            return [e for e in events["items"] if e["reason"] == "TwinNamespaceConflict"]
+            return [e for e in events["items"] if e["reason"] == "TwinNamespaceRefused"]
 
-        events = wait(conflict_event, timeout=60, what="a TwinNamespaceConflict event on the local namespace")
-        assert "not created by kube-offload" in events[0]["message"]
+        events = wait(refused_event, timeout=60, what="a TwinNamespaceRefused event on the local namespace")
+        assert "exists and is not yours" in events[0]["message"], events[0]["message"]
+        assert events[0]["type"] == "Warning"
+        request = twin_request(remote, ns)
+        assert request is not None and request["status"]["phase"] == c.TWIN_PHASE_REFUSED
+        assert request["spec"]["localNamespace"] == ns
         remote_ns = remote.kubectl_json("get", "namespace", ns)
         assert c.LABEL_ORIGIN_CLUSTER_ID not in remote_ns["metadata"].get("labels", {})
 
-        # Taking the label off must not delete what was never ours.
+        # Retried with backoff (10s, 20s, 40s...), never in a hot loop: the request is
+        # nudged, and only a couple of times in half a minute.
+        nudged = wait(
+            lambda: (twin_request(remote, ns) or {}).get("metadata", {}).get("annotations", {}).get(c.ANNOTATION_TWIN_RETRY),
+            timeout=45, what="the refused request to be looked at again",
+        )
+        assert nudged
+        log = offload_env.log_path(f"vkubelet-{remote.spec.cluster_id}").read_text(errors="replace")
+        looks = [line for line in log.splitlines() if f"to look again at twin namespace {ns}" in line]
+        assert 1 <= len(looks) <= 3, looks
+
+        # Taking the label off withdraws the request and must not delete what was never ours.
         local.kubectl("label", "namespace", ns, f"{c.LABEL_ENABLED}-")
-        time.sleep(5)
+        wait(lambda: twin_request(remote, ns) is None, timeout=60, what="the refused request to be withdrawn")
+        time.sleep(3)
         assert namespace_exists(remote, ns)
     finally:
         delete_namespace(local, ns)
