@@ -3,7 +3,7 @@
 #   make test   the whole test suite (unit, component, end-to-end on real control planes)
 # Both install what they need first (scripts/bootstrap.sh): .venv and the cached binaries.
 
-.PHONY: bootstrap demo test test-fast bench down
+.PHONY: bootstrap demo test test-fast test-image image bench down
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -14,9 +14,18 @@ demo: bootstrap
 test: bootstrap
 	.venv/bin/python -m pytest
 
-# Unit and component tiers only (no clusters): seconds.
+# Unit and component tiers only (no clusters, no image): seconds.
 test-fast: bootstrap
-	.venv/bin/python -m pytest -m "not e2e"
+	.venv/bin/python -m pytest -m "not e2e and not image"
+
+# The container image from the Dockerfile, built with buildah: no Docker daemon, no
+# registry; needs root (docs/image.md). About a minute; `make test` runs it too.
+image:
+	scripts/build-image.sh
+
+# Only the image's tests (build, then run it with a read-only root): tests/image.
+test-image: bootstrap
+	.venv/bin/python -m pytest -m image
 
 bench: bootstrap
 	.venv/bin/python bench/bench_webhook.py
