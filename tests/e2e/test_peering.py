@@ -1,0 +1,399 @@
+"""`kube-offload peer` then `kube-offload unpeer`, end to end, with real Helm.
+
+The local cluster is the shared session's (conftest.py); the remote is a SECOND remote
+cluster made here (``e2e-peer``, id ``remote-peer``) and deleted at the end, so the
+session's own remote stays as it is. Both commands run as the real CLI in a subprocess,
+with the cached Helm (``--helm``) and the checkout's charts, against the admin kubeconfigs,
+exactly as a user runs them.
+
+What kwok cannot do, and what this module does instead (and only that):
+
+- kwok only *pretends* to run the charts' pods, so the vkubelet Deployment the local chart
+  creates cannot make its node Ready, nor the enforcer Deployment of the remote chart
+  serve anything. While `peer` waits, this module starts both as processes with the
+  exact arguments of those Deployments (read back from the clusters), each with a
+  kubeconfig from a TokenRequest of the ServiceAccount the chart made for it; where a
+  Deployment reads a mounted file the process gets the same content: the vkubelet's
+  remote kubeconfig is the one `peer` stored in Secret ``remote-peer-kubeconfig``. Only
+  addresses change: ``$(POD_IP)`` and ports become 127.0.0.1 and free ports, and the
+  serving certificates are the harness's.
+- A real pod's process ends before its pod object goes (the kubelet stops it first).
+  The vkubelet's pod gets a finalizer here; when that pod is being deleted (unpeer
+  removes the Deployment), this module stops the process and then drops the finalizer.
+- The remote chart registers the ShadowPod webhook through a Service no loopback
+  apiserver can reach; this module points that registration at the enforcer process by
+  URL (as ``kube-offload enforcer configuration --url`` would) after `peer` installed it,
+  and puts the chart's own registration back before `unpeer` (whose ``helm upgrade``
+  would otherwise merge the chart's Service into the URL, which the API refuses). While
+  the twin namespaces are deleted the webhook is therefore unreachable; deletions are not
+  validated, so that is what a provider whose enforcer is down would see too.
+- The local chart is installed with its webhook, extender and scheduler disabled
+  (``--local-values``) under its own release name and namespace, so it does not break
+  admission or scheduling for the session's other tests (the harness runs those as
+  processes).
+
+The tests run in file order and build on each other, like one scenario.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from kube_offload import constants as c
+from kube_offload_harness import identities
+from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_ID = "local"  # the session's local cluster id (default_topology)
+REMOTE_ID = "remote-peer"
+NAMESPACE = "kube-offload-peering"  # both releases' namespace
+LOCAL_RELEASE = "kube-offload-peering"  # not the harness's "kube-offload": its identities may be applied by kubectl
+REMOTE_RELEASE = "kube-offload"
+NODE = f"{c.VIRTUAL_NODE_PREFIX}{REMOTE_ID}"
+TENANT = c.tenant_namespace(LOCAL_ID)
+DEMO = "peer-demo"
+TWIN = f"{DEMO}-{LOCAL_ID}"
+FINALIZER = "e2e.kube-offload.io/process-running"
+IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
+TIMEOUT = "3m"
+# Events are the cluster's history and expire on their own; everything else counts.
+NOT_COUNTED = {"events", "events.events.k8s.io"}
+
+
+class Pair:
+    """The session's local cluster, this module's remote, and what runs for them."""
+
+    def __init__(self, env: Environment, local: Cluster, remote: Cluster) -> None:
+        self.env = env
+        self.local = local
+        self.remote = remote
+        self.values = env.state_dir / "peering-local-values.yaml"
+        self.values.write_text(yaml.safe_dump({
+            "webhook": {"enabled": False}, "extender": {"enabled": False}, "scheduler": {"enabled": False},
+        }))
+        self.stop_watching = threading.Event()
+        self.watcher: threading.Thread | None = None
+        self.chart_client_config: dict = {}  # the remote chart's ShadowPod webhook registration
+
+    # --- the CLI ---------------------------------------------------------------------------
+    def argv(self, command: str, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "kube_offload.cli", command,
+            "--local-kubeconfig", str(self.local.kubeconfig), "--remote-kubeconfig", str(self.remote.kubeconfig),
+            "--local-cluster-id", LOCAL_ID, "--remote-cluster-id", REMOTE_ID,
+            "--namespace", NAMESPACE, "--local-release", LOCAL_RELEASE, "--remote-release", REMOTE_RELEASE,
+            "--helm", str(self.env.bins.helm), "--charts-dir", str(REPO / "charts"), "--timeout", TIMEOUT,
+            *extra,
+        ]
+
+    def peer_args(self) -> list[str]:
+        return ["--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
+                "--node-label", "topology.kubernetes.io/region=eu-peer", "--local-values", str(self.values)]
+
+    def run(self, command: str, *extra: str, timeout: float = 400) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(command, *extra), capture_output=True, text=True, timeout=timeout,
+                              env=self.env._process_env())
+
+    def helm_revision(self, cluster: Cluster, release: str) -> int | None:
+        out = subprocess.run(
+            [str(self.env.bins.helm), "--kubeconfig", str(cluster.kubeconfig), "-n", NAMESPACE, "list", "--all",
+             "--filter", f"^{release}$", "-o", "json"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout
+        entries = json.loads(out or "[]")
+        return int(entries[0]["revision"]) if entries else None
+
+    # --- what kwok cannot run: the enforcer and the vkubelet as processes ---------------------
+    def deployment_args(self, cluster: Cluster, name: str) -> list[str]:
+        deployment = cluster.kubectl_json("get", "deployment", name, "-n", NAMESPACE)
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    def start_enforcer(self) -> int:
+        """The remote chart's enforcer Deployment, as a process; returns its webhook port."""
+        port = free_port()
+        args = []
+        for arg in self.deployment_args(self.remote, "kube-offload-enforcer"):
+            if arg.startswith("--webhook-bind="):
+                arg = f"--webhook-bind=127.0.0.1:{port}"
+            elif arg.startswith("--webhook-tls-cert="):
+                arg = f"--webhook-tls-cert={self.env.pki_dir / 'tls.crt'}"
+            elif arg.startswith("--webhook-tls-key="):
+                arg = f"--webhook-tls-key={self.env.pki_dir / 'tls.key'}"
+            args.append(arg)
+        account = identities.ServiceAccountRef(NAMESPACE, "kube-offload-enforcer")
+        argv = self.env._component_argv(*args, "--kubeconfig", str(self.env.identity_kubeconfig(self.remote, account)))
+        name = f"enforcer-{REMOTE_ID}"
+        self.env.processes.start(name, argv, log=self.env.log_path(name), env=self.env._process_env())
+        return port
+
+    def register_enforcer_webhook(self, port: int) -> None:
+        ca = base64.b64encode((self.env.pki_dir / "ca.crt").read_bytes()).decode()
+        self.chart_client_config = self.remote.kubectl_json(
+            "get", "validatingwebhookconfiguration", c.SHADOWPOD_WEBHOOK_CONFIGURATION)["webhooks"][0]["clientConfig"]
+        self._set_webhook_client_config({"url": f"https://127.0.0.1:{port}{c.SHADOWPOD_WEBHOOK_PATH}", "caBundle": ca})
+
+    def restore_enforcer_webhook(self) -> None:
+        """Back to the chart's own registration (a Service), so Helm's three-way merge
+        on the next upgrade does not meet a url it never wrote."""
+        self._set_webhook_client_config(self.chart_client_config)
+
+    def _set_webhook_client_config(self, client_config: dict) -> None:
+        patch = [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": client_config}]
+        self.remote.kubectl("patch", "validatingwebhookconfiguration", c.SHADOWPOD_WEBHOOK_CONFIGURATION,
+                            "--type=json", "-p", json.dumps(patch))
+
+    def start_vkubelet(self, pod: str) -> None:
+        secret = self.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)
+        remote_kubeconfig = self.env.state_dir / "peering-remote-kubeconfig.yaml"
+        remote_kubeconfig.write_bytes(base64.b64decode(secret["data"]["kubeconfig"]))
+        remote_kubeconfig.chmod(0o600)
+        args = []
+        for arg in self.deployment_args(self.local, f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}"):
+            if arg.startswith("--remote-kubeconfig="):
+                arg = f"--remote-kubeconfig={remote_kubeconfig}"
+            elif arg == "--node-address=$(POD_IP)":
+                arg = "--node-address=127.0.0.1"
+            elif arg.startswith("--kubelet-port="):
+                arg = f"--kubelet-port={free_port()}"
+            args.append(arg)
+        account = identities.ServiceAccountRef(NAMESPACE, f"{LOCAL_RELEASE}-vkubelet")
+        local_kubeconfig = self.env.identity_kubeconfig(self.local, account)
+        argv = self.env._component_argv(
+            *args, "--local-kubeconfig", str(local_kubeconfig),
+            "--kubelet-tls-cert", str(self.env.pki_dir / "tls.crt"), "--kubelet-tls-key", str(self.env.pki_dir / "tls.key"),
+        )
+        name = f"vkubelet-{REMOTE_ID}"
+        self.env.processes.start(name, argv, log=self.env.log_path(name), env=self.env._process_env())
+        self.watcher = threading.Thread(target=self._tie_process_to_pod, args=(pod,), daemon=True)
+        self.watcher.start()
+
+    def _tie_process_to_pod(self, pod: str) -> None:
+        """Stop the vkubelet process once its pod is being deleted, then let the pod go."""
+        while not self.stop_watching.wait(0.3):
+            result = self.local.kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "json", check=False)
+            if result.returncode != 0 and "NotFound" not in result.stderr:
+                continue
+            if result.returncode == 0 and not json.loads(result.stdout)["metadata"].get("deletionTimestamp"):
+                continue
+            self.env.processes.stop(f"vkubelet-{REMOTE_ID}")
+            if result.returncode == 0:
+                self.drop_finalizer(pod)
+            return
+
+    def drop_finalizer(self, pod: str) -> None:
+        self.local.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=merge", "-p",
+                           json.dumps({"metadata": {"finalizers": None}}), check=False)
+
+    def vkubelet_pods(self) -> list[dict]:
+        return self.local.kubectl_json(
+            "get", "pods", "-n", NAMESPACE,
+            "-l", f"app.kubernetes.io/instance={LOCAL_RELEASE},app.kubernetes.io/component=vkubelet,{c.LABEL_CLUSTER_ID}={REMOTE_ID}",
+        )["items"]
+
+    def stop(self) -> None:
+        self.stop_watching.set()
+        for name in (f"vkubelet-{REMOTE_ID}", f"enforcer-{REMOTE_ID}"):
+            self.env.processes.stop(name)
+
+
+@pytest.fixture(scope="module")
+def pair(offload_env: Environment, local: Cluster) -> Iterator[Pair]:
+    spec = ClusterSpec("e2e-peer", REMOTE_ID, "remote", nodes=2)
+    remote = offload_env.cluster(spec)
+    remote.create()
+    remote.add_physical_nodes()
+    pair = Pair(offload_env, local, remote)
+    try:
+        yield pair
+    finally:
+        pair.stop()
+        for item in pair.vkubelet_pods():
+            pair.drop_finalizer(item["metadata"]["name"])
+        local.kubectl("delete", "namespace", DEMO, "--ignore-not-found", "--wait=false", check=False)
+        subprocess.run([str(offload_env.bins.helm), "--kubeconfig", str(local.kubeconfig), "-n", NAMESPACE,
+                        "uninstall", LOCAL_RELEASE, "--ignore-not-found"], capture_output=True, timeout=120)
+        local.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
+        local.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
+        remote.delete()
+
+
+# --- helpers --------------------------------------------------------------------------------
+def node_ready(local: Cluster) -> bool:
+    result = local.kubectl("get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+    return result.returncode == 0 and result.stdout.strip() == "True"
+
+
+def exists(cluster: Cluster, *what: str) -> bool:
+    return cluster.kubectl("get", *what, check=False).returncode == 0
+
+
+def consumer_footprint(remote: Cluster, twin_namespaces: set[str]) -> list[str]:
+    """Every object in the remote cluster that belongs to consumer LOCAL_ID, of every
+    listable kind: anything in its tenant or twin namespaces, anything carrying its origin
+    or tenant label, its Consumer, and RBAC naming it or binding its ServiceAccount."""
+    kinds = remote.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
+    kinds = [k for k in kinds if k not in NOT_COUNTED]
+    items = remote.kubectl_json("get", ",".join(kinds), "-A", timeout=120).get("items", [])
+    namespaces = {TENANT, *twin_namespaces}
+    username = f"system:serviceaccount:{TENANT}:{c.CONSUMER_SERVICE_ACCOUNT}"
+    found = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        kind = item.get("kind")
+        subjects = item.get("subjects") or []
+        mine = (
+            meta.get("namespace") in namespaces
+            or (kind == "Namespace" and meta.get("name") in namespaces)
+            or labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == LOCAL_ID
+            or labels.get(c.LABEL_TENANT) == LOCAL_ID
+            or (kind == c.CONSUMER_KIND and meta.get("name") == LOCAL_ID)
+            or (kind in ("ClusterRole", "ClusterRoleBinding") and f"consumer-{LOCAL_ID}" in meta.get("name", ""))
+            or any(s.get("namespace") == TENANT or s.get("name") == username for s in subjects)
+        )
+        if mine:
+            found.append(f"{kind} {meta.get('namespace', '')}/{meta.get('name')}")
+    return sorted(found)
+
+
+# --- the scenario ---------------------------------------------------------------------------
+def test_dry_run_changes_nothing(pair: Pair):
+    result = pair.run("peer", *pair.peer_args(), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "dry run: nothing was changed" in result.stdout
+    assert f"install chart kube-offload-remote" in result.stdout and "install chart kube-offload-local" in result.stdout
+    assert pair.helm_revision(pair.remote, REMOTE_RELEASE) is None
+    assert pair.helm_revision(pair.local, LOCAL_RELEASE) is None
+    assert not exists(pair.remote, "namespace", TENANT)
+    assert not exists(pair.local, "namespace", NAMESPACE)
+    assert not exists(pair.local, "node", NODE)
+
+
+def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
+    process = subprocess.Popen(pair.argv("peer", *pair.peer_args()), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=pair.env._process_env())
+    try:
+        # The remote chart is installed: run its enforcer, reachable by its webhook.
+        wait(lambda: exists(pair.remote, "deployment", "kube-offload-enforcer", "-n", NAMESPACE)
+             or process.poll() is not None, timeout=180, what="the remote release's enforcer Deployment")
+        assert process.poll() is None, process.communicate()
+        port = pair.start_enforcer()
+        pair.env._wait_https_ready(f"enforcer-{REMOTE_ID}", port)
+        pair.register_enforcer_webhook(port)
+        # The local chart is installed: run its vkubelet, bound to the Deployment's pod.
+        pods = wait(lambda: [p for p in pair.vkubelet_pods() if not p["metadata"].get("deletionTimestamp")]
+                    or process.poll() is not None, timeout=180, what="the vkubelet Deployment's pod")
+        assert process.poll() is None, process.communicate()
+        pod = pods[0]["metadata"]["name"]
+        pair.local.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=merge", "-p",
+                           json.dumps({"metadata": {"finalizers": [FINALIZER]}}))
+        pair.start_vkubelet(pod)
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, f"peer failed:\n{stdout}\n{stderr}"
+    assert f"node {NODE} is Ready" in stdout and "peered:" in stdout
+    assert node_ready(pair.local)
+
+    # What peer built: the consumer on the remote with its quota, its kubeconfig locally.
+    consumer = pair.remote.kubectl_json("get", "consumers.kube-offload.io", LOCAL_ID)
+    assert consumer["spec"]["quota"] == {"cpu": "2", "memory": "4Gi", "pods": "10"}
+    assert consumer["spec"]["nodeLabels"] == {"topology.kubernetes.io/region": "eu-peer"}
+    secret = pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)
+    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == yaml.safe_load(pair.remote.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    assert set(kubeconfig["users"][0]["user"]) == {"token"}
+
+    # A pod of an offloaded namespace that selects this cluster runs there.
+    pair.local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": DEMO,
+        "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE},
+        "annotations": {c.ANNOTATION_CLUSTER_SELECTOR: f"{c.LABEL_CLUSTER_ID}={REMOTE_ID}"},
+    }})
+    pair.local.apply({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": DEMO},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                     "terminationGracePeriodSeconds": 5},
+        }},
+    })
+
+    def running_on_node():
+        items = pair.local.kubectl_json("get", "pods", "-n", DEMO, "-l", "app=web")["items"]
+        return [p for p in items if p["spec"].get("nodeName") == NODE and (p.get("status") or {}).get("phase") == "Running"]
+
+    wait(running_on_node, timeout=180, what=f"the web pod Running on {NODE}")
+    shadowpods = pair.remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", TWIN)["items"]
+    assert len(shadowpods) == 1
+    remote_pods = pair.remote.kubectl_json("get", "pods", "-n", TWIN, "-l", f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID}")["items"]
+    assert len(remote_pods) == 1
+
+
+def test_a_second_peer_changes_nothing(pair: Pair):
+    before = (pair.helm_revision(pair.remote, REMOTE_RELEASE), pair.helm_revision(pair.local, LOCAL_RELEASE))
+    secret_version = pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)["metadata"]["resourceVersion"]
+    result = pair.run("peer", *pair.peer_args())
+    assert result.returncode == 0, result.stderr
+    assert "nothing to change" in result.stdout and "already peered" in result.stdout
+    assert (pair.helm_revision(pair.remote, REMOTE_RELEASE), pair.helm_revision(pair.local, LOCAL_RELEASE)) == before
+    assert pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)["metadata"]["resourceVersion"] == secret_version
+
+
+def test_unpeer_leaves_nothing_of_the_consumer(pair: Pair, wait):
+    twins = {
+        n["metadata"]["name"]
+        for n in pair.remote.kubectl_json("get", "namespaces", "-l", f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID}")["items"]
+    }
+    assert TWIN in twins
+    before = consumer_footprint(pair.remote, twins)
+    # The listing sees every kind the consumer had, so "nothing left" below means something.
+    for expected in (f"Namespace /{TENANT}", f"Namespace /{TWIN}", f"{c.CONSUMER_KIND} /{LOCAL_ID}",
+                     f"ServiceAccount {TENANT}/{c.CONSUMER_SERVICE_ACCOUNT}", f"Secret {TENANT}/consumer-token",
+                     f"TwinNamespace {TENANT}/{TWIN}", f"RoleBinding {TWIN}/{c.TWIN_ROLEBINDING_NAME}",
+                     f"ClusterRole /{REMOTE_RELEASE}-consumer-{LOCAL_ID}", f"ClusterRoleBinding /{REMOTE_RELEASE}-consumer-{LOCAL_ID}"):
+        assert expected in before, f"{expected} missing from {before}"
+    assert any(item.startswith(f"ShadowPod {TWIN}/") for item in before), before
+    assert any(item.startswith(f"Pod {TWIN}/") for item in before), before
+    web_uid = pair.local.kubectl_json("get", "pods", "-n", DEMO, "-l", "app=web")["items"][0]["metadata"]["uid"]
+
+    dry = pair.run("unpeer", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert consumer_footprint(pair.remote, twins) == before
+
+    pair.restore_enforcer_webhook()
+    result = pair.run("unpeer")
+    assert result.returncode == 0, f"unpeer failed:\n{result.stdout}\n{result.stderr}"
+    assert "unpeered:" in result.stdout
+    # the pod left through its virtual kubelet (not deleted at the deadline)
+    assert "deleted at once" not in result.stdout, result.stdout
+
+    assert not exists(pair.local, "node", NODE)
+    assert not exists(pair.local, "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)
+    assert not exists(pair.local, "deployment", f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}", "-n", NAMESPACE)
+    assert consumer_footprint(pair.remote, twins) == []
+    # the pod went back through its controller: a new one, not on the gone node
+    pods = wait(lambda: [p for p in pair.local.kubectl_json("get", "pods", "-n", DEMO, "-l", "app=web")["items"]
+                         if p["metadata"]["uid"] != web_uid], timeout=60, what="the Deployment's replacement pod")
+    assert all(p["spec"].get("nodeName") != NODE for p in pods)
+    # the remote release stays (other consumers may use it), without this consumer
+    values = json.loads(subprocess.run(
+        [str(pair.env.bins.helm), "--kubeconfig", str(pair.remote.kubeconfig), "-n", NAMESPACE, "get", "values",
+         REMOTE_RELEASE, "-o", "json"], capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert [e.get("name") for e in values.get("consumers") or []] == []
+
+    again = pair.run("unpeer")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to change" in again.stdout
