@@ -87,9 +87,10 @@ class Topology:
     webhook_port: int = 0
     extender_port: int = 0
     virtual_kubelets: bool = True
-    # Run every component under the ServiceAccount its chart creates (identities.py),
-    # and the enforcer with its ShadowPod webhook registered; False: admin kubeconfigs.
-    chart_identities: bool = False  # TODO(lead): True once the enforcer webhook and consumer scoping land
+    # Run every component under the ServiceAccount its chart creates (identities.py).
+    # False only for debugging RBAC itself: the same objects are installed, but the
+    # components get the admin kubeconfigs.
+    chart_identities: bool = True
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -107,7 +108,7 @@ class Topology:
             webhook_port=data.get("webhook_port", 0),
             extender_port=data.get("extender_port", 0),
             virtual_kubelets=data.get("virtual_kubelets", True),
-            chart_identities=data.get("chart_identities", False),
+            chart_identities=data.get("chart_identities", True),
         )
 
 
@@ -388,22 +389,17 @@ class Environment:
         local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
         self._authorize_apiserver_kubelet_client(local)
-        if topology.chart_identities:
-            self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
-            self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
-                topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes]))
+        self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
+        self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
+            topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes]))
         for spec in topology.remotes:
             remote = self.cluster(spec)
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
             remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
-            if topology.chart_identities:
-                self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
-                self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
-                    topology.local.cluster_id, node_labels=spec.labels))
-            else:
-                remote.kubectl("apply", "-f", str(SHADOWPOD_CRD))
-                remote.kubectl("wait", "--for=condition=Established", "crd/shadowpods.kube-offload.io", "--timeout=60s")
+            self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
+            self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
+                topology.local.cluster_id, node_labels=spec.labels))
 
         self.say(f"- starting webhook on https://127.0.0.1:{topology.webhook_port} and extender on https://127.0.0.1:{topology.extender_port}")
         self.start_webhook(topology, local)
@@ -413,9 +409,8 @@ class Environment:
         self._register_webhook(topology, local)
         for spec in topology.remotes:
             self.start_enforcer(spec)
-            if topology.chart_identities:
-                self._wait_https_ready(f"enforcer-{spec.cluster_id}", spec.enforcer_webhook_port)
-                self._register_enforcer_webhook(spec)
+            self._wait_https_ready(f"enforcer-{spec.cluster_id}", spec.enforcer_webhook_port)
+            self._register_enforcer_webhook(spec)
         for spec in topology.remotes:
             if topology.virtual_kubelets:
                 self.start_vkubelet(topology, spec)
@@ -561,14 +556,12 @@ class Environment:
     def start_enforcer(self, spec: ClusterSpec) -> None:
         remote = self.cluster(spec)
         argv = self._component_argv("enforcer", "--kubeconfig", str(self.component_kubeconfig(remote, identities.ENFORCER_SA)))
-        topology = self.topology()
-        if topology is not None and topology.chart_identities:
-            argv += [
-                "--consumer-twin-role", identities.CONSUMER_TWIN_ROLE,
-                "--webhook-bind", f"127.0.0.1:{spec.enforcer_webhook_port}",
-                "--webhook-tls-cert", str(self.pki_dir / "tls.crt"),
-                "--webhook-tls-key", str(self.pki_dir / "tls.key"),
-            ]
+        argv += [
+            "--consumer-twin-role", identities.CONSUMER_TWIN_ROLE,
+            "--webhook-bind", f"127.0.0.1:{spec.enforcer_webhook_port}",
+            "--webhook-tls-cert", str(self.pki_dir / "tls.crt"),
+            "--webhook-tls-key", str(self.pki_dir / "tls.key"),
+        ]
         self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
 
     def vkubelet_argv(self, topology: Topology, spec: ClusterSpec) -> list[str]:
