@@ -14,7 +14,8 @@ What kwok cannot do, and what this module does instead (and only that):
   exact arguments of those Deployments (read back from the clusters), each with a
   kubeconfig from a TokenRequest of the ServiceAccount the chart made for it; where a
   Deployment reads a mounted file the process gets the same content: the vkubelet's
-  remote kubeconfig is the one `peer` stored in Secret ``remote-peer-kubeconfig``. Only
+  remote kubeconfig is the one `peer` stored in Secret ``remote-peer-kubeconfig``, the
+  service-account ``ca.crt`` is the namespace's ``kube-root-ca.crt``. Only
   addresses change: ``$(POD_IP)`` and ports become 127.0.0.1 and free ports, and the
   serving certificates are the harness's.
 - A real pod's process ends before its pod object goes (the kubelet stops it first).
@@ -66,6 +67,8 @@ TWIN = f"{DEMO}-{LOCAL_ID}"
 FINALIZER = "e2e.kube-offload.io/process-running"
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 TIMEOUT = "3m"
+# Mounted into every pod by its ServiceAccount volume; a process gets the same CA as a file.
+SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 # Events are the cluster's history and expire on their own; everything else counts.
 NOT_COUNTED = {"events", "events.events.k8s.io"}
 
@@ -165,6 +168,8 @@ class Pair:
                 arg = "--node-address=127.0.0.1"
             elif arg.startswith("--kubelet-port="):
                 arg = f"--kubelet-port={free_port()}"
+            elif "=" + SERVICE_ACCOUNT_CA in arg:
+                arg = arg.replace(SERVICE_ACCOUNT_CA, str(self.service_account_ca()))
             args.append(arg)
         account = identities.ServiceAccountRef(NAMESPACE, f"{LOCAL_RELEASE}-vkubelet")
         local_kubeconfig = self.env.identity_kubeconfig(self.local, account)
@@ -176,6 +181,13 @@ class Pair:
         self.env.processes.start(name, argv, log=self.env.log_path(name), env=self.env._process_env())
         self.watcher = threading.Thread(target=self._tie_process_to_pod, args=(pod,), daemon=True)
         self.watcher.start()
+
+    def service_account_ca(self) -> Path:
+        """What a pod finds at SERVICE_ACCOUNT_CA: the namespace's kube-root-ca.crt."""
+        config_map = self.local.kubectl_json("get", "configmap", "kube-root-ca.crt", "-n", NAMESPACE)
+        path = self.env.state_dir / "peering-service-account-ca.crt"
+        path.write_text(config_map["data"]["ca.crt"])
+        return path
 
     def _tie_process_to_pod(self, pod: str) -> None:
         """Stop the vkubelet process once its pod is being deleted, then let the pod go."""
