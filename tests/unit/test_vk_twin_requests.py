@@ -69,3 +69,12 @@ def test_a_new_refusal_message_is_told_at_once_and_restarts_the_backoff():
     assert step.backoff.attempts == 1
     step = tr.refusal_step(step.backoff, "refused: B", now=11.0)
     assert step.tell and not step.nudge and step.backoff.attempts == 0 and step.wait == 10
+
+
+def test_tenant_namespace_defaults_to_the_contract_name_and_is_validated():
+    from vkubelet.settings import Settings, SettingsError
+
+    assert Settings(cluster_id="r", local_cluster_id="alpha").tenant_namespace == "kube-offload-tenant-alpha"
+    assert Settings(cluster_id="r", local_cluster_id="alpha", tenant_namespace="mine").tenant_namespace == "mine"
+    with pytest.raises(SettingsError, match="--tenant-namespace"):
+        Settings(cluster_id="r", local_cluster_id="alpha", tenant_namespace="Not_A_Namespace").validate()
