@@ -5,11 +5,15 @@ policy's terms are combined with the pod's own by cross product (ARCHITECTURE.md
 policy term ANDed into each user term, nothing of the user's dropped), and the merge is
 idempotent so that webhook re-invocation (reinvocationPolicy: IfNeeded) or a pod created
 from an already-mutated manifest gains nothing the second time.
+
+:func:`term_matches` evaluates a term against one node as kube-scheduler does: the virtual
+kubelet uses it to drop the terms that chose the virtual node, ``kubectl offload explain``
+to say which nodes a pod's affinity allows.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload.policy import NamespacePolicy
@@ -114,6 +118,42 @@ def _copy_term(term: dict) -> dict:
         if isinstance(copied.get(field), list):
             copied[field] = list(copied[field])
     return copied
+
+
+# --- evaluating terms against a node (Kubernetes' NodeSelectorTerm semantics) ----------------
+def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
+    """NodeSelectorTerm semantics: every expression and field requirement holds; an
+    empty term matches nothing."""
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    if not all(requirement_matches(e, labels) for e in expressions):
+        return False
+    return all(requirement_matches(f, {"metadata.name": node_name}) for f in fields)
+
+
+def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key = requirement.get("key")
+    operator = requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or []]
+    present = key in labels
+    value = labels.get(key) if present else None
+    if operator == "In":
+        return present and value in values
+    if operator == "NotIn":
+        return not present or value not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, bound = int(value or ""), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
 
 
 def virtual_node_toleration() -> dict:

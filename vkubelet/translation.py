@@ -17,6 +17,8 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload import shadowpod
+# NodeSelectorTerm semantics live with the rest of node affinity, shared with `kubectl offload explain`.
+from kube_offload.affinity import requirement_matches, term_matches  # noqa: F401  (re-exported)
 from vkubelet.reflection import names as reflection_names
 
 # The volume the ServiceAccount admission plugin adds to every pod (kube-api-access-<rand>).
@@ -191,41 +193,6 @@ def _strip_term(term: Mapping[str, Any], node_labels: Mapping[str, str]) -> dict
     """The term without virtual-node expressions and matchFields; None if nothing is left."""
     expressions = [e for e in term.get("matchExpressions") or [] if e.get("key") not in node_labels]
     return {"matchExpressions": expressions} if expressions else None
-
-
-def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
-    """NodeSelectorTerm semantics: every expression and field requirement holds; an
-    empty term matches nothing."""
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    if not all(requirement_matches(e, labels) for e in expressions):
-        return False
-    return all(requirement_matches(f, {"metadata.name": node_name}) for f in fields)
-
-
-def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = requirement.get("key")
-    operator = requirement.get("operator")
-    values = [str(v) for v in requirement.get("values") or []]
-    present = key in labels
-    value = labels.get(key) if present else None
-    if operator == "In":
-        return present and value in values
-    if operator == "NotIn":
-        return not present or value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, bound = int(value or ""), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
 
 
 # --- service account -------------------------------------------------------------------------

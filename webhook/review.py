@@ -8,7 +8,7 @@ deny, what to patch); :mod:`kube_offload.admission` handles the envelope and
 from __future__ import annotations
 
 from kube_offload import constants as c
-from kube_offload.policy import POLICY_KEYS, PolicyError, policy_values, validate_namespace
+from kube_offload.policy import POLICY_KEYS, NamespacePolicy, PolicyError, policy_values, validate_namespace
 from kube_offload.admission import AdmissionRequest, BadRequest, Decision
 from webhook.mutation import MalformedPod, mutate_pod
 from webhook.namespace_cache import NamespaceSource
@@ -48,9 +48,24 @@ def review_pod(
     namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
     if not namespace:
         raise BadRequest("request.namespace is empty; pods are namespaced")
+    policy: NamespacePolicy | PolicyError | None
     try:
         policy = source.get_policy(namespace)
     except PolicyError as exc:
+        policy = exc
+    try:
+        return decide_pod(pod, namespace, policy, scheduler_name=scheduler_name)
+    except MalformedPod as exc:
+        raise BadRequest(f"request.object.{exc}") from None
+
+
+def decide_pod(
+    pod: dict, namespace: str, policy: NamespacePolicy | PolicyError | None, *, scheduler_name: str | None
+) -> Decision:
+    """The webhook's answer for creating ``pod`` in ``namespace`` whose policy is ``policy``
+    (None: unknown namespace; a PolicyError: invalid labels). Pure, so that ``kubectl
+    offload explain`` shows exactly what the webhook adds. Raises :class:`MalformedPod`."""
+    if isinstance(policy, PolicyError):
         # Like the extender: a typo in a namespace label must not stop its pods from being
         # created and running locally (under failurePolicy Fail that would be an outage),
         # while nothing goes remote until it is fixed; no toleration keeps the pod off
@@ -58,16 +73,12 @@ def review_pod(
         return Decision.allow(
             warnings=[
                 f"namespace {namespace} has an invalid kube-offload policy, so this pod is "
-                f"not offloaded: {exc}"
+                f"not offloaded: {policy}"
             ]
         )
     if policy is None or not policy.enabled:
         return Decision.allow()
-    try:
-        patch = mutate_pod(pod, policy, scheduler_name=scheduler_name)
-    except MalformedPod as exc:
-        raise BadRequest(f"request.object.{exc}") from None
-    return Decision.allow(patch)
+    return Decision.allow(mutate_pod(pod, policy, scheduler_name=scheduler_name))
 
 
 def review_namespace(request: AdmissionRequest) -> Decision:
