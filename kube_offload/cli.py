@@ -24,15 +24,16 @@ SUBCOMMANDS: tuple[str, ...] = (
     "vkubelet.cli",
     "enforcer.cli",
     "kube_offload.peer_cli",  # peer, unpeer
+    "kubectl_offload.cli",  # explain, status (also the kubectl plugin: kubectl offload ...)
 )
 
 # Entry points named here register extra subcommands: ``name = "module:register"``.
 COMMANDS_GROUP = "kube_offload.commands"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "kube-offload") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kube-offload",
+        prog=prog,
         description=(
             "Run pods of one Kubernetes cluster on the resources of others. "
             "Every flag can also be set through the environment variable shown in its help."
@@ -57,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, *, prog: str = "kube-offload") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -67,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+
+
+def kubectl_main() -> int:
+    """The ``kubectl-offload`` executable: kubectl runs it for ``kubectl offload ...``
+    (any executable named kubectl-<name> on PATH is a plugin). Same commands, kubectl's name."""
+    return main(prog="kubectl offload")
 
 
 if __name__ == "__main__":

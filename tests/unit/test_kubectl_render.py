@@ -1,0 +1,110 @@
+"""How ``kubectl offload`` prints: terminal vs pipe decisions, tables, quantities, and the
+plain output scripts rely on."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+
+from kubectl_offload import render
+from kubectl_offload.status import RemoteFacts, StatusFacts, report
+
+NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("isatty", "env", "expected"),
+    [
+        (True, {"TERM": "xterm-256color"}, True),
+        (False, {"TERM": "xterm-256color"}, False),  # a pipe or a file: never colour
+        (True, {"TERM": "xterm", "NO_COLOR": ""}, False),  # no-color.org: present means off, whatever its value
+        (True, {"TERM": "dumb"}, False),
+    ],
+)
+def test_use_colour(isatty, env, expected):
+    assert render.use_colour(isatty, env) is expected
+
+
+@pytest.mark.parametrize(
+    ("isatty", "env", "output", "expected"),
+    [
+        (True, {"TERM": "xterm"}, None, True),
+        (False, {"TERM": "xterm"}, None, False),
+        (True, {"TERM": "xterm"}, "json", False),  # data output: nothing but the document
+        (True, {"TERM": "dumb"}, None, False),
+    ],
+)
+def test_show_progress(isatty, env, output, expected):
+    assert render.show_progress(isatty, env, output) is expected
+
+
+def test_progress_writes_only_when_enabled_and_erases_itself():
+    silent, shown = io.StringIO(), io.StringIO()
+    for stream, enabled in ((silent, False), (shown, True)):
+        progress = render.Progress(stream, enabled)
+        progress("reading nodes")
+        progress.done()
+    assert silent.getvalue() == ""
+    assert shown.getvalue() == "\r\x1b[Kreading nodes...\r\x1b[K"
+
+
+def test_table_aligns_on_visible_width_even_with_colour():
+    style = render.Style(colour=True)
+    lines = render.table(["A", "B"], [[style.ok("yes"), "x"], ["no", "yy"]])
+    assert [render.visible_width(line) for line in lines] == [6, 6, 7]
+    assert render._ANSI.sub("", lines[1]) == "yes  x"
+
+
+@pytest.mark.parametrize(
+    ("resource", "quantity", "text"),
+    [
+        ("cpu", "7200m", "7.2"), ("cpu", "250m", "250m"), ("cpu", "8", "8"), ("cpu", "7250m", "7.25"),
+        ("memory", "30198988Ki", "28.8Gi"), ("memory", "64Mi", "64Mi"), ("memory", "16Gi", "16Gi"),
+        ("pods", "198", "198"), ("nvidia.com/gpu", "2", "2"), ("cpu", "bogus", "bogus"),
+    ],
+)
+def test_human_quantity(resource, quantity, text):
+    assert render.human_quantity(resource, quantity) == text
+
+
+def test_quota_cell():
+    assert render.quota_cell({}) == "none"
+    assert render.quota_cell({"cpu": {"used": "300m", "limit": ""}}) == "none"
+    assert render.quota_cell({"cpu": {"used": "300m", "limit": "4"}, "pods": {"used": "3", "limit": "20"}}) == "cpu 300m/4 pods 3/20"
+
+
+def _document():
+    facts = StatusFacts(NOW, "local", [RemoteFacts(cluster_id="remote-1", remote_state="unread", remote_error="no kubeconfig")])
+    return report(facts).to_dict()
+
+
+def test_plain_status_has_no_escape_codes_and_says_why_it_is_unhealthy():
+    text = render.render_status(_document(), render.Style(colour=False))
+    assert "\x1b" not in text
+    lines = text.splitlines()
+    assert lines[0] == "Local cluster: local"
+    assert lines[1].split() == ["REMOTE", "VIRTUAL", "NODE", "READY", "HEARTBEAT", "LAST", "PING", "REMOTE", "API", "CPU",
+                                "ADV/FREE", "MEMORY", "ADV/FREE", "QUOTA", "USED/LIMIT", "PODS", "TWINS", "REFLECTED",
+                                "REFL", "ERRORS", "HEALTH"]
+    assert lines[2].split()[:3] == ["remote-1", "kube-offload-remote-1", "missing"]
+    assert "remote-1: unhealthy: virtual node kube-offload-remote-1 does not exist" in text
+    assert "remote-1: warning: provider remote-1 not read: no kubeconfig" in text
+    assert lines[-1] == "1 remote(s): 1 unhealthy"
+    # Same facts, same bytes: nothing in the plain output depends on the terminal.
+    assert render.render_status(_document(), render.Style(colour=False)) == text
+
+
+def test_coloured_status_paints_health():
+    text = render.render_status(_document(), render.Style(colour=True))
+    assert "\x1b[31;1mUNHEALTHY\x1b[0m" in text
+
+
+@pytest.mark.parametrize("output", render.OUTPUT_FORMATS)
+def test_dump_round_trips(output):
+    document = _document()
+    text = render.dump(document, output)
+    assert (json.loads(text) if output == "json" else yaml.safe_load(text)) == document
