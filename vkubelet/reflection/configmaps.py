@@ -10,6 +10,7 @@ from kubernetes import client
 
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import names as n
+from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import CONFIGMAPS
 
@@ -23,9 +24,10 @@ class ConfigMapReflector(Reflector):
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_configmap(local, ctx)
 
-    def selected(self, local: Mapping) -> bool:
+    def selection(self, local: Mapping) -> Decision:
         # Every offloaded pod with a service-account token mounts the CA bundle, and
         # nobody annotates a ConfigMap the controller-manager writes: whatever the policy.
+        # (A CA certificate is public: nothing secret is exported by it.)
         if (local.get("metadata") or {}).get("name") == n.ROOT_CA_CONFIGMAP:
-            return True
-        return super().selected(local)
+            return Decision(True, f"{n.ROOT_CA_CONFIGMAP} is reflected whatever the policy")
+        return super().selection(local)

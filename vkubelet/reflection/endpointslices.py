@@ -16,8 +16,8 @@ from kubernetes import client
 from kube_offload.informer import Informer
 from kube_offload.kube import object_key
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import Reflector, shared_informer
+from vkubelet.reflection.policy import Decision, Policy, decide
+from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
 
 
@@ -29,7 +29,7 @@ class EndpointSliceReflector(Reflector):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self.services = shared_informer(context.informers, "local", SERVICES, client.CoreV1Api, "service")
+        self.services = self.scope.local_informer(SERVICES, client.CoreV1Api, "service")
         self.controller.watch(self.services, self._slices_of_service)
 
     def extra_informers(self) -> list[Informer]:
@@ -38,13 +38,17 @@ class EndpointSliceReflector(Reflector):
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_endpointslice(local, ctx)
 
-    def selected(self, local: Mapping) -> bool:
-        if not should_reflect(local, Policy.DENY_LIST):
-            return False
+    def selection(self, local: Mapping) -> Decision:
+        own = decide(local, Policy.DENY_LIST, kind=self.kind)
+        if not own.reflect:
+            return own
         service_name = f.service_name_of_slice(local)
         namespace = (local.get("metadata") or {}).get("namespace")
         service = self.services.get(f"{namespace}/{service_name}") if service_name else None
-        return should_reflect(service if service is not None else local, self.policy)
+        if service is None:
+            return decide(local, self.policy, kind=self.kind)
+        decision = decide(service, self.policy, kind="Service")
+        return Decision(decision.reflect, f"its Service {service_name}: {decision.why}")
 
     def _slices_of_service(self, service: dict) -> list[str]:
         key = object_key(service)

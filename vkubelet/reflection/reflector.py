@@ -1,9 +1,11 @@
 """The one reconcile loop every reflected resource type shares (local -> remote).
 
-Per type: an informer on the local objects in every namespace, one on the remote objects
-this cluster's reflector of that type wrote (label-selected: origin + reflector labels,
-so nobody else's objects are even cached), an index remote -> local key, and a
-:class:`~kube_offload.controller.Controller` keyed by the local ``namespace/name``.
+Per type: an informer on the local objects of the offloaded namespaces only (scope.py:
+namespace-scoped watches started and stopped as namespaces opt in and out), one on the
+remote objects this cluster's reflector of that type wrote (label-selected: origin +
+reflector labels, so nobody else's objects are even cached), an index remote -> local
+key, and a :class:`~kube_offload.controller.Controller` keyed by the local
+``namespace/name``. What is never exported, and the deny/allow-list, is policy.py.
 
 A reconcile reads the caches and converges:
 
@@ -36,7 +38,8 @@ from kube_offload.logs import ObjectLogger
 from vkubelet.origin_index import OriginIndex
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import names as n
-from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.reflection.policy import Decision, Policy, decide
+from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.translation import origin_key
 
 if TYPE_CHECKING:
@@ -158,7 +161,8 @@ class Reflector(abc.ABC):
         self.log = logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
         informers = context.informers
         self.ops = RemoteOps(self.api_class(informers.remote_client), self.suffix)
-        self.local = shared_informer(informers, "local", self.resource, self.api_class, self.suffix)
+        self.scope = offloaded_namespaces(informers, context.twins)
+        self.local = self.scope.local_informer(self.resource, self.api_class, self.suffix)
         self.remote = shared_informer(
             informers,
             "remote",
@@ -177,7 +181,10 @@ class Reflector(abc.ABC):
 
     # --- the Loop protocol ------------------------------------------------------------------
     def informers(self) -> list[Informer]:
-        return [self.local, self.remote, *self._twins.informers(), *self.extra_informers()]
+        # The scope first: it is synced only once the offloaded namespaces are known and
+        # listed, which the scoped local informers alone cannot say (an empty set of
+        # namespaces is "synced" before the namespaces were even read).
+        return [self.scope, self.local, self.remote, *self._twins.informers(), *self.extra_informers()]
 
     def start(self) -> None:
         self.controller.start()
@@ -195,9 +202,10 @@ class Reflector(abc.ABC):
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         """The remote object ``local`` should be reflected as, or None for none."""
 
-    def selected(self, local: Mapping) -> bool:
-        """Whether the policy selects ``local`` for reflection."""
-        return should_reflect(local, self.policy)
+    def selection(self, local: Mapping) -> Decision:
+        """Whether ``local`` is reflected (policy.py: never-exported kinds, skip
+        annotation, deny-list or allow-list), and why."""
+        return decide(local, self.policy, kind=self.kind)
 
     def remote_view(self, current: Mapping) -> Mapping:
         """The remote object without what the remote cluster rightly sets itself."""
@@ -256,14 +264,19 @@ class Reflector(abc.ABC):
         local = self.local.get(key)
         desired: dict | None = None
         why = "its local object no longer exists"
+        if local is None and namespace and not self.local.namespace_synced(namespace) and self._offloaded(key):
+            # Offloaded, but its namespace's local watch has not listed yet: "gone" would
+            # only mean "not read yet", and would cost a remote copy a pod may use.
+            raise Requeue(1.0, f"namespace {namespace} not listed yet")
         if local is not None:
             twin, not_here = self._twins.twin_for(namespace or "")
+            selection = self.selection(local)
             if twin is None:
                 why = not_here
             elif is_terminating(local):
                 why = "its local object is being deleted"
-            elif not self.selected(local):
-                why = f"the {self.policy.value} reflection policy leaves it out"
+            elif not selection.reflect:
+                why = f"not reflected: {selection.why}"
             else:
                 desired = self._forge(local, twin, logger)
                 why = "the local object is not reflected"

@@ -1,0 +1,120 @@
+"""The local reflection scope: which namespaces the vkubelet's local informers of
+reflected kinds watch, as namespaces opt in and out, without an API server. Namespace
+events are fed through Informer._apply (the path a watch event takes); nothing is
+started, so no list or watch is ever sent. That the scoped informers really list and
+watch only offloaded namespaces is tests/e2e/test_reflection_scope.py's job."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload.informer import ADDED, DELETED, MODIFIED, Informer
+from vkubelet.informers import SharedInformers
+from vkubelet.namespaces import plan_twin
+from vkubelet.reflection.scope import offloaded_namespaces
+from vkubelet.settings import Settings
+
+
+def _never_called(**_kwargs):
+    raise AssertionError("no API call expected")
+
+
+class Twins:
+    """What the scope reads of TwinNamespaces: its caches (namespaces, our Consumer, our
+    twin requests) and plan(), here with the real rule and a node label set a test may
+    change (as a provider's suggested labels do)."""
+
+    def __init__(self) -> None:
+        self.local_namespaces = Informer(name="local-namespaces", list_func=_never_called)
+        self.consumer = Informer(name="remote-consumer", list_func=_never_called)
+        self.requests = Informer(name="remote-twinnamespaces", list_func=_never_called)
+        self.labels = {c.LABEL_CLUSTER_ID: "remote-1"}
+
+    def plan(self, name: str):
+        return plan_twin(
+            self.local_namespaces.get(name), name=name, virtual_node_labels=self.labels, local_cluster_id="local",
+        )
+
+
+def _namespace(name: str, offloaded: bool, **labels) -> dict:
+    if offloaded:
+        labels[c.LABEL_ENABLED] = c.ENABLED_VALUE
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels, "resourceVersion": "1"}}
+
+
+def _setup():
+    settings = Settings(cluster_id="remote-1", local_cluster_id="local")
+    informers = SharedInformers(settings, client.ApiClient(), client.ApiClient())
+    twins = Twins()
+    return informers, twins
+
+
+def test_scope_follows_namespaces_opting_in_and_out():
+    informers, twins = _setup()
+    ns = twins.local_namespaces
+    ns._apply(ADDED, _namespace("early", True))  # listed before the scope was made
+    ns._apply(ADDED, _namespace("plain", False))
+    scope = offloaded_namespaces(informers, twins)
+    assert offloaded_namespaces(informers, twins) is scope  # one per process
+    assert scope.namespaces() == {"early"}
+
+    secrets = scope.local_informer("secrets", client.CoreV1Api, "secret")
+    configmaps = scope.local_informer("configmaps", client.CoreV1Api, "config_map")
+    assert scope.local_informer("secrets", client.CoreV1Api, "secret") is secrets  # shared by name
+    assert secrets.namespaces() == ["early"] and configmaps.namespaces() == ["early"]
+
+    ns._apply(MODIFIED, _namespace("plain", True))  # kubectl label ns plain kube-offload.io/enabled=true
+    assert secrets.namespaces() == ["early", "plain"] == configmaps.namespaces()
+
+    ns._apply(MODIFIED, _namespace("early", True, **{c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL}))
+    assert secrets.namespaces() == ["plain"]
+
+    ns._apply(DELETED, _namespace("plain", True))
+    assert secrets.namespaces() == [] == configmaps.namespaces()
+    assert scope.namespaces() == set()
+
+
+def test_a_cluster_selector_that_does_not_match_keeps_the_namespace_out():
+    informers, twins = _setup()
+    scope = offloaded_namespaces(informers, twins)
+    services = scope.local_informer("services", client.CoreV1Api, "service")
+    other = _namespace("elsewhere", True)
+    other["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: f"{c.LABEL_CLUSTER_ID}=remote-2"}
+    twins.local_namespaces._apply(ADDED, other)
+    assert services.namespaces() == []
+
+
+def test_reflection_waits_until_the_namespaces_are_known():
+    informers, twins = _setup()
+    scope = offloaded_namespaces(informers, twins)
+    scope.local_informer("secrets", client.CoreV1Api, "secret")
+    # Namespaces not listed yet: an empty scope would look "synced" and let reflectors
+    # decide that every remote copy's local object is gone.
+    assert scope.has_synced() is False
+    twins.local_namespaces._apply(ADDED, _namespace("demo", True))
+    twins.local_namespaces._synced.set()  # what the first list does
+    # Listed, but the scoped informer has not listed namespace demo (never started).
+    assert scope.has_synced() is False
+
+
+def test_provider_suggested_labels_can_bring_a_namespace_in():
+    informers, twins = _setup()
+    scope = offloaded_namespaces(informers, twins)
+    ingresses = scope.local_informer("ingresses", client.NetworkingV1Api, "ingress")
+    eu = _namespace("eu-only", True)
+    eu["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: "topology.kubernetes.io/region=eu-west"}
+    twins.local_namespaces._apply(ADDED, eu)
+    assert ingresses.namespaces() == []
+
+    consumer = {"metadata": {"name": "local", "resourceVersion": "1"}, "spec": {"nodeLabels": {}}}
+    twins.consumer._apply(ADDED, consumer)
+    twins.labels = {**twins.labels, "topology.kubernetes.io/region": "eu-west"}
+    # A status-only change of the Consumer is not looked at ...
+    twins.consumer._apply(MODIFIED, {**consumer, "metadata": {"name": "local", "resourceVersion": "2"}, "status": {"x": 1}})
+    assert ingresses.namespaces() == []
+    # ... its suggested labels are.
+    relabelled = {"metadata": {"name": "local", "resourceVersion": "3"},
+                  "spec": {"nodeLabels": {"topology.kubernetes.io/region": "eu-west"}}}
+    twins.consumer._apply(MODIFIED, relabelled)
+    assert ingresses.namespaces() == ["eu-only"]
