@@ -15,6 +15,7 @@ from kubernetes import client
 
 from kube_offload import events
 from kube_offload.events import NORMAL, WARNING  # noqa: F401  (re-exported for callers)
+from vkubelet import refusals
 
 COMPONENT = "kube-offload-vkubelet"
 REPORTING_CONTROLLER = "kube-offload.io/vkubelet"
@@ -26,6 +27,9 @@ REASON_REMOTE_UNSCHEDULABLE = "RemoteUnschedulable"
 REASON_TWIN_CONFLICT = "TwinNamespaceConflict"
 REASON_TWIN_REFUSED = "TwinNamespaceRefused"
 REASON_POLICY_INVALID = "InvalidOffloadingPolicy"
+# The provider refused a ShadowPod create/update: the Event carries the provider's message
+# (the same word is the waiting pod's status.reason, hence defined with the refusal rules).
+REASON_PROVIDER_REFUSED = refusals.REASON_PROVIDER_REFUSED
 
 
 class EventRecorder(events.EventRecorder):

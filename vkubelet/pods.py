@@ -16,6 +16,12 @@ ShadowPod(s), its remote pod and its twin namespace; it reads only caches and co
 
 Deterministic names (same pod name, twin namespace from naming.py) are what make a crash
 at any point safe: a second create meets AlreadyExists instead of making a duplicate.
+
+A provider may refuse a ShadowPod (its webhook, quota, Pod Security: 403/422). The pod
+then gets a Warning Event ``ProviderRefused`` with the provider's words, stays Pending
+with ``status.reason``/``message`` saying it waits for the provider, and is tried again
+with a per-pod exponential backoff (refusals.py); every reconcile in between (informer
+events, resyncs, our own status write) is answered without a request.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload import shadowpod
 from kube_offload.controller import Controller, Requeue
-from kube_offload.kube import ApiError, call_json, split_key
+from kube_offload.kube import ApiError, call_json, object_key, split_key
 from kube_offload.logs import ObjectLogger
 from vkubelet import events as ev
+from vkubelet import refusals as rf
 from vkubelet import status as st
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
@@ -54,6 +61,9 @@ UNSCHEDULABLE_RETRY_SECONDS = 30.0
 TERMINATION_POLL_SECONDS = 2.0
 # status.reason of a pod ended because its namespace stopped being offloaded here.
 REASON_NOT_OFFLOADED = "NotOffloaded"
+# Backoff keys of the two requests a provider may refuse: (pod key, operation).
+CREATE = "create"
+UPDATE = "update"
 
 log = logging.getLogger("kube_offload.vkubelet.pods")
 
@@ -71,6 +81,7 @@ class PodOffloader:
         self._custom = client.CustomObjectsApi(informers.remote_client)
         self._twins = twins
         self._recorder = recorder
+        self.refusals = rf.RefusalBackoff()
 
         self.local_pods = informers.local_pods()
         self.shadowpods = informers.remote_shadowpods()
@@ -86,6 +97,9 @@ class PodOffloader:
         self.controller.watch(self.shadowpods, self._local_key_of)
         self.controller.watch(self.remote_pods, self._local_key_of)
         self.controller.watch(twins.requests, self._pods_of_twin)
+        # Our Consumer object on the provider: when its terms ease (quota raised, usage
+        # down, uncordoned), refused pods are tried again now, not at their backoff's end.
+        twins.consumer.add_handler(self._on_consumer)
 
     def informers(self) -> list:
         """Caches that must be complete before the first reconcile: deciding that a
@@ -115,6 +129,8 @@ class PodOffloader:
         logger = ObjectLogger(log, {"key": key})
         local = self.local_pods.get(key)
         shadows = self.shadow_index.get(key)
+        if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
+            self.refusals.forget_prefix(key)
         if local is None:
             if shadows and self._still_exists_elsewhere(key, shadows, logger):
                 return
@@ -176,7 +192,23 @@ class PodOffloader:
             reflection=self.settings.reflection.service_account_tokens,
         )
 
+    def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
+        if rf.terms_eased(old, new):
+            self.provider_terms_changed()
+
+    def provider_terms_changed(self) -> None:
+        """The provider's terms for us eased (refusals.terms_eased): every refused pod is
+        tried again now, not at the end of its backoff."""
+        for key, operation in list(self.refusals.keys()):
+            if operation == CREATE and self.refusals.allow_now((key, operation)):
+                self.controller.enqueue(key)
+
     def _create_shadowpod(self, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+        backoff_key = (object_key(local), CREATE)
+        print_ = rf.pod_fingerprint(local)
+        wait = self.refusals.wait(backoff_key, print_)
+        if wait > 0:
+            raise Requeue(wait, "refused by the provider; waiting out the backoff")
         body = build_shadowpod_for(local, twin, self.context())
         try:
             call_json(
@@ -194,14 +226,48 @@ class PodOffloader:
                 raise
             if exc.not_found:
                 raise Requeue(2.0, f"twin namespace {twin} not found yet")
+            refusal = rf.refusal_of(exc)
+            if refusal is not None:
+                delay = self._refused(local, backoff_key, print_, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
+                self._mark_waiting(local, refusal)
+                raise Requeue(delay, f"refused by the provider: {refusal.message}")
             message = f"cluster {self.settings.cluster_id} refused the ShadowPod {twin}/{local['metadata']['name']}: {exc.message}"
             logger.warning(message)
             self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
             raise Requeue(REJECTED_RETRY_SECONDS, message)
+        self.refusals.forget(backoff_key)
+        self._clear_waiting(local)
         logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], self.settings.cluster_id)
         self._recorder.normal(
             local, ev.REASON_OFFLOADED, f"running in cluster {self.settings.cluster_id} as {twin}/{local['metadata']['name']}"
         )
+
+    def _refused(
+        self, local: dict, backoff_key: tuple, print_: str, refusal: rf.Refusal, what: str, logger: logging.LoggerAdapter
+    ) -> float:
+        """Count one refusal: log it, tell the pod's Events, return the backoff delay.
+        The recorder folds repeats (min_interval), so a refusal repeated at every step
+        adds to one Event's count rather than writing Events faster than the steps."""
+        attempt, delay = self.refusals.refused(backoff_key, print_)
+        logger.warning(
+            "cluster %s refused %s %s (HTTP %d, refusal %d in a row, next attempt in %.0fs): %s",
+            self.settings.cluster_id, backoff_key[1], what, refusal.status, attempt, delay, refusal.message,
+        )
+        self._recorder.warning(local, ev.REASON_PROVIDER_REFUSED, refusal.message)
+        return delay
+
+    def _mark_waiting(self, local: dict, refusal: rf.Refusal) -> None:
+        patch = rf.waiting_status_patch(local, self.settings.cluster_id, refusal)
+        if patch is not None:
+            self._patch_status(local, patch)
+
+    def _clear_waiting(self, local: dict) -> None:
+        patch = rf.clear_waiting_patch(local)
+        if patch is not None:
+            try:
+                self._patch_status(local, patch)
+            except (ApiError, Requeue):
+                pass  # cosmetic: the remote pod's status overwrites it soon anyway
 
     def _still_exists_elsewhere(self, key: str, shadows: list[dict], logger: logging.LoggerAdapter) -> bool:
         """Before deleting ShadowPods as orphans, ask the API server itself: a cache
@@ -316,16 +382,31 @@ class PodOffloader:
         if not patch:
             return
         meta = shp["metadata"]
-        call_json(
-            self._custom.patch_namespaced_custom_object,
-            c.SHADOWPOD_GROUP,
-            c.SHADOWPOD_VERSION,
-            meta["namespace"],
-            c.SHADOWPOD_PLURAL,
-            meta["name"],
-            {"spec": {"pod": {"metadata": patch}}},
-            _content_type=MERGE_PATCH,
-        )
+        backoff_key = (object_key(local), UPDATE)
+        print_ = rf.pod_fingerprint(local)
+        if self.refusals.wait(backoff_key, print_) > 0:
+            return  # refused before and nothing changed since; a timer brings us back
+        try:
+            call_json(
+                self._custom.patch_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                meta["namespace"],
+                c.SHADOWPOD_PLURAL,
+                meta["name"],
+                {"spec": {"pod": {"metadata": patch}}},
+                _content_type=MERGE_PATCH,
+            )
+        except ApiError as exc:
+            refusal = rf.refusal_of(exc)
+            if refusal is None:
+                raise
+            # The pod runs on; only its new labels/annotations wait. The status sync
+            # of this reconcile must still happen, so no Requeue: a timer instead.
+            delay = self._refused(local, backoff_key, print_, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
+            self.controller.enqueue_after(object_key(local), delay)
+            return
+        self.refusals.forget(backoff_key)
         logger.info("updated labels/annotations of ShadowPod %s/%s", meta["namespace"], meta["name"])
 
     def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
