@@ -31,6 +31,7 @@ from typing import Iterable, Mapping
 
 import yaml
 from kubernetes import client, config
+from urllib3.util import Retry
 from kubernetes.config.config_exception import ConfigException
 
 from kube_offload import constants as c
@@ -43,6 +44,20 @@ WEBHOOK_COMPONENT = "webhook"
 REMOTE_KUBECONFIG_VOLUME = "remote-kubeconfig"  # the local chart's vkubelet Deployment
 IN_CLUSTER_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_REQUEST_TIMEOUT = 10.0
+
+
+# The client's urllib3 default retries a GET that timed out three times: against a frozen API
+# server every read would cost four request timeouts. One connection retry, no read retry.
+RETRIES = Retry(total=1, read=0, redirect=0)
+
+
+def _api(load, *args, **kwargs) -> client.ApiClient:
+    """An ApiClient configured by ``load(..., client_configuration=)`` with :data:`RETRIES`
+    (the retries are read when the client's connection pool is made, so set before)."""
+    configuration = client.Configuration()
+    load(*args, client_configuration=configuration, **kwargs)
+    configuration.retries = RETRIES
+    return client.ApiClient(configuration)
 
 
 class PluginError(RuntimeError):
@@ -169,18 +184,17 @@ def load_local(kubeconfig: str | None, context: str | None, *, timeout: float = 
             path = None
     if path is None:
         try:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
+            api = _api(config.load_incluster_config)
         except ConfigException:
             raise PluginError(
                 "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config (kubectl config view)"
             ) from None
         namespace = IN_CLUSTER_NAMESPACE_FILE.read_text().strip() if IN_CLUSTER_NAMESPACE_FILE.exists() else "default"
-        return LocalCluster(client.ApiClient(configuration), namespace, "in-cluster service account", timeout)
+        return LocalCluster(api, namespace, "in-cluster service account", timeout)
     try:
         contexts, active = config.list_kube_config_contexts(config_file=path)
         namespace = context_namespace(contexts, active, context)
-        api = config.new_client_from_config(config_file=path, context=context)
+        api = _api(config.load_kube_config, config_file=path, context=context)
     except ConfigException as exc:
         raise PluginError(f"kubeconfig {path}: {exc} (check --kubeconfig and --context)") from None
     return LocalCluster(api, namespace, f"kubeconfig {path}", timeout)
@@ -244,7 +258,7 @@ class Remotes:
                 return RemoteTarget(cluster_id, None, f"--remote-kubeconfig {cluster_id}={path}",
                                     f"--remote-kubeconfig {cluster_id}={path}: no such file")
             try:
-                return RemoteTarget(cluster_id, config.new_client_from_config(config_file=path), f"--remote-kubeconfig {path}")
+                return RemoteTarget(cluster_id, _api(config.load_kube_config, config_file=path), f"--remote-kubeconfig {path}")
             except ConfigException as exc:
                 return RemoteTarget(cluster_id, None, path, f"--remote-kubeconfig {cluster_id}={path}: {exc}")
         deployment = self.vkubelet_deployments().get(cluster_id)
@@ -271,7 +285,7 @@ class Remotes:
                                     f"Secret {namespace}/{name} has no key {key!r}; pass --remote-kubeconfig {cluster_id}=PATH")
             try:
                 document = yaml.safe_load(base64.b64decode(raw))
-                api = config.new_client_from_config_dict(document)
+                api = _api(config.load_kube_config_from_dict, document)
             except (ValueError, yaml.YAMLError, ConfigException, TypeError) as exc:
                 return RemoteTarget(cluster_id, None, f"Secret {namespace}/{name}",
                                     f"the kubeconfig in Secret {namespace}/{name} is unusable ({exc}); "
