@@ -3,12 +3,15 @@
 Brings up (or reuses) one local and one remote cluster with kube-offload running, then
 walks through what a platform engineer would do, printing each kubectl command and its
 output: the virtual node, a rejected bad policy label, a namespace opted in, a Deployment
-offloaded to the remote cluster, the same pods seen from both sides.
+offloaded to the remote cluster, the same pods seen from both sides, and what
+`kubectl offload explain` and `kubectl offload status` say about them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -137,6 +140,24 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
     described = local.kubectl("describe", "pod", "-n", namespace, remote_pod).stdout
     print(f"$ kubectl --kubeconfig $LOCAL describe pod -n {namespace} {remote_pod}   (Events section)")
     print(described[described.find("Events:"):].rstrip())
+
+    _banner("7. Ask kube-offload: `kubectl offload explain` says where a pod can run and why, "
+            "`kubectl offload status` how every peering is doing")
+    _show_plugin(local, remote, "explain", "pod", remote_pod, "-n", namespace)
+    _show_plugin(local, remote, "status")
+
+
+def _show_plugin(local: Cluster, remote: Cluster, *args: str) -> None:
+    """``kubectl offload ...``: kubectl runs the kubectl-offload executable installed beside
+    this Python (flags go after the plugin name; kubectl refuses them before it)."""
+    cluster_id = remote.spec.cluster_id
+    print(f"$ kubectl offload {' '.join(args)} --kubeconfig $LOCAL --remote-kubeconfig {cluster_id}=$REMOTE", flush=True)
+    env = local.env()
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    argv = [str(local.bins.kubectl), "offload", *args, "--kubeconfig", str(local.kubeconfig),
+            "--remote-kubeconfig", f"{cluster_id}={remote.kubeconfig}"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
+    print((result.stdout + result.stderr).rstrip(), flush=True)
 
 
 def _deployment(namespace: str, replicas: int) -> dict:
