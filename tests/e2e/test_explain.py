@@ -23,7 +23,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 import yaml
 
 from kube_offload import constants as c
