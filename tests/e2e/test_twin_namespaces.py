@@ -258,9 +258,21 @@ def test_consumer_status_reports_usage_and_capacity_and_follows_shadowpods(remot
         return ((pod or {}).get("spec") or {}).get("nodeName")
 
     node = wait(bound_node, timeout=SERVE_SECONDS, what="the probe's pod bound to a node")
-    baseline_free = cpu_milli(before["capacity"]["freeByNode"][node]["cpu"])
-    wait(lambda: cpu_milli(consumer_status(remote)["capacity"]["freeByNode"][node]["cpu"]) <= baseline_free - 250,
-         timeout=SERVE_SECONDS, what=f"capacity.freeByNode[{node}] reduced by the probe's 250m")
+
+    # Other tests' pods come and go on the same nodes, so the reference is the node as the
+    # apiserver sees it now: allocatable minus the requests of every live pod bound there,
+    # the probe's included.
+    def node_free_now() -> int:
+        from kube_offload import resources
+
+        allocatable = resources.node_allocatable(get(remote, "node", node) or {}).get("cpu", 0)
+        bound = remote.kubectl_json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
+        live = [p for p in bound if not resources.pod_is_terminated(p)]
+        assert any(p["metadata"]["name"] == "usage-probe" for p in live)
+        return allocatable - sum(resources.pod_requests(p).get("cpu", 0) for p in live)
+
+    wait(lambda: cpu_milli(consumer_status(remote)["capacity"]["freeByNode"][node]["cpu"]) == node_free_now(),
+         timeout=SERVE_SECONDS, what=f"capacity.freeByNode[{node}] = allocatable minus every live pod's requests, the probe's included")
 
     remote.kubectl("delete", "--as", CONSUMER_USER, f"{c.SHADOWPOD_PLURAL}.{c.DOMAIN}", "usage-probe", "-n", TWIN,
                    "--wait=false")
