@@ -184,18 +184,56 @@ def issue_serving_cert(
     ips = _unique(parse_ip_address(ip) for ip in ip_addresses)
     if not dns and not ips:
         raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    now = _aware(now or _utcnow())
-    ca_cert = ca.certificate
-    ca_key = ca.private_key
-    _require_ca(ca_cert)
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
-    key = _new_key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns[0] if dns else str(ips[0]))])
     san = x509.SubjectAlternativeName(
         [x509.DNSName(name) for name in dns] + [x509.IPAddress(ip) for ip in ips]
     )
+    # critical=False: the SAN would be critical only with an empty subject; ours has a CN.
+    return _issue_leaf(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, days=days, now=now, extra=[(san, False)])
+
+
+def issue_client_cert(
+    ca: KeyPair,
+    *,
+    common_name: str,
+    organizations: Sequence[str] = (),
+    days: int = DEFAULT_SERVING_DAYS,
+    now: dt.datetime | None = None,
+) -> KeyPair:
+    """A TLS client certificate signed by ``ca``: Kubernetes reads the user from the
+    common name and the groups from the organizations (x509 client-certificate
+    authentication), e.g. the kube-apiserver's ``--kubelet-client-certificate``. The
+    clientAuth usage is what lets a server (OpenSSL, Go) accept it as a client's.
+    """
+    if days <= 0:
+        raise ValueError(f"certificate validity must be at least one day, got {days}")
+    if not common_name:
+        raise ValueError("a client certificate needs a common name: it is the user name")
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in _unique(organizations)]
+        + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    )
+    return _issue_leaf(ca, subject, ExtendedKeyUsageOID.CLIENT_AUTH, days=days, now=now)
+
+
+def _issue_leaf(
+    ca: KeyPair,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    *,
+    days: int,
+    now: dt.datetime | None,
+    extra: Sequence[tuple[x509.ExtensionType, bool]] = (),
+) -> KeyPair:
+    """A non-CA certificate for ``subject`` signed by ``ca`` with one extended key usage
+    (server or client auth), valid ``days`` but never past the CA."""
+    now = _aware(now or _utcnow())
+    ca_cert = ca.certificate
+    _require_ca(ca_cert)
+    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
+    key = _new_key()
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(ca_cert.subject)
@@ -219,75 +257,13 @@ def issue_serving_cert(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        # critical=True when the subject were empty; ours always has a CN, so not critical.
-        .add_extension(san, critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
-    return KeyPair(cert_pem=_cert_pem(cert), key_pem=_key_pem(key))
-
-
-def issue_client_cert(
-    ca: KeyPair,
-    *,
-    common_name: str,
-    organizations: Sequence[str] = (),
-    days: int = DEFAULT_SERVING_DAYS,
-    now: dt.datetime | None = None,
-) -> KeyPair:
-    """A TLS client certificate signed by ``ca``: Kubernetes reads the user from the
-    common name and the groups from the organizations (x509 client-certificate
-    authentication), e.g. the kube-apiserver's ``--kubelet-client-certificate``. The
-    clientAuth usage is what lets a server (OpenSSL, Go) accept it as a client's.
-    """
-    if days <= 0:
-        raise ValueError(f"certificate validity must be at least one day, got {days}")
-    if not common_name:
-        raise ValueError("a client certificate needs a common name: it is the user name")
-    now = _aware(now or _utcnow())
-    ca_cert = ca.certificate
-    _require_ca(ca_cert)
-    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
-    key = _new_key()
-    subject = x509.Name(
-        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in _unique(organizations)]
-        + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    )
-    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    for extension, critical in extra:
+        builder = builder.add_extension(extension, critical=critical)
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW_ALLOWANCE)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-            critical=False,
-        )
+        builder.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca.private_key, hashes.SHA256())
     )
     return KeyPair(cert_pem=_cert_pem(cert), key_pem=_key_pem(key))
