@@ -240,21 +240,27 @@ def _install(built: Path, target: Path) -> None:
         built.unlink(missing_ok=True)
 
 
-def _build_kubernetes(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    work = root / "build" / f"kubernetes-{versions.KUBERNETES}"
-    work.mkdir(parents=True, exist_ok=True)
-    say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
+def _downloaded_go_mod(go: str, module: str, version: str, work: Path) -> Path:
+    """Download ``module@version`` into the module cache and return its go.mod's path
+    (read for the staging modules of Kubernetes, or the client-go version helm stamps)."""
     download = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{versions.KUBERNETES}"],
+        [go, "mod", "download", "-json", f"{module}@{version}"],
         cwd=work, env=go_env(), capture_output=True, text=True, check=False,
     )
     if download.returncode != 0:
         raise BuildError(
-            f"step 'download k8s.io/kubernetes@{versions.KUBERNETES}' failed: {download.stderr.strip()[-800:]}\n"
+            f"step 'download {module}@{version}' failed: {download.stderr.strip()[-800:]}\n"
             "What to try: check that the Go module proxy is reachable (GOPROXY)."
         )
-    go_mod_path = json.loads(download.stdout)["GoMod"]
-    modules = staging_modules(Path(go_mod_path).read_text())
+    return Path(json.loads(download.stdout)["GoMod"])
+
+
+def _build_kubernetes(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    work = root / "build" / f"kubernetes-{versions.KUBERNETES}"
+    work.mkdir(parents=True, exist_ok=True)
+    say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
+    go_mod_path = _downloaded_go_mod(go, "k8s.io/kubernetes", versions.KUBERNETES, work)
+    modules = staging_modules(go_mod_path.read_text())
     (work / "go.mod").write_text(kubernetes_wrapper_go_mod(versions.KUBERNETES, modules))
     out = work / "out"
     out.mkdir(exist_ok=True)
@@ -312,16 +318,7 @@ def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None])
     out = work / "out"
     out.mkdir(parents=True, exist_ok=True)
     say(f"- helm {versions.HELM}: reading helm.sh/helm/v3's go.mod")
-    download = subprocess.run(
-        [go, "mod", "download", "-json", f"helm.sh/helm/v3@{versions.HELM}"],
-        cwd=work, env=go_env(), capture_output=True, text=True, check=False,
-    )
-    if download.returncode != 0:
-        raise BuildError(
-            f"step 'download helm.sh/helm/v3@{versions.HELM}' failed: {download.stderr.strip()[-800:]}\n"
-            "What to try: check that the Go module proxy is reachable (GOPROXY)."
-        )
-    ldflags = helm_ldflags(versions.HELM, Path(json.loads(download.stdout)["GoMod"]).read_text())
+    ldflags = helm_ldflags(versions.HELM, _downloaded_go_mod(go, "helm.sh/helm/v3", versions.HELM, work).read_text())
     say(f"- helm {versions.HELM}: building")
     _run_step(
         f"build helm {versions.HELM}",
