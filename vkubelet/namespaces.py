@@ -8,7 +8,9 @@ label, Pod Security level, our role bound in it), never adopting one it did not 
 and reports ``status.phase``. A twin is used - pods, ShadowPods and reflected objects go
 there, and the remote informers watch there - only while its request is ours and Ready.
 
-* namespace offloaded here -> a request for its twin (created if missing);
+* namespace offloaded here -> a request for its twin (created if missing); with
+  ``pod-placement=Local`` too (service offloading): the twin then receives the reflected
+  objects (Services, EndpointSlices...) but no pods (``pod_twin_for``);
 * Refused -> a Warning Event on the local namespace with the provider's message; the
   request is nudged (``kube-offload.io/retry-requested``) with exponential backoff so
   the provider looks again once it has fixed the cause (no hot loop, no recreation);
@@ -60,6 +62,10 @@ class TwinPlan:
     twin: str | None  # the remote namespace wanted; None = no twin here
     reason: str  # why (for logs and Events)
     policy_error: PolicyError | None = None  # a bad policy: leave everything as it is
+    # Whether the namespace's pods may run in the twin. False for pod-placement=Local:
+    # the twin then only carries the reflected objects (Services, EndpointSlices...), so
+    # that remote workloads can consume the namespace's services (service offloading).
+    pods: bool = True
 
 
 def plan_twin(namespace: Mapping | None, *, name: str, virtual_node_labels: Mapping[str, str], local_cluster_id: str) -> TwinPlan:
@@ -75,11 +81,19 @@ def plan_twin(namespace: Mapping | None, *, name: str, virtual_node_labels: Mapp
         return TwinPlan(None, str(exc), policy_error=exc)
     if not policy.enabled:
         return TwinPlan(None, f"namespace {name} is not offloaded ({c.LABEL_ENABLED} is not {c.ENABLED_VALUE})")
-    if policy.placement == c.PLACEMENT_LOCAL:
-        return TwinPlan(None, f"namespace {name} has {c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL}")
     if not policy.cluster_selector.matches(virtual_node_labels):
         return TwinPlan(None, f"the cluster selector \"{policy.cluster_selector}\" of namespace {name} does not match this cluster")
-    return TwinPlan(twin_namespace_name(name, local_cluster_id, policy.mapping), "offloaded")
+    twin = twin_namespace_name(name, local_cluster_id, policy.mapping)
+    if policy.placement == c.PLACEMENT_LOCAL:
+        # Service offloading: the namespace is extended here (twin, reflected objects),
+        # its pods stay on the local cluster's own nodes.
+        return TwinPlan(
+            twin,
+            f"namespace {name} has {c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL}: its pods stay in the local "
+            "cluster, only its services and the other reflected objects are offloaded",
+            pods=False,
+        )
+    return TwinPlan(twin, "offloaded")
 
 
 @dataclass(frozen=True)
@@ -185,9 +199,10 @@ class TwinNamespaces:
         )
 
     def twin_for(self, name: str) -> tuple[str | None, str]:
-        """The remote namespace for pods of local namespace ``name`` if it is ready to take
-        them (offloaded here, requested, and the provider's answer is Ready); else None
-        and why (the provider's refusal message included)."""
+        """The remote namespace for objects of local namespace ``name`` if it is ready to
+        take them (offloaded here, requested, and the provider's answer is Ready); else
+        None and why (the provider's refusal message included). Pods ask
+        :meth:`pod_twin_for`."""
         plan = self.plan(name)
         if plan.twin is None:
             return None, plan.reason
@@ -195,6 +210,14 @@ class TwinNamespaces:
         if not state.usable:
             return None, state.reason
         return plan.twin, ""
+
+    def pod_twin_for(self, name: str) -> tuple[str | None, str]:
+        """Like :meth:`twin_for`, for the namespace's pods: None (and why) as well when the
+        twin only carries reflected objects (pod-placement=Local)."""
+        plan = self.plan(name)
+        if plan.twin is not None and not plan.pods:
+            return None, plan.reason
+        return self.twin_for(name)
 
     def resync_all(self) -> None:
         for name in self.local_namespaces.keys():

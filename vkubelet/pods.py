@@ -142,7 +142,7 @@ class PodOffloader:
             return
 
         namespace, name = split_key(key)
-        twin, why = self._twins.twin_for(namespace or "")
+        twin, why = self._twins.pod_twin_for(namespace or "")
         if twin is None:
             self._not_placeable(local, why, shadows, logger)
             return
@@ -338,7 +338,7 @@ class PodOffloader:
     def _not_placeable(self, local: dict, why: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
         meta = local["metadata"]
         plan = self._twins.plan(meta["namespace"])
-        if plan.twin is not None:
+        if plan.twin is not None and plan.pods:
             # Offloaded here, twin on its way: normally a matter of milliseconds.
             created = parse_time(meta.get("creationTimestamp"))
             age = (datetime.now(timezone.utc) - created).total_seconds() if created else 0.0

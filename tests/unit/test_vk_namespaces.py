@@ -30,12 +30,17 @@ def _plan(namespace, name="demo"):
 ENABLED = {c.LABEL_ENABLED: "true"}
 
 
+LOCAL_PLACEMENT = {**ENABLED, c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL}
+
+
 @pytest.mark.parametrize(
     "labels, selector, twin",
     [
         (ENABLED, None, "demo-local"),  # default placement LocalAndRemote
         ({**ENABLED, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}, None, "demo-local"),
-        ({**ENABLED, c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL}, None, None),
+        (LOCAL_PLACEMENT, None, "demo-local"),  # service offloading: a twin, but no pods in it
+        (LOCAL_PLACEMENT, "topology.kubernetes.io/region=us-east", None),
+        ({**LOCAL_PLACEMENT, c.LABEL_NAMESPACE_MAPPING: c.MAPPING_ENFORCE_SAME_NAME}, None, "demo"),
         ({**ENABLED, c.LABEL_NAMESPACE_MAPPING: c.MAPPING_ENFORCE_SAME_NAME}, None, "demo"),
         (ENABLED, "topology.kubernetes.io/region in (eu-west,eu-south)", "demo-local"),
         (ENABLED, "topology.kubernetes.io/region=us-east", None),
@@ -49,6 +54,19 @@ def test_plan_follows_the_policy(labels, selector, twin):
     assert plan.twin == twin
     assert plan.policy_error is None
     assert plan.reason
+
+
+@pytest.mark.parametrize(
+    "placement, pods",
+    [(c.PLACEMENT_LOCAL, False), (c.PLACEMENT_REMOTE, True), (c.PLACEMENT_LOCAL_AND_REMOTE, True)],
+)
+def test_only_local_placement_keeps_pods_out_of_the_twin(placement, pods):
+    plan = _plan(_ns(labels={**ENABLED, c.LABEL_POD_PLACEMENT: placement}))
+    assert plan.twin == "demo-local"
+    assert plan.pods is pods
+    if not pods:
+        # The pod loop's "why not running here" for a pod bound to the virtual node anyway.
+        assert f"{c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL}" in plan.reason and "stay in the local cluster" in plan.reason
 
 
 def test_deleted_or_terminating_namespace_has_no_twin():

@@ -67,7 +67,11 @@ def test_scope_follows_namespaces_opting_in_and_out():
     ns._apply(MODIFIED, _namespace("plain", True))  # kubectl label ns plain kube-offload.io/enabled=true
     assert secrets.namespaces() == ["early", "plain"] == configmaps.namespaces()
 
+    # pod-placement=Local keeps the namespace extended (service offloading): still reflected.
     ns._apply(MODIFIED, _namespace("early", True, **{c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL}))
+    assert secrets.namespaces() == ["early", "plain"]
+
+    ns._apply(MODIFIED, _namespace("early", False))  # kubectl label ns early kube-offload.io/enabled-
     assert secrets.namespaces() == ["plain"]
 
     ns._apply(DELETED, _namespace("plain", True))

@@ -111,7 +111,7 @@ class ServiceAccountTokenReflector:
         twin: str | None = None
         sources: list[f.TokenSource] = []
         if pod is not None:
-            twin, _ = self._twins.twin_for(namespace or "")
+            twin, _ = self._twins.pod_twin_for(namespace or "")
             if twin is not None:
                 sources = f.token_sources(pod)
         wanted = f"{twin}/{n.token_secret_name(name)}" if sources else None
