@@ -27,6 +27,8 @@ REASON_REMOTE_UNSCHEDULABLE = "RemoteUnschedulable"
 REASON_TWIN_CONFLICT = "TwinNamespaceConflict"
 REASON_TWIN_REFUSED = "TwinNamespaceRefused"
 REASON_POLICY_INVALID = "InvalidOffloadingPolicy"
+# A remote pod address outside the configured remapping (ip_remapping.py): shown as is.
+REASON_POD_IP_NOT_REMAPPED = "PodIPNotRemapped"
 # The provider refused a ShadowPod create/update: the Event carries the provider's message
 # (the same word is the waiting pod's status.reason, hence defined with the refusal rules).
 REASON_PROVIDER_REFUSED = refusals.REASON_PROVIDER_REFUSED

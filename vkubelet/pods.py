@@ -410,7 +410,18 @@ class PodOffloader:
         logger.info("updated labels/annotations of ShadowPod %s/%s", meta["namespace"], meta["name"])
 
     def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
-        desired = st.desired_status(local, remote, shp, self.settings.node_address)
+        pod_ips = self.settings.remapping.remote_pod_ips
+        outside = pod_ips.outside(st.remote_pod_ips(remote))
+        if outside:
+            # Shown as they are (a host-network pod's node address, a CIDR left out of
+            # --remote-pod-cidr): the local cluster may not reach them.
+            message = (
+                f"pod IP {', '.join(outside)} is outside --remote-pod-cidr={self.settings.remapping.remote_pod_cidr}: "
+                "shown as the remote cluster assigned it, not remapped"
+            )
+            logger.warning(message)
+            self._recorder.warning(local, ev.REASON_POD_IP_NOT_REMAPPED, message)
+        desired = st.desired_status(local, remote, shp, self.settings.node_address, pod_ips)
         patch = st.status_patch(local, desired)
         if patch is not None:
             self._patch_status(local, patch)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from kube_offload import constants as c
 from kube_offload.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
+from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.reflection.settings import ReflectionSettings
 
 # A cluster id ends up in a node name, in label values and in namespace names
@@ -80,6 +81,9 @@ class Settings:
     log_json: bool = False
     # Resource reflection: per type workers and policy (vkubelet/reflection/settings.py).
     reflection: ReflectionSettings = field(default_factory=ReflectionSettings)
+    # Pod IP remapping between overlapping pod CIDRs (vkubelet/ip_remapping.py); unset =
+    # addresses shown as each cluster assigns them.
+    remapping: RemappingSettings = field(default_factory=RemappingSettings)
 
     # Not flags: kubelet-like timings nobody should need to change.
     # The Lease is renewed this often and says it is valid this long; the node lifecycle
@@ -148,6 +152,9 @@ class Settings:
         if not self.node_address:
             raise SettingsError("--node-address is required")
         problem = self.reflection.problem()
+        if problem:
+            raise SettingsError(problem)
+        problem = self.remapping.problem()
         if problem:
             raise SettingsError(problem)
 

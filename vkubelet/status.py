@@ -10,7 +10,11 @@ the facts that belong to the local cluster kept local:
   restart from the user's point of view), and never goes down;
 * PodScheduled stays the local scheduler's (the pod *is* bound to the virtual node;
   remote scheduling trouble is reported as a RemoteUnschedulable Event);
-* hostIP is the virtual node's address, qosClass and startTime stay as first set;
+* pod IPs are translated into the remote pod CIDR as the local cluster sees it when a
+  remapping is configured (ip_remapping.py; an address outside it is kept as it is);
+* hostIP is the virtual node's address (the node the pod is bound to, and an address the
+  local cluster can reach, unlike the remote node's), qosClass and startTime stay as
+  first set;
 * a local pod in a terminal phase is never changed again (the API refuses leaving it).
 """
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any, Mapping
+
+from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 CONDITION_SCHEDULED = "PodScheduled"
@@ -51,9 +57,14 @@ def recreations_of(shadowpod: Mapping[str, Any] | None) -> int:
 
 
 def desired_status(
-    local: Mapping[str, Any], remote: Mapping[str, Any], shadowpod: Mapping[str, Any] | None, host_ip: str
+    local: Mapping[str, Any],
+    remote: Mapping[str, Any],
+    shadowpod: Mapping[str, Any] | None,
+    host_ip: str,
+    pod_ips: Remapping = NO_REMAPPING,
 ) -> dict | None:
-    """The managed status fields the local pod should have; None to leave it as it is."""
+    """The managed status fields the local pod should have; None to leave it as it is.
+    ``pod_ips`` translates remote pod addresses into what the local cluster sees."""
     current = local.get("status") or {}
     if current.get("phase") in TERMINAL_PHASES:
         return None
@@ -68,8 +79,11 @@ def desired_status(
         if theirs.get(field):
             status[field] = _container_statuses(current.get(field) or [], theirs[field], recreations)
     if theirs.get("podIP"):
-        status["podIP"] = theirs["podIP"]
-        status["podIPs"] = copy.deepcopy(theirs.get("podIPs") or [{"ip": theirs["podIP"]}])
+        status["podIP"] = pod_ips.translate(theirs["podIP"])
+        status["podIPs"] = [
+            {**copy.deepcopy(entry), "ip": pod_ips.translate(str(entry.get("ip") or ""))}
+            for entry in theirs.get("podIPs") or [{"ip": theirs["podIP"]}]
+        ]
     status["hostIP"] = host_ip
     status["hostIPs"] = [{"ip": host_ip}]
     start = current.get("startTime") or theirs.get("startTime")
@@ -79,6 +93,13 @@ def desired_status(
         if theirs.get(field):
             status[field] = theirs[field]
     return status
+
+
+def remote_pod_ips(remote: Mapping[str, Any]) -> list[str]:
+    """Every address the remote pod reports (podIP and podIPs), once each."""
+    theirs = remote.get("status") or {}
+    addresses = [theirs.get("podIP")] + [entry.get("ip") for entry in theirs.get("podIPs") or []]
+    return list(dict.fromkeys(str(a) for a in addresses if a))
 
 
 def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) -> dict | None:

@@ -64,9 +64,11 @@ NAMESPACE = "kube-offload"
 IMAGE = f"ghcr.io/kube-offload/kube-offload:{kube_offload.__version__}"
 TWO_REMOTES = {
     "localClusterId": "local",
+    "vkubelet": {"podCIDR": "10.0.0.0/16"},
     "remoteClusters": [
         {"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig",
-         "labels": {"topology.kubernetes.io/region": "eu-west", "example.com/provider": "acme"}},
+         "labels": {"topology.kubernetes.io/region": "eu-west", "example.com/provider": "acme"},
+         "podCIDR": "10.0.0.0/16", "podCIDRRemapped": "10.100.0.0/16", "localPodCIDRRemapped": "10.200.0.0/16"},
         {"id": "remote-2", "kubeconfigSecret": "remote-2-kubeconfig", "kubeconfigKey": "config",
          "sharingPercentage": 50, "extraArgs": ["--log-json=true"]},
     ],
@@ -730,6 +732,10 @@ def test_rendered_vkubelets(rendered_local: list[dict[str, Any]]) -> None:
     second_args = parse_component_args(second_pod["containers"][0]["args"])
     assert second_args.sharing_percentage == 50 and second_args.log_json is True
     assert second_pod["volumes"][0]["secret"]["items"][0]["key"] == "config"
+    # Pod IP remapping only where the entry asks for it (remote-1).
+    assert (args.remote_pod_cidr, args.remote_pod_cidr_remapped, args.local_pod_cidr, args.local_pod_cidr_remapped) == (
+        "10.0.0.0/16", "10.100.0.0/16", "10.0.0.0/16", "10.200.0.0/16")
+    assert not (second_args.remote_pod_cidr or second_args.local_pod_cidr or second_args.local_pod_cidr_remapped)
     # The two Deployments select only their own pods.
     assert first["spec"]["selector"] != second["spec"]["selector"]
     for deployment in (first, second):
@@ -742,6 +748,8 @@ def test_rendered_vkubelets(rendered_local: list[dict[str, Any]]) -> None:
     [
         ({"remoteClusters": [{"id": "r", "kubeconfigSecret": "s"}]}, "localClusterId is required"),
         ({"localClusterId": "l", "remoteClusters": [{"id": "r"}]}, "needs kubeconfigSecret"),
+        ({"localClusterId": "l", "remoteClusters": [{"id": "r", "kubeconfigSecret": "s", "localPodCIDRRemapped": "10.200.0.0/16"}]},
+         r"vkubelet.podCIDR \(this cluster's pod CIDR\) is required"),
     ],
 )
 def test_rendering_refuses_incomplete_remote_clusters(helm: Helm, values: dict[str, Any], message: str) -> None:

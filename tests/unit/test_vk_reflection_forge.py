@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kube_offload import constants as c
+from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import names as n
 
@@ -180,6 +181,23 @@ def test_endpointslice_with_only_offloaded_endpoints_is_not_reflected():
     assert f.forge_endpointslice(_slice([_endpoint("10.0.0.7", node=NODE)]), ctx("endpointslices")) is None
     assert f.forge_endpointslice(_slice([]), ctx("endpointslices")) is None
     assert f.routable_address("10.0.0.7") and f.routable_address("web.example.com")
+
+
+def test_endpointslice_local_endpoints_are_written_as_the_remote_cluster_reaches_them():
+    remapping = RemappingSettings(local_pod_cidr="10.0.0.0/16", local_pod_cidr_remapped="10.200.0.0/16").local_pod_ips
+    local = _slice([
+        _endpoint("10.0.1.5"),
+        {**_endpoint("10.0.2.6"), "addresses": ["10.0.2.6", "192.168.0.9"]},  # the second: outside, kept as is
+        _endpoint("10.0.0.7", node=NODE),  # offloaded here: the remote controller lists it
+    ])
+    context = ctx("endpointslices", endpoint_addresses=remapping)
+    desired = f.forge_endpointslice(local, context)
+    assert [e["addresses"] for e in desired["endpoints"]] == [["10.200.1.5"], ["10.200.2.6", "192.168.0.9"]]
+    assert f.unremapped_endpoint_addresses(local, context) == ["192.168.0.9"]
+    assert local["endpoints"][0]["addresses"] == ["10.0.1.5"]  # the local slice is not touched
+    # Without a remapping, addresses are as the local cluster reports them and none is "not remapped".
+    assert [e["addresses"] for e in f.forge_endpointslice(local, ctx("endpointslices"))["endpoints"]][0] == ["10.0.1.5"]
+    assert f.unremapped_endpoint_addresses(local, ctx("endpointslices")) == []
 
 
 # --- Ingresses and PVCs ------------------------------------------------------------------------------

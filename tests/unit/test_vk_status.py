@@ -2,7 +2,8 @@
 
 import copy
 
-from vkubelet.status import desired_status, failed_status, remote_unschedulable, status_patch
+from vkubelet.ip_remapping import RemappingSettings
+from vkubelet.status import desired_status, failed_status, remote_pod_ips, remote_unschedulable, status_patch
 
 HOST = "127.0.0.1"
 
@@ -170,3 +171,33 @@ def test_failed_status_terminates_containers_and_readiness():
     assert container["ready"] is False
     assert container["state"] == {"terminated": {"exitCode": 137, "reason": "NotOffloaded", "finishedAt": "t1", "startedAt": "t0"}}
     assert failed_status(_local(phase="Succeeded"), "x", "y", "t") is None
+
+
+# --- pod IP remapping (vkubelet/ip_remapping.py) ----------------------------------------------------
+def _remapping():
+    return RemappingSettings(remote_pod_cidr="10.0.0.0/16,fd00:10::/64",
+                             remote_pod_cidr_remapped="10.100.0.0/16,fd00:99::/64").remote_pod_ips
+
+
+def test_pod_ips_are_shown_in_the_remote_cidr_as_the_local_cluster_sees_it():
+    remote = _remote(podIP="10.0.3.7", podIPs=[{"ip": "10.0.3.7"}, {"ip": "fd00:10::7"}])
+    desired = desired_status(_local(), remote, _shadowpod(0), HOST, _remapping())
+    assert desired["podIP"] == "10.100.3.7"
+    assert desired["podIPs"] == [{"ip": "10.100.3.7"}, {"ip": "fd00:99::7"}]
+    assert desired["hostIP"] == HOST  # the virtual node's address: not a pod address, never remapped
+    assert remote_pod_ips(remote) == ["10.0.3.7", "fd00:10::7"]
+    assert _remapping().outside(remote_pod_ips(remote)) == []
+    # The remote pod itself is not touched: translation is on the way into the local status.
+    assert remote["status"]["podIP"] == "10.0.3.7"
+
+
+def test_a_pod_ip_outside_the_remote_pod_cidr_is_kept_and_reported():
+    remote = _remote(podIP="192.168.5.5", podIPs=[{"ip": "192.168.5.5"}])  # e.g. a host-network pod
+    desired = desired_status(_local(), remote, _shadowpod(0), HOST, _remapping())
+    assert desired["podIP"] == "192.168.5.5" and desired["podIPs"] == [{"ip": "192.168.5.5"}]
+    assert _remapping().outside(remote_pod_ips(remote)) == ["192.168.5.5"]
+
+
+def test_without_remapping_pod_ips_are_the_remote_ones():
+    desired = desired_status(_local(), _remote(podIP="10.0.3.7", podIPs=[{"ip": "10.0.3.7"}]), _shadowpod(0), HOST)
+    assert desired["podIP"] == "10.0.3.7" and desired["podIPs"] == [{"ip": "10.0.3.7"}]

@@ -36,6 +36,12 @@ class EndpointSliceReflector(Reflector):
         return [self.services]
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+        outside = f.unremapped_endpoint_addresses(local, ctx)
+        if outside:
+            self.log.info(
+                "EndpointSlice %s: %s outside --local-pod-cidr, reflected as is (not remapped)",
+                object_key(dict(local)), ", ".join(outside),
+            )
         return f.forge_endpointslice(local, ctx)
 
     def selection(self, local: Mapping) -> Decision:

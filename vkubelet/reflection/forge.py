@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
+from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE, never_reflected  # noqa: F401  (re-exported)
 
@@ -51,6 +52,8 @@ class ForgeContext:
     virtual_node_name: str = ""
     # Local StorageClass -> remote one (see ReflectionSettings.storage_classes).
     storage_classes: Mapping[str, str] = field(default_factory=dict)
+    # Local pod addresses -> as the remote cluster reaches them (--local-pod-cidr-remapped).
+    endpoint_addresses: Remapping = NO_REMAPPING
 
 
 # --- metadata -------------------------------------------------------------------------------
@@ -162,15 +165,19 @@ def forge_endpointslice(local: Mapping, ctx: ForgeContext) -> dict | None:
 
     Endpoints of pods bound to the virtual node are left out: those pods run in the
     remote cluster, whose own EndpointSlice controller already lists them. What is left
-    are the addresses of pods running locally, as the local cluster reports them. Node
-    names, zones, hints and pod references are the local cluster's and are dropped. A
-    slice with nothing left is not reflected.
+    are the addresses of pods running locally, as the remote cluster reaches them: as
+    the local cluster reports them, or translated into ``--local-pod-cidr-remapped``
+    when a remapping is configured (an address outside ``--local-pod-cidr`` is kept as
+    it is). Node names, zones, hints and pod references are the local cluster's and are
+    dropped. A slice with nothing left is not reflected.
     """
     endpoints = []
     for endpoint in local.get("endpoints") or []:
         if ctx.virtual_node_name and endpoint.get("nodeName") == ctx.virtual_node_name:
             continue
-        addresses = [a for a in endpoint.get("addresses") or [] if routable_address(str(a))]
+        addresses = [
+            ctx.endpoint_addresses.translate(str(a)) for a in endpoint.get("addresses") or [] if routable_address(str(a))
+        ]
         if not addresses:
             continue
         kept: dict[str, Any] = {"addresses": addresses}
@@ -192,6 +199,20 @@ def forge_endpointslice(local: Mapping, ctx: ForgeContext) -> dict | None:
     }
     _copy_fields(local, desired, ("ports",))
     return desired
+
+
+def unremapped_endpoint_addresses(local: Mapping, ctx: ForgeContext) -> list[str]:
+    """The addresses :func:`forge_endpointslice` reflects as they are although a remapping
+    is configured (outside ``--local-pod-cidr``: a host-network pod's node address, a pod
+    offloaded to a third cluster); the remote cluster may not reach them."""
+    addresses = [
+        str(a)
+        for endpoint in local.get("endpoints") or []
+        if not (ctx.virtual_node_name and endpoint.get("nodeName") == ctx.virtual_node_name)
+        for a in endpoint.get("addresses") or []
+        if routable_address(str(a))
+    ]
+    return ctx.endpoint_addresses.outside(addresses)
 
 
 def service_name_of_slice(slice_: Mapping) -> str | None:

@@ -256,6 +256,7 @@ class Reflector(abc.ABC):
             reflector=self.resource,
             virtual_node_name=self.settings.node_name,
             storage_classes=dict(self.settings.reflection.storage_classes),
+            endpoint_addresses=self.settings.remapping.local_pod_ips,
         )
 
     def reconcile(self, key: str) -> None:
