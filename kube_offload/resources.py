@@ -95,10 +95,20 @@ def parse_quantity(value: str | int | float) -> int:
     Integers and floats are accepted because the API accepts JSON numbers for quantities.
     Magnitudes above 2^63−1 units are capped (see :data:`MAX_MILLI`).
     """
+    return _parse_scaled(value, 3)
+
+
+def parse_quantity_nano(value: str | int | float) -> int:
+    """A quantity as a whole number of nano-units, rounded up: what CPU usage needs
+    (``"249873n"`` → 249873, ``"250m"`` → 250000000), where milli-units would lose it."""
+    return _parse_scaled(value, 9)
+
+
+def _parse_scaled(value: str | int | float, scale: int) -> int:
     if isinstance(value, bool):
         raise QuantityError(f"quantity must be a string, got {value!r}")
     if isinstance(value, int):
-        return _cap(value * MILLI)
+        return _cap(value * 10**scale)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError(f"quantity must be finite, got {value!r}")
@@ -114,7 +124,7 @@ def parse_quantity(value: str | int | float) -> int:
         number = Decimal(match["number"])
     except InvalidOperation as exc:  # the regex should make this unreachable
         raise QuantityError(f"{value!r} is not a Kubernetes quantity") from exc
-    power10 = 3  # milli
+    power10 = scale
     power2 = 0
     if match["binary"]:
         power2 = _BINARY_SUFFIXES[match["binary"]]

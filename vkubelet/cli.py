@@ -75,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          help="how long an allowed SubjectAccessReview answer is kept; 0: not cached")
     flag("--kubelet-authorization-cache-unauthorized-ttl", default="30s", type=non_negative_duration,
          help="how long a denied SubjectAccessReview answer is kept; 0: not cached")
+    flag("--kubelet-metrics-interval", default="15s", type=non_negative_duration,
+         help="how often the offloaded pods' usage is read from the remote metrics.k8s.io API for "
+              "/stats/summary and /metrics/resource (kubectl top); 0: those endpoints are off")
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_reflection_flags(parser, COMPONENT)
@@ -106,6 +109,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         kubelet_authn_cache_ttl=float(args.kubelet_authentication_cache_ttl),
         kubelet_authz_cache_authorized_ttl=float(args.kubelet_authorization_cache_authorized_ttl),
         kubelet_authz_cache_unauthorized_ttl=float(args.kubelet_authorization_cache_unauthorized_ttl),
+        kubelet_metrics_interval=float(args.kubelet_metrics_interval),
         log_level=args.log_level,
         log_json=bool(args.log_json),
         reflection=reflection_settings_from_args(args),

@@ -1,5 +1,5 @@
 """The kubelet API of the virtual node as a virtual-kubelet loop (``kubectl logs``,
-``exec`` and ``attach`` on offloaded pods).
+``exec`` and ``attach`` on offloaded pods; ``kubectl top`` through metrics-server).
 
 :func:`kubelet_api_loop` is the :data:`vkubelet.runner.LoopFactory`. It binds the HTTPS
 port at once (a port in use or an unreadable certificate stops the vkubelet at start-up,
@@ -28,6 +28,7 @@ from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer, token_review
 from vkubelet.kubeletapi.authz import Authorizer, subject_access_review_call
 from vkubelet.kubeletapi.decision_cache import CacheTTL
 from vkubelet.kubeletapi.resolver import PodResolver
+from vkubelet.kubeletapi.sampler import UsageSampler, metrics_lister
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
 from vkubelet.kubeletapi.tls import ServerContext, TLSSetupError, serving_files
 from vkubelet.runner import LoopContext
@@ -104,6 +105,16 @@ class KubeletApiLoop:
             cluster_id=settings.cluster_id,
             local_cluster_id=settings.local_cluster_id,
         )
+        # /stats/summary and /metrics/resource (kubectl top): the offloaded pods' usage,
+        # read from the remote metrics.k8s.io API through the same resolver.
+        self.usage = UsageSampler(
+            local_pods=self._local_pods,
+            resolve=resolver.resolve,
+            list_metrics=metrics_lister(context.informers.remote_client),
+            cluster_id=settings.cluster_id,
+            node_name=settings.node_name,
+            interval=settings.kubelet_metrics_interval,
+        )
         try:
             self._files = serving_files(
                 settings.kubelet_tls_cert,
@@ -122,6 +133,8 @@ class KubeletApiLoop:
                 remote=context.informers.remote_client,
                 cluster_id=settings.cluster_id,
                 access=access_control(settings, context.informers.local_client),
+                usage=self.usage,
+                limits=settings.kubelet_limits,
             )
             self.server = KubeletHTTPServer(address, app, tls)
         except TLSSetupError as exc:
@@ -148,6 +161,7 @@ class KubeletApiLoop:
         self._thread.start()
         self.features.start()
         self.features.enqueue(self._settings.node_name)
+        self.usage.start()
         log.info("kubelet API serving on https://%s:%d", *self.server.server_address[:2])
         if not self._settings.kubelet_client_ca:
             log.warning(
@@ -158,6 +172,7 @@ class KubeletApiLoop:
 
     def stop(self) -> None:
         self.features.stop()
+        self.usage.stop()
         if self._thread is not None:
             self.server.shutdown()
         self.server.close_streams()

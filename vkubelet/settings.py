@@ -77,6 +77,9 @@ class Settings:
     kubelet_authn_cache_ttl: float = 120.0
     kubelet_authz_cache_authorized_ttl: float = 300.0
     kubelet_authz_cache_unauthorized_ttl: float = 30.0
+    # How often the offloaded pods' usage is read from the remote metrics.k8s.io API
+    # (seconds; 0 = /stats/summary and /metrics/resource are off).
+    kubelet_metrics_interval: float = 15.0
     log_level: str = "INFO"
     log_json: bool = False
     # Resource reflection: per type workers and policy (vkubelet/reflection/settings.py).
@@ -147,6 +150,8 @@ class Settings:
         ):
             if ttl < 0:
                 raise SettingsError(f"{flag} must not be negative (0 turns the cache off)")
+        if self.kubelet_metrics_interval < 0:
+            raise SettingsError("--kubelet-metrics-interval must not be negative (0 turns the metrics endpoints off)")
         if bool(self.kubelet_tls_cert) != bool(self.kubelet_tls_key):
             raise SettingsError("--kubelet-tls-cert and --kubelet-tls-key must be given together")
         if not self.node_address:

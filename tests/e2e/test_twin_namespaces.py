@@ -39,6 +39,7 @@ TWIN_ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
+    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "persistentvolumeclaims", "serviceaccounts"],
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},

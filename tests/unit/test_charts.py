@@ -631,6 +631,11 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
     # kinds and names of its objects are pinned here.
     consumer_roles = {d["metadata"]["name"] for d in find(remote_docs, "ClusterRole", "consumer")}
     assert C.DEFAULT_CONSUMER_TWIN_ROLE in consumer_roles
+    # kubectl top on offloaded pods (docs/metrics.md): exactly a list of PodMetrics, only
+    # in the twin namespaces this role is bound into.
+    [twin_role] = [d for d in remote_docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == C.DEFAULT_CONSUMER_TWIN_ROLE]
+    metrics_rules = {key: verbs for key, verbs in rules_of(twin_role).items() if key[0] == "metrics.k8s.io"}
+    assert metrics_rules == {("metrics.k8s.io", "pods"): {"list"}}
 
 
 def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:

@@ -4,6 +4,8 @@ The apiserver builds them in ``pkg/registry/core/pod/strategy.go`` (LogLocation,
 ExecLocation, AttachLocation): ``/containerLogs/{ns}/{pod}/{container}``,
 ``/exec/{ns}/{pod}/{container}``, ``/attach/{ns}/{pod}/{container}``; the kubelet also
 accepts ``/exec|attach/{ns}/{pod}/{uid}/{container}`` and ``/portForward/{ns}/{pod}[/{uid}]``.
+metrics-server and ``kubectl get --raw .../proxy/stats/summary`` call ``/metrics/resource``
+and ``/stats/summary``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ EXEC = "exec"
 ATTACH = "attach"
 PORT_FORWARD = "portForward"
 HEALTHZ = "healthz"
+# Resource usage (vkubelet/kubeletapi/stats.py): the Summary API and what metrics-server scrapes.
+STATS_SUMMARY = "stats/summary"
+METRICS_RESOURCE = "metrics/resource"
 
 
 class RequestError(Exception):
@@ -73,6 +78,8 @@ def parse_request_path(raw_path: str) -> KubeletRequest:
         raise RequestError(404, f"empty path segment in {parts.path}")
     if endpoint == HEALTHZ and not args:
         return KubeletRequest(HEALTHZ, query=query)
+    if f"{endpoint}/{'/'.join(args)}" in (STATS_SUMMARY, METRICS_RESOURCE):
+        return KubeletRequest(f"{endpoint}/{args[0]}", query=query)
     if endpoint == CONTAINER_LOGS and len(args) == 3:
         return KubeletRequest(endpoint, args[0], args[1], args[2], query=query)
     if endpoint in (EXEC, ATTACH) and len(args) in (3, 4):

@@ -26,7 +26,7 @@ from kubernetes import client
 
 from kube_offload.https_server import ThreadingHTTPSServer
 from kube_offload.kube import ApiError
-from vkubelet.kubeletapi import logs, streams
+from vkubelet.kubeletapi import logs, stats, streams
 from vkubelet.kubeletapi import websocket as ws
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import WEBSOCKET_TOKEN_PROTOCOL_PREFIX, Credentials
@@ -35,12 +35,15 @@ from vkubelet.kubeletapi.paths import (
     CONTAINER_LOGS,
     EXEC,
     HEALTHZ,
+    METRICS_RESOURCE,
     PORT_FORWARD,
+    STATS_SUMMARY,
     KubeletRequest,
     RequestError,
     parse_request_path,
 )
 from vkubelet.kubeletapi.resolver import PodResolver, RemotePod
+from vkubelet.kubeletapi.sampler import UsageSampler
 from vkubelet.kubeletapi.tls import ServerContext
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
@@ -63,8 +66,17 @@ class KubeletApi:
     """What the endpoints do, apart from HTTP: admit the caller (authentication and
     authorization, before anything else), resolve the pod, open the remote side."""
 
-    def __init__(self, *, resolver: PodResolver, remote: client.ApiClient, cluster_id: str, access: AccessControl) -> None:
+    def __init__(
+        self,
+        *,
+        resolver: PodResolver,
+        remote: client.ApiClient,
+        cluster_id: str,
+        access: AccessControl,
+        usage: UsageSampler | None = None,
+    ) -> None:
         self.access = access
+        self.usage = usage
         self.resolver = resolver
         self.remote = remote
         self.core = client.CoreV1Api(remote)
@@ -83,6 +95,19 @@ class KubeletApi:
         except ApiError as exc:
             raise logs.remote_error(exc, cluster_id=self.cluster_id, remote_pod=str(target)) from exc
         return LogStream(raw, f"logs {request.pod_key}/{request.container} -> {self.cluster_id}:{target}")
+
+    def usage_document(self, request: KubeletRequest) -> tuple[str, bytes]:
+        """(content type, body) of ``/stats/summary`` or ``/metrics/resource``, from the
+        usage sampled from the remote metrics API (vkubelet/kubeletapi/sampler.py)."""
+        if self.usage is None or not self.usage.enabled:
+            raise RequestError(
+                404, f"/{request.endpoint} is not served: resource metrics are off on this virtual node "
+                "(--kubelet-metrics-interval=0)"
+            )
+        snapshot = self.usage.snapshot()
+        if request.endpoint == STATS_SUMMARY:
+            return stats.JSON_CONTENT_TYPE, stats.summary_json(snapshot, node_name=self.usage.node_name, now=self.usage.now())
+        return stats.PROMETHEUS_CONTENT_TYPE, stats.resource_metrics(snapshot).encode("utf-8")
 
     def remote_opener(self, request: KubeletRequest, target: RemotePod, options: streams.StreamOptions) -> Callable[[str], streams.RemoteStream]:
         def open_remote(offer: str) -> streams.RemoteStream:
@@ -166,6 +191,10 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
                 self._serve_logs(request)
             elif request.endpoint in (EXEC, ATTACH):
                 self._serve_stream(request)
+            elif request.endpoint in (STATS_SUMMARY, METRICS_RESOURCE):
+                if self.command != "GET":
+                    raise RequestError(405, f"{request.endpoint} takes GET")
+                self._send_body(200, *self.server.app.usage_document(request))
             else:
                 raise RequestError(
                     501, f"{request.endpoint} is not supported by kube-offload virtual nodes (only logs, exec and attach)"
@@ -239,6 +268,13 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+    def _send_body(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _send_status(self, exc: RequestError) -> None:
         """A metav1.Status body: what client-go decodes from a refused upgrade (it then
