@@ -27,8 +27,8 @@ class ExtenderSettings:
     # Seconds after which a capacity annotation is stale (then ignored); None = never.
     capacity_max_age: float | None = DEFAULT_CAPACITY_MAX_AGE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    # Register POST /bench/passthrough (json.loads + json.dumps of the body, nothing else):
-    # the HTTP benchmark's baseline on the same server stack. Off unless asked for.
+    # Register POST /bench/passthrough (stdlib json.loads + json.dumps of the body, nothing
+    # else): the HTTP benchmark's baseline on the same server stack. Off unless asked for.
     bench_passthrough: bool = False
 
 

@@ -51,29 +51,31 @@ def placement_allows(policy: NamespacePolicy, node: dict) -> tuple[bool, str]:
     Readiness and remote capacity are deliberately not checked here: they are facts about
     the node at scheduling time, not about the policy (the extender checks them itself).
     """
-    name = node_name(node)
-    if not is_virtual_node(node):
+    # The extender calls this for every virtual candidate of every pod: the names in the
+    # reasons are only looked up for a refusal.
+    labels = _labels(node)
+    if labels.get(c.LABEL_TYPE) != c.TYPE_VIRTUAL_NODE:
         if policy.enabled and policy.placement == c.PLACEMENT_REMOTE:
             return False, (
                 f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}="
-                f"{c.PLACEMENT_REMOTE}: node {name} is not a virtual node"
+                f"{c.PLACEMENT_REMOTE}: node {node_name(node)} is not a virtual node"
             )
         return True, ""
 
-    cluster = cluster_id_of(node) or "unknown"
+    if policy.enabled and policy.placement != c.PLACEMENT_LOCAL and policy.cluster_selector.matches(labels):
+        return True, ""
+    where = f"virtual node {node_name(node)} (cluster {cluster_id_of(node) or 'unknown'})"
     if not policy.enabled:
         return False, (
             f"namespace {policy.namespace} is not offloaded ({c.LABEL_ENABLED}="
-            f"{c.ENABLED_VALUE} is not set): virtual node {name} (cluster {cluster}) is excluded"
+            f"{c.ENABLED_VALUE} is not set): {where} is excluded"
         )
     if policy.placement == c.PLACEMENT_LOCAL:
         return False, (
             f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL}: "
-            f"virtual node {name} (cluster {cluster}) is excluded"
+            f"{where} is excluded"
         )
-    if not policy.cluster_selector.matches(_labels(node)):
-        return False, (
-            f"virtual node {name} (cluster {cluster}) does not match the cluster selector "
-            f'"{policy.cluster_selector}" of namespace {policy.namespace}'
-        )
-    return True, ""
+    return False, (
+        f"{where} does not match the cluster selector "
+        f'"{policy.cluster_selector}" of namespace {policy.namespace}'
+    )

@@ -341,6 +341,9 @@ VALID_NODE = {"metadata": {"name": "n"}}
         (b"", "not JSON"),
         (b"\xff\xfe", "not JSON"),
         (b"[" * 50000 + b"]" * 50000, "nested too deeply"),
+        (b"[" * 1100 + b"]" * 1100, "nested too deeply"),  # orjson's limit is 1,024 levels
+        (b'{"Pod": NaN}', "not JSON"),  # Go's encoding/json never writes NaN
+        (b'{"Pod": "\\ud800"}', "not JSON"),  # nor a lone surrogate
         (b"[]", "must be a JSON object, got a list"),
         (json.dumps({"pod": pod(), "nodeNames": ["a"]}), "ExtenderArgs.Pod must be a Pod object, got null"),
         (json.dumps({"Pod": "x", "NodeNames": ["a"]}), "Pod must be a Pod object, got a string"),
@@ -371,6 +374,19 @@ def test_parse_rejects_malformed_args(body: bytes | str, message: str) -> None:
     with pytest.raises(wire.WireError) as excinfo:
         wire.parse_extender_args(body)
     assert message in str(excinfo.value)
+
+
+def test_answer_is_compact_json_that_go_reads_like_the_stdlib_encoding() -> None:
+    # orjson writes UTF-8 where json.dumps wrote \u escapes; both decode to the same
+    # document, key order included, and Node objects come back exactly as they were sent.
+    node = {"metadata": {"name": "n\u00e9", "labels": {"z": "1", "a": "2"}}, "status": {"images": [{"sizeBytes": 2**63}]}}
+    args = wire.parse_extender_args(json.dumps({"Pod": pod(), "Nodes": {"metadata": {}, "items": [node]}}))
+    result = core.filter_nodes(args.pod, args.candidates, None, lookup)
+    body = wire.dumps(wire.filter_result(args, result))
+    stdlib = json.dumps(wire.filter_result(args, result), separators=(",", ":"))
+    assert json.loads(body) == json.loads(stdlib)
+    assert body.decode() == json.dumps(json.loads(stdlib), separators=(",", ":"), ensure_ascii=False)
+    assert list(json.loads(body)["Nodes"]["items"][0]["metadata"]["labels"]) == ["z", "a"]
 
 
 def test_filter_error_and_priority_list_shapes() -> None:
