@@ -7,6 +7,7 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/etcd-v3.7.3/etcd
     bin/kwok-v0.8.0/{kwok,kwokctl}
     bin/helm-v3.22.0/helm
+    bin/metrics-server-v0.9.0/metrics-server
     build/<same names>/   wrapper go.mod, build logs
     build.lock            one build at a time
 
@@ -48,6 +49,7 @@ class Binaries:
     kwok: Path
     kwokctl: Path
     helm: Path
+    metrics_server: Path
 
     def all(self) -> dict[str, Path]:
         return {
@@ -59,6 +61,7 @@ class Binaries:
             "kwok": self.kwok,
             "kwokctl": self.kwokctl,
             "helm": self.helm,
+            "metrics-server": self.metrics_server,
         }
 
     def missing(self) -> list[str]:
@@ -75,6 +78,7 @@ def binaries(root: Path | None = None) -> Binaries:
     etcd = root / "bin" / f"etcd-{versions.ETCD}"
     kwok = root / "bin" / f"kwok-{versions.KWOK}"
     helm = root / "bin" / f"helm-{versions.HELM}"
+    metrics_server = root / "bin" / f"metrics-server-{versions.METRICS_SERVER}"
     return Binaries(
         kube_apiserver=kube / "kube-apiserver",
         kube_scheduler=kube / "kube-scheduler",
@@ -84,6 +88,7 @@ def binaries(root: Path | None = None) -> Binaries:
         kwok=kwok / "kwok",
         kwokctl=kwok / "kwokctl",
         helm=helm / "helm",
+        metrics_server=metrics_server / "metrics-server",
     )
 
 
@@ -160,6 +165,15 @@ def helm_ldflags(helm_version: str, helm_go_mod: str) -> str:
     for package in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
         flags += [f"-X {package}.k8sVersionMajor=1", f"-X {package}.k8sVersionMinor={minor}"]
     return "-s -w " + " ".join(flags)
+
+
+def metrics_server_ldflags(version: str) -> str:
+    """What metrics-server's Makefile stamps: its release as client-go's version, which
+    ``metrics-server --version`` prints (and the User-Agent it sends)."""
+    if not re.fullmatch(r"v\d+\.\d+\.\d+", version):
+        raise ValueError(f"unsupported metrics-server version {version!r}: expected vX.Y.Z")
+    package = "k8s.io/client-go/pkg/version"
+    return f"-s -w -X {package}.gitVersion={version} -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
 
 
 def parse_go_version(output: str) -> tuple[int, int] | None:
@@ -329,6 +343,23 @@ def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None])
     _install(out / "helm", bins.helm)
 
 
+def build_metrics_server(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    # sigs.k8s.io/metrics-server has no replace directives: `go install module@version`
+    # builds it as released (docs/metrics.md runs it in the loopback clusters).
+    version = versions.METRICS_SERVER
+    work = root / "build" / f"metrics-server-{version}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"- metrics-server {version}: building")
+    _run_step(
+        f"build metrics-server {version}",
+        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", metrics_server_ldflags(version),
+         f"sigs.k8s.io/metrics-server/cmd/metrics-server@{version}"],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    _install(out / "metrics-server", bins.metrics_server)
+
+
 @dataclass
 class _Lock:
     path: Path
@@ -366,6 +397,8 @@ def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | No
             _build_kwok(root, bins, go, say)
         if "helm" in missing:
             _build_helm(root, bins, go, say)
+        if "metrics-server" in missing:
+            build_metrics_server(root, bins, go, say)
         say(f"kube-offload: binaries ready in {int(time.monotonic() - started)}s")
     still = bins.missing()
     if still:

@@ -42,6 +42,7 @@ import kube_offload
 from kube_offload import constants as C
 from kube_offload_harness.binaries import Binaries, ensure_binaries
 from kube_offload_harness import identities
+from kube_offload_harness import metrics_server
 from kube_offload_harness.processes import ProcessTable
 
 Say = Callable[[str], None]
@@ -167,7 +168,12 @@ def kwok_node_manifest(name: str, spec: ClusterSpec) -> dict:
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {
+                KWOK_NODE_ANNOTATION: "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                # Where kwok serves this node's resource metrics (metrics_server.py).
+                metrics_server.RESOURCE_METRICS_PATH_ANNOTATION: metrics_server.resource_metrics_path(name),
+            },
         },
         "status": {"capacity": resources, "allocatable": resources},
     }
@@ -223,6 +229,9 @@ class Cluster:
                     {"key": "manage-all-nodes", "value": "false", "override": True},
                     # override only replaces an existing flag; this one is new, so appended
                     {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
+                    # Simulated resource usage and each node's /metrics/resource, for
+                    # metrics-server and kubectl top (metrics_server.py).
+                    {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
                 ],
             }]
             if local:
@@ -577,6 +586,7 @@ class Environment:
             "--kubelet-tls-cert", str(self.pki_dir / "tls.crt"),
             "--kubelet-tls-key", str(self.pki_dir / "tls.key"),
             "--kubelet-client-ca", str(self.pki_dir / "kubelet-client-ca.crt"),
+            "--kubelet-metrics-interval", metrics_server.VKUBELET_METRICS_INTERVAL,
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]

@@ -15,4 +15,6 @@ ETCD: Final = "v3.7.3"
 KWOK: Final = "v0.8.0"
 # Helm runs the charts in the tests (lint, template, install into the loopback clusters).
 HELM: Final = "v3.22.0"
+# metrics-server serves metrics.k8s.io (kubectl top) in both loopback clusters (docs/metrics.md).
+METRICS_SERVER: Final = "v0.9.0"
 GO_MINIMUM: Final = (1, 26)

@@ -95,3 +95,15 @@ def test_helm_is_cached_by_version(tmp_path):
     bins = binaries.binaries(tmp_path)
     assert bins.helm == tmp_path / "bin" / f"helm-{versions.HELM}" / "helm"
     assert "helm" in bins.missing()
+
+
+def test_metrics_server_is_cached_by_version_and_stamped_as_its_makefile_does(tmp_path):
+    from kube_offload_harness import versions
+
+    bins = binaries.binaries(tmp_path)
+    assert bins.metrics_server == tmp_path / "bin" / f"metrics-server-{versions.METRICS_SERVER}" / "metrics-server"
+    assert "metrics-server" in bins.missing()
+    flags = binaries.metrics_server_ldflags("v0.9.0")
+    assert "-X k8s.io/client-go/pkg/version.gitVersion=v0.9.0" in flags
+    with pytest.raises(ValueError, match="metrics-server version"):
+        binaries.metrics_server_ldflags("0.9")
