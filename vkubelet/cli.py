@@ -16,6 +16,7 @@ from kube_offload import constants as c
 from kube_offload.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
+from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.settings import Settings, SettingsError, parse_node_labels
 
@@ -80,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
               "/stats/summary and /metrics/resource (kubectl top); 0: those endpoints are off")
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
+    add_limit_flags(parser, COMPONENT)
     add_reflection_flags(parser, COMPONENT)
     add_remapping_flags(parser, COMPONENT)
     parser.set_defaults(func=run)
@@ -112,6 +114,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         kubelet_metrics_interval=float(args.kubelet_metrics_interval),
         log_level=args.log_level,
         log_json=bool(args.log_json),
+        kubelet_limits=limits_from_args(args),
         reflection=reflection_settings_from_args(args),
         remapping=remapping_settings_from_args(args),
     )

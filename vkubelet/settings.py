@@ -11,6 +11,7 @@ from kube_offload import constants as c
 from kube_offload.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
 from vkubelet.ip_remapping import RemappingSettings
+from vkubelet.kubeletapi.limits import StreamLimits
 from vkubelet.reflection.settings import ReflectionSettings
 
 # A cluster id ends up in a node name, in label values and in namespace names
@@ -80,6 +81,9 @@ class Settings:
     # How often the offloaded pods' usage is read from the remote metrics.k8s.io API
     # (seconds; 0 = /stats/summary and /metrics/resource are off).
     kubelet_metrics_interval: float = 15.0
+    # Caps and timeouts of the kubelet API's connections and streams
+    # (vkubelet/kubeletapi/limits.py).
+    kubelet_limits: StreamLimits = field(default_factory=StreamLimits)
     log_level: str = "INFO"
     log_json: bool = False
     # Resource reflection: per type workers and policy (vkubelet/reflection/settings.py).
@@ -156,6 +160,8 @@ class Settings:
             raise SettingsError("--kubelet-tls-cert and --kubelet-tls-key must be given together")
         if not self.node_address:
             raise SettingsError("--node-address is required")
+        for problem in self.kubelet_limits.problems():
+            raise SettingsError(problem)
         problem = self.reflection.problem()
         if problem:
             raise SettingsError(problem)

@@ -564,6 +564,9 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
         assert {"--cluster-id", "--local-cluster-id", "--remote-kubeconfig", "--sharing-percentage",
                 "--node-address"} <= flags
         assert "--node-address=$(POD_IP)" in container["args"]
+        # The kubelet API's bounds, from values.yaml (their defaults are the flags').
+        assert {"--kubelet-max-connections=256", "--kubelet-max-streams=128", "--kubelet-stream-idle-timeout=4h",
+                "--kubelet-remote-connect-timeout=10s"} <= set(container["args"])
     # --node-label only where the entry has labels (remote-1).
     assert any(a.startswith("--node-label=") for d in deployments for a in next(containers(d))["args"])
 

@@ -16,10 +16,11 @@ import threading
 import time
 
 import pytest
+import websocket  # websocket-client (a dependency of the kubernetes client): an independent client
 from kubernetes import client
 
 from certs import pki
-from vkubelet.kubeletapi import websocket as ws
+from vkubelet.kubeletapi.limits import StreamLimits
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
@@ -135,20 +136,29 @@ def test_a_request_body_is_dropped_and_the_connection_stays_usable(server):
     conn.close()
 
 
-def test_port_forward_is_refused_with_a_status(server):
+def test_port_forward_without_an_upgrade_is_a_400_status(server):
     response, body = request(server, "GET", "/portForward/demo/web")
-    assert response.status == 501
-    assert json.loads(body)["reason"] == "NotImplemented"
+    assert response.status == 400
+    assert "needs an upgrade to a WebSocket (SPDY/3.1+portforward.k8s.io" in json.loads(body)["message"]
 
 
-def test_spdy_exec_is_refused_with_a_status_kubectl_decodes(server):
+def test_port_forward_with_the_remote_down_is_a_503_before_the_upgrade(server):
+    # Port-forward opens the remote first: its failure is still an HTTP answer.
+    response, body = request(server, "GET", "/portForward/demo/web", _ws_headers("SPDY/3.1+portforward.k8s.io"))
+    status = json.loads(body)
+    assert (response.status, status["reason"]) == (503, "ServiceUnavailable")
+    assert status["message"].startswith("remote cluster r1 is unreachable: cannot connect to 127.0.0.1")
+
+
+def test_spdy_is_forwarded_and_a_remote_failure_is_a_status_kubectl_decodes(server):
     response, body = request(
-        server, "POST", "/exec/demo/web/app?command=ls&output=1", {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
+        server, "POST", "/exec/demo/web/app?command=ls&output=1",
+        {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "v4.channel.k8s.io"},
     )
     status = json.loads(body)
-    assert response.status == 400
-    assert (status["kind"], status["status"], status["code"]) == ("Status", "Failure", 400)
-    assert "SPDY is not supported" in status["message"]
+    assert response.status == 503
+    assert (status["kind"], status["status"], status["code"]) == ("Status", "Failure", 503)
+    assert status["message"].startswith("remote cluster r1 is unreachable")
 
 
 def test_exec_of_a_pod_not_on_this_node_is_a_404_status_before_any_upgrade(server):
@@ -170,45 +180,115 @@ def _ws_headers(protocols="v5.channel.k8s.io, v4.channel.k8s.io"):
 def test_unsupported_stream_protocols_are_refused(server):
     response, body = request(server, "GET", "/exec/demo/web/app?command=ls&output=1", _ws_headers("channel.k8s.io"))
     assert response.status == 400
-    assert "none of the offered stream protocols" in json.loads(body)["message"]
+    assert "none of the offered stream protocols (channel.k8s.io) is supported" in json.loads(body)["message"]
+
+
+def test_an_invalid_handshake_is_refused_by_wsproto(server):
+    headers = _ws_headers()
+    headers["Sec-Websocket-Version"] = "8"
+    response, body = request(server, "GET", "/exec/demo/web/app?command=ls&output=1", headers)
+    assert response.status == 400
+    assert "invalid WebSocket handshake" in json.loads(body)["message"]
 
 
 def test_websocket_exec_upgrades_then_reports_the_unreachable_remote_on_the_error_channel(server):
-    raw = socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10)
-    sock = insecure().wrap_socket(raw)
-    headers = _ws_headers()
-    lines = [f"GET /exec/demo/web/app?command=ls&output=1 HTTP/1.1", f"Host: 127.0.0.1", f"Authorization: Bearer {ADMIN_TOKEN}"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    conn = websocket.create_connection(
+        f"wss://127.0.0.1:{server.server_address[1]}/exec/demo/web/app?command=ls&output=1",
+        header=[f"Authorization: Bearer {ADMIN_TOKEN}"],
+        subprotocols=["v5.channel.k8s.io", "v4.channel.k8s.io"],
+        sslopt={"cert_reqs": ssl.CERT_NONE, "check_hostname": False},
+        timeout=10,
+    )
+    assert conn.getsubprotocol() == "v5.channel.k8s.io"
+    opcode, error = conn.recv_data()
+    assert opcode == websocket.ABNF.OPCODE_BINARY and error[0] == 3  # the error channel
+    status = json.loads(error[1:])
+    assert (status["status"], status["code"]) == ("Failure", 503)
+    assert status["message"].startswith("remote cluster r1 is unreachable")
+    assert conn.recv_data(control_frame=True)[0] == websocket.ABNF.OPCODE_CLOSE  # then a close
+    conn.close()
+
+
+# --- limits ---------------------------------------------------------------------------------------
+@pytest.fixture
+def limited(tmp_path, kubelet_auth):
+    configuration = client.Configuration()
+    configuration.host = f"https://127.0.0.1:{closed_port()}"
+    files = serving_files("", "", node_address="127.0.0.1", node_name="kube-offload-r1")
+    app = KubeletApi(
+        resolver=Resolver({"demo/web"}),
+        remote=client.ApiClient(configuration),
+        cluster_id="r1",
+        access=kubelet_auth.access_control(kubelet_auth.Reviews()),
+        limits=StreamLimits(max_connections=3, max_streams=1),
+    )
+    srv = KubeletHTTPServer(("127.0.0.1", 0), app, ServerContext(files))
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.close_streams()
+    srv.server_close()
+
+
+def _tls_connection(srv):
+    return insecure().wrap_socket(socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10))
+
+
+def _get(sock, path, headers=""):
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n{headers}\r\n".encode())
     data = b""
     while b"\r\n\r\n" not in data:
-        data += sock.recv(4096)
-    head, rest = data.split(b"\r\n\r\n", 1)
-    head = head.decode()
-    assert head.startswith("HTTP/1.1 101")
-    assert f"Sec-WebSocket-Accept: {ws.accept_key(headers['Sec-Websocket-Key'])}" in head
-    assert "Sec-WebSocket-Protocol: v5.channel.k8s.io" in head
-    parser = ws.FrameParser(expect_masked=False)
-    parser.feed(rest)
-    frames = []
-    while True:
-        frame = parser.next_frame()
-        if frame is not None:
-            frames.append(frame)
-            if frame.opcode == ws.OP_CLOSE:
-                break
-            continue
         chunk = sock.recv(4096)
         if not chunk:
             break
-        parser.feed(chunk)
-    sock.close()
-    error = frames[0]
-    assert error.payload[0] == 3  # the error channel
-    status = json.loads(error.payload[1:])
-    assert (status["status"], status["code"]) == ("Failure", 503)
-    assert status["message"].startswith("remote cluster r1 is unreachable")
-    assert frames[-1].opcode == ws.OP_CLOSE
+        data += chunk
+    return data.decode(errors="replace")
+
+
+def test_connections_past_the_cap_get_a_503_and_the_server_recovers(limited):
+    held = [_tls_connection(limited) for _ in range(3)]
+    try:
+        wait_until(lambda: limited.connections.used == 3)
+        refused = _tls_connection(limited)
+        answer = _get(refused, "/healthz")
+        assert answer.startswith("HTTP/1.1 503")
+        assert "Retry-After: 1" in answer
+        assert "serving its maximum of 3 connections (--kubelet-max-connections)" in answer + refused.recv(4096).decode()
+        refused.close()
+        # A held connection is still served normally.
+        assert _get(held[0], "/healthz").startswith("HTTP/1.1 200")
+    finally:
+        for sock in held:
+            sock.close()
+    wait_until(lambda: limited.connections.used == 0)
+    assert request(limited, "GET", "/healthz")[0].status == 200
+    assert limited.rejecting.used == 0
+
+
+def test_streams_past_the_cap_get_a_429(limited):
+    assert limited.app.streams.acquire()  # one stream in progress: the cap (1) is reached
+    try:
+        response, body = request(limited, "GET", "/exec/demo/web/app?command=ls&output=1", _ws_headers())
+        status = json.loads(body)
+        assert (response.status, status["reason"]) == (429, "TooManyRequests")
+        assert response.getheader("Retry-After") == "1"
+        assert "maximum of 1 streams" in status["message"] and "--kubelet-max-streams" in status["message"]
+        text_response, text = request(limited, "GET", "/containerLogs/demo/web/app?follow=true")
+        assert text_response.status == 429 and b"--kubelet-max-streams" in text
+        # Logs that do not follow are not streams.
+        assert request(limited, "GET", "/containerLogs/demo/web/app")[0].status == 503  # (remote down)
+    finally:
+        limited.app.streams.release()
+    response, _ = request(limited, "GET", "/containerLogs/demo/web/app?follow=true")
+    assert response.status == 503  # past the cap again: the remote is what fails now
+    assert limited.app.streams.used == 0
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
 
 
 def test_a_silent_client_does_not_block_the_others(server):

@@ -1,17 +1,21 @@
-"""exec/attach: options, protocol choices, error mapping, and the relay itself over real
-sockets (socket pairs stand in for the two TCP connections; the test plays the local
-apiserver on one and the remote apiserver on the other, byte for byte)."""
+"""exec/attach/port-forward: options, protocol choices, error mapping, and the relays
+themselves over real sockets (socket pairs stand in for the two TCP connections; the test
+plays the local apiserver on one - a wsproto client - and the remote apiserver on the
+other - a wsproto server)."""
 
 import json
 import socket
 import threading
+import time
 
 import pytest
-from websocket import WebSocketBadStatusException
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, Request
 
 from vkubelet.kubeletapi import streams
 from vkubelet.kubeletapi import websocket as ws
-from vkubelet.kubeletapi.paths import ATTACH, EXEC, RequestError, parse_request_path
+from vkubelet.kubeletapi.paths import ATTACH, EXEC, PORT_FORWARD, RequestError, parse_request_path
+from vkubelet.kubeletapi.remote import RemoteError
 
 
 # --- options ----------------------------------------------------------------------------------
@@ -44,22 +48,44 @@ def test_incomplete_exec_requests_are_400(query, fragment):
 
 
 def test_remote_offer_starts_with_the_local_protocol():
-    assert streams.remote_protocol_offer(streams.V5) == "v5.channel.k8s.io,v4.channel.k8s.io"
-    assert streams.remote_protocol_offer(streams.V4) == "v4.channel.k8s.io"
+    assert streams.remote_protocol_offer(streams.V5) == ["v5.channel.k8s.io", "v4.channel.k8s.io"]
+    assert streams.remote_protocol_offer(streams.V4) == ["v4.channel.k8s.io"]
+    # Port-forward: the two ends must speak the same protocol.
+    assert streams.remote_protocol_offer(streams.PORT_FORWARD_TUNNEL) == ["SPDY/3.1+portforward.k8s.io"]
+
+
+def test_remote_queries_use_the_apiservers_parameter_names():
+    options = streams.StreamOptions(stdin=True, stdout=True, stderr=False, tty=True, command=("sh", "-c", "ls"))
+    assert streams.remote_query(EXEC, "app", options) == [
+        ("container", "app"), ("stdin", "true"), ("stdout", "true"), ("tty", "true"),
+        ("command", "sh"), ("command", "-c"), ("command", "ls"),
+    ]
+    request = parse_request_path("/portForward/demo/web?port=8080&port=9090")
+    assert streams.remote_query(PORT_FORWARD, "", None, streams.parse_ports(request.query)) == [("ports", "8080"), ("ports", "9090")]
+    assert streams.remote_subresource(PORT_FORWARD) == "portforward"
+
+
+def test_bad_ports_are_400():
+    with pytest.raises(RequestError, match="port='http'") as info:
+        streams.parse_ports({"port": ["http"]})
+    assert info.value.status == 400
 
 
 @pytest.mark.parametrize(
-    "payload, to_protocol, expected",
+    "payload, from_protocol, to_protocol, expected",
     [
-        (b"\x00ls\n", streams.V4, b"\x00ls\n"),
-        (b"\x04{\"Width\":80,\"Height\":24}", streams.V5, b"\x04{\"Width\":80,\"Height\":24}"),
-        (b"\xff\x00", streams.V5, b"\xff\x00"),
-        (b"\xff\x00", streams.V4, None),
-        (b"", streams.V5, None),
+        (b"\x00ls\n", streams.V5, streams.V4, b"\x00ls\n"),
+        (b"\x04{\"Width\":80,\"Height\":24}", streams.V5, streams.V5, b"\x04{\"Width\":80,\"Height\":24}"),
+        (b"\xff\x00", streams.V5, streams.V5, b"\xff\x00"),
+        (b"\xff\x00", streams.V5, streams.V4, None),
+        (b"", streams.V5, streams.V5, None),
+        # A tunnelled SPDY session is opaque: everything passes.
+        (b"\xff\x00", streams.PORT_FORWARD_TUNNEL, streams.PORT_FORWARD_TUNNEL, b"\xff\x00"),
+        (b"", streams.PORT_FORWARD_TUNNEL, streams.PORT_FORWARD_TUNNEL, b""),
     ],
 )
-def test_forwarding_rules(payload, to_protocol, expected):
-    assert streams.forward_payload(payload, to_protocol=to_protocol) == expected
+def test_forwarding_rules(payload, from_protocol, to_protocol, expected):
+    assert streams.forward_payload(payload, from_protocol=from_protocol, to_protocol=to_protocol) == expected
 
 
 def test_status_payload_is_an_error_channel_status():
@@ -78,82 +104,84 @@ def test_status_payload_is_an_error_channel_status():
 
 
 # --- remote errors ------------------------------------------------------------------------
-def _client_error(cause):
-    """What kubernetes.stream raises: ApiException(status=0) with the cause as context."""
-    from kubernetes.client.rest import ApiException
-
-    try:
-        try:
-            raise cause
-        except Exception as exc:
-            raise ApiException(status=0, reason=str(exc))
-    except ApiException as wrapped:
-        return wrapped
-
-
 def test_remote_handshake_refusal_keeps_the_remote_status():
-    body = b'{"kind":"Status","status":"Failure","message":"container nope is not valid for pod web","reason":"BadRequest","code":400}'
-    exc = _client_error(WebSocketBadStatusException("Handshake status %d %s", 400, "Bad Request", {}, body))
+    exc = RemoteError("container nope is not valid for pod web", status=400, reason="BadRequest")
     assert streams.remote_stream_error(exc, cluster_id="r1") == ("container nope is not valid for pod web", "BadRequest", 400)
 
 
 def test_remote_forbidden_is_our_problem_not_the_users():
-    exc = _client_error(WebSocketBadStatusException("Handshake status %d %s", 403, "Forbidden", {}, b'{"message":"denied"}'))
-    message, _reason, code = streams.remote_stream_error(exc, cluster_id="r1")
-    assert code == 500 and "may not exec in remote cluster r1: denied" in message
+    message, _reason, code = streams.remote_stream_error(RemoteError("denied", status=403), cluster_id="r1", action="port-forward")
+    assert code == 500 and "may not port-forward in remote cluster r1: denied" in message
 
 
 def test_unreachable_remote():
-    exc = _client_error(ConnectionRefusedError(111, "Connection refused"))
-    message, reason, code = streams.remote_stream_error(exc, cluster_id="r1")
+    message, reason, code = streams.remote_stream_error(RemoteError("cannot connect to 127.0.0.1:1: Connection refused"), cluster_id="r1")
     assert (reason, code) == ("ServiceUnavailable", 503)
-    assert message.startswith("remote cluster r1 is unreachable")
+    assert message.startswith("remote cluster r1 is unreachable: cannot connect")
 
 
-# --- the relay over real sockets -------------------------------------------------------------
-class Relay:
-    """local_peer <-> remote_peer, relayed in a thread; ``apiserver`` and ``remote`` are
-    the far ends the test drives (a WebSocket client and a WebSocket server)."""
+# --- the WebSocket relay over real sockets -----------------------------------------------------
+class End:
+    """A wsproto endpoint the test drives on one socket of a pair."""
 
-    def __init__(self, local_protocol=streams.V5, remote_protocol=streams.V5):
-        self.apiserver, local_end = socket.socketpair()
-        self.remote, remote_end = socket.socketpair()
-        for sock in (self.apiserver, self.remote):
-            sock.settimeout(5)
-        local = streams.Peer(local_end, server=True, protocol=local_protocol, name="apiserver")
-        remote = streams.Peer(remote_end, server=False, protocol=remote_protocol, name="remote apiserver")
-        self.outcome = None
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(local, remote), daemon=True)
-        self.thread.start()
-        self._from_local = ws.FrameParser(expect_masked=False)  # we read server frames from the relay
-        self._from_remote = ws.FrameParser(expect_masked=True)  # the relay is a client to "remote"
+    def __init__(self, sock, connection):
+        self.sock = sock
+        self.connection = connection
+        self.events = []
 
-    def _run(self, local, remote):
-        self.outcome = streams.relay(local, remote, stopped=self.stop.is_set)
+    def send(self, event):
+        self.sock.sendall(self.connection.send(event))
 
-    def apiserver_sends(self, opcode, payload):
-        self.apiserver.sendall(ws.encode_frame(opcode, payload, mask_key=ws.new_mask_key()))
-
-    def remote_sends(self, opcode, payload):
-        self.remote.sendall(ws.encode_frame(opcode, payload))
-
-    @staticmethod
-    def _read(sock, parser):
-        while True:
-            frame = parser.next_frame()
-            if frame is not None:
-                return frame
-            data = sock.recv(65536)
+    def read(self):
+        """The next event (None at EOF)."""
+        while not self.events:
+            data = self.sock.recv(65536)
             if not data:
                 return None
-            parser.feed(data)
+            self.connection.receive_data(data)
+            self.events += list(self.connection.events())
+        return self.events.pop(0)
 
-    def apiserver_reads(self):
-        return self._read(self.apiserver, self._from_local)
 
-    def remote_reads(self):
-        return self._read(self.remote, self._from_remote)
+def _hop(protocol, *, local):
+    """(the Peer the relay uses, the End the test drives) over a handshaken socket pair."""
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(5)
+    client = WSConnection(ConnectionType.CLIENT)
+    if local:  # the test is the apiserver (client), the relay the server
+        theirs.sendall(client.send(Request(host="h", target="/exec", subprotocols=[protocol])))
+        connection, response = ws.accept(ours.recv(65536), protocol)
+        ours.sendall(response)
+        client.receive_data(theirs.recv(65536))
+        assert isinstance(next(client.events()), AcceptConnection)
+        return ws.Peer(ours, connection, protocol=protocol, name="apiserver"), End(theirs, client)
+    server = WSConnection(ConnectionType.SERVER)
+    done = threading.Event()
+
+    def remote():
+        server.receive_data(theirs.recv(65536))
+        next(server.events())
+        theirs.sendall(server.send(AcceptConnection(subprotocol=protocol)))
+        done.set()
+
+    threading.Thread(target=remote, daemon=True).start()
+    connection, accepted = ws.client_handshake(ours, host="h", target="/x", protocols=[protocol], headers=[])
+    done.wait(5)
+    ours.settimeout(None)
+    return ws.Peer(ours, connection, protocol=accepted, name="remote apiserver"), End(theirs, server)
+
+
+class Relay:
+    def __init__(self, local_protocol=streams.V5, remote_protocol=streams.V5, idle_timeout=0.0):
+        local, self.apiserver = _hop(local_protocol, local=True)
+        remote, self.remote = _hop(remote_protocol, local=False)
+        self.outcome = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(local, remote, idle_timeout), daemon=True)
+        self.thread.start()
+
+    def _run(self, local, remote, idle_timeout):
+        self.outcome = streams.relay(local, remote, stopped=self.stop.is_set, idle_timeout=idle_timeout)
 
     def join(self):
         self.thread.join(5)
@@ -163,101 +191,149 @@ class Relay:
 
 def test_messages_pass_untouched_both_ways_and_the_remote_close_ends_it():
     relay = Relay()
-    relay.apiserver_sends(ws.OP_BINARY, b"\x00echo hi\n")
-    assert relay.remote_reads() == ws.Frame(ws.OP_BINARY, b"\x00echo hi\n")
-    relay.remote_sends(ws.OP_BINARY, b"\x01hi\n")
-    relay.remote_sends(ws.OP_BINARY, b'\x03{"metadata":{},"status":"Success"}')
-    relay.remote_sends(ws.OP_CLOSE, ws.encode_close_payload(1000))
-    assert relay.apiserver_reads() == ws.Frame(ws.OP_BINARY, b"\x01hi\n")
-    assert relay.apiserver_reads() == ws.Frame(ws.OP_BINARY, b'\x03{"metadata":{},"status":"Success"}')
-    close = relay.apiserver_reads()
-    assert close.opcode == ws.OP_CLOSE and ws.decode_close_payload(close.payload)[0] == 1000
+    relay.apiserver.send(BytesMessage(b"\x00echo hi\n"))
+    assert relay.remote.read().data == b"\x00echo hi\n"
+    relay.remote.send(BytesMessage(b"\x01hi\n"))
+    relay.remote.send(BytesMessage(b'\x03{"metadata":{},"status":"Success"}'))
+    relay.remote.send(CloseConnection(code=1000))
+    assert relay.apiserver.read().data == b"\x01hi\n"
+    assert relay.apiserver.read().data == b'\x03{"metadata":{},"status":"Success"}'
+    close = relay.apiserver.read()
+    assert isinstance(close, CloseConnection) and close.code == 1000
     assert "remote apiserver closed the stream (1000)" in relay.join()
     # The remote got the closing handshake's answer.
-    assert relay.remote_reads().opcode == ws.OP_CLOSE
+    assert isinstance(relay.remote.read(), CloseConnection)
 
 
 def test_large_and_fragmented_messages_arrive_whole():
     relay = Relay()
     big = b"\x01" + bytes(i % 256 for i in range(300_000))
-    relay.remote.sendall(ws.encode_frame(ws.OP_BINARY, big[:1000], fin=False) + ws.encode_frame(ws.OP_CONTINUATION, big[1000:]))
-    assert relay.apiserver_reads() == ws.Frame(ws.OP_BINARY, big)
-    relay.remote_sends(ws.OP_CLOSE, b"")
+    relay.remote.send(BytesMessage(big[:1000], message_finished=False))
+    relay.remote.send(BytesMessage(big[1000:], message_finished=True))
+    received = b""
+    while True:
+        event = relay.apiserver.read()
+        received += event.data
+        if event.message_finished:
+            break
+    assert received == big
+    relay.remote.send(CloseConnection(code=1000))
     relay.join()
 
 
 def test_pings_are_answered_on_each_hop_not_forwarded():
     relay = Relay()
-    relay.apiserver_sends(ws.OP_PING, b"hb")
-    assert relay.apiserver_reads() == ws.Frame(ws.OP_PONG, b"hb")
-    relay.remote_sends(ws.OP_PING, b"r")
-    assert relay.remote_reads() == ws.Frame(ws.OP_PONG, b"r")
-    relay.apiserver_sends(ws.OP_BINARY, b"\x00x")
-    assert relay.remote_reads() == ws.Frame(ws.OP_BINARY, b"\x00x")  # no ping in between
-    relay.apiserver_sends(ws.OP_CLOSE, ws.encode_close_payload(1000))
+    relay.apiserver.send(Ping(b"hb"))
+    assert relay.apiserver.read() == Pong(b"hb")
+    relay.remote.send(Ping(b"r"))
+    assert relay.remote.read() == Pong(b"r")
+    relay.apiserver.send(BytesMessage(b"\x00x"))
+    assert relay.remote.read().data == b"\x00x"  # no ping in between
+    relay.apiserver.send(CloseConnection(code=1000))
     relay.join()
 
 
 def test_stdin_close_reaches_a_v5_remote_but_not_a_v4_one():
     relay = Relay(remote_protocol=streams.V4)
-    relay.apiserver_sends(ws.OP_BINARY, b"\xff\x00")
-    relay.apiserver_sends(ws.OP_BINARY, b"\x00after")
-    assert relay.remote_reads() == ws.Frame(ws.OP_BINARY, b"\x00after")
-    relay.apiserver_sends(ws.OP_CLOSE, b"")
+    relay.apiserver.send(BytesMessage(b"\xff\x00"))
+    relay.apiserver.send(BytesMessage(b"\x00after"))
+    assert relay.remote.read().data == b"\x00after"
+    relay.apiserver.send(CloseConnection(code=1000))
     relay.join()
     v5 = Relay()
-    v5.apiserver_sends(ws.OP_BINARY, b"\xff\x00")
-    assert v5.remote_reads() == ws.Frame(ws.OP_BINARY, b"\xff\x00")
-    v5.apiserver_sends(ws.OP_CLOSE, b"")
+    v5.apiserver.send(BytesMessage(b"\xff\x00"))
+    assert v5.remote.read().data == b"\xff\x00"
+    v5.apiserver.send(CloseConnection(code=1000))
     v5.join()
+
+
+def test_a_tunnelled_port_forward_passes_opaque_bytes():
+    relay = Relay(streams.PORT_FORWARD_TUNNEL, streams.PORT_FORWARD_TUNNEL)
+    spdy_bytes = bytes([0x80, 0x03, 0x00, 0x01, 0xFF]) + b"\x00" * 20
+    relay.apiserver.send(BytesMessage(spdy_bytes))
+    assert relay.remote.read().data == spdy_bytes
+    relay.remote.send(BytesMessage(b"\xff"))
+    assert relay.apiserver.read().data == b"\xff"
+    relay.apiserver.send(CloseConnection(code=1000))
+    relay.join()
 
 
 def test_client_hanging_up_closes_the_remote_side():
     relay = Relay()
-    relay.apiserver.close()
-    frame = relay.remote_reads()
-    assert frame.opcode == ws.OP_CLOSE
-    assert relay.remote_reads() is None  # and the connection is gone
+    relay.apiserver.sock.close()
+    assert isinstance(relay.remote.read(), CloseConnection)
     assert "apiserver closed the connection" in relay.join()
 
 
-def test_a_protocol_violation_closes_both_sides_with_1002():
+def test_a_protocol_violation_closes_both_sides():
     relay = Relay()
-    relay.apiserver.sendall(ws.encode_frame(ws.OP_BINARY, b"\x00x"))  # unmasked: forbidden for a client
-    for read in (relay.apiserver_reads, relay.remote_reads):
-        frame = read()
-        assert frame.opcode == ws.OP_CLOSE
-        assert ws.decode_close_payload(frame.payload)[0] == ws.CLOSE_PROTOCOL_ERROR
-    assert relay.join().startswith("protocol error")
+    # An unmasked frame from a client is forbidden (RFC 6455 5.1).
+    relay.apiserver.sock.sendall(bytes([0x82, 0x02]) + b"\x00x")
+    for end in (relay.apiserver, relay.remote):
+        close = end.read()
+        assert isinstance(close, CloseConnection) and close.code == ws.CLOSE_PROTOCOL_ERROR
+    relay.join()
 
 
 def test_stopping_closes_both_sides_as_going_away():
     relay = Relay()
     relay.stop.set()
-    for read in (relay.apiserver_reads, relay.remote_reads):
-        assert ws.decode_close_payload(read().payload)[0] == ws.CLOSE_GOING_AWAY
+    for end in (relay.apiserver, relay.remote):
+        assert end.read().code == ws.CLOSE_GOING_AWAY
     assert relay.join() == "stopped"
 
 
+def test_an_idle_stream_is_closed_and_traffic_keeps_it_open():
+    relay = Relay(idle_timeout=0.6)
+    for _ in range(3):  # traffic every 0.3s: not idle
+        time.sleep(0.3)
+        relay.apiserver.send(BytesMessage(b"\x00k"))
+        assert relay.remote.read().data == b"\x00k"
+    assert relay.thread.is_alive()
+    for end in (relay.apiserver, relay.remote):
+        close = end.read()
+        assert isinstance(close, CloseConnection) and "idle" in close.reason
+    assert relay.join() == "closed: idle for 0.6s"
+
+
 def test_serve_stream_reports_a_refused_remote_on_the_error_channel():
-    apiserver, local_end = socket.socketpair()
-    apiserver.settimeout(5)
+    local, apiserver = _hop(streams.V5, local=True)
 
     def refuse(_offer):
-        raise _client_error(WebSocketBadStatusException("Handshake status %d %s", 404, "Not Found", {}, b'{"message":"pods \\"web\\" not found","reason":"NotFound"}'))
+        raise RemoteError('pods "web" not found', status=404, reason="NotFound")
 
-    outcome = streams.serve_stream(local_end, streams.V5, refuse, cluster_id="r1", description="t", stopped=lambda: False)
-    assert "pods \"web\" not found" in outcome
-    parser = ws.FrameParser(expect_masked=False)
-    data = b""
-    while True:
-        chunk = apiserver.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    parser.feed(data)
-    error = parser.next_frame()
-    assert error.payload[0] == streams.ERROR
-    assert json.loads(error.payload[1:])["message"] == 'pods "web" not found'
-    assert json.loads(error.payload[1:])["code"] == 404
-    assert parser.next_frame().opcode == ws.OP_CLOSE
+    outcome = streams.serve_stream(local, refuse, cluster_id="r1", description="t", stopped=lambda: False)
+    assert 'pods "web" not found' in outcome
+    error = apiserver.read()
+    assert error.data[0] == streams.ERROR
+    assert json.loads(error.data[1:])["message"] == 'pods "web" not found'
+    assert json.loads(error.data[1:])["code"] == 404
+    assert isinstance(apiserver.read(), CloseConnection)
+
+
+# --- the SPDY relay -----------------------------------------------------------------------------
+def test_splice_relays_bytes_both_ways_with_the_leftover_first():
+    apiserver, local = socket.socketpair()
+    remote_far, remote = socket.socketpair()
+    for sock in (apiserver, remote_far):
+        sock.settimeout(5)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(r=streams.splice(local, remote, leftover=b"early")), daemon=True)
+    thread.start()
+    assert apiserver.recv(100) == b"early"
+    apiserver.sendall(b"\x80\x03\x00\x01spdy-syn")
+    assert remote_far.recv(100) == b"\x80\x03\x00\x01spdy-syn"
+    remote_far.sendall(b"reply")
+    assert apiserver.recv(100) == b"reply"
+    remote_far.close()
+    assert apiserver.recv(100) == b""  # the other side is closed too
+    thread.join(5)
+    assert outcome["r"] == "remote apiserver closed the connection"
+
+
+def test_an_idle_splice_ends():
+    apiserver, local = socket.socketpair()
+    remote_far, remote = socket.socketpair()
+    started = time.monotonic()
+    assert streams.splice(local, remote, idle_timeout=0.3) == "closed: idle for 0.3s"
+    assert time.monotonic() - started < 3

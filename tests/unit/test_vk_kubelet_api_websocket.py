@@ -1,215 +1,199 @@
-"""RFC 6455 framing and handshake of the kubelet API's WebSocket (vkubelet/kubeletapi/websocket.py).
+"""The kubelet API's WebSocket layer (vkubelet/kubeletapi/websocket.py): the header
+helpers that route a request, and wsproto doing the handshake and framing on both hops,
+over real socket pairs."""
 
-Byte strings marked "RFC 6455 5.7" are the examples of that section, so the encoder and
-the parser are checked against the standard, not against each other only."""
+import os
+import socket
+import threading
 
 import pytest
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, Request, TextMessage
 
 from vkubelet.kubeletapi import websocket as ws
 
-
-# --- handshake ------------------------------------------------------------------------------
-def test_accept_key_is_the_rfc_example():
-    # RFC 6455 section 1.3.
-    assert ws.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 section 1.3
 
 
-def _handshake(**overrides):
+def _request_head(method="GET", **overrides):
     headers = {
+        "Host": "127.0.0.1",
         "Connection": "Upgrade",
         "Upgrade": "websocket",
-        "Sec-Websocket-Version": "13",  # Go's canonical spelling
-        "Sec-Websocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-Websocket-Version": "13",
+        "Sec-Websocket-Key": KEY,
+        "Sec-Websocket-Protocol": "v5.channel.k8s.io, v4.channel.k8s.io",
     }
     headers.update(overrides)
-    return {k: v for k, v in headers.items() if v is not None}
+    return ws.request_bytes(f"{method} /exec/ns/pod/c?command=ls HTTP/1.1", [(k, v) for k, v in headers.items() if v is not None])
 
 
-def test_a_valid_handshake_has_no_problem_whatever_the_header_case():
-    assert ws.handshake_problem("GET", _handshake()) is None
-    lowered = {k.lower(): v for k, v in _handshake().items()}
-    assert ws.handshake_problem("GET", lowered) is None
-    assert ws.client_key(lowered) == "dGhlIHNhbXBsZSBub25jZQ=="
+def test_accept_answers_the_rfc_example_with_the_chosen_protocol():
+    _connection, response = ws.accept(_request_head(), "v5.channel.k8s.io")
+    head = response.decode().lower()
+    assert head.startswith("http/1.1 101")
+    assert "sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=" in head
+    assert "sec-websocket-protocol: v5.channel.k8s.io" in head
 
 
 @pytest.mark.parametrize(
-    "method, overrides, fragment",
+    "method, overrides",
     [
-        ("POST", {}, "must be a GET"),
-        ("GET", {"Upgrade": "SPDY/3.1"}, "not a WebSocket upgrade"),
-        ("GET", {"Connection": "keep-alive"}, "not a WebSocket upgrade"),
-        ("GET", {"Sec-Websocket-Version": "8"}, "version 13"),
-        ("GET", {"Sec-Websocket-Key": "not base64!"}, "16 bytes"),
-        ("GET", {"Sec-Websocket-Key": "c2hvcnQ="}, "16 bytes"),
-        ("GET", {"Sec-Websocket-Key": None}, "16 bytes"),
+        ("POST", {}),
+        ("GET", {"Sec-Websocket-Version": "8"}),
+        ("GET", {"Sec-Websocket-Key": None}),
+        ("GET", {"Upgrade": "h2c"}),
     ],
 )
-def test_invalid_handshakes_say_why(method, overrides, fragment):
-    assert fragment in ws.handshake_problem(method, _handshake(**overrides))
+def test_invalid_handshakes_are_refused(method, overrides):
+    with pytest.raises(ws.HandshakeError) as info:
+        ws.accept(_request_head(method, **overrides), "v5.channel.k8s.io")
+    assert info.value.status == 400
+    assert str(info.value) != ws.NO_PROTOCOL
 
 
-def test_connection_header_may_list_several_tokens():
-    assert ws.is_websocket_request(_handshake(Connection="keep-alive, Upgrade"))
+def test_no_acceptable_protocol_is_checked_after_the_handshake():
+    with pytest.raises(ws.HandshakeError, match=ws.NO_PROTOCOL):
+        ws.accept(_request_head(), None)
 
 
-def test_spdy_upgrade_is_an_upgrade_but_not_a_websocket():
-    headers = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
-    assert ws.is_upgrade_request(headers)
-    assert not ws.is_websocket_request(headers)
+def test_upgrade_kinds():
+    websocket = {"connection": "keep-alive, Upgrade", "UPGRADE": "websocket"}
+    spdy = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}
+    assert ws.is_websocket_request(websocket) and not ws.is_spdy_request(websocket)
+    assert ws.is_spdy_request(spdy) and not ws.is_websocket_request(spdy)
+    assert ws.is_upgrade_request(spdy)
+    assert not ws.is_upgrade_request({"Upgrade": "websocket"})  # no Connection: Upgrade
 
 
 def test_protocols_are_read_from_repeated_comma_separated_headers_in_client_order():
-    offered = ws.offered_protocols(["v5.channel.k8s.io, v4.channel.k8s.io", "v3.channel.k8s.io,v4.channel.k8s.io"])
-    assert offered == ["v5.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io"]
+    assert ws.offered_protocols(["v5.channel.k8s.io, v4.channel.k8s.io", "v4.channel.k8s.io,x"]) == [
+        "v5.channel.k8s.io",
+        "v4.channel.k8s.io",
+        "x",
+    ]
+    assert ws.choose_protocol(["x", "v4.channel.k8s.io", "v5.channel.k8s.io"], ("v5.channel.k8s.io", "v4.channel.k8s.io")) == "v4.channel.k8s.io"
+    assert ws.choose_protocol(["x"], ("v5.channel.k8s.io",)) is None
 
 
-def test_the_clients_preference_wins_among_supported_protocols():
-    supported = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-    assert ws.choose_protocol(["v4.channel.k8s.io", "v5.channel.k8s.io"], supported) == "v4.channel.k8s.io"
-    assert ws.choose_protocol(["channel.k8s.io", "v5.channel.k8s.io"], supported) == "v5.channel.k8s.io"
-    assert ws.choose_protocol(["base64.channel.k8s.io"], supported) is None
+# --- both hops over a socket pair -------------------------------------------------------------
+def _pair(max_message=ws.DEFAULT_MAX_MESSAGE):
+    """(our server Peer, a raw wsproto client on the other socket)."""
+    server_sock, client_sock = socket.socketpair()
+    client_sock.settimeout(5)
+    client = WSConnection(ConnectionType.CLIENT)
+    client_sock.sendall(client.send(Request(host="h", target="/x", subprotocols=["v5.channel.k8s.io"])))
+    head = server_sock.recv(65536)
+    connection, response = ws.accept(head, "v5.channel.k8s.io")
+    server_sock.sendall(response)
+    client.receive_data(client_sock.recv(65536))
+    assert isinstance(next(client.events()), AcceptConnection)
+    return ws.Peer(server_sock, connection, protocol="v5.channel.k8s.io", name="apiserver", max_message=max_message), client, client_sock
 
 
-def test_handshake_response_accepts_with_the_chosen_protocol():
-    response = ws.handshake_response("dGhlIHNhbXBsZSBub25jZQ==", "v5.channel.k8s.io").decode()
-    assert response.startswith("HTTP/1.1 101 Switching Protocols\r\n")
-    assert "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n" in response
-    assert "Sec-WebSocket-Protocol: v5.channel.k8s.io\r\n" in response
-    assert response.endswith("\r\n\r\n")
+def _client_events(client, sock):
+    client.receive_data(sock.recv(65536))
+    return list(client.events())
 
 
-# --- frames: the RFC's own examples -----------------------------------------------------------
-HELLO_UNMASKED = bytes([0x81, 0x05, 0x48, 0x65, 0x6C, 0x6C, 0x6F])
-HELLO_MASKED = bytes([0x81, 0x85, 0x37, 0xFA, 0x21, 0x3D, 0x7F, 0x9F, 0x4D, 0x51, 0x58])
+def test_fragmented_messages_are_reassembled_and_pings_answered():
+    peer, client, sock = _pair()
+    sock.sendall(client.send(BytesMessage(b"\x00he", message_finished=False)))
+    sock.sendall(client.send(Ping(b"hb")))
+    sock.sendall(client.send(BytesMessage(b"llo", message_finished=True)))
+    messages = []
+    while not messages:
+        messages += peer.receive()
+    assert messages == [ws.Message(b"\x00hello")]
+    assert any(isinstance(e, Pong) and e.payload == b"hb" for e in _client_events(client, sock))
 
 
-def test_encode_matches_rfc_examples():
-    assert ws.encode_frame(ws.OP_TEXT, b"Hello") == HELLO_UNMASKED
-    assert ws.encode_frame(ws.OP_TEXT, b"Hello", mask_key=bytes([0x37, 0xFA, 0x21, 0x3D])) == HELLO_MASKED
-    assert ws.encode_frame(ws.OP_PING, b"Hello") == bytes([0x89, 0x05]) + b"Hello"
-    assert ws.encode_frame(ws.OP_BINARY, bytes(256))[:4] == bytes([0x82, 0x7E, 0x01, 0x00])
-    assert ws.encode_frame(ws.OP_BINARY, bytes(65536))[:10] == bytes([0x82, 0x7F, 0, 0, 0, 0, 0, 1, 0, 0])
+def test_text_messages_keep_their_kind():
+    peer, client, sock = _pair()
+    sock.sendall(client.send(TextMessage("AGhp")))
+    messages = []
+    while not messages:
+        messages += peer.receive()
+    assert messages == [ws.Message(b"AGhp", text=True)]
+    peer.send(messages[0])
+    assert [e.data for e in _client_events(client, sock)] == ["AGhp"]
 
 
-def test_parse_rfc_examples_on_each_side():
-    server = ws.FrameParser(expect_masked=True)
-    server.feed(HELLO_MASKED)
-    assert server.next_frame() == ws.Frame(ws.OP_TEXT, b"Hello", True)
-    client = ws.FrameParser(expect_masked=False)
-    client.feed(HELLO_UNMASKED)
-    assert client.next_frame() == ws.Frame(ws.OP_TEXT, b"Hello", True)
+def test_invalid_utf8_in_a_text_frame_is_a_protocol_error():
+    peer, _client, sock = _pair()
+    # A masked text frame (client to server) whose payload is not UTF-8.
+    mask = os.urandom(4)
+    payload = b"\xff\xfe"
+    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    while not peer.closed:
+        assert peer.receive() == []
+    assert peer.close_code == 1007  # invalid frame payload data
+    frame = sock.recv(65536)  # and the client was told so: an unmasked close frame, code 1007
+    assert frame[0] == 0x88 and int.from_bytes(frame[2:4], "big") == 1007
 
 
-def test_fragmented_rfc_example_is_reassembled():
-    parser = ws.FrameParser(expect_masked=False)
-    parser.feed(bytes([0x01, 0x03, 0x48, 0x65, 0x6C]) + bytes([0x80, 0x02, 0x6C, 0x6F]))
-    assembler = ws.MessageAssembler()
-    first = assembler.add(parser.next_frame())
-    second = assembler.add(parser.next_frame())
-    assert first is None
-    assert second == ws.Message(ws.OP_TEXT, b"Hello")
-
-
-@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 200_000])
-def test_round_trip_every_length_encoding_fed_in_pieces(size):
-    payload = bytes(i % 251 for i in range(size))
-    data = ws.encode_frame(ws.OP_BINARY, payload, mask_key=b"\x01\x02\x03\x04")
-    parser = ws.FrameParser(expect_masked=True)
-    # Everything but the last byte, in small pieces: no frame comes out early.
-    body, last = data[:-1], data[-1:]
-    step = max(1, len(body) // 7)
-    for start in range(0, len(body), step):
-        parser.feed(body[start : start + step])
-        assert parser.next_frame() is None
-    parser.feed(last)
-    assert parser.next_frame() == ws.Frame(ws.OP_BINARY, payload, True)
-    assert parser.buffered() == 0
-
-
-def test_two_frames_in_one_read_come_out_one_by_one():
-    parser = ws.FrameParser(expect_masked=False)
-    parser.feed(ws.encode_frame(ws.OP_BINARY, b"\x01out") + ws.encode_frame(ws.OP_BINARY, b"\x02err") + b"\x82")
-    assert parser.next_frame().payload == b"\x01out"
-    assert parser.next_frame().payload == b"\x02err"
-    assert parser.next_frame() is None
-    assert parser.buffered() == 1
-
-
-def test_mask_is_its_own_inverse_and_matches_a_bytewise_xor():
-    key = b"\xa1\xb2\xc3\xd4"
-    data = bytes(range(256)) * 3
-    masked = ws.mask_bytes(key, data)
-    assert masked == bytes(b ^ key[i % 4] for i, b in enumerate(data))
-    assert ws.mask_bytes(key, masked) == data
-    assert ws.mask_bytes(key, b"") == b""
-
-
-def test_mask_keys_are_random():
-    assert len({ws.new_mask_key() for _ in range(20)}) > 1
-
-
-# --- protocol errors ----------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "expect_masked, data, fragment",
-    [
-        (True, HELLO_UNMASKED, "must be masked"),
-        (False, HELLO_MASKED, "must not be masked"),
-        (False, bytes([0xC1, 0x00]), "reserved bits"),
-        (False, bytes([0x83, 0x00]), "unknown opcode"),
-        (False, bytes([0x89, 0x7E, 0x00, 0x80]) + bytes(128), "at most 125"),
-        (False, bytes([0x09, 0x00]), "cannot be fragmented"),
-        (False, bytes([0x82, 0x7F, 0x80, 0, 0, 0, 0, 0, 0, 0]), "most significant bit"),
-    ],
-)
-def test_protocol_violations_are_refused(expect_masked, data, fragment):
-    parser = ws.FrameParser(expect_masked=expect_masked)
-    parser.feed(data)
-    with pytest.raises(ws.ProtocolError, match=fragment) as info:
-        parser.next_frame()
-    assert info.value.close_code == ws.CLOSE_PROTOCOL_ERROR
-
-
-def test_oversized_frames_are_refused_before_they_are_buffered():
-    parser = ws.FrameParser(expect_masked=False, max_payload=1000)
-    parser.feed(bytes([0x82, 0x7E, 0x10, 0x00]))  # announces 4096 bytes, sends none
+def test_oversized_messages_are_refused_with_1009():
+    peer, client, sock = _pair(max_message=1000)
+    threading.Thread(target=lambda: sock.sendall(client.send(BytesMessage(b"x" * 5000))), daemon=True).start()
     with pytest.raises(ws.ProtocolError) as info:
-        parser.next_frame()
+        while True:
+            peer.receive()
     assert info.value.close_code == ws.CLOSE_TOO_BIG
 
 
-def test_assembler_refuses_bad_fragment_sequences():
-    with pytest.raises(ws.ProtocolError, match="without a message"):
-        ws.MessageAssembler().add(ws.Frame(ws.OP_CONTINUATION, b"x", True))
-    assembler = ws.MessageAssembler()
-    assembler.add(ws.Frame(ws.OP_BINARY, b"a", False))
-    with pytest.raises(ws.ProtocolError, match="before the previous one"):
-        assembler.add(ws.Frame(ws.OP_BINARY, b"b", True))
-    big = ws.MessageAssembler(max_message=3)
-    big.add(ws.Frame(ws.OP_BINARY, b"ab", False))
-    with pytest.raises(ws.ProtocolError):
-        big.add(ws.Frame(ws.OP_CONTINUATION, b"cd", True))
+def test_a_close_is_answered_and_reported():
+    peer, client, sock = _pair()
+    sock.sendall(client.send(BytesMessage(b"\x01last")) + client.send(CloseConnection(code=1000, reason="bye")))
+    assert peer.receive() == [ws.Message(b"\x01last")]  # what came before the close is kept
+    assert peer.closed
+    assert (peer.close_code, peer.close_reason) == (1000, "bye")
+    assert any(isinstance(e, CloseConnection) for e in _client_events(client, sock))
 
 
-def test_control_frames_pass_between_fragments():
-    assembler = ws.MessageAssembler()
-    assert assembler.add(ws.Frame(ws.OP_BINARY, b"\x01ab", False)) is None
-    assert assembler.add(ws.Frame(ws.OP_PING, b"p", True)) == ws.Message(ws.OP_PING, b"p")
-    assert assembler.add(ws.Frame(ws.OP_CONTINUATION, b"cd", True)) == ws.Message(ws.OP_BINARY, b"\x01abcd")
+def test_eof_without_a_close_frame_is_abnormal():
+    peer, _client, sock = _pair()
+    sock.close()
+    assert peer.receive() == [] and peer.closed
+    assert peer.close_code == ws.CLOSE_ABNORMAL
 
 
-def test_encoder_refuses_invalid_control_frames():
-    with pytest.raises(ValueError):
-        ws.encode_frame(ws.OP_PING, bytes(126))
-    with pytest.raises(ValueError):
-        ws.encode_frame(ws.OP_CLOSE, b"", fin=False)
+def test_reserved_close_codes_are_never_sent():
+    peer, client, sock = _pair()
+    peer.send_close(ws.CLOSE_ABNORMAL, "gone")
+    (event,) = [e for e in _client_events(client, sock) if isinstance(e, CloseConnection)]
+    assert event.code == ws.CLOSE_GOING_AWAY
 
 
-# --- close payloads ------------------------------------------------------------------------------
-def test_close_payload_round_trip_and_reserved_codes():
-    assert ws.decode_close_payload(ws.encode_close_payload(1000, "bye")) == (1000, "bye")
-    assert ws.encode_close_payload(ws.CLOSE_NO_STATUS) == b""
-    assert ws.encode_close_payload(ws.CLOSE_ABNORMAL) == b""
-    assert ws.decode_close_payload(b"") == (ws.CLOSE_NO_STATUS, "")
-    assert len(ws.encode_close_payload(1000, "x" * 500)) == 125
-    with pytest.raises(ws.ProtocolError):
-        ws.decode_close_payload(b"\x03")
+def test_client_handshake_reports_a_refusal_with_the_remote_body():
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)
+    body = b'{"kind":"Status","message":"pods \\"x\\" not found","code":404}'
+
+    def remote():
+        theirs.recv(65536)
+        theirs.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    threading.Thread(target=remote, daemon=True).start()
+    with pytest.raises(ws.HandshakeError) as info:
+        ws.client_handshake(ours, host="h", target="/x", protocols=["v5.channel.k8s.io"], headers=[("Authorization", "Bearer t")])
+    assert (info.value.status, info.value.body) == (404, body)
+
+
+def test_client_handshake_keeps_frames_that_came_with_the_101():
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)
+    server = WSConnection(ConnectionType.SERVER)
+
+    def remote():
+        server.receive_data(theirs.recv(65536))
+        request = next(server.events())
+        assert dict(request.extra_headers)[b"authorization"] == b"Bearer t"
+        # The answer and a first message in one write.
+        theirs.sendall(server.send(AcceptConnection(subprotocol="v4.channel.k8s.io")) + server.send(BytesMessage(b"\x01early")))
+
+    threading.Thread(target=remote, daemon=True).start()
+    connection, protocol = ws.client_handshake(ours, host="h", target="/x", protocols=["v5.channel.k8s.io", "v4.channel.k8s.io"], headers=[("Authorization", "Bearer t")])
+    assert protocol == "v4.channel.k8s.io"
+    peer = ws.Peer(ours, connection, protocol=protocol, name="remote")
+    assert peer.pending() == [ws.Message(b"\x01early")]
+

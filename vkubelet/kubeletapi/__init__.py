@@ -1,9 +1,9 @@
-"""The kubelet API of the virtual node: what makes ``kubectl logs``, ``exec`` and
-``attach`` work on an offloaded pod.
+"""The kubelet API of the virtual node: what makes ``kubectl logs``, ``exec``,
+``attach``, ``cp`` and ``port-forward`` work on an offloaded pod.
 
 The local kube-apiserver reaches a node's kubelet over HTTPS at the address and port the
 node publishes; the virtual kubelet answers there and relays each request to the remote
-cluster's API server (``pods/log``, ``pods/exec``, ``pods/attach``) for the pod's remote
+cluster's API server (``pods/log``, ``exec``, ``attach``, ``portforward``) for the pod's remote
 twin. Every request is first authenticated and authorized as a kubelet in webhook mode
 does it. Modules:
 
@@ -14,8 +14,10 @@ does it. Modules:
 * ``paths``     - kubelet URL paths, parsed (pure);
 * ``resolver``  - local pod -> the remote pod our ShadowPod owns in our twin namespace;
 * ``logs``      - containerLogs query -> remote pods/log query, and the streaming relay;
-* ``websocket`` - RFC 6455 framing and handshake (pure);
-* ``streams``   - exec/attach options and the WebSocket relay to the remote API server;
+* ``websocket`` - WebSocket hops on wsproto (handshake, messages, close);
+* ``remote``    - a connection of our own to the remote API server per stream;
+* ``streams``   - exec/attach/port-forward options and the relays (WebSocket, SPDY);
+* ``limits``    - caps on connections and streams, idle and connect timeouts;
 * ``tls``       - the serving certificate (given, or generated at start-up);
 * ``server``    - the threaded HTTPS server and its request handler.
 

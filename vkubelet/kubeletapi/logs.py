@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from kubernetes import client
+from urllib3.exceptions import ReadTimeoutError
 
 from kube_offload.kube import ApiError
 from vkubelet.kubeletapi.paths import RequestError, parse_bool, parse_int, query_value
@@ -145,7 +147,16 @@ def _api_error(status: int, body: bytes, fallback: str) -> ApiError:
     return ApiError(status, str(parsed.get("reason") or fallback), message, parsed)
 
 
-def open_remote_log(api_client: client.ApiClient, namespace: str, pod: str, params: list[tuple[str, str]], *, follow: bool) -> Any:
+def open_remote_log(
+    api_client: client.ApiClient,
+    namespace: str,
+    pod: str,
+    params: list[tuple[str, str]],
+    *,
+    follow: bool,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    idle_timeout: float = 0.0,
+) -> Any:
     """Start ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` on the remote API server and
     return the urllib3 response, unread; ApiError if it did not answer 2xx.
 
@@ -160,7 +171,9 @@ def open_remote_log(api_client: client.ApiClient, namespace: str, pod: str, para
         header_params={"Accept": "text/plain, */*"},
         auth_settings=["BearerToken"],
     )
-    timeout = (CONNECT_TIMEOUT, None) if follow else (CONNECT_TIMEOUT, READ_TIMEOUT_WITHOUT_FOLLOW)
+    # A followed log: the read timeout is the idle timeout (no new line for that long
+    # ends it; 0: never), see is_read_timeout.
+    timeout = (connect_timeout, idle_timeout or None) if follow else (connect_timeout, READ_TIMEOUT_WITHOUT_FOLLOW)
     try:
         response = api_client.call_api(method, url, header_params=headers, body=body, post_params=post_params, _request_timeout=timeout)
     except client.ApiException as exc:
@@ -185,3 +198,9 @@ def iter_chunks(raw: Any, *, stopped: Callable[[], bool]) -> Iterator[bytes]:
         if not data:
             return
         yield data
+
+
+def is_read_timeout(exc: BaseException) -> bool:
+    """A read of the remote log timed out (urllib3 raises its own ReadTimeoutError, or a
+    bare socket timeout, depending on where the read stood)."""
+    return isinstance(exc, (ReadTimeoutError, socket.timeout, TimeoutError))

@@ -8,26 +8,36 @@ does not (WSGI has no upgrade). A followed log is one long response per request,
 thread per connection serves simply; the requests come from one client (the local
 apiserver), a few at a time, so a thread each is cheap. And the server lives inside the
 vkubelet process, next to the informers it reads, where gunicorn's pre-fork model would
-not fit. No dependency is added. The TLS handshake runs in the connection's thread.
+not fit. The TLS handshake runs in the connection's thread.
+
+Bounded (vkubelet/kubeletapi/limits.py): at most ``max_connections`` connections are
+served at once - past that a few extra threads answer ``503`` with ``Retry-After``
+before authentication (it costs the apiserver no review), and beyond those the socket is
+closed - and at most ``max_streams`` exec/attach/port-forward/followed-log streams
+(``429``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import select
 import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from kubernetes import client
 
 from kube_offload.https_server import ThreadingHTTPSServer
 from kube_offload.kube import ApiError
 from vkubelet.kubeletapi import logs, stats, streams
+from vkubelet.kubeletapi import remote as remote_api
 from vkubelet.kubeletapi import websocket as ws
+from vkubelet.kubeletapi.limits import REJECT_TIMEOUT, REJECTING_CONNECTIONS, RETRY_AFTER_SECONDS, Slots, StreamLimits
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import WEBSOCKET_TOKEN_PROTOCOL_PREFIX, Credentials
 from vkubelet.kubeletapi.paths import (
@@ -74,13 +84,17 @@ class KubeletApi:
         cluster_id: str,
         access: AccessControl,
         usage: UsageSampler | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
         self.access = access
         self.usage = usage
         self.resolver = resolver
         self.remote = remote
-        self.core = client.CoreV1Api(remote)
+        # Streams open connections of their own from the same kubeconfig (remote.py).
+        self.endpoint = _remote_endpoint(remote)
         self.cluster_id = cluster_id
+        self.limits = limits or StreamLimits()
+        self.streams = Slots(self.limits.max_streams)
         self.stopping = threading.Event()
 
     def resolve(self, request: KubeletRequest) -> RemotePod:
@@ -91,7 +105,15 @@ class KubeletApi:
         target = self.resolve(request)
         params = logs.remote_log_params(query, request.container)
         try:
-            raw = logs.open_remote_log(self.remote, target.namespace, target.name, params, follow=query.follow)
+            raw = logs.open_remote_log(
+                self.remote,
+                target.namespace,
+                target.name,
+                params,
+                follow=query.follow,
+                connect_timeout=self.limits.remote_connect_timeout,
+                idle_timeout=self.limits.stream_idle_timeout,
+            )
         except ApiError as exc:
             raise logs.remote_error(exc, cluster_id=self.cluster_id, remote_pod=str(target)) from exc
         return LogStream(raw, f"logs {request.pod_key}/{request.container} -> {self.cluster_id}:{target}")
@@ -109,13 +131,28 @@ class KubeletApi:
             return stats.JSON_CONTENT_TYPE, stats.summary_json(snapshot, node_name=self.usage.node_name, now=self.usage.now())
         return stats.PROMETHEUS_CONTENT_TYPE, stats.resource_metrics(snapshot).encode("utf-8")
 
-    def remote_opener(self, request: KubeletRequest, target: RemotePod, options: streams.StreamOptions) -> Callable[[str], streams.RemoteStream]:
-        def open_remote(offer: str) -> streams.RemoteStream:
-            return streams.open_remote_stream(
-                self.core, request.endpoint, target.namespace, target.name, request.container, options, offer=offer
+    def remote_target(self, request: KubeletRequest, target: RemotePod, options: streams.StreamOptions | None) -> str:
+        query = streams.remote_query(request.endpoint, request.container, options, streams.parse_ports(request.query))
+        return remote_api.pod_path(self.endpoint, streams.remote_subresource(request.endpoint), target.namespace, target.name, query)
+
+    def remote_opener(self, target_path: str) -> Callable[[list[str]], ws.Peer]:
+        def open_remote(offer: list[str]) -> ws.Peer:
+            return remote_api.open_websocket(
+                self.endpoint, target_path, offer, timeout=self.limits.remote_connect_timeout, name="remote apiserver"
             )
 
         return open_remote
+
+    def busy_message(self) -> str:
+        return (
+            f"the virtual kubelet of remote cluster {self.cluster_id} is serving its maximum of "
+            f"{self.limits.max_streams} streams (exec, attach, port-forward, followed logs; "
+            "--kubelet-max-streams); try again shortly"
+        )
+
+
+def _remote_endpoint(api_client: client.ApiClient) -> remote_api.Endpoint:
+    return remote_api.endpoint_from(api_client.configuration)
 
 
 class KubeletHTTPServer(ThreadingHTTPSServer):
@@ -123,10 +160,65 @@ class KubeletHTTPServer(ThreadingHTTPSServer):
         self.app = app
         self._closers: dict[int, Callable[[], None]] = {}
         self._closers_lock = threading.Lock()
+        self.connections = Slots(app.limits.max_connections)
+        self.rejecting = Slots(REJECTING_CONNECTIONS)
         super().__init__(address, KubeletRequestHandler, tls)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.exception("kubelet API: request from %s failed", client_address)
+
+    # --- the connection cap -----------------------------------------------------------------
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self.connections.acquire():
+            try:
+                super().process_request(request, client_address)
+            except BaseException:  # no thread: the slot is ours to give back
+                self.connections.release()
+                raise
+            return
+        if self.rejecting.acquire():
+            threading.Thread(target=self._reject, args=(request, client_address), name="kubelet-api-reject", daemon=True).start()
+            return
+        log.warning(
+            "kubelet API: %d connections and %d refusals in progress; closing a new one from %s unanswered",
+            self.connections.capacity,
+            self.rejecting.capacity,
+            client_address,
+        )
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
+
+    def _reject(self, request: socket.socket, client_address: Any) -> None:
+        """Answer one connection over the cap with a 503, within a short time."""
+        try:
+            request.settimeout(REJECT_TIMEOUT)
+            try:
+                conn = self.tls.get().wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError):
+                return
+            try:
+                OverCapacityHandler(conn, client_address, self)
+            except Exception:  # the client went away meanwhile
+                pass
+            finally:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+        finally:
+            self.shutdown_request(request)
+            self.rejecting.release()
+
+    def over_capacity_message(self) -> str:
+        return (
+            f"the virtual kubelet of remote cluster {self.app.cluster_id} is serving its maximum of "
+            f"{self.connections.capacity} connections (--kubelet-max-connections); try again shortly"
+        )
 
     # --- shutdown of long-lived requests ----------------------------------------------------
     def register_closer(self, close: Callable[[], None]) -> int:
@@ -188,9 +280,11 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
             elif request.endpoint == CONTAINER_LOGS:
                 if self.command != "GET":
                     raise RequestError(405, "containerLogs takes GET")
-                self._serve_logs(request)
-            elif request.endpoint in (EXEC, ATTACH):
-                self._serve_stream(request)
+                with self._stream_slot(logs.parse_log_query(request.query).follow):
+                    self._serve_logs(request)
+            elif request.endpoint in (EXEC, ATTACH, PORT_FORWARD):
+                with self._stream_slot(True):
+                    self._serve_stream(request)
             elif request.endpoint in (STATS_SUMMARY, METRICS_RESOURCE):
                 if self.command != "GET":
                     raise RequestError(405, f"{request.endpoint} takes GET")
@@ -207,6 +301,20 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
             if not self._responded:
                 self._send_error(RequestError(500, "internal error in the virtual kubelet; see its log"), streaming)
             self.close_connection = True
+
+    @contextlib.contextmanager
+    def _stream_slot(self, needed: bool) -> Iterator[None]:
+        """Hold one of the ``--kubelet-max-streams`` slots while the stream runs."""
+        app = self.server.app
+        if not needed:
+            yield
+            return
+        if not app.streams.acquire():
+            raise RequestError(429, app.busy_message())
+        try:
+            yield
+        finally:
+            app.streams.release()
 
     def _admitted(self) -> bool:
         """Authenticate and authorize (vkubelet/kubeletapi/access.py, which logs the
@@ -259,12 +367,17 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
             remaining -= len(data)
 
     # --- responses ------------------------------------------------------------------------
+    def _retry_after(self, status: int) -> None:
+        if status in (429, 503):
+            self.send_header("Retry-After", str(RETRY_AFTER_SECONDS))
+
     def _send_text(self, status: int, text: str) -> None:
         body = (text.rstrip("\n") + "\n").encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("X-Content-Type-Options", "nosniff")
+        self._retry_after(status)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -293,6 +406,7 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
         self.send_response(exc.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        self._retry_after(exc.status)
         self.end_headers()
         self.wfile.write(body)
         # After a refused upgrade the apiserver closes its side; so do we.
@@ -328,6 +442,11 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
                 try:
                     chunk = next(chunks, None)
                 except Exception as exc:  # the remote stream broke, or we shut it down
+                    if logs.is_read_timeout(exc):
+                        # --kubelet-stream-idle-timeout: no new line for that long. A clean
+                        # end, as the kubelet ends an idle stream.
+                        log.info("kubelet API: %s: closed: idle for %gs", stream.description, self.server.app.limits.stream_idle_timeout)
+                        break
                     if not hung_up.is_set():
                         log.info("kubelet API: %s: remote stream ended with an error: %s", stream.description, exc)
                     # No final chunk: the client must see a truncated stream, not a clean end.
@@ -356,63 +475,140 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
                 pass
             log.debug("kubelet API: %s: ended%s", stream.description, " (client hung up)" if hung_up.is_set() else "")
 
-    # --- exec / attach ------------------------------------------------------------------
+    # --- exec / attach / port-forward ----------------------------------------------------
     def _serve_stream(self, request: KubeletRequest) -> None:
-        options = streams.parse_stream_options(request.endpoint, request.query)
-        target = self.server.app.resolve(request)
+        app = self.server.app
+        options = None if request.endpoint == PORT_FORWARD else streams.parse_stream_options(request.endpoint, request.query)
+        target = app.resolve(request)
         headers = {name: value for name, value in self.headers.items()}
+        description = f"{request.endpoint} {request.pod_key}{'/' + request.container if request.container else ''} -> {app.cluster_id}:{target}"
+        remote_path = app.remote_target(request, target, options)
+        if ws.is_spdy_request(headers):
+            self._serve_spdy(remote_path, description)
+            return
         if not ws.is_websocket_request(headers):
             raise RequestError(
                 400,
-                f"{request.endpoint} on a kube-offload virtual node needs a WebSocket "
-                f"({', '.join(streams.SUPPORTED_PROTOCOLS)}); SPDY is not supported. The local API server "
-                "sends WebSockets when its feature gate ExtendWebSocketsToKubelet is on (default since "
-                "Kubernetes 1.36) and kubectl uses them unless KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false",
+                f"{request.endpoint} needs an upgrade to a WebSocket ({', '.join(streams.supported_protocols(request.endpoint))}) "
+                "or to SPDY/3.1",
             )
-        problem = ws.handshake_problem(self.command, headers)
-        if problem:
-            raise RequestError(400, problem)
+        supported = streams.supported_protocols(request.endpoint)
         offered = [
             protocol
             for protocol in ws.offered_protocols(self.headers.get_all("Sec-WebSocket-Protocol") or [])
             if not protocol.startswith(WEBSOCKET_TOKEN_PROTOCOL_PREFIX)  # a credential: never echoed
         ]
-        protocol = ws.choose_protocol(offered, streams.SUPPORTED_PROTOCOLS)
-        if protocol is None:
-            raise RequestError(
-                400,
-                f"none of the offered stream protocols ({', '.join(offered) or 'none'}) is supported; "
-                f"use one of {', '.join(streams.SUPPORTED_PROTOCOLS)}",
-            )
-        app = self.server.app
-        description = f"{request.endpoint} {request.pod_key}/{request.container} -> {app.cluster_id}:{target}"
+        protocol = ws.choose_protocol(offered, supported)
+        try:
+            # wsproto validates the handshake (method, headers, version, key) first.
+            connection, accepted = ws.accept(ws.request_bytes(self.requestline, self.headers.items()), protocol)
+        except ws.HandshakeError as exc:
+            if protocol is None and str(exc) == ws.NO_PROTOCOL:
+                raise RequestError(
+                    400,
+                    f"none of the offered stream protocols ({', '.join(offered) or 'none'}) is supported; "
+                    f"use one of {', '.join(supported)}",
+                ) from None
+            raise RequestError(400, str(exc)) from None
+        assert protocol is not None  # accept() refused None
+        open_remote = app.remote_opener(remote_path)
+        remote_peer = None
+        if request.endpoint == PORT_FORWARD:
+            # Port-forward speaks no channel of its own for errors (the tunnel is SPDY):
+            # open the remote first, so that a refusal is still an HTTP answer kubectl prints.
+            try:
+                remote_peer = open_remote(streams.remote_protocol_offer(protocol))
+            except remote_api.RemoteError as exc:
+                message, reason, code = streams.remote_stream_error(exc, cluster_id=app.cluster_id, action="port-forward")
+                raise RequestError(code, message, reason) from None
         sock = self.connection
         sock.settimeout(None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._responded = True
-        self.wfile.write(ws.handshake_response(ws.client_key(headers), protocol))
         self.close_connection = True
-        log.info("kubelet API: %s: started (%s)", description, protocol)
-
-        def close_relay() -> None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-        token = self.server.register_closer(close_relay)
         try:
-            outcome = streams.serve_stream(
-                sock,
-                protocol,
-                app.remote_opener(request, target, options),
-                cluster_id=app.cluster_id,
-                description=description,
-                stopped=app.stopping.is_set,
+            self.wfile.write(accepted)
+        except OSError:
+            if remote_peer is not None:
+                remote_peer.shutdown()
+            raise
+        local = ws.Peer(sock, connection, protocol=protocol, name="apiserver")
+        log.info("kubelet API: %s: started (%s)", description, protocol)
+        token = self.server.register_closer(lambda: _shutdown_socket(sock))
+        try:
+            if remote_peer is not None:
+                outcome = streams.relay(local, remote_peer, stopped=app.stopping.is_set, idle_timeout=app.limits.stream_idle_timeout)
+            else:
+                outcome = streams.serve_stream(
+                    local,
+                    open_remote,
+                    cluster_id=app.cluster_id,
+                    description=description,
+                    stopped=app.stopping.is_set,
+                    idle_timeout=app.limits.stream_idle_timeout,
+                )
+        finally:
+            self.server.unregister_closer(token)
+        log.info("kubelet API: %s: ended: %s", description, outcome)
+
+    def _serve_spdy(self, remote_path: str, description: str) -> None:
+        """Forward the SPDY upgrade to the remote API server; after its ``101``, relay
+        bytes: the SPDY session runs end to end between the client and the remote kubelet."""
+        app = self.server.app
+        forwarded = [("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")]
+        forwarded += [(streams.SPDY_PROTOCOL_HEADER, value) for value in self.headers.get_all(streams.SPDY_PROTOCOL_HEADER) or ()]
+        try:
+            upgraded = remote_api.open_upgrade(
+                app.endpoint, self.command, remote_path, forwarded, timeout=app.limits.remote_connect_timeout
+            )
+        except remote_api.RemoteError as exc:
+            message, reason, code = streams.remote_stream_error(exc, cluster_id=app.cluster_id, action="stream")
+            raise RequestError(code, message, reason) from None
+        sock = self.connection
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self._responded = True
+        self.close_connection = True
+        head = ["HTTP/1.1 101 Switching Protocols", "Connection: Upgrade", "Upgrade: SPDY/3.1"]
+        head += [f"{name}: {value}" for name, value in upgraded.headers]
+        try:
+            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        except OSError:
+            _shutdown_socket(upgraded.sock)
+            raise
+        log.info("kubelet API: %s: started (SPDY/3.1)", description)
+        token = self.server.register_closer(lambda: _shutdown_socket(sock))
+        try:
+            outcome = streams.splice(
+                sock, upgraded.sock, leftover=upgraded.leftover, stopped=app.stopping.is_set, idle_timeout=app.limits.stream_idle_timeout
             )
         finally:
             self.server.unregister_closer(token)
         log.info("kubelet API: %s: ended: %s", description, outcome)
+
+
+class OverCapacityHandler(KubeletRequestHandler):
+    """Serves a connection over ``--kubelet-max-connections``: reads the request (within
+    a short time) and answers 503 before anything else, authentication included."""
+
+    timeout = REJECT_TIMEOUT
+
+    def _handle(self) -> None:
+        self._responded = False
+        self.close_connection = True
+        exc = RequestError(503, self.server.over_capacity_message())
+        headers = {name: value for name, value in self.headers.items()}
+        if ws.is_upgrade_request(headers):
+            self._send_status(exc)
+        else:
+            self._send_text(exc.status, exc.message)
+
+
+def _shutdown_socket(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _watch_hangup(conn: socket.socket, done: threading.Event, on_hangup: Callable[[], None]) -> None:

@@ -1,19 +1,29 @@
-"""``/exec`` and ``/attach``: the kubelet's remote-command streams, relayed over WebSocket
-to the remote API server's ``pods/exec`` / ``pods/attach``.
+"""``/exec``, ``/attach`` and ``/portForward``: the kubelet's streams, relayed to the
+remote API server's ``pods/exec``, ``pods/attach`` and ``pods/portforward``.
 
-How the request gets here (kube-apiserver v1.37, ``pkg/registry/core/pod/rest/subresources.go``
-ExecREST.Connect): kubectl opens a WebSocket (``v5.channel.k8s.io``) to the apiserver. If
-the feature gate ExtendWebSocketsToKubelet is on (beta, on by default since 1.36) and the
-node lists ``ExtendWebSocketsToKubelet`` in ``status.declaredFeatures``, the apiserver
-proxies that upgrade to the kubelet as it is; otherwise it translates it to SPDY/3.1.
-The virtual kubelet declares the feature, so it only ever has to speak WebSocket.
+How the request gets here (kube-apiserver v1.37, ``pkg/registry/core/pod/rest/subresources.go``):
+kubectl opens a WebSocket to the apiserver. If the feature gate ExtendWebSocketsToKubelet
+is on (beta, on by default since 1.36) and the node lists ``ExtendWebSocketsToKubelet``
+in ``status.declaredFeatures`` (the virtual kubelet declares it), the apiserver proxies
+that upgrade to the kubelet as it is; otherwise it translates it to SPDY/3.1. SPDY also
+comes from older clients and from kubectl's SPDY fallback (``KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false``,
+``KUBECTL_PORT_FORWARD_WEBSOCKETS=false``), which the apiserver forwards as is.
 
-Both ends speak the same Kubernetes channel protocol (v5, or v4): every data message is
-one channel byte (0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize, 255 close-a-stream in
-v5) and the payload. So messages are relayed untouched, in both directions: the remote
-side's Status on the error channel (exit code included) reaches kubectl exactly as the
-remote kubelet wrote it. Control frames are answered on each hop (ping -> pong), and a
-close on one side closes the other.
+* **WebSocket**: exec/attach speak a channel protocol (``v5.channel.k8s.io`` or ``v4``:
+  every message is one channel byte - 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize,
+  255 close-a-stream in v5 - and the payload); port-forward speaks
+  ``SPDY/3.1+portforward.k8s.io`` (an SPDY session tunnelled in binary messages) or the
+  legacy ``v4.channel.k8s.io`` port-forward channels. We open a WebSocket of the same
+  protocol to the remote API server and relay messages untouched both ways (the one
+  translation: a v5 close-stream message is dropped towards a v4 remote), so the remote
+  Status on the error channel - exit code included - reaches kubectl as written.
+  Pings are answered on each hop; a close on one side closes the other.
+* **SPDY**: the upgrade is forwarded to the remote API server and, after its ``101``,
+  bytes are relayed untouched both ways: the SPDY session runs end to end between
+  kubectl and the remote kubelet.
+
+Either way each stream has its own connection to the remote (vkubelet/kubeletapi/remote.py),
+and a stream with no traffic for the idle timeout is closed.
 """
 
 from __future__ import annotations
@@ -23,25 +33,36 @@ import logging
 import select
 import socket
 import ssl
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from vkubelet.kubeletapi import websocket as ws
-from vkubelet.kubeletapi.paths import ATTACH, EXEC, RequestError, query_value
+from vkubelet.kubeletapi.paths import ATTACH, EXEC, PORT_FORWARD, RequestError, query_value
+from vkubelet.kubeletapi.remote import RemoteError
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
-# Preference order when the client offers several. v1-v3 (and the base64 variants) are
-# older than any apiserver that proxies WebSockets to a kubelet; nobody sends them here.
+V4_BASE64 = "v4.base64.channel.k8s.io"
+# Remote command (exec/attach), in preference order when the client offers several.
+# v1-v3 are older than any apiserver that proxies WebSockets to a kubelet.
 SUPPORTED_PROTOCOLS = (V5, V4)
+# Port-forward: what kubectl >= 1.31 sends (client-go tunneling_dialer.go: the SPDY
+# protocol name behind the "SPDY/3.1+" prefix), then the kubelet's legacy WebSocket
+# port-forward channels (data/error channel pairs per port, ports in the query).
+PORT_FORWARD_TUNNEL = "SPDY/3.1+portforward.k8s.io"
+PORT_FORWARD_PROTOCOLS = (PORT_FORWARD_TUNNEL, V4, V4_BASE64)
+CHANNEL_PROTOCOLS = (V5, V4, V4_BASE64)
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE = 0, 1, 2, 3, 4
 CLOSE_STREAM = 255  # v5 only: "this stream is finished" (kubectl: stdin reached EOF)
 
-RECV_SIZE = 64 * 1024
 SELECT_INTERVAL = 1.0
+# SPDY upgrade headers passed on to the remote API server (the rest of the request is
+# ours to make: path, credentials).
+SPDY_PROTOCOL_HEADER = "X-Stream-Protocol-Version"
 
 
 @dataclass(frozen=True)
@@ -78,17 +99,59 @@ def parse_stream_options(endpoint: str, query: dict[str, list[str]]) -> StreamOp
     return StreamOptions(stdin=stdin, stdout=stdout, stderr=stderr, tty=tty, command=command)
 
 
-def remote_protocol_offer(local_protocol: str) -> str:
-    """What to offer the remote API server: the protocol kubectl got first, then older
-    ones we can still relay (an older remote apiserver may lack v5)."""
-    index = SUPPORTED_PROTOCOLS.index(local_protocol)
-    return ",".join(SUPPORTED_PROTOCOLS[index:])
+def parse_ports(query: dict[str, list[str]]) -> tuple[int, ...]:
+    """The kubelet's ``port`` query parameters (legacy WebSocket port-forward only; SPDY
+    and the tunnel name the port in each stream's headers)."""
+    ports = []
+    for text in query.get("port") or ():
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if not item.isdigit() or not 1 <= int(item) <= 65535:
+                raise RequestError(400, f"query parameter port={item!r} is not a TCP port")
+            ports.append(int(item))
+    return tuple(ports)
 
 
-def forward_payload(payload: bytes, *, to_protocol: str) -> bytes | None:
-    """The data message to pass on, or None to drop it: an empty message carries no
+def supported_protocols(endpoint: str) -> tuple[str, ...]:
+    return PORT_FORWARD_PROTOCOLS if endpoint == PORT_FORWARD else SUPPORTED_PROTOCOLS
+
+
+def remote_query(endpoint: str, container: str, options: StreamOptions | None, ports: Sequence[int] = ()) -> list[tuple[str, str]]:
+    """The remote API server's query for the stream (pods/exec|attach|portforward take
+    ``container``/``stdin``/``stdout``/``stderr``/``tty``/``command`` and ``ports``, where
+    the kubelet took ``input``/``output``/``error``/``port``)."""
+    if endpoint == PORT_FORWARD or options is None:
+        return [("ports", str(port)) for port in ports]
+    query = [("container", container)]
+    for name, value in (("stdin", options.stdin), ("stdout", options.stdout), ("stderr", options.stderr), ("tty", options.tty)):
+        if value:
+            query.append((name, "true"))
+    query += [("command", part) for part in options.command]
+    return query
+
+
+def remote_subresource(endpoint: str) -> str:
+    return {EXEC: "exec", ATTACH: "attach", PORT_FORWARD: "portforward"}[endpoint]
+
+
+def remote_protocol_offer(local_protocol: str) -> list[str]:
+    """What to offer the remote API server: the protocol kubectl got first, then, for
+    remote commands, older ones we can still relay (an older remote apiserver may lack
+    v5). Port-forward protocols are offered alone: the two ends must speak the same."""
+    if local_protocol in SUPPORTED_PROTOCOLS:
+        return list(SUPPORTED_PROTOCOLS[SUPPORTED_PROTOCOLS.index(local_protocol):])
+    return [local_protocol]
+
+
+def forward_payload(payload: bytes, *, from_protocol: str = V5, to_protocol: str) -> bytes | None:
+    """The data message to pass on, or None to drop it. Between two hops of the same
+    protocol everything passes untouched. Channel protocols: an empty message carries no
     channel, and a v5 close-stream message means nothing to a v4 peer (v4 has no way to
     say "stdin is finished"; the stream ends when the connection does)."""
+    if from_protocol == to_protocol and from_protocol not in CHANNEL_PROTOCOLS:
+        return payload
     if not payload:
         return None
     if payload[0] == CLOSE_STREAM and to_protocol != V5:
@@ -111,226 +174,171 @@ def status_payload(message: str, *, reason: str = "InternalError", code: int = 5
     return bytes([ERROR]) + json.dumps(status).encode("utf-8")
 
 
-class Peer:
-    """One WebSocket connection of the relay, on a connected (TLS) socket.
-
-    ``server``: True when we are the server on this socket (the apiserver's side: its
-    frames are masked, ours are not); False for our client connection to the remote API
-    server. Reads happen only from the relay thread; writes from that thread too, so no
-    TLS object is ever used by two threads at once."""
-
-    def __init__(self, sock: socket.socket, *, server: bool, protocol: str, name: str) -> None:
-        self.sock = sock
-        self.server = server
-        self.protocol = protocol
-        self.name = name
-        self._parser = ws.FrameParser(expect_masked=server)
-        self._assembler = ws.MessageAssembler()
-        self.closed = False
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def has_pending(self) -> bool:
-        """Bytes already decrypted by TLS but not read by us: select() cannot see them."""
-        return isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
-
-    def receive(self) -> list[ws.Message] | None:
-        """What one read brings (maybe nothing yet: a partial frame); None at EOF."""
-        try:
-            data = self.sock.recv(RECV_SIZE)
-        except (ssl.SSLWantReadError, BlockingIOError):
-            return []
-        if not data:
-            return None
-        self._parser.feed(data)
-        messages = []
-        while True:
-            frame = self._parser.next_frame()
-            if frame is None:
-                return messages
-            message = self._assembler.add(frame)
-            if message is not None:
-                messages.append(message)
-
-    def send(self, opcode: int, payload: bytes = b"") -> None:
-        mask = None if self.server else ws.new_mask_key()
-        self.sock.sendall(ws.encode_frame(opcode, payload, mask_key=mask))
-
-    def send_close(self, code: int | None, reason: str = "") -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self.send(ws.OP_CLOSE, ws.encode_close_payload(code, reason))
-        except OSError:
-            pass
-
-    def shutdown(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+def remote_stream_error(exc: RemoteError, *, cluster_id: str, action: str = "exec") -> tuple[str, str, int]:
+    """(message, reason, code) for a stream the remote API server refused or that could
+    not reach it. 401/403 are our credentials' problem, not the user's: 500."""
+    if not exc.status:
+        return (f"remote cluster {cluster_id} is unreachable: {exc.message}", "ServiceUnavailable", 503)
+    message = exc.message or f"remote cluster {cluster_id} answered {exc.status}"
+    if exc.status in (401, 403):
+        return (f"the virtual kubelet may not {action} in remote cluster {cluster_id}: {message}", "InternalError", 500)
+    return (message, exc.reason or "BadRequest", exc.status)
 
 
-def relay(local: Peer, remote: Peer, *, stopped: Callable[[], bool] = lambda: False) -> str:
-    """Pass messages between the two peers until either closes; return why it ended.
-    Both sockets are closed afterwards."""
+# --- the WebSocket relay ----------------------------------------------------------------------
+class Activity:
+    """When data last went through a stream, for its idle timeout (0: none)."""
+
+    def __init__(self, idle_timeout: float) -> None:
+        self.idle_timeout = idle_timeout
+        self.last = time.monotonic()
+
+    def touch(self) -> None:
+        self.last = time.monotonic()
+
+    def idle(self) -> bool:
+        return bool(self.idle_timeout) and time.monotonic() - self.last >= self.idle_timeout
+
+    def wait(self) -> float:
+        if not self.idle_timeout:
+            return SELECT_INTERVAL
+        return max(0.0, min(SELECT_INTERVAL, self.idle_timeout - (time.monotonic() - self.last)))
+
+
+def relay(local: ws.Peer, remote: ws.Peer, *, stopped: Callable[[], bool] = lambda: False, idle_timeout: float = 0.0) -> str:
+    """Pass messages between the two peers until either closes, the stream is idle for
+    ``idle_timeout`` seconds, or ``stopped``; return why it ended. Both sockets are
+    closed afterwards."""
     peers = (local, remote)
+    activity = Activity(idle_timeout)
     try:
+        for peer in peers:  # messages that came with the handshake
+            other = remote if peer is local else local
+            ended = _pass_on(peer, other, peer.pending(), activity)
+            if ended:
+                return ended
         while not stopped():
-            ready: Sequence[Peer] = [peer for peer in peers if peer.has_pending()]
+            if activity.idle():
+                reason = f"idle for {activity.idle_timeout:g}s"
+                local.send_close(ws.CLOSE_NORMAL, reason)
+                remote.send_close(ws.CLOSE_NORMAL, reason)
+                return f"closed: {reason}"
+            ready: Sequence[ws.Peer] = [peer for peer in peers if peer.has_pending()]
             if not ready:
-                ready, _, _ = select.select(peers, [], [], SELECT_INTERVAL)
+                ready, _, _ = select.select(peers, [], [], activity.wait())
             for peer in ready:
                 other = remote if peer is local else local
-                ended = _relay_once(peer, other)
+                ended = _pass_on(peer, other, peer.receive(), activity)
                 if ended:
                     return ended
         local.send_close(ws.CLOSE_GOING_AWAY, "virtual kubelet stopping")
         remote.send_close(ws.CLOSE_GOING_AWAY, "virtual kubelet stopping")
         return "stopped"
     except ws.ProtocolError as exc:
-        local.send_close(exc.close_code, str(exc)[:100])
-        remote.send_close(exc.close_code, str(exc)[:100])
+        local.send_close(exc.close_code, str(exc))
+        remote.send_close(exc.close_code, str(exc))
         return f"protocol error: {exc}"
     except OSError as exc:
-        local.send_close(ws.CLOSE_ABNORMAL)
-        remote.send_close(ws.CLOSE_ABNORMAL)
+        local.send_close(ws.CLOSE_GOING_AWAY)
+        remote.send_close(ws.CLOSE_GOING_AWAY)
         return f"connection error: {exc}"
     finally:
         local.shutdown()
         remote.shutdown()
 
 
-def _relay_once(peer: Peer, other: Peer) -> str | None:
-    messages = peer.receive()
-    if messages is None:
-        other.send_close(ws.CLOSE_NORMAL)
-        return f"{peer.name} closed the connection"
+def _pass_on(peer: ws.Peer, other: ws.Peer, messages: list[ws.Message], activity: Activity) -> str | None:
     for message in messages:
-        if message.opcode == ws.OP_PING:
-            peer.send(ws.OP_PONG, message.payload)
-        elif message.opcode == ws.OP_PONG:
-            continue
-        elif message.opcode == ws.OP_CLOSE:
-            code, reason = ws.decode_close_payload(message.payload)
-            other.send_close(code, reason)
-            peer.send_close(code, reason)  # the closing handshake's answer
-            return f"{peer.name} closed the stream ({code}{': ' + reason if reason else ''})"
-        else:
-            payload = forward_payload(message.payload, to_protocol=other.protocol)
-            if payload is not None:
-                other.send(message.opcode, payload)
-    return None
+        payload = forward_payload(message.data, from_protocol=peer.protocol, to_protocol=other.protocol)
+        if payload is not None:
+            other.send(ws.Message(payload, text=message.text))
+        activity.touch()
+    if not peer.closed:
+        return None
+    code = peer.close_code or ws.CLOSE_ABNORMAL
+    other.send_close(code, peer.close_reason)
+    if code == ws.CLOSE_ABNORMAL:
+        return f"{peer.name} closed the connection"
+    return f"{peer.name} closed the stream ({code}{': ' + peer.close_reason if peer.close_reason else ''})"
 
 
-# --- the remote side ---------------------------------------------------------------------------
-@dataclass
-class RemoteStream:
-    """An open WebSocket to the remote API server (what :func:`open_remote_stream` made)."""
-
-    sock: socket.socket
-    protocol: str
-    client: Any  # kubernetes.stream.ws_client.WSClient, kept so nothing closes the socket early
-
-
-def open_remote_stream(
-    core_api: Any, endpoint: str, namespace: str, pod: str, container: str, options: StreamOptions, *, offer: str
-) -> RemoteStream:
-    """Open ``pods/exec`` or ``pods/attach`` on the remote API server with the official
-    client's WebSocket support (kubeconfig auth and TLS included) and take its socket:
-    from here on frames are read and written by :class:`Peer`. websocket-client reads
-    the handshake response byte by byte, so nothing of the stream is left buffered in
-    it when it hands over."""
-    from kubernetes.stream import stream
-
-    method = core_api.connect_get_namespaced_pod_exec if endpoint == EXEC else core_api.connect_get_namespaced_pod_attach
-    kwargs: dict[str, Any] = {
-        "container": container,
-        "stdin": options.stdin,
-        "stdout": options.stdout,
-        "stderr": options.stderr,
-        "tty": options.tty,
-        "_preload_content": False,
-        "binary": True,
-        "_headers": {"sec-websocket-protocol": offer},
-    }
-    if endpoint == EXEC:
-        kwargs["command"] = list(options.command)
-    client = stream(method, pod, namespace, **kwargs)
-    protocol = client.subprotocol or ""
-    sock = client.sock.sock
-    sock.settimeout(None)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    return RemoteStream(sock=sock, protocol=protocol, client=client)
+# --- the SPDY relay ---------------------------------------------------------------------------
+def splice(local: socket.socket, remote: socket.socket, *, leftover: bytes = b"", stopped: Callable[[], bool] = lambda: False, idle_timeout: float = 0.0) -> str:
+    """Relay bytes both ways, untouched, until either side closes, the stream is idle
+    for ``idle_timeout`` seconds, or ``stopped``. Both sockets are closed afterwards
+    (both hops are TLS, which has no portable half-close: the first EOF ends the stream,
+    as in the apiserver's own upgrade-aware proxy)."""
+    activity = Activity(idle_timeout)
+    other = {local: remote, remote: local}
+    names = {local: "apiserver", remote: "remote apiserver"}
+    try:
+        if leftover:
+            local.sendall(leftover)
+        while not stopped():
+            if activity.idle():
+                return f"closed: idle for {idle_timeout:g}s"
+            ready = [sock for sock in other if isinstance(sock, ssl.SSLSocket) and sock.pending()]
+            if not ready:
+                ready, _, _ = select.select(list(other), [], [], activity.wait())
+            for sock in ready:
+                try:
+                    data = sock.recv(ws.RECV_SIZE)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    continue
+                if not data:
+                    return f"{names[sock]} closed the connection"
+                other[sock].sendall(data)
+                activity.touch()
+        return "stopped"
+    except OSError as exc:
+        return f"connection error: {exc}"
+    finally:
+        for sock in (local, remote):
+            _close(sock)
 
 
-def remote_stream_error(exc: BaseException, *, cluster_id: str) -> tuple[str, str, int]:
-    """(message, reason, code) for an exec/attach the remote API server refused.
-
-    ``kubernetes.stream`` turns every failure into ApiException(status=0); the handshake
-    response it failed on (websocket-client's WebSocketBadStatusException, with the
-    remote metav1.Status as body) is the exception's context."""
-    cause = exc.__context__ or exc.__cause__
-    status_code = getattr(cause, "status_code", None)
-    body = getattr(cause, "resp_body", None)
-    if status_code:
-        message = ""
-        reason = ""
-        if body:
-            try:
-                parsed = json.loads(body)
-                if isinstance(parsed, dict):
-                    message = str(parsed.get("message") or "")
-                    reason = str(parsed.get("reason") or "")
-            except (ValueError, TypeError):
-                message = body.decode("utf-8", "replace").strip() if isinstance(body, bytes) else str(body)
-        message = message or f"remote cluster {cluster_id} answered {status_code}"
-        if status_code in (401, 403):
-            return (f"the virtual kubelet may not exec in remote cluster {cluster_id}: {message}", "InternalError", 500)
-        return (message, reason or "BadRequest", int(status_code))
-    detail = getattr(exc, "reason", None) or str(exc)
-    return (f"remote cluster {cluster_id} is unreachable: {detail}", "ServiceUnavailable", 503)
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 def serve_stream(
-    local_sock: socket.socket,
-    local_protocol: str,
-    open_remote: Callable[[str], RemoteStream],
+    local: ws.Peer,
+    open_remote: Callable[[list[str]], ws.Peer],
     *,
     cluster_id: str,
     description: str,
     stopped: Callable[[], bool],
+    idle_timeout: float = 0.0,
 ) -> str:
-    """After the local upgrade: connect the remote side and relay. A remote failure is
-    reported on the error channel (the connection is already a WebSocket: an HTTP error
-    can no longer be sent), which kubectl prints as the command's error."""
-    local = Peer(local_sock, server=True, protocol=local_protocol, name="apiserver")
+    """After the local upgrade of an exec/attach: connect the remote side and relay. A
+    remote failure is reported on the error channel (the connection is already a
+    WebSocket: an HTTP error can no longer be sent), which kubectl prints as the
+    command's error."""
     try:
-        remote_stream = open_remote(remote_protocol_offer(local_protocol))
-    except Exception as exc:  # the client raises ApiException, socket and SSL errors alike
+        remote = open_remote(remote_protocol_offer(local.protocol))
+    except RemoteError as exc:
         message, reason, code = remote_stream_error(exc, cluster_id=cluster_id)
         log.info("%s: remote side refused: %s", description, message)
         try:
-            local.send(ws.OP_BINARY, status_payload(message, reason=reason, code=code))
+            local.send(ws.Message(status_payload(message, reason=reason, code=code)))
         except OSError:
             pass
         local.send_close(ws.CLOSE_NORMAL)
         local.shutdown()
         return f"remote refused: {message}"
-    if remote_stream.protocol not in SUPPORTED_PROTOCOLS:
-        message = f"remote cluster {cluster_id} answered with unsupported stream protocol {remote_stream.protocol!r}"
-        local.send(ws.OP_BINARY, status_payload(message))
+    if remote.protocol not in remote_protocol_offer(local.protocol):
+        message = f"remote cluster {cluster_id} answered with unsupported stream protocol {remote.protocol!r}"
+        local.send(ws.Message(status_payload(message)))
         local.send_close(ws.CLOSE_NORMAL)
         local.shutdown()
-        Peer(remote_stream.sock, server=False, protocol="", name="remote").shutdown()
+        remote.shutdown()
         return message
-    remote = Peer(remote_stream.sock, server=False, protocol=remote_stream.protocol, name="remote apiserver")
-    log.debug("%s: relaying %s (local) <-> %s (remote)", description, local_protocol, remote_stream.protocol)
-    return relay(local, remote, stopped=stopped)
-
+    log.debug("%s: relaying %s (local) <-> %s (remote)", description, local.protocol, remote.protocol)
+    return relay(local, remote, stopped=stopped, idle_timeout=idle_timeout)

@@ -1,64 +1,61 @@
-"""RFC 6455 WebSocket framing and the server side of the opening handshake (pure).
+"""WebSocket connections of the kubelet API's relays, on ``wsproto``.
 
-Written here rather than taken from a library because the relay needs three things the
-common Python WebSocket libraries do not give together: the server handshake on a socket
-that ``http.server`` already parsed the request from, frame-level access (control frames
-answered locally, data messages passed on untouched) and the same code for the client
-side, whose connection the official Kubernetes client opens (``kubernetes.stream``). The
-protocol subset is small: no extensions (the Kubernetes channel protocols negotiate
-none), messages reassembled from fragments, control frames interleaved.
+Both hops of a stream are WebSockets: the local apiserver -> us (we are the server; the
+request was already read by ``http.server``) and us -> the remote API server (we are the
+client, on a connection of our own: vkubelet/kubeletapi/remote.py). ``wsproto`` does the
+RFC 6455 work - handshake validation, masking, fragments, close codes, UTF-8 of text
+messages - and leaves the socket to us, which the relay needs: it waits on both sockets
+in one thread and never lets two threads use one TLS object.
+
+What is ours here: header helpers that decide how a request is served (WebSocket, SPDY
+or plain), message reassembly with a size cap, and the close handshake.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
-import struct
+import socket
+import ssl
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-# RFC 6455 section 1.3.
-_ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-OP_CONTINUATION = 0x0
-OP_TEXT = 0x1
-OP_BINARY = 0x2
-OP_CLOSE = 0x8
-OP_PING = 0x9
-OP_PONG = 0xA
-_DATA_OPCODES = (OP_TEXT, OP_BINARY)
-_CONTROL_OPCODES = (OP_CLOSE, OP_PING, OP_PONG)
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+from wsproto.frame_protocol import CloseReason
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 # Close codes (RFC 6455 section 7.4.1).
-CLOSE_NORMAL = 1000
-CLOSE_GOING_AWAY = 1001
-CLOSE_PROTOCOL_ERROR = 1002
-CLOSE_NO_STATUS = 1005
-CLOSE_ABNORMAL = 1006
-CLOSE_TOO_BIG = 1009
-CLOSE_INTERNAL_ERROR = 1011
+CLOSE_NORMAL = CloseReason.NORMAL_CLOSURE.value
+CLOSE_GOING_AWAY = CloseReason.GOING_AWAY.value
+CLOSE_PROTOCOL_ERROR = CloseReason.PROTOCOL_ERROR.value
+CLOSE_ABNORMAL = CloseReason.ABNORMAL_CLOSURE.value
+CLOSE_TOO_BIG = CloseReason.MESSAGE_TOO_BIG.value
+CLOSE_INTERNAL_ERROR = CloseReason.INTERNAL_ERROR.value
 
 # A Kubernetes stream message is at most a few dozen KiB (client-go buffers 32 KiB); far
 # larger ones can only be an error or an attack, and must not make us buffer without end.
 DEFAULT_MAX_MESSAGE = 16 * 1024 * 1024
+RECV_SIZE = 64 * 1024
 
 
 class ProtocolError(Exception):
-    """The peer broke RFC 6455; ``close_code`` is what to close the connection with."""
+    """The peer broke RFC 6455 (or a limit); ``close_code`` is what to close with."""
 
     def __init__(self, message: str, close_code: int = CLOSE_PROTOCOL_ERROR) -> None:
         super().__init__(message)
         self.close_code = close_code
 
 
-# --- handshake --------------------------------------------------------------------------------
-def accept_key(client_key: str) -> str:
-    """``Sec-WebSocket-Accept`` for a ``Sec-WebSocket-Key``."""
-    digest = hashlib.sha1(client_key.strip().encode("ascii") + _ACCEPT_GUID).digest()
-    return base64.b64encode(digest).decode("ascii")
-
-
+# --- headers (pure) ---------------------------------------------------------------------------
 def offered_protocols(header_values: Iterable[str]) -> list[str]:
     """The subprotocols a client offers, in its order of preference (the header may be
     repeated and each value is a comma-separated list)."""
@@ -99,203 +96,209 @@ def is_websocket_request(headers: Mapping[str, str]) -> bool:
     return is_upgrade_request(headers) and _header_has_token(_lowered(headers).get("upgrade"), "websocket")
 
 
-def client_key(headers: Mapping[str, str]) -> str:
-    return (_lowered(headers).get("sec-websocket-key") or "").strip()
+def is_spdy_request(headers: Mapping[str, str]) -> bool:
+    """An SPDY/3.1 upgrade (client-go's SPDY executors and port-forward dialer)."""
+    return is_upgrade_request(headers) and _header_has_token(_lowered(headers).get("upgrade"), "spdy/3.1")
 
 
-def handshake_problem(method: str, headers: Mapping[str, str]) -> str | None:
-    """Why this is not a valid WebSocket opening handshake (RFC 6455 section 4.2.1),
-    or None when it is."""
-    if method != "GET":
-        return f"a WebSocket handshake must be a GET, not {method}"
-    if not is_websocket_request(headers):
-        return "not a WebSocket upgrade (Connection: Upgrade and Upgrade: websocket are required)"
-    if (_lowered(headers).get("sec-websocket-version") or "").strip() != "13":
-        return "only WebSocket version 13 is supported"
-    key = client_key(headers)
-    try:
-        if len(base64.b64decode(key, validate=True)) != 16:
-            raise ValueError
-    except ValueError:
-        return "Sec-WebSocket-Key must be 16 bytes, base64-encoded"
-    return None
+def request_bytes(request_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """The request head as it came in, rebuilt from what ``http.server`` parsed, so that
+    wsproto validates the handshake from the real request."""
+    lines = [request_line] + [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def handshake_response(client_key: str, protocol: str) -> bytes:
-    """The raw ``101 Switching Protocols`` response accepting the upgrade."""
-    lines = [
-        "HTTP/1.1 101 Switching Protocols",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        f"Sec-WebSocket-Accept: {accept_key(client_key)}",
-        f"Sec-WebSocket-Protocol: {protocol}",
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
-
-
-# --- frames -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Frame:
-    opcode: int
-    payload: bytes
-    fin: bool = True
-
-
-def mask_bytes(key: bytes, data: bytes) -> bytes:
-    """XOR ``data`` with the 4-byte masking key (masking and unmasking are the same)."""
-    if len(key) != 4:
-        raise ValueError("a masking key is 4 bytes")
-    if not data:
-        return b""
-    # One big-integer XOR instead of a Python loop per byte: ~100x faster for 32 KiB.
-    length = len(data)
-    repeated = (key * (length // 4 + 1))[:length]
-    return (int.from_bytes(data, "big") ^ int.from_bytes(repeated, "big")).to_bytes(length, "big")
-
-
-def encode_frame(opcode: int, payload: bytes = b"", *, fin: bool = True, mask_key: bytes | None = None) -> bytes:
-    """One frame. Clients must mask (``mask_key``: 4 bytes, normally random); servers
-    must not."""
-    if opcode in _CONTROL_OPCODES and (len(payload) > 125 or not fin):
-        raise ValueError("control frames carry at most 125 bytes and cannot be fragmented")
-    first = (0x80 if fin else 0) | opcode
-    length = len(payload)
-    mask_bit = 0x80 if mask_key is not None else 0
-    if length < 126:
-        header = struct.pack("!BB", first, mask_bit | length)
-    elif length < 1 << 16:
-        header = struct.pack("!BBH", first, mask_bit | 126, length)
-    else:
-        header = struct.pack("!BBQ", first, mask_bit | 127, length)
-    if mask_key is None:
-        return header + payload
-    return header + mask_key + mask_bytes(mask_key, payload)
-
-
-def new_mask_key() -> bytes:
-    return os.urandom(4)
-
-
-def encode_close_payload(code: int | None, reason: str = "") -> bytes:
-    if code is None or code in (CLOSE_NO_STATUS, CLOSE_ABNORMAL):
-        return b""  # 1005 and 1006 must never be sent on the wire (section 7.4.1)
-    data = struct.pack("!H", code) + reason.encode("utf-8")
-    return data[:125]
-
-
-def decode_close_payload(payload: bytes) -> tuple[int, str]:
-    """(code, reason) of a close frame; 1005 when it carries no code."""
-    if not payload:
-        return CLOSE_NO_STATUS, ""
-    if len(payload) == 1:
-        raise ProtocolError("a close frame payload cannot be 1 byte")
-    code = struct.unpack("!H", payload[:2])[0]
-    return code, payload[2:].decode("utf-8", "replace")
-
-
-class FrameParser:
-    """Incremental frame decoder: feed bytes as they arrive, take whole frames out.
-
-    ``expect_masked``: True on a server (client frames must be masked), False on a
-    client (server frames must not be)."""
-
-    def __init__(self, *, expect_masked: bool, max_payload: int = DEFAULT_MAX_MESSAGE) -> None:
-        self._buffer = bytearray()
-        self._expect_masked = expect_masked
-        self._max_payload = max_payload
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    def buffered(self) -> int:
-        return len(self._buffer)
-
-    def next_frame(self) -> Frame | None:
-        """The next complete frame, or None until more bytes arrive."""
-        buf = self._buffer
-        if len(buf) < 2:
-            return None
-        first, second = buf[0], buf[1]
-        if first & 0x70:
-            raise ProtocolError("reserved bits set but no extension was negotiated")
-        opcode = first & 0x0F
-        fin = bool(first & 0x80)
-        if opcode not in _DATA_OPCODES and opcode not in _CONTROL_OPCODES and opcode != OP_CONTINUATION:
-            raise ProtocolError(f"unknown opcode {opcode:#x}")
-        masked = bool(second & 0x80)
-        if masked != self._expect_masked:
-            raise ProtocolError("client frames must be masked" if self._expect_masked else "server frames must not be masked")
-        length = second & 0x7F
-        offset = 2
-        if length == 126:
-            if len(buf) < 4:
-                return None
-            length = struct.unpack_from("!H", buf, 2)[0]
-            offset = 4
-        elif length == 127:
-            if len(buf) < 10:
-                return None
-            length = struct.unpack_from("!Q", buf, 2)[0]
-            if length >> 63:
-                raise ProtocolError("the most significant bit of a 64-bit length must be 0")
-            offset = 10
-        if opcode in _CONTROL_OPCODES and (length > 125 or not fin):
-            raise ProtocolError("control frames carry at most 125 bytes and cannot be fragmented")
-        if length > self._max_payload:
-            raise ProtocolError(f"frame of {length} bytes is larger than {self._max_payload}", CLOSE_TOO_BIG)
-        key = b""
-        if masked:
-            if len(buf) < offset + 4:
-                return None
-            key = bytes(buf[offset : offset + 4])
-            offset += 4
-        if len(buf) < offset + length:
-            return None
-        payload = bytes(buf[offset : offset + length])
-        del buf[: offset + length]
-        if masked:
-            payload = mask_bytes(key, payload)
-        return Frame(opcode, payload, fin)
-
-
+# --- connections ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Message:
-    """A whole data message (fragments joined) or one control frame."""
+    """One whole data message: ``text`` for a text frame (UTF-8 checked), else binary."""
 
-    opcode: int
-    payload: bytes
-
-    @property
-    def is_control(self) -> bool:
-        return self.opcode in _CONTROL_OPCODES
+    data: bytes
+    text: bool = False
 
 
-class MessageAssembler:
-    """Joins fragmented data messages; control frames pass straight through (they may
-    arrive between the fragments of a data message)."""
+class HandshakeError(Exception):
+    """The opening handshake is invalid (server side) or was refused (client side:
+    ``status`` and ``body`` are the remote answer; status 0 = not HTTP at all)."""
 
-    def __init__(self, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
-        self._opcode: int | None = None
+    def __init__(self, message: str, *, status: int = 400, body: bytes = b"") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+NO_PROTOCOL = "none of the offered subprotocols is supported"
+
+
+def accept(request_head: bytes, protocol: str | None) -> tuple[WSConnection, bytes]:
+    """Server side of the opening handshake for a request already read off the socket:
+    (connection, the 101 response to write) accepting ``protocol``. HandshakeError(400)
+    when the request is not a valid WebSocket handshake, or (checked after it) when
+    ``protocol`` is None: nothing offered is acceptable (message :data:`NO_PROTOCOL`)."""
+    connection = WSConnection(ConnectionType.SERVER)
+    try:
+        connection.receive_data(request_head)
+        event = next(connection.events(), None)
+    except RemoteProtocolError as exc:
+        raise HandshakeError(f"invalid WebSocket handshake: {exc}") from None
+    if not isinstance(event, Request):
+        raise HandshakeError("invalid WebSocket handshake: incomplete request")
+    if protocol is None:
+        raise HandshakeError(NO_PROTOCOL)
+    return connection, connection.send(AcceptConnection(subprotocol=protocol))
+
+
+def client_handshake(sock: socket.socket, *, host: str, target: str, protocols: Sequence[str], headers: Sequence[tuple[str, str]]) -> tuple[WSConnection, str]:
+    """Client side of the opening handshake on a connected socket (blocking, bounded by
+    the socket's timeout): (connection, accepted subprotocol). Frames that arrived with
+    the ``101`` stay in the connection (:meth:`Peer.pending`). HandshakeError with the
+    remote status and body when refused."""
+    connection = WSConnection(ConnectionType.CLIENT)
+    extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    sock.sendall(connection.send(Request(host=host, target=target, subprotocols=list(protocols), extra_headers=extra)))
+    rejected: RejectConnection | None = None
+    body = b""
+    while True:
+        data = sock.recv(RECV_SIZE)
+        try:
+            connection.receive_data(data or None)
+            for event in connection.events():
+                if isinstance(event, AcceptConnection):
+                    return connection, event.subprotocol or ""
+                if isinstance(event, RejectConnection):
+                    rejected = event
+                    if not event.has_body:
+                        raise HandshakeError(f"answered {event.status_code}", status=event.status_code)
+                elif isinstance(event, RejectData):
+                    body += event.data
+                    if event.body_finished and rejected is not None:
+                        raise HandshakeError(f"answered {rejected.status_code}", status=rejected.status_code, body=body)
+        except RemoteProtocolError as exc:
+            raise HandshakeError(f"invalid handshake answer: {exc}", status=0) from None
+        if not data:
+            if rejected is not None:
+                raise HandshakeError(f"answered {rejected.status_code}", status=rejected.status_code, body=body)
+            raise HandshakeError("connection closed during the WebSocket handshake", status=0)
+
+
+class Peer:
+    """One WebSocket hop of a relay, on a connected (TLS) socket, after the handshake.
+
+    Reads and writes happen only from the relay's thread, so no TLS object is ever used
+    by two threads at once. ``receive`` returns whole messages (reassembled from
+    fragments, at most ``max_message`` bytes); pings are answered here and the close
+    handshake is completed here."""
+
+    def __init__(self, sock: socket.socket, connection: WSConnection, *, protocol: str, name: str, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
+        self.sock = sock
+        self.connection = connection
+        self.protocol = protocol
+        self.name = name
+        self.max_message = max_message
         self._parts: list[bytes] = []
         self._size = 0
-        self._max = max_message
+        self._text = False
+        # Set once the peer has closed (a close frame, EOF, or a protocol error wsproto
+        # reported as a close): ``close_code``/``close_reason`` say how.
+        self.closed = False
+        self.close_code: int | None = None
+        self.close_reason = ""
 
-    def add(self, frame: Frame) -> Message | None:
-        if frame.opcode in _CONTROL_OPCODES:
-            return Message(frame.opcode, frame.payload)
-        if frame.opcode == OP_CONTINUATION:
-            if self._opcode is None:
-                raise ProtocolError("continuation frame without a message to continue")
-        else:
-            if self._opcode is not None:
-                raise ProtocolError("new data message before the previous one was finished")
-            self._opcode = frame.opcode
-        self._parts.append(frame.payload)
-        self._size += len(frame.payload)
-        if self._size > self._max:
-            raise ProtocolError(f"message larger than {self._max} bytes", CLOSE_TOO_BIG)
-        if not frame.fin:
-            return None
-        message = Message(self._opcode, b"".join(self._parts))
-        self._opcode, self._parts, self._size = None, [], 0
-        return message
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    @property
+    def open(self) -> bool:
+        return self.connection.state == ConnectionState.OPEN
+
+    def has_pending(self) -> bool:
+        """Bytes already decrypted by TLS but not read by us: select() cannot see them."""
+        return isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+
+    def pending(self) -> list[Message]:
+        """Messages already received but not yet returned (those that came with the
+        handshake answer): select() will not wake up for them."""
+        try:
+            return self._messages()
+        except RemoteProtocolError as exc:
+            raise ProtocolError(str(exc), _close_code(exc)) from None
+
+    def receive(self) -> list[Message]:
+        """The whole messages one read brings (maybe none yet). Check ``closed`` after
+        passing them on: the same read may also have brought the peer's close."""
+        if self.closed or self.connection.state == ConnectionState.CLOSED:
+            self.closed = True
+            return []
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return []
+        try:
+            self.connection.receive_data(data or None)
+            return self._messages()
+        except RemoteProtocolError as exc:
+            raise ProtocolError(str(exc), _close_code(exc)) from None
+
+    def _messages(self) -> list[Message]:
+        messages: list[Message] = []
+        for event in self.connection.events():
+            if isinstance(event, (BytesMessage, TextMessage)):
+                chunk = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)
+                self._size += len(chunk)
+                if self._size > self.max_message:
+                    raise ProtocolError(f"message larger than {self.max_message} bytes", CLOSE_TOO_BIG)
+                self._parts.append(chunk)
+                self._text = isinstance(event, TextMessage)
+                if event.message_finished:
+                    messages.append(Message(b"".join(self._parts), text=self._text))
+                    self._parts, self._size = [], 0
+            elif isinstance(event, Ping):
+                self._write(self.connection.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                self.close_code, self.close_reason = event.code, event.reason or ""
+                if self.connection.state == ConnectionState.REMOTE_CLOSING:
+                    self._write(self.connection.send(event.response()))
+                elif self.connection.state == ConnectionState.OPEN:
+                    # wsproto found a protocol error (bad UTF-8 in a text message, a bad
+                    # close code, ...) and reports it as this close: we send it.
+                    self.send_close(event.code, event.reason or "")
+                self.closed = True
+                return messages
+        return messages
+
+    def send(self, message: Message) -> None:
+        event = TextMessage(data=message.data.decode("utf-8")) if message.text else BytesMessage(data=message.data)
+        self._write(self.connection.send(event))
+
+    def send_close(self, code: int, reason: str = "") -> None:
+        """Start (or complete) the closing handshake; a no-op once closing."""
+        if self.connection.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
+            return
+        if code in (CLOSE_ABNORMAL, 1005, 1015):
+            code = CLOSE_GOING_AWAY  # reserved: never sent on the wire (RFC 6455 7.4.1)
+        try:
+            self._write(self.connection.send(CloseConnection(code=code, reason=reason[:100] or None)))
+        except (OSError, LocalProtocolError):
+            pass
+
+    def _write(self, data: bytes) -> None:
+        if data:
+            self.sock.sendall(data)
+
+    def shutdown(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def _close_code(exc: RemoteProtocolError) -> int:
+    hint = getattr(exc, "event_hint", None)
+    code = getattr(hint, "code", None)
+    return int(code) if code else CLOSE_PROTOCOL_ERROR
+
+
