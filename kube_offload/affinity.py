@@ -13,7 +13,8 @@ to say which nodes a pod's affinity allows.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from kube_offload import constants as c
 from kube_offload.policy import NamespacePolicy
@@ -66,8 +67,28 @@ def _fields_identity(term: dict) -> frozenset:
     return frozenset(_expression_identity(f) for f in term.get("matchFields") or ())
 
 
+@dataclass(frozen=True)
+class PolicyTerms:
+    """A policy's nodeSelectorTerms with the identity of each expression worked out once:
+    the webhook keeps one per namespace policy, so an admission only computes the
+    identities of the pod's own expressions."""
+
+    terms: tuple[dict, ...]
+    identities: tuple[list[tuple[Any, Any]], ...]
+    sets: tuple[frozenset, ...]
+
+    @classmethod
+    def of(cls, terms: Sequence[dict]) -> PolicyTerms:
+        identities = tuple(_identities(t.get("matchExpressions")) for t in terms)
+        return cls(
+            terms=tuple(terms),
+            identities=identities,
+            sets=tuple(frozenset(identity for identity, _ in p) for p in identities),
+        )
+
+
 def merge_required_terms(
-    user_terms: list[dict] | None, policy_terms: list[dict]
+    user_terms: list[dict] | None, policy_terms: Sequence[dict] | PolicyTerms
 ) -> list[dict]:
     """Cross product of the pod's required terms with the policy's (new lists and terms;
     expression objects are shared, never modified).
@@ -78,10 +99,10 @@ def merge_required_terms(
     expressions within a term and identical terms (expressions compared as sets) are
     kept once.
     """
+    index = policy_terms if isinstance(policy_terms, PolicyTerms) else PolicyTerms.of(policy_terms)
     if not user_terms:
-        return [_copy_term(t) for t in policy_terms]
-    policy = [_identities(t.get("matchExpressions")) for t in policy_terms]
-    policy_sets = [frozenset(identity for identity, _ in p) for p in policy]
+        return [_copy_term(t) for t in index.terms]
+    policy, policy_sets = index.identities, index.sets
     merged: list[dict] = []
     seen: set = set()
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from kube_offload import constants as c
 from kube_offload.affinity import (
+    PolicyTerms,
     merge_required_terms,
     policy_node_terms,
     virtual_node_toleration,
@@ -79,14 +80,17 @@ def _same_toleration(existing: Any, wanted: dict) -> bool:
     )
 
 
+_TOLERATION = virtual_node_toleration()
+
+
 def _toleration_ops(spec: dict) -> list[dict]:
-    wanted = virtual_node_toleration()
+    wanted = _TOLERATION
     existing = _sequence(spec.get("tolerations"), "spec.tolerations")
     if existing is None:
-        return [{"op": "add", "path": "/spec/tolerations", "value": [wanted]}]
+        return [{"op": "add", "path": "/spec/tolerations", "value": [dict(wanted)]}]
     if any(_same_toleration(t, wanted) for t in existing):
         return []
-    return [{"op": "add", "path": "/spec/tolerations/-", "value": wanted}]
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": dict(wanted)}]
 
 
 def _check_terms(terms: list) -> None:
@@ -99,7 +103,7 @@ def _check_terms(terms: list) -> None:
             _sequence(term.get(field), f"{base}[{i}].{field}")
 
 
-def _affinity_ops(spec: dict, policy_terms: list[dict]) -> list[dict]:
+def _affinity_ops(spec: dict, policy_terms: PolicyTerms) -> list[dict]:
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     node_affinity = _mapping((affinity or {}).get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = _mapping(
@@ -142,6 +146,26 @@ def _scheduler_ops(spec: dict, scheduler_name: str | None) -> list[dict]:
     return [{"op": op, "path": "/spec/schedulerName", "value": scheduler_name}]
 
 
+# What the patch takes from a policy, worked out once per policy object: the webhook's
+# namespace cache hands out the same NamespacePolicy until the namespace changes. Keyed by
+# identity (hashing a policy costs more than the lookup saves); the entry keeps the policy
+# alive so that its id cannot be reused while the entry exists.
+_POLICY_TERMS: dict[int, tuple[NamespacePolicy, PolicyTerms | None]] = {}
+_POLICY_TERMS_MAX = 4096
+
+
+def _policy_terms(policy: NamespacePolicy) -> PolicyTerms | None:
+    entry = _POLICY_TERMS.get(id(policy))
+    if entry is not None and entry[0] is policy:
+        return entry[1]
+    terms = policy_node_terms(policy)
+    index = None if terms is None else PolicyTerms.of(terms)
+    if len(_POLICY_TERMS) >= _POLICY_TERMS_MAX:
+        _POLICY_TERMS.clear()  # only when namespaces churn; a refill is cheap
+    _POLICY_TERMS[id(policy)] = (policy, index)
+    return index
+
+
 def mutate_pod(
     pod: dict, policy: NamespacePolicy, *, scheduler_name: str | None
 ) -> list[dict]:
@@ -159,7 +183,7 @@ def mutate_pod(
     ops: list[dict] = []
     if policy.placement in (c.PLACEMENT_REMOTE, c.PLACEMENT_LOCAL_AND_REMOTE):
         ops += _toleration_ops(spec)
-    policy_terms = policy_node_terms(policy)
+    policy_terms = _policy_terms(policy)
     if policy_terms is not None:
         ops += _affinity_ops(spec, policy_terms)
     ops += _scheduler_ops(spec, scheduler_name)
