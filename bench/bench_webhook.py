@@ -1,8 +1,9 @@
 """Benchmark of the admission webhook over HTTPS (a script, not a test: it never fails on
 time, it prints figures).
 
-It starts the production server stack (gunicorn, gthread worker, TLS, one worker process)
-with the bench-only ``POST /echo`` route enabled and a static in-memory namespace source
+It starts the production server stack (gunicorn, gthread workers, TLS, the default number
+of worker processes with shared metrics and readiness) with the bench-only ``POST /echo``
+route enabled and a static in-memory namespace source
 holding one offloaded namespace, then drives it from separate client processes, each with
 one keep-alive HTTPS connection:
 
@@ -47,7 +48,7 @@ from kube_offload import constants as c
 from kube_offload.admission import build_review
 from webhook.namespace_cache import StaticNamespaceSource
 from webhook.server import serve
-from webhook.settings import ServerSettings, WebhookSettings
+from webhook.settings import DEFAULT_THREADS, DEFAULT_WORKERS, ServerSettings, WebhookSettings
 
 HOST = "127.0.0.1"
 NAMESPACE = {
@@ -301,8 +302,9 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=4, help="client processes (one keep-alive connection each)")
-    parser.add_argument("--workers", type=int, default=1, help="server worker processes (production default: 1)")
-    parser.add_argument("--threads", type=int, default=8, help="server gthread threads per worker")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"server worker processes (production default: {DEFAULT_WORKERS})")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="server gthread threads per worker")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each closed-loop round (2 rounds per route)")
     parser.add_argument("--rate", type=float, default=1000.0, help="fixed request rate")
     parser.add_argument("--low-rate", type=float, default=500.0,

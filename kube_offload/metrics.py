@@ -4,8 +4,8 @@ Each app gets its own :class:`~prometheus_client.CollectorRegistry` rather than 
 process-global one, so tests and benchmarks can build many apps in one process without
 "Duplicated timeseries" errors, and ``/metrics`` shows only that app's series.
 
-Series are per process: the components run one gunicorn worker (see webhook/server.py),
-so no multiprocess collector is needed.
+Series are per process. The webhook runs several gunicorn workers and merges their
+series at scrape time (multiprocess mode, kube_offload/workers.py); the extender runs one.
 """
 
 from __future__ import annotations

@@ -45,6 +45,8 @@ class GunicornServer(BaseApplication):
             "proc_name": self._proc_name,
             "preload_app": False,
             "worker_exit": lambda _arbiter, _worker: self.worker_exit(),
+            "child_exit": lambda _arbiter, worker: self.child_exit(worker.pid),
+            "on_exit": lambda _arbiter: self.stopped(),
         }
         # gunicorn >= 25 opens a control socket at one fixed per-user path
         # ($HOME/.gunicorn/gunicorn.ctl): the webhook, the extender and test servers on one
@@ -60,3 +62,9 @@ class GunicornServer(BaseApplication):
 
     def worker_exit(self) -> None:
         """Stop what :meth:`load` started in this worker."""
+
+    def child_exit(self, pid: int) -> None:
+        """In the arbiter: worker ``pid`` has exited (crashed, timed out or stopped)."""
+
+    def stopped(self) -> None:
+        """In the arbiter, once every worker has stopped: clean up what it shared."""

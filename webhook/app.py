@@ -16,7 +16,8 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from kube_offload.metrics import HttpMetrics, exposition, state_gauge
+from kube_offload.metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
+from kube_offload.workers import FunctionGauge, WorkerGroup
 from kube_offload.admission import (
     AdmissionRequest,
     BadRequest,
@@ -44,17 +45,40 @@ def _status(code: int, reason: str, message: str) -> Response:
     return _json(code, error_status(code, reason, message))
 
 
-def create_app(settings: WebhookSettings, *, namespace_source: NamespaceSource) -> Flask:
+SYNCED_DOC = "1 once the namespace cache has synced (in every worker: the webhook is ready), else 0."
+
+
+def create_app(
+    settings: WebhookSettings, *, namespace_source: NamespaceSource, workers: WorkerGroup | None = None
+) -> Flask:
+    """The app of one process; with ``workers`` (the server's worker group) readiness and
+    metrics are those of every worker of the server together."""
     app = Flask("kube-offload-webhook")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     metrics = HttpMetrics.create("webhook")
-    state_gauge(
-        metrics.registry,
-        "webhook",
-        "namespace_cache_synced",
-        "1 once the namespace cache has synced (the webhook is ready), else 0.",
-        lambda: 1.0 if namespace_source.ready() else 0.0,
-    )
+    if workers is None:
+
+        def ready() -> bool:
+            return namespace_source.ready()
+
+        state_gauge(
+            metrics.registry, "webhook", "namespace_cache_synced", SYNCED_DOC, lambda: 1.0 if ready() else 0.0
+        )
+
+        def metrics_text() -> tuple[bytes, str]:
+            return exposition(metrics.registry)
+
+    else:
+
+        def ready() -> bool:
+            return workers.ready(namespace_source.ready)
+
+        synced = FunctionGauge(
+            f"{NAMESPACE}_webhook_namespace_cache_synced", SYNCED_DOC, lambda: 1.0 if ready() else 0.0
+        )
+
+        def metrics_text() -> tuple[bytes, str]:
+            return workers.exposition([synced])
 
     def admit(endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> Response:
         started = time.perf_counter()
@@ -107,13 +131,13 @@ def create_app(settings: WebhookSettings, *, namespace_source: NamespaceSource) 
 
     @app.get("/readyz")
     def readyz() -> Response:
-        if namespace_source.ready():
+        if ready():
             return Response("ok\n", mimetype="text/plain")
         return Response("namespace cache not synced yet\n", status=503, mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_route() -> Response:
-        body, content_type = exposition(metrics.registry)
+        body, content_type = metrics_text()
         return Response(body, content_type=content_type)
 
     if settings.enable_echo:

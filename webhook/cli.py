@@ -42,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="set spec.schedulerName of mutated pods that use the default scheduler "
                   "(e.g. the scheduler profile that calls the kube-offload extender); unset: leave it")
     add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
-             help="gunicorn worker processes; each has its own namespace cache and metrics, "
-                  "so keep 1 unless measuring")
+             help="gunicorn worker processes (each uses one core at most); each watches namespaces "
+                  "for its own cache, while /readyz and /metrics speak for all of them")
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
              help="request threads per worker")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS,

@@ -1,15 +1,16 @@
 """Serve the webhook app with gunicorn over TLS, started from Python (no gunicorn CLI).
 
-Process model: by default ONE worker process with several gthread threads. The namespace
-cache (a watch on every namespace) and the Prometheus metrics live in the process that
-answers; with N workers there would be N watches on the apiserver, N caches that sync at
-different moments (a worker could answer before its cache is ready) and N disjoint sets
-of metrics. An admission costs well under a millisecond of CPU, so one process is not
-the bottleneck at the rates an apiserver sends (see docs/performance.md); threads cover
-the rare blocking moment (a GET on a cache miss). ``--workers`` exists for experiments,
-with those caveats.
+Process model: several worker processes (2 by default), each with gthread threads. One
+worker is one core at most (the GIL), and the TLS and HTTP stack costs more CPU per
+admission than the admission itself, so one worker saturates below the rates a busy
+apiserver sends (docs/performance.md). Each worker holds its own namespace cache (a
+watch on every namespace: small), but the pod still has one readiness and one set of
+metrics (:mod:`kube_offload.workers`): ``/readyz`` answers 200 only once every worker's
+cache has synced, and ``/metrics`` merges the counters of all workers through
+prometheus-client's multiprocess mode, whichever worker answers the scrape. Threads
+cover the rare blocking moment (a GET on a cache miss).
 
-The cache is created and started inside the worker, after the fork (``load`` runs there
+The cache is created and started inside each worker, after the fork (``load`` runs there
 because the app is not preloaded): threads do not survive ``fork()``, so a watch started
 in the arbiter would be dead in the worker.
 """
@@ -20,9 +21,11 @@ import gc
 import logging
 import os
 import ssl
+import threading
 from typing import Any, Callable
 
 from kube_offload.serving import GunicornServer
+from kube_offload.workers import WorkerGroup
 
 from webhook.app import create_app
 from webhook.namespace_cache import NamespaceSource
@@ -35,20 +38,29 @@ SourceFactory = Callable[[], NamespaceSource]
 
 class WebhookServer(GunicornServer):
     def __init__(
-        self, server: ServerSettings, app_settings: WebhookSettings, source_factory: SourceFactory
+        self,
+        server: ServerSettings,
+        app_settings: WebhookSettings,
+        source_factory: SourceFactory,
+        workers: WorkerGroup,
     ) -> None:
         self._app_settings = app_settings
         self._source_factory = source_factory
         self._source: Any = None
+        self._workers = workers
+        self._stopping = threading.Event()
         super().__init__(server, proc_name="kube-offload-webhook")
 
     def load(self) -> Any:
+        # Before the app creates its metrics: they must write to the shared directory.
+        self._workers.enable_shared_metrics()
         source = self._source_factory()
         start = getattr(source, "start", None)
         if callable(start):
             start()
         self._source = source
-        app = create_app(self._app_settings, namespace_source=source)
+        self._workers.mark_ready_when(source.ready, self._stopping)
+        app = create_app(self._app_settings, namespace_source=source, workers=self._workers)
         # Everything allocated so far (Flask, the kubernetes client's models ...) lives as
         # long as the worker: keep it out of the collector's full passes, whose pause
         # would otherwise land on some admission's latency.
@@ -57,9 +69,16 @@ class WebhookServer(GunicornServer):
         return app
 
     def worker_exit(self) -> None:
+        self._stopping.set()
         stop = getattr(self._source, "stop", None)
         if callable(stop):
             stop()
+
+    def child_exit(self, pid: int) -> None:
+        self._workers.worker_exited(pid)
+
+    def stopped(self) -> None:
+        self._workers.close()
 
 
 def check_tls_files(server: ServerSettings) -> None:
@@ -84,9 +103,9 @@ def serve(server: ServerSettings, app_settings: WebhookSettings, source_factory:
     """Run until SIGTERM/SIGINT. ``source_factory`` is called in the worker process; it
     must be picklable when this runs in a spawned process (a function or partial)."""
     check_tls_files(server)
-    if server.workers > 1:
-        log.warning(
-            "%d workers: each has its own namespace cache and its own /metrics",
-            server.workers,
-        )
-    WebhookServer(server, app_settings, source_factory).run()
+    workers = WorkerGroup.create(server.workers, component="webhook")
+    log.info("%d workers; shared metrics and readiness in %s", server.workers, workers.directory)
+    try:
+        WebhookServer(server, app_settings, source_factory, workers).run()
+    finally:
+        workers.close()  # also when gunicorn exits before its on_exit hook

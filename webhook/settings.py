@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_BIND = "0.0.0.0:8443"
-# One process, several threads: see webhook/server.py for why.
-DEFAULT_WORKERS = 1
+# Several processes (one is one core at most), each with threads: see webhook/server.py.
+DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 8
 
 

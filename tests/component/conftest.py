@@ -13,7 +13,8 @@ Generic (the extender's HTTP tests use them too):
 Webhook-specific:
 
 * ``webhook_server`` (session): the webhook over HTTPS with a static namespace source
-  holding ``WEBHOOK_NAMESPACES``; a :class:`RunningWebhook`.
+  holding ``WEBHOOK_NAMESPACES``, returned once every worker is ready; a
+  :class:`RunningWebhook`.
 * ``start_webhook``: a factory ``start_webhook(source_factory, enable_echo=False)`` for a
   webhook with another namespace source, stopped after the test.
 
@@ -246,7 +247,9 @@ class RunningWebhook:
     process: ServerProcess
 
 
-def _start_webhook(tls: TlsFiles, source_factory: Callable[[], Any], *, enable_echo: bool) -> RunningWebhook:
+def _start_webhook(
+    tls: TlsFiles, source_factory: Callable[[], Any], *, enable_echo: bool, ready_path: str = "/healthz"
+) -> RunningWebhook:
     port = free_port()
     process = start_https_server(
         run_webhook,
@@ -255,6 +258,7 @@ def _start_webhook(tls: TlsFiles, source_factory: Callable[[], Any], *, enable_e
         source_factory,
         port=port,
         ca_cert=tls.ca_cert,
+        ready_path=ready_path,
         target_kwargs={"enable_echo": enable_echo},
     )
     return RunningWebhook(process.base_url, tls.ca_cert, WEBHOOK_SCHEDULER_NAME, WEBHOOK_NAMESPACES, process)
@@ -267,8 +271,9 @@ def webhook_server(tls_files: TlsFiles):
 
     from webhook.namespace_cache import StaticNamespaceSource
 
+    # /readyz: every worker is up with its (static, always synced) source.
     running = _start_webhook(
-        tls_files, functools.partial(StaticNamespaceSource, WEBHOOK_NAMESPACES), enable_echo=False
+        tls_files, functools.partial(StaticNamespaceSource, WEBHOOK_NAMESPACES), enable_echo=False, ready_path="/readyz"
     )
     yield running
     running.process.stop()

@@ -7,6 +7,7 @@ import base64
 import copy
 import json
 import re
+import time
 from pathlib import Path
 
 import jsonpatch
@@ -322,7 +323,13 @@ def test_readyz_is_503_until_the_namespace_cache_syncs(start_webhook, tmp_path: 
     assert response.status_code == 503 and "not synced" in response.text
     assert "kube_offload_webhook_namespace_cache_synced 0.0" in requests.get(server.base_url + "/metrics", verify=verify, timeout=5).text
     gate.touch()
-    assert requests.get(server.base_url + "/readyz", verify=verify, timeout=5).status_code == 200
+    # Every worker must see its cache synced; the pod is ready within a poll period of the
+    # last one (kube_offload.workers.SYNC_POLL_SECONDS), once all workers have booted.
+    deadline = time.monotonic() + 10
+    while requests.get(server.base_url + "/readyz", verify=verify, timeout=5).status_code != 200:
+        assert time.monotonic() < deadline, "/readyz still 503 10 s after the caches synced"
+        time.sleep(0.05)
+    assert "kube_offload_webhook_namespace_cache_synced 1.0" in requests.get(server.base_url + "/metrics", verify=verify, timeout=5).text
     # This server also has the bench-only echo route.
     body = json.dumps(build_review(pod("x"))).encode()
     echoed = requests.post(server.base_url + "/echo", data=body, verify=verify, timeout=5)

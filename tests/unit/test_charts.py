@@ -921,3 +921,22 @@ def test_rendered_remote_chart(helm: Helm) -> None:
     assert one(docs, "ClusterRoleBinding", "kube-offload-enforcer")["roleRef"]["name"] == "kube-offload-enforcer"
     with pytest.raises(RenderError, match="needs a name"):
         render(helm, REMOTE, {"consumers": [{}]})
+
+
+def test_rendered_webhook_runs_several_workers_sharing_a_writable_directory(
+    helm: Helm, rendered_local: list[dict[str, Any]]
+) -> None:
+    """Several workers by default (the CLI's default too), and the directory where they
+    share metrics and readiness is a writable emptyDir under the read-only root."""
+    from kube_offload.workers import ENV_DIRECTORY
+    from webhook.settings import DEFAULT_WORKERS
+
+    pod = one(rendered_local, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert parse_component_args(container["args"]).workers == DEFAULT_WORKERS >= 2
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    [directory] = [e["value"] for e in container["env"] if e["name"] == ENV_DIRECTORY]
+    assert "emptyDir" in _mount_of(pod, container, directory + "/ready-1")
+    docs = render(helm, LOCAL, {"webhook": {"workers": 4}})
+    container = one(docs, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]["containers"][0]
+    assert parse_component_args(container["args"]).workers == 4
