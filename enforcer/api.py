@@ -19,6 +19,7 @@ from kube_offload.kube import ApiError, call_json
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class EnforcerApi(Protocol):
@@ -32,6 +33,8 @@ class EnforcerApi(Protocol):
     def get_pod(self, namespace: str, name: str) -> dict | None: ...
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+
+    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict: ...
 
     def patch_shadowpod_status(self, namespace: str, name: str, status: dict, resource_version: str) -> dict: ...
 
@@ -103,6 +106,18 @@ class KubeEnforcerApi:
             if exc.conflict:  # precondition failed: that UID is already gone
                 return
             raise
+
+    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
+        """A strategic merge patch: containers merge by name, so an image change names
+        only its container (kube_offload.pod_updates.pod_patch)."""
+        return call_json(
+            raw_request,
+            self._api_client,
+            "PATCH",
+            f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}",
+            body=patch,
+            content_type=STRATEGIC_MERGE_PATCH,
+        )
 
     def create_event(self, namespace: str, event: dict) -> dict:
         return call_json(raw_request, self._api_client, "POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=event)

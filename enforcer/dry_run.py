@@ -4,7 +4,9 @@ would accept the very Pod the enforcer is going to create, with a server-side dr
 stored). Pod Security admission at the namespace's level, LimitRanges, ResourceQuotas,
 other admission webhooks and the Pod's own validation then decide everything the static
 rules (:mod:`enforcer.validation`) do not spell out, exactly as they will for the real
-create.
+create. When the ShadowPod already runs a pod, the in-place update the enforcer would make
+of that pod is dry-run too (``PATCH .../pods/<name>?dryRun=All``), so a change the
+provider would refuse for a running pod is refused with the ShadowPod update itself.
 
 :func:`verdict` turns the API server's answer into the webhook's decision (pure):
 a refusal keeps the API server's reason with its own noise stripped and the Pod's field
@@ -22,16 +24,17 @@ from urllib.parse import quote
 
 from kubernetes import client
 
-from enforcer.api import raw_request
+from enforcer.api import STRATEGIC_MERGE_PATCH, raw_request
 from kube_offload.admission import Decision
 from kube_offload.kube import ApiError, call_json
-from kube_offload.shadowpod import InvalidShadowPod, build_pod
+from kube_offload.shadowpod import InvalidShadowPod, PodFate, build_pod, is_owned_by, pod_fate, pod_update
 
 # Connect and read timeouts of the dry run. The apiserver gives this webhook 10 s in all
 # (timeoutSeconds); the dry run must leave time for the answer to travel back.
 DRY_RUN_TIMEOUT: tuple[float, float] = (2.0, 6.0)
 # What a ShadowPod field is called in a Pod: the template's spec and metadata.
 _POD_FIELD = re.compile(r"(?<![\w.\[])(spec|metadata)(?=[.\[:]|$)")
+_RBAC_PODS = re.compile(r'cannot (?:create|get|patch) resource "pods"')
 _NOISE = re.compile(r'^(?:pods?|Pod) "[^"]*" is (?:forbidden|invalid): ', re.IGNORECASE)
 
 
@@ -59,6 +62,35 @@ def dry_run_create(api_client: client.ApiClient, namespace: str, pod: dict) -> N
     )
 
 
+def dry_run_patch(api_client: client.ApiClient, namespace: str, name: str, patch: dict) -> None:
+    """Raises :class:`ApiError` when the API server would not apply ``patch`` (a
+    strategic merge patch) to the running pod."""
+    call_json(
+        raw_request,
+        api_client,
+        "PATCH",
+        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}?dryRun=All",
+        body=patch,
+        content_type=STRATEGIC_MERGE_PATCH,
+        _request_timeout=DRY_RUN_TIMEOUT,
+    )
+
+
+def get_pod(api_client: client.ApiClient, namespace: str, name: str) -> dict | None:
+    try:
+        return call_json(
+            raw_request,
+            api_client,
+            "GET",
+            f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}",
+            _request_timeout=DRY_RUN_TIMEOUT,
+        )
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+
+
 def check(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any]) -> Decision:
     try:
         pod = pod_for(shadowpod)
@@ -67,12 +99,46 @@ def check(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, 
     try:
         dry_run_create(api_client, namespace, pod)
     except ApiError as exc:
+        decision = verdict(exc)
+        if not decision.allowed:
+            return decision
+    return check_update(api_client, namespace, shadowpod)
+
+
+def check_update(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any]) -> Decision:
+    """When the ShadowPod already has a running pod, the change must also be one the
+    provider accepts for that pod in place (kube_offload.pod_updates): the patch the
+    enforcer would send is dry-run. Refused here, the consumer hears it at once and the
+    ShadowPod keeps a template its pod can follow (and that a recreated pod would be
+    made from)."""
+    name = str((shadowpod.get("metadata") or {}).get("name") or "")
+    if not name:
+        return Decision.allow()
+    try:
+        existing = get_pod(api_client, namespace, name)
+    except ApiError as exc:
         return verdict(exc)
+    if existing is None or not is_owned_by(existing, shadowpod) or pod_fate(existing) is not PodFate.ACTIVE:
+        return Decision.allow()  # nothing running to update: the create dry run decided
+    try:
+        patch = pod_update(shadowpod, existing)
+    except InvalidShadowPod as exc:
+        return Decision.deny(422, "Invalid", f"{exc}")
+    if patch is None:
+        return Decision.allow()
+    # The resourceVersion was read just now; a dry run conditional on it would only
+    # fail on a status update of the pod racing this check.
+    patch["metadata"].pop("resourceVersion", None)
+    try:
+        dry_run_patch(api_client, namespace, name, patch)
+    except ApiError as exc:
+        return verdict(exc, update=True)
     return Decision.allow()
 
 
-def verdict(error: ApiError) -> Decision:
-    """The webhook's answer for a dry run that failed with ``error``."""
+def verdict(error: ApiError, *, update: bool = False) -> Decision:
+    """The webhook's answer for a dry run that failed with ``error`` (``update``: the dry
+    run of the in-place update of the running pod)."""
     if error.already_exists:
         # Storage checks the name last, after admission and validation passed: the Pod is
         # acceptable, and its name is the enforcer's business (an old pod still
@@ -85,7 +151,8 @@ def verdict(error: ApiError) -> Decision:
             f"could not verify the ShadowPod with a dry run of its Pod ({_describe(error)}); retry later",
         )
     code, reason = (403, "Forbidden") if error.status == 403 else (422, "Invalid")
-    return Decision.deny(code, reason, f"the provider would refuse this Pod: {pod_message(error)}")
+    what = "this update of the running Pod" if update else "this Pod"
+    return Decision.deny(code, reason, f"the provider would refuse {what}: {pod_message(error)}")
 
 
 def pod_message(error: ApiError) -> str:
@@ -107,7 +174,7 @@ def _shadowpod_path(text: str) -> str:
 
 def _rbac_refusal(error: ApiError) -> bool:
     """A 403 for the enforcer's own missing permission (its RBAC), not the Pod's fault."""
-    return 'cannot create resource "pods"' in (error.message or "")
+    return _RBAC_PODS.search(error.message or "") is not None
 
 
 def _describe(error: ApiError) -> str:

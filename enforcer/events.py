@@ -25,6 +25,8 @@ REASON_CREATE_FAILED = "PodCreationFailed"
 REASON_DELETED_EXTRA = "ExtraPodDeleted"
 REASON_NAME_TAKEN = "PodNameTaken"
 REASON_INVALID = "InvalidShadowPod"
+REASON_UPDATED = "PodUpdated"
+REASON_UPDATE_REFUSED = "PodUpdateRefused"
 
 
 class EventRecorder(events.EventRecorder):

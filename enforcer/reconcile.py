@@ -1,4 +1,5 @@
-"""Reconcile one ShadowPod: exactly one Pod, replaced at once when it is lost.
+"""Reconcile one ShadowPod: exactly one Pod, replaced at once when it is lost, and
+changed in place when the ShadowPod's template changes in what a running pod may change.
 
 The decision is :func:`kube_offload.shadowpod.plan` (pure, table-tested); this module
 reads the caches, carries the plan out against the API server and turns every API
@@ -16,18 +17,24 @@ from typing import Protocol
 from enforcer import events
 from enforcer.api import EnforcerApi
 from enforcer.events import EventRecorder
+from enforcer.dry_run import pod_message
 from enforcer.podindex import PodIndex
+from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE
 from kube_offload.controller import PermanentError, Requeue
 from kube_offload.kube import ApiError, split_key
 from kube_offload.logs import ObjectLogger
+from kube_offload.pod_updates import describe_patch
 from kube_offload.shadowpod import (
     Action,
     InvalidShadowPod,
+    PodFate,
     build_pod,
     controller_ref,
     describe_end,
     is_owned_by,
     plan,
+    pod_fate,
+    pod_update,
     status_changed,
     status_from_pod,
     status_without_pod,
@@ -39,6 +46,10 @@ TERMINATING_RECHECK_SECONDS = 2.0
 # After a write was refused because the cache is behind: the informer is about to
 # deliver the newer object, look again shortly after.
 STALE_CACHE_RECHECK_SECONDS = 0.5
+# How a provider refuses a pod update itself (Forbidden: an admission policy or webhook;
+# Invalid: the pod's own validation; BadRequest: a webhook's odd answer), as opposed to
+# trouble of the server or the network, which is retried.
+UPDATE_REFUSAL_CODES = frozenset({400, 403, 422})
 # A pod of that name that the enforcer does not own blocks the ShadowPod; poll for it to go.
 NAME_TAKEN_RECHECK_SECONDS = 30.0
 
@@ -64,6 +75,9 @@ class Reconciler:
         self._index = index
         self._api = api
         self._recorder = recorder
+        # ShadowPod key -> the applied-template record of an update the provider refused:
+        # not tried again (at every pod event) until the template changes.
+        self._refused_updates: dict[str, str] = {}
 
     def __call__(self, key: str) -> None:
         namespace, name = split_key(key)
@@ -73,6 +87,7 @@ class Reconciler:
         shadowpod = self._shadowpods.get(key)
         pods = [p for p in (self._pods.get(k) for k in self._index.pods_of(key)) if p is not None]
         if shadowpod is None:
+            self._refused_updates.pop(key, None)
             # The garbage collector deletes these through the owner reference; this is
             # the safety net for when it cannot (no kube-controller-manager, say).
             self._delete_orphans(namespace, name, pods, logger)
@@ -98,6 +113,7 @@ class Reconciler:
         if decision.action is Action.MIRROR:
             assert decision.pod is not None
             self._write_status(shadowpod, status_from_pod(shadowpod, decision.pod), logger)
+            self._update_in_place(shadowpod, decision.pod, logger)
         elif decision.action is Action.WAIT:
             raise Requeue(TERMINATING_RECHECK_SECONDS, f"pod {name} is still terminating")
         elif decision.action is Action.CREATE:
@@ -138,6 +154,48 @@ class Reconciler:
         logger.info("%s", message)
         self._recorder.record(shadowpod, events.NORMAL, reason, message)
         self._write_status(shadowpod, status_from_pod(shadowpod, created), logger)
+
+    def _update_in_place(self, shadowpod: dict, pod: dict, logger: logging.LoggerAdapter) -> None:
+        """A changed template (labels, annotations, images, activeDeadlineSeconds,
+        tolerations: what a running pod may change) reaches the running pod by a patch,
+        never by recreating it (kube_offload.pod_updates). A provider that refuses the
+        patch (an admission policy, the pod's own validation) leaves the pod running as
+        it was; the refusal is a Warning Event on the ShadowPod, which the consumer's
+        virtual kubelet shows on its local pod."""
+        if pod_fate(pod) is not PodFate.ACTIVE:
+            return  # a finished run is mirrored, not changed
+        try:
+            patch = pod_update(shadowpod, pod)
+        except InvalidShadowPod:
+            return
+        if patch is None:
+            return
+        key = f"{shadowpod['metadata']['namespace']}/{shadowpod['metadata']['name']}"
+        applied = patch["metadata"]["annotations"][ANNOTATION_APPLIED_TEMPLATE]
+        if self._refused_updates.get(key) == applied:
+            return
+        meta = pod["metadata"]
+        what = describe_patch(patch)
+        try:
+            self._api.patch_pod(meta["namespace"], meta["name"], patch)
+        except ApiError as exc:
+            if exc.not_found:
+                return  # gone meanwhile; its DELETED event brings us back
+            if exc.conflict:
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {meta['name']} changed meanwhile") from exc
+            if exc.transient or exc.status not in UPDATE_REFUSAL_CODES:
+                raise
+            self._refused_updates[key] = applied
+            message = (
+                f"the provider refused to update pod {meta['name']} in place ({what}): {pod_message(exc)}; "
+                "the pod keeps running as it was"
+            )
+            logger.warning("%s", message)
+            self._recorder.record(shadowpod, events.WARNING, events.REASON_UPDATE_REFUSED, message)
+            return
+        self._refused_updates.pop(key, None)
+        logger.info("updated pod %s in place: %s", meta["name"], what)
+        self._recorder.record(shadowpod, events.NORMAL, events.REASON_UPDATED, f"Updated pod {meta['name']} in place: {what}")
 
     def _name_taken(self, shadowpod: dict, logger: logging.LoggerAdapter) -> None:
         """The create met a pod of the same name that the cache does not show as ours

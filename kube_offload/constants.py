@@ -62,6 +62,10 @@ ANNOTATION_ORIGIN_NAME: Final = f"{DOMAIN}/origin-name"
 ANNOTATION_ORIGIN_UID: Final = f"{DOMAIN}/origin-uid"
 # Set on a remote Namespace: the local namespace it twins.
 ANNOTATION_TWIN_OF: Final = f"{DOMAIN}/twin-of"
+# Set by the enforcer on the pods it makes: the label and annotation keys it set from the
+# ShadowPod template and a digest of what it applied (kube_offload/pod_updates.py), so an
+# update removes only keys it set and never fights the provider's own admission.
+ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
 
 # --- Reflection ----------------------------------------------------------------------------
 ANNOTATION_SKIP_REFLECTION: Final = f"{DOMAIN}/skip-reflection"

@@ -28,9 +28,9 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from kube_offload import pod_updates
 from kube_offload.constants import (
-    LABEL_MANAGED_BY,
-    MANAGED_BY_ENFORCER,
+    ANNOTATION_APPLIED_TEMPLATE,
     SHADOWPOD_GROUP,
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
@@ -44,6 +44,7 @@ __all__ = [
     "build_shadowpod",
     "read_pod_template",
     "build_pod",
+    "pod_update",
     "owner_reference",
     # pods and their owner
     "controller_ref",
@@ -192,22 +193,36 @@ def build_pod(shadowpod: Mapping[str, Any]) -> dict:
 
     It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
     instead of making a second pod; the template's labels plus the managed-by label;
-    the template's annotations; the PodSpec exactly as given; and a controller owner
+    the template's annotations plus the record of what was applied
+    (``kube-offload.io/applied-template``); the PodSpec exactly as given; and a controller owner
     reference, so the garbage collector deletes the pod with its ShadowPod
     (blockOwnerDeletion makes a foreground deletion of the ShadowPod wait for it).
     """
     template = read_pod_template(shadowpod)
     meta = shadowpod.get("metadata") or {}
-    labels = {**template.labels, LABEL_MANAGED_BY: MANAGED_BY_ENFORCER}
+    labels = pod_updates.desired_labels(template.labels)
+    # The record of what came from the template: later updates of the template reach
+    # the running pod through pod_updates.pod_patch, which reads it.
+    annotations = {
+        **template.annotations,
+        ANNOTATION_APPLIED_TEMPLATE: pod_updates.applied_record(labels, template.annotations, template.spec),
+    }
     metadata: dict[str, Any] = {
         "name": meta["name"],
         "namespace": meta["namespace"],
         "labels": labels,
+        "annotations": annotations,
         "ownerReferences": [owner_reference(shadowpod)],
     }
-    if template.annotations:
-        metadata["annotations"] = template.annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.spec}
+
+
+def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict | None:
+    """The strategic merge patch that brings a running ``pod`` to its ShadowPod's current
+    template (labels, annotations, images, activeDeadlineSeconds, tolerations), or None
+    when it already has it (:func:`kube_offload.pod_updates.pod_patch`)."""
+    template = read_pod_template(shadowpod)
+    return pod_updates.pod_patch(pod, template.labels, template.annotations, template.spec)
 
 
 def owner_reference(shadowpod: Mapping[str, Any]) -> dict:

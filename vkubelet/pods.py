@@ -11,8 +11,10 @@ ShadowPod(s), its remote pod and its twin namespace; it reads only caches and co
   the remote pod are both gone, the local pod is deleted with grace 0, as a kubelet
   confirms a pod's end;
 * otherwise -> exactly one ShadowPod, named like the pod, in the twin namespace, for this
-  pod's UID (one for an older pod of the same name is deleted first); the remote pod's
-  status is copied back when it differs.
+  pod's UID (one for an older pod of the same name is deleted first); what a running pod
+  may change (labels, annotations, images, activeDeadlineSeconds, tolerations) follows
+  into its template, and from there the enforcer patches the remote pod in place
+  (kube_offload/pod_updates.py); the remote pod's status is copied back when it differs.
 
 Deterministic names (same pod name, twin namespace from naming.py) are what make a crash
 at any point safe: a second create meets AlreadyExists instead of making a duplicate.
@@ -35,6 +37,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload import shadowpod
 from kube_offload.controller import Controller, Requeue
+from kube_offload.pod_updates import template_patch
 from kube_offload.kube import ApiError, call_json, object_key, split_key
 from kube_offload.logs import ObjectLogger
 from vkubelet import events as ev
@@ -164,7 +167,7 @@ class PodOffloader:
             self._create_shadowpod(local, twin, logger)
             return
 
-        self._sync_template_metadata(local, current, twin, logger)
+        self._sync_template(local, current, twin, logger)
         remote = self.remote_pods.get(f"{twin}/{name}")
         if remote is not None and (not self._is_ours(remote) or not _belongs_to(remote, current)):
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
@@ -368,17 +371,15 @@ class PodOffloader:
             self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
             self._patch_status(local, patch)
 
-    def _sync_template_metadata(self, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
-        """Labels and annotations of a running pod can change (a controller adopting or
-        releasing it); they follow. The PodSpec is immutable but for a few fields and
-        is not resent."""
-        wanted = (build_shadowpod_for(local, twin, self.context())["spec"]["pod"]).get("metadata") or {}
-        have = (((shp.get("spec") or {}).get("pod") or {}).get("metadata")) or {}
-        patch: dict = {}
-        for field in ("labels", "annotations"):
-            desired, current = wanted.get(field) or {}, have.get(field) or {}
-            if desired != current:
-                patch[field] = {**desired, **{k: None for k in current if k not in desired}}
+    def _sync_template(self, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+        """What a running pod may change - labels and annotations (a controller adopting
+        or releasing it, `kubectl label`), container images, activeDeadlineSeconds,
+        tolerations - follows into the ShadowPod's template; the enforcer then patches
+        the remote pod in place (kube_offload.pod_updates). The rest of the template is
+        left as first written."""
+        wanted = build_shadowpod_for(local, twin, self.context())["spec"]["pod"]
+        have = (shp.get("spec") or {}).get("pod") or {}
+        patch = template_patch(have, wanted)
         if not patch:
             return
         meta = shp["metadata"]
@@ -394,7 +395,7 @@ class PodOffloader:
                 meta["namespace"],
                 c.SHADOWPOD_PLURAL,
                 meta["name"],
-                {"spec": {"pod": {"metadata": patch}}},
+                {"spec": {"pod": patch}},
                 _content_type=MERGE_PATCH,
             )
         except ApiError as exc:
@@ -407,7 +408,7 @@ class PodOffloader:
             self.controller.enqueue_after(object_key(local), delay)
             return
         self.refusals.forget(backoff_key)
-        logger.info("updated labels/annotations of ShadowPod %s/%s", meta["namespace"], meta["name"])
+        logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
 
     def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
         pod_ips = self.settings.remapping.remote_pod_ips
@@ -441,6 +442,10 @@ class PodOffloader:
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _changed(template_patch: Mapping) -> list[str]:
+    return [*sorted((template_patch.get("metadata") or {}).keys()), *sorted((template_patch.get("spec") or {}).keys())]
 
 
 def _belongs_to(pod: Mapping, shp: Mapping) -> bool:

@@ -32,6 +32,7 @@ class FakeApi:
         self.events: list[dict] = []
         self.writes: list[tuple] = []
         self.create_error: ApiError | None = None
+        self.patch_error: ApiError | None = None
         self._uids = itertools.count(1)
 
     def get_shadowpod(self, namespace, name):
@@ -69,6 +70,24 @@ class FakeApi:
         current["status"] = copy.deepcopy(status)
         current["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(current)
+
+    def patch_pod(self, namespace, name, patch):
+        """Labels, annotations and images (by container name), as a strategic merge patch."""
+        self.writes.append(("patch", name))
+        if self.patch_error is not None:
+            raise self.patch_error
+        pod = self.pods[f"{namespace}/{name}"]
+        for field in ("labels", "annotations"):
+            for k, v in (patch["metadata"].get(field) or {}).items():
+                if v is None:
+                    pod["metadata"].setdefault(field, {}).pop(k, None)
+                else:
+                    pod["metadata"].setdefault(field, {})[k] = v
+        for change in (patch.get("spec") or {}).get("containers") or []:
+            for container in pod["spec"]["containers"]:
+                if container["name"] == change["name"]:
+                    container.update(change)
+        return copy.deepcopy(pod)
 
     def create_event(self, namespace, event):
         self.events.append(event)
@@ -302,3 +321,71 @@ def test_shadowpod_being_deleted_is_left_to_the_garbage_collector(world):
     world.api.shadowpods[KEY]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     world.run()
     assert world.api.writes == []
+
+
+def _change_template(world: World, *, labels: dict | None = None, image: str | None = None) -> None:
+    template = world.api.shadowpods[KEY]["spec"]["pod"]
+    if labels is not None:
+        template["metadata"]["labels"] = labels
+    if image is not None:
+        template["spec"]["containers"][0]["image"] = image
+
+
+def test_template_change_updates_the_running_pod_in_place(world):
+    world.add_shadowpod()
+    world.run()
+    uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    _change_template(world, labels={"a": "c", "new": "x"}, image="i:2")
+    world.api.writes.clear()
+    world.run()
+    pod = world.api.pods[KEY]
+    assert pod["metadata"]["uid"] == uid, "updated, not recreated"
+    assert pod["metadata"]["labels"]["a"] == "c" and pod["metadata"]["labels"]["new"] == "x"
+    assert pod["spec"]["containers"][0]["image"] == "i:2"
+    assert ("patch", "web") in world.api.writes and not any(w[0] in ("create", "delete") for w in world.api.writes)
+    assert world.reasons()[-1] == events.REASON_UPDATED
+    assert "labels, images" in world.api.events[-1]["message"]
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "applied once"
+
+
+def test_refused_update_is_reported_once_and_retried_only_for_a_new_template(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    world.api.patch_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: image i:bad is not allowed here')
+    _change_template(world, image="i:bad")
+    world.run()
+    assert world.reasons()[-1] == events.REASON_UPDATE_REFUSED
+    assert world.api.events[-1]["type"] == "Warning"
+    assert "image i:bad is not allowed here" in world.api.events[-1]["message"]
+    assert world.api.pods[KEY]["spec"]["containers"][0]["image"] == "i", "the pod runs on as it was"
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "the same template is not tried again at every pod event"
+    world.api.patch_error = None
+    _change_template(world, image="i:3")
+    world.run()
+    assert world.api.pods[KEY]["spec"]["containers"][0]["image"] == "i:3"
+
+
+def test_transient_update_error_is_raised_for_the_controllers_backoff(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    world.api.patch_error = ApiError(503, "ServiceUnavailable", "etcd is sad")
+    _change_template(world, labels={"a": "z"})
+    with pytest.raises(ApiError):
+        world.run()
+
+
+def test_finished_pod_is_not_updated(world):
+    world.add_shadowpod(restart_policy="Never")
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Succeeded"}
+    _change_template(world, labels={"a": "z"})
+    world.api.writes.clear()
+    world.run()
+    assert ("patch", "web") not in world.api.writes

@@ -8,6 +8,7 @@ exercised in tests/e2e/test_shadowpod_validation.py."""
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 
@@ -306,3 +307,56 @@ def test_the_validator_listens_to_an_informer():
     for handler in informer.handlers:
         handler("DELETED", None, shadowpod("a"))
     assert v.review(review(shadowpod("b"))).allowed
+
+
+# --- the in-place update of a running pod, dry-run -------------------------------------------------
+def _running(shp: dict) -> dict:
+    pod = dry_run.pod_for(shp)
+    pod["metadata"]["uid"] = "pod-uid"
+    pod["metadata"]["resourceVersion"] = "9"
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+@pytest.fixture
+def fake_pods(monkeypatch):
+    """The live pod dry_run.check_update reads and the patches it dry-runs."""
+    state = {"pod": None, "patches": [], "refuse": None}
+    monkeypatch.setattr(dry_run, "get_pod", lambda _client, _ns, _name: copy.deepcopy(state["pod"]))
+
+    def patch(_client, _ns, _name, body):
+        state["patches"].append(body)
+        if state["refuse"] is not None:
+            raise state["refuse"]
+
+    monkeypatch.setattr(dry_run, "dry_run_patch", patch)
+    return state
+
+
+def test_update_check_dry_runs_the_patch_of_the_running_pod(fake_pods):
+    old = shadowpod("web")
+    fake_pods["pod"] = _running(old)
+    new = copy.deepcopy(old)
+    new["spec"]["pod"]["spec"]["containers"][0]["image"] = "forbidden.example/app"
+    fake_pods["refuse"] = ApiError(
+        403, "Forbidden", "pods \"web\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no such images"
+    )
+    decision = dry_run.check_update(None, "demo-local", new)
+    assert not decision.allowed and decision.code == 403
+    assert "the provider would refuse this update of the running Pod" in decision.message
+    assert "no such images" in decision.message
+    [patch] = fake_pods["patches"]
+    assert patch["spec"]["containers"] == [{"name": "app", "image": "forbidden.example/app"}]
+    assert "resourceVersion" not in patch["metadata"]
+
+
+def test_update_check_allows_when_nothing_runs_or_nothing_changes(fake_pods):
+    shp = shadowpod("web")
+    assert dry_run.check_update(None, "demo-local", shp).allowed  # no pod
+    fake_pods["pod"] = _running(shp)
+    assert dry_run.check_update(None, "demo-local", shp).allowed  # template as applied
+    other = copy.deepcopy(shp)
+    other["metadata"]["uid"] = "another-shadowpod"  # a pod of an earlier ShadowPod of that name
+    other["spec"]["pod"]["spec"]["containers"][0]["image"] = "x"
+    assert dry_run.check_update(None, "demo-local", other).allowed
+    assert fake_pods["patches"] == []

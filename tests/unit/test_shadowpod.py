@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
 from kube_offload.constants import (
+    ANNOTATION_APPLIED_TEMPLATE,
     ANNOTATION_ORIGIN_NAME,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -25,6 +27,7 @@ from kube_offload.shadowpod import (
     owner_key,
     plan,
     pod_fate,
+    pod_update,
     read_pod_template,
     run_completed,
     status_changed,
@@ -121,7 +124,7 @@ def test_build_pod_from_shadowpod():
             "name": "web-0",
             "namespace": "demo-local",
             "labels": {"app": "web", LABEL_ORIGIN_CLUSTER_ID: "local", LABEL_MANAGED_BY: MANAGED_BY_ENFORCER},
-            "annotations": {"note": "x", ANNOTATION_ORIGIN_NAME: "web-0"},
+            "annotations": {"note": "x", ANNOTATION_ORIGIN_NAME: "web-0", ANNOTATION_APPLIED_TEMPLATE: pod["metadata"]["annotations"][ANNOTATION_APPLIED_TEMPLATE]},
             "ownerReferences": [{
                 "apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod", "name": "web-0",
                 "uid": "shp-uid", "controller": True, "blockOwnerDeletion": True,
@@ -130,6 +133,12 @@ def test_build_pod_from_shadowpod():
         "spec": SPEC,
     }
     assert pod["spec"] is not shp["spec"]["pod"]["spec"]
+    # The record of what came from the template: every key but managed-by, and a digest.
+    record = json.loads(pod["metadata"]["annotations"][ANNOTATION_APPLIED_TEMPLATE])
+    assert record["labels"] == ["app", LABEL_ORIGIN_CLUSTER_ID]
+    assert record["annotations"] == [ANNOTATION_ORIGIN_NAME, "note"]
+    assert record["digest"].startswith("sha256:")
+    assert pod_update(shp, pod) is None, "a pod just made from its template needs no update"
 
 
 def test_managed_by_label_cannot_be_overridden_by_the_template():
