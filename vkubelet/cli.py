@@ -56,6 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          help="the node turns NotReady once the remote API server has been unreachable this long")
     flag("--resync-period", default="300s", type=positive_duration, help="full re-check of every object even if nothing changed")
     flag("--workers", default=4, type=positive_int, help="pods reconciled in parallel")
+    flag("--offload-daemonset-pods", default=False, type=bool,
+         help="offload pods of DaemonSets that tolerate the virtual node's taint; by default they stay "
+              "Pending on the virtual node with reason DaemonSetNotOffloaded (node agents stay home)")
     flag("--node-address", default="127.0.0.1",
          help="InternalIP and Hostname address of the virtual node (where the kubelet endpoint is reached)")
     flag("--kubelet-port", default=10250, type=int, help="kubelet endpoint port published on the node")
@@ -101,6 +104,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ping_timeout=float(args.ping_timeout),
         resync_period=float(args.resync_period),
         workers=args.workers,
+        offload_daemonset_pods=bool(args.offload_daemonset_pods),
         node_address=args.node_address,
         kubelet_port=args.kubelet_port,
         kubelet_tls_cert=args.kubelet_tls_cert or "",

@@ -10,6 +10,8 @@ ShadowPod(s), its remote pod and its twin namespace; it reads only caches and co
 * local pod terminating -> ShadowPod deleted (UID precondition); once the ShadowPod and
   the remote pod are both gone, the local pod is deleted with grace 0, as a kubelet
   confirms a pod's end;
+* a DaemonSet pod -> not offloaded unless --offload-daemonset-pods: left Pending with a
+  reason (daemonsets.py), so its DaemonSet controller does not churn it;
 * otherwise -> exactly one ShadowPod, named like the pod, in the twin namespace, for this
   pod's UID (one for an older pod of the same name is deleted first); what a running pod
   may change (labels, annotations, images, activeDeadlineSeconds, tolerations) follows
@@ -40,6 +42,7 @@ from kube_offload.controller import Controller, Requeue
 from kube_offload.pod_updates import template_patch
 from kube_offload.kube import ApiError, call_json, object_key, split_key
 from kube_offload.logs import ObjectLogger
+from vkubelet import daemonsets
 from vkubelet import events as ev
 from vkubelet import refusals as rf
 from vkubelet import status as st
@@ -142,6 +145,11 @@ class PodOffloader:
             return
         if (local.get("metadata") or {}).get("deletionTimestamp"):
             self._terminate(local, shadows, logger)
+            return
+
+        daemonset = daemonsets.daemonset_of(local)
+        if daemonset is not None and not self.settings.offload_daemonset_pods:
+            self._keep_home(local, daemonset, shadows, logger)
             return
 
         namespace, name = split_key(key)
@@ -370,6 +378,31 @@ class PodOffloader:
             logger.warning("%s: marking the pod Failed", message)
             self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
             self._patch_status(local, patch)
+
+    def _keep_home(self, local: dict, daemonset: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+        """A DaemonSet pod is not offloaded (vkubelet/daemonsets.py): Pending with a
+        reason, so that its DaemonSet controller neither deletes nor recreates it; a pod
+        offloaded before is stopped remotely first, then ends."""
+        text = daemonsets.message(daemonset, self.settings.cluster_id, self.settings.node_name)
+        for shp in shadows:
+            self._delete_shadowpod(shp, logger, "DaemonSet pods are not offloaded")
+        remaining = shadows + self.pod_index.get(object_key(local))
+        if remaining:
+            raise Requeue(TERMINATION_POLL_SECONDS, "DaemonSet pod: waiting for its remote pod to go")
+        if daemonsets.needs_ending(local):
+            failed = st.failed_status(local, daemonsets.REASON_NOT_OFFLOADED, text, _now())
+            patch = st.status_patch(local, failed) if failed is not None else None
+            if patch is not None:
+                logger.warning("%s: its remote pod is gone, marking the pod Failed", text)
+                self._recorder.warning(local, daemonsets.REASON_NOT_OFFLOADED, text)
+                self._patch_status(local, patch)
+            return
+        patch = daemonsets.pending_patch(local, text)
+        if patch is None:
+            return  # already says so: nothing to write, no Event repeated at every resync
+        self._patch_status(local, patch)
+        logger.info("DaemonSet %s: pod left Pending, not offloaded", daemonset)
+        self._recorder.normal(local, daemonsets.REASON_NOT_OFFLOADED, text)
 
     def _sync_template(self, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
         """What a running pod may change - labels and annotations (a controller adopting

@@ -56,6 +56,9 @@ class Settings:
     # Full resync of every informer (level-triggered safety net).
     resync_period: float = 300.0
     workers: int = 4
+    # DaemonSet pods bound to the virtual node are left Pending, not offloaded
+    # (vkubelet/daemonsets.py); True offloads them like any pod.
+    offload_daemonset_pods: bool = False
     # InternalIP and Hostname of the virtual node: where the API server reaches the
     # kubelet endpoint (kubectl logs/exec, added later).
     node_address: str = "127.0.0.1"

@@ -748,6 +748,7 @@ def test_rendered_vkubelets(rendered_local: list[dict[str, Any]]) -> None:
     assert (args.cluster_id, args.local_cluster_id, args.sharing_percentage) == ("remote-1", "local", C.DEFAULT_SHARING_PERCENTAGE)
     assert sorted(args.node_label) == ["example.com/provider=acme", "topology.kubernetes.io/region=eu-west"]
     assert args.node_address == "$(POD_IP)"
+    assert args.offload_daemonset_pods is False, "DaemonSet pods stay home unless vkubelet.offloadDaemonSetPods"
     pod = first["spec"]["template"]["spec"]
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if args.remote_kubeconfig.startswith(m["mountPath"] + "/"))
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
