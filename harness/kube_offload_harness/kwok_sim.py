@@ -26,6 +26,16 @@ What kwok then does (kwok v0.8.0, ``pkg/kwok/server/debugging_*.go``):
   not see an exit code): ``kubectl exec`` then exits 1 with that message, where a real
   kubelet would make it exit ``<n>``.
 * **attach**: streams the lines appended to the log file from the moment of attaching.
+* **port-forward**: every port of every pod is forwarded to one TCP address on the host,
+  ``127.0.0.1:<port>`` with a port chosen once per state directory
+  (:func:`port_forward_target`); a test serves there what it wants to reach
+  (``ClusterPortForward``, ``pkg/kwok/server/debugging_port_forword.go``).
+* **tar** (``kubectl cp``): kwok never closes an exec'd command's stdin
+  (``pkg/utils/exec/exec.go``: the stdin copy is never closed), and GNU tar reading an
+  archive from a pipe waits for a full 10 KiB record - i.e. for EOF - after kubectl's
+  end-of-archive blocks. ``TAR_OPTIONS=--blocking-factor=1`` in the exec environment
+  makes it read 512-byte records and stop at the end-of-archive marker, so
+  ``kubectl cp`` into a pod finishes. Relative paths land under the exec directory.
 
 The same files serve every pod of every remote cluster of one state directory; the lines
 say they are simulated. Only for loopback test clusters: exec runs commands on the host.
@@ -33,6 +43,7 @@ say they are simulated. Only for loopback test clusters: exec runs commands on t
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -59,6 +70,9 @@ PREVIOUS_LINES = (
 # through kwok (e.g. ``sh -c 'echo $KUBE_OFFLOAD_SIMULATED_EXEC'``).
 EXEC_ENV_NAME = "KUBE_OFFLOAD_SIMULATED_EXEC"
 EXEC_ENV_VALUE = "kwok"
+# See the module docstring (tar).
+TAR_ENV = {"name": "TAR_OPTIONS", "value": "--blocking-factor=1"}
+PORT_FORWARD_ADDRESS = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ class SimulatedFiles:
     logs: Path
     previous_logs: Path
     exec_workdir: Path
+    port_forward_target: Path  # holds the host port every pod port is forwarded to
 
 
 def simulated_files(state_dir: Path) -> SimulatedFiles:
@@ -78,6 +93,7 @@ def simulated_files(state_dir: Path) -> SimulatedFiles:
         logs=root / "container.log",
         previous_logs=root / "previous-container.log",
         exec_workdir=root / "exec",
+        port_forward_target=root / "port-forward-target",
     )
 
 
@@ -133,8 +149,23 @@ def append_log_lines(path: Path, texts: Iterable[str], *, stream: str = "stdout"
         handle.flush()
 
 
+def port_forward_target(state_dir: Path) -> int:
+    """The host port every remote pod's ports are forwarded to (``kubectl port-forward``),
+    chosen free once per state directory and kept in a file, so a test started later
+    serves on the port the running kwok was configured with."""
+    files = simulated_files(state_dir)
+    if files.port_forward_target.exists():
+        return int(files.port_forward_target.read_text().strip())
+    with socket.socket() as sock:
+        sock.bind((PORT_FORWARD_ADDRESS, 0))
+        port = sock.getsockname()[1]
+    files.root.mkdir(parents=True, exist_ok=True)
+    files.port_forward_target.write_text(f"{port}\n")
+    return port
+
+
 def remote_config_documents(state_dir: Path) -> list[dict]:
-    """The kwok ``ClusterLogs``, ``ClusterExec`` and ``ClusterAttach`` documents for a
+    """The kwok ``ClusterLogs``, ``ClusterExec``, ``ClusterAttach`` and ``ClusterPortForward`` documents for a
     remote loopback cluster (every pod, every container), after creating the files they
     point at under ``state_dir``. Write them as one multi-document YAML file and pass it
     to ``kwokctl create cluster`` with an extra ``--config``."""
@@ -158,7 +189,7 @@ def remote_config_documents(state_dir: Path) -> list[dict]:
                     {
                         "local": {
                             "workDir": str(files.exec_workdir),
-                            "envs": [{"name": EXEC_ENV_NAME, "value": EXEC_ENV_VALUE}],
+                            "envs": [{"name": EXEC_ENV_NAME, "value": EXEC_ENV_VALUE}, dict(TAR_ENV)],
                         }
                     }
                 ]
@@ -170,6 +201,13 @@ def remote_config_documents(state_dir: Path) -> list[dict]:
             "metadata": {"name": "kube-offload-simulated-attach"},
             "spec": {"attaches": [{"logsFile": logs}]},
         },
+        {
+            "apiVersion": KWOK_API_VERSION,
+            "kind": "ClusterPortForward",
+            "metadata": {"name": "kube-offload-simulated-port-forward"},
+            # No ports: every port (kwok: findPortInForwards takes it as the default).
+            "spec": {"forwards": [{"target": {"address": PORT_FORWARD_ADDRESS, "port": port_forward_target(state_dir)}}]},
+        },
     ]
 
 
@@ -177,11 +215,12 @@ def remote_kwok_config_note() -> str:
     """How the harness uses :func:`remote_config_documents` (for docs and ``--help``)."""
     return (
         "Each remote loopback cluster is created with an extra kwokctl --config file holding "
-        "kwok ClusterLogs, ClusterExec and ClusterAttach documents "
+        "kwok ClusterLogs, ClusterExec, ClusterAttach and ClusterPortForward documents "
         "(kube_offload_harness.kwok_sim.remote_config_documents): every pod's containers serve "
         f"<state dir>/{SIM_DIR_NAME}/container.log as their log (CRI format; "
         "previous-container.log for --previous), attach streams what is appended to it, and "
         f"exec runs the command on the host in <state dir>/{SIM_DIR_NAME}/exec with "
-        f"{EXEC_ENV_NAME}={EXEC_ENV_VALUE} set. kwok reports a non-zero exit of an exec'd "
+        f"{EXEC_ENV_NAME}={EXEC_ENV_VALUE} and TAR_OPTIONS=--blocking-factor=1 set (kubectl cp), and every pod "
+        f"port is forwarded to {PORT_FORWARD_ADDRESS}:<port in {SIM_DIR_NAME}/port-forward-target>. kwok reports a non-zero exit of an exec'd "
         "command as an internal error ending in 'exit status <n>' rather than as exit code <n>."
     )

@@ -24,9 +24,9 @@ def test_cri_line_format():
         kwok_sim.cri_log_line(moment, "a", "stdin")
 
 
-def test_documents_cover_logs_exec_and_attach_for_every_pod(tmp_path):
+def test_documents_cover_logs_exec_attach_and_port_forward_for_every_pod(tmp_path):
     docs = kwok_sim.remote_config_documents(tmp_path)
-    assert [d["kind"] for d in docs] == ["ClusterLogs", "ClusterExec", "ClusterAttach"]
+    assert [d["kind"] for d in docs] == ["ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"]
     for doc in docs:
         assert doc["apiVersion"] == "kwok.x-k8s.io/v1alpha1"
         assert doc["metadata"]["name"]  # ObjectMeta is required by kwok's types
@@ -38,7 +38,11 @@ def test_documents_cover_logs_exec_and_attach_for_every_pod(tmp_path):
     (target,) = docs[1]["spec"]["execs"]
     assert target["local"]["workDir"] == str(files.exec_workdir)
     assert {"name": kwok_sim.EXEC_ENV_NAME, "value": kwok_sim.EXEC_ENV_VALUE} in target["local"]["envs"]
+    assert {"name": "TAR_OPTIONS", "value": "--blocking-factor=1"} in target["local"]["envs"]  # kubectl cp
     assert docs[2]["spec"]["attaches"] == [{"logsFile": str(files.logs)}]
+    (forward,) = docs[3]["spec"]["forwards"]
+    assert "ports" not in forward  # every port
+    assert forward["target"] == {"address": "127.0.0.1", "port": kwok_sim.port_forward_target(tmp_path)}
     assert files.exec_workdir.is_dir()
     # Round-trips through YAML as the harness writes it.
     assert list(yaml.safe_load_all(yaml.safe_dump_all(docs))) == docs
@@ -69,3 +73,10 @@ def test_existing_logs_are_kept_and_appends_are_cri(tmp_path):
 def test_note_names_the_files():
     note = kwok_sim.remote_kwok_config_note()
     assert "container.log" in note and "ClusterExec" in note and "exit status" in note
+
+
+def test_the_port_forward_target_is_chosen_once_per_state_directory(tmp_path):
+    port = kwok_sim.port_forward_target(tmp_path)
+    assert 1 <= port <= 65535
+    assert kwok_sim.port_forward_target(tmp_path) == port
+    assert kwok_sim.remote_config_documents(tmp_path)[3]["spec"]["forwards"][0]["target"]["port"] == port
