@@ -71,6 +71,24 @@ ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
 ANNOTATION_SKIP_REFLECTION: Final = f"{DOMAIN}/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION: Final = f"{DOMAIN}/allow-reflection"
 
+# --- Virtual storage class (docs/storage.md) --------------------------------------------------
+# One StorageClass for both placements: claims whose first pod is scheduled to a virtual
+# node get a remote claim and a local stand-in volume; on a physical node, a volume of a
+# real local class. The provisioner name is what the class names and what the stand-in
+# volumes record in pv.kubernetes.io/provisioned-by.
+STORAGE_PROVISIONER: Final = f"{DOMAIN}/virtual-storage"
+DEFAULT_VIRTUAL_STORAGE_CLASS: Final = "kube-offload"
+# The CSI driver named by a stand-in for a remote volume: no node has it, so no real
+# kubelet can ever mount the stand-in (the data is in the other cluster).
+REMOTE_VOLUME_CSI_DRIVER: Final = f"remote-volume.{DOMAIN}"
+# On every stand-in volume: "remote" (its data is a claim in cluster <cluster-id label>)
+# or "local" (a volume of the real local class, named by ANNOTATION_REAL_CLAIM).
+LABEL_VOLUME_LOCATION: Final = f"{DOMAIN}/volume-location"
+VOLUME_LOCATION_REMOTE: Final = "remote"
+VOLUME_LOCATION_LOCAL: Final = "local"
+ANNOTATION_REMOTE_CLAIM: Final = f"{DOMAIN}/remote-claim"
+ANNOTATION_REAL_CLAIM: Final = f"{DOMAIN}/real-claim"
+
 # --- ShadowPod CRD -------------------------------------------------------------------------
 SHADOWPOD_GROUP: Final = DOMAIN
 SHADOWPOD_VERSION: Final = "v1alpha1"

@@ -19,6 +19,7 @@ from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_a
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.settings import Settings, SettingsError, parse_node_labels
+from vkubelet.storage.settings import add_storage_flags, storage_settings_from_args
 
 COMPONENT = "vkubelet"
 
@@ -86,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_limit_flags(parser, COMPONENT)
     add_reflection_flags(parser, COMPONENT)
+    add_storage_flags(parser, COMPONENT)
     add_remapping_flags(parser, COMPONENT)
     parser.set_defaults(func=run)
 
@@ -120,6 +122,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         log_json=bool(args.log_json),
         kubelet_limits=limits_from_args(args),
         reflection=reflection_settings_from_args(args),
+        storage=storage_settings_from_args(args),
         remapping=remapping_settings_from_args(args),
     )
     settings.validate()
@@ -139,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.kube import load_api_client
     from vkubelet.kubelet_api import kubelet_api_loop
     from vkubelet.reflection.loops import reflection_loops
+    from vkubelet.storage.virtual import storage_loops
     from vkubelet.runner import VirtualKubelet
 
     local = load_api_client(settings.local_kubeconfig)
@@ -156,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
-        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), kubelet_api_loop])
+        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop])
     except SettingsError as exc:  # e.g. the kubelet port is taken, the certificate unreadable
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from kube_offload.selector import label_key_problem, label_value_problem
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.kubeletapi.limits import StreamLimits
 from vkubelet.reflection.settings import ReflectionSettings
+from vkubelet.storage.settings import StorageSettings
 
 # A cluster id ends up in a node name, in label values and in namespace names
 # (``<ns>-<local id>``), so it must be a DNS-1123 label, the strictest of the three.
@@ -91,6 +92,8 @@ class Settings:
     log_json: bool = False
     # Resource reflection: per type workers and policy (vkubelet/reflection/settings.py).
     reflection: ReflectionSettings = field(default_factory=ReflectionSettings)
+    # The virtual storage class (vkubelet/storage/settings.py, docs/storage.md).
+    storage: StorageSettings = field(default_factory=StorageSettings)
     # Pod IP remapping between overlapping pod CIDRs (vkubelet/ip_remapping.py); unset =
     # addresses shown as each cluster assigns them.
     remapping: RemappingSettings = field(default_factory=RemappingSettings)
@@ -171,6 +174,14 @@ class Settings:
         problem = self.remapping.problem()
         if problem:
             raise SettingsError(problem)
+        problem = self.storage.problem()
+        if problem:
+            raise SettingsError(problem)
+        if self.storage.enabled and not self.reflection.enabled("persistentvolumeclaims"):
+            raise SettingsError(
+                "--virtual-storage-class needs claims reflected: set --reflect-persistentvolumeclaims-workers "
+                "above 0, or --virtual-storage-class '' to turn the virtual storage class off"
+            )
 
 
 def parse_node_labels(items: list[str]) -> dict[str, str]:

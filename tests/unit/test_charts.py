@@ -229,6 +229,7 @@ def test_local_values_defaults_agree_with_the_components() -> None:
     assert values["scheduler"]["name"] and values["scheduler"]["enabled"] is True
     for key in ("days", "caDays", "renewWithin", "clusterDomain"):
         assert values["certificates"][key]
+    assert values["storage"]["virtualClass"]["name"] == C.DEFAULT_VIRTUAL_STORAGE_CLASS
 
 
 def test_remote_cluster_fields_used_are_the_documented_ones() -> None:
@@ -554,7 +555,7 @@ def test_webhook_sets_scheduler_name_only_with_the_extender_scheduler() -> None:
 
 def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]) -> None:
     source = (LOCAL / "templates" / "vkubelet.yaml").read_text()
-    assert "{{- range $cluster := .Values.remoteClusters }}" in source
+    assert "{{- range $index, $cluster := .Values.remoteClusters }}" in source
     deployments = find(local_docs, "Deployment", "vkubelet")
     assert len(deployments) == len(TWO_REMOTES["remoteClusters"])
     for deployment in deployments:
@@ -569,6 +570,35 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
                 "--kubelet-remote-connect-timeout=10s"} <= set(container["args"])
     # --node-label only where the entry has labels (remote-1).
     assert any(a.startswith("--node-label=") for d in deployments for a in next(containers(d))["args"])
+
+
+def test_virtual_storage_class(helm: Helm, local_docs: list[dict[str, Any]]) -> None:
+    # Default: the class is installed, every vkubelet serves it, none runs the physical
+    # delegate and no Role for real claims exists.
+    [storage_class] = find(local_docs, "StorageClass")
+    assert storage_class["metadata"]["name"] == C.DEFAULT_VIRTUAL_STORAGE_CLASS
+    assert storage_class["provisioner"] == C.STORAGE_PROVISIONER
+    assert storage_class["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert storage_class["reclaimPolicy"] == "Delete" and storage_class["allowVolumeExpansion"] is True
+    assert not find(local_docs, "Role", "vkubelet")[1:]
+    for deployment in find(local_docs, "Deployment", "vkubelet"):
+        args = next(containers(deployment))["args"]
+        assert f"--virtual-storage-class={C.DEFAULT_VIRTUAL_STORAGE_CLASS}" in args
+        assert not any(a.startswith("--virtual-storage-local-class") for a in args)
+    # With a real local class: the first remote's vkubelet alone is the physical delegate,
+    # allowed to create and delete claims in the release namespace only.
+    docs = render(helm, LOCAL, dict(TWO_REMOTES, storage={"localClass": "local-path"}))
+    delegates = [d for d in find(docs, "Deployment", "vkubelet")
+                 if "--virtual-storage-local-class=local-path" in next(containers(d))["args"]]
+    assert [d["metadata"]["name"] for d in delegates] == [f"{RELEASE}-vkubelet-remote-1"]
+    assert f"--virtual-storage-namespace={NAMESPACE}" in next(containers(delegates[0]))["args"]
+    [role] = [r for r in find(docs, "Role", "vkubelet") if r["metadata"]["namespace"] == NAMESPACE]
+    assert rules_of(role) == {("", "persistentvolumeclaims"): {"create", "delete"}}
+    [binding] = [b for b in find(docs, "RoleBinding", "vkubelet") if b["metadata"]["namespace"] == NAMESPACE]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    # Off: no class.
+    off = render(helm, LOCAL, dict(TWO_REMOTES, storage={"virtualClass": {"create": False}}))
+    assert not find(off, "StorageClass")
 
 
 def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
@@ -586,13 +616,18 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
         ("", "pods/status"): {"patch"},
         ("", "events"): {"get", "create", "patch"},
         ("events.k8s.io", "events"): {"get", "create", "patch"},
-        **{("", r): {"list", "watch"} for r in ("configmaps", "secrets", "services", "persistentvolumeclaims")},
+        **{("", r): {"list", "watch"} for r in ("configmaps", "secrets", "services")},
         ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
         ("networking.k8s.io", "ingresses"): {"list", "watch"},
         ("", "serviceaccounts/token"): {"create"},
         ("", "namespaces"): {"list", "watch"},
         ("authentication.k8s.io", "tokenreviews"): {"create"},
         ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+        # The virtual storage class (docs/storage.md).
+        ("", "persistentvolumes"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("storage.k8s.io", "storageclasses"): {"list", "watch"},
+        ("", "persistentvolumeclaims"): {"list", "watch", "get"},
+        ("", "persistentvolumeclaims/status"): {"patch"},
     }
     [leases] = find(local_docs, "Role", "vkubelet")
     assert leases["metadata"]["namespace"] == "kube-node-lease"

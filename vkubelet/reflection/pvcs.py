@@ -5,17 +5,46 @@ pod runs (docs/reflection.md, "Storage").
 A claim's spec is immutable once created except its requests, so an update carries only
 the metadata and the requests (expansion), and an update the remote API refuses is never
 "fixed" by deleting and recreating the claim: that would lose the remote volume's data.
+
+Claims of the virtual storage class (docs/storage.md) live in one cluster only: they are
+reflected by the virtual kubelet whose node the scheduler selected for them
+(``volume.kubernetes.io/selected-node``), never by the others, and their class maps to
+the remote default class unless ``--reflect-storage-class`` names it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from kubernetes import client
 
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
-from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
+from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS, ANY_STORAGE_CLASS
+from vkubelet.storage import forge as storage
+
+
+def virtual_claim_selection(local: Mapping, *, virtual_class: str, node_name: str) -> Decision | None:
+    """For a claim of the virtual class: reflected only when selected for ``node_name``;
+    None for every other claim (the ordinary policy decides)."""
+    if not storage.is_virtual_claim(local, virtual_class):
+        return None
+    selected = storage.selected_node(local)
+    if selected == node_name:
+        return None
+    where = f"node {selected}" if selected else "no node yet"
+    return Decision(False, f"a claim of the virtual storage class {virtual_class} lives where its first pod was scheduled ({where})")
+
+
+def storage_class_mapping(mapping: Mapping[str, str], virtual_class: str) -> dict[str, str]:
+    """``mapping`` with the virtual class mapped to the remote default class (or to the
+    class every unlisted one maps to), unless it is named: no remote cluster has it."""
+    result = dict(mapping)
+    if virtual_class and virtual_class not in result:
+        result[virtual_class] = result.get(ANY_STORAGE_CLASS, "")
+    return result
 
 
 class PersistentVolumeClaimReflector(Reflector):
@@ -24,6 +53,16 @@ class PersistentVolumeClaimReflector(Reflector):
     api_class = client.CoreV1Api
     suffix = "persistent_volume_claim"
     recreate_on_invalid = False
+
+    def selection(self, local: Mapping) -> Decision:
+        storage_settings = self.settings.storage
+        virtual = virtual_claim_selection(local, virtual_class=storage_settings.virtual_class, node_name=self.settings.node_name)
+        return virtual if virtual is not None else super().selection(local)
+
+    def forge_context(self, twin: str) -> f.ForgeContext:
+        ctx = super().forge_context(twin)
+        mapping = storage_class_mapping(ctx.storage_classes, self.settings.storage.virtual_class)
+        return dataclasses.replace(ctx, storage_classes=mapping)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_pvc(local, ctx)

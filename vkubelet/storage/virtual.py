@@ -1,0 +1,214 @@
+"""Provisioner of the virtual storage class for ONE virtual node (a loop of its virtual
+kubelet; docs/storage.md).
+
+A claim of the virtual class whose ``volume.kubernetes.io/selected-node`` is this
+virtual node lives in this node's remote cluster:
+
+* the PVC reflector (reflection/pvcs.py) reflects it there - and only there: a claim of
+  the virtual class is reflected by the virtual kubelet of the node it was selected for,
+  with the storage-class mapping (the virtual class itself maps to the remote default
+  class unless ``--reflect-storage-class`` says otherwise);
+* once the remote cluster holds our copy, this loop creates the local stand-in
+  PersistentVolume (forge.remote_standin), pre-bound to the claim; the PV controller
+  binds them and the scheduler binds the pod to this node.
+
+The stand-in is made as soon as the remote claim exists, not once it is Bound: a remote
+class with ``WaitForFirstConsumer`` binding (local-path-provisioner's, most local-disk
+classes) binds only when the remote pod exists, and that pod exists only after the local
+pod is bound - which waits for the local claim. Waiting for the remote binding would
+deadlock (Liqo's virtual storage class makes the same choice).
+
+Afterwards: a remote claim that grew (expansion, where the remote class allows it) grows
+the stand-in and the local claim's status; a stand-in whose claim is gone is deleted
+(reclaim policy ``Delete``; the reflector deletes the remote claim, and the remote class's
+reclaim policy decides about the remote volume) or kept (``Retain``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload.controller import Controller, Requeue
+from kube_offload.informer import Informer
+from kube_offload.kube import ApiError, call_json, object_key, split_key
+from vkubelet.reflection.reflector import owned_selector, shared_informer
+from vkubelet.reflection.scope import offloaded_namespaces
+from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
+from vkubelet.storage import forge as f
+from vkubelet.translation import origin_key
+
+if TYPE_CHECKING:
+    from vkubelet.informers import SharedInformers
+    from vkubelet.runner import LoopContext
+
+REASON_PROVISIONED = "ProvisionedRemotely"
+REASON_WAITING = "WaitingForRemoteClaim"
+REASON_NOT_OFFLOADED = "ProvisioningFailed"
+
+MERGE_PATCH = "application/merge-patch+json"
+
+log = logging.getLogger("kube_offload.vkubelet.storage")
+
+
+def storage_classes(informers: "SharedInformers") -> Informer:
+    """Every local StorageClass (few, cluster-scoped): the virtual class's reclaim policy."""
+    api = client.StorageV1Api(informers.local_client)
+    name = "local-storageclasses"
+    return informers.shared(name, lambda: Informer(
+        name=name, list_func=api.list_storage_class, resync_seconds=informers.settings.resync_period))
+
+
+def standin_volumes(informers: "SharedInformers", selector: str) -> Informer:
+    """The local stand-in volumes ``selector`` picks (label-selected: only ours)."""
+    api = client.CoreV1Api(informers.local_client)
+    name = f"local-persistentvolumes[{selector}]"
+    return informers.shared(name, lambda: Informer(
+        name=name, list_func=api.list_persistent_volume, list_kwargs={"label_selector": selector},
+        resync_seconds=informers.settings.resync_period))
+
+
+def volume_for(volumes: Informer, key: str) -> dict | None:
+    return next((v for v in volumes.list() if f.claim_ref_key(v) == key), None)
+
+
+class VirtualNodeStorage:
+    """The Loop (vkubelet.runner) provisioning claims selected for this virtual node."""
+
+    def __init__(self, context: "LoopContext") -> None:
+        self.name = "virtual-storage"
+        settings = context.settings
+        self._settings = settings
+        self._class = settings.storage.virtual_class
+        self._node = settings.node_name
+        self._cluster_id = settings.cluster_id
+        self._twins = context.twins
+        self._recorder = context.recorder
+        informers = context.informers
+        self._api = client.CoreV1Api(informers.local_client)
+        self._scope = offloaded_namespaces(informers, context.twins)
+        self.claims = self._scope.local_informer(PERSISTENTVOLUMECLAIMS, client.CoreV1Api, "persistent_volume_claim")
+        self.remote = shared_informer(
+            informers, "remote", PERSISTENTVOLUMECLAIMS, client.CoreV1Api, "persistent_volume_claim",
+            label_selector=owned_selector(settings.local_cluster_id, PERSISTENTVOLUMECLAIMS),
+        )
+        selector = f"{c.LABEL_VOLUME_LOCATION}={c.VOLUME_LOCATION_REMOTE},{c.LABEL_CLUSTER_ID}={self._cluster_id}"
+        self.volumes = standin_volumes(informers, selector)
+        self.classes = storage_classes(informers)
+        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=2, logger=log)
+        self.controller.watch(self.claims)
+        self.controller.watch(self.remote, lambda obj: origin_key(obj))
+        self.controller.watch(self.volumes, f.claim_ref_key)
+
+    # --- the Loop protocol ---------------------------------------------------------------------
+    def informers(self) -> list:
+        return [self._scope, self.claims, self.remote, self.volumes, self.classes, *self._twins.informers()]
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    def resync_all(self) -> None:
+        for key in {*self.claims.keys(), *(k for k in map(f.claim_ref_key, self.volumes.list()) if k)}:
+            self.controller.enqueue(key)
+
+    # --- reconcile -----------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        claim = self.claims.get(key)
+        volume = volume_for(self.volumes, key)
+        if volume is not None:
+            namespace, _ = split_key(key)
+            if claim is None and namespace and not self.claims.namespace_synced(namespace) and self._scope.is_offloaded(namespace):
+                raise Requeue(1.0, f"namespace {namespace} not listed yet")
+            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, self._read_claim(key)):
+                self._release(volume)
+            else:
+                self._follow_remote(volume, claim)
+            return
+        if claim is None or f.is_terminating(claim) or not f.is_virtual_claim(claim, self._class):
+            return
+        if (claim.get("spec") or {}).get("volumeName") or f.selected_node(claim) != self._node:
+            return
+        namespace, name = split_key(key)
+        twin, why = self._twins.twin_for(namespace or "")
+        if twin is None:
+            message = f"cannot provision on {self._node}: {why}"
+            self._recorder.warning(claim, REASON_NOT_OFFLOADED, message)
+            raise Requeue(10.0, message)
+        remote = self.remote.get(f"{twin}/{name}")
+        if remote is None:
+            # The reflector creates it (same events); look again soon in any case.
+            raise Requeue(1.0, f"waiting for the remote claim {twin}/{name} in cluster {self._cluster_id}")
+        storage_class = self.classes.get(self._class)
+        body = f.remote_standin(claim, remote, node_name=self._node, cluster_id=self._cluster_id, storage_class=storage_class)
+        try:
+            call_json(self._api.create_persistent_volume, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+            return
+        log.info("[%s] created stand-in volume %s for remote claim %s/%s", key, body["metadata"]["name"], twin, name)
+        self._recorder.normal(
+            claim, REASON_PROVISIONED,
+            f"volume {body['metadata']['name']} stands for claim {twin}/{name} in cluster {self._cluster_id}: "
+            f"pods using this claim run on {self._node} only",
+        )
+
+    def _read_claim(self, key: str) -> dict | None:
+        """The claim as the API server has it: the cache holds offloaded namespaces only,
+        and a namespace that stops being offloaded must not cost a bound claim its volume."""
+        namespace, name = split_key(key)
+        try:
+            return call_json(self._api.read_namespaced_persistent_volume_claim, name, namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def _release(self, volume: dict) -> None:
+        meta = volume.get("metadata") or {}
+        if meta.get("deletionTimestamp") or f.reclaim_policy({"reclaimPolicy": (volume.get("spec") or {}).get(
+                "persistentVolumeReclaimPolicy")}) != "Delete":
+            return
+        try:
+            call_json(self._api.delete_persistent_volume, meta["name"], body={"preconditions": {"uid": meta.get("uid")}})
+            log.info("deleted stand-in volume %s: its claim is gone", meta["name"])
+        except ApiError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
+
+    def _follow_remote(self, volume: dict, claim: dict | None) -> None:
+        """Expansion done remotely: the stand-in and the local claim's status follow."""
+        if claim is None:
+            return
+        namespace, name = split_key(object_key(claim))
+        twin, _ = self._twins.twin_for(namespace or "")
+        remote = self.remote.get(f"{twin}/{name}") if twin else None
+        grown = f.capacity_update(volume, remote)
+        if grown is None:
+            return
+        vname = volume["metadata"]["name"]
+        call_json(self._api.patch_persistent_volume, vname, {"spec": {"capacity": {f.STORAGE: grown}}},
+                  _content_type=MERGE_PATCH)
+        if (claim.get("spec") or {}).get("volumeName") == vname:
+            # What an external resizer does once the volume grew: the claim's capacity.
+            call_json(self._api.patch_namespaced_persistent_volume_claim_status, name, namespace,
+                      {"status": {"capacity": {f.STORAGE: grown}}}, _content_type=MERGE_PATCH)
+        log.info("[%s/%s] remote claim grew to %s: stand-in %s follows", namespace, name, grown, vname)
+
+
+def storage_loops(settings) -> list:
+    """Loop factories for vkubelet.runner (nothing when the virtual class is off)."""
+    from vkubelet.storage.physical import PhysicalDelegate
+
+    loops: list = []
+    if settings.storage.enabled:
+        loops.append(VirtualNodeStorage)
+    if settings.storage.physical_delegate:
+        loops.append(PhysicalDelegate)
+    return loops
