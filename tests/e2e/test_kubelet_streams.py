@@ -19,9 +19,7 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 

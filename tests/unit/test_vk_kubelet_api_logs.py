@@ -180,3 +180,15 @@ def test_iter_chunks_relays_each_read_and_stops_when_asked():
 
     assert list(logs.iter_chunks(Raw([b"a\n", b"b\n"]), stopped=lambda: False)) == [b"a\n", b"b\n"]
     assert list(logs.iter_chunks(Raw([b"a\n"]), stopped=lambda: True)) == []
+
+
+def test_a_followed_log_idle_past_its_timeout_is_recognised():
+    # --kubelet-stream-idle-timeout is the followed log's read timeout; its expiry ends the
+    # stream cleanly (server.py), other errors end it truncated.
+    import socket
+
+    from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+    assert logs.is_read_timeout(ReadTimeoutError(None, "/log", "Read timed out."))
+    assert logs.is_read_timeout(socket.timeout("timed out"))
+    assert not logs.is_read_timeout(ProtocolError("Connection broken"))

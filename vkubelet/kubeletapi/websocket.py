@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
