@@ -32,7 +32,7 @@ class EnforcerApi(Protocol):
 
     def get_pod(self, namespace: str, name: str) -> dict | None: ...
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None) -> None: ...
 
     def patch_pod(self, namespace: str, name: str, patch: dict) -> dict: ...
 
@@ -94,10 +94,13 @@ class KubeEnforcerApi:
                 return None
             raise
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None) -> None:
         """Delete exactly the pod with ``uid``: a pod of the same name created meanwhile
-        (by this enforcer, after a restart) must survive. Already gone is success."""
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        (by this enforcer, after a restart) must survive. Already gone is success.
+        ``grace_period_seconds`` None = the pod's own terminationGracePeriodSeconds."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
         try:
             call_json(raw_request, self._api_client, "DELETE", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}", body=body)
         except ApiError as exc:

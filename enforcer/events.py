@@ -23,6 +23,8 @@ REASON_CREATED = "PodCreated"
 REASON_RECREATED = "PodRecreated"
 REASON_CREATE_FAILED = "PodCreationFailed"
 REASON_DELETED_EXTRA = "ExtraPodDeleted"
+# The ShadowPod's local pod is being deleted: its pod is deleted with that grace period.
+REASON_TERMINATING = "PodTerminating"
 REASON_NAME_TAKEN = "PodNameTaken"
 REASON_INVALID = "InvalidShadowPod"
 REASON_UPDATED = "PodUpdated"

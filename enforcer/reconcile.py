@@ -101,8 +101,8 @@ class Reconciler:
         decision = plan(shadowpod, mine)
         logger.debug("%s (pods: %d, deleting: %d)", decision.action.value, len(mine), len(decision.delete))
         for pod in decision.delete:
-            self._delete(pod, logger)
-            if pod is not decision.replaced:
+            self._delete(pod, logger, grace=decision.grace)
+            if pod is not decision.replaced and decision.action is not Action.TERMINATE:
                 self._recorder.record(
                     shadowpod,
                     events.NORMAL,
@@ -118,6 +118,13 @@ class Reconciler:
             raise Requeue(TERMINATING_RECHECK_SECONDS, f"pod {name} is still terminating")
         elif decision.action is Action.CREATE:
             self._create(shadowpod, decision.replaced, logger)
+        elif decision.action is Action.TERMINATE and decision.delete:
+            self._recorder.record(
+                shadowpod,
+                events.NORMAL,
+                events.REASON_TERMINATING,
+                f"Deleting pod {name} with a grace period of {decision.grace}s: its local pod is being deleted",
+            )
 
     # --- actions -----------------------------------------------------------------------
     def _create(self, shadowpod: dict, replaced: dict | None, logger: logging.LoggerAdapter) -> None:
@@ -215,10 +222,14 @@ class Reconciler:
         self._write_status(shadowpod, status_without_pod(shadowpod, message), logger, best_effort=True)
         raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
 
-    def _delete(self, pod: dict, logger: logging.LoggerAdapter) -> None:
+    def _delete(self, pod: dict, logger: logging.LoggerAdapter, *, grace: int | None = None) -> None:
         meta = pod["metadata"]
-        logger.info("deleting pod %s (uid %s)", meta["name"], meta.get("uid"))
-        self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"])
+        if grace is None:
+            logger.info("deleting pod %s (uid %s)", meta["name"], meta.get("uid"))
+            self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"])
+            return
+        logger.info("deleting pod %s (uid %s) with a grace period of %ds", meta["name"], meta.get("uid"), grace)
+        self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"], grace_period_seconds=grace)
 
     def _delete_orphans(self, namespace: str, name: str, pods: list[dict], logger: logging.LoggerAdapter) -> None:
         """Delete the pods whose owning ShadowPod no longer exists, after checking with the

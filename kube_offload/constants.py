@@ -62,6 +62,11 @@ ANNOTATION_ORIGIN_NAME: Final = f"{DOMAIN}/origin-name"
 ANNOTATION_ORIGIN_UID: Final = f"{DOMAIN}/origin-uid"
 # Set on a remote Namespace: the local namespace it twins.
 ANNOTATION_TWIN_OF: Final = f"{DOMAIN}/twin-of"
+# Set by the virtual kubelet on a ShadowPod whose local pod is being deleted: the local
+# pod's deletion grace period (seconds). The enforcer then deletes the pod with it and
+# creates none; the vkubelet deletes the ShadowPod once that pod is gone. (A custom
+# resource's own delete drops gracePeriodSeconds, hence an annotation.)
+ANNOTATION_DELETION_GRACE: Final = f"{DOMAIN}/deletion-grace-period-seconds"
 # Set by the enforcer on the pods it makes: the label and annotation keys it set from the
 # ShadowPod template and a digest of what it applied (kube_offload/pod_updates.py), so an
 # update removes only keys it set and never fights the provider's own admission.

@@ -18,7 +18,10 @@ The recreate rule (docs/enforcer.md explains it for users):
 * a pod whose ``restartPolicy`` is ``Never`` or ``OnFailure`` that Succeeded or Failed on
   its own (including ``activeDeadlineSeconds`` running out) finished its run: it is
   mirrored, never replaced, and once the ShadowPod's status records that terminal phase
-  no new pod is created even if the finished one is deleted later.
+  no new pod is created even if the finished one is deleted later;
+* a ShadowPod whose local pod is being deleted (the virtual kubelet sets the annotation
+  ``kube-offload.io/deletion-grace-period-seconds``) has its pods deleted with that grace
+  period and gets no new one: the local deletion's grace period reaches the remote pod.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, Iterable, Mapping
 from kube_offload import pod_updates
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
+    ANNOTATION_DELETION_GRACE,
     SHADOWPOD_GROUP,
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
@@ -57,6 +61,7 @@ __all__ = [
     "killed_by_system",
     "describe_end",
     "run_completed",
+    "deletion_grace",
     "Action",
     "Plan",
     "plan",
@@ -336,6 +341,7 @@ class Action(enum.Enum):
     MIRROR = "mirror"  # keep ``Plan.pod`` and copy its state into the status
     CREATE = "create"  # (after the deletions) create the pod from build_pod()
     WAIT = "wait"  # the pod's name is still held by a terminating pod: check again soon
+    TERMINATE = "terminate"  # its local pod is being deleted: delete the pods with ``Plan.grace``, create none
 
 
 @dataclass(frozen=True)
@@ -346,6 +352,30 @@ class Plan:
     pod: dict | None = None  # the pod to mirror (MIRROR)
     delete: tuple[dict, ...] = ()  # extra pods, and a killed pod being replaced
     replaced: dict | None = None  # the killed pod a CREATE replaces, for Events
+    grace: int | None = None  # TERMINATE: the deletion grace period (seconds) of ``delete``
+
+
+def deletion_grace(shadowpod: Mapping[str, Any]) -> int | None:
+    """The grace period the virtual kubelet asked for (its local pod is being deleted,
+    annotation ``kube-offload.io/deletion-grace-period-seconds``), or None: not asked, or
+    not a non-negative integer (then the ShadowPod is treated as not terminating, and the
+    vkubelet's own deletion of it, later, ends the pod with its default grace)."""
+    value = (_meta(shadowpod).get("annotations") or {}).get(ANNOTATION_DELETION_GRACE)
+    try:
+        grace = int(str(value).strip()) if value is not None else None
+    except ValueError:
+        return None
+    return grace if grace is not None and grace >= 0 else None
+
+
+def _needs_termination(pod: Mapping[str, Any], grace: int) -> bool:
+    """Not yet deleted, or deleted with a longer grace period (the API lets a second
+    delete only shorten it, as ``kubectl delete --grace-period`` does)."""
+    meta = _meta(pod)
+    if not meta.get("deletionTimestamp"):
+        return True
+    current = meta.get("deletionGracePeriodSeconds")
+    return current is not None and int(current) > grace
 
 
 def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
@@ -358,8 +388,13 @@ def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Pla
     meta = _meta(shadowpod)
     if meta.get("deletionTimestamp"):
         return Plan(Action.NOTHING)
-    name = str(meta.get("name") or "")
     pods = list(pods)
+    grace = deletion_grace(shadowpod)
+    if grace is not None:
+        # Its local pod is being deleted: the pods end with that pod's grace period and
+        # none replaces them; the vkubelet deletes the ShadowPod once they are gone.
+        return Plan(Action.TERMINATE, delete=tuple(dict(p) for p in pods if _needs_termination(p, grace)), grace=grace)
+    name = str(meta.get("name") or "")
     terminating = [p for p in pods if pod_fate(p) is PodFate.TERMINATING]
     live = [p for p in pods if pod_fate(p) is not PodFate.TERMINATING]
     keep, extras = choose_pod(live, name)

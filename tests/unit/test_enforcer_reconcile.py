@@ -14,6 +14,7 @@ from enforcer import events
 from enforcer.events import EventRecorder
 from enforcer.podindex import PodIndex
 from enforcer.reconcile import Reconciler
+from kube_offload import constants as C
 from kube_offload.controller import PermanentError, Requeue
 from kube_offload.informer import ADDED, DELETED
 from kube_offload.kube import ApiError
@@ -33,6 +34,7 @@ class FakeApi:
         self.writes: list[tuple] = []
         self.create_error: ApiError | None = None
         self.patch_error: ApiError | None = None
+        self.delete_graces: list[int | None] = []  # gracePeriodSeconds of each pod delete
         self._uids = itertools.count(1)
 
     def get_shadowpod(self, namespace, name):
@@ -54,8 +56,9 @@ class FakeApi:
     def get_pod(self, namespace, name):
         return copy.deepcopy(self.pods.get(f"{namespace}/{name}"))
 
-    def delete_pod(self, namespace, name, uid):
+    def delete_pod(self, namespace, name, uid, grace_period_seconds=None):
         self.writes.append(("delete", name, uid))
+        self.delete_graces.append(grace_period_seconds)
         key = f"{namespace}/{name}"
         if key in self.pods and self.pods[key]["metadata"]["uid"] == uid:
             del self.pods[key]
@@ -389,3 +392,29 @@ def test_finished_pod_is_not_updated(world):
     world.api.writes.clear()
     world.run()
     assert ("patch", "web") not in world.api.writes
+
+
+# --- the local pod is being deleted: its grace period reaches the remote pod --------------------
+def test_deletion_grace_annotation_deletes_the_pod_with_that_grace_and_creates_none(world):
+    world.add_shadowpod()
+    world.run()
+    uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.shadowpods[KEY]["metadata"]["annotations"] = {C.ANNOTATION_DELETION_GRACE: "7"}
+    world.run()
+    assert ("delete", "web", uid) in world.api.writes and world.api.delete_graces[-1] == 7
+    assert KEY not in world.api.pods  # the fake deletes at once; nothing replaced it
+    assert world.reasons()[-1] == events.REASON_TERMINATING
+    world.api.writes.clear()
+    world.run()
+    assert not [w for w in world.api.writes if w[0] == "create"]
+
+
+def test_deletion_grace_leaves_a_pod_already_terminating_with_a_shorter_grace(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["metadata"].update(deletionTimestamp="2025-01-01T00:00:10Z", deletionGracePeriodSeconds=5)
+    world.api.shadowpods[KEY]["metadata"]["annotations"] = {C.ANNOTATION_DELETION_GRACE: "30"}
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == []
+
