@@ -59,6 +59,11 @@ class Informer:
         # Updated on every successful list or watch event: lets a caller tell how fresh
         # its view of the API server is (the virtual node's Ready condition uses it).
         self.last_contact: float = 0.0
+        # Monotonic time the last complete list arrived: the cache is at least that fresh
+        # (a watch may have slept through an outage; see relist()).
+        self.last_listed: float = 0.0
+        self._relist_requested = threading.Event()
+        self._kick = threading.Event()  # cuts a backoff wait short (stop, relist)
 
     # --- public API --------------------------------------------------------------------
     def add_handler(self, handler: Handler) -> None:
@@ -72,6 +77,18 @@ class Informer:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._kick.set()
+        self._break_watch()
+
+    def relist(self) -> None:
+        """Rebuild the cache from a fresh list now (its difference delivered as events),
+        e.g. when the API server answers again after an outage: a watch that survived it
+        may lag, and one in backoff would wait. :attr:`last_listed` says when it is done."""
+        self._relist_requested.set()
+        self._kick.set()
+        self._break_watch()
+
+    def _break_watch(self) -> None:
         response = self._response
         if response is not None:
             try:
@@ -104,9 +121,10 @@ class Informer:
         backoff = 0.5
         while not self._stopped.is_set():
             try:
+                self._relist_requested.clear()
                 resource_version = self._relist()
                 backoff = 0.5
-                while not self._stopped.is_set():
+                while not self._stopped.is_set() and not self._relist_requested.is_set():
                     resource_version = self._watch(resource_version)
                     if resource_version is None:
                         break  # expired: list again
@@ -118,13 +136,18 @@ class Informer:
             except Exception as exc:  # a broken connection surfaces as many urllib3 types
                 if self._stopped.is_set():
                     return
-                log.warning("%s: watch broken (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc, backoff)
-            self._stopped.wait(backoff)
+                if not self._relist_requested.is_set():  # not the watch relist() broke on purpose
+                    log.warning("%s: watch broken (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc, backoff)
+            if self._relist_requested.is_set():
+                continue  # asked for a fresh list: no backoff
+            self._kick.wait(backoff)
+            self._kick.clear()
             backoff = min(backoff * 2, 10.0)
 
     def _relist(self) -> str:
         body = call_json(self._list_func, **self._list_kwargs)
         self.last_contact = time.monotonic()
+        listed_at = self.last_contact
         fresh: dict[str, dict] = {}
         for item in body.get("items") or []:
             obj = self._prepare(item, body)
@@ -141,6 +164,7 @@ class Informer:
         for key, old in previous.items():
             if key not in fresh:
                 self._dispatch(DELETED, old, old)
+        self.last_listed = listed_at
         self._synced.set()
         self._last_resync = time.monotonic()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
@@ -174,7 +198,7 @@ class Informer:
         self._response = response
         try:
             for line in iter_resp_lines(response):
-                if self._stopped.is_set():
+                if self._stopped.is_set() or self._relist_requested.is_set():
                     return resource_version
                 if not line:
                     continue

@@ -124,6 +124,19 @@ class MultiNamespaceInformer:
             child = self._children.get(namespace)
         return child is not None and child.has_synced()
 
+    def relist(self) -> None:
+        """Every namespace lists again now (:meth:`Informer.relist`)."""
+        with self._lock:
+            children = list(self._children.values())
+        for child in children:
+            child.relist()
+
+    def listed_since(self, namespace: str, since: float) -> bool:
+        """Whether ``namespace`` was listed completely at or after monotonic time ``since``."""
+        with self._lock:
+            child = self._children.get(namespace)
+        return child is not None and child.last_listed >= since
+
     def set_namespaces(self, namespaces: Iterable[str]) -> None:
         """Watch exactly ``namespaces`` from now on (idempotent; cheap when unchanged)."""
         wanted = list(namespaces)
