@@ -60,6 +60,9 @@ KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}=fake"
 # authorizes it by SubjectAccessReview, so RBAC binds it like a kubeadm cluster does.
 APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"
 KUBELET_API_ADMIN_ROLE = "system:kubelet-api-admin"  # bootstrap ClusterRole: nodes/proxy, log, stats...
+# How the remote clusters are connected (Topology.peering).
+PEERING_HARNESS = "harness"  # identities applied from `helm template`, processes started here (e2e)
+PEERING_CLI = "cli"  # left unconnected by `up`: `kube-offload peer` connects them (the demo)
 
 
 class ClusterError(RuntimeError):
@@ -92,6 +95,10 @@ class Topology:
     # False only for debugging RBAC itself: the same objects are installed, but the
     # components get the admin kubeconfigs.
     chart_identities: bool = True
+    # PEERING_HARNESS: `up` wires each remote itself, and tests may restart the processes
+    # with other flags. PEERING_CLI: `up` leaves the remotes bare (no CRDs, no enforcer, no
+    # virtual kubelet) for `kube-offload peer` (kube_offload_harness.peer_driver).
+    peering: str = PEERING_HARNESS
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -110,6 +117,7 @@ class Topology:
             extender_port=data.get("extender_port", 0),
             virtual_kubelets=data.get("virtual_kubelets", True),
             chart_identities=data.get("chart_identities", True),
+            peering=data.get("peering", PEERING_HARNESS),
         )
 
 
@@ -399,13 +407,19 @@ class Environment:
         local.add_physical_nodes()
         self._authorize_apiserver_kubelet_client(local)
         self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
+        wired = topology.peering == PEERING_HARNESS
+        # With PEERING_CLI only the webhook's and extender's: the release `peer` installs
+        # owns the rest of the chart.
         self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
-            topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes]))
+            topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes] if wired else []),
+            components=None if wired else ("webhook", "extender"))
         for spec in topology.remotes:
             remote = self.cluster(spec)
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
             remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
+            if not wired:
+                continue
             self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
             self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
                 topology.local.cluster_id, node_labels=spec.labels))
@@ -416,6 +430,9 @@ class Environment:
         self._wait_https_ready("webhook", topology.webhook_port)
         self._wait_https_ready("extender", topology.extender_port)
         self._register_webhook(topology, local)
+        if not wired:
+            self.say(f"- environment up in {int(time.monotonic() - started)}s; remote clusters not connected yet (kube-offload peer)")
+            return
         for spec in topology.remotes:
             self.start_enforcer(spec)
             self._wait_https_ready(f"enforcer-{spec.cluster_id}", spec.enforcer_webhook_port)
@@ -504,11 +521,14 @@ class Environment:
         self.cluster(spec).kubectl("apply", "-f", "-", input=result.stdout)
 
     # --- identities ---------------------------------------------------------------------
-    def install_identities(self, cluster: Cluster, chart: Path, values: dict) -> None:
+    def install_identities(self, cluster: Cluster, chart: Path, values: dict, *, components: Iterable[str] | None = None) -> None:
         """Apply the identity objects of ``chart`` rendered by real helm: CRDs first (and
-        wait until they are served), then namespaces, ServiceAccounts, RBAC, Consumers."""
-        rendered = identities.render_chart(self.bins.helm, chart, values, env=cluster.env())
-        objects = [identities.release_namespace(), *identities.identity_objects(rendered)]
+        wait until they are served), then namespaces, ServiceAccounts, RBAC, Consumers;
+        only those of ``components`` when given."""
+        rendered = identities.identity_objects(identities.render_chart(self.bins.helm, chart, values, env=cluster.env()))
+        if components is not None:
+            rendered = identities.of_components(rendered, components)
+        objects = [identities.release_namespace(), *rendered]
         crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
         if crds:
             cluster.apply(crds)

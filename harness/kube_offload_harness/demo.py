@@ -1,7 +1,8 @@
 """``kube-offload demo``: the main job, end to end, on loopback clusters.
 
-Brings up (or reuses) one local and one remote cluster with kube-offload running, then
-walks through what a platform engineer would do, printing each kubectl command and its
+Brings up (or reuses) one local and one remote cluster, the local one with kube-offload's
+webhook and extender running, connects them with `kube-offload peer` as a user would,
+then walks through what a platform engineer would do, printing each command and its
 output: the virtual node, a rejected bad policy label, a namespace opted in, a Deployment
 offloaded to the remote cluster, the same pods seen from both sides, and what
 `kubectl offload explain` and `kubectl offload status` say about them.
@@ -10,6 +11,7 @@ offloaded to the remote cluster, the same pods seen from both sides, and what
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -18,7 +20,10 @@ from pathlib import Path
 
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
-from kube_offload_harness.cluster import Cluster, ClusterError, Environment, default_state_dir, default_topology
+from kube_offload_harness import peer_driver
+from kube_offload_harness.cluster import (
+    PEERING_CLI, PROVIDER_LABEL, REGION_LABEL, Cluster, ClusterError, Environment, default_state_dir, default_topology,
+)
 from kube_offload.flags import add_flag
 
 COMPONENT = "demo"
@@ -40,12 +45,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+_steps = itertools.count(1)
+
+
 def _banner(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
+def _step(text: str) -> None:
+    """A numbered step of the walkthrough (numbered as they run, so steps can be added)."""
+    _banner(f"{next(_steps)}. {text}")
+
+
 def _show(cluster: Cluster, *args: str, check: bool = True) -> str:
-    # $LOCAL / $REMOTE are the kubeconfig paths printed at the start (see _walkthrough)
+    # $LOCAL / $REMOTE are the kubeconfig paths printed at the start (see run)
     alias = "$LOCAL" if cluster.spec.role == "local" else "$REMOTE"
     print(f"$ kubectl --kubeconfig {alias} {' '.join(_quote(a) for a in args)}", flush=True)
     result = cluster.kubectl(*args, check=False)
@@ -73,17 +86,24 @@ def _healthy(env: Environment) -> bool:
 def run(args: argparse.Namespace) -> int:
     env = Environment(Path(args.state_dir))
     try:
-        _banner("1. Loopback clusters: real kube-apiserver/etcd/scheduler/controller-manager, kwok nodes")
-        if _healthy(env):
+        _step("Loopback clusters: real kube-apiserver/etcd/scheduler/controller-manager, kwok nodes")
+        topology = env.topology()
+        if topology is not None and topology.peering == PEERING_CLI and _healthy(env):
             print(f"reusing the running environment in {env.state_dir}")
         else:
             env.down()
-            env.up(default_topology(prefix="demo", remotes=1))
-        topology = env.topology()
-        assert topology is not None
+            topology = default_topology(prefix="demo", remotes=1)
+            topology.peering = PEERING_CLI  # connected below by `kube-offload peer`
+            env.up(topology)
         local = env.cluster(topology.local)
         remote = env.cluster(topology.remotes[0])
         twin = f"{args.namespace}-{topology.local.cluster_id}"
+        print(f"LOCAL={local.kubeconfig}")
+        print(f"REMOTE={remote.kubeconfig}")
+
+        _step("Connect them: `kube-offload peer` admits the local cluster as a consumer of the remote one "
+              "(remote chart), stores its kubeconfig and runs a virtual kubelet (local chart)")
+        peer_driver.peer(env, topology, topology.remotes[0], say=lambda line: print(line, flush=True))
         _walkthrough(env, local, remote, args.namespace, twin, args.replicas)
     except (ClusterError, BuildError) as exc:
         print(f"\nkube-offload demo: {exc}", file=sys.stderr)
@@ -103,18 +123,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin: str, replicas: int) -> None:
-    print(f"LOCAL={local.kubeconfig}")
-    print(f"REMOTE={remote.kubeconfig}")
-    _show(local, "get", "nodes", "-L", f"{C.LABEL_TYPE},{C.LABEL_CLUSTER_ID},topology.kubernetes.io/region")
+    print("\n(the virtual node, labelled with the region and provider the remote cluster suggested:)")
+    _show(local, "get", "nodes", "-L", f"{C.LABEL_TYPE},{C.LABEL_CLUSTER_ID},{REGION_LABEL},{PROVIDER_LABEL}")
 
-    _banner("2. Opt a namespace in (a bad value is refused by our validating webhook)")
+    _step("Opt a namespace in (a bad value is refused by our validating webhook)")
     local.kubectl("create", "namespace", namespace, check=False)
     _show(local, "label", "namespace", namespace, f"{C.LABEL_POD_PLACEMENT}=Everywhere", check=False)
     _show(local, "label", "--overwrite", "namespace", namespace,
           f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
 
-    _banner(f"3. A Deployment of {replicas} pods in '{namespace}': the webhook adds toleration + affinity, "
-            "the scheduler (asking our extender) picks the virtual node")
+    _step(f"A Deployment of {replicas} pods in '{namespace}': the webhook adds toleration + affinity, "
+          "the scheduler (asking our extender) picks the virtual node")
     local.apply(_deployment(namespace, replicas))
     _wait_running(local, namespace, replicas)
     _show(local, "get", "pods", "-n", namespace, "-o", "wide")
@@ -123,26 +142,26 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
     _show(local, "get", "pod", "-n", namespace, first, "-o",
           "jsonpath={.spec.tolerations[?(@.key=='" + C.TAINT_KEY + "')]}{'\\n'}{.spec.affinity.nodeAffinity}{'\\n'}")
 
-    _banner(f"4. The same pods in the remote cluster (twin namespace '{twin}'), kept there by ShadowPods")
+    _step(f"The same pods in the remote cluster (twin namespace '{twin}'), kept there by ShadowPods")
     _show(remote, "get", "shadowpods", "-n", twin)
     _show(remote, "get", "pods", "-n", twin, "-o", "wide")
 
-    _banner("5. Delete a remote pod behind the local cluster's back: the enforcer recreates it, the local pod stays")
+    _step("Delete a remote pod behind the local cluster's back: the enforcer recreates it, the local pod stays")
     remote_pod = remote.kubectl("get", "pods", "-n", twin, "-o", "jsonpath={.items[0].metadata.name}").stdout
     _show(remote, "delete", "pod", "-n", twin, remote_pod, "--wait=false")
     time.sleep(3)
     _show(remote, "get", "pods", "-n", twin, remote_pod, "-o", "wide")
     _show(local, "get", "pod", "-n", namespace, remote_pod, "-o", "wide")
 
-    _banner("6. Troubleshoot as usual: logs, exec and events of an offloaded pod come from the remote cluster")
+    _step("Troubleshoot as usual: logs, exec and events of an offloaded pod come from the remote cluster")
     _show(local, "logs", "-n", namespace, remote_pod, "--tail=3")
     _show(local, "exec", "-n", namespace, remote_pod, "--", "hostname")
     described = local.kubectl("describe", "pod", "-n", namespace, remote_pod).stdout
     print(f"$ kubectl --kubeconfig $LOCAL describe pod -n {namespace} {remote_pod}   (Events section)")
     print(described[described.find("Events:"):].rstrip())
 
-    _banner("7. Ask kube-offload: `kubectl offload explain` says where a pod can run and why, "
-            "`kubectl offload status` how every peering is doing")
+    _step("Ask kube-offload: `kubectl offload explain` says where a pod can run and why, "
+          "`kubectl offload status` how every peering is doing")
     _show_plugin(local, remote, "explain", "pod", remote_pod, "-n", namespace)
     _show_plugin(local, remote, "status")
 

@@ -66,6 +66,15 @@ def identity_objects(documents: Iterable[Mapping[str, Any] | None]) -> list[dict
     return sorted(kept, key=lambda d: order.get(d["kind"], 2))
 
 
+def of_components(objects: Iterable[Mapping[str, Any]], components: Iterable[str]) -> list[dict]:
+    """The objects labelled ``app.kubernetes.io/component`` with one of ``components``: the
+    identities of the processes the harness runs itself when a Helm release (installed by
+    ``kube-offload peer``) owns the rest of the chart, which Helm would refuse to share."""
+    wanted = set(components)
+    return [dict(o) for o in objects
+            if ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") in wanted]
+
+
 def token_kubeconfig(admin: Mapping[str, Any], token: str, user: str) -> dict:
     """A kubeconfig for ``token`` against the same server (and CA) as ``admin``'s
     current context: only the credentials change."""

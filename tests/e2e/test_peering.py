@@ -11,13 +11,11 @@ What kwok cannot do, and what this module does instead (and only that):
 - kwok only *pretends* to run the charts' pods, so the vkubelet Deployment the local chart
   creates cannot make its node Ready, nor the enforcer Deployment of the remote chart
   serve anything. While `peer` waits, this module starts both as processes with the
-  exact arguments of those Deployments (read back from the clusters), each with a
-  kubeconfig from a TokenRequest of the ServiceAccount the chart made for it; where a
-  Deployment reads a mounted file the process gets the same content: the vkubelet's
-  remote kubeconfig is the one `peer` stored in Secret ``remote-peer-kubeconfig``, the
-  service-account ``ca.crt`` is the namespace's ``kube-root-ca.crt``. Only
-  addresses change: ``$(POD_IP)`` and ports become 127.0.0.1 and free ports, and the
-  serving certificates are the harness's.
+  exact arguments of those Deployments, under the ServiceAccounts the charts made for
+  them, as the demo does (kube_offload_harness.chart_processes, which says what changes:
+  addresses, serving certificates, mounted files). The vkubelet's remote kubeconfig is the
+  one `peer` stored in Secret ``remote-peer-kubeconfig``, the service-account ``ca.crt``
+  the namespace's ``kube-root-ca.crt``.
 - A real pod's process ends before its pod object goes (the kubelet stops it first).
   The vkubelet's pod gets a finalizer here; when that pod is being deleted (unpeer
   removes the Deployment), this module stops the process and then drops the finalizer.
@@ -51,7 +49,7 @@ import pytest
 import yaml
 
 from kube_offload import constants as c
-from kube_offload_harness import identities
+from kube_offload_harness import chart_processes
 from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +65,6 @@ TWIN = f"{DEMO}-{LOCAL_ID}"
 FINALIZER = "e2e.kube-offload.io/process-running"
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 TIMEOUT = "3m"
-# Mounted into every pod by its ServiceAccount volume; a process gets the same CA as a file.
-SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 # Events are the cluster's history and expire on their own; everything else counts.
 NOT_COUNTED = {"events", "events.events.k8s.io"}
 
@@ -83,6 +79,9 @@ class Pair:
         self.values = env.state_dir / "peering-local-values.yaml"
         self.values.write_text(yaml.safe_dump({
             "webhook": {"enabled": False}, "extender": {"enabled": False}, "scheduler": {"enabled": False},
+            # The session's harness already applied the chart's cluster-wide virtual
+            # StorageClass, which a second release must not claim.
+            "storage": {"virtualClass": {"create": False}},
         }))
         self.stop_watching = threading.Event()
         self.watcher: threading.Thread | None = None
@@ -117,77 +116,29 @@ class Pair:
         return int(entries[0]["revision"]) if entries else None
 
     # --- what kwok cannot run: the enforcer and the vkubelet as processes ---------------------
-    def deployment_args(self, cluster: Cluster, name: str) -> list[str]:
-        deployment = cluster.kubectl_json("get", "deployment", name, "-n", NAMESPACE)
-        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
-
     def start_enforcer(self) -> int:
         """The remote chart's enforcer Deployment, as a process; returns its webhook port."""
         port = free_port()
-        args = []
-        for arg in self.deployment_args(self.remote, "kube-offload-enforcer"):
-            if arg.startswith("--webhook-bind="):
-                arg = f"--webhook-bind=127.0.0.1:{port}"
-            elif arg.startswith("--webhook-tls-cert="):
-                arg = f"--webhook-tls-cert={self.env.pki_dir / 'tls.crt'}"
-            elif arg.startswith("--webhook-tls-key="):
-                arg = f"--webhook-tls-key={self.env.pki_dir / 'tls.key'}"
-            args.append(arg)
-        account = identities.ServiceAccountRef(NAMESPACE, "kube-offload-enforcer")
-        argv = self.env._component_argv(*args, "--kubeconfig", str(self.env.identity_kubeconfig(self.remote, account)))
-        name = f"enforcer-{REMOTE_ID}"
-        self.env.processes.start(name, argv, log=self.env.log_path(name), env=self.env._process_env())
+        chart_processes.start_enforcer(self.env, self.remote, namespace=NAMESPACE, deployment="kube-offload-enforcer",
+                                       process=f"enforcer-{REMOTE_ID}", webhook_port=port)
         return port
 
     def register_enforcer_webhook(self, port: int) -> None:
-        ca = base64.b64encode((self.env.pki_dir / "ca.crt").read_bytes()).decode()
-        self.chart_client_config = self.remote.kubectl_json(
-            "get", "validatingwebhookconfiguration", c.SHADOWPOD_WEBHOOK_CONFIGURATION)["webhooks"][0]["clientConfig"]
-        self._set_webhook_client_config({"url": f"https://127.0.0.1:{port}{c.SHADOWPOD_WEBHOOK_PATH}", "caBundle": ca})
+        self.chart_client_config = chart_processes.register_enforcer_webhook(self.env, self.remote, port)
 
     def restore_enforcer_webhook(self) -> None:
         """Back to the chart's own registration (a Service), so Helm's three-way merge
         on the next upgrade does not meet a url it never wrote."""
-        self._set_webhook_client_config(self.chart_client_config)
-
-    def _set_webhook_client_config(self, client_config: dict) -> None:
-        patch = [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": client_config}]
-        self.remote.kubectl("patch", "validatingwebhookconfiguration", c.SHADOWPOD_WEBHOOK_CONFIGURATION,
-                            "--type=json", "-p", json.dumps(patch))
+        chart_processes.set_enforcer_webhook_client_config(self.remote, self.chart_client_config)
 
     def start_vkubelet(self, pod: str) -> None:
-        secret = self.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)
-        remote_kubeconfig = self.env.state_dir / "peering-remote-kubeconfig.yaml"
-        remote_kubeconfig.write_bytes(base64.b64decode(secret["data"]["kubeconfig"]))
-        remote_kubeconfig.chmod(0o600)
-        args = []
-        for arg in self.deployment_args(self.local, f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}"):
-            if arg.startswith("--remote-kubeconfig="):
-                arg = f"--remote-kubeconfig={remote_kubeconfig}"
-            elif arg == "--node-address=$(POD_IP)":
-                arg = "--node-address=127.0.0.1"
-            elif arg.startswith("--kubelet-port="):
-                arg = f"--kubelet-port={free_port()}"
-            elif "=" + SERVICE_ACCOUNT_CA in arg:
-                arg = arg.replace(SERVICE_ACCOUNT_CA, str(self.service_account_ca()))
-            args.append(arg)
-        account = identities.ServiceAccountRef(NAMESPACE, f"{LOCAL_RELEASE}-vkubelet")
-        local_kubeconfig = self.env.identity_kubeconfig(self.local, account)
-        argv = self.env._component_argv(
-            *args, "--local-kubeconfig", str(local_kubeconfig),
-            "--kubelet-tls-cert", str(self.env.pki_dir / "tls.crt"), "--kubelet-tls-key", str(self.env.pki_dir / "tls.key"),
+        chart_processes.start_vkubelet(
+            self.env, self.local, namespace=NAMESPACE, deployment=f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}",
+            process=f"vkubelet-{REMOTE_ID}", kubelet_port=free_port(),
+            service_account_ca=chart_processes.service_account_ca(self.env, self.local, NAMESPACE),
         )
-        name = f"vkubelet-{REMOTE_ID}"
-        self.env.processes.start(name, argv, log=self.env.log_path(name), env=self.env._process_env())
         self.watcher = threading.Thread(target=self._tie_process_to_pod, args=(pod,), daemon=True)
         self.watcher.start()
-
-    def service_account_ca(self) -> Path:
-        """What a pod finds at SERVICE_ACCOUNT_CA: the namespace's kube-root-ca.crt."""
-        config_map = self.local.kubectl_json("get", "configmap", "kube-root-ca.crt", "-n", NAMESPACE)
-        path = self.env.state_dir / "peering-service-account-ca.crt"
-        path.write_text(config_map["data"]["ca.crt"])
-        return path
 
     def _tie_process_to_pod(self, pod: str) -> None:
         """Stop the vkubelet process once its pod is being deleted, then let the pod go."""
@@ -300,7 +251,6 @@ def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
              or process.poll() is not None, timeout=180, what="the remote release's enforcer Deployment")
         assert process.poll() is None, process.communicate()
         port = pair.start_enforcer()
-        pair.env._wait_https_ready(f"enforcer-{REMOTE_ID}", port)
         pair.register_enforcer_webhook(port)
         # The local chart is installed: run its vkubelet, bound to the Deployment's pod.
         pods = wait(lambda: [p for p in pair.vkubelet_pods() if not p["metadata"].get("deletionTimestamp")]

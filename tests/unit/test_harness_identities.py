@@ -78,3 +78,19 @@ def test_values_for_the_topology() -> None:
     values = identities.remote_values("local", node_labels={"topology.kubernetes.io/region": "eu-west"}, quota={"pods": "3"})
     assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}}]
     assert values["nodeLabels"] == {"topology.kubernetes.io/region": "eu-west"}
+
+
+def test_of_components_keeps_only_the_named_components() -> None:
+    def labelled(kind: str, name: str, component: str | None) -> dict:
+        labels = {"app.kubernetes.io/component": component} if component else {}
+        return {"kind": kind, "metadata": {"name": name, "labels": labels}}
+
+    objects = [
+        labelled("ServiceAccount", "kube-offload-webhook", "webhook"),
+        labelled("ClusterRole", "kube-offload-extender", "extender"),
+        labelled("ClusterRole", "kube-offload-vkubelet", "vkubelet"),
+        labelled("ServiceAccount", "kube-offload-certs", "certificates"),
+        labelled("StorageClass", "kube-offload", None),
+    ]
+    kept = identities.of_components(objects, ("webhook", "extender"))
+    assert [o["metadata"]["name"] for o in kept] == ["kube-offload-webhook", "kube-offload-extender"]

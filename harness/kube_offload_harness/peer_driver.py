@@ -1,0 +1,167 @@
+"""``kube-offload peer`` on the loopback clusters, exactly as a user runs it.
+
+The demo connects its local cluster to each remote one with the real command: the CLI in
+a subprocess, the cached Helm, the checkout's charts and the two admin kubeconfigs, its
+output printed as it comes. Peer installs the remote chart (CRDs, enforcer, the consumer's
+identity and provider-suggested node labels), stores the consumer's kubeconfig as a
+Secret, installs the local chart (one vkubelet Deployment) and waits until the virtual
+node is Ready.
+
+kwok cannot run the Deployments the two charts create, so while peer waits for them the
+harness starts each as a process with its exact args, under the ServiceAccount the chart
+made for it (:mod:`kube_offload_harness.chart_processes`); every line the harness adds to
+peer's output starts with ``[harness]``. Running it again changes nothing: peer says so,
+and processes already running are left as they are.
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from kube_offload import constants as C
+from kube_offload import peering as p
+from kube_offload_harness import chart_processes
+from kube_offload_harness.cluster import Cluster, ClusterError, ClusterSpec, Environment, Topology
+
+Say = Callable[[str], None]
+
+# The local chart as the demo installs it. The harness already runs the webhook and the
+# extender as processes registered by URL (kwok cannot run their pods, and a registration
+# through the chart's Service would be unreachable from a loopback apiserver, so no pod
+# of an offloaded namespace could be created); with neither, no certificate needs renewal.
+LOCAL_VALUES = {
+    "webhook": {"enabled": False},
+    "extender": {"enabled": False},
+    "scheduler": {"enabled": False},
+    "certificates": {"renewal": {"enabled": False}},
+}
+POLL_SECONDS = 1.0
+PEER_TIMEOUT_SECONDS = 420  # peer's own waits are 5 minutes each at most (--timeout)
+ENFORCER_DEPLOYMENT = f"{p.chart_fullname(p.DEFAULT_RELEASE)}-enforcer"
+
+
+def local_values_file(env: Environment) -> Path:
+    path = env.state_dir / "peer-local-values.yaml"
+    path.write_text("# kube-offload demo: the harness runs the webhook and the extender as processes\n"
+                    + yaml.safe_dump(LOCAL_VALUES))
+    return path
+
+
+def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: Path) -> list[tuple[str, str, str]]:
+    """(flag, value, value as printed) for ``kube-offload peer``: the kubeconfigs print
+    as $LOCAL / $REMOTE, the variables the demo sets first."""
+    local, remote = env.cluster(topology.local), env.cluster(spec)
+    helm = str(env.bins.helm)
+    home = str(Path.home())
+    flags = [
+        ("--local-kubeconfig", str(local.kubeconfig), "$LOCAL"),
+        ("--remote-kubeconfig", str(remote.kubeconfig), "$REMOTE"),
+        ("--local-cluster-id", topology.local.cluster_id, topology.local.cluster_id),
+        ("--remote-cluster-id", spec.cluster_id, spec.cluster_id),
+    ]
+    flags += [("--node-label", f"{k}={v}", f"{k}={v}") for k, v in sorted(spec.labels.items())]
+    flags.append(("--local-values", str(values), str(values).replace(home, "~", 1)))
+    flags.append(("--helm", helm, helm.replace(home, "~", 1)))
+    return flags
+
+
+def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -> None:
+    """Run ``kube-offload peer`` for ``spec`` and start what kwok cannot run; raises
+    ClusterError if peer fails (its output, printed above, says why)."""
+    local, remote = env.cluster(topology.local), env.cluster(spec)
+    flags = peer_flags(env, topology, spec, local_values_file(env))
+    say("$ kube-offload peer " + " ".join(f"{flag} {shown}" for flag, _, shown in flags))
+    argv = [sys.executable, "-m", "kube_offload.cli", "peer", *(x for flag, value, _ in flags for x in (flag, value))]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env._process_env())
+    lines: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(process, lines), daemon=True)
+    reader.start()
+    runner = _ChartRunner(env, local, remote, spec, say)
+    deadline = time.monotonic() + PEER_TIMEOUT_SECONDS
+    finished = False
+    try:
+        while not finished:
+            finished = _forward(lines, say)
+            if not finished:
+                runner.step()
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"kube-offload peer did not finish within {PEER_TIMEOUT_SECONDS}s")
+                time.sleep(POLL_SECONDS)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    if process.returncode != 0:
+        raise ClusterError(f"`kube-offload peer` failed (exit {process.returncode}); its output is above. "
+                           f"Harness logs: {env.state_dir / 'logs'}")
+
+
+def _read_lines(process: subprocess.Popen, lines: "queue.Queue[str | None]") -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def _forward(lines: "queue.Queue[str | None]", say: Say) -> bool:
+    """Print what peer wrote so far; True once it closed its output."""
+    while True:
+        try:
+            line = lines.get_nowait()
+        except queue.Empty:
+            return False
+        if line is None:
+            return True
+        say(line)
+
+
+class _ChartRunner:
+    """Starts the enforcer once the remote release has its Deployment and webhook
+    registration, and the vkubelet once the local release has its Deployment."""
+
+    def __init__(self, env: Environment, local: Cluster, remote: Cluster, spec: ClusterSpec, say: Say) -> None:
+        self.env, self.local, self.remote, self.spec, self.say = env, local, remote, spec, say
+        self.enforcer = f"enforcer-{spec.cluster_id}"
+        self.vkubelet = f"vkubelet-{spec.cluster_id}"
+        self.vkubelet_deployment = p.vkubelet_deployment_name(p.DEFAULT_RELEASE, spec.cluster_id)
+        self.enforcer_started = self.vkubelet_started = False
+
+    def step(self) -> None:
+        if not self.enforcer_started and self._exists(self.remote, "deployment", ENFORCER_DEPLOYMENT, "-n", p.DEFAULT_NAMESPACE) \
+                and self._exists(self.remote, "validatingwebhookconfiguration", C.SHADOWPOD_WEBHOOK_CONFIGURATION):
+            self._start_enforcer()
+        if not self.vkubelet_started and self._exists(self.local, "deployment", self.vkubelet_deployment, "-n", p.DEFAULT_NAMESPACE):
+            self._start_vkubelet()
+
+    @staticmethod
+    def _exists(cluster: Cluster, *what: str) -> bool:
+        return cluster.kubectl("get", *what, "-o", "name", check=False).returncode == 0
+
+    def _start_enforcer(self) -> None:
+        port = self.spec.enforcer_webhook_port
+        chart_processes.start_enforcer(self.env, self.remote, namespace=p.DEFAULT_NAMESPACE, deployment=ENFORCER_DEPLOYMENT,
+                                       process=self.enforcer, webhook_port=port)
+        chart_processes.register_enforcer_webhook(self.env, self.remote, port)
+        self.enforcer_started = True
+        self.say(f"  [harness] kwok only pretends to run Deployment {p.DEFAULT_NAMESPACE}/{ENFORCER_DEPLOYMENT}: its args run "
+                 f"as a process under its ServiceAccount; the ShadowPod webhook now points at https://127.0.0.1:{port}")
+
+    def _start_vkubelet(self) -> None:
+        # The loopback apiserver's kubelet client certificate is signed by a CA of the
+        # harness (kwokctl gives it none); on kubeadm and kind the cluster CA a pod finds
+        # at the chart's kubeletClientCA path signs it.
+        chart_processes.start_vkubelet(
+            self.env, self.local, namespace=p.DEFAULT_NAMESPACE, deployment=self.vkubelet_deployment, process=self.vkubelet,
+            kubelet_port=self.spec.kubelet_port, service_account_ca=self.env.pki_dir / "kubelet-client-ca.crt",
+        )
+        self.vkubelet_started = True
+        self.say(f"  [harness] kwok only pretends to run Deployment {p.DEFAULT_NAMESPACE}/{self.vkubelet_deployment}: its args "
+                 f"run as a process under its ServiceAccount, with the kubeconfig peer stored in its Secret")
