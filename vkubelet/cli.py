@@ -56,6 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--ping-timeout", default="20s", type=positive_duration,
          help="the node turns NotReady once the remote API server has been unreachable this long")
     flag("--resync-period", default="300s", type=positive_duration, help="full re-check of every object even if nothing changed")
+    flag("--unreachable-deletion-margin", default="30s", type=non_negative_duration,
+         help="a pod deleted while the remote cluster is unreachable is removed locally this long after its "
+              "grace period ended, with a Warning Event (its remote pod is deleted when the cluster answers)")
     flag("--workers", default=4, type=positive_int, help="pods reconciled in parallel")
     flag("--offload-daemonset-pods", default=False, type=bool,
          help="offload pods of DaemonSets that tolerate the virtual node's taint; by default they stay "
@@ -106,6 +109,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ping_timeout=float(args.ping_timeout),
         resync_period=float(args.resync_period),
         workers=args.workers,
+        unreachable_deletion_margin=float(args.unreachable_deletion_margin),
         offload_daemonset_pods=bool(args.offload_daemonset_pods),
         node_address=args.node_address,
         kubelet_port=args.kubelet_port,

@@ -27,6 +27,12 @@ REASON_REMOTE_UNSCHEDULABLE = "RemoteUnschedulable"
 REASON_TWIN_CONFLICT = "TwinNamespaceConflict"
 REASON_TWIN_REFUSED = "TwinNamespaceRefused"
 REASON_POLICY_INVALID = "InvalidOffloadingPolicy"
+# The remote cluster stopped answering: the pod is marked not Ready (the word the node
+# lifecycle controller uses for the pods of a lost node).
+REASON_NODE_NOT_READY = "NodeNotReady"
+# A pod deleted while the remote cluster was unreachable, deleted locally after its grace
+# period plus the margin without its remote pod seen to stop.
+REASON_TERMINATION_UNCONFIRMED = "RemoteTerminationUnconfirmed"
 # A remote pod address outside the configured remapping (ip_remapping.py): shown as is.
 REASON_POD_IP_NOT_REMAPPED = "PodIPNotRemapped"
 # The provider refused a ShadowPod create/update: the Event carries the provider's message

@@ -102,6 +102,7 @@ class VirtualNode:
         self._label_listeners: list[Callable[[], None]] = []
         self._written: dict | None = None  # the Node as our last write returned it
         self._ready_listeners: list[Callable[[], None]] = []
+        self._lost_listeners: list[Callable[[], None]] = []
         self._threads: list[threading.Thread] = []
 
         self.consumer.add_handler(self._on_consumer_change)
@@ -135,6 +136,19 @@ class VirtualNode:
         otherwise wait for the next full resync."""
         self._ready_listeners.append(listener)
 
+    def on_disconnect(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever the node turns NotReady because the remote cluster
+        stopped answering: the pods follow it (vkubelet/readiness.py)."""
+        self._lost_listeners.append(listener)
+
+    def remote_reachable(self) -> bool:
+        """Whether the remote API server answered within the ping timeout, computed now
+        by the same rule as the Ready condition (which is re-evaluated every ping
+        interval): a loop starting right after its caches listed must not see a stale
+        "not yet probed" as an outage."""
+        last = max(self._last_answer, self._informers.remote_last_contact())
+        return bool(last) and time.monotonic() - last <= self.settings.ping_timeout
+
     def start(self) -> None:
         for name, target in (("probe", self._probe_loop), ("status", self._status_loop), ("lease", self._lease_loop)):
             thread = threading.Thread(target=target, name=f"vnode-{name}", daemon=True)
@@ -144,6 +158,12 @@ class VirtualNode:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def dead_loops(self) -> list[str]:
+        """Names of the node's loops whose thread exited while not told to stop (liveness)."""
+        if self._stop.is_set():
+            return []
+        return [t.name for t in self._threads if not t.is_alive()]
 
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -181,12 +201,11 @@ class VirtualNode:
                     self.settings.node_name,
                 )
             self._wake.set()
-            if reachable:
-                for listener in self._ready_listeners:
-                    try:
-                        listener()
-                    except Exception:
-                        log.exception("reconnect listener failed")
+            for listener in self._ready_listeners if reachable else self._lost_listeners:
+                try:
+                    listener()
+                except Exception:
+                    log.exception("%s listener failed", "reconnect" if reachable else "disconnect")
 
     def _probe_loop(self) -> None:
         while not self._stop.is_set():

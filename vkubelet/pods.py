@@ -7,9 +7,13 @@ ShadowPod(s), its remote pod and its twin namespace; it reads only caches and co
 
 * local pod gone -> every ShadowPod of ours that stood for it is deleted (orphans, e.g.
   after a vkubelet crash between the user's delete and ours);
-* local pod terminating -> ShadowPod deleted (UID precondition); once the ShadowPod and
+* local pod terminating -> its ShadowPod asks for the remote pod's end with the local
+  deletion's grace period, and is deleted once that pod is gone; once the ShadowPod and
   the remote pod are both gone, the local pod is deleted with grace 0, as a kubelet
-  confirms a pod's end;
+  confirms a pod's end (termination.py; unreachable remote cluster: after the grace
+  period plus a margin, with a Warning Event);
+* remote cluster unreachable (the virtual node NotReady) -> the pod is marked not Ready,
+  and Ready again only from a fresh list of the remote pods (readiness.py);
 * a DaemonSet pod -> not offloaded unless --offload-daemonset-pods: left Pending with a
   reason (daemonsets.py), so its DaemonSet controller does not churn it;
 * otherwise -> exactly one ShadowPod, named like the pod, in the twin namespace, for this
@@ -31,8 +35,9 @@ events, resyncs, our own status write) is answered without a request.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Callable, Mapping
 
 from kubernetes import client
 
@@ -44,8 +49,10 @@ from kube_offload.kube import ApiError, call_json, object_key, split_key
 from kube_offload.logs import ObjectLogger
 from vkubelet import daemonsets
 from vkubelet import events as ev
+from vkubelet import readiness
 from vkubelet import refusals as rf
 from vkubelet import status as st
+from vkubelet import termination as term
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
@@ -81,6 +88,8 @@ class PodOffloader:
         informers: SharedInformers,
         twins: TwinNamespaces,
         recorder: EventRecorder,
+        *,
+        reachable: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
         self._local = client.CoreV1Api(informers.local_client)
@@ -88,6 +97,11 @@ class PodOffloader:
         self._twins = twins
         self._recorder = recorder
         self.refusals = rf.RefusalBackoff()
+        # Whether the remote cluster answers (the virtual node's Ready rule); while it does
+        # not, pods are marked not Ready and nothing remote is attempted.
+        self._reachable = reachable or (lambda: True)
+        self._lost = False  # an outage seen and not yet over
+        self._reconnected_at = 0.0  # monotonic: remote pods listed after this are the truth
 
         self.local_pods = informers.local_pods()
         self.shadowpods = informers.remote_shadowpods()
@@ -111,6 +125,23 @@ class PodOffloader:
         """Caches that must be complete before the first reconcile: deciding that a
         ShadowPod is an orphan from a half-listed cache would delete a live pod."""
         return [self.local_pods, self.shadowpods, self.remote_pods, *self._twins.informers()]
+
+    def remote_lost(self) -> None:
+        """The virtual node turned NotReady: every pod is marked not Ready now."""
+        self._lost = True
+        for key in self.local_pods.keys():
+            self.controller.enqueue(key)
+
+    def remote_reconnected(self) -> None:
+        """The remote cluster answers again: its pods and ShadowPods are listed afresh, and
+        a pod marked not Ready takes its status from the remote pod only once that list
+        is in (readiness.needs_fresh_truth). Called before resync_all."""
+        if not self._lost:
+            return  # the first contact after start-up: the caches were just listed
+        self._lost = False
+        self._reconnected_at = time.monotonic()
+        self.remote_pods.relist()
+        self.shadowpods.relist()
 
     def resync_all(self) -> None:
         for key in set(self.local_pods.keys()) | set(self.shadow_index.local_keys()):
@@ -138,6 +169,8 @@ class PodOffloader:
         if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
             self.refusals.forget_prefix(key)
         if local is None:
+            if shadows and not self._reachable():
+                return  # nothing can be deleted there now; the reconnect resync brings it back
             if shadows and self._still_exists_elsewhere(key, shadows, logger):
                 return
             for shp in shadows:
@@ -150,6 +183,10 @@ class PodOffloader:
         daemonset = daemonsets.daemonset_of(local)
         if daemonset is not None and not self.settings.offload_daemonset_pods:
             self._keep_home(local, daemonset, shadows, logger)
+            return
+
+        if not self._reachable():
+            self._mark_unreachable(local, logger)
             return
 
         namespace, name = split_key(key)
@@ -181,6 +218,8 @@ class PodOffloader:
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
         if remote is None:
             return  # the enforcer has not made it yet; its creation will bring us back
+        if readiness.needs_fresh_truth(local, self.remote_pods.listed_since(twin, self._reconnected_at)):
+            raise Requeue(1.0, "back from an outage: waiting for a fresh list of the remote pods")
         self._sync_status(local, remote, current, logger)
         unschedulable = st.remote_unschedulable(remote)
         if unschedulable:
@@ -325,13 +364,70 @@ class PodOffloader:
             raise
 
     def _terminate(self, local: dict, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
-        key = f"{local['metadata']['namespace']}/{local['metadata']['name']}"
+        """The local pod is being deleted (termination.py): its grace period reaches the
+        remote pod through the ShadowPod; the local pod goes once the remote side has."""
+        key = object_key(local)
+        if not self._reachable():
+            self._terminate_unreachable(local, logger)
+            return
+        grace = term.grace_seconds(local)
+        remote_pods = self.pod_index.get(key)
+        # An enforcer that does not honour the request (an older one) must not keep the
+        # pod for ever: past the deadline the ShadowPod goes, and its pod with it.
+        deadline = term.unreachable_deadline(local, self.settings.unreachable_deletion_margin)
+        overdue = deadline is not None and datetime.now(timezone.utc) >= deadline
         for shp in shadows:
-            self._delete_shadowpod(shp, logger, "its local pod is being deleted")
+            running = [p for p in remote_pods if _belongs_to(p, shp)]
+            if running and not overdue:
+                self._request_termination(shp, grace, logger)
+            else:
+                self._delete_shadowpod(shp, logger, "its local pod is being deleted and its remote pod is gone")
         remaining = [f"ShadowPod {s['metadata']['namespace']}/{s['metadata']['name']}" for s in shadows]
-        remaining += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.pod_index.get(key)]
+        remaining += [f"pod {p['metadata']['namespace']}/{p['metadata']['name']}" for p in remote_pods]
         if remaining:
             raise Requeue(TERMINATION_POLL_SECONDS, f"waiting for remote {', '.join(remaining)} to go")
+        self._delete_local(local, logger, "remote pod gone: deleted the local pod")
+
+    def _request_termination(self, shp: dict, grace: int, logger: logging.LoggerAdapter) -> None:
+        meta = shp["metadata"]
+        patch = term.grace_request_patch(shp, grace)
+        if patch is None or meta.get("deletionTimestamp"):
+            return
+        patch["metadata"]["uid"] = meta["uid"]  # this very ShadowPod, not a newer one of the name
+        try:
+            call_json(
+                self._custom.patch_namespaced_custom_object,
+                c.SHADOWPOD_GROUP,
+                c.SHADOWPOD_VERSION,
+                meta["namespace"],
+                c.SHADOWPOD_PLURAL,
+                meta["name"],
+                patch,
+                _content_type=MERGE_PATCH,
+            )
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return  # gone or replaced meanwhile; its event brings us back
+            raise
+        logger.info("asked cluster %s to end ShadowPod %s/%s's pod with a grace period of %ds",
+                    self.settings.cluster_id, meta["namespace"], meta["name"], grace)
+
+    def _terminate_unreachable(self, local: dict, logger: logging.LoggerAdapter) -> None:
+        """Nothing can be asked of the remote cluster nor confirmed by it: the local pod
+        goes after its grace period plus the margin, with a Warning Event."""
+        self._mark_unreachable(local, logger)
+        margin = self.settings.unreachable_deletion_margin
+        deadline = term.unreachable_deadline(local, margin)
+        now = datetime.now(timezone.utc)
+        if deadline is not None and now < deadline:
+            raise Requeue(max(0.5, (deadline - now).total_seconds()), "remote cluster unreachable: waiting out the grace period")
+        message = term.unconfirmed_message(self.settings.cluster_id, term.grace_seconds(local), margin)
+        logger.warning("%s", message)
+        self._recorder.warning(local, ev.REASON_TERMINATION_UNCONFIRMED, message)
+        self._delete_local(local, logger, "remote cluster unreachable: deleted the local pod after its grace period")
+
+    def _delete_local(self, local: dict, logger: logging.LoggerAdapter, done: str) -> None:
+        """The final delete (grace 0, this pod's UID), as a kubelet confirms a pod's end."""
         meta = local["metadata"]
         try:
             call_json(
@@ -340,11 +436,22 @@ class PodOffloader:
                 meta["namespace"],
                 body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
             )
-            logger.info("remote pod gone: deleted the local pod")
+            logger.info("%s", done)
         except ApiError as exc:
             if exc.not_found or exc.conflict:
                 return
             raise
+
+    def _mark_unreachable(self, local: dict, logger: logging.LoggerAdapter) -> None:
+        """Ready and ContainersReady false while the remote cluster does not answer
+        (readiness.py); written once, not at every reconcile."""
+        message = readiness.unreachable_message(self.settings.node_name, self.settings.cluster_id)
+        patch = st.status_patch(local, readiness.unreachable_status(local, message, _now()))
+        if patch is None:
+            return
+        self._patch_status(local, patch)
+        logger.warning("remote cluster %s unreachable: pod marked not Ready", self.settings.cluster_id)
+        self._recorder.warning(local, ev.REASON_NODE_NOT_READY, message)
 
     def _not_placeable(self, local: dict, why: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
         meta = local["metadata"]

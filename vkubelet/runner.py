@@ -97,10 +97,14 @@ class VirtualKubelet:
         self.recorder = EventRecorder(local, host=settings.node_name)
         self.node = VirtualNode(settings, self.informers)
         self.twins = TwinNamespaces(settings, self.informers, self.recorder, labels=self.node.labels)
-        self.pods = PodOffloader(settings, self.informers, self.twins, self.recorder)
+        self.pods = PodOffloader(settings, self.informers, self.twins, self.recorder, reachable=self.node.remote_reachable)
         context = LoopContext(settings, self.informers, self.twins, self.recorder, self.node)
         self.loops: list[Loop] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
         self.loops += [factory(context) for factory in extra_loops]
+        # Pods follow the node's readiness; on reconnect the fresh lists are asked for
+        # before every loop re-checks everything.
+        self.node.on_disconnect(self.pods.remote_lost)
+        self.node.on_reconnect(self.pods.remote_reconnected)
         self.node.on_reconnect(self._resync_all)
         # The provider's suggested labels take part in cluster selectors.
         self.node.on_labels_changed(self.twins.resync_all)

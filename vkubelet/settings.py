@@ -54,6 +54,9 @@ class Settings:
     # the virtual node turns NotReady.
     ping_interval: float = 5.0
     ping_timeout: float = 20.0
+    # A pod deleted while the remote cluster is unreachable is deleted locally (grace 0)
+    # this long after its grace period ended (vkubelet/termination.py).
+    unreachable_deletion_margin: float = 30.0
     # Full resync of every informer (level-triggered safety net).
     resync_period: float = 300.0
     workers: int = 4
@@ -147,6 +150,8 @@ class Settings:
             raise SettingsError("--ping-interval must be positive")
         if self.ping_timeout < self.ping_interval:
             raise SettingsError("--ping-timeout must be at least --ping-interval")
+        if self.unreachable_deletion_margin < 0:
+            raise SettingsError("--unreachable-deletion-margin must not be negative")
         if self.resync_period <= 0:
             raise SettingsError("--resync-period must be positive")
         if self.workers < 1:
