@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable, Iterable
 
+from kube_offload import runtime_metrics as rm
 from kube_offload.informer import Informer
 from kube_offload.kube import ApiError, object_key
 from kube_offload.workqueue import ShutDown, WorkQueue
@@ -50,6 +52,10 @@ class Controller:
         self._max_retries = max_retries
         self._threads: list[threading.Thread] = []
         self.log = logger or logging.getLogger(f"kube_offload.{name}")
+        # Key -> monotonic start of its reconcile in progress (metrics, liveness).
+        self._running: dict[str, float] = {}
+        self._running_lock = threading.Lock()
+        rm.track_controller(self)
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
@@ -86,27 +92,61 @@ class Controller:
 
     def process_one(self, key: str) -> None:
         """Run one reconcile of ``key`` and apply the retry policy (also used by tests)."""
+        started = time.monotonic()
+        with self._running_lock:
+            self._running[key] = started
+        outcome = rm.OUTCOME_ERROR  # unless _reconcile_once says otherwise
+        try:
+            outcome = self._reconcile_once(key)
+        finally:
+            with self._running_lock:
+                self._running.pop(key, None)
+            rm.observe_reconcile(self.name, outcome, time.monotonic() - started)
+
+    def _reconcile_once(self, key: str) -> str:
         try:
             self._reconcile(key)
         except Requeue as req:
             self.queue.forget(key)
             self.queue.add_after(key, req.after)
+            return rm.OUTCOME_REQUEUE
         except PermanentError as exc:
             self.log.error("[%s] giving up: %s", key, exc)
             self.queue.forget(key)
+            return rm.OUTCOME_PERMANENT
         except Exception as exc:
             failures = self.queue.failures(key)
             if failures >= self._max_retries:
                 self.log.error("[%s] dropped after %d retries: %s", key, failures, exc)
                 self.queue.forget(key)
-                return
+                return rm.OUTCOME_DROPPED
             delay = self.queue.add_rate_limited(key)
             if isinstance(exc, ApiError):
                 self.log.warning("[%s] %s; retry in %.2fs", key, exc, delay)
             else:
                 self.log.exception("[%s] reconcile failed; retry in %.2fs", key, delay)
-        else:
-            self.queue.forget(key)
+            return rm.OUTCOME_ERROR
+        self.queue.forget(key)
+        return rm.OUTCOME_SUCCESS
+
+    # --- observability (kube_offload/runtime_metrics.py, kube_offload/health.py) ----------------
+    def queue_figures(self) -> dict[str, float]:
+        ready, delayed = self.queue.depths()
+        with self._running_lock:
+            starts = list(self._running.values())
+        longest = time.monotonic() - min(starts) if starts else 0.0
+        return {"depth": ready, "delayed": delayed, "in_flight": len(starts), "longest_running": longest}
+
+    def problem(self, stuck_after: float) -> str | None:
+        """Why this controller no longer works (a worker died, a reconcile has run longer
+        than ``stuck_after`` seconds), or None. Not started yet is not a problem."""
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead and not self.queue.is_shut_down():
+            return f"controller {self.name}: worker(s) {', '.join(dead)} exited"
+        longest = self.queue_figures()["longest_running"]
+        if longest > stuck_after:
+            return f"controller {self.name}: a reconcile has been running for {longest:.0f}s (limit {stuck_after:.0f}s)"
+        return None
 
     def _work(self) -> None:
         while True:

@@ -116,6 +116,15 @@ class WorkQueue:
         with self._cond:
             return len(self._queue) + len(self._delayed)
 
+    def depths(self) -> tuple[int, int]:
+        """(keys ready to be handed out, delayed adds not yet due), for metrics."""
+        with self._cond:
+            return len(self._queue), len(self._delayed)
+
+    def is_shut_down(self) -> bool:
+        with self._cond:
+            return self._shutdown
+
     def _promote_due(self) -> None:
         now = time.monotonic()
         while self._delayed and self._delayed[0][0] <= now:

@@ -1,0 +1,210 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` of a long-running component (the vkubelet,
+the enforcer) on a plain-HTTP port of its own.
+
+Apart from the kubelet API (10250) and the ShadowPod webhook (9443) on purpose: those
+serve TLS to the API server and authenticate their callers, while a probe or a
+Prometheus scrape needs neither, and must still answer when the TLS material is wrong.
+
+The checks are named and answered as the Kubernetes components do: ``ok`` when all pass;
+otherwise (or with ``?verbose``) one ``[+]name ok`` / ``[-]name failed: why`` line per
+check, and a status 503 when one fails.
+
+- *healthz* (liveness: restart me) - the process's loops are alive: no controller lost
+  a worker, no reconcile has been running for longer than a call could take.
+- *readyz* (readiness) - the caches have listed (and, for the vkubelet, the remote
+  cluster answers); what each component checks is in its ``observability`` module.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterable, Sequence
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kube_offload import runtime_metrics as rm
+from kube_offload.flags import add_flag
+from kube_offload.https_server import parse_bind
+
+log = logging.getLogger("kube_offload.health")
+
+# Every API call has a 30 s read timeout and a reconcile makes a few: one running this
+# long is stuck (a deadlock, a hung socket), and only a restart frees its worker.
+STUCK_RECONCILE_SECONDS = 600.0
+
+# Loopback, any free port: several components (and test runs) on one machine never
+# collide, and nothing is exposed beyond the host; the charts set 0.0.0.0:<port>.
+DEFAULT_BIND = "127.0.0.1:0"
+FLAG = "--health-bind"
+
+HEALTHZ = "/healthz"
+READYZ = "/readyz"
+METRICS = "/metrics"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named check: ``run`` returns None when it passes, else why it fails."""
+
+    name: str
+    run: Callable[[], str | None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    text: str
+
+
+def evaluate(checks: Sequence[Check], *, endpoint: str, verbose: bool = False) -> Verdict:
+    """Run ``checks``; the answer's body as the Kubernetes components write it. A check
+    that raises fails (with the exception), it does not take the endpoint down."""
+    lines: list[str] = []
+    ok = True
+    for check in checks:
+        try:
+            problem = check.run()
+        except Exception as exc:  # a broken check is a failing one
+            problem = f"the check raised {type(exc).__name__}: {exc}"
+        if problem:
+            ok = False
+            lines.append(f"[-]{check.name} failed: {problem}")
+        else:
+            lines.append(f"[+]{check.name} ok")
+    if ok and not verbose:
+        return Verdict(True, "ok")
+    lines.append(f"{endpoint.strip('/')} check {'passed' if ok else 'failed'}")
+    return Verdict(ok, "\n".join(lines))
+
+
+def add_health_flag(parser: Any, component: str) -> None:
+    add_flag(
+        parser,
+        component,
+        FLAG,
+        default=DEFAULT_BIND,
+        help=f"HOST:PORT serving plain-HTTP {HEALTHZ}, {READYZ} and {METRICS} (docs/observability.md); "
+        "port 0: any free port (logged at start-up)",
+    )
+
+
+# --- checks every component shares ---------------------------------------------------------
+def controllers_check(stuck_after: float = STUCK_RECONCILE_SECONDS) -> Check:
+    """Every controller of this process has its workers and none is stuck."""
+
+    def run() -> str | None:
+        problems = [p for c in rm.tracked_controllers() if (p := c.problem(stuck_after))]
+        return "; ".join(sorted(problems)) or None
+
+    return Check("controllers", run)
+
+
+def caches_check(caches: Callable[[], Iterable[Any]], name: str = "informers") -> Check:
+    """Every cache ``caches()`` returns (anything with ``name`` and ``has_synced()``: an
+    Informer, a MultiNamespaceInformer...) has listed once."""
+
+    def run() -> str | None:
+        waiting = sorted({str(getattr(c, "name", c)) for c in caches() if not c.has_synced()})
+        return f"not synced yet: {', '.join(waiting)}" if waiting else None
+
+    return Check(name, run)
+
+
+# --- the server --------------------------------------------------------------------------------
+class HealthServer(ThreadingHTTPServer):
+    """Plain HTTP on ``bind`` (HOST:PORT; port 0 picks a free one, see :attr:`port`)."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        live: Sequence[Check],
+        ready: Sequence[Check],
+        registries: Sequence[CollectorRegistry] = (rm.REGISTRY,),
+        flag: str = FLAG,
+    ) -> None:
+        try:
+            address = parse_bind(bind)
+        except ValueError as exc:
+            raise HealthSetupError(f"{flag}: {exc}") from None
+        self.live = list(live)
+        self.ready = list(ready)
+        self.registries = list(registries)
+        try:
+            super().__init__(address, HealthRequestHandler)
+        except OSError as exc:
+            raise HealthSetupError(
+                f"{flag}: cannot listen on {bind}: {exc.strerror or exc} (pick another port, or port 0 for any free one)"
+            ) from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="health", daemon=True)
+        self._thread.start()
+        host, port = self.server_address[0:2]
+        log.info("health and metrics on http://%s:%d (%s, %s, %s)", host, port, HEALTHZ, READYZ, METRICS)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+        self.server_close()
+
+    def exposition(self) -> bytes:
+        return b"".join(generate_latest(registry) for registry in self.registries)
+
+
+class HealthSetupError(Exception):
+    """The health port cannot be served as configured (the message names the flag)."""
+
+
+class HealthRequestHandler(BaseHTTPRequestHandler):
+    server: HealthServer
+    protocol_version = "HTTP/1.1"
+    server_version = "kube-offload"
+    sys_version = ""
+    timeout = 30
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("health %s: " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        verbose = "verbose" in parse_qs(parts.query, keep_blank_values=True)
+        if parts.path == HEALTHZ:
+            self._verdict(evaluate(self.server.live, endpoint=HEALTHZ, verbose=verbose))
+        elif parts.path == READYZ:
+            self._verdict(evaluate(self.server.ready, endpoint=READYZ, verbose=verbose))
+        elif parts.path == METRICS:
+            self._send(200, self.server.exposition(), CONTENT_TYPE_LATEST)
+        else:
+            self._text(404, f"no such endpoint; GET {HEALTHZ}, {READYZ} or {METRICS}")
+
+    def _method_not_allowed(self) -> None:
+        self.close_connection = True  # the body, if any, is not read
+        self._text(405, f"{self.command} is not supported; GET {HEALTHZ}, {READYZ} or {METRICS}")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed
+
+    def _verdict(self, verdict: Verdict) -> None:
+        self._text(200 if verdict.ok else 503, verdict.text)
+
+    def _text(self, code: int, text: str) -> None:
+        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        self.wfile.write(body)

@@ -1,0 +1,250 @@
+"""Prometheus metrics of the controller runtime: work queues, reconciles, API calls.
+
+Every long-running loop of the vkubelet and the enforcer is a
+:class:`~kube_offload.controller.Controller` over a work queue, and every call to an API
+server goes through a kubernetes ``ApiClient``: instrumenting those two places once gives
+every controller and every call its figures without a line in the domain code.
+
+Unlike the HTTP components' per-app registries (kube_offload/metrics.py), these series
+live in one process-wide registry, :data:`REGISTRY`, that the process serves on its
+health port (kube_offload/health.py). The vkubelet's and the enforcer's own metrics
+(vkubelet/observability.py, vkubelet/reflection/metrics.py, enforcer/observability.py)
+register there too, so a process's ``/metrics`` shows what its code imported.
+
+Labels are bounded by construction: controller names are fixed in code, ``cluster`` is
+``local`` or ``remote``, ``verb`` one of the API server's verbs, ``code`` an HTTP status;
+never an object's name or namespace.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kube_offload.metrics import NAMESPACE
+
+if TYPE_CHECKING:
+    from kube_offload.controller import Controller
+
+REGISTRY = CollectorRegistry()
+
+# The values of the ``cluster`` label: the consumer's and the provider's API servers, as
+# the docs name them. The enforcer runs in the provider: all of its calls are ``remote``.
+CLUSTER_LOCAL = "local"
+CLUSTER_REMOTE = "remote"
+
+# Reconcile outcomes (controller.py says what each means to the queue).
+OUTCOME_SUCCESS = "success"
+OUTCOME_REQUEUE = "requeue"
+OUTCOME_ERROR = "error"  # retried with backoff
+OUTCOME_DROPPED = "dropped"  # an error after max_retries: left to the next event or resync
+OUTCOME_PERMANENT = "permanent_error"
+OUTCOMES = (OUTCOME_SUCCESS, OUTCOME_REQUEUE, OUTCOME_ERROR, OUTCOME_DROPPED, OUTCOME_PERMANENT)
+
+# A reconcile reads caches and makes a few API calls (each bounded by a 30 s read
+# timeout): from a millisecond to tens of seconds.
+RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+API_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# Transport failures (refused, reset, timed out, TLS) have no HTTP status.
+CODE_ERROR = "error"
+
+RECONCILES = Counter(
+    "reconciles",
+    "Reconciles run, by controller and outcome (success, requeue, error: retried, dropped: "
+    "retries exhausted, permanent_error).",
+    ["controller", "outcome"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+RECONCILE_DURATION = Histogram(
+    "reconcile_duration_seconds",
+    "Time one reconcile took, by controller.",
+    ["controller"],
+    namespace=NAMESPACE,
+    buckets=RECONCILE_BUCKETS,
+    registry=REGISTRY,
+)
+API_REQUESTS = Counter(
+    "api_requests",
+    "Requests sent to an API server, by cluster (local, remote), verb and HTTP status code "
+    "('error': no answer).",
+    ["cluster", "verb", "code"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+API_REQUEST_DURATION = Histogram(
+    "api_request_duration_seconds",
+    "Time from sending a request to an API server to its response's headers (for WATCH: "
+    "until the watch is established), by cluster and verb.",
+    ["cluster", "verb"],
+    namespace=NAMESPACE,
+    buckets=API_BUCKETS,
+    registry=REGISTRY,
+)
+
+
+# --- reconciles ----------------------------------------------------------------------------
+def observe_reconcile(controller: str, outcome: str, seconds: float) -> None:
+    RECONCILES.labels(controller=controller, outcome=outcome).inc()
+    RECONCILE_DURATION.labels(controller=controller).observe(seconds)
+
+
+# --- work queues: read at scrape time from the live controllers ------------------------------
+_controllers: "weakref.WeakSet[Controller]" = weakref.WeakSet()
+_controllers_lock = threading.Lock()
+
+
+def track_controller(controller: "Controller") -> None:
+    """Report ``controller``'s queue while it exists (weakly held: a controller a test
+    dropped disappears from the figures)."""
+    with _controllers_lock:
+        _controllers.add(controller)
+
+
+def tracked_controllers() -> list["Controller"]:
+    with _controllers_lock:
+        return list(_controllers)
+
+
+def queue_figures(samples: Iterable[tuple[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
+    """``(controller name, figures)`` pairs -> figures summed per name (two controllers of
+    one name in a process - tests - add up), except ``longest_running`` (the maximum)."""
+    merged: dict[str, dict[str, float]] = {}
+    for name, figures in samples:
+        into = merged.setdefault(name, {})
+        for key, value in figures.items():
+            if key == "longest_running":
+                into[key] = max(into.get(key, 0.0), value)
+            else:
+                into[key] = into.get(key, 0.0) + value
+    return merged
+
+
+QUEUE_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("depth", "workqueue_depth", "Keys waiting in a controller's work queue, ready to be processed."),
+    ("delayed", "workqueue_delayed", "Keys waiting for a retry backoff or a requeue-after delay to end."),
+    ("in_flight", "workqueue_in_flight", "Keys being reconciled right now."),
+    (
+        "longest_running",
+        "workqueue_longest_running_seconds",
+        "How long the longest reconcile in progress has been running (0: none); a figure that "
+        "only grows means a stuck worker (the liveness check fails past its limit).",
+    ),
+)
+
+
+class QueueCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        merged = queue_figures((c.name, c.queue_figures()) for c in tracked_controllers())
+        for key, name, doc in QUEUE_GAUGES:
+            family = GaugeMetricFamily(f"{NAMESPACE}_{name}", doc, labels=["controller"])
+            for controller, figures in sorted(merged.items()):
+                family.add_metric([controller], figures.get(key, 0.0))
+            yield family
+
+
+REGISTRY.register(QueueCollector())
+
+
+# --- API calls: at the client's edge ----------------------------------------------------------
+_COLLECTION_VERBS = {"GET": "LIST", "DELETE": "DELETECOLLECTION"}
+_ITEM_VERBS = {"GET": "GET", "POST": "CREATE", "PUT": "UPDATE", "PATCH": "PATCH", "DELETE": "DELETE"}
+
+
+def request_verb(method: str, url: str) -> str:
+    """The API server's verb for an HTTP request, as its own metrics name it: a GET of a
+    collection is LIST (WATCH with ``watch=true``), of one object GET; POST is CREATE,
+    PUT UPDATE; a DELETE of a collection DELETECOLLECTION. Paths that are not resources
+    (``/version``, ``/apis``) keep the method's verb."""
+    method = method.upper()
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if method == "GET" and query.get("watch", [""])[0].lower() in ("true", "1"):
+        return "WATCH"
+    segments = [s for s in parts.path.split("/") if s]
+    # /api/v1/... or /apis/<group>/<version>/...
+    if segments[:1] == ["api"]:
+        rest = segments[2:]
+    elif segments[:1] == ["apis"]:
+        rest = segments[3:]
+    else:
+        return _ITEM_VERBS.get(method, method)
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]  # namespaces/<ns>/<resource>...
+    if len(rest) == 1 and method in _COLLECTION_VERBS:
+        return _COLLECTION_VERBS[method]
+    return _ITEM_VERBS.get(method, method)
+
+
+def observe_api_call(cluster: str, verb: str, code: str, seconds: float) -> None:
+    API_REQUESTS.labels(cluster=cluster, verb=verb, code=code).inc()
+    API_REQUEST_DURATION.labels(cluster=cluster, verb=verb).observe(seconds)
+
+
+_INSTRUMENTED = "_kube_offload_cluster"
+
+
+def instrument_api_client(api_client: Any, cluster: str) -> None:
+    """Count and time every request ``api_client`` sends, as calls to ``cluster``.
+
+    Wraps the instance's ``call_api``, the one method every generated API method (and
+    our raw log requests) goes through; it returns the response unread, before the
+    client checks its status, so errors are counted by code as they come. Idempotent."""
+    if getattr(api_client, _INSTRUMENTED, None):
+        return
+    send: Callable[..., Any] = api_client.call_api
+
+    def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        verb = request_verb(method, url)
+        started = time.perf_counter()
+        try:
+            response = send(method, url, *args, **kwargs)
+        except Exception:
+            observe_api_call(cluster, verb, CODE_ERROR, time.perf_counter() - started)
+            raise
+        observe_api_call(cluster, verb, str(getattr(response, "status", "") or CODE_ERROR), time.perf_counter() - started)
+        return response
+
+    api_client.call_api = call_api
+    setattr(api_client, _INSTRUMENTED, cluster)
+
+
+# --- phases (offloaded pods, ShadowPods) --------------------------------------------------------
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def count_by_phase(objects: Iterable[Mapping], phases: tuple[str, ...] = POD_PHASES) -> dict[str, int]:
+    """How many of ``objects`` are in each of ``phases`` (every phase present, 0 when
+    none, so a dashboard's series never vanish). No ``status.phase`` yet counts as the
+    first phase (Pending: the API's own default); a phase outside the list as the last."""
+    counts = dict.fromkeys(phases, 0)
+    for obj in objects:
+        phase = (obj.get("status") or {}).get("phase") or phases[0]
+        counts[phase if phase in counts else phases[-1]] += 1
+    return counts
+
+
+def exported_names(registry: CollectorRegistry) -> set[str]:
+    """Every series name ``registry`` exposes (``_total`` of counters, ``_bucket``/``_sum``/
+    ``_count`` of histograms...), labelled metrics without children included: what a
+    dashboard query may name."""
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "summary": ("", "_sum", "_count", "_created"),
+        "info": ("_info",),
+        "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    }
+    names: set[str] = set()
+    for family in registry.collect():
+        for suffix in suffixes.get(family.type, ("",)):
+            names.add(family.name + suffix)
+    return names
