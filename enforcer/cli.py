@@ -12,6 +12,7 @@ import threading
 
 from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE
 from kube_offload.flags import add_flag, positive_duration, positive_int
+from kube_offload.health import add_health_flag
 from kube_offload.kube import load_api_client
 from kube_offload.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
@@ -86,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
+    add_health_flag(parser, COMPONENT)
     add_flag(
         parser,
         COMPONENT,
@@ -122,9 +124,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here so ``kube-offload --help`` does not pay for the controller's imports.
     from enforcer.controller import Enforcer, Settings
+    from enforcer import observability
     from enforcer.crd import ensure_crds
     from enforcer.webhook_server import ShadowPodWebhook
+    from kube_offload.health import HealthSetupError
     from kube_offload.https_server import TLSSetupError
+    from kube_offload.runtime_metrics import CLUSTER_REMOTE, instrument_api_client
 
     setup_logging(args.log_level, json_format=args.log_json)
     # argparse runs a string default through ``type`` too, so this is always seconds.
@@ -137,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     )
     webhook_settings = _webhook_settings(args)
     api_client = load_api_client(args.kubeconfig or None)
+    instrument_api_client(api_client, CLUSTER_REMOTE)  # the provider: "remote" to the consumers
     if args.install_crd:
         ensure_crds(api_client)
 
@@ -166,6 +172,10 @@ def run(args: argparse.Namespace) -> int:
             )
         except TLSSetupError as exc:
             raise SystemExit(f"kube-offload enforcer: {exc}") from None
+    try:
+        health = observability.health_server(enforcer, webhook, args.health_bind)
+    except HealthSetupError as exc:
+        raise SystemExit(f"kube-offload enforcer: {exc}") from None
     log.info(
         "enforcer starting (namespace: %s, workers: %d, resync: %.0fs, ShadowPod webhook: %s, "
         "twin namespaces and Consumer status: %s)",
@@ -176,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         f"on, twin role {settings.consumer_twin_role}" if enforcer.tenants else "off (--namespace)",
     )
     try:
+        health.start()  # /healthz answers at once, /readyz once the caches listed
         if webhook is not None:
             webhook.start()
         enforcer.start(stop)
@@ -186,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         if webhook is not None:
             webhook.stop()
         enforcer.stop()
+        health.stop()
         log.info("enforcer stopped")
     return 0
 

@@ -14,6 +14,7 @@ import threading
 import kube_offload
 from kube_offload import constants as c
 from kube_offload.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
+from kube_offload.health import add_health_flag
 from kube_offload.logs import LEVELS, setup_logging
 from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
@@ -88,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
               "/stats/summary and /metrics/resource (kubectl top); 0: those endpoints are off")
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
+    add_health_flag(parser, COMPONENT)
     add_limit_flags(parser, COMPONENT)
     add_reflection_flags(parser, COMPONENT)
     add_storage_flags(parser, COMPONENT)
@@ -143,7 +145,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2
     # Imported here so ``kube-offload --help`` does not pay for the runner's imports.
+    from kube_offload.health import HealthSetupError
     from kube_offload.kube import load_api_client
+    from kube_offload.runtime_metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
+    from vkubelet import observability
     from vkubelet.kubelet_api import kubelet_api_loop
     from vkubelet.reflection.loops import reflection_loops
     from vkubelet.storage.virtual import storage_loops
@@ -154,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     # The user agent names the field manager: managedFields then say who wrote what.
     for api_client in (local, remote):
         api_client.user_agent = f"kube-offload-vkubelet/{kube_offload.__version__} ({settings.node_name})"
+    instrument_api_client(local, CLUSTER_LOCAL)
+    instrument_api_client(remote, CLUSTER_REMOTE)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -165,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop])
-    except SettingsError as exc:  # e.g. the kubelet port is taken, the certificate unreadable
+        health = observability.health_server(vk, args.health_bind)
+    except (SettingsError, HealthSetupError) as exc:  # e.g. a port is taken, the certificate unreadable
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2
     log.info(
@@ -175,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         settings.local_cluster_id,
         settings.sharing_percentage,
     )
+    health.start()  # /healthz answers at once, /readyz once the caches listed
     vk.start()
     try:
         # A timed wait keeps the main thread responsive to signals.
@@ -182,5 +191,6 @@ def run(args: argparse.Namespace) -> int:
             pass
     finally:
         vk.stop()
+        health.stop()
         log.info("virtual kubelet stopped")
     return 0

@@ -29,8 +29,9 @@ from kube_offload.kube import ApiError, call_json
 from kube_offload.logs import ObjectLogger
 from vkubelet import events as vk_events
 from vkubelet.reflection import forge as f
+from vkubelet.reflection import metrics
 from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import shared_informer
+from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, shared_informer
 from vkubelet.reflection.settings import EVENTS
 from kube_offload.remote_resources import is_ours
 from vkubelet.translation import origin_key, origin_uid
@@ -152,12 +153,14 @@ class EventReflector:
                 return
         try:
             call_json(self._local.create_namespaced_event, namespace, desired)
+            metrics.wrote(self.resource, metrics.OPERATION_CREATE)
             logger.debug("copied remote event %s %s", desired["reason"], name)
         except ApiError as exc:
             if not exc.already_exists:
                 if exc.transient or exc.conflict:
                     raise
                 logger.warning("could not copy remote event %s: %s", desired["reason"], exc)
+                metrics.failed(self.resource, REASON_REFLECTION_FAILED)
                 return
             current = call_json(self._local.read_namespaced_event, name, namespace)
             if not f.local_event_is_current(desired, current):
@@ -165,6 +168,7 @@ class EventReflector:
                 if desired.get("lastTimestamp"):
                     patch["lastTimestamp"] = desired["lastTimestamp"]
                 call_json(self._local.patch_namespaced_event, name, namespace, patch, _content_type=_MERGE_PATCH)
+                metrics.wrote(self.resource, metrics.OPERATION_UPDATE)
         with self._lock:
             self._written[name] = fingerprint
             self._written.move_to_end(name)

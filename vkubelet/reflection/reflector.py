@@ -37,6 +37,7 @@ from kube_offload.kube import ApiError, call_json, object_key, split_key
 from kube_offload.logs import ObjectLogger
 from vkubelet.origin_index import OriginIndex
 from vkubelet.reflection import forge as f
+from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.scope import offloaded_namespaces
@@ -60,29 +61,36 @@ log = logging.getLogger("kube_offload.vkubelet.reflection")
 
 class RemoteOps:
     """Create / read / replace / delete of one namespaced kind through a kubernetes
-    client API object (``CoreV1Api`` + ``config_map`` -> ``create_namespaced_config_map``...)."""
+    client API object (``CoreV1Api`` + ``config_map`` -> ``create_namespaced_config_map``...);
+    every write is counted for ``resource`` (vkubelet/reflection/metrics.py)."""
 
-    def __init__(self, api: Any, suffix: str) -> None:
+    def __init__(self, api: Any, suffix: str, *, resource: str) -> None:
         self._api = api
         self._suffix = suffix
+        self._resource = resource
 
     def _method(self, verb: str) -> Callable[..., Any]:
         return getattr(self._api, f"{verb}_namespaced_{self._suffix}")
 
     def create(self, namespace: str, body: Mapping) -> dict:
-        return call_json(self._method("create"), namespace, dict(body))
+        created = call_json(self._method("create"), namespace, dict(body))
+        metrics.wrote(self._resource, metrics.OPERATION_CREATE)
+        return created
 
     def read(self, namespace: str, name: str) -> dict:
         return call_json(self._method("read"), name, namespace)
 
     def replace(self, namespace: str, name: str, body: Mapping) -> dict:
-        return call_json(self._method("replace"), name, namespace, dict(body))
+        replaced = call_json(self._method("replace"), name, namespace, dict(body))
+        metrics.wrote(self._resource, metrics.OPERATION_UPDATE)
+        return replaced
 
     def delete(self, namespace: str, name: str, uid: str | None) -> bool:
         """Delete if it is still the object with ``uid``; False if already gone or replaced."""
         body = {"preconditions": {"uid": uid}} if uid else {}
         try:
             call_json(self._method("delete"), name, namespace, body=body)
+            metrics.wrote(self._resource, metrics.OPERATION_DELETE)
             return True
         except ApiError as exc:
             if exc.not_found or exc.conflict:
@@ -160,7 +168,7 @@ class Reflector(abc.ABC):
         self._recorder = context.recorder
         self.log = logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
         informers = context.informers
-        self.ops = RemoteOps(self.api_class(informers.remote_client), self.suffix)
+        self.ops = RemoteOps(self.api_class(informers.remote_client), self.suffix, resource=self.resource)
         self.scope = offloaded_namespaces(informers, context.twins)
         self.local = self.scope.local_informer(self.resource, self.api_class, self.suffix)
         self.remote = shared_informer(
@@ -294,6 +302,7 @@ class Reflector(abc.ABC):
             message = f"not reflected to cluster {self.settings.cluster_id}: {exc}"
             logger.warning(message)
             self._recorder.warning(local, REASON_REFLECTION_FAILED, message)
+            metrics.failed(self.resource, REASON_REFLECTION_FAILED)
             return None
 
     def _delete(self, remote: Mapping, logger: logging.LoggerAdapter, why: str) -> None:
@@ -358,11 +367,13 @@ class Reflector(abc.ABC):
         )
         logger.warning(message)
         self._recorder.warning(local, REASON_REFLECTION_CONFLICT, message)
+        metrics.failed(self.resource, REASON_REFLECTION_CONFLICT)
         raise Requeue(CONFLICT_RETRY_SECONDS, message)
 
     def _refused(self, local: Mapping, what: str, logger: logging.LoggerAdapter) -> None:
         message = f"cluster {self.settings.cluster_id} {what}"
         logger.warning(message)
         self._recorder.warning(local, REASON_REFLECTION_FAILED, message)
+        metrics.failed(self.resource, REASON_REFLECTION_FAILED)
         raise Requeue(REFUSED_RETRY_SECONDS, message)
 

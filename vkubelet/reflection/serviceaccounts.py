@@ -27,6 +27,7 @@ from kube_offload.kube import ApiError, call_json, object_key, split_key
 from kube_offload.logs import ObjectLogger
 from vkubelet.origin_index import OriginIndex
 from vkubelet.reflection import forge as f
+from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
 from vkubelet.reflection.reflector import (
     CONFLICT_RETRY_SECONDS,
@@ -60,7 +61,7 @@ class ServiceAccountTokenReflector:
         self._token_seconds = self.settings.reflection.token_seconds
         informers = context.informers
         self._local = client.CoreV1Api(informers.local_client)
-        self.ops = RemoteOps(client.CoreV1Api(informers.remote_client), "secret")
+        self.ops = RemoteOps(client.CoreV1Api(informers.remote_client), "secret", resource=self.resource)
         self.local_pods = informers.local_pods()
         self.remote = shared_informer(
             informers, "remote", SECRETS, client.CoreV1Api, "secret",
@@ -176,6 +177,7 @@ class ServiceAccountTokenReflector:
             )
             logger.warning(message)
             self._recorder.warning(pod, REASON_REFLECTION_FAILED, message)
+            metrics.failed(self.resource, REASON_REFLECTION_FAILED)
             raise Requeue(5.0 if exc.not_found else REFUSED_RETRY_SECONDS, message) from exc
         status = answer.get("status") or {}
         expiry = f.parse_time(status.get("expirationTimestamp"))
@@ -204,6 +206,7 @@ class ServiceAccountTokenReflector:
                 )
                 logger.warning(message)
                 self._recorder.warning(pod, REASON_REFLECTION_CONFLICT, message)
+                metrics.failed(self.resource, REASON_REFLECTION_CONFLICT)
                 raise Requeue(CONFLICT_RETRY_SECONDS, message)
         try:
             self.ops.replace(namespace, name, f.update_body(desired, current))

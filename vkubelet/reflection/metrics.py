@@ -1,0 +1,45 @@
+"""Reflection's figures, per resource type (bounded: the types reflection knows).
+
+``kube_offload_reflection_operations_total{resource, operation}`` counts the writes that
+reflection made (remote create / update / delete; for Events, local create / update),
+``kube_offload_reflection_errors_total{resource, reason}`` the objects it could not
+reflect, by the reason of the Warning Event it recorded (ReflectionConflict: a remote
+object of that name is not ours; ReflectionFailed: unreflectable or refused by the
+remote API server). Failed reconciles (an unreachable API server...) are counted per
+controller by the runtime (``kube_offload_reconciles_total{controller="reflect-..."}``).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+from kube_offload.metrics import NAMESPACE
+from kube_offload.runtime_metrics import REGISTRY
+
+OPERATION_CREATE = "create"
+OPERATION_UPDATE = "update"
+OPERATION_DELETE = "delete"
+
+OPERATIONS = Counter(
+    "reflection_operations",
+    "Objects written by reflection, by resource type and operation (create, update, delete).",
+    ["resource", "operation"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+ERRORS = Counter(
+    "reflection_errors",
+    "Objects reflection could not reflect, by resource type and the reason of the Warning "
+    "Event recorded (ReflectionConflict, ReflectionFailed).",
+    ["resource", "reason"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+
+
+def wrote(resource: str, operation: str) -> None:
+    OPERATIONS.labels(resource=resource, operation=operation).inc()
+
+
+def failed(resource: str, reason: str) -> None:
+    ERRORS.labels(resource=resource, reason=reason).inc()
