@@ -81,6 +81,9 @@ class ClusterSpec:
     labels: dict[str, str] = field(default_factory=dict)  # remote: labels of its virtual node
     kubelet_port: int = 0  # remote: the virtual node's kubelet API port on 127.0.0.1
     enforcer_webhook_port: int = 0  # remote: the enforcer's ShadowPod webhook on 127.0.0.1
+    # remote: the health/metrics ports (--health-bind) of its vkubelet and its enforcer
+    vkubelet_health_port: int = 0
+    enforcer_health_port: int = 0
 
 
 @dataclass
@@ -397,6 +400,8 @@ class Environment:
         for spec in topology.remotes:
             spec.kubelet_port = spec.kubelet_port or free_port()
             spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
+            spec.vkubelet_health_port = spec.vkubelet_health_port or free_port()
+            spec.enforcer_health_port = spec.enforcer_health_port or free_port()
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
 
@@ -590,6 +595,7 @@ class Environment:
             "--webhook-bind", f"127.0.0.1:{spec.enforcer_webhook_port}",
             "--webhook-tls-cert", str(self.pki_dir / "tls.crt"),
             "--webhook-tls-key", str(self.pki_dir / "tls.key"),
+            "--health-bind", f"127.0.0.1:{spec.enforcer_health_port}",
         ]
         self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
 
@@ -607,6 +613,7 @@ class Environment:
             "--kubelet-tls-key", str(self.pki_dir / "tls.key"),
             "--kubelet-client-ca", str(self.pki_dir / "kubelet-client-ca.crt"),
             "--kubelet-metrics-interval", metrics_server.VKUBELET_METRICS_INTERVAL,
+            "--health-bind", f"127.0.0.1:{spec.vkubelet_health_port}",
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -93,6 +94,7 @@ VALUE_SETS: dict[str, dict[str, dict[str, Any]]] = {
         "own-scheduler": {"scheduler": {"enabled": False}},
         "extender-http": {"extender": {"tls": False}},
         "extra-sans": {"certificates": {"extraDnsNames": ["extra.example.com"], "extraIpAddresses": ["10.0.0.1"]}},
+        "dashboard": {"dashboards": {"enabled": True}},
     },
     REMOTE.name: {
         "defaults": {},
@@ -976,3 +978,48 @@ def test_rendered_webhook_runs_several_workers_sharing_a_writable_directory(
     docs = render(helm, LOCAL, {"webhook": {"workers": 4}})
     container = one(docs, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]["containers"][0]
     assert parse_component_args(container["args"]).workers == 4
+
+
+# --- health port, probes, dashboard (docs/observability.md) ---------------------------------
+
+
+def _health_port_and_probes(container: dict[str, Any]) -> None:
+    """The probes hit /healthz and /readyz over HTTP on the port named ``health``, which is
+    the one ``--health-bind`` binds, on every address (a probe comes from the node)."""
+    bind = parse_component_args(container["args"]).health_bind
+    host, port = bind.rsplit(":", 1)
+    [named] = [p for p in container["ports"] if p["name"] == "health"]
+    assert (host, int(port)) == ("0.0.0.0", named["containerPort"])
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container[probe]["httpGet"]
+        assert (get["path"], get["port"], get.get("scheme", "HTTP")) == (path, "health", "HTTP"), probe
+    assert container["livenessProbe"]["periodSeconds"] * container["livenessProbe"].get("failureThreshold", 3) >= 60
+
+
+def test_vkubelet_and_enforcer_probe_their_health_port(helm: Helm, rendered_local: list[dict[str, Any]]) -> None:
+    from kube_offload.health import HEALTHZ, READYZ
+
+    assert (HEALTHZ, READYZ) == ("/healthz", "/readyz")
+    vkubelets = [d for d in find(rendered_local, "Deployment", "vkubelet")]
+    assert len(vkubelets) == 2
+    for deployment in vkubelets:
+        _health_port_and_probes(next(containers(deployment)))
+    assert load_values(LOCAL)["vkubelet"]["healthPort"] != load_values(LOCAL)["vkubelet"]["kubeletPort"]
+    [enforcer] = find(render(helm, REMOTE, ONE_CONSUMER), "Deployment", "enforcer")
+    container = next(containers(enforcer))
+    _health_port_and_probes(container)
+    assert load_values(REMOTE)["enforcer"]["healthPort"] != load_values(REMOTE)["enforcer"]["webhook"]["port"]
+    port = 4321
+    [enforcer] = find(render(helm, REMOTE, {"enforcer": {"healthPort": port}}), "Deployment", "enforcer")
+    assert parse_component_args(next(containers(enforcer))["args"]).health_bind == f"0.0.0.0:{port}"
+
+
+def test_dashboard_configmap_ships_the_dashboard_for_the_grafana_sidecar(helm: Helm) -> None:
+    assert not [d for d in render(helm, LOCAL) if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+    docs = render(helm, LOCAL, {"dashboards": {"enabled": True, "namespace": "monitoring"}})
+    [config_map] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kube-offload-dashboard"]
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(config_map["data"]["kube-offload.json"])
+    assert shipped == json.loads((LOCAL / "dashboards" / "kube-offload.json").read_text())
+
