@@ -1,0 +1,95 @@
+"""The harness's network partition (kube_offload_harness/partition.py) over real loopback
+sockets: a link forwards, cut drops open connections and refuses new ones, heal forwards
+again; and the kubeconfig/argv rewriting it does to put a vkubelet behind it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kube_offload_harness.partition import Link, _flag_value, kubeconfig_through, remote_server_port
+
+
+@pytest.fixture
+def echo_port():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=_echo, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def _echo(conn: socket.socket) -> None:
+    with conn:
+        while data := conn.recv(1024):
+            conn.sendall(data)
+
+
+def roundtrip(sock: socket.socket, payload: bytes = b"ping") -> bytes:
+    sock.sendall(payload)
+    return sock.recv(1024)
+
+
+def test_link_forwards_cuts_and_heals(echo_port):
+    link = Link("127.0.0.1", echo_port)
+    try:
+        before = socket.create_connection(("127.0.0.1", link.port), timeout=5)
+        assert roundtrip(before) == b"ping"
+
+        link.cut()
+        assert link.is_cut
+        try:
+            assert before.recv(1024) == b""  # the open connection was dropped
+        except OSError:
+            pass  # or reset: dropped either way
+        during = socket.create_connection(("127.0.0.1", link.port), timeout=5)
+        try:
+            assert roundtrip(during) == b""  # accepted, then closed at once: nothing comes back
+        except OSError:
+            pass
+
+        link.heal()
+        after = socket.create_connection(("127.0.0.1", link.port), timeout=5)
+        assert roundtrip(after, b"again") == b"again"
+        for sock in (before, during, after):
+            sock.close()
+    finally:
+        link.close()
+
+
+def test_link_forwards_to_loopback_only():
+    with pytest.raises(ValueError, match="loopback"):
+        Link("10.0.0.1", 443)
+
+
+def test_kubeconfig_through_points_every_cluster_at_the_link(tmp_path: Path):
+    source = tmp_path / "kubeconfig.yaml"
+    source.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "remote", "cluster": {"server": "https://127.0.0.1:6443", "certificate-authority-data": "Q0E="}}],
+        "users": [{"name": "consumer", "user": {"token": "t"}}],
+    }))
+    assert remote_server_port(source) == ("127.0.0.1", 6443)
+    target = kubeconfig_through(source, tmp_path / "through.yaml", 40000)
+    config = yaml.safe_load(target.read_text())
+    assert config["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:40000", "certificate-authority-data": "Q0E="}
+    assert config["users"] == [{"name": "consumer", "user": {"token": "t"}}]
+    assert target.stat().st_mode & 0o077 == 0
+
+
+def test_flag_value_reads_both_spellings_and_the_last_wins():
+    assert _flag_value(["vkubelet", "--remote-kubeconfig", "/a"], "--remote-kubeconfig") == "/a"
+    assert _flag_value(["--remote-kubeconfig=/a", "--remote-kubeconfig", "/b"], "--remote-kubeconfig") == "/b"
+    assert _flag_value(["--remote-kubeconfig-x", "/a"], "--remote-kubeconfig") is None
