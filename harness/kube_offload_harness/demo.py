@@ -21,6 +21,7 @@ from pathlib import Path
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
 from kube_offload_harness import peer_driver
+from kube_offload_harness.partition import vkubelet_behind_link
 from kube_offload_harness.cluster import (
     PEERING_CLI, PROVIDER_LABEL, REGION_LABEL, Cluster, ClusterError, Environment, default_state_dir, default_topology,
 )
@@ -164,6 +165,51 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
           "`kubectl offload status` how every peering is doing")
     _show_plugin(local, remote, "explain", "pod", remote_pod, "-n", namespace)
     _show_plugin(local, remote, "status")
+
+    _readiness_round_trip(env, local, remote, namespace)
+
+
+def _readiness_round_trip(env: Environment, local: Cluster, remote: Cluster, namespace: str) -> None:
+    """NotReady -> pods NotReady -> Ready: the link between the virtual kubelet and the
+    remote API server is cut, then healed (kube_offload_harness.partition), with a short
+    ping timeout so the demo does not wait 20 s each way."""
+    _step("Cut the network between the virtual kubelet and the remote cluster: the node turns NotReady and its "
+          "pods not Ready (Services stop sending them traffic); heal it: Ready again, as the remote pods say")
+    node = f"{C.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
+    pods_ready = ("jsonpath={range .items[*]}{.metadata.name}{'\\t'}Ready={.status.conditions[?(@.type=='Ready')].status}"
+                  "{'\\t'}{.status.conditions[?(@.type=='Ready')].reason}{'\\n'}{end}")
+
+    def node_ready() -> str:
+        return local.kubectl("get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                             check=False).stdout.strip()
+
+    def pods_readiness() -> set[str]:
+        out = local.kubectl("get", "pods", "-n", namespace, "-o",
+                            "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}", check=False).stdout
+        return set(out.split())
+
+    def wait_until(predicate, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(1)
+
+    print("(the virtual kubelet is restarted to reach its remote API server through a link on 127.0.0.1 "
+          "that the demo cuts; --ping-timeout 5s instead of 20s)")
+    with vkubelet_behind_link(env, remote.spec, ["--ping-interval", "1s", "--ping-timeout", "5s"]) as link:
+        link.cut()
+        print("$ # link cut: the remote API server no longer answers the virtual kubelet")
+        wait_until(lambda: node_ready() == "False", "the virtual node NotReady")
+        wait_until(lambda: pods_readiness() == {"False"}, "the pods not Ready")
+        _show(local, "get", "node", node)
+        _show(local, "get", "pods", "-n", namespace, "-o", pods_ready)
+        link.heal()
+        print("$ # link healed")
+        wait_until(lambda: node_ready() == "True", "the virtual node Ready again")
+        wait_until(lambda: pods_readiness() == {"True"}, "the pods Ready again")
+        _show(local, "get", "node", node)
+        _show(local, "get", "pods", "-n", namespace, "-o", pods_ready)
 
 
 def _show_plugin(local: Cluster, remote: Cluster, *args: str) -> None:
