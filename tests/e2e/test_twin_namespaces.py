@@ -288,8 +288,10 @@ def test_deleting_the_request_deletes_the_namespace_with_its_contents_then_the_r
     seen_orders: list[tuple[bool, bool]] = []
 
     def both_gone() -> bool:
-        ns_exists = get(remote, "namespace", TWIN) is not None
+        # The request is read first: a namespace seen after its request was already gone
+        # is a real violation, not the namespace finishing between the two reads.
         req_exists = request(remote, TWIN) is not None
+        ns_exists = get(remote, "namespace", TWIN) is not None
         seen_orders.append((ns_exists, req_exists))
         return not ns_exists and not req_exists
 
