@@ -8,6 +8,7 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/kwok-v0.8.0/{kwok,kwokctl}
     bin/helm-v3.22.0/helm
     bin/metrics-server-v0.9.0/metrics-server
+    bin/local-path-provisioner-v0.0.30/local-path-provisioner
     build/<same names>/   wrapper go.mod, build logs
     build.lock            one build at a time
 
@@ -50,6 +51,7 @@ class Binaries:
     kwokctl: Path
     helm: Path
     metrics_server: Path
+    local_path_provisioner: Path
 
     def all(self) -> dict[str, Path]:
         return {
@@ -62,6 +64,7 @@ class Binaries:
             "kwokctl": self.kwokctl,
             "helm": self.helm,
             "metrics-server": self.metrics_server,
+            "local-path-provisioner": self.local_path_provisioner,
         }
 
     def missing(self) -> list[str]:
@@ -79,6 +82,7 @@ def binaries(root: Path | None = None) -> Binaries:
     kwok = root / "bin" / f"kwok-{versions.KWOK}"
     helm = root / "bin" / f"helm-{versions.HELM}"
     metrics_server = root / "bin" / f"metrics-server-{versions.METRICS_SERVER}"
+    local_path = root / "bin" / f"local-path-provisioner-{versions.LOCAL_PATH_PROVISIONER}"
     return Binaries(
         kube_apiserver=kube / "kube-apiserver",
         kube_scheduler=kube / "kube-scheduler",
@@ -89,6 +93,7 @@ def binaries(root: Path | None = None) -> Binaries:
         kwokctl=kwok / "kwokctl",
         helm=helm / "helm",
         metrics_server=metrics_server / "metrics-server",
+        local_path_provisioner=local_path / "local-path-provisioner",
     )
 
 
@@ -343,6 +348,23 @@ def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None])
     _install(out / "helm", bins.helm)
 
 
+def _build_local_path_provisioner(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    # The module has no replace directives: `go install module@version` builds it as
+    # released (its vendor/ directory is ignored by go install).
+    version = versions.LOCAL_PATH_PROVISIONER
+    work = root / "build" / f"local-path-provisioner-{version}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"- local-path-provisioner {version}: building")
+    _run_step(
+        f"build local-path-provisioner {version}",
+        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
+         f"github.com/rancher/local-path-provisioner@{version}"],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    _install(out / "local-path-provisioner", bins.local_path_provisioner)
+
+
 def build_metrics_server(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
     # sigs.k8s.io/metrics-server has no replace directives: `go install module@version`
     # builds it as released (docs/metrics.md runs it in the loopback clusters).
@@ -399,6 +421,8 @@ def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | No
             _build_helm(root, bins, go, say)
         if "metrics-server" in missing:
             build_metrics_server(root, bins, go, say)
+        if "local-path-provisioner" in missing:
+            _build_local_path_provisioner(root, bins, go, say)
         say(f"kube-offload: binaries ready in {int(time.monotonic() - started)}s")
     still = bins.missing()
     if still:

@@ -41,7 +41,7 @@ import yaml
 import kube_offload
 from kube_offload import constants as C
 from kube_offload_harness.binaries import Binaries, ensure_binaries
-from kube_offload_harness import identities
+from kube_offload_harness import identities, storage
 from kube_offload_harness import metrics_server
 from kube_offload_harness.processes import ProcessTable
 
@@ -240,6 +240,9 @@ class Cluster:
                     {"key": "manage-all-nodes", "value": "false", "override": True},
                     # override only replaces an existing flag; this one is new, so appended
                     {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
+                    # A second config file: the stage completing local-path-provisioner's
+                    # helper pods, on top of kwokctl's default stages (storage.py).
+                    {"key": "config", "value": str(storage.write_stages(self.state_dir)), "override": False},
                     # Simulated resource usage and each node's /metrics/resource, for
                     # metrics-server and kubectl top (metrics_server.py).
                     {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
@@ -410,6 +413,7 @@ class Environment:
         self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
         local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
+        storage.start_local_path_provisioner(self, local, default_class=False)
         self._authorize_apiserver_kubelet_client(local)
         self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
         wired = topology.peering == PEERING_HARNESS
@@ -423,6 +427,7 @@ class Environment:
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
             remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
+            storage.start_local_path_provisioner(self, remote, default_class=True)
             if not wired:
                 continue
             self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
@@ -617,6 +622,10 @@ class Environment:
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]
+        if spec.cluster_id == topology.remotes[0].cluster_id:
+            # The physical delegate of the virtual storage class: one vkubelet per cluster.
+            argv += ["--virtual-storage-local-class", storage.LOCAL_PATH_CLASS,
+                     "--virtual-storage-namespace", identities.RELEASE_NAMESPACE]
         return argv
 
     def start_vkubelet(self, topology: Topology, spec: ClusterSpec, extra_args: Iterable[str] = ()) -> None:

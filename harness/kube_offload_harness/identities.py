@@ -40,6 +40,9 @@ IDENTITY_KINDS = frozenset({
     "Role",
     "RoleBinding",
     "Consumer",
+    # Not an identity, but what the vkubelet's storage loops serve: the chart's virtual
+    # StorageClass (docs/storage.md).
+    "StorageClass",
 })
 
 # Tokens last as long as a demo environment may be left running; the apiserver caps them
@@ -130,6 +133,8 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
     return {
         "localClusterId": local_cluster_id,
         "remoteClusters": [{"id": rid, "kubeconfigSecret": f"{rid}-kubeconfig"} for rid in remote_ids],
+        # The real local class of the virtual storage class (harness/.../storage.py).
+        "storage": {"localClass": "local-path"},
     }
 
 

@@ -17,4 +17,7 @@ KWOK: Final = "v0.8.0"
 HELM: Final = "v3.22.0"
 # metrics-server serves metrics.k8s.io (kubectl top) in both loopback clusters (docs/metrics.md).
 METRICS_SERVER: Final = "v0.9.0"
+# A real dynamic provisioner for the loopback clusters (the virtual storage class e2e tests):
+# Rancher's local-path-provisioner, run as a process against a cluster (docs/storage.md).
+LOCAL_PATH_PROVISIONER: Final = "v0.0.30"
 GO_MINIMUM: Final = (1, 26)

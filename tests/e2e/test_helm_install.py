@@ -167,11 +167,15 @@ def test_local_chart_installs_into_the_local_cluster(local: Cluster, tmp_path: P
                             "labels": {"topology.kubernetes.io/region": "eu-west"}}],
         "image": {"pullPolicy": "Never"},
         "webhook": {"failurePolicy": "Ignore", "namespaceFailurePolicy": "Ignore", "timeoutSeconds": 1},
+        # A virtual StorageClass of its own: the session's class "kube-offload" belongs to
+        # no release and would be left alone (storageclass.yaml).
+        "storage": {"virtualClass": {"name": f"{release}-class"}},
     }
     objects = _install_check_uninstall(local, LOCAL_CHART, values, release, tmp_path)
     kinds = {o["kind"] for o in objects}
     assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-            "ConfigMap", "CronJob", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
+            "ConfigMap", "CronJob", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+            "StorageClass"} <= kinds
     deployments = {o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"}
     fullname = f"{release}-kube-offload"
     assert {f"{fullname}-webhook", f"{fullname}-extender", f"{fullname}-scheduler",

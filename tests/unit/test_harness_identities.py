@@ -74,6 +74,7 @@ def test_values_for_the_topology() -> None:
     assert identities.local_values("local", ["remote-1"]) == {
         "localClusterId": "local",
         "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig"}],
+        "storage": {"localClass": "local-path"},
     }
     values = identities.remote_values("local", node_labels={"topology.kubernetes.io/region": "eu-west"}, quota={"pods": "3"})
     assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}}]
