@@ -31,6 +31,7 @@ bench: bootstrap
 	.venv/bin/python bench/bench_webhook.py
 	.venv/bin/python bench/bench_extender.py
 	.venv/bin/python bench/bench_offloading.py
+	.venv/bin/python bench/bench_kubelet_api.py
 
 down:
 	.venv/bin/kube-offload cluster down --state-dir $${XDG_STATE_HOME:-$$HOME/.local/state}/kube-offload/demo
