@@ -166,8 +166,8 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
     _show_plugin(local, remote, "explain", "pod", remote_pod, "-n", namespace)
     _show_plugin(local, remote, "status")
 
-    _banner("8. Stateful pods: claims of the virtual StorageClass 'kube-offload' follow their pods (provisioned by "
-            "the remote cluster's own provisioner, the local claim pinned to the virtual node; docs/storage.md)")
+    _step("Stateful pods: claims of the virtual StorageClass 'kube-offload' follow their pods (provisioned by "
+          "the remote cluster's own provisioner, the local claim pinned to the virtual node; docs/storage.md)")
     _show(local, "get", "storageclass")
 
     _readiness_round_trip(env, local, remote, namespace)
