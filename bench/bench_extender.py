@@ -204,7 +204,8 @@ def bench_in_process(nodes: list[dict], runs: int) -> dict:
         def run() -> bytes:
             with collector_paused():
                 args = wire.parse_extender_args(payload)
-                result = core.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace), caches.node)
+                result = core.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace),
+                                           caches.node, virtual_names=caches.virtual_node_names())
                 return wire.dumps(wire.filter_result(args, result))
         return run
 

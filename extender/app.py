@@ -169,6 +169,7 @@ def create_app(
             policy,
             caches.node,
             capacity_max_age=settings.capacity_max_age,
+            virtual_names=caches.virtual_node_names(),
         )
         metrics.count_filter(result)
         if result.failures and log.isEnabledFor(logging.DEBUG):

@@ -10,9 +10,10 @@ needs no API server; the HTTP app only sees the :class:`ExtenderCaches` protocol
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Protocol
+from typing import Any, Container, Iterable, Protocol
 
-from kube_offload.nodes import node_name
+from kube_offload.informer import DELETED
+from kube_offload.nodes import is_virtual_node, node_name
 from kube_offload.namespace_policies import NamespacePolicies, evaluate
 from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
 
@@ -26,6 +27,10 @@ class ExtenderCaches(Protocol):
     """False when the extender runs without a node cache (not nodeCacheCapable)."""
 
     def node(self, name: str) -> dict | None: ...
+
+    def virtual_node_names(self) -> Container[str] | None:
+        """Names of the virtual nodes in the node cache (None without a node cache): lets
+        the filter judge a physical node by its name alone."""
 
     def namespace_policy(self, namespace: str) -> PolicyLookup:
         """The namespace's policy; None when unknown (treated as not offloaded)."""
@@ -53,10 +58,14 @@ class StaticCaches:
     def __init__(self, *, nodes: Iterable[dict] = (), namespaces: Iterable[dict] = (), node_cache: bool = True):
         self.has_node_cache = node_cache
         self._nodes = {node_name(node): node for node in nodes}
+        self._virtual = {name for name, node in self._nodes.items() if is_virtual_node(node)}
         self._policies = {namespace_name(ns): evaluate_policy(ns) for ns in namespaces}
 
     def node(self, name: str) -> dict | None:
         return self._nodes.get(name)
+
+    def virtual_node_names(self) -> Container[str] | None:
+        return self._virtual if self.has_node_cache else None
 
     def namespace_policy(self, namespace: str) -> PolicyLookup:
         return self._policies.get(namespace)
@@ -111,9 +120,24 @@ class InformerCaches:
             if node_cache
             else None
         )
+        # Kept by the informer's handler: a node's type label decides which checks it gets,
+        # and most candidates are physical nodes (see core.filter_nodes).
+        self._virtual: set[str] = set()
+        if self._nodes is not None:
+            self._nodes.add_handler(self._on_node)
+
+    def _on_node(self, event: str, old: dict | None, new: dict) -> None:
+        name = node_name(new)
+        if event != DELETED and is_virtual_node(new):
+            self._virtual.add(name)
+        else:
+            self._virtual.discard(name)
 
     def node(self, name: str) -> dict | None:
         return self._nodes.get(name) if self._nodes is not None else None
+
+    def virtual_node_names(self) -> Container[str] | None:
+        return self._virtual if self._nodes is not None else None
 
     def namespace_policy(self, namespace: str) -> PolicyLookup:
         return _lookup(namespace, self._policies.get(namespace))

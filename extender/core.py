@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Sequence, Union
+from typing import Callable, Container, Mapping, Sequence, Union
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
@@ -150,12 +150,15 @@ def filter_nodes(
     now: datetime | None = None,
     capacity_max_age: float | None = DEFAULT_CAPACITY_MAX_AGE,
     reader: CapacityReader = DEFAULT_READER,
+    virtual_names: Container[str] | None = None,
 ) -> FilterResult:
     """Keep the nodes ``pod`` may run on (see the module doc); every other node gets a
     reason. ``nodes_or_names`` are Node objects, or names resolved with ``node_lookup``
     (nodeCacheCapable mode). ``capacity_max_age`` (seconds, None = no limit) is when a
-    capacity annotation counts as stale. Raises ``resources.QuantityError`` for a pod
-    with malformed requests.
+    capacity annotation counts as stale. ``virtual_names``, when the node cache keeps
+    them, are the names of the virtual nodes ``node_lookup`` knows: a name not among them
+    is a physical node without reading its labels. Raises ``resources.QuantityError`` for
+    a pod with malformed requests.
     """
     result = FilterResult()
     if is_passthrough(policy):
@@ -190,11 +193,13 @@ def filter_nodes(
                     unresolvable=False,
                 )
                 continue
+            virtual = name in virtual_names if virtual_names is not None else is_virtual_node(node)
         else:
             node = item
             name = node_name(node)
+            virtual = is_virtual_node(node)
 
-        if not is_virtual_node(node):
+        if not virtual:
             if physical_verdict is not None:
                 failures[name] = physical_verdict
                 continue

@@ -110,17 +110,22 @@ def lookup(name: str) -> dict | None:
     return next((n for n in NODES.values() if n["metadata"]["name"] == name), None)
 
 
-def run_filter(nodes_or_names: list, policy: core.PolicyLookup, p: dict | None = None) -> core.FilterResult:
-    return core.filter_nodes(p or pod(), nodes_or_names, policy, lookup, now=NOW)
+# What a node cache keeps besides the nodes (ExtenderCaches.virtual_node_names).
+VIRTUAL_NAMES = StaticCaches(nodes=NODES.values()).virtual_node_names()
+
+
+def run_filter(nodes_or_names: list, policy: core.PolicyLookup, p: dict | None = None, **kwargs) -> core.FilterResult:
+    return core.filter_nodes(p or pod(), nodes_or_names, policy, lookup, now=NOW, **kwargs)
 
 
 @pytest.mark.parametrize("case, placement, expected", CASES)
-@pytest.mark.parametrize("mode", ["nodes", "names"])
+@pytest.mark.parametrize("mode", ["nodes", "names", "names, cache's virtual names"])
 def test_filter_table(case: str, placement: str, expected: str, mode: str) -> None:
     candidate = NODES[case]
     name = candidate["metadata"]["name"]
     policy = policy_from_namespace(namespace(placement=placement))
-    result = run_filter([candidate if mode == "nodes" else name], policy)
+    indexed = {"virtual_names": VIRTUAL_NAMES} if mode.endswith("virtual names") else {}
+    result = run_filter([candidate if mode == "nodes" else name], policy, **indexed)
     if expected == PASS:
         assert result.passed == [name]
         assert result.failures == {}
@@ -313,6 +318,8 @@ def test_static_caches() -> None:
     assert caches.namespace_policy("demo").placement == c.PLACEMENT_LOCAL_AND_REMOTE
     assert caches.namespace_policy("off").enabled is False
     assert caches.namespace_policy("nowhere") is None
+    assert set(NODES) - {"physical"} == {k for k, n in NODES.items() if n["metadata"]["name"] in caches.virtual_node_names()}
+    assert StaticCaches(nodes=NODES.values(), node_cache=False).virtual_node_names() is None
 
 
 # --- wire --------------------------------------------------------------------------------
@@ -474,3 +481,24 @@ def test_informer_caches_follow_namespace_events() -> None:
     assert isinstance(caches.namespace_policy("demo"), core.InvalidPolicy)
     deliver("DELETED", broken, broken)
     assert caches.namespace_policy("demo") is None
+
+
+def test_informer_caches_keep_the_virtual_node_names() -> None:
+    from kubernetes import client
+
+    from extender.caches import InformerCaches
+
+    caches = InformerCaches(client.ApiClient(), node_cache=True)
+    deliver = caches._nodes._dispatch
+    physical, virtual = NODES["physical"], NODES["virtual"]
+    deliver("ADDED", None, physical)
+    deliver("ADDED", None, virtual)
+    assert set(caches.virtual_node_names()) == {"kube-offload-eu1"}
+    relabelled = json.loads(json.dumps(virtual))
+    del relabelled["metadata"]["labels"][c.LABEL_TYPE]
+    deliver("MODIFIED", virtual, relabelled)
+    assert set(caches.virtual_node_names()) == set()
+    deliver("MODIFIED", relabelled, virtual)
+    deliver("DELETED", virtual, virtual)
+    assert set(caches.virtual_node_names()) == set()
+    assert InformerCaches(client.ApiClient(), node_cache=False).virtual_node_names() is None
