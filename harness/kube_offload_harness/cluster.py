@@ -60,9 +60,29 @@ KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}=fake"
 # authorizes it by SubjectAccessReview, so RBAC binds it like a kubeadm cluster does.
 APISERVER_KUBELET_CLIENT = "kube-apiserver-kubelet-client"
 KUBELET_API_ADMIN_ROLE = "system:kubelet-api-admin"  # bootstrap ClusterRole: nodes/proxy, log, stats...
+# Pod IP remapping (docs/virtual-kubelet.md, "Pod IP remapping"): kwok hands out pod IPs
+# from the same range in every cluster, so offloaded pods would show local pods' IPs.
+# Each remote's pods are shown locally in their own 10.(100+index).0.0/16, and every remote
+# sees the local pods in LOCAL_POD_CIDR_REMAPPED.
+KWOK_POD_CIDR = "10.0.0.0/16"
+LOCAL_POD_CIDR_REMAPPED = "10.200.0.0/16"
 # How the remote clusters are connected (Topology.peering).
 PEERING_HARNESS = "harness"  # identities applied from `helm template`, processes started here (e2e)
 PEERING_CLI = "cli"  # left unconnected by `up`: `kube-offload peer` connects them (the demo)
+
+
+def remote_pod_cidr_remapped(topology: "Topology", spec: "ClusterSpec") -> str:
+    """Where the local cluster shows the pods of remote ``spec`` (one range per remote)."""
+    index = [remote.cluster_id for remote in topology.remotes].index(spec.cluster_id)
+    return f"10.{100 + index}.0.0/16"
+
+
+def pod_ip_remapping_args(topology: "Topology", spec: "ClusterSpec") -> list[str]:
+    """The vkubelet flags of remote ``spec``'s pod IP remapping."""
+    return [
+        "--remote-pod-cidr", KWOK_POD_CIDR, "--remote-pod-cidr-remapped", remote_pod_cidr_remapped(topology, spec),
+        "--local-pod-cidr", KWOK_POD_CIDR, "--local-pod-cidr-remapped", LOCAL_POD_CIDR_REMAPPED,
+    ]
 
 
 class ClusterError(RuntimeError):
@@ -622,6 +642,7 @@ class Environment:
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]
+        argv += pod_ip_remapping_args(topology, spec)
         if spec.cluster_id == topology.remotes[0].cluster_id:
             # The physical delegate of the virtual storage class: one vkubelet per cluster.
             argv += ["--virtual-storage-local-class", storage.LOCAL_PATH_CLASS,

@@ -10,6 +10,7 @@ Each test uses its own namespace and cleans it up, so they do not depend on each
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload_harness.cluster import Cluster, Environment
+from kube_offload_harness.cluster import KWOK_POD_CIDR, Cluster, Environment, remote_pod_cidr_remapped
 from kube_offload.resources import parse_quantity
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
@@ -90,6 +91,13 @@ def running(items: list[dict], node: str | None = None) -> list[dict]:
         and not p["metadata"].get("deletionTimestamp")
         and (node is None or p["spec"].get("nodeName") == node)
     ]
+
+
+def remapped_pod_ip(env: Environment, remote: Cluster, address: str) -> str:
+    """A remote pod address as the local cluster shows it (the harness's pod IP remapping)."""
+    real = ipaddress.ip_network(KWOK_POD_CIDR)
+    external = ipaddress.ip_network(remote_pod_cidr_remapped(env.topology(), remote.spec))
+    return str(external.network_address + (int(ipaddress.ip_address(address)) - int(real.network_address)))
 
 
 def namespace_exists(cluster: Cluster, name: str) -> bool:
@@ -223,7 +231,7 @@ def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider
 
 
 # --- pods ----------------------------------------------------------------------------------------
-def test_deployment_of_20_runs_in_the_remote_twin_namespace_and_scales_down(local, remote, wait):
+def test_deployment_of_20_runs_in_the_remote_twin_namespace_and_scales_down(offload_env, local, remote, wait):
     ns = unique("vk-deploy")
     node = node_name(remote)
     offloaded_namespace(local, ns)
@@ -246,8 +254,10 @@ def test_deployment_of_20_runs_in_the_remote_twin_namespace_and_scales_down(loca
             assert "nodeName" in rp["spec"] and rp["spec"]["nodeName"] != node
             assert all(t.get("key") != c.TAINT_KEY for t in rp["spec"].get("tolerations") or [])
             assert rp["spec"]["automountServiceAccountToken"] is False
-            # The status is the remote pod's, with the virtual node's host IP.
-            assert lp["status"]["podIP"] == rp["status"]["podIP"]
+            # The status is the remote pod's, with its IP remapped into the remote's external
+            # CIDR (the harness configures it; test_service_offloading.py) and the virtual
+            # node's host IP.
+            assert lp["status"]["podIP"] == remapped_pod_ip(offload_env, remote, rp["status"]["podIP"])
             assert lp["status"]["hostIP"] == "127.0.0.1"
             assert any(w.startswith(VK_MANAGER) for w in status_writers(lp)), status_writers(lp)
         assert len(shadowpods(remote, twin(ns))) == 20

@@ -2,7 +2,8 @@
 
 A virtual kubelet has no business caching every Secret of its cluster: it reads the
 reflected kinds (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses, PVCs) of the
-namespaces whose policy sends pods to its remote cluster, and nothing else. Each local
+namespaces offloaded to its remote cluster (any placement: ``Local`` extends the namespace
+without its pods, service offloading), and nothing else. Each local
 informer of those kinds is a :class:`~kube_offload.namespaced_informer.MultiNamespaceInformer`
 whose namespace set follows the twin-namespace rule (``TwinNamespaces.plan``): a namespace
 that opts in gets a namespace-scoped list+watch per kind at once, one that opts out (or
