@@ -9,6 +9,7 @@ follow. A skip annotation on the slice itself is honoured as well.
 
 from __future__ import annotations
 
+import threading
 from typing import Mapping
 
 from kubernetes import client
@@ -31,16 +32,25 @@ class EndpointSliceReflector(Reflector):
         super().__init__(context)
         self.services = self.scope.local_informer(SERVICES, client.CoreV1Api, "service")
         self.controller.watch(self.services, self._slices_of_service)
+        # Per slice, the addresses last logged as not remapped: said once, not per resync.
+        self._unremapped: dict[str, tuple[str, ...]] = {}
+        self._unremapped_lock = threading.Lock()
 
     def extra_informers(self) -> list[Informer]:
         return [self.services]
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        outside = f.unremapped_endpoint_addresses(local, ctx)
-        if outside:
+        outside = tuple(f.unremapped_endpoint_addresses(local, ctx))
+        key = object_key(dict(local))
+        with self._unremapped_lock:
+            changed = self._unremapped.get(key, ()) != outside
+            if outside:
+                self._unremapped[key] = outside
+            else:
+                self._unremapped.pop(key, None)
+        if changed and outside:
             self.log.info(
-                "EndpointSlice %s: %s outside --local-pod-cidr, reflected as is (not remapped)",
-                object_key(dict(local)), ", ".join(outside),
+                "EndpointSlice %s: %s outside --local-pod-cidr, reflected as is (not remapped)", key, ", ".join(outside)
             )
         return f.forge_endpointslice(local, ctx)
 
