@@ -417,6 +417,7 @@ class Environment:
                 f"an environment already exists in {self.state_dir} ({existing.local.name} + "
                 f"{len(existing.remotes)} remote); run `kube-offload cluster down` first or pass another --state-dir"
             )
+        self._forget_credentials()  # a previous environment's tokens name clusters that are gone
         self.bins  # build before anything else, with progress
         topology.webhook_port = topology.webhook_port or free_port()
         topology.extender_port = topology.extender_port or free_port()
@@ -713,6 +714,15 @@ class Environment:
                     self.say(f"- deleting cluster {spec.name}")
                     cluster.delete()
             self.topology_path.unlink(missing_ok=True)
+        self._forget_credentials()
+
+    def _forget_credentials(self) -> None:
+        """Remove the kubeconfigs minted for this environment's identities: they are
+        tokens of clusters that no longer exist, and identity_kubeconfig() would otherwise
+        hand them to the next environment in the same state directory."""
+        shutil.rmtree(self.state_dir / "identities", ignore_errors=True)
+        for stale in self.state_dir.glob("*-kubeconfig.yaml"):
+            stale.unlink(missing_ok=True)
 
 
 def _tail(path: Path, lines: int = 20) -> str:

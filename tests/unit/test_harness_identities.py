@@ -95,3 +95,24 @@ def test_of_components_keeps_only_the_named_components() -> None:
     ]
     kept = identities.of_components(objects, ("webhook", "extender"))
     assert [o["metadata"]["name"] for o in kept] == ["kube-offload-webhook", "kube-offload-extender"]
+
+
+def test_down_forgets_the_environments_minted_kubeconfigs(tmp_path):
+    """A later `cluster up` in the same state directory must mint new tokens: the old
+    ones name clusters (ports, CAs) that no longer exist (make demo after make down)."""
+    from kube_offload_harness import binaries
+    from kube_offload_harness.cluster import Environment
+
+    env = Environment(tmp_path, bins=binaries.binaries(root=tmp_path / "cache"), say=lambda _: None)
+    minted = tmp_path / "identities" / "demo-local--kube-offload--kube-offload-webhook.yaml"
+    minted.parent.mkdir()
+    minted.write_text("token: old")
+    via_link = tmp_path / "vkubelet-remote-1-via-link-kubeconfig.yaml"
+    via_link.write_text("token: old")
+    keep = tmp_path / "kube-scheduler-config.yaml"
+    keep.write_text("kept")
+
+    env.down()
+
+    assert not minted.exists() and not via_link.exists()
+    assert keep.read_text() == "kept"
