@@ -17,8 +17,12 @@ heals the link and puts the ordinary vkubelet back.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 from urllib.parse import urlsplit
@@ -174,7 +178,13 @@ def vkubelet_behind_link(env: "Environment", spec: "ClusterSpec", extra_args: It
 
     def restart(argv: list[str]) -> None:
         env.processes.stop(name)
-        env.processes.start(name, argv, log=env.log_path(name), env=env._process_env())
+        log = env.log_path(name)
+        offset = log.stat().st_size if log.exists() else 0
+        env.processes.start(name, argv, log=log, env=env._process_env())
+        # The node may still look Ready from the old process's heartbeat: wait until the
+        # new process itself has listed the remote (its /readyz), or a cut made right away
+        # would come before its first contact and there would be no pods to mark.
+        wait_ready(log, offset)
         env.wait_virtual_node_ready(local, spec)
 
     try:
@@ -186,3 +196,37 @@ def vkubelet_behind_link(env: "Environment", spec: "ClusterSpec", extra_args: It
             restart(original)
         finally:
             link.close()
+
+
+HEALTH_LINE = re.compile(r"health and metrics on (http://[0-9.]+:[0-9]+) ")
+
+
+def health_url(log_text: str) -> str | None:
+    """The health port a component logged at start-up (it may bind port 0)."""
+    found = HEALTH_LINE.findall(log_text)
+    return found[-1] if found else None
+
+
+def wait_ready(log: Path, offset: int = 0, timeout: float = 90.0) -> None:
+    """Wait until the process logging to ``log`` (from byte ``offset``) answers 200 on
+    its /readyz: caches listed and, for a vkubelet, the remote cluster reached."""
+    deadline = time.monotonic() + timeout
+    last = "no health port logged yet"
+    while time.monotonic() < deadline:
+        try:
+            with log.open("rb") as handle:
+                handle.seek(offset)
+                url = health_url(handle.read().decode(errors="replace"))
+        except OSError:
+            url = None
+        if url:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz?verbose", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as exc:
+                last = exc.read().decode(errors="replace").strip()
+            except OSError as exc:
+                last = str(exc)
+        time.sleep(0.5)
+    raise TimeoutError(f"{log.name}: not ready after {timeout:.0f}s: {last}")

@@ -93,3 +93,46 @@ def test_flag_value_reads_both_spellings_and_the_last_wins():
     assert _flag_value(["vkubelet", "--remote-kubeconfig", "/a"], "--remote-kubeconfig") == "/a"
     assert _flag_value(["--remote-kubeconfig=/a", "--remote-kubeconfig", "/b"], "--remote-kubeconfig") == "/b"
     assert _flag_value(["--remote-kubeconfig-x", "/a"], "--remote-kubeconfig") is None
+
+
+def test_health_url_is_the_last_one_logged():
+    from kube_offload_harness.partition import health_url
+
+    text = ("=== starting\n2026 INFO kube_offload.health: health and metrics on http://127.0.0.1:41987 (/healthz, ...)\n"
+            "=== starting\n2026 INFO kube_offload.health: health and metrics on http://127.0.0.1:35897 (/healthz, ...)\n")
+    assert health_url(text) == "http://127.0.0.1:35897"
+    assert health_url("=== starting\nno port yet\n") is None
+
+
+def test_wait_ready_waits_for_the_new_process_readyz(tmp_path):
+    """Only the segment after ``offset`` counts: the old process's port must not satisfy it."""
+    import http.server
+    import threading
+
+    from kube_offload_harness.partition import wait_ready
+
+    answers = iter([503, 503, 200])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(next(answers, 200))
+            self.end_headers()
+            self.wfile.write(b"[-]remote failed" if self.path.startswith("/readyz") else b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    log = tmp_path / "vkubelet.log"
+    log.write_text("health and metrics on http://127.0.0.1:1 (old process)\n")
+    offset = log.stat().st_size
+    with log.open("a") as handle:
+        handle.write(f"health and metrics on http://127.0.0.1:{server.server_address[1]} (/healthz)\n")
+    try:
+        wait_ready(log, offset, timeout=20)
+        assert next(answers, "done") == "done"  # it polled through both 503s
+        with pytest.raises(TimeoutError, match="not ready"):
+            wait_ready(log, log.stat().st_size, timeout=1)  # nothing logged after that
+    finally:
+        server.shutdown()
