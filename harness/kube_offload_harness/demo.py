@@ -4,8 +4,9 @@ Brings up (or reuses) one local and one remote cluster, the local one with kube-
 webhook and extender running, connects them with `kube-offload peer` as a user would,
 then walks through what a platform engineer would do, printing each command and its
 output: the virtual node, a rejected bad policy label, a namespace opted in, a Deployment
-offloaded to the remote cluster, the same pods seen from both sides, and what
-`kubectl offload explain` and `kubectl offload status` say about them.
+offloaded to the remote cluster, the same pods seen from both sides, what
+`kubectl offload explain` and `kubectl offload status` say about them, `kubectl top` with
+the remote figures, and the virtual node going NotReady and back with its pods.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
-from kube_offload_harness import peer_driver
+from kube_offload_harness import metrics_server, peer_driver
 from kube_offload_harness.partition import vkubelet_behind_link
 from kube_offload_harness.cluster import (
     PEERING_CLI, PROVIDER_LABEL, REGION_LABEL, Cluster, ClusterError, Environment, default_state_dir, default_topology,
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
               "(remote chart), stores its kubeconfig and runs a virtual kubelet (local chart)")
         peer_driver.peer(env, topology, topology.remotes[0], say=lambda line: print(line, flush=True))
         _walkthrough(env, local, remote, args.namespace, twin, args.replicas)
-    except (ClusterError, BuildError) as exc:
+    except (ClusterError, BuildError, TimeoutError) as exc:  # TimeoutError: a process never ready
         print(f"\nkube-offload demo: {exc}", file=sys.stderr)
         print(f"logs: {env.state_dir / 'logs'}; remove everything with: kube-offload cluster down --state-dir {env.state_dir}",
               file=sys.stderr)
@@ -170,7 +171,38 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
           "the remote cluster's own provisioner, the local claim pinned to the virtual node; docs/storage.md)")
     _show(local, "get", "storageclass")
 
+    _top(env, local, remote, namespace, twin)
     _readiness_round_trip(env, local, remote, namespace)
+
+
+def _top(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin: str, timeout: float = 240) -> None:
+    """``kubectl top`` in the local cluster shows the remote figures: metrics-server runs in
+    both clusters (kwok simulates the pods' usage from their annotations), the virtual
+    kubelet serves /metrics/resource built from the remote metrics.k8s.io (docs/metrics.md)."""
+    _step("Metrics: `kubectl top` on offloaded pods and on the virtual node shows what the remote cluster measures")
+    for cluster in (remote, local):
+        record = env.processes.get(metrics_server.process_name(cluster.spec.cluster_id))
+        if record is not None and record.running():
+            continue  # a reused environment: already serving
+        print(f"- starting metrics-server for {cluster.name}")
+        try:
+            metrics_server.start(env, cluster)
+        except RuntimeError as exc:
+            raise ClusterError(str(exc)) from exc
+    node = f"{C.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
+    print("(waiting for the first samples: metrics-server on each side resolves every 15 s)", flush=True)
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = local.kubectl("top", "pod", "-n", namespace, "--no-headers", check=False)
+        nodes = local.kubectl("top", "node", node, "--no-headers", check=False)
+        if pods.returncode == 0 and nodes.returncode == 0 and pods.stdout.strip():
+            break
+        if time.monotonic() > deadline:
+            raise ClusterError(f"no kubectl top figures after {timeout:.0f}s: {(pods.stderr or nodes.stderr).strip()}")
+        time.sleep(5)
+    _show(remote, "top", "pod", "-n", twin)
+    _show(local, "top", "pod", "-n", namespace)
+    _show(local, "top", "node", node)
 
 
 def _readiness_round_trip(env: Environment, local: Cluster, remote: Cluster, namespace: str) -> None:
@@ -238,7 +270,9 @@ def _deployment(namespace: str, replicas: int) -> dict:
             "replicas": replicas,
             "selector": {"matchLabels": {"app": "hello"}},
             "template": {
-                "metadata": {"labels": {"app": "hello"}},
+                # kwok simulates this usage in the remote cluster (kubectl top, step "Metrics")
+                "metadata": {"labels": {"app": "hello"}, "annotations": {
+                    metrics_server.USAGE_CPU_ANNOTATION: "30m", metrics_server.USAGE_MEMORY_ANNOTATION: "40Mi"}},
                 "spec": {
                     "containers": [{
                         "name": "hello",
