@@ -9,6 +9,8 @@ pods completed by the harness's kwok stage).
   by local-path-provisioner, remote pods Running;
 * a remote pod deleted: the enforcer recreates it on the same remote claim;
 * a local claim resized: the remote claim's request follows;
+* physical nodes allowed and the virtual node cordoned: the pod waits (its volume's
+  node affinity, said by kubectl describe) instead of moving, and goes back;
 * scaled down and claims deleted: remote claims, remote volumes and stand-ins go;
 * the same StatefulSet in a ``Local`` namespace: provisioned through the real local class.
 
@@ -31,6 +33,8 @@ NODE = "kube-offload-remote-1"
 STORAGE_NAMESPACE = "kube-offload"  # the harness's release namespace: the physical delegate's
 IMAGE = "registry.k8s.io/pause:3.10"
 REPLICAS = 3
+# The scheduler's reason for nodes a pod's bound volume does not allow (VolumeBinding).
+PV_AFFINITY_REASON = "didn't match PersistentVolume's node affinity"
 TIMEOUT = 120  # provisioning goes through two PV controllers and helper pods on 2 busy cores
 
 
@@ -175,6 +179,68 @@ def test_resizing_the_local_claim_resizes_the_remote_one(local: Cluster, remote:
                   "-p", json.dumps({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}))
     wait(lambda: _json(remote, "get", "pvc", "data-db-1", "-n", twin)["spec"]["resources"]["requests"]["storage"] == "2Gi",
          timeout=60, what="remote claim data-db-1 asking for 2Gi")
+
+
+class _NotYet(str):
+    """A falsy answer for ``wait`` that still says what it saw (shown when it times out)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _allows_physical_nodes(local: Cluster, namespace: str) -> bool:
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespace},
+             "spec": {"containers": [{"name": "probe", "image": IMAGE}]}}
+    pod = json.loads(local.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe)).stdout)
+    required = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(e.get("operator") == "NotIn" for t in terms for e in t.get("matchExpressions") or [])
+
+
+def test_a_claim_never_moves_to_another_node(local: Cluster, remote: Cluster, remote_ns: str, wait) -> None:
+    """Physical nodes allowed too and the virtual node cordoned: the replacement of a pod
+    whose claim lives in remote-1 stays Pending, and kubectl describe says why; back on
+    the virtual node once it is schedulable again, on the same remote claim."""
+    twin = f"{remote_ns}-{LOCAL_ID}"
+    remote_claim_uid = _json(remote, "get", "pvc", "data-db-0", "-n", twin)["metadata"]["uid"]
+    old_uid = _json(local, "get", "pod", "db-0", "-n", remote_ns)["metadata"]["uid"]
+    local.kubectl("label", "namespace", remote_ns, f"{c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL_AND_REMOTE}", "--overwrite")
+    # The webhook reads the policy from its cache: a server-side dry run says when it
+    # lets pods of the namespace go to physical nodes too.
+    wait(lambda: _allows_physical_nodes(local, remote_ns), timeout=30, what="the webhook applying LocalAndRemote")
+    local.kubectl("cordon", NODE)
+    try:
+        local.kubectl("delete", "pod", "db-0", "-n", remote_ns, "--wait=false")
+
+        def pending_replacement():
+            result = local.kubectl("get", "pod", "db-0", "-n", remote_ns, "-o", "json", check=False)
+            if result.returncode != 0:
+                return None
+            pod = json.loads(result.stdout)
+            if pod["metadata"]["uid"] == old_uid:
+                return None
+            scheduled = [cond for cond in pod["status"].get("conditions") or [] if cond["type"] == "PodScheduled"]
+            message = scheduled[0].get("message", "") if scheduled else ""
+            return pod if PV_AFFINITY_REASON in message else _NotYet(f"{pod['spec'].get('nodeName')}: {message}")
+
+        pod = wait(pending_replacement, timeout=TIMEOUT, what="the replacement of db-0 Pending on its volume's node affinity")
+        assert not pod["spec"].get("nodeName")
+        described = local.kubectl("describe", "pod", "db-0", "-n", remote_ns).stdout
+        assert PV_AFFINITY_REASON in described and "were unschedulable" in described
+    finally:
+        local.kubectl("uncordon", NODE, check=False)
+        local.kubectl("label", "namespace", remote_ns, f"{c.LABEL_POD_PLACEMENT}={c.PLACEMENT_REMOTE}", "--overwrite", check=False)
+
+    def running_remotely():
+        result = remote.kubectl("get", "pod", "db-0", "-n", twin, "-o", "json", check=False)
+        pod = json.loads(result.stdout) if result.returncode == 0 else {}
+        return pod if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp") else None
+
+    wait(lambda: _json(local, "get", "pod", "db-0", "-n", remote_ns)["spec"].get("nodeName") == NODE,
+         timeout=TIMEOUT, what="db-0 back on the virtual node")
+    wait(running_remotely, timeout=TIMEOUT, what="remote db-0 Running again")
+    assert _json(remote, "get", "pvc", "data-db-0", "-n", twin)["metadata"]["uid"] == remote_claim_uid
 
 
 def test_scaling_down_and_deleting_the_claims_removes_the_remote_ones(
