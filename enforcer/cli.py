@@ -10,9 +10,10 @@ import signal
 import sys
 import threading
 
-from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE
+from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE
 from kube_offload.flags import add_flag, positive_duration, positive_int
 from kube_offload.health import add_health_flag
+from kube_offload.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.kube import load_api_client
 from kube_offload.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
@@ -88,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
+    add_leader_election_flags(parser, COMPONENT)
     add_flag(
         parser,
         COMPONENT,
@@ -129,9 +131,13 @@ def run(args: argparse.Namespace) -> int:
     from enforcer.webhook_server import ShadowPodWebhook
     from kube_offload.health import HealthSetupError
     from kube_offload.https_server import TLSSetupError
+    from kube_offload.leader_election import LeaderElector, default_namespace
     from kube_offload.runtime_metrics import CLUSTER_REMOTE, instrument_api_client
 
     setup_logging(args.log_level, json_format=args.log_json)
+    timing = timing_from_args(args)
+    if args.leader_elect and (problem := timing.problem()):
+        raise SystemExit(f"kube-offload enforcer: {problem}")
     # argparse runs a string default through ``type`` too, so this is always seconds.
     settings = Settings(
         workers=args.workers,
@@ -172,8 +178,15 @@ def run(args: argparse.Namespace) -> int:
             )
         except TLSSetupError as exc:
             raise SystemExit(f"kube-offload enforcer: {exc}") from None
+    # One Lease in our namespace (docs/high-availability.md): only its holder runs the
+    # controllers and serves the ShadowPod webhook, whose quota ledger is per process.
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(
+            api_client, name=ENFORCER_LEADER_LEASE, namespace=args.leader_elect_namespace or default_namespace(), timing=timing
+        )
     try:
-        health = observability.health_server(enforcer, webhook, args.health_bind)
+        health = observability.health_server(enforcer, webhook, args.health_bind, elector=elector)
     except HealthSetupError as exc:
         raise SystemExit(f"kube-offload enforcer: {exc}") from None
     log.info(
@@ -185,8 +198,19 @@ def run(args: argparse.Namespace) -> int:
         webhook_settings.bind if webhook_settings else "off",
         f"on, twin role {settings.consumer_twin_role}" if enforcer.tenants else "off (--namespace)",
     )
+    health.start()  # /healthz answers at once, /readyz once leading and the caches listed
+    if elector is not None:
+        elector.start()
+        # A standby runs no loop and serves no webhook (its port is bound, not answered;
+        # the chart's Service only sends to the Ready leader).
+        if not elector.wait_leading(stop):
+            elector.stop()
+            if webhook is not None:
+                webhook.server.server_close()
+            health.stop()
+            log.info("enforcer stopped (was a standby)")
+            return 0
     try:
-        health.start()  # /healthz answers at once, /readyz once the caches listed
         if webhook is not None:
             webhook.start()
         enforcer.start(stop)
@@ -197,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
         if webhook is not None:
             webhook.stop()
         enforcer.stop()
+        if elector is not None:
+            elector.stop()  # after the loops stopped: hands the Lease to a standby at once
         health.stop()
         log.info("enforcer stopped")
     return 0

@@ -26,6 +26,7 @@ from kube_offload.metrics import NAMESPACE
 
 if TYPE_CHECKING:
     from enforcer.controller import Enforcer
+    from kube_offload.leader_election import LeaderElector
     from enforcer.webhook_server import ShadowPodWebhook
 
 _running: "weakref.WeakSet[Enforcer]" = weakref.WeakSet()
@@ -63,14 +64,17 @@ def caches(enforcer: "Enforcer", webhook: "ShadowPodWebhook | None") -> list[Any
     return found
 
 
-def health_server(enforcer: "Enforcer", webhook: "ShadowPodWebhook | None", bind: str) -> health.HealthServer:
-    """The enforcer's health port (not started); raises HealthSetupError."""
+def health_server(
+    enforcer: "Enforcer", webhook: "ShadowPodWebhook | None", bind: str, *, elector: "LeaderElector | None" = None
+) -> health.HealthServer:
+    """The enforcer's health port (not started); raises HealthSetupError. With ``elector``,
+    a standby is live but not ready (``/readyz`` says who leads)."""
     with _lock:
         _running.add(enforcer)
     registries = [rm.REGISTRY] + ([webhook.server.metrics.registry] if webhook is not None else [])
-    return health.HealthServer(
-        bind,
-        live=[health.controllers_check()],
-        ready=[health.caches_check(lambda: caches(enforcer, webhook))],
-        registries=registries,
-    )
+    live = [health.controllers_check()]
+    ready = [health.caches_check(lambda: caches(enforcer, webhook))]
+    if elector is not None:
+        live.insert(0, health.Check("leader-election", elector.alive_problem))
+        ready.insert(0, health.Check("leader-election", elector.ready_problem))
+    return health.HealthServer(bind, live=live, ready=ready, registries=registries)

@@ -37,6 +37,11 @@ TYPE_VIRTUAL_NODE: Final = "virtual-node"
 LABEL_CLUSTER_ID: Final = f"{DOMAIN}/cluster-id"
 LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 VIRTUAL_NODE_PREFIX: Final = "kube-offload-"
+# Leader election (docs/high-availability.md): the Lease of the vkubelets of one remote
+# cluster (<prefix><cluster-id>, in the vkubelet's namespace of the local cluster; not the
+# node heartbeat Lease in kube-node-lease) and the enforcer's (its namespace, provider side).
+VKUBELET_LEADER_LEASE_PREFIX: Final = "kube-offload-vkubelet-"
+ENFORCER_LEADER_LEASE: Final = "kube-offload-enforcer"
 
 TAINT_KEY: Final = f"{DOMAIN}/virtual-node"
 TAINT_VALUE: Final = "true"

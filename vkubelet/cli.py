@@ -15,6 +15,7 @@ import kube_offload
 from kube_offload import constants as c
 from kube_offload.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
 from kube_offload.health import add_health_flag
+from kube_offload.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.logs import LEVELS, setup_logging
 from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
@@ -90,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
+    add_leader_election_flags(parser, COMPONENT)
     add_limit_flags(parser, COMPONENT)
     add_reflection_flags(parser, COMPONENT)
     add_storage_flags(parser, COMPONENT)
@@ -144,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2
+    timing = timing_from_args(args)
+    if args.leader_elect and (problem := timing.problem()):
+        print(f"kube-offload vkubelet: {problem}", file=sys.stderr)
+        return 2
     # Imported here so ``kube-offload --help`` does not pay for the runner's imports.
     from kube_offload.health import HealthSetupError
     from kube_offload.kube import load_api_client
+    from kube_offload.leader_election import LeaderElector, default_namespace
     from kube_offload.runtime_metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
     from vkubelet import observability
     from vkubelet.kubelet_api import kubelet_api_loop
@@ -170,9 +177,20 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    # One Lease per remote cluster, in our namespace of the local cluster (not the node's
+    # heartbeat Lease in kube-node-lease): only its holder runs the loops, so the node's
+    # status and addresses are written by one replica (docs/high-availability.md).
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(
+            local,
+            name=f"{c.VKUBELET_LEADER_LEASE_PREFIX}{settings.cluster_id}",
+            namespace=args.leader_elect_namespace or default_namespace(),
+            timing=timing,
+        )
     try:
         vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop])
-        health = observability.health_server(vk, args.health_bind)
+        health = observability.health_server(vk, args.health_bind, elector=elector)
     except (SettingsError, HealthSetupError) as exc:  # e.g. a port is taken, the certificate unreadable
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2
@@ -183,7 +201,15 @@ def run(args: argparse.Namespace) -> int:
         settings.local_cluster_id,
         settings.sharing_percentage,
     )
-    health.start()  # /healthz answers at once, /readyz once the caches listed
+    health.start()  # /healthz answers at once, /readyz once leading and the caches listed
+    if elector is not None:
+        elector.start()
+        # A standby starts nothing: no informer, no node heartbeat, no kubelet API serving.
+        if not elector.wait_leading(stop):
+            elector.stop()
+            health.stop()
+            log.info("virtual kubelet stopped (was a standby)")
+            return 0
     vk.start()
     try:
         # A timed wait keeps the main thread responsive to signals.
@@ -191,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
             pass
     finally:
         vk.stop()
+        if elector is not None:
+            elector.stop()  # after the loops stopped: hands the Lease to a standby at once
         health.stop()
         log.info("virtual kubelet stopped")
     return 0

@@ -26,6 +26,7 @@ from kube_offload import runtime_metrics as rm
 from kube_offload.metrics import NAMESPACE
 
 if TYPE_CHECKING:
+    from kube_offload.leader_election import LeaderElector
     from vkubelet.runner import VirtualKubelet
 
 SUBSYSTEM = f"{NAMESPACE}_vkubelet"
@@ -97,7 +98,12 @@ def ready_checks(vk: "VirtualKubelet") -> list[health.Check]:
     return [caches, health.Check("remote-cluster", remote)]
 
 
-def health_server(vk: "VirtualKubelet", bind: str) -> health.HealthServer:
-    """The health port of ``vk`` (not started); raises HealthSetupError."""
+def health_server(vk: "VirtualKubelet", bind: str, *, elector: "LeaderElector | None" = None) -> health.HealthServer:
+    """The health port of ``vk`` (not started); raises HealthSetupError. With ``elector``,
+    a standby is live (its election loop runs) but not ready: ``/readyz`` says who leads."""
     track(vk)
-    return health.HealthServer(bind, live=live_checks(vk), ready=ready_checks(vk))
+    live, ready = live_checks(vk), ready_checks(vk)
+    if elector is not None:
+        live.insert(0, health.Check("leader-election", elector.alive_problem))
+        ready.insert(0, health.Check("leader-election", elector.ready_problem))
+    return health.HealthServer(bind, live=live, ready=ready)

@@ -97,11 +97,11 @@ def test_probes_answer_ok_with_each_check_named(urls: dict[str, str], wait: Call
         wait(lambda: get(f"{base}/readyz")[0] == 200, timeout=60, what=f"{component} /readyz 200")
         assert get(f"{base}/readyz") == (200, "ok\n"), component
     status, text = get(f"{urls['vkubelet']}/readyz?verbose")
-    assert status == 200 and text.splitlines() == ["[+]informers ok", "[+]remote-cluster ok", "readyz check passed"]
+    assert status == 200 and text.splitlines() == ["[+]leader-election ok", "[+]informers ok", "[+]remote-cluster ok", "readyz check passed"]
     status, text = get(f"{urls['vkubelet']}/healthz?verbose")
-    assert status == 200 and text.splitlines() == ["[+]node-loops ok", "[+]controllers ok", "healthz check passed"]
+    assert status == 200 and text.splitlines() == ["[+]leader-election ok", "[+]node-loops ok", "[+]controllers ok", "healthz check passed"]
     status, text = get(f"{urls['enforcer']}/readyz?verbose")
-    assert status == 200 and text.splitlines() == ["[+]informers ok", "readyz check passed"]
+    assert status == 200 and text.splitlines() == ["[+]leader-election ok", "[+]informers ok", "readyz check passed"]
     assert get(f"{urls['enforcer']}/nothing-here")[0] == 404
 
 

@@ -561,8 +561,12 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
     deployments = find(local_docs, "Deployment", "vkubelet")
     assert len(deployments) == len(TWO_REMOTES["remoteClusters"])
     for deployment in deployments:
-        assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+        # Two replicas, one leading (docs/high-availability.md); replaced one at a time.
+        assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
         [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
+                "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"} <= set(container["args"])
         flags = {a.split("=", 1)[0] for a in container["args"][1:]}
         assert {"--cluster-id", "--local-cluster-id", "--remote-kubeconfig", "--sharing-percentage",
                 "--node-address"} <= flags
@@ -582,7 +586,7 @@ def test_virtual_storage_class(helm: Helm, local_docs: list[dict[str, Any]]) -> 
     assert storage_class["provisioner"] == C.STORAGE_PROVISIONER
     assert storage_class["volumeBindingMode"] == "WaitForFirstConsumer"
     assert storage_class["reclaimPolicy"] == "Delete" and storage_class["allowVolumeExpansion"] is True
-    assert not find(local_docs, "Role", "vkubelet")[1:]
+    assert not [r for r in find(local_docs, "Role", "vkubelet") if r["metadata"]["name"].endswith("-storage")]
     for deployment in find(local_docs, "Deployment", "vkubelet"):
         args = next(containers(deployment))["args"]
         assert f"--virtual-storage-class={C.DEFAULT_VIRTUAL_STORAGE_CLASS}" in args
@@ -594,9 +598,10 @@ def test_virtual_storage_class(helm: Helm, local_docs: list[dict[str, Any]]) -> 
                  if "--virtual-storage-local-class=local-path" in next(containers(d))["args"]]
     assert [d["metadata"]["name"] for d in delegates] == [f"{RELEASE}-vkubelet-remote-1"]
     assert f"--virtual-storage-namespace={NAMESPACE}" in next(containers(delegates[0]))["args"]
-    [role] = [r for r in find(docs, "Role", "vkubelet") if r["metadata"]["namespace"] == NAMESPACE]
+    [role] = [r for r in find(docs, "Role", "vkubelet") if r["metadata"]["name"].endswith("-storage")]
+    assert role["metadata"]["namespace"] == NAMESPACE
     assert rules_of(role) == {("", "persistentvolumeclaims"): {"create", "delete"}}
-    [binding] = [b for b in find(docs, "RoleBinding", "vkubelet") if b["metadata"]["namespace"] == NAMESPACE]
+    [binding] = [b for b in find(docs, "RoleBinding", "vkubelet") if b["metadata"]["name"].endswith("-storage")]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     # Off: no class.
     off = render(helm, LOCAL, dict(TWO_REMOTES, storage={"virtualClass": {"create": False}}))
@@ -631,9 +636,15 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
         ("", "persistentvolumeclaims"): {"list", "watch", "get"},
         ("", "persistentvolumeclaims/status"): {"patch"},
     }
-    [leases] = find(local_docs, "Role", "vkubelet")
-    assert leases["metadata"]["namespace"] == "kube-node-lease"
-    assert rules_of(leases) == {("coordination.k8s.io", "leases"): {"get", "create", "patch"}}
+    roles = {r["metadata"]["namespace"]: r for r in find(local_docs, "Role", "vkubelet")}
+    assert set(roles) == {"kube-node-lease", NAMESPACE}
+    # The virtual node's heartbeat Lease (patched, as a kubelet does)...
+    assert rules_of(roles["kube-node-lease"]) == {("coordination.k8s.io", "leases"): {"get", "create", "patch"}}
+    # ...and, apart from it, the leader-election Lease in the release namespace only:
+    # full updates with the resourceVersion read (docs/high-availability.md).
+    assert rules_of(roles[NAMESPACE]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    bindings = [b for b in find(local_docs, "RoleBinding", "vkubelet") if b["metadata"]["namespace"] == NAMESPACE]
+    assert [b["roleRef"]["name"] for b in bindings] == [roles[NAMESPACE]["metadata"]["name"]]
 
 
 def test_certificate_hooks(local_docs: list[dict[str, Any]]) -> None:
@@ -710,9 +721,19 @@ def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:
 
 def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     [deployment] = find(remote_docs, "Deployment", "enforcer")
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # Two replicas, one leading (docs/high-availability.md); replaced one at a time.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "enforcer"
+    assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"} <= set(container["args"])
+    # The election Lease only, in the release namespace only.
+    [role] = find(remote_docs, "Role", "enforcer")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules_of(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    [binding] = find(remote_docs, "RoleBinding", "enforcer")
+    assert binding["metadata"]["namespace"] == NAMESPACE and binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 # --- rendered objects: wiring across templates ---------------------------------------
@@ -1023,3 +1044,10 @@ def test_dashboard_configmap_ships_the_dashboard_for_the_grafana_sidecar(helm: H
     shipped = json.loads(config_map["data"]["kube-offload.json"])
     assert shipped == json.loads((LOCAL / "dashboards" / "kube-offload.json").read_text())
 
+
+
+def test_stateless_local_components_run_two_replicas(local_docs: list[dict[str, Any]]) -> None:
+    # Each replica answers from its own caches (docs/high-availability.md).
+    for component in ("webhook", "extender"):
+        [deployment] = find(local_docs, "Deployment", component)
+        assert deployment["spec"]["replicas"] == 2, component
