@@ -49,8 +49,10 @@ class EnforcerProcess:
 
     def start(self) -> None:
         script = Path(sys.executable).parent / "kube-offload"
+        # The Lease in "default" (this bare cluster has no kube-offload namespace); a
+        # restart after SIGKILL waits out the dead process's Lease (at most ~17 s).
         argv = [str(script), "enforcer", "--kubeconfig", str(self.kubeconfig), "--install-crd=true",
-                "--resync-period", "60s", "--log-level", "DEBUG"]
+                "--resync-period", "60s", "--log-level", "DEBUG", "--leader-elect-namespace", "default"]
         env = dict(os.environ, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONUNBUFFERED="1")
         with open(self.log, "ab") as out:
             out.write(f"\n=== {time.strftime('%H:%M:%S')} starting {' '.join(argv)}\n".encode())
@@ -104,6 +106,13 @@ def enforcer(cluster: Cluster, tmp_path_factory) -> Iterator[EnforcerProcess]:
     log = tmp_path_factory.mktemp("enforcer-log") / "enforcer.log"
     process = EnforcerProcess(cluster.kubeconfig, log)
     process.start()
+    # The first test applies a ShadowPod at once: wait for the CRD the enforcer installs
+    # (--install-crd) rather than race its start-up on a loaded machine.
+    deadline = time.monotonic() + 60
+    while cluster.kubectl("get", "crd", "shadowpods.kube-offload.io", check=False).returncode != 0:
+        assert time.monotonic() < deadline and process.running(), f"no ShadowPod CRD from the enforcer:\n{process.tail()}"
+        time.sleep(0.3)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/shadowpods.kube-offload.io", "--timeout=60s")
     try:
         yield process
     finally:

@@ -59,6 +59,11 @@ ENFORCER_RULES = [
     {"apiGroups": ["kube-offload.io"], "resources": ["consumers"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts"], "verbs": ["get", "list", "watch"]},
 ]
+# Leader election (docs/enforcer.md, "RBAC"; docs/high-availability.md): the Lease, in
+# the enforcer's own namespace only.
+ENFORCER_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]
 # What the enforcer's RoleBinding gives a consumer in its twin namespace (the part used here).
 TWIN_RULES = [
     {"apiGroups": ["kube-offload.io"], "resources": ["shadowpods"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
@@ -205,12 +210,19 @@ class WebhookEnforcer:
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-val-enforcer"},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-val-enforcer"},
              "subjects": [{"kind": "ServiceAccount", "name": ENFORCER_SA, "namespace": ENFORCER_NS}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "e2e-val-enforcer-leader-election", "namespace": ENFORCER_NS}, "rules": ENFORCER_LEASE_RULES},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "e2e-val-enforcer-leader-election", "namespace": ENFORCER_NS},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "e2e-val-enforcer-leader-election"},
+             "subjects": [{"kind": "ServiceAccount", "name": ENFORCER_SA, "namespace": ENFORCER_NS}]},
         ])
         kubeconfig = token_kubeconfig(remote, ENFORCER_NS, ENFORCER_SA, self.directory / "enforcer.kubeconfig")
         argv = [
             sys.executable, "-m", "kube_offload.cli", "enforcer", "--kubeconfig", str(kubeconfig),
             "--webhook-bind", f"127.0.0.1:{self.port}",
             "--webhook-tls-cert", str(self.directory / "tls.crt"), "--webhook-tls-key", str(key),
+            "--leader-elect-namespace", ENFORCER_NS,
             "--log-level", "DEBUG",
         ]
         env = dict(os.environ, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONUNBUFFERED="1")
