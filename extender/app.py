@@ -21,8 +21,9 @@ from typing import Any, Callable
 import orjson
 from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from kube_offload.body_limit import read_body, too_large_message
 from kube_offload.gcpause import collector_paused
 from kube_offload.metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 
@@ -117,7 +118,7 @@ def create_app(
 
     def parse() -> wire.ExtenderArgs:
         try:
-            args = wire.parse_extender_args(request.get_data(cache=False))
+            args = wire.parse_extender_args(read_body(request.environ, settings.max_body_bytes))
         except wire.WireError as exc:
             raise _Rejected(str(exc)) from None
         if args.node_cache_mode and not caches.has_node_cache:
@@ -245,6 +246,10 @@ def create_app(
                 return _json(400, wire.bad_request(str(exc)))
             finally:
                 metrics.http.observe("bench_passthrough", OK, time.perf_counter() - started)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(exc: RequestEntityTooLarge) -> Response:
+        return _json(413, wire.bad_request(too_large_message(COMPONENT, settings.max_body_bytes, request.content_length)))
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -10,7 +10,7 @@ import argparse
 import functools
 import sys
 
-from kube_offload.flags import add_flag, non_negative_seconds, positive_int
+from kube_offload.flags import add_flag, byte_size, non_negative_seconds, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 
 from extender import core
@@ -46,9 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--capacity-max-age", default=core.DEFAULT_CAPACITY_MAX_AGE, type=non_negative_seconds,
              help="seconds after which a virtual node's remote-capacity annotation is stale and "
                   "ignored (the node is then kept without a capacity check); 0: never stale")
-    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=positive_int,
-             help="largest request body accepted (ExtenderArgs carry every candidate Node "
-                  "when not nodeCacheCapable)")
+    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
+             help="largest request body accepted, in bytes or with Ki/Mi (413 above); parsing takes up "
+                  "to ~37x the body in memory per concurrent request, and without nodeCacheCapable "
+                  "ExtenderArgs carry every candidate Node: raise it only with the memory limit "
+                  "(docs/extender.md, 'Request size')")
     add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
              help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring")
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,

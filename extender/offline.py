@@ -27,11 +27,11 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
-from kube_offload.flags import add_flag
+from kube_offload.flags import add_flag, byte_size
 
 from extender import core
 from extender.caches import StaticCaches
-from extender.settings import ExtenderSettings, ServerSettings
+from extender.settings import DEFAULT_MAX_BODY_BYTES, ExtenderSettings, ServerSettings
 
 COMPONENT = "extender-offline"
 
@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     add_flag(parser, COMPONENT, "--sync-gate", default=None,
              help="report caches not synced until this file exists")
     add_flag(parser, COMPONENT, "--threads", default=4, type=int, help="request threads")
+    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
+             help="largest request body accepted (413 above)")
     add_flag(parser, COMPONENT, "--bench-passthrough", default=False, type=bool,
              help="serve POST /bench/passthrough (benchmark baseline)")
     add_flag(parser, COMPONENT, "--log-level", default="WARNING", help="log level")
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     serve(
         ServerSettings(bind=args.bind, tls_cert=args.tls_cert, tls_key=args.tls_key, threads=args.threads,
                        log_level=args.log_level),
-        ExtenderSettings(strategy=args.strategy, bench_passthrough=args.bench_passthrough),
+        ExtenderSettings(strategy=args.strategy, bench_passthrough=args.bench_passthrough,
+                         max_body_bytes=args.max_body_bytes),
         lambda: load_caches(args.snapshot, node_cache=args.node_cache_capable, gate=args.sync_gate),
     )
     return 0

@@ -14,9 +14,13 @@ DEFAULT_BIND = "0.0.0.0:8080"
 # One process, several threads: see extender/server.py for why.
 DEFAULT_WORKERS = 1
 DEFAULT_THREADS = 8
-# Without nodeCacheCapable, kube-scheduler sends every candidate Node object for every
-# pod: ~3-10 KiB each (status.images dominates), so 5,000 nodes can approach 50 MiB.
-DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024
+# Largest request body read. Sized by bench/bench_parse_memory.py: parsing costs up to 37
+# bytes of memory per body byte (a body dense in small JSON objects), so the chart's 8
+# threads at this limit stay within 90 % of its 512 Mi memory limit. Without
+# nodeCacheCapable, kube-scheduler sends every candidate Node object (~3-10 KiB each,
+# status.images dominates): this carries ~300 of them; nodeCacheCapable sends names
+# (~40 bytes each), tens of thousands (docs/extender.md, "Request size").
+DEFAULT_MAX_BODY_BYTES = 1408 * 1024
 
 
 @dataclass(frozen=True)

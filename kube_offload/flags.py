@@ -133,3 +133,21 @@ def non_negative_seconds(text: str) -> float:
     if not value >= 0:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"{text} is not a number of seconds >= 0")
     return value
+
+
+_BYTES = re.compile(r"^\s*(\d+)\s*(Ki|Mi|Gi)?\s*$")
+_BYTE_UNITS = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, None: 1}
+
+
+def byte_size(text: str) -> int:
+    """argparse type: a size in bytes > 0, as a number of bytes or with a binary suffix as
+    Kubernetes quantities write it (``262144``, ``256Ki``, ``3Mi``)."""
+    match = _BYTES.match(str(text))
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size in bytes (a whole number, optionally with Ki, Mi or Gi: e.g. 262144, 256Ki, 3Mi)"
+        )
+    value = int(match.group(1)) * _BYTE_UNITS[match.group(2)]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
+    return value

@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 import orjson
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from kube_offload.body_limit import read_body, too_large_message
 from kube_offload.metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 from kube_offload.workers import FunctionGauge, WorkerGroup
 from kube_offload.admission import (
@@ -85,7 +86,7 @@ def create_app(
         outcome = ERROR
         try:
             try:
-                review = parse_review(request.get_data(cache=False))
+                review = parse_review(read_body(request.environ, settings.max_body_bytes))
                 decision = decide(review)
             except BadRequest as exc:
                 outcome = BAD_REQUEST
@@ -151,6 +152,13 @@ def create_app(
                 return Response(request.get_data(cache=False), mimetype="application/json")
             finally:
                 metrics.observe("echo", "echoed", time.perf_counter() - started)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(exc: RequestEntityTooLarge) -> Response:
+        return _status(
+            413, "RequestEntityTooLarge",
+            too_large_message("webhook", settings.max_body_bytes, request.content_length),
+        )
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -10,11 +10,11 @@ import argparse
 import functools
 import sys
 
-from kube_offload.flags import add_flag, positive_int
+from kube_offload.flags import add_flag, byte_size, positive_int
 from kube_offload.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
 from webhook import registration as reg
-from webhook.settings import DEFAULT_BIND, DEFAULT_THREADS, DEFAULT_WORKERS
+from webhook.settings import DEFAULT_BIND, DEFAULT_MAX_BODY_BYTES, DEFAULT_THREADS, DEFAULT_WORKERS
 
 COMPONENT = "webhook"
 CONFIGURATION_COMPONENT = "webhook-configuration"
@@ -46,6 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "for its own cache, while /readyz and /metrics speak for all of them")
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
              help="request threads per worker")
+    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
+             help="largest AdmissionReview accepted, in bytes or with Ki/Mi (413 above); parsing takes "
+                  "up to ~37x the body in memory, per concurrent request (workers x threads): "
+                  "raise it only with the memory limit (docs/webhook.md, 'Request size')")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS,
              help="log level")
     parser.set_defaults(func=run)
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     serve(
         server,
-        WebhookSettings(scheduler_name=args.scheduler_name or None),
+        WebhookSettings(scheduler_name=args.scheduler_name or None, max_body_bytes=args.max_body_bytes),
         functools.partial(informer_source, args.kubeconfig),
     )
     return 0

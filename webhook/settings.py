@@ -12,6 +12,12 @@ DEFAULT_BIND = "0.0.0.0:8443"
 # Several processes (one is one core at most), each with threads: see webhook/server.py.
 DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 8
+# Largest request body read. Sized by bench/bench_parse_memory.py: parsing costs up to 37
+# bytes of memory per body byte (a body dense in small JSON objects, which anyone who
+# reaches the Service can send), so the chart's 2 workers x 8 threads at this limit stay
+# within 90 % of its 256 Mi memory limit (docs/webhook.md, "Request size"). Pods are
+# rarely over a few tens of KiB; larger ones are refused with 413.
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -24,9 +30,9 @@ class WebhookSettings:
     # Register POST /echo, which returns the body unchanged: the benchmark's baseline for
     # "same server stack, no admission work". Never enabled by the CLI.
     enable_echo: bool = False
-    # AdmissionReviews carry the object and the old object; etcd caps an object at
-    # 1.5 MiB, so 8 MiB leaves room and still bounds memory per request.
-    max_body_bytes: int = 8 * 1024 * 1024
+    # Bodies over this are refused with 413 before they are read (Content-Length) or
+    # as soon as the read passes it (chunked): see DEFAULT_MAX_BODY_BYTES.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)

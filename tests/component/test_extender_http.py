@@ -306,3 +306,71 @@ def test_bench_passthrough_only_when_enabled(snapshot: str) -> None:
         answer = post(url, "bench/passthrough", body)
         assert answer.status_code == 200
         assert answer.json() == body
+
+
+# --- request size ------------------------------------------------------------------------
+LIMIT = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def limited_url(snapshot: str) -> Iterator[str]:
+    # The flag as the CLI reads it (Ki suffix), through the offline server's settings.
+    with running_server(snapshot, extra_args=("--max-body-bytes", "64Ki")) as url:
+        yield url
+
+
+def _many_nodes_args(size: int) -> bytes:
+    """Nodes-mode ExtenderArgs grown with copies of worker-1 to about ``size`` bytes."""
+    one = len(json.dumps(NODES[0])) + 2
+    extra = [dict(NODES[0], metadata=dict(NODES[0]["metadata"], name=f"worker-x{i}")) for i in range(size // one)]
+    return json.dumps(nodes_args(make_pod(), NODES + extra)).encode()
+
+
+def _chunks(body: bytes, size: int = 8 * 1024):
+    for start in range(0, len(body), size):
+        yield body[start:start + size]
+
+
+def test_body_over_the_limit_is_413_from_content_length(limited_url: str) -> None:
+    import http.client
+
+    # Announce the body without sending it: refused from the Content-Length alone.
+    host, port = limited_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.putrequest("POST", "/filter")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(LIMIT + 1))
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 413
+        message = json.loads(response.read())["Error"]
+        assert f"of {LIMIT + 1} bytes" in message and f"limit of {LIMIT} bytes" in message
+        assert "--max-body-bytes" in message and "extender.maxBodyBytes" in message
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_chunked_body_over_the_limit_is_413_while_reading(limited_url: str, verb: str) -> None:
+    body = _many_nodes_args(LIMIT + 16 * 1024)
+    assert len(body) > LIMIT
+    with requests.Session() as session:
+        answer = session.post(f"{limited_url}/{verb}", data=_chunks(body),
+                              headers={"Content-Type": "application/json"}, timeout=10)
+        assert answer.request.headers.get("Transfer-Encoding") == "chunked"
+        assert answer.status_code == 413
+        assert "(chunked)" in answer.json()["Error"] and f"limit of {LIMIT} bytes" in answer.json()["Error"]
+        # Counted as a client error, and the server keeps answering.
+        metrics = session.get(f"{limited_url}/metrics", timeout=5).text
+        assert f'kube_offload_extender_requests_total{{endpoint="{verb}",outcome="bad_request"}}' in metrics
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_bodies_under_the_limit_are_answered(limited_url: str, chunked: bool) -> None:
+    body = _many_nodes_args(LIMIT - 8 * 1024)
+    assert LIMIT - 16 * 1024 < len(body) <= LIMIT
+    answer = requests.post(f"{limited_url}/filter", data=_chunks(body) if chunked else body,
+                           headers={"Content-Type": "application/json"}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["Error"] == "" and len(answer.json()["Nodes"]["items"]) > 10

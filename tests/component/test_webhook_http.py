@@ -18,6 +18,7 @@ from kube_offload import constants as c
 from kube_offload.admission import build_review
 from webhook.namespace_cache import StaticNamespaceSource
 from webhook.registration import NAMESPACE_WEBHOOK_NAME
+from webhook.settings import DEFAULT_MAX_BODY_BYTES
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -247,25 +248,65 @@ def test_echo_is_not_served_unless_enabled(session, webhook_server) -> None:
     assert post(session, webhook_server, "/echo", b"{}").status_code == 404
 
 
-def test_oversized_body_is_413(webhook_server) -> None:
+def _env_padded_review(namespace: str, size: int, uid: str) -> bytes:
+    """An AdmissionReview of a pod grown with env entries to about ``size`` bytes."""
+    # json.dumps writes each entry in 52 bytes ({"name": "SETTING_000000", "value": ...}, ).
+    env = [{"name": f"SETTING_{i:06d}", "value": f"value-{i:06d}"} for i in range(size // 52)]
+    body = pod(namespace, containers=[{"name": "app", "image": "nginx", "env": env}])
+    return json.dumps(build_review(body, uid=uid)).encode()
+
+
+def _chunks(body: bytes, size: int = 16 * 1024):
+    for start in range(0, len(body), size):
+        yield body[start:start + size]
+
+
+def test_oversized_body_is_413_from_content_length(webhook_server) -> None:
     import http.client
     import ssl
 
-    # Announce a body over the limit without sending it: the server must refuse from the
-    # Content-Length alone instead of reading megabytes.
+    # Announce a body one byte over the limit without sending it: the server must refuse
+    # from the Content-Length alone instead of reading it.
     context = ssl.create_default_context(cafile=str(webhook_server.ca_cert))
     host, port = webhook_server.base_url.removeprefix("https://").split(":")
     connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=5)
     try:
         connection.putrequest("POST", "/mutate/pods")
         connection.putheader("Content-Type", "application/json")
-        connection.putheader("Content-Length", str(9 * 1024 * 1024))
+        connection.putheader("Content-Length", str(DEFAULT_MAX_BODY_BYTES + 1))
         connection.endheaders()
         response = connection.getresponse()
         assert response.status == 413
-        assert json.loads(response.read())["code"] == 413
+        status = json.loads(response.read())
+        assert status["code"] == 413 and status["reason"] == "RequestEntityTooLarge"
+        assert f"of {DEFAULT_MAX_BODY_BYTES + 1} bytes" in status["message"]
+        assert f"limit of {DEFAULT_MAX_BODY_BYTES} bytes" in status["message"] and "--max-body-bytes" in status["message"]
     finally:
         connection.close()
+
+
+def test_oversized_chunked_body_is_413_while_reading(session, webhook_server) -> None:
+    body = _env_padded_review("remote-eu", DEFAULT_MAX_BODY_BYTES + 64 * 1024, uid="big")
+    assert len(body) > DEFAULT_MAX_BODY_BYTES
+    # A generator body goes out with Transfer-Encoding: chunked and no Content-Length.
+    response = session.post(webhook_server.base_url + "/mutate/pods", data=_chunks(body),
+                            headers={"Content-Type": "application/json"}, timeout=10)
+    assert response.request.headers.get("Transfer-Encoding") == "chunked"
+    assert response.status_code == 413
+    status = response.json()
+    assert status["code"] == 413 and "(chunked)" in status["message"]
+    assert f"limit of {DEFAULT_MAX_BODY_BYTES} bytes" in status["message"]
+    # The server is fine afterwards.
+    assert session.get(webhook_server.base_url + "/healthz", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_bodies_up_to_the_limit_are_admitted(session, webhook_server, chunked: bool) -> None:
+    body = _env_padded_review("remote-eu", DEFAULT_MAX_BODY_BYTES - 8 * 1024, uid="near-limit")
+    assert DEFAULT_MAX_BODY_BYTES - 16 * 1024 < len(body) <= DEFAULT_MAX_BODY_BYTES
+    response = session.post(webhook_server.base_url + "/mutate/pods", data=_chunks(body) if chunked else body,
+                            headers={"Content-Type": "application/json"}, timeout=10)
+    assert admitted(response, "near-limit")["patchType"] == "JSONPatch"
 
 
 def test_server_survives_garbage_on_the_socket(webhook_server, session) -> None:

@@ -1,0 +1,316 @@
+"""Memory that parsing one request body costs the webhook and the extender, per body byte,
+and the body limits that follow (a script, not a test: it prints figures).
+
+Each case runs in a fresh subprocess and sends one body through the component's real
+Flask app (``wsgi_app``: werkzeug reads the body, ``parse_review`` / ``wire`` parse it
+with orjson, the route decides and answers), the body waiting in an in-memory
+``wsgi.input`` as gunicorn's would. Two figures per case:
+
+- ``tracemalloc``: peak of Python allocations during the request (the body read, the
+  parsed objects, the answer) over the body's size;
+- ``rss``: growth of the process's peak RSS (``VmHWM``, reset just before the call
+  through ``/proc/self/clear_refs``) over the same call, without tracemalloc, over the
+  body's size. It includes what the allocator keeps after objects
+  are freed, which is what a memory limit sees.
+
+Bodies: ``pod`` / ``nodes`` are what the apiserver and kube-scheduler really send (a Pod
+grown with env entries, the most object-dense part of a Pod; Node objects as a large
+cluster reports them); ``dense`` is the worst JSON for memory that still passes the
+parsers' checks (``[{}, {}, ...]`` under Pod.spec, which neither parser reads): anyone
+who can reach the Service can send it, so the limits are sized on it.
+
+The baseline is measured on the real server at rest (gunicorn arbiter and
+workers, the chart's workers and threads): the PSS of the process tree, so pages shared
+after the fork count once, as the container's memory accounting counts them. The limit
+printed for each component is the largest multiple of 64 KiB with::
+
+    baseline + workers x threads x limit x amplification  <=  90 % of the memory limit
+
+(10 % kept for the production caches and allocator fragmentation), the amplification
+being the worst figure measured (the ``dense`` body).
+
+Usage: ``.venv/bin/python bench/bench_parse_memory.py [--size-mib 4]`` (about 15 s; loopback only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import sys
+import tracemalloc
+from pathlib import Path
+
+MIB = 1024 * 1024
+KIB = 1024
+ROOT = Path(__file__).resolve().parent.parent
+# Chart defaults (charts/kube-offload-local/values.yaml); checked against the file below.
+CHART = ROOT / "charts" / "kube-offload-local" / "values.yaml"
+
+
+# --- bodies ------------------------------------------------------------------------------
+def _pad_pod(pod: dict, size: int, dense: bool) -> dict:
+    """``pod`` grown to about ``size`` bytes of JSON."""
+    if dense:
+        pod["spec"]["x-padding"] = [{}] * (size // 3)
+    else:
+        env = pod["spec"]["containers"][0]["env"]
+        entry_size = len(json.dumps({"name": "SETTING_000000", "value": "value-000000"})) + 1
+        env.extend({"name": f"SETTING_{i:06d}", "value": f"value-{i:06d}"} for i in range(size // entry_size))
+    return pod
+
+
+def webhook_body(shape: str, size: int) -> bytes:
+    from bench_webhook import realistic_pod
+
+    import orjson
+
+    from kube_offload.admission import build_review
+
+    pod = _pad_pod(realistic_pod(), size, dense=shape == "dense")
+    return orjson.dumps(build_review(pod, uid="bench"))
+
+
+def extender_body(shape: str, size: int) -> bytes:
+    from datetime import datetime, timezone
+
+    import orjson
+    from bench_extender import make_node, make_pod
+
+    pod = make_pod()
+    if shape == "dense":
+        pod = _pad_pod(pod, size, dense=True)
+        nodes: list[dict] = []
+    else:
+        now = datetime.now(timezone.utc)
+        one = len(orjson.dumps(make_node(1, False, now)))
+        nodes = [make_node(i, i % 10 == 0, now) for i in range(max(1, size // one))]
+    return orjson.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None})
+
+
+# --- one measurement (in a child process) ------------------------------------------------
+def build_app(component: str):
+    if component == "webhook":
+        from bench_webhook import NAMESPACE
+
+        from webhook.app import create_app
+        from webhook.namespace_cache import StaticNamespaceSource
+        from webhook.settings import WebhookSettings
+
+        return create_app(WebhookSettings(max_body_bytes=1 << 40), namespace_source=StaticNamespaceSource([NAMESPACE]))
+    from bench_extender import make_node
+    from datetime import datetime, timezone
+
+    from extender.app import create_app
+    from extender.caches import StaticCaches
+    from extender.settings import ExtenderSettings
+
+    namespace = {"metadata": {"name": "bench", "labels": {"kube-offload.io/enabled": "true"}}}
+    caches = StaticCaches(nodes=[make_node(i, True, datetime.now(timezone.utc)) for i in range(3)],
+                          namespaces=[namespace], node_cache=False)
+    return create_app(caches, ExtenderSettings(max_body_bytes=1 << 40))
+
+
+def measure(component: str, body_file: str, mode: str) -> dict:
+    app = build_app(component)
+    # Built by the parent: building it here would raise the peak RSS before the call.
+    body = Path(body_file).read_bytes()
+    path = "/mutate/pods" if component == "webhook" else "/filter"
+    status: list[str] = []
+
+    def call() -> None:
+        environ = {
+            "REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "bench", "SERVER_PORT": "443",
+            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
+            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
+            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+        }
+        b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
+
+    # Warm up on a tiny body so first-call allocations (lazy imports, caches) are not counted.
+    small = (webhook_body if component == "webhook" else extender_body)("pod", 1)
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "bench", "SERVER_PORT": "443",
+               "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(small),
+               "wsgi.input_terminated": True, "wsgi.errors": sys.stderr, "CONTENT_LENGTH": str(len(small))}
+    b"".join(app.wsgi_app(environ, lambda s, h, e=None: None))
+    baseline_rss = _status_bytes("VmRSS")
+    # Reset the peak RSS (VmHWM) to the current RSS: the imports peaked higher than where
+    # they settled, and that would hide the start of the request's growth.
+    Path("/proc/self/clear_refs").write_text("5")
+    if mode == "tracemalloc":
+        tracemalloc.start()
+        call()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        used = peak
+    else:
+        call()
+        used = _status_bytes("VmHWM") - baseline_rss
+    return {"body": len(body), "used": used, "status": status[0], "baseline_rss": baseline_rss}
+
+
+def _status_bytes(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * KIB
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def run_child(component: str, body_file: Path, mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", component, str(body_file), mode],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- limits ------------------------------------------------------------------------------
+def byte_size(text: str) -> int:
+    from kube_offload.flags import byte_size as parse
+
+    return parse(text)
+
+
+def chart_values() -> dict:
+    import yaml
+
+    return yaml.safe_load(CHART.read_text())
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return float(quantity) / MIB
+
+
+def _tree_pss(pid: int) -> int:
+    """Proportional set size of ``pid`` and its descendants: pages shared after the fork
+    counted once overall, as the container's memory accounting does."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) * KIB
+        for task in Path(f"/proc/{current}/task").iterdir():
+            pending += [int(child) for child in (task / "children").read_text().split()]
+    return total
+
+
+def server_baseline(component: str, workers: int, threads: int, tmp: str) -> float:
+    """MiB held by the real server (arbiter and workers, PSS) once it answered a request."""
+    import multiprocessing
+    import ssl
+    import time
+    import urllib.request
+
+    import bench_webhook
+
+    port = bench_webhook.free_port()
+    if component == "webhook":
+        ca, cert, key = bench_webhook.make_tls(Path(tmp))
+        process = multiprocessing.get_context("fork").Process(
+            target=bench_webhook.run_server, args=(port, cert, key, workers, threads), daemon=True)
+        process.start()
+        pid, url, context = process.pid, f"https://127.0.0.1:{port}/readyz", ssl.create_default_context(cafile=str(ca))
+        stop = process.terminate
+    else:
+        snapshot = Path(tmp) / "snapshot.json"
+        snapshot.write_text(json.dumps({"namespaces": [{"metadata": {"name": "bench"}}], "nodes": []}))
+        child = subprocess.Popen(
+            [sys.executable, "-m", "extender.offline", str(snapshot), "--bind", f"127.0.0.1:{port}",
+             "--threads", str(threads)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        pid, url, context, stop = child.pid, f"http://127.0.0.1:{port}/readyz", None, child.terminate
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=context) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"bench: the {component} server did not start")
+                time.sleep(0.2)
+        time.sleep(1.0)
+        pss = _tree_pss(pid) / MIB
+        print(f"{component} server at rest ({workers} workers x {threads} threads): {pss:.0f} MiB PSS")
+        return pss
+    finally:
+        stop()
+
+
+# Part of the memory limit kept out of the sum: the production caches (the namespace
+# informer grows with the cluster, unlike the benchmark's static source) and allocator
+# fragmentation after large requests.
+RESERVE = 0.10
+
+
+def limit_for(memory_limit: float, baseline: float, concurrency: int, amplification: float) -> int:
+    budget = (memory_limit * (1 - RESERVE) - baseline) * MIB
+    per_request = budget / (concurrency * amplification)
+    return max(0, int(per_request // (64 * KIB)) * 64 * KIB)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=float, default=4.0, help="body size per case (default 4 MiB)")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "bench"))
+    if options.child:
+        component, body_file, mode = options.child
+        print(json.dumps(measure(component, body_file, mode)))
+        return 0
+
+    size = int(options.size_mib * MIB)
+    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} cpus; "
+          f"bodies of ~{options.size_mib:g} MiB, one fresh process per figure")
+    worst: dict[str, float] = {}
+    baselines: dict[str, float] = {}
+    tmp = tempfile.mkdtemp(prefix="kube-offload-bench-")
+    for component, shapes in (("webhook", ("pod", "dense")), ("extender", ("nodes", "dense"))):
+        for shape in shapes:
+            body_file = Path(tmp) / f"{component}-{shape}.json"
+            body_file.write_bytes((webhook_body if component == "webhook" else extender_body)(shape, size))
+            traced = run_child(component, body_file, "tracemalloc")
+            rss = run_child(component, body_file, "rss")
+            amp_traced = traced["used"] / traced["body"]
+            amp_rss = rss["used"] / rss["body"]
+            worst[component] = max(worst.get(component, 0.0), amp_traced, amp_rss)
+            print(f"{component:8} {shape:6} body {traced['body'] / MIB:6.2f} MiB  status {traced['status'][:3]}  "
+                  f"tracemalloc {amp_traced:5.1f} B/B  rss {amp_rss:5.1f} B/B")
+    values = chart_values()
+    print()
+    for component in ("webhook", "extender"):
+        settings = values[component]
+        baselines[component] = server_baseline(component, int(settings.get("workers", 1)), int(settings["threads"]), tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    for component in ("webhook", "extender"):
+        settings = values[component]
+        workers = int(settings.get("workers", 1))
+        threads = int(settings["threads"])
+        memory = mebibytes(settings["resources"]["limits"]["memory"])
+        limit = limit_for(memory, baselines[component], workers * threads, worst[component])
+        chart = byte_size(str(settings["maxBodyBytes"]))
+        peak = baselines[component] + workers * threads * chart / MIB * worst[component]
+        print(f"{component}: baseline {baselines[component]:.0f} MiB, "
+              f"{workers} workers x {threads} threads, worst amplification {worst[component]:.1f} B/B, "
+              f"memory limit {memory:.0f} Mi -> body limit {limit // KIB} KiB ({limit} bytes)")
+        print(f"{'':10}chart maxBodyBytes {settings['maxBodyBytes']} ({chart} bytes): all threads at it "
+              f"{peak:.0f} MiB = {peak / memory:.0%} of the memory limit "
+              f"({'fits' if chart <= limit else 'OVER the budget'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Request-body limits of the webhook and the extender: the flag, the 413 wording, and the
+chart's memory budget (bench/bench_parse_memory.py measures the figures used here)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+
+from extender.settings import DEFAULT_MAX_BODY_BYTES as EXTENDER_DEFAULT
+from extender.settings import DEFAULT_THREADS as EXTENDER_THREADS
+from kube_offload.body_limit import PARSE_AMPLIFICATION, READ_SIZE, fits, read_body, too_large_message
+from kube_offload.cli import build_parser
+from kube_offload.flags import byte_size, env_name
+from webhook.settings import DEFAULT_MAX_BODY_BYTES as WEBHOOK_DEFAULT
+from webhook.settings import DEFAULT_THREADS as WEBHOOK_THREADS
+from webhook.settings import DEFAULT_WORKERS as WEBHOOK_WORKERS
+
+MIB = 1024 * 1024
+VALUES = Path(__file__).resolve().parents[2] / "charts" / "kube-offload-local" / "values.yaml"
+# PSS of the whole server at rest (arbiter + workers) as bench/bench_parse_memory.py
+# measured it (67 and 48 MiB), rounded up.
+BASELINE = {"webhook": 70 * MIB, "extender": 50 * MIB}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("262144", 262144), ("256Ki", 262144), ("3Mi", 3 * MIB), ("1Gi", 1024 * MIB), (" 1408Ki ", 1408 * 1024)],
+)
+def test_byte_size_reads_bytes_and_binary_suffixes(text: str, expected: int) -> None:
+    assert byte_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "0", "0Ki", "-1", "1.5Mi", "256KB", "256k", "lots", "1Ti"])
+def test_byte_size_refuses_what_it_cannot_read(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="size"):
+        byte_size(text)
+
+
+@pytest.mark.parametrize("component", ["webhook", "extender"])
+def test_max_body_bytes_flag_parses_and_errors_name_the_flag(component: str, capsys) -> None:
+    assert build_parser().parse_args([component, "--max-body-bytes", "512Ki"]).max_body_bytes == 512 * 1024
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([component, "--max-body-bytes", "half a meg"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "--max-body-bytes" in error and "'half a meg' is not a size in bytes" in error and "256Ki" in error
+
+
+def test_max_body_bytes_defaults_and_environment(monkeypatch) -> None:
+    assert build_parser().parse_args(["webhook"]).max_body_bytes == WEBHOOK_DEFAULT
+    assert build_parser().parse_args(["extender"]).max_body_bytes == EXTENDER_DEFAULT
+    monkeypatch.setenv(env_name("webhook", "--max-body-bytes"), "1Mi")
+    assert build_parser().parse_args(["webhook"]).max_body_bytes == MIB
+    monkeypatch.setenv(env_name("webhook", "--max-body-bytes"), "1 MB")
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser()
+    assert "KUBE_OFFLOAD_WEBHOOK_MAX_BODY_BYTES" in str(exit_info.value.code)
+
+
+def test_too_large_message_says_size_limit_and_knob() -> None:
+    announced = too_large_message("webhook", 262144, 9 * MIB)
+    assert f"of {9 * MIB} bytes" in announced and "limit of 262144 bytes" in announced
+    assert "--max-body-bytes" in announced and "webhook.maxBodyBytes" in announced
+    assert "(chunked)" in too_large_message("extender", 1024, None)
+
+
+def test_defaults_fit_the_default_process_model_in_the_chart_memory_limits() -> None:
+    values = yaml.safe_load(VALUES.read_text())
+    webhook, extender = values["webhook"], values["extender"]
+    # The chart passes these values to --max-body-bytes: same as the component defaults.
+    assert byte_size(webhook["maxBodyBytes"]) == WEBHOOK_DEFAULT
+    assert byte_size(extender["maxBodyBytes"]) == EXTENDER_DEFAULT
+    assert (webhook["workers"], webhook["threads"], extender["threads"]) == (WEBHOOK_WORKERS, WEBHOOK_THREADS, EXTENDER_THREADS)
+    for name, settings, concurrency in (
+        ("webhook", webhook, webhook["workers"] * webhook["threads"]),
+        ("extender", extender, extender["threads"]),  # one worker: see extender/server.py
+    ):
+        memory = byte_size(settings["resources"]["limits"]["memory"])
+        limit = byte_size(settings["maxBodyBytes"])
+        assert fits(memory_limit=memory, baseline=BASELINE[name], concurrency=concurrency, limit=limit), name
+        # ... and not by a wide margin: doubling the limit would not fit (the limit is sized,
+        # not arbitrary).
+        assert not fits(memory_limit=memory, baseline=BASELINE[name], concurrency=concurrency, limit=2 * limit), name
+    # The old webhook default (8 MiB) took ~300 MiB for ONE request: over the 256 Mi limit.
+    assert 8 * MIB * PARSE_AMPLIFICATION > byte_size(webhook["resources"]["limits"]["memory"])
+
+
+# --- read_body: the WSGI edge, with in-memory streams ------------------------------------
+class _Unreadable(io.BytesIO):
+    def read(self, *args):  # noqa: ARG002 - the point is that nobody calls it
+        raise AssertionError("the body was read although Content-Length was over the limit")
+
+
+def _environ(body: bytes, *, length: str | None, terminated: bool = True, stream=None) -> dict:
+    environ = {"wsgi.input": stream if stream is not None else io.BytesIO(body)}
+    if length is not None:
+        environ["CONTENT_LENGTH"] = length
+    if terminated:
+        environ["wsgi.input_terminated"] = True
+    return environ
+
+
+def test_read_body_refuses_a_content_length_over_the_limit_without_reading() -> None:
+    with pytest.raises(RequestEntityTooLarge):
+        read_body(_environ(b"", length="1025", stream=_Unreadable()), 1024)
+
+
+@pytest.mark.parametrize("size", [0, 1, 1024, READ_SIZE, 3 * READ_SIZE + 7])
+def test_read_body_returns_bodies_up_to_the_limit_with_and_without_length(size: int) -> None:
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    assert read_body(_environ(body, length=str(size)), size or 1) == body
+    assert read_body(_environ(body, length=None), size or 1) == body  # chunked, exactly at the limit
+
+
+def test_read_body_stops_a_chunked_body_once_past_the_limit() -> None:
+    stream = io.BytesIO(b"x" * (10 * READ_SIZE))
+    with pytest.raises(RequestEntityTooLarge):
+        read_body(_environ(b"", length=None, stream=stream), READ_SIZE + 1)
+    assert stream.tell() <= 2 * READ_SIZE, "read no more than the limit plus one read"
+
+
+def test_read_body_without_length_on_an_unterminated_stream_is_empty() -> None:
+    assert read_body(_environ(b"{}", length=None, terminated=False), 1024) == b""
+
+
+def test_read_body_refuses_a_malformed_content_length() -> None:
+    with pytest.raises(BadRequest, match="Content-Length"):
+        read_body(_environ(b"{}", length="two"), 1024)
