@@ -1,12 +1,20 @@
 """List+watch cache of one kind of object (an "informer").
 
-One background thread lists, then watches from the list's resourceVersion; a watch that
-expires (410 Gone), breaks or times out is resumed or, when it must be, replaced by a fresh
-list whose difference with the cache is delivered as events, so handlers never miss a
-deletion. Every ``resync_seconds`` all cached objects are delivered again (old == new) so
-level-triggered controllers re-check their world even when nothing changed.
+One background thread lists, then watches from the list's resourceVersion:
+- the list is paginated (``limit``/``continue``, ``page_size`` objects a page) so a big
+  cluster never answers one huge body; a continue token that expired (410) restarts the
+  list from scratch, as the pages must form one consistent snapshot;
+- a watch that ends or breaks (timeout, dropped connection, server restart) is resumed from
+  the last resourceVersion seen, bookmarks included; only 410 Gone (or "too large resource
+  version" after a server lost its history) makes the informer list again, and the
+  difference with the cache is delivered as events, so handlers never miss a deletion;
+- managedFields are stripped from every cached object (they are often most of its bytes and
+  no loop reads them) unless ``keep_managed_fields`` is set;
+- a timer delivers every cached object again (old == new) every ``resync_seconds``, whether
+  or not any watch event arrives, so level-triggered controllers re-check their world.
 
-Handlers run on the informer thread and must be cheap: enqueue a key, nothing more.
+Handlers run on the informer's threads, one event at a time, and must be cheap: enqueue a
+key, nothing more.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ DELETED = "DELETED"
 
 log = logging.getLogger("kube_offload.informer")
 
+# Objects per LIST page: client-go's reflector default, small enough that one page of Pods
+# stays a few MiB, large enough that a list of a big cluster is a handful of requests.
+DEFAULT_PAGE_SIZE = 500
+
 
 class Informer:
     def __init__(
@@ -41,19 +53,28 @@ class Informer:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         transform: Callable[[dict], dict] | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        keep_managed_fields: bool = False,
     ) -> None:
         self.name = name
+        self._page_size = page_size
+        self._keep_managed_fields = keep_managed_fields
         self._list_func = list_func
         self._list_kwargs = dict(list_kwargs or {})
         self._resync_seconds = resync_seconds
         self._watch_timeout = watch_timeout_seconds
         self._transform = transform
         self._store: dict[str, dict] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # guards _store (reads are never blocked by handlers)
+        # Held while the store changes and its event is delivered, and for a whole resync:
+        # handlers see one event at a time, and a resync never delivers an object that a
+        # concurrent watch event has just deleted (an index would resurrect it).
+        self._dispatch_lock = threading.RLock()
         self._handlers: list[Handler] = []
         self._synced = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._resync_thread: threading.Thread | None = None
         self._response: Any = None
         self._last_resync = time.monotonic()
         # Updated on every successful list or watch event: lets a caller tell how fresh
@@ -63,6 +84,9 @@ class Informer:
         # (a watch may have slept through an outage; see relist()).
         self.last_listed: float = 0.0
         self._relist_requested = threading.Event()
+        # Complete lists done so far (the first one included): a watch that resumes after
+        # a break does not add to it; tests and metrics read it.
+        self.list_count = 0
         self._kick = threading.Event()  # cuts a backoff wait short (stop, relist)
 
     # --- public API --------------------------------------------------------------------
@@ -74,6 +98,11 @@ class Informer:
             return
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
         self._thread.start()
+        if self._resync_seconds and self._resync_seconds > 0:
+            self._resync_thread = threading.Thread(
+                target=self._resync_loop, name=f"informer-{self.name}-resync", daemon=True
+            )
+            self._resync_thread.start()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -119,54 +148,100 @@ class Informer:
     # --- loop ----------------------------------------------------------------------------
     def _run(self) -> None:
         backoff = 0.5
+        resource_version: str | None = None  # None: the cache must be rebuilt by a list
         while not self._stopped.is_set():
             try:
-                self._relist_requested.clear()
-                resource_version = self._relist()
-                backoff = 0.5
+                if resource_version is None or self._relist_requested.is_set():
+                    self._relist_requested.clear()
+                    resource_version = None  # a list that fails must be tried again, not skipped
+                    resource_version = self._relist()
+                    backoff = 0.5
                 while not self._stopped.is_set() and not self._relist_requested.is_set():
-                    resource_version = self._watch(resource_version)
-                    if resource_version is None:
-                        break  # expired: list again
-                    self._maybe_resync()
+                    opened = time.monotonic()
+                    resource_version, progressed = self._watch(resource_version)
+                    if progressed:
+                        backoff = 0.5
+                    if resource_version is None:  # 410 Gone: list again
+                        log.info("%s: watch history expired (410 Gone); listing again", self.name)
+                        break
+                    if not progressed and time.monotonic() - opened < 1.0:
+                        break  # a watch that ends at once, again and again: back off, do not spin
+            except _WatchBroken as broken:
+                if self._stopped.is_set():
+                    return
+                resource_version = broken.resource_version
+                if broken.progressed:
+                    backoff = 0.5
+                if isinstance(broken.cause, ApiError) and _history_lost(broken.cause.status, broken.cause.message):
+                    resource_version = None
+                if not self._relist_requested.is_set():  # not the watch relist() broke on purpose
+                    cause = broken.cause
+                    log.warning("%s: watch broken (%s: %s); resuming from resourceVersion %s in %.1fs",
+                                self.name, type(cause).__name__, cause, resource_version, backoff)
             except ApiError as exc:
                 if self._stopped.is_set():
                     return
+                if _history_lost(exc.status, exc.message):
+                    resource_version = None
                 log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc, backoff)
-            except Exception as exc:  # a broken connection surfaces as many urllib3 types
+            except Exception as exc:  # opening a watch on a dead server: many urllib3 types
                 if self._stopped.is_set():
                     return
-                if not self._relist_requested.is_set():  # not the watch relist() broke on purpose
-                    log.warning("%s: watch broken (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc, backoff)
+                if not self._relist_requested.is_set():
+                    log.warning("%s: watch failed (%s: %s); retrying in %.1fs", self.name, type(exc).__name__, exc, backoff)
             if self._relist_requested.is_set():
                 continue  # asked for a fresh list: no backoff
             self._kick.wait(backoff)
             self._kick.clear()
             backoff = min(backoff * 2, 10.0)
 
+    def _list_all(self) -> dict:
+        """One consistent snapshot, page by page: (the last page's body with every page's
+        items). A continue token that expired (410) restarts from the first page."""
+        while True:
+            items: list[dict] = []
+            token: str | None = None
+            try:
+                while True:
+                    kwargs = dict(self._list_kwargs)
+                    if self._page_size and self._page_size > 0:
+                        kwargs["limit"] = self._page_size
+                    if token:
+                        kwargs["_continue"] = token
+                    body = call_json(self._list_func, **kwargs)
+                    self.last_contact = time.monotonic()
+                    for item in body.get("items") or []:
+                        items.append(self._prepare(item, body))
+                    token = (body.get("metadata") or {}).get("continue")
+                    if not token:
+                        body["items"] = items
+                        return body
+            except ApiError as exc:
+                if exc.status == 410 and token:
+                    log.info("%s: list continue token expired after %d objects; listing again", self.name, len(items))
+                    continue
+                raise
+
     def _relist(self) -> str:
-        body = call_json(self._list_func, **self._list_kwargs)
-        self.last_contact = time.monotonic()
+        body = self._list_all()
         listed_at = self.last_contact
-        fresh: dict[str, dict] = {}
-        for item in body.get("items") or []:
-            obj = self._prepare(item, body)
-            fresh[object_key(obj)] = obj
-        with self._lock:
-            previous = self._store
-            self._store = fresh
-        for key, obj in fresh.items():
-            old = previous.get(key)
-            if old is None:
-                self._dispatch(ADDED, None, obj)
-            elif _rv(old) != _rv(obj):
-                self._dispatch(MODIFIED, old, obj)
-        for key, old in previous.items():
-            if key not in fresh:
-                self._dispatch(DELETED, old, old)
+        fresh: dict[str, dict] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
+        with self._dispatch_lock:
+            with self._lock:
+                previous = self._store
+                self._store = fresh
+            for key, obj in fresh.items():
+                old = previous.get(key)
+                if old is None:
+                    self._dispatch(ADDED, None, obj)
+                elif _rv(old) != _rv(obj):
+                    self._dispatch(MODIFIED, old, obj)
+            for key, old in previous.items():
+                if key not in fresh:
+                    self._dispatch(DELETED, old, old)
         self.last_listed = listed_at
+        self.list_count += 1
         self._synced.set()
-        self._last_resync = time.monotonic()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
     def _prepare(self, item: dict, list_body: dict) -> dict:
@@ -175,11 +250,18 @@ class Informer:
         if "kind" not in item and list_body.get("kind", "").endswith("List"):
             item["kind"] = list_body["kind"][: -len("List")]
             item["apiVersion"] = list_body.get("apiVersion")
-        return self._transform(item) if self._transform else item
+        return self._clean(item)
 
-    def _watch(self, resource_version: str) -> str | None:
-        """Watch until timeout; returns the resourceVersion to resume from, or None when
-        the cache must be rebuilt from a list."""
+    def _clean(self, obj: dict) -> dict:
+        if not self._keep_managed_fields:
+            (obj.get("metadata") or {}).pop("managedFields", None)
+        return self._transform(obj) if self._transform else obj
+
+    def _watch(self, resource_version: str) -> tuple[str | None, bool]:
+        """Watch until the stream ends; returns (the resourceVersion to resume from, or None
+        when the cache must be rebuilt from a list; whether any event arrived). A broken
+        stream raises :class:`_WatchBroken` carrying the last resourceVersion seen, which
+        the caller resumes from."""
         kwargs = dict(self._list_kwargs)
         kwargs.update(
             watch=True,
@@ -192,33 +274,37 @@ class Informer:
         try:
             response = self._list_func(**kwargs)
         except ApiException as exc:
-            if exc.status == 410:
-                return None
-            raise ApiError.from_exception(exc) from exc
+            error = ApiError.from_exception(exc)
+            if _history_lost(error.status, error.message):
+                return None, False
+            raise error from exc
         self._response = response
+        progressed = False
         try:
             for line in iter_resp_lines(response):
                 if self._stopped.is_set() or self._relist_requested.is_set():
-                    return resource_version
+                    return resource_version, progressed
                 if not line:
                     continue
                 event = json.loads(line)
                 self.last_contact = time.monotonic()
+                progressed = True
                 kind = event.get("type")
                 obj = event.get("object") or {}
                 if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        return None
-                    raise ApiError(int(obj.get("code") or 0), str(obj.get("reason")), str(obj.get("message")), obj)
+                    code, message = int(obj.get("code") or 0), str(obj.get("message"))
+                    if _history_lost(code, message):
+                        return None, progressed
+                    raise ApiError(code, str(obj.get("reason")), message, obj)
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if kind == "BOOKMARK":
+                if kind == "BOOKMARK":  # nothing changed, but resuming from here is cheaper
                     resource_version = new_rv or resource_version
                     continue
-                obj = self._transform(obj) if self._transform else obj
-                self._apply(kind, obj)
+                self._apply(kind, self._clean(obj))
                 resource_version = new_rv or resource_version
-                if time.monotonic() - self._last_resync >= self._resync_seconds:
-                    self._maybe_resync()
+        except Exception as exc:  # a dropped connection, an ERROR event other than 410
+            # Resume from what was seen, not from where this watch began.
+            raise _WatchBroken(resource_version, progressed, exc) from exc
         finally:
             self._response = None
             try:
@@ -226,27 +312,39 @@ class Informer:
                 response.release_conn()
             except Exception:
                 pass
-        return resource_version
+        return resource_version, progressed
 
     def _apply(self, kind: str, obj: dict) -> None:
         key = object_key(obj)
-        with self._lock:
-            old = self._store.get(key)
+        with self._dispatch_lock:
+            with self._lock:
+                old = self._store.get(key)
+                if kind == DELETED:
+                    self._store.pop(key, None)
+                else:
+                    self._store[key] = obj
             if kind == DELETED:
-                self._store.pop(key, None)
+                self._dispatch(DELETED, old, obj)
             else:
-                self._store[key] = obj
-        if kind == DELETED:
-            self._dispatch(DELETED, old, obj)
-        else:
-            self._dispatch(ADDED if old is None else MODIFIED, old, obj)
+                self._dispatch(ADDED if old is None else MODIFIED, old, obj)
 
-    def _maybe_resync(self) -> None:
-        if time.monotonic() - self._last_resync < self._resync_seconds:
-            return
-        self._last_resync = time.monotonic()
-        for obj in self.list():
-            self._dispatch(MODIFIED, obj, obj)
+    def _resync_loop(self) -> None:
+        # Its own timer: a quiet watch delivers nothing for minutes, and a resync that waits
+        # for an event would never come on an idle cluster.
+        while not self._stopped.wait(max(0.0, self._last_resync + self._resync_seconds - time.monotonic())):
+            if time.monotonic() - self._last_resync < self._resync_seconds:
+                continue
+            self._last_resync = time.monotonic()
+            if self._synced.is_set():
+                self.resync()
+
+    def resync(self) -> None:
+        """Deliver every cached object again (MODIFIED, old == new)."""
+        with self._dispatch_lock:
+            for obj in self.list():
+                if self._stopped.is_set():
+                    return
+                self._dispatch(MODIFIED, obj, obj)
 
     def _dispatch(self, kind: str, old: dict | None, new: dict) -> None:
         for handler in self._handlers:
@@ -254,6 +352,23 @@ class Informer:
                 handler(kind, old, new)
             except Exception:  # one broken handler must not stop the cache
                 log.exception("%s: handler failed for %s %s", self.name, kind, object_key(new))
+
+
+class _WatchBroken(Exception):
+    """A watch stream that failed after it opened, with where to resume it from."""
+
+    def __init__(self, resource_version: str, progressed: bool, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.resource_version = resource_version
+        self.progressed = progressed
+        self.cause = cause
+
+
+def _history_lost(status: int, message: str | None) -> bool:
+    """Whether the server can no longer serve a watch from our resourceVersion, so only a
+    fresh list can rebuild the cache: 410 Gone (compacted away), or the "too large resource
+    version" answer of a server whose storage lost the history we saw."""
+    return status == 410 or (status == 504 and "too large resource version" in (message or "").lower())
 
 
 def _rv(obj: dict) -> str | None:

@@ -5,7 +5,8 @@ namespaces on a provider; the virtual kubelet in the offloaded namespaces of its
 cluster), so a cluster-wide list+watch is forbidden, and would cache far more than it
 needs anyway. This keeps one :class:`~kube_offload.informer.Informer` per namespace and
 offers the same read interface over all of them: ``get("ns/name")``, ``list()``,
-``keys()``, ``add_handler``, ``has_synced``, ``last_contact``, ``start``/``stop``.
+``keys()``, ``add_handler``, ``has_synced``, ``last_contact``, ``start``/``stop``; each
+namespace's informer pages its lists, resumes its watch and resyncs on its own timer.
 Controllers written against one cluster-wide informer work unchanged.
 
 :meth:`MultiNamespaceInformer.set_namespaces` says which namespaces to watch; a new one
@@ -26,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from kube_offload.informer import DELETED, Handler, Informer
+from kube_offload.informer import DEFAULT_PAGE_SIZE, DELETED, Handler, Informer
 from kube_offload.kube import split_key
 
 log = logging.getLogger("kube_offload.informer")
@@ -53,8 +54,12 @@ class MultiNamespaceInformer:
         watch_timeout_seconds: int = 240,
         transform: Callable[[dict], dict] | None = None,
         sync_gate: Callable[[], bool] | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        keep_managed_fields: bool = False,
     ) -> None:
         self.name = name
+        self._page_size = page_size
+        self._keep_managed_fields = keep_managed_fields
         # When the namespace set comes from another cache, "synced" must wait for that
         # cache too: an empty set is complete only once its source has listed.
         self._sync_gate = sync_gate
@@ -190,6 +195,8 @@ class MultiNamespaceInformer:
             resync_seconds=self._resync_seconds,
             watch_timeout_seconds=self._watch_timeout,
             transform=self._transform,
+            page_size=self._page_size,
+            keep_managed_fields=self._keep_managed_fields,
         )
         child.add_handler(lambda kind, old, new: self._forward(namespace, child, kind, old, new))
         return child

@@ -5,7 +5,9 @@ Semantics (the ones a level-triggered controller needs):
 - a key being processed is never handed to a second worker; adding it meanwhile marks
   it dirty and it is queued again when the first worker calls ``done``;
 - ``add_rate_limited`` retries with per-key exponential backoff, ``forget`` resets it;
-- ``add_after`` delays an add (requeue-after).
+- ``add_after`` delays an add (requeue-after); a key has at most one pending delayed add,
+  the earliest asked for (as client-go's delaying queue): a key stuck in retry that keeps
+  receiving events and resyncs does not grow one more timer chain per event.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ class WorkQueue:
         self._processing: set[str] = set()
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
+        # Heap of (deadline, seq, key); an entry is live only while _waiting[key] holds its
+        # (deadline, seq): moving a key earlier pushes a new entry and leaves the old one
+        # to be skipped when it surfaces (lazy deletion keeps add_after O(log n)).
         self._delayed: list[tuple[float, int, str]] = []
+        self._waiting: dict[str, tuple[float, int]] = {}
         self._counter = itertools.count()
         self._base_delay = base_delay
         self._max_delay = max_delay
@@ -55,7 +61,15 @@ class WorkQueue:
         with self._cond:
             if self._shutdown:
                 return
-            heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._counter), key))
+            deadline = time.monotonic() + delay
+            pending = self._waiting.get(key)
+            if pending is not None and pending[0] <= deadline:
+                return  # already due as early or earlier
+            entry = (deadline, next(self._counter))
+            self._waiting[key] = entry
+            heapq.heappush(self._delayed, (*entry, key))
+            if len(self._delayed) > 2 * len(self._waiting) + 64:
+                self._compact()
             self._cond.notify()
 
     def add_rate_limited(self, key: str) -> float:
@@ -88,7 +102,7 @@ class WorkQueue:
                 if self._shutdown:
                     raise ShutDown()
                 wait = None
-                if self._delayed:
+                if self._delayed:  # the head is live: _promote_due dropped stale heads
                     wait = max(0.0, self._delayed[0][0] - time.monotonic())
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
@@ -114,21 +128,36 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._queue) + len(self._delayed)
+            return len(self._queue) + len(self._waiting)
 
     def depths(self) -> tuple[int, int]:
         """(keys ready to be handed out, delayed adds not yet due), for metrics."""
         with self._cond:
-            return len(self._queue), len(self._delayed)
+            return len(self._queue), len(self._waiting)
 
     def is_shut_down(self) -> bool:
         with self._cond:
             return self._shutdown
 
+    def pending_deadline(self, key: str) -> float | None:
+        """Monotonic time the key's delayed add is due (None: none pending)."""
+        with self._cond:
+            pending = self._waiting.get(key)
+            return pending[0] if pending else None
+
+    def _compact(self) -> None:
+        self._delayed = [(d, seq, key) for d, seq, key in self._delayed if self._waiting.get(key) == (d, seq)]
+        heapq.heapify(self._delayed)
+
     def _promote_due(self) -> None:
         now = time.monotonic()
-        while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
+        # Stale heads (superseded by an earlier deadline) are dropped whatever their time,
+        # so the head that get() sleeps on is always a live one.
+        while self._delayed and (self._delayed[0][0] <= now or self._waiting.get(self._delayed[0][2]) != self._delayed[0][:2]):
+            deadline, seq, key = heapq.heappop(self._delayed)
+            if self._waiting.get(key) != (deadline, seq):
+                continue  # superseded by an earlier add_after
+            del self._waiting[key]
             if key in self._processing:
                 self._dirty.add(key)
             elif key not in self._queued:

@@ -114,3 +114,53 @@ def test_informer_stop_wakes_a_blocked_watch_reader():
     assert response.shut
     assert not reader.is_alive()
     assert time.monotonic() - started < 2
+
+
+def test_many_add_after_for_one_key_keep_one_entry_delivered_once_at_the_earliest():
+    q = WorkQueue()
+    start = time.monotonic()
+    q.add_after("k", 0.15)
+    for _ in range(50):  # every event and resync of a key stuck in retry asks again
+        q.add_after("k", 1.0)
+    assert q.depths() == (0, 1)
+    assert q.pending_deadline("k") == pytest.approx(start + 0.15, abs=0.05)
+    assert q.get(timeout=2) == "k"
+    assert 0.14 <= time.monotonic() - start < 0.9
+    q.done("k")
+    with pytest.raises(TimeoutError):  # no second delivery from the later asks
+        q.get(timeout=1.2)
+    assert len(q) == 0
+
+
+def test_a_later_add_after_with_an_earlier_deadline_moves_the_entry_earlier():
+    q = WorkQueue()
+    start = time.monotonic()
+    q.add_after("k", 5.0)
+    q.add_after("k", 0.1)
+    assert q.depths() == (0, 1)
+    assert q.get(timeout=1) == "k"
+    assert time.monotonic() - start < 1.0
+    q.done("k")
+    with pytest.raises(TimeoutError):  # the superseded 5 s entry is gone too
+        q.get(timeout=0.2)
+    assert q.pending_deadline("k") is None and len(q) == 0
+
+
+def test_add_after_dedup_is_per_key_and_a_key_can_be_delayed_again_once_delivered():
+    q = WorkQueue()
+    q.add_after("a", 0.05)
+    q.add_after("b", 0.05)
+    q.add_after("a", 0.06)
+    assert q.depths() == (0, 2)
+    assert sorted([q.get(timeout=1), q.get(timeout=1)]) == ["a", "b"]
+    q.done("a")
+    q.add_after("a", 0.05)  # a fresh pending entry after the first was delivered
+    assert q.get(timeout=1) == "a"
+
+
+def test_superseded_entries_do_not_accumulate():
+    q = WorkQueue()
+    for i in range(1000):  # each ask earlier than the last: every one supersedes
+        q.add_after("k", 100.0 - i * 0.01)
+    assert q.depths() == (0, 1)
+    assert len(q._delayed) <= 2 * 1 + 64 + 1
