@@ -206,6 +206,8 @@ def test_vkubelet_cli_carries_reflection_settings():
     args = parser.parse_args([
         "vkubelet", "--cluster-id", "remote-1", "--local-cluster-id", "local", "--remote-kubeconfig", "/dev/null",
         "--reflect-persistentvolumeclaims-workers", "0",
+        # the virtual storage class needs claims reflected (vkubelet/settings.py refuses otherwise)
+        "--virtual-storage-class", "",
     ])
     settings = cli.settings_from_args(args)
     assert not settings.reflection.enabled("persistentvolumeclaims")
