@@ -26,9 +26,9 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload.controller import Controller, Requeue
 from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json, split_key
+from kube_offload.kube import ApiError, call_json
 from vkubelet.storage import forge as f
-from vkubelet.storage.virtual import standin_volumes, storage_classes, volume_for
+from vkubelet.storage.virtual import read_claim, standin_volumes, storage_classes, volume_for
 
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
@@ -89,7 +89,7 @@ class PhysicalDelegate:
         claim = self.claims.get(key)
         volume = volume_for(self.volumes, key)
         if volume is not None:
-            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, self._read(key)):
+            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, read_claim(self._api, key)):
                 self._release(volume)
             return
         self._collect_orphans(key, claim)
@@ -135,15 +135,6 @@ class PhysicalDelegate:
                 return False
             raise
         return ((node.get("metadata") or {}).get("labels") or {}).get(c.LABEL_TYPE) != c.TYPE_VIRTUAL_NODE
-
-    def _read(self, key: str) -> dict | None:
-        namespace, name = split_key(key)
-        try:
-            return call_json(self._api.read_namespaced_persistent_volume_claim, name, namespace)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
 
     def _collect_orphans(self, key: str, claim: dict | None) -> None:
         """Real claims made for a claim of this name that is gone (or was made again)

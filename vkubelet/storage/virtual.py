@@ -125,7 +125,7 @@ class VirtualNodeStorage:
             namespace, _ = split_key(key)
             if claim is None and namespace and not self.claims.namespace_synced(namespace) and self._scope.is_offloaded(namespace):
                 raise Requeue(1.0, f"namespace {namespace} not listed yet")
-            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, self._read_claim(key)):
+            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, read_claim(self._api, key)):
                 self._release(volume)
             else:
                 self._follow_remote(volume, claim)
@@ -158,17 +158,6 @@ class VirtualNodeStorage:
             f"volume {body['metadata']['name']} stands for claim {twin}/{name} in cluster {self._cluster_id}: "
             f"pods using this claim run on {self._node} only",
         )
-
-    def _read_claim(self, key: str) -> dict | None:
-        """The claim as the API server has it: the cache holds offloaded namespaces only,
-        and a namespace that stops being offloaded must not cost a bound claim its volume."""
-        namespace, name = split_key(key)
-        try:
-            return call_json(self._api.read_namespaced_persistent_volume_claim, name, namespace)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
 
     def _release(self, volume: dict) -> None:
         meta = volume.get("metadata") or {}
@@ -212,3 +201,16 @@ def storage_loops(settings) -> list:
     if settings.storage.physical_delegate:
         loops.append(PhysicalDelegate)
     return loops
+
+
+def read_claim(api: client.CoreV1Api, key: str) -> dict | None:
+    """The claim as the API server has it (None once it is gone): the caches hold offloaded
+    namespaces only, and a namespace that stops being offloaded, or a claim made again under
+    the same name, must not cost a bound claim its volume."""
+    namespace, name = split_key(key)
+    try:
+        return call_json(api.read_namespaced_persistent_volume_claim, name, namespace)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
