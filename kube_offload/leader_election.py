@@ -16,8 +16,8 @@ Timing (client-go's defaults): a leader renews every ``retry_period`` (2 s); if 
 not renewed for ``renew_deadline`` (10 s) it gives up; a standby takes over once it has
 seen no change for ``lease_duration`` (15 s). ``renew_deadline < lease_duration`` is what
 keeps two leaders apart: the old one stops before anyone may take over. On losing the
-Lease the process exits (``on_stopped_leading``), as client-go users usually do, and
-restarts as a clean standby, with no half-stopped loop still writing.
+Lease the process starts over as a clean standby (``on_stopped_leading``: it execs
+itself, where client-go users usually exit), with no half-stopped loop still writing.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import enum
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -186,7 +187,7 @@ def timing_from_args(args: Any) -> Timing:
 # --- the I/O edge ----------------------------------------------------------------------------------
 class LeaderElector:
     """Runs the election in a daemon thread: ``on_started_leading`` once the Lease is ours,
-    ``on_stopped_leading`` once it is lost (default: exit the process with status 1)."""
+    ``on_stopped_leading`` once it is lost (default: the process execs itself afresh, as a standby)."""
 
     def __init__(
         self,
@@ -367,7 +368,19 @@ def _short(exc: Exception) -> str:
 
 
 def _exit_process() -> None:
-    # As client-go's OnStoppedLeading usually does (klog.Fatal): no loop of ours may write
-    # once another replica may lead; the restart comes back as a clean standby.
+    """Start over as a clean standby: no loop of ours may write once another replica may
+    lead (client-go's OnStoppedLeading usually exits for the same reason).
+
+    The process replaces itself (exec, same PID) rather than exiting: a leader loses the
+    Lease mostly when its API server did not answer for ``renew_deadline``, and an exit
+    would then wait out the container's restart back-off (or, run outside Kubernetes, stay
+    down for good). Exec ends every thread and closes every socket (Python's descriptors
+    are not inheritable), so what starts is the same as a restart. Exit status 1 if the
+    exec itself fails."""
     logging.shutdown()
+    argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    try:
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
+    except OSError:
+        pass
     os._exit(1)

@@ -134,3 +134,27 @@ def test_flags_give_the_timing():
     assert args.leader_elect is True
     assert le.timing_from_args(args) == Timing(lease_duration=30.0, renew_deadline=20.0, retry_period=2.0)
     assert parser.parse_args(["--leader-elect", "false"]).leader_elect is False
+
+
+def test_losing_the_lease_starts_the_process_over_with_the_same_pid(tmp_path):
+    """_exit_process execs the same command line afresh (a clean standby) instead of
+    exiting, so nothing outside has to restart it; the PID stays the same."""
+    import subprocess
+    import sys
+    import textwrap
+
+    record = tmp_path / "runs"
+    code = textwrap.dedent(f"""
+        import os, pathlib
+        from kube_offload import leader_election
+        record = pathlib.Path({str(record)!r})
+        runs = record.read_text().split() if record.exists() else []
+        record.write_text(" ".join([*runs, str(os.getpid())]))
+        if not runs:
+            leader_election._exit_process()
+        raise SystemExit(0)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    first, second = record.read_text().split()
+    assert first == second
