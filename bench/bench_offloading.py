@@ -2,18 +2,25 @@
 kwok nodes, in the same run on the same loopback environment; plus the virtual kubelet's
 resident memory at that scale.
 
-    .venv/bin/python bench/bench_offloading.py [--sizes 100,500] [--keep]
+    .venv/bin/python bench/bench_offloading.py [--sizes 100,500] [--pin] [--keep]
 
 Prints a table and the ratio virtual/local for each size (goal: <= 1.5). Not a test: it
 never fails on time. It brings up its own environment (local + 1 remote cluster, large
 kwok nodes so capacity is never the bottleneck) in a temporary state directory and tears
 it down at the end, stopping exactly the processes it started.
+
+--pin puts the local cluster's control plane (kube-apiserver, etcd, scheduler,
+controller-manager, kwok: the processes kwokctl started) on the first core and the remote
+cluster's on the second, as separate machines would, so the ratio reflects the offloading
+path rather than two control planes competing for the same cores. Our processes and the
+benchmark stay unpinned.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -22,6 +29,8 @@ from pathlib import Path
 
 from kube_offload import constants as C
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
+
+import controlplane
 
 
 def deployment(name: str, namespace: str, replicas: int) -> dict:
@@ -78,7 +87,12 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,500", help="comma-separated replica counts")
     parser.add_argument("--timeout", type=float, default=600, help="per measurement, seconds")
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin the local control plane to the first core and the remote one to the second")
     args = parser.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cores) < 2:
+        parser.error(f"--pin needs two cores, this process may use {cores}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
     state = Path(tempfile.mkdtemp(prefix="kube-offload-bench-"))
@@ -93,6 +107,11 @@ def main() -> int:
         vkubelet = env.processes.get(f"vkubelet-{topology.remotes[0].cluster_id}")
         assert vkubelet is not None
         rss_idle = rss_mib(vkubelet.pid)
+        if args.pin:
+            for spec, core in ((topology.local, cores[0]), (topology.remotes[0], cores[1])):
+                pinned = controlplane.pin_cluster(env.cluster(spec), {core})
+                print(f"  pinned {spec.name} to core {core}: " + ", ".join(f"{k} ({n} threads)" for k, n in pinned.items()),
+                      file=sys.stderr, flush=True)
         for size in sizes:
             ns_local = namespace(local, f"bench-local-{size}", C.PLACEMENT_LOCAL)
             ns_remote = namespace(local, f"bench-remote-{size}", C.PLACEMENT_REMOTE)
@@ -109,7 +128,8 @@ def main() -> int:
 
     print()
     print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, "
-          f"{len(__import__('os').sched_getaffinity(0))} cores; python {platform.python_version()}")
+          f"{len(cores)} cores; python {platform.python_version()}"
+          + ("; control planes pinned: local to core %d, remote to core %d" % (cores[0], cores[1]) if args.pin else ""))
     print(f"vkubelet RSS idle: {rss_idle:.0f} MiB")
     print(f"{'pods':>6} {'local kwok (s)':>15} {'virtual node (s)':>17} {'ratio':>7} {'vkubelet RSS (MiB)':>19}")
     for size, t_local, t_remote, ratio, rss in rows:

@@ -46,13 +46,40 @@ def live_shadowpod(shadowpod: Mapping) -> bool:
     return status.get("phase") not in TERMINATED_PHASES
 
 
+# uid -> (resourceVersion, requests) of the ShadowPods seen. Every admission of a ShadowPod
+# sums the requests of all the consumer's ShadowPods (consumer_usage): parsing each one's
+# quantities again made an admission O(n) in parsing work, and a burst of n O(n^2) — the
+# largest share of the enforcer's CPU with 3,000+ ShadowPods (docs/performance.md, "Scale").
+# A (uid, resourceVersion) pair names one immutable version of an object, so the cached
+# answer is exact; a new version replaces its entry. Entries of deleted ShadowPods stay
+# until the cache reaches _REQUESTS_CACHE_MAX entries and is emptied (a few tens of MiB at most).
+_REQUESTS_CACHE: dict[str, tuple[str, ResourceList]] = {}
+_REQUESTS_CACHE_MAX = 100_000
+
+
 def shadowpod_requests(shadowpod: Mapping) -> ResourceList:
     """The effective requests of the Pod a ShadowPod stands for (``pods`` included).
 
     A ShadowPod whose quantities do not parse counts as one pod and nothing else: the
     apiserver would refuse the Pod it stands for, so it cannot hold cpu or memory, but
     it still takes a slot so a flood of broken objects cannot escape the pods quota.
+    Returns a new dict each call (callers may modify it).
     """
+    metadata = shadowpod.get("metadata") or {}
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    if not uid or not version:  # not a stored object: nothing names this version
+        return _compute_requests(shadowpod)
+    cached = _REQUESTS_CACHE.get(uid)
+    if cached is not None and cached[0] == version:
+        return dict(cached[1])
+    requests = _compute_requests(shadowpod)
+    if len(_REQUESTS_CACHE) >= _REQUESTS_CACHE_MAX:
+        _REQUESTS_CACHE.clear()
+    _REQUESTS_CACHE[uid] = (version, requests)
+    return dict(requests)
+
+
+def _compute_requests(shadowpod: Mapping) -> ResourceList:
     pod = (shadowpod.get("spec") or {}).get("pod") or {}
     try:
         return pod_requests(pod)

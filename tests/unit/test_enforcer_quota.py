@@ -150,3 +150,52 @@ def test_namespace_is_looked_up_once_per_namespace():
 
     consumer_usage([shadowpod("a-1", f"p{i}") for i in range(5)], "a", namespace_of=lookup)
     assert calls == ["a-1"]
+
+
+def stored(obj: dict, uid: str, version: str) -> dict:
+    obj["metadata"].update(uid=uid, resourceVersion=version)
+    return obj
+
+
+def test_requests_of_a_stored_version_are_parsed_once(monkeypatch):
+    from enforcer import quota
+
+    calls: list[str] = []
+    real = quota._compute_requests
+    monkeypatch.setattr(quota, "_compute_requests", lambda obj: calls.append(obj["metadata"]["name"]) or real(obj))
+    objs = [stored(shadowpod("a-1", f"p{i}"), f"uid-cache-{i}", "7") for i in range(3)]
+    first = usage(objs, "a")
+    assert usage(objs, "a") == first == {"cpu": 1500, "memory": 3 * GI, "pods": 3000}
+    assert sorted(calls) == ["p0", "p1", "p2"]  # the second sum parsed nothing
+
+
+def test_a_new_resource_version_is_parsed_again():
+    first = stored(shadowpod("a-1", "p", cpu="500m"), "uid-cache-new-version", "1")
+    assert shadowpod_requests(first)["cpu"] == 500
+    second = stored(shadowpod("a-1", "p", cpu="2"), "uid-cache-new-version", "2")
+    assert shadowpod_requests(second)["cpu"] == 2000
+
+
+def test_changing_a_returned_dict_does_not_change_the_cache():
+    obj = stored(shadowpod("a-1", "p"), "uid-cache-copy", "1")
+    shadowpod_requests(obj)["cpu"] = 0
+    assert shadowpod_requests(obj)["cpu"] == 500
+
+
+def test_objects_without_uid_or_version_are_not_cached(monkeypatch):
+    from enforcer import quota
+
+    monkeypatch.setattr(quota, "_REQUESTS_CACHE", {})
+    shadowpod_requests(shadowpod("a-1", "p"))
+    shadowpod_requests(stored(shadowpod("a-1", "q"), "uid-no-version", ""))
+    assert quota._REQUESTS_CACHE == {}
+
+
+def test_the_cache_is_bounded(monkeypatch):
+    from enforcer import quota
+
+    monkeypatch.setattr(quota, "_REQUESTS_CACHE", {})
+    monkeypatch.setattr(quota, "_REQUESTS_CACHE_MAX", 2)
+    for i in range(5):
+        assert shadowpod_requests(stored(shadowpod("a-1", f"p{i}"), f"uid-bound-{i}", "1"))["pods"] == 1000
+        assert len(quota._REQUESTS_CACHE) <= 2
