@@ -268,6 +268,16 @@ class Cluster:
                     {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
                 ],
             }]
+            # One instance each, and nothing restarts them: with leader election on, a
+            # test that freezes the API server (SIGSTOP) for longer than the renew deadline
+            # (10 s, easily reached on a loaded machine) makes them exit for good, and every
+            # later test waits for a ServiceAccount or a scheduling that never comes.
+            # (kube-scheduler honours the flag even with --config.)
+            for component in ("kube-controller-manager", "kube-scheduler"):
+                patches.append({
+                    "name": component,
+                    "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
+                })
             if local:
                 pki = self.state_dir / "pki"
                 patches.append({
