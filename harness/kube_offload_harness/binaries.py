@@ -348,38 +348,33 @@ def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None])
     _install(out / "helm", bins.helm)
 
 
-def _build_local_path_provisioner(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    # The module has no replace directives: `go install module@version` builds it as
-    # released (its vendor/ directory is ignored by go install).
-    version = versions.LOCAL_PATH_PROVISIONER
-    work = root / "build" / f"local-path-provisioner-{version}"
+def _go_install(root: Path, go: str, package: str, version: str, ldflags: str, dest: Path,
+                say: Callable[[str], None]) -> None:
+    """``go install package@version`` into the cache, for modules without replace
+    directives: they build as released (go install ignores a vendor/ directory)."""
+    name = package.rsplit("/", 1)[-1]
+    work = root / "build" / f"{name}-{version}"
     out = work / "out"
     out.mkdir(parents=True, exist_ok=True)
-    say(f"- local-path-provisioner {version}: building")
+    say(f"- {name} {version}: building")
     _run_step(
-        f"build local-path-provisioner {version}",
-        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
-         f"github.com/rancher/local-path-provisioner@{version}"],
+        f"build {name} {version}",
+        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
         cwd=work, log_path=work / "build.log", say=say,
     )
-    _install(out / "local-path-provisioner", bins.local_path_provisioner)
+    _install(out / name, dest)
+
+
+def _build_local_path_provisioner(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+    _go_install(root, go, "github.com/rancher/local-path-provisioner", versions.LOCAL_PATH_PROVISIONER, "-s -w",
+                bins.local_path_provisioner, say)
 
 
 def build_metrics_server(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    # sigs.k8s.io/metrics-server has no replace directives: `go install module@version`
-    # builds it as released (docs/metrics.md runs it in the loopback clusters).
+    # docs/metrics.md runs it in the loopback clusters; the ldflags stamp its version.
     version = versions.METRICS_SERVER
-    work = root / "build" / f"metrics-server-{version}"
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- metrics-server {version}: building")
-    _run_step(
-        f"build metrics-server {version}",
-        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", metrics_server_ldflags(version),
-         f"sigs.k8s.io/metrics-server/cmd/metrics-server@{version}"],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    _install(out / "metrics-server", bins.metrics_server)
+    _go_install(root, go, "sigs.k8s.io/metrics-server/cmd/metrics-server", version, metrics_server_ldflags(version),
+                bins.metrics_server, say)
 
 
 @dataclass
