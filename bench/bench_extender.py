@@ -42,7 +42,7 @@ import orjson
 
 from kube_offload import constants as c
 from kube_offload.capacity import encode_remote_capacity
-from kube_offload.gcpause import collector_paused
+from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.resources import parse_quantity as q
 
 from extender import core, wire

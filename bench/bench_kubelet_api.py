@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kube_offload import constants as C
-from kube_offload.kube import load_api_client
+from kube_offload.runtime.kube import load_api_client
 from kube_offload_harness import kwok_sim
 from kube_offload_harness.cluster import Environment, default_topology
 from vkubelet.kubeletapi import remote as remote_api

@@ -171,7 +171,7 @@ def run_child(component: str, body_file: Path, mode: str) -> dict:
 
 # --- limits ------------------------------------------------------------------------------
 def byte_size(text: str) -> int:
-    from kube_offload.flags import byte_size as parse
+    from kube_offload.runtime.flags import byte_size as parse
 
     return parse(text)
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from kube_offload.flags import add_flag, appended
+from kube_offload.runtime.flags import add_flag, appended
 
 from . import directory as certdir
 from . import pki
@@ -228,8 +228,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _api_error_type() -> type[Exception]:
-    """kube_offload.kube.ApiError without importing the client for file-only commands."""
-    module = sys.modules.get("kube_offload.kube")
+    """kube_offload.runtime.kube.ApiError without importing the client for file-only commands."""
+    module = sys.modules.get("kube_offload.runtime.kube")
     return module.ApiError if module is not None else _NeverRaised
 
 
@@ -300,13 +300,13 @@ def _at_least_one_day(days: int, flag: str) -> int:
 
 
 def _api_client(args: argparse.Namespace):
-    """A client from kube_offload.kube, with the usual failure turned into a usage line."""
+    """A client from kube_offload.runtime.kube, with the usual failure turned into a usage line."""
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file; pass a readable kubeconfig "
                          "or leave it unset inside a pod")
     from kubernetes.config.config_exception import ConfigException
 
-    from kube_offload.kube import load_api_client
+    from kube_offload.runtime.kube import load_api_client
 
     try:
         return load_api_client(args.kubeconfig)

@@ -244,7 +244,7 @@ def read_secret(api_client: Any, *, namespace: str, name: str) -> dict[str, Any]
     """The Secret as the API's camelCase dict, or None when it does not exist."""
     from kubernetes import client
 
-    from kube_offload.kube import ApiError, call_json
+    from kube_offload.runtime.kube import ApiError, call_json
 
     try:
         return call_json(client.CoreV1Api(api_client).read_namespaced_secret, name, namespace)
@@ -256,10 +256,10 @@ def read_secret(api_client: Any, *, namespace: str, name: str) -> dict[str, Any]
 
 def apply_secret(api_client: Any, manifest: Mapping[str, Any]) -> str:
     """Create the Secret or bring the existing one to ``manifest``; returns what happened
-    (``created``, ``updated`` or ``unchanged``). Raises kube_offload.kube.ApiError."""
+    (``created``, ``updated`` or ``unchanged``). Raises kube_offload.runtime.kube.ApiError."""
     from kubernetes import client
 
-    from kube_offload.kube import ApiError, call_json
+    from kube_offload.runtime.kube import ApiError, call_json
 
     core = client.CoreV1Api(api_client)
     meta = manifest["metadata"]
@@ -285,11 +285,11 @@ def apply_secret(api_client: Any, manifest: Mapping[str, Any]) -> str:
 
 
 def create_secret(api_client: Any, manifest: Mapping[str, Any]) -> None:
-    """Create the Secret; kube_offload.kube.ApiError (``conflict``) when it already exists.
+    """Create the Secret; kube_offload.runtime.kube.ApiError (``conflict``) when it already exists.
     Used for the CA, which must never be overwritten by a racing writer."""
     from kubernetes import client
 
-    from kube_offload.kube import call_json
+    from kube_offload.runtime.kube import call_json
 
     call_json(
         client.CoreV1Api(api_client).create_namespaced_secret,

@@ -125,7 +125,7 @@ def ensure_tls_secret(
 
     The CA Secret is only ever created, never overwritten: if another run created it first
     (two hook Jobs racing), we start over with theirs."""
-    from kube_offload.kube import ApiError
+    from kube_offload.runtime.kube import ApiError
 
     for _ in range(2):
         moment = now or dt.datetime.now(dt.timezone.utc)

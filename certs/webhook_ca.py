@@ -83,7 +83,7 @@ def patch_ca_bundle(
 ) -> list[PatchOutcome]:
     """Patch every named configuration. All names are looked up before any is patched, so
     a typo in one name leaves the cluster untouched. Raises WebhookConfigurationNotFound
-    for a missing name and kube_offload.kube.ApiError for anything the server refuses."""
+    for a missing name and kube_offload.runtime.kube.ApiError for anything the server refuses."""
     from kubernetes import client
 
     api = client.AdmissionregistrationV1Api(api_client)
@@ -103,7 +103,7 @@ def patch_ca_bundle(
 
 
 def _read(reader: Any, kind: Kind, name: str) -> dict[str, Any]:
-    from kube_offload.kube import ApiError, call_json
+    from kube_offload.runtime.kube import ApiError, call_json
 
     try:
         return call_json(reader, name)
@@ -114,7 +114,7 @@ def _read(reader: Any, kind: Kind, name: str) -> dict[str, Any]:
 
 
 def _patch_one(reader: Any, patcher: Any, kind: Kind, name: str, ca_b64: str) -> PatchOutcome:
-    from kube_offload.kube import ApiError, call_json
+    from kube_offload.runtime.kube import ApiError, call_json
 
     attempts = 3
     for attempt in range(1, attempts + 1):

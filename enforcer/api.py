@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kube_offload.constants import SHADOWPOD_GROUP, SHADOWPOD_PLURAL, SHADOWPOD_VERSION
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -148,7 +148,7 @@ def raw_request(
 ) -> Any:
     """One request with the client's configuration (host, TLS, auth) and no model in
     between; answers like a generated method called with ``_preload_content=False``, so
-    :func:`kube_offload.kube.call_json` wraps it like any other."""
+    :func:`kube_offload.runtime.kube.call_json` wraps it like any other."""
     method, url, headers, request_body, post_params = api_client.param_serialize(
         method,
         path,

@@ -20,8 +20,8 @@ from kubernetes import client
 
 from enforcer.api import raw_request
 from kube_offload import constants as c
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json
 
 log = logging.getLogger("kube_offload.enforcer.caches")
 

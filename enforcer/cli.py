@@ -11,11 +11,11 @@ import sys
 import threading
 
 from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE
-from kube_offload.flags import add_flag, positive_duration, positive_int
-from kube_offload.health import add_health_flag
-from kube_offload.leader_election import add_leader_election_flags, timing_from_args
-from kube_offload.kube import load_api_client
-from kube_offload.logs import LEVELS, setup_logging
+from kube_offload.runtime.flags import add_flag, positive_duration, positive_int
+from kube_offload.runtime.health import add_health_flag
+from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
+from kube_offload.runtime.kube import load_api_client
+from kube_offload.runtime.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
 
 COMPONENT = "enforcer"
@@ -129,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
     from enforcer import observability
     from enforcer.crd import ensure_crds
     from enforcer.webhook_server import ShadowPodWebhook
-    from kube_offload.health import HealthSetupError
-    from kube_offload.https_server import TLSSetupError
-    from kube_offload.leader_election import LeaderElector, default_namespace
-    from kube_offload.runtime_metrics import CLUSTER_REMOTE, instrument_api_client
+    from kube_offload.runtime.health import HealthSetupError
+    from kube_offload.runtime.https_server import TLSSetupError
+    from kube_offload.runtime.leader_election import LeaderElector, default_namespace
+    from kube_offload.runtime.metrics import CLUSTER_REMOTE, instrument_api_client
 
     setup_logging(args.log_level, json_format=args.log_json)
     timing = timing_from_args(args)

@@ -22,7 +22,7 @@ from enforcer.quota import consumer_usage
 from enforcer.tenancy import consumer_name
 from enforcer.tenant_api import TenantApi
 from enforcer.trim import content_changed
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from kube_offload.remote_resources import summarize_many
 
 log = logging.getLogger("kube_offload.enforcer.consumers")

@@ -24,8 +24,8 @@ from kube_offload.constants import (
     SHADOWPOD_PLURAL,
     SHADOWPOD_VERSION,
 )
-from kube_offload.controller import Controller
-from kube_offload.informer import Informer
+from kube_offload.runtime.controller import Controller
+from kube_offload.runtime.informer import Informer
 from kube_offload.shadowpod import owner_key
 
 log = logging.getLogger("kube_offload.enforcer")

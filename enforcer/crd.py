@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 
 from enforcer.api import raw_request
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # Every CRD the enforcer reads; the chart symlinks the same files.

@@ -2,7 +2,7 @@
 
 Repeats of one event (a creation that keeps failing on a quota, say) are folded into one
 Event whose ``count`` grows, and recording never fails the caller: both rules live in
-:mod:`kube_offload.events`; here are the enforcer's name and reasons.
+:mod:`kube_offload.runtime.events`; here are the enforcer's name and reasons.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from typing import Callable
 
 from enforcer.api import EnforcerApi
-from kube_offload import events
-from kube_offload.events import AGGREGATE_SECONDS, NORMAL, WARNING  # noqa: F401  (re-exported)
+from kube_offload.runtime import events
+from kube_offload.runtime.events import AGGREGATE_SECONDS, NORMAL, WARNING  # noqa: F401  (re-exported)
 
 COMPONENT = "kube-offload-enforcer"
 REPORTING_CONTROLLER = "kube-offload.io/enforcer"

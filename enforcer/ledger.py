@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from kube_offload.informer import DELETED
+from kube_offload.runtime.informer import DELETED
 from kube_offload.resources import ResourceList
 
 DEFAULT_TTL_SECONDS = 60.0

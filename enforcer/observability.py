@@ -1,11 +1,11 @@
 """What the enforcer tells Prometheus and the kubelet's probes about itself.
 
-Metrics (in the process registry, kube_offload/runtime_metrics.py): ShadowPods by phase,
+Metrics (in the process registry, kube_offload/runtime/metrics.py): ShadowPods by phase,
 read from the enforcer's cache at scrape time; the controllers', work queues' and API
 calls' figures come from the shared runtime, the ShadowPod webhook's from its own
 registry (enforcer/webhook_server.py), served on the same port.
 
-Health (kube_offload/health.py): *healthz* - every controller is alive; *readyz* - every
+Health (kube_offload/runtime/health.py): *healthz* - every controller is alive; *readyz* - every
 cache has listed: the ShadowPod controller's, the tenant loops' (twin namespaces,
 Consumer status) and, with the ShadowPod webhook on, the webhook's (a webhook answering
 from half a cache would admit over quota).
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kube_offload import health
-from kube_offload import runtime_metrics as rm
-from kube_offload.metrics import NAMESPACE
+from kube_offload.runtime import health
+from kube_offload.runtime import metrics as rm
+from kube_offload.runtime.http_metrics import NAMESPACE
 
 if TYPE_CHECKING:
     from enforcer.controller import Enforcer
-    from kube_offload.leader_election import LeaderElector
+    from kube_offload.runtime.leader_election import LeaderElector
     from enforcer.webhook_server import ShadowPodWebhook
 
 _running: "weakref.WeakSet[Enforcer]" = weakref.WeakSet()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 
-from kube_offload.informer import DELETED
-from kube_offload.kube import object_key
+from kube_offload.runtime.informer import DELETED
+from kube_offload.runtime.kube import object_key
 from kube_offload.shadowpod import owner_key
 
 

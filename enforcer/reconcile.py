@@ -20,9 +20,9 @@ from enforcer.events import EventRecorder
 from enforcer.dry_run import pod_message
 from enforcer.podindex import PodIndex
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE
-from kube_offload.controller import PermanentError, Requeue
-from kube_offload.kube import ApiError, split_key
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.controller import PermanentError, Requeue
+from kube_offload.runtime.kube import ApiError, split_key
+from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.pod_updates import describe_patch
 from kube_offload.shadowpod import (
     Action,

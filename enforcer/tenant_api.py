@@ -14,7 +14,7 @@ from kubernetes import client
 
 from enforcer.api import MERGE_PATCH, raw_request
 from kube_offload import constants as c
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 
 JSON_PATCH = "application/json-patch+json"
 GROUP_PATH = f"/apis/{c.DOMAIN}/{c.SHADOWPOD_VERSION}"

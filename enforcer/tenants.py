@@ -18,8 +18,8 @@ from enforcer.tenant_api import KubeTenantApi
 from enforcer.trim import drop_managed_fields, trim_namespace, trim_node, trim_pod
 from enforcer.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
-from kube_offload.controller import Controller
-from kube_offload.informer import Informer
+from kube_offload.runtime.controller import Controller
+from kube_offload.runtime.informer import Informer
 
 log = logging.getLogger("kube_offload.enforcer.tenants")
 

@@ -26,10 +26,10 @@ from enforcer.twin_plan import (
     status_changed,
 )
 from kube_offload import constants as c
-from kube_offload.controller import Requeue
-from kube_offload.informer import ADDED, DELETED
-from kube_offload.kube import ApiError, split_key
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.controller import Requeue
+from kube_offload.runtime.informer import ADDED, DELETED
+from kube_offload.runtime.kube import ApiError, split_key
+from kube_offload.runtime.logs import ObjectLogger
 
 log = logging.getLogger("kube_offload.enforcer.twins")
 

@@ -24,8 +24,8 @@ from enforcer.caches import ProviderCaches
 from enforcer.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
 from kube_offload.admission import BadRequest, error_status, parse_review, review_response
-from kube_offload.https_server import ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind
-from kube_offload.metrics import HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.https_server import ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind
+from kube_offload.runtime.http_metrics import HttpMetrics, exposition, state_gauge
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 

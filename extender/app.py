@@ -23,9 +23,9 @@ from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from kube_offload.body_limit import read_body, too_large_message
-from kube_offload.gcpause import collector_paused
-from kube_offload.metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.body_limit import read_body, too_large_message
+from kube_offload.runtime.gcpause import collector_paused
+from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 
 from extender import core, wire
 from extender.caches import ExtenderCaches

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Container, Iterable, Protocol
 
-from kube_offload.informer import DELETED
+from kube_offload.runtime.informer import DELETED
 from kube_offload.nodes import is_virtual_node, node_name
 from kube_offload.namespace_policies import NamespacePolicies, evaluate
 from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
@@ -99,7 +99,7 @@ class InformerCaches:
         # Imported here so that tests with static caches need neither the client nor a cluster.
         from kubernetes import client
 
-        from kube_offload.informer import Informer
+        from kube_offload.runtime.informer import Informer
 
         core = client.CoreV1Api(api_client)
         self.has_node_cache = node_cache

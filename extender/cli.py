@@ -10,8 +10,8 @@ import argparse
 import functools
 import sys
 
-from kube_offload.flags import add_flag, byte_size, non_negative_seconds, positive_int
-from kube_offload.logs import LEVELS, setup_logging
+from kube_offload.runtime.flags import add_flag, byte_size, non_negative_seconds, positive_int
+from kube_offload.runtime.logs import LEVELS, setup_logging
 
 from extender import core
 from extender import registration as reg
@@ -94,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kube_offload.kube import load_api_client
+    from kube_offload.runtime.kube import load_api_client
 
     from extender.server import serve
     from extender.settings import ExtenderSettings, ServerSettings
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _informer_caches(kubeconfig: str | None, node_cache: bool):  # runs in the worker
-    from kube_offload.kube import load_api_client
+    from kube_offload.runtime.kube import load_api_client
 
     from extender.caches import InformerCaches
 

@@ -27,7 +27,7 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
-from kube_offload.flags import add_flag, byte_size
+from kube_offload.runtime.flags import add_flag, byte_size
 
 from extender import core
 from extender.caches import StaticCaches
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     add_flag(parser, COMPONENT, "--log-level", default="WARNING", help="log level")
     args = parser.parse_args(argv)
 
-    from kube_offload.logs import setup_logging
+    from kube_offload.runtime.logs import setup_logging
 
     setup_logging(args.log_level)
     serve(

@@ -20,7 +20,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from kube_offload.serving import GunicornServer
+from kube_offload.runtime.serving import GunicornServer
 
 from extender.app import create_app
 from extender.caches import ExtenderCaches

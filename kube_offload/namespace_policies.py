@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from kube_offload.informer import DELETED, Informer
+from kube_offload.runtime.informer import DELETED, Informer
 from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name, policy_from_namespace
 
 Entry = NamespacePolicy | PolicyError

@@ -28,8 +28,8 @@ import yaml
 import kube_offload
 from kube_offload import constants as c
 from kube_offload import peering as p
-from kube_offload.flags import add_flag, appended, positive_duration
-from kube_offload.kube import ApiError, call, call_json, load_api_client
+from kube_offload.runtime.flags import add_flag, appended, positive_duration
+from kube_offload.runtime.kube import ApiError, call, call_json, load_api_client
 
 POLL_SECONDS = 1.0
 HELM_INSTALL = "https://helm.sh/docs/intro/install/"

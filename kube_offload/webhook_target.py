@@ -11,7 +11,7 @@ import argparse
 import base64
 from dataclasses import dataclass
 
-from kube_offload.flags import add_flag
+from kube_offload.runtime.flags import add_flag
 
 FAILURE_POLICIES = ("Fail", "Ignore")
 

@@ -13,10 +13,10 @@ import threading
 
 import kube_offload
 from kube_offload import constants as c
-from kube_offload.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
-from kube_offload.health import add_health_flag
-from kube_offload.leader_election import add_leader_election_flags, timing_from_args
-from kube_offload.logs import LEVELS, setup_logging
+from kube_offload.runtime.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
+from kube_offload.runtime.health import add_health_flag
+from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
+from kube_offload.runtime.logs import LEVELS, setup_logging
 from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
@@ -151,10 +151,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-offload vkubelet: {problem}", file=sys.stderr)
         return 2
     # Imported here so ``kube-offload --help`` does not pay for the runner's imports.
-    from kube_offload.health import HealthSetupError
-    from kube_offload.kube import load_api_client
-    from kube_offload.leader_election import LeaderElector, default_namespace
-    from kube_offload.runtime_metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
+    from kube_offload.runtime.health import HealthSetupError
+    from kube_offload.runtime.kube import load_api_client
+    from kube_offload.runtime.leader_election import LeaderElector, default_namespace
+    from kube_offload.runtime.metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
     from vkubelet import observability
     from vkubelet.kubelet_api import kubelet_api_loop
     from vkubelet.reflection.loops import reflection_loops

@@ -1,7 +1,7 @@
 """Kubernetes Events in the local cluster about the objects the vkubelet serves (what
 `kubectl describe pod` shows under Events: why a pod is not running remotely).
 
-Folding of repeats and the never-raise rule live in :mod:`kube_offload.events`; here are
+Folding of repeats and the never-raise rule live in :mod:`kube_offload.runtime.events`; here are
 the vkubelet's name and reasons. A reconcile that keeps failing writes the same Event at
 most once per ``min_interval`` seconds.
 """
@@ -13,8 +13,8 @@ from typing import Callable
 
 from kubernetes import client
 
-from kube_offload import events
-from kube_offload.events import NORMAL, WARNING  # noqa: F401  (re-exported for callers)
+from kube_offload.runtime import events
+from kube_offload.runtime.events import NORMAL, WARNING  # noqa: F401  (re-exported for callers)
 from vkubelet import refusals
 
 COMPONENT = "kube-offload-vkubelet"

@@ -21,8 +21,8 @@ from typing import Callable, Iterable, Protocol, TypeVar
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.informer import Informer
-from kube_offload.namespaced_informer import ListForNamespace, MultiNamespaceInformer
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.namespaced_informer import ListForNamespace, MultiNamespaceInformer
 from vkubelet import twin_requests as tr
 from vkubelet.settings import Settings
 

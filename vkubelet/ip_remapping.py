@@ -29,7 +29,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Iterable
 
-from kube_offload.flags import add_flag
+from kube_offload.runtime.flags import add_flag
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -20,9 +20,9 @@ from typing import Mapping
 
 from kubernetes import client
 
-from kube_offload.controller import Controller
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.controller import Controller
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer, token_review_call
 from vkubelet.kubeletapi.authz import Authorizer, subject_access_review_call

@@ -33,10 +33,10 @@ from typing import Callable, Mapping
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.controller import Controller, Requeue
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.policy import PolicyError, policy_from_namespace
 from vkubelet import events as ev
 from vkubelet import twin_requests as tr

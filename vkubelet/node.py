@@ -33,7 +33,7 @@ from kubernetes import client
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 from vkubelet import node_forge as forge
 from vkubelet.informers import SharedInformers
 from vkubelet import provider_terms as terms

@@ -1,12 +1,12 @@
 """What the virtual kubelet tells Prometheus and the kubelet's probes about itself.
 
-Metrics (in the process registry, kube_offload/runtime_metrics.py, read at scrape time
+Metrics (in the process registry, kube_offload/runtime/metrics.py, read at scrape time
 from the running :class:`~vkubelet.runner.VirtualKubelet`): the pods bound to the
 virtual node by phase, whether the remote cluster answers, and which cluster this is.
 The controllers', work queues' and API calls' figures come from the shared runtime;
 reflection's from vkubelet/reflection/metrics.py.
 
-Health (kube_offload/health.py): *healthz* - the node's loops (probe, status, lease) and
+Health (kube_offload/runtime/health.py): *healthz* - the node's loops (probe, status, lease) and
 every controller are alive; *readyz* - every loop's caches have listed and the remote
 API server answered within ``--ping-timeout`` (the node's own Ready rule), so a
 vkubelet cut off from its cluster is taken out of Service endpoints but not restarted.
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kube_offload import health
-from kube_offload import runtime_metrics as rm
-from kube_offload.metrics import NAMESPACE
+from kube_offload.runtime import health
+from kube_offload.runtime import metrics as rm
+from kube_offload.runtime.http_metrics import NAMESPACE
 
 if TYPE_CHECKING:
-    from kube_offload.leader_election import LeaderElector
+    from kube_offload.runtime.leader_election import LeaderElector
     from vkubelet.runner import VirtualKubelet
 
 SUBSYSTEM = f"{NAMESPACE}_vkubelet"

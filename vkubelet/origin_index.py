@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from kube_offload.informer import DELETED, Informer
-from kube_offload.kube import object_key
+from kube_offload.runtime.informer import DELETED, Informer
+from kube_offload.runtime.kube import object_key
 from vkubelet.translation import origin_key
 
 

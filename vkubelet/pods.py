@@ -43,10 +43,10 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload import shadowpod
-from kube_offload.controller import Controller, Requeue
+from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.pod_updates import template_patch
-from kube_offload.kube import ApiError, call_json, object_key, split_key
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import daemonsets
 from vkubelet import events as ev
 from vkubelet import readiness

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from kube_offload.resources import QuantityError, parse_resource_list
 
 # status.reason of a local pod waiting for its provider to accept it; also the reason of

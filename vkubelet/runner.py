@@ -22,7 +22,7 @@ from typing import Callable, Protocol, Sequence
 
 from kubernetes import client
 
-from kube_offload.informer import Informer
+from kube_offload.runtime.informer import Informer
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
@@ -64,7 +64,7 @@ LoopFactory = Callable[[LoopContext], Loop]
 
 
 class ControllerLoop:
-    """A :class:`kube_offload.controller.Controller`-based reconciler as a :class:`Loop`."""
+    """A :class:`kube_offload.runtime.controller.Controller`-based reconciler as a :class:`Loop`."""
 
     def __init__(self, name: str, owner: TwinNamespaces | PodOffloader) -> None:
         self.name = name

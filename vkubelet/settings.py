@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from kube_offload import constants as c
-from kube_offload.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
+from kube_offload.runtime.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.kubeletapi.limits import StreamLimits

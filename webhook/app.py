@@ -16,9 +16,9 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from kube_offload.body_limit import read_body, too_large_message
-from kube_offload.metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
-from kube_offload.workers import FunctionGauge, WorkerGroup
+from kube_offload.runtime.body_limit import read_body, too_large_message
+from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.workers import FunctionGauge, WorkerGroup
 from kube_offload.admission import (
     AdmissionRequest,
     BadRequest,

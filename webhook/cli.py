@@ -10,8 +10,8 @@ import argparse
 import functools
 import sys
 
-from kube_offload.flags import add_flag, byte_size, positive_int
-from kube_offload.logs import LEVELS, setup_logging
+from kube_offload.runtime.flags import add_flag, byte_size, positive_int
+from kube_offload.runtime.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
 from webhook import registration as reg
 from webhook.settings import DEFAULT_BIND, DEFAULT_MAX_BODY_BYTES, DEFAULT_THREADS, DEFAULT_WORKERS
@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kubernetes.config.config_exception import ConfigException
 
-    from kube_offload.kube import load_api_client
+    from kube_offload.runtime.kube import load_api_client
     from webhook.namespace_cache import informer_source
     from webhook.server import check_tls_files, serve
     from webhook.settings import ServerSettings, WebhookSettings

@@ -1,6 +1,6 @@
 """Where the webhook gets namespace policies from.
 
-In production: an :class:`~kube_offload.informer.Informer` over namespaces (list+watch),
+In production: an :class:`~kube_offload.runtime.informer.Informer` over namespaces (list+watch),
 with policies parsed once per namespace change on the informer thread, so a pod admission
 costs one dict lookup. A namespace created a moment ago may not be in the cache yet: a
 miss falls back to one GET. Tests and benchmarks use :class:`StaticNamespaceSource`, which
@@ -65,7 +65,7 @@ class InformerNamespaceSource:
         # Imported here so that tests with a static source need neither module's deps.
         from kubernetes import client
 
-        from kube_offload.informer import Informer
+        from kube_offload.runtime.informer import Informer
         from kube_offload.namespace_policies import NamespacePolicies
 
         self._core = client.CoreV1Api(api_client)
@@ -98,7 +98,7 @@ class InformerNamespaceSource:
         return None if namespace is None else _answer(evaluate(namespace))
 
     def _fetch(self, name: str) -> dict | None:
-        from kube_offload.kube import ApiError, call_json
+        from kube_offload.runtime.kube import ApiError, call_json
 
         try:
             return call_json(self._core.read_namespace, name, _request_timeout=FALLBACK_TIMEOUT)
@@ -113,6 +113,6 @@ class InformerNamespaceSource:
 
 def informer_source(kubeconfig: str | None = None) -> InformerNamespaceSource:
     """The production source (a picklable factory: ``functools.partial(informer_source, path)``)."""
-    from kube_offload.kube import load_api_client
+    from kube_offload.runtime.kube import load_api_client
 
     return InformerNamespaceSource(load_api_client(kubeconfig))

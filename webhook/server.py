@@ -5,7 +5,7 @@ worker is one core at most (the GIL), and the TLS and HTTP stack costs more CPU 
 admission than the admission itself, so one worker saturates below the rates a busy
 apiserver sends (docs/performance.md). Each worker holds its own namespace cache (a
 watch on every namespace: small), but the pod still has one readiness and one set of
-metrics (:mod:`kube_offload.workers`): ``/readyz`` answers 200 only once every worker's
+metrics (:mod:`kube_offload.runtime.workers`): ``/readyz`` answers 200 only once every worker's
 cache has synced, and ``/metrics`` merges the counters of all workers through
 prometheus-client's multiprocess mode, whichever worker answers the scrape. Threads
 cover the rare blocking moment (a GET on a cache miss).
@@ -24,8 +24,8 @@ import ssl
 import threading
 from typing import Any, Callable
 
-from kube_offload.serving import GunicornServer
-from kube_offload.workers import WorkerGroup
+from kube_offload.runtime.serving import GunicornServer
+from kube_offload.runtime.workers import WorkerGroup
 
 from webhook.app import create_app
 from webhook.namespace_cache import NamespaceSource

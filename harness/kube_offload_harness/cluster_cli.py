@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kube_offload_harness.binaries import BuildError
 from kube_offload_harness.cluster import ClusterError, Environment, default_state_dir, default_topology
-from kube_offload.flags import add_flag
+from kube_offload.runtime.flags import add_flag
 
 COMPONENT = "cluster"
 

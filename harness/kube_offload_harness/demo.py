@@ -26,7 +26,7 @@ from kube_offload_harness.partition import vkubelet_behind_link
 from kube_offload_harness.cluster import (
     PEERING_CLI, PROVIDER_LABEL, REGION_LABEL, Cluster, ClusterError, Environment, default_state_dir, default_topology,
 )
-from kube_offload.flags import add_flag
+from kube_offload.runtime.flags import add_flag
 
 COMPONENT = "demo"
 

@@ -24,7 +24,7 @@ from enforcer.shadowpod_webhook import ShadowPodValidator
 from enforcer.webhook_server import MAX_BODY_BYTES, WebhookHTTPServer, WebhookSettings
 from kube_offload import constants as c
 from kube_offload.admission import Decision
-from kube_offload.https_server import TLSSetupError
+from kube_offload.runtime.https_server import TLSSetupError
 
 NS = "demo-local"
 USER = "system:serviceaccount:kube-offload-tenant-local:consumer"

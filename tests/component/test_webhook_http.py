@@ -365,7 +365,7 @@ def test_readyz_is_503_until_the_namespace_cache_syncs(start_webhook, tmp_path: 
     assert "kube_offload_webhook_namespace_cache_synced 0.0" in requests.get(server.base_url + "/metrics", verify=verify, timeout=5).text
     gate.touch()
     # Every worker must see its cache synced; the pod is ready within a poll period of the
-    # last one (kube_offload.workers.SYNC_POLL_SECONDS), once all workers have booted.
+    # last one (kube_offload.runtime.workers.SYNC_POLL_SECONDS), once all workers have booted.
     deadline = time.monotonic() + 10
     while requests.get(server.base_url + "/readyz", verify=verify, timeout=5).status_code != 200:
         assert time.monotonic() < deadline, "/readyz still 503 10 s after the caches synced"

@@ -1,5 +1,5 @@
 """Several gunicorn workers, one webhook: /metrics and /readyz speak for every worker
-whichever one answers (kube_offload.workers), over real HTTPS with the default worker count.
+whichever one answers (kube_offload.runtime.workers), over real HTTPS with the default worker count.
 
 Requests go over fresh connections, so the kernel hands them to either worker."""
 

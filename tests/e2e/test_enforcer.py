@@ -30,7 +30,7 @@ from kubernetes.client import CoreV1Api
 from kube_offload_harness.binaries import ensure_binaries
 from kube_offload_harness.cluster import Cluster, ClusterSpec
 from kube_offload.constants import LABEL_MANAGED_BY, MANAGED_BY_ENFORCER
-from kube_offload.kube import load_api_client
+from kube_offload.runtime.kube import load_api_client
 
 NAMESPACE = "enforcer-e2e"
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY_ENFORCER}"

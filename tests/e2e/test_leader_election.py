@@ -20,7 +20,7 @@ import urllib.request
 import uuid
 
 from kube_offload import constants as c
-from kube_offload import leader_election as le
+from kube_offload.runtime import leader_election as le
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment, free_port
 from kube_offload_harness.identities import RELEASE_NAMESPACE

@@ -1,4 +1,4 @@
-"""kube_offload.namespaced_informer against a real kube-apiserver, under an identity that
+"""kube_offload.runtime.namespaced_informer against a real kube-apiserver, under an identity that
 may read ConfigMaps only in some namespaces (a ServiceAccount with a Role in each, its
 token minted with `kubectl create token`), as the virtual kubelet's consumer identity
 may read pods only in its twin namespaces. The cluster-wide list that identity cannot
@@ -19,9 +19,9 @@ from typing import Iterator
 import pytest
 from kubernetes import client
 
-from kube_offload.informer import ADDED, DELETED, MODIFIED
-from kube_offload.kube import ApiError, call_json, load_api_client
-from kube_offload.namespaced_informer import MultiNamespaceInformer
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
+from kube_offload.runtime.kube import ApiError, call_json, load_api_client
+from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 from kube_offload_harness.binaries import ensure_binaries
 from kube_offload_harness.cluster import Cluster, ClusterSpec
 

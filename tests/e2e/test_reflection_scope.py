@@ -115,7 +115,7 @@ def test_local_reflection_watches_only_offloaded_namespaces(offload_env, local, 
     local.apply([_namespace(inside, offloaded=True), _namespace(outside, offloaded=False)])
     try:
         # The namespaced informers log each namespace they start and stop watching
-        # (kube_offload/namespaced_informer.py).
+        # (kube_offload/runtime/namespaced_informer.py).
         for kind in SCOPED_KINDS:
             wait(lambda kind=kind: f"local-{kind}: watching namespace {inside}" in _vkubelet_log(offload_env, remote),
                  timeout=TIMEOUT, what=f"a local {kind} watch in {inside}")

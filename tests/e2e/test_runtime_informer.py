@@ -1,4 +1,4 @@
-"""The informer's runtime behaviour (kube_offload/informer.py) against a real kube-apiserver:
+"""The informer's runtime behaviour (kube_offload/runtime/informer.py) against a real kube-apiserver:
 paginated lists, a broken watch resumed from the last resourceVersion without a new list,
 a list again only when the server answers 410 Gone (after a server restart, the module's
 last test), managedFields stripped from the cache,
@@ -21,8 +21,8 @@ from typing import Any, Iterator
 import pytest
 from kubernetes import client
 
-from kube_offload.informer import ADDED, DELETED, MODIFIED, Informer
-from kube_offload.kube import call_json, load_api_client
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
+from kube_offload.runtime.kube import call_json, load_api_client
 from kube_offload_harness.binaries import ensure_binaries
 from kube_offload_harness.cluster import Cluster, ClusterSpec
 

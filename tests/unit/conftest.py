@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer
 from vkubelet.kubeletapi.authz import Authorizer

@@ -13,9 +13,9 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from extender.settings import DEFAULT_MAX_BODY_BYTES as EXTENDER_DEFAULT
 from extender.settings import DEFAULT_THREADS as EXTENDER_THREADS
-from kube_offload.body_limit import PARSE_AMPLIFICATION, READ_SIZE, fits, read_body, too_large_message
+from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, READ_SIZE, fits, read_body, too_large_message
 from kube_offload.cli import build_parser
-from kube_offload.flags import byte_size, env_name
+from kube_offload.runtime.flags import byte_size, env_name
 from webhook.settings import DEFAULT_MAX_BODY_BYTES as WEBHOOK_DEFAULT
 from webhook.settings import DEFAULT_THREADS as WEBHOOK_THREADS
 from webhook.settings import DEFAULT_WORKERS as WEBHOOK_WORKERS

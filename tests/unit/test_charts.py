@@ -932,7 +932,7 @@ def test_rendered_certificate_wiring_is_consistent(rendered_local: list[dict[str
 
 
 def cli_listed(args: argparse.Namespace, flag: str) -> list[str]:
-    from kube_offload.flags import appended
+    from kube_offload.runtime.flags import appended
 
     return appended(args, flag)
 
@@ -987,7 +987,7 @@ def test_rendered_webhook_runs_several_workers_sharing_a_writable_directory(
 ) -> None:
     """Several workers by default (the CLI's default too), and the directory where they
     share metrics and readiness is a writable emptyDir under the read-only root."""
-    from kube_offload.workers import ENV_DIRECTORY
+    from kube_offload.runtime.workers import ENV_DIRECTORY
     from webhook.settings import DEFAULT_WORKERS
 
     pod = one(rendered_local, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]
@@ -1018,7 +1018,7 @@ def _health_port_and_probes(container: dict[str, Any]) -> None:
 
 
 def test_vkubelet_and_enforcer_probe_their_health_port(helm: Helm, rendered_local: list[dict[str, Any]]) -> None:
-    from kube_offload.health import HEALTHZ, READYZ
+    from kube_offload.runtime.health import HEALTHZ, READYZ
 
     assert (HEALTHZ, READYZ) == ("/healthz", "/readyz")
     vkubelets = [d for d in find(rendered_local, "Deployment", "vkubelet")]

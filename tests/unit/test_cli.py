@@ -3,7 +3,7 @@
 import pytest
 
 from kube_offload.cli import SUBCOMMANDS, build_parser
-from kube_offload.flags import env_name
+from kube_offload.runtime.flags import env_name
 
 
 def _subcommands(parser):

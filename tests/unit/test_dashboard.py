@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_offload import runtime_metrics as rm
+from kube_offload.runtime import metrics as rm
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "kube-offload-local" / "dashboards" / "kube-offload.json"

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from enforcer.cli import register
-from kube_offload.flags import positive_duration as parse_duration  # the type --resync-period uses
+from kube_offload.runtime.flags import positive_duration as parse_duration  # the type --resync-period uses
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from enforcer.consumer_status import desired_status, stamped, status_changed, twin_namespaces_of
 from enforcer.consumers import ConsumerStatusLoop
 from kube_offload import constants as c
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from kube_offload.remote_resources import RemoteResources, decode_capacity_status
 
 GI = 1024**3 * 1000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from enforcer.events import AGGREGATE_SECONDS, EventRecorder
 from enforcer.podindex import PodIndex
-from kube_offload.informer import ADDED, DELETED, MODIFIED
-from kube_offload.kube import ApiError
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
+from kube_offload.runtime.kube import ApiError
 
 
 def pod(name: str, owner: str | None, namespace: str = "ns") -> dict:

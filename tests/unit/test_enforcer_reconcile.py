@@ -15,9 +15,9 @@ from enforcer.events import EventRecorder
 from enforcer.podindex import PodIndex
 from enforcer.reconcile import Reconciler
 from kube_offload import constants as C
-from kube_offload.controller import PermanentError, Requeue
-from kube_offload.informer import ADDED, DELETED
-from kube_offload.kube import ApiError
+from kube_offload.runtime.controller import PermanentError, Requeue
+from kube_offload.runtime.informer import ADDED, DELETED
+from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import build_shadowpod
 
 KEY = "ns/web"

@@ -20,7 +20,7 @@ from enforcer.ledger import Ledger
 from enforcer.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
 from kube_offload.admission import Decision, build_review, parse_review
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import build_shadowpod
 
 NS = "demo-local"

@@ -12,9 +12,9 @@ import pytest
 
 from enforcer.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
-from kube_offload.controller import Requeue
-from kube_offload.informer import ADDED, MODIFIED
-from kube_offload.kube import ApiError
+from kube_offload.runtime.controller import Requeue
+from kube_offload.runtime.informer import ADDED, MODIFIED
+from kube_offload.runtime.kube import ApiError
 
 TENANT = "kube-offload-tenant-local"
 KEY = f"{TENANT}/demo-local"

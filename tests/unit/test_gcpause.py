@@ -1,4 +1,4 @@
-"""The counted pause of the cyclic garbage collector (kube_offload.gcpause)."""
+"""The counted pause of the cyclic garbage collector (kube_offload.runtime.gcpause)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from kube_offload.gcpause import collector_paused
+from kube_offload.runtime.gcpause import collector_paused
 
 
 @pytest.fixture(autouse=True)

@@ -98,8 +98,8 @@ def test_flag_value_reads_both_spellings_and_the_last_wins():
 def test_health_url_is_the_last_one_logged():
     from kube_offload_harness.partition import health_url
 
-    text = ("=== starting\n2026 INFO kube_offload.health: health and metrics on http://127.0.0.1:41987 (/healthz, ...)\n"
-            "=== starting\n2026 INFO kube_offload.health: health and metrics on http://127.0.0.1:35897 (/healthz, ...)\n")
+    text = ("=== starting\n2026 INFO kube_offload.runtime.health: health and metrics on http://127.0.0.1:41987 (/healthz, ...)\n"
+            "=== starting\n2026 INFO kube_offload.runtime.health: health and metrics on http://127.0.0.1:35897 (/healthz, ...)\n")
     assert health_url(text) == "http://127.0.0.1:35897"
     assert health_url("=== starting\nno port yet\n") is None
 

@@ -1,4 +1,4 @@
-"""The informer's paginated list (kube_offload/informer.py) against a fake list function:
+"""The informer's paginated list (kube_offload/runtime/informer.py) against a fake list function:
 pages chained by continue tokens form one snapshot, a continue token that expired (410)
 restarts the list from the first page, managedFields are stripped unless asked to be kept.
 Against a real API server: tests/e2e/test_runtime_informer.py."""
@@ -9,7 +9,7 @@ import json
 
 from kubernetes.client.rest import ApiException
 
-from kube_offload.informer import Informer
+from kube_offload.runtime.informer import Informer
 
 
 class Listed:
@@ -82,7 +82,7 @@ def test_page_size_zero_lists_in_one_request():
 
 
 def test_only_a_lost_history_makes_a_broken_watch_list_again():
-    from kube_offload.informer import _history_lost
+    from kube_offload.runtime.informer import _history_lost
 
     assert _history_lost(410, "too old resource version: 1 (300)")
     assert _history_lost(504, "Too large resource version: 900, current: 300")

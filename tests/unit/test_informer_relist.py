@@ -1,4 +1,4 @@
-"""Informer.relist (kube_offload/informer.py): a fresh list on demand, breaking a watch that
+"""Informer.relist (kube_offload/runtime/informer.py): a fresh list on demand, breaking a watch that
 is quietly waiting, without a warning and without backoff. The list+watch is fed by a fake
 list function whose watch blocks until its response is shut down, as a quiet real watch
 does; against a real API server the relist is exercised by tests/e2e/test_pod_lifecycle.py."""
@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 
-from kube_offload.informer import Informer
+from kube_offload.runtime.informer import Informer
 
 
 class QuietWatch:
@@ -80,7 +80,7 @@ def test_relist_rebuilds_the_cache_from_a_fresh_list_at_once(caplog):
         # The watch "slept through" a change: only a new list can show it.
         server.items = [{"metadata": {"namespace": "ns", "name": "b", "resourceVersion": "5"}}]
         requested = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="kube_offload.informer"):
+        with caplog.at_level(logging.WARNING, logger="kube_offload.runtime.informer"):
             informer.relist()
             assert wait_until(lambda: informer.last_listed >= requested, timeout=2.0)
         assert server.lists == 2

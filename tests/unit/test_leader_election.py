@@ -1,4 +1,4 @@
-"""The pure decision logic of leader election (kube_offload/leader_election.py)."""
+"""The pure decision logic of leader election (kube_offload/runtime/leader_election.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kube_offload import leader_election as le
-from kube_offload.leader_election import Action, LeaseRecord, Timing
+from kube_offload.runtime import leader_election as le
+from kube_offload.runtime.leader_election import Action, LeaseRecord, Timing
 
 ME = "pod-a_1234"
 OTHER = "pod-b_5678"
@@ -146,7 +146,7 @@ def test_losing_the_lease_starts_the_process_over_with_the_same_pid(tmp_path):
     record = tmp_path / "runs"
     code = textwrap.dedent(f"""
         import os, pathlib
-        from kube_offload import leader_election
+        from kube_offload.runtime import leader_election
         record = pathlib.Path({str(record)!r})
         runs = record.read_text().split() if record.exists() else []
         record.write_text(" ".join([*runs, str(os.getpid())]))

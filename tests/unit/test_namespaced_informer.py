@@ -1,4 +1,4 @@
-"""The multiplexing of kube_offload.namespaced_informer without an API server: which
+"""The multiplexing of kube_offload.runtime.namespaced_informer without an API server: which
 namespaces start/stop, key routing, and the DELETED events a dropped namespace delivers.
 Child caches are fed through Informer._apply (the path a watch event takes); that the
 list+watch itself works against a real apiserver is tests/e2e/test_namespaced_informer.py.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kube_offload.informer import ADDED, DELETED, MODIFIED
-from kube_offload.namespaced_informer import MultiNamespaceInformer, namespace_changes
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
+from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer, namespace_changes
 
 
 @pytest.mark.parametrize(

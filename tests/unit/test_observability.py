@@ -1,4 +1,4 @@
-"""The pure parts of observability (kube_offload/runtime_metrics.py, kube_offload/health.py)
+"""The pure parts of observability (kube_offload/runtime/metrics.py, kube_offload/runtime/health.py)
 and the controller's figures; the health port over a real socket. The running vkubelet's
 and enforcer's endpoints are checked in tests/e2e/test_observability.py."""
 
@@ -12,10 +12,10 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kube_offload import health
-from kube_offload import runtime_metrics as rm
-from kube_offload.controller import Controller, PermanentError, Requeue
-from kube_offload.kube import ApiError
+from kube_offload.runtime import health
+from kube_offload.runtime import metrics as rm
+from kube_offload.runtime.controller import Controller, PermanentError, Requeue
+from kube_offload.runtime.kube import ApiError
 
 
 def sample(name: str, **labels: str) -> float:

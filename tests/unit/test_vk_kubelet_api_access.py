@@ -14,7 +14,7 @@ import threading
 import pytest
 from kubernetes import client
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.authn import (
     ANONYMOUS,
     AUTHENTICATED_GROUP,

@@ -5,7 +5,7 @@ decisions with their cache."""
 
 import pytest
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.authn import UserInfo
 from vkubelet.kubeletapi.authz import (
     AuthorizationFailed,

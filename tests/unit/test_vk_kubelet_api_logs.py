@@ -4,7 +4,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi import logs
 from vkubelet.kubeletapi.paths import (
     ATTACH,

@@ -4,7 +4,7 @@ failed read shows as ``resource_scrape_error`` with a warning that says what to 
 
 import logging
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
 from vkubelet.kubeletapi.sampler import UsageSampler, explain, samples_from, targets

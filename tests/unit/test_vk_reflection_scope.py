@@ -9,7 +9,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.informer import ADDED, DELETED, MODIFIED, Informer
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import plan_twin
 from vkubelet.reflection.scope import offloaded_namespaces

@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes.client.rest import ApiException
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet import refusals as rf
 
 WEBHOOK = "shadowpods.enforcer.kube-offload.io"

@@ -1,4 +1,4 @@
-"""The state the gunicorn workers of one server share (kube_offload.workers), without a server."""
+"""The state the gunicorn workers of one server share (kube_offload.runtime.workers), without a server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_offload.workers import ENV_DIRECTORY, WorkerGroup
+from kube_offload.runtime.workers import ENV_DIRECTORY, WorkerGroup
 
 
 def test_a_configured_directory_is_emptied_of_the_last_run_and_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

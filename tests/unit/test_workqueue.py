@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from kube_offload.controller import Controller, PermanentError, Requeue
-from kube_offload.workqueue import ShutDown, WorkQueue
+from kube_offload.runtime.controller import Controller, PermanentError, Requeue
+from kube_offload.runtime.workqueue import ShutDown, WorkQueue
 
 
 def test_duplicate_adds_are_held_once():
@@ -92,7 +92,7 @@ def test_informer_stop_wakes_a_blocked_watch_reader():
     stream (close() on a urllib3 response would wait for the reader's lock)."""
     import socket
 
-    from kube_offload.informer import Informer
+    from kube_offload.runtime.informer import Informer
 
     class QuietResponse:
         def __init__(self):

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kubernetes import client
 
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 from vkubelet.kubeletapi.decision_cache import CacheTTL, DecisionCache
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kubernetes import client
 
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 from vkubelet.kubeletapi.authn import UserInfo
 from vkubelet.kubeletapi.decision_cache import CacheTTL, DecisionCache
 

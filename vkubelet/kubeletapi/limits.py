@@ -18,7 +18,7 @@ import argparse
 import threading
 from dataclasses import dataclass
 
-from kube_offload.flags import add_flag, non_negative_duration, positive_duration, positive_int
+from kube_offload.runtime.flags import add_flag, non_negative_duration, positive_duration, positive_int
 
 # Connections over the cap get an answer from a few extra threads; past those they are
 # closed without one (a burst must not create threads without bound either).

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 from kubernetes import client
 from urllib3.exceptions import ReadTimeoutError
 
-from kube_offload.kube import ApiError
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.paths import RequestError, parse_bool, parse_int, query_value
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")

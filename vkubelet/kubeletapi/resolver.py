@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
-from kube_offload.informer import Informer
+from kube_offload.runtime.informer import Informer
 from kube_offload.remote_resources import is_ours
 from kube_offload.shadowpod import is_owned_by
 from vkubelet.kubeletapi.paths import RequestError

@@ -30,8 +30,8 @@ from typing import Callable, Iterable, Mapping
 
 from kubernetes import client
 
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
 from vkubelet.kubeletapi.usage import PodRef, PodSample, SampleError, UsageLedger, UsageSnapshot, pod_sample

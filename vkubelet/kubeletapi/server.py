@@ -1,6 +1,6 @@
 """The threaded HTTPS server of the kubelet endpoint and its request handler.
 
-Built on :class:`kube_offload.https_server.ThreadingHTTPSServer` (shared with the
+Built on :class:`kube_offload.runtime.https_server.ThreadingHTTPSServer` (shared with the
 enforcer's ShadowPod webhook). Why not Flask/gunicorn like the local webhook: an exec
 turns the HTTP connection into a WebSocket, and the relay needs the raw TLS socket after
 the ``101`` - the standard library hands it over as ``self.connection``, a WSGI server
@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterator
 
 from kubernetes import client
 
-from kube_offload.https_server import ThreadingHTTPSServer
-from kube_offload.kube import ApiError
+from kube_offload.runtime.https_server import ThreadingHTTPSServer
+from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi import logs, stats, streams
 from vkubelet.kubeletapi import remote as remote_api
 from vkubelet.kubeletapi import websocket as ws

@@ -22,7 +22,7 @@ from certs import pki
 
 # The context (reloaded when the files change), the files and the error are shared with
 # the enforcer's webhook server; re-exported here for the kubelet API's callers.
-from kube_offload.https_server import ServerContext, ServingFiles, TLSSetupError
+from kube_offload.runtime.https_server import ServerContext, ServingFiles, TLSSetupError
 
 __all__ = ["GENERATED_DAYS", "ServerContext", "ServingFiles", "TLSSetupError", "serving_files", "subject_names"]
 

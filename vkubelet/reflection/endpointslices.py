@@ -14,8 +14,8 @@ from typing import Mapping
 
 from kubernetes import client
 
-from kube_offload.informer import Informer
-from kube_offload.kube import object_key
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import object_key
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.reflector import Reflector

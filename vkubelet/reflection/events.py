@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Mapping
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.controller import Controller, Requeue
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics

@@ -1,11 +1,11 @@
 """The ``kube-offload vkubelet`` flags of resource reflection (each with its environment
-variable, through kube_offload.flags) and the settings they make."""
+variable, through kube_offload.runtime.flags) and the settings they make."""
 
 from __future__ import annotations
 
 import argparse
 
-from kube_offload.flags import add_flag, appended
+from kube_offload.runtime.flags import add_flag, appended
 from vkubelet.reflection.policy import POLICIES, Policy
 from vkubelet.reflection.settings import (
     DEFAULT_TOKEN_SECONDS,
@@ -18,7 +18,7 @@ from vkubelet.reflection.settings import (
     ResourceSettings,
     parse_storage_classes,
 )
-from kube_offload.flags import parse_duration
+from kube_offload.runtime.flags import parse_duration
 from vkubelet.settings import SettingsError
 
 _WORKERS_HELP = {

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from kube_offload.metrics import NAMESPACE
-from kube_offload.runtime_metrics import REGISTRY
+from kube_offload.runtime.http_metrics import NAMESPACE
+from kube_offload.runtime.metrics import REGISTRY
 
 OPERATION_CREATE = "create"
 OPERATION_UPDATE = "update"

@@ -4,7 +4,7 @@ Per type: an informer on the local objects of the offloaded namespaces only (sco
 namespace-scoped watches started and stopped as namespaces opt in and out), one on the
 remote objects this cluster's reflector of that type wrote (label-selected: origin +
 reflector labels, so nobody else's objects are even cached), an index remote -> local
-key, and a :class:`~kube_offload.controller.Controller` keyed by the local
+key, and a :class:`~kube_offload.runtime.controller.Controller` keyed by the local
 ``namespace/name``. What is never exported, and the deny/allow-list, is policy.py.
 
 A reconcile reads the caches and converges:
@@ -31,10 +31,10 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from kube_offload import constants as c
-from kube_offload.controller import Controller, Requeue
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json, object_key, split_key
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.logs import ObjectLogger
 from vkubelet.origin_index import OriginIndex
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics

@@ -4,7 +4,7 @@ A virtual kubelet has no business caching every Secret of its cluster: it reads 
 reflected kinds (ConfigMaps, Secrets, Services, EndpointSlices, Ingresses, PVCs) of the
 namespaces offloaded to its remote cluster (any placement: ``Local`` extends the namespace
 without its pods, service offloading), and nothing else. Each local
-informer of those kinds is a :class:`~kube_offload.namespaced_informer.MultiNamespaceInformer`
+informer of those kinds is a :class:`~kube_offload.runtime.namespaced_informer.MultiNamespaceInformer`
 whose namespace set follows the twin-namespace rule (``TwinNamespaces.plan``): a namespace
 that opts in gets a namespace-scoped list+watch per kind at once, one that opts out (or
 whose cluster selector stops matching, or that is deleted) has them stopped, and the
@@ -25,7 +25,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from kube_offload.namespaced_informer import MultiNamespaceInformer
+from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 
 if TYPE_CHECKING:
     from vkubelet.informers import SharedInformers

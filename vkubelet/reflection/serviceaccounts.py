@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Mapping
 
 from kubernetes import client
 
-from kube_offload.controller import Controller, Requeue
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json, object_key, split_key
-from kube_offload.logs import ObjectLogger
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.logs import ObjectLogger
 from vkubelet.origin_index import OriginIndex
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics

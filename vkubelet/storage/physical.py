@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.controller import Controller, Requeue
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json
 from vkubelet.storage import forge as f
 from vkubelet.storage.virtual import read_claim, standin_volumes, storage_classes, volume_for
 

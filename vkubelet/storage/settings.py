@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from kube_offload import constants as c
-from kube_offload.flags import add_flag
+from kube_offload.runtime.flags import add_flag
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.controller import Controller, Requeue
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from vkubelet.reflection.reflector import owned_selector, shared_informer
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS

@@ -16,10 +16,10 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from kube_offload import runtime_metrics as rm
-from kube_offload.informer import Informer
-from kube_offload.kube import ApiError, object_key
-from kube_offload.workqueue import ShutDown, WorkQueue
+from kube_offload.runtime import metrics as rm
+from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kube import ApiError, object_key
+from kube_offload.runtime.workqueue import ShutDown, WorkQueue
 
 
 class Requeue(Exception):
@@ -129,7 +129,7 @@ class Controller:
         self.queue.forget(key)
         return rm.OUTCOME_SUCCESS
 
-    # --- observability (kube_offload/runtime_metrics.py, kube_offload/health.py) ----------------
+    # --- observability (kube_offload/runtime/metrics.py, kube_offload/runtime/health.py) ----------------
     def queue_figures(self) -> dict[str, float]:
         ready, delayed = self.queue.depths()
         with self._running_lock:

@@ -3,7 +3,7 @@
 A least-privilege identity may read a kind only in some namespaces (a consumer in its twin
 namespaces on a provider; the virtual kubelet in the offloaded namespaces of its own
 cluster), so a cluster-wide list+watch is forbidden, and would cache far more than it
-needs anyway. This keeps one :class:`~kube_offload.informer.Informer` per namespace and
+needs anyway. This keeps one :class:`~kube_offload.runtime.informer.Informer` per namespace and
 offers the same read interface over all of them: ``get("ns/name")``, ``list()``,
 ``keys()``, ``add_handler``, ``has_synced``, ``last_contact``, ``start``/``stop``; each
 namespace's informer pages its lists, resumes its watch and resyncs on its own timer.
@@ -27,10 +27,10 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from kube_offload.informer import DEFAULT_PAGE_SIZE, DELETED, Handler, Informer
-from kube_offload.kube import split_key
+from kube_offload.runtime.informer import DEFAULT_PAGE_SIZE, DELETED, Handler, Informer
+from kube_offload.runtime.kube import split_key
 
-log = logging.getLogger("kube_offload.informer")
+log = logging.getLogger("kube_offload.runtime.informer")
 
 # namespace -> the list function of that namespace (called with list/watch kwargs), e.g.
 # ``lambda ns: functools.partial(core.list_namespaced_pod, ns)``.

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from kubernetes import client
 
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -28,7 +28,7 @@ AGGREGATE_SECONDS = 600.0
 MAX_REMEMBERED = 4096
 _MERGE_PATCH = "application/merge-patch+json"
 
-log = logging.getLogger("kube_offload.events")
+log = logging.getLogger("kube_offload.runtime.events")
 
 
 class EventSink(Protocol):

@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-log = logging.getLogger("kube_offload.workers")
+log = logging.getLogger("kube_offload.runtime.workers")
 
 ENV_DIRECTORY = "PROMETHEUS_MULTIPROC_DIR"
 _READY_PREFIX = "ready-"

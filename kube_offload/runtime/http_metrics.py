@@ -5,7 +5,7 @@ process-global one, so tests and benchmarks can build many apps in one process w
 "Duplicated timeseries" errors, and ``/metrics`` shows only that app's series.
 
 Series are per process. The webhook runs several gunicorn workers and merges their
-series at scrape time (multiprocess mode, kube_offload/workers.py); the extender runs one.
+series at scrape time (multiprocess mode, kube_offload/runtime/workers.py); the extender runs one.
 """
 
 from __future__ import annotations

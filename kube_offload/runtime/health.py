@@ -26,11 +26,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from kube_offload import runtime_metrics as rm
-from kube_offload.flags import add_flag
-from kube_offload.https_server import parse_bind
+from kube_offload.runtime import metrics as rm
+from kube_offload.runtime.flags import add_flag
+from kube_offload.runtime.https_server import parse_bind
 
-log = logging.getLogger("kube_offload.health")
+log = logging.getLogger("kube_offload.runtime.health")
 
 # Every API call has a 30 s read timeout and a reconcile makes a few: one running this
 # long is stuck (a deadlock, a hung socket), and only a restart frees its worker.

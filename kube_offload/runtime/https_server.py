@@ -2,7 +2,7 @@
 reads: the virtual kubelet's kubelet API and the enforcer's ShadowPod webhook.
 
 Why not gunicorn, which serves the local webhook and the extender
-(:mod:`kube_offload.serving`): its pre-fork model builds the app in a worker process, so
+(:mod:`kube_offload.runtime.serving`): its pre-fork model builds the app in a worker process, so
 the caches an answer reads would be a second copy of the controllers' (a second watch on
 the apiserver that syncs at another moment). Here the caches are the controllers' own.
 And the kubelet API needs the raw socket after a WebSocket upgrade, which WSGI does not
@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("kube_offload.https_server")
+log = logging.getLogger("kube_offload.runtime.https_server")
 
 HANDSHAKE_TIMEOUT = 10.0
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from kube_offload.flags import add_flag, positive_duration
+from kube_offload.runtime.flags import add_flag, positive_duration
 
-log = logging.getLogger("kube_offload.leader_election")
+log = logging.getLogger("kube_offload.runtime.leader_election")
 
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0

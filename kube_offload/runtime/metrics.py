@@ -1,13 +1,13 @@
 """Prometheus metrics of the controller runtime: work queues, reconciles, API calls.
 
 Every long-running loop of the vkubelet and the enforcer is a
-:class:`~kube_offload.controller.Controller` over a work queue, and every call to an API
+:class:`~kube_offload.runtime.controller.Controller` over a work queue, and every call to an API
 server goes through a kubernetes ``ApiClient``: instrumenting those two places once gives
 every controller and every call its figures without a line in the domain code.
 
-Unlike the HTTP components' per-app registries (kube_offload/metrics.py), these series
+Unlike the HTTP components' per-app registries (kube_offload/runtime/http_metrics.py), these series
 live in one process-wide registry, :data:`REGISTRY`, that the process serves on its
-health port (kube_offload/health.py). The vkubelet's and the enforcer's own metrics
+health port (kube_offload/runtime/health.py). The vkubelet's and the enforcer's own metrics
 (vkubelet/observability.py, vkubelet/reflection/metrics.py, enforcer/observability.py)
 register there too, so a process's ``/metrics`` shows what its code imported.
 
@@ -28,10 +28,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kube_offload.metrics import NAMESPACE
+from kube_offload.runtime.http_metrics import NAMESPACE
 
 if TYPE_CHECKING:
-    from kube_offload.controller import Controller
+    from kube_offload.runtime.controller import Controller
 
 REGISTRY = CollectorRegistry()
 

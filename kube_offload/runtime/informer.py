@@ -28,7 +28,7 @@ from typing import Any, Callable
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from kube_offload.kube import ApiError, call_json, object_key
+from kube_offload.runtime.kube import ApiError, call_json, object_key
 
 Handler = Callable[[str, "dict | None", dict], None]
 
@@ -36,7 +36,7 @@ ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
 
-log = logging.getLogger("kube_offload.informer")
+log = logging.getLogger("kube_offload.runtime.informer")
 
 # Objects per LIST page: client-go's reflector default, small enough that one page of Pods
 # stays a few MiB, large enough that a list of a big cluster is a handful of requests.

@@ -1,0 +1,17 @@
+"""The controller runtime shared by every component: what a long-running Kubernetes
+process needs, apart from what kube-offload decides.
+
+- the API edge: :mod:`.kube` (client loading, raw-JSON calls, one error type);
+- caches: :mod:`.informer` (paginated list, resumable watch, indexers, timed resync) and
+  :mod:`.namespaced_informer` (one kind over a changing set of namespaces);
+- loops: :mod:`.workqueue` (de-duplicating, rate-limited, delayed adds), :mod:`.controller`
+  (workers over a queue), :mod:`.events` (the Event recorder), :mod:`.leader_election`;
+- serving and watching: :mod:`.metrics` (queues, reconciles, API calls), :mod:`.health`
+  (``/healthz``, ``/readyz``, ``/metrics``), :mod:`.https_server` (in-process TLS servers),
+  :mod:`.serving` and :mod:`.workers` (gunicorn for the webhook and the extender),
+  :mod:`.http_metrics`, :mod:`.body_limit`, :mod:`.gcpause`;
+- process plumbing: :mod:`.flags` (flags with environment twins), :mod:`.logs`.
+
+The domain modules (policy, selector, affinity, resources, capacity, shadowpod, ...) stay
+in :mod:`kube_offload` and do no I/O; docs/runtime.md describes the runtime.
+"""
