@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from kube_offload.flags import add_flag, appended, positive_duration
+from kube_offload.runtime.flags import add_flag, appended, positive_duration
 from kubectl_offload import render
 from kubectl_offload.kubeconfigs import DEFAULT_REQUEST_TIMEOUT, PluginError, Remotes, load_local, parse_remote_flags
 

@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
 from kube_offload.policy import NamespacePolicy
 from kube_offload.namespace_policies import evaluate

@@ -35,7 +35,7 @@ from urllib3.util import Retry
 from kubernetes.config.config_exception import ConfigException
 
 from kube_offload import constants as c
-from kube_offload.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json
 from kube_offload.peering import DEFAULT_NAMESPACE, KUBECONFIG_KEY, kubeconfig_secret_name
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
