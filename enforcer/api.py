@@ -15,11 +15,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kube_offload.constants import SHADOWPOD_GROUP, SHADOWPOD_PLURAL, SHADOWPOD_VERSION
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 
 JSON = "application/json"
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class EnforcerApi(Protocol):

@@ -24,9 +24,9 @@ from urllib.parse import quote
 
 from kubernetes import client
 
-from enforcer.api import STRATEGIC_MERGE_PATCH, raw_request
+from enforcer.api import raw_request
 from kube_offload.admission import Decision
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, STRATEGIC_MERGE_PATCH
 from kube_offload.shadowpod import InvalidShadowPod, PodFate, build_pod, is_owned_by, pod_fate, pod_update
 
 # Connect and read timeouts of the dry run. The apiserver gives this webhook 10 s in all

@@ -12,11 +12,10 @@ from urllib.parse import quote
 
 from kubernetes import client
 
-from enforcer.api import MERGE_PATCH, raw_request
+from enforcer.api import raw_request
 from kube_offload import constants as c
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, JSON_PATCH, MERGE_PATCH
 
-JSON_PATCH = "application/json-patch+json"
 GROUP_PATH = f"/apis/{c.DOMAIN}/{c.SHADOWPOD_VERSION}"
 RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
 

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer, token_review_call
 from vkubelet.kubeletapi.authz import Authorizer, subject_access_review_call
@@ -36,7 +36,6 @@ from vkubelet.settings import Settings, SettingsError
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
-MERGE_PATCH = "application/merge-patch+json"
 # The node feature the apiserver looks for before proxying exec/attach/port-forward
 # WebSockets to a kubelet (kubernetes v1.37 pkg/registry/core/pod/rest/subresources.go,
 # checkNodeSupportsWebsockets).

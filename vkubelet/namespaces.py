@@ -35,7 +35,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.policy import PolicyError, policy_from_namespace
 from vkubelet import events as ev
@@ -48,7 +48,6 @@ from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet.namespaces")
 
-MERGE_PATCH = "application/merge-patch+json"
 # A request the provider has not answered yet is looked at again this often (its status
 # change normally brings us back at once).
 PENDING_RECHECK_SECONDS = 30.0

@@ -33,14 +33,13 @@ from kubernetes import client
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from vkubelet import node_forge as forge
 from vkubelet.informers import SharedInformers
 from vkubelet import provider_terms as terms
 from vkubelet.provider_terms import ProviderTerms
 from vkubelet.settings import Settings
 
-MERGE_PATCH = "application/merge-patch+json"
 
 log = logging.getLogger("kube_offload.vkubelet.node")
 

@@ -45,7 +45,7 @@ from kube_offload import constants as c
 from kube_offload import shadowpod
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.pod_updates import template_patch
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import daemonsets
 from vkubelet import events as ev
@@ -62,7 +62,6 @@ from kube_offload.remote_resources import is_ours
 from vkubelet.settings import Settings
 from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
 
-MERGE_PATCH = "application/merge-patch+json"
 
 # A pod arriving together with its namespace's first offloading may find the twin not
 # created yet; only warn when that lasts.

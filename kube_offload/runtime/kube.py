@@ -15,6 +15,12 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+# The patch content types our components send (one place; the API server picks the patch
+# semantics from the Content-Type header alone).
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
 # Seconds to wait for a TCP connection and for a (non-watch) response. Without a read
 # timeout a request to an apiserver that went away can hang forever and stall a worker.
 DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)

@@ -25,7 +25,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
 from vkubelet.reflection import forge as f
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 # looked at again for this long.
 YOUNG_EVENT_SECONDS = 60.0
 _REMEMBERED = 4096
-_MERGE_PATCH = "application/merge-patch+json"
 
 log = logging.getLogger("kube_offload.vkubelet.reflection.events")
 
@@ -167,7 +166,7 @@ class EventReflector:
                 patch = {k: desired[k] for k in ("type", "reason", "message", "count") if k in desired}
                 if desired.get("lastTimestamp"):
                     patch["lastTimestamp"] = desired["lastTimestamp"]
-                call_json(self._local.patch_namespaced_event, name, namespace, patch, _content_type=_MERGE_PATCH)
+                call_json(self._local.patch_namespaced_event, name, namespace, patch, _content_type=MERGE_PATCH)
                 metrics.wrote(self.resource, metrics.OPERATION_UPDATE)
         with self._lock:
             self._written[name] = fingerprint

@@ -34,7 +34,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key, MERGE_PATCH
 from vkubelet.reflection.reflector import owned_selector, shared_informer
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
@@ -49,7 +49,6 @@ REASON_PROVISIONED = "ProvisionedRemotely"
 REASON_WAITING = "WaitingForRemoteClaim"
 REASON_NOT_OFFLOADED = "ProvisioningFailed"
 
-MERGE_PATCH = "application/merge-patch+json"
 
 log = logging.getLogger("kube_offload.vkubelet.storage")
 
