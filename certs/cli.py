@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
 from kube_offload.runtime.flags import add_flag, appended
+from kube_offload.runtime.flags import parse_duration as flag_duration
 
 from . import directory as certdir
 from . import pki
@@ -39,20 +39,19 @@ class UsageError(Exception):
 
 # --- flag value types --------------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+)([dhms])")
-_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
 def parse_duration(text: str) -> dt.timedelta:
     """``720h``, ``30d``, ``1h30m``, ``90s`` -> timedelta. A unit is required: a bare
     number would be ambiguous between the Go-style hours people write and seconds."""
-    compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
+    compact = str(text).strip().lower().replace(" ", "")
+    try:
+        if not compact or compact.replace(".", "", 1).isdigit():
+            raise ValueError(text)
+        seconds = flag_duration(compact)
+    except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration; use a number with a unit d, h, m or s, e.g. 720h or 30d"
-        )
-    return dt.timedelta(seconds=sum(int(n) * _UNIT[u] for n, u in parts))
+        ) from None
+    return dt.timedelta(seconds=seconds)
 
 
 def positive_int(text: str) -> int:

@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any, Callable
 
+import durationpy
+
 
 def env_name(component: str, flag: str) -> str:
     """``("webhook", "--tls-cert")`` -> ``KUBE_OFFLOAD_WEBHOOK_TLS_CERT``."""
@@ -88,17 +90,34 @@ def appended(args: argparse.Namespace, flag: str) -> list[str]:
 
 
 # --- argparse value types shared by every component's flags ---------------------------------
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_BARE_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
+_DAYS = re.compile(r"^(\d+)d")
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from ``"5s"``, ``"500ms"``, ``"2m"``, ``"1h"`` or a bare number of seconds;
-    ValueError (which argparse reports against the flag) otherwise."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 2m, 1h)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    """Seconds from a duration as Go writes it (``5s``, ``500ms``, ``1m0.5s``, ``1h30m``,
+    parsed by durationpy, the parser the official client already depends on), from a bare
+    number of seconds (``30``) or with leading days (``30d``, ``1d12h``); ValueError
+    (which argparse reports against the flag) otherwise, negative durations included.
+
+    The one duration parser of the project: flags, certificate lifetimes and the
+    ``window`` of a metrics.k8s.io sample all come through here."""
+    compact = str(text).strip().replace(" ", "")
+    if _BARE_SECONDS.match(compact):
+        return float(compact)
+    days = 0.0
+    match = _DAYS.match(compact)
+    if match:
+        days, compact = float(match.group(1)) * 86400.0, compact[match.end():]
+        if not compact:
+            return days
+    try:
+        seconds = durationpy.from_str(compact).total_seconds()
+    except (durationpy.DurationError, ValueError, TypeError):
+        raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 2m, 1h30m, 30d)") from None
+    if seconds < 0 or compact.startswith(("-", "+")):
+        raise ValueError(f"{text!r}: a duration must not be negative")
+    return days + seconds
 
 
 def positive_duration(text: str) -> float:

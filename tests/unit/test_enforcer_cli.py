@@ -56,12 +56,13 @@ def test_bad_environment_value_exits_with_the_variable_named(monkeypatch):
 
 
 @pytest.mark.parametrize("text,seconds", [("300", 300.0), ("300s", 300.0), ("5m", 300.0), ("1h", 3600.0),
-                                          ("250ms", 0.25), ("1.5m", 90.0)])
+                                          ("250ms", 0.25), ("1.5m", 90.0),
+                                          ("1m0.5s", 60.5), ("1d", 86400.0)])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "5 minutes", "-1s", "0", "1d"])
+@pytest.mark.parametrize("text", ["", "5 minutes", "-1s", "0", "1x", "d"])
 def test_parse_duration_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration(text)

@@ -35,12 +35,12 @@ dropped when the local pod leaves the node.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Mapping
 
 from kube_offload.resources import QuantityError, parse_quantity, parse_quantity_nano
+from kube_offload.runtime.flags import parse_duration as flag_duration
 
 NANO = 1_000_000_000
 # How long a pod's last new sample counts as current (local clock): a few remote
@@ -48,8 +48,6 @@ NANO = 1_000_000_000
 # make a pod vanish from `kubectl top`, but a pod the remote stopped measuring does.
 DEFAULT_STALE_AFTER = 90.0
 
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)")
 
 
 @dataclass(frozen=True)
@@ -92,11 +90,13 @@ def parse_timestamp(text: str) -> float:
 
 def parse_duration(text: str) -> float:
     """A Go duration as metav1.Duration serializes it (``15.003s``, ``1m0.5s``, ``500ms``)
-    -> seconds."""
-    parts = _DURATION_PART.findall(text or "")
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise SampleError(f"window {text!r} is not a duration")
-    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    -> seconds (the project's one duration parser, :func:`kube_offload.runtime.flags.parse_duration`)."""
+    try:
+        if not text or text.replace(".", "", 1).isdigit():
+            raise ValueError(text)  # Go always writes a unit; a bare number is not its output
+        return flag_duration(text)
+    except ValueError:
+        raise SampleError(f"window {text!r} is not a duration") from None
 
 
 def pod_sample(item: Mapping, pod: PodRef) -> PodSample:
