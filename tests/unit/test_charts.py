@@ -578,6 +578,18 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
     assert any(a.startswith("--node-label=") for d in deployments for a in next(containers(d))["args"])
 
 
+def test_unreachable_deletion_margin_is_a_value(helm: Helm) -> None:
+    # vkubelet.unreachableDeletionMargin reaches every vkubelet's flag, parsed as the
+    # vkubelet parses it (a non-default value, so the flag's own default cannot pass).
+    vkubelet = dict(TWO_REMOTES.get("vkubelet", {}), unreachableDeletionMargin="2m")
+    docs = render(helm, LOCAL, dict(TWO_REMOTES, vkubelet=vkubelet))
+    deployments = find(docs, "Deployment", "vkubelet")
+    assert deployments
+    for deployment in deployments:
+        args = parse_component_args(next(containers(deployment))["args"])
+        assert args.unreachable_deletion_margin == 120.0
+
+
 def test_virtual_storage_class(helm: Helm, local_docs: list[dict[str, Any]]) -> None:
     # Default: the class is installed, every vkubelet serves it, none runs the physical
     # delegate and no Role for real claims exists.
