@@ -3,9 +3,9 @@ ShadowPod, recreating it at once when it is deleted or evicted, with no help fro
 consumer cluster. It also creates the namespaces consumers ask for and publishes each
 consumer's usage and the capacity it may use (the provider side of docs/security.md).
 
-Modules: ``cli`` (flags, signals), ``controller`` (informers, index, workers),
-``reconcile`` (one ShadowPod converged), ``api`` (its writes to the API server),
-``events`` (Kubernetes Events), ``podindex`` (pods by owner), ``crd`` (--install-crd).
+Modules: ``cli`` (flags, signals), ``controller`` (informers, workers), ``reconcile``
+(one ShadowPod converged; the pod informer's index of pods by ShadowPod), ``api`` (its
+writes to the API server), ``events`` (Kubernetes Events), ``crd`` (--install-crd).
 The decisions themselves are pure functions in :mod:`kube_offload.shadowpod`.
 
 Provider side: ``tenants`` (wiring of the two loops below and their informers),

@@ -1,5 +1,5 @@
 """Wiring of the ShadowPod controller: two informers (ShadowPods, and the pods the
-enforcer manages), the owner index, the work queue and its workers; and, once it runs,
+enforcer manages, indexed by their ShadowPod), the work queue and its workers; and, once it runs,
 the provider-side loops (TwinNamespace controller, Consumer status: enforcer/tenants.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from kubernetes import client
 
 from enforcer.api import KubeEnforcerApi
 from enforcer.events import EventRecorder
-from enforcer.podindex import PodIndex
-from enforcer.reconcile import Reconciler
+from enforcer.reconcile import POD_INDEXERS, Reconciler
 from enforcer.tenants import TenantLoops
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE,
@@ -63,21 +62,21 @@ class Enforcer:
             name="managed-pods",
             resync_seconds=settings.resync_seconds,
             transform=_drop_managed_fields,
+            # Kept by the informer itself, current before any handler hears of a change.
+            indexers=POD_INDEXERS,
             **_pod_list(api_client, settings.namespace),
         )
-        self.index = PodIndex()
         api = KubeEnforcerApi(api_client)
         self.reconciler = Reconciler(
             shadowpods=self.shadowpods,
             pods=self.pods,
-            index=self.index,
             api=api,
             recorder=EventRecorder(api),
         )
         self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
-        # The index must see a pod event before the reconcile it triggers runs.
-        self.pods.add_handler(self.index.on_event)
         self.controller.watch(self.shadowpods)
+        # Pod status changes are not skipped: the reconcile copies the pod's status into
+        # its ShadowPod's (and replaces a pod that failed).
         self.controller.watch(self.pods, owner_key)
         self.tenants: TenantLoops | None = None
         if settings.namespace is None:

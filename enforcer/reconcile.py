@@ -18,7 +18,6 @@ from enforcer import events
 from enforcer.api import EnforcerApi
 from enforcer.events import EventRecorder
 from enforcer.dry_run import pod_message
-from enforcer.podindex import PodIndex
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.kube import ApiError, split_key
@@ -32,6 +31,7 @@ from kube_offload.shadowpod import (
     controller_ref,
     describe_end,
     is_owned_by,
+    owner_key,
     plan,
     pod_fate,
     pod_update,
@@ -56,8 +56,30 @@ NAME_TAKEN_RECHECK_SECONDS = 30.0
 log = logging.getLogger("kube_offload.enforcer")
 
 
+# The pod informer's index of managed pods by the ShadowPod controlling them
+# (``namespace/name``): a reconcile finds its pods without scanning every managed pod in
+# the cluster, which a resync would turn into a quadratic amount of work. The informer
+# updates it before the event reaches the controller, so the reconcile a pod event
+# triggers finds that pod where it now belongs.
+BY_SHADOWPOD = "by-shadowpod"
+
+
+def shadowpod_of(pod: dict) -> str | None:
+    """The index function of :data:`BY_SHADOWPOD`."""
+    return owner_key(pod)
+
+
+POD_INDEXERS = {BY_SHADOWPOD: shadowpod_of}
+
+
 class Cache(Protocol):
     def get(self, key: str) -> dict | None: ...
+
+
+class PodCache(Cache, Protocol):
+    """The managed pods, with the :data:`POD_INDEXERS` (an Informer, or in tests an Indexer)."""
+
+    def by_index(self, name: str, value: str) -> list[dict]: ...
 
 
 class Reconciler:
@@ -65,14 +87,12 @@ class Reconciler:
         self,
         *,
         shadowpods: Cache,
-        pods: Cache,
-        index: PodIndex,
+        pods: PodCache,
         api: EnforcerApi,
         recorder: EventRecorder,
     ) -> None:
         self._shadowpods = shadowpods
         self._pods = pods
-        self._index = index
         self._api = api
         self._recorder = recorder
         # ShadowPod key -> the applied-template record of an update the provider refused:
@@ -85,7 +105,7 @@ class Reconciler:
             return  # ShadowPods are namespaced; nothing else is ever enqueued
         logger = ObjectLogger(log, {"key": key})
         shadowpod = self._shadowpods.get(key)
-        pods = [p for p in (self._pods.get(k) for k in self._index.pods_of(key)) if p is not None]
+        pods = self._pods.by_index(BY_SHADOWPOD, key)
         if shadowpod is None:
             self._refused_updates.pop(key, None)
             # The garbage collector deletes these through the owner reference; this is

@@ -46,6 +46,7 @@ from kube_offload import shadowpod
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.pod_updates import template_patch
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key, MERGE_PATCH
+from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import daemonsets
 from vkubelet import events as ev
@@ -57,7 +58,7 @@ from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from vkubelet.node_forge import parse_time
-from vkubelet.origin_index import OriginIndex
+from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from kube_offload.remote_resources import is_ours
 from vkubelet.settings import Settings
 from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
@@ -106,13 +107,25 @@ class PodOffloader:
         self.shadowpods = informers.remote_shadowpods()
         self.remote_pods = informers.remote_pods()
         self.priority_classes = informers.remote_priority_classes()
-        # Indexes first: their handlers must have run before a worker reads them for a
-        # key the controller's handlers enqueue (handlers run in registration order).
-        self.shadow_index = OriginIndex(self.shadowpods, self._is_ours)
-        self.pod_index = OriginIndex(self.remote_pods, self._is_ours)
+        # Remote ShadowPods and pods by the local pod they stand for (vkubelet/indexes.py),
+        # kept by the informers themselves: current before any handler hears of a change.
+        by_origin = ours_by_origin(settings.local_cluster_id)
+        self.shadowpods.add_indexer(BY_ORIGIN, by_origin)
+        self.remote_pods.add_indexer(BY_ORIGIN, by_origin)
+        # The resourceVersions our own pods/status patches produced (their echoes).
+        self._status_echoes = WriteEchoes()
 
         self.controller = Controller(name="pods", reconcile=self.reconcile, workers=settings.workers)
-        self.controller.watch(self.local_pods)
+        # Local pods: the echo of our own status patch is skipped (it only shows what we
+        # just wrote; reconciling it again found nothing to do, for every status change of
+        # every pod). Any other status-only update is not: the reconcile reads the local
+        # status (terminal phase, startTime, the Ready it marked, conditions it keeps) and
+        # must answer someone else's write at once, e.g. the node lifecycle controller
+        # marking the virtual node's pods not Ready after a missed lease.
+        self.controller.watch(self.local_pods, skip=self._own_status_write)
+        # Remote pods and ShadowPods: never skipped on status. The remote pod's status is
+        # what the local pod mirrors, and the ShadowPod's (recreations) goes into the
+        # local restart counts.
         self.controller.watch(self.shadowpods, self._local_key_of)
         self.controller.watch(self.remote_pods, self._local_key_of)
         self.controller.watch(twins.requests, self._pods_of_twin)
@@ -143,12 +156,24 @@ class PodOffloader:
         self.shadowpods.relist()
 
     def resync_all(self) -> None:
-        for key in set(self.local_pods.keys()) | set(self.shadow_index.local_keys()):
+        for key in set(self.local_pods.keys()) | set(self.shadowpods.index_values(BY_ORIGIN)):
             self.controller.enqueue(key)
 
     # --- event -> key ------------------------------------------------------------------------
     def _is_ours(self, obj: Mapping) -> bool:
         return is_ours(obj, self.settings.local_cluster_id)
+
+    def _shadows_of(self, key: str) -> list[dict]:
+        """Our ShadowPods standing for local pod ``key``."""
+        return self.shadowpods.by_index(BY_ORIGIN, key)
+
+    def _remote_pods_of(self, key: str) -> list[dict]:
+        """Our remote pods standing for local pod ``key``."""
+        return self.remote_pods.by_index(BY_ORIGIN, key)
+
+    def _own_status_write(self, old: dict | None, new: dict) -> bool:
+        """Whether a local pod update is only the echo of our own pods/status patch."""
+        return only_status_changed(old, new) and self._status_echoes.is_echo(new)
 
     def _local_key_of(self, obj: dict) -> str | None:
         return origin_key(obj) if self._is_ours(obj) else None
@@ -164,7 +189,9 @@ class PodOffloader:
     def reconcile(self, key: str) -> None:
         logger = ObjectLogger(log, {"key": key})
         local = self.local_pods.get(key)
-        shadows = self.shadow_index.get(key)
+        shadows = self._shadows_of(key)
+        if local is None:
+            self._status_echoes.forget(key)
         if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
             self.refusals.forget_prefix(key)
         if local is None:
@@ -370,7 +397,7 @@ class PodOffloader:
             self._terminate_unreachable(local, logger)
             return
         grace = term.grace_seconds(local)
-        remote_pods = self.pod_index.get(key)
+        remote_pods = self._remote_pods_of(key)
         # An enforcer that does not honour the request (an older one) must not keep the
         # pod for ever: past the deadline the ShadowPod goes, and its pod with it.
         deadline = term.unreachable_deadline(local, self.settings.unreachable_deletion_margin)
@@ -473,7 +500,7 @@ class PodOffloader:
         # admit, so that its controller replaces it where the policy now allows.
         for shp in shadows:
             self._delete_shadowpod(shp, logger, why)
-        remaining = shadows + self.pod_index.get(f"{meta['namespace']}/{meta['name']}")
+        remaining = shadows + self._remote_pods_of(f"{meta['namespace']}/{meta['name']}")
         if remaining:
             raise Requeue(TERMINATION_POLL_SECONDS, f"{message}; waiting for its remote pod to go")
         failed = st.failed_status(local, REASON_NOT_OFFLOADED, message, _now())
@@ -492,7 +519,7 @@ class PodOffloader:
         text = daemonsets.message(daemonset, self.settings.cluster_id, self.settings.node_name)
         for shp in shadows:
             self._delete_shadowpod(shp, logger, "DaemonSet pods are not offloaded")
-        remaining = shadows + self.pod_index.get(object_key(local))
+        remaining = shadows + self._remote_pods_of(object_key(local))
         if remaining:
             raise Requeue(TERMINATION_POLL_SECONDS, "DaemonSet pod: waiting for its remote pod to go")
         if daemonsets.needs_ending(local):
@@ -570,13 +597,17 @@ class PodOffloader:
     def _patch_status(self, local: dict, patch: dict) -> None:
         meta = local["metadata"]
         try:
-            call_json(self._local.patch_namespaced_pod_status, meta["name"], meta["namespace"], patch, _content_type=MERGE_PATCH)
+            written = call_json(
+                self._local.patch_namespaced_pod_status, meta["name"], meta["namespace"], patch, _content_type=MERGE_PATCH
+            )
         except ApiError as exc:
             if exc.not_found:
                 return
             if exc.conflict:
                 raise Requeue(0.2, "local pod changed meanwhile")
             raise
+        # Its watch event may come before this line (then it is reconciled, harmlessly).
+        self._status_echoes.wrote(written)
 
 
 def _now() -> str:

@@ -2,10 +2,12 @@
 process needs, apart from what kube-offload decides.
 
 - the API edge: :mod:`.kube` (client loading, raw-JSON calls, one error type);
-- caches: :mod:`.informer` (paginated list, resumable watch, indexers, timed resync) and
-  :mod:`.namespaced_informer` (one kind over a changing set of namespaces);
+- caches: :mod:`.informer` (paginated list, resumable watch, indexers, timed resync),
+  :mod:`.indexer` (its store and named indexes) and :mod:`.namespaced_informer` (one kind
+  over a changing set of namespaces);
 - loops: :mod:`.workqueue` (de-duplicating, rate-limited, delayed adds), :mod:`.controller`
-  (workers over a queue), :mod:`.events` (the Event recorder), :mod:`.leader_election`;
+  (workers over a queue), :mod:`.predicates` (updates a loop may skip: status only),
+  :mod:`.events` (the Event recorder), :mod:`.leader_election`;
 - serving and watching: :mod:`.metrics` (queues, reconciles, API calls), :mod:`.health`
   (``/healthz``, ``/readyz``, ``/metrics``), :mod:`.https_server` (in-process TLS servers),
   :mod:`.serving` and :mod:`.workers` (gunicorn for the webhook and the extender),

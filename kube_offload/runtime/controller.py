@@ -17,7 +17,7 @@ import time
 from typing import Callable, Iterable
 
 from kube_offload.runtime import metrics as rm
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.informer import MODIFIED, Informer
 from kube_offload.runtime.kube import ApiError, object_key
 from kube_offload.runtime.workqueue import ShutDown, WorkQueue
 
@@ -63,10 +63,21 @@ class Controller:
     def enqueue_after(self, key: str, delay: float) -> None:
         self.queue.add_after(key, delay)
 
-    def watch(self, informer: Informer, key_func: Callable[[dict], Iterable[str] | str | None] | None = None) -> None:
-        """Enqueue the key(s) ``key_func`` maps each event's object to (default: its own key)."""
+    def watch(
+        self,
+        informer: Informer,
+        key_func: Callable[[dict], Iterable[str] | str | None] | None = None,
+        *,
+        skip: Callable[[dict | None, dict], bool] | None = None,
+    ) -> None:
+        """Enqueue the key(s) ``key_func`` maps each event's object to (default: its own key).
+        An update for which ``skip(old, new)`` is true enqueues nothing (e.g.
+        kube_offload/runtime/predicates.py: a change of status only, for a loop that does
+        not read status); adds, deletes and resyncs are never skipped."""
 
-        def handler(_event: str, old: dict | None, new: dict) -> None:
+        def handler(event: str, old: dict | None, new: dict) -> None:
+            if skip is not None and event == MODIFIED and old is not None and old is not new and skip(old, new):
+                return
             for obj in (old, new):
                 if obj is None:
                     continue

@@ -11,7 +11,12 @@ One background thread lists, then watches from the list's resourceVersion:
 - managedFields are stripped from every cached object (they are often most of its bytes and
   no loop reads them) unless ``keep_managed_fields`` is set;
 - a timer delivers every cached object again (old == new) every ``resync_seconds``, whether
-  or not any watch event arrives, so level-triggered controllers re-check their world.
+  or not any watch event arrives, so level-triggered controllers re-check their world;
+- named indexes (``indexers``, :meth:`Informer.add_indexer`; kube_offload/runtime/indexer.py)
+  are kept in step with the cache under its lock, and are already updated when a handler
+  hears of a change (watch event, relist difference): a reconcile triggered by the event
+  finds the object under its new index value, never under the old one. A resync changes
+  nothing, so it touches no index.
 
 Handlers run on the informer's threads, one event at a time, and must be cheap: enqueue a
 key, nothing more.
@@ -23,11 +28,12 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from kube_offload.runtime.indexer import IndexFunc, Indexer
 from kube_offload.runtime.kube import ApiError, call_json, object_key
 
 Handler = Callable[[str, "dict | None", dict], None]
@@ -55,6 +61,7 @@ class Informer:
         transform: Callable[[dict], dict] | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         keep_managed_fields: bool = False,
+        indexers: Mapping[str, IndexFunc] | None = None,
     ) -> None:
         self.name = name
         self._page_size = page_size
@@ -64,8 +71,8 @@ class Informer:
         self._resync_seconds = resync_seconds
         self._watch_timeout = watch_timeout_seconds
         self._transform = transform
-        self._store: dict[str, dict] = {}
-        self._lock = threading.RLock()  # guards _store (reads are never blocked by handlers)
+        self._store = Indexer(indexers)
+        self._lock = threading.RLock()  # guards _store and its indexes (reads are never blocked by handlers)
         # Held while the store changes and its event is delivered, and for a whole resync:
         # handlers see one event at a time, and a resync never delivers an object that a
         # concurrent watch event has just deleted (an index would resurrect it).
@@ -139,11 +146,33 @@ class Informer:
 
     def list(self) -> list[dict]:
         with self._lock:
-            return list(self._store.values())
+            return self._store.list()
 
     def keys(self) -> list[str]:
         with self._lock:
-            return list(self._store.keys())
+            return self._store.keys()
+
+    # --- indexes (kube_offload/runtime/indexer.py) ------------------------------------------
+    def add_indexer(self, name: str, func: IndexFunc) -> None:
+        """Register index ``name`` (``obj -> values``). Best before :meth:`start`; later,
+        the objects already cached are indexed at once. The same name with an equal
+        function again is a no-op (loops sharing this informer); another function, an error."""
+        with self._lock:
+            self._store.add_indexer(name, func)
+
+    def by_index(self, name: str, value: str) -> list[dict]:
+        """The cached objects found under ``value`` in index ``name`` (read only)."""
+        with self._lock:
+            return self._store.by_index(name, value)
+
+    def index_keys(self, name: str, value: str) -> list[str]:
+        with self._lock:
+            return self._store.index_keys(name, value)
+
+    def index_values(self, name: str) -> list[str]:
+        """Every value of index ``name`` at least one cached object is found under."""
+        with self._lock:
+            return self._store.index_values(name)
 
     # --- loop ----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -228,8 +257,8 @@ class Informer:
         fresh: dict[str, dict] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
         with self._dispatch_lock:
             with self._lock:
-                previous = self._store
-                self._store = fresh
+                # The indexes are rebuilt with the store, before any difference is delivered.
+                previous = self._store.replace(fresh)
             for key, obj in fresh.items():
                 old = previous.get(key)
                 if old is None:
@@ -317,12 +346,11 @@ class Informer:
     def _apply(self, kind: str, obj: dict) -> None:
         key = object_key(obj)
         with self._dispatch_lock:
-            with self._lock:
-                old = self._store.get(key)
+            with self._lock:  # the store and its indexes first, then the handlers
                 if kind == DELETED:
-                    self._store.pop(key, None)
+                    old = self._store.pop(key)
                 else:
-                    self._store[key] = obj
+                    old = self._store.put(obj)
             if kind == DELETED:
                 self._dispatch(DELETED, old, obj)
             else:

@@ -5,8 +5,10 @@ namespaces on a provider; the virtual kubelet in the offloaded namespaces of its
 cluster), so a cluster-wide list+watch is forbidden, and would cache far more than it
 needs anyway. This keeps one :class:`~kube_offload.runtime.informer.Informer` per namespace and
 offers the same read interface over all of them: ``get("ns/name")``, ``list()``,
-``keys()``, ``add_handler``, ``has_synced``, ``last_contact``, ``start``/``stop``; each
-namespace's informer pages its lists, resumes its watch and resyncs on its own timer.
+``keys()``, ``add_handler``, ``has_synced``, ``last_contact``, ``start``/``stop``, and the
+indexes (``indexers``, ``add_indexer``, ``by_index``, ``index_keys``, ``index_values``);
+each namespace's informer pages its lists, resumes its watch, resyncs on its own timer and
+keeps its share of every index, updated before the change reaches any handler here.
 Controllers written against one cluster-wide informer work unchanged.
 
 :meth:`MultiNamespaceInformer.set_namespaces` says which namespaces to watch; a new one
@@ -25,8 +27,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
+from kube_offload.runtime.indexer import IndexFunc
 from kube_offload.runtime.informer import DEFAULT_PAGE_SIZE, DELETED, Handler, Informer
 from kube_offload.runtime.kube import split_key
 
@@ -56,6 +59,7 @@ class MultiNamespaceInformer:
         sync_gate: Callable[[], bool] | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         keep_managed_fields: bool = False,
+        indexers: Mapping[str, IndexFunc] | None = None,
     ) -> None:
         self.name = name
         self._page_size = page_size
@@ -72,6 +76,8 @@ class MultiNamespaceInformer:
         self._dispatch_lock = threading.RLock()  # one event at a time to the handlers
         self._children: dict[str, Informer] = {}
         self._handlers: list[Handler] = []
+        # Every namespace's informer gets these (those added later included).
+        self._indexers: dict[str, IndexFunc] = dict(indexers or {})
         self._started = False
         self._stopped = False
         # A namespace's last contact outlives its informer: readiness must not drop
@@ -97,6 +103,35 @@ class MultiNamespaceInformer:
         with self._lock:
             children = list(self._children.values())
         return [key for child in children for key in child.keys()]
+
+    # --- indexes (kube_offload/runtime/indexer.py): each namespace's share, merged --------------
+    def add_indexer(self, name: str, func: IndexFunc) -> None:
+        """Register index ``name`` on every namespace's informer, now and to come
+        (:meth:`Informer.add_indexer`: the same name with an equal function is a no-op)."""
+        with self._lock:
+            existing = self._indexers.get(name)
+            if existing is not None and existing != func:
+                raise ValueError(f"an index named {name!r} is already registered with another function")
+            self._indexers[name] = func
+            children = list(self._children.values())
+        for child in children:
+            child.add_indexer(name, func)
+
+    def by_index(self, name: str, value: str) -> list[dict]:
+        return [obj for child in self._indexed(name) for obj in child.by_index(name, value)]
+
+    def index_keys(self, name: str, value: str) -> list[str]:
+        return [key for child in self._indexed(name) for key in child.index_keys(name, value)]
+
+    def index_values(self, name: str) -> list[str]:
+        return sorted({value for child in self._indexed(name) for value in child.index_values(name)})
+
+    def _indexed(self, name: str) -> list[Informer]:
+        with self._lock:
+            if name not in self._indexers:
+                known = ", ".join(sorted(self._indexers)) or "none"
+                raise KeyError(f"no index named {name!r} on informer {self.name} (registered: {known})")
+            return [self._children[ns] for ns in sorted(self._children)]
 
     def has_synced(self) -> bool:
         """Started, the namespace set known (``sync_gate``), and every watched namespace
@@ -197,6 +232,7 @@ class MultiNamespaceInformer:
             transform=self._transform,
             page_size=self._page_size,
             keep_managed_fields=self._keep_managed_fields,
+            indexers=self._indexers,
         )
         child.add_handler(lambda kind, old, new: self._forward(namespace, child, kind, old, new))
         return child

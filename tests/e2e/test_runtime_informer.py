@@ -1,8 +1,9 @@
 """The informer's runtime behaviour (kube_offload/runtime/informer.py) against a real kube-apiserver:
 paginated lists, a broken watch resumed from the last resourceVersion without a new list,
 a list again only when the server answers 410 Gone (after a server restart, the module's
-last test), managedFields stripped from the cache,
-and resyncs on a timer while the watch is quiet.
+last test), managedFields stripped from the cache, resyncs on a timer while the watch is
+quiet, and a named index filled from the list, moved and emptied by watch events, and
+already current when a handler hears of the change.
 
 The cluster is this module's own (one kwokctl control plane, no nodes) and the informer
 reads it with the admin kubeconfig: these tests exercise the library, not a component's
@@ -132,6 +133,10 @@ def configmap(name: str, label: str) -> dict:
     return {"metadata": {"name": name, "labels": {"runtime-test": label}}, "data": {"k": "v"}}
 
 
+def by_team(obj: dict) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get("team")
+
+
 def started(lister: CountingList, label: str, **kwargs) -> tuple[Informer, Recorder]:
     informer = Informer(
         name=f"configmaps-{label}", list_func=lister, list_kwargs={"label_selector": f"runtime-test={label}"}, **kwargs
@@ -211,6 +216,56 @@ def test_resync_is_delivered_on_time_while_the_watch_is_quiet(core: client.CoreV
         # No change is made: only the timer can deliver these.
         until(lambda: seen.resyncs() >= 3, "three resyncs of the quiet cache", timeout=10)
         assert lister.watch_count() == 1 and informer.list_count == 1
+    finally:
+        informer.stop()
+
+
+def test_an_index_is_filled_by_the_list_follows_the_watch_and_is_current_for_handlers(core: client.CoreV1Api):
+    def labelled(name: str, team: str) -> dict:
+        body = configmap(name, "index")
+        body["metadata"]["labels"]["team"] = team
+        return body
+
+    core.create_namespaced_config_map(NS, labelled("index-a", "red"))
+    core.create_namespaced_config_map(NS, labelled("index-b", "blue"))
+    lister = CountingList(core, NS)
+    informer = Informer(
+        name="configmaps-index", list_func=lister, list_kwargs={"label_selector": "runtime-test=index"},
+        indexers={"team": by_team}, watch_timeout_seconds=120,
+    )
+    # What the index says at the moment each handler call runs.
+    seen: list[tuple[str, str, list[str], list[str]]] = []
+
+    def spy(kind: str, _old: dict | None, new: dict) -> None:
+        seen.append((kind, new["metadata"]["name"], informer.index_keys("team", "red"), informer.index_keys("team", "blue")))
+
+    informer.add_handler(spy)
+    informer.start()
+    try:
+        assert informer.wait_for_sync(TIMEOUT)
+        # From the list.
+        assert informer.index_keys("team", "red") == [f"{NS}/index-a"]
+        assert [o["metadata"]["name"] for o in informer.by_index("team", "blue")] == ["index-b"]
+        until(lambda: lister.watch_count() == 1, "the first watch")
+
+        # Added by watch.
+        core.create_namespaced_config_map(NS, labelled("index-c", "red"))
+        until(lambda: len(informer.index_keys("team", "red")) == 2, "index-c under red")
+        assert (ADDED, "index-c", [f"{NS}/index-a", f"{NS}/index-c"], [f"{NS}/index-b"]) in seen
+
+        # Modified: index-a moves from red to blue, and its handler already sees it there.
+        core.patch_namespaced_config_map("index-a", NS, {"metadata": {"labels": {"team": "blue"}}})
+        until(lambda: informer.index_keys("team", "red") == [f"{NS}/index-c"], "index-a out of red")
+        assert informer.index_keys("team", "blue") == [f"{NS}/index-a", f"{NS}/index-b"]
+        assert (MODIFIED, "index-a", [f"{NS}/index-c"], [f"{NS}/index-a", f"{NS}/index-b"]) in seen
+
+        # Deleted: gone from its value, already when its handler runs.
+        core.delete_namespaced_config_map("index-b", NS)
+        until(lambda: informer.index_keys("team", "blue") == [f"{NS}/index-a"], "index-b out of blue")
+        assert (DELETED, "index-b", [f"{NS}/index-c"], [f"{NS}/index-a"]) in seen
+        assert informer.index_values("team") == ["blue", "red"]
+        # One list; every change after it came by watch.
+        assert informer.list_count == 1 and len(lister.lists) == 1
     finally:
         informer.stop()
 

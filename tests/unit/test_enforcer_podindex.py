@@ -1,10 +1,11 @@
-"""The owner index the enforcer keeps over its pod informer, and the Event recorder."""
+"""The index of pods by ShadowPod the enforcer's pod informer keeps (enforcer.reconcile
+POD_INDEXERS, fed here the way a watch feeds it), and the Event recorder."""
 
 from __future__ import annotations
 
 from enforcer.events import AGGREGATE_SECONDS, EventRecorder
-from enforcer.podindex import PodIndex
-from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
+from enforcer.reconcile import BY_SHADOWPOD, POD_INDEXERS
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import ApiError
 
 
@@ -17,18 +18,27 @@ def pod(name: str, owner: str | None, namespace: str = "ns") -> dict:
     return {"metadata": meta}
 
 
+def _never_listed(**_kwargs):
+    raise AssertionError("no API call expected")
+
+
 def test_index_follows_adds_moves_and_deletes():
-    index = PodIndex()
-    index.on_event(ADDED, None, pod("a", "web"))
-    index.on_event(ADDED, None, pod("b", "web"))
-    index.on_event(ADDED, None, pod("c", None))
-    assert index.pods_of("ns/web") == ["ns/a", "ns/b"]
-    index.on_event(MODIFIED, pod("b", "web"), pod("b", "db"))
-    assert index.pods_of("ns/web") == ["ns/a"] and index.pods_of("ns/db") == ["ns/b"]
-    index.on_event(DELETED, pod("a", "web"), pod("a", "web"))
-    assert index.pods_of("ns/web") == []
-    index.on_event(DELETED, None, pod("a", "web"))  # a repeated delete is harmless
-    assert index.pods_of("other/web") == []
+    pods = Informer(name="managed-pods", list_func=_never_listed, indexers=POD_INDEXERS)
+
+    def of(shadowpod: str) -> list[str]:
+        return pods.index_keys(BY_SHADOWPOD, shadowpod)
+
+    pods._apply(ADDED, pod("a", "web"))  # the path a watch event takes
+    pods._apply(ADDED, pod("b", "web"))
+    pods._apply(ADDED, pod("c", None))  # no controlling ShadowPod: not indexed
+    assert of("ns/web") == ["ns/a", "ns/b"]
+    assert [p["metadata"]["name"] for p in pods.by_index(BY_SHADOWPOD, "ns/web")] == ["a", "b"]
+    pods._apply(MODIFIED, pod("b", "db"))
+    assert of("ns/web") == ["ns/a"] and of("ns/db") == ["ns/b"]
+    pods._apply(DELETED, pod("a", "web"))
+    assert of("ns/web") == []
+    pods._apply(DELETED, pod("a", "web"))  # a repeated delete is harmless
+    assert of("other/web") == [] and pods.index_values(BY_SHADOWPOD) == ["ns/db"]
 
 
 class RecordingApi:

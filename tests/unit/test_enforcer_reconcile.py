@@ -12,11 +12,10 @@ import pytest
 
 from enforcer import events
 from enforcer.events import EventRecorder
-from enforcer.podindex import PodIndex
-from enforcer.reconcile import Reconciler
+from enforcer.reconcile import POD_INDEXERS, Reconciler
 from kube_offload import constants as C
 from kube_offload.runtime.controller import PermanentError, Requeue
-from kube_offload.runtime.informer import ADDED, DELETED
+from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import build_shadowpod
 
@@ -105,24 +104,23 @@ class FakeApi:
 
 
 class World:
-    """The fake API plus caches that show exactly what the API holds (an up-to-date
-    informer) unless a test freezes them."""
+    """The fake API plus caches: the ShadowPod cache shows exactly what the API holds (an
+    up-to-date informer) unless a test freezes it; the pod cache is the store an Informer
+    keeps, with the enforcer's own indexes, refreshed from the API by :meth:`sync_pods`
+    (what the informer's list and watch do) and left behind when a test wants it stale."""
 
     def __init__(self) -> None:
         self.api = FakeApi()
-        self.index = PodIndex()
-        self.reconcile = Reconciler(
-            shadowpods=self, pods=_PodCache(self), index=self.index, api=self.api, recorder=EventRecorder(self.api)
-        )
+        self.pods = Indexer(POD_INDEXERS)
+        self.reconcile = Reconciler(shadowpods=self, pods=self.pods, api=self.api, recorder=EventRecorder(self.api))
         self.frozen_shadowpods: dict[str, dict] | None = None
 
     def get(self, key):  # the ShadowPod cache
         source = self.frozen_shadowpods if self.frozen_shadowpods is not None else self.api.shadowpods
         return copy.deepcopy(source.get(key))
 
-    def sync_index(self) -> None:
-        for pod in self.api.pods.values():
-            self.index.on_event(ADDED, None, pod)
+    def sync_pods(self) -> None:
+        self.pods.replace({key: copy.deepcopy(pod) for key, pod in self.api.pods.items()})
 
     def add_shadowpod(self, restart_policy: str | None = None) -> dict:
         spec = {"containers": [{"name": "c", "image": "i"}]}
@@ -134,19 +132,11 @@ class World:
         return shp
 
     def run(self) -> None:
-        self.sync_index()
+        self.sync_pods()
         self.reconcile(KEY)
 
     def reasons(self) -> list[str]:
         return [e["reason"] for e in self.api.events]
-
-
-class _PodCache:
-    def __init__(self, world: World) -> None:
-        self.world = world
-
-    def get(self, key):
-        return copy.deepcopy(self.world.api.pods.get(key))
 
 
 @pytest.fixture
@@ -177,7 +167,7 @@ def test_vanished_pod_is_recreated_and_counted(world):
     world.add_shadowpod()
     world.run()
     first_uid = world.api.pods[KEY]["metadata"]["uid"]
-    world.index.on_event(DELETED, None, world.api.pods.pop(KEY))
+    world.api.pods.pop(KEY)
     world.run()
     assert world.api.pods[KEY]["metadata"]["uid"] != first_uid
     assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
@@ -202,7 +192,7 @@ def test_completed_run_is_mirrored_and_never_rerun(world):
     world.api.pods[KEY]["status"] = {"phase": "Succeeded"}
     world.run()
     assert world.api.shadowpods[KEY]["status"]["phase"] == "Succeeded"
-    world.index.on_event(DELETED, None, world.api.pods.pop(KEY))
+    world.api.pods.pop(KEY)
     world.api.writes.clear()
     world.run()
     assert world.api.writes == [] and KEY not in world.api.pods
@@ -221,8 +211,7 @@ def test_terminating_pod_requeues_without_writes(world):
 def test_already_exists_because_the_cache_lags_requeues(world):
     world.add_shadowpod()
     world.run()
-    world.index = PodIndex()  # the pod informer has not delivered the pod yet
-    world.reconcile._index = world.index
+    world.pods.replace({})  # the pod informer has not delivered the pod yet
     with pytest.raises(Requeue):
         world.reconcile(KEY)
     assert len(world.api.pods) == 1
@@ -242,8 +231,7 @@ def test_pod_of_an_earlier_shadowpod_with_the_same_name_is_deleted(world):
     world.add_shadowpod()
     world.run()
     world.api.shadowpods[KEY]["metadata"]["uid"] = "shp-2"  # deleted and created again
-    world.index = PodIndex()  # and its old pod not seen (yet) by the informer
-    world.reconcile._index = world.index
+    world.pods.replace({})  # and its old pod not seen (yet) by the informer
     with pytest.raises(Requeue):
         world.reconcile(KEY)
     assert KEY not in world.api.pods

@@ -27,7 +27,7 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.remote_resources import is_ours
 from kube_offload.shadowpod import is_owned_by
 from vkubelet.kubeletapi.paths import RequestError
-from vkubelet.origin_index import OriginIndex
+from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.translation import origin_key, origin_uid
 
 
@@ -131,17 +131,20 @@ class PodResolver:
         self._node_name = node_name
         self._cluster_id = cluster_id
         self._local_cluster_id = local_cluster_id
-        ours = lambda obj: is_ours(obj, local_cluster_id)  # noqa: E731
-        self._pods = OriginIndex(remote_pods, ours)
-        self._shadowpods = OriginIndex(shadowpods, ours)
+        # The pod loop's index on these shared informers (the same function: one index).
+        by_origin = ours_by_origin(local_cluster_id)
+        remote_pods.add_indexer(BY_ORIGIN, by_origin)
+        shadowpods.add_indexer(BY_ORIGIN, by_origin)
+        self._pods = remote_pods
+        self._shadowpods = shadowpods
 
     def resolve(self, namespace: str, pod: str, pod_uid: str = "") -> RemotePod:
         key = f"{namespace}/{pod}"
         twin, problem = self._twins.twin_for(namespace)
         return choose_remote_pod(
             self._local_pods.get(key),
-            self._shadowpods.get(key),
-            self._pods.get(key),
+            self._shadowpods.by_index(BY_ORIGIN, key),
+            self._pods.by_index(BY_ORIGIN, key),
             twin=twin,
             twin_problem=problem,
             key=key,

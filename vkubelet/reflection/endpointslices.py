@@ -70,7 +70,7 @@ class EndpointSliceReflector(Reflector):
         key = object_key(service)
         namespace, name = key.split("/", 1)
         prefix = f"{namespace}/"
-        if not self._offloaded(key) and not any(k.startswith(prefix) for k in self.index.local_keys()):
+        if not self._offloaded(key) and not any(k.startswith(prefix) for k in self.reflected_keys()):
             return []  # nothing of ours in that namespace: spare the scan
         keys = []
         for slice_key in self.local.keys():

@@ -3,9 +3,9 @@
 Per type: an informer on the local objects of the offloaded namespaces only (scope.py:
 namespace-scoped watches started and stopped as namespaces opt in and out), one on the
 remote objects this cluster's reflector of that type wrote (label-selected: origin +
-reflector labels, so nobody else's objects are even cached), an index remote -> local
-key, and a :class:`~kube_offload.runtime.controller.Controller` keyed by the local
-``namespace/name``. What is never exported, and the deny/allow-list, is policy.py.
+reflector labels, so nobody else's objects are even cached) with its index remote ->
+local key (vkubelet/indexes.py, kept by the informer), and a
+:class:`~kube_offload.runtime.controller.Controller` keyed by the local ``namespace/name``. What is never exported, and the deny/allow-list, is policy.py.
 
 A reconcile reads the caches and converges:
 
@@ -35,7 +35,8 @@ from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
-from vkubelet.origin_index import OriginIndex
+from kube_offload.runtime.indexer import IndexFunc
+from vkubelet.indexes import BY_ORIGIN, by_origin
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
@@ -136,6 +137,14 @@ def shared_informer(
     return informers.shared(name, make)
 
 
+@functools.lru_cache(maxsize=None)
+def owned_by_origin(local_cluster_id: str, resource: str) -> IndexFunc:
+    """:data:`~vkubelet.indexes.BY_ORIGIN` over the remote objects the ``resource``
+    reflector of ``local_cluster_id`` wrote (one function object per pair, so a loop made
+    again on the same shared informer registers the same index)."""
+    return by_origin(lambda obj: f.is_owned(obj, local_cluster_id, resource))
+
+
 def owned_selector(local_cluster_id: str, reflector: str) -> str:
     return f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_cluster_id},{n.LABEL_REFLECTOR}={reflector}"
 
@@ -179,9 +188,8 @@ class Reflector(abc.ABC):
             self.suffix,
             label_selector=owned_selector(self._local_id, self.resource),
         )
-        # The index first: its handler must have run before a worker reads it for a key
-        # the controller's handlers enqueue (handlers run in registration order).
-        self.index = OriginIndex(self.remote, self.owns)
+        # Remote objects by local key, kept by the informer before any handler runs.
+        self.remote.add_indexer(BY_ORIGIN, owned_by_origin(self._local_id, self.resource))
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
         self.controller.watch(self.local, self._local_key)
         self.controller.watch(self.remote, self._remote_key)
@@ -201,7 +209,7 @@ class Reflector(abc.ABC):
         self.controller.stop()
 
     def resync_all(self) -> None:
-        keys = {key for key in self.local.keys() if self._offloaded(key)} | set(self.index.local_keys())
+        keys = {key for key in self.local.keys() if self._offloaded(key)} | set(self.reflected_keys())
         for key in keys:
             self.controller.enqueue(key)
 
@@ -232,6 +240,14 @@ class Reflector(abc.ABC):
     def owns(self, remote: Mapping) -> bool:
         return f.is_owned(remote, self._local_id, self.resource)
 
+    def remote_of(self, key: str) -> list[dict]:
+        """Our remote objects standing for local object ``key``."""
+        return self.remote.by_index(BY_ORIGIN, key)
+
+    def reflected_keys(self) -> list[str]:
+        """Every local key some remote object of ours stands for."""
+        return self.remote.index_values(BY_ORIGIN)
+
     def _offloaded(self, key: str) -> bool:
         namespace, _ = split_key(key)
         return bool(namespace) and self._twins.plan(namespace or "").twin is not None
@@ -240,7 +256,7 @@ class Reflector(abc.ABC):
         key = object_key(obj)
         # Objects of namespaces that are not offloaded here cost nothing, unless a remote
         # copy of ours is left to clean up.
-        if self._offloaded(key) or self.index.get(key):
+        if self._offloaded(key) or self.remote_of(key):
             return key
         return None
 
@@ -253,7 +269,7 @@ class Reflector(abc.ABC):
             return []
         prefix = f"{local_ns}/"
         keys = {key for key in self.local.keys() if key.startswith(prefix)}
-        keys.update(key for key in self.index.local_keys() if key.startswith(prefix))
+        keys.update(key for key in self.reflected_keys() if key.startswith(prefix))
         return sorted(keys)
 
     # --- reconcile ---------------------------------------------------------------------------
@@ -289,7 +305,7 @@ class Reflector(abc.ABC):
             else:
                 desired = self._forge(local, twin, logger)
                 why = "the local object is not reflected"
-        for remote in self.index.get(key):
+        for remote in self.remote_of(key):
             if desired is None or object_key(remote) != object_key(desired):
                 self._delete(remote, logger, why)
         if desired is not None and local is not None:

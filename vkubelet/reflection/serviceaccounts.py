@@ -25,7 +25,8 @@ from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
-from vkubelet.origin_index import OriginIndex
+from kube_offload.runtime.predicates import only_status_changed
+from vkubelet.indexes import BY_ORIGIN
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
@@ -36,6 +37,7 @@ from vkubelet.reflection.reflector import (
     REFUSED_RETRY_SECONDS,
     RemoteOps,
     is_terminating,
+    owned_by_origin,
     owned_selector,
     shared_informer,
 )
@@ -67,13 +69,17 @@ class ServiceAccountTokenReflector:
             informers, "remote", SECRETS, client.CoreV1Api, "secret",
             label_selector=owned_selector(self._local_id, self.resource),
         )
-        self.index = OriginIndex(self.remote, self.owns)
+        # Token Secrets by the local pod they serve, kept by the informer.
+        self.remote.add_indexer(BY_ORIGIN, owned_by_origin(self._local_id, self.resource))
         self._lock = threading.Lock()
         # Local pod key -> when its next renewal is already scheduled.
         self._scheduled: dict[str, datetime] = {}
         workers = self.settings.reflection.of(self.resource).workers
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=workers, logger=log)
-        self.controller.watch(self.local_pods)
+        # A pod status change (the pod loop mirrors every remote one) is skipped: which
+        # tokens a pod needs, for which UID and until when, is its spec and metadata;
+        # the reconcile never reads its status.
+        self.controller.watch(self.local_pods, skip=only_status_changed)
         self.controller.watch(self.remote, self._remote_key)
         self.controller.watch(self._twins.requests, self._pods_of_twin)
 
@@ -88,7 +94,7 @@ class ServiceAccountTokenReflector:
         self.controller.stop()
 
     def resync_all(self) -> None:
-        for key in set(self.local_pods.keys()) | set(self.index.local_keys()):
+        for key in set(self.local_pods.keys()) | set(self.remote.index_values(BY_ORIGIN)):
             self.controller.enqueue(key)
 
     # --- event -> key ------------------------------------------------------------------------
@@ -116,7 +122,7 @@ class ServiceAccountTokenReflector:
             if twin is not None:
                 sources = f.token_sources(pod)
         wanted = f"{twin}/{n.token_secret_name(name)}" if sources else None
-        for secret in self.index.get(key):
+        for secret in self.remote.by_index(BY_ORIGIN, key):
             if object_key(secret) != wanted:
                 meta = secret["metadata"]
                 if self.ops.delete(meta["namespace"], meta["name"], meta.get("uid")):
