@@ -74,7 +74,9 @@ class Enforcer:
             recorder=EventRecorder(api),
         )
         self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
-        self.controller.watch(self.shadowpods)
+        # The echo of the reconcile's own ShadowPod status write is skipped (Reconciler.
+        # own_status_write); every other ShadowPod change is reconciled.
+        self.controller.watch(self.shadowpods, skip=self.reconciler.own_status_write)
         # Pod status changes are not skipped: the reconcile copies the pod's status into
         # its ShadowPod's (and replaces a pod that failed).
         self.controller.watch(self.pods, owner_key)

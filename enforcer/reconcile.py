@@ -22,6 +22,7 @@ from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.kube import ApiError, split_key
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
 from kube_offload.pod_updates import describe_patch
 from kube_offload.shadowpod import (
     Action,
@@ -98,6 +99,8 @@ class Reconciler:
         # ShadowPod key -> the applied-template record of an update the provider refused:
         # not tried again (at every pod event) until the template changes.
         self._refused_updates: dict[str, str] = {}
+        # The resourceVersions our own ShadowPod status writes produced (their echoes).
+        self._status_echoes = WriteEchoes()
 
     def __call__(self, key: str) -> None:
         namespace, name = split_key(key)
@@ -108,6 +111,7 @@ class Reconciler:
         pods = self._pods.by_index(BY_SHADOWPOD, key)
         if shadowpod is None:
             self._refused_updates.pop(key, None)
+            self._status_echoes.forget(key)
             # The garbage collector deletes these through the owner reference; this is
             # the safety net for when it cannot (no kube-controller-manager, say).
             self._delete_orphans(namespace, name, pods, logger)
@@ -272,7 +276,7 @@ class Reconciler:
             return
         meta = shadowpod["metadata"]
         try:
-            self._api.patch_shadowpod_status(meta["namespace"], meta["name"], desired, meta.get("resourceVersion", ""))
+            written = self._api.patch_shadowpod_status(meta["namespace"], meta["name"], desired, meta.get("resourceVersion", ""))
         except ApiError as exc:
             if best_effort:
                 logger.warning("could not update status: %s", exc)
@@ -282,6 +286,14 @@ class Reconciler:
             if exc.conflict:
                 raise Requeue(STALE_CACHE_RECHECK_SECONDS, "ShadowPod changed meanwhile") from exc
             raise
+        # Its watch event may come before this line (then it is reconciled, harmlessly).
+        self._status_echoes.wrote(written)
+
+    def own_status_write(self, old: dict | None, new: dict) -> bool:
+        """Whether a ShadowPod update is only the echo of our own status write: the
+        reconcile reads the ShadowPod's status (recreations, podUID), so someone else's
+        status write is reconciled, but what we just wrote needs no second look."""
+        return only_status_changed(old, new) and self._status_echoes.is_echo(new)
 
 
 def _name(pod: dict) -> str:

@@ -1,0 +1,81 @@
+"""The enforcer's wiring (enforcer/controller.py) without an API server: the echo of its
+own ShadowPod status write does not reconcile the ShadowPod again; someone else's status
+write, any other change, and every pod change (status included: it becomes the
+ShadowPod's) do. Informers are fed through Informer._apply (the path a watch event takes)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+from kubernetes import client
+
+from enforcer.controller import Enforcer, Settings
+from enforcer.reconcile import BY_SHADOWPOD
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
+from kube_offload.shadowpod import build_shadowpod
+
+KEY = "ns/web"
+
+
+@pytest.fixture
+def enforcer() -> Enforcer:
+    return Enforcer(client.ApiClient(), Settings(namespace="ns"))
+
+
+def shadowpod(rv: str, phase: str | None = None, **labels: str) -> dict:
+    shp = build_shadowpod(name="web", namespace="ns", pod_metadata={"labels": {"a": "b"}},
+                          pod_spec={"containers": [{"name": "c", "image": "i"}]})
+    shp["metadata"].update(uid="shp-1", resourceVersion=rv, generation=1, labels=dict(labels))
+    if phase:
+        shp["status"] = {"phase": phase}
+    return shp
+
+
+def managed_pod(rv: str, phase: str) -> dict:
+    return {
+        "metadata": {
+            "name": "web", "namespace": "ns", "uid": "p1", "resourceVersion": rv,
+            "ownerReferences": [{"apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod", "name": "web",
+                                 "uid": "shp-1", "controller": True}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def reconciled(enforcer: Enforcer) -> list[str]:
+    """The keys the enforcer's workers would now reconcile (taken off its queue)."""
+    keys = []
+    while True:
+        try:
+            key = enforcer.controller.queue.get(timeout=0.01)
+        except TimeoutError:
+            return keys
+        keys.append(key)
+        enforcer.controller.queue.done(key)
+
+
+def test_the_echo_of_its_own_status_write_is_not_reconciled(enforcer, monkeypatch):
+    enforcer.shadowpods._apply(ADDED, shadowpod("1"))
+    assert reconciled(enforcer) == [KEY]
+    written = shadowpod("2", phase="Running")
+    monkeypatch.setattr(enforcer.reconciler._api, "patch_shadowpod_status", lambda *a: copy.deepcopy(written))
+    enforcer.reconciler._write_status(shadowpod("1"), {"phase": "Running"}, logging.getLogger("test"))
+    enforcer.shadowpods._apply(MODIFIED, copy.deepcopy(written))
+    assert reconciled(enforcer) == []
+    # Someone else's status write, and any other change, are reconciled.
+    enforcer.shadowpods._apply(MODIFIED, shadowpod("3", phase="Failed"))
+    assert reconciled(enforcer) == [KEY]
+    enforcer.shadowpods._apply(MODIFIED, shadowpod("4", phase="Failed", team="x"))
+    assert reconciled(enforcer) == [KEY]
+    enforcer.shadowpods._apply(DELETED, shadowpod("4", phase="Failed", team="x"))
+    assert reconciled(enforcer) == [KEY]
+
+
+def test_pod_status_changes_reach_their_shadowpod(enforcer):
+    enforcer.pods._apply(ADDED, managed_pod("1", "Pending"))
+    assert reconciled(enforcer) == [KEY]
+    enforcer.pods._apply(MODIFIED, managed_pod("2", "Running"))  # status only: still news
+    assert reconciled(enforcer) == [KEY]
+    assert [p["status"]["phase"] for p in enforcer.pods.by_index(BY_SHADOWPOD, KEY)] == ["Running"]
