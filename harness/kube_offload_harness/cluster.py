@@ -39,10 +39,10 @@ from typing import Callable, Iterable
 import yaml
 
 import kube_offload
-from kube_offload import constants as C
 from kube_offload_harness.binaries import Binaries, ensure_binaries
 from kube_offload_harness import identities, storage
 from kube_offload_harness import metrics_server
+from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.processes import ProcessTable
 
 Say = Callable[[str], None]
@@ -682,7 +682,7 @@ class Environment:
         raise ClusterError(f"{name} not ready on 127.0.0.1:{port} after {timeout}s ({last}); see {self.log_path(name)}")
 
     def wait_virtual_node_ready(self, local: Cluster, spec: ClusterSpec, timeout: float = 90) -> None:
-        node = f"{C.VIRTUAL_NODE_PREFIX}{spec.cluster_id}"
+        node = virtual_node_name(spec.cluster_id)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             result = local.kubectl("get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)

@@ -22,6 +22,7 @@ from pathlib import Path
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
 from kube_offload_harness import metrics_server, peer_driver
+from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.partition import vkubelet_behind_link
 from kube_offload_harness.cluster import (
     PEERING_CLI, PROVIDER_LABEL, REGION_LABEL, Cluster, ClusterError, Environment, default_state_dir, default_topology,
@@ -189,7 +190,7 @@ def _top(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin
             metrics_server.start(env, cluster)
         except RuntimeError as exc:
             raise ClusterError(str(exc)) from exc
-    node = f"{C.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
+    node = virtual_node_name(remote.spec.cluster_id)
     print("(waiting for the first samples: metrics-server on each side resolves every 15 s)", flush=True)
     deadline = time.monotonic() + timeout
     while True:
@@ -211,7 +212,7 @@ def _readiness_round_trip(env: Environment, local: Cluster, remote: Cluster, nam
     ping timeout so the demo does not wait 20 s each way."""
     _step("Cut the network between the virtual kubelet and the remote cluster: the node turns NotReady and its "
           "pods not Ready (Services stop sending them traffic); heal it: Ready again, as the remote pods say")
-    node = f"{C.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
+    node = virtual_node_name(remote.spec.cluster_id)
     pods_ready = ("jsonpath={range .items[*]}{.metadata.name}{'\\t'}Ready={.status.conditions[?(@.type=='Ready')].status}"
                   "{'\\t'}{.status.conditions[?(@.type=='Ready')].reason}{'\\n'}{end}")
 

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import yaml
@@ -28,14 +27,11 @@ import yaml
 from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
+from kube_offload_harness.naming import unique
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 PLUGIN = Path(sys.executable).parent / "kubectl-offload"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
 
 
 def vnode(remote: Cluster) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster, Environment
+from kube_offload_harness.naming import unique
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "charts" / "kube-offload-local" / "dashboards" / "kube-offload.json"
@@ -75,10 +75,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 def exported(types: dict[str, str]) -> set[str]:
     return {name + suffix for name, kind in types.items() for suffix in SUFFIXES.get(kind, ("",))}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
 
 
 @pytest.fixture(scope="module")

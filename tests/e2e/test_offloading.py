@@ -15,33 +15,21 @@ import json
 import os
 import signal
 import time
-import uuid
 
 import pytest
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload_harness.cluster import KWOK_POD_CIDR, Cluster, Environment, remote_pod_cidr_remapped
+from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace as twin, unique, virtual_node_name
 from kube_offload.resources import parse_quantity
 
-LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
+LOCAL_ID = LOCAL_CLUSTER_ID
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 VK_MANAGER = "kube-offload-vkubelet"  # field manager (user agent) of the vkubelet's writes
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def node_name(remote: Cluster) -> str:
-    return f"{c.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
-
-
-def twin(namespace: str) -> str:
-    return f"{namespace}-{LOCAL_ID}"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
-
-
 def offloaded_namespace(local: Cluster, name: str, placement: str = c.PLACEMENT_REMOTE, **extra_labels: str) -> None:
     labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement, **extra_labels}
     local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
@@ -115,7 +103,7 @@ def vkubelet_record(env: Environment, remote: Cluster):
 
 
 def node_ready(local: Cluster, remote: Cluster) -> str:
-    node = local.kubectl_json("get", "node", node_name(remote))
+    node = local.kubectl_json("get", "node", virtual_node_name(remote.spec.cluster_id))
     return next(cond["status"] for cond in node["status"]["conditions"] if cond["type"] == "Ready")
 
 
@@ -139,11 +127,11 @@ def status_writers(pod: dict) -> set[str]:
 
 # --- the virtual node ---------------------------------------------------------------------------
 def test_virtual_node_is_ready_with_the_contract_labels_taint_and_capacity(local, remote):
-    node = local.kubectl_json("get", "node", node_name(remote))
+    node = local.kubectl_json("get", "node", virtual_node_name(remote.spec.cluster_id))
     labels = node["metadata"]["labels"]
     assert labels[c.LABEL_TYPE] == c.TYPE_VIRTUAL_NODE
     assert labels[c.LABEL_CLUSTER_ID] == remote.spec.cluster_id
-    assert labels[c.LABEL_HOSTNAME] == node_name(remote)
+    assert labels[c.LABEL_HOSTNAME] == virtual_node_name(remote.spec.cluster_id)
     for key, value in remote.spec.labels.items():  # the operator-configured ones
         assert labels[key] == value
     assert {"key": c.TAINT_KEY, "value": c.TAINT_VALUE, "effect": c.TAINT_EFFECT} in node["spec"]["taints"]
@@ -176,8 +164,8 @@ def test_virtual_node_is_ready_with_the_contract_labels_taint_and_capacity(local
     assert summary.remote_nodes == len(remote_nodes)
     assert summary.shapes
 
-    lease = local.kubectl_json("get", "lease", "-n", "kube-node-lease", node_name(remote))
-    assert lease["spec"]["holderIdentity"] == node_name(remote)
+    lease = local.kubectl_json("get", "lease", "-n", "kube-node-lease", virtual_node_name(remote.spec.cluster_id))
+    assert lease["spec"]["holderIdentity"] == virtual_node_name(remote.spec.cluster_id)
     assert lease["spec"]["leaseDurationSeconds"] == 40
 
 
@@ -195,7 +183,7 @@ def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider
                        "-p", json.dumps({"spec": spec}))
 
     def node() -> dict:
-        return local.kubectl_json("get", "node", node_name(remote))
+        return local.kubectl_json("get", "node", virtual_node_name(remote.spec.cluster_id))
 
     before = node()["status"]["capacity"]
     assert parse_quantity(before["cpu"]) > parse_quantity("1")
@@ -215,7 +203,7 @@ def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider
                         timeout=60, what="the provider-suggested label on the node")
         labels = labelled["metadata"]["labels"]
         assert labels[region] == remote.spec.labels[region]  # the operator's --node-label wins
-        assert labels[c.LABEL_HOSTNAME] == node_name(remote)  # reserved: never the provider's
+        assert labels[c.LABEL_HOSTNAME] == virtual_node_name(remote.spec.cluster_id)  # reserved: never the provider's
         assert "example.com/tier" in labelled["metadata"]["annotations"][c.ANNOTATION_PROVIDER_LABELS].split(",")
 
         patch_consumer({"quota": None, "nodeLabels": {"example.com/tier": None, region: original_labels.get(region),
@@ -233,7 +221,7 @@ def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider
 # --- pods ----------------------------------------------------------------------------------------
 def test_deployment_of_20_runs_in_the_remote_twin_namespace_and_scales_down(offload_env, local, remote, wait):
     ns = unique("vk-deploy")
-    node = node_name(remote)
+    node = virtual_node_name(remote.spec.cluster_id)
     offloaded_namespace(local, ns)
     try:
         deployment(local, ns, "web", 20)
@@ -277,7 +265,7 @@ def test_remote_pod_deleted_is_recreated_and_counted_as_a_restart(local, remote,
     try:
         deployment(local, ns, "web", 1)
         wait(lambda: len(running(pods(remote, twin(ns)))) == 1, timeout=90, what="the remote pod Running")
-        wait(lambda: len(running(pods(local, ns), node_name(remote))) == 1, timeout=30, what="the local pod Running")
+        wait(lambda: len(running(pods(local, ns), virtual_node_name(remote.spec.cluster_id))) == 1, timeout=30, what="the local pod Running")
         local_pod = pods(local, ns)[0]
         name, uid = local_pod["metadata"]["name"], local_pod["metadata"]["uid"]
         old_remote_uid = pods(remote, twin(ns))[0]["metadata"]["uid"]
@@ -317,8 +305,8 @@ def test_namespace_label_removed_removes_the_twin_and_pods_move_home(local, remo
         # replaces them on physical local nodes, where the policy now sends them.
         def moved_home():
             items = pods(local, ns)
-            ended = [p for p in items if p["spec"].get("nodeName") == node_name(remote)]
-            home = running([p for p in items if p["spec"].get("nodeName") != node_name(remote)])
+            ended = [p for p in items if p["spec"].get("nodeName") == virtual_node_name(remote.spec.cluster_id)]
+            home = running([p for p in items if p["spec"].get("nodeName") != virtual_node_name(remote.spec.cluster_id)])
             return len(home) == 3 and all(p["status"].get("phase") == "Failed" for p in ended) and ended
 
         ended = wait(moved_home, timeout=120, what="offloaded pods Failed and replaced locally")
@@ -378,7 +366,7 @@ def test_foreign_remote_namespace_is_never_taken_over(offload_env, local, remote
 # --- restart safety -------------------------------------------------------------------------------
 def test_sigkill_during_a_100_pod_burst_converges_without_duplicates_orphans_or_losses(offload_env, local, remote, wait):
     ns = unique("vk-burst")
-    node = node_name(remote)
+    node = virtual_node_name(remote.spec.cluster_id)
     offloaded_namespace(local, ns)
     try:
         deployment(local, ns, "burst", 100)
@@ -446,8 +434,8 @@ def test_sigterm_stops_cleanly_and_keeps_the_node_and_pods(offload_env, local, r
         record = vkubelet_record(offload_env, remote)
         os.kill(record.pid, stop_signal)
         wait(lambda: not record.running(), timeout=15, what="the vkubelet to exit on SIGTERM")
-        node = local.kubectl_json("get", "node", node_name(remote))
-        assert node["metadata"]["name"] == node_name(remote)  # not deleted on stop
+        node = local.kubectl_json("get", "node", virtual_node_name(remote.spec.cluster_id))
+        assert node["metadata"]["name"] == virtual_node_name(remote.spec.cluster_id)  # not deleted on stop
         assert len(pods(local, ns)) == 2 and len(pods(remote, twin(ns))) == 2
     finally:
         offload_env.start_vkubelet(offload_env.topology(), remote.spec)
@@ -474,7 +462,7 @@ def test_remote_apiserver_outage_turns_the_node_not_ready_then_ready_without_dup
             _let_kwok_take_over(remote, wait)
         wait(lambda: node_ready(local, remote) == "True", timeout=60, interval=1, what="the virtual node Ready again")
 
-        wait(lambda: len(running(pods(local, ns), node_name(remote))) == 5, timeout=60, what="5 local pods Running")
+        wait(lambda: len(running(pods(local, ns), virtual_node_name(remote.spec.cluster_id))) == 5, timeout=60, what="5 local pods Running")
         after = sorted(s["metadata"]["uid"] for s in shadowpods(remote, twin(ns)))
         assert after == before  # the same ShadowPods: nothing recreated, nothing duplicated
         assert len(pods(remote, twin(ns))) == 5

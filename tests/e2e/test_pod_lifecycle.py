@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
 from datetime import datetime
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.partition import vkubelet_behind_link
+from kube_offload_harness.naming import twin_namespace as twin, unique, virtual_node_name
 
-LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 PING_TIMEOUT = 5  # seconds, for the vkubelet behind the link
 MARGIN = 5  # --unreachable-deletion-margin, seconds
@@ -37,18 +36,6 @@ HOLD_FINALIZER = "example.com/hold"
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def node_name(remote: Cluster) -> str:
-    return f"{c.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
-
-
-def twin(namespace: str) -> str:
-    return f"{namespace}-{LOCAL_ID}"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
-
-
 def namespace(local: Cluster, name: str, placement: str) -> None:
     labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}
     local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
@@ -112,7 +99,7 @@ def ready(pod: dict) -> str | None:
 
 
 def node_ready(local: Cluster, remote: Cluster) -> str | None:
-    node = local.kubectl_json("get", "node", node_name(remote))
+    node = local.kubectl_json("get", "node", virtual_node_name(remote.spec.cluster_id))
     return next((cond["status"] for cond in node["status"]["conditions"] if cond["type"] == "Ready"), None)
 
 
@@ -153,7 +140,7 @@ def test_partition_turns_pods_not_ready_evicts_per_toleration_and_heals_from_the
 ):
     ns = unique("lc-partition")
     namespace(local, ns, c.PLACEMENT_LOCAL_AND_REMOTE)
-    vnode = node_name(remote)
+    vnode = virtual_node_name(remote.spec.cluster_id)
     extra = ["--ping-interval", "1s", "--ping-timeout", f"{PING_TIMEOUT}s", "--unreachable-deletion-margin", f"{MARGIN}s"]
     try:
         with vkubelet_behind_link(offload_env, remote.spec, extra) as link:

@@ -19,32 +19,20 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
-import uuid
 
 import pytest
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import KWOK_POD_CIDR, LOCAL_POD_CIDR_REMAPPED, Cluster, remote_pod_cidr_remapped
+from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace as twin, unique, virtual_node_name
 
-LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
+LOCAL_ID = LOCAL_CLUSTER_ID
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 REFLECTOR_LABEL = "kube-offload.io/reflector"
 TIMEOUT = 90  # seconds; generous for a loaded 2-core machine
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
-
-
-def twin(namespace: str) -> str:
-    return f"{namespace}-{LOCAL_ID}"
-
-
-def virtual_node(remote: Cluster) -> str:
-    return f"{c.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
-
-
 def namespace(local: Cluster, name: str, placement: str, selector: str | None = None) -> None:
     meta: dict = {"name": name, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}}
     if selector is not None:
@@ -163,7 +151,7 @@ def test_local_placement_gets_a_ready_twin_namespace(local, remote, local_ns, wa
 def test_local_placement_pods_stay_home_and_none_runs_in_the_twin(local, remote, local_ns, wait):
     pods = wait(lambda: (ps := running_with_ip(items(local, "pods", local_ns))) and len(ps) == 2 and ps,
                 timeout=TIMEOUT, what="2 local pods Running")
-    assert all(p["spec"]["nodeName"] != virtual_node(remote) for p in pods)
+    assert all(p["spec"]["nodeName"] != virtual_node_name(remote.spec.cluster_id) for p in pods)
     # The webhook's Local term: never the virtual node.
     assert all(not any(t.get("key") == c.TAINT_KEY for t in p["spec"].get("tolerations") or []) for p in pods)
     wait(lambda: get(remote, "namespace", "", twin(local_ns)), timeout=TIMEOUT, what="the twin namespace")
@@ -264,7 +252,7 @@ def test_offloaded_pod_ips_are_in_the_external_cidr_and_map_back_to_the_remote_p
 
         offloaded = wait(mirrored, timeout=TIMEOUT, what=f"offloaded pod IPs shown in {external}")
         for pod in offloaded:
-            assert pod["spec"]["nodeName"] == virtual_node(remote)
+            assert pod["spec"]["nodeName"] == virtual_node_name(remote.spec.cluster_id)
             ip = pod["status"]["podIP"]
             assert ipaddress.ip_address(ip) in ipaddress.ip_network(external)
             assert pod["status"]["podIPs"] == [{"ip": ip}]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,10 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
+from kube_offload_harness.naming import unique
 
 LOCAL_ID = "local"
 IMAGE = "registry.k8s.io/pause:3.10"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
 
 
 def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
