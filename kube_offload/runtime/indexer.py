@@ -22,6 +22,8 @@ from kube_offload.runtime.kube import object_key
 
 # obj -> the index values it is found under (a single str is one value; None: none).
 IndexFunc = Callable[[dict], "Iterable[str] | str | None"]
+# obj -> (the group it counts in, or None: not counted; the amounts it adds there).
+TallyFunc = Callable[[dict], "tuple[str | None, Mapping[str, int]]"]
 
 log = logging.getLogger("kube_offload.runtime.informer")
 
@@ -36,6 +38,10 @@ class Indexer:
         self._values_of: dict[str, dict[str, tuple[str, ...]]] = {}
         for name, func in (indexers or {}).items():
             self.add_indexer(name, func)
+        # tally name -> function; -> group -> amount name -> sum; -> key -> what that object added
+        self._tally_funcs: dict[str, TallyFunc] = {}
+        self._tallies: dict[str, dict[str, dict[str, int]]] = {}
+        self._tallied: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
 
     # --- indexes ---------------------------------------------------------------------------
     def add_indexer(self, name: str, func: IndexFunc) -> None:
@@ -75,6 +81,58 @@ class Indexer:
             known = ", ".join(sorted(self._funcs)) or "none"
             raise KeyError(f"no index named {name!r} on this informer (registered: {known})") from None
 
+    # --- tallies ---------------------------------------------------------------------------
+    def add_tally(self, name: str, func: TallyFunc) -> None:
+        """Register tally ``name``: per group, the running sums of the amounts ``func``
+        gives each stored object (e.g. the requests of the live ShadowPods per namespace).
+        Kept in step with the store like an index, so a reader gets a sum that matches the
+        cache at that instant in O(amounts), not O(objects): what a quota check made on
+        every admission needs once thousands of objects are cached."""
+        if name in self._tally_funcs:
+            if self._tally_funcs[name] == func:
+                return
+            raise ValueError(f"a tally named {name!r} is already registered with another function")
+        self._tally_funcs[name] = func
+        self._tallies[name] = {}
+        self._tallied[name] = {}
+        for key, obj in self._items.items():
+            self._tally_one(name, key, obj)
+
+    def tally(self, name: str, group: str) -> dict[str, int]:
+        """The sums of tally ``name`` in ``group`` (a new dict; empty when nothing counts there)."""
+        try:
+            sums = self._tallies[name]
+        except KeyError:
+            raise KeyError(f"no tally named {name!r} on this informer") from None
+        return dict(sums.get(group, {}))
+
+    def _tally_one(self, name: str, key: str, obj: dict) -> None:
+        try:
+            group, amounts = self._tally_funcs[name](obj)
+        except Exception:  # as for an index: one odd object is not counted, the cache goes on
+            log.exception("tally %s failed for %s; the object is not counted", name, key)
+            return
+        if group is None:
+            return
+        added = tuple((amount, int(value)) for amount, value in amounts.items())
+        self._tallied[name][key] = (group, added)
+        sums = self._tallies[name].setdefault(group, {})
+        for amount, value in added:
+            sums[amount] = sums.get(amount, 0) + value
+
+    def _untally_one(self, name: str, key: str) -> None:
+        entry = self._tallied[name].pop(key, None)
+        if entry is None:
+            return
+        group, added = entry
+        sums = self._tallies[name][group]
+        for amount, value in added:
+            sums[amount] -= value
+            if not sums[amount]:
+                del sums[amount]
+        if not sums:
+            del self._tallies[name][group]
+
     # --- the store -------------------------------------------------------------------------
     def get(self, key: str) -> dict | None:
         return self._items.get(key)
@@ -96,6 +154,9 @@ class Indexer:
         for name in self._funcs:
             self._unindex_one(name, key)
             self._index_one(name, key, obj)
+        for name in self._tally_funcs:
+            self._untally_one(name, key)
+            self._tally_one(name, key, obj)
         return old
 
     def pop(self, key: str) -> dict | None:
@@ -104,6 +165,8 @@ class Indexer:
         if old is not None:
             for name in self._funcs:
                 self._unindex_one(name, key)
+            for name in self._tally_funcs:
+                self._untally_one(name, key)
         return old
 
     def replace(self, objects: Mapping[str, dict]) -> dict[str, dict]:
@@ -116,6 +179,11 @@ class Indexer:
             self._values_of[name] = {}
             for key, obj in self._items.items():
                 self._index_one(name, key, obj)
+        for name in self._tally_funcs:
+            self._tallies[name] = {}
+            self._tallied[name] = {}
+            for key, obj in self._items.items():
+                self._tally_one(name, key, obj)
         return previous
 
     # --- internals -------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from kube_offload.runtime.indexer import IndexFunc, Indexer
+from kube_offload.runtime.indexer import IndexFunc, Indexer, TallyFunc
 from kube_offload.runtime.kube import ApiError, call_json, object_key
 
 Handler = Callable[[str, "dict | None", dict], None]
@@ -173,6 +173,17 @@ class Informer:
         """Every value of index ``name`` at least one cached object is found under."""
         with self._lock:
             return self._store.index_values(name)
+
+    def add_tally(self, name: str, func: TallyFunc) -> None:
+        """Register tally ``name`` (``obj -> (group, amounts)``): running sums per group,
+        kept with the store before handlers run (see :meth:`Indexer.add_tally`)."""
+        with self._lock:
+            self._store.add_tally(name, func)
+
+    def tally(self, name: str, group: str) -> dict[str, int]:
+        """The running sums of tally ``name`` in ``group``, as of the cache right now."""
+        with self._lock:
+            return self._store.tally(name, group)
 
     # --- loop ----------------------------------------------------------------------------
     def _run(self) -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from enforcer.quota import consumer_usage, live_shadowpod, shadowpod_requests, twin_owner
+from enforcer.quota import (
+    LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, consumer_usage, live_requests, live_shadowpod,
+    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces,
+)
+from kube_offload.runtime.indexer import Indexer
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
 
 GI = 1024**3 * 1000  # one Gi in milli-bytes
@@ -199,3 +203,70 @@ def test_the_cache_is_bounded(monkeypatch):
     for i in range(5):
         assert shadowpod_requests(stored(shadowpod("a-1", f"p{i}"), f"uid-bound-{i}", "1"))["pods"] == 1000
         assert len(quota._REQUESTS_CACHE) <= 2
+
+
+# --- the running sums the webhook reads (LIVE_REQUESTS_BY_NAMESPACE over the real store) ---------
+def tallied_usage(store: Indexer, namespaces: Indexer, consumer: str) -> dict:
+    twins = namespaces.index_keys(TWIN_NAMESPACES_BY_CONSUMER, consumer)
+    return usage_of_namespaces(lambda ns: store.tally(LIVE_REQUESTS_BY_NAMESPACE, ns), twins)
+
+
+def namespace_store() -> Indexer:
+    store = Indexer({TWIN_NAMESPACES_BY_CONSUMER: twin_owner_index})
+    for ns in NAMESPACES.values():
+        store.put(ns)
+    return store
+
+
+def test_tallied_usage_equals_the_walk_through_every_change():
+    # Random creates, updates (requests, phase, deletion, namespace moves are not possible
+    # in Kubernetes, but a recreate under the same name with other requests is), deletes
+    # and full relists: after each, the running sums equal the walk over the cache.
+    import random
+
+    rng = random.Random(7)
+    store = Indexer()
+    store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)
+    namespaces = namespace_store()
+    names = [f"p{i}" for i in range(12)]
+    for step in range(600):
+        ns = rng.choice(list(NAMESPACES) + ["unknown-ns"])
+        name = rng.choice(names)
+        action = rng.random()
+        if action < 0.55:
+            obj = shadowpod(ns, name, cpu=rng.choice(["100m", "1", None]), memory=rng.choice(["1Gi", "512Mi", None]),
+                            phase=rng.choice([None, None, "Running", "Succeeded", "Failed"]), deleting=rng.random() < 0.1,
+                            extra=rng.choice([{}, {"nvidia.com/gpu": "1"}]))
+            obj["metadata"]["resourceVersion"] = str(step)
+            obj["metadata"]["uid"] = f"{ns}/{name}"
+            store.put(obj)
+        elif action < 0.9:
+            store.pop(f"{ns}/{name}")
+        else:
+            store.replace({k: o for k, o in zip(store.keys(), store.list()) if rng.random() < 0.8})
+        for consumer in ("a", "b", "nobody"):
+            walked = consumer_usage(store.list(), consumer, namespace_of=namespaces.get)
+            assert tallied_usage(store, namespaces, consumer) == walked, (step, consumer)
+
+
+def test_tally_is_empty_for_a_namespace_with_nothing_live():
+    store = Indexer()
+    store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)
+    store.put(shadowpod("a-1", "p1"))
+    assert store.tally(LIVE_REQUESTS_BY_NAMESPACE, "a-1") == {"cpu": 500, "memory": GI, "pods": 1000}
+    store.put(shadowpod("a-1", "p1", phase="Succeeded"))  # finished: frees its share
+    assert store.tally(LIVE_REQUESTS_BY_NAMESPACE, "a-1") == {}
+    store.put(shadowpod("a-1", "p1"))
+    store.pop("a-1/p1")
+    assert store.tally(LIVE_REQUESTS_BY_NAMESPACE, "a-1") == {}
+    assert tallied_usage(store, namespace_store(), "a") == {"pods": 0}
+
+
+def test_a_tally_registered_late_counts_what_is_cached():
+    store = Indexer()
+    store.put(shadowpod("a-1", "p1"))
+    store.put(shadowpod("a-2", "p2", cpu="1"))
+    store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)
+    assert tallied_usage(store, namespace_store(), "a") == {"cpu": 1500, "memory": 2 * GI, "pods": 2000}
+    with pytest.raises(ValueError, match="already registered"):
+        store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, lambda obj: (None, {}))

@@ -20,6 +20,7 @@ from enforcer.ledger import Ledger
 from enforcer.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
 from kube_offload.admission import Decision, build_review, parse_review
+from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import build_shadowpod
 
@@ -47,12 +48,78 @@ class Cache:
         return self.synced
 
 
+class StoreCache:
+    """The same slice over the informer's real store (kube_offload/runtime/indexer.py),
+    with its tallies and indexes: the webhook then reads usage from running sums, as it
+    does in production. ``objects`` stays writable like Cache's: a test that stores an
+    object "as the watch would" goes through the store."""
+
+    def __init__(self, objects: dict[str, dict] | None = None, synced: bool = True) -> None:
+        self.store = Indexer()
+        self.synced = synced
+        self.lock = threading.RLock()
+        self.objects = _StoreView(self)
+        for obj in (objects or {}).values():
+            self.store.put(obj)
+
+    def get(self, key: str) -> dict | None:
+        with self.lock:
+            return self.store.get(key)
+
+    def list(self) -> list[dict]:
+        with self.lock:
+            return self.store.list()
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def add_tally(self, name, func) -> None:
+        with self.lock:
+            self.store.add_tally(name, func)
+
+    def tally(self, name, group) -> dict:
+        with self.lock:
+            return self.store.tally(name, group)
+
+    def add_indexer(self, name, func) -> None:
+        with self.lock:
+            self.store.add_indexer(name, func)
+
+    def index_keys(self, name, value) -> list[str]:
+        with self.lock:
+            return self.store.index_keys(name, value)
+
+
+class _StoreView:
+    def __init__(self, cache: StoreCache) -> None:
+        self._cache = cache
+
+    def __setitem__(self, key: str, obj: dict) -> None:
+        with self._cache.lock:
+            self._cache.store.put(obj)
+
+    def __delitem__(self, key: str) -> None:
+        with self._cache.lock:
+            self._cache.store.pop(key)
+
+
+# Every test below runs twice: over plain dictionaries (the webhook walks every cached
+# ShadowPod) and over the informer's store (running sums per namespace).
+@pytest.fixture(params=[Cache, StoreCache], ids=["walk", "tally"], autouse=True)
+def cache_kind(request, monkeypatch):
+    monkeypatch.setitem(globals(), "CACHE", request.param)
+    return request.param
+
+
+CACHE = Cache
+
+
 class Caches:
     def __init__(self, quota: dict, cordoned: bool = False) -> None:
-        self.namespaces = Cache(
+        self.namespaces = CACHE(
             {NS: {"metadata": {"name": NS, "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: "local"}}}}
         )
-        self.consumers = Cache({"local": {"metadata": {"name": "local"}, "spec": {"quota": quota, "cordoned": cordoned}}})
+        self.consumers = CACHE({"local": {"metadata": {"name": "local"}, "spec": {"quota": quota, "cordoned": cordoned}}})
         self.synced = True
 
     def namespace(self, name):
@@ -94,7 +161,7 @@ def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadow
             time.sleep(delay)
         return verdict()
 
-    cache = shadowpods or Cache()
+    cache = shadowpods or CACHE()
     v = ShadowPodValidator(shadowpods=cache, caches=Caches(quota), dry_run=fake_dry_run, ledger=Ledger(cache.get, clock=clock))
     return v, calls, cache
 
@@ -104,7 +171,7 @@ def test_concurrent_creates_cannot_both_take_the_last_slot():
     # 3 slots, 2 taken by cached ShadowPods; 16 threads race for the last one while the
     # informer never catches up (the dry run is slow, as a real round trip is).
     existing = {f"{NS}/old-{i}": shadowpod(f"old-{i}") for i in range(2)}
-    v, calls, _ = validator({"pods": "3"}, delay=0.05, shadowpods=Cache(existing))
+    v, calls, _ = validator({"pods": "3"}, delay=0.05, shadowpods=CACHE(existing))
     barrier = threading.Barrier(16)
     answers: dict[str, Decision] = {}
 
@@ -126,7 +193,7 @@ def test_concurrent_creates_cannot_both_take_the_last_slot():
 
 
 def test_the_reservation_counts_until_the_informer_has_the_object():
-    cache = Cache()
+    cache = CACHE()
     v, _, _ = validator({"cpu": "1"}, shadowpods=cache)
     first = shadowpod("a", cpu="600m")
     assert v.review(review(first)).allowed
@@ -168,7 +235,7 @@ def test_a_metadata_only_update_skips_quota_and_dry_run():
 
 def test_an_update_reserves_only_its_increase_until_the_new_generation_is_cached():
     old = shadowpod("a", cpu="500m")
-    cache = Cache({f"{NS}/a": old})
+    cache = CACHE({f"{NS}/a": old})
     v, _, _ = validator({"cpu": "1"}, shadowpods=cache)
     new = shadowpod("a", cpu="900m")
     new["metadata"]["generation"] = 2
