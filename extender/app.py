@@ -18,7 +18,6 @@ import logging
 import time
 from typing import Any, Callable
 
-import orjson
 from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -55,7 +54,7 @@ class _Rejected(Exception):
 
 
 def _json(status: int, body: Any) -> Response:
-    return Response(orjson.dumps(body), status=status, mimetype="application/json")
+    return Response(wire.dumps(body), status=status, mimetype="application/json")
 
 
 class ExtenderMetrics:
@@ -140,8 +139,9 @@ def create_app(
         started = time.perf_counter()
         outcome = ERROR
         try:
-            # The parsed ExtenderArgs can be a million objects (every candidate Node): keep
-            # the cyclic collector from walking them while they are built and read.
+            # The parsed ExtenderArgs can be a few hundred thousand objects (a view of every
+            # candidate Node): keep the cyclic collector from walking them while they are
+            # built and read.
             with collector_paused():
                 args = parse()
                 if not caches.synced():

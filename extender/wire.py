@@ -15,20 +15,34 @@ Malformed input raises :class:`WireError`; the HTTP layer turns it into a 400. T
 validation covers every field the core reads, with the type it reads it as, so no
 malformed request can reach the core and fail there.
 
-JSON goes through orjson both ways: without nodeCacheCapable the scheduler sends every
-candidate Node object for every pod, and parsing and dumping them was almost all of the
-filter's cost (docs/performance.md). What that changes on the wire, none of which Go's
-encoding/json produces or minds: NaN/Infinity literals, lone surrogate escapes and
-nesting deeper than 1,024 levels are refused (400) instead of parsed; integers beyond
-64 bits come back as floats; the answer carries non-ASCII characters as UTF-8 rather
-than ``\\u`` escapes. Key order, and Node objects passed through, are kept as they came.
+Decoding is typed (msgspec): without nodeCacheCapable the scheduler sends every candidate
+Node object for every pod (23 MB for 5,000 nodes), and building them as Python objects
+was most of the filter's cost (docs/performance.md). So each Node is kept twice, cheaply:
+
+- as ``msgspec.Raw``, its bytes exactly as they came, which the answer sends back
+  unparsed for the nodes kept;
+- as a *view*: a plain dict holding only the fields the extender reads
+  (:class:`NodeView`: name, labels, annotations, condition types and statuses,
+  allocatable), which is what ``extender.core`` and ``kube_offload.nodes`` get.
+
+The Pod (a few KiB) is decoded whole. A body the typed decoder refuses is walked again,
+as plain JSON (orjson), by :func:`_explain`, whose messages name the field and the node;
+that happens only for malformed input, which kube-scheduler never sends.
+
+What this changes on the wire, none of which Go's encoding/json produces or minds:
+NaN/Infinity literals, lone surrogate escapes, invalid UTF-8 and nesting deeper than
+Python's recursion limit (about 1,000 levels less the server's own stack; Pods and Nodes
+nest under 20) are refused (400) instead of parsed; kept Node objects come back byte for
+byte as sent (Go's escapes, spacing, key order, numbers of any size); the rest of the
+answer carries non-ASCII characters as UTF-8 rather than ``\\u`` escapes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Annotated, Any, Iterable, NotRequired, Optional, TypedDict
 
+import msgspec
 import orjson
 
 from kube_offload import resources
@@ -40,13 +54,59 @@ class WireError(ValueError):
     """A request body that is not ExtenderArgs as kube-scheduler sends it."""
 
 
+# --- what the extender reads of a Node -----------------------------------------------------
+# Every field extender.core and kube_offload.nodes read, with the type they read it as
+# (and nothing else: msgspec skips the rest of each Node without building it). A field
+# read anywhere in the extender must be added here, or the core will not see it.
+# TypedDicts decode to plain dicts, so the core reads views exactly as full Nodes.
+class _Condition(TypedDict, total=False):
+    type: Any  # node_is_ready compares both with strings: any JSON value is fine
+    status: Any
+
+
+class _NodeStatus(TypedDict, total=False):
+    conditions: Optional[list[_Condition]]  # readiness
+    allocatable: Optional[dict[str, Any]]  # prioritize most-free-remote; quantities checked where read
+
+
+class _NodeMetadata(TypedDict):
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    labels: NotRequired[Optional[dict[str, str]]]  # type, cluster id, cluster selector
+    annotations: NotRequired[Optional[dict[str, str]]]  # remote capacity
+
+
+class NodeView(TypedDict):
+    """The fields of a Node the extender reads (see above), as a plain dict."""
+
+    metadata: _NodeMetadata
+    status: NotRequired[Optional[_NodeStatus]]
+
+
+class _NodeList(msgspec.Struct):
+    items: Optional[list[msgspec.Raw]] = None  # Go writes null for an empty list
+
+
+class _Args(msgspec.Struct):
+    Pod: Optional[dict[str, Any]] = None
+    Nodes: Optional[_NodeList] = None
+    NodeNames: Optional[list[str]] = None
+
+
+_ARGS = msgspec.json.Decoder(_Args)
+_NODE = msgspec.json.Decoder(NodeView)
+_ENCODER = msgspec.json.Encoder()
+
+
 @dataclass(frozen=True)
 class ExtenderArgs:
     pod: dict
     nodes: list[dict] | None
-    """``Nodes.items`` when the scheduler sent Node objects (not nodeCacheCapable)."""
+    """Views of ``Nodes.items`` (:class:`NodeView`) when the scheduler sent Node objects
+    (not nodeCacheCapable)."""
     node_names: list[str] | None
     """``NodeNames`` when it sent names only (nodeCacheCapable)."""
+    raw_nodes: list[msgspec.Raw] | None = None
+    """``Nodes.items`` as sent, in the order of ``nodes``: what the answer echoes."""
 
     @property
     def node_cache_mode(self) -> bool:
@@ -68,48 +128,85 @@ class ExtenderArgs:
         return f"{metadata['namespace']}/{metadata.get('name') or metadata.get('generateName') or '?'}"
 
 
+class _Refused(Exception):
+    """The typed decoder refused the body: :func:`_explain` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def parse_extender_args(body: bytes | str) -> ExtenderArgs:
     """ExtenderArgs from a request body; raises :class:`WireError` saying what is wrong."""
+    if isinstance(body, str):
+        try:
+            body = body.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in a str
+            raise WireError("request body is not JSON: it is not valid UTF-8") from None
     try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:  # also invalid UTF-8 and too deep a nesting
-        if "depth limit" in str(exc):  # orjson refuses more than 1,024 levels
-            raise WireError("request body is nested too deeply to be ExtenderArgs") from None
-        raise WireError(f"request body is not JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise WireError(f"ExtenderArgs must be a JSON object, got {_kind(document)}")
+        # msgspec checks the UTF-8 of the strings it decodes, not of those it skips or
+        # keeps raw: the whole body is checked (ASCII, the usual case, costs ~1 ms at 23 MB).
+        if not body.isascii():
+            body.decode("utf-8")
+        return _decode(body)
+    except RecursionError:
+        raise WireError("request body is nested too deeply to be ExtenderArgs") from None
+    except msgspec.ValidationError as exc:  # before DecodeError, its base class
+        reason = _located(str(exc), "ExtenderArgs")
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        reason = f"request body is not JSON: {exc}"
+    except _Refused as exc:
+        reason = exc.reason
+    # Outside the handler, so the traceback no longer holds what was decoded.
+    _explain(body)
+    raise WireError(reason)  # the typed decoder refused what the explanation accepts
 
-    pod = document.get("Pod")
-    if not isinstance(pod, dict):
+
+def _decode(body: bytes) -> ExtenderArgs:
+    args = _ARGS.decode(body)
+    pod = args.Pod
+    if pod is None:
         raise WireError(f"ExtenderArgs.Pod must be a Pod object, got {_kind(pod)}")
     _check_pod(pod)
+    _check_mode(args.Nodes is not None, args.NodeNames is not None)
+    if args.NodeNames is not None:
+        _check_names(args.NodeNames)
+        return ExtenderArgs(pod=pod, nodes=None, node_names=args.NodeNames)
+    raw_nodes = args.Nodes.items or []  # type: ignore[union-attr]  # _check_mode: Nodes is set
+    views = []
+    decode = _NODE.decode
+    for index, raw in enumerate(raw_nodes):
+        try:
+            views.append(decode(raw))
+        except msgspec.ValidationError as exc:
+            raise _Refused(_located(str(exc), _where(index))) from None
+    return ExtenderArgs(pod=pod, nodes=views, node_names=None, raw_nodes=raw_nodes)
 
-    raw_nodes = document.get("Nodes")
-    raw_names = document.get("NodeNames")
-    if raw_nodes is not None and raw_names is not None:
+
+def _located(message: str, root: str) -> str:
+    """msgspec's ``... - at `$.a.b``` with ``$`` named: ``... - at `ExtenderArgs.a.b```."""
+    if "`$" in message:
+        return message.replace("`$", f"`{root}", 1)
+    return f"{root}: {message}"
+
+
+# --- checks shared by the typed path and the explanation -------------------------------------
+def _check_mode(has_nodes: bool, has_names: bool) -> None:
+    if has_nodes and has_names:
         raise WireError(
             "ExtenderArgs has both Nodes and NodeNames; kube-scheduler sends Nodes "
             "(nodeCacheCapable: false) or NodeNames (nodeCacheCapable: true), never both"
         )
-    if raw_names is not None:
-        if not isinstance(raw_names, list) or not all(isinstance(n, str) and n for n in raw_names):
-            raise WireError("ExtenderArgs.NodeNames must be a list of non-empty node names")
-        return ExtenderArgs(pod=pod, nodes=None, node_names=raw_names)
-    if raw_nodes is None:
+    if not has_nodes and not has_names:
         raise WireError(
             "ExtenderArgs has neither Nodes nor NodeNames (keys are Go field names: "
             '"Pod", "Nodes", "NodeNames")'
         )
-    if not isinstance(raw_nodes, dict):
-        raise WireError(f"ExtenderArgs.Nodes must be a NodeList object, got {_kind(raw_nodes)}")
-    items = raw_nodes.get("items")
-    if items is None:
-        items = []  # Go's NodeList with no items serialises items as null
-    if not isinstance(items, list):
-        raise WireError(f"ExtenderArgs.Nodes.items must be a list, got {_kind(items)}")
-    for index, node in enumerate(items):
-        _check_node(node, index)
-    return ExtenderArgs(pod=pod, nodes=items, node_names=None)
+
+
+def _check_names(names: Any) -> None:
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise WireError("ExtenderArgs.NodeNames must be a list of non-empty node names")
 
 
 def _check_pod(pod: dict) -> None:
@@ -131,9 +228,41 @@ def _check_pod(pod: dict) -> None:
         raise WireError(f"ExtenderArgs.Pod has invalid resource requests: {exc}") from None
 
 
+# --- the explanation of a refused body --------------------------------------------------------
+def _explain(body: bytes) -> None:
+    """Raise a :class:`WireError` naming what is wrong with ``body``, read as plain JSON:
+    the same rules as the typed decoder (:class:`NodeView`), worded for a person, with
+    the node's index and name. Returns only if it finds nothing wrong."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:  # also invalid UTF-8 and too deep a nesting
+        if "depth limit" in str(exc):  # orjson refuses more than 1,024 levels
+            raise WireError("request body is nested too deeply to be ExtenderArgs") from None
+        raise WireError(f"request body is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise WireError(f"ExtenderArgs must be a JSON object, got {_kind(document)}")
+
+    pod = document.get("Pod")
+    if not isinstance(pod, dict):
+        raise WireError(f"ExtenderArgs.Pod must be a Pod object, got {_kind(pod)}")
+    _check_pod(pod)
+
+    raw_nodes = document.get("Nodes")
+    raw_names = document.get("NodeNames")
+    _check_mode(raw_nodes is not None, raw_names is not None)
+    if raw_names is not None:
+        _check_names(raw_names)
+        return
+    if not isinstance(raw_nodes, dict):
+        raise WireError(f"ExtenderArgs.Nodes must be a NodeList object, got {_kind(raw_nodes)}")
+    items = raw_nodes.get("items")
+    if items is not None and not isinstance(items, list):
+        raise WireError(f"ExtenderArgs.Nodes.items must be a list, got {_kind(items)}")
+    for index, node in enumerate(items or ()):
+        _check_node(node, index)
+
+
 def _check_node(node: Any, index: int) -> None:
-    # Runs for every candidate of every pod (5,000 Node objects per call on a large
-    # cluster): plain loops, and the error location is only formatted for an error.
     if not isinstance(node, dict):
         raise WireError(f"{_where(index)} must be a Node object, got {_kind(node)}")
     metadata = node.get("metadata")
@@ -180,11 +309,13 @@ def _kind(value: object) -> str:
 
 # --- answers -----------------------------------------------------------------------------
 def filter_result(args: ExtenderArgs, result: FilterResult) -> dict:
-    """ExtenderFilterResult in the request's mode (see the module doc)."""
+    """ExtenderFilterResult in the request's mode (see the module doc). In nodes mode the
+    kept Node objects are the request's own bytes (``msgspec.Raw``): encode the answer
+    with :func:`dumps`."""
     if args.node_cache_mode:
         nodes, names = None, list(result.passed)
     else:
-        nodes, names = {"metadata": {}, "items": result.passed_nodes}, None
+        nodes, names = {"metadata": {}, "items": _raw_of(args, result.passed_nodes)}, None
     return {
         "Nodes": nodes,
         "NodeNames": names,
@@ -192,6 +323,14 @@ def filter_result(args: ExtenderArgs, result: FilterResult) -> dict:
         "FailedAndUnresolvableNodes": result.unresolvable_nodes,
         "Error": "",
     }
+
+
+def _raw_of(args: ExtenderArgs, kept: list[dict]) -> list[Any]:
+    """The request's bytes of each kept view (the core keeps the very view objects)."""
+    if args.raw_nodes is None:  # built by hand, not parsed: the views are all there is
+        return kept
+    raw_by_view = {id(view): raw for view, raw in zip(args.nodes or (), args.raw_nodes)}
+    return [raw_by_view[id(view)] for view in kept]
 
 
 def filter_error(message: str) -> dict:
@@ -210,6 +349,6 @@ def bad_request(message: str) -> dict:
 
 
 def dumps(document: Any) -> bytes:
-    """Compact JSON of an answer (everything in it came from :func:`parse_extender_args`
-    or is built here: str keys, JSON types only)."""
-    return orjson.dumps(document)
+    """Compact JSON of an answer (str keys, JSON types and ``msgspec.Raw`` only); Raw
+    values are written as their bytes, unchanged."""
+    return _ENCODER.encode(document)

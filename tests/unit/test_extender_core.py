@@ -327,7 +327,14 @@ def test_parse_nodes_mode_exactly_as_kube_scheduler_sends_it() -> None:
     body = json.dumps({"Pod": pod(), "Nodes": {"metadata": {}, "items": [NODES["physical"]]}, "NodeNames": None})
     args = wire.parse_extender_args(body.encode())
     assert not args.node_cache_mode
-    assert args.candidates == [NODES["physical"]]
+    # The core gets a view with the fields it reads; the Node itself is kept as sent.
+    physical = NODES["physical"]
+    assert args.candidates == [{
+        "metadata": {key: physical["metadata"][key] for key in ("name", "labels", "annotations")},
+        "status": {"allocatable": physical["status"]["allocatable"],
+                   "conditions": [{"type": c["type"], "status": c["status"]} for c in physical["status"]["conditions"]]},
+    }]
+    assert [json.loads(bytes(raw)) for raw in args.raw_nodes] == [physical]
     assert args.namespace == "demo"
     assert args.pod_key == "demo/web-0"
 
@@ -384,15 +391,20 @@ def test_parse_rejects_malformed_args(body: bytes | str, message: str) -> None:
 
 
 def test_answer_is_compact_json_that_go_reads_like_the_stdlib_encoding() -> None:
-    # orjson writes UTF-8 where json.dumps wrote \u escapes; both decode to the same
-    # document, key order included, and Node objects come back exactly as they were sent.
+    # Kept Node objects are sent back as the request's own bytes; the rest of the answer is
+    # the stdlib's compact encoding with UTF-8 instead of \u escapes (Go reads both alike).
+    # tests/unit/test_extender_wire.py pins the bytes of Go-encoded requests too.
     node = {"metadata": {"name": "n\u00e9", "labels": {"z": "1", "a": "2"}}, "status": {"images": [{"sizeBytes": 2**63}]}}
-    args = wire.parse_extender_args(json.dumps({"Pod": pod(), "Nodes": {"metadata": {}, "items": [node]}}))
+    sent = json.dumps(node, separators=(",", ":")).encode()
+    body_in = json.dumps({"Pod": pod(), "Nodes": {"metadata": {}, "items": [node]}}, separators=(",", ":")).encode()
+    assert sent in body_in
+    args = wire.parse_extender_args(body_in)
     result = core.filter_nodes(args.pod, args.candidates, None, lookup)
     body = wire.dumps(wire.filter_result(args, result))
-    stdlib = json.dumps(wire.filter_result(args, result), separators=(",", ":"))
-    assert json.loads(body) == json.loads(stdlib)
-    assert body.decode() == json.dumps(json.loads(stdlib), separators=(",", ":"), ensure_ascii=False)
+    stdlib = json.dumps({"Nodes": {"metadata": {}, "items": ["@node@"]}, "NodeNames": None, "FailedNodes": {},
+                         "FailedAndUnresolvableNodes": {}, "Error": ""}, separators=(",", ":"), ensure_ascii=False)
+    assert body == stdlib.encode().replace(b'"@node@"', sent)  # the node's \u00e9 stays as sent
+    assert json.loads(body)["Nodes"]["items"] == [node]
     assert list(json.loads(body)["Nodes"]["items"][0]["metadata"]["labels"]) == ["z", "a"]
 
 
