@@ -27,9 +27,27 @@ printed for each component is the largest multiple of 64 KiB with::
     baseline + workers x threads x limit x amplification  <=  90 % of the memory limit
 
 (10 % kept for the production caches and allocator fragmentation), the amplification
-being the worst figure measured (the ``dense`` body).
+being the worst figure measured (the ``dense`` body). That is the extender's model (every
+thread at the limit). The webhook instead bounds the bodies a worker parses together with
+a parse memory budget (``ParseBudget``, kube_offload/runtime/body_limit.py), so its limit
+is the apiserver's own (3 MiB) and the figure printed is the budget per worker::
 
-Usage: ``.venv/bin/python bench/bench_parse_memory.py [--size-mib 4]`` (about 15 s; loopback only).
+    baseline + workers x budget  <=  90 % of the memory limit
+
+Then, to show that bound at work, one worker's app (the chart's threads, each its own
+thread, bodies in memory as above) under two loads, once with the chart's budget and once
+with none (the old model: only the hard cap), in fresh processes, peak RSS growth
+(``VmHWM``) measured over the load:
+
+- ``all-max``: every thread sends a ``dense`` AdmissionReview at the hard cap at once (the
+  worst anyone who reaches the Service can do);
+- ``mixed``: one thread sends such bodies back to back while the others send the
+  benchmark's 3 KiB pod admissions in a closed loop, whose latency is printed.
+
+And what the budget costs a small request: an uncontended ``reserve`` / release pair
+against the whole small admission through the app, in the same run.
+
+Usage: ``.venv/bin/python bench/bench_parse_memory.py [--size-mib 4]`` (about 40 s; loopback only).
 """
 
 from __future__ import annotations
@@ -102,7 +120,9 @@ def build_app(component: str):
         from webhook.namespace_cache import StaticNamespaceSource
         from webhook.settings import WebhookSettings
 
-        return create_app(WebhookSettings(max_body_bytes=1 << 40), namespace_source=StaticNamespaceSource([NAMESPACE]))
+        # No cap and no budget: the point is to measure what one body costs.
+        return create_app(WebhookSettings(max_body_bytes=1 << 40, parse_memory_budget=1 << 50),
+                          namespace_source=StaticNamespaceSource([NAMESPACE]))
     from bench_extender import make_node
     from datetime import datetime, timezone
 
@@ -161,10 +181,10 @@ def _status_bytes(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def run_child(component: str, body_file: Path, mode: str) -> dict:
+def run_child(component: str, body_file: Path, mode: str, env: dict | None = None) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--child", component, str(body_file), mode],
-        check=True, capture_output=True, text=True, cwd=ROOT,
+        check=True, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -260,6 +280,174 @@ def limit_for(memory_limit: float, baseline: float, concurrency: int, amplificat
     return max(0, int(per_request // (64 * KIB)) * 64 * KIB)
 
 
+# --- the webhook's parse budget -----------------------------------------------------------
+def webhook_budget_lines(settings: dict, baseline: float, amplification: float) -> None:
+    from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, budget_peak_memory, worker_parse_budget
+
+    workers = int(settings["workers"])
+    memory = mebibytes(settings["resources"]["limits"]["memory"])
+    derived = worker_parse_budget(memory_limit=int(memory * MIB), baseline=int(baseline * MIB), workers=workers)
+    chart = byte_size(str(settings["parseMemoryBudget"]))
+    cap = byte_size(str(settings["maxBodyBytes"]))
+    peak = budget_peak_memory(baseline=int(baseline * MIB), workers=workers, budget=chart) / MIB
+    print(f"webhook: baseline {baseline:.0f} MiB, {workers} workers, worst amplification {amplification:.1f} B/B "
+          f"(reserved at {PARSE_AMPLIFICATION}), memory limit {memory:.0f} Mi -> parse budget {derived // MIB} MiB "
+          f"per worker")
+    print(f"{'':10}chart parseMemoryBudget {settings['parseMemoryBudget']}: every worker's budget in use "
+          f"{peak:.0f} MiB = {peak / memory:.0%} of the memory limit ({'fits' if chart <= derived else 'OVER'}); "
+          f"a body at maxBodyBytes {settings['maxBodyBytes']} reserves {cap * PARSE_AMPLIFICATION / MIB:.0f} MiB "
+          f"({'fits' if cap * PARSE_AMPLIFICATION <= chart else 'does NOT fit'} the budget)")
+
+
+def measure_concurrent(scenario: str, budget_mode: str) -> dict:
+    """One worker's app under ``scenario`` with the chart's budget (``budget``) or none
+    (``none``): peak RSS growth, answers by status, small-request latencies."""
+    import threading
+    import time
+
+    import orjson
+
+    from webhook.app import create_app
+    from webhook.namespace_cache import StaticNamespaceSource
+    from webhook.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_THREADS, WebhookSettings
+    from bench_webhook import NAMESPACE, realistic_pod
+    from kube_offload.admission import build_review
+
+    settings = WebhookSettings(parse_memory_budget=(1 << 50) if budget_mode == "none" else WebhookSettings().parse_memory_budget)
+    app = create_app(settings, namespace_source=StaticNamespaceSource([NAMESPACE]))
+    # A dense AdmissionReview just under the hard cap, and the benchmark's 3 KiB admission.
+    large = webhook_body("dense", DEFAULT_MAX_BODY_BYTES - 4 * KIB)
+    assert len(large) <= DEFAULT_MAX_BODY_BYTES, len(large)
+    small = orjson.dumps(build_review(realistic_pod(), uid="small"))
+
+    def call(body: bytes) -> str:
+        status: list[str] = []
+        environ = {
+            "REQUEST_METHOD": "POST", "PATH_INFO": "/mutate/pods", "SERVER_NAME": "bench", "SERVER_PORT": "443",
+            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
+            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
+            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+        }
+        b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
+        return status[0][:3]
+
+    call(small)
+    statuses: dict[str, int] = {}
+    latencies: list[float] = []
+    lock = threading.Lock()
+    threads = DEFAULT_THREADS
+    start = threading.Barrier(threads)
+    large_done = threading.Event()
+
+    def count(code: str) -> None:
+        with lock:
+            statuses[code] = statuses.get(code, 0) + 1
+
+    def large_sender(repeat: int) -> None:
+        start.wait()
+        for _ in range(repeat):
+            count("large " + call(large))
+        large_done.set()
+
+    def small_sender() -> None:
+        start.wait()
+        while not large_done.is_set():
+            began = time.perf_counter()
+            code = call(small)
+            elapsed = time.perf_counter() - began
+            with lock:
+                latencies.append(elapsed)
+            count("small " + code)
+
+    if scenario == "all-max":
+        workers = [threading.Thread(target=large_sender, args=(1,)) for _ in range(threads)]
+    else:
+        workers = [threading.Thread(target=large_sender, args=(10,))]
+        workers += [threading.Thread(target=small_sender) for _ in range(threads - 1)]
+    baseline_rss = _status_bytes("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    began = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    seconds = time.perf_counter() - began
+    latencies.sort()
+
+    def percentile(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000 if latencies else 0.0
+
+    return {"peak": _status_bytes("VmHWM") - baseline_rss, "statuses": statuses, "seconds": seconds,
+            "p50": percentile(0.50), "p99": percentile(0.99), "small": len(latencies)}
+
+
+def reserve_cost() -> tuple[float, float]:
+    """Microseconds of an uncontended reserve/release pair, and of one small admission
+    through the app (same process, same run)."""
+    import time
+
+    import orjson
+
+    from bench_webhook import NAMESPACE, realistic_pod
+    from kube_offload.admission import build_review
+    from kube_offload.runtime.body_limit import ParseBudget
+    from webhook.app import create_app
+    from webhook.namespace_cache import StaticNamespaceSource
+    from webhook.settings import WebhookSettings
+
+    budget = ParseBudget(component="webhook", capacity=137 * MIB, max_body=3 * MIB, wait_seconds=2)
+    rounds = 200_000
+    began = time.perf_counter()
+    for _ in range(rounds):
+        with budget.reserve(3 * KIB):
+            pass
+    pair = (time.perf_counter() - began) / rounds * 1e6
+    app = create_app(WebhookSettings(), namespace_source=StaticNamespaceSource([NAMESPACE]))
+    small = orjson.dumps(build_review(realistic_pod(), uid="small"))
+    calls = 5_000
+    began = time.perf_counter()
+    for _ in range(calls):
+        environ = {
+            "REQUEST_METHOD": "POST", "PATH_INFO": "/mutate/pods", "SERVER_NAME": "bench", "SERVER_PORT": "443",
+            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(small),
+            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
+            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(small)),
+        }
+        b"".join(app.wsgi_app(environ, lambda s, h, e=None: None))
+    request = (time.perf_counter() - began) / calls * 1e6
+    return pair, request
+
+
+def concurrent_lines(settings: dict) -> None:
+    from kube_offload.runtime.body_limit import MALLOC_ARENAS
+
+    threads = int(settings["threads"])
+    arenas = {"MALLOC_ARENA_MAX": str(MALLOC_ARENAS)}
+    print(f"one webhook worker, {threads} threads, dense AdmissionReviews at the hard cap "
+          f"({settings['maxBodyBytes']}), MALLOC_ARENA_MAX={MALLOC_ARENAS} as the chart sets it; "
+          f"peak RSS growth over the load:")
+    for scenario in ("all-max", "mixed"):
+        figures = {}
+        runs = [("none", "no budget (old model)", arenas), ("budget", f"budget {settings['parseMemoryBudget']}", arenas)]
+        if scenario == "all-max":
+            runs.append(("budget", "budget, glibc arenas", {}))
+        for mode, label, env in runs:
+            result = run_child("concurrent", Path(scenario), mode, env=env)
+            figures.setdefault(mode, result)
+            answers = ", ".join(f"{key} {value}" for key, value in sorted(result["statuses"].items()))
+            line = (f"  {scenario:8} {label:22} peak {result['peak'] / MIB:6.0f} MiB  {result['seconds']:5.1f} s  "
+                    f"answers: {answers}")
+            if result["small"]:
+                line += (f"  small: {result['small'] / result['seconds']:.0f}/s p50 {result['p50']:.2f} ms "
+                         f"p99 {result['p99']:.2f} ms")
+            print(line)
+        ratio = figures["budget"]["peak"] / max(1, figures["none"]["peak"])
+        print(f"  {scenario:8} peak with budget / without: {ratio:.2f}")
+    pair, request = reserve_cost()
+    print(f"uncontended reserve+release {pair:.2f} us vs one small admission through the app {request:.0f} us: "
+          f"{pair / request:.1%} of it")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=float, default=4.0, help="body size per case (default 4 MiB)")
@@ -268,7 +456,10 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     if options.child:
         component, body_file, mode = options.child
-        print(json.dumps(measure(component, body_file, mode)))
+        if component == "concurrent":
+            print(json.dumps(measure_concurrent(body_file, mode)))
+        else:
+            print(json.dumps(measure(component, body_file, mode)))
         return 0
 
     size = int(options.size_mib * MIB)
@@ -295,7 +486,8 @@ def main() -> int:
         baselines[component] = server_baseline(component, int(settings.get("workers", 1)), int(settings["threads"]), tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     print()
-    for component in ("webhook", "extender"):
+    webhook_budget_lines(values["webhook"], baselines["webhook"], worst["webhook"])
+    for component in ("extender",):
         settings = values[component]
         workers = int(settings.get("workers", 1))
         threads = int(settings["threads"])
@@ -309,6 +501,8 @@ def main() -> int:
         print(f"{'':10}chart maxBodyBytes {settings['maxBodyBytes']} ({chart} bytes): all threads at it "
               f"{peak:.0f} MiB = {peak / memory:.0%} of the memory limit "
               f"({'fits' if chart <= limit else 'OVER the budget'})")
+    print()
+    concurrent_lines(values["webhook"])
     return 0
 
 

@@ -4,6 +4,10 @@ Every admission route does the same four things: read the body, parse the review
 the route's decision function, answer. A client's mistake is a 400 with a Status body
 naming the problem; a policy that cannot be read is a 503 (the registration's
 failurePolicy then decides); anything else is a logged 500, never a dead worker.
+All four happen inside a reservation of the worker's parse memory budget
+(:class:`~kube_offload.runtime.body_limit.ParseBudget`): a body too large for the whole
+budget is a 413, and one that finds the budget taken for longer than the wait is a 503
+with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from kube_offload.runtime.body_limit import read_body, too_large_message
+from kube_offload.runtime.body_limit import (
+    OverParseBudget,
+    ParseBudget,
+    ParseBudgetBusy,
+    body_length,
+    read_body,
+    too_large_message,
+)
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 from kube_offload.runtime.workers import FunctionGauge, WorkerGroup
 from kube_offload.admission import (
@@ -57,6 +68,13 @@ def create_app(
     app = Flask("kube-offload-webhook")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     metrics = HttpMetrics.create("webhook")
+    # One per worker process: create_app runs in each worker after the fork.
+    budget = ParseBudget(
+        component="webhook",
+        capacity=settings.parse_memory_budget,
+        max_body=settings.max_body_bytes,
+        wait_seconds=settings.parse_budget_wait_seconds,
+    )
     if workers is None:
 
         def ready() -> bool:
@@ -81,35 +99,50 @@ def create_app(
         def metrics_text() -> tuple[bytes, str]:
             return workers.exposition([synced])
 
+    def answer(endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> tuple[str, Response]:
+        # Everything parsed from the body lives in this frame, so it is freed when this
+        # returns: before admit() gives the reservation back and another request parses.
+        try:
+            review = parse_review(read_body(request.environ, settings.max_body_bytes))
+            decision = decide(review)
+        except BadRequest as exc:
+            log.info("%s: bad request: %s", endpoint, exc)
+            return BAD_REQUEST, _status(400, "BadRequest", str(exc))
+        except NamespaceUnavailable as exc:
+            return UNAVAILABLE, _status(503, "ServiceUnavailable", str(exc))
+        if not decision.allowed:
+            log.info(
+                "%s: denied %s %s/%s: %s", endpoint, review.kind.kind,
+                review.namespace, review.name, decision.message,
+            )
+        return decision.outcome, _json(200, review_response(review, decision))
+
     def admit(endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> Response:
         started = time.perf_counter()
         outcome = ERROR
         try:
             try:
-                review = parse_review(read_body(request.environ, settings.max_body_bytes))
-                decision = decide(review)
-            except BadRequest as exc:
+                with budget.reserve(body_length(request.environ)):
+                    outcome, response = answer(endpoint, decide)
+                return response
+            except OverParseBudget as exc:
                 outcome = BAD_REQUEST
-                log.info("%s: bad request: %s", endpoint, exc)
-                return _status(400, "BadRequest", str(exc))
-            except NamespaceUnavailable as exc:
+                return _status(413, "RequestEntityTooLarge", str(exc))
+            except ParseBudgetBusy as exc:
                 outcome = UNAVAILABLE
-                return _status(503, "ServiceUnavailable", str(exc))
+                log.warning("%s: %s", endpoint, exc)
+                busy = _status(503, "ServiceUnavailable", str(exc))
+                busy.headers["Retry-After"] = "1"
+                return busy
             except HTTPException:
                 outcome = BAD_REQUEST  # e.g. 413 body too large: Flask answers it
                 raise
             except Exception:
+                outcome = ERROR
                 log.exception("%s: unexpected failure", endpoint)
                 return _status(
                     500, "InternalError", "the webhook failed unexpectedly; see its log"
                 )
-            outcome = decision.outcome
-            if not decision.allowed:
-                log.info(
-                    "%s: denied %s %s/%s: %s", endpoint, review.kind.kind,
-                    review.namespace, review.name, decision.message,
-                )
-            return _json(200, review_response(review, decision))
         finally:
             metrics.observe(endpoint, outcome, time.perf_counter() - started)
 
@@ -166,4 +199,5 @@ def create_app(
         return _status(code, exc.name.replace(" ", ""), exc.description or exc.name)
 
     app.extensions["kube_offload_metrics"] = metrics
+    app.extensions["kube_offload_parse_budget"] = budget
     return app

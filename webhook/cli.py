@@ -10,11 +10,20 @@ import argparse
 import functools
 import sys
 
+from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, budget_too_small
 from kube_offload.runtime.flags import add_flag, byte_size, positive_int
 from kube_offload.runtime.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
 from webhook import registration as reg
-from webhook.settings import DEFAULT_BIND, DEFAULT_MAX_BODY_BYTES, DEFAULT_THREADS, DEFAULT_WORKERS
+from webhook.settings import (
+    BASELINE_BYTES,
+    DEFAULT_BIND,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
+    DEFAULT_PARSE_MEMORY_BUDGET,
+    DEFAULT_THREADS,
+    DEFAULT_WORKERS,
+)
 
 COMPONENT = "webhook"
 CONFIGURATION_COMPONENT = "webhook-configuration"
@@ -47,9 +56,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
              help="request threads per worker")
     add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
-             help="largest AdmissionReview accepted, in bytes or with Ki/Mi (413 above); parsing takes "
-                  "up to ~37x the body in memory, per concurrent request (workers x threads): "
-                  "raise it only with the memory limit (docs/webhook.md, 'Request size')")
+             help="largest AdmissionReview accepted, in bytes or with Ki/Mi (413 above); the default is "
+                  "kube-apiserver's own request limit, so every Pod it accepts can be admitted "
+                  "(docs/webhook.md, 'Request size')")
+    add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
+             help=f"memory, per worker, that the request bodies being parsed may take together, in bytes or "
+                  f"with Ki/Mi/Gi: each request reserves {PARSE_AMPLIFICATION}x its Content-Length, waits when "
+                  f"the budget is taken and gets a retryable 503 after {DEFAULT_PARSE_BUDGET_WAIT_SECONDS:g}s; workers x "
+                  f"this + ~{BASELINE_BYTES >> 20}Mi at rest must "
+                  f"stay under the memory limit, and it must hold {PARSE_AMPLIFICATION}x --max-body-bytes "
+                  f"(docs/webhook.md, 'Request size')")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS,
              help="log level")
     parser.set_defaults(func=run)
@@ -87,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     from webhook.settings import ServerSettings, WebhookSettings
 
     setup_logging(args.log_level)
+    problem = budget_too_small(component=COMPONENT, budget=args.parse_memory_budget, max_body=args.max_body_bytes)
+    if problem:
+        raise SystemExit(f"kube-offload webhook: {problem}")
     server = ServerSettings(
         tls_cert=args.tls_cert or "",
         tls_key=args.tls_key or "",
@@ -107,7 +126,11 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     serve(
         server,
-        WebhookSettings(scheduler_name=args.scheduler_name or None, max_body_bytes=args.max_body_bytes),
+        WebhookSettings(
+            scheduler_name=args.scheduler_name or None,
+            max_body_bytes=args.max_body_bytes,
+            parse_memory_budget=args.parse_memory_budget,
+        ),
         functools.partial(informer_source, args.kubeconfig),
     )
     return 0

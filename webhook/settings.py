@@ -8,16 +8,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kube_offload.runtime.body_limit import APISERVER_MAX_REQUEST_BODY_BYTES, MIB, worker_parse_budget
+
 DEFAULT_BIND = "0.0.0.0:8443"
 # Several processes (one is one core at most), each with threads: see webhook/server.py.
 DEFAULT_WORKERS = 2
 DEFAULT_THREADS = 8
-# Largest request body read. Sized by bench/bench_parse_memory.py: parsing costs up to 37
-# bytes of memory per body byte (a body dense in small JSON objects, which anyone who
-# reaches the Service can send), so the chart's 2 workers x 8 threads at this limit stay
-# within 90 % of its 256 Mi memory limit (docs/webhook.md, "Request size"). Pods are
-# rarely over a few tens of KiB; larger ones are refused with 413.
-DEFAULT_MAX_BODY_BYTES = 256 * 1024
+# Largest request body read (413 above): the apiserver's own request limit, so every Pod
+# it accepts can be admitted. Memory is bounded by the parse budget below, not by this.
+DEFAULT_MAX_BODY_BYTES = APISERVER_MAX_REQUEST_BODY_BYTES
+# The server at rest, arbiter and workers (PSS; bench/bench_parse_memory.py measured 67
+# MiB with the default workers and threads), rounded up; and the chart's memory limit
+# (resources.limits.memory). tests/unit/test_body_limits.py holds the chart to both.
+BASELINE_BYTES = 70 * MIB
+MEMORY_LIMIT_BYTES = 384 * MIB
+# Bytes the bodies one worker is parsing may take together (kube_offload/runtime/
+# body_limit.py, ParseBudget): every worker's budget plus the baseline stays within 90 %
+# of the memory limit (137 MiB). It holds one AdmissionReview at the hard cap reserved at
+# the worst amplification (3 MiB x 37 = 111 MiB) beside many small ones
+# (docs/webhook.md, "Request size").
+DEFAULT_PARSE_MEMORY_BUDGET = worker_parse_budget(
+    memory_limit=MEMORY_LIMIT_BYTES, baseline=BASELINE_BYTES, workers=DEFAULT_WORKERS
+)
+# How long a request waits for room in the budget before a 503: well under the
+# registration's timeoutSeconds (5 by default), so the apiserver gets the clear answer
+# rather than a timeout.
+DEFAULT_PARSE_BUDGET_WAIT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,10 @@ class WebhookSettings:
     # Bodies over this are refused with 413 before they are read (Content-Length) or
     # as soon as the read passes it (chunked): see DEFAULT_MAX_BODY_BYTES.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Memory per worker for bodies being parsed, at PARSE_AMPLIFICATION bytes per body
+    # byte; a request waits up to parse_budget_wait_seconds for room, then gets a 503.
+    parse_memory_budget: int = DEFAULT_PARSE_MEMORY_BUDGET
+    parse_budget_wait_seconds: float = DEFAULT_PARSE_BUDGET_WAIT_SECONDS
 
 
 @dataclass(frozen=True)

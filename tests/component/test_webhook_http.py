@@ -21,6 +21,7 @@ from webhook.registration import NAMESPACE_WEBHOOK_NAME
 from webhook.settings import DEFAULT_MAX_BODY_BYTES
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -250,8 +251,8 @@ def test_echo_is_not_served_unless_enabled(session, webhook_server) -> None:
 
 def _env_padded_review(namespace: str, size: int, uid: str) -> bytes:
     """An AdmissionReview of a pod grown with env entries to about ``size`` bytes."""
-    # json.dumps writes each entry in 52 bytes ({"name": "SETTING_000000", "value": ...}, ).
-    env = [{"name": f"SETTING_{i:06d}", "value": f"value-{i:06d}"} for i in range(size // 52)]
+    # json.dumps writes each entry in 53 bytes ({"name": "SETTING_000000", "value": ...}, ).
+    env = [{"name": f"SETTING_{i:06d}", "value": f"value-{i:06d}"} for i in range(size // 53)]
     body = pod(namespace, containers=[{"name": "app", "image": "nginx", "env": env}])
     return json.dumps(build_review(body, uid=uid)).encode()
 
@@ -307,6 +308,22 @@ def test_bodies_up_to_the_limit_are_admitted(session, webhook_server, chunked: b
     response = session.post(webhook_server.base_url + "/mutate/pods", data=_chunks(body) if chunked else body,
                             headers={"Content-Type": "application/json"}, timeout=10)
     assert admitted(response, "near-limit")["patchType"] == "JSONPatch"
+
+
+def test_a_one_mib_pod_is_admitted_and_patched(session, webhook_server) -> None:
+    """A valid Pod of ~1 MiB (the apiserver accepts up to 3 MiB bodies and 1.5 MiB in
+    etcd) gets its patch; with the old 256 KiB limit it was a 413, and with failurePolicy
+    Fail such a pod could never be created in an offloaded namespace."""
+    env = [{"name": f"SETTING_{i:06d}", "value": f"value-{i:06d}"} for i in range(MIB // 53)]
+    original = pod("remote-eu", containers=[{"name": "app", "image": "nginx", "env": env}])
+    body = json.dumps(build_review(original, uid="one-mib")).encode()
+    assert MIB <= len(body) < 2 * MIB
+    result = patched(original, admitted(post(session, webhook_server, "/mutate/pods", body), "one-mib"))
+    assert result["spec"]["tolerations"][-1]["key"] == c.TAINT_KEY
+    assert result["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0]["matchExpressions"][0] == {
+        "key": c.LABEL_TYPE, "operator": "In", "values": [c.TYPE_VIRTUAL_NODE]}
+    assert result["spec"]["schedulerName"] == webhook_server.scheduler_name
+    assert result["spec"]["containers"][0]["env"] == env  # the user's pod is otherwise untouched
 
 
 def test_server_survives_garbage_on_the_socket(webhook_server, session) -> None:

@@ -13,10 +13,22 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from extender.settings import DEFAULT_MAX_BODY_BYTES as EXTENDER_DEFAULT
 from extender.settings import DEFAULT_THREADS as EXTENDER_THREADS
-from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, READ_SIZE, fits, read_body, too_large_message
+from kube_offload.runtime.body_limit import (
+    APISERVER_MAX_REQUEST_BODY_BYTES,
+    PARSE_AMPLIFICATION,
+    READ_SIZE,
+    budget_peak_memory,
+    fits,
+    read_body,
+    too_large_message,
+    worker_parse_budget,
+)
 from kube_offload.cli import build_parser
 from kube_offload.runtime.flags import byte_size, env_name
+from webhook.settings import BASELINE_BYTES as WEBHOOK_BASELINE
 from webhook.settings import DEFAULT_MAX_BODY_BYTES as WEBHOOK_DEFAULT
+from webhook.settings import DEFAULT_PARSE_MEMORY_BUDGET as WEBHOOK_BUDGET
+from webhook.settings import MEMORY_LIMIT_BYTES as WEBHOOK_MEMORY_LIMIT
 from webhook.settings import DEFAULT_THREADS as WEBHOOK_THREADS
 from webhook.settings import DEFAULT_WORKERS as WEBHOOK_WORKERS
 
@@ -24,7 +36,7 @@ MIB = 1024 * 1024
 VALUES = Path(__file__).resolve().parents[2] / "charts" / "kube-offload-local" / "values.yaml"
 # PSS of the whole server at rest (arbiter + workers) as bench/bench_parse_memory.py
 # measured it (67 and 48 MiB), rounded up.
-BASELINE = {"webhook": 70 * MIB, "extender": 50 * MIB}
+BASELINE = {"webhook": WEBHOOK_BASELINE, "extender": 50 * MIB}
 
 
 @pytest.mark.parametrize(
@@ -69,25 +81,43 @@ def test_too_large_message_says_size_limit_and_knob() -> None:
     assert "(chunked)" in too_large_message("extender", 1024, None)
 
 
-def test_defaults_fit_the_default_process_model_in_the_chart_memory_limits() -> None:
-    values = yaml.safe_load(VALUES.read_text())
-    webhook, extender = values["webhook"], values["extender"]
-    # The chart passes these values to --max-body-bytes: same as the component defaults.
-    assert byte_size(webhook["maxBodyBytes"]) == WEBHOOK_DEFAULT
+def test_webhook_chart_budget_admits_the_largest_pod_within_the_memory_limit() -> None:
+    """The webhook bounds memory with a parse budget per worker (ParseBudget), not with
+    threads x the body limit: the chart's budget must hold one AdmissionReview at the
+    apiserver's own request limit reserved at the worst amplification, and every worker's
+    budget plus the baseline must stay within the memory limit less the reserve."""
+    webhook = yaml.safe_load(VALUES.read_text())["webhook"]
+    memory = byte_size(webhook["resources"]["limits"]["memory"])
+    budget = byte_size(webhook["parseMemoryBudget"])
+    cap = byte_size(webhook["maxBodyBytes"])
+    # The chart passes these to --max-body-bytes/--parse-memory-budget: the CLI defaults, and
+    # the defaults follow from the chart's memory limit and workers.
+    assert (cap, budget, memory) == (WEBHOOK_DEFAULT, WEBHOOK_BUDGET, WEBHOOK_MEMORY_LIMIT)
+    assert (webhook["workers"], webhook["threads"]) == (WEBHOOK_WORKERS, WEBHOOK_THREADS)
+    assert cap == APISERVER_MAX_REQUEST_BODY_BYTES, "every Pod the apiserver accepts must be read"
+    assert budget == worker_parse_budget(memory_limit=memory, baseline=WEBHOOK_BASELINE, workers=webhook["workers"])
+    assert budget >= cap * PARSE_AMPLIFICATION, "a body at the cap must be parseable"
+    assert budget_peak_memory(baseline=WEBHOOK_BASELINE, workers=webhook["workers"], budget=budget) <= memory * 0.9
+    # ... and not by a wide margin: twice the budget would not fit (it is derived, not arbitrary).
+    assert budget_peak_memory(baseline=WEBHOOK_BASELINE, workers=webhook["workers"], budget=2 * budget) > memory * 0.9
+    # The old 256 Mi limit could not hold a budget for one body at the cap per worker ...
+    assert worker_parse_budget(memory_limit=256 * MIB, baseline=WEBHOOK_BASELINE, workers=2) < cap * PARSE_AMPLIFICATION
+    # ... and the old model (every thread at the cap) would need ~1.8 GiB for the same cap.
+    assert not fits(memory_limit=memory, baseline=WEBHOOK_BASELINE, concurrency=WEBHOOK_WORKERS * WEBHOOK_THREADS, limit=cap)
+
+
+def test_extender_defaults_fit_its_process_model_in_the_chart_memory_limit() -> None:
+    extender = yaml.safe_load(VALUES.read_text())["extender"]
+    # The chart passes this value to --max-body-bytes: same as the component default.
     assert byte_size(extender["maxBodyBytes"]) == EXTENDER_DEFAULT
-    assert (webhook["workers"], webhook["threads"], extender["threads"]) == (WEBHOOK_WORKERS, WEBHOOK_THREADS, EXTENDER_THREADS)
-    for name, settings, concurrency in (
-        ("webhook", webhook, webhook["workers"] * webhook["threads"]),
-        ("extender", extender, extender["threads"]),  # one worker: see extender/server.py
-    ):
-        memory = byte_size(settings["resources"]["limits"]["memory"])
-        limit = byte_size(settings["maxBodyBytes"])
-        assert fits(memory_limit=memory, baseline=BASELINE[name], concurrency=concurrency, limit=limit), name
-        # ... and not by a wide margin: doubling the limit would not fit (the limit is sized,
-        # not arbitrary).
-        assert not fits(memory_limit=memory, baseline=BASELINE[name], concurrency=concurrency, limit=2 * limit), name
-    # The old webhook default (8 MiB) took ~300 MiB for ONE request: over the 256 Mi limit.
-    assert 8 * MIB * PARSE_AMPLIFICATION > byte_size(webhook["resources"]["limits"]["memory"])
+    assert extender["threads"] == EXTENDER_THREADS
+    concurrency = extender["threads"]  # one worker: see extender/server.py
+    memory = byte_size(extender["resources"]["limits"]["memory"])
+    limit = byte_size(extender["maxBodyBytes"])
+    assert fits(memory_limit=memory, baseline=BASELINE["extender"], concurrency=concurrency, limit=limit)
+    # ... and not by a wide margin: doubling the limit would not fit (the limit is sized,
+    # not arbitrary).
+    assert not fits(memory_limit=memory, baseline=BASELINE["extender"], concurrency=concurrency, limit=2 * limit)
 
 
 # --- read_body: the WSGI edge, with in-memory streams ------------------------------------

@@ -1013,6 +1013,25 @@ def test_rendered_webhook_runs_several_workers_sharing_a_writable_directory(
     assert parse_component_args(container["args"]).workers == 4
 
 
+def test_rendered_webhook_passes_the_body_cap_and_the_parse_budget(
+    helm: Helm, rendered_local: list[dict[str, Any]]
+) -> None:
+    """The hard cap and the per-worker parse memory budget reach the CLI (defaults equal
+    the CLI's; tests/unit/test_body_limits.py holds them to the memory limit)."""
+    from kube_offload.runtime.body_limit import MALLOC_ARENAS
+    from webhook.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET
+
+    container = one(rendered_local, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_component_args(container["args"])
+    assert (args.max_body_bytes, args.parse_memory_budget) == (DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET)
+    # The budget bounds RSS only with few malloc arenas (kube_offload/runtime/body_limit.py).
+    assert {"name": "MALLOC_ARENA_MAX", "value": str(MALLOC_ARENAS)} in container["env"]
+    docs = render(helm, LOCAL, {"webhook": {"maxBodyBytes": "1Mi", "parseMemoryBudget": "64Mi"}})
+    container = one(docs, "Deployment", "kube-offload-webhook")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_component_args(container["args"])
+    assert (args.max_body_bytes, args.parse_memory_budget) == (1024 * 1024, 64 * 1024 * 1024)
+
+
 # --- health port, probes, dashboard (docs/observability.md) ---------------------------------
 
 
