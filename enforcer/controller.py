@@ -67,11 +67,13 @@ class Enforcer:
             **_pod_list(api_client, settings.namespace),
         )
         api = KubeEnforcerApi(api_client)
+        # Events are written by the recorder's own thread, never by a reconcile worker.
+        self.recorder = EventRecorder(api)
         self.reconciler = Reconciler(
             shadowpods=self.shadowpods,
             pods=self.pods,
             api=api,
-            recorder=EventRecorder(api),
+            recorder=self.recorder,
         )
         self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
         # The echo of the reconcile's own ShadowPod status write is skipped (Reconciler.
@@ -115,6 +117,7 @@ class Enforcer:
         self.controller.stop()
         if self.tenants is not None:
             self.tenants.stop(timeout)
+        self.recorder.stop(timeout)  # what the workers recorded, written until the deadline
         # Informer.stop() closes the watch response while the informer thread is blocked
         # reading it, and that close can wait on the reader's buffer lock for as long as
         # the watch stays quiet (minutes). Stopping must not hang on it: the informer

@@ -148,6 +148,8 @@ class VirtualKubelet:
                 loop.stop()
             except Exception:
                 log.exception("%s: stop failed", loop.name)
+        # Once no loop records any more: what they recorded, written until the deadline.
+        self.recorder.stop(min(timeout, 2.0))
         self.node.stop()
         # Informer.stop closes each watch's response; with an SSL socket that another
         # thread is blocked reading, close() can wait until the server sends something

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the controller runtime: work queues, reconciles, API calls.
+"""Prometheus metrics of the controller runtime: work queues, reconciles, API calls, Events.
 
 Every long-running loop of the vkubelet and the enforcer is a
 :class:`~kube_offload.runtime.controller.Controller` over a work queue, and every call to an API
@@ -215,6 +215,68 @@ def instrument_api_client(api_client: Any, cluster: str) -> None:
 
     api_client.call_api = call_api
     setattr(api_client, _INSTRUMENTED, cluster)
+
+
+# --- Events (kube_offload/runtime/events.py) ------------------------------------------------------
+# Why an occurrence reached no Event of its own, and whether the writer keeps up.
+EVENT_DROP_QUEUE_FULL = "queue_full"  # the recorder's queue was full: the newest is dropped
+EVENT_DROP_RATE_LIMITED = "rate_limited"  # the object's write budget was spent (spam filter)
+EVENT_DROP_FAILED = "failed"  # the API server refused the write, or it kept failing
+EVENT_DROP_SHUTDOWN = "shutdown"  # still queued when the stop deadline passed, or recorded after
+EVENT_DROP_REASONS = (EVENT_DROP_QUEUE_FULL, EVENT_DROP_RATE_LIMITED, EVENT_DROP_FAILED, EVENT_DROP_SHUTDOWN)
+EVENT_WRITE_VERBS = ("create", "patch")
+
+EVENTS_WRITTEN = Counter(
+    "events_written",
+    "Event writes that reached the API server: create (a new Event) or patch (a repeat "
+    "folded into an existing Event, count and lastTimestamp updated).",
+    ["verb"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+EVENTS_FOLDED = Counter(
+    "events_folded",
+    "Occurrences recorded without a write of their own: a repeat of one still queued, or "
+    "written later within the count of the next write (min interval, write budget).",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+EVENTS_DROPPED = Counter(
+    "events_dropped",
+    "Occurrences lost, by reason: queue_full, rate_limited (a new Event for an object whose "
+    "write budget is spent), failed (refused by the API server, or still failing after the "
+    "retries), shutdown (still queued at the stop deadline).",
+    ["reason"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+for _verb in EVENT_WRITE_VERBS:
+    EVENTS_WRITTEN.labels(verb=_verb)
+for _reason in EVENT_DROP_REASONS:
+    EVENTS_DROPPED.labels(reason=_reason)
+
+_recorders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def track_event_recorder(recorder: Any) -> None:
+    """Report ``recorder.queued()`` in ``events_queued`` while the recorder exists."""
+    with _controllers_lock:
+        _recorders.add(recorder)
+
+
+class EventQueueCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        with _controllers_lock:
+            recorders = list(_recorders)
+        family = GaugeMetricFamily(
+            f"{NAMESPACE}_events_queued",
+            "Events waiting for the recorder's writer (repeats of a queued one are folded into it).",
+        )
+        family.add_metric([], float(sum(r.queued() for r in recorders)))
+        yield family
+
+
+REGISTRY.register(EventQueueCollector())
 
 
 # --- phases (offloaded pods, ShadowPods) --------------------------------------------------------

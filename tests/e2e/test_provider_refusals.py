@@ -159,6 +159,11 @@ def test_refused_pod_gets_the_providers_words_backoff_and_no_shadowpod(offload_e
 
         current = wait(running, timeout=90, what="the offloaded pod Running")
         assert (current["status"].get("reason") or "") != "ProviderRefused"
+        # What `kubectl describe pod` keeps of where it went (written by the recorder's
+        # thread, after the pod worker moved on: docs/runtime.md, Event recorder).
+        offloaded = wait(lambda: _events(local, ns, pod, "Offloaded"), timeout=TIMEOUT, what="an Offloaded Event")
+        assert offloaded[0]["type"] == "Normal"
+        assert offloaded[0]["message"] == f"running in cluster {remote.spec.cluster_id} as {twin}/{pod}"
         assert len(remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin)["items"]) == 1
     finally:
         local.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)

@@ -63,10 +63,12 @@ SHP = {"apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod",
 
 
 def test_recorder_builds_core_v1_events_and_folds_repeats():
+    # Recording is asynchronous (kube_offload/runtime/events.py): flush() waits for the writer.
     now = [1_700_000_000.0]
     api = RecordingApi()
     recorder = EventRecorder(api, instance="enforcer-0", clock=lambda: now[0])
     recorder.record(SHP, "Warning", "PodCreationFailed", "exceeded quota")
+    assert recorder.flush(5)
     event = api.created[0]
     assert event["involvedObject"] == {"apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod", "name": "web",
                                        "namespace": "ns", "uid": "u1", "resourceVersion": "5"}
@@ -75,14 +77,19 @@ def test_recorder_builds_core_v1_events_and_folds_repeats():
     assert event["firstTimestamp"] == "2023-11-14T22:13:20Z"
     now[0] += 10
     recorder.record(SHP, "Warning", "PodCreationFailed", "exceeded quota")
+    assert recorder.flush(5)
     assert len(api.created) == 1
     assert api.patched == [(event["metadata"]["name"], {"count": 2, "lastTimestamp": "2023-11-14T22:13:30Z"})]
     recorder.record(SHP, "Warning", "PodCreationFailed", "another message")
+    assert recorder.flush(5)
     assert len(api.created) == 2
     now[0] += AGGREGATE_SECONDS + 1
     recorder.record(SHP, "Warning", "PodCreationFailed", "exceeded quota")
+    assert recorder.flush(5)
     assert len(api.created) == 3
 
 
 def test_recorder_never_raises():
-    EventRecorder(RecordingApi(fail=True)).record(SHP, "Normal", "PodCreated", "x")
+    recorder = EventRecorder(RecordingApi(fail=True))
+    recorder.record(SHP, "Normal", "PodCreated", "x")
+    assert recorder.flush(5) and recorder.queued() == 0

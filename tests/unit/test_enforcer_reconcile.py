@@ -112,7 +112,9 @@ class World:
     def __init__(self) -> None:
         self.api = FakeApi()
         self.pods = Indexer(POD_INDEXERS)
-        self.reconcile = Reconciler(shadowpods=self, pods=self.pods, api=self.api, recorder=EventRecorder(self.api))
+        # Events are written by the recorder's own thread: run() and reasons() wait for it.
+        self.recorder = EventRecorder(self.api)
+        self.reconcile = Reconciler(shadowpods=self, pods=self.pods, api=self.api, recorder=self.recorder)
         self.frozen_shadowpods: dict[str, dict] | None = None
 
     def get(self, key):  # the ShadowPod cache
@@ -133,9 +135,13 @@ class World:
 
     def run(self) -> None:
         self.sync_pods()
-        self.reconcile(KEY)
+        try:
+            self.reconcile(KEY)
+        finally:
+            assert self.recorder.flush(5)
 
     def reasons(self) -> list[str]:
+        assert self.recorder.flush(5)
         return [e["reason"] for e in self.api.events]
 
 
