@@ -11,7 +11,7 @@ import sys
 import threading
 
 from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE
-from kube_offload.runtime.flags import add_flag, positive_duration, positive_int
+from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.runtime.kube import load_api_client
@@ -89,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
+    add_list_page_size_flag(parser, COMPONENT)
     add_leader_election_flags(parser, COMPONENT)
     add_flag(
         parser,
@@ -130,10 +131,12 @@ def run(args: argparse.Namespace) -> int:
     from enforcer.crd import ensure_crds
     from enforcer.webhook_server import ShadowPodWebhook
     from kube_offload.runtime.health import HealthSetupError
+    from kube_offload.runtime.informer import set_default_page_size
     from kube_offload.runtime.https_server import TLSSetupError
     from kube_offload.runtime.leader_election import LeaderElector, default_namespace
     from kube_offload.runtime.metrics import CLUSTER_REMOTE, instrument_api_client
 
+    set_default_page_size(args.list_page_size)  # before any informer is built
     setup_logging(args.log_level, json_format=args.log_json)
     timing = timing_from_args(args)
     if args.leader_elect and (problem := timing.problem()):

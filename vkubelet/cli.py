@@ -13,7 +13,7 @@ import threading
 
 import kube_offload
 from kube_offload import constants as c
-from kube_offload.runtime.flags import add_flag, appended, non_negative_duration, positive_duration, positive_int
+from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, appended, non_negative_duration, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.runtime.logs import LEVELS, setup_logging
@@ -91,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
+    add_list_page_size_flag(parser, COMPONENT)
     add_leader_election_flags(parser, COMPONENT)
     add_limit_flags(parser, COMPONENT)
     add_reflection_flags(parser, COMPONENT)
@@ -152,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # Imported here so ``kube-offload --help`` does not pay for the runner's imports.
     from kube_offload.runtime.health import HealthSetupError
+    from kube_offload.runtime.informer import set_default_page_size
     from kube_offload.runtime.kube import load_api_client
     from kube_offload.runtime.leader_election import LeaderElector, default_namespace
     from kube_offload.runtime.metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
@@ -161,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     from vkubelet.storage.virtual import storage_loops
     from vkubelet.runner import VirtualKubelet
 
+    set_default_page_size(args.list_page_size)  # before any informer is built
     local = load_api_client(settings.local_kubeconfig)
     remote = load_api_client(settings.remote_kubeconfig)
     # The user agent names the field manager: managedFields then say who wrote what.

@@ -89,6 +89,21 @@ def appended(args: argparse.Namespace, flag: str) -> list[str]:
     return list(getattr(args, dest + "_env_default", []) or [])
 
 
+# --- flags several components share ---------------------------------------------------------
+# Objects per LIST page of an informer: client-go's reflector default, small enough that one
+# page of Pods stays a few MiB, large enough that a list of a big cluster is a handful of
+# requests. Here (not in informer.py) so that --help does not import the API client.
+DEFAULT_LIST_PAGE_SIZE = 500
+
+
+def add_list_page_size_flag(parser: Any, component: str) -> None:
+    """``--list-page-size``: objects per LIST page of every informer of the process
+    (applied with ``informer.set_default_page_size`` before the informers are built)."""
+    add_flag(parser, component, "--list-page-size", default=DEFAULT_LIST_PAGE_SIZE, type=positive_int,
+             help="objects per page when an informer lists (limit/continue); larger: fewer requests on a big "
+                  "cluster, smaller: less memory per page in the API server and here")
+
+
 # --- argparse value types shared by every component's flags ---------------------------------
 _BARE_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 _DAYS = re.compile(r"^(\d+)d")

@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from kube_offload.runtime.flags import DEFAULT_LIST_PAGE_SIZE
 from kube_offload.runtime.indexer import IndexFunc, Indexer, TallyFunc
 from kube_offload.runtime.kube import ApiError, call_json, object_key
 
@@ -44,9 +45,20 @@ DELETED = "DELETED"
 
 log = logging.getLogger("kube_offload.runtime.informer")
 
-# Objects per LIST page: client-go's reflector default, small enough that one page of Pods
-# stays a few MiB, large enough that a list of a big cluster is a handful of requests.
-DEFAULT_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = DEFAULT_LIST_PAGE_SIZE
+# What an informer built without page_size uses: the process's --list-page-size (set once
+# by the component's CLI before it builds its informers).
+_page_size = DEFAULT_PAGE_SIZE
+
+
+def set_default_page_size(objects: int) -> None:
+    """The LIST page size of every informer built from now on without ``page_size``
+    (``--list-page-size``): larger pages are fewer requests on a big cluster, smaller ones
+    bound the memory one page of a LIST takes in the apiserver and here."""
+    global _page_size
+    if objects < 1:
+        raise ValueError(f"a page holds at least 1 object, got {objects}")
+    _page_size = objects
 
 
 class Informer:
@@ -59,12 +71,12 @@ class Informer:
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
         transform: Callable[[dict], dict] | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
+        page_size: int | None = None,
         keep_managed_fields: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
     ) -> None:
         self.name = name
-        self._page_size = page_size
+        self._page_size = _page_size if page_size is None else page_size  # 0: one unpaginated LIST
         self._keep_managed_fields = keep_managed_fields
         self._list_func = list_func
         self._list_kwargs = dict(list_kwargs or {})

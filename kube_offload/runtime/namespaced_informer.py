@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload.runtime.indexer import IndexFunc
-from kube_offload.runtime.informer import DEFAULT_PAGE_SIZE, DELETED, Handler, Informer
+from kube_offload.runtime.informer import DELETED, Handler, Informer
 from kube_offload.runtime.kube import split_key
 
 log = logging.getLogger("kube_offload.runtime.informer")
@@ -57,7 +57,7 @@ class MultiNamespaceInformer:
         watch_timeout_seconds: int = 240,
         transform: Callable[[dict], dict] | None = None,
         sync_gate: Callable[[], bool] | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
+        page_size: int | None = None,
         keep_managed_fields: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
     ) -> None:

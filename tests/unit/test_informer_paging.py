@@ -89,3 +89,31 @@ def test_only_a_lost_history_makes_a_broken_watch_list_again():
     assert not _history_lost(504, "Timeout: request did not complete")
     assert not _history_lost(500, "etcdserver: leader changed")
     assert not _history_lost(0, "Connection refused")
+
+
+def test_list_page_size_flag_sets_the_page_of_informers_built_without_one(monkeypatch):
+    # --list-page-size, as the vkubelet and the enforcer parse it, reaches the LIST
+    # requests of every informer they build without an explicit page_size.
+    import argparse
+
+    import pytest
+
+    from kube_offload.runtime import informer as informer_module
+    from kube_offload.runtime.flags import DEFAULT_LIST_PAGE_SIZE, add_list_page_size_flag
+
+    monkeypatch.setattr(informer_module, "_page_size", DEFAULT_LIST_PAGE_SIZE)
+    parser = argparse.ArgumentParser()
+    add_list_page_size_flag(parser, "vkubelet")
+    assert parser.parse_args([]).list_page_size == 500
+    args = parser.parse_args(["--list-page-size", "7"])
+    informer_module.set_default_page_size(args.list_page_size)
+    server = PagedServer(15)
+    Informer(name="t", list_func=server)._relist()
+    assert server.requests == [(7, None), (7, "7"), (7, "14")]
+    explicit = PagedServer(15)
+    Informer(name="t", list_func=explicit, page_size=10)._relist()
+    assert explicit.requests == [(10, None), (10, "10")]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--list-page-size", "0"])
+    with pytest.raises(ValueError):
+        informer_module.set_default_page_size(0)
