@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Protocol
 from kubernetes import client
 
 from kube_offload.runtime import metrics as rm
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -77,7 +77,6 @@ DROP_LOG_SECONDS = 60.0
 # The API caps an Event message at 1 KiB.
 MAX_MESSAGE = 1024
 
-_MERGE_PATCH = "application/merge-patch+json"
 CREATE = "create"
 PATCH = "patch"
 
@@ -100,7 +99,7 @@ class CoreV1EventSink:
         return call_json(self._api.create_namespaced_event, namespace, event)
 
     def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
-        return call_json(self._api.patch_namespaced_event, name, namespace, patch, _content_type=_MERGE_PATCH)
+        return call_json(self._api.patch_namespaced_event, name, namespace, patch, _content_type=MERGE_PATCH)
 
 
 # --- the pure part: what one occurrence becomes -----------------------------------------------
