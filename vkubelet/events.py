@@ -26,6 +26,9 @@ REASON_OFFLOADING_FAILED = "OffloadingFailed"
 REASON_REMOTE_UNSCHEDULABLE = "RemoteUnschedulable"
 REASON_TWIN_CONFLICT = "TwinNamespaceConflict"
 REASON_TWIN_REFUSED = "TwinNamespaceRefused"
+# The provider revoked our read access to a Ready twin (its consumer RoleBinding gone):
+# the namespace's pods are left as they are until it returns (pods.py).
+REASON_TWIN_FORBIDDEN = "TwinNamespaceForbidden"
 REASON_POLICY_INVALID = "InvalidOffloadingPolicy"
 # The remote cluster stopped answering: the pod is marked not Ready (the word the node
 # lifecycle controller uses for the pods of a lost node).

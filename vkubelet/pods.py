@@ -25,6 +25,14 @@ ShadowPod(s), its remote pod and its twin namespace; it reads only caches and co
 Deterministic names (same pod name, twin namespace from naming.py) are what make a crash
 at any point safe: a second create meets AlreadyExists instead of making a duplicate.
 
+A provider may also revoke our access to one Ready twin (its RoleBinding
+``kube-offload-consumer`` deleted): the twin-scoped caches of that namespace are then
+empty or stale (kube_offload/runtime/namespaced_informer.py: forbidden), so they prove
+no absence. The namespace's pods are left exactly as they are - no ShadowPod created,
+none deleted, no status written, no local pod failed or deleted - with one Warning log
+line naming the twin and the fix and a Warning Event ``TwinNamespaceForbidden`` on each
+pod, until a list there is accepted again; every other namespace carries on.
+
 A provider may refuse a ShadowPod (its webhook, quota, Pod Security: 403/422). The pod
 then gets a Warning Event ``ProviderRefused`` with the provider's words, stays Pending
 with ``status.reason``/``message`` saying it waits for the provider, and is tried again
@@ -35,6 +43,7 @@ events, resyncs, our own status write) is answered without a request.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Callable, Mapping
@@ -77,6 +86,9 @@ REASON_NOT_OFFLOADED = "NotOffloaded"
 # Backoff keys of the two requests a provider may refuse: (pod key, operation).
 CREATE = "create"
 UPDATE = "update"
+# How often a pod of a twin we may not read is looked at again (access restored brings its
+# ShadowPods back as ADDED events at once; pods without one wait for this).
+FORBIDDEN_RETRY_SECONDS = 10.0
 
 log = logging.getLogger("kube_offload.vkubelet.pods")
 
@@ -112,6 +124,9 @@ class PodOffloader:
         by_origin = ours_by_origin(settings.local_cluster_id)
         self.shadowpods.add_indexer(BY_ORIGIN, by_origin)
         self.remote_pods.add_indexer(BY_ORIGIN, by_origin)
+        # Twin namespaces whose 403 was already logged (once per revocation, not per pod).
+        self._forbidden_told: set[str] = set()
+        self._forbidden_lock = threading.Lock()
         # The resourceVersions our own pods/status patches produced (their echoes).
         self._status_echoes = WriteEchoes()
 
@@ -202,6 +217,11 @@ class PodOffloader:
             for shp in shadows:
                 self._delete_shadowpod(shp, logger, "its local pod no longer exists")
             return
+        forbidden = self._forbidden_twin(split_key(key)[0] or "")
+        if forbidden is not None:
+            # Everything below may act on what the remote caches do not show (end a pod
+            # whose remote side "is gone", fail it, create what "is missing"): not here.
+            self._twin_forbidden(local, forbidden, logger)
         if (local.get("metadata") or {}).get("deletionTimestamp"):
             self._terminate(local, shadows, logger)
             return
@@ -255,6 +275,53 @@ class PodOffloader:
                 f"cluster {self.settings.cluster_id} cannot schedule the pod: {unschedulable}",
             )
             raise Requeue(UNSCHEDULABLE_RETRY_SECONDS, "remote pod unschedulable")
+
+    # --- a twin we may not read ------------------------------------------------------------
+    def _forbidden_twin(self, namespace: str) -> str | None:
+        """The twin namespace of local ``namespace`` whose remote caches were answered 403
+        (None: readable, or no twin). The twin is found from the namespace's plan and from
+        our TwinNamespace requests (a namespace no longer offloaded still has its twin)."""
+        forbidden = set(self.shadowpods.forbidden_namespaces()) | set(self.remote_pods.forbidden_namespaces())
+        self._forget_recovered(forbidden)
+        if not forbidden:
+            return None
+        plan = self._twins.plan(namespace)
+        if plan.twin in forbidden:
+            return plan.twin
+        for twin in sorted(forbidden):
+            request = self._twins.requests.get(f"{self.settings.tenant_namespace}/{twin}")
+            if request is not None and self._twins.local_namespace_of(request) == namespace:
+                return twin
+        return None
+
+    def _forget_recovered(self, forbidden: set[str]) -> None:
+        with self._forbidden_lock:
+            back = self._forbidden_told - forbidden
+            self._forbidden_told -= back
+        for twin in sorted(back):
+            log.info("twin namespace %s on cluster %s can be read again: its pods are managed again", twin, self.settings.cluster_id)
+
+    def forbidden_message(self, twin: str, namespace: str) -> str:
+        reason = self.shadowpods.forbidden_reason(twin) or self.remote_pods.forbidden_reason(twin)
+        return (
+            f"twin namespace {twin} of namespace {namespace} on cluster {self.settings.cluster_id} cannot be read "
+            f"(HTTP 403 Forbidden: {reason or 'forbidden'}): the provider revoked this consumer's access. Its pods are "
+            "left as they are (no status mirroring, no offloading, nothing deleted) until access returns; fix on the "
+            f"provider: restore RoleBinding {c.TWIN_ROLEBINDING_NAME} in namespace {twin} (the enforcer writes it for a "
+            f"Ready TwinNamespace request), or delete the request {self.settings.tenant_namespace}/{twin} to end the "
+            "offloading there"
+        )
+
+    def _twin_forbidden(self, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+        namespace = local["metadata"]["namespace"]
+        message = self.forbidden_message(twin, namespace)
+        with self._forbidden_lock:
+            first = twin not in self._forbidden_told
+            self._forbidden_told.add(twin)
+        if first:
+            log.warning("%s", message)
+        self._recorder.warning(local, ev.REASON_TWIN_FORBIDDEN, message)
+        raise Requeue(FORBIDDEN_RETRY_SECONDS, f"twin namespace {twin} forbidden")
 
     # --- steps -----------------------------------------------------------------------------
     def context(self) -> TranslationContext:

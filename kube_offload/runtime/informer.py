@@ -16,7 +16,12 @@ One background thread lists, then watches from the list's resourceVersion:
   are kept in step with the cache under its lock, and are already updated when a handler
   hears of a change (watch event, relist difference): a reconcile triggered by the event
   finds the object under its new index value, never under the old one. A resync changes
-  nothing, so it touches no index.
+  nothing, so it touches no index;
+- a list or watch answered 403 (the identity may not read the kind here, e.g. a RoleBinding
+  revoked) sets :attr:`Informer.forbidden` (one Warning, then quiet retries with the usual
+  backoff); the next list or watch that the server accepts clears it. It does not make the
+  informer synced: whoever reads it decides what a forbidden cache means
+  (kube_offload/runtime/namespaced_informer.py counts it as synced and empty).
 
 Handlers run on the informer's threads, one event at a time, and must be cheap: enqueue a
 key, nothing more.
@@ -107,6 +112,10 @@ class Informer:
         # a break does not add to it; tests and metrics read it.
         self.list_count = 0
         self._kick = threading.Event()  # cuts a backoff wait short (stop, relist)
+        # The last list/watch was answered 403 (and nothing accepted since): what the
+        # cache holds is not the server's truth, and an empty cache proves no absence.
+        self.forbidden = False
+        self.forbidden_message = ""
 
     # --- public API --------------------------------------------------------------------
     def add_handler(self, handler: Handler) -> None:
@@ -235,7 +244,10 @@ class Informer:
                     return
                 if _history_lost(exc.status, exc.message):
                     resource_version = None
-                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc, backoff)
+                if exc.status == 403:
+                    self._set_forbidden(exc, backoff)
+                else:
+                    log.warning("%s: list/watch failed (%s); retrying in %.1fs", self.name, exc, backoff)
             except Exception as exc:  # opening a watch on a dead server: many urllib3 types
                 if self._stopped.is_set():
                     return
@@ -246,6 +258,22 @@ class Informer:
             self._kick.wait(backoff)
             self._kick.clear()
             backoff = min(backoff * 2, 10.0)
+
+    def _set_forbidden(self, exc: ApiError, backoff: float) -> None:
+        # Said once (a revoked grant lasts): the retries that follow are debug lines.
+        if not self.forbidden:
+            log.warning("%s: list/watch forbidden (HTTP 403: %s); nothing is known here until access is "
+                        "granted again; retrying with backoff", self.name, exc.message)
+        else:
+            log.debug("%s: still forbidden (%s); retrying in %.1fs", self.name, exc.message, backoff)
+        self.forbidden_message = exc.message or "forbidden"
+        self.forbidden = True
+
+    def _allowed(self) -> None:
+        if self.forbidden:
+            log.info("%s: access granted again", self.name)
+        self.forbidden = False
+        self.forbidden_message = ""
 
     def _list_all(self) -> dict:
         """One consistent snapshot, page by page: (the last page's body with every page's
@@ -282,6 +310,9 @@ class Informer:
             with self._lock:
                 # The indexes are rebuilt with the store, before any difference is delivered.
                 previous = self._store.replace(fresh)
+            # Cleared once the cache holds the server's truth, not at the first page: a
+            # reader must never take a half-listed cache for a readable namespace.
+            self._allowed()
             for key, obj in fresh.items():
                 old = previous.get(key)
                 if old is None:
@@ -330,6 +361,7 @@ class Informer:
             if _history_lost(error.status, error.message):
                 return None, False
             raise error from exc
+        self._allowed()
         self._response = response
         progressed = False
         try:

@@ -16,6 +16,14 @@ gets its own list+watch at once (when started), one that goes away is stopped an
 object it held is delivered as a DELETED event, so level-triggered controllers converge
 (an index drops its entries, a controller re-reads the key and finds nothing).
 
+A namespace whose list is answered 403 (the identity's grant there revoked, or never
+given) counts as *synced, empty and forbidden*: it must not keep every other namespace's
+controllers from starting. Its informer keeps retrying with backoff, and
+:meth:`MultiNamespaceInformer.forbidden_namespaces` names it, because its cache proves
+nothing: a controller must never act on an object's *absence* there (delete a local copy,
+fail or end a pod, "recreate" what it cannot see). Once a list is accepted again its
+objects arrive as ADDED events, as for a namespace just added.
+
 Handlers are called in registration order for every event of every namespace, one event
 at a time (one dispatch lock): handlers only enqueue keys, so serialising them costs
 nothing and keeps "a namespace's DELETED burst" and "a late event of that namespace's
@@ -135,11 +143,12 @@ class MultiNamespaceInformer:
 
     def has_synced(self) -> bool:
         """Started, the namespace set known (``sync_gate``), and every watched namespace
-        listed at least once (True with no namespace at all: an empty set is complete)."""
+        listed at least once or answered 403 (:meth:`forbidden_namespaces`; True with no
+        namespace at all: an empty set is complete)."""
         if self._sync_gate is not None and not self._sync_gate():
             return False
         with self._lock:
-            return self._started and all(child.has_synced() for child in self._children.values())
+            return self._started and all(child.has_synced() or child.forbidden for child in self._children.values())
 
     def wait_for_sync(self, timeout: float, poll: float = 0.1) -> bool:
         deadline = time.monotonic() + timeout
@@ -160,9 +169,23 @@ class MultiNamespaceInformer:
             return sorted(self._children)
 
     def namespace_synced(self, namespace: str) -> bool:
+        """Listed at least once, and readable now: a forbidden namespace's cache is not the
+        server's truth (its objects may exist; they may have changed)."""
         with self._lock:
             child = self._children.get(namespace)
-        return child is not None and child.has_synced()
+        return child is not None and child.has_synced() and not child.forbidden
+
+    def forbidden_namespaces(self) -> list[str]:
+        """The watched namespaces whose last list or watch was answered 403 (and none
+        accepted since): empty or stale caches, on which no absence may be acted upon."""
+        with self._lock:
+            return sorted(ns for ns, child in self._children.items() if child.forbidden)
+
+    def forbidden_reason(self, namespace: str) -> str:
+        """The server's words for the 403 in ``namespace`` ("" when not forbidden)."""
+        with self._lock:
+            child = self._children.get(namespace)
+        return child.forbidden_message if child is not None and child.forbidden else ""
 
     def relist(self) -> None:
         """Every namespace lists again now (:meth:`Informer.relist`)."""

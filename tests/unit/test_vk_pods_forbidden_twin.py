@@ -1,0 +1,154 @@
+"""The pod loop (vkubelet/pods.py) with a twin namespace whose remote caches were answered
+403 (the provider deleted the consumer RoleBinding there): it acts on nothing it cannot
+see - no local pod deleted because its remote side "is gone", none failed, no ShadowPod
+"recreated" - says why once in the log (the twin and the fix) and on each pod as a Warning
+Event, and manages the namespace again once a list there is accepted. Control cases show
+the same reconciles do act when the twin is readable. No API server: the informers are
+fed through Informer._apply, API calls are replaced by recorders."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload.runtime.controller import Requeue
+from kube_offload.runtime.informer import ADDED
+from vkubelet import events as ev
+from vkubelet.events import EventRecorder
+from vkubelet.informers import SharedInformers
+from vkubelet.namespaces import TwinNamespaces
+from vkubelet.pods import PodOffloader
+from vkubelet.settings import Settings
+
+TWIN = "ns-local"
+KEY = "ns/web"
+DENIED = 'pods is forbidden: User "system:serviceaccount:kube-offload-tenant-local:consumer" cannot list resource "pods"'
+
+
+class Answer:
+    def __init__(self, body: dict) -> None:
+        self.data = json.dumps(body).encode()
+
+
+@pytest.fixture
+def loop(monkeypatch) -> PodOffloader:
+    settings = Settings(cluster_id="remote", local_cluster_id="local")
+    informers = SharedInformers(settings, client.ApiClient(), client.ApiClient())
+    recorder = EventRecorder(client.ApiClient(), host="test")
+    offloader = PodOffloader(settings, informers, TwinNamespaces(settings, informers, recorder), recorder)
+    informers.set_twin_namespaces([TWIN])
+    offloader._twins.local_namespaces._apply(ADDED, {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "ns", "resourceVersion": "1",
+                     "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
+    })
+    # Our request for the twin, Ready (the provider's answer): the twin is usable.
+    offloader._twins.requests._apply(ADDED, {
+        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
+        "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
+                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
+        "spec": {"localNamespace": "ns"},
+        "status": {"phase": c.TWIN_PHASE_READY},
+    })
+    offloader.calls = []  # type: ignore[attr-defined]
+    offloader.warnings = []  # type: ignore[attr-defined]
+
+    def called(name):
+        def record(*args, **kwargs):
+            offloader.calls.append(name)  # type: ignore[attr-defined]
+            return Answer({})
+        return record
+
+    monkeypatch.setattr(offloader._local, "delete_namespaced_pod", called("delete local pod"))
+    monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", called("patch local status"))
+    monkeypatch.setattr(offloader._custom, "create_namespaced_custom_object", called("create ShadowPod"))
+    monkeypatch.setattr(offloader._custom, "delete_namespaced_custom_object", called("delete ShadowPod"))
+    monkeypatch.setattr(recorder, "warning", lambda obj, reason, message: offloader.warnings.append((reason, message)))
+    monkeypatch.setattr(recorder, "normal", lambda obj, reason, message: None)
+    # Both twin-scoped caches listed once (empty): the readable case.
+    for informer in (offloader.shadowpods, offloader.remote_pods):
+        informer._children[TWIN]._synced.set()
+    return offloader
+
+
+def forbid(loop: PodOffloader, forbidden: bool = True) -> None:
+    for informer in (loop.shadowpods, loop.remote_pods):
+        child = informer._children[TWIN]
+        child.forbidden, child.forbidden_message = forbidden, DENIED if forbidden else ""
+
+
+def pod(**meta) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "resourceVersion": "1", **meta},
+        "spec": {"nodeName": "kube-offload-remote", "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+TERMINATING = {"deletionTimestamp": "2026-11-23T22:00:00Z", "deletionGracePeriodSeconds": 0}
+
+
+def test_a_terminating_pod_of_a_forbidden_twin_is_not_confirmed_gone(loop):
+    loop.local_pods._apply(ADDED, pod(**TERMINATING))
+    forbid(loop)
+    with pytest.raises(Requeue):
+        loop.reconcile(KEY)
+    assert loop.calls == []  # the remote pod may still run: the local pod stays
+    reason, message = loop.warnings[-1]
+    assert reason == ev.REASON_TWIN_FORBIDDEN
+    assert TWIN in message and c.TWIN_ROLEBINDING_NAME in message and "403" in message and DENIED in message
+
+
+def test_control_the_same_terminating_pod_with_a_readable_empty_twin_is_deleted(loop):
+    loop.local_pods._apply(ADDED, pod(**TERMINATING))
+    loop.reconcile(KEY)
+    assert loop.calls == ["delete local pod"]
+
+
+def test_a_running_pod_whose_shadowpod_is_invisible_gets_no_new_one_and_no_status_write(loop):
+    loop.local_pods._apply(ADDED, pod())
+    forbid(loop)
+    with pytest.raises(Requeue):
+        loop.reconcile(KEY)
+    assert loop.calls == []
+
+
+def test_control_a_pod_of_a_readable_twin_without_a_shadowpod_gets_one(loop):
+    loop.local_pods._apply(ADDED, pod())
+    loop.reconcile(KEY)
+    assert "create ShadowPod" in loop.calls
+
+
+def test_a_namespace_no_longer_offloaded_does_not_fail_pods_it_cannot_see(loop):
+    # Its labels removed; its twin is still requested (our request names the namespace).
+    loop._twins.local_namespaces._apply(ADDED, {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns", "resourceVersion": "2"},
+    })
+    loop.local_pods._apply(ADDED, pod())
+    forbid(loop)
+    assert loop._forbidden_twin("ns") == TWIN
+    with pytest.raises(Requeue):
+        loop.reconcile(KEY)
+    assert loop.calls == []  # not marked Failed while its remote pod may run
+
+
+def test_said_once_in_the_log_and_again_after_access_came_back(loop, caplog):
+    loop.local_pods._apply(ADDED, pod())
+    forbid(loop)
+    with caplog.at_level(logging.INFO, logger="kube_offload.vkubelet.pods"):
+        for _ in range(3):
+            with pytest.raises(Requeue):
+                loop.reconcile(KEY)
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING and TWIN in r.getMessage()]
+        assert len(warned) == 1 and c.TWIN_ROLEBINDING_NAME in warned[0].getMessage()
+        assert len(loop.warnings) == 3  # the Event recorder folds these into one Event
+
+        forbid(loop, False)
+        loop.reconcile(KEY)  # managed again: the ShadowPod is created
+        assert "create ShadowPod" in loop.calls
+        assert any("can be read again" in r.getMessage() for r in caplog.records)
