@@ -23,6 +23,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.namespaced_informer import ListForNamespace, MultiNamespaceInformer
+from vkubelet import trim
 from vkubelet import twin_requests as tr
 from vkubelet.settings import Settings
 
@@ -99,9 +100,13 @@ class SharedInformers:
             remote = [inf for name, inf in self._informers.items() if name.startswith(REMOTE)]
         return max((inf.last_contact for inf in remote), default=0.0)
 
-    def _new(self, name: str, list_func: Callable, **list_kwargs) -> Informer:
+    def _new(self, name: str, list_func: Callable, transform: Callable[[dict], dict] | None = None, **list_kwargs) -> Informer:
         return Informer(
-            name=name, list_func=list_func, list_kwargs=list_kwargs, resync_seconds=self.settings.resync_period
+            name=name,
+            list_func=list_func,
+            list_kwargs=list_kwargs,
+            resync_seconds=self.settings.resync_period,
+            transform=transform,
         )
 
     # --- the kinds the core loops use ----------------------------------------------------------
@@ -112,11 +117,13 @@ class SharedInformers:
         return self.shared("local-node", lambda: self._new("local-node", api.list_node, field_selector=selector))
 
     def local_pods(self) -> Informer:
-        """Local pods bound to the virtual node, in every namespace."""
+        """Local pods bound to the virtual node, in every namespace; kept whole (the
+        translation reads nearly all of them: vkubelet/trim.py)."""
         api = client.CoreV1Api(self.local_client)
         selector = f"spec.nodeName={self.settings.node_name}"
         return self.shared(
-            "local-pods", lambda: self._new("local-pods", api.list_pod_for_all_namespaces, field_selector=selector)
+            "local-pods",
+            lambda: self._new("local-pods", api.list_pod_for_all_namespaces, trim.keep_whole, field_selector=selector),
         )
 
     def local_namespaces(self) -> Informer:
@@ -138,8 +145,10 @@ class SharedInformers:
 
     def remote_priority_classes(self) -> Informer:
         api = client.SchedulingV1Api(self.remote_client)
+        # Only their names are read (which priorityClassName a remote pod may keep).
         return self.shared(
-            "remote-priorityclasses", lambda: self._new("remote-priorityclasses", api.list_priority_class)
+            "remote-priorityclasses",
+            lambda: self._new("remote-priorityclasses", api.list_priority_class, trim.trim_to_identity),
         )
 
     # --- remote: the tenant namespace ----------------------------------------------------------
@@ -184,11 +193,18 @@ class SharedInformers:
         with self._lock:
             return set(self._twin_namespaces)
 
-    def remote_in_twins(self, name: str, list_for_namespace: ListForNamespace, **list_kwargs) -> MultiNamespaceInformer:
+    def remote_in_twins(
+        self,
+        name: str,
+        list_for_namespace: ListForNamespace,
+        transform: Callable[[dict], dict] | None = None,
+        **list_kwargs,
+    ) -> MultiNamespaceInformer:
         """The process-wide informer registered as ``name`` (``remote-...``): one
         namespace-scoped list+watch per usable twin namespace, the only place the
         consumer's RBAC lets it read. It reports synced only once the twin requests have
-        been listed (so the namespace set is known) and every twin has been listed."""
+        been listed (so the namespace set is known) and every twin has been listed.
+        ``transform`` says what its cache keeps of each object (vkubelet/trim.py)."""
         requests = self.remote_twin_requests()
 
         def make() -> MultiNamespaceInformer:
@@ -198,6 +214,7 @@ class SharedInformers:
                 list_kwargs=list_kwargs,
                 resync_seconds=self.settings.resync_period,
                 sync_gate=requests.has_synced,
+                transform=transform,
             )
             with self._lock:
                 self._twin_scoped.append(informer)
@@ -208,10 +225,14 @@ class SharedInformers:
         return self.shared(name, make)  # type: ignore[return-value]
 
     def remote_pods(self) -> MultiNamespaceInformer:
-        """Our remote pods (origin label), in the twin namespaces."""
+        """Our remote pods (origin label), in the twin namespaces; trimmed to what the
+        loops read (vkubelet/trim.py)."""
         api = client.CoreV1Api(self.remote_client)
         return self.remote_in_twins(
-            "remote-pods", lambda ns: functools.partial(api.list_namespaced_pod, ns), label_selector=self._ours()
+            "remote-pods",
+            lambda ns: functools.partial(api.list_namespaced_pod, ns),
+            trim.trim_remote_pod,
+            label_selector=self._ours(),
         )
 
     def remote_shadowpods(self) -> MultiNamespaceInformer:
@@ -222,7 +243,7 @@ class SharedInformers:
                 api.list_namespaced_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, ns, c.SHADOWPOD_PLURAL
             )
 
-        return self.remote_in_twins("remote-shadowpods", list_for, label_selector=self._ours())
+        return self.remote_in_twins("remote-shadowpods", list_for, trim.trim_shadowpod, label_selector=self._ours())
 
     def _ours(self) -> str:
         return f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"

@@ -35,6 +35,7 @@ from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, shared_infor
 from vkubelet.reflection.settings import EVENTS
 from kube_offload.remote_resources import is_ours
 from vkubelet.translation import origin_key, origin_uid
+from vkubelet.trim import trim_event
 
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
@@ -60,10 +61,12 @@ class EventReflector:
         self._informers = informers
         self._local = client.CoreV1Api(informers.local_client)
         self.pod_events = shared_informer(
-            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector="involvedObject.kind=Pod"
+            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector="involvedObject.kind=Pod",
+            transform=trim_event,
         )
         self.shadowpod_events = shared_informer(
-            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector=f"involvedObject.kind={c.SHADOWPOD_KIND}"
+            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector=f"involvedObject.kind={c.SHADOWPOD_KIND}",
+            transform=trim_event,
         )
         self.remote_pods = informers.remote_pods()
         self.shadowpods = informers.remote_shadowpods()

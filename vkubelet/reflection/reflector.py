@@ -108,11 +108,13 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
+    transform: Callable[[dict], dict] | None = None,
 ) -> Informer:
     """The process-wide informer on ``resource`` of one side (``local``: every
     namespace; ``remote``: the usable twin namespaces only, the one place the consumer
     may read), optionally selected; registered once by name, so every loop asking for
-    the same selection shares one list+watch."""
+    the same selection shares one list+watch (and the first one's ``transform``: what
+    its cache keeps of each object, vkubelet/trim.py)."""
     api_client = informers.local_client if side == "local" else informers.remote_client
     api = api_class(api_client)
     selection = ",".join(filter(None, [label_selector, field_selector]))
@@ -124,7 +126,7 @@ def shared_informer(
         kwargs["field_selector"] = field_selector
     if side == "remote":
         list_namespaced = getattr(api, f"list_namespaced_{suffix}")
-        return informers.remote_in_twins(name, lambda ns: functools.partial(list_namespaced, ns), **kwargs)
+        return informers.remote_in_twins(name, lambda ns: functools.partial(list_namespaced, ns), transform, **kwargs)
 
     def make() -> Informer:
         return Informer(
@@ -132,6 +134,7 @@ def shared_informer(
             list_func=getattr(api, f"list_{suffix}_for_all_namespaces"),
             list_kwargs=kwargs,
             resync_seconds=informers.settings.resync_period,
+            transform=transform,
         )
 
     return informers.shared(name, make)

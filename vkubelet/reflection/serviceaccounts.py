@@ -43,6 +43,7 @@ from vkubelet.reflection.reflector import (
 )
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
 from vkubelet.translation import origin_key
+from vkubelet.trim import trim_token_secret
 
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
@@ -68,6 +69,7 @@ class ServiceAccountTokenReflector:
         self.remote = shared_informer(
             informers, "remote", SECRETS, client.CoreV1Api, "secret",
             label_selector=owned_selector(self._local_id, self.resource),
+            transform=trim_token_secret,  # the tokens themselves are never read back
         )
         # Token Secrets by the local pod they serve, kept by the informer.
         self.remote.add_indexer(BY_ORIGIN, owned_by_origin(self._local_id, self.resource))
