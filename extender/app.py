@@ -9,6 +9,13 @@ core and answers. What kube-scheduler sees:
   in the pod's events and the scheduler retries the pod later, instead of deciding on an
   empty cache; ``prioritize`` answers 503 (kube-scheduler ignores prioritize errors);
 - a bug: a logged 500, never a dead worker.
+
+All of it happens inside a reservation of the worker's parse memory budget
+(:class:`~kube_offload.runtime.body_limit.ParseBudget`): a request reserves 37 bytes per
+body byte before reading; one that finds the budget taken waits up to 2 s, then gets a
+503 with ``Retry-After`` (for ``filter`` kube-scheduler fails that pod's scheduling
+cycle with the code in its events and retries the pod with backoff; for ``prioritize``
+it goes on without our scores); a body larger than the whole budget can parse is a 413.
 """
 
 from __future__ import annotations
@@ -22,7 +29,14 @@ from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from kube_offload.runtime.body_limit import read_body, too_large_message
+from kube_offload.runtime.body_limit import (
+    OverParseBudget,
+    ParseBudget,
+    ParseBudgetBusy,
+    body_length,
+    read_body,
+    too_large_message,
+)
 from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 
@@ -38,6 +52,7 @@ PASSTHROUGH = "passthrough"  # the pod's namespace is not offloaded: nothing che
 NOT_SYNCED = "not_synced"
 BAD_REQUEST = "bad_request"
 ERROR = "error"
+UNAVAILABLE = "unavailable"  # the parse memory budget stayed taken: 503, retried by kube-scheduler
 
 FAILURE_REASONS = (
     core.REASON_PLACEMENT,
@@ -114,6 +129,13 @@ def create_app(
     app = Flask("kube-offload-extender")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     metrics = ExtenderMetrics(registry, caches)
+    # One per worker process: create_app runs in the worker after the fork.
+    budget = ParseBudget(
+        component=COMPONENT,
+        capacity=settings.parse_memory_budget,
+        max_body=settings.max_body_bytes,
+        wait_seconds=settings.parse_budget_wait_seconds,
+    )
 
     def parse() -> wire.ExtenderArgs:
         try:
@@ -128,16 +150,14 @@ def create_app(
             )
         return args
 
-    def answer(
+    def respond(
         verb: str,
         not_synced: Callable[[], Response],
         failure: dict,
         decide: Callable[[wire.ExtenderArgs], tuple[str, Response]],
-    ) -> Response:
-        """The shape every verb shares: parse, wait for the caches, decide; a client's
-        mistake is a 400 with a message, and every call is counted and timed."""
-        started = time.perf_counter()
-        outcome = ERROR
+    ) -> tuple[str, Response]:
+        # Everything parsed from the body lives in this frame, so it is freed when this
+        # returns: before answer() gives the reservation back and another request parses.
         try:
             # The parsed ExtenderArgs can be a few hundred thousand objects (a view of every
             # candidate Node): keep the cyclic collector from walking them while they are
@@ -145,16 +165,44 @@ def create_app(
             with collector_paused():
                 args = parse()
                 if not caches.synced():
-                    outcome = NOT_SYNCED
-                    return not_synced()
-                outcome, response = decide(args)
-                return response
+                    return NOT_SYNCED, not_synced()
+                return decide(args)
         except _Rejected as exc:
-            outcome = BAD_REQUEST
             log.info("%s: bad request: %s", verb, exc)
-            return _json(400, wire.bad_request(str(exc)))
+            return BAD_REQUEST, _json(400, wire.bad_request(str(exc)))
         except HTTPException:
-            outcome = BAD_REQUEST  # e.g. 413 body too large: answered by http_error below
+            raise  # e.g. 413 body too large: answered by the error handlers below
+        except Exception:
+            log.exception("%s: unexpected failure", verb)
+            return ERROR, _json(500, failure)
+
+    def answer(
+        verb: str,
+        not_synced: Callable[[], Response],
+        failure: dict,
+        decide: Callable[[wire.ExtenderArgs], tuple[str, Response]],
+    ) -> Response:
+        """The shape every verb shares: reserve the body's parse memory, parse, wait for the
+        caches, decide; a client's mistake is a 400 with a message, and every call is
+        counted and timed."""
+        started = time.perf_counter()
+        outcome = ERROR
+        try:
+            with budget.reserve(body_length(request.environ)):
+                outcome, response = respond(verb, not_synced, failure, decide)
+            return response
+        except OverParseBudget as exc:
+            outcome = BAD_REQUEST
+            log.info("%s: %s", verb, exc)
+            return _json(413, wire.bad_request(str(exc)))
+        except ParseBudgetBusy as exc:
+            outcome = UNAVAILABLE
+            log.warning("%s: %s", verb, exc)
+            busy = _json(503, wire.bad_request(str(exc)))
+            busy.headers["Retry-After"] = "1"
+            return busy
+        except HTTPException:
+            outcome = BAD_REQUEST  # e.g. 413 body too large, or a bad Content-Length
             raise
         except Exception:
             log.exception("%s: unexpected failure", verb)
@@ -257,4 +305,5 @@ def create_app(
         return _json(exc.code or 500, wire.bad_request(exc.description or exc.name))
 
     app.extensions["kube_offload_metrics"] = metrics
+    app.extensions["kube_offload_parse_budget"] = budget
     return app

@@ -10,12 +10,21 @@ import argparse
 import functools
 import sys
 
+from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, budget_too_small
 from kube_offload.runtime.flags import add_flag, byte_size, non_negative_seconds, positive_int
 from kube_offload.runtime.logs import LEVELS, setup_logging
 
 from extender import core
 from extender import registration as reg
-from extender.settings import DEFAULT_BIND, DEFAULT_MAX_BODY_BYTES, DEFAULT_THREADS, DEFAULT_WORKERS
+from extender.settings import (
+    BASELINE_BYTES,
+    DEFAULT_BIND,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
+    DEFAULT_PARSE_MEMORY_BUDGET,
+    DEFAULT_THREADS,
+    DEFAULT_WORKERS,
+)
 
 COMPONENT = "extender"
 CONFIG_COMPONENT = "extender-scheduler-config"
@@ -47,10 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="seconds after which a virtual node's remote-capacity annotation is stale and "
                   "ignored (the node is then kept without a capacity check); 0: never stale")
     add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
-             help="largest request body accepted, in bytes or with Ki/Mi (413 above); parsing takes up "
-                  "to ~37x the body in memory per concurrent request, and without nodeCacheCapable "
-                  "ExtenderArgs carry every candidate Node: raise it only with the memory limit "
-                  "(docs/extender.md, 'Request size')")
+             help="largest request body accepted, in bytes or with Ki/Mi (413 above); the default is the "
+                  "largest body --parse-memory-budget can parse at the worst amplification; without "
+                  "nodeCacheCapable ExtenderArgs carry every candidate Node (docs/extender.md, 'Request size')")
+    add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
+             help=f"memory, per worker, that the request bodies being parsed may take together, in bytes or "
+                  f"with Ki/Mi/Gi: each request reserves {PARSE_AMPLIFICATION}x its Content-Length, waits when "
+                  f"the budget is taken and gets a retryable 503 after {DEFAULT_PARSE_BUDGET_WAIT_SECONDS:g}s; "
+                  f"workers x this + ~{BASELINE_BYTES >> 20}Mi at rest must stay under the memory limit, and "
+                  f"it must hold {PARSE_AMPLIFICATION}x --max-body-bytes (docs/extender.md, 'Request size')")
     add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
              help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring")
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
@@ -100,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     from extender.settings import ExtenderSettings, ServerSettings
 
     setup_logging(args.log_level)
+    problem = budget_too_small(component=COMPONENT, budget=args.parse_memory_budget, max_body=args.max_body_bytes)
+    if problem:
+        raise SystemExit(f"kube-offload extender: {problem}")
     server = ServerSettings(
         bind=args.bind,
         tls_cert=args.tls_cert or None,
@@ -112,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         capacity_max_age=args.capacity_max_age or None,
         max_body_bytes=args.max_body_bytes,
+        parse_memory_budget=args.parse_memory_budget,
     )
     # Load the kubeconfig once here so a bad one is one clear error, not a worker that
     # fails to boot; the worker loads its own client after the fork.

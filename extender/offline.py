@@ -31,7 +31,7 @@ from kube_offload.runtime.flags import add_flag, byte_size
 
 from extender import core
 from extender.caches import StaticCaches
-from extender.settings import DEFAULT_MAX_BODY_BYTES, ExtenderSettings, ServerSettings
+from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET, ExtenderSettings, ServerSettings
 
 COMPONENT = "extender-offline"
 
@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     add_flag(parser, COMPONENT, "--threads", default=4, type=int, help="request threads")
     add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
              help="largest request body accepted (413 above)")
+    add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
+             help="memory the bodies being parsed may take together (503 when taken, 413 past it)")
     add_flag(parser, COMPONENT, "--bench-passthrough", default=False, type=bool,
              help="serve POST /bench/passthrough (benchmark baseline)")
     add_flag(parser, COMPONENT, "--log-level", default="WARNING", help="log level")
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         ServerSettings(bind=args.bind, tls_cert=args.tls_cert, tls_key=args.tls_key, threads=args.threads,
                        log_level=args.log_level),
         ExtenderSettings(strategy=args.strategy, bench_passthrough=args.bench_passthrough,
-                         max_body_bytes=args.max_body_bytes),
+                         max_body_bytes=args.max_body_bytes, parse_memory_budget=args.parse_memory_budget),
         lambda: load_caches(args.snapshot, node_cache=args.node_cache_capable, gate=args.sync_gate),
     )
     return 0

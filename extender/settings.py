@@ -9,18 +9,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from extender.core import DEFAULT_CAPACITY_MAX_AGE, DEFAULT_STRATEGY
+from kube_offload.runtime.body_limit import MIB, largest_parseable_body, worker_parse_budget
 
 DEFAULT_BIND = "0.0.0.0:8080"
 # One process, several threads: see extender/server.py for why.
 DEFAULT_WORKERS = 1
 DEFAULT_THREADS = 8
-# Largest request body read. Sized by bench/bench_parse_memory.py: parsing costs up to 37
-# bytes of memory per body byte (a body dense in small JSON objects), so the chart's 8
-# threads at this limit stay within 90 % of its 512 Mi memory limit. Without
-# nodeCacheCapable, kube-scheduler sends every candidate Node object (~3-10 KiB each,
-# status.images dominates): this carries ~300 of them; nodeCacheCapable sends names
-# (~40 bytes each), tens of thousands (docs/extender.md, "Request size").
-DEFAULT_MAX_BODY_BYTES = 1408 * 1024
+# The server at rest (one worker with its threads; PSS, bench/bench_parse_memory.py
+# measured 48 MiB), rounded up; and the chart's memory limit (resources.limits.memory).
+# tests/unit/test_body_limits.py holds the chart to both.
+BASELINE_BYTES = 50 * MIB
+MEMORY_LIMIT_BYTES = 512 * MIB
+# Bytes the bodies the worker is parsing may take together (ParseBudget,
+# kube_offload/runtime/body_limit.py): the budget plus the baseline stays within 90 % of
+# the memory limit (410 MiB).
+DEFAULT_PARSE_MEMORY_BUDGET = worker_parse_budget(
+    memory_limit=MEMORY_LIMIT_BYTES, baseline=BASELINE_BYTES, workers=DEFAULT_WORKERS
+)
+# Largest request body read (413 above): the largest that the budget can parse alone at
+# the worst amplification, 37 bytes per body byte (a body dense in small JSON objects,
+# which anyone who reaches the Service can send): 11 MiB, 407 MiB reserved. kube-scheduler
+# calls the extender one pod at a time, so one body at the cap is the load to carry; the
+# threads are for overlap and scrapes, and a second large body waits for the first.
+# Without nodeCacheCapable, kube-scheduler sends every candidate Node object (~3-10 KiB
+# each, status.images dominates): this carries ~1,100-3,700 of them (~2,400 of the
+# benchmark's 4.6 KiB Nodes); nodeCacheCapable sends names (~40 bytes each)
+# (docs/extender.md, "Request size").
+DEFAULT_MAX_BODY_BYTES = largest_parseable_body(DEFAULT_PARSE_MEMORY_BUDGET)
+# How long a request waits for room in the budget before a 503: well under the
+# scheduler's httpTimeout (5s by default), so kube-scheduler gets the answer (a filter
+# error: it retries the pod with backoff) rather than a timeout.
+DEFAULT_PARSE_BUDGET_WAIT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -30,7 +49,13 @@ class ExtenderSettings:
     strategy: str = DEFAULT_STRATEGY
     # Seconds after which a capacity annotation is stale (then ignored); None = never.
     capacity_max_age: float | None = DEFAULT_CAPACITY_MAX_AGE
+    # Bodies over this are refused with 413 before they are read (Content-Length) or
+    # as soon as the read passes it (chunked): see DEFAULT_MAX_BODY_BYTES.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Memory for bodies being parsed, at PARSE_AMPLIFICATION bytes per body byte; a
+    # request waits up to parse_budget_wait_seconds for room, then gets a 503.
+    parse_memory_budget: int = DEFAULT_PARSE_MEMORY_BUDGET
+    parse_budget_wait_seconds: float = DEFAULT_PARSE_BUDGET_WAIT_SECONDS
     # Register POST /bench/passthrough (stdlib json.loads + json.dumps of the body, nothing
     # else): the HTTP benchmark's baseline on the same server stack. Off unless asked for.
     bench_passthrough: bool = False

@@ -17,8 +17,9 @@ the bodies a worker process is parsing *together*: a request reserves its
 ``Content-Length x amplification`` before it reads a byte and gives it back once its
 answer is built; one large body then takes the budget that many small ones would, and
 waits (bounded) when it is taken. The cap can then be the apiserver's own request limit.
-The webhook uses it; it is written for any gunicorn worker that parses JSON bodies (the
-extender can take it as is).
+The webhook and the extender use it (each worker its own): the webhook's cap is the
+apiserver's request limit, the extender's the largest body its budget can parse
+(:func:`largest_parseable_body`), since kube-scheduler calls it one pod at a time.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ MEMORY_RESERVE = 0.10
 # default (8 per core) each request thread gets its own arena and keeps the buffers it
 # freed there, so 8 threads parsing 3 MiB bodies one after the other held ~190 MiB of RSS
 # for a budget that lets ~110 MiB be parsed at once; with 2, ~110 MiB
-# (bench/bench_parse_memory.py). The chart sets it in the webhook's environment.
+# (bench/bench_parse_memory.py). The chart sets it in the webhook's and the extender's
+# environment (both parse large bodies on whichever of their 8 threads is free).
 MALLOC_ARENAS = 2
 
 
@@ -71,6 +73,14 @@ def worker_parse_budget(*, memory_limit: int, baseline: int, workers: int) -> in
     return max(0, int(per_worker // MIB) * MIB)
 
 
+def largest_parseable_body(budget: int, *, amplification: int = PARSE_AMPLIFICATION, unit: int = MIB) -> int:
+    """The largest hard cap (whole ``unit``, rounded down) whose body, reserved at
+    ``amplification`` bytes per byte, fits a ``budget`` alone: the cap of a component whose
+    client sends one large body at a time (the extender: kube-scheduler calls it one pod at
+    a time), so that every body under the cap can be parsed."""
+    return max(0, (budget // amplification) // unit * unit)
+
+
 def budget_peak_memory(*, baseline: int, workers: int, budget: int) -> int:
     """Bytes a server holds at most with every worker's parse budget in use."""
     return baseline + workers * budget
@@ -85,7 +95,7 @@ def budget_too_small(*, component: str, budget: int, max_body: int, amplificatio
     return (
         f"--parse-memory-budget {budget} bytes is less than the {needed} bytes that parsing a body of "
         f"--max-body-bytes {max_body} takes ({amplification} bytes per body byte): the largest accepted "
-        f"AdmissionReview could never be parsed; raise --parse-memory-budget (chart value "
+        f"request body could never be parsed; raise --parse-memory-budget (chart value "
         f"{component}.parseMemoryBudget, with the memory limit) or lower --max-body-bytes"
     )
 

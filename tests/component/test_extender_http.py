@@ -374,3 +374,54 @@ def test_bodies_under_the_limit_are_answered(limited_url: str, chunked: bool) ->
                            headers={"Content-Type": "application/json"}, timeout=10)
     assert answer.status_code == 200, answer.text
     assert answer.json()["Error"] == "" and len(answer.json()["Nodes"]["items"]) > 10
+
+
+# --- a large cluster without nodeCacheCapable (docs/extender.md, "Request size") ------------
+def _bench_extender():
+    """bench/bench_extender.py, whose Node objects are shaped like a kubelet's (images,
+    conditions, addresses: 4.6 KiB each) and whose namespace selects two of three regions."""
+    import importlib.util
+    import sys
+
+    name = "bench_extender_for_tests"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "bench" / "bench_extender.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_a_thousand_node_extender_args_is_filtered_under_the_default_limit(tmp_path: Path) -> None:
+    """ExtenderArgs of ~1,000 real-sized Nodes (~4.8 MiB, what kube-scheduler sends per pod
+    without nodeCacheCapable at that size) is answered 200 with the right nodes by the
+    server on its default limits. Under the old per-thread limit (1408 KiB) it was a 413
+    and every offloaded pod of such a cluster stayed Pending."""
+    from extender.settings import DEFAULT_MAX_BODY_BYTES
+
+    bench = _bench_extender()
+    nodes = [bench.make_node(i, i % 2 == 1, NOW) for i in range(1000)]
+    snapshot = tmp_path / "snapshot.json"
+    snapshot.write_text(json.dumps({"nodes": nodes, "namespaces": [bench.NAMESPACE]}))
+    body = json.dumps(nodes_args(bench.make_pod(), nodes), separators=(",", ":")).encode()
+    assert 4 * 1024 * 1024 < len(body) <= DEFAULT_MAX_BODY_BYTES and len(body) > 1408 * 1024
+    # Expected by the rules, not by the code: every physical node is kept (kube-scheduler
+    # judges those); a virtual node is kept when Ready (every 97th is not) and its region
+    # matches the namespace's selector (eu-west, eu-south: index % 3 != 2); capacity fits.
+    expected = [n["metadata"]["name"] for i, n in enumerate(nodes) if i % 2 == 0 or (i % 3 != 2 and i % 97 != 0)]
+    with running_server(str(snapshot)) as url:
+        answer = post(url, "filter", body)
+        assert answer.status_code == 200, answer.text[:500]
+        result = answer.json()
+        assert result["Error"] == "" and result["FailedNodes"] == {}
+        kept = result["Nodes"]["items"]
+        assert [n["metadata"]["name"] for n in kept] == expected and len(expected) == 830
+        assert kept[1] == nodes[1]  # kept Nodes are sent back whole
+        refused = result["FailedAndUnresolvableNodes"]
+        assert set(refused) == {n["metadata"]["name"] for n in nodes} - set(expected)
+        assert "not match the cluster selector" in refused["kube-offload-cluster-00005"]
+        assert "kube-offload-cluster-00097" in refused and "cluster selector" not in refused["kube-offload-cluster-00097"]
+        # prioritize gets the same body (kube-scheduler sends it after filter): answered too.
+        scores = post(url, "prioritize", body)
+        assert scores.status_code == 200 and len(scores.json()) == len(nodes)

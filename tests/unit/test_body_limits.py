@@ -11,14 +11,19 @@ import pytest
 import yaml
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
+from extender.settings import BASELINE_BYTES as EXTENDER_BASELINE
 from extender.settings import DEFAULT_MAX_BODY_BYTES as EXTENDER_DEFAULT
+from extender.settings import DEFAULT_PARSE_MEMORY_BUDGET as EXTENDER_BUDGET
 from extender.settings import DEFAULT_THREADS as EXTENDER_THREADS
+from extender.settings import DEFAULT_WORKERS as EXTENDER_WORKERS
+from extender.settings import MEMORY_LIMIT_BYTES as EXTENDER_MEMORY_LIMIT
 from kube_offload.runtime.body_limit import (
     APISERVER_MAX_REQUEST_BODY_BYTES,
     PARSE_AMPLIFICATION,
     READ_SIZE,
     budget_peak_memory,
     fits,
+    largest_parseable_body,
     read_body,
     too_large_message,
     worker_parse_budget,
@@ -36,7 +41,7 @@ MIB = 1024 * 1024
 VALUES = Path(__file__).resolve().parents[2] / "charts" / "kube-offload-local" / "values.yaml"
 # PSS of the whole server at rest (arbiter + workers) as bench/bench_parse_memory.py
 # measured it (67 and 48 MiB), rounded up.
-BASELINE = {"webhook": WEBHOOK_BASELINE, "extender": 50 * MIB}
+BASELINE = {"webhook": WEBHOOK_BASELINE, "extender": EXTENDER_BASELINE}
 
 
 @pytest.mark.parametrize(
@@ -106,18 +111,38 @@ def test_webhook_chart_budget_admits_the_largest_pod_within_the_memory_limit() -
     assert not fits(memory_limit=memory, baseline=WEBHOOK_BASELINE, concurrency=WEBHOOK_WORKERS * WEBHOOK_THREADS, limit=cap)
 
 
-def test_extender_defaults_fit_its_process_model_in_the_chart_memory_limit() -> None:
+def test_extender_chart_budget_parses_one_body_at_the_cap_within_the_memory_limit() -> None:
+    """The extender bounds memory with a parse budget too (one worker: see
+    extender/server.py), not with threads x the body limit: kube-scheduler calls it one
+    pod at a time, so the cap is the largest body the budget can parse alone at the worst
+    amplification, and the budget plus the baseline stays within the memory limit less
+    the reserve."""
     extender = yaml.safe_load(VALUES.read_text())["extender"]
-    # The chart passes this value to --max-body-bytes: same as the component default.
-    assert byte_size(extender["maxBodyBytes"]) == EXTENDER_DEFAULT
-    assert extender["threads"] == EXTENDER_THREADS
-    concurrency = extender["threads"]  # one worker: see extender/server.py
     memory = byte_size(extender["resources"]["limits"]["memory"])
-    limit = byte_size(extender["maxBodyBytes"])
-    assert fits(memory_limit=memory, baseline=BASELINE["extender"], concurrency=concurrency, limit=limit)
-    # ... and not by a wide margin: doubling the limit would not fit (the limit is sized,
-    # not arbitrary).
-    assert not fits(memory_limit=memory, baseline=BASELINE["extender"], concurrency=concurrency, limit=2 * limit)
+    budget = byte_size(extender["parseMemoryBudget"])
+    cap = byte_size(extender["maxBodyBytes"])
+    # The chart passes these to --max-body-bytes/--parse-memory-budget: the CLI defaults, and
+    # the defaults follow from the chart's memory limit.
+    assert (cap, budget, memory) == (EXTENDER_DEFAULT, EXTENDER_BUDGET, EXTENDER_MEMORY_LIMIT)
+    assert extender["threads"] == EXTENDER_THREADS and "workers" not in extender and EXTENDER_WORKERS == 1
+    assert budget == worker_parse_budget(memory_limit=memory, baseline=EXTENDER_BASELINE, workers=EXTENDER_WORKERS)
+    assert cap == largest_parseable_body(budget)
+    assert budget >= cap * PARSE_AMPLIFICATION, "a body at the cap must be parseable"
+    assert budget_peak_memory(baseline=EXTENDER_BASELINE, workers=EXTENDER_WORKERS, budget=budget) <= memory * 0.9
+    # ... and not by a wide margin: the cap is the largest that fits (one MiB more would not),
+    # and twice the budget would not fit the memory limit.
+    assert (cap + MIB) * PARSE_AMPLIFICATION > budget
+    assert budget_peak_memory(baseline=EXTENDER_BASELINE, workers=EXTENDER_WORKERS, budget=2 * budget) > memory * 0.9
+    # What it carries without nodeCacheCapable: ExtenderArgs of the benchmark's Nodes (4.6
+    # KiB each, bench/bench_extender.py) up to ~2,400 nodes, and 1,000 of the largest
+    # (~10 KiB, status.images) ...
+    assert cap // (46 * 1024 // 10) >= 2_400 and cap >= 1_000 * 10 * 1024
+    # ... where the old per-thread model (8 threads at the cap) carried ~300: 1408 KiB.
+    old_cap = 1408 * 1024
+    assert fits(memory_limit=memory, baseline=EXTENDER_BASELINE, concurrency=EXTENDER_THREADS, limit=old_cap)
+    assert old_cap // (46 * 1024 // 10) < 310 and cap >= 7 * old_cap
+    # That model could not hold the new cap: 8 x 11 MiB x 37 is ~3.2 GiB.
+    assert not fits(memory_limit=memory, baseline=EXTENDER_BASELINE, concurrency=EXTENDER_THREADS, limit=cap)
 
 
 # --- read_body: the WSGI edge, with in-memory streams ------------------------------------

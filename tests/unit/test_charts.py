@@ -1032,6 +1032,26 @@ def test_rendered_webhook_passes_the_body_cap_and_the_parse_budget(
     assert (args.max_body_bytes, args.parse_memory_budget) == (1024 * 1024, 64 * 1024 * 1024)
 
 
+
+def test_rendered_extender_passes_the_body_cap_and_the_parse_budget(
+    helm: Helm, rendered_local: list[dict[str, Any]]
+) -> None:
+    """As the webhook: the extender's hard cap and parse memory budget reach the CLI
+    (defaults equal the CLI's; tests/unit/test_body_limits.py holds them to the memory
+    limit), with few malloc arenas."""
+    from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET
+    from kube_offload.runtime.body_limit import MALLOC_ARENAS
+
+    container = one(rendered_local, "Deployment", "kube-offload-extender")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_component_args(container["args"])
+    assert (args.max_body_bytes, args.parse_memory_budget) == (DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET)
+    assert {"name": "MALLOC_ARENA_MAX", "value": str(MALLOC_ARENAS)} in container["env"]
+    docs = render(helm, LOCAL, {"extender": {"maxBodyBytes": "1Mi", "parseMemoryBudget": "64Mi"}})
+    container = one(docs, "Deployment", "kube-offload-extender")["spec"]["template"]["spec"]["containers"][0]
+    args = parse_component_args(container["args"])
+    assert (args.max_body_bytes, args.parse_memory_budget) == (1024 * 1024, 64 * 1024 * 1024)
+
+
 # --- health port, probes, dashboard (docs/observability.md) ---------------------------------
 
 
