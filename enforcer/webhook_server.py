@@ -11,7 +11,6 @@ bug of ours is a 500, logged here and answered without a stack trace.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -24,7 +23,9 @@ from enforcer.caches import ProviderCaches
 from enforcer.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
 from kube_offload.admission import BadRequest, error_status, parse_review, review_response
-from kube_offload.runtime.https_server import ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind
+from kube_offload.runtime.https_server import (
+    BackgroundServing, ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind,
+)
 from kube_offload.runtime.http_metrics import HttpMetrics, exposition, state_gauge
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
@@ -47,7 +48,9 @@ class WebhookSettings:
     """PEM private key of tls_cert."""
 
 
-class WebhookHTTPServer(ThreadingHTTPSServer):
+class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
+    thread_name = "shadowpod-webhook"
+
     def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator) -> None:
         if not (settings.tls_cert and settings.tls_key):
             raise TLSSetupError("--webhook-tls-cert and --webhook-tls-key must be given together")
@@ -76,21 +79,10 @@ class WebhookHTTPServer(ThreadingHTTPSServer):
             super().__init__(address, WebhookRequestHandler, tls)
         except OSError as exc:
             raise TLSSetupError(f"--webhook-bind: cannot listen on {settings.bind}: {exc.strerror or exc}") from None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="shadowpod-webhook", daemon=True)
-        self._thread.start()
+        super().start()
         log.info("ShadowPod webhook serving HTTPS on %s%s", self.server_address[0:2], c.SHADOWPOD_WEBHOOK_PATH)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self.shutdown()
-        self.server_close()
 
 
 class WebhookRequestHandler(BaseHTTPRequestHandler):

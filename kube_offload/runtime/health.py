@@ -18,7 +18,6 @@ check, and a status 503 when one fails.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Sequence
@@ -28,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.flags import add_flag
-from kube_offload.runtime.https_server import parse_bind
+from kube_offload.runtime.https_server import BackgroundServing, parse_bind
 
 log = logging.getLogger("kube_offload.runtime.health")
 
@@ -115,10 +114,11 @@ def caches_check(caches: Callable[[], Iterable[Any]], name: str = "informers") -
 
 
 # --- the server --------------------------------------------------------------------------------
-class HealthServer(ThreadingHTTPServer):
+class HealthServer(BackgroundServing, ThreadingHTTPServer):
     """Plain HTTP on ``bind`` (HOST:PORT; port 0 picks a free one, see :attr:`port`)."""
 
     daemon_threads = True
+    thread_name = "health"
 
     def __init__(
         self,
@@ -142,22 +142,11 @@ class HealthServer(ThreadingHTTPServer):
             raise HealthSetupError(
                 f"{flag}: cannot listen on {bind}: {exc.strerror or exc} (pick another port, or port 0 for any free one)"
             ) from None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="health", daemon=True)
-        self._thread.start()
+        super().start()
         host, port = self.server_address[0:2]
         log.info("health and metrics on http://%s:%d (%s, %s, %s)", host, port, HEALTHZ, READYZ, METRICS)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self.shutdown()
-        self.server_close()
 
     def exposition(self) -> bytes:
         return b"".join(generate_latest(registry) for registry in self.registries)

@@ -131,6 +131,32 @@ class ServerContext:
         return self._context
 
 
+class BackgroundServing:
+    """Serving on a thread of its own, for a ``socketserver`` server that lives in a
+    component's process (the health port, the ShadowPod webhook): ``start()``, ``stop()``
+    and the bound :attr:`port` (port 0 in the bind picks a free one). Mixed in before the
+    server class; ``thread_name`` names the thread in dumps and profiles."""
+
+    thread_name = "server"
+    _thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]  # type: ignore[attr-defined]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.5}, name=self.thread_name, daemon=True  # type: ignore[attr-defined]
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving (when started) and close the listening socket."""
+        if self._thread is not None:
+            self.shutdown()  # type: ignore[attr-defined]
+        self.server_close()  # type: ignore[attr-defined]
+
+
 class ThreadingHTTPSServer(ThreadingHTTPServer):
     """A thread per connection, TLS in that thread. Subclasses add what their handlers
     read from ``self.server``."""
