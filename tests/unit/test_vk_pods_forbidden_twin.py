@@ -54,6 +54,7 @@ def loop(monkeypatch) -> PodOffloader:
         "spec": {"localNamespace": "ns"},
         "status": {"phase": c.TWIN_PHASE_READY},
     })
+    offloader.shared = informers  # type: ignore[attr-defined]
     offloader.calls = []  # type: ignore[attr-defined]
     offloader.warnings = []  # type: ignore[attr-defined]
 
@@ -152,3 +153,27 @@ def test_said_once_in_the_log_and_again_after_access_came_back(loop, caplog):
         loop.reconcile(KEY)  # managed again: the ShadowPod is created
         assert "create ShadowPod" in loop.calls
         assert any("can be read again" in r.getMessage() for r in caplog.records)
+
+
+def test_no_service_account_token_is_minted_for_a_forbidden_twin(loop, monkeypatch):
+    """Token reflection (vkubelet/reflection/serviceaccounts.py) would mint a local token at
+    every retry only to have its Secret refused (403) in the twin: it waits instead."""
+    from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
+    from vkubelet.runner import LoopContext
+
+    context = LoopContext(loop.settings, loop.shared, loop._twins, loop._recorder, None)  # type: ignore[arg-type]
+    tokens = ServiceAccountTokenReflector(context)
+    minted: list[str] = []
+    monkeypatch.setattr(tokens._local, "create_namespaced_service_account_token", lambda *a, **kw: minted.append("token"))
+    projected = {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    with_token = pod()
+    with_token["spec"]["volumes"] = [projected]
+    loop.local_pods._apply(ADDED, with_token)
+    tokens.remote._children[TWIN].forbidden = True
+    with pytest.raises(Requeue):
+        tokens.reconcile(KEY)
+    assert minted == []
+    tokens.remote._children[TWIN].forbidden = False
+    with pytest.raises(Exception):  # control: readable, so it asks for a token (the fake answers nothing)
+        tokens.reconcile(KEY)
+    assert minted == ["token"]

@@ -41,6 +41,7 @@ from vkubelet.reflection.reflector import (
     owned_selector,
     shared_informer,
 )
+from vkubelet.pods import FORBIDDEN_RETRY_SECONDS
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
 from vkubelet.translation import origin_key
 from vkubelet.trim import trim_token_secret
@@ -137,6 +138,11 @@ class ServiceAccountTokenReflector:
             # The remote pod may still use its token while it stops; the Secret goes
             # with the local pod, which goes only once the remote pod is gone.
             return
+        if twin in self.remote.forbidden_namespaces():
+            # The provider revoked our access to the twin (403): a token minted now could
+            # not be written there, and the cache cannot say what is. The pod loop reports
+            # it (TwinNamespaceForbidden); look again later, mint nothing meanwhile.
+            raise Requeue(FORBIDDEN_RETRY_SECONDS, f"twin namespace {twin} forbidden")
 
         now = datetime.now(timezone.utc)
         current = self.remote.get(wanted)
