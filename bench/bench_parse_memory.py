@@ -27,12 +27,15 @@ printed for each component is the largest multiple of 64 KiB with::
     baseline + workers x threads x limit x amplification  <=  90 % of the memory limit
 
 (10 % kept for the production caches and allocator fragmentation), the amplification
-being the worst figure measured (the ``dense`` body). That is the extender's model (every
-thread at the limit). The webhook instead bounds the bodies a worker parses together with
-a parse memory budget (``ParseBudget``, kube_offload/runtime/body_limit.py), so its limit
-is the apiserver's own (3 MiB) and the figure printed is the budget per worker::
+being the worst figure measured (the ``dense`` body): the old model (every thread at the
+limit), printed for comparison. Both components now bound the bodies a worker parses
+together with a parse memory budget (``ParseBudget``, kube_offload/runtime/body_limit.py),
+and the figure printed is the budget per worker::
 
     baseline + workers x budget  <=  90 % of the memory limit
+
+The webhook's hard cap is the apiserver's own (3 MiB); the extender's is the largest body
+its budget parses alone at 37 B/B (kube-scheduler calls it one pod at a time).
 
 Then, to show that bound at work, one worker's app (the chart's threads, each its own
 thread, bodies in memory as above) under two loads, once with the chart's budget and once
@@ -43,6 +46,12 @@ with none (the old model: only the hard cap), in fresh processes, peak RSS growt
   worst anyone who reaches the Service can do);
 - ``mixed``: one thread sends such bodies back to back while the others send the
   benchmark's 3 KiB pod admissions in a closed loop, whose latency is printed.
+
+And the extender's worker (one, 8 threads): ``all-max``, every thread sends a ``dense``
+ExtenderArgs just under its cap at once, with the chart's budget, with none, and with the
+budget but glibc's default malloc arenas; ``in-turn``, the same eight bodies one after
+the other, each on another thread (kube-scheduler's pattern: one call at a time), with 2
+arenas and with glibc's default.
 
 And what the budget costs a small request: an uncontended ``reserve`` / release pair
 against the whole small admission through the app, in the same run.
@@ -133,7 +142,7 @@ def build_app(component: str):
     namespace = {"metadata": {"name": "bench", "labels": {"kube-offload.io/enabled": "true"}}}
     caches = StaticCaches(nodes=[make_node(i, True, datetime.now(timezone.utc)) for i in range(3)],
                           namespaces=[namespace], node_cache=False)
-    return create_app(caches, ExtenderSettings(max_body_bytes=1 << 40))
+    return create_app(caches, ExtenderSettings(max_body_bytes=1 << 40, parse_memory_budget=1 << 50))
 
 
 def measure(component: str, body_file: str, mode: str) -> dict:
@@ -281,22 +290,32 @@ def limit_for(memory_limit: float, baseline: float, concurrency: int, amplificat
 
 
 # --- the webhook's parse budget -----------------------------------------------------------
-def webhook_budget_lines(settings: dict, baseline: float, amplification: float) -> None:
-    from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, budget_peak_memory, worker_parse_budget
+def budget_lines(component: str, settings: dict, baseline: float, amplification: float) -> None:
+    from kube_offload.runtime.body_limit import (
+        PARSE_AMPLIFICATION,
+        budget_peak_memory,
+        largest_parseable_body,
+        worker_parse_budget,
+    )
 
-    workers = int(settings["workers"])
+    workers = int(settings.get("workers", 1))
     memory = mebibytes(settings["resources"]["limits"]["memory"])
     derived = worker_parse_budget(memory_limit=int(memory * MIB), baseline=int(baseline * MIB), workers=workers)
     chart = byte_size(str(settings["parseMemoryBudget"]))
     cap = byte_size(str(settings["maxBodyBytes"]))
     peak = budget_peak_memory(baseline=int(baseline * MIB), workers=workers, budget=chart) / MIB
-    print(f"webhook: baseline {baseline:.0f} MiB, {workers} workers, worst amplification {amplification:.1f} B/B "
+    print(f"{component}: baseline {baseline:.0f} MiB, {workers} workers, worst amplification {amplification:.1f} B/B "
           f"(reserved at {PARSE_AMPLIFICATION}), memory limit {memory:.0f} Mi -> parse budget {derived // MIB} MiB "
           f"per worker")
     print(f"{'':10}chart parseMemoryBudget {settings['parseMemoryBudget']}: every worker's budget in use "
           f"{peak:.0f} MiB = {peak / memory:.0%} of the memory limit ({'fits' if chart <= derived else 'OVER'}); "
           f"a body at maxBodyBytes {settings['maxBodyBytes']} reserves {cap * PARSE_AMPLIFICATION / MIB:.0f} MiB "
           f"({'fits' if cap * PARSE_AMPLIFICATION <= chart else 'does NOT fit'} the budget)")
+    if component == "extender":
+        largest = largest_parseable_body(chart)
+        print(f"{'':10}largest body the budget parses alone at {PARSE_AMPLIFICATION} B/B: {largest // MIB} MiB "
+              f"(chart maxBodyBytes {settings['maxBodyBytes']}: {'the same' if largest == cap else 'DIFFERENT'}); "
+              f"at the {amplification:.1f} B/B measured: {largest_parseable_body(chart, amplification=int(amplification + 1)) // MIB} MiB")
 
 
 def measure_concurrent(scenario: str, budget_mode: str) -> dict:
@@ -381,6 +400,101 @@ def measure_concurrent(scenario: str, budget_mode: str) -> dict:
             "p50": percentile(0.50), "p99": percentile(0.99), "small": len(latencies)}
 
 
+def measure_concurrent_extender(scenario: str, budget_mode: str) -> dict:
+    """One extender worker's app (the chart's threads), every thread sending one dense
+    ExtenderArgs just under the cap, at once (``all-max``) or one after the other
+    (``in-turn``: kube-scheduler's pattern, one call at a time, each on another thread),
+    with the chart's budget (``budget``) or none (``none``): peak RSS growth and answers
+    by status."""
+    import threading
+    import time
+
+    from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET, DEFAULT_THREADS, ExtenderSettings
+
+    from datetime import datetime, timezone
+
+    from bench_extender import make_node
+
+    from extender.app import create_app
+    from extender.caches import StaticCaches
+
+    namespace = {"metadata": {"name": "bench", "labels": {"kube-offload.io/enabled": "true"}}}
+    static = StaticCaches(nodes=[make_node(i, True, datetime.now(timezone.utc)) for i in range(3)],
+                          namespaces=[namespace], node_cache=False)
+    budget = (1 << 50) if budget_mode == "none" else DEFAULT_PARSE_MEMORY_BUDGET
+    app = create_app(static, ExtenderSettings(parse_memory_budget=budget))
+    large = extender_body("dense", DEFAULT_MAX_BODY_BYTES - 64 * KIB)
+    assert len(large) <= DEFAULT_MAX_BODY_BYTES, len(large)
+    small = extender_body("nodes", 1)
+
+    def call(body: bytes) -> str:
+        status: list[str] = []
+        environ = {
+            "REQUEST_METHOD": "POST", "PATH_INFO": "/filter", "SERVER_NAME": "bench", "SERVER_PORT": "443",
+            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
+            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
+            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+        }
+        b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
+        return status[0][:3]
+
+    call(small)
+    statuses: dict[str, int] = {}
+    lock = threading.Lock()
+    start = threading.Barrier(DEFAULT_THREADS)
+
+    turns = [threading.Event() for _ in range(DEFAULT_THREADS + 1)]
+    turns[0].set()
+
+    def sender(index: int) -> None:
+        start.wait()
+        if scenario == "in-turn":
+            turns[index].wait()
+        code = call(large)
+        with lock:
+            statuses["large " + code] = statuses.get("large " + code, 0) + 1
+        turns[index + 1].set()
+
+    threads = [threading.Thread(target=sender, args=(index,)) for index in range(DEFAULT_THREADS)]
+    baseline_rss = _status_bytes("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"peak": _status_bytes("VmHWM") - baseline_rss, "statuses": statuses,
+            "seconds": time.perf_counter() - began, "body": len(large)}
+
+
+def extender_concurrent_lines(settings: dict) -> None:
+    from kube_offload.runtime.body_limit import MALLOC_ARENAS
+
+    arenas = {"MALLOC_ARENA_MAX": str(MALLOC_ARENAS)}
+    print(f"one extender worker, {settings['threads']} threads, each a dense ExtenderArgs just under the cap "
+          f"({settings['maxBodyBytes']}), all at once (all-max) or one after the other (in-turn), "
+          f"MALLOC_ARENA_MAX={MALLOC_ARENAS} as the chart sets it unless said; peak RSS growth over the load:")
+    for scenario, runs in (
+        ("all-max", (("none", "no budget (old model)", arenas),
+                     ("budget", f"budget {settings['parseMemoryBudget']}", arenas),
+                     ("budget", "budget, glibc arenas", {}))),
+        ("in-turn", (("budget", f"budget {settings['parseMemoryBudget']}", arenas),
+                     ("budget", "budget, glibc arenas", {}))),
+    ):
+        figures = {}
+        for mode, label, env in runs:
+            result = run_child("concurrent-extender", Path(scenario), mode, env=env)
+            figures.setdefault(label, result)
+            answers = ", ".join(f"{key} {value}" for key, value in sorted(result["statuses"].items()))
+            print(f"  {scenario:8} {label:22} peak {result['peak'] / MIB:6.0f} MiB  {result['seconds']:5.1f} s  "
+                  f"answers: {answers}  (body {result['body'] / MIB:.2f} MiB)")
+        first, *_, last = figures.values()
+        name = "with budget / without" if scenario == "all-max" else "glibc arenas / 2 arenas"
+        ratio = (figures[f"budget {settings['parseMemoryBudget']}"]["peak"] / max(1, first["peak"])
+                 if scenario == "all-max" else last["peak"] / max(1, first["peak"]))
+        print(f"  {scenario:8} peak {name}: {ratio:.2f}")
+
+
 def reserve_cost() -> tuple[float, float]:
     """Microseconds of an uncontended reserve/release pair, and of one small admission
     through the app (same process, same run)."""
@@ -458,6 +572,8 @@ def main() -> int:
         component, body_file, mode = options.child
         if component == "concurrent":
             print(json.dumps(measure_concurrent(body_file, mode)))
+        elif component == "concurrent-extender":
+            print(json.dumps(measure_concurrent_extender(body_file, mode)))
         else:
             print(json.dumps(measure(component, body_file, mode)))
         return 0
@@ -486,23 +602,21 @@ def main() -> int:
         baselines[component] = server_baseline(component, int(settings.get("workers", 1)), int(settings["threads"]), tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     print()
-    webhook_budget_lines(values["webhook"], baselines["webhook"], worst["webhook"])
+    budget_lines("webhook", values["webhook"], baselines["webhook"], worst["webhook"])
+    budget_lines("extender", values["extender"], baselines["extender"], worst["extender"])
     for component in ("extender",):
+        # The old model, for comparison: every thread at the limit.
         settings = values[component]
         workers = int(settings.get("workers", 1))
         threads = int(settings["threads"])
         memory = mebibytes(settings["resources"]["limits"]["memory"])
         limit = limit_for(memory, baselines[component], workers * threads, worst[component])
-        chart = byte_size(str(settings["maxBodyBytes"]))
-        peak = baselines[component] + workers * threads * chart / MIB * worst[component]
-        print(f"{component}: baseline {baselines[component]:.0f} MiB, "
-              f"{workers} workers x {threads} threads, worst amplification {worst[component]:.1f} B/B, "
-              f"memory limit {memory:.0f} Mi -> body limit {limit // KIB} KiB ({limit} bytes)")
-        print(f"{'':10}chart maxBodyBytes {settings['maxBodyBytes']} ({chart} bytes): all threads at it "
-              f"{peak:.0f} MiB = {peak / memory:.0%} of the memory limit "
-              f"({'fits' if chart <= limit else 'OVER the budget'})")
+        print(f"{'':10}old model ({workers} workers x {threads} threads each at the limit, {worst[component]:.1f} B/B): "
+              f"body limit {limit // KIB} KiB")
     print()
     concurrent_lines(values["webhook"])
+    print()
+    extender_concurrent_lines(values["extender"])
     return 0
 
 
