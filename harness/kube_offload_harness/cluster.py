@@ -175,10 +175,22 @@ def default_state_dir() -> Path:
     return Path(base) / "kube-offload"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port, never one this process handed out before: a topology's ports
+    are all chosen before any is bound, and the kernel may give the port of a socket just
+    closed to the next bind (seen: the webhook's port handed out again as an enforcer's
+    health port)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise ClusterError("no free loopback port that was not handed out already")
 
 
 def kwok_node_manifest(name: str, spec: ClusterSpec) -> dict:
