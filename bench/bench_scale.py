@@ -3,6 +3,13 @@ back to 0 with nothing left behind; CPU of our processes per pod against the
 kube-apiservers' in the same run, and each virtual kubelet's peak memory.
 
     .venv/bin/python bench/bench_scale.py [--pods 10000] [--remotes 3] [--per-deployment 1000]
+    .venv/bin/python bench/bench_scale.py --failover vkubelet|enforcer [--failover-at 0.3]
+
+With --failover (default 1,000 pods on 1 remote) the burst runs twice in the same
+environment: first as the baseline, then with a standby replica of the first remote's
+vkubelet or enforcer and a kill -9 of the leader once --failover-at of the pods have
+ShadowPods (bench/failover.py); it prints the handover times, the convergence time
+against the baseline's, and the 1:1 check after the failover.
 
 Not a test: it never fails on time. It exits non-zero only if the pods did not converge
 or the 1:1 check (local pod <-> ShadowPod <-> remote pod, across all remotes) or the
@@ -29,13 +36,16 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 from kube_offload import constants as C
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
 
 import controlplane
+import failover
 from bench_offloading import deployment
+from failover import Failover
 
 NAMESPACE = "bench-scale"
 POLL_SECONDS = 3.0
@@ -146,14 +156,103 @@ def leftovers(local: Cluster, remotes: list[Cluster]) -> dict[str, int]:
     return counts
 
 
+def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: str, pods: int, per_deployment: int,
+          timeout: float, vkubelets: dict[str, int], driver: Failover | None = None) -> dict:
+    """Apply ``pods`` pods in Deployments named ``<label>-<i>``, wait until they all run,
+    check 1:1, scale to 0 and check nothing is left, then delete the Deployments (so a
+    second burst in the same namespace starts from nothing). With ``driver``, its
+    thread kills the leader during the burst."""
+    meter = Meter(env, [local, *remotes])
+    count = math.ceil(pods / per_deployment)
+    sizes = [per_deployment] * (pods // per_deployment)
+    if pods % per_deployment:
+        sizes.append(pods % per_deployment)
+    problems: list[str] = []
+
+    before = meter.sample()
+    started = time.monotonic()
+    log(f"[{label}] applying {count} Deployments ({pods} pods) in {NAMESPACE}")
+    local.apply([deployment(f"{label}-{i}", NAMESPACE, size) for i, size in enumerate(sizes)])
+    if driver is not None:
+        driver.begin(started)
+    converged = None
+    last_ready = -1
+    while time.monotonic() - started < timeout:
+        ready, existing = running_pods(local)
+        if ready != last_ready:
+            elapsed = time.monotonic() - started
+            log(f"  {elapsed:6.0f}s  {ready}/{pods} Running ({existing} created), "
+                f"{ready / elapsed:.1f} pods/s, vkubelet RSS "
+                + ", ".join(f"{k} {controlplane.status_kib(pid, 'VmRSS') / 1024:.0f}" for k, pid in vkubelets.items())
+                + f" MiB, load {os.getloadavg()[0]:.1f}")
+            last_ready = ready
+        if ready >= pods:
+            converged = time.monotonic() - started
+            break
+        # Listing N pods costs the local apiserver too: poll less often as N grows.
+        time.sleep(POLL_SECONDS if pods <= 1000 else 10.0)
+    after_up = meter.sample()
+    if driver is not None:
+        driver.done.set()
+        driver.join(timeout=failover_join_seconds(timeout))
+        problems += driver.figures.problems
+    if converged is None:
+        problems.append(f"not converged after {timeout}s: {last_ready}/{pods} ready")
+    else:
+        log(f"[{label}] converged in {converged:.1f}s; checking 1:1")
+        problems += check_one_to_one(local, remotes, pods)
+    peak = {k: controlplane.status_kib(pid, "VmHWM") / 1024 for k, pid in vkubelets.items()}
+
+    log(f"[{label}] scaling to 0")
+    down_started = time.monotonic()
+    local.kubectl("scale", "deployment", "--all", "-n", NAMESPACE, "--replicas=0")
+    cleaned = None
+    while time.monotonic() - down_started < timeout:
+        counts = leftovers(local, remotes)
+        elapsed = time.monotonic() - down_started
+        log(f"  {elapsed:6.0f}s  left: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        if not any(counts.values()):
+            cleaned = elapsed
+            break
+        time.sleep(max(POLL_SECONDS, 10.0 if sum(counts.values()) > 3000 else POLL_SECONDS))
+    after_down = meter.sample()
+    if cleaned is None:
+        problems.append(f"not clean after {timeout}s: {leftovers(local, remotes)}")
+    local.kubectl("delete", "deployment", "--all", "-n", NAMESPACE)
+    return {
+        "converge_s": converged, "pods_per_s": pods / converged if converged else None,
+        "scale_down_s": cleaned, "vkubelet_peak_rss_mib": peak,
+        "cpu_up": {k: after_up[k] - before[k] for k in before},
+        "cpu_whole": {k: after_down[k] - before[k] for k in before},
+        "problems": problems,
+    }
+
+
+def failover_join_seconds(timeout: float) -> float:
+    # The driver's own waits are bounded (failover.READY_TIMEOUT each); never hang on it.
+    return min(timeout, 2 * failover.READY_TIMEOUT)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pods", type=int, default=10_000, help="offloaded pods in all (default 10000)")
-    parser.add_argument("--remotes", type=int, default=3, help="remote clusters (default 3)")
+    parser.add_argument("--pods", type=int, default=None,
+                        help="offloaded pods in all (default 10000; 1000 with --failover)")
+    parser.add_argument("--remotes", type=int, default=None, help="remote clusters (default 3; 1 with --failover)")
     parser.add_argument("--per-deployment", type=int, default=1000, help="pods per Deployment (default 1000)")
     parser.add_argument("--timeout", type=float, default=3600, help="for each of converge and scale-down, seconds")
+    parser.add_argument("--failover", choices=failover.COMPONENTS, default=None,
+                        help="run the burst twice: as a baseline, then with a standby replica of this component "
+                             "and kill -9 of the leader during the burst (the first remote's vkubelet or enforcer)")
+    parser.add_argument("--failover-at", type=float, default=0.3,
+                        help="kill the leader once this fraction of the pods have ShadowPods (default 0.3)")
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
     args = parser.parse_args()
+    if args.pods is None:
+        args.pods = 1000 if args.failover else 10_000
+    if args.remotes is None:
+        args.remotes = 1 if args.failover else 3
+    if not 0 < args.failover_at < 1:
+        parser.error("--failover-at must be between 0 and 1 (a fraction of --pods)")
 
     # Stopped by a signal (also when started in the background, where SIGINT is ignored):
     # leave through the finally below, which tears the environment down.
@@ -167,7 +266,6 @@ def main() -> int:
     topology = default_topology(prefix="scale", remotes=args.remotes, local_nodes=1, remote_nodes=2,
                                 node_cpu="1000", node_memory="4Ti", node_pods=per_node)
     result: dict = {"pods": args.pods, "remotes": args.remotes, "per_deployment": args.per_deployment}
-    problems: list[str] = []
     load_before = os.getloadavg()
     try:
         env.up(topology)
@@ -177,68 +275,24 @@ def main() -> int:
         rss_idle = {k: controlplane.status_kib(pid, "VmRSS") / 1024 for k, pid in vkubelets.items()}
         local.kubectl("create", "namespace", NAMESPACE)
         local.kubectl("label", "namespace", NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
-        meter = Meter(env, [local, *remotes])
-        count = math.ceil(args.pods / args.per_deployment)
-        sizes = [args.per_deployment] * (args.pods // args.per_deployment)
-        if args.pods % args.per_deployment:
-            sizes.append(args.pods % args.per_deployment)
-
-        before = meter.sample()
-        started = time.monotonic()
-        log(f"applying {count} Deployments ({args.pods} pods) in {NAMESPACE}")
-        local.apply([deployment(f"scale-{i}", NAMESPACE, size) for i, size in enumerate(sizes)])
-        converged = None
-        last_ready = -1
-        while time.monotonic() - started < args.timeout:
-            ready, existing = running_pods(local)
-            if ready != last_ready:
-                elapsed = time.monotonic() - started
-                log(f"  {elapsed:6.0f}s  {ready}/{args.pods} Running ({existing} created), "
-                    f"{ready / elapsed:.1f} pods/s, vkubelet RSS "
-                    + ", ".join(f"{k} {controlplane.status_kib(pid, 'VmRSS') / 1024:.0f}" for k, pid in vkubelets.items())
-                    + f" MiB, load {os.getloadavg()[0]:.1f}")
-                last_ready = ready
-            if ready >= args.pods:
-                converged = time.monotonic() - started
-                break
-            # Listing N pods costs the local apiserver too: poll less often as N grows.
-            time.sleep(POLL_SECONDS if args.pods <= 1000 else 10.0)
-        after_up = meter.sample()
-        if converged is None:
-            problems.append(f"not converged after {args.timeout}s: {last_ready}/{args.pods} ready")
-        else:
-            log(f"converged in {converged:.1f}s; checking 1:1")
-            problems += check_one_to_one(local, remotes, args.pods)
-        peak = {k: controlplane.status_kib(pid, "VmHWM") / 1024 for k, pid in vkubelets.items()}
-
-        log("scaling to 0")
-        down_started = time.monotonic()
-        local.kubectl("scale", "deployment", "--all", "-n", NAMESPACE, "--replicas=0")
-        cleaned = None
-        while time.monotonic() - down_started < args.timeout:
-            counts = leftovers(local, remotes)
-            elapsed = time.monotonic() - down_started
-            log(f"  {elapsed:6.0f}s  left: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-            if not any(counts.values()):
-                cleaned = elapsed
-                break
-            time.sleep(max(POLL_SECONDS, 10.0 if sum(counts.values()) > 3000 else POLL_SECONDS))
-        after_down = meter.sample()
-        if cleaned is None:
-            problems.append(f"not clean after {args.timeout}s: {leftovers(local, remotes)}")
-
-        up = {k: after_up[k] - before[k] for k in before}
-        whole = {k: after_down[k] - before[k] for k in before}
-        result.update({
-            "converge_s": converged, "pods_per_s": args.pods / converged if converged else None,
-            "scale_down_s": cleaned, "vkubelet_rss_idle_mib": rss_idle, "vkubelet_peak_rss_mib": peak,
-            "cpu_up": up, "cpu_whole": whole, "problems": problems,
-            "load_before": load_before, "load_after": os.getloadavg(),
-        })
+        sizes = {"pods": args.pods, "per_deployment": args.per_deployment, "timeout": args.timeout}
+        result.update(burst(env, local, remotes, label="baseline" if args.failover else "scale", vkubelets=vkubelets, **sizes))
+        result.update({"vkubelet_rss_idle_mib": rss_idle, "load_before": load_before, "load_after": os.getloadavg()})
+        if args.failover:
+            driver = failover.Failover(env, topology, args.failover, pods=args.pods, fraction=args.failover_at,
+                                       namespace=NAMESPACE, log=log)
+            driver.prepare()
+            load_failover = os.getloadavg()
+            run = burst(env, local, remotes, label="failover", vkubelets=vkubelets, driver=driver, **sizes)
+            result["failover"] = {**asdict(driver.figures), "converge_s": run["converge_s"],
+                                  "scale_down_s": run["scale_down_s"], "load_before": load_failover,
+                                  "load_after": os.getloadavg(), "problems": run["problems"]}
+            result["problems"] = result["problems"] + [f"failover: {p}" for p in run["problems"]]
     finally:
         if not args.keep:
             env.down()
 
+    problems = result.get("problems", ["the environment did not come up"])
     print()
     print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, "
           f"{os.cpu_count()} cores; python {platform.python_version()}; "
@@ -259,10 +313,30 @@ def main() -> int:
         print("   " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v >= 0.5))
     for key, mib in result["vkubelet_peak_rss_mib"].items():
         print(f"vkubelet {key}: peak RSS {mib:.0f} MiB (idle {result['vkubelet_rss_idle_mib'][key]:.0f} MiB)")
+    if "failover" in result:
+        print_failover(result["failover"], baseline_s=result.get("converge_s"), pods=args.pods)
     print(json.dumps(result))
     for problem in problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def print_failover(fo: dict, *, baseline_s: float | None, pods: int) -> None:
+    def seconds(value: float | None) -> str:
+        return f"{value:.1f}s" if value is not None else "-"
+
+    print(f"failover of the {fo['component']}: kill -9 of the leader at {fo['shadowpods_at_kill']} of {pods} ShadowPods "
+          f"({seconds(fo['killed_at_s'])} into the burst; load {fo['load_before'][0]:.1f} before the burst)")
+    print(f"  Lease taken by the standby {seconds(fo['handover_s'])} after the kill "
+          f"(transitions {fo['lease_transitions']}), new leader ready after {seconds(fo['ready_s'])}"
+          + (f", ShadowPod webhook routed to it after {seconds(fo['webhook_s'])}" if fo["component"] == "enforcer" else ""))
+    print(f"  ShadowPods created again {seconds(fo['resumed_s'])} after the kill "
+          f"({fo['shadowpods_at_handover']} ShadowPods when the Lease changed hands)")
+    ratio = fo["converge_s"] / baseline_s if fo.get("converge_s") and baseline_s else float("nan")
+    print(f"  converged in {seconds(fo['converge_s'])} against {seconds(baseline_s)} without failover "
+          f"(ratio {ratio:.2f}); scaled to 0, nothing left, in {seconds(fo['scale_down_s'])}")
+    print("  1:1 after the failover: " + ("0 lost, 0 duplicated" if not fo["problems"] else "see PROBLEM lines")
+          + " (local pod <-> ShadowPod <-> remote pod by UIDs)")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""High availability of the vkubelet (docs/high-availability.md) on the shared loopback
-environment: a second vkubelet for the same remote cluster (same flags, its own kubelet
-and health ports) waits as a standby while the harness's one holds the Lease
-kube-offload-vkubelet-<cluster-id>; killing the leader with SIGKILL in the middle of a
-burst hands over within the lease duration, with no pod lost or duplicated and the
-virtual node's kubelet endpoint written by the leader only.
+"""High availability of the vkubelet and the enforcer (docs/high-availability.md) on the
+shared loopback environment. A second replica (same flags, ports of its own: see
+kube_offload_harness.standby) waits as a standby while the harness's own holds the Lease;
+killing the leader with SIGKILL in the middle of a burst hands over within the lease
+duration, and every pod still ends 1:1 (local pod <-> ShadowPod <-> remote pod, by UIDs
+and owner references): none lost, none duplicated.
 
-The environment is shared by the whole session: the test stops its standby and brings the
-harness's vkubelet back (leading again) in ``finally``.
+The environment is shared by the whole session: each test stops its standby and brings
+the harness's process back (leading again, and for the enforcer the ShadowPod webhook
+registered at its port again) in ``finally``.
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 
 from kube_offload import constants as c
 from kube_offload.runtime import leader_election as le
-from kube_offload_harness import identities
-from kube_offload_harness.cluster import Cluster, Environment, free_port
+from kube_offload_harness import standby as ha
+from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.identities import RELEASE_NAMESPACE
+from kube_offload_harness.standby import readyz
 
 LOCAL_ID = "local"
 IMAGE = "registry.k8s.io/pause:3.10"
@@ -44,16 +48,6 @@ def lease(local: Cluster, remote: Cluster) -> dict:
 
 def enforcer_lease(remote: Cluster) -> dict:
     return remote.kubectl_json("get", "lease", "-n", RELEASE_NAMESPACE, c.ENFORCER_LEADER_LEASE)
-
-
-def readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz?verbose", timeout=3) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
 
 
 def kubelet_port_of_node(local: Cluster, remote: Cluster) -> int:
@@ -79,9 +73,8 @@ def test_killing_the_leader_vkubelet_hands_over_without_lost_or_duplicated_pods(
 ):
     topology = offload_env.topology()
     spec = remote.spec
-    leader_name = f"vkubelet-{spec.cluster_id}"
+    leader_name = ha.vkubelet_name(spec)
     standby_name = f"{leader_name}-standby"
-    standby_kubelet_port, standby_health_port = free_port(), free_port()
     ns = f"vk-ha-{uuid.uuid4().hex[:5]}"
     twin = f"{ns}-{LOCAL_ID}"
     try:
@@ -89,10 +82,9 @@ def test_killing_the_leader_vkubelet_hands_over_without_lost_or_duplicated_pods(
         wait(lambda: readyz(spec.vkubelet_health_port)[0] == 200, timeout=60, what="the harness's vkubelet ready")
         before = lease(local, remote)["spec"]
         assert before["holderIdentity"]
-        argv = offload_env.vkubelet_argv(topology, spec) + [
-            "--kubelet-port", str(standby_kubelet_port), "--health-bind", f"127.0.0.1:{standby_health_port}",
-        ]
-        offload_env.processes.start(standby_name, argv, log=offload_env.log_path(standby_name), env=offload_env._process_env())
+        second = ha.start_vkubelet_standby(offload_env, topology, spec)
+        assert second.name == standby_name
+        standby_kubelet_port, standby_health_port = second.kubelet_port, second.health_port
 
         # Exactly one leads: the standby is live but not ready, and says who holds the Lease.
         def standby_waiting():
@@ -175,47 +167,68 @@ def test_lease_is_apart_from_the_node_heartbeat(local: Cluster, remote: Cluster)
     assert json.dumps(election["spec"]["leaseDurationSeconds"]) == str(int(le.LEASE_DURATION))
 
 
-def test_killing_the_leader_enforcer_hands_over_to_the_standby(offload_env: Environment, local: Cluster, remote: Cluster, wait):
+def webhook_answers(offload_env: Environment, port: int) -> bool:
+    """True if an HTTPS request to the enforcer's webhook port gets any answer in time. A
+    standby binds that port but serves nothing on it (its quota ledger is not the
+    leader's): the TLS handshake then waits in the backlog and times out."""
+    context = ssl.create_default_context(cafile=str(offload_env.pki_dir / "ca.crt"))
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=2, context=context) as response:
+            return response.status > 0
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+def owner_uid(pod: dict) -> str | None:
+    refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
+    return refs[0]["uid"] if len(refs) == 1 and refs[0].get("kind") == "ShadowPod" else None
+
+
+def test_killing_the_leader_enforcer_during_a_burst_loses_and_duplicates_nothing(
+    offload_env: Environment, local: Cluster, remote: Cluster, wait
+):
     spec = remote.spec
-    leader_name = f"enforcer-{spec.cluster_id}"
+    leader_name = ha.enforcer_name(spec)
     standby_name = f"{leader_name}-standby"
-    standby_health_port = free_port()
     ns = f"enf-ha-{uuid.uuid4().hex[:5]}"
     twin = f"{ns}-{LOCAL_ID}"
     try:
         wait(lambda: readyz(spec.enforcer_health_port)[0] == 200, timeout=60, what="the harness's enforcer ready")
         before = enforcer_lease(remote)["spec"]
         assert before["holderIdentity"]
-        # One offloaded pod, created while the leader serves the ShadowPod webhook (the
-        # harness registers it on the leader's port).
-        local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-            c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
-        local.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo", "namespace": ns},
-                     "spec": {"containers": [{"name": "app", "image": IMAGE}], "terminationGracePeriodSeconds": 0}})
-        [first] = wait(lambda: running(pods(remote, twin)), timeout=90, what="the remote pod Running")
-
-        argv = offload_env._component_argv(
-            "enforcer", "--kubeconfig", str(offload_env.component_kubeconfig(remote, identities.ENFORCER_SA)),
-            "--consumer-twin-role", identities.CONSUMER_TWIN_ROLE,
-            "--webhook-bind", f"127.0.0.1:{free_port()}",
-            "--webhook-tls-cert", str(offload_env.pki_dir / "tls.crt"), "--webhook-tls-key", str(offload_env.pki_dir / "tls.key"),
-            "--health-bind", f"127.0.0.1:{standby_health_port}",
-        )
-        offload_env.processes.start(standby_name, argv, log=offload_env.log_path(standby_name), env=offload_env._process_env())
+        second = ha.start_enforcer_standby(offload_env, spec)
+        assert second.name == standby_name
 
         def standby_waiting():
-            code, text = readyz(standby_health_port)
+            code, text = readyz(second.health_port)
             return code == 503 and "standby" in text and before["holderIdentity"] in text
         wait(standby_waiting, timeout=30, what="the second enforcer to report itself a standby")
         time.sleep(le.RETRY_PERIOD * 2)
         assert enforcer_lease(remote)["spec"]["holderIdentity"] == before["holderIdentity"]
         assert readyz(spec.enforcer_health_port)[0] == 200
+        # Only the leader serves the ShadowPod webhook (one quota ledger).
+        assert webhook_answers(offload_env, spec.enforcer_webhook_port)
+        assert not webhook_answers(offload_env, second.webhook_port)
 
+        # A burst; kill -9 the leader while it is turning ShadowPods into pods.
+        local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+            c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+        local.apply({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "burst", "namespace": ns},
+            "spec": {"replicas": BURST, "selector": {"matchLabels": {"app": "burst"}}, "template": {
+                "metadata": {"labels": {"app": "burst"}},
+                "spec": {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                         "terminationGracePeriodSeconds": 5}}},
+        })
+        wait(lambda: len(pods(remote, twin)) >= 2, timeout=90, interval=0.2, what="the enforcer to start making pods")
         record = offload_env.processes.get(leader_name)
         assert record is not None and record.running()
         os.kill(record.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         wait(lambda: not record.running(), timeout=10, what="the leader enforcer to die")
+        assert len(pods(remote, twin)) < BURST, "the burst finished before the kill; the test proved nothing"
 
         def taken():
             now = enforcer_lease(remote)["spec"]
@@ -223,22 +236,49 @@ def test_killing_the_leader_enforcer_hands_over_to_the_standby(offload_env: Envi
         after = wait(taken, timeout=le.LEASE_DURATION + le.RETRY_PERIOD + 5, interval=0.5, what="the standby to take the Lease")
         assert time.monotonic() - killed_at <= le.LEASE_DURATION + le.RETRY_PERIOD + 5
         assert after["leaseTransitions"] == before.get("leaseTransitions", 0) + 1
-        wait(lambda: readyz(standby_health_port)[0] == 200, timeout=60, what="the new leader enforcer ready")
+        wait(lambda: readyz(second.health_port)[0] == 200, timeout=60, what="the new leader enforcer ready")
+        # Ready means leading with its caches listed: it answers on its webhook port now,
+        # and the Service (here: the registration by URL) sends the webhook's calls there.
+        assert webhook_answers(offload_env, second.webhook_port)
+        ha.route_shadowpod_webhook(offload_env, spec, second.webhook_port)
+
+        node = node_name(remote)
+
+        def converged():
+            local_pods = running(pods(local, ns), node)
+            remote_pods = [p for p in pods(remote, twin) if not p["metadata"].get("deletionTimestamp")]
+            shps = shadowpods(remote, twin)
+            return (len(local_pods) == BURST and len(running(remote_pods)) == BURST and len(shps) == BURST
+                    and (local_pods, remote_pods, shps))
+
+        local_pods, remote_pods, shps = wait(converged, timeout=240, interval=2, what=f"{BURST} local = remote = ShadowPods")
+        # Nothing lost, nothing duplicated: one ShadowPod per local pod (its origin UID) and
+        # one remote pod per ShadowPod (its controller ownerReference), none without one.
+        local_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in local_pods}
+        assert {s["metadata"]["name"]: s["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID] for s in shps} == local_uids
+        shp_uids = {s["metadata"]["uid"]: s["metadata"]["name"] for s in shps}
+        owners = Counter(owner_uid(p) for p in remote_pods)
+        assert owners == Counter(dict.fromkeys(shp_uids, 1)), f"remote pods per ShadowPod: {owners}"
+        assert all(p["metadata"]["name"] == shp_uids[owner_uid(p)] for p in remote_pods)
 
         # The new leader runs the ShadowPod controller: a deleted remote pod comes back,
         # once, under the same ShadowPod.
-        remote.kubectl("delete", "pod", first["metadata"]["name"], "-n", twin, "--wait=false")
+        victim = remote_pods[0]
+        remote.kubectl("delete", "pod", victim["metadata"]["name"], "-n", twin, "--wait=false")
 
         def recreated():
-            live = running(pods(remote, twin))
-            return len(live) == 1 and live[0]["metadata"]["uid"] != first["metadata"]["uid"] and live
-        wait(recreated, timeout=90, what="the remote pod recreated by the new leader")
-        assert len(shadowpods(remote, twin)) == 1
-        assert len([p for p in pods(remote, twin) if not p["metadata"].get("deletionTimestamp")]) == 1
+            live = [p for p in running(pods(remote, twin)) if p["metadata"]["name"] == victim["metadata"]["name"]]
+            return len(live) == 1 and live[0]["metadata"]["uid"] != victim["metadata"]["uid"] and live[0]
+        again = wait(recreated, timeout=90, what="the remote pod recreated by the new leader")
+        assert owner_uid(again) == owner_uid(victim)
+        assert len(shadowpods(remote, twin)) == BURST
+        live = [p for p in pods(remote, twin) if not p["metadata"].get("deletionTimestamp")]
+        assert Counter(owner_uid(p) for p in live) == Counter(dict.fromkeys(shp_uids, 1))
     finally:
         offload_env.processes.stop(standby_name)  # releases the Lease if it leads
         record = offload_env.processes.get(leader_name)
         if record is None or not record.running():
             offload_env.start_enforcer(spec)
         wait(lambda: readyz(spec.enforcer_health_port)[0] == 200, timeout=90, what="the harness's enforcer leading again")
+        ha.route_shadowpod_webhook(offload_env, spec, spec.enforcer_webhook_port)
         local.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
