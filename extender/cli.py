@@ -10,7 +10,7 @@ import argparse
 import functools
 import sys
 
-from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, budget_too_small
+from kube_offload.runtime.body_limit import budget_too_small, parse_budget_help
 from kube_offload.runtime.flags import add_flag, byte_size, non_negative_seconds, positive_int
 from kube_offload.runtime.logs import LEVELS, setup_logging
 
@@ -60,11 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "largest body --parse-memory-budget can parse at the worst amplification; without "
                   "nodeCacheCapable ExtenderArgs carry every candidate Node (docs/extender.md, 'Request size')")
     add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
-             help=f"memory, per worker, that the request bodies being parsed may take together, in bytes or "
-                  f"with Ki/Mi/Gi: each request reserves {PARSE_AMPLIFICATION}x its Content-Length, waits when "
-                  f"the budget is taken and gets a retryable 503 after {DEFAULT_PARSE_BUDGET_WAIT_SECONDS:g}s; "
-                  f"workers x this + ~{BASELINE_BYTES >> 20}Mi at rest must stay under the memory limit, and "
-                  f"it must hold {PARSE_AMPLIFICATION}x --max-body-bytes (docs/extender.md, 'Request size')")
+             help=parse_budget_help(baseline_bytes=BASELINE_BYTES, wait_seconds=DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
+                                  doc="docs/extender.md"))
     add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
              help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring")
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,

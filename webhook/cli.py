@@ -10,7 +10,7 @@ import argparse
 import functools
 import sys
 
-from kube_offload.runtime.body_limit import PARSE_AMPLIFICATION, budget_too_small
+from kube_offload.runtime.body_limit import budget_too_small, parse_budget_help
 from kube_offload.runtime.flags import add_flag, byte_size, positive_int
 from kube_offload.runtime.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
@@ -60,12 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                   "kube-apiserver's own request limit, so every Pod it accepts can be admitted "
                   "(docs/webhook.md, 'Request size')")
     add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
-             help=f"memory, per worker, that the request bodies being parsed may take together, in bytes or "
-                  f"with Ki/Mi/Gi: each request reserves {PARSE_AMPLIFICATION}x its Content-Length, waits when "
-                  f"the budget is taken and gets a retryable 503 after {DEFAULT_PARSE_BUDGET_WAIT_SECONDS:g}s; workers x "
-                  f"this + ~{BASELINE_BYTES >> 20}Mi at rest must "
-                  f"stay under the memory limit, and it must hold {PARSE_AMPLIFICATION}x --max-body-bytes "
-                  f"(docs/webhook.md, 'Request size')")
+             help=parse_budget_help(baseline_bytes=BASELINE_BYTES, wait_seconds=DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
+                                  doc="docs/webhook.md"))
     add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS,
              help="log level")
     parser.set_defaults(func=run)

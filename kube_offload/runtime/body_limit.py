@@ -54,6 +54,18 @@ MEMORY_RESERVE = 0.10
 MALLOC_ARENAS = 2
 
 
+def parse_budget_help(*, baseline_bytes: int, wait_seconds: float, doc: str) -> str:
+    """The ``--parse-memory-budget`` help of a component whose budget this module enforces
+    (the webhook, the extender): one wording for both, naming the component's page."""
+    return (
+        f"memory, per worker, that the request bodies being parsed may take together, in bytes or "
+        f"with Ki/Mi/Gi: each request reserves {PARSE_AMPLIFICATION}x its Content-Length, waits when "
+        f"the budget is taken and gets a retryable 503 after {wait_seconds:g}s; "
+        f"workers x this + ~{baseline_bytes >> 20}Mi at rest must stay under the memory limit, and "
+        f"it must hold {PARSE_AMPLIFICATION}x --max-body-bytes ({doc}, 'Request size')"
+    )
+
+
 def peak_memory(*, baseline: int, concurrency: int, limit: int) -> int:
     """Bytes a server holds with ``concurrency`` requests of ``limit`` bytes being parsed
     at once, on top of ``baseline`` at rest."""
