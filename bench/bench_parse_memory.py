@@ -81,6 +81,20 @@ CHART = ROOT / "charts" / "kube-offload-local" / "values.yaml"
 
 
 # --- bodies ------------------------------------------------------------------------------
+
+def wsgi_post(app, path: str, body: bytes) -> str:
+    """POST ``body`` to ``path`` through the Flask app's WSGI entry, as gunicorn hands a
+    request over (body in ``wsgi.input``); returns the status code as text."""
+    status: list[str] = []
+    environ = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "bench", "SERVER_PORT": "443",
+        "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
+        "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
+        "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+    }
+    b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
+    return status[0][:3]
+
 def _pad_pod(pod: dict, size: int, dense: bool) -> dict:
     """``pod`` grown to about ``size`` bytes of JSON."""
     if dense:
@@ -340,15 +354,7 @@ def measure_concurrent(scenario: str, budget_mode: str) -> dict:
     small = orjson.dumps(build_review(realistic_pod(), uid="small"))
 
     def call(body: bytes) -> str:
-        status: list[str] = []
-        environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": "/mutate/pods", "SERVER_NAME": "bench", "SERVER_PORT": "443",
-            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
-            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
-            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
-        }
-        b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
-        return status[0][:3]
+        return wsgi_post(app, "/mutate/pods", body)
 
     call(small)
     statuses: dict[str, int] = {}
@@ -428,15 +434,7 @@ def measure_concurrent_extender(scenario: str, budget_mode: str) -> dict:
     small = extender_body("nodes", 1)
 
     def call(body: bytes) -> str:
-        status: list[str] = []
-        environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": "/filter", "SERVER_NAME": "bench", "SERVER_PORT": "443",
-            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
-            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
-            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
-        }
-        b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
-        return status[0][:3]
+        return wsgi_post(app, "/filter", body)
 
     call(small)
     statuses: dict[str, int] = {}

@@ -34,6 +34,19 @@ IMAGE = "registry.k8s.io/pause:3.10"
 BURST = 40
 
 
+def start_burst(local: Cluster, ns: str) -> None:
+    """An offloaded namespace ``ns`` and a Deployment of BURST pods in it, applied at once."""
+    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+    local.apply({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "burst", "namespace": ns},
+        "spec": {"replicas": BURST, "selector": {"matchLabels": {"app": "burst"}}, "template": {
+            "metadata": {"labels": {"app": "burst"}},
+            "spec": {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                     "terminationGracePeriodSeconds": 5}}},
+    })
+
+
 def node_name(remote: Cluster) -> str:
     return f"{c.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
 
@@ -100,15 +113,7 @@ def test_killing_the_leader_vkubelet_hands_over_without_lost_or_duplicated_pods(
         assert kubelet_port_of_node(local, remote) == spec.kubelet_port
 
         # A burst; kill -9 the leader while it is creating ShadowPods.
-        local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-            c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
-        local.apply({
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "burst", "namespace": ns},
-            "spec": {"replicas": BURST, "selector": {"matchLabels": {"app": "burst"}}, "template": {
-                "metadata": {"labels": {"app": "burst"}},
-                "spec": {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
-                         "terminationGracePeriodSeconds": 5}}},
-        })
+        start_burst(local, ns)
         wait(lambda: len(shadowpods(remote, twin)) >= 2, timeout=90, interval=0.2, what="the burst to start")
         record = offload_env.processes.get(leader_name)
         assert record is not None and record.running()
@@ -213,15 +218,7 @@ def test_killing_the_leader_enforcer_during_a_burst_loses_and_duplicates_nothing
         assert not webhook_answers(offload_env, second.webhook_port)
 
         # A burst; kill -9 the leader while it is turning ShadowPods into pods.
-        local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-            c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
-        local.apply({
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "burst", "namespace": ns},
-            "spec": {"replicas": BURST, "selector": {"matchLabels": {"app": "burst"}}, "template": {
-                "metadata": {"labels": {"app": "burst"}},
-                "spec": {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
-                         "terminationGracePeriodSeconds": 5}}},
-        })
+        start_burst(local, ns)
         wait(lambda: len(pods(remote, twin)) >= 2, timeout=90, interval=0.2, what="the enforcer to start making pods")
         record = offload_env.processes.get(leader_name)
         assert record is not None and record.running()
