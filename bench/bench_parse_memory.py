@@ -167,20 +167,10 @@ def measure(component: str, body_file: str, mode: str) -> dict:
     status: list[str] = []
 
     def call() -> None:
-        environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "bench", "SERVER_PORT": "443",
-            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
-            "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
-            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
-        }
-        b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
+        status.append(wsgi_post(app, path, body))
 
     # Warm up on a tiny body so first-call allocations (lazy imports, caches) are not counted.
-    small = (webhook_body if component == "webhook" else extender_body)("pod", 1)
-    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "bench", "SERVER_PORT": "443",
-               "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(small),
-               "wsgi.input_terminated": True, "wsgi.errors": sys.stderr, "CONTENT_LENGTH": str(len(small))}
-    b"".join(app.wsgi_app(environ, lambda s, h, e=None: None))
+    wsgi_post(app, path, (webhook_body if component == "webhook" else extender_body)("pod", 1))
     baseline_rss = _status_bytes("VmRSS")
     # Reset the peak RSS (VmHWM) to the current RSS: the imports peaked higher than where
     # they settled, and that would hide the start of the request's growth.
