@@ -5,13 +5,17 @@ other - a wsproto server)."""
 
 import json
 import socket
+import ssl
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, Request
 
+from certs import pki
 from vkubelet.kubeletapi import streams
 from vkubelet.kubeletapi import websocket as ws
 from vkubelet.kubeletapi.paths import ATTACH, EXEC, PORT_FORWARD, RequestError, parse_request_path
@@ -143,9 +147,30 @@ class End:
         return self.events.pop(0)
 
 
-def _hop(protocol, *, local):
-    """(the Peer the relay uses, the End the test drives) over a handshaken socket pair."""
+def _tls_pair():
+    """A socket pair with TLS on top (ours the client, theirs the server), as the relay's
+    hop to the remote apiserver is."""
     ours, theirs = socket.socketpair()
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    pair = pki.issue_serving_cert(pki.generate_ca(), ip_addresses=["127.0.0.1"])
+    with tempfile.TemporaryDirectory() as directory:
+        cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+        cert.write_bytes(pair.cert_pem)
+        key.write_bytes(pair.key_pem)
+        server.load_cert_chain(cert, key)
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+    accepted = {}
+    thread = threading.Thread(target=lambda: accepted.update(sock=server.wrap_socket(theirs, server_side=True)), daemon=True)
+    thread.start()
+    ours = client.wrap_socket(ours)
+    thread.join(5)
+    return ours, accepted["sock"]
+
+
+def _hop(protocol, *, local, tls=False):
+    """(the Peer the relay uses, the End the test drives) over a handshaken socket pair."""
+    ours, theirs = _tls_pair() if tls else socket.socketpair()
     theirs.settimeout(5)
     client = WSConnection(ConnectionType.CLIENT)
     if local:  # the test is the apiserver (client), the relay the server
@@ -172,13 +197,14 @@ def _hop(protocol, *, local):
 
 
 class Relay:
-    def __init__(self, local_protocol=streams.V5, remote_protocol=streams.V5, idle_timeout=0.0):
+    def __init__(self, local_protocol=streams.V5, remote_protocol=streams.V5, idle_timeout=0.0, *, tls=False, start=True):
         local, self.apiserver = _hop(local_protocol, local=True)
-        remote, self.remote = _hop(remote_protocol, local=False)
+        remote, self.remote = _hop(remote_protocol, local=False, tls=tls)
         self.outcome = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(local, remote, idle_timeout), daemon=True)
-        self.thread.start()
+        if start:
+            self.thread.start()
 
     def _run(self, local, remote, idle_timeout):
         self.outcome = streams.relay(local, remote, stopped=self.stop.is_set, idle_timeout=idle_timeout)
@@ -203,6 +229,79 @@ def test_messages_pass_untouched_both_ways_and_the_remote_close_ends_it():
     assert "remote apiserver closed the stream (1000)" in relay.join()
     # The remote got the closing handshake's answer.
     assert isinstance(relay.remote.read(), CloseConnection)
+
+
+STATUS = b'\x03{"metadata":{},"status":"Success"}'
+
+
+def _read_through_close(end):
+    """(data messages, the close event) as the local apiserver receives them."""
+    data = []
+    while True:
+        event = end.read()
+        if not isinstance(event, BytesMessage):
+            return data, event
+        data.append(event.data)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_a_remote_hanging_up_right_after_its_close_frame_still_ends_the_stream_normally(tls):
+    # What the remote apiserver does at the end of every exec (x/net/websocket's Close:
+    # the close frame, then the TCP connection closed at once): our answer to its close
+    # cannot be written, and kubectl must still get the 1000 (any other code it reports as
+    # "next reader: websocket: close 1001 (going away)").
+    relay = Relay(tls=tls, start=False)
+    relay.remote.send(BytesMessage(b"\x01got:hello\n"))
+    relay.remote.send(BytesMessage(STATUS))
+    relay.remote.send(CloseConnection(code=1000))
+    relay.remote.sock.close()
+    relay.thread.start()
+    data, close = _read_through_close(relay.apiserver)
+    assert data == [b"\x01got:hello\n", STATUS]
+    assert isinstance(close, CloseConnection) and close.code == ws.CLOSE_NORMAL
+    assert relay.join() == "remote apiserver closed the stream (1000)"
+
+
+def test_a_failed_write_to_the_remote_does_not_lose_what_it_sent_before():
+    # kubectl's stdin close-stream message crosses the remote's Status, close and hang-up:
+    # the write fails (the remote is gone) but all the remote sent still reaches kubectl.
+    relay = Relay(start=False)
+    relay.remote.send(BytesMessage(STATUS))
+    relay.remote.send(CloseConnection(code=1000))
+    relay.remote.sock.close()
+    relay.apiserver.send(BytesMessage(b"\xff\x00"))
+    time.sleep(0.1)  # both hops readable before the relay looks: the local one goes first
+    relay.thread.start()
+    data, close = _read_through_close(relay.apiserver)
+    assert data == [STATUS]
+    assert isinstance(close, CloseConnection) and close.code == ws.CLOSE_NORMAL
+    assert relay.join() == "remote apiserver closed the stream (1000)"
+
+
+def test_a_remote_dropping_the_connection_without_a_close_frame_is_a_cut_stream():
+    relay = Relay(tls=True)
+    relay.remote.send(BytesMessage(b"\x01partial"))
+    relay.remote.sock.close()  # no close frame, no TLS close_notify
+    data, close = _read_through_close(relay.apiserver)
+    assert data == [b"\x01partial"]
+    assert isinstance(close, CloseConnection) and close.code == ws.CLOSE_GOING_AWAY
+    assert relay.join().startswith("remote apiserver closed the connection")
+
+
+def test_a_peer_that_cannot_be_written_is_still_read_to_its_close():
+    peer, end = _hop(streams.V5, local=False)
+    end.send(BytesMessage(b"\x01last words"))
+    end.sock.close()
+    peer.send(ws.Message(b"\x00into the void"))  # the socket pair is broken: EPIPE
+    assert isinstance(peer.write_error, OSError)
+    peer.send(ws.Message(b"\x00again"))  # dropped, not raised
+    messages = []
+    for _ in range(3):  # the data, then the EOF (one or two reads)
+        messages += peer.receive()
+        if peer.closed:
+            break
+    assert [message.data for message in messages] == [b"\x01last words"]
+    assert peer.closed and peer.close_code == ws.CLOSE_ABNORMAL
 
 
 def test_large_and_fragmented_messages_arrive_whole():

@@ -17,7 +17,7 @@ comes from older clients and from kubectl's SPDY fallback (``KUBECTL_REMOTE_COMM
   protocol to the remote API server and relay messages untouched both ways (the one
   translation: a v5 close-stream message is dropped towards a v4 remote), so the remote
   Status on the error channel - exit code included - reaches kubectl as written.
-  Pings are answered on each hop; a close on one side closes the other.
+  Pings are answered on each hop; a close on one side closes the other, with its code.
 * **SPDY**: the upgrade is forwarded to the remote API server and, after its ``101``,
   bytes are relayed untouched both ways: the SPDY session runs end to end between
   kubectl and the remote kubelet.
@@ -208,7 +208,13 @@ class Activity:
 def relay(local: ws.Peer, remote: ws.Peer, *, stopped: Callable[[], bool] = lambda: False, idle_timeout: float = 0.0) -> str:
     """Pass messages between the two peers until either closes, the stream is idle for
     ``idle_timeout`` seconds, or ``stopped``; return why it ended. Both sockets are
-    closed afterwards."""
+    closed afterwards.
+
+    A write to a peer that has gone away does not end the relay (ws.Peer records it):
+    the peer is still read until its close, so nothing it sent before is lost. The remote
+    API server needs that at the end of every exec: it writes its close frame and closes
+    TCP at once, so our answer to that close can fail, and the close (1000) must still
+    reach kubectl, which takes any other code as a cut stream."""
     peers = (local, remote)
     activity = Activity(idle_timeout)
     try:
@@ -257,9 +263,10 @@ def _pass_on(peer: ws.Peer, other: ws.Peer, messages: list[ws.Message], activity
         return None
     code = peer.close_code or ws.CLOSE_ABNORMAL
     other.send_close(code, peer.close_reason)
+    detail = f": {peer.close_reason}" if peer.close_reason else ""
     if code == ws.CLOSE_ABNORMAL:
-        return f"{peer.name} closed the connection"
-    return f"{peer.name} closed the stream ({code}{': ' + peer.close_reason if peer.close_reason else ''})"
+        return f"{peer.name} closed the connection{detail}"
+    return f"{peer.name} closed the stream ({code}{detail})"
 
 
 # --- the SPDY relay ---------------------------------------------------------------------------

@@ -198,11 +198,15 @@ class Peer:
         self._parts: list[bytes] = []
         self._size = 0
         self._text = False
-        # Set once the peer has closed (a close frame, EOF, or a protocol error wsproto
-        # reported as a close): ``close_code``/``close_reason`` say how.
+        # Set once the peer has closed (a close frame, EOF, a connection lost, or a
+        # protocol error wsproto reported as a close): ``close_code``/``close_reason`` say how.
         self.closed = False
         self.close_code: int | None = None
         self.close_reason = ""
+        # The first failed write: the peer can no longer be written to, but what it sent
+        # before going away can still be read, and must be (its close frame, for one: the
+        # apiserver closes TCP right after sending it, so answering it can fail).
+        self.write_error: OSError | None = None
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -229,15 +233,24 @@ class Peer:
         if self.closed or self.connection.state == ConnectionState.CLOSED:
             self.closed = True
             return []
+        lost = ""
         try:
             data = self.sock.recv(RECV_SIZE)
         except (ssl.SSLWantReadError, BlockingIOError):
             return []
+        except OSError as exc:
+            # The connection is gone without a close frame (a reset, or TCP closed with
+            # no TLS close_notify: SSLEOFError). To WebSocket that is an abnormal closure
+            # (1006), as a plain EOF is; what the peer sent before was returned already.
+            data, lost = b"", str(exc)
         try:
             self.connection.receive_data(data or None)
-            return self._messages()
+            messages = self._messages()
         except RemoteProtocolError as exc:
             raise ProtocolError(str(exc), _close_code(exc)) from None
+        if lost:
+            self.close_reason = lost
+        return messages
 
     def _messages(self) -> list[Message]:
         messages: list[Message] = []
@@ -282,8 +295,15 @@ class Peer:
             pass
 
     def _write(self, data: bytes) -> None:
-        if data:
+        """Write, or drop the bytes once a write has failed (``write_error``): the relay
+        goes on reading this peer until it reports its close, so that nothing it sent
+        before going away is lost."""
+        if not data or self.write_error is not None:
+            return
+        try:
             self.sock.sendall(data)
+        except OSError as exc:
+            self.write_error = exc
 
     def shutdown(self) -> None:
         try:
