@@ -430,6 +430,21 @@ def test_splice_relays_bytes_both_ways_with_the_leftover_first():
     assert outcome["r"] == "remote apiserver closed the connection"
 
 
+def test_splice_still_passes_on_what_a_side_sent_before_it_went_away():
+    # kubectl's last SPDY frames cross the remote's last frames and hang-up: the write to
+    # the remote fails, and the remote's frames must still reach kubectl.
+    apiserver, local = socket.socketpair()
+    remote_far, remote = socket.socketpair()
+    apiserver.settimeout(5)
+    remote_far.sendall(b"last frames")
+    remote_far.close()
+    apiserver.sendall(b"late")  # both sides readable before the splice looks: local first
+    outcome = streams.splice(local, remote)
+    assert outcome == "remote apiserver closed the connection"
+    assert apiserver.recv(100) == b"last frames"
+    assert apiserver.recv(100) == b""
+
+
 def test_an_idle_splice_ends():
     apiserver, local = socket.socketpair()
     remote_far, remote = socket.socketpair()

@@ -274,10 +274,14 @@ def splice(local: socket.socket, remote: socket.socket, *, leftover: bytes = b""
     """Relay bytes both ways, untouched, until either side closes, the stream is idle
     for ``idle_timeout`` seconds, or ``stopped``. Both sockets are closed afterwards
     (both hops are TLS, which has no portable half-close: the first EOF ends the stream,
-    as in the apiserver's own upgrade-aware proxy)."""
+    as in the apiserver's own upgrade-aware proxy). As in the WebSocket relay, a side
+    that cannot be written to any more is still read to its end, and what it sent is
+    passed on: the remote's last frames must reach kubectl even when kubectl's own last
+    frames crossed the remote's hang-up."""
     activity = Activity(idle_timeout)
     other = {local: remote, remote: local}
     names = {local: "apiserver", remote: "remote apiserver"}
+    unwritable: set[socket.socket] = set()
     try:
         if leftover:
             local.sendall(leftover)
@@ -294,7 +298,12 @@ def splice(local: socket.socket, remote: socket.socket, *, leftover: bytes = b""
                     continue
                 if not data:
                     return f"{names[sock]} closed the connection"
-                other[sock].sendall(data)
+                target = other[sock]
+                if target not in unwritable:
+                    try:
+                        target.sendall(data)
+                    except OSError:
+                        unwritable.add(target)  # dropped from now on; still read to its end
                 activity.touch()
         return "stopped"
     except OSError as exc:
