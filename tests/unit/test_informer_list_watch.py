@@ -1,14 +1,21 @@
-"""A namespace whose LIST is answered 403 (kube_offload/runtime/informer.py ``forbidden``,
-kube_offload/runtime/namespaced_informer.py): it counts as synced and empty for the
-multi-namespace informer, so the other namespaces are not held back; it is named by
-``forbidden_namespaces()``, retried with backoff, and its objects arrive as ADDED events
-once a list is accepted again. Fake list functions, real informer threads, no API server.
-End to end (a provider deleting the consumer RoleBinding): tests/e2e/test_forbidden_twin.py.
+"""The informer's list+watch against fake list functions (real informer threads, no API
+server): a watch that quietly waits, a list answered 403.
+
+* A namespace whose LIST is answered 403 (kube_offload/runtime/informer.py ``forbidden``,
+  kube_offload/runtime/namespaced_informer.py) counts as synced and empty for the
+  multi-namespace informer, so the other namespaces are not held back; it is named by
+  ``forbidden_namespaces()``, retried with backoff, and its objects arrive as ADDED events
+  once a list is accepted again. End to end (a provider deleting the consumer
+  RoleBinding): tests/e2e/test_forbidden_twin.py.
+* ``Informer.relist``: a fresh list on demand, breaking a watch that is quietly waiting,
+  without a warning and without backoff. Against a real API server:
+  tests/e2e/test_pod_lifecycle.py.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
@@ -24,12 +31,15 @@ FORBIDDEN_BODY = json.dumps({
 
 
 class Listed:
+    """A list response as call_json reads it (``_preload_content=False``)."""
+
     def __init__(self, body: dict) -> None:
         self.data = json.dumps(body).encode()
 
 
 class QuietWatch:
-    """A watch that sends nothing until it is shut down (as a quiet apiserver does)."""
+    """A watch response that sends nothing until it is shut down (as a quiet apiserver
+    does); then the stream ends."""
 
     def __init__(self) -> None:
         self._closed = threading.Event()
@@ -171,5 +181,50 @@ def test_a_watch_answered_403_marks_the_cache_forbidden_and_an_accepted_one_clea
             server.forbidden.clear()
         informer._kick.set()
         assert wait_until(lambda: not informer.forbidden)
+    finally:
+        informer.stop()
+
+
+# --- relist -------------------------------------------------------------------------------------
+class RelistServer:
+    """One namespace; counts lists and keeps every watch it opened."""
+
+    def __init__(self) -> None:
+        self.items = [{"metadata": {"namespace": "ns", "name": "a", "resourceVersion": "1"}}]
+        self.lists = 0
+        self.watches: list[QuietWatch] = []
+
+    def __call__(self, **kwargs):
+        if kwargs.get("watch"):
+            watch = QuietWatch()
+            self.watches.append(watch)
+            return watch
+        self.lists += 1
+        return Listed({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.lists)},
+                       "items": [dict(item) for item in self.items]})
+
+
+def test_relist_rebuilds_the_cache_from_a_fresh_list_at_once(caplog):
+    server = RelistServer()
+    informer = Informer(name="test", list_func=server)
+    events: list[tuple[str, str]] = []
+    informer.add_handler(lambda kind, _old, new: events.append((kind, new["metadata"]["name"])))
+    informer.start()
+    try:
+        assert informer.wait_for_sync(5)
+        assert wait_until(lambda: server.watches)  # now quietly watching
+        first = informer.last_listed
+        assert first > 0 and server.lists == 1
+        # The watch "slept through" a change: only a new list can show it.
+        server.items = [{"metadata": {"namespace": "ns", "name": "b", "resourceVersion": "5"}}]
+        requested = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="kube_offload.runtime.informer"):
+            informer.relist()
+            assert wait_until(lambda: informer.last_listed >= requested, timeout=2.0)
+        assert server.lists == 2
+        assert informer.keys() == ["ns/b"]
+        assert ("DELETED", "a") in events and ("ADDED", "b") in events
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert wait_until(lambda: len(server.watches) == 2)  # watching again from the new list
     finally:
         informer.stop()
