@@ -1,8 +1,8 @@
 """What a Consumer's status should say (pure): the enforcer-owned half of the Consumer.
 
-``used``/``shadowPods`` come from :func:`enforcer.quota.consumer_usage` (the same sum the
-ShadowPod webhook checks against the quota), ``twinNamespaces`` from the namespaces'
-enforcer-written labels, ``capacity`` from
+``used``/``shadowPods`` and ``twinNamespaces`` come from :class:`enforcer.quota.ConsumerUsage`
+(the same sum the ShadowPod webhook checks against the quota; twins by the namespaces'
+enforcer-written labels), ``capacity`` from
 :func:`kube_offload.remote_resources.summarize` in the shape
 :func:`kube_offload.remote_resources.encode_capacity_status` writes (the consumer's
 virtual kubelet reads it back instead of listing this cluster's nodes and pods).
@@ -11,21 +11,13 @@ virtual kubelet reads it back instead of listing this cluster's nodes and pods).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from typing import Mapping
 
-from enforcer.quota import twin_owner
 from kube_offload.remote_resources import RemoteResources, encode_capacity_status
 from kube_offload.resources import MILLI, ResourceList, format_resource_list
 
 # Set on every write, so it is left out when deciding whether anything changed.
 UPDATED = "updated"
-
-
-def twin_namespaces_of(namespaces: Iterable[Mapping], consumer_id: str) -> list[str]:
-    """Names of the namespaces the enforcer made for ``consumer_id``, sorted."""
-    return sorted(
-        str((ns.get("metadata") or {}).get("name")) for ns in namespaces if twin_owner(ns) == consumer_id
-    )
 
 
 def desired_status(

@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Protocol
 
-from enforcer.consumer_status import desired_status, stamped, status_changed, twin_namespaces_of
-from enforcer.quota import consumer_usage
+from enforcer.consumer_status import desired_status, stamped, status_changed
+from enforcer.quota import ConsumerUsage
 from enforcer.tenancy import consumer_name
 from enforcer.tenant_api import TenantApi
 from enforcer.trim import content_changed
@@ -55,6 +55,9 @@ class ConsumerStatusLoop:
         self._nodes = nodes
         self._pods = pods
         self._api = api
+        # The same running sums the ShadowPod webhook reads: a pass costs O(consumers x
+        # their twin namespaces), not O(consumers x every ShadowPod).
+        self._usage = ConsumerUsage(shadowpods, namespaces)
         self._period = period
         self._resync = resync_seconds
         self._dirty = threading.Event()
@@ -114,8 +117,6 @@ class ConsumerStatusLoop:
         self.passes += 1
         nodes = self._nodes.list()
         pods = self._pods.list()
-        shadowpods = self._shadowpods.list()
-        namespaces = self._namespaces.list()
         consumers = self._consumers.list()
         # One parse of every pod for all consumers, not one per consumer.
         capacities = summarize_many(nodes, pods, [consumer_name(consumer) for consumer in consumers])
@@ -123,8 +124,8 @@ class ConsumerStatusLoop:
             name = consumer_name(consumer)
             desired = desired_status(
                 consumer,
-                used=consumer_usage(shadowpods, name, namespace_of=self._namespaces.get),
-                twin_namespaces=twin_namespaces_of(namespaces, name),
+                used=self._usage.used(name),
+                twin_namespaces=self._usage.twin_namespaces(name),
                 capacity=capacities[name],
             )
             if not status_changed(consumer, desired):

@@ -36,6 +36,13 @@ def twin_owner(namespace: Mapping | None) -> str | None:
     return owner or None
 
 
+def twin_namespaces_of(namespaces: Iterable[Mapping], consumer_id: str) -> list[str]:
+    """Names of the namespaces the enforcer made for ``consumer_id``, sorted."""
+    return sorted(
+        str((ns.get("metadata") or {}).get("name")) for ns in namespaces if twin_owner(ns) == consumer_id
+    )
+
+
 def live_shadowpod(shadowpod: Mapping) -> bool:
     """A ShadowPod that holds (or will hold) resources: not being deleted and not in a
     final phase. A Succeeded/Failed pod frees its node's resources, so it frees quota too."""
@@ -141,3 +148,31 @@ def consumer_usage(shadowpods: Iterable[Mapping], consumer_id: str, *, namespace
         for name, amount in shadowpod_requests(shadowpod).items():
             used[name] = used.get(name, 0) + amount
     return used
+
+
+class ConsumerUsage:
+    """A consumer's usage and twin namespaces, read from the caches: from the tally and
+    the index above when the caches are informers (registered here; registering again is
+    a no-op, so the webhook and the status loop share them), else by walking every cached
+    object (a plain list in a unit test), which gives the same answer."""
+
+    def __init__(self, shadowpods: object, namespaces: object) -> None:
+        self._shadowpods = shadowpods
+        self._namespaces = namespaces
+        self.tallied = hasattr(shadowpods, "add_tally") and hasattr(namespaces, "add_indexer")
+        if self.tallied:
+            shadowpods.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)  # type: ignore[attr-defined]
+            namespaces.add_indexer(TWIN_NAMESPACES_BY_CONSUMER, twin_owner_index)  # type: ignore[attr-defined]
+
+    def twin_namespaces(self, consumer_id: str) -> list[str]:
+        """Names of the consumer's twin namespaces, sorted."""
+        if self.tallied:
+            return sorted(self._namespaces.index_keys(TWIN_NAMESPACES_BY_CONSUMER, consumer_id))  # type: ignore[attr-defined]
+        return twin_namespaces_of(self._namespaces.list(), consumer_id)  # type: ignore[attr-defined]
+
+    def used(self, consumer_id: str) -> ResourceList:
+        """What the consumer's live ShadowPods request, in milli-units (``pods`` always)."""
+        if self.tallied:
+            tally = self._shadowpods.tally  # type: ignore[attr-defined]
+            return usage_of_namespaces(lambda namespace: tally(LIVE_REQUESTS_BY_NAMESPACE, namespace), self.twin_namespaces(consumer_id))
+        return consumer_usage(self._shadowpods.list(), consumer_id, namespace_of=self._namespaces.get)  # type: ignore[attr-defined]

@@ -16,10 +16,7 @@ from typing import Callable, Mapping, Protocol
 from enforcer import dry_run, validation
 from enforcer.caches import ProviderCaches
 from enforcer.ledger import Ledger
-from enforcer.quota import (
-    LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, consumer_usage, live_requests, twin_owner,
-    twin_owner_index, usage_of_namespaces,
-)
+from enforcer.quota import ConsumerUsage, twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.resources import ResourceList, add
@@ -49,10 +46,8 @@ class ShadowPodValidator:
             add_handler(self.ledger.on_event)
         # Informers: usage from running sums kept with the caches (quota.py); any other
         # cache (a plain list in a unit test) is walked whole, the same sum.
-        self._tallied = hasattr(shadowpods, "add_tally") and hasattr(caches.namespaces, "add_indexer")
-        if self._tallied:
-            shadowpods.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)
-            caches.namespaces.add_indexer(TWIN_NAMESPACES_BY_CONSUMER, twin_owner_index)
+        self._usage_of = ConsumerUsage(shadowpods, caches.namespaces)
+        self._tallied = self._usage_of.tallied
 
     @classmethod
     def for_cluster(cls, api_client, *, shadowpods: ShadowPodCache, caches: ProviderCaches) -> "ShadowPodValidator":
@@ -114,12 +109,7 @@ class ShadowPodValidator:
     def _usage(self, consumer_id: str) -> ResourceList:
         # The ledger first, then the informer: see Ledger.pending.
         pending = self.ledger.pending(consumer_id)
-        if self._tallied:
-            twins = self._caches.namespaces.index_keys(TWIN_NAMESPACES_BY_CONSUMER, consumer_id)
-            cached = usage_of_namespaces(lambda namespace: self._shadowpods.tally(LIVE_REQUESTS_BY_NAMESPACE, namespace), twins)
-        else:
-            cached = consumer_usage(self._shadowpods.list(), consumer_id, namespace_of=self._caches.namespaces.get)
-        return add(cached, pending)
+        return add(self._usage_of.used(consumer_id), pending)
 
 
 def _int(value: object, *, default: int) -> int:

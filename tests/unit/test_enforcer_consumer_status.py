@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from enforcer.consumer_status import desired_status, stamped, status_changed, twin_namespaces_of
+from enforcer.consumer_status import desired_status, stamped, status_changed
+from enforcer.quota import twin_namespaces_of
+from kube_offload.runtime.indexer import Indexer
 from enforcer.consumers import ConsumerStatusLoop
 from kube_offload import constants as c
 from kube_offload.runtime.kube import ApiError
@@ -143,6 +145,39 @@ def test_one_pass_writes_each_consumer_usage_and_capacity():
     shareable_other = decode_capacity_status(written["other"]["capacity"]).shareable
     assert shareable_local["cpu"] == 5000 and shareable_other["cpu"] == 4500
     assert "updated" in written["local"]
+
+
+class IndexedCache(Indexer):
+    """An informer's store: indexes and tallies, and no walk allowed (list() fails)."""
+
+    def list(self):
+        raise AssertionError("the status pass walked every cached object")
+
+
+def test_a_pass_over_informer_caches_reads_the_running_sums_not_every_shadowpod():
+    shadowpods = IndexedCache()
+    for obj in (shadowpod("demo-local", "a"), shadowpod("demo-local", "b", cpu="1"),
+                shadowpod("demo-local", "done", phase="Succeeded"), shadowpod("demo-other", "c")):
+        shadowpods.put(obj)
+    namespaces = IndexedCache()
+    for obj in (ns("demo-local", "local"), ns("demo-other", "other"), ns("fake", "local", managed=False)):
+        namespaces.put(obj)
+    api = RecordingApi()
+    loop = ConsumerStatusLoop(
+        consumers=Cache([consumer("local"), consumer("other")]),
+        shadowpods=shadowpods,
+        namespaces=namespaces,
+        nodes=Cache([node("n1")]),
+        pods=Cache([]),
+        api=api,
+    )
+    loop.sync_all()
+    written = dict(api.writes)
+    assert (written["local"]["used"], written["local"]["twinNamespaces"]) == ({"cpu": "1500m", "pods": "2"}, ["demo-local"])
+    assert (written["other"]["used"], written["other"]["twinNamespaces"]) == ({"cpu": "500m", "pods": "1"}, ["demo-other"])
+    shadowpods.pop("demo-local/b")  # the sums follow the store
+    loop.sync_all()
+    assert dict(api.writes[2:])["local"]["used"] == {"cpu": "500m", "pods": "1"}
 
 
 def test_unchanged_status_is_not_written_again():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from enforcer.quota import (
-    LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, consumer_usage, live_requests, live_shadowpod,
+    LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, ConsumerUsage, consumer_usage, live_requests, live_shadowpod,
     shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces,
 )
 from kube_offload.runtime.indexer import Indexer
@@ -211,6 +211,13 @@ def tallied_usage(store: Indexer, namespaces: Indexer, consumer: str) -> dict:
     return usage_of_namespaces(lambda ns: store.tally(LIVE_REQUESTS_BY_NAMESPACE, ns), twins)
 
 
+class Walked:
+    """A cache without indexes or tallies (what ConsumerUsage walks)."""
+
+    def __init__(self, store: Indexer) -> None:
+        self.list, self.get = store.list, store.get
+
+
 def namespace_store() -> Indexer:
     store = Indexer({TWIN_NAMESPACES_BY_CONSUMER: twin_owner_index})
     for ns in NAMESPACES.values():
@@ -228,6 +235,7 @@ def test_tallied_usage_equals_the_walk_through_every_change():
     store = Indexer()
     store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)
     namespaces = namespace_store()
+    usage, walking = ConsumerUsage(store, namespaces), ConsumerUsage(Walked(store), Walked(namespaces))
     names = [f"p{i}" for i in range(12)]
     for step in range(600):
         ns = rng.choice(list(NAMESPACES) + ["unknown-ns"])
@@ -247,6 +255,10 @@ def test_tallied_usage_equals_the_walk_through_every_change():
         for consumer in ("a", "b", "nobody"):
             walked = consumer_usage(store.list(), consumer, namespace_of=namespaces.get)
             assert tallied_usage(store, namespaces, consumer) == walked, (step, consumer)
+            # The reader the webhook and the status loop share, both ways.
+            assert usage.tallied and not walking.tallied
+            assert usage.used(consumer) == walking.used(consumer) == walked, (step, consumer)
+            assert usage.twin_namespaces(consumer) == walking.twin_namespaces(consumer), (step, consumer)
 
 
 def test_tally_is_empty_for_a_namespace_with_nothing_live():
