@@ -51,6 +51,10 @@ log = logging.getLogger("kube_offload.vkubelet.namespaces")
 # A request the provider has not answered yet is looked at again this often (its status
 # change normally brings us back at once).
 PENDING_RECHECK_SECONDS = 30.0
+# How often work in a twin we may not read (403: the provider revoked our access) is
+# looked at again. Access restored brings the twin's objects back as ADDED events at once;
+# work that has nothing there yet waits for this.
+FORBIDDEN_RETRY_SECONDS = 10.0
 
 
 # --- pure decisions ------------------------------------------------------------------------

@@ -65,7 +65,7 @@ from vkubelet import status as st
 from vkubelet import termination as term
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import TwinNamespaces
+from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS, TwinNamespaces
 from vkubelet.node_forge import parse_time
 from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from kube_offload.remote_resources import is_ours
@@ -86,9 +86,6 @@ REASON_NOT_OFFLOADED = "NotOffloaded"
 # Backoff keys of the two requests a provider may refuse: (pod key, operation).
 CREATE = "create"
 UPDATE = "update"
-# How often a pod of a twin we may not read is looked at again (access restored brings its
-# ShadowPods back as ADDED events at once; pods without one wait for this).
-FORBIDDEN_RETRY_SECONDS = 10.0
 
 log = logging.getLogger("kube_offload.vkubelet.pods")
 

@@ -2,9 +2,10 @@
 403 (the provider deleted the consumer RoleBinding there): it acts on nothing it cannot
 see - no local pod deleted because its remote side "is gone", none failed, no ShadowPod
 "recreated" - says why once in the log (the twin and the fix) and on each pod as a Warning
-Event, and manages the namespace again once a list there is accepted. Control cases show
-the same reconciles do act when the twin is readable. No API server: the informers are
-fed through Informer._apply, API calls are replaced by recorders."""
+Event, and manages the namespace again once a list there is accepted. The reflectors
+(vkubelet/reflection/reflector.py) write nothing there and leave the reporting to the pod
+loop. Control cases show the same reconciles do act when the twin is readable. No API
+server: the informers are fed through Informer._apply, API calls are replaced by recorders."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from vkubelet import events as ev
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
+from kube_offload.runtime.kube import ApiError
 from vkubelet.pods import PodOffloader
+from vkubelet.reflection.configmaps import ConfigMapReflector
+from vkubelet.runner import LoopContext
 from vkubelet.settings import Settings
 
 TWIN = "ns-local"
@@ -34,6 +38,23 @@ class Answer:
         self.data = json.dumps(body).encode()
 
 
+def offloaded_with_a_ready_twin(twins: TwinNamespaces, settings: Settings) -> None:
+    """Local namespace "ns" offloaded, and our request for its twin Ready (the provider's
+    answer): the twin is usable."""
+    twins.local_namespaces._apply(ADDED, {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "ns", "resourceVersion": "1",
+                     "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
+    })
+    twins.requests._apply(ADDED, {
+        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
+        "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
+                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
+        "spec": {"localNamespace": "ns"},
+        "status": {"phase": c.TWIN_PHASE_READY},
+    })
+
+
 @pytest.fixture
 def loop(monkeypatch) -> PodOffloader:
     settings = Settings(cluster_id="remote", local_cluster_id="local")
@@ -41,19 +62,7 @@ def loop(monkeypatch) -> PodOffloader:
     recorder = EventRecorder(client.ApiClient(), host="test")
     offloader = PodOffloader(settings, informers, TwinNamespaces(settings, informers, recorder), recorder)
     informers.set_twin_namespaces([TWIN])
-    offloader._twins.local_namespaces._apply(ADDED, {
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": "ns", "resourceVersion": "1",
-                     "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
-    })
-    # Our request for the twin, Ready (the provider's answer): the twin is usable.
-    offloader._twins.requests._apply(ADDED, {
-        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-        "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
-                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
-        "spec": {"localNamespace": "ns"},
-        "status": {"phase": c.TWIN_PHASE_READY},
-    })
+    offloaded_with_a_ready_twin(offloader._twins, settings)
     offloader.shared = informers  # type: ignore[attr-defined]
     offloader.calls = []  # type: ignore[attr-defined]
     offloader.warnings = []  # type: ignore[attr-defined]
@@ -177,3 +186,48 @@ def test_no_service_account_token_is_minted_for_a_forbidden_twin(loop, monkeypat
     with pytest.raises(Exception):  # control: readable, so it asks for a token (the fake answers nothing)
         tokens.reconcile(KEY)
     assert minted == ["token"]
+
+
+# --- the reflectors ---------------------------------------------------------------------------
+@pytest.fixture
+def reflector(monkeypatch):
+    settings = Settings(cluster_id="remote", local_cluster_id="local")
+    informers = SharedInformers(settings, client.ApiClient(), client.ApiClient())
+    recorder = EventRecorder(client.ApiClient(), host="test")
+    twins = TwinNamespaces(settings, informers, recorder)
+    informers.set_twin_namespaces([TWIN])
+    reflector = ConfigMapReflector(LoopContext(settings, informers, twins, recorder, node=None))
+    offloaded_with_a_ready_twin(twins, settings)
+    reflector.scope.refresh()
+    reflector.local._children["ns"]._apply(ADDED, {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "ns", "uid": "cm1", "resourceVersion": "1"},
+        "data": {"mode": "fast"},
+    })
+    reflector.remote._children[TWIN]._synced.set()  # listed once, empty: the readable case
+    reflector.calls = []
+    reflector.warnings = []
+
+    def create(namespace, body):
+        reflector.calls.append(("create", namespace, body["metadata"]["name"]))
+        raise ApiError(403, "Forbidden", "configmaps is forbidden")
+
+    monkeypatch.setattr(reflector.ops, "create", create)
+    monkeypatch.setattr(recorder, "warning", lambda obj, reason, message: reflector.warnings.append((reason, message)))
+    return reflector
+
+
+def test_a_reflector_writes_nothing_to_a_forbidden_twin_and_leaves_the_report_to_the_pod_loop(reflector):
+    child = reflector.remote._children[TWIN]
+    child.forbidden, child.forbidden_message = True, DENIED
+    with pytest.raises(Requeue) as requeue:
+        reflector.reconcile("ns/settings")
+    assert reflector.calls == [] and reflector.warnings == []  # no ReflectionFailed every 30 s
+    assert TWIN in str(requeue.value)
+
+
+def test_control_a_reflector_with_a_readable_twin_creates_its_copy(reflector):
+    with pytest.raises(Requeue):  # the fake API refuses, as a revoked RoleBinding would
+        reflector.reconcile("ns/settings")
+    assert reflector.calls == [("create", TWIN, "settings")]
+    assert [reason for reason, _ in reflector.warnings] == ["ReflectionFailed"]

@@ -37,6 +37,7 @@ from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.indexer import IndexFunc
 from vkubelet.indexes import BY_ORIGIN, by_origin
+from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
@@ -298,6 +299,13 @@ class Reflector(abc.ABC):
             raise Requeue(1.0, f"namespace {namespace} not listed yet")
         if local is not None:
             twin, not_here = self._twins.twin_for(namespace or "")
+            if twin is not None and twin in self.remote.forbidden_namespaces():
+                # The provider revoked our access to the twin (403): nothing can be written
+                # there and the cache cannot say what is. The pod loop reports it, once
+                # (TwinNamespaceForbidden); a ReflectionFailed per object every 30 s would
+                # only repeat it. Look again later; access restored brings the twin's
+                # objects back as events at once.
+                raise Requeue(FORBIDDEN_RETRY_SECONDS, f"twin namespace {twin} forbidden")
             selection = self.selection(local)
             if twin is None:
                 why = not_here

@@ -41,7 +41,7 @@ from vkubelet.reflection.reflector import (
     owned_selector,
     shared_informer,
 )
-from vkubelet.pods import FORBIDDEN_RETRY_SECONDS
+from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
 from vkubelet.translation import origin_key
 from vkubelet.trim import trim_token_secret
