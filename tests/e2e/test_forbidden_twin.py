@@ -10,7 +10,8 @@ while the TwinNamespace request still says Ready. After a vkubelet restart:
   that the loops waited for every twin's first list, for ever);
 * the forbidden namespace is reported (a Warning log line naming it and the fix, a Warning
   Event on its pods), and nothing is done there on the strength of an empty cache: its
-  running pod is neither failed nor deleted, nothing is created twice;
+  running pod is neither failed nor deleted, nothing is created twice, and reflection
+  writes nothing there (no ReflectionFailed Events);
 * once access is restored (the RoleBinding written back), that namespace's pods are
   mirrored again, the one created meanwhile is offloaded, and nothing is duplicated.
 """
@@ -22,7 +23,6 @@ import os
 import re
 import signal
 
-import pytest
 import yaml
 
 from kube_offload import constants as c
@@ -34,6 +34,7 @@ POLICY = "e2e-keep-twin-rolebinding-revoked"
 POLICY_WORDS = "e2e: the consumer's access to this twin is revoked"
 # Reason of the Warning Event a pod of a forbidden twin gets (vkubelet/events.py).
 REASON_TWIN_FORBIDDEN = "TwinNamespaceForbidden"
+REASON_REFLECTION_FAILED = "ReflectionFailed"
 
 
 def offloaded_namespace(local: Cluster, name: str) -> None:
@@ -158,6 +159,8 @@ def test_a_forbidden_twin_does_not_hold_the_others_hostage_and_recovers(offload_
              what=f"{open_ns}/after Running while twin {shut_twin} is forbidden")
         # The forbidden one is reported, by name and with the fix.
         make_pod(local, shut_ns, "meanwhile")
+        local.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "meanwhile", "namespace": shut_ns},
+                     "data": {"written": "while the twin was forbidden"}})
 
         def reported():
             text = log_text(offload_env, remote, log_offset)
@@ -177,6 +180,9 @@ def test_a_forbidden_twin_does_not_hold_the_others_hostage_and_recovers(offload_
         assert first is not None and first["status"]["phase"] == "Running", first
         assert phase(local, shut_ns, "meanwhile") == "Pending"
         assert [s["metadata"]["uid"] for s in remote_items(remote, "shadowpods.kube-offload.io", shut_twin)] == [shut_shadow_uid]
+        # Reflection tried nothing there: the one report is the pod loop's (before, every
+        # reflected object got a ReflectionFailed Event every 30 s).
+        assert events(local, shut_ns, REASON_REFLECTION_FAILED) == []
 
         # The provider restores access: the namespace is managed again.
         drop_policy(remote)
@@ -188,6 +194,8 @@ def test_a_forbidden_twin_does_not_hold_the_others_hostage_and_recovers(offload_
              timeout=60, what="the consumer RoleBinding back")
         wait(lambda: phase(local, shut_ns, "meanwhile") == "Running", timeout=120,
              what=f"{shut_ns}/meanwhile offloaded once access is back")
+        wait(lambda: remote.kubectl("get", "configmap", "meanwhile", "-n", shut_twin, check=False).returncode == 0,
+             timeout=60, what=f"the ConfigMap written meanwhile reflected to {shut_twin}")
         # Mirrored again: the remote pod deleted by the provider is recreated by the
         # enforcer, and the local pod counts the restart.
         before = restart_count(local_pod(local, shut_ns, "first"))
