@@ -46,6 +46,13 @@ ENFORCER_LEADER_LEASE: Final = "kube-offload-enforcer"
 TAINT_KEY: Final = f"{DOMAIN}/virtual-node"
 TAINT_VALUE: Final = "true"
 TAINT_EFFECT: Final = "NoExecute"
+# On a virtual node while the provider cordons this consumer (Consumer spec.cordoned): the
+# scheduler sends it no new pod (the provider would refuse its ShadowPod), and the pods
+# already there keep running (NoSchedule, not NoExecute), as the provider's do. Our
+# webhook never tolerates it; the vkubelet adds and removes it (never `kubectl cordon`'s
+# spec.unschedulable, which is the local admin's).
+TAINT_PROVIDER_CORDONED_KEY: Final = f"{DOMAIN}/provider-cordoned"
+TAINT_PROVIDER_CORDONED_EFFECT: Final = "NoSchedule"
 
 # Published by the virtual kubelet on its Node, read by the scheduler extender: the remote
 # cluster's free capacity per remote node (format in docs/capacity-annotation.md).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from kube_offload import constants as c
 from kube_offload import resources
 from kube_offload.affinity import term_matches
 from kube_offload.nodes import node_name
@@ -71,7 +72,11 @@ def taints_allow(pod: Mapping, node: Mapping) -> tuple[bool, str]:
     taint = untolerated_taint(pod, node)
     if taint is None:
         return True, ""
-    return False, f"untolerated taint {describe_taint(taint)}"
+    why = f"untolerated taint {describe_taint(taint)}"
+    if taint.get("key") == c.TAINT_PROVIDER_CORDONED_KEY:
+        # Ours, and not to be tolerated: the provider would refuse the pod anyway.
+        why += " (the provider cordons this cluster: Consumer spec.cordoned; the pods already there keep running)"
+    return False, why
 
 
 def unschedulable_allows(pod: Mapping, node: Mapping) -> tuple[bool, str]:

@@ -235,6 +235,18 @@ class VirtualNode:
                     self.settings.local_cluster_id,
                     self.settings.local_cluster_id,
                 )
+        if (previous.cordoned if previous else False) != fresh.cordoned:
+            if fresh.cordoned:
+                log.warning(
+                    "the provider cordons consumer %s (Consumer spec.cordoned): node %s gets the taint %s:%s, so new "
+                    "pods go elsewhere or wait; its pods keep running",
+                    self.settings.local_cluster_id,
+                    self.settings.node_name,
+                    c.TAINT_PROVIDER_CORDONED_KEY,
+                    c.TAINT_PROVIDER_CORDONED_EFFECT,
+                )
+            else:
+                log.info("the provider lifted its cordon of consumer %s: taint %s removed", self.settings.local_cluster_id, c.TAINT_PROVIDER_CORDONED_KEY)
         if previous is None or previous.problems != fresh.problems:
             for problem in fresh.problems:
                 log.warning("Consumer %s: %s", self.settings.local_cluster_id, problem)
@@ -281,6 +293,7 @@ class VirtualNode:
         current = self._terms
         summary = current.summary if current else None
         suggested = current.suggested_labels if current else None
+        cordoned = bool(current and current.admitted and current.cordoned)
         if current is not None and not current.admitted:
             summary = None
         if summary is not None:
@@ -291,7 +304,7 @@ class VirtualNode:
         desired = forge.node_status(self.settings, observation, (node or {}).get("status"), now)
 
         if node is None:
-            body = forge.build_node(self.settings, desired, annotations, suggested)
+            body = forge.build_node(self.settings, desired, annotations, suggested, cordoned=cordoned)
             try:
                 node = call_json(self._core.create_node, body)
                 log.info("created virtual node %s", self.settings.node_name)
@@ -301,7 +314,7 @@ class VirtualNode:
                 node = call_json(self._core.read_node, self.settings.node_name)
             self._written = node
 
-        patch = forge.metadata_patch(node, self.settings, annotations, suggested)
+        patch = forge.metadata_patch(node, self.settings, annotations, suggested, cordoned=cordoned)
         if patch:
             node = call_json(self._core.patch_node, self.settings.node_name, patch, _content_type=MERGE_PATCH)
             self._written = node

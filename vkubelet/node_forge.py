@@ -89,9 +89,20 @@ def virtual_node_taint() -> dict[str, str]:
     return {"key": c.TAINT_KEY, "value": c.TAINT_VALUE, "effect": c.TAINT_EFFECT}
 
 
-def has_virtual_node_taint(taints: list[dict] | None) -> bool:
-    wanted = virtual_node_taint()
-    return any(all(t.get(k) == v for k, v in wanted.items()) for t in taints or [])
+def provider_cordon_taint() -> dict[str, str]:
+    return {"key": c.TAINT_PROVIDER_CORDONED_KEY, "value": "true", "effect": c.TAINT_PROVIDER_CORDONED_EFFECT}
+
+
+def node_taints(current: list[dict] | None, *, cordoned: bool) -> list[dict]:
+    """The node's taints as they should be: ours (the virtual-node taint always, the
+    provider-cordon taint while the provider cordons us) in their exact form, everybody
+    else's (the node lifecycle controller's, an admin's) untouched and in their order."""
+    current = [dict(t) for t in current or []]
+    ours = {c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY}
+    wanted = [virtual_node_taint()] + ([provider_cordon_taint()] if cordoned else [])
+    if [t for t in current if t.get("key") in ours] == wanted:
+        return current  # already right: no write
+    return [*(t for t in current if t.get("key") not in ours), *wanted]
 
 
 # --- status ------------------------------------------------------------------------------------
@@ -193,7 +204,12 @@ def node_status(
 
 
 def build_node(
-    settings: Settings, status: dict, annotations: Mapping[str, str], suggested: Mapping[str, str] | None = None
+    settings: Settings,
+    status: dict,
+    annotations: Mapping[str, str],
+    suggested: Mapping[str, str] | None = None,
+    *,
+    cordoned: bool = False,
 ) -> dict:
     """The Node to create when none exists (status included: the API keeps a Node's
     status on create, as kubelet registration relies on)."""
@@ -208,7 +224,7 @@ def build_node(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": metadata,
-        "spec": {"taints": [virtual_node_taint()]},
+        "spec": {"taints": node_taints(None, cordoned=cordoned)},
         "status": status,
     }
 
@@ -218,12 +234,15 @@ def metadata_patch(
     settings: Settings,
     annotations: Mapping[str, str],
     suggested: Mapping[str, str] | None = None,
+    *,
+    cordoned: bool = False,
 ) -> dict | None:
-    """A merge patch that puts our labels, annotations and taint on an existing node, or
+    """A merge patch that puts our labels, annotations and taints on an existing node, or
     None when they are already there. A label the provider suggested earlier (listed in
-    the provider-labels annotation) and no longer does is removed; other labels,
-    annotations and taints (kubectl label, the node lifecycle controller's not-ready
-    taint) are left alone."""
+    the provider-labels annotation) and no longer does is removed, and so is the
+    provider-cordon taint once the provider lifts its cordon; other labels, annotations
+    and taints (kubectl label, the node lifecycle controller's not-ready taint) are left
+    alone."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     have_labels = meta.get("labels") or {}
@@ -247,10 +266,11 @@ def metadata_patch(
     if changed:
         patch.setdefault("metadata", {})["annotations"] = changed
     taints = list(spec.get("taints") or [])
-    if not has_virtual_node_taint(taints):
+    wanted_taints = node_taints(taints, cordoned=cordoned)
+    if wanted_taints != taints:
         # A merge patch replaces the whole list; the resourceVersion makes it fail
         # rather than drop a taint another controller added meanwhile.
-        patch["spec"] = {"taints": [*(t for t in taints if t.get("key") != c.TAINT_KEY), virtual_node_taint()]}
+        patch["spec"] = {"taints": wanted_taints}
         patch.setdefault("metadata", {})["resourceVersion"] = meta.get("resourceVersion")
     return patch or None
 

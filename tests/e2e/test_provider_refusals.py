@@ -167,3 +167,60 @@ def test_refused_pod_gets_the_providers_words_backoff_and_no_shadowpod(offload_e
         assert len(remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin)["items"]) == 1
     finally:
         local.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+
+
+def _taint_keys(local: Cluster, node: str) -> list[str]:
+    return [t.get("key") for t in (local.kubectl_json("get", "node", node).get("spec") or {}).get("taints") or []]
+
+
+def _phase(local: Cluster, ns: str, pod: str) -> str | None:
+    return (local.kubectl_json("get", "pod", pod, "-n", ns).get("status") or {}).get("phase")
+
+
+def _pod(local: Cluster, ns: str, name: str) -> None:
+    local.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                 "spec": {"containers": [{"name": "app", "image": IMAGE}], "terminationGracePeriodSeconds": 1}})
+
+
+def test_a_provider_cordon_shows_on_the_virtual_node_and_holds_new_pods_back(offload_env, local, remote, wait):
+    # The provider cordons this consumer (Consumer spec.cordoned): its ShadowPod webhook
+    # refuses every new ShadowPod. The virtual node says so with a NoSchedule taint, so
+    # the scheduler sends it no new pod (instead of binding pods that would only be
+    # refused there); the pods it runs keep running; lifting the cordon lifts the taint.
+    ns = f"cordon-{uuid.uuid4().hex[:6]}"
+    node = f"{c.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
+    consumer = offload_env.topology().local.cluster_id
+
+    def cordon(value: bool) -> None:
+        remote.kubectl("patch", "consumers.kube-offload.io", consumer, "--type=merge",
+                       "-p", f'{{"spec":{{"cordoned":{str(value).lower()}}}}}')
+
+    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+    try:
+        _pod(local, ns, "before")
+        wait(lambda: _phase(local, ns, "before") == "Running", timeout=90, what=f"{ns}/before Running")
+        assert c.TAINT_PROVIDER_CORDONED_KEY not in _taint_keys(local, node)
+
+        cordon(True)
+        wait(lambda: c.TAINT_PROVIDER_CORDONED_KEY in _taint_keys(local, node), timeout=TIMEOUT,
+             what=f"the provider-cordon taint on {node}")
+        _pod(local, ns, "after")
+
+        def unschedulable():
+            current = local.kubectl_json("get", "pod", "after", "-n", ns)
+            conditions = (current.get("status") or {}).get("conditions") or []
+            return [cond for cond in conditions if cond["type"] == "PodScheduled" and cond["status"] == "False"]
+
+        condition = wait(unschedulable, timeout=TIMEOUT, what="the new pod reported unschedulable")[0]
+        assert "untolerated taint" in condition.get("message", ""), condition  # kube-scheduler names no key
+        assert not local.kubectl_json("get", "pod", "after", "-n", ns)["spec"].get("nodeName")
+        assert _phase(local, ns, "before") == "Running"  # NoSchedule: what runs stays
+
+        cordon(False)
+        wait(lambda: c.TAINT_PROVIDER_CORDONED_KEY not in _taint_keys(local, node), timeout=TIMEOUT,
+             what=f"the provider-cordon taint gone from {node}")
+        wait(lambda: _phase(local, ns, "after") == "Running", timeout=90, what=f"{ns}/after Running once uncordoned")
+    finally:
+        cordon(False)
+        local.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)

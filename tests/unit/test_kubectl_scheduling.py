@@ -46,6 +46,13 @@ def test_untolerated_taint_names_the_taint_and_ignores_prefer_no_schedule():
     assert scheduling.taints_allow(_pod(tolerations=[{"key": c.TAINT_KEY, "operator": "Exists"}]), node) == (True, "")
 
 
+def test_the_provider_cordon_taint_says_what_it_means():
+    cordon = {"key": c.TAINT_PROVIDER_CORDONED_KEY, "value": "true", "effect": "NoSchedule"}
+    allowed, why = scheduling.taints_allow(_pod(tolerations=[{"key": c.TAINT_KEY, "operator": "Exists"}]), _node([VIRTUAL_TAINT, cordon]))
+    assert not allowed
+    assert why.startswith(f"untolerated taint {c.TAINT_PROVIDER_CORDONED_KEY}=true:NoSchedule") and "Consumer spec.cordoned" in why
+
+
 def test_cordoned_node_takes_only_pods_tolerating_unschedulable():
     node = _node(unschedulable=True)
     assert scheduling.unschedulable_allows(_pod(), node)[0] is False

@@ -139,6 +139,39 @@ def test_metadata_patch_none_when_in_sync():
     assert forge.metadata_patch(node, SETTINGS, {"a": "1"}) is None
 
 
+CORDON = {"key": c.TAINT_PROVIDER_CORDONED_KEY, "value": "true", "effect": "NoSchedule"}
+
+
+def test_a_provider_cordon_taints_the_node_and_lifting_it_removes_only_that():
+    in_sync = {
+        "metadata": {"labels": forge.node_labels(SETTINGS), "resourceVersion": "9"},
+        "spec": {"taints": [{"key": "team", "effect": "NoSchedule"}, forge.virtual_node_taint()]},
+    }
+    patch = forge.metadata_patch(in_sync, SETTINGS, {}, cordoned=True)
+    # NoSchedule: new pods go elsewhere, running ones stay (the provider keeps them too).
+    assert patch["spec"]["taints"] == [{"key": "team", "effect": "NoSchedule"}, forge.virtual_node_taint(), CORDON]
+    assert patch["metadata"]["resourceVersion"] == "9"
+    cordoned = {**in_sync, "spec": {"taints": patch["spec"]["taints"]}}
+    assert forge.metadata_patch(cordoned, SETTINGS, {}, cordoned=True) is None
+    lifted = forge.metadata_patch(cordoned, SETTINGS, {}, cordoned=False)
+    assert lifted["spec"]["taints"] == [{"key": "team", "effect": "NoSchedule"}, forge.virtual_node_taint()]
+    # The local admin's own cordon (kubectl cordon: spec.unschedulable) is not ours to touch.
+    assert "unschedulable" not in lifted["spec"] and "unschedulable" not in patch["spec"]
+
+
+def test_a_node_created_while_cordoned_has_the_taint_from_the_start():
+    node = forge.build_node(SETTINGS, {}, {}, cordoned=True)
+    assert node["spec"]["taints"] == [forge.virtual_node_taint(), CORDON]
+
+
+def test_our_taints_in_another_form_are_rewritten():
+    node = {
+        "metadata": {"labels": forge.node_labels(SETTINGS)},
+        "spec": {"taints": [{**CORDON, "effect": "NoExecute"}, {**forge.virtual_node_taint(), "value": "false"}]},
+    }
+    assert forge.metadata_patch(node, SETTINGS, {}, cordoned=True)["spec"]["taints"] == [forge.virtual_node_taint(), CORDON]
+
+
 def test_lease_owned_by_the_node_and_renewal_uses_micro_time():
     lease = forge.build_lease(SETTINGS, "node-uid")
     assert lease["metadata"] == {
