@@ -47,7 +47,6 @@ class ShadowPodValidator:
         # Informers: usage from running sums kept with the caches (quota.py); any other
         # cache (a plain list in a unit test) is walked whole, the same sum.
         self._usage_of = ConsumerUsage(shadowpods, caches.namespaces)
-        self._tallied = self._usage_of.tallied
 
     @classmethod
     def for_cluster(cls, api_client, *, shadowpods: ShadowPodCache, caches: ProviderCaches) -> "ShadowPodValidator":

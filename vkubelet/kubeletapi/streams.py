@@ -342,10 +342,7 @@ def serve_stream(
     except RemoteError as exc:
         message, reason, code = remote_stream_error(exc, cluster_id=cluster_id)
         log.info("%s: remote side refused: %s", description, message)
-        try:
-            local.send(ws.Message(status_payload(message, reason=reason, code=code)))
-        except OSError:
-            pass
+        local.send(ws.Message(status_payload(message, reason=reason, code=code)))  # a failed write is recorded, not raised
         local.send_close(ws.CLOSE_NORMAL)
         local.shutdown()
         return f"remote refused: {message}"

@@ -291,7 +291,7 @@ class Peer:
             code = CLOSE_GOING_AWAY  # reserved: never sent on the wire (RFC 6455 7.4.1)
         try:
             self._write(self.connection.send(CloseConnection(code=code, reason=reason[:100] or None)))
-        except (OSError, LocalProtocolError):
+        except LocalProtocolError:  # a failed write is recorded by _write, not raised
             pass
 
     def _write(self, data: bytes) -> None:
