@@ -1,0 +1,311 @@
+"""The provider's policy for one consumer: what that consumer may write (pure).
+
+A provider admits a consumer on its own terms. ``Consumer.spec.policy`` says, kind by
+kind, what the consumer's identity may put into its twin namespaces; everything not
+granted here is refused at admission (ValidatingAdmissionPolicies for the stateless
+rules, the enforcer's webhooks for what needs state), and the consumer's virtual kubelet
+reads the same object to drop what would be refused before sending it (and tells the
+local user with an Event).
+
+Every key has a safe default: a consumer gets ordinary, namespaced workloads and nothing
+that reaches the provider's network, nodes, control plane or other tenants. Widening a key
+is a grant by name (docs/security.md "Provider policy" lists each key, its default and
+what widening it means). This module is the one place for those keys and defaults: the
+CRD schema (kube_offload/manifests/consumer-crd.yaml), the chart's values, the
+``kube-offload peer`` flags and the admission rules all follow it (tests/unit pins them).
+
+Objects are plain dicts in the API's JSON shape (camelCase), as everywhere in kube-offload.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kube_offload.resources import QuantityError, parse_quantity
+
+# --- keys (the field paths under Consumer.spec.policy) -----------------------------------
+POLICY = "spec.policy"
+
+# Service types a consumer may always write (a headless Service is a ClusterIP one).
+ALWAYS_SERVICE_TYPES: tuple[str, ...] = ("ClusterIP",)
+GRANTABLE_SERVICE_TYPES: tuple[str, ...] = ("NodePort", "LoadBalancer")
+
+# The volume kinds that touch nothing but the pod's own namespace: the default grant.
+NAMESPACED_VOLUME_TYPES: tuple[str, ...] = (
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "emptyDir",
+    "projected",
+    "persistentVolumeClaim",
+    "ephemeral",
+)
+# Volume kinds that mount with the node's identity or reach the node: never grantable
+# (hostPath is also a Pod Security baseline rule; the rest bypass the provider's storage).
+NEVER_VOLUME_TYPES: tuple[str, ...] = ("hostPath",)
+
+# Node label keys a consumer may never select, tolerate or spread on, whatever the
+# provider grants: the hostname pins a pod (what the nodeName refusal stops) and the
+# control-plane role puts consumer pods beside the provider's API server.
+ALWAYS_RESERVED_NODE_KEYS: tuple[str, ...] = (
+    "kubernetes.io/hostname",
+    "node-role.kubernetes.io/",  # a prefix: every role
+    "node.kubernetes.io/",  # the node lifecycle taints (not-ready, unschedulable, ...)
+)
+# Pod label and annotation prefixes a consumer may never set: they configure the
+# provider's own controllers (Multus attachments, autoscaler scale-down, kube-offload's
+# own keys, which only the enforcer writes).
+ALWAYS_DENIED_METADATA_PREFIXES: tuple[str, ...] = (
+    "k8s.v1.cni.cncf.io/",
+    "cluster-autoscaler.kubernetes.io/",
+    "karpenter.sh/",
+    "kubernetes.io/",
+    "k8s.io/",
+)
+# Priority class prefix the provider's system pods use: never grantable.
+SYSTEM_PRIORITY_PREFIX = "system-"
+# Twin namespace names the provider always keeps for itself.
+ALWAYS_RESERVED_NAMESPACES: tuple[str, ...] = ("default", "kube-*", "kube-offload-*")
+
+DEFAULT_MAX_TWIN_NAMESPACES = 50
+QUOTA_MODES: tuple[str, ...] = ("requests", "limits", "both")
+
+
+class ProviderPolicyError(ValueError):
+    """The policy on a Consumer does not parse: names the key (the provider's mistake)."""
+
+
+@dataclass(frozen=True)
+class ServicePolicy:
+    # Types beyond ClusterIP (and headless) the consumer may write: NodePort, LoadBalancer.
+    types: tuple[str, ...] = ()
+    # CIDRs ``spec.externalIPs`` may come from; empty: no externalIPs at all.
+    external_ip_cidrs: tuple[str, ...] = ()
+    # ExternalName Services (a DNS alias the provider's pods would follow).
+    external_name: bool = False
+
+
+@dataclass(frozen=True)
+class EndpointPolicy:
+    # Address ranges EndpointSlices may name besides the consumer's own pods in that twin:
+    # the consumer's remapped local pod CIDR, typically. Never loopback, link-local,
+    # metadata, provider nodes, Services or API server, whatever is granted.
+    cidrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IngressPolicy:
+    # DNS suffixes the consumer's Ingress hosts must fall under; empty: no host at all
+    # (and an Ingress without hosts is a catch-all, never admitted).
+    host_domains: tuple[str, ...] = ()
+    # ingressClassName values allowed; empty: none (no Ingress can be admitted).
+    classes: tuple[str, ...] = ()
+    # Annotation keys (exact, or prefixes ending in "/") an Ingress may carry.
+    annotations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoragePolicy:
+    # storageClassName values a PVC (or a generic ephemeral volume) may name; empty: none,
+    # i.e. no claims at all. volumeName is never admitted.
+    classes: tuple[str, ...] = ()
+    # The largest storage request of one claim ("" : no limit beyond the quota).
+    max_claim_size: str = ""
+
+
+@dataclass(frozen=True)
+class PodPolicy:
+    # priorityClassName values allowed (never system-*); empty: none.
+    priority_classes: tuple[str, ...] = ()
+    # Toleration keys allowed (exact); a toleration with no key (tolerate-all) never is.
+    tolerations: tuple[str, ...] = ()
+    # Node label keys the provider reserves beyond ALWAYS_RESERVED_NODE_KEYS (exact keys,
+    # or prefixes ending in "/").
+    reserved_node_label_keys: tuple[str, ...] = ()
+    # Volume kinds allowed (PodSpec.volumes[] field names).
+    volume_types: tuple[str, ...] = NAMESPACED_VOLUME_TYPES
+    # runtimeClassName values allowed; empty: none (the provider's default runtime only).
+    runtime_classes: tuple[str, ...] = ()
+    # Pod label/annotation prefixes denied beyond ALWAYS_DENIED_METADATA_PREFIXES.
+    denied_metadata_prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TwinNamespacePolicy:
+    # Names (exact, or prefixes ending in "*") the consumer may take with EnforceSameName;
+    # empty: none (every twin must end in "-<consumer id>").
+    same_names: tuple[str, ...] = ()
+    # Names (exact, or prefixes ending in "*") reserved beyond ALWAYS_RESERVED_NAMESPACES.
+    reserved: tuple[str, ...] = ()
+    max_count: int = DEFAULT_MAX_TWIN_NAMESPACES
+
+
+@dataclass(frozen=True)
+class ProviderPolicy:
+    services: ServicePolicy = field(default_factory=ServicePolicy)
+    endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)
+    ingress: IngressPolicy = field(default_factory=IngressPolicy)
+    storage: StoragePolicy = field(default_factory=StoragePolicy)
+    pods: PodPolicy = field(default_factory=PodPolicy)
+    twin_namespaces: TwinNamespacePolicy = field(default_factory=TwinNamespacePolicy)
+    # What the quota counts of each container: requests, limits or both.
+    quota_mode: str = "requests"
+
+
+DEFAULT_POLICY = ProviderPolicy()
+
+# The schema: section -> (camelCase key -> (dataclass attribute, kind)). One table for the
+# parser, the serializer and the tests that pin the CRD and the chart to this module.
+_LIST, _BOOL, _STR, _INT = "list", "bool", "string", "int"
+SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "services": ("services", {
+        "types": ("types", _LIST),
+        "externalIPCIDRs": ("external_ip_cidrs", _LIST),
+        "externalName": ("external_name", _BOOL),
+    }),
+    "endpoints": ("endpoints", {
+        "cidrs": ("cidrs", _LIST),
+    }),
+    "ingress": ("ingress", {
+        "hostDomains": ("host_domains", _LIST),
+        "classes": ("classes", _LIST),
+        "annotations": ("annotations", _LIST),
+    }),
+    "storage": ("storage", {
+        "classes": ("classes", _LIST),
+        "maxClaimSize": ("max_claim_size", _STR),
+    }),
+    "pods": ("pods", {
+        "priorityClasses": ("priority_classes", _LIST),
+        "tolerations": ("tolerations", _LIST),
+        "reservedNodeLabelKeys": ("reserved_node_label_keys", _LIST),
+        "volumeTypes": ("volume_types", _LIST),
+        "runtimeClasses": ("runtime_classes", _LIST),
+        "deniedMetadataPrefixes": ("denied_metadata_prefixes", _LIST),
+    }),
+    "twinNamespaces": ("twin_namespaces", {
+        "sameNames": ("same_names", _LIST),
+        "reserved": ("reserved", _LIST),
+        "maxCount": ("max_count", _INT),
+    }),
+}
+QUOTA_MODE_KEY = "quotaMode"
+
+
+def _key(section: str, name: str) -> str:
+    return f"{POLICY}.{section}.{name}"
+
+
+def _read(section: str, name: str, kind: str, raw: Any, default: Any) -> Any:
+    where = _key(section, name)
+    if raw is None:
+        return default
+    if kind == _LIST:
+        if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
+            raise ProviderPolicyError(f"{where}: must be a list of non-empty strings")
+        return tuple(raw)
+    if kind == _BOOL:
+        if not isinstance(raw, bool):
+            raise ProviderPolicyError(f"{where}: must be true or false")
+        return raw
+    if kind == _INT:
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise ProviderPolicyError(f"{where}: must be a whole number >= 0")
+        return raw
+    if not isinstance(raw, str):
+        raise ProviderPolicyError(f"{where}: must be a string")
+    return raw
+
+
+def parse_policy(raw: Mapping[str, Any] | None) -> ProviderPolicy:
+    """``Consumer.spec.policy`` (None or absent keys: the defaults) as a ProviderPolicy.
+
+    Raises ProviderPolicyError naming the key for a value of the wrong shape, a CIDR that
+    does not parse, a system priority class, a never-grantable volume type or Service type.
+    """
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise ProviderPolicyError(f"{POLICY}: must be an object")
+    sections: dict[str, Any] = {}
+    for key, (attr, fields) in SCHEMA.items():
+        section = raw.get(key) or {}
+        if not isinstance(section, Mapping):
+            raise ProviderPolicyError(f"{POLICY}.{key}: must be an object")
+        unknown = sorted(set(section) - set(fields))
+        if unknown:
+            raise ProviderPolicyError(f"{POLICY}.{key}: unknown key(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+        default = getattr(DEFAULT_POLICY, attr)
+        values = {
+            field_attr: _read(key, name, kind, section.get(name), getattr(default, field_attr))
+            for name, (field_attr, kind) in fields.items()
+        }
+        sections[attr] = type(default)(**values)
+    unknown = sorted(set(raw) - set(SCHEMA) - {QUOTA_MODE_KEY})
+    if unknown:
+        raise ProviderPolicyError(f"{POLICY}: unknown key(s) {', '.join(unknown)}; known: {', '.join([*SCHEMA, QUOTA_MODE_KEY])}")
+    quota_mode = raw.get(QUOTA_MODE_KEY) or DEFAULT_POLICY.quota_mode
+    if quota_mode not in QUOTA_MODES:
+        raise ProviderPolicyError(f"{POLICY}.{QUOTA_MODE_KEY}: {quota_mode!r} is not one of {', '.join(QUOTA_MODES)}")
+    policy = ProviderPolicy(**sections, quota_mode=quota_mode)
+    _check(policy)
+    return policy
+
+
+def _check(policy: ProviderPolicy) -> None:
+    for name, cidrs in (
+        (_key("services", "externalIPCIDRs"), policy.services.external_ip_cidrs),
+        (_key("endpoints", "cidrs"), policy.endpoints.cidrs),
+    ):
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ProviderPolicyError(f"{name}: {cidr!r} is not a CIDR such as 10.200.0.0/16") from None
+    for service_type in policy.services.types:
+        if service_type not in GRANTABLE_SERVICE_TYPES:
+            raise ProviderPolicyError(
+                f"{_key('services', 'types')}: {service_type!r} cannot be granted; grantable: "
+                f"{', '.join(GRANTABLE_SERVICE_TYPES)} (ClusterIP and headless are always allowed; "
+                "ExternalName is services.externalName)"
+            )
+    for name in policy.pods.priority_classes:
+        if name.startswith(SYSTEM_PRIORITY_PREFIX):
+            raise ProviderPolicyError(
+                f"{_key('pods', 'priorityClasses')}: {name!r} cannot be granted: system-* classes "
+                "preempt the provider's own components"
+            )
+    for volume in policy.pods.volume_types:
+        if volume in NEVER_VOLUME_TYPES:
+            raise ProviderPolicyError(f"{_key('pods', 'volumeTypes')}: {volume!r} mounts the node's files and cannot be granted")
+    if policy.storage.max_claim_size:
+        try:
+            parse_quantity(policy.storage.max_claim_size)
+        except QuantityError as exc:
+            raise ProviderPolicyError(f"{_key('storage', 'maxClaimSize')}: {exc}") from None
+
+
+def policy_to_spec(policy: ProviderPolicy) -> dict[str, Any]:
+    """The policy as ``Consumer.spec.policy`` JSON, every key written (the inverse of
+    :func:`parse_policy`; what ``kube-offload peer`` and the tests write)."""
+    out: dict[str, Any] = {}
+    for key, (attr, fields) in SCHEMA.items():
+        section = getattr(policy, attr)
+        out[key] = {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, (field_attr, _kind) in fields.items()
+            for value in (getattr(section, field_attr),)
+        }
+    out[QUOTA_MODE_KEY] = policy.quota_mode
+    return out
+
+
+def key_matches(key: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``key`` is one of ``patterns``, where a pattern ending in "/" is a prefix."""
+    return any(key == p or (p.endswith("/") and key.startswith(p)) for p in patterns)
+
+
+def name_matches(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``name`` is one of ``patterns``, where a pattern ending in "*" is a prefix."""
+    return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in patterns)
