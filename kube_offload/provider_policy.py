@@ -225,12 +225,13 @@ def parse_policy(raw: Mapping[str, Any] | None) -> ProviderPolicy:
     Raises ProviderPolicyError naming the key for a value of the wrong shape, a CIDR that
     does not parse, a system priority class, a never-grantable volume type or Service type.
     """
-    raw = raw or {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         raise ProviderPolicyError(f"{POLICY}: must be an object")
     sections: dict[str, Any] = {}
     for key, (attr, fields) in SCHEMA.items():
-        section = raw.get(key) or {}
+        section = raw.get(key)
+        section = {} if section is None else section
         if not isinstance(section, Mapping):
             raise ProviderPolicyError(f"{POLICY}.{key}: must be an object")
         unknown = sorted(set(section) - set(fields))

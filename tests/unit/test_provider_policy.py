@@ -1,0 +1,93 @@
+"""The per-consumer provider policy: defaults, parsing, refusals that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube_offload.provider_policy import (
+    DEFAULT_POLICY,
+    NAMESPACED_VOLUME_TYPES,
+    SCHEMA,
+    ProviderPolicyError,
+    key_matches,
+    name_matches,
+    parse_policy,
+    policy_to_spec,
+)
+
+
+def test_absent_policy_is_the_safe_default() -> None:
+    policy = parse_policy(None)
+    assert policy == DEFAULT_POLICY
+    assert policy.services.types == ()
+    assert policy.services.external_ip_cidrs == ()
+    assert policy.services.external_name is False
+    assert policy.ingress.host_domains == () and policy.ingress.classes == ()
+    assert policy.pods.priority_classes == () and policy.pods.tolerations == ()
+    assert policy.pods.volume_types == NAMESPACED_VOLUME_TYPES
+    assert "hostPath" not in policy.pods.volume_types
+    assert policy.storage.classes == ()
+    assert policy.twin_namespaces.same_names == ()
+    assert policy.quota_mode == "requests"
+
+
+def test_empty_sections_keep_defaults() -> None:
+    assert parse_policy({key: {} for key in SCHEMA}) == DEFAULT_POLICY
+
+
+def test_round_trip_through_the_consumer_spec() -> None:
+    raw = {
+        "services": {"types": ["NodePort"], "externalIPCIDRs": ["192.0.2.0/24"], "externalName": True},
+        "endpoints": {"cidrs": ["10.200.0.0/16"]},
+        "ingress": {"hostDomains": ["apps.example.com"], "classes": ["nginx"], "annotations": ["nginx.ingress.kubernetes.io/rewrite-target"]},
+        "storage": {"classes": ["standard"], "maxClaimSize": "10Gi"},
+        "pods": {"priorityClasses": ["batch-low"], "tolerations": ["example.com/gpu"], "runtimeClasses": ["gvisor"]},
+        "twinNamespaces": {"sameNames": ["shared-*"], "reserved": ["monitoring"], "maxCount": 3},
+        "quotaMode": "both",
+    }
+    policy = parse_policy(raw)
+    assert policy.services.types == ("NodePort",)
+    assert policy.twin_namespaces.max_count == 3
+    assert policy.quota_mode == "both"
+    assert parse_policy(policy_to_spec(policy)) == policy
+    # Every key of the schema is written, so what the provider sees is what is enforced.
+    spec = policy_to_spec(DEFAULT_POLICY)
+    for key, (_attr, fields) in SCHEMA.items():
+        assert set(spec[key]) == set(fields)
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"services": {"types": ["ExternalName"]}}, "spec.policy.services.types"),
+        ({"services": {"types": "NodePort"}}, "spec.policy.services.types"),
+        ({"services": {"externalIPCIDRs": ["not-a-cidr"]}}, "spec.policy.services.externalIPCIDRs"),
+        ({"services": {"externalName": "yes"}}, "spec.policy.services.externalName"),
+        ({"endpoints": {"cidrs": ["10.0.0.0/33"]}}, "spec.policy.endpoints.cidrs"),
+        ({"pods": {"priorityClasses": ["system-node-critical"]}}, "spec.policy.pods.priorityClasses"),
+        ({"pods": {"volumeTypes": ["hostPath"]}}, "spec.policy.pods.volumeTypes"),
+        ({"pods": {"tolerations": [""]}}, "spec.policy.pods.tolerations"),
+        ({"storage": {"maxClaimSize": "ten gigs"}}, "spec.policy.storage.maxClaimSize"),
+        ({"twinNamespaces": {"maxCount": -1}}, "spec.policy.twinNamespaces.maxCount"),
+        ({"twinNamespaces": {"maxCount": True}}, "spec.policy.twinNamespaces.maxCount"),
+        ({"quotaMode": "everything"}, "spec.policy.quotaMode"),
+        ({"services": {"typo": []}}, "spec.policy.services"),
+        ({"network": {}}, "spec.policy"),
+        ({"pods": []}, "spec.policy.pods"),
+    ],
+)
+def test_bad_policy_names_the_key(raw: dict, key: str) -> None:
+    with pytest.raises(ProviderPolicyError) as excinfo:
+        parse_policy(raw)
+    assert str(excinfo.value).startswith(key)
+
+
+def test_patterns() -> None:
+    assert key_matches("node-role.kubernetes.io/control-plane", ("node-role.kubernetes.io/",))
+    assert not key_matches("node-role.kubernetes.io", ("node-role.kubernetes.io/",))
+    assert key_matches("kubernetes.io/hostname", ("kubernetes.io/hostname",))
+    assert not key_matches("kubernetes.io/hostname2", ("kubernetes.io/hostname",))
+    assert name_matches("kube-system", ("kube-*",))
+    assert name_matches("default", ("default",))
+    assert not name_matches("defaults", ("default",))
+    assert not name_matches("my-kube-x", ("kube-*",))
