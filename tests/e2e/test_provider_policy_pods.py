@@ -133,15 +133,17 @@ VECTORS = [
 
 @pytest.mark.parametrize("spec, fragments", VECTORS)
 def test_the_vectors_are_refused_naming_the_field_and_the_key(remote: Cluster, consumer: Path, twin: str, spec: dict,
-                                                              fragments: list[str]) -> None:
+                                                              fragments: list[str], created: list[str]) -> None:
+    created.append("vector")  # were it admitted, the next vector must not meet AlreadyExists
     stderr = refused(create(remote, consumer, twin, shadowpod("vector", **spec)), DENIED, *fragments)
     assert stderr.startswith("The request is invalid"), stderr  # kubectl words the webhook's 422
     assert remote.kubectl_json("get", "pods", "-n", twin, "-l", "app=vector")["items"] == []
 
 
-def test_every_problem_is_reported_at_once(remote: Cluster, consumer: Path, twin: str) -> None:
+def test_every_problem_is_reported_at_once(remote: Cluster, consumer: Path, twin: str, created: list[str]) -> None:
     spec = dict(priorityClassName="system-cluster-critical", tolerations=[{"operator": "Exists"}],
                 volumes=[{"name": "repo", "gitRepo": {"repository": "https://example.com/x.git"}}])
+    created.append("many")
     stderr = refused(create(remote, consumer, twin, shadowpod("many", **spec)), DENIED)
     for field in ("spec.pod.spec.priorityClassName", "spec.pod.spec.tolerations[0]", "spec.pod.spec.volumes[0].gitRepo"):
         assert field in stderr, stderr
@@ -176,13 +178,19 @@ def test_a_priority_class_is_admitted_once_the_provider_grants_it(remote: Cluste
 
 
 # --- what is neutralized ------------------------------------------------------------------------------
-def assert_no_provider_token(pod: dict) -> None:
+def assert_no_provider_token(pod: dict, shadow: dict) -> None:
     spec = pod["spec"]
     assert spec.get("automountServiceAccountToken") is False, spec
     for volume in spec.get("volumes") or []:
         for source in (volume.get("projected") or {}).get("sources") or []:
             assert "serviceAccountToken" not in source, volume
-        assert not volume["name"].startswith("kube-api-access-"), volume  # the provider's ServiceAccount admission
+    # The provider's ServiceAccount admission added no token volume: the pod has exactly the
+    # template's volumes (with reflection, the consumer's OWN token from a reflected Secret).
+    template = shadow["spec"]["pod"]["spec"]
+    assert [v["name"] for v in spec.get("volumes") or []] == [v["name"] for v in template.get("volumes") or []]
+    for container in spec["containers"]:
+        template_mounts = next(c for c in template["containers"] if c["name"] == container["name"]).get("volumeMounts") or []
+        assert (container.get("volumeMounts") or []) == template_mounts, container
 
 
 def test_the_pods_the_enforcer_makes_always_pull_and_get_no_provider_token(remote: Cluster, consumer: Path, twin: str,
@@ -190,7 +198,7 @@ def test_the_pods_the_enforcer_makes_always_pull_and_get_no_provider_token(remot
     # The honest vkubelet's pod (its local pod said IfNotPresent).
     [honest] = remote.kubectl_json("get", "pods", "-n", twin, "-l", "app=honest")["items"]
     assert [ctr["imagePullPolicy"] for ctr in honest["spec"]["containers"]] == ["Always"]
-    assert_no_provider_token(honest)
+    assert_no_provider_token(honest, remote.kubectl_json("get", "shadowpod", "-n", twin, "honest"))
     # A ShadowPod written straight with the consumer's credentials that asks for the opposite.
     obj = shadowpod("asks", automountServiceAccountToken=True,
                     initContainers=[{"name": "init", "image": IMAGE, "imagePullPolicy": "Never"}])
@@ -201,7 +209,7 @@ def test_the_pods_the_enforcer_makes_always_pull_and_get_no_provider_token(remot
     pod = wait(lambda: remote.kubectl_json("get", "pods", "-n", twin, "-l", "app=asks")["items"], timeout=60,
                what="the enforcer's Pod of ShadowPod asks")[0]
     assert [ctr["imagePullPolicy"] for ctr in (*pod["spec"]["initContainers"], *pod["spec"]["containers"])] == ["Always", "Always"]
-    assert_no_provider_token(pod)
+    assert_no_provider_token(pod, obj)
     # A provider token projected by hand is refused.
     token = shadowpod("token", volumes=[{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}])
     refused(create(remote, consumer, twin, token), DENIED, "spec.pod.spec.volumes[0].projected.sources[0].serviceAccountToken",
