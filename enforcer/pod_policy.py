@@ -39,8 +39,9 @@ from kube_offload.provider_policy import ProviderPolicy
 POD_SPEC = "spec.pod.spec"
 POD_METADATA = "spec.pod.metadata"
 
-# Every volume source a PodSpec knows (core/v1 VolumeSource), to tell a volume's kind
-# from its other fields (only "name" is not a source).
+# A volume's one field that is not its source: every other field names the volume's kind
+# (core/v1 VolumeSource: emptyDir, nfs, ...), so kinds this code has never heard of are
+# still judged against the allow-list.
 VOLUME_NAME_FIELD = "name"
 
 
@@ -58,7 +59,7 @@ def policy_problems(spec: Mapping, metadata: Mapping, policy: ProviderPolicy, co
     problems: list[str] = []
     problems += priority_problems(spec, policy, who)
     problems += toleration_problems(spec, policy, who)
-    problems += node_selection_problems(spec, policy, who, namespace)
+    problems += node_selection_problems(spec, policy, namespace)
     problems += volume_problems(spec, policy, who)
     problems += runtime_class_problems(spec, policy, who)
     problems += metadata_problems(metadata, policy, who)
@@ -110,7 +111,7 @@ def toleration_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list
 
 
 # --- node selection ------------------------------------------------------------------------------
-def node_selection_problems(spec: Mapping, policy: ProviderPolicy, who: str, namespace: str) -> list[str]:
+def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: str) -> list[str]:
     problems = []
     selector = _mapping(spec, "nodeSelector", POD_SPEC)
     for key in selector:
@@ -187,9 +188,12 @@ def _reserved_description(policy: ProviderPolicy) -> str:
 
 
 def _reserved_key_problem(field: str, key: str, policy: ProviderPolicy, verb: str) -> str:
+    # Always-reserved keys are never granted; the others the provider itself chose to
+    # reserve, with the key named here.
+    never = pp.key_matches(key, pp.ALWAYS_RESERVED_NODE_KEYS)
     return (
         f"{field}: {key!r} is a node label key the provider reserves, which a consumer's pods may not {verb} "
-        f"(reserved: {_reserved_description(policy)}); never granted; remove it"
+        f"(reserved: {_reserved_description(policy)}); {'never granted' if never else 'reserved by the provider'}; remove it"
     )
 
 
