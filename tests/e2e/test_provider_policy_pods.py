@@ -69,6 +69,9 @@ def twin(local: Cluster, remote: Cluster, wait) -> Iterator[str]:
     local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
         c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
     try:
+        # The ServiceAccount admission refuses pods until the namespace's default account exists.
+        wait(lambda: local.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
+             timeout=60, what=f"ServiceAccount {ns}/default")
         local.apply({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "honest", "namespace": ns, "labels": {"app": "honest"}},
             "spec": {"containers": [{"name": "app", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
