@@ -10,9 +10,13 @@ one round trip shows everything to fix:
 3. ``spec.pod.metadata.labels[origin-cluster-id]`` is that consumer's id;
 4. no hostNetwork / hostPID / hostIPC,
 5. no privileged (or Windows HostProcess) container,
-6. no capability added beyond the consumer's Pod Security level,
-7. no hostPath volume - rules 4-7 are the Pod Security ``baseline`` rules, so a consumer
-   the provider put at level ``privileged`` is spared them;
+6. no capability added beyond the consumer's Pod Security level - rules 4-6 are the Pod
+   Security ``baseline`` rules, so a consumer the provider put at level ``privileged``
+   is spared them;
+7. the pod rules of the consumer's provider policy (``Consumer spec.policy``,
+   :mod:`enforcer.pod_policy`), at every level: priority class, tolerations, node
+   selection, volume kinds (hostPath never: once a baseline rule here, now the policy's),
+   runtime class, label and annotation keys;
 8. no ``nodeName`` (the provider's scheduler places pods; a pinned pod would bypass it);
 9. ``serviceAccountName`` is ``default`` or a ServiceAccount of that namespace the
    consumer reflected (labelled with its origin);
@@ -24,8 +28,9 @@ What these rules do not cover (the rest of Pod Security, LimitRanges, ResourceQu
 the Pod's own validation) the provider's API server decides, through a dry-run create of
 the very Pod the enforcer would make (:mod:`enforcer.dry_run`).
 
-Refusals: 403 Forbidden for who may write where (1, 2) and for quota and cordon (as the
-apiserver's own ResourceQuota does), 422 Invalid for the spec (3-9). Every message names
+Refusals: 403 Forbidden for who may write where (1, 2), for a Consumer whose spec does
+not parse (the provider's mistake) and for quota and cordon (as the apiserver's own
+ResourceQuota does), 422 Invalid for the spec (3-9). Every message names
 the field and says how to fix it.
 """
 
@@ -34,10 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
+from enforcer import pod_policy
+from enforcer.pod_policy import Invalid
 from enforcer.quota import live_shadowpod, shadowpod_requests, twin_owner
 from enforcer.tenancy import consumer_name, pod_security_level, service_account_username
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
+from kube_offload.provider_policy import ProviderPolicy, ProviderPolicyError, parse_policy
 from kube_offload.resources import (
     QuantityError,
     ResourceList,
@@ -84,10 +92,6 @@ ServiceAccountLookup = Callable[[str], "Mapping | None"]
 """ServiceAccount name -> that ServiceAccount in the request's namespace, or None."""
 
 
-class Invalid(ValueError):
-    """The ShadowPod does not have the shape of a pod template; names the field."""
-
-
 @dataclass(frozen=True)
 class ConsumerTerms:
     """The parts of a Consumer's spec the webhook enforces."""
@@ -97,6 +101,7 @@ class ConsumerTerms:
     level: str
     quota: ResourceList  # milli-units; an absent resource is unlimited
     cordoned: bool
+    policy: ProviderPolicy  # spec.policy, its defaults where absent
 
 
 class ConsumerError(ValueError):
@@ -105,7 +110,8 @@ class ConsumerError(ValueError):
 
 def consumer_terms(consumer: Mapping) -> ConsumerTerms:
     """Identity and level as :mod:`enforcer.tenancy` reads them (an unknown level counts
-    as restricted); a quota that does not parse is the provider's mistake and refuses."""
+    as restricted); a quota or a policy that does not parse is the provider's mistake and
+    refuses (never a guess at what the provider meant to grant)."""
     spec = consumer.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise ConsumerError("spec is not an object")
@@ -115,12 +121,17 @@ def consumer_terms(consumer: Mapping) -> ConsumerTerms:
         quota = parse_resource_list(spec.get("quota"))
     except QuantityError as exc:
         raise ConsumerError(f"spec.quota: {exc}") from None
+    try:
+        policy = parse_policy(spec.get("policy"))
+    except ProviderPolicyError as exc:
+        raise ConsumerError(str(exc)) from None
     return ConsumerTerms(
         consumer_id=consumer_name(consumer),
         username=service_account_username(consumer),
         level=pod_security_level(consumer),
         quota=quota,
         cordoned=spec.get("cordoned") is True,
+        policy=policy,
     )
 
 
@@ -176,7 +187,9 @@ def decide(
 
     try:
         problems = _origin_problems(new, owner, ns_name)
-        problems += _spec_problems(_pod_spec(new), terms, ns_name, service_account)
+        spec = _pod_spec(new)
+        problems += _spec_problems(spec, terms, ns_name, service_account)
+        problems += pod_policy.policy_problems(spec, _pod_metadata(new), terms.policy, terms.consumer_id, ns_name)
         if problems:
             return _invalid(problems)
         delta = requests_delta(request)
@@ -274,6 +287,10 @@ def _pod_spec(shadowpod: Mapping) -> Mapping:
     return spec
 
 
+def _pod_metadata(shadowpod: Mapping) -> Mapping:
+    return _mapping(_mapping(shadowpod.get("spec") or {}, "pod", "spec"), "metadata", "spec.pod")
+
+
 def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_account: ServiceAccountLookup) -> list[str]:
     problems: list[str] = []
     level = terms.level
@@ -320,20 +337,6 @@ def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_ac
                 problems.append(
                     f'{field}.add: container "{container.get("name")}" may not add {", ".join(refused)} for {who}, '
                     f"which allows only {', '.join(sorted(allowed))}; remove {', '.join(refused)}"
-                )
-
-    if baseline_applies:
-        volumes = spec.get("volumes")
-        if volumes is not None and not isinstance(volumes, list):
-            raise Invalid(f"{POD_SPEC}.volumes: must be a list")
-        for index, volume in enumerate(volumes or []):
-            if not isinstance(volume, Mapping):
-                raise Invalid(f"{POD_SPEC}.volumes[{index}]: must be an object")
-            if volume.get("hostPath") is not None:
-                problems.append(
-                    f'{POD_SPEC}.volumes[{index}].hostPath: volume "{volume.get("name")}" would mount a directory of '
-                    f"the provider's node, which is not allowed for {who}; use another volume type "
-                    "(emptyDir, configMap, secret, persistentVolumeClaim)"
                 )
 
     node_name = spec.get("nodeName")

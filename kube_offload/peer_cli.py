@@ -64,6 +64,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          help=f"{' | '.join(c.PSA_LEVELS)}: Pod Security level of the consumer's twin namespaces on the remote; unset: keep (chart default baseline)")
     add_flag(peer, "peer", "--node-label", default=[], action="append",
              help="label the provider suggests for the virtual node, key=value, repeatable (region, provider...)")
+    flag("--policy-file", default="",
+         help="YAML/JSON file holding the consumer's provider policy (Consumer spec.policy, docs/security.md); "
+              "replaces its whole policy; unset: keep (none: the safe defaults)")
+    for grant, (section, key) in p.GRANT_FLAGS.items():
+        # default None: an unset flag keeps the key; "" grants none.
+        peer.add_argument(grant, default=None, metavar="A,B",
+                          help=f"comma-separated values of spec.policy.{section}.{key}, set on top of --policy-file "
+                               "(or of the policy the release has); '' grants none; unset: keep")
     add_flag(peer, "peer", "--local-values", default=[], action="append",
              help="extra values file for the local chart, repeatable (e.g. image.repository, webhook.enabled)")
     add_flag(peer, "peer", "--remote-values", default=[], action="append",
@@ -374,10 +382,39 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
         quota=p.parse_quota(args.quota) if args.quota else None,
         pod_security_level=_pod_security_level(args.pod_security_level),
         node_labels=p.parse_node_labels(labels) if labels else None,
+        policy=read_policy_file(args.policy_file),
+        policy_grants=policy_grants(args),
         local_values=read_values_files(appended(args, "--local-values"), "--local-values"),
         remote_values=read_values_files(appended(args, "--remote-values"), "--remote-values"),
         wait=bool(args.wait),
     )
+
+
+def read_policy_file(path: str) -> dict | None:
+    """--policy-file: the consumer's spec.policy (YAML or JSON), checked as the enforcer
+    reads it; None when the flag is unset (keep the release's)."""
+    if not path:
+        return None
+    where = f"--policy-file {path}"
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise p.PeeringError(f"{where}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise p.PeeringError(f"{where}: not YAML or JSON ({exc})") from None
+    return p.parse_policy_document(raw, where)
+
+
+def policy_grants(args: argparse.Namespace) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The --grant-* flags given, each checked alone so an error names its flag."""
+    grants = {}
+    for flag, key in p.GRANT_FLAGS.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is None:
+            continue
+        grants[key] = p.parse_grant(value)
+        p.policy_with_grants({}, {key: grants[key]}, flag)
+    return grants
 
 
 def _pod_security_level(value: str) -> str | None:
@@ -525,6 +562,8 @@ def _peer(args: argparse.Namespace) -> int:
         p.parse_quota(args.quota)
     p.parse_node_labels(appended(args, "--node-label"))
     _pod_security_level(args.pod_security_level)
+    read_policy_file(args.policy_file)
+    policy_grants(args)
     ctx = _context(args)
     options = peer_options(args, ctx)
     steps = p.plan_peer(observe_peer(ctx, options), options)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kube_offload import constants as c
+from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.selector import label_key_problem, label_value_problem
 
@@ -108,6 +109,11 @@ class PeerOptions:
     quota: Mapping[str, str] | None = None  # None: keep what the release has
     pod_security_level: str | None = None  # None: keep (chart default baseline)
     node_labels: Mapping[str, str] | None = None  # suggested by the provider; None: keep
+    # Consumer spec.policy from --policy-file (validated); None: keep what the release has.
+    policy: Mapping[str, Any] | None = None
+    # (section, key) -> the values of a --grant-* flag, set on top of ``policy`` (or of the
+    # release's policy when no file is given); a key not given is kept.
+    policy_grants: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     local_values: Mapping[str, Any] = field(default_factory=dict)  # from --local-values files
     remote_values: Mapping[str, Any] = field(default_factory=dict)  # from --remote-values files
     wait: bool = True
@@ -225,6 +231,52 @@ def parse_quota(text: str) -> dict[str, str]:
     return quota
 
 
+# The --grant-* flags of `kube-offload peer`: the provider policy's most common grants,
+# each one key of Consumer spec.policy (provider_policy.SCHEMA); every other key goes
+# through --policy-file.
+GRANT_FLAGS: dict[str, tuple[str, str]] = {
+    "--grant-service-types": ("services", "types"),
+    "--grant-priority-classes": ("pods", "priorityClasses"),
+    "--grant-tolerations": ("pods", "tolerations"),
+    "--grant-ingress-domains": ("ingress", "hostDomains"),
+    "--grant-ingress-classes": ("ingress", "classes"),
+    "--grant-storage-classes": ("storage", "classes"),
+}
+
+
+def parse_grant(text: str) -> tuple[str, ...]:
+    """``a,b`` -> ("a", "b"); ``""`` grants none (clears what the release had)."""
+    return tuple(dict.fromkeys(filter(None, (part.strip() for part in text.split(",")))))
+
+
+def parse_policy_document(raw: Any, where: str) -> dict[str, Any]:
+    """A Consumer ``spec.policy`` read from a file, as given, once it parses as the enforcer
+    will read it; the error names the file and the key."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise PeeringError(f"{where}: must hold a map, the Consumer's {POLICY} (docs/security.md, Provider policy)")
+    try:
+        parse_policy(raw)
+    except ProviderPolicyError as exc:
+        raise PeeringError(f"{where}: {exc}") from None
+    return copy.deepcopy(dict(raw))
+
+
+def policy_with_grants(base: Mapping[str, Any] | None, grants: Mapping[tuple[str, str], Sequence[str]], where: str) -> dict[str, Any]:
+    """``base`` (a spec.policy) with each granted key set to its values, checked as the
+    enforcer will read it."""
+    policy = copy.deepcopy(dict(base or {}))
+    for (section, key), values in grants.items():
+        current = policy.get(section)
+        policy[section] = {**(current if isinstance(current, Mapping) else {}), key: list(values)}
+    try:
+        parse_policy(policy)
+    except ProviderPolicyError as exc:
+        raise PeeringError(f"{where}: {exc}") from None
+    return policy
+
+
 def parse_node_labels(items: Sequence[str]) -> dict[str, str]:
     labels: dict[str, str] = {}
     for item in items:
@@ -304,6 +356,13 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
         entry["quota"] = dict(options.quota)
     if options.node_labels is not None:
         entry["nodeLabels"] = dict(options.node_labels)
+    if options.policy is not None or options.policy_grants:
+        # Like --quota: a file replaces the consumer's whole policy; without one, the
+        # --grant-* flags change their keys of the policy the release has.
+        base = options.policy
+        if base is None:
+            base = next((e.get("policy") for e in consumers if e.get("name") == options.local_cluster_id), None)
+        entry["policy"] = policy_with_grants(base, options.policy_grants, f"consumer {options.local_cluster_id} {POLICY}")
     values["consumers"] = _upsert(consumers, "name", entry)
     return values
 
@@ -390,7 +449,26 @@ def _describe_consumer(entry: Mapping[str, Any]) -> str:
     labels = entry.get("nodeLabels") or {}
     if labels:
         parts.append("node labels " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    grants = _policy_grants(entry.get("policy"))
+    if grants:
+        parts.append("policy " + ", ".join(grants))
     return "; ".join(parts)
+
+
+def _policy_grants(policy: Any) -> list[str]:
+    """The keys of a spec.policy that are set, as ``section.key=value`` (what differs from
+    nothing: the defaults apply to the rest)."""
+    if not isinstance(policy, Mapping):
+        return []
+    out = []
+    for section, fields in sorted(policy.items()):
+        if isinstance(fields, Mapping):
+            for key, value in sorted(fields.items()):
+                shown = "+".join(map(str, value)) if isinstance(value, list) else str(value)
+                out.append(f"{section}.{key}={shown or 'none'}")
+        else:
+            out.append(f"{section}={fields}")
+    return out
 
 
 def _names(entries: Any, key: str) -> str:

@@ -23,6 +23,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kube_offload import constants as c
 from kube_offload.resources import QuantityError, parse_quantity
 
 # --- keys (the field paths under Consumer.spec.policy) -----------------------------------
@@ -54,16 +55,49 @@ ALWAYS_RESERVED_NODE_KEYS: tuple[str, ...] = (
     "node-role.kubernetes.io/",  # a prefix: every role
     "node.kubernetes.io/",  # the node lifecycle taints (not-ready, unschedulable, ...)
 )
+# As a topologyKey (topology spread, pod (anti-)affinity) a key every node carries selects
+# no node: spreading replicas or keeping them apart per node is an ordinary workload's
+# business. Nodes lacking a topologyKey are filtered out, so any other reserved key is
+# node selection in disguise and refused. In nodeSelector / nodeAffinity the hostname
+# stays reserved: there it pins a pod.
+UNIVERSAL_TOPOLOGY_KEYS: tuple[str, ...] = ("kubernetes.io/hostname",)
+# The node lifecycle taints every pod tolerates for a while (the DefaultTolerationSeconds
+# admission plugin adds them with effect NoExecute on the consumer's side too): they only
+# say how long a pod stays on a failed node, so they pass despite ALWAYS_RESERVED_NODE_KEYS.
+# The other node.kubernetes.io taints (unschedulable, *-pressure, network-unavailable)
+# would let a pod onto a cordoned or failing node and stay refused.
+LIFECYCLE_TOLERATION_KEYS: tuple[str, ...] = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+LIFECYCLE_TOLERATION_EFFECT = "NoExecute"
 # Pod label and annotation prefixes a consumer may never set: they configure the
-# provider's own controllers (Multus attachments, autoscaler scale-down, kube-offload's
-# own keys, which only the enforcer writes).
+# provider's own controllers (Multus attachments, autoscaler scale-down, CNI bandwidth
+# and the like under kubernetes.io/, kube-offload's own keys, which only the enforcer
+# writes). Matched as plain prefixes: app.kubernetes.io/, kubectl.kubernetes.io/,
+# batch.kubernetes.io/ ... (what ordinary workloads carry) do not start with any of them.
 ALWAYS_DENIED_METADATA_PREFIXES: tuple[str, ...] = (
     "k8s.v1.cni.cncf.io/",
     "cluster-autoscaler.kubernetes.io/",
     "karpenter.sh/",
     "kubernetes.io/",
     "k8s.io/",
+    f"{c.DOMAIN}/",
 )
+# The kube-offload.io keys the consumer's virtual kubelet itself writes into every pod
+# template (the origin of the pod: kube_offload/constants.py); the ShadowPod webhook
+# checks the cluster id against the namespace's owner.
+CONSUMER_METADATA_KEYS: tuple[str, ...] = (
+    c.LABEL_ORIGIN_CLUSTER_ID,
+    c.ANNOTATION_ORIGIN_NAMESPACE,
+    c.ANNOTATION_ORIGIN_NAME,
+    c.ANNOTATION_ORIGIN_UID,
+)
+# The sources a projected volume may combine: namespaced objects and the pod's own
+# fields. Never serviceAccountToken (a token of the provider's ServiceAccount: the pod
+# the enforcer makes has no provider identity), nor clusterTrustBundle / podCertificate
+# (cluster-scoped trust material and node-issued certificates).
+PROJECTED_SOURCES: tuple[str, ...] = ("configMap", "secret", "downwardAPI")
+# The imagePullPolicy of every container the enforcer makes: a cached private image is
+# never run without the pull credentials that would fetch it (docs/security.md).
+ENFORCED_IMAGE_PULL_POLICY = "Always"
 # Priority class prefix the provider's system pods use: never grantable.
 SYSTEM_PRIORITY_PREFIX = "system-"
 # Twin namespace names the provider always keeps for itself.

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from kube_offload import pod_updates
+from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
     ANNOTATION_DELETION_GRACE,
@@ -199,7 +200,8 @@ def build_pod(shadowpod: Mapping[str, Any]) -> dict:
     It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
     instead of making a second pod; the template's labels plus the managed-by label;
     the template's annotations plus the record of what was applied
-    (``kube-offload.io/applied-template``); the PodSpec exactly as given; and a controller owner
+    (``kube-offload.io/applied-template``); the PodSpec as given but for two fields the
+    provider's policy fixes (:func:`neutralized_spec`); and a controller owner
     reference, so the garbage collector deletes the pod with its ShadowPod
     (blockOwnerDeletion makes a foreground deletion of the ShadowPod wait for it).
     """
@@ -219,7 +221,32 @@ def build_pod(shadowpod: Mapping[str, Any]) -> dict:
         "annotations": annotations,
         "ownerReferences": [owner_reference(shadowpod)],
     }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": neutralized_spec(template.spec)}
+
+
+def neutralized_spec(spec: Mapping[str, Any]) -> dict:
+    """``spec`` with what a consumer never decides set by the provider (docs/security.md
+    "Provider policy"), rather than refused: the honest virtual kubelet sends the local
+    apiserver's defaults (``imagePullPolicy: IfNotPresent`` for a tagged image), so a
+    refusal would fail ordinary pods, while setting the field here holds for every path
+    (the dry run checks this same pod).
+
+    * every container's ``imagePullPolicy`` is ``Always``: the node asks the registry,
+      with the pod's pull credentials, before running an image, so an image another
+      tenant or the provider pulled onto the node cannot be run by a consumer lacking
+      the credentials for it;
+    * ``automountServiceAccountToken`` is false: a consumer's pod gets no token of a
+      provider ServiceAccount (the webhook refuses serviceAccountToken projections).
+
+    Both fields are immutable on a running pod and not in the applied-template record,
+    so in-place updates (:mod:`kube_offload.pod_updates`) never touch them."""
+    out = copy.deepcopy(dict(spec))
+    for field in ("initContainers", "containers"):
+        for container in out.get(field) or []:
+            if isinstance(container, dict):
+                container["imagePullPolicy"] = ENFORCED_IMAGE_PULL_POLICY
+    out["automountServiceAccountToken"] = False
+    return out
 
 
 def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict | None:

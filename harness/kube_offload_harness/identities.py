@@ -14,6 +14,7 @@ table-tested; the rest is thin I/O through helm and kubectl.
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,11 +139,26 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
     }
 
 
-def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None) -> dict:
-    """The remote chart's values admitting one consumer (what ``kube-offload peer`` does)."""
+# The test consumer's provider policy (Consumer spec.policy): the safe defaults plus, by
+# name, what existing e2e tests need (docs/testing.md). Everything else a test wants
+# beyond the defaults it grants itself by patching the Consumer, and takes back.
+TOLERATION_GRANTED_IN_TESTS = "e2e.kube-offload.io/extra"  # test_pod_updates adds it to a running pod
+E2E_POLICY: Mapping[str, Any] = {
+    "pods": {"tolerations": [TOLERATION_GRANTED_IN_TESTS]},
+    # The remote's real class (storage.py LOCAL_PATH_CLASS): test_stateful's remote claims.
+    "storage": {"classes": ["local-path"]},
+}
+
+
+def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None,
+                  policy: Mapping[str, Any] | None = E2E_POLICY) -> dict:
+    """The remote chart's values admitting one consumer (what ``kube-offload peer`` does),
+    with the tests' provider policy (None: the chart's, i.e. the safe defaults)."""
     consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False}
     if quota:
         consumer["quota"] = dict(quota)
+    if policy is not None:
+        consumer["policy"] = copy.deepcopy(dict(policy))
     return {"nodeLabels": dict(node_labels), "consumers": [consumer]}
 
 

@@ -100,7 +100,8 @@ class Pair:
 
     def peer_args(self) -> list[str]:
         return ["--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
-                "--node-label", "topology.kubernetes.io/region=eu-peer", "--local-values", str(self.values)]
+                "--node-label", "topology.kubernetes.io/region=eu-peer", "--local-values", str(self.values),
+                "--grant-priority-classes", "e2e-peer-batch", "--grant-storage-classes", "local-path"]
 
     def run(self, command: str, *extra: str, timeout: float = 400) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(command, *extra), capture_output=True, text=True, timeout=timeout,
@@ -273,6 +274,10 @@ def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
     consumer = pair.remote.kubectl_json("get", "consumers.kube-offload.io", LOCAL_ID)
     assert consumer["spec"]["quota"] == {"cpu": "2", "memory": "4Gi", "pods": "10"}
     assert consumer["spec"]["nodeLabels"] == {"topology.kubernetes.io/region": "eu-peer"}
+    # The grants reach the Consumer's provider policy; every other key shows its safe default.
+    policy = consumer["spec"]["policy"]
+    assert policy["pods"]["priorityClasses"] == ["e2e-peer-batch"] and policy["storage"]["classes"] == ["local-path"]
+    assert policy["services"]["types"] == [] and policy["pods"]["tolerations"] == [] and policy["quotaMode"] == "requests"
     secret = pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)
     kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
     assert kubeconfig["clusters"][0]["cluster"]["server"] == yaml.safe_load(pair.remote.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]

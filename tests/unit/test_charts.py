@@ -100,6 +100,11 @@ VALUE_SETS: dict[str, dict[str, dict[str, Any]]] = {
         "defaults": {},
         "one-consumer": ONE_CONSUMER,
         "two-consumers": {"consumers": [{"name": "local-a"}, {"name": "local-b"}]},
+        "with-policy": {"consumers": [{"name": "local", "policy": {
+            "pods": {"priorityClasses": ["batch-low"], "tolerations": ["dedicated"]},
+            "ingress": {"hostDomains": ["apps.example.com"], "classes": ["nginx"]},
+            "storage": {"classes": ["standard"], "maxClaimSize": "100Gi"},
+            "quotaMode": "both"}}]},
         "provider-values-md": {
             "nodeLabels": {"topology.kubernetes.io/region": "eu-west"},
             "consumers": [{"name": "local", "podSecurityLevel": "baseline",
@@ -992,6 +997,52 @@ def test_rendered_remote_chart(helm: Helm) -> None:
     assert one(docs, "ClusterRoleBinding", "kube-offload-enforcer")["roleRef"]["name"] == "kube-offload-enforcer"
     with pytest.raises(RenderError, match="needs a name"):
         render(helm, REMOTE, {"consumers": [{}]})
+
+
+def _chart_policy_keys() -> dict[str, list[str]]:
+    """The $policyKeys table of the remote chart's consumer template, read from its source."""
+    source = (REMOTE / "templates" / "consumer.yaml").read_text()
+    table = re.search(r"\$policyKeys := dict(.*?)\}\}", source, re.DOTALL)
+    assert table, "consumer.yaml has no $policyKeys table"
+    return {section: re.findall(r'"([^"]+)"', fields)
+            for section, fields in re.findall(r'"(\w+)" \(list ([^)]*)\)', table.group(1))}
+
+
+def test_the_charts_policy_keys_are_the_provider_policy_modules() -> None:
+    from kube_offload import provider_policy
+
+    assert _chart_policy_keys() == {section: list(fields) for section, (_attr, fields) in provider_policy.SCHEMA.items()}
+    assert f'eq $section "{provider_policy.QUOTA_MODE_KEY}"' in (REMOTE / "templates" / "consumer.yaml").read_text()
+
+
+def test_rendered_consumer_policy(helm: Helm) -> None:
+    from kube_offload import provider_policy
+
+    # Without a policy the Consumer has none: the CRD's defaults (the safe ones) apply.
+    assert "policy" not in one(render(helm, REMOTE, ONE_CONSUMER), C.CONSUMER_KIND, "local")["spec"]
+    # A policy is the Consumer's spec.policy as given, and parses as the enforcer reads it.
+    policy = VALUE_SETS[REMOTE.name]["with-policy"]["consumers"][0]["policy"]
+    consumer = one(render(helm, REMOTE, VALUE_SETS[REMOTE.name]["with-policy"]), C.CONSUMER_KIND, "local")
+    assert consumer["spec"]["policy"] == policy
+    parsed = provider_policy.parse_policy(consumer["spec"]["policy"])
+    assert parsed.pods.priority_classes == ("batch-low",) and parsed.quota_mode == "both"
+    # Every key of a fully written policy passes the chart's key check.
+    full = provider_policy.policy_to_spec(provider_policy.DEFAULT_POLICY)
+    assert one(render(helm, REMOTE, {"consumers": [{"name": "local", "policy": full}]}), C.CONSUMER_KIND, "local")["spec"]["policy"] == full
+
+
+@pytest.mark.parametrize(
+    "policy, message",
+    [
+        ({"pods": {"priorityClass": ["high"]}}, r"consumers\[local\]\.policy\.pods\.priorityClass: unknown key; known: priorityClasses"),
+        ({"pod": {"priorityClasses": ["high"]}}, r"consumers\[local\]\.policy\.pod: unknown key"),
+        ({"pods": ["high"]}, r"consumers\[local\]\.policy\.pods: must be a map"),
+    ],
+)
+def test_rendering_refuses_a_misspelt_policy_key(helm: Helm, policy: dict[str, Any], message: str) -> None:
+    # The API server would prune it silently, leaving the default where a grant was meant.
+    with pytest.raises(RenderError, match=message):
+        render(helm, REMOTE, {"consumers": [{"name": "local", "policy": policy}]})
 
 
 def test_rendered_webhook_runs_several_workers_sharing_a_writable_directory(

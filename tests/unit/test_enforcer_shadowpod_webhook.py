@@ -22,7 +22,7 @@ from kube_offload import constants as c
 from kube_offload.admission import Decision, build_review, parse_review
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
-from kube_offload.shadowpod import build_shadowpod
+from kube_offload.shadowpod import build_shadowpod, neutralized_spec
 
 NS = "demo-local"
 USER = "system:serviceaccount:kube-offload-tenant-local:consumer"
@@ -339,7 +339,9 @@ def test_the_dry_run_pod_is_the_enforcers_pod():
     assert pod["metadata"]["name"] == "web"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-web"
     assert pod["metadata"]["labels"][c.LABEL_MANAGED_BY] == c.MANAGED_BY_ENFORCER
-    assert pod["spec"] == obj["spec"]["pod"]["spec"]
+    # The very spec the enforcer creates: the template's, neutralized as build_pod does.
+    assert pod["spec"] == neutralized_spec(obj["spec"]["pod"]["spec"])
+    assert pod["spec"]["automountServiceAccountToken"] is False
     # Without name and uid (never from a real apiserver) it still builds.
     bare = shadowpod("x")
     del bare["metadata"]["uid"], bare["metadata"]["name"]

@@ -19,6 +19,7 @@ from enforcer.validation import (
 )
 from kube_offload import constants as c
 from kube_offload.admission import build_review, parse_review
+from kube_offload.provider_policy import DEFAULT_POLICY
 from kube_offload.resources import parse_resource_list
 from kube_offload.shadowpod import build_shadowpod
 
@@ -340,11 +341,13 @@ def test_privileged_level_spares_the_pod_security_rules_but_not_the_provider_rul
         hostNetwork=True,
         hostPID=True,
         containers=[container(privileged=True, capabilities={"add": ["SYS_ADMIN", "NET_ADMIN"]})],
-        volumes=[{"name": "root", "hostPath": {"path": "/"}}],
     )
     assert run(shadowpod(spec), the_consumer=privileged).allowed
     message = refused(run(shadowpod(pod_spec(nodeName="n1", serviceAccountName="foreign")), the_consumer=privileged), 422)
     assert "spec.pod.spec.nodeName" in message and "spec.pod.spec.serviceAccountName" in message
+    # hostPath is the provider policy's now (never grantable), at every level.
+    host_path = pod_spec(volumes=[{"name": "root", "hostPath": {"path": "/"}}])
+    refused(run(shadowpod(host_path), the_consumer=privileged), 422, "spec.pod.spec.volumes[0].hostPath", "spec.policy.pods.volumeTypes")
 
 
 @pytest.mark.parametrize(
@@ -519,3 +522,288 @@ def test_a_misconfigured_consumer_refuses_rather_than_guesses(spec, fragment):
     with pytest.raises(ConsumerError, match=re.escape(fragment)):
         consumer_terms(consumer(**spec))
     refused(run(shadowpod(), the_consumer=consumer(**spec)), 403, 'Consumer "local" is misconfigured', "the provider must fix it")
+
+
+# --- 9: the provider policy's pod rules (enforcer/pod_policy.py) ------------------------------------
+def with_metadata(spec: dict | None = None, *, labels: dict | None = None, annotations: dict | None = None) -> dict:
+    obj = shadowpod(spec)
+    meta = obj["spec"]["pod"]["metadata"]
+    meta["labels"].update(labels or {})
+    meta.setdefault("annotations", {}).update(annotations or {})
+    return obj
+
+
+def term(key: str, *values: str, operator: str = "In") -> dict:
+    return {"matchExpressions": [{"key": key, "operator": operator, "values": list(values)}]}
+
+
+def ephemeral(storage_class: str | None) -> dict:
+    claim: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    if storage_class is not None:
+        claim["storageClassName"] = storage_class
+    return {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}}
+
+
+def projected(*sources: dict) -> dict:
+    return {"name": "bundle", "projected": {"sources": list(sources)}}
+
+
+NEVER = "never granted"
+# (ShadowPod, the field, the policy key a provider would change - or that no key grants it)
+POLICY_REFUSALS = [
+    pytest.param(shadowpod(pod_spec(priorityClassName="system-node-critical")),
+                 "spec.pod.spec.priorityClassName: 'system-node-critical' is a system priority class",
+                 "spec.policy.pods.priorityClasses cannot hold system-*", id="priority-system-node-critical"),
+    pytest.param(shadowpod(pod_spec(priorityClassName="system-cluster-critical")),
+                 "spec.pod.spec.priorityClassName", "never granted", id="priority-system-cluster-critical"),
+    pytest.param(shadowpod(pod_spec(priorityClassName="high")),
+                 "spec.pod.spec.priorityClassName: priority class 'high' is not granted", "spec.policy.pods.priorityClasses",
+                 id="priority-not-granted"),
+    pytest.param(shadowpod(pod_spec(tolerations=[{"operator": "Exists"}])),
+                 "spec.pod.spec.tolerations[0]: a toleration without a key tolerates every taint", "spec.policy.pods.tolerations",
+                 id="tolerate-all"),
+    pytest.param(shadowpod(pod_spec(tolerations=[{"operator": "Exists", "effect": "NoSchedule"}])),
+                 "spec.pod.spec.tolerations[0]: a toleration without a key", NEVER, id="tolerate-all-of-an-effect"),
+    pytest.param(shadowpod(pod_spec(tolerations=[{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}])),
+                 "spec.pod.spec.tolerations[0].key: 'node-role.kubernetes.io/control-plane' is a node key the provider reserves",
+                 "spec.policy.pods.reservedNodeLabelKeys", id="tolerate-control-plane"),
+    pytest.param(shadowpod(pod_spec(tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])),
+                 "spec.pod.spec.tolerations[0].key: 'node.kubernetes.io/unschedulable'", NEVER, id="tolerate-cordoned-nodes"),
+    pytest.param(shadowpod(pod_spec(tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}])),
+                 "spec.pod.spec.tolerations[0].key: 'node.kubernetes.io/not-ready'", NEVER, id="schedule-onto-not-ready-nodes"),
+    pytest.param(shadowpod(pod_spec(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}])),
+                 "spec.pod.spec.tolerations[0].key: toleration of taint 'dedicated' is not granted", "spec.policy.pods.tolerations",
+                 id="toleration-not-granted"),
+    pytest.param(shadowpod(pod_spec(nodeSelector={"kubernetes.io/hostname": "provider-node-1"})),
+                 "spec.pod.spec.nodeSelector[kubernetes.io/hostname]: 'kubernetes.io/hostname' is a node label key the provider reserves",
+                 "spec.policy.pods.reservedNodeLabelKeys", id="hostname-selector"),
+    pytest.param(shadowpod(pod_spec(nodeSelector={"node-role.kubernetes.io/control-plane": ""})),
+                 "spec.pod.spec.nodeSelector[node-role.kubernetes.io/control-plane]", NEVER, id="control-plane-selector"),
+    pytest.param(shadowpod(pod_spec(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                     "nodeSelectorTerms": [term("topology.kubernetes.io/zone", "a"), term("kubernetes.io/hostname", "provider-node-1")]}}})),
+                 "spec.pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[1]"
+                 ".matchExpressions[0].key: 'kubernetes.io/hostname'", "spec.policy.pods.reservedNodeLabelKeys", id="hostname-affinity"),
+    pytest.param(shadowpod(pod_spec(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                     {"weight": 1, "preference": term("node-role.kubernetes.io/control-plane", operator="Exists")}]}})),
+                 "preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key", NEVER,
+                 id="control-plane-preference"),
+    pytest.param(shadowpod(pod_spec(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["provider-node-1"]}]}]}}})),
+                 "nodeSelectorTerms[0].matchFields: a consumer's pods may not select nodes by their fields", NEVER, id="matchFields"),
+    pytest.param(shadowpod(pod_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "node-role.kubernetes.io/control-plane",
+                                                                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}])),
+                 "spec.pod.spec.topologySpreadConstraints[0].topologyKey: 'node-role.kubernetes.io/control-plane'",
+                 "spec.policy.pods.reservedNodeLabelKeys", id="spread-over-control-plane"),
+    pytest.param(shadowpod(pod_spec(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                     {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "node-role.kubernetes.io/control-plane"}]}})),
+                 "spec.pod.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey", NEVER,
+                 id="pod-affinity-on-reserved-key"),
+    pytest.param(shadowpod(pod_spec(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                     {"labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}}, "namespaces": ["kube-system"],
+                      "topologyKey": "kubernetes.io/hostname"}]}})),
+                 "podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces: a consumer's pods may relate only to pods "
+                 "of their own namespace", NEVER, id="pod-affinity-to-kube-system"),
+    pytest.param(shadowpod(pod_spec(affinity={"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                     {"weight": 1, "podAffinityTerm": {"labelSelector": {}, "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}}]}})),
+                 "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaceSelector", NEVER,
+                 id="pod-anti-affinity-across-namespaces"),
+    pytest.param(shadowpod(pod_spec(nodeSelector={"tenant.example.com/pool": "provider"})),
+                 "spec.pod.spec.nodeSelector[tenant.example.com/pool]", "spec.policy.pods.reservedNodeLabelKeys",
+                 id="selector-on-a-key-the-provider-reserved"),
+    *(
+        pytest.param(shadowpod(pod_spec(volumes=[{"name": "data", "emptyDir": {}}, {"name": "remote", kind: source}])),
+                     f'spec.pod.spec.volumes[1].{kind}: volume "remote" of type {kind} is not granted', "spec.policy.pods.volumeTypes",
+                     id=f"volume-{kind}")
+        for kind, source in [
+            ("nfs", {"server": "192.0.2.10", "path": "/exports"}),
+            ("iscsi", {"targetPortal": "192.0.2.10:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0}),
+            ("rbd", {"monitors": ["192.0.2.10:6789"], "image": "foo"}),
+            ("cephfs", {"monitors": ["192.0.2.10:6789"]}),
+            ("flexVolume", {"driver": "example.com/driver"}),
+            ("gitRepo", {"repository": "https://example.com/repo.git"}),
+            ("csi", {"driver": "example.csi.k8s.io"}),
+        ]
+    ),
+    pytest.param(shadowpod(pod_spec(volumes=[ephemeral(None)])),
+                 "spec.pod.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.storageClassName: volume \"scratch\" names no storage class",
+                 "spec.policy.storage.classes", id="ephemeral-without-class"),
+    pytest.param(shadowpod(pod_spec(volumes=[ephemeral("fast")])),
+                 "spec.pod.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.storageClassName: storage class 'fast' is not granted",
+                 "spec.policy.storage.classes", id="ephemeral-class-not-granted"),
+    pytest.param(shadowpod(pod_spec(volumes=[projected({"configMap": {"name": "cfg"}}, {"serviceAccountToken": {"path": "token"}})])),
+                 'spec.pod.spec.volumes[0].projected.sources[1].serviceAccountToken: projected volume "bundle" may combine only',
+                 "a token of the provider's ServiceAccount", id="projected-provider-token"),
+    pytest.param(shadowpod(pod_spec(volumes=[projected({"clusterTrustBundle": {"name": "x", "path": "ca"}})])),
+                 "spec.pod.spec.volumes[0].projected.sources[0].clusterTrustBundle", NEVER, id="projected-cluster-trust-bundle"),
+    pytest.param(shadowpod(pod_spec(runtimeClassName="kata")),
+                 "spec.pod.spec.runtimeClassName: runtime class 'kata' is not granted", "spec.policy.pods.runtimeClasses",
+                 id="runtime-class-not-granted"),
+    pytest.param(with_metadata(annotations={"k8s.v1.cni.cncf.io/networks": "kube-system/provider-net"}),
+                 "spec.pod.metadata.annotations[k8s.v1.cni.cncf.io/networks]: keys under 'k8s.v1.cni.cncf.io/'", NEVER,
+                 id="multus-attachment"),
+    pytest.param(with_metadata(annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}),
+                 "spec.pod.metadata.annotations[cluster-autoscaler.kubernetes.io/safe-to-evict]", NEVER, id="autoscaler-block"),
+    pytest.param(with_metadata(annotations={"karpenter.sh/do-not-disrupt": "true"}),
+                 "spec.pod.metadata.annotations[karpenter.sh/do-not-disrupt]", NEVER, id="karpenter-block"),
+    pytest.param(with_metadata(annotations={"kubernetes.io/egress-bandwidth": "10G"}),
+                 "spec.pod.metadata.annotations[kubernetes.io/egress-bandwidth]", NEVER, id="cni-bandwidth"),
+    pytest.param(with_metadata(labels={c.LABEL_MANAGED_BY: "enforcer"}),
+                 f"spec.pod.metadata.labels[{c.LABEL_MANAGED_BY}]: keys under 'kube-offload.io/'", NEVER, id="kube-offload-own-label"),
+]
+
+
+@pytest.mark.parametrize("obj, field_message, key", POLICY_REFUSALS)
+def test_the_pod_rules_of_the_policy_refuse_naming_the_field_and_the_key(obj, field_message, key):
+    # The default policy, but for one node label prefix the provider reserves.
+    the_consumer = consumer(policy={"pods": {"reservedNodeLabelKeys": ["tenant.example.com/"]}})
+    message = refused(run(obj, the_consumer=the_consumer), 422, field_message, key)
+    assert len(message.splitlines()) == 1, message
+
+
+def test_a_provider_extends_the_denied_metadata_prefixes():
+    obj = with_metadata(labels={"billing.example.com/tier": "free"})
+    assert run(obj).allowed
+    refused(run(obj, the_consumer=consumer(policy={"pods": {"deniedMetadataPrefixes": ["billing.example.com/"]}})), 422,
+            "spec.pod.metadata.labels[billing.example.com/tier]", "spec.policy.pods.deniedMetadataPrefixes")
+
+
+GRANTS = {
+    "pods": {
+        "priorityClasses": ["high"],
+        "tolerations": ["dedicated"],
+        "runtimeClasses": ["kata"],
+        "volumeTypes": ["configMap", "secret", "projected", "ephemeral", "nfs"],
+    },
+    "storage": {"classes": ["local-path"]},
+}
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(shadowpod(pod_spec(priorityClassName="high")), id="granted-priority-class"),
+        pytest.param(shadowpod(pod_spec(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}])),
+                     id="granted-toleration"),
+        pytest.param(shadowpod(pod_spec(runtimeClassName="kata")), id="granted-runtime-class"),
+        pytest.param(shadowpod(pod_spec(volumes=[{"name": "share", "nfs": {"server": "192.0.2.10", "path": "/exports"}}])), id="granted-nfs"),
+        pytest.param(shadowpod(pod_spec(volumes=[ephemeral("local-path")])), id="granted-ephemeral-class"),
+    ],
+)
+def test_what_the_provider_grants_is_admitted(obj):
+    refused(run(obj), 422)  # not by default
+    assert run(obj, the_consumer=consumer(policy=GRANTS)).allowed
+
+
+def test_the_grants_do_not_reach_what_is_never_granted():
+    # Granting volumeTypes without emptyDir refuses it; system classes and tolerate-all stay out.
+    message = refused(run(shadowpod(pod_spec(volumes=[{"name": "tmp", "emptyDir": {}}], tolerations=[{"operator": "Exists"}])),
+                          the_consumer=consumer(policy=GRANTS)), 422)
+    assert "volumes[0].emptyDir" in message and "tolerations[0]" in message
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # The node lifecycle tolerations every pod carries (DefaultTolerationSeconds), with or without seconds.
+        pod_spec(tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                              {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}]),
+        # Spreading and keeping replicas apart per node selects no node.
+        pod_spec(topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"},
+                                            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]),
+        pod_spec(affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname", "namespaces": [NS]}]}}),
+        pod_spec(nodeSelector={"topology.kubernetes.io/zone": "a", "kubernetes.io/arch": "amd64"}),
+        pod_spec(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term("disktype", "ssd")]}}}),
+        pod_spec(volumes=[projected({"configMap": {"name": "cfg"}}, {"secret": {"name": "s"}}, {"downwardAPI": {"items": []}}),
+                          {"name": "claim", "persistentVolumeClaim": {"claimName": "data"}}, {"name": "tmp", "emptyDir": {}},
+                          {"name": "info", "downwardAPI": {"items": []}}, {"name": "s", "secret": {"secretName": "s"}}]),
+        pod_spec(priorityClassName=""),
+    ],
+)
+def test_what_the_default_policy_admits(spec):
+    assert run(shadowpod(spec)).allowed
+
+
+def test_the_keys_ordinary_workloads_carry_pass():
+    obj = with_metadata(
+        labels={"pod-template-hash": "5d8f", "app.kubernetes.io/name": "web", "controller-revision-hash": "web-7f",
+                "statefulset.kubernetes.io/pod-name": "web-0", "apps.kubernetes.io/pod-index": "0",
+                "batch.kubernetes.io/job-name": "j", "e2e.kube-offload.io/test": "x"},
+        annotations={"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z", c.ANNOTATION_ORIGIN_NAMESPACE: "demo",
+                     c.ANNOTATION_ORIGIN_NAME: "web-0", c.ANNOTATION_ORIGIN_UID: "u"},
+    )
+    assert run(obj).allowed
+
+
+def test_what_the_honest_virtual_kubelet_sends_is_admitted():
+    # A Deployment's pod as the local apiserver stores it, translated as the vkubelet does.
+    from vkubelet.translation import TranslationContext, build_shadowpod_for
+
+    local_pod = {
+        "metadata": {"name": "web-5d8f-abcde", "namespace": "demo", "uid": "u1",
+                     "labels": {"app": "web", "pod-template-hash": "5d8f"},
+                     "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}},
+        "spec": {
+            "nodeName": "kube-offload-remote", "schedulerName": "default-scheduler", "priority": 0,
+            "serviceAccountName": "default",
+            "containers": [{"name": "app", "image": "nginx:1.27", "imagePullPolicy": "IfNotPresent",
+                            "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+            "tolerations": [
+                {"key": c.TAINT_KEY, "operator": "Exists", "effect": c.TAINT_EFFECT},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ],
+            "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}}],
+        },
+    }
+    for reflection in (False, True):
+        obj = build_shadowpod_for(local_pod, NS, TranslationContext(local_cluster_id=CONSUMER, reflection=reflection))
+        obj["metadata"].update(uid="uid-1", generation=1)
+        assert run(obj).allowed, (reflection, run(obj).message)
+
+
+def test_every_policy_problem_is_reported_at_once_with_the_pod_security_ones():
+    spec = pod_spec(hostPID=True, priorityClassName="system-node-critical", tolerations=[{"operator": "Exists"}],
+                    nodeSelector={"node-role.kubernetes.io/control-plane": ""}, volumes=[{"name": "n", "nfs": {"server": "192.0.2.1", "path": "/"}}])
+    message = refused(run(with_metadata(spec, annotations={"k8s.v1.cni.cncf.io/networks": "x"})), 422)
+    fields = [line.split(":", 1)[0] for line in message.splitlines()]
+    assert fields == [
+        "spec.pod.spec.hostPID",
+        "spec.pod.spec.priorityClassName",
+        "spec.pod.spec.tolerations[0]",
+        "spec.pod.spec.nodeSelector[node-role.kubernetes.io/control-plane]",
+        "spec.pod.spec.volumes[0].nfs",
+        "spec.pod.metadata.annotations[k8s.v1.cni.cncf.io/networks]",
+    ]
+
+
+def test_an_update_is_held_to_the_policy_too():
+    old = shadowpod()
+    new = copy.deepcopy(old)
+    new["spec"]["pod"]["spec"]["tolerations"] = [{"operator": "Exists"}]
+    refused(run(new, operation="UPDATE", old=old), 422, "spec.pod.spec.tolerations[0]")
+
+
+@pytest.mark.parametrize(
+    "policy, fragment",
+    [
+        ({"pods": {"priorityClasses": ["system-node-critical"]}}, "spec.policy.pods.priorityClasses: 'system-node-critical' cannot be granted"),
+        ({"pods": {"volumeTypes": ["hostPath"]}}, "spec.policy.pods.volumeTypes: 'hostPath'"),
+        ({"pods": {"tolerations": "all"}}, "spec.policy.pods.tolerations: must be a list of non-empty strings"),
+        ({"pods": {"priorityClass": ["high"]}}, "spec.policy.pods: unknown key(s) priorityClass"),
+    ],
+)
+def test_a_policy_that_does_not_parse_is_the_providers_mistake(policy, fragment):
+    with pytest.raises(ConsumerError, match=re.escape(fragment)):
+        consumer_terms(consumer(policy=policy))
+    refused(run(shadowpod(), the_consumer=consumer(policy=policy)), 403, 'Consumer "local" is misconfigured', fragment,
+            "the provider must fix it")
+
+
+def test_consumer_terms_carry_the_policy():
+    assert consumer_terms(consumer()).policy == DEFAULT_POLICY
+    assert consumer_terms(consumer(policy=GRANTS)).policy.pods.priority_classes == ("high",)

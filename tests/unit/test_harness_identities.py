@@ -77,8 +77,19 @@ def test_values_for_the_topology() -> None:
         "storage": {"localClass": "local-path"},
     }
     values = identities.remote_values("local", node_labels={"topology.kubernetes.io/region": "eu-west"}, quota={"pods": "3"})
-    assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}}]
+    assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}, "policy": identities.E2E_POLICY}]
+    assert "policy" not in identities.remote_values("local", node_labels={}, policy=None)["consumers"][0]
     assert values["nodeLabels"] == {"topology.kubernetes.io/region": "eu-west"}
+
+
+def test_the_tests_policy_parses_and_grants_only_what_tests_name() -> None:
+    from kube_offload import provider_policy
+    from kube_offload_harness import storage
+
+    policy = provider_policy.parse_policy(identities.E2E_POLICY)
+    assert policy.pods.tolerations == (identities.TOLERATION_GRANTED_IN_TESTS,)
+    assert policy.storage.classes == (storage.LOCAL_PATH_CLASS,)
+    assert policy.pods.priority_classes == () and policy.services.types == ()
 
 
 def test_of_components_keeps_only_the_named_components() -> None:

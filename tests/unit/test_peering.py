@@ -8,6 +8,7 @@ another consumer or another remote cluster from a release's values.
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 
@@ -333,3 +334,110 @@ def test_unpeer_leaves_namespaces_it_did_not_make_and_says_so():
     state = peered_unpeer_state(foreign_namespaces=["handmade"])
     notes = [s for s in p.plan_unpeer(state, unpeer_options()) if s.action == p.NOTE]
     assert len(notes) == 1 and not notes[0].changes and "handmade" in notes[0].description
+
+
+# --- the provider policy (--policy-file, --grant-*) -------------------------------------------------
+def consumer_entry(values: dict, name: str = "local") -> dict:
+    [entry] = [e for e in values["consumers"] if e["name"] == name]
+    return entry
+
+
+def test_a_policy_file_becomes_the_consumers_policy_and_grants_go_on_top():
+    policy = {"pods": {"priorityClasses": ["batch-low"], "tolerations": ["dedicated"]}, "quotaMode": "both"}
+    opts = options(policy=policy, policy_grants={("services", "types"): ("NodePort",), ("pods", "priorityClasses"): ("batch-high",)})
+    entry = consumer_entry(p.remote_values_with_consumer({}, opts))
+    assert entry["policy"] == {"pods": {"priorityClasses": ["batch-high"], "tolerations": ["dedicated"]}, "quotaMode": "both",
+                               "services": {"types": ["NodePort"]}}
+    assert policy == {"pods": {"priorityClasses": ["batch-low"], "tolerations": ["dedicated"]}, "quotaMode": "both"}, "input not aliased"
+    step = p.plan_peer(fresh_state(), opts)[0]
+    assert "policy pods.priorityClasses=batch-high, pods.tolerations=dedicated, quotaMode=both, services.types=NodePort" in step.description
+
+
+def test_grants_without_a_file_change_only_their_keys_of_the_releases_policy():
+    before = options(policy={"pods": {"priorityClasses": ["batch-low"]}, "ingress": {"hostDomains": ["apps.example.com"]}})
+    current = p.remote_values_with_consumer({}, before)
+    grant = options(quota=None, pod_security_level=None, node_labels=None,
+                    policy_grants={("pods", "priorityClasses"): (), ("storage", "classes"): ("standard",)})
+    steps = p.plan_peer(peered_state(before, remote_values=current), grant)
+    assert actions(p.changes(steps))[0] == p.REMOTE_RELEASE
+    assert consumer_entry(steps[0].data["values"])["policy"] == {
+        "pods": {"priorityClasses": []}, "ingress": {"hostDomains": ["apps.example.com"]}, "storage": {"classes": ["standard"]}}
+
+
+def test_no_policy_option_keeps_the_releases_policy():
+    opts = options(policy={"pods": {"runtimeClasses": ["gvisor"]}})
+    bare = options(quota=None, pod_security_level=None, node_labels=None)
+    assert p.changes(p.plan_peer(peered_state(opts), bare)) == []
+    same = options(policy={"pods": {"runtimeClasses": ["gvisor"]}})
+    assert p.changes(p.plan_peer(peered_state(opts), same)) == []
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"pods": {"priorityClass": ["x"]}}, "--policy-file p.yaml: spec.policy.pods: unknown key(s) priorityClass"),
+        ({"pods": {"priorityClasses": ["system-node-critical"]}}, "--policy-file p.yaml: spec.policy.pods.priorityClasses: 'system-node-critical' cannot be granted"),
+        ({"services": {"externalIPCIDRs": ["everything"]}}, "spec.policy.services.externalIPCIDRs: 'everything' is not a CIDR"),
+        (["pods"], "--policy-file p.yaml: must hold a map"),
+    ],
+)
+def test_a_policy_file_is_checked_as_the_enforcer_reads_it(raw, message):
+    with pytest.raises(p.PeeringError, match=re.escape(message)):
+        p.parse_policy_document(raw, "--policy-file p.yaml")
+
+
+def test_parse_grant():
+    assert p.parse_grant("NodePort, LoadBalancer,,NodePort") == ("NodePort", "LoadBalancer")
+    assert p.parse_grant("") == ()
+
+
+def test_every_grant_flag_is_a_list_key_of_the_policy():
+    from kube_offload.provider_policy import SCHEMA
+
+    for flag, (section, key) in p.GRANT_FLAGS.items():
+        assert SCHEMA[section][1][key][1] == "list", flag
+
+
+# --- the CLI's policy flags (no cluster is read before they are checked) -----------------------------
+def run_peer_cli(capsys, *argv: str) -> tuple[int, str]:
+    from kube_offload.cli import build_parser
+
+    args = build_parser().parse_args(["peer", "--local-cluster-id", "local", "--remote-cluster-id", "remote-1", *argv])
+    code = args.func(args)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--grant-service-types", "ExternalName"),
+         "--grant-service-types: spec.policy.services.types: 'ExternalName' cannot be granted"),
+        (("--grant-priority-classes", "high,system-cluster-critical"),
+         "--grant-priority-classes: spec.policy.pods.priorityClasses: 'system-cluster-critical' cannot be granted"),
+    ],
+)
+def test_peer_refuses_a_bad_grant_naming_the_flag_and_the_key(capsys, argv, message):
+    code, err = run_peer_cli(capsys, *argv)
+    assert code == 2 and message in err, err
+
+
+def test_peer_refuses_a_bad_policy_file_naming_the_file_and_the_key(capsys, tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("pods:\n  volumeTypes: [hostPath]\n")
+    code, err = run_peer_cli(capsys, "--policy-file", str(path))
+    assert code == 2 and f"--policy-file {path}: spec.policy.pods.volumeTypes: 'hostPath'" in err, err
+    code, err = run_peer_cli(capsys, "--policy-file", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "cannot read it" in err, err
+
+
+def test_peer_reads_a_json_policy_file_and_the_grants(tmp_path):
+    from kube_offload import peer_cli
+    from kube_offload.cli import build_parser
+
+    path = tmp_path / "policy.json"
+    path.write_text('{"ingress": {"hostDomains": ["apps.example.com"]}}')
+    args = build_parser().parse_args(["peer", "--policy-file", str(path), "--grant-storage-classes", "standard,fast",
+                                      "--grant-tolerations", ""])
+    assert peer_cli.read_policy_file(args.policy_file) == {"ingress": {"hostDomains": ["apps.example.com"]}}
+    assert peer_cli.policy_grants(args) == {("storage", "classes"): ("standard", "fast"), ("pods", "tolerations"): ()}
+    assert peer_cli.policy_grants(build_parser().parse_args(["peer"])) == {}

@@ -130,7 +130,8 @@ def test_build_pod_from_shadowpod():
                 "uid": "shp-uid", "controller": True, "blockOwnerDeletion": True,
             }],
         },
-        "spec": SPEC,
+        # The template's spec, with the two fields the provider policy fixes.
+        "spec": {"containers": [{**SPEC["containers"][0], "imagePullPolicy": "Always"}], "automountServiceAccountToken": False},
     }
     assert pod["spec"] is not shp["spec"]["pod"]["spec"]
     # The record of what came from the template: every key but managed-by, and a digest.
@@ -139,6 +140,24 @@ def test_build_pod_from_shadowpod():
     assert record["annotations"] == [ANNOTATION_ORIGIN_NAME, "note"]
     assert record["digest"].startswith("sha256:")
     assert pod_update(shp, pod) is None, "a pod just made from its template needs no update"
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "Never", None])
+def test_the_pod_always_pulls_and_gets_no_provider_token(policy):
+    # A cached private image is never run without the credentials that pull it; a
+    # consumer's pod never gets a token of a provider ServiceAccount.
+    shp = shadowpod()
+    spec = shp["spec"]["pod"]["spec"]
+    spec["automountServiceAccountToken"] = True
+    spec["initContainers"] = [{"name": "init", "image": "private/tool:1"}]
+    for container in (*spec["containers"], *spec["initContainers"]):
+        if policy is not None:
+            container["imagePullPolicy"] = policy
+    pod = build_pod(shp)
+    assert [c["imagePullPolicy"] for c in (*pod["spec"]["initContainers"], *pod["spec"]["containers"])] == ["Always", "Always"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert spec["automountServiceAccountToken"] is True, "the ShadowPod itself is not changed"
+    assert pod_update(shp, pod) is None, "the neutralized fields are not template changes to carry"
 
 
 def test_managed_by_label_cannot_be_overridden_by_the_template():
