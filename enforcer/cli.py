@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 api_client,
                 webhook_settings,
                 shadowpods=enforcer.shadowpods,
+                pods=enforcer.pods,  # what runs counts until it is gone (enforcer/quota.py)
                 namespaces=tenants.namespaces if tenants else None,
                 consumers=tenants.consumers if tenants else None,
                 resync_seconds=settings.resync_seconds,

@@ -87,6 +87,7 @@ class Enforcer:
             self.tenants = TenantLoops(
                 api_client,
                 shadowpods=self.shadowpods,
+                managed_pods=self.pods,
                 twin_role=settings.consumer_twin_role,
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,

@@ -31,6 +31,7 @@ class TenantLoops:
         *,
         shadowpods: Informer,
         twin_role: str,
+        managed_pods: Informer | None = None,
         status_period: float,
         resync_seconds: float,
         workers: int = 2,
@@ -92,6 +93,7 @@ class TenantLoops:
         self.status = ConsumerStatusLoop(
             consumers=self.consumers,
             shadowpods=shadowpods,
+            managed_pods=managed_pods,
             namespaces=self.namespaces,
             nodes=self.nodes,
             pods=self.pods,
@@ -99,7 +101,7 @@ class TenantLoops:
             period=status_period,
             resync_seconds=resync_seconds,
         )
-        for informer in (self.consumers, shadowpods, self.namespaces):
+        for informer in (self.consumers, shadowpods, self.namespaces, *([managed_pods] if managed_pods else [])):
             informer.add_handler(self.status.on_event)
         for informer in (self.nodes, self.pods):
             informer.add_handler(self.status.on_trimmed_event)
