@@ -194,6 +194,11 @@ def format_quantity(milli: int, *, binary: bool = False) -> str:
 
 
 def uses_binary_format(resource: str) -> bool:
+    # Quota names (ResourceQuota's requests.memory, limits.memory) format as their resource.
+    for prefix in ("requests.", "limits."):
+        if resource.startswith(prefix):
+            resource = resource[len(prefix):]
+            break
     return resource in BINARY_FORMAT_RESOURCES or resource.startswith(BINARY_FORMAT_PREFIXES)
 
 
