@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace or None,
         consumer_twin_role=args.consumer_twin_role,
         consumer_status_seconds=float(args.consumer_status_period),
+        release_namespace=args.leader_elect_namespace or default_namespace(),
     )
     webhook_settings = _webhook_settings(args)
     api_client = load_api_client(args.kubeconfig or None)

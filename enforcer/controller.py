@@ -44,6 +44,8 @@ class Settings:
     """ClusterRole bound to the consumer in each twin namespace."""
     consumer_status_seconds: float = 2.0
     """Consumer statuses are recomputed at most this often (and written only on change)."""
+    release_namespace: str = ""
+    """The enforcer's own namespace: never given to a consumer as a twin."""
 
 
 class Enforcer:
@@ -89,6 +91,7 @@ class Enforcer:
                 shadowpods=self.shadowpods,
                 managed_pods=self.pods,
                 twin_role=settings.consumer_twin_role,
+                release_namespace=settings.release_namespace,
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,
             )

@@ -32,6 +32,7 @@ class TenantLoops:
         shadowpods: Informer,
         twin_role: str,
         managed_pods: Informer | None = None,
+        release_namespace: str = "",
         status_period: float,
         resync_seconds: float,
         workers: int = 2,
@@ -80,10 +81,14 @@ class TenantLoops:
             rolebindings=self.rolebindings,
             api=api,
             twin_role=twin_role,
+            release_namespace=release_namespace,
         )
         self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
         self.twins.watch(self.requests)
         self.namespaces.add_handler(self._fan_out(self.reconciler.keys_for_namespace))
+        self.requests.add_handler(
+            lambda event, old, new: [self.twins.enqueue(key) for key in self.reconciler.keys_for_departed(event, old, new)]
+        )
         self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
         consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)
         self.consumers.add_handler(

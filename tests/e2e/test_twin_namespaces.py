@@ -23,8 +23,8 @@ from kube_offload_harness.cluster import Cluster
 CONSUMER = "e2e-twins"
 TENANT = c.tenant_namespace(CONSUMER)
 CONSUMER_USER = f"system:serviceaccount:{TENANT}:{c.CONSUMER_SERVICE_ACCOUNT}"
-TWIN = "twins-e2e-a"
-FOREIGN = "twins-e2e-foreign"
+TWIN = "a-e2e-twins"  # a DefaultName twin: ends in -<consumer id> (enforcer/twin_plan.py)
+FOREIGN = "foreign-e2e-twins"
 MANIFESTS = ("consumer-crd.yaml", "twinnamespace-crd.yaml")
 # The enforcer's informers may still be backing off from CRDs that appeared after it
 # started (up to 10 s), and the machine is shared: generous, never a sleep.
