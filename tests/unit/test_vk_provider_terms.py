@@ -107,3 +107,9 @@ def test_which_suggested_labels_a_provider_may_set(key, value, allowed):
 def test_cordon_is_read():
     assert pt.read_consumer(_consumer(cordoned=True)).cordoned
     assert not pt.read_consumer(_consumer()).cordoned
+
+
+def test_a_requests_dot_quota_key_caps_the_resource_like_a_plain_one():
+    capacity = {"cpu": q("10"), "memory": q("20Gi")}
+    assert pt.cap_by_quota(capacity, {"requests.cpu": q("2"), "limits.memory": q("1Gi")}) == {"cpu": q("2"), "memory": q("20Gi")}
+    assert pt.cap_by_quota(capacity, {"requests.cpu": q("3"), "cpu": q("2")}) == {"cpu": q("2"), "memory": q("20Gi")}
