@@ -135,8 +135,11 @@ def consumer_quota(spec: Mapping) -> ResourceList:
     try:
         mode = parse_policy(spec.get("policy")).quota_mode
     except ProviderPolicyError as exc:
-        raise QuantityError(str(exc)) from None
-    return quota_limits(spec.get("quota"), mode)
+        raise QuantityError(str(exc)) from None  # names its spec.policy key already
+    try:
+        return quota_limits(spec.get("quota"), mode)
+    except QuantityError as exc:
+        raise QuantityError(f"spec.quota: {exc}") from None
 
 
 def limited_resources(quota: Mapping[str, int]) -> list[str]:

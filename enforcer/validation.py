@@ -117,7 +117,7 @@ def consumer_terms(consumer: Mapping) -> ConsumerTerms:
     try:
         quota = consumer_quota(spec)  # quota keys read under spec.policy.quotaMode (enforcer.quota)
     except QuantityError as exc:
-        raise ConsumerError(f"spec.quota: {exc}") from None
+        raise ConsumerError(str(exc)) from None  # names the key: spec.quota or spec.policy
     return ConsumerTerms(
         consumer_id=consumer_name(consumer),
         username=service_account_username(consumer),

@@ -385,7 +385,7 @@ def test_consumer_quota_reads_the_mode_from_the_policy_and_names_bad_keys():
     assert consumer_quota({"quota": {"cpu": "1"}}) == {"cpu": 1000}
     with pytest.raises(QuantityError, match=r"spec.policy.quotaMode"):
         consumer_quota({"quota": {"cpu": "1"}, "policy": {"quotaMode": "sometimes"}})
-    with pytest.raises(QuantityError, match=r"^cpu: "):
+    with pytest.raises(QuantityError, match=r"^spec.quota: cpu: "):
         consumer_quota({"quota": {"cpu": "lots"}})
 
 

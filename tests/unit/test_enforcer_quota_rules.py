@@ -174,3 +174,9 @@ def test_explicit_limits_key_and_ephemeral_storage_and_overhead_are_counted():
 
 def test_requests_delta_carries_limits():
     assert requests_delta(request(shadowpod({"cpu": "1"}, {"cpu": "2"}))) == {"cpu": 1000, "limits.cpu": 2000, "pods": 1000}
+
+
+def test_a_policy_that_does_not_parse_is_the_providers_mistake_naming_the_key():
+    decision = run(shadowpod({"cpu": "1"}), the_consumer=consumer(quota={"cpu": "1"}, policy={"quotaMode": "often"}))
+    assert not decision.allowed and decision.code == 403
+    assert "misconfigured (spec.policy.quotaMode: 'often' is not one of requests, limits, both)" in decision.message
