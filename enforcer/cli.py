@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace or None,
         consumer_twin_role=args.consumer_twin_role,
         consumer_status_seconds=float(args.consumer_status_period),
+        release_namespace=args.leader_elect_namespace or default_namespace(),
     )
     webhook_settings = _webhook_settings(args)
     api_client = load_api_client(args.kubeconfig or None)
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
                 api_client,
                 webhook_settings,
                 shadowpods=enforcer.shadowpods,
+                pods=enforcer.pods,  # what runs counts until it is gone (enforcer/quota.py)
                 namespaces=tenants.namespaces if tenants else None,
                 consumers=tenants.consumers if tenants else None,
                 resync_seconds=settings.resync_seconds,

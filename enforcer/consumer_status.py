@@ -1,11 +1,12 @@
 """What a Consumer's status should say (pure): the enforcer-owned half of the Consumer.
 
 ``used``/``shadowPods`` and ``twinNamespaces`` come from :class:`enforcer.quota.ConsumerUsage`
-(the same sum the ShadowPod webhook checks against the quota; twins by the namespaces'
-enforcer-written labels), ``capacity`` from
+(the same sum the ShadowPod webhook checks against the quota, pods counted until they are
+gone; twins by the namespaces' enforcer-written labels), ``capacity`` from
 :func:`kube_offload.remote_resources.summarize` in the shape
-:func:`kube_offload.remote_resources.encode_capacity_status` writes (the consumer's
-virtual kubelet reads it back instead of listing this cluster's nodes and pods).
+:func:`kube_offload.remote_resources.encode_capacity_status` writes: anonymous free shapes,
+no node names or addresses (the consumer's virtual kubelet reads it back instead of
+listing this cluster's nodes and pods).
 """
 
 from __future__ import annotations

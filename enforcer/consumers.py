@@ -43,6 +43,7 @@ class ConsumerStatusLoop:
         consumers: Cache,
         shadowpods: Cache,
         namespaces: Cache,
+        managed_pods: Cache | None = None,
         nodes: Cache,
         pods: Cache,
         api: TenantApi,
@@ -57,7 +58,7 @@ class ConsumerStatusLoop:
         self._api = api
         # The same running sums the ShadowPod webhook reads: a pass costs O(consumers x
         # their twin namespaces), not O(consumers x every ShadowPod).
-        self._usage = ConsumerUsage(shadowpods, namespaces)
+        self._usage = ConsumerUsage(shadowpods, namespaces, managed_pods)
         self._period = period
         self._resync = resync_seconds
         self._dirty = threading.Event()

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from enforcer.api import KubeEnforcerApi
 from enforcer.events import EventRecorder
-from enforcer.reconcile import POD_INDEXERS, Reconciler
+from enforcer.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
 from enforcer.tenants import TenantLoops
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE,
@@ -25,7 +25,6 @@ from kube_offload.constants import (
 )
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
-from kube_offload.shadowpod import owner_key
 
 log = logging.getLogger("kube_offload.enforcer")
 
@@ -45,6 +44,8 @@ class Settings:
     """ClusterRole bound to the consumer in each twin namespace."""
     consumer_status_seconds: float = 2.0
     """Consumer statuses are recomputed at most this often (and written only on change)."""
+    release_namespace: str = ""
+    """The enforcer's own namespace: never given to a consumer as a twin."""
 
 
 class Enforcer:
@@ -81,13 +82,16 @@ class Enforcer:
         self.controller.watch(self.shadowpods, skip=self.reconciler.own_status_write)
         # Pod status changes are not skipped: the reconcile copies the pod's status into
         # its ShadowPod's (and replaces a pod that failed).
-        self.controller.watch(self.pods, owner_key)
+        # shadowpod_of: an orphaned pod (no owner left) is reconciled under its own name.
+        self.controller.watch(self.pods, shadowpod_of)
         self.tenants: TenantLoops | None = None
         if settings.namespace is None:
             self.tenants = TenantLoops(
                 api_client,
                 shadowpods=self.shadowpods,
+                managed_pods=self.pods,
                 twin_role=settings.consumer_twin_role,
+                release_namespace=settings.release_namespace,
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,
             )

@@ -1,8 +1,27 @@
-"""What a consumer uses of this provider: the sum of requests over its live ShadowPods.
+"""What a consumer uses of this provider: what its pods hold, counted until they are gone.
 
 One definition for the two readers that must agree: the Consumer status loop (which
 publishes ``status.used``) and the ShadowPod validating webhook (which refuses a pod that
-would take the consumer over its quota). Pure: no I/O.
+would take the consumer over its quota). Pure apart from :class:`DetachedPods`, which
+keeps a running sum from informer events.
+
+What counts (docs/security.md "Quota"):
+
+* every live ShadowPod (not being deleted, not Succeeded/Failed): the *charges* of the
+  pod it stands for (:func:`pod_charges`: requests under the plain resource names, the
+  same as Kubernetes' ``requests.<name>``, limits under ``limits.<name>``, overhead in
+  both, ``pods`` = 1000 per pod);
+* every pod the enforcer made that is not finished and that no live ShadowPod counts for
+  (its ShadowPod is being deleted, or gone: deleted with ``--cascade=orphan``, or before
+  the garbage collector came by), with that pod's own charges: a ShadowPod counts until
+  its pod is gone, not until its deletionTimestamp;
+* of a pod its live ShadowPod counts for, whatever the pod holds beyond the ShadowPod
+  (overhead a RuntimeClass added, requests a LimitRange defaulted): quota counts what runs.
+
+``spec.quota`` keys (:func:`quota_limits`): ``requests.<name>`` and ``limits.<name>`` as
+in a ResourceQuota; a plain ``<name>`` (``cpu``) is what ``spec.policy.quotaMode`` says:
+the requests (the default, as ResourceQuota reads it), the limits, or both; ``pods`` (or
+``count/pods``) the number of pods.
 
 A ShadowPod counts for consumer ``<id>`` when its *namespace* is a twin of ``<id>``
 (labelled origin-cluster-id=<id> and managed-by=enforcer, labels only the enforcer
@@ -13,10 +32,120 @@ trusted for accounting.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, Iterable, Mapping
 
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
-from kube_offload.resources import MILLI, TERMINATED_PHASES, QuantityError, ResourceList, pod_requests
+from kube_offload.provider_policy import ProviderPolicyError, parse_policy
+from kube_offload.resources import (
+    MILLI,
+    TERMINATED_PHASES,
+    QuantityError,
+    ResourceList,
+    parse_quantity,
+    pod_is_terminated,
+    pod_limits,
+    pod_requests,
+)
+from kube_offload.runtime.informer import DELETED
+from kube_offload.shadowpod import controller_ref
+
+# --- what a pod is charged, and what a quota key limits -------------------------------------
+LIMITS_PREFIX = "limits."
+REQUESTS_PREFIX = "requests."
+PODS = "pods"
+# Quota keys Kubernetes' ResourceQuota knows that are not a pod's compute resources: object
+# counts and claimed storage. A ShadowPod never adds to them, so the ShadowPod webhook
+# never refuses for them; they are accepted in spec.quota (the same spelling as a
+# ResourceQuota) but not counted yet (docs/security.md "Quota": left undone).
+OBJECT_QUOTA_KEYS: tuple[str, ...] = (
+    "services",
+    "services.nodeports",
+    "services.loadbalancers",
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "requests.storage",
+)
+OBJECT_QUOTA_PREFIXES: tuple[str, ...] = ("count/",)
+STORAGE_CLASS_QUOTA_MARK = ".storageclass.storage.k8s.io/"
+
+
+def is_object_quota_key(key: str) -> bool:
+    """Whether a spec.quota key counts objects or claimed storage (not pod resources)."""
+    if key in ("count/pods",):
+        return False
+    return key in OBJECT_QUOTA_KEYS or key.startswith(OBJECT_QUOTA_PREFIXES) or STORAGE_CLASS_QUOTA_MARK in key
+
+
+def pod_charges(pod: Mapping) -> ResourceList:
+    """What ``pod`` (a Pod, or a ShadowPod's ``spec.pod`` template) is charged: its
+    requests under the plain resource names (``pods`` = 1000), its limits under
+    ``limits.<name>`` (:func:`kube_offload.resources.pod_limits`); overhead in both.
+    Raises QuantityError on a malformed pod."""
+    charges = pod_requests(pod)
+    for name, amount in pod_limits(pod).items():
+        charges[LIMITS_PREFIX + name] = amount
+    return charges
+
+
+def quota_limits(quota: Mapping | None, mode: str = "requests") -> ResourceList:
+    """``spec.quota`` in the names :func:`pod_charges` uses, in milli-units: what the
+    webhook compares usage against. ``requests.cpu`` and (in mode ``requests``) ``cpu``
+    limit the requests; ``limits.cpu`` and (mode ``limits``) ``cpu`` the limits; mode
+    ``both`` makes a plain ``cpu`` limit both. ``pods`` and ``count/pods`` the pod count.
+    Object-count and storage keys are kept under their own names (nothing a pod adds).
+    Two keys for one figure (``cpu`` and ``requests.cpu``): the lower holds. Raises
+    QuantityError naming the key of a quantity that does not parse."""
+    out: ResourceList = {}
+
+    def put(name: str, amount: int) -> None:
+        out[name] = min(amount, out[name]) if name in out else amount
+
+    if quota is None:
+        return out
+    if not isinstance(quota, Mapping):
+        raise QuantityError("must be an object of resource name -> quantity")
+    for key, raw in quota.items():
+        key = str(key)
+        try:
+            amount = parse_quantity(raw)  # type: ignore[arg-type]
+        except QuantityError as exc:
+            raise QuantityError(f"{key}: {exc}") from None
+        if key in (PODS, "count/pods"):
+            put(PODS, amount)
+        elif is_object_quota_key(key):
+            put(key, amount)
+        elif key.startswith(REQUESTS_PREFIX):
+            put(key[len(REQUESTS_PREFIX):], amount)
+        elif key.startswith(LIMITS_PREFIX):
+            put(key, amount)
+        else:
+            if mode in ("requests", "both"):
+                put(key, amount)
+            if mode in ("limits", "both"):
+                put(LIMITS_PREFIX + key, amount)
+    return out
+
+
+def consumer_quota(spec: Mapping) -> ResourceList:
+    """A Consumer spec's quota as :func:`quota_limits` reads it under its
+    ``spec.policy.quotaMode``. Raises QuantityError naming the key (spec.quota[...] or
+    spec.policy...) when either does not parse: the provider's mistake."""
+    try:
+        mode = parse_policy(spec.get("policy")).quota_mode
+    except ProviderPolicyError as exc:
+        raise QuantityError(str(exc)) from None  # names its spec.policy key already
+    try:
+        return quota_limits(spec.get("quota"), mode)
+    except QuantityError as exc:
+        raise QuantityError(f"spec.quota: {exc}") from None
+
+
+def limited_resources(quota: Mapping[str, int]) -> list[str]:
+    """The resources whose limits a quota (:func:`quota_limits` output) counts: a pod must
+    then set a limit for each (as ResourceQuota requires), or its limit is unbounded."""
+    return sorted(name[len(LIMITS_PREFIX):] for name in quota if name.startswith(LIMITS_PREFIX))
 
 log = logging.getLogger("kube_offload.enforcer.quota")
 
@@ -65,7 +194,8 @@ _REQUESTS_CACHE_MAX = 100_000
 
 
 def shadowpod_requests(shadowpod: Mapping) -> ResourceList:
-    """The effective requests of the Pod a ShadowPod stands for (``pods`` included).
+    """The charges (:func:`pod_charges`: requests, ``limits.*``, ``pods``) of the Pod a
+    ShadowPod stands for.
 
     A ShadowPod whose quantities do not parse counts as one pod and nothing else: the
     apiserver would refuse the Pod it stands for, so it cannot hold cpu or memory, but
@@ -89,7 +219,7 @@ def shadowpod_requests(shadowpod: Mapping) -> ResourceList:
 def _compute_requests(shadowpod: Mapping) -> ResourceList:
     pod = (shadowpod.get("spec") or {}).get("pod") or {}
     try:
-        return pod_requests(pod)
+        return pod_charges(pod)
     except QuantityError as exc:
         metadata = shadowpod.get("metadata") or {}
         log.debug("ShadowPod %s/%s: %s; counted as one pod", metadata.get("namespace"), metadata.get("name"), exc)
@@ -130,39 +260,189 @@ def usage_of_namespaces(namespace_sums: Callable[[str], Mapping[str, int]], name
     return used
 
 
-def consumer_usage(shadowpods: Iterable[Mapping], consumer_id: str, *, namespace_of: NamespaceLookup) -> ResourceList:
-    """Sum of :func:`shadowpod_requests` over the live ShadowPods in twin namespaces of
-    ``consumer_id``, in milli-units; ``pods`` is always present (``pods`` = 1000 × count).
+# Pods' charges, cached like ShadowPods' (same reasons, same bound).
+_POD_CHARGES_CACHE: dict[str, tuple[str, ResourceList]] = {}
+
+
+def running_pod_charges(pod: Mapping) -> ResourceList:
+    """:func:`pod_charges` of a Pod the enforcer made; {} once it is Succeeded/Failed
+    (it holds nothing any more). A pod whose quantities do not parse (the apiserver
+    validated it, so: our limitation) counts as one pod."""
+    if pod_is_terminated(pod):
+        return {}
+    metadata = pod.get("metadata") or {}
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    cached = _POD_CHARGES_CACHE.get(uid) if uid else None
+    if cached is not None and cached[0] == version:
+        return dict(cached[1])
+    try:
+        charges = pod_charges(pod)
+    except QuantityError:
+        charges = {PODS: MILLI}
+    if uid and version:
+        if len(_POD_CHARGES_CACHE) >= _REQUESTS_CACHE_MAX:
+            _POD_CHARGES_CACHE.clear()
+        _POD_CHARGES_CACHE[uid] = (version, charges)
+    return dict(charges)
+
+
+def uncounted_charges(pod: Mapping, shadowpod: Mapping | None) -> ResourceList:
+    """What a pod the enforcer made holds that its ShadowPod does not count (positive
+    amounts only): all of it when no live ShadowPod of that name and UID controls it
+    (being deleted, gone, orphaned, or replaced by a new one of the same name), else
+    whatever the pod holds beyond its ShadowPod's charges. ``shadowpod`` is the
+    ShadowPod of the pod's namespace and name (None: none)."""
+    held = running_pod_charges(pod)
+    if not held:
+        return {}
+    ref = controller_ref(pod) or {}
+    owner_meta = (shadowpod or {}).get("metadata") or {}
+    if shadowpod is None or not live_shadowpod(shadowpod) or not ref.get("uid") or ref.get("uid") != owner_meta.get("uid"):
+        return held
+    counted = shadowpod_requests(shadowpod)
+    beyond = {name: amount - counted.get(name, 0) for name, amount in held.items()}
+    return {name: amount for name, amount in beyond.items() if amount > 0}
+
+
+def _key(obj: Mapping) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def consumer_usage(
+    shadowpods: Iterable[Mapping],
+    consumer_id: str,
+    *,
+    namespace_of: NamespaceLookup,
+    pods: Iterable[Mapping] = (),
+) -> ResourceList:
+    """What ``consumer_id`` uses, in milli-units (``pods`` always present: 1000 × count):
+    the charges of its live ShadowPods plus :func:`uncounted_charges` of the pods the
+    enforcer made (``pods``) in its twin namespaces.
 
     ``namespace_of`` resolves a namespace name to its object (a cache lookup), so that
     ownership is decided by the namespace's enforcer-written labels.
     """
     used: ResourceList = {"pods": 0}
     owners: dict[str, str | None] = {}
-    for shadowpod in shadowpods:
-        namespace = (shadowpod.get("metadata") or {}).get("namespace") or ""
+    by_key: dict[str, Mapping] = {}
+
+    def mine(obj: Mapping) -> bool:
+        namespace = (obj.get("metadata") or {}).get("namespace") or ""
         if namespace not in owners:
             owners[namespace] = twin_owner(namespace_of(namespace))
-        if owners[namespace] != consumer_id or not live_shadowpod(shadowpod):
+        return owners[namespace] == consumer_id
+
+    for shadowpod in shadowpods:
+        by_key[_key(shadowpod)] = shadowpod
+        if not mine(shadowpod) or not live_shadowpod(shadowpod):
             continue
         for name, amount in shadowpod_requests(shadowpod).items():
             used[name] = used.get(name, 0) + amount
+    for pod in pods:
+        if not mine(pod):
+            continue
+        for name, amount in uncounted_charges(pod, by_key.get(_key(pod))).items():
+            used[name] = used.get(name, 0) + amount
     return used
+
+
+class DetachedPods:
+    """Per namespace, the running sum of :func:`uncounted_charges` over the pods the
+    enforcer made: the half of a consumer's usage the ShadowPod tally cannot see (a pod
+    whose ShadowPod is being deleted or gone still holds its node's resources).
+
+    Kept from the events of both informers (a pod event, or an event of the ShadowPod of
+    the same name, recomputes that one name), so a read costs O(namespaces). Informer
+    handlers run just after the store changed; between the two, for a moment, a ShadowPod
+    that stopped counting is not yet replaced by its pod here."""
+
+    def __init__(self, shadowpods: object, pods: object) -> None:
+        self._shadowpods = shadowpods
+        self._lock = threading.Lock()
+        self._pods: dict[str, Mapping] = {}
+        self._counted: dict[str, tuple[str, ResourceList]] = {}  # key -> (namespace, charges)
+        self._sums: dict[str, ResourceList] = {}
+        pods.add_handler(self.on_pod_event)  # type: ignore[attr-defined]
+        shadowpods.add_handler(self.on_shadowpod_event)  # type: ignore[attr-defined]
+        for pod in pods.list():  # type: ignore[attr-defined]
+            self.on_pod_event("ADDED", None, pod)
+
+    def on_pod_event(self, event: str, _old: Mapping | None, new: Mapping) -> None:
+        key = _key(new)
+        with self._lock:
+            if event == DELETED or pod_is_terminated(new):
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = new
+            self._recount(key)
+
+    def on_shadowpod_event(self, _event: str, _old: Mapping | None, new: Mapping) -> None:
+        key = _key(new)
+        with self._lock:
+            if key in self._pods or key in self._counted:
+                self._recount(key)
+
+    def _recount(self, key: str) -> None:
+        previous = self._counted.pop(key, None)
+        if previous is not None:
+            namespace, charges = previous
+            sums = self._sums.get(namespace, {})
+            for name, amount in charges.items():
+                sums[name] = sums.get(name, 0) - amount
+                if not sums[name]:
+                    del sums[name]
+            if not sums:
+                self._sums.pop(namespace, None)
+        pod = self._pods.get(key)
+        if pod is None:
+            return
+        charges = uncounted_charges(pod, self._shadowpods.get(key))  # type: ignore[attr-defined]
+        if not charges:
+            return
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        self._counted[key] = (namespace, charges)
+        sums = self._sums.setdefault(namespace, {})
+        for name, amount in charges.items():
+            sums[name] = sums.get(name, 0) + amount
+
+    def namespace_sums(self, namespace: str) -> ResourceList:
+        with self._lock:
+            return dict(self._sums.get(namespace, {}))
+
+
+# One join per (ShadowPod informer, pod informer): the webhook and the status loop share it.
+_JOINS: dict[tuple[int, int], DetachedPods] = {}
+_JOINS_LOCK = threading.Lock()
+
+
+def detached_pods(shadowpods: object, pods: object) -> DetachedPods:
+    with _JOINS_LOCK:
+        key = (id(shadowpods), id(pods))
+        join = _JOINS.get(key)
+        if join is None:
+            join = _JOINS[key] = DetachedPods(shadowpods, pods)
+        return join
 
 
 class ConsumerUsage:
     """A consumer's usage and twin namespaces, read from the caches: from the tally and
     the index above when the caches are informers (registered here; registering again is
     a no-op, so the webhook and the status loop share them), else by walking every cached
-    object (a plain list in a unit test), which gives the same answer."""
+    object (a plain list in a unit test), which gives the same answer. ``pods``: the
+    enforcer's managed pods (None: ShadowPods alone are counted)."""
 
-    def __init__(self, shadowpods: object, namespaces: object) -> None:
+    def __init__(self, shadowpods: object, namespaces: object, pods: object | None = None) -> None:
         self._shadowpods = shadowpods
         self._namespaces = namespaces
+        self._pods = pods
         self.tallied = hasattr(shadowpods, "add_tally") and hasattr(namespaces, "add_indexer")
+        self._detached: DetachedPods | None = None
         if self.tallied:
             shadowpods.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)  # type: ignore[attr-defined]
             namespaces.add_indexer(TWIN_NAMESPACES_BY_CONSUMER, twin_owner_index)  # type: ignore[attr-defined]
+            if pods is not None and hasattr(pods, "add_handler"):
+                self._detached = detached_pods(shadowpods, pods)
 
     def twin_namespaces(self, consumer_id: str) -> list[str]:
         """Names of the consumer's twin namespaces, sorted."""
@@ -171,10 +451,18 @@ class ConsumerUsage:
         return twin_namespaces_of(self._namespaces.list(), consumer_id)  # type: ignore[attr-defined]
 
     def used(self, consumer_id: str) -> ResourceList:
-        """What the consumer's live ShadowPods request, in milli-units (``pods`` always)."""
+        """What the consumer holds, in milli-units (``pods`` always): its live
+        ShadowPods, and the pods the enforcer made that they no longer count for."""
         if self.tallied:
             # Per admission: the index's keys as they are (a sum needs no order).
             twins = self._namespaces.index_keys(TWIN_NAMESPACES_BY_CONSUMER, consumer_id)  # type: ignore[attr-defined]
             tally = self._shadowpods.tally  # type: ignore[attr-defined]
-            return usage_of_namespaces(lambda namespace: tally(LIVE_REQUESTS_BY_NAMESPACE, namespace), twins)
-        return consumer_usage(self._shadowpods.list(), consumer_id, namespace_of=self._namespaces.get)  # type: ignore[attr-defined]
+            used = usage_of_namespaces(lambda namespace: tally(LIVE_REQUESTS_BY_NAMESPACE, namespace), twins)
+            if self._detached is not None:
+                for name, amount in usage_of_namespaces(self._detached.namespace_sums, twins).items():
+                    used[name] = used.get(name, 0) + amount
+            return used
+        pods = self._pods.list() if self._pods is not None else ()  # type: ignore[attr-defined]
+        return consumer_usage(
+            self._shadowpods.list(), consumer_id, namespace_of=self._namespaces.get, pods=pods  # type: ignore[attr-defined]
+        )

@@ -18,7 +18,7 @@ from enforcer import events
 from enforcer.api import EnforcerApi
 from enforcer.events import EventRecorder
 from enforcer.dry_run import pod_message
-from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE
+from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, MANAGED_BY_ENFORCER
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.kube import ApiError, split_key
 from kube_offload.runtime.logs import ObjectLogger
@@ -66,8 +66,30 @@ BY_SHADOWPOD = "by-shadowpod"
 
 
 def shadowpod_of(pod: dict) -> str | None:
-    """The index function of :data:`BY_SHADOWPOD`."""
-    return owner_key(pod)
+    """The index function of :data:`BY_SHADOWPOD` (and the pod informer's key function
+    for the controller): the ShadowPod controlling the pod; for a pod the enforcer made
+    that has no controller at all any more, the ShadowPod it was made for, which has the
+    pod's own name. The garbage collector strips the owner reference from dependents of
+    an object deleted with ``--cascade=orphan``: without this such a pod would never be
+    reconciled again, and would run on uncounted by anything but the quota."""
+    key = owner_key(pod)
+    if key is not None or not is_enforcer_orphan(pod):
+        return key
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def is_enforcer_orphan(pod: dict) -> bool:
+    """A pod the enforcer made (its label and its applied-template record, which only
+    ``build_pod`` writes) that no controller owns any more. Such a pod belongs to no live
+    ShadowPod (every pod is created with a controller reference to its ShadowPod), so it
+    is deleted; a pod without both marks is never touched."""
+    meta = pod.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY_ENFORCER:
+        return False
+    if ANNOTATION_APPLIED_TEMPLATE not in (meta.get("annotations") or {}):
+        return False
+    return not any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
 
 
 POD_INDEXERS = {BY_SHADOWPOD: shadowpod_of}
@@ -237,8 +259,11 @@ class Reconciler:
         if existing is None or is_owned_by(existing, shadowpod):
             # Ours: the old pod still terminating, or one the informer has not delivered.
             raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {name} exists; waiting for the cache or its termination")
-        if controller_ref(existing) is not None and (controller_ref(existing) or {}).get("name") == name:
-            # Made for an earlier ShadowPod of this name: its owner is gone.
+        if (controller_ref(existing) is not None and (controller_ref(existing) or {}).get("name") == name) or is_enforcer_orphan(
+            existing
+        ):
+            # Made for an earlier ShadowPod of this name: its owner is gone (or it was
+            # orphaned by a --cascade=orphan delete).
             self._delete_orphans(namespace, name, [existing], logger)
             raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"deleted pod {name} of an earlier ShadowPod")
         message = f"a pod named {name} exists and is not managed by the enforcer; delete or rename it"
@@ -264,8 +289,15 @@ class Reconciler:
         live = self._api.get_shadowpod(namespace, name)
         live_uid = ((live or {}).get("metadata") or {}).get("uid")
         for pod in candidates:
-            if (controller_ref(pod) or {}).get("uid") == live_uid:
+            if is_enforcer_orphan(pod):
+                # No owner at all (orphaned by the garbage collector): whatever the
+                # ShadowPod of that name is now, this pod is not its pod.
+                logger.info("pod %s was orphaned from its ShadowPod (--cascade=orphan?); deleting it", _name(pod))
+                self._delete(pod, logger)
                 continue
+            ref_uid = (controller_ref(pod) or {}).get("uid")
+            if ref_uid is None or ref_uid == live_uid:
+                continue  # controlled by something else, or by the live ShadowPod
             logger.info("pod %s outlived its ShadowPod", _name(pod))
             self._delete(pod, logger)
 

@@ -36,7 +36,15 @@ class ShadowPodCache(Protocol):
 
 
 class ShadowPodValidator:
-    def __init__(self, *, shadowpods: ShadowPodCache, caches: ProviderCaches, dry_run: DryRun, ledger: Ledger | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        shadowpods: ShadowPodCache,
+        caches: ProviderCaches,
+        dry_run: DryRun,
+        ledger: Ledger | None = None,
+        pods: object | None = None,
+    ) -> None:
         self._shadowpods = shadowpods
         self._caches = caches
         self._dry_run = dry_run
@@ -45,14 +53,18 @@ class ShadowPodValidator:
         if add_handler is not None:  # an Informer: settle reservations on its events
             add_handler(self.ledger.on_event)
         # Informers: usage from running sums kept with the caches (quota.py); any other
-        # cache (a plain list in a unit test) is walked whole, the same sum.
-        self._usage_of = ConsumerUsage(shadowpods, caches.namespaces)
+        # cache (a plain list in a unit test) is walked whole, the same sum. ``pods``: the
+        # enforcer's managed pods, which count until they are gone (quota.py).
+        self._usage_of = ConsumerUsage(shadowpods, caches.namespaces, pods)
 
     @classmethod
-    def for_cluster(cls, api_client, *, shadowpods: ShadowPodCache, caches: ProviderCaches) -> "ShadowPodValidator":
+    def for_cluster(
+        cls, api_client, *, shadowpods: ShadowPodCache, caches: ProviderCaches, pods: object | None = None
+    ) -> "ShadowPodValidator":
         return cls(
             shadowpods=shadowpods,
             caches=caches,
+            pods=pods,
             dry_run=lambda namespace, shadowpod: dry_run.check(api_client, namespace, shadowpod),
         )
 

@@ -31,6 +31,8 @@ class TenantLoops:
         *,
         shadowpods: Informer,
         twin_role: str,
+        managed_pods: Informer | None = None,
+        release_namespace: str = "",
         status_period: float,
         resync_seconds: float,
         workers: int = 2,
@@ -79,10 +81,14 @@ class TenantLoops:
             rolebindings=self.rolebindings,
             api=api,
             twin_role=twin_role,
+            release_namespace=release_namespace,
         )
         self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
         self.twins.watch(self.requests)
         self.namespaces.add_handler(self._fan_out(self.reconciler.keys_for_namespace))
+        self.requests.add_handler(
+            lambda event, old, new: [self.twins.enqueue(key) for key in self.reconciler.keys_for_departed(event, old, new)]
+        )
         self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
         consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)
         self.consumers.add_handler(
@@ -92,6 +98,7 @@ class TenantLoops:
         self.status = ConsumerStatusLoop(
             consumers=self.consumers,
             shadowpods=shadowpods,
+            managed_pods=managed_pods,
             namespaces=self.namespaces,
             nodes=self.nodes,
             pods=self.pods,
@@ -99,7 +106,7 @@ class TenantLoops:
             period=status_period,
             resync_seconds=resync_seconds,
         )
-        for informer in (self.consumers, shadowpods, self.namespaces):
+        for informer in (self.consumers, shadowpods, self.namespaces, *([managed_pods] if managed_pods else [])):
             informer.add_handler(self.status.on_event)
         for informer in (self.nodes, self.pods):
             informer.add_handler(self.status.on_trimmed_event)

@@ -15,10 +15,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping
+from typing import Callable, Iterable, Mapping
 
 from enforcer.tenancy import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
 from kube_offload import constants as c
+from kube_offload.provider_policy import (
+    ALWAYS_RESERVED_NAMESPACES,
+    POLICY,
+    ProviderPolicyError,
+    TwinNamespacePolicy,
+    name_matches,
+    parse_policy,
+)
+
+# The policy keys a refusal names (Consumer spec.policy.twinNamespaces.*).
+SAME_NAMES_KEY = f"{POLICY}.twinNamespaces.sameNames"
+RESERVED_KEY = f"{POLICY}.twinNamespaces.reserved"
+MAX_COUNT_KEY = f"{POLICY}.twinNamespaces.maxCount"
 
 # How soon to look again while waiting for something only time brings (a namespace
 # terminating). Its watch event normally comes first; this is the fallback.
@@ -90,6 +103,95 @@ def name_problem(name: str) -> str:
     if name in _RESERVED_NAMES or name.startswith(_RESERVED_PREFIXES):
         return f"metadata.name {name!r} is reserved on this provider; ask for another namespace name"
     return ""
+
+
+def plan_name_problem(
+    name: str,
+    consumer_id: str,
+    policy: TwinNamespacePolicy,
+    *,
+    release_namespace: str = "",
+    consumers: ConsumerLookup = lambda _name: None,
+) -> str:
+    """Why the provider's plan has no room for twin ``name`` of ``consumer_id``, or "".
+
+    A twin is either a DefaultName twin, ending in ``-<consumer id>`` (what the virtual
+    kubelet asks for by default: vkubelet/naming.py), or a name the provider grants as it
+    is (EnforceSameName) in ``sameNames``; never a reserved name (``default``, ``kube-*``,
+    ``kube-offload-*``, the enforcer's own namespace, and ``reserved``), whatever is
+    granted; and never a DefaultName twin of another consumer whose id ends in this one's
+    (consumer ``b`` may not take ``web-a-b``, which is consumer ``a-b``'s twin of ``web``)."""
+    if name_matches(name, ALWAYS_RESERVED_NAMESPACES) or (release_namespace and name == release_namespace):
+        return (
+            f"metadata.name {name!r} is reserved by the provider for itself (default, kube-*, kube-offload-* and "
+            "the enforcer's namespace are never given to a consumer); ask for another namespace name"
+        )
+    if name_matches(name, policy.reserved):
+        return (
+            f"metadata.name {name!r} is reserved by the provider (Consumer {RESERVED_KEY}); "
+            "ask for another namespace name"
+        )
+    suffix = f"-{consumer_id}"
+    if name.endswith(suffix) and len(name) > len(suffix):
+        for index, char in enumerate(name[: -len(suffix)]):
+            other = name[index + 1:]
+            if char == "-" and other != consumer_id and consumers(other) is not None:
+                return (
+                    f"metadata.name {name!r} ends in \"-{other}\": it belongs to the plan of consumer {other!r}; "
+                    f"ask for a name ending in \"{suffix}\" that is not another consumer's"
+                )
+        return ""
+    if name_matches(name, policy.same_names):
+        return ""
+    return (
+        f"metadata.name {name!r}: a twin namespace of consumer {consumer_id!r} must end in \"{suffix}\" (the "
+        f"DefaultName mapping); other names (EnforceSameName) only where the provider grants them in Consumer "
+        f"{SAME_NAMES_KEY}"
+        + (f" (granted: {', '.join(policy.same_names)})" if policy.same_names else " (none granted)")
+    )
+
+
+def count_problem(
+    request: Mapping,
+    siblings: Iterable[Mapping],
+    *,
+    max_count: int,
+    eligible: Callable[[Mapping], bool],
+    served: Callable[[Mapping], bool],
+) -> str:
+    """Why ``request`` is over its consumer's maximum of twin namespaces, or "".
+
+    ``siblings``: every TwinNamespace of the consumer (``request`` among them, or not yet);
+    ``eligible``: whether one passes the name rules (only those compete); ``served``:
+    whether its namespace exists already (those keep their place however the maximum
+    changes: a twin in use is never refused). The rest are ranked by creationTimestamp,
+    then namespace/name: the first ``max_count`` are served. The ranking depends only on
+    the requests, so two reconciles running at once agree on who gets the last place,
+    and a request being deleted keeps its place until its namespace is gone."""
+    key = request_key(request)
+    if served(request):
+        return ""
+    ranked = {request_key(r): r for r in siblings if eligible(r)}
+    ranked[key] = request
+    order = sorted(
+        ranked.values(),
+        key=lambda r: (not served(r), str((r.get("metadata") or {}).get("creationTimestamp") or "~"), request_key(r)),
+    )
+    position = [request_key(r) for r in order].index(key)
+    if position < max_count:
+        return ""
+    return (
+        f"consumer has reached its maximum of {max_count} twin namespaces (Consumer {MAX_COUNT_KEY}); "
+        "delete a TwinNamespace it no longer needs, or ask the provider to raise the maximum"
+    )
+
+
+def consumer_twin_policy(consumer: Mapping) -> tuple[TwinNamespacePolicy | None, str]:
+    """The consumer's twin namespace policy, or None and why (the provider's mistake)."""
+    try:
+        return parse_policy((consumer.get("spec") or {}).get("policy")).twin_namespaces, ""
+    except ProviderPolicyError as exc:
+        return None, f"Consumer {consumer_name(consumer)} has a policy that does not parse ({exc}); the provider must fix it"
 
 
 def is_ours(namespace: Mapping | None, consumer_id: str, key: str) -> bool:
@@ -222,9 +324,15 @@ def plan_twin(
     namespace: Mapping | None,
     rolebinding: Mapping | None,
     twin_role: str,
+    siblings: Callable[[Mapping], list[Mapping]] = lambda _consumer: [],
+    namespace_of: Callable[[str], Mapping | None] = lambda _name: None,
+    release_namespace: str = "",
 ) -> TwinPlan:
     """The plan for ``request`` given the tenant namespace it lives in, the Consumers,
-    the namespace it asks for and that namespace's twin RoleBinding (each None if absent)."""
+    the namespace it asks for and that namespace's twin RoleBinding (each None if absent).
+    ``siblings(consumer)``: that consumer's TwinNamespaces (for its maximum);
+    ``namespace_of``: a namespace by name (whether a sibling is served already);
+    ``release_namespace``: the enforcer's own namespace (never a twin)."""
     if _terminating(request):
         return _plan_deletion(request, namespace)
 
@@ -243,6 +351,33 @@ def plan_twin(
         return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, why_not))
     consumer_id = consumer_name(consumer)
     level = pod_security_level(consumer)
+
+    # The provider's plan (Consumer spec.policy.twinNamespaces): names and count. A twin
+    # already served is never refused by a later policy change (its pods run on; the
+    # provider deletes the TwinNamespace if it wants it gone).
+    served_already = namespace is not None and is_ours(namespace, consumer_id, key)
+    policy, bad_policy = consumer_twin_policy(consumer)
+    if policy is None:
+        return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, bad_policy))
+    if not served_already:
+
+        def fits_plan(other: Mapping) -> bool:
+            other_name = str((other.get("metadata") or {}).get("name") or "")
+            return not name_problem(other_name) and not plan_name_problem(
+                other_name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers
+            )
+
+        def is_served(other: Mapping) -> bool:
+            other_name = str((other.get("metadata") or {}).get("name") or "")
+            return is_ours(namespace_of(other_name), consumer_id, request_key(other))
+
+        problem = plan_name_problem(name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers)
+        if not problem:
+            problem = count_problem(
+                request, siblings(consumer), max_count=policy.max_count, eligible=fits_plan, served=is_served
+            )
+        if problem:
+            return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, problem))
 
     if namespace is not None and not is_ours(namespace, consumer_id, key):
         return TwinPlan(

@@ -53,6 +53,7 @@ class TwinReconciler:
         rolebindings: Cache,
         api: TenantApi,
         twin_role: str,
+        release_namespace: str = "",
     ) -> None:
         self._requests = requests
         self._namespaces = namespaces
@@ -60,6 +61,8 @@ class TwinReconciler:
         self._rolebindings = rolebindings
         self._api = api
         self._twin_role = twin_role
+        # The enforcer's own namespace: never a twin (enforcer/twin_plan.py).
+        self._release_namespace = release_namespace
 
     # --- keys: which requests an event concerns (informer handlers: cheap) ---------------
     def keys_for_namespace(self, namespace: dict) -> list[str]:
@@ -90,6 +93,22 @@ class TwinReconciler:
         and its ServiceAccount's namespace."""
         homes = {c.tenant_namespace(consumer_name(consumer)), service_account_of(consumer)[0]}
         return [k for k in self._requests.keys() if split_key(k)[0] in homes]
+
+    def keys_for_departed(self, event: str, _old: dict | None, request: dict) -> list[str]:
+        """When a request is gone, the refused requests beside it: one refused for the
+        consumer's maximum may now have a place (a request event otherwise concerns only
+        itself)."""
+        if event != DELETED:
+            return []
+        home = (request.get("metadata") or {}).get("namespace") or ""
+        keys = []
+        for key in self._requests.keys():
+            if split_key(key)[0] != home:
+                continue
+            sibling = self._requests.get(key) or {}
+            if (sibling.get("status") or {}).get("phase") == c.TWIN_PHASE_REFUSED:
+                keys.append(key)
+        return keys
 
     # --- reconcile ----------------------------------------------------------------------
     def __call__(self, key: str) -> None:
@@ -135,7 +154,15 @@ class TwinReconciler:
             namespace=namespace,
             rolebinding=self._rolebindings.get(f"{name}/{c.TWIN_ROLEBINDING_NAME}"),
             twin_role=self._twin_role,
+            siblings=self._requests_of,
+            namespace_of=self._namespaces.get,
+            release_namespace=self._release_namespace,
         )
+
+    def _requests_of(self, consumer: dict) -> list[dict]:
+        """The consumer's TwinNamespaces (what its maximum counts)."""
+        found = (self._requests.get(key) for key in self.keys_for_consumer(consumer))
+        return [request for request in found if request is not None]
 
     def _prepare(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
         """The finalizer, before anything is created for the request."""

@@ -1,7 +1,8 @@
 """Whether a consumer may write this ShadowPod here: the static half of the ShadowPod
 validating webhook, as pure functions (no I/O, table-tested in tests/unit).
 
-The checks, in order (docs/enforcer.md "ShadowPod validation"); the first that fails
+The checks, in order (docs/enforcer.md "ShadowPod validation"), after one that comes
+before all: the consumer may not add finalizers (:mod:`enforcer.quota_rules`); the first that fails
 decides, except the spec rules (3-9), which are all reported at once (one line each) so
 one round trip shows everything to fix:
 
@@ -21,7 +22,10 @@ one round trip shows everything to fix:
 9. ``serviceAccountName`` is ``default`` or a ServiceAccount of that namespace the
    consumer reflected (labelled with its origin);
 10. the consumer's usage plus what this request adds stays within ``spec.quota`` for every
-    resource listed there (absent = unlimited; ``pods`` counts ShadowPods);
+    resource listed there (absent = unlimited; ``pods`` counts pods; keys and what counts:
+    :mod:`enforcer.quota`), every container sets the limits the quota counts, and an
+    update lowers no request or limit (:mod:`enforcer.quota_rules`; the running pod keeps
+    its old ones);
 11. a cordoned consumer creates nothing and may not raise requests by an update.
 
 What these rules do not cover (the rest of Pod Security, LimitRanges, ResourceQuotas,
@@ -39,9 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
-from enforcer import pod_policy
+from enforcer import pod_policy, quota_rules
 from enforcer.pod_policy import Invalid
-from enforcer.quota import live_shadowpod, shadowpod_requests, twin_owner
+from enforcer.quota import consumer_quota, live_shadowpod, pod_charges, shadowpod_requests, twin_owner
 from enforcer.tenancy import consumer_name, pod_security_level, service_account_username
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
@@ -50,8 +54,6 @@ from kube_offload.resources import (
     QuantityError,
     ResourceList,
     format_quantity,
-    parse_resource_list,
-    pod_requests,
     resource_sort_key,
     uses_binary_format,
 )
@@ -118,9 +120,9 @@ def consumer_terms(consumer: Mapping) -> ConsumerTerms:
     if not isinstance(spec.get("serviceAccount") or {}, Mapping):
         raise ConsumerError("spec.serviceAccount is not an object")
     try:
-        quota = parse_resource_list(spec.get("quota"))
+        quota = consumer_quota(spec)  # quota keys read under spec.policy.quotaMode (enforcer.quota)
     except QuantityError as exc:
-        raise ConsumerError(f"spec.quota: {exc}") from None
+        raise ConsumerError(str(exc)) from None  # names the key: spec.quota or spec.policy
     try:
         policy = parse_policy(spec.get("policy"))
     except ProviderPolicyError as exc:
@@ -154,6 +156,10 @@ def decide(
     if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
         return Decision.allow()
     new = request.object or {}
+    # Before the metadata-only shortcut: a finalizer is metadata (enforcer.quota_rules).
+    finalizer_problem = quota_rules.finalizer_problem(request, namespace=namespace, consumer=consumer)
+    if finalizer_problem:
+        return _forbidden(finalizer_problem)
     if request.operation == "UPDATE" and request.old_object is not None and spec_unchanged(request):
         # Only metadata changed: finalizers or owner references (the garbage collector and
         # the enforcer make such updates while deleting), labels, annotations. Nothing the
@@ -190,12 +196,16 @@ def decide(
         spec = _pod_spec(new)
         problems += _spec_problems(spec, terms, ns_name, service_account)
         problems += pod_policy.policy_problems(spec, _pod_metadata(new), terms.policy, terms.consumer_id, ns_name)
+        problems += quota_rules.lowered_resources(request)
         if problems:
             return _invalid(problems)
         delta = requests_delta(request)
     except Invalid as exc:
         return _invalid([str(exc)])
 
+    unbounded = quota_rules.missing_limits(request, terms.quota, owner)
+    if unbounded:
+        return _forbidden("\n".join(unbounded))
     exceeded = quota_excess(terms.quota, usage, delta)
     if exceeded:
         added = "requested" if request.operation == "CREATE" else "added by this update"
@@ -235,7 +245,7 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
     delta: ResourceList = {}
     if live_shadowpod(new):
         try:
-            delta = pod_requests((new.get("spec") or {}).get("pod") or {})
+            delta = pod_charges((new.get("spec") or {}).get("pod") or {})
         except QuantityError as exc:
             raise Invalid(f"{POD_SPEC}: {exc}") from None
     old = request.old_object

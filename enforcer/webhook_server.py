@@ -220,12 +220,13 @@ class ShadowPodWebhook:
         settings: WebhookSettings,
         *,
         shadowpods: Any,
+        pods: Any = None,
         namespaces: Any = None,
         consumers: Any = None,
         resync_seconds: float = 300.0,
     ) -> None:
         self.caches = ProviderCaches(api_client, namespaces=namespaces, consumers=consumers, resync_seconds=resync_seconds)
-        self.validator = ShadowPodValidator.for_cluster(api_client, shadowpods=shadowpods, caches=self.caches)
+        self.validator = ShadowPodValidator.for_cluster(api_client, shadowpods=shadowpods, caches=self.caches, pods=pods)
         self.server = WebhookHTTPServer(settings, self.validator)
 
     def start(self) -> None:

@@ -142,50 +142,99 @@ def virtual_node_capacity(shareable: Mapping[str, int], sharing_percentage: int)
 # The provider's enforcer publishes a consumer's summary in its Consumer's status so the
 # consumer's virtual kubelet needs no read access to the provider's nodes and pods. The
 # JSON shape (quantities as canonical strings) is the contract in docs/security.md.
+#
+# It says less than the summary knows: no node names, no addresses. A consumer that
+# learned the provider's node names could pin its pods again with a hostname selector
+# (what the nodeName refusal stops) and would map the provider's machines. What the
+# consumer needs is the *shapes* of free room (does one node fit this pod?) and how many
+# nodes report pressure: the free room is published as an anonymous, sorted list (one
+# entry per schedulable node), the pressure as counts.
+
+SHAPE_NAME_PREFIX = "shape-"
+"""Decoded shapes are named ``shape-1``, ``shape-2``... (the provider's names are not sent)."""
+PRESSURE_NODE_PREFIX = "remote-node-"
 
 
 class CapacityStatusError(ValueError):
     """A ``Consumer.status.capacity`` that does not have the documented shape."""
 
 
+def _shape_order(shape: Mapping[str, str]) -> str:
+    return ",".join(f"{name}={shape[name]}" for name in sorted(shape))
+
+
 def encode_capacity_status(summary: RemoteResources) -> dict:
-    """``summary`` as ``Consumer.status.capacity`` JSON: ``{"shareable": {res: qty},
-    "freeByNode": {node: {res: qty}}, "pressure": {condition: [nodes]},
-    "schedulableNodes": n, "totalNodes": n}``; exact, so decoding gives ``summary`` back."""
+    """``summary`` as ``Consumer.status.capacity`` JSON, without node names:
+    ``{"shareable": {res: qty}, "freeShapes": [{res: qty}, ...] (one per schedulable node,
+    sorted), "pressure": {condition: number of nodes}, "schedulableNodes": n,
+    "totalNodes": n}``. Decoding gives back :func:`anonymous` ``(summary)``."""
+    shapes = [resources.format_resource_list(free) for free in summary.free_by_node.values()]
     return {
         "shareable": resources.format_resource_list(summary.shareable),
-        "freeByNode": {
-            node: resources.format_resource_list(free) for node, free in sorted(summary.free_by_node.items())
-        },
-        "pressure": {kind: sorted(nodes) for kind, nodes in sorted(summary.pressure.items())},
+        "freeShapes": sorted(shapes, key=_shape_order),
+        "pressure": {kind: len(nodes) for kind, nodes in sorted(summary.pressure.items())},
         "schedulableNodes": summary.schedulable_nodes,
         "totalNodes": summary.total_nodes,
     }
 
 
+def anonymous(summary: RemoteResources) -> RemoteResources:
+    """``summary`` as the consumer sees it: free shapes named ``shape-<i>`` in the
+    published order, nodes under pressure named ``remote-node-<i>``."""
+    ordered = sorted(
+        ((resources.format_resource_list(free), free) for free in summary.free_by_node.values()),
+        key=lambda pair: _shape_order(pair[0]),
+    )
+    return RemoteResources(
+        shareable=dict(summary.shareable),
+        free_by_node={f"{SHAPE_NAME_PREFIX}{i + 1}": dict(free) for i, (_text, free) in enumerate(ordered)},
+        pressure={kind: _pressure_names(len(nodes)) for kind, nodes in summary.pressure.items()},
+        schedulable_nodes=summary.schedulable_nodes,
+        total_nodes=summary.total_nodes,
+    )
+
+
+def _pressure_names(count: int) -> list[str]:
+    return [f"{PRESSURE_NODE_PREFIX}{i + 1}" for i in range(count)]
+
+
 def decode_capacity_status(raw: Mapping | None) -> RemoteResources:
-    """The inverse of :func:`encode_capacity_status`. Raises :class:`CapacityStatusError`
-    naming the field when ``raw`` is not of that shape (e.g. written by a newer or a
-    broken enforcer), so the reader can say what is wrong instead of guessing."""
+    """The inverse of :func:`encode_capacity_status` (free shapes and pressured nodes get
+    anonymous names, see :func:`anonymous`). The shape an older enforcer wrote
+    (``freeByNode`` by node name, ``pressure`` as lists of names) is read too. Raises
+    :class:`CapacityStatusError` naming the field when ``raw`` is not of that shape (e.g.
+    written by a newer or a broken enforcer), so the reader can say what is wrong
+    instead of guessing."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise CapacityStatusError(f"status.capacity must be an object, got {type(raw).__name__}")
     shareable = _resource_list(raw.get("shareable"), "status.capacity.shareable")
-    free_raw = raw.get("freeByNode") or {}
-    if not isinstance(free_raw, Mapping):
-        raise CapacityStatusError("status.capacity.freeByNode must be an object of node -> resources")
-    free_by_node = {
-        str(node): _resource_list(free, f"status.capacity.freeByNode[{node}]") for node, free in free_raw.items()
-    }
+    free_by_node: dict[str, ResourceList] = {}
+    shapes_raw = raw.get("freeShapes")
+    if shapes_raw is not None:
+        if not isinstance(shapes_raw, list):
+            raise CapacityStatusError("status.capacity.freeShapes must be a list of resources -> quantity")
+        for index, free in enumerate(shapes_raw):
+            free_by_node[f"{SHAPE_NAME_PREFIX}{index + 1}"] = _resource_list(free, f"status.capacity.freeShapes[{index}]")
+    else:
+        free_raw = raw.get("freeByNode") or {}
+        if not isinstance(free_raw, Mapping):
+            raise CapacityStatusError("status.capacity.freeByNode must be an object of node -> resources")
+        free_by_node = {
+            str(node): _resource_list(free, f"status.capacity.freeByNode[{node}]") for node, free in free_raw.items()
+        }
     pressure_raw = raw.get("pressure") or {}
     if not isinstance(pressure_raw, Mapping):
-        raise CapacityStatusError("status.capacity.pressure must be an object of condition -> [node names]")
+        raise CapacityStatusError("status.capacity.pressure must be an object of condition -> number of nodes")
     pressure: dict[str, list[str]] = {}
     for kind, nodes in pressure_raw.items():
-        if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-            raise CapacityStatusError(f"status.capacity.pressure[{kind}] must be a list of node names")
-        pressure[str(kind)] = list(nodes)
+        if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 0:
+            pressure[str(kind)] = _pressure_names(nodes)
+        elif isinstance(nodes, list) and all(isinstance(n, str) for n in nodes):
+            pressure[str(kind)] = list(nodes)
+        else:
+            raise CapacityStatusError(f"status.capacity.pressure[{kind}] must be a number of nodes")
     return RemoteResources(
         shareable=shareable,
         free_by_node=free_by_node,

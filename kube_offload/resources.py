@@ -194,6 +194,11 @@ def format_quantity(milli: int, *, binary: bool = False) -> str:
 
 
 def uses_binary_format(resource: str) -> bool:
+    # Quota names (ResourceQuota's requests.memory, limits.memory) format as their resource.
+    for prefix in ("requests.", "limits."):
+        if resource.startswith(prefix):
+            resource = resource[len(prefix):]
+            break
     return resource in BINARY_FORMAT_RESOURCES or resource.startswith(BINARY_FORMAT_PREFIXES)
 
 
@@ -373,6 +378,89 @@ def pod_requests(pod: Mapping[str, object]) -> ResourceList:
 
     requests["pods"] = requests.get("pods", 0) + MILLI
     return requests
+
+
+def pod_limits(pod: Mapping[str, object]) -> ResourceList:
+    """The effective limits of ``pod`` in milli-units, as Kubernetes computes them for a
+    ResourceQuota's ``limits.*`` (component-helpers ``PodLimits``): app containers and
+    sidecars summed, at least the peak of the init phase, pod-level
+    ``spec.resources.limits`` replacing cpu, memory and hugepages, plus ``spec.overhead``.
+
+    A container without a limit for a resource adds nothing to it here (the pod is then
+    unbounded in that resource: :func:`containers_without_limit` finds them, and a quota
+    that counts the limit refuses such a pod, as ResourceQuota does). Raises
+    :class:`QuantityError` on a malformed pod or quantity.
+    """
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        raise QuantityError("pod spec must be an object")
+    limits: ResourceList = {}
+    for container in _containers(spec, "containers"):
+        for name, amount in _limits_of(container.get("resources"), f"container {container.get('name')!r}").items():
+            limits[name] = limits.get(name, 0) + amount
+    sidecars: ResourceList = {}
+    init_peak: ResourceList = {}
+    for container in _containers(spec, "initContainers"):
+        own = _limits_of(container.get("resources"), f"container {container.get('name')!r}")
+        if container.get("restartPolicy") == "Always":
+            for name, amount in own.items():
+                limits[name] = limits.get(name, 0) + amount
+                sidecars[name] = sidecars.get(name, 0) + amount
+            during = sidecars
+        else:
+            during = add(own, sidecars)
+        for name, amount in during.items():
+            if name not in init_peak or amount > init_peak[name]:
+                init_peak[name] = amount
+    for name, amount in init_peak.items():
+        if name not in limits or amount > limits[name]:
+            limits[name] = amount
+    for name, amount in _limits_of(spec.get("resources"), "spec.resources").items():
+        if name in POD_LEVEL_RESOURCES or name.startswith(POD_LEVEL_PREFIXES):
+            limits[name] = amount
+    overhead = spec.get("overhead")
+    if overhead is not None:
+        try:
+            overhead_list = parse_resource_list(overhead)  # type: ignore[arg-type]
+        except QuantityError as exc:
+            raise QuantityError(f"spec.overhead: {exc}") from None
+        for name, amount in overhead_list.items():
+            limits[name] = limits.get(name, 0) + amount
+    return limits
+
+
+def containers_without_limit(pod: Mapping[str, object], resource: str) -> list[str]:
+    """The field paths (``spec.containers[0]``...) of the containers of ``pod`` that set
+    no limit for ``resource`` (ephemeral containers take no resources and are skipped);
+    empty when pod-level ``spec.resources.limits`` bound it for the whole pod."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return []
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, Mapping) and isinstance(pod_level.get("limits"), Mapping) and resource in pod_level["limits"]:
+        if resource in POD_LEVEL_RESOURCES or resource.startswith(POD_LEVEL_PREFIXES):
+            return []
+    missing = []
+    for field in ("initContainers", "containers"):
+        for index, container in enumerate(_containers(spec, field)):
+            res = container.get("resources")
+            limits = res.get("limits") if isinstance(res, Mapping) else None
+            if not isinstance(limits, Mapping) or resource not in limits:
+                missing.append(f"spec.{field}[{index}]")
+    return missing
+
+
+def _limits_of(resources: object, where: str) -> ResourceList:
+    if resources is None:
+        return {}
+    if not isinstance(resources, Mapping):
+        raise QuantityError(f"{where}: resources must be an object")
+    try:
+        return parse_resource_list(resources.get("limits"))  # type: ignore[arg-type]
+    except QuantityError as exc:
+        raise QuantityError(f"{where}: limits: {exc}") from None
 
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import jsonpatch
 
+from enforcer.quota import pod_charges
 from enforcer.validation import ConsumerError, consumer_terms, quota_excess
 from extender import core as extender
 from extender.caches import evaluate_policy
@@ -307,6 +308,13 @@ def _quota_check(requests: Mapping[str, int], view: RemoteView | None, cluster_i
     return "", ""
 
 
+def _charges(pod: Mapping, requests: Mapping[str, int]) -> Mapping[str, int]:
+    try:
+        return pod_charges(pod)
+    except QuantityError:
+        return requests
+
+
 def _q(name: str, milli: int) -> str:
     return resources.format_quantity(milli, binary=resources.uses_binary_format(name))
 
@@ -351,7 +359,8 @@ def node_verdicts(facts: ExplainFacts, pod: Mapping, entry: NamespacePolicy | Po
         except QuantityError as exc:
             notes.append(f"node resources not checked: {exc}")
         if virtual and cluster and name != bound_to:
-            outcome, message = _quota_check(requests, facts.remotes.get(cluster), cluster)
+            # The provider counts limits too (limits.* keys): its own charges, not just requests.
+            outcome, message = _quota_check(_charges(pod, requests), facts.remotes.get(cluster), cluster)
             if outcome == "fail":
                 failures[CHECK_QUOTA] = message
             elif outcome == "note":

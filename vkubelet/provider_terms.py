@@ -111,8 +111,15 @@ def read_consumer(consumer: Mapping | None) -> ProviderTerms:
 
 def cap_by_quota(capacity: Mapping[str, int], quota: Mapping[str, int]) -> ResourceList:
     """Each resource of ``capacity`` at most its quota (a resource without one is not
-    capped; a quota on a resource the provider does not offer adds nothing)."""
-    return {name: min(amount, quota[name]) if name in quota else amount for name, amount in capacity.items()}
+    capped; a quota on a resource the provider does not offer adds nothing). A
+    ``requests.<name>`` key (the ResourceQuota spelling a provider may use, enforcer/quota.py)
+    caps ``<name>`` as a plain key does: allocatable is what requests are scheduled against."""
+    caps = dict(quota)
+    for name, amount in quota.items():
+        if name.startswith("requests."):
+            plain = name[len("requests."):]
+            caps[plain] = min(amount, caps.get(plain, amount))
+    return {name: min(amount, caps[name]) if name in caps else amount for name, amount in capacity.items()}
 
 
 def node_capacity(terms: ProviderTerms, sharing_percentage: int) -> ResourceList | None:

@@ -326,6 +326,11 @@ def twin_request(remote: Cluster, name: str) -> dict | None:
 def test_foreign_remote_namespace_is_never_taken_over(offload_env, local, remote, wait):
     ns = unique("vk-conflict")
     remote.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"owner": "remote-team"}}})
+    # An EnforceSameName twin needs the provider's grant (spec.policy.twinNamespaces.sameNames,
+    # enforcer/twin_plan.py); granted, a foreign namespace of that name is still never taken.
+    consumer_kind = f"{c.CONSUMER_PLURAL}.{c.SHADOWPOD_GROUP}"
+    remote.kubectl("patch", consumer_kind, LOCAL_ID, "--type=merge",
+                   "-p", json.dumps({"spec": {"policy": {"twinNamespaces": {"sameNames": [ns]}}}}))
     offloaded_namespace(local, ns, **{c.LABEL_NAMESPACE_MAPPING: c.MAPPING_ENFORCE_SAME_NAME})
     try:
         # The consumer only asks; the provider refuses a name it did not create for it.
@@ -361,6 +366,8 @@ def test_foreign_remote_namespace_is_never_taken_over(offload_env, local, remote
     finally:
         delete_namespace(local, ns)
         remote.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
+        remote.kubectl("patch", consumer_kind, LOCAL_ID, "--type=json",
+                       "-p", json.dumps([{"op": "remove", "path": "/spec/policy/twinNamespaces/sameNames"}]), check=False)
 
 
 # --- restart safety -------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from kube_offload_harness.cluster import Cluster
 CONSUMER = "e2e-twins"
 TENANT = c.tenant_namespace(CONSUMER)
 CONSUMER_USER = f"system:serviceaccount:{TENANT}:{c.CONSUMER_SERVICE_ACCOUNT}"
-TWIN = "twins-e2e-a"
-FOREIGN = "twins-e2e-foreign"
+TWIN = "a-e2e-twins"  # a DefaultName twin: ends in -<consumer id> (enforcer/twin_plan.py)
+FOREIGN = "foreign-e2e-twins"
 MANIFESTS = ("consumer-crd.yaml", "twinnamespace-crd.yaml")
 # The enforcer's informers may still be backing off from CRDs that appeared after it
 # started (up to 10 s), and the machine is shared: generous, never a sleep.
@@ -272,8 +272,16 @@ def test_consumer_status_reports_usage_and_capacity_and_follows_shadowpods(remot
         assert any(p["metadata"]["name"] == "usage-probe" for p in live)
         return allocatable - sum(resources.pod_requests(p).get("cpu", 0) for p in live)
 
-    wait(lambda: cpu_milli(consumer_status(remote)["capacity"]["freeByNode"][node]["cpu"]) == node_free_now(),
-         timeout=SERVE_SECONDS, what=f"capacity.freeByNode[{node}] = allocatable minus every live pod's requests, the probe's included")
+    # The status names no node (docs/security.md "Say less"): the node's free room is one
+    # of the anonymous shapes.
+    def shapes_cpu() -> list[int]:
+        return [cpu_milli(shape.get("cpu")) for shape in consumer_status(remote)["capacity"]["freeShapes"]]
+
+    wait(lambda: node_free_now() in shapes_cpu(), timeout=SERVE_SECONDS,
+         what=f"a capacity.freeShapes entry = {node}'s allocatable minus every live pod's requests, the probe's included")
+    published = json.dumps(consumer_status(remote))
+    for name in (n["metadata"]["name"] for n in remote.kubectl_json("get", "nodes")["items"]):
+        assert f'"{name}"' not in published, f"Consumer.status names provider node {name}"
 
     remote.kubectl("delete", "--as", CONSUMER_USER, f"{c.SHADOWPOD_PLURAL}.{c.DOMAIN}", "usage-probe", "-n", TWIN,
                    "--wait=false")

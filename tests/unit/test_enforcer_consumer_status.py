@@ -74,7 +74,7 @@ def test_desired_status_shape():
         "used": {"cpu": "1500m", "memory": "1Gi", "pods": "3"},
         "shadowPods": 3,
         "twinNamespaces": ["demo-local"],
-        "capacity": {"shareable": {"cpu": "3"}, "freeByNode": {"n1": {"cpu": "3"}}, "pressure": {},
+        "capacity": {"shareable": {"cpu": "3"}, "freeShapes": [{"cpu": "3"}], "pressure": {},
                      "schedulableNodes": 1, "totalNodes": 1},
         "observedGeneration": 4,
     }

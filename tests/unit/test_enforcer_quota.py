@@ -1,17 +1,24 @@
-"""Which ShadowPods count for a consumer's usage, and how much (enforcer/quota.py)."""
+"""Which ShadowPods (and pods) count for a consumer's usage, and how much (enforcer/quota.py):
+charges with limits, the spec.quota keys and quotaMode, and the pods the enforcer made that
+count until they are gone."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
 from enforcer.quota import (
     LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, ConsumerUsage, consumer_usage, live_requests, live_shadowpod,
-    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces,
+    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, consumer_quota, pod_charges, quota_limits,
+    uncounted_charges,
 )
+from kube_offload.resources import QuantityError, containers_without_limit, pod_limits
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
 
 GI = 1024**3 * 1000  # one Gi in milli-bytes
+MI = 1024**2 * 1000
 
 
 def namespace(name: str, labels: dict | None) -> dict:
@@ -282,3 +289,215 @@ def test_a_tally_registered_late_counts_what_is_cached():
     assert tallied_usage(store, namespace_store(), "a") == {"cpu": 1500, "memory": 2 * GI, "pods": 2000}
     with pytest.raises(ValueError, match="already registered"):
         store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, lambda obj: (None, {}))
+
+
+# === quota counts what runs ===================================================================
+
+
+def container(name="c", requests=None, limits=None, **extra) -> dict:
+    resources = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": name, "resources": resources, **extra}
+
+
+def pod_of(*containers, init=(), overhead=None, resources=None) -> dict:
+    spec: dict = {"containers": list(containers)}
+    if init:
+        spec["initContainers"] = list(init)
+    if overhead:
+        spec["overhead"] = overhead
+    if resources:
+        spec["resources"] = resources
+    return {"spec": spec}
+
+
+# --- charges ------------------------------------------------------------------------------------
+def test_charges_hold_requests_under_plain_names_and_limits_under_limits_dot():
+    pod = pod_of(container(requests={"cpu": "250m", "ephemeral-storage": "1Gi"}, limits={"cpu": "1", "memory": "256Mi"}))
+    assert pod_charges(pod) == {
+        "cpu": 250,
+        "ephemeral-storage": GI,
+        "memory": 256 * MI,  # a limit without a request requests it (apiserver defaulting)
+        "pods": 1000,
+        "limits.cpu": 1000,
+        "limits.memory": 256 * MI,
+    }
+
+
+def test_overhead_counts_in_requests_and_limits():
+    pod = pod_of(container(requests={"cpu": "100m"}, limits={"cpu": "200m"}), overhead={"cpu": "50m", "memory": "10Mi"})
+    charges = pod_charges(pod)
+    assert charges["cpu"] == 150 and charges["limits.cpu"] == 250
+    assert charges["memory"] == 10 * MI and charges["limits.memory"] == 10 * MI
+
+
+def test_limits_take_the_init_peak_sidecars_and_pod_level_as_kubernetes_does():
+    pod = pod_of(
+        container("app", limits={"cpu": "1", "memory": "1Gi"}),
+        init=[
+            container("setup", limits={"cpu": "3"}),
+            container("proxy", limits={"cpu": "500m"}, restartPolicy="Always"),
+        ],
+    )
+    assert pod_limits(pod) == {"cpu": 3000, "memory": GI}  # max(1 + 0.5 sidecar, 3 alone before it)
+    leveled = pod_of(container("app", limits={"cpu": "1"}), resources={"limits": {"cpu": "2"}})
+    assert pod_limits(leveled) == {"cpu": 2000}
+
+
+def test_containers_without_limit_name_the_field_unless_the_pod_level_bounds_it():
+    pod = pod_of(container("a", limits={"cpu": "1"}), container("b"), init=[container("i")])
+    assert containers_without_limit(pod, "cpu") == ["spec.initContainers[0]", "spec.containers[1]"]
+    assert containers_without_limit(pod_of(container("b"), resources={"limits": {"cpu": "1"}}), "cpu") == []
+    assert containers_without_limit(pod_of(container("b"), resources={"limits": {"cpu": "1"}}), "ephemeral-storage") == [
+        "spec.containers[0]"
+    ]
+
+
+# --- spec.quota keys and quotaMode -------------------------------------------------------------
+@pytest.mark.parametrize(
+    "quota, mode, expected",
+    [
+        ({"cpu": "2", "pods": "3"}, "requests", {"cpu": 2000, "pods": 3000}),
+        ({"cpu": "2"}, "limits", {"limits.cpu": 2000}),
+        ({"cpu": "2", "memory": "1Gi"}, "both", {"cpu": 2000, "limits.cpu": 2000, "memory": GI, "limits.memory": GI}),
+        ({"requests.cpu": "1", "limits.cpu": "4"}, "limits", {"cpu": 1000, "limits.cpu": 4000}),
+        ({"cpu": "2", "requests.cpu": "1"}, "requests", {"cpu": 1000}),  # two keys, one figure: the lower holds
+        ({"count/pods": "5", "pods": "7"}, "requests", {"pods": 5000}),
+        ({"ephemeral-storage": "10Gi", "limits.ephemeral-storage": "20Gi"}, "requests",
+         {"ephemeral-storage": 10 * GI, "limits.ephemeral-storage": 20 * GI}),
+        # Object counts and storage: kept apart under their own names, never a pod's.
+        ({"count/services": "2", "services.nodeports": "0", "requests.storage": "5Gi",
+          "gold.storageclass.storage.k8s.io/requests.storage": "1Gi"}, "both",
+         {"count/services": 2000, "services.nodeports": 0, "requests.storage": 5 * GI,
+          "gold.storageclass.storage.k8s.io/requests.storage": GI}),
+        (None, "requests", {}),
+    ],
+)
+def test_quota_keys(quota, mode, expected):
+    assert quota_limits(quota, mode) == expected
+
+
+def test_consumer_quota_reads_the_mode_from_the_policy_and_names_bad_keys():
+    assert consumer_quota({"quota": {"cpu": "1"}, "policy": {"quotaMode": "limits"}}) == {"limits.cpu": 1000}
+    assert consumer_quota({"quota": {"cpu": "1"}}) == {"cpu": 1000}
+    with pytest.raises(QuantityError, match=r"spec.policy.quotaMode"):
+        consumer_quota({"quota": {"cpu": "1"}, "policy": {"quotaMode": "sometimes"}})
+    with pytest.raises(QuantityError, match=r"^spec.quota: cpu: "):
+        consumer_quota({"quota": {"cpu": "lots"}})
+
+
+# --- pods that count until they are gone -------------------------------------------------------
+def made_pod(ns: str, name: str, *, owner_uid: str | None, cpu="500m", memory="1Gi", phase="Running", deleting=False) -> dict:
+    meta: dict = {"namespace": ns, "name": name, "uid": f"pod-{ns}-{name}", "labels": {LABEL_MANAGED_BY: MANAGED_BY_ENFORCER}}
+    if owner_uid:
+        meta["ownerReferences"] = [
+            {"apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod", "name": name, "uid": owner_uid, "controller": True}
+        ]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    return {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}, "status": {"phase": phase}}
+
+
+def with_uid(obj: dict, uid: str) -> dict:
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
+def test_a_pod_whose_shadowpod_counts_adds_only_what_it_holds_beyond_it():
+    sp = with_uid(shadowpod("a-1", "p", cpu="500m"), "sp-1")
+    assert uncounted_charges(made_pod("a-1", "p", owner_uid="sp-1"), sp) == {}
+    # A LimitRange default or a RuntimeClass overhead gave the pod more than its template says.
+    assert uncounted_charges(made_pod("a-1", "p", owner_uid="sp-1", cpu="700m"), sp) == {"cpu": 200}
+
+
+@pytest.mark.parametrize(
+    "shadowpod_state",
+    ["deleting", "gone", "orphaned", "replaced"],
+)
+def test_a_pod_counts_whole_while_no_live_shadowpod_counts_for_it(shadowpod_state):
+    sp = with_uid(shadowpod("a-1", "p", deleting=shadowpod_state == "deleting"), "sp-1")
+    owner = {"orphaned": None, "replaced": "sp-0"}.get(shadowpod_state, "sp-1")
+    pod = made_pod("a-1", "p", owner_uid=owner)
+    assert uncounted_charges(pod, None if shadowpod_state == "gone" else sp) == {"cpu": 500, "memory": GI, "pods": 1000}
+
+
+def test_a_pod_being_deleted_counts_until_it_is_gone_and_a_finished_one_not_at_all():
+    sp = with_uid(shadowpod("a-1", "p", deleting=True), "sp-1")
+    assert uncounted_charges(made_pod("a-1", "p", owner_uid="sp-1", deleting=True), sp)["pods"] == 1000
+    assert uncounted_charges(made_pod("a-1", "p", owner_uid="sp-1", phase="Succeeded"), sp) == {}
+    assert uncounted_charges(made_pod("a-1", "p", owner_uid=None, phase="Failed"), None) == {}
+
+
+def test_consumer_usage_counts_a_deleted_shadowpods_pod_until_it_is_gone():
+    sp = with_uid(shadowpod("a-1", "p"), "sp-1")
+    pod = made_pod("a-1", "p", owner_uid="sp-1")
+    before = consumer_usage([sp], "a", namespace_of=NAMESPACES.get, pods=[pod])
+    assert before == {"cpu": 500, "memory": GI, "pods": 1000}
+    deleting = with_uid(shadowpod("a-1", "p", deleting=True), "sp-1")
+    assert consumer_usage([deleting], "a", namespace_of=NAMESPACES.get, pods=[pod]) == before
+    assert consumer_usage([], "a", namespace_of=NAMESPACES.get, pods=[pod]) == before  # ShadowPod gone, pod runs
+    assert consumer_usage([], "a", namespace_of=NAMESPACES.get, pods=[]) == {"pods": 0}  # pod gone
+    assert consumer_usage([], "b", namespace_of=NAMESPACES.get, pods=[pod]) == {"pods": 0}  # another consumer's
+
+
+class Handled:
+    """An Indexer that tells handlers of each change after storing it, as an Informer does
+    (the thing under test is the join in enforcer/quota.py, not this)."""
+
+    def __init__(self, store: Indexer) -> None:
+        self.store = store
+        self.handlers: list = []
+        self.list, self.get, self.keys = store.list, store.get, store.keys
+        self.add_tally, self.tally = store.add_tally, store.tally
+
+    def add_handler(self, handler) -> None:
+        self.handlers.append(handler)
+
+    def put(self, obj: dict) -> None:
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        old = self.store.get(key)
+        self.store.put(obj)
+        for handler in self.handlers:
+            handler("MODIFIED" if old else "ADDED", old, obj)
+
+    def pop(self, key: str) -> None:
+        old = self.store.pop(key)
+        if old is not None:
+            for handler in self.handlers:
+                handler("DELETED", old, old)
+
+
+def test_the_running_join_equals_the_walk_through_every_change():
+    rng = random.Random(11)
+    shadowpods = Handled(Indexer())
+    shadowpods.store.add_tally(LIVE_REQUESTS_BY_NAMESPACE, live_requests)
+    pods = Handled(Indexer())
+    namespaces = namespace_store()
+    usage = ConsumerUsage(shadowpods, namespaces, pods)
+    walking = ConsumerUsage(Walked(shadowpods.store), Walked(namespaces), Walked(pods.store))
+    names = [f"p{i}" for i in range(8)]
+    for step in range(800):
+        ns = rng.choice(list(NAMESPACES))
+        name = rng.choice(names)
+        key = f"{ns}/{name}"
+        action = rng.random()
+        if action < 0.35:
+            sp = shadowpod(ns, name, cpu=rng.choice(["100m", "1"]), deleting=rng.random() < 0.2,
+                           phase=rng.choice([None, "Running", "Succeeded"]))
+            sp["metadata"].update(uid=f"sp-{rng.randint(1, 2)}", resourceVersion=str(step))
+            shadowpods.put(sp)
+        elif action < 0.5:
+            shadowpods.pop(key)
+        elif action < 0.85:
+            pod = made_pod(ns, name, owner_uid=rng.choice([None, "sp-1", "sp-2"]), cpu=rng.choice(["100m", "1", "2"]),
+                           phase=rng.choice(["Pending", "Running", "Succeeded"]), deleting=rng.random() < 0.3)
+            pod["metadata"]["resourceVersion"] = str(step)
+            pods.put(pod)
+        else:
+            pods.pop(key)
+        for consumer in ("a", "b"):
+            assert usage.used(consumer) == walking.used(consumer), (step, consumer)

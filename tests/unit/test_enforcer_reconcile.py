@@ -412,3 +412,48 @@ def test_deletion_grace_leaves_a_pod_already_terminating_with_a_shorter_grace(wo
     world.run()
     assert world.api.writes == []
 
+
+
+# --- pods orphaned by `kubectl delete --cascade=orphan` (the GC strips their owner reference) ---
+def _orphan(world: World) -> None:
+    world.api.pods[KEY]["metadata"]["ownerReferences"] = []
+
+
+def test_a_pod_orphaned_from_its_deleted_shadowpod_is_deleted(world):
+    world.add_shadowpod()
+    world.run()
+    _orphan(world)
+    del world.api.shadowpods[KEY]
+    world.run()
+    assert KEY not in world.api.pods
+    assert ("delete", "web", world.api.writes[-1][2]) == world.api.writes[-1]
+
+
+def test_a_pod_orphaned_while_its_shadowpod_waits_on_the_orphan_finalizer_is_deleted(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.shadowpods[KEY]["metadata"].update(deletionTimestamp="2025-01-01T00:00:00Z", finalizers=["orphan"])
+    _orphan(world)
+    world.run()
+    assert KEY not in world.api.pods
+
+
+def test_an_orphan_holding_the_name_of_a_new_shadowpod_is_replaced(world):
+    world.add_shadowpod()
+    world.run()
+    _orphan(world)
+    old_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.shadowpods[KEY]["metadata"]["uid"] = "shp-2"  # deleted with --cascade=orphan, created again
+    world.run()
+    assert ("delete", "web", old_uid) in world.api.writes
+    assert world.api.pods[KEY]["metadata"]["ownerReferences"][0]["uid"] == "shp-2"
+
+
+def test_an_ownerless_pod_without_the_enforcers_marks_is_never_deleted(world):
+    # Labelled managed-by=enforcer by someone, but without the applied-template record only
+    # build_pod writes: not the enforcer's, so not in its index and never deleted.
+    world.api.pods[KEY] = {
+        "metadata": {"name": "web", "namespace": "ns", "uid": "foreign", "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}}
+    }
+    world.run()
+    assert world.api.pods[KEY]["metadata"]["uid"] == "foreign" and world.api.writes == []

@@ -228,9 +228,19 @@ def test_a_dry_run_admission_reserves_nothing():
 def test_a_metadata_only_update_skips_quota_and_dry_run():
     v, calls, _ = validator({"pods": "0"})
     obj = shadowpod("a")
-    changed = {**obj, "metadata": {**obj["metadata"], "finalizers": ["x"]}}
+    changed = {**obj, "metadata": {**obj["metadata"], "labels": {**(obj["metadata"].get("labels") or {}), "x": "y"}}}
     assert v.review(review(changed, operation="UPDATE", old=obj)).allowed
     assert calls == [] and len(v.ledger) == 0
+
+
+def test_a_finalizer_the_consumer_adds_is_refused_before_the_metadata_shortcut():
+    v, calls, _ = validator({})
+    obj = shadowpod("a")
+    changed = {**obj, "metadata": {**obj["metadata"], "finalizers": ["example.com/hold"]}}
+    decision = v.review(review(changed, operation="UPDATE", old=obj))
+    assert not decision.allowed and decision.code == 403
+    assert decision.message.startswith("metadata.finalizers:") and "example.com/hold" in decision.message
+    assert calls == []
 
 
 def test_an_update_reserves_only_its_increase_until_the_new_generation_is_cached():

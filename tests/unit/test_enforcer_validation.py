@@ -485,9 +485,9 @@ def test_a_cordoned_consumer_creates_nothing():
 def test_a_cordoned_consumer_may_update_without_raising_requests():
     cordoned = consumer(cordoned=True)
     old = shadowpod()
-    smaller = copy.deepcopy(old)
-    smaller["spec"]["pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"
-    assert run(smaller, operation="UPDATE", old=old, the_consumer=cordoned).allowed
+    other_image = copy.deepcopy(old)
+    other_image["spec"]["pod"]["spec"]["containers"][0]["image"] = "nginx:2"
+    assert run(other_image, operation="UPDATE", old=old, the_consumer=cordoned).allowed
     bigger = copy.deepcopy(old)
     bigger["spec"]["pod"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1Gi"
     refused(run(bigger, operation="UPDATE", old=old, the_consumer=cordoned), 403, "may not raise requests (this one raises memory)")

@@ -7,6 +7,7 @@ import pytest
 from kube_offload.remote_resources import (
     CapacityStatusError,
     RemoteResources,
+    anonymous,
     decode_capacity_status,
     encode_capacity_status,
     summarize,
@@ -32,22 +33,42 @@ SUMMARIES = [
 
 
 @pytest.mark.parametrize("summary", SUMMARIES)
-def test_round_trip(summary):
-    assert decode_capacity_status(encode_capacity_status(summary)) == summary
+def test_round_trip_gives_the_anonymous_summary(summary):
+    decoded = decode_capacity_status(encode_capacity_status(summary))
+    assert decoded == anonymous(summary)
+    # The consumer keeps what its checks need: every node's free room (as a multiset)
+    # and how many nodes report each pressure.
+    key = lambda shapes: sorted(sorted(s.items()) for s in shapes)  # noqa: E731
+    assert key(decoded.free_by_node.values()) == key(summary.free_by_node.values())
+    assert {k: len(v) for k, v in decoded.pressure.items()} == {k: len(v) for k, v in summary.pressure.items()}
+    assert decode_capacity_status(encode_capacity_status(decoded)) == decoded
 
 
-def test_encoded_shape_is_the_documented_one():
+def test_encoded_shape_is_the_documented_one_and_names_no_node():
     encoded = encode_capacity_status(SUMMARIES[1])
     assert encoded == {
         "shareable": {"cpu": "7500m", "memory": "30Gi", "pods": "220", "nvidia.com/gpu": "2"},
-        "freeByNode": {
-            "n1": {"cpu": "3500m", "memory": "14848Mi", "pods": "108"},
-            "n2": {"cpu": "-250m", "memory": "-1Gi", "pods": "0", "nvidia.com/gpu": "2"},
-        },
-        "pressure": {"DiskPressure": [], "MemoryPressure": ["n2"], "PIDPressure": []},
+        "freeShapes": [
+            {"cpu": "-250m", "memory": "-1Gi", "pods": "0", "nvidia.com/gpu": "2"},
+            {"cpu": "3500m", "memory": "14848Mi", "pods": "108"},
+        ],
+        "pressure": {"DiskPressure": 0, "MemoryPressure": 1, "PIDPressure": 0},
         "schedulableNodes": 2,
         "totalNodes": 3,
     }
+    assert "n1" not in repr(encoded) and "n2" not in repr(encoded)
+
+
+def test_the_order_of_shapes_does_not_depend_on_node_names():
+    a = RemoteResources(shareable={}, free_by_node={"zz": {"cpu": 1000}, "aa": {"cpu": 2000}})
+    b = RemoteResources(shareable={}, free_by_node={"aa": {"cpu": 1000}, "zz": {"cpu": 2000}})
+    assert encode_capacity_status(a) == encode_capacity_status(b)
+
+
+def test_an_older_enforcers_status_by_node_name_is_still_read():
+    old = {"shareable": {"cpu": "1"}, "freeByNode": {"n1": {"cpu": "1"}}, "pressure": {"MemoryPressure": ["n1"]}}
+    decoded = decode_capacity_status(old)
+    assert decoded.free_by_node == {"n1": {"cpu": 1000}} and decoded.pressure == {"MemoryPressure": ["n1"]}
 
 
 def test_round_trip_of_a_real_summary():
@@ -63,7 +84,7 @@ def test_round_trip_of_a_real_summary():
         "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "100m"}}}]},
     }
     summary = summarize([node], [pod], "local")
-    assert decode_capacity_status(encode_capacity_status(summary)) == summary
+    assert decode_capacity_status(encode_capacity_status(summary)) == anonymous(summary)
 
 
 def test_absent_status_is_an_empty_summary():
@@ -80,6 +101,9 @@ def test_absent_status_is_an_empty_summary():
         ({"freeByNode": ["n1"]}, "status.capacity.freeByNode"),
         ({"freeByNode": {"n1": {"memory": "1Qi"}}}, "status.capacity.freeByNode[n1]"),
         ({"pressure": {"MemoryPressure": "n1"}}, "status.capacity.pressure[MemoryPressure]"),
+        ({"pressure": {"MemoryPressure": -1}}, "status.capacity.pressure[MemoryPressure]"),
+        ({"freeShapes": {"n1": {}}}, "status.capacity.freeShapes"),
+        ({"freeShapes": [{"cpu": "1"}, {"memory": "1Qi"}]}, "status.capacity.freeShapes[1]"),
         ({"pressure": ["MemoryPressure"]}, "status.capacity.pressure"),
         ({"schedulableNodes": -1}, "status.capacity.schedulableNodes"),
         ({"totalNodes": "3"}, "status.capacity.totalNodes"),

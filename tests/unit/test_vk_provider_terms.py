@@ -4,7 +4,7 @@ suggested labels filtered; malformed parts named, not fatal."""
 import pytest
 
 from kube_offload import constants as c
-from kube_offload.remote_resources import RemoteResources, encode_capacity_status
+from kube_offload.remote_resources import RemoteResources, anonymous, encode_capacity_status
 from kube_offload.resources import parse_quantity as q
 from vkubelet import provider_terms as pt
 
@@ -43,7 +43,7 @@ def test_summary_not_published_yet_keeps_what_the_node_shows():
 
 def test_capacity_is_the_sharing_percentage_of_the_shareable_summary():
     terms = pt.read_consumer(_consumer())
-    assert terms.summary == SUMMARY
+    assert terms.summary == anonymous(SUMMARY)  # the provider names no node
     capacity = pt.node_capacity(terms, 50)
     assert capacity == {"cpu": q("5"), "memory": q("10Gi"), "pods": q("100"), "nvidia.com/gpu": q("2")}
 
@@ -107,3 +107,9 @@ def test_which_suggested_labels_a_provider_may_set(key, value, allowed):
 def test_cordon_is_read():
     assert pt.read_consumer(_consumer(cordoned=True)).cordoned
     assert not pt.read_consumer(_consumer()).cordoned
+
+
+def test_a_requests_dot_quota_key_caps_the_resource_like_a_plain_one():
+    capacity = {"cpu": q("10"), "memory": q("20Gi")}
+    assert pt.cap_by_quota(capacity, {"requests.cpu": q("2"), "limits.memory": q("1Gi")}) == {"cpu": q("2"), "memory": q("20Gi")}
+    assert pt.cap_by_quota(capacity, {"requests.cpu": q("3"), "cpu": q("2")}) == {"cpu": q("2"), "memory": q("20Gi")}

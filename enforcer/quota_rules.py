@@ -1,0 +1,191 @@
+"""The ShadowPod webhook's rules that keep the quota counting what runs (pure).
+
+:mod:`enforcer.quota` counts a consumer's usage; these rules refuse the writes that would
+let that count drift from what the provider's nodes actually hold:
+
+* a **finalizer** the consumer puts on a ShadowPod (on create or by an update) is refused:
+  the enforcer never needs one of the consumer's, and one would hold a deleted ShadowPod
+  for as long as the consumer likes;
+* an UPDATE that **lowers** a request or limit of a live ShadowPod is refused: the
+  running pod keeps the resources it was created with (a ShadowPod update reaches the pod
+  only in what a running pod may change), so a lower figure would count less than runs;
+* when the quota counts **limits** (``limits.<name>``, or a plain key under
+  ``spec.policy.quotaMode: limits|both``), every container must set that limit, as
+  Kubernetes' ResourceQuota requires: a pod without one is unbounded.
+
+Each problem is one line naming the field, why, and what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+from enforcer.quota import limited_resources, live_shadowpod, pod_charges, twin_owner
+from enforcer.tenancy import service_account_username
+from kube_offload.admission import AdmissionRequest
+from kube_offload.resources import (
+    QuantityError,
+    ResourceList,
+    containers_without_limit,
+    format_quantity,
+    parse_resource_list,
+    resource_sort_key,
+    uses_binary_format,
+)
+
+POD_SPEC = "spec.pod.spec"
+CONTAINER_LISTS = ("initContainers", "containers")
+
+
+# --- finalizers ---------------------------------------------------------------------------------
+def added_finalizers(request: AdmissionRequest) -> list[str]:
+    """Finalizers this request puts on the ShadowPod: all of a CREATE's, an UPDATE's new ones."""
+    new = _finalizers(request.object)
+    if request.operation == "UPDATE":
+        old = set(_finalizers(request.old_object))
+        return [f for f in new if f not in old]
+    return new
+
+
+def finalizer_problem(request: AdmissionRequest, *, namespace: Mapping | None, consumer: Mapping | None) -> str:
+    """Why the consumer may not add these finalizers, or "" (none added, or added by
+    someone else than the consumer whose twin this is: a provider's administrator, or
+    Kubernetes itself)."""
+    if request.operation not in ("CREATE", "UPDATE"):
+        return ""
+    added = added_finalizers(request)
+    if not added:
+        return ""
+    owner = twin_owner(namespace)
+    if owner is None or consumer is None:
+        return ""  # not a consumer's twin: the other rules decide
+    try:
+        username = service_account_username(consumer)
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    if request.user_info.username != username:
+        return ""
+    return (
+        f"metadata.finalizers: consumer \"{owner}\" may not add finalizers to a ShadowPod "
+        f"(got {', '.join(repr(f) for f in added)}): a finalizer would keep a deleted ShadowPod, and its "
+        "quota accounting, as long as the consumer likes; the enforcer deletes the pod when its ShadowPod "
+        "is deleted and needs none; remove the finalizer (this is not grantable)"
+    )
+
+
+def _finalizers(obj: Mapping | None) -> list[str]:
+    value = ((obj or {}).get("metadata") or {}).get("finalizers") or []
+    return [str(f) for f in value] if isinstance(value, list) else []
+
+
+# --- lowering resources ------------------------------------------------------------------------
+def lowered_resources(request: AdmissionRequest) -> list[str]:
+    """One problem per request or limit an UPDATE lowers (or removes) on a live
+    ShadowPod; [] for a CREATE, an old object that holds nothing any more, or a
+    template that does not parse (other rules report that)."""
+    old = request.old_object
+    if request.operation != "UPDATE" or old is None or not live_shadowpod(old):
+        return []
+    old_spec = _pod_spec(old)
+    new_spec = _pod_spec(request.object or {})
+    if old_spec is None or new_spec is None:
+        return []
+    problems: list[str] = []
+    try:
+        for path, before, after in _resource_pairs(old_spec, new_spec):
+            for kind in ("requests", "limits"):
+                old_amounts, new_amounts = before.get(kind, {}), after.get(kind, {})
+                for name in sorted(old_amounts, key=resource_sort_key):
+                    was, now = old_amounts[name], new_amounts.get(name)
+                    if now is None or now < was:
+                        field = f"{path}.{kind}.{name}" if path else f"{POD_SPEC}.overhead.{name}"
+                        problems.append(_lowered_message(field, name, was, now, kind))
+        if not problems:
+            # No single figure went down, but the pod's total did (a sidecar turned into
+            # an ordinary init container, say): still less than what runs.
+            before_total, after_total = pod_charges({"spec": old_spec}), pod_charges({"spec": new_spec})
+            lowered = sorted(
+                (n for n, a in before_total.items() if after_total.get(n, 0) < a), key=resource_sort_key
+            )
+            if lowered:
+                problems.append(
+                    f"{POD_SPEC}: this update lowers the pod's total {', '.join(lowered)}; refused: the running pod "
+                    "keeps the resources it was created with and the quota counts what runs; to lower them, delete "
+                    "the ShadowPod and create it again"
+                )
+    except QuantityError:
+        return []
+    return problems
+
+
+def _lowered_message(field: str, name: str, was: int, now: int | None, kind: str) -> str:
+    binary = uses_binary_format(name)
+    if now is None:
+        got = f"removed (was {format_quantity(was, binary=binary)})"
+    else:
+        got = f"lowered from {format_quantity(was, binary=binary)} to {format_quantity(now, binary=binary)}"
+    return (
+        f"{field}: {got}; refused: the running pod keeps its old {kind} (an update of its ShadowPod does not "
+        "resize a running pod), and the quota counts what runs; to lower them, delete the ShadowPod and create it again"
+    )
+
+
+def _pod_spec(shadowpod: Mapping) -> Mapping | None:
+    pod = (shadowpod.get("spec") or {}).get("pod")
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    return spec if isinstance(spec, Mapping) else None
+
+
+def _resource_pairs(old: Mapping, new: Mapping) -> Iterator[tuple[str, dict[str, ResourceList], dict[str, ResourceList]]]:
+    """(field path of a resources block, old amounts, new amounts) for every container of
+    the old template (matched by name; a container gone from the new one has none), the
+    pod-level resources, and the overhead (path "")."""
+    for field in CONTAINER_LISTS:
+        new_by_name = {c.get("name"): c for c in _list(new.get(field)) if isinstance(c, Mapping)}
+        for index, container in enumerate(_list(old.get(field))):
+            if not isinstance(container, Mapping):
+                continue
+            path = f"{POD_SPEC}.{field}[{index}].resources"
+            yield path, _amounts(container.get("resources")), _amounts((new_by_name.get(container.get("name")) or {}).get("resources"))
+    yield f"{POD_SPEC}.resources", _amounts(old.get("resources")), _amounts(new.get("resources"))
+    yield "", {"requests": _parse(old.get("overhead"))}, {"requests": _parse(new.get("overhead"))}
+
+
+def _amounts(resources: object) -> dict[str, ResourceList]:
+    if not isinstance(resources, Mapping):
+        return {}
+    requests, limits = _parse(resources.get("requests")), _parse(resources.get("limits"))
+    # The apiserver defaults a missing request to its limit: compare what the pod got.
+    return {"requests": {**limits, **requests}, "limits": limits}
+
+
+def _parse(raw: object) -> ResourceList:
+    return parse_resource_list(raw) if isinstance(raw, Mapping) else {}  # type: ignore[arg-type]
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+# --- limits a quota counts ------------------------------------------------------------------------
+def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str) -> list[str]:
+    """One problem per container that sets no limit for a resource whose limit the
+    consumer's quota counts (``quota`` as :func:`enforcer.quota.quota_limits` gives it)."""
+    resources = limited_resources(quota)
+    if not resources:
+        return []
+    pod = (((request.object or {}).get("spec") or {}).get("pod")) or {}
+    if not isinstance(pod, Mapping):
+        return []
+    problems = []
+    try:
+        for name in resources:
+            for path in containers_without_limit(pod, name):
+                problems.append(
+                    f"spec.pod.{path}.resources.limits.{name}: must be set: the quota of consumer \"{consumer_id}\" "
+                    f"counts limits.{name} (Consumer spec.quota, read under spec.policy.quotaMode), and a container "
+                    f"without a {name} limit is unbounded; set a {name} limit"
+                )
+    except QuantityError:
+        return []
+    return problems
