@@ -7,6 +7,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload.affinity import merge_required_terms, policy_node_terms, virtual_node_toleration
 from kube_offload.policy import policy_from_namespace
+from kube_offload.provider_policy import parse_policy
 from vkubelet.translation import (
     TranslationContext,
     build_shadowpod_for,
@@ -100,7 +101,17 @@ def test_node_name_scheduler_priority_and_our_toleration_are_dropped():
     assert "nodeName" not in spec
     assert "schedulerName" not in spec
     assert "priority" not in spec
-    assert [t["key"] for t in spec["tolerations"]] == ["node.kubernetes.io/not-ready"]
+    # The not-ready toleration local admission added (300 s) goes too: the provider's
+    # admission adds its own, and a consumer may not tolerate node lifecycle taints.
+    assert "tolerations" not in spec
+
+
+def test_tolerations_the_provider_grants_are_kept():
+    pod = _pod(tolerations=[virtual_node_toleration(), {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    policy = parse_policy({"pods": {"tolerations": ["gpu"]}})
+    remote = translate_pod(pod, TranslationContext(**{**CTX.__dict__, "policy": policy}))
+    assert remote.spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert remote.adjusted == ()
 
 
 def test_tolerations_list_removed_when_only_ours():
@@ -160,10 +171,16 @@ def test_init_container_mounts_of_dropped_volumes_go_too():
     assert "volumeMounts" not in spec["initContainers"][0]
 
 
-def test_priority_class_kept_only_if_the_remote_cluster_has_it():
+def test_priority_class_kept_only_if_granted_and_the_remote_cluster_has_it():
     pod = _pod(priorityClassName="high", preemptionPolicy="Never")
-    assert "priorityClassName" not in translate_pod(pod, CTX).spec
-    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"})})
+    granted = parse_policy({"pods": {"priorityClasses": ["high"]}})
+    assert "priorityClassName" not in translate_pod(pod, TranslationContext(**{**CTX.__dict__, "policy": granted})).spec
+    # The remote cluster has it, but the provider does not grant it to us: dropped, said.
+    has_it = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"})})
+    refused = translate_pod(pod, has_it)
+    assert "priorityClassName" not in refused.spec
+    assert [n.field for n in refused.adjusted] == ["spec.priorityClassName"]
+    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"}), "policy": granted})
     spec = translate_pod(pod, ctx).spec
     assert spec["priorityClassName"] == "high"
     # The number and policy come from the remote class, never from the local one.
