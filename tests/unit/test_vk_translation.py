@@ -382,3 +382,34 @@ def test_a_pod_cannot_forge_its_origin():
 def test_origin_key_needs_both_annotations():
     assert origin_key({"metadata": {"annotations": {c.ANNOTATION_ORIGIN_NAME: "x"}}}) is None
     assert origin_key({}) is None
+
+
+# --- the provider's policy ------------------------------------------------------------------
+def test_system_node_critical_is_dropped_even_though_the_provider_has_it():
+    # Every Kubernetes cluster has it built in; before, the pod kept it and preempted the
+    # provider's own components.
+    pod = _pod(priorityClassName="system-node-critical")
+    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"system-node-critical"})})
+    remote = translate_pod(pod, ctx)
+    assert "priorityClassName" not in remote.spec
+    assert [n.message for n in remote.adjusted] == [
+        'spec.priorityClassName "system-node-critical" dropped: system-* classes preempt the provider\'s own '
+        "components and are never granted"
+    ]
+    shadow = build_shadowpod_for(pod, "demo-twin", ctx)
+    assert "priorityClassName" not in shadow["spec"]["pod"]["spec"]
+
+
+def test_a_pod_mounting_a_volume_not_granted_carries_the_refusal():
+    pod = _pod(volumes=[{"name": "share", "nfs": {"server": "192.0.2.1", "path": "/export"}}])
+    remote = translate_pod(pod, CTX)
+    assert [n.field for n in remote.refused] == ["spec.volumes[0]"]
+    assert "Consumer spec.policy.pods.volumeTypes" in remote.refused[0].message
+
+
+def test_what_local_admission_adds_to_every_pod_draws_no_note():
+    # A pod as the local API server stores it: default tolerations, IfNotPresent, the
+    # token volume; nothing of it is the user's choice, so nothing is told.
+    remote = translate_pod(_pod(), CTX)
+    assert remote.adjusted == () and remote.refused == ()
+    assert remote.spec["containers"][0]["imagePullPolicy"] == "Always"
