@@ -138,11 +138,31 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
     }
 
 
-def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None) -> dict:
+# What the e2e tests write beyond the provider's safe defaults (Consumer spec.policy,
+# kube_offload/provider_policy.py), granted by name as a provider would: a toleration
+# key (test_pod_updates), an Ingress class and domain (test_reflection), the remote
+# default storage class (reflected claims, test_stateful). Everything else stays at the
+# defaults, which the trust-boundary and policy tests rely on.
+E2E_POLICY: dict[str, Any] = {
+    "pods": {"tolerations": ["e2e.kube-offload.io/extra"]},
+    "ingress": {"hostDomains": ["e2e.example.com"], "classes": ["e2e"]},
+    "storage": {"classes": ["local-path"]},
+}
+
+
+def remote_values(
+    consumer_id: str,
+    *,
+    node_labels: Mapping[str, str],
+    quota: Mapping[str, str] | None = None,
+    policy: Mapping[str, Any] | None = None,
+) -> dict:
     """The remote chart's values admitting one consumer (what ``kube-offload peer`` does)."""
     consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False}
     if quota:
         consumer["quota"] = dict(quota)
+    if policy:
+        consumer["policy"] = dict(policy)
     return {"nodeLabels": dict(node_labels), "consumers": [consumer]}
 
 

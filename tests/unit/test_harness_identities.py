@@ -79,6 +79,15 @@ def test_values_for_the_topology() -> None:
     values = identities.remote_values("local", node_labels={"topology.kubernetes.io/region": "eu-west"}, quota={"pods": "3"})
     assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}}]
     assert values["nodeLabels"] == {"topology.kubernetes.io/region": "eu-west"}
+    granted = identities.remote_values("local", node_labels={}, policy=identities.E2E_POLICY)
+    assert granted["consumers"][0]["policy"] == identities.E2E_POLICY
+
+
+def test_the_e2e_grants_are_a_valid_provider_policy() -> None:
+    from kube_offload.provider_policy import parse_policy
+
+    policy = parse_policy(identities.E2E_POLICY)
+    assert policy.services.types == () and policy.pods.priority_classes == ()  # the rest: defaults
 
 
 def test_of_components_keeps_only_the_named_components() -> None:
