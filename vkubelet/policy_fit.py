@@ -149,7 +149,10 @@ def _fit_priority_class(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]
     spec.pop("priorityClassName")
     path = "spec.priorityClassName"
     if str(name).startswith(pp.SYSTEM_PRIORITY_PREFIX):
-        why = "system-* classes preempt the provider's own components and are never granted"
+        why = (
+            "system-* classes preempt the provider's own components and are never granted "
+            f"({policy_key('pods', 'priorityClasses')} cannot list them)"
+        )
     else:
         why = f"the provider grants no such class ({policy_key('pods', 'priorityClasses')}: {_granted(policy.pods.priority_classes)})"
     notes.append(Note(path, f"{path} {_q(name)} dropped: {why}"))

@@ -394,7 +394,7 @@ def test_system_node_critical_is_dropped_even_though_the_provider_has_it():
     assert "priorityClassName" not in remote.spec
     assert [n.message for n in remote.adjusted] == [
         'spec.priorityClassName "system-node-critical" dropped: system-* classes preempt the provider\'s own '
-        "components and are never granted"
+        "components and are never granted (Consumer spec.policy.pods.priorityClasses cannot list them)"
     ]
     shadow = build_shadowpod_for(pod, "demo-twin", ctx)
     assert "priorityClassName" not in shadow["spec"]["pod"]["spec"]
