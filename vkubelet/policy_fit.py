@@ -495,6 +495,34 @@ def fit_service(service: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
     return Fit(service, adjusted=tuple(adjusted))
 
 
+# --- EndpointSlices ----------------------------------------------------------------------------------------
+def fit_endpointslice(slice_: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
+    """A reflected slice (local pods' addresses, as the remote cluster reaches them) with
+    only the addresses inside the ranges the provider grants (``endpoints.cidrs``: the
+    consumer's remapped pod range, typically); none left: not reflected. One note for
+    all the addresses taken out, worded without them, so that pods coming and going do
+    not make a new Event each time."""
+    slice_ = copy.deepcopy(dict(slice_))
+    cidrs = policy.endpoints.cidrs
+    why = (
+        "outside the address ranges the provider grants "
+        f"({policy_key('endpoints', 'cidrs')}: {_granted(cidrs)})"
+    )
+    endpoints, dropped = [], False
+    for endpoint in slice_.get("endpoints") or []:
+        addresses = [a for a in endpoint.get("addresses") or [] if _in_cidrs(str(a), cidrs)]
+        dropped = dropped or len(addresses) != len(endpoint.get("addresses") or [])
+        if addresses:
+            endpoints.append({**endpoint, "addresses": addresses})
+    if not dropped:
+        return Fit(slice_)
+    if not endpoints:
+        note = Note("endpoints", f"endpoints[].addresses: every address is {why}; the slice is not reflected")
+        return Fit(slice_, refused=(note,))
+    slice_["endpoints"] = endpoints
+    return Fit(slice_, adjusted=(Note("endpoints", f"endpoints[].addresses {why} dropped"),))
+
+
 # --- Ingresses ------------------------------------------------------------------------------------------------
 def host_granted(host: str, domains: tuple[str, ...]) -> bool:
     """Whether Ingress host ``host`` (``*.`` wildcards included) is ``domains``' one or

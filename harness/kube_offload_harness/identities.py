@@ -141,10 +141,12 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
 # What the e2e tests write beyond the provider's safe defaults (Consumer spec.policy,
 # kube_offload/provider_policy.py), granted by name as a provider would: a toleration
 # key (test_pod_updates), an Ingress class and domain (test_reflection), the remote
-# default storage class (reflected claims, test_stateful). Everything else stays at the
-# defaults, which the trust-boundary and policy tests rely on.
+# default storage class (reflected claims, test_stateful), the local pod range as the
+# provider reaches it (reflected EndpointSlices: cluster.LOCAL_POD_CIDR_REMAPPED).
+# Everything else stays at the defaults, which the trust-boundary and policy tests rely on.
 E2E_POLICY: dict[str, Any] = {
     "pods": {"tolerations": ["e2e.kube-offload.io/extra"]},
+    "endpoints": {"cidrs": ["10.200.0.0/16"]},
     "ingress": {"hostDomains": ["e2e.example.com"], "classes": ["e2e"]},
     "storage": {"classes": ["local-path"]},
 }

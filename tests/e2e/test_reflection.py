@@ -204,8 +204,10 @@ def test_endpointslice_carries_local_endpoints_only(t):
         "kind": "EndpointSlice",
         "metadata": {"name": "db-1", "labels": {"kubernetes.io/service-name": "db", "endpointslice.kubernetes.io/managed-by": "e2e"}},
         "addressType": "IPv4",
+        # Local pod addresses (the harness's --local-pod-cidr), reflected as the provider
+        # reaches them (--local-pod-cidr-remapped, the range its policy grants us).
         "endpoints": [
-            {"addresses": ["10.244.7.7"], "conditions": {"ready": True}, "nodeName": "local-node-0"},
+            {"addresses": ["10.0.7.7"], "conditions": {"ready": True}, "nodeName": "local-node-0"},
             # An endpoint on the virtual node is an offloaded pod: the remote cluster lists it itself.
             {"addresses": ["10.244.9.9"], "conditions": {"ready": True}, "nodeName": f"{c.VIRTUAL_NODE_PREFIX}remote-1"},
         ],
@@ -213,17 +215,17 @@ def test_endpointslice_carries_local_endpoints_only(t):
     }
     _apply(t.local, t.ns, slice_)
     remote_slice = t.until_remote("endpointslice", "db-1", lambda o: _ours(o, "endpointslices"), "created")
-    assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.244.7.7"]]
+    assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.200.7.7"]]
     assert "nodeName" not in remote_slice["endpoints"][0]
     assert _labels(remote_slice)["kubernetes.io/service-name"] == "db"
     # Not the remote EndpointSlice controller's: it would delete a slice claiming to be its own.
     assert _labels(remote_slice)["endpointslice.kubernetes.io/managed-by"] == "vkubelet.kube-offload.io"
 
-    slice_["endpoints"][0]["addresses"] = ["10.244.7.8"]
+    slice_["endpoints"][0]["addresses"] = ["10.0.7.8"]
     _apply(t.local, t.ns, slice_)
-    t.until_remote("endpointslice", "db-1", lambda o: o["endpoints"][0]["addresses"] == ["10.244.7.8"], "updated")
+    t.until_remote("endpointslice", "db-1", lambda o: o["endpoints"][0]["addresses"] == ["10.200.7.8"], "updated")
     _patch(t.remote, "endpointslice", t.twin, "db-1", {"endpoints": [{"addresses": ["10.9.9.9"]}]})
-    t.until_remote("endpointslice", "db-1", lambda o: [e["addresses"] for e in o["endpoints"]] == [["10.244.7.8"]], "drift overwritten")
+    t.until_remote("endpointslice", "db-1", lambda o: [e["addresses"] for e in o["endpoints"]] == [["10.200.7.8"]], "drift overwritten")
 
     # Skip the Service: its slices follow.
     t.local.kubectl("annotate", "service", "db", "-n", t.ns, f"{c.ANNOTATION_SKIP_REFLECTION}=true")

@@ -86,7 +86,10 @@ def test_values_for_the_topology() -> None:
 def test_the_e2e_grants_are_a_valid_provider_policy() -> None:
     from kube_offload.provider_policy import parse_policy
 
+    from kube_offload_harness.cluster import LOCAL_POD_CIDR_REMAPPED
+
     policy = parse_policy(identities.E2E_POLICY)
+    assert policy.endpoints.cidrs == (LOCAL_POD_CIDR_REMAPPED,)
     assert policy.services.types == () and policy.pods.priority_classes == ()  # the rest: defaults
 
 

@@ -307,3 +307,34 @@ def test_the_legacy_class_annotation_moves_to_the_field_the_policy_reads():
 
 def test_by_default_no_ingress_is_reflected():
     assert pf.fit_ingress(_ingress(), DEFAULT_POLICY).refused
+
+
+# --- EndpointSlices --------------------------------------------------------------------------------
+def _slice(*addresses_per_endpoint) -> dict:
+    return {"kind": "EndpointSlice", "addressType": "IPv4",
+            "endpoints": [{"addresses": list(a), "conditions": {"ready": True}} for a in addresses_per_endpoint]}
+
+
+def test_endpoint_addresses_outside_the_granted_ranges_are_dropped_with_one_stable_note():
+    policy = parse_policy({"endpoints": {"cidrs": ["10.200.0.0/16"]}})
+    fit = pf.fit_endpointslice(_slice(["10.200.0.7"], ["10.96.0.1"], ["10.200.3.3", "192.0.2.1"]), policy)
+    assert [e["addresses"] for e in fit.obj["endpoints"]] == [["10.200.0.7"], ["10.200.3.3"]]
+    assert fit.refused == ()
+    [note] = fit.adjusted
+    assert "Consumer spec.policy.endpoints.cidrs: 10.200.0.0/16" in note.message
+    assert "10.96.0.1" not in note.message  # the same note whichever pods come and go
+    other = pf.fit_endpointslice(_slice(["10.200.0.8"], ["10.96.0.2"]), policy)
+    assert other.adjusted == fit.adjusted
+
+
+@pytest.mark.parametrize(
+    "policy, refused, adjusted",
+    [
+        ({}, ["endpoints"], []),  # by default no range: nothing of a local slice may go
+        ({"endpoints": {"cidrs": ["10.200.0.0/16"]}}, [], []),
+    ],
+)
+def test_a_slice_with_no_granted_address_left_is_not_reflected(policy, refused, adjusted):
+    fit = pf.fit_endpointslice(_slice(["10.200.0.7"]), parse_policy(policy))
+    assert [n.field for n in fit.refused] == refused
+    assert [n.field for n in fit.adjusted] == adjusted
