@@ -344,3 +344,18 @@ def key_matches(key: str, patterns: tuple[str, ...] | list[str]) -> bool:
 def name_matches(name: str, patterns: tuple[str, ...] | list[str]) -> bool:
     """Whether ``name`` is one of ``patterns``, where a pattern ending in "*" is a prefix."""
     return any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in patterns)
+
+
+def reserved_node_key(key: str, policy: ProviderPolicy) -> bool:
+    """Whether node label (or taint) ``key`` is one the provider reserves for itself:
+    always the hostname, the node roles and the node lifecycle keys, plus the keys the
+    provider lists (``pods.reservedNodeLabelKeys``). No selector, affinity requirement,
+    spread or toleration of a consumer pod may name one."""
+    return key_matches(key, (*ALWAYS_RESERVED_NODE_KEYS, *policy.pods.reserved_node_label_keys))
+
+
+def denied_metadata_key(key: str, policy: ProviderPolicy) -> bool:
+    """Whether a consumer pod may not carry label or annotation ``key`` (it configures
+    the provider's own controllers): the always-denied prefixes plus the provider's
+    ``pods.deniedMetadataPrefixes``."""
+    return key_matches(key, (*ALWAYS_DENIED_METADATA_PREFIXES, *policy.pods.denied_metadata_prefixes))

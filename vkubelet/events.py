@@ -41,6 +41,12 @@ REASON_POD_IP_NOT_REMAPPED = "PodIPNotRemapped"
 # The provider refused a ShadowPod create/update: the Event carries the provider's message
 # (the same word is the waiting pod's status.reason, hence defined with the refusal rules).
 REASON_PROVIDER_REFUSED = refusals.REASON_PROVIDER_REFUSED
+# The provider's policy (Consumer spec.policy) made us change a field before sending the
+# object (dropped a priority class, a Service type...): one Warning per field.
+REASON_POLICY_ADJUSTED = "ProviderPolicyAdjusted"
+# The provider's policy refuses the object as it stands and nothing can be dropped to
+# fit it (a volume type, an Ingress host...): it is not sent; one Warning per field.
+REASON_POLICY_REFUSED = "ProviderPolicyRefused"
 
 
 class EventRecorder(events.EventRecorder):

@@ -38,6 +38,14 @@ then gets a Warning Event ``ProviderRefused`` with the provider's words, stays P
 with ``status.reason``/``message`` saying it waits for the provider, and is tried again
 with a per-pod exponential backoff (refusals.py); every reconcile in between (informer
 events, resyncs, our own status write) is answered without a request.
+
+Before sending, the provider's policy for us (``Consumer.spec.policy``) takes out what its
+admission would refuse (translation.py, policy_fit.py): each field changed gets one Warning
+Event ``ProviderPolicyAdjusted`` on the local pod once the ShadowPod is created. A pod the
+policy refuses whatever is dropped (a volume type it does not grant) is not sent: Warning
+Events ``ProviderPolicyRefused`` name the fields, the pod stays Pending with
+``status.reason`` ``ProviderRefused``, and it is looked at again when it or the policy
+changes. Each note is told once per pod (policy_events.py), not at every resync.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import daemonsets
+from vkubelet import policy_fit
 from vkubelet import events as ev
 from vkubelet import readiness
 from vkubelet import refusals as rf
@@ -70,7 +79,9 @@ from vkubelet.node_forge import parse_time
 from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from kube_offload.remote_resources import is_ours
 from vkubelet.settings import Settings
-from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
+from vkubelet.policy_events import PolicyNotices
+from vkubelet.provider_terms import PolicyReader
+from vkubelet.translation import TranslationContext, origin_key, origin_uid, shadowpod_of, translate_pod
 
 
 # A pod arriving together with its namespace's first offloading may find the twin not
@@ -79,6 +90,9 @@ TWIN_WAIT_WARNING_SECONDS = 10.0
 # How often to look again at a pod whose namespace is not offloaded to this cluster.
 NOT_OFFLOADED_RETRY_SECONDS = 30.0
 REJECTED_RETRY_SECONDS = 30.0
+# A pod the provider's policy refuses is looked at again this often (and at once when
+# the policy on our Consumer changes).
+POLICY_REFUSED_RETRY_SECONDS = 60.0
 UNSCHEDULABLE_RETRY_SECONDS = 30.0
 TERMINATION_POLL_SECONDS = 2.0
 # status.reason of a pod ended because its namespace stopped being offloaded here.
@@ -106,6 +120,12 @@ class PodOffloader:
         self._twins = twins
         self._recorder = recorder
         self.refusals = rf.RefusalBackoff()
+        # The provider's policy for us, read from our Consumer's cache at each use.
+        self._policy = PolicyReader(lambda: twins.consumer.get(settings.local_cluster_id))
+        self._notices = PolicyNotices(recorder)
+        # Pods not sent because the policy refuses them: tried again when it changes.
+        self._policy_refused: set[str] = set()
+        self._policy_refused_lock = threading.Lock()
         # Whether the remote cluster answers (the virtual node's Ready rule); while it does
         # not, pods are marked not Ready and nothing remote is attempted.
         self._reachable = reachable or (lambda: True)
@@ -206,6 +226,7 @@ class PodOffloader:
             self._status_echoes.forget(key)
         if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
             self.refusals.forget_prefix(key)
+            self._not_policy_refused(key)
         if local is None:
             if shadows and not self._reachable():
                 return  # nothing can be deleted there now; the reconnect resync brings it back
@@ -327,6 +348,7 @@ class PodOffloader:
             virtual_node_labels=self._twins.node_labels(),
             virtual_node_name=self.settings.node_name,
             remote_priority_classes=frozenset(self.priority_classes.keys()),
+            policy=self._policy(),
             # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
             # namespace; without it the pod runs with no API identity (translation.py).
             reflection=self.settings.reflection.service_account_tokens,
@@ -342,6 +364,27 @@ class PodOffloader:
         for key, operation in list(self.refusals.keys()):
             if operation == CREATE and self.refusals.allow_now((key, operation)):
                 self.controller.enqueue(key)
+        with self._policy_refused_lock:
+            refused = list(self._policy_refused)
+        for key in refused:
+            self.controller.enqueue(key)
+
+    def _not_policy_refused(self, key: str) -> None:
+        with self._policy_refused_lock:
+            self._policy_refused.discard(key)
+
+    def _refused_by_policy(self, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:
+        """The provider's policy refuses the pod whatever we drop: not sent, said on the
+        pod (Events, once per note; status.reason ProviderRefused), looked at again
+        later or when the policy changes."""
+        key = object_key(local)
+        with self._policy_refused_lock:
+            self._policy_refused.add(key)
+        refusal = rf.policy_refusal(self.settings.cluster_id, [note.message for note in refused])
+        if self._notices.tell(local, refused=refused):
+            logger.warning("%s", refusal.message)
+        self._mark_waiting(local, refusal)
+        raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "refused by the provider's policy: not sent")
 
     def _create_shadowpod(self, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
         backoff_key = (object_key(local), CREATE)
@@ -349,7 +392,12 @@ class PodOffloader:
         wait = self.refusals.wait(backoff_key, print_)
         if wait > 0:
             raise Requeue(wait, "refused by the provider; waiting out the backoff")
-        body = build_shadowpod_for(local, twin, self.context())
+        context = self.context()
+        remote = translate_pod(local, context)
+        if remote.refused:
+            self._refused_by_policy(local, remote.refused, logger)
+        self._not_policy_refused(object_key(local))
+        body = shadowpod_of(remote, local, twin, context)
         try:
             call_json(
                 self._custom.create_namespaced_custom_object,
@@ -377,6 +425,8 @@ class PodOffloader:
             raise Requeue(REJECTED_RETRY_SECONDS, message)
         self.refusals.forget(backoff_key)
         self._clear_waiting(local)
+        # What the provider's policy took out, on the pod that now runs without it.
+        self._notices.tell(local, adjusted=remote.adjusted)
         logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], self.settings.cluster_id)
         self._recorder.normal(
             local, ev.REASON_OFFLOADED, f"running in cluster {self.settings.cluster_id} as {twin}/{local['metadata']['name']}"
@@ -607,7 +657,9 @@ class PodOffloader:
         tolerations - follows into the ShadowPod's template; the enforcer then patches
         the remote pod in place (kube_offload.pod_updates). The rest of the template is
         left as first written."""
-        wanted = build_shadowpod_for(local, twin, self.context())["spec"]["pod"]
+        context = self.context()
+        remote = translate_pod(local, context)
+        wanted = shadowpod_of(remote, local, twin, context)["spec"]["pod"]
         have = (shp.get("spec") or {}).get("pod") or {}
         patch = template_patch(have, wanted)
         if not patch:
@@ -638,6 +690,9 @@ class PodOffloader:
             self.controller.enqueue_after(object_key(local), delay)
             return
         self.refusals.forget(backoff_key)
+        # What the policy took out of what a running pod may change (labels,
+        # annotations, tolerations); the rest of the template was told at creation.
+        self._notices.tell(local, adjusted=[n for n in remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
         logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
 
     def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
@@ -672,6 +727,11 @@ class PodOffloader:
             raise
         # Its watch event may come before this line (then it is reconciled, harmlessly).
         self._status_echoes.wrote(written)
+
+
+# The fields of a running pod an update carries (kube_offload/pod_updates.py) whose
+# policy notes are told when it is carried.
+_UPDATABLE_FIELDS = ("metadata.labels", "metadata.annotations", "spec.tolerations")
 
 
 def _now() -> str:

@@ -4,8 +4,15 @@ The consumer may not read the provider's nodes and pods. The provider's enforcer
 publishes a summary of them in ``Consumer.status.capacity``, and the provider's own
 terms sit in ``Consumer.spec``: a quota (the ShadowPod webhook refuses what exceeds it,
 so the virtual node must never advertise more), a cordon, and labels it suggests for the
-consumer's virtual node (region, provider...). This module reads that object; node.py and
-node_forge.py turn it into the virtual node.
+consumer's virtual node (region, provider...), and its policy (``spec.policy``, what our
+identity may write there: kube_offload/provider_policy.py). This module reads that object;
+node.py and node_forge.py turn it into the virtual node, and policy_fit.py uses the policy
+to drop what the provider would refuse before anything is sent.
+
+A policy that does not parse (a provider's typo, or a newer provider's key this consumer
+does not know) is read as :data:`~kube_offload.provider_policy.DEFAULT_POLICY`, the
+strictest: what we then drop the provider would most likely refuse anyway, while a policy
+read too wide would send what it refuses.
 
 Suggested labels are the provider's claims about itself, and namespace cluster selectors
 send pods by them: the consumer's own ``--node-label`` flags override them, the contract
@@ -17,9 +24,10 @@ type, as the NodeRestriction admission allows a kubelet) are dropped with a warn
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload import resources
 from kube_offload.remote_resources import CapacityStatusError, RemoteResources, decode_capacity_status, virtual_node_capacity
 from kube_offload.resources import QuantityError, ResourceList
@@ -42,6 +50,9 @@ class ProviderTerms:
     quota: ResourceList = field(default_factory=dict)
     cordoned: bool = False
     suggested_labels: dict[str, str] = field(default_factory=dict)
+    # What our identity may write in our twin namespaces (spec.policy; the defaults when
+    # absent or unreadable).
+    policy: pp.ProviderPolicy = pp.DEFAULT_POLICY
     # What was ignored and why (logged by the caller, once per change).
     problems: tuple[str, ...] = ()
 
@@ -59,6 +70,15 @@ def suggested_label_problem(key: str, value: str) -> str | None:
         if not key.startswith(_RESERVED_ALLOWED):
             return f"the {prefix} prefix is reserved (the consumer or Kubernetes sets those labels)"
     return None
+
+
+def read_policy(spec: Mapping) -> tuple[pp.ProviderPolicy, str | None]:
+    """The policy in a Consumer's ``spec`` and, when it does not parse, why (then the
+    strictest: :data:`~kube_offload.provider_policy.DEFAULT_POLICY`)."""
+    try:
+        return pp.parse_policy(spec.get("policy")), None
+    except pp.ProviderPolicyError as exc:
+        return pp.DEFAULT_POLICY, f"spec.policy ignored, the defaults (the strictest) apply: {exc}"
 
 
 def read_consumer(consumer: Mapping | None) -> ProviderTerms:
@@ -99,12 +119,17 @@ def read_consumer(consumer: Mapping | None) -> ProviderTerms:
     else:
         problems.append("spec.nodeLabels ignored: it must be an object of label -> value")
 
+    policy, policy_problem = read_policy(spec)
+    if policy_problem:
+        problems.append(policy_problem)
+
     return ProviderTerms(
         admitted=True,
         summary=summary,
         quota=quota,
         cordoned=bool(spec.get("cordoned")),
         suggested_labels=labels,
+        policy=policy,
         problems=tuple(problems),
     )
 
@@ -132,3 +157,25 @@ def node_capacity(terms: ProviderTerms, sharing_percentage: int) -> ResourceList
     if terms.summary is None:
         return None
     return cap_by_quota(virtual_node_capacity(terms.summary.shareable, sharing_percentage), terms.quota)
+
+
+class PolicyReader:
+    """The policy on our Consumer as its cache holds it now (parsed once per version of
+    the object): what the pod and reflection loops fit objects to before sending them.
+    ``consumer`` returns our Consumer from the informer's cache (None: not there)."""
+
+    def __init__(self, consumer: Callable[[], Mapping | None]) -> None:
+        self._consumer = consumer
+        self._cached: tuple[object, pp.ProviderPolicy] = (object(), pp.DEFAULT_POLICY)
+
+    def __call__(self) -> pp.ProviderPolicy:
+        consumer = self._consumer()
+        if consumer is None:
+            return pp.DEFAULT_POLICY
+        version = (consumer.get("metadata") or {}).get("resourceVersion") or id(consumer)
+        cached_version, policy = self._cached  # one read: another thread may replace it
+        if cached_version == version:
+            return policy
+        policy, _problem = read_policy(consumer.get("spec") or {})  # logged by node.py
+        self._cached = (version, policy)
+        return policy

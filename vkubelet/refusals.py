@@ -33,7 +33,8 @@ REASON_PROVIDER_REFUSED = "ProviderRefused"
 # The API does not cap a pod's status.message; a provider's message is kept readable.
 MAX_STATUS_MESSAGE = 1024
 # Consumer.spec fields that make a refusal worth trying again at once when they change.
-TERMS_FIELDS = ("quota", "cordoned", "podSecurityLevel")
+# (A changed policy may grant what a pod was refused, or what we dropped from it.)
+TERMS_FIELDS = ("quota", "cordoned", "podSecurityLevel", "policy")
 
 BACKOFF_START_SECONDS = 2.0
 BACKOFF_CAP_SECONDS = 300.0
@@ -205,6 +206,22 @@ def waiting_message(cluster_id: str, refusal: Refusal) -> str:
     return text[:MAX_STATUS_MESSAGE]
 
 
+def policy_refusal(cluster_id: str, reasons: list[str]) -> Refusal:
+    """The refusal we foresee ourselves: the provider's policy for us (``Consumer
+    spec.policy``) refuses the pod whatever we drop (vkubelet/policy_fit.py), so it is
+    not sent; ``reasons`` name the fields and the policy keys."""
+    return Refusal(
+        0,
+        "ProviderPolicy",
+        f"not sent: the policy of cluster {cluster_id} for this cluster refuses it: {'; '.join(reasons)} "
+        "(sent once the pod changes or the provider grants it)",
+    )
+
+
+def not_sent_message(refusal: Refusal) -> str:
+    return refusal.message[:MAX_STATUS_MESSAGE]
+
+
 def waiting_status_patch(pod: Mapping, cluster_id: str, refusal: Refusal) -> dict | None:
     """A pods/status merge patch saying the pod waits for the provider (``kubectl get``
     shows ``ProviderRefused`` as its STATUS, ``kubectl describe`` the message); None when
@@ -214,7 +231,8 @@ def waiting_status_patch(pod: Mapping, cluster_id: str, refusal: Refusal) -> dic
     status = pod.get("status") or {}
     if status.get("phase") not in (None, "", "Pending"):
         return None
-    message = waiting_message(cluster_id, refusal)
+    # A refusal we foresaw (status 0) was never sent: no waiting for the provider's answer.
+    message = not_sent_message(refusal) if refusal.status == 0 else waiting_message(cluster_id, refusal)
     if status.get("reason") == REASON_PROVIDER_REFUSED and status.get("message") == message:
         return None
     return {"status": {"reason": REASON_PROVIDER_REFUSED, "message": message}}

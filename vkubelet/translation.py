@@ -5,8 +5,12 @@ The local scheduler already chose the virtual node; what in the pod was about th
 node's labels, a local scheduler) means nothing, or something else, in the remote cluster,
 and what the local apiserver's admission added (service-account token volume, priority
 number, RuntimeClass overhead) would be added again - or refused - by the remote one.
-Everything else is the user's and is kept as written. docs/virtual-kubelet.md has the
-table for users.
+Then the provider's policy for us (``Consumer.spec.policy``) takes out what its admission
+would refuse (policy_fit.py: a priority class or toleration it does not grant, node
+selection on keys it reserves...), with a note per change for the local pod's Events; a
+pod it would refuse whatever is dropped (a volume type not granted) carries the notes
+that say so, and is not sent. Everything else is the user's and is kept as written.
+docs/virtual-kubelet.md has the table for users.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload import shadowpod
+from kube_offload.provider_policy import DEFAULT_POLICY, ProviderPolicy
 # NodeSelectorTerm semantics live with the rest of node affinity, shared with `kubectl offload explain`.
 from kube_offload.affinity import requirement_matches, term_matches  # noqa: F401  (re-exported)
+from vkubelet.policy_fit import Note, fit_pod
 from vkubelet.reflection import names as reflection_names
 
 # The volume the ServiceAccount admission plugin adds to every pod (kube-api-access-<rand>).
@@ -35,6 +41,9 @@ class TranslationContext:
     virtual_node_name: str = ""
     # PriorityClasses that exist in the remote cluster; others are dropped.
     remote_priority_classes: frozenset[str] = frozenset()
+    # The provider's policy for us: what it does not grant is taken out (policy_fit.py).
+    # The default is the strictest, as for a Consumer without one.
+    policy: ProviderPolicy = DEFAULT_POLICY
     # Service-account token reflection is on (settings.reflection.service_account_tokens):
     # the pod's tokens come from the reflected token Secret (tokens of the home API
     # server) and kube-root-ca.crt from its reflected copy (vkubelet/reflection/).
@@ -48,6 +57,10 @@ class RemotePod:
     labels: dict[str, str]
     annotations: dict[str, str]
     spec: dict[str, Any]
+    # What the provider's policy made us change (one note per field), and why it would
+    # refuse the pod whatever we drop (non-empty: the pod must not be sent).
+    adjusted: tuple[Note, ...] = ()
+    refused: tuple[Note, ...] = ()
 
 
 def origin_labels(local_cluster_id: str) -> dict[str, str]:
@@ -77,7 +90,11 @@ def origin_uid(obj: Mapping[str, Any]) -> str | None:
 
 def build_shadowpod_for(pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict:
     """The ShadowPod (named like the local pod) that runs ``pod`` in ``remote_namespace``."""
-    remote = translate_pod(pod, context)
+    return shadowpod_of(translate_pod(pod, context), pod, remote_namespace, context)
+
+
+def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict:
+    """The ShadowPod carrying ``remote``, the translation of local ``pod``."""
     return shadowpod.build_shadowpod(
         name=str((pod.get("metadata") or {}).get("name")),
         namespace=remote_namespace,
@@ -100,8 +117,6 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext) -> Remote
     spec.pop("overhead", None)
     spec.pop("priority", None)
     spec.pop("preemptionPolicy", None)
-    if spec.get("priorityClassName") and spec["priorityClassName"] not in context.remote_priority_classes:
-        spec.pop("priorityClassName")
     # Ephemeral containers cannot be created with a pod; the remote pod starts without.
     spec.pop("ephemeralContainers", None)
     spec.pop("schedulingGates", None)
@@ -118,12 +133,23 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext) -> Remote
 
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    return RemotePod(labels=labels, annotations=annotations, spec=spec)
+    fit = fit_pod(labels, annotations, spec, context.policy)
+    spec = fit.spec
+    # A class the provider grants but does not have (yet): its admission would refuse
+    # the pod; the remote default priority applies instead.
+    if spec.get("priorityClassName") and spec["priorityClassName"] not in context.remote_priority_classes:
+        spec.pop("priorityClassName")
+    return RemotePod(
+        labels=fit.labels, annotations=fit.annotations, spec=spec, adjusted=fit.adjusted, refused=fit.refused
+    )
 
 
 # --- scheduling ------------------------------------------------------------------------------
 def _drop_virtual_node_toleration(spec: dict) -> None:
-    tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != c.TAINT_KEY]
+    """The virtual node's own taints (its NoExecute one, the provider-cordoned one) are
+    local: tolerating them means nothing to the remote nodes."""
+    local_keys = (c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY)
+    tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") not in local_keys]
     if tolerations:
         spec["tolerations"] = tolerations
     else:

@@ -145,6 +145,11 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
 TOLERATION_GRANTED_IN_TESTS = "e2e.kube-offload.io/extra"  # test_pod_updates adds it to a running pod
 E2E_POLICY: Mapping[str, Any] = {
     "pods": {"tolerations": [TOLERATION_GRANTED_IN_TESTS]},
+    # The local pod range as the provider reaches it (cluster.LOCAL_POD_CIDR_REMAPPED):
+    # reflected EndpointSlices of local pods.
+    "endpoints": {"cidrs": ["10.200.0.0/16"]},
+    # test_reflection's Ingress: class e2e, hosts under e2e.example.com.
+    "ingress": {"hostDomains": ["e2e.example.com"], "classes": ["e2e"]},
     # The remote's real class (storage.py LOCAL_PATH_CLASS): test_stateful's remote claims.
     "storage": {"classes": ["local-path"]},
 }

@@ -173,14 +173,16 @@ def test_secret_create_update_drift_delete_and_token_secrets_stay_home(t):
 
 # --- Services and EndpointSlices ----------------------------------------------------------------------
 def test_service_gets_remote_allocations_and_follows_updates_and_deletion(t):
+    # (A NodePort Service: the provider grants none by default, see
+    # test_provider_policy_local_events.py.)
     _apply(t.local, t.ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-                           "spec": {"type": "NodePort", "selector": {"app": "web"},
+                           "spec": {"selector": {"app": "web"},
                                     "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
     local_svc = t.local.kubectl_json("get", "service", "web", "-n", t.ns)
     svc = t.until_remote("service", "web", lambda o: _ours(o, "services"), "created")
     assert svc["spec"]["selector"] == {"app": "web"}
-    # Allocated by the remote cluster from its own ranges, not copied.
-    assert svc["spec"]["clusterIP"] and svc["spec"]["ports"][0]["nodePort"]
+    # Allocated by the remote cluster from its own range, not copied.
+    assert svc["spec"]["clusterIP"] and svc["spec"]["clusterIP"] != local_svc["spec"]["clusterIP"]
     assert svc["metadata"]["annotations"][c.ANNOTATION_ORIGIN_NAME] == "web"
     assert local_svc["spec"]["clusterIP"]  # (the local one has its own)
 
@@ -202,8 +204,10 @@ def test_endpointslice_carries_local_endpoints_only(t):
         "kind": "EndpointSlice",
         "metadata": {"name": "db-1", "labels": {"kubernetes.io/service-name": "db", "endpointslice.kubernetes.io/managed-by": "e2e"}},
         "addressType": "IPv4",
+        # Local pod addresses (the harness's --local-pod-cidr), reflected as the provider
+        # reaches them (--local-pod-cidr-remapped, the range its policy grants us).
         "endpoints": [
-            {"addresses": ["10.244.7.7"], "conditions": {"ready": True}, "nodeName": "local-node-0"},
+            {"addresses": ["10.0.7.7"], "conditions": {"ready": True}, "nodeName": "local-node-0"},
             # An endpoint on the virtual node is an offloaded pod: the remote cluster lists it itself.
             {"addresses": ["10.244.9.9"], "conditions": {"ready": True}, "nodeName": f"{c.VIRTUAL_NODE_PREFIX}remote-1"},
         ],
@@ -211,17 +215,17 @@ def test_endpointslice_carries_local_endpoints_only(t):
     }
     _apply(t.local, t.ns, slice_)
     remote_slice = t.until_remote("endpointslice", "db-1", lambda o: _ours(o, "endpointslices"), "created")
-    assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.244.7.7"]]
+    assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.200.7.7"]]
     assert "nodeName" not in remote_slice["endpoints"][0]
     assert _labels(remote_slice)["kubernetes.io/service-name"] == "db"
     # Not the remote EndpointSlice controller's: it would delete a slice claiming to be its own.
     assert _labels(remote_slice)["endpointslice.kubernetes.io/managed-by"] == "vkubelet.kube-offload.io"
 
-    slice_["endpoints"][0]["addresses"] = ["10.244.7.8"]
+    slice_["endpoints"][0]["addresses"] = ["10.0.7.8"]
     _apply(t.local, t.ns, slice_)
-    t.until_remote("endpointslice", "db-1", lambda o: o["endpoints"][0]["addresses"] == ["10.244.7.8"], "updated")
+    t.until_remote("endpointslice", "db-1", lambda o: o["endpoints"][0]["addresses"] == ["10.200.7.8"], "updated")
     _patch(t.remote, "endpointslice", t.twin, "db-1", {"endpoints": [{"addresses": ["10.9.9.9"]}]})
-    t.until_remote("endpointslice", "db-1", lambda o: [e["addresses"] for e in o["endpoints"]] == [["10.244.7.8"]], "drift overwritten")
+    t.until_remote("endpointslice", "db-1", lambda o: [e["addresses"] for e in o["endpoints"]] == [["10.200.7.8"]], "drift overwritten")
 
     # Skip the Service: its slices follow.
     t.local.kubectl("annotate", "service", "db", "-n", t.ns, f"{c.ANNOTATION_SKIP_REFLECTION}=true")
@@ -254,17 +258,19 @@ def test_endpoints_of_offloaded_pods_are_not_reflected(t):
 
 # --- Ingresses and PVCs --------------------------------------------------------------------------------
 def test_ingress_create_update_drift_delete(t):
+    # Class and domain granted to the harness's consumer (harness identities.E2E_POLICY).
     def ingress(host: str) -> dict:
         return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "site"},
-                "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
-                    "service": {"name": "web", "port": {"number": 80}}}}]}}]}}
+                "spec": {"ingressClassName": "e2e",
+                         "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
+                             "service": {"name": "web", "port": {"number": 80}}}}]}}]}}
 
-    _apply(t.local, t.ns, ingress("a.example.com"))
-    t.until_remote("ingress", "site", lambda o: _ours(o, "ingresses") and o["spec"]["rules"][0]["host"] == "a.example.com", "created")
-    _apply(t.local, t.ns, ingress("b.example.com"))
-    t.until_remote("ingress", "site", lambda o: o["spec"]["rules"][0]["host"] == "b.example.com", "updated")
+    _apply(t.local, t.ns, ingress("a.e2e.example.com"))
+    t.until_remote("ingress", "site", lambda o: _ours(o, "ingresses") and o["spec"]["rules"][0]["host"] == "a.e2e.example.com", "created")
+    _apply(t.local, t.ns, ingress("b.e2e.example.com"))
+    t.until_remote("ingress", "site", lambda o: o["spec"]["rules"][0]["host"] == "b.e2e.example.com", "updated")
     _patch(t.remote, "ingress", t.twin, "site", {"spec": {"ingressClassName": "other"}})
-    t.until_remote("ingress", "site", lambda o: "ingressClassName" not in o["spec"], "drift overwritten")
+    t.until_remote("ingress", "site", lambda o: o["spec"].get("ingressClassName") == "e2e", "drift overwritten")
     t.local.kubectl("delete", "ingress", "site", "-n", t.ns)
     t.until_remote_gone("ingress", "site")
 

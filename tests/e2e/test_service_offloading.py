@@ -185,7 +185,9 @@ def test_local_placement_service_and_endpointslice_are_reflected_with_translated
          what=f"the reflected EndpointSlice carrying {sorted(local_addresses)} as {sorted(expected)}")
 
 
-def test_endpoint_addresses_outside_the_local_pod_cidr_are_reflected_as_they_are(local, remote, local_ns, wait):
+def test_endpoint_addresses_outside_the_granted_range_are_left_out_and_the_local_slice_says_so(local, remote, local_ns, wait):
+    # An address outside --local-pod-cidr is not remapped, so it is outside the range the
+    # provider grants us too (harness identities.E2E_POLICY: the remapped pod range).
     local.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db", "namespace": local_ns},
                  "spec": {"ports": [{"port": 5432}]}})  # no selector: the endpoints are the user's
     local.apply({
@@ -202,7 +204,15 @@ def test_endpoint_addresses_outside_the_local_pod_cidr_are_reflected_as_they_are
     })
     remote_slice = wait(lambda: (s := get(remote, "endpointslice", twin(local_ns), "db-1")) and reflected(s, "endpointslices") and s,
                         timeout=TIMEOUT, what="EndpointSlice db-1 reflected")
-    assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.200.7.7"], ["10.244.7.7"]]
+    assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.200.7.7"]]
+
+    def told():
+        items = local.kubectl_json("get", "events", "-n", local_ns)["items"]
+        return [e for e in items if e["reason"] == "ProviderPolicyAdjusted"
+                and e["involvedObject"].get("kind") == "EndpointSlice" and e["involvedObject"].get("name") == "db-1"]
+
+    [event] = wait(told, timeout=TIMEOUT, what="a ProviderPolicyAdjusted Event on the local EndpointSlice")
+    assert event["type"] == "Warning" and "Consumer spec.policy.endpoints.cidrs: 10.200.0.0/16" in event["message"]
     # The local slice is the user's and stays as written.
     assert [e["addresses"] for e in get(local, "endpointslice", local_ns, "db-1")["endpoints"]] == [["10.0.7.7"], ["10.244.7.7"]]
 

@@ -80,6 +80,18 @@ def test_values_for_the_topology() -> None:
     assert values["consumers"] == [{"name": "local", "createTokenSecret": False, "quota": {"pods": "3"}, "policy": identities.E2E_POLICY}]
     assert "policy" not in identities.remote_values("local", node_labels={}, policy=None)["consumers"][0]
     assert values["nodeLabels"] == {"topology.kubernetes.io/region": "eu-west"}
+    granted = identities.remote_values("local", node_labels={}, policy=identities.E2E_POLICY)
+    assert granted["consumers"][0]["policy"] == identities.E2E_POLICY
+
+
+def test_the_e2e_grants_are_a_valid_provider_policy() -> None:
+    from kube_offload.provider_policy import parse_policy
+
+    from kube_offload_harness.cluster import LOCAL_POD_CIDR_REMAPPED
+
+    policy = parse_policy(identities.E2E_POLICY)
+    assert policy.endpoints.cidrs == (LOCAL_POD_CIDR_REMAPPED,)
+    assert policy.services.types == () and policy.pods.priority_classes == ()  # the rest: defaults
 
 
 def test_the_tests_policy_parses_and_grants_only_what_tests_name() -> None:

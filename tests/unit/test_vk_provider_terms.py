@@ -113,3 +113,53 @@ def test_a_requests_dot_quota_key_caps_the_resource_like_a_plain_one():
     capacity = {"cpu": q("10"), "memory": q("20Gi")}
     assert pt.cap_by_quota(capacity, {"requests.cpu": q("2"), "limits.memory": q("1Gi")}) == {"cpu": q("2"), "memory": q("20Gi")}
     assert pt.cap_by_quota(capacity, {"requests.cpu": q("3"), "cpu": q("2")}) == {"cpu": q("2"), "memory": q("20Gi")}
+
+
+# --- the provider's policy ------------------------------------------------------------------------
+def test_the_policy_is_read_and_absent_means_the_defaults():
+    from kube_offload.provider_policy import DEFAULT_POLICY
+
+    assert pt.read_consumer(_consumer()).policy == DEFAULT_POLICY
+    consumer = _consumer()
+    consumer["spec"]["policy"] = {"pods": {"priorityClasses": ["batch"]}, "services": {"types": ["NodePort"]}}
+    terms = pt.read_consumer(consumer)
+    assert terms.policy.pods.priority_classes == ("batch",)
+    assert terms.policy.services.types == ("NodePort",)
+    assert terms.problems == ()
+
+
+@pytest.mark.parametrize(
+    "policy, words",
+    [
+        ({"pods": {"priorityClasses": ["system-node-critical"]}}, "spec.policy.pods.priorityClasses"),
+        ({"services": {"externalIPCIDRs": ["not-a-cidr"]}}, "spec.policy.services.externalIPCIDRs"),
+        ({"pods": {"tolerations": "gpu"}}, "spec.policy.pods.tolerations"),
+        ({"newSection": {}}, "unknown key(s) newSection"),
+    ],
+)
+def test_an_unreadable_policy_falls_back_to_the_strictest_and_says_why(policy, words):
+    from kube_offload.provider_policy import DEFAULT_POLICY
+
+    consumer = _consumer()
+    consumer["spec"]["policy"] = policy
+    terms = pt.read_consumer(consumer)
+    assert terms.admitted and terms.policy == DEFAULT_POLICY
+    assert len(terms.problems) == 1 and words in terms.problems[0] and "the strictest" in terms.problems[0]
+
+
+def test_the_policy_reader_follows_the_cached_consumer():
+    from kube_offload.provider_policy import DEFAULT_POLICY
+
+    current: dict = {"consumer": None}
+    read = pt.PolicyReader(lambda: current["consumer"])
+    assert read() == DEFAULT_POLICY  # no Consumer (yet): the strictest
+    consumer = _consumer()
+    consumer["metadata"]["resourceVersion"] = "1"
+    consumer["spec"]["policy"] = {"pods": {"priorityClasses": ["batch"]}}
+    current["consumer"] = consumer
+    assert read().pods.priority_classes == ("batch",)
+    newer = _consumer()
+    newer["metadata"]["resourceVersion"] = "2"
+    newer["spec"]["policy"] = {"pods": {"priorityClasses": ["batch", "high"]}}
+    current["consumer"] = newer
+    assert read().pods.priority_classes == ("batch", "high")

@@ -249,3 +249,20 @@ def _consumer(quota=None, cordoned=False, used=None, level="baseline") -> dict:
 )
 def test_terms_eased(old, new, eased):
     assert rf.terms_eased(old, new) is eased
+
+
+# --- a refusal foreseen by the provider's policy ----------------------------------------------------------
+def test_a_pod_the_policy_refuses_says_it_was_not_sent_and_why():
+    refusal = rf.policy_refusal("remote-1", ["spec.volumes[0] (share): volume type nfs is not granted (...)"])
+    patch = rf.waiting_status_patch(_pod(), "remote-1", refusal)
+    assert patch["status"]["reason"] == "ProviderRefused"
+    message = patch["status"]["message"]
+    assert message.startswith("not sent: the policy of cluster remote-1 for this cluster refuses it: spec.volumes[0] (share)")
+    assert "retried with backoff" not in message  # nothing was sent, nothing is retried blindly
+
+
+def test_a_changed_policy_is_worth_trying_refused_pods_again():
+    old = _consumer()
+    new = _consumer()
+    new["spec"]["policy"] = {"pods": {"volumeTypes": ["nfs"]}}
+    assert rf.terms_eased(old, new)

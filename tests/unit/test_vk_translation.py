@@ -7,6 +7,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload.affinity import merge_required_terms, policy_node_terms, virtual_node_toleration
 from kube_offload.policy import policy_from_namespace
+from kube_offload.provider_policy import parse_policy
 from vkubelet.translation import (
     TranslationContext,
     build_shadowpod_for,
@@ -100,7 +101,17 @@ def test_node_name_scheduler_priority_and_our_toleration_are_dropped():
     assert "nodeName" not in spec
     assert "schedulerName" not in spec
     assert "priority" not in spec
-    assert [t["key"] for t in spec["tolerations"]] == ["node.kubernetes.io/not-ready"]
+    # The not-ready toleration local admission added (300 s) goes too: the provider's
+    # admission adds its own, and a consumer may not tolerate node lifecycle taints.
+    assert "tolerations" not in spec
+
+
+def test_tolerations_the_provider_grants_are_kept():
+    pod = _pod(tolerations=[virtual_node_toleration(), {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    policy = parse_policy({"pods": {"tolerations": ["gpu"]}})
+    remote = translate_pod(pod, TranslationContext(**{**CTX.__dict__, "policy": policy}))
+    assert remote.spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert remote.adjusted == ()
 
 
 def test_tolerations_list_removed_when_only_ours():
@@ -160,10 +171,16 @@ def test_init_container_mounts_of_dropped_volumes_go_too():
     assert "volumeMounts" not in spec["initContainers"][0]
 
 
-def test_priority_class_kept_only_if_the_remote_cluster_has_it():
+def test_priority_class_kept_only_if_granted_and_the_remote_cluster_has_it():
     pod = _pod(priorityClassName="high", preemptionPolicy="Never")
-    assert "priorityClassName" not in translate_pod(pod, CTX).spec
-    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"})})
+    granted = parse_policy({"pods": {"priorityClasses": ["high"]}})
+    assert "priorityClassName" not in translate_pod(pod, TranslationContext(**{**CTX.__dict__, "policy": granted})).spec
+    # The remote cluster has it, but the provider does not grant it to us: dropped, said.
+    has_it = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"})})
+    refused = translate_pod(pod, has_it)
+    assert "priorityClassName" not in refused.spec
+    assert [n.field for n in refused.adjusted] == ["spec.priorityClassName"]
+    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"high"}), "policy": granted})
     spec = translate_pod(pod, ctx).spec
     assert spec["priorityClassName"] == "high"
     # The number and policy come from the remote class, never from the local one.
@@ -365,3 +382,34 @@ def test_a_pod_cannot_forge_its_origin():
 def test_origin_key_needs_both_annotations():
     assert origin_key({"metadata": {"annotations": {c.ANNOTATION_ORIGIN_NAME: "x"}}}) is None
     assert origin_key({}) is None
+
+
+# --- the provider's policy ------------------------------------------------------------------
+def test_system_node_critical_is_dropped_even_though_the_provider_has_it():
+    # Every Kubernetes cluster has it built in; before, the pod kept it and preempted the
+    # provider's own components.
+    pod = _pod(priorityClassName="system-node-critical")
+    ctx = TranslationContext(**{**CTX.__dict__, "remote_priority_classes": frozenset({"system-node-critical"})})
+    remote = translate_pod(pod, ctx)
+    assert "priorityClassName" not in remote.spec
+    assert [n.message for n in remote.adjusted] == [
+        'spec.priorityClassName "system-node-critical" dropped: system-* classes preempt the provider\'s own '
+        "components and are never granted (Consumer spec.policy.pods.priorityClasses cannot list them)"
+    ]
+    shadow = build_shadowpod_for(pod, "demo-twin", ctx)
+    assert "priorityClassName" not in shadow["spec"]["pod"]["spec"]
+
+
+def test_a_pod_mounting_a_volume_not_granted_carries_the_refusal():
+    pod = _pod(volumes=[{"name": "share", "nfs": {"server": "192.0.2.1", "path": "/export"}}])
+    remote = translate_pod(pod, CTX)
+    assert [n.field for n in remote.refused] == ["spec.volumes[0]"]
+    assert "Consumer spec.policy.pods.volumeTypes" in remote.refused[0].message
+
+
+def test_what_local_admission_adds_to_every_pod_draws_no_note():
+    # A pod as the local API server stores it: default tolerations, IfNotPresent, the
+    # token volume; nothing of it is the user's choice, so nothing is told.
+    remote = translate_pod(_pod(), CTX)
+    assert remote.adjusted == () and remote.refused == ()
+    assert remote.spec["containers"][0]["imagePullPolicy"] == "Always"

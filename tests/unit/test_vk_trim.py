@@ -22,6 +22,7 @@ from kube_offload import constants as c
 from kube_offload import shadowpod as sp
 from kube_offload.pod_updates import template_patch
 from kube_offload.remote_resources import is_ours
+from kube_offload.provider_policy import parse_policy
 from vkubelet import status as st
 from vkubelet import termination as term
 from vkubelet import trim
@@ -163,6 +164,9 @@ def _context() -> TranslationContext:
         virtual_node_labels={c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE},
         virtual_node_name=NODE,
         reflection=True,
+        # The toleration the changes below add is granted; the node lifecycle keys are
+        # the provider's (policy_fit.py), so a change of those carries nothing.
+        policy=parse_policy({"pods": {"tolerations": ["new"]}}),
     )
 
 
@@ -198,7 +202,10 @@ def test_the_template_update_is_the_same_patch_from_a_trimmed_shadowpod(objects)
         patches.append(patch)
     assert patches[0] is None  # nothing changed: no write (the cache agrees with the template)
     assert patches[4]["spec"]["containers"] == [{**shp["spec"]["pod"]["spec"]["containers"][0], "image": "busybox:1.37"}]
-    assert all(patches[1:]), "each change must produce a patch"
+    assert all(patches[1:7]), "each change must produce a patch"
+    # A new tolerationSeconds of the not-ready toleration: a node lifecycle key, which
+    # the provider's policy reserves, so it is not sent at all.
+    assert patches[7] is None
 
 
 # --- Events -------------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ reaching a reflected Service by name also reach its backends in the local cluste
 Users cannot annotate the slices a controller writes, so the policy is read on the
 slice's Service (label kubernetes.io/service-name): annotate the Service and its slices
 follow. A skip annotation on the slice itself is honoured as well.
+
+The provider admits only addresses inside the ranges its policy grants us
+(``endpoints.cidrs``, typically the remapped local pod range): others are left out
+(policy_fit.fit_endpointslice), a slice with none left is not reflected; a Warning Event
+on the local slice says so, once.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from typing import Mapping
 
 from kubernetes import client
 
+from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import object_key
+from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.reflector import Reflector
@@ -53,6 +60,9 @@ class EndpointSliceReflector(Reflector):
                 "EndpointSlice %s: %s outside --local-pod-cidr, reflected as is (not remapped)", key, ", ".join(outside)
             )
         return f.forge_endpointslice(local, ctx)
+
+    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+        return policy_fit.fit_endpointslice(desired, policy)
 
     def selection(self, local: Mapping) -> Decision:
         own = decide(local, Policy.DENY_LIST, kind=self.kind)

@@ -1,5 +1,11 @@
 """Ingresses local -> remote, spec as written: its backends name Services and its TLS
-section Secrets of the same namespace, which are reflected under the same names."""
+section Secrets of the same namespace, which are reflected under the same names.
+
+The provider's policy for us decides which Ingresses it admits (policy_fit.fit_ingress):
+an Ingress whose class it does not grant, with a host outside the domains it grants or
+with no host (a catch-all) is not reflected; annotations it does not grant (controller
+configuration) and a default backend beside host rules are dropped; each with a Warning
+Event on the local Ingress."""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ from typing import Mapping
 
 from kubernetes import client
 
+from kube_offload.provider_policy import ProviderPolicy
+from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import INGRESSES
@@ -17,6 +25,9 @@ class IngressReflector(Reflector):
     kind = "Ingress"
     api_class = client.NetworkingV1Api
     suffix = "ingress"
+
+    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+        return policy_fit.fit_ingress(desired, policy)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_ingress(local, ctx)

@@ -5,7 +5,8 @@ reflection made (remote create / update / delete; for Events, local create / upd
 ``kube_offload_reflection_errors_total{resource, reason}`` the objects it could not
 reflect, by the reason of the Warning Event it recorded (ReflectionConflict: a remote
 object of that name is not ours; ReflectionFailed: unreflectable or refused by the
-remote API server). Failed reconciles (an unreachable API server...) are counted per
+remote API server; ProviderPolicyRefused: the provider's policy for us refuses it, so it
+is not sent). Failed reconciles (an unreachable API server...) are counted per
 controller by the runtime (``kube_offload_reconciles_total{controller="reflect-..."}``).
 """
 
@@ -30,7 +31,7 @@ OPERATIONS = Counter(
 ERRORS = Counter(
     "reflection_errors",
     "Objects reflection could not reflect, by resource type and the reason of the Warning "
-    "Event recorded (ReflectionConflict, ReflectionFailed).",
+    "Event recorded (ReflectionConflict, ReflectionFailed, ProviderPolicyRefused).",
     ["resource", "reason"],
     namespace=NAMESPACE,
     registry=REGISTRY,

@@ -10,6 +10,10 @@ Claims of the virtual storage class (docs/storage.md) live in one cluster only: 
 reflected by the virtual kubelet whose node the scheduler selected for them
 (``volume.kubernetes.io/selected-node``), never by the others, and their class maps to
 the remote default class unless ``--reflect-storage-class`` names it.
+
+A claim whose (mapped) class the provider's policy does not grant, or larger than the
+largest claim it grants, is not reflected (policy_fit.fit_pvc), with a Warning Event on
+the local claim; a claim reflected before the policy tightened is left as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Mapping
 
 from kubernetes import client
 
+from kube_offload.provider_policy import ProviderPolicy
+from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
@@ -63,6 +69,9 @@ class PersistentVolumeClaimReflector(Reflector):
         ctx = super().forge_context(twin)
         mapping = storage_class_mapping(ctx.storage_classes, self.settings.storage.virtual_class)
         return dataclasses.replace(ctx, storage_classes=mapping)
+
+    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+        return policy_fit.fit_pvc(desired, policy)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_pvc(local, ctx)

@@ -15,6 +15,15 @@ A reconcile reads the caches and converges:
 * otherwise the desired object is forged (forge.py) and created, or written over the
   remote one when they differ (remote drift is overwritten; equal -> no write).
 
+Before it is written, the desired object is fitted to the provider's policy for us
+(``Consumer.spec.policy``, vkubelet/policy_fit.py): what its admission would refuse and can
+be taken out is (a Service type, external IPs, Ingress annotations), each change one
+Warning Event ``ProviderPolicyAdjusted`` on the local object; an object it would refuse
+whatever is dropped (an ExternalName Service, an Ingress host or class, a claim's class)
+is not reflected, with ``ProviderPolicyRefused`` Events naming the fields (a claim
+already reflected is left as it is: deleting it would lose its data). Each note is told
+once per object (vkubelet/policy_events.py); a change of the policy re-checks every object.
+
 A remote object of that name that does not carry our labels is never touched: the
 local object gets a Warning Event and the loop looks again later. Restart safety: the
 remote informer's first list delivers every object of ours, each enqueues its local
@@ -31,13 +40,18 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.indexer import IndexFunc
+from vkubelet import events as vk_events
 from vkubelet.indexes import BY_ORIGIN, by_origin
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
+from vkubelet.policy_events import PolicyNotices
+from vkubelet.policy_fit import Fit
+from vkubelet.provider_terms import PolicyReader
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
@@ -52,6 +66,7 @@ if TYPE_CHECKING:
 # Reasons of the local Events reflection records (docs/reflection.md lists them).
 REASON_REFLECTION_CONFLICT = "ReflectionConflict"
 REASON_REFLECTION_FAILED = "ReflectionFailed"
+REASON_POLICY_REFUSED = vk_events.REASON_POLICY_REFUSED
 
 # How soon to look again at an object whose remote name is held by an object not ours,
 # or that the remote API server refused.
@@ -198,6 +213,11 @@ class Reflector(abc.ABC):
         self.controller.watch(self.local, self._local_key)
         self.controller.watch(self.remote, self._remote_key)
         self.controller.watch(self._twins.requests, self._keys_of_twin)
+        # The provider's policy for us (our Consumer's spec.policy), read at each use; a
+        # change of it re-checks every object.
+        self._policy = PolicyReader(lambda: self._twins.consumer.get(self._local_id))
+        self._notices = PolicyNotices(self._recorder)
+        self._twins.consumer.add_handler(self._on_consumer)
 
     # --- the Loop protocol ------------------------------------------------------------------
     def informers(self) -> list[Informer]:
@@ -240,6 +260,11 @@ class Reflector(abc.ABC):
     def extra_informers(self) -> list[Informer]:
         return []
 
+    def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
+        """``desired`` as the provider's policy admits it (policy_fit.py); kinds the
+        policy says nothing about are sent as forged."""
+        return Fit(desired)
+
     # --- event -> key ------------------------------------------------------------------------
     def owns(self, remote: Mapping) -> bool:
         return f.is_owned(remote, self._local_id, self.resource)
@@ -267,6 +292,10 @@ class Reflector(abc.ABC):
     def _remote_key(self, obj: dict) -> str | None:
         return origin_key(obj) if self.owns(obj) else None
 
+    def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
+        if ((old or {}).get("spec") or {}).get("policy") != ((new or {}).get("spec") or {}).get("policy"):
+            self.resync_all()
+
     def _keys_of_twin(self, request: dict) -> list[str]:
         local_ns = self._twins.local_namespace_of(request)
         if not local_ns:
@@ -292,6 +321,7 @@ class Reflector(abc.ABC):
         namespace, _ = split_key(key)
         local = self.local.get(key)
         desired: dict | None = None
+        keep_remote = False
         why = "its local object no longer exists"
         if local is None and namespace and not self.local.namespace_synced(namespace) and self._offloaded(key):
             # Offloaded, but its namespace's local watch has not listed yet: "gone" would
@@ -314,23 +344,42 @@ class Reflector(abc.ABC):
             elif not selection.reflect:
                 why = f"not reflected: {selection.why}"
             else:
-                desired = self._forge(local, twin, logger)
+                desired, refused = self._forge(local, twin, logger)
                 why = "the local object is not reflected"
+                if refused:
+                    why = "the provider's policy refuses it"
+                    # A data-bearing copy (a claim) stays: deleting it would lose its data.
+                    keep_remote = not self.recreate_on_invalid
         for remote in self.remote_of(key):
+            if keep_remote:
+                break
             if desired is None or object_key(remote) != object_key(desired):
                 self._delete(remote, logger, why)
         if desired is not None and local is not None:
             self._apply(local, desired, logger)
 
-    def _forge(self, local: Mapping, twin: str, logger: logging.LoggerAdapter) -> dict | None:
+    def _forge(self, local: Mapping, twin: str, logger: logging.LoggerAdapter) -> tuple[dict | None, bool]:
+        """The remote object to write (None: none) and whether the provider's policy
+        refuses it."""
         try:
-            return self.forge(local, self.forge_context(twin))
+            desired = self.forge(local, self.forge_context(twin))
         except f.Unreflectable as exc:
             message = f"not reflected to cluster {self.settings.cluster_id}: {exc}"
             logger.warning(message)
             self._recorder.warning(local, REASON_REFLECTION_FAILED, message)
             metrics.failed(self.resource, REASON_REFLECTION_FAILED)
-            return None
+            return None, False
+        if desired is None:
+            self._notices.forget(local)
+            return None, False
+        fit = self.fit(desired, self._policy())
+        told = self._notices.tell(local, adjusted=fit.adjusted, refused=fit.refused)
+        for _reason, note in told:
+            logger.warning("cluster %s's policy: %s", self.settings.cluster_id, note.message)
+        if fit.refused:
+            metrics.failed(self.resource, REASON_POLICY_REFUSED)
+            return None, True
+        return fit.obj, False
 
     def _delete(self, remote: Mapping, logger: logging.LoggerAdapter, why: str) -> None:
         meta = remote.get("metadata") or {}

@@ -1,6 +1,12 @@
 """Services local -> remote, with the remote cluster allocating its own cluster IPs and
 node ports (forge.forge_service). On update the remote API server keeps the allocations
-of the existing Service for the fields we leave empty."""
+of the existing Service for the fields we leave empty.
+
+The provider's policy for us decides what of a Service's reach outside the cluster it
+admits (policy_fit.fit_service): a NodePort or LoadBalancer type it does not grant is
+reflected as ClusterIP, external IPs outside the CIDRs it grants are dropped, an
+ExternalName Service it does not grant is not reflected; each with a Warning Event on
+the local Service."""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ from typing import Mapping
 
 from kubernetes import client
 
+from kube_offload.provider_policy import ProviderPolicy
+from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SERVICES
@@ -18,6 +26,9 @@ class ServiceReflector(Reflector):
     kind = "Service"
     api_class = client.CoreV1Api
     suffix = "service"
+
+    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+        return policy_fit.fit_service(desired, policy)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_service(local, ctx)
