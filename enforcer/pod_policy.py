@@ -100,7 +100,7 @@ def toleration_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list
             )
         elif key in pp.LIFECYCLE_TOLERATION_KEYS and toleration.get("effect") == pp.LIFECYCLE_TOLERATION_EFFECT:
             continue  # how long to stay on a failed node: every pod says so
-        elif _reserved_node_key(key, policy):
+        elif pp.reserved_node_key(key, policy):
             problems.append(
                 f"{field}.key: {key!r} is a node key the provider reserves; tolerating it is never granted to a "
                 f"consumer (reserved: {_reserved_description(policy)}); remove the toleration"
@@ -115,7 +115,7 @@ def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: st
     problems = []
     selector = _mapping(spec, "nodeSelector", POD_SPEC)
     for key in selector:
-        if _reserved_node_key(str(key), policy):
+        if pp.reserved_node_key(str(key), policy):
             problems.append(_reserved_key_problem(f"{POD_SPEC}.nodeSelector[{key}]", str(key), policy, "select nodes by"))
 
     affinity = _mapping(spec, "affinity", POD_SPEC)
@@ -132,7 +132,7 @@ def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: st
     for path, term in terms:
         for j, expression in _items(term, "matchExpressions", path):
             key = str(expression.get("key") or "")
-            if _reserved_node_key(key, policy):
+            if pp.reserved_node_key(key, policy):
                 problems.append(_reserved_key_problem(f"{path}.matchExpressions[{j}].key", key, policy, "select nodes by"))
         if term.get("matchFields"):
             problems.append(
@@ -142,7 +142,7 @@ def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: st
 
     for index, constraint in _items(spec, "topologySpreadConstraints", POD_SPEC):
         key = str(constraint.get("topologyKey") or "")
-        if _reserved_topology_key(key, policy):
+        if pp.reserved_topology_key(key, policy):
             path = f"{POD_SPEC}.topologySpreadConstraints[{index}].topologyKey"
             problems.append(_reserved_key_problem(path, key, policy, "spread over (nodes without the key are left out, so this selects nodes)"))
 
@@ -158,7 +158,7 @@ def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: st
             pod_terms.append((f"{path}.podAffinityTerm", _mapping(weighted, "podAffinityTerm", path)))
         for path, term in pod_terms:
             key = str(term.get("topologyKey") or "")
-            if _reserved_topology_key(key, policy):
+            if pp.reserved_topology_key(key, policy):
                 problems.append(_reserved_key_problem(f"{path}.topologyKey", key, policy, "place pods by"))
             namespaces = term.get("namespaces")
             if namespaces is not None and (not isinstance(namespaces, list) or any(n != namespace for n in namespaces)):
@@ -172,14 +172,6 @@ def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: st
                     f"({namespace!r}), not to the provider's or other tenants'; never granted; remove namespaceSelector"
                 )
     return problems
-
-
-def _reserved_node_key(key: str, policy: ProviderPolicy) -> bool:
-    return pp.key_matches(key, (*pp.ALWAYS_RESERVED_NODE_KEYS, *policy.pods.reserved_node_label_keys))
-
-
-def _reserved_topology_key(key: str, policy: ProviderPolicy) -> bool:
-    return key not in pp.UNIVERSAL_TOPOLOGY_KEYS and _reserved_node_key(key, policy)
 
 
 def _reserved_description(policy: ProviderPolicy) -> str:

@@ -354,6 +354,14 @@ def reserved_node_key(key: str, policy: ProviderPolicy) -> bool:
     return key_matches(key, (*ALWAYS_RESERVED_NODE_KEYS, *policy.pods.reserved_node_label_keys))
 
 
+def reserved_topology_key(key: str, policy: ProviderPolicy) -> bool:
+    """Whether a spread constraint or pod (anti-)affinity may not use ``key`` as its
+    topologyKey: a reserved key selects nodes there too (nodes without it are left out),
+    except the keys every node carries (UNIVERSAL_TOPOLOGY_KEYS: spreading one replica per
+    hostname selects no node, and refusing it would break the commonest chart pattern)."""
+    return key not in UNIVERSAL_TOPOLOGY_KEYS and reserved_node_key(key, policy)
+
+
 def denied_metadata_key(key: str, policy: ProviderPolicy) -> bool:
     """Whether a consumer pod may not carry label or annotation ``key`` (it configures
     the provider's own controllers): the always-denied prefixes plus the provider's

@@ -23,9 +23,10 @@ Decisions worth knowing (the docs say them to users):
   may then land on more nodes than asked (the closest the provider admits). A term left
   with no requirement matches any node, which voids the whole required affinity, as the
   scheduler reads it.
-* **Spread and pod (anti-)affinity** over a reserved topology key (most often
-  ``kubernetes.io/hostname``) are dropped whole: the key is what the constraint is
-  about; replicas may then share a remote node.
+* **Spread and pod (anti-)affinity** over a reserved topology key (a node role, a
+  provider-reserved key) are dropped whole: the key is what the constraint is about.
+  ``kubernetes.io/hostname`` is kept there (provider_policy.reserved_topology_key: every
+  node has it, so spreading by it selects no node), so one-replica-per-node still holds.
 * **Tolerations** Kubernetes itself adds to every pod (DefaultTolerationSeconds:
   not-ready and unreachable, NoExecute, 300 s) are dropped without a word: the
   provider's admission adds the same ones again. Other tolerations of reserved keys, a
@@ -314,7 +315,7 @@ def _fit_pod_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) 
             for index, item in enumerate(terms):
                 term = item.get("podAffinityTerm") or {} if when.startswith("preferred") else item
                 key = str(term.get("topologyKey") or "")
-                if pp.reserved_node_key(key, policy):
+                if pp.reserved_topology_key(key, policy):
                     path = f"spec.affinity.{kind}.{when}[{index}]"
                     notes.append(Note(path, f"{path} (topologyKey {key}) dropped: {_reserved_why(key)}"))
                 else:
@@ -338,7 +339,7 @@ def _fit_topology_spread(spec: dict, policy: pp.ProviderPolicy, notes: list[Note
     kept = []
     for index, constraint in enumerate(constraints):
         key = str(constraint.get("topologyKey") or "")
-        if pp.reserved_node_key(key, policy):
+        if pp.reserved_topology_key(key, policy):
             path = f"spec.topologySpreadConstraints[{index}]"
             notes.append(Note(path, f"{path} (topologyKey {key}) dropped: {_reserved_why(key)}"))
         else:

@@ -46,10 +46,10 @@ def _fit(spec: dict, policy=DEFAULT_POLICY, labels=None, annotations=None) -> pf
          "spec.tolerations[0]", ["node key the provider reserves"]),
         ({"tolerations": [{"key": "gpu", "operator": "Exists"}]}, {}, "tolerations",
          "spec.tolerations[0]", ["grants no toleration of gpu", "Consumer spec.policy.pods.tolerations"]),
-        ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]},
-         {}, "topologySpreadConstraints", "spec.topologySpreadConstraints[0]", ["topologyKey kubernetes.io/hostname"]),
+        ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "node-role.kubernetes.io/worker", "whenUnsatisfiable": "DoNotSchedule"}]},
+         {}, "topologySpreadConstraints", "spec.topologySpreadConstraints[0]", ["topologyKey node-role.kubernetes.io/worker"]),
         ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}},
+            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "node-role.kubernetes.io/worker"}]}}},
          {}, "affinity", "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]", ["reserves"]),
     ],
 )
@@ -338,3 +338,15 @@ def test_a_slice_with_no_granted_address_left_is_not_reflected(policy, refused, 
     fit = pf.fit_endpointslice(_slice(["10.200.0.7"]), parse_policy(policy))
     assert [n.field for n in fit.refused] == refused
     assert [n.field for n in fit.adjusted] == adjusted
+
+
+def test_spreading_by_hostname_is_kept_as_the_provider_admits_it():
+    # Every node has the hostname label: spreading or anti-affinity by it selects no node,
+    # and the ShadowPod webhook admits it (provider_policy.reserved_topology_key).
+    spread = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    fit = _fit(_spec(topologySpreadConstraints=spread, affinity=anti), parse_policy({}))
+    assert fit.spec["topologySpreadConstraints"] == spread
+    assert fit.spec["affinity"] == anti
+    assert fit.adjusted == () and fit.refused == ()
