@@ -58,7 +58,8 @@ def caches(enforcer: "Enforcer", webhook: "ShadowPodWebhook | None") -> list[Any
     found: list[Any] = [enforcer.shadowpods, enforcer.pods]
     tenants = enforcer.tenants
     if tenants is not None:
-        found += [tenants.namespaces, tenants.consumers, tenants.requests, tenants.rolebindings, tenants.nodes, tenants.pods]
+        found += [tenants.namespaces, tenants.consumers, tenants.requests, tenants.rolebindings,
+                  tenants.resourcequotas, tenants.nodes, tenants.pods]
     if webhook is not None:
         found += webhook.caches.informers()
     return found

@@ -56,8 +56,11 @@ REQUESTS_PREFIX = "requests."
 PODS = "pods"
 # Quota keys Kubernetes' ResourceQuota knows that are not a pod's compute resources: object
 # counts and claimed storage. A ShadowPod never adds to them, so the ShadowPod webhook
-# never refuses for them; they are accepted in spec.quota (the same spelling as a
-# ResourceQuota) but not counted yet (docs/security.md "Quota": left undone).
+# never refuses for them. They bound each twin namespace, not the consumer as a whole:
+# the enforcer writes them (and only them) into a ResourceQuota in every twin namespace
+# (:func:`twin_object_quota`, enforcer/twin_plan.py), which the API server enforces
+# atomically, also while the enforcer is down (docs/security.md "Quota: what counts").
+# This is the one list of those keys.
 OBJECT_QUOTA_KEYS: tuple[str, ...] = (
     "services",
     "services.nodeports",
@@ -67,7 +70,10 @@ OBJECT_QUOTA_KEYS: tuple[str, ...] = (
     "persistentvolumeclaims",
     "requests.storage",
 )
+# count/<resource>[.<group>] (any kind, as ResourceQuota reads it; count/pods excepted: a
+# pod is the enforcer's to count, per consumer).
 OBJECT_QUOTA_PREFIXES: tuple[str, ...] = ("count/",)
+# <class>.storageclass.storage.k8s.io/requests.storage and .../persistentvolumeclaims.
 STORAGE_CLASS_QUOTA_MARK = ".storageclass.storage.k8s.io/"
 
 
@@ -76,6 +82,32 @@ def is_object_quota_key(key: str) -> bool:
     if key in ("count/pods",):
         return False
     return key in OBJECT_QUOTA_KEYS or key.startswith(OBJECT_QUOTA_PREFIXES) or STORAGE_CLASS_QUOTA_MARK in key
+
+
+def twin_object_quota(quota: Mapping | None) -> dict[str, str]:
+    """The ``spec.hard`` of the ResourceQuota the enforcer keeps in each twin namespace of
+    a consumer whose ``spec.quota`` is ``quota``: its object-count and storage keys
+    (:func:`is_object_quota_key`), each figure as written; never cpu, memory or any other
+    compute key (a ResourceQuota on those would make every pod set them; compute is the
+    enforcer's per-consumer count). {} when there are none: then no ResourceQuota.
+    Raises QuantityError naming ``spec.quota[<key>]`` of a figure that does not parse."""
+    if quota is None:
+        return {}
+    if not isinstance(quota, Mapping):
+        raise QuantityError("spec.quota: must be an object of resource name -> quantity")
+    hard: dict[str, str] = {}
+    for key, raw in quota.items():
+        key = str(key)
+        if not is_object_quota_key(key):
+            continue
+        try:
+            amount = parse_quantity(raw)  # type: ignore[arg-type]
+        except QuantityError as exc:
+            raise QuantityError(f"spec.quota[{key}]: {exc}") from None
+        if amount < 0:
+            raise QuantityError(f"spec.quota[{key}]: must not be negative")
+        hard[key] = str(raw)
+    return hard
 
 
 def pod_charges(pod: Mapping) -> ResourceList:

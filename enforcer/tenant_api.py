@@ -1,5 +1,5 @@
 """The enforcer's writes (and few live reads) for tenants: TwinNamespace requests, the
-namespaces and RoleBindings made for them, and Consumer status. Raw JSON, like
+namespaces, RoleBindings and ResourceQuotas made for them, and Consumer status. Raw JSON, like
 :mod:`enforcer.api`, so no client model stands between a dict and the apiserver.
 
 Every call here is one RBAC rule of the enforcer's ClusterRole (docs/enforcer.md).
@@ -38,6 +38,12 @@ class TenantApi(Protocol):
     def update_rolebinding(self, namespace: str, body: dict) -> dict: ...
 
     def delete_rolebinding(self, namespace: str, name: str, uid: str) -> None: ...
+
+    def create_resourcequota(self, namespace: str, body: dict) -> dict: ...
+
+    def update_resourcequota(self, namespace: str, body: dict) -> dict: ...
+
+    def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None: ...
 
     def replace_consumer_status(self, name: str, status: dict) -> dict: ...
 
@@ -99,6 +105,17 @@ class KubeTenantApi:
 
     def delete_rolebinding(self, namespace: str, name: str, uid: str) -> None:
         _delete(self, f"{RBAC_PATH}/namespaces/{_q(namespace)}/rolebindings/{_q(name)}", uid)
+
+    # --- twin ResourceQuotas (create, update, delete) ------------------------------------
+    def create_resourcequota(self, namespace: str, body: dict) -> dict:
+        return self._call("POST", f"/api/v1/namespaces/{_q(namespace)}/resourcequotas", body=body)
+
+    def update_resourcequota(self, namespace: str, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        return self._call("PUT", f"/api/v1/namespaces/{_q(namespace)}/resourcequotas/{_q(name)}", body=body)
+
+    def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None:
+        _delete(self, f"/api/v1/namespaces/{_q(namespace)}/resourcequotas/{_q(name)}", uid)
 
     # --- Consumer status (consumers/status: patch) ---------------------------------------
     def replace_consumer_status(self, name: str, status: dict) -> dict:

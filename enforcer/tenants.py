@@ -67,11 +67,21 @@ class TenantLoops:
             resync_seconds=resync_seconds,
             transform=drop_managed_fields,
         )
+        # Only the twin ResourceQuotas (one name, every namespace).
+        self.resourcequotas = Informer(
+            name="twin-resourcequotas",
+            list_func=core.list_resource_quota_for_all_namespaces,
+            list_kwargs={"field_selector": f"metadata.name={c.TWIN_RESOURCEQUOTA_NAME}"},
+            resync_seconds=resync_seconds,
+            transform=drop_managed_fields,
+        )
         self.nodes = Informer(name="capacity-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)
         self.pods = Informer(
             name="capacity-pods", list_func=core.list_pod_for_all_namespaces, resync_seconds=resync_seconds, transform=trim_pod
         )
-        self._informers = [self.namespaces, self.consumers, self.requests, self.rolebindings, self.nodes, self.pods]
+        self._informers = [
+            self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods
+        ]
 
         api = KubeTenantApi(api_client)
         self.reconciler = TwinReconciler(
@@ -82,6 +92,7 @@ class TenantLoops:
             api=api,
             twin_role=twin_role,
             release_namespace=release_namespace,
+            resourcequotas=self.resourcequotas,
         )
         self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
         self.twins.watch(self.requests)
@@ -90,6 +101,7 @@ class TenantLoops:
             lambda event, old, new: [self.twins.enqueue(key) for key in self.reconciler.keys_for_departed(event, old, new)]
         )
         self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
+        self.resourcequotas.add_handler(self._fan_out(self.reconciler.keys_for_resourcequota))
         consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)
         self.consumers.add_handler(
             lambda event, old, new: consumer_keys(event, old, new) if consumer_spec_changed(event, old, new) else None
@@ -133,7 +145,7 @@ class TenantLoops:
     def _start_twins(self) -> None:
         # A request served from a half-filled namespace cache could be refused for a
         # namespace not listed yet, or a namespace created twice.
-        caches = (self.namespaces, self.consumers, self.requests, self.rolebindings)
+        caches = (self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas)
         waited = 0.0
         while not all(cache.has_synced() for cache in caches):
             if self._stopped.wait(0.2):

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Mapping
 
+from enforcer.quota import twin_object_quota
 from enforcer.tenancy import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
 from kube_offload import constants as c
+from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.provider_policy import (
     ALWAYS_RESERVED_NAMESPACES,
     POLICY,
@@ -55,10 +57,17 @@ class RoleBindingAction(Enum):
     RECREATE = "recreate"  # roleRef differs, and roleRef is immutable
 
 
+class ResourceQuotaAction(Enum):
+    NONE = "none"
+    CREATE = "create"
+    UPDATE = "update"  # spec.hard or marks differ
+    DELETE = "delete"  # ours, and the Consumer's spec.quota has no object key any more
+
+
 @dataclass(frozen=True)
 class TwinPlan:
     """The steps of one reconcile, carried out in this order: finalizer, namespace,
-    RoleBinding, namespace deletion, finalizer removal, status, requeue."""
+    ResourceQuota, RoleBinding, namespace deletion, finalizer removal, status, requeue."""
 
     status: dict | None = None
     """The desired status (None: leave it as it is)."""
@@ -68,6 +77,12 @@ class TwinPlan:
     """A merge patch of our namespace's labels/annotations (Pod Security level changed)."""
     rolebinding: dict | None = None
     rolebinding_action: RoleBindingAction = RoleBindingAction.NONE
+    resourcequota: dict | None = None
+    """The twin ResourceQuota to create or update (carried out before the RoleBinding:
+    the consumer never has rights in a twin before its bounds exist)."""
+    resourcequota_action: ResourceQuotaAction = ResourceQuotaAction.NONE
+    resourcequota_uid: str = ""
+    """The UID of ours to delete (ResourceQuotaAction.DELETE)."""
     delete_namespace_uid: str | None = None
     remove_finalizer: bool = False
     requeue_after: float | None = None
@@ -291,6 +306,62 @@ def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindin
     return RoleBindingAction.NONE
 
 
+def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
+    """The ResourceQuota of twin ``namespace``: the object-count and storage keys of the
+    Consumer's ``spec.quota``, each bounding this twin (enforcer/quota.py
+    :func:`~enforcer.quota.twin_object_quota`); None when it has none (no ResourceQuota:
+    nothing is limited). Raises QuantityError naming the key of a figure that does not
+    parse (the provider's mistake)."""
+    hard = twin_object_quota((consumer.get("spec") or {}).get("quota"))
+    if not hard:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": c.TWIN_RESOURCEQUOTA_NAME,
+            "namespace": namespace,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
+            "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
+        },
+        "spec": {"hard": hard},
+    }
+
+
+def _same_hard(existing: Mapping, desired: Mapping) -> bool:
+    """Whether two ``spec.hard`` say the same: compared as quantities, since the API
+    server writes them back in its canonical form ("1000m" comes back as "1")."""
+    if set(existing) != set(desired):
+        return False
+    try:
+        return all(parse_quantity(existing[k]) == parse_quantity(desired[k]) for k in desired)
+    except QuantityError:
+        return False
+
+
+def resourcequota_action(existing: Mapping | None, desired: Mapping | None) -> ResourceQuotaAction:
+    """What brings the twin's ResourceQuota (``existing``, by its name) to ``desired``.
+    One of that name without our mark (made by the provider's admin: the consumer has no
+    rights on ResourceQuotas) is replaced when one is desired, else left alone."""
+    if desired is None:
+        if existing is None:
+            return ResourceQuotaAction.NONE
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        ours = labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
+        return ResourceQuotaAction.DELETE if ours else ResourceQuotaAction.NONE
+    if existing is None:
+        return ResourceQuotaAction.CREATE
+    metadata = existing.get("metadata") or {}
+    wanted = desired["metadata"]
+    marks_ok = all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
+        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
+    )
+    hard = (existing.get("spec") or {}).get("hard") or {}
+    if not marks_ok or not _same_hard(hard, desired["spec"]["hard"]):
+        return ResourceQuotaAction.UPDATE
+    return ResourceQuotaAction.NONE
+
+
 def _subjects(binding: Mapping) -> list[tuple]:
     return sorted(
         (s.get("kind"), s.get("name"), s.get("namespace") or "", s.get("apiGroup") or "")
@@ -324,12 +395,14 @@ def plan_twin(
     namespace: Mapping | None,
     rolebinding: Mapping | None,
     twin_role: str,
+    resourcequota: Mapping | None = None,
     siblings: Callable[[Mapping], list[Mapping]] = lambda _consumer: [],
     namespace_of: Callable[[str], Mapping | None] = lambda _name: None,
     release_namespace: str = "",
 ) -> TwinPlan:
     """The plan for ``request`` given the tenant namespace it lives in, the Consumers,
-    the namespace it asks for and that namespace's twin RoleBinding (each None if absent).
+    the namespace it asks for, that namespace's twin RoleBinding and its twin
+    ResourceQuota (each None if absent).
     ``siblings(consumer)``: that consumer's TwinNamespaces (for its maximum);
     ``namespace_of``: a namespace by name (whether a sibling is served already);
     ``release_namespace``: the enforcer's own namespace (never a twin)."""
@@ -412,8 +485,22 @@ def plan_twin(
     patch = namespace_patch(namespace, request, consumer_id, level)
     binding = desired_rolebinding(name, request, consumer, twin_role)
     action = rolebinding_action(rolebinding, binding)
+    notes: list[str] = []
+    try:
+        quota = desired_resourcequota(name, request, consumer)
+        quota_action = resourcequota_action(resourcequota, quota)
+    except QuantityError as exc:
+        # The provider's mistake: the ResourceQuota stays as it is (never dropped on a
+        # typo); the ShadowPod webhook names the key to every pod meanwhile.
+        quota, quota_action = None, ResourceQuotaAction.NONE
+        notes.append(f"Consumer {consumer_id}: {exc}; twin ResourceQuota left as it is")
+    # Until the quota controller has counted a ResourceQuota (status.hard), the API
+    # server refuses every object it limits ("status unknown for quota"): Ready means usable.
+    counted = quota is None or quota_action is not ResourceQuotaAction.NONE or _same_hard(
+        ((resourcequota or {}).get("status") or {}).get("hard") or {}, quota["spec"]["hard"]
+    )
     active = (namespace.get("status") or {}).get("phase", "Active") == "Active"
-    if patch is None and action is RoleBindingAction.NONE and active:
+    if patch is None and action is RoleBindingAction.NONE and quota_action is ResourceQuotaAction.NONE and counted and active:
         desired_status = status(request, c.TWIN_PHASE_READY, f"namespace {name} is ready", name)
     else:
         waiting = []
@@ -421,6 +508,10 @@ def plan_twin(
             waiting.append("labels")
         if action is not RoleBindingAction.NONE:
             waiting.append(f"RoleBinding {c.TWIN_ROLEBINDING_NAME}")
+        if quota_action is not ResourceQuotaAction.NONE:
+            waiting.append(f"ResourceQuota {c.TWIN_RESOURCEQUOTA_NAME}")
+        elif not counted:
+            waiting.append(f"the quota controller to count ResourceQuota {c.TWIN_RESOURCEQUOTA_NAME}")
         if not active:
             waiting.append("the namespace to become Active")
         desired_status = status(request, c.TWIN_PHASE_PENDING, f"namespace {name}: waiting for {', '.join(waiting)}", name)
@@ -430,6 +521,12 @@ def plan_twin(
         namespace_patch=patch,
         rolebinding=binding if action is not RoleBindingAction.NONE else None,
         rolebinding_action=action,
+        resourcequota=quota if quota_action in (ResourceQuotaAction.CREATE, ResourceQuotaAction.UPDATE) else None,
+        resourcequota_action=quota_action,
+        resourcequota_uid=str(((resourcequota or {}).get("metadata") or {}).get("uid") or "")
+        if quota_action is ResourceQuotaAction.DELETE
+        else "",
+        notes=notes,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Protocol
 from enforcer.tenancy import consumer_name, service_account_of
 from enforcer.tenant_api import TenantApi
 from enforcer.twin_plan import (
+    ResourceQuotaAction,
     RoleBindingAction,
     TwinPlan,
     finalizers_with,
@@ -54,11 +55,14 @@ class TwinReconciler:
         api: TenantApi,
         twin_role: str,
         release_namespace: str = "",
+        resourcequotas: Cache | None = None,
     ) -> None:
         self._requests = requests
         self._namespaces = namespaces
         self._consumers = consumers
         self._rolebindings = rolebindings
+        # The twin ResourceQuotas (one name, every namespace); None: none are ever seen.
+        self._resourcequotas = resourcequotas
         self._api = api
         self._twin_role = twin_role
         # The enforcer's own namespace: never a twin (enforcer/twin_plan.py).
@@ -87,6 +91,11 @@ class TwinReconciler:
             return [made_for]
         namespace = metadata.get("namespace") or ""
         return [k for k in self._requests.keys() if split_key(k)[1] == namespace]
+
+    def keys_for_resourcequota(self, quota: dict) -> list[str]:
+        """The request whose twin holds this ResourceQuota: re-created if deleted, put
+        back if edited (only the provider's admin can: the consumer has no rights on it)."""
+        return self.keys_for_rolebinding(quota)
 
     def keys_for_consumer(self, consumer: dict) -> list[str]:
         """Requests in the namespaces this Consumer may speak from: its tenant namespace
@@ -154,10 +163,16 @@ class TwinReconciler:
             namespace=namespace,
             rolebinding=self._rolebindings.get(f"{name}/{c.TWIN_ROLEBINDING_NAME}"),
             twin_role=self._twin_role,
+            resourcequota=self._twin_resourcequota(name),
             siblings=self._requests_of,
             namespace_of=self._namespaces.get,
             release_namespace=self._release_namespace,
         )
+
+    def _twin_resourcequota(self, namespace: str) -> dict | None:
+        if self._resourcequotas is None:
+            return None
+        return self._resourcequotas.get(f"{namespace}/{c.TWIN_RESOURCEQUOTA_NAME}")
 
     def _requests_of(self, consumer: dict) -> list[dict]:
         """The consumer's TwinNamespaces (what its maximum counts)."""
@@ -194,6 +209,10 @@ class TwinReconciler:
         if plan.namespace_patch is not None:
             self._api.patch_namespace(name, plan.namespace_patch)
             logger.info("namespace %s relabelled: %s", name, plan.namespace_patch["metadata"])
+        # The bounds first, then the rights: the consumer never holds rights in a twin
+        # whose ResourceQuota is not there yet.
+        if plan.resourcequota_action is not ResourceQuotaAction.NONE:
+            self._bound(name, plan, logger)
         if plan.rolebinding is not None:
             self._bind(name, plan, logger)
         if plan.delete_namespace_uid is not None:
@@ -242,6 +261,26 @@ class TwinReconciler:
         except ApiError as exc:
             if exc.already_exists or exc.conflict:
                 raise Requeue(STALE_CACHE_RECHECK_SECONDS, "RoleBinding changed meanwhile") from exc
+            raise
+
+
+    def _bound(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+        existing = self._twin_resourcequota(namespace)
+        try:
+            if plan.resourcequota_action is ResourceQuotaAction.CREATE and plan.resourcequota is not None:
+                self._api.create_resourcequota(namespace, plan.resourcequota)
+                logger.info("ResourceQuota %s in %s: %s", c.TWIN_RESOURCEQUOTA_NAME, namespace, plan.resourcequota["spec"]["hard"])
+            elif plan.resourcequota_action is ResourceQuotaAction.UPDATE and plan.resourcequota is not None and existing:
+                body = dict(plan.resourcequota)
+                body["metadata"] = {**plan.resourcequota["metadata"], "resourceVersion": existing["metadata"].get("resourceVersion")}
+                self._api.update_resourcequota(namespace, body)
+                logger.info("ResourceQuota %s in %s now: %s", c.TWIN_RESOURCEQUOTA_NAME, namespace, plan.resourcequota["spec"]["hard"])
+            elif plan.resourcequota_action is ResourceQuotaAction.DELETE and plan.resourcequota_uid:
+                self._api.delete_resourcequota(namespace, c.TWIN_RESOURCEQUOTA_NAME, plan.resourcequota_uid)
+                logger.info("ResourceQuota %s in %s deleted: the Consumer's spec.quota has no object key", c.TWIN_RESOURCEQUOTA_NAME, namespace)
+        except ApiError as exc:
+            if exc.already_exists or exc.conflict or exc.not_found:
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, "ResourceQuota changed meanwhile") from exc
             raise
 
 

@@ -702,6 +702,7 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "update", "delete"},
         ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
+        ("", "resourcequotas"): {"list", "watch", "create", "update", "delete"},
         (C.SHADOWPOD_GROUP, C.CONSUMER_PLURAL): {"get", "list", "watch"},
         (C.SHADOWPOD_GROUP, f"{C.CONSUMER_PLURAL}/status"): {"patch"},
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"list", "watch", "patch"},
@@ -721,6 +722,12 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
     [twin_role] = [d for d in remote_docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == C.DEFAULT_CONSUMER_TWIN_ROLE]
     metrics_rules = {key: verbs for key, verbs in rules_of(twin_role).items() if key[0] == "metrics.k8s.io"}
     assert metrics_rules == {("metrics.k8s.io", "pods"): {"list"}}
+    # The twin ResourceQuota bounds the consumer (docs/security.md "Quota: what counts"):
+    # none of the consumer's roles may touch it, nor name every resource or verb.
+    for role in find(remote_docs, "ClusterRole", "consumer"):
+        for rule in role.get("rules") or []:
+            assert "resourcequotas" not in rule.get("resources", []), role["metadata"]["name"]
+            assert "*" not in rule.get("resources", []) and "*" not in rule.get("verbs", []), role["metadata"]["name"]
 
 
 def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:

@@ -30,6 +30,7 @@ class FakeApi:
         self.requests: dict[str, dict] = {}
         self.namespaces: dict[str, dict] = {}
         self.rolebindings: dict[str, dict] = {}
+        self.resourcequotas: dict[str, dict] = {}
         self.consumers: dict[str, dict] = {}
         self.writes: list[tuple] = []
         self._rv = itertools.count(10)
@@ -111,6 +112,34 @@ class FakeApi:
             del self.rolebindings[key]
         self.writes.append(("delete-rb", namespace, uid))
 
+    def create_resourcequota(self, namespace, body):
+        key = f"{namespace}/{body['metadata']['name']}"
+        if key in self.resourcequotas:
+            raise ApiError(409, "AlreadyExists", "exists", {"reason": "AlreadyExists"})
+        obj = copy.deepcopy(body)
+        obj["metadata"]["uid"] = f"rq-{next(self._uid)}"
+        obj["status"] = {"hard": dict(body["spec"]["hard"])}  # the quota controller, at once
+        self._bump(obj)
+        self.resourcequotas[key] = obj
+        self.writes.append(("create-rq", namespace, dict(body["spec"]["hard"])))
+        return copy.deepcopy(obj)
+
+    def update_resourcequota(self, namespace, body):
+        key = f"{namespace}/{body['metadata']['name']}"
+        obj = copy.deepcopy(body)
+        obj["metadata"]["uid"] = self.resourcequotas[key]["metadata"]["uid"]
+        obj["status"] = {"hard": dict(body["spec"]["hard"])}
+        self._bump(obj)
+        self.resourcequotas[key] = obj
+        self.writes.append(("update-rq", namespace, dict(body["spec"]["hard"])))
+        return copy.deepcopy(obj)
+
+    def delete_resourcequota(self, namespace, name, uid):
+        key = f"{namespace}/{name}"
+        if self.resourcequotas.get(key, {}).get("metadata", {}).get("uid") == uid:
+            del self.resourcequotas[key]
+        self.writes.append(("delete-rq", namespace, uid))
+
     def replace_consumer_status(self, name, status):
         raise AssertionError("not used here")
 
@@ -147,6 +176,7 @@ def reconciler(api, **caches):
         rolebindings=caches.get("rolebindings") or DictCache(api.rolebindings),
         api=api,
         twin_role=ROLE,
+        resourcequotas=DictCache(api.resourcequotas),
     )
 
 
@@ -281,3 +311,32 @@ def test_consumer_status_writes_do_not_requeue_requests():
     assert not consumer_spec_changed(MODIFIED, old, status_only)
     assert consumer_spec_changed(MODIFIED, old, spec_change)
     assert consumer_spec_changed(ADDED, None, old)
+
+
+def test_resourcequota_before_rolebinding_then_kept_in_sync(api):
+    # The consumer gets its rights in a twin only once the twin's bounds exist; a change
+    # of the Consumer's spec.quota reaches the ResourceQuota; a deleted one comes back.
+    api.consumers["local"]["spec"]["quota"] = {"count/services": "1", "cpu": "2"}
+    rec = reconciler(api)
+    converge(rec)
+    kinds = [w[0] for w in api.writes]
+    assert kinds.index("create-rq") < kinds.index("create-rb")
+    assert ("create-rq", "demo-local", {"count/services": "1"}) in api.writes
+    assert api.requests[KEY]["status"]["phase"] == c.TWIN_PHASE_READY
+    api.consumers["local"]["spec"]["quota"]["count/services"] = "2"
+    converge(rec)
+    assert ("update-rq", "demo-local", {"count/services": "2"}) in api.writes
+    del api.resourcequotas[f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}"]
+    converge(rec)
+    assert api.resourcequotas[f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}"]["spec"]["hard"] == {"count/services": "2"}
+    api.consumers["local"]["spec"]["quota"] = {"cpu": "2"}
+    converge(rec)
+    assert f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}" not in api.resourcequotas
+    assert api.requests[KEY]["status"]["phase"] == c.TWIN_PHASE_READY
+
+
+def test_no_object_key_writes_no_resourcequota(api):
+    api.consumers["local"]["spec"]["quota"] = {"cpu": "2", "pods": "3"}
+    converge(reconciler(api))
+    assert not api.resourcequotas
+    assert not any(w[0].endswith("-rq") for w in api.writes)

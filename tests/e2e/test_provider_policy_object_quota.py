@@ -1,0 +1,157 @@
+"""Issue 21, object counts: the object-count keys of a Consumer's ``spec.quota`` bound each
+twin namespace through a ResourceQuota the enforcer keeps there, enforced by the API
+server itself, under the consumer identity the remote chart creates.
+
+A consumer of its own (``e2e-objquota``) is admitted through the chart (as in
+test_provider_policy_quota.py), so the session consumer's twins are left alone; its quota
+is set by patching its Consumer, as a provider's admin would. It asks for a twin with a
+TwinNamespace and writes Services there with its own token. Tests run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kube_offload import constants as c
+from kube_offload_harness import identities
+from kube_offload_harness.cluster import Cluster, Environment
+from kube_offload_harness.naming import unique
+
+CONSUMER = "e2e-objquota"
+TENANT = c.tenant_namespace(CONSUMER)
+CONSUMER_KIND = f"{c.CONSUMER_PLURAL}.{c.DOMAIN}"
+TWIN_KIND = f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}"
+QUOTA = c.TWIN_RESOURCEQUOTA_NAME
+SERVE_SECONDS = 90
+
+
+def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(cluster.bins.kubectl), "--kubeconfig", str(kubeconfig), *args],
+        input=input, capture_output=True, text=True, timeout=60, env=cluster.env(), check=False,
+    )
+
+
+def get(remote: Cluster, *args: str) -> dict | None:
+    result = remote.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 and result.stdout.strip() else None
+
+
+def patch_consumer(remote: Cluster, spec: dict) -> None:
+    remote.kubectl("patch", CONSUMER_KIND, CONSUMER, "--type=merge", "-p", json.dumps({"spec": spec}))
+
+
+def twin_status(remote: Cluster, name: str) -> dict:
+    return ((get(remote, TWIN_KIND, name, "-n", TENANT) or {}).get("status")) or {}
+
+
+def service(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+
+
+def resourcequota(remote: Cluster, twin: str) -> dict | None:
+    return get(remote, "resourcequota", QUOTA, "-n", twin)
+
+
+def counted(quota: dict | None, key: str, figure: str) -> bool:
+    """The ResourceQuota says ``key: figure`` and the quota controller has counted it."""
+    if not quota:
+        return False
+    return quota["spec"]["hard"].get(key) == figure and (quota.get("status") or {}).get("hard", {}).get(key) == figure
+
+
+@pytest.fixture(scope="module")
+def consumer(offload_env: Environment, remote: Cluster) -> Path:
+    """The chart-made identity of consumer e2e-objquota (its own Consumer, tenant, token)."""
+    offload_env.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(CONSUMER, node_labels={}))
+    return offload_env.identity_kubeconfig(remote, identities.consumer_sa(CONSUMER))
+
+
+@pytest.fixture(scope="module")
+def twin(remote: Cluster, consumer: Path, wait) -> str:
+    """A twin of e2e-objquota whose Consumer allows one Service per twin (and 2 CPUs in
+    all: a compute key, which never reaches the ResourceQuota)."""
+    patch_consumer(remote, {"quota": {"count/services": "1", "cpu": "2"}})
+    name = f"{unique('oq')}-{CONSUMER}"
+    request = {
+        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}",
+        "kind": c.TWIN_NAMESPACE_KIND,
+        "metadata": {"name": name, "namespace": TENANT},
+        "spec": {"localNamespace": name},
+    }
+    made = kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(request))
+    assert made.returncode == 0, made.stderr
+    wait(lambda: twin_status(remote, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
+         what=f"twin {name} Ready")
+    yield name
+    remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
+    patch_consumer(remote, {"quota": None})
+
+
+def test_the_twin_gets_the_resourcequota_with_object_keys_only(remote: Cluster, twin: str) -> None:
+    # Ready only once the ResourceQuota is there and counted (else the API server refuses
+    # every Service with "status unknown for quota").
+    quota = resourcequota(remote, twin)
+    assert quota is not None, f"no ResourceQuota {QUOTA} in twin {twin}"
+    assert quota["spec"]["hard"] == {"count/services": "1"}  # never cpu
+    labels = quota["metadata"].get("labels") or {}
+    assert labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
+    assert labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == CONSUMER
+    assert counted(quota, "count/services", "1")
+
+
+def test_a_second_service_is_refused_by_the_api_server_naming_the_quota(remote: Cluster, consumer: Path, twin: str) -> None:
+    first = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("first")))
+    assert first.returncode == 0, first.stderr
+    second = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
+    assert second.returncode != 0, "a second Service was admitted past count/services: 1"
+    assert f"exceeded quota: {QUOTA}" in second.stderr, second.stderr
+    assert "count/services" in second.stderr
+    assert get(remote, "service", "second", "-n", twin) is None
+
+
+def test_the_consumer_cannot_delete_or_edit_the_resourcequota(remote: Cluster, consumer: Path, twin: str) -> None:
+    deleted = kubectl_as(remote, consumer, "delete", "resourcequota", QUOTA, "-n", twin, "--wait=false")
+    assert deleted.returncode != 0 and "forbidden" in deleted.stderr.lower(), deleted.stderr
+    patched = kubectl_as(remote, consumer, "patch", "resourcequota", QUOTA, "-n", twin, "--type=merge",
+                         "-p", json.dumps({"spec": {"hard": {"count/services": "100"}}}))
+    assert patched.returncode != 0 and "forbidden" in patched.stderr.lower(), patched.stderr
+    made = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "mine"}, "spec": {"hard": {}}}))
+    assert made.returncode != 0 and "forbidden" in made.stderr.lower(), made.stderr
+    assert resourcequota(remote, twin)["spec"]["hard"] == {"count/services": "1"}
+
+
+def test_a_deleted_resourcequota_is_made_again(remote: Cluster, twin: str, wait) -> None:
+    uid = resourcequota(remote, twin)["metadata"]["uid"]
+    remote.kubectl("delete", "resourcequota", QUOTA, "-n", twin)
+    wait(lambda: (resourcequota(remote, twin) or {}).get("metadata", {}).get("uid") not in (None, uid),
+         timeout=30, what=f"ResourceQuota {QUOTA} made again in {twin}")
+    assert resourcequota(remote, twin)["spec"]["hard"] == {"count/services": "1"}
+
+
+def test_raising_the_figure_on_the_consumer_lets_the_service_through(
+    remote: Cluster, consumer: Path, twin: str, wait
+) -> None:
+    patch_consumer(remote, {"quota": {"count/services": "2", "cpu": "2"}})
+    wait(lambda: counted(resourcequota(remote, twin), "count/services", "2"), timeout=30,
+         what=f"ResourceQuota {QUOTA} in {twin} raised to 2 and counted")
+    second = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
+    assert second.returncode == 0, second.stderr
+    third = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("third")))
+    assert third.returncode != 0 and f"exceeded quota: {QUOTA}" in third.stderr, third.stderr
+
+
+def test_no_object_key_no_resourcequota(remote: Cluster, twin: str, wait) -> None:
+    # The default: a Consumer whose quota has no object key has no ResourceQuota in its twins.
+    patch_consumer(remote, {"quota": {"count/services": None}})  # a merge patch: null removes the key
+    wait(lambda: resourcequota(remote, twin) is None, timeout=30, what=f"ResourceQuota {QUOTA} gone from {twin}")
