@@ -34,16 +34,19 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import yaml
 
 import kube_offload
-from kube_offload_harness.binaries import Binaries, ensure_binaries
+from kube_offload_harness.binaries import Binaries, NodeBinaries, ensure_binaries, ensure_node_binaries
 from kube_offload_harness import identities, storage
 from kube_offload_harness import metrics_server
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.processes import ProcessTable
+
+if TYPE_CHECKING:
+    from kube_offload_harness.real_node import RealNode
 
 Say = Callable[[str], None]
 
@@ -104,6 +107,8 @@ class ClusterSpec:
     # remote: the health/metrics ports (--health-bind) of its vkubelet and its enforcer
     vkubelet_health_port: int = 0
     enforcer_health_port: int = 0
+    # The slot of this cluster's real node (real_node_config.NodePlan), -1: none.
+    real_node_slot: int = -1
 
 
 @dataclass
@@ -122,6 +127,9 @@ class Topology:
     # with other flags. PEERING_CLI: `up` leaves the remotes bare (no CRDs, no enforcer, no
     # virtual kubelet) for `kube-offload peer` (kube_offload_harness.peer_driver).
     peering: str = PEERING_HARNESS
+    # One real node (kubelet + containerd in a network namespace, real_node.py) per
+    # cluster, beside kwok's (docs/real-nodes.md).
+    real_nodes: bool = False
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -141,6 +149,7 @@ class Topology:
             virtual_kubelets=data.get("virtual_kubelets", True),
             chart_identities=data.get("chart_identities", True),
             peering=data.get("peering", PEERING_HARNESS),
+            real_nodes=data.get("real_nodes", False),
         )
 
 
@@ -256,8 +265,7 @@ class Cluster:
     @property
     def kwokctl_config(self) -> Path:
         """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback.
-        The local cluster's file also gives its apiserver a kubelet client certificate
-        (kwokctl passes none): the virtual node's kubelet API refuses anonymous callers.
+        Each apiserver also gets a kubelet client certificate (kwokctl passes none).
         One file per role, since kwokctl reads only the first KwokctlConfiguration."""
         local = self.spec.role == "local"
         path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
@@ -290,15 +298,17 @@ class Cluster:
                     "name": component,
                     "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
                 })
-            if local:
-                pki = self.state_dir / "pki"
-                patches.append({
-                    "name": "kube-apiserver",
-                    "extraArgs": [
-                        {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
-                        {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
-                    ],
-                })
+            # Every apiserver presents the harness's kubelet client certificate: the virtual
+            # node's kubelet API (local) and a real node's kubelet (any cluster,
+            # real_node.py) refuse anonymous callers.
+            pki = self.state_dir / "pki"
+            patches.append({
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
+                    {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+                ],
+            })
             path.write_text(yaml.safe_dump({
                 "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                 "kind": "KwokctlConfiguration",
@@ -401,6 +411,7 @@ class Environment:
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self.say: Say = say or (lambda line: print(line, flush=True))
         self._bins = bins
+        self._node_bins: NodeBinaries | None = None
         self.processes = ProcessTable(self.state_dir / "processes.json")
 
     # --- state ------------------------------------------------------------------------
@@ -441,8 +452,12 @@ class Environment:
             )
         self._forget_credentials()  # a previous environment's tokens name clusters that are gone
         self.bins  # build before anything else, with progress
+        if topology.real_nodes:
+            self.node_bins
         topology.webhook_port = topology.webhook_port or free_port()
         topology.extender_port = topology.extender_port or free_port()
+        if topology.real_nodes:
+            self._assign_real_node_slots(topology)
         for spec in topology.remotes:
             spec.kubelet_port = spec.kubelet_port or free_port()
             spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
@@ -456,6 +471,8 @@ class Environment:
         self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
         local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
+        if topology.real_nodes:
+            self.start_real_node(topology.local)
         storage.start_local_path_provisioner(self, local, default_class=False)
         self._authorize_apiserver_kubelet_client(local)
         self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
@@ -470,6 +487,8 @@ class Environment:
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
             remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
+            if topology.real_nodes:
+                self.start_real_node(spec)
             storage.start_local_path_provisioner(self, remote, default_class=True)
             if not wired:
                 continue
@@ -498,6 +517,57 @@ class Environment:
                 self.wait_virtual_node_ready(local, spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
 
+    # --- real nodes (real_node.py, docs/real-nodes.md) -------------------------------------
+    @property
+    def node_bins(self) -> "NodeBinaries":
+        if self._node_bins is None:
+            self._node_bins = ensure_node_binaries(say=self.say)
+        return self._node_bins
+
+    def _assign_real_node_slots(self, topology: Topology) -> None:
+        from kube_offload_harness import netns, real_node_config
+
+        used = netns.list_netns()
+        for spec in topology.clusters():
+            if spec.real_node_slot < 0:
+                spec.real_node_slot = real_node_config.free_slot(used)
+            used.append(f"{real_node_config.NETNS_PREFIX}{spec.real_node_slot}")
+
+    def real_node(self, spec: ClusterSpec) -> "RealNode":
+        from kube_offload_harness import real_node, real_node_config
+
+        plan = real_node_config.NodePlan(
+            cluster=spec.name, node_name=real_node_config.node_name(spec.cluster_id),
+            slot=real_node_config.validate_slot(spec.real_node_slot),
+            state_dir=self.state_dir / "real-nodes" / spec.name,
+        )
+        return real_node.RealNode(plan, nbins=self.node_bins, processes=self.processes,
+                                  log_dir=self.state_dir / "logs", say=self.say)
+
+    def start_real_node(self, spec: ClusterSpec) -> None:
+        """containerd + kubelet in a namespace of their own, registered with ``spec``'s
+        apiserver; returns once the node is Ready."""
+        from kube_offload_harness.real_node import RealNodeError
+
+        cluster = self.cluster(spec)
+        # What kubeadm binds for the apiserver's kubelet client: logs, exec, stats.
+        self._authorize_apiserver_kubelet_client(cluster)
+        node = self.real_node(spec)
+        try:
+            node.up(admin_kubeconfig=cluster.kubeconfig, kwok_pki=cluster.kwok_workdir / "clusters" / spec.name / "pki",
+                    client_ca_file=self.pki_dir / "kubelet-client-ca.crt")
+            node.wait_ready(cluster.kubectl)
+        except RealNodeError as exc:
+            raise ClusterError(str(exc)) from None
+        self.say(f"- {spec.name}: real node {node.plan.node_name} Ready")
+
+    def stop_real_nodes(self, topology: Topology) -> None:
+        for spec in topology.clusters():
+            if spec.real_node_slot < 0:
+                continue
+            done = self.real_node(spec).down()
+            self.say(f"- {spec.name}: real node removed ({', '.join(done)})")
+
     def _write_certificates(self) -> None:
         from certs import pki  # the certs package owns certificate generation
 
@@ -519,10 +589,10 @@ class Environment:
         client_key.write_bytes(client.key_pem)
         client_key.chmod(0o600)
 
-    def _authorize_apiserver_kubelet_client(self, local: Cluster) -> None:
-        """What kubeadm does for the same identity: without it the virtual kubelet's
-        SubjectAccessReview refuses the apiserver, and kubectl logs/exec with it."""
-        local.apply({
+    def _authorize_apiserver_kubelet_client(self, cluster: Cluster) -> None:
+        """What kubeadm does for the same identity: without it a kubelet's (virtual or
+        real) SubjectAccessReview refuses the apiserver, and kubectl logs/exec with it."""
+        cluster.apply({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {"name": f"kube-offload-{APISERVER_KUBELET_CLIENT}"},
@@ -725,6 +795,10 @@ class Environment:
         return lines
 
     def down(self) -> None:
+        topology = self.topology()
+        if topology is not None and topology.real_nodes:
+            # First: its containers, shims and mounts are not in the process table.
+            self.stop_real_nodes(topology)
         stopped = self.processes.stop_all()
         if stopped:
             self.say(f"- stopped {', '.join(stopped)}")
