@@ -589,7 +589,7 @@ def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path
     return nbins
 
 
-def describe(bins: Binaries) -> Iterator[str]:
+def describe(bins: Binaries | NodeBinaries) -> Iterator[str]:
     for name, path in bins.all().items():
         state = "ok" if os.access(path, os.X_OK) else "missing"
         yield f"{name:<24} {state:<8} {path}"

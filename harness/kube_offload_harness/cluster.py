@@ -553,6 +553,12 @@ class Environment:
         # What kubeadm binds for the apiserver's kubelet client: logs, exec, stats.
         self._authorize_apiserver_kubelet_client(cluster)
         node = self.real_node(spec)
+        from kube_offload_harness.real_node import set_kernel_tunables
+
+        changed = set_kernel_tunables(self.kernel_tunables_record)
+        if changed:
+            self.say(f"- kernel settings the kubelet requires: {', '.join(f'{k}={v}' for k, v in changed.items())} "
+                     "changed (restored by down)")
         try:
             node.up(admin_kubeconfig=cluster.kubeconfig, kwok_pki=cluster.kwok_workdir / "clusters" / spec.name / "pki",
                     client_ca_file=self.pki_dir / "kubelet-client-ca.crt")
@@ -561,11 +567,27 @@ class Environment:
             raise ClusterError(str(exc)) from None
         self.say(f"- {spec.name}: real node {node.plan.node_name} Ready")
 
+    @property
+    def kernel_tunables_record(self) -> Path:
+        return self.state_dir / "real-nodes" / "kernel-tunables-before.json"
+
     def stop_real_nodes(self, topology: Topology) -> None:
+        from kube_offload_harness.real_node import restore_kernel_tunables
+
+        try:
+            self._stop_real_nodes(topology)
+        finally:
+            restored = restore_kernel_tunables(self.kernel_tunables_record)
+            if restored:
+                self.say(f"- kernel settings restored: {', '.join(f'{k}={v}' for k, v in restored.items())}")
+
+    def _stop_real_nodes(self, topology: Topology) -> None:
         for spec in topology.clusters():
             if spec.real_node_slot < 0:
                 continue
-            done = self.real_node(spec).down()
+            cluster = self.cluster(spec)
+            up = cluster.exists() and cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0
+            done = self.real_node(spec).down(kubectl=cluster.kubectl if up else None)
             self.say(f"- {spec.name}: real node removed ({', '.join(done)})")
 
     def _write_certificates(self) -> None:

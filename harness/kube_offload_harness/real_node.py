@@ -177,13 +177,34 @@ class RealNode:
         raise RealNodeError(f"real node {self.plan.node_name} not Ready after {timeout}s ({last}); see {self.log_path('kubelet')}")
 
     # --- down -------------------------------------------------------------------------
-    def down(self) -> list[str]:
-        """Remove everything ``up`` made, in dependency order; returns what it did."""
+    def drain(self, kubectl: Callable[..., subprocess.CompletedProcess], timeout: float = 60) -> int:
+        """Delete the node's pods through the API and wait until the kubelet has stopped
+        them: their sandboxes are torn down as on any node (CNI DEL, unmounts, log links)."""
+        selector = f"spec.nodeName={self.plan.node_name}"
+        listed = kubectl("get", "pods", "-A", "--field-selector", selector, "-o", "name", check=False)
+        if listed.returncode != 0 or not listed.stdout.strip():
+            return 0
+        count = len(listed.stdout.split())
+        kubectl("delete", "pods", "-A", "--field-selector", selector, "--grace-period=1", "--wait=true",
+                f"--timeout={int(timeout)}s", check=False, timeout=timeout + 10)
+        return count
+
+    def down(self, kubectl: Callable[..., subprocess.CompletedProcess] | None = None) -> list[str]:
+        """Remove everything ``up`` made, in dependency order; returns what it did. With
+        ``kubectl`` (the cluster still up) the pods are deleted first, as a drain would."""
         plan = self.plan
         done: list[str] = []
         hierarchies = netns.v1_hierarchies()
+        if kubectl is not None and self._running("kubelet"):
+            drained = self.drain(kubectl)
+            if drained:
+                done.append(f"{drained} pods deleted")
         if self.processes.stop(self.names["kubelet"]):
             done.append("kubelet")
+        if self._running("containerd"):
+            removed = self._remove_containers()
+            if removed:
+                done.append(f"{removed} containers removed")
         # The containers: every process in the node's cgroup tree, and nothing else.
         killed = netns.kill_cgroup(plan.cgroup_root, hierarchies)
         if killed:
@@ -208,10 +229,74 @@ class RealNode:
             self.say(f"  cgroups not removable yet: {', '.join(map(str, left[:5]))}")
         netns.delete_node_network(plan.netns, plan.veth_host)
         done.append(f"namespace {plan.netns}")
+        for path in machine_wide_files(plan):
+            path.unlink(missing_ok=True)
         # containerd's content and snapshots (overlay layers, hundreds of MB) go with it.
         subprocess.run(["rm", "-rf", "--one-file-system", str(plan.state_dir / "containerd"), str(plan.kubelet_root),
                         str(plan.runc_root)], check=False)
         return done
+
+
+    def _remove_containers(self) -> int:
+        """What is left after the kubelet (a pod it had no time to stop): force-delete each
+        task (SIGKILL, then delete), then the container, so each shim exits on its own
+        and removes its socket."""
+        listed = self.ctr("containers", "list", "--quiet", timeout=30)
+        ids = listed.stdout.split() if listed.returncode == 0 else []
+        for container in ids:
+            self.ctr("tasks", "delete", "--force", container, timeout=30)
+            self.ctr("containers", "delete", container, timeout=30)
+        return len(ids)
+
+
+PROC_SYS = Path("/proc/sys")
+
+
+def set_kernel_tunables(saved: Path) -> dict[str, int]:
+    """Set what the kubelet requires (rc.KERNEL_TUNABLES), first recording the machine's
+    values in ``saved`` (once: a second node of the same environment keeps the first
+    record). Returns the values that were changed, with their old values."""
+    previous = {key: int((PROC_SYS / key).read_text().split()[0]) for key in rc.KERNEL_TUNABLES}
+    if not saved.exists():
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(previous, indent=2))
+    changed = {}
+    for key, value in rc.KERNEL_TUNABLES.items():
+        if previous[key] != value:
+            (PROC_SYS / key).write_text(f"{value}\n")
+            changed[key] = previous[key]
+    return changed
+
+
+def restore_kernel_tunables(saved: Path) -> dict[str, int]:
+    """Put back the values recorded by set_kernel_tunables; returns what it restored."""
+    if not saved.exists():
+        return {}
+    previous = json.loads(saved.read_text())
+    restored = {}
+    for key, value in previous.items():
+        if int((PROC_SYS / key).read_text().split()[0]) != value:
+            (PROC_SYS / key).write_text(f"{value}\n")
+            restored[key] = value
+    saved.unlink()
+    return restored
+
+
+def machine_wide_files(plan: rc.NodePlan) -> list[Path]:
+    """Files the kubelet and libcni write to fixed machine-wide paths for this node: the
+    kubelet's /var/log/containers links into the node's pod logs, libcni's cached results
+    of the node's network. A drained node has none; a killed one may."""
+    found = []
+    if rc.CONTAINER_LOG_LINKS.is_dir():
+        for link in rc.CONTAINER_LOG_LINKS.iterdir():
+            try:
+                if link.is_symlink() and os.readlink(link).startswith(str(plan.pod_logs_dir) + "/"):
+                    found.append(link)
+            except OSError:
+                continue
+    if rc.CNI_CACHE_DIR.is_dir():
+        found += [path for path in rc.CNI_CACHE_DIR.iterdir() if path.name.startswith(plan.cni_network + "-")]
+    return found
 
 
 def leftovers(plan: rc.NodePlan) -> list[str]:
@@ -228,6 +313,7 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
     for what, arg in (("containerd", str(plan.containerd_config)), ("kubelet", f"--config={plan.kubelet_config}"),
                       ("forwarder", str(netns.netns_path(plan.netns))), ("shim", str(plan.containerd_socket))):
         found += [f"process {pid} ({what})" for pid in netns.pids_with_arg(arg)]
+    found += [f"file {path}" for path in machine_wide_files(plan)]
     return found
 
 

@@ -29,7 +29,9 @@ LINK_NETWORK = ipaddress.IPv4Network("172.31.250.0/24")
 NETNS_PREFIX = "kon-"  # kube-offload node: `ip netns list` shows ours by this prefix
 VETH_PREFIX = "kon"
 POD_BRIDGE = "konbr0"  # inside the node's namespace only (names are per namespace)
-CNI_NETWORK_NAME = "kube-offload-pods"
+CNI_NETWORK_PREFIX = "kube-offload-pods-"  # + slot: libcni's cache files are named by network
+CNI_CACHE_DIR = Path("/var/lib/cni/results")  # libcni's, machine-wide (containerd sets no other)
+CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks, a fixed path
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248  # on the node namespace's own loopback
 SANDBOX_IMAGE = oci_image.PAUSE_IMAGE  # containerd pins it; the harness imports it
@@ -37,6 +39,21 @@ RUNC = "/usr/sbin/runc"  # Debian's runc package (scripts/bootstrap.sh)
 # Each node's kubelet puts its pods' cgroups under its own root in every v1 hierarchy, so
 # two nodes (two clusters) never share /kubepods; `down` removes the tree.
 CGROUP_ROOT_PREFIX = "/kube-offload"
+# What the kubelet requires of the machine's (not namespaced) kernel settings, as its
+# setupKernelTunables has them (pkg/kubelet/cm/container_manager_linux.go): it writes them
+# itself unless protectKernelDefaults, then it refuses to start on any other value. The
+# harness sets them before the first real node and puts the machine's values back after
+# the last (real_node.py), and the kubelet runs with protectKernelDefaults: true, so it
+# never writes a machine-wide setting of its own accord.
+KERNEL_TUNABLES = {
+    "vm/overcommit_memory": 1,
+    "vm/panic_on_oom": 0,
+    "kernel/panic": 10,
+    "kernel/panic_on_oops": 1,
+    "kernel/keys/root_maxkeys": 1000000,
+    "kernel/keys/root_maxbytes": 25000000,
+}
+
 # Real nodes carry this label and a NoSchedule taint of the same key: a workload lands on
 # one only when it asks (a toleration and a nodeSelector), so the kwok tiers, the demo and
 # the scale tests behave as before, and no pod lands where its image cannot be had.
@@ -128,6 +145,14 @@ class NodePlan:
     @property
     def kubelet_kubeconfig(self) -> Path:
         return self.state_dir / "kubelet.kubeconfig"
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        return self.state_dir / "pod-logs"
+
+    @property
+    def cni_network(self) -> str:
+        return f"{CNI_NETWORK_PREFIX}{self.slot}"
 
     @property
     def resolv_conf(self) -> Path:
@@ -222,7 +247,7 @@ def cni_conflist(plan: NodePlan) -> dict:
     masquerade: pods reach only the node and each other."""
     return {
         "cniVersion": "1.0.0",
-        "name": CNI_NETWORK_NAME,
+        "name": plan.cni_network,
         "plugins": [
             {
                 "type": "bridge",
@@ -267,6 +292,9 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
         },
         "authorization": {"mode": "Webhook"},
         "resolvConf": str(plan.resolv_conf),
+        # Paths that default to machine-wide directories (/var/log/pods, /usr/libexec/...).
+        "podLogsDir": str(plan.pod_logs_dir),
+        "volumePluginDir": str(plan.state_dir / "volume-plugins"),
         "failSwapOn": False,
         "podCIDR": plan.pod_cidr,
         "registerNode": True,
@@ -278,7 +306,7 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
         "maxPods": 20,
-        "protectKernelDefaults": False,
+        "protectKernelDefaults": True,
     }
 
 

@@ -102,6 +102,7 @@ def test_kubelet_configuration_for_cgroup_v1_and_the_node_address():
     assert config["authentication"]["x509"]["clientCAFile"] == "/state/pki/kubelet-client-ca.crt"
     assert config["authorization"]["mode"] == "Webhook"
     assert config["registerWithTaints"] == [{"key": rc.REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}]
+    assert config["protectKernelDefaults"] is True  # the harness sets the tunables, not the kubelet
     assert config["resolvConf"] == "/state/real-nodes/e2e-local/resolv.conf"
 
 
