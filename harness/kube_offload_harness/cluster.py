@@ -307,6 +307,11 @@ class Cluster:
                 "extraArgs": [
                     {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
                     {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+                    # kubeadm's order. The default puts Hostname first, and a real node's
+                    # hostname is resolved through the machine's DNS server: an address the
+                    # harness must never send to. kwok's and the virtual nodes report an
+                    # InternalIP already (127.0.0.1), so they are reached as before.
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
                 ],
             })
             path.write_text(yaml.safe_dump({

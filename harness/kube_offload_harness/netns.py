@@ -57,6 +57,10 @@ def create_node_network(netns: str, veth_host: str, veth_node: str, host_cidr: s
     _ip("netns", "add", netns)
     _ip("link", "add", veth_host, "type", "veth", "peer", "name", veth_node)
     _ip("link", "set", veth_node, "netns", netns)
+    # IPv4 only: no IPv6 link-local addresses, router solicitations or neighbour discovery
+    # on our links (each setting is the interface's own).
+    Path(f"/proc/sys/net/ipv6/conf/{veth_host}/disable_ipv6").write_text("1\n")
+    in_netns(netns, ["sysctl", "-q", "-w", f"net.ipv6.conf.{veth_node}.disable_ipv6=1"])
     _ip("addr", "add", host_cidr, "dev", veth_host)
     _ip("link", "set", veth_host, "up")
     _ip("-n", netns, "link", "set", "lo", "up")

@@ -59,14 +59,45 @@ def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dic
     plan.kubelet_kubeconfig.chmod(0o600)
 
 
-def node_identity(kwok_pki: Path, node_name: str) -> tuple[bytes, bytes]:
+def node_identity(kwok_pki: Path, node_name: str, days: int = 30) -> tuple[bytes, bytes]:
     """A client certificate system:node:<name> (group system:nodes) signed by the cluster's
-    own CA (kwokctl's pki/ca.crt and ca.key), as a kubelet's TLS bootstrap would end with."""
-    from certs import pki
+    own CA (kwokctl's pki/ca.crt and ca.key), as a kubelet's TLS bootstrap would end with.
+    kwokctl's CA key is RSA (certs.pki signs with ECDSA CAs only), hence cryptography here."""
+    import datetime as dt
 
-    ca = pki.load_pem((kwok_pki / "ca.crt").read_bytes(), (kwok_pki / "ca.key").read_bytes())
-    pair = pki.issue_client_cert(ca, common_name=f"system:node:{node_name}", organizations=["system:nodes"], days=30)
-    return pair.cert_pem, pair.key_pem
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    import warnings
+
+    with warnings.catch_warnings():  # kwokctl's CA has serial number 0, which cryptography warns about
+        warnings.simplefilter("ignore")
+        ca_cert = x509.load_pem_x509_certificate((kwok_pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((kwok_pki / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
+        ]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 def apiserver_port(admin_kubeconfig: dict) -> int:
