@@ -577,10 +577,12 @@ class Environment:
         return self.state_dir / "real-nodes" / "kernel-tunables-before.json"
 
     def stop_real_nodes(self, topology: Topology) -> None:
+        from kube_offload_harness import real_node
         from kube_offload_harness.real_node import restore_kernel_tunables
 
         try:
             self._stop_real_nodes(topology)
+            real_node.remove_empty_machine_dirs()
         finally:
             restored = restore_kernel_tunables(self.kernel_tunables_record)
             if restored:

@@ -313,6 +313,19 @@ def restore_kernel_tunables(saved: Path) -> dict[str, int]:
     return restored
 
 
+def remove_empty_machine_dirs() -> list[Path]:
+    """rmdir the machine-wide directories containerd and libcni made, where empty (a real
+    node of another environment still running keeps its entries, so they stay)."""
+    removed = []
+    for directory in rc.MACHINE_WIDE_DIRS:
+        try:
+            directory.rmdir()
+            removed.append(directory)
+        except OSError:
+            pass
+    return removed
+
+
 def machine_wide_files(plan: rc.NodePlan) -> list[Path]:
     """Files the kubelet and libcni write to fixed machine-wide paths for this node: the
     kubelet's /var/log/containers links into the node's pod logs, libcni's cached results

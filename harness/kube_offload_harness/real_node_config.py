@@ -32,6 +32,9 @@ POD_BRIDGE = "konbr0"  # inside the node's namespace only (names are per namespa
 CNI_NETWORK_PREFIX = "kube-offload-pods-"  # + slot: libcni's cache files are named by network
 CNI_CACHE_DIR = Path("/var/lib/cni/results")  # libcni's, machine-wide (containerd sets no other)
 CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks, a fixed path
+# Directories containerd's shims and libcni create at fixed machine-wide paths; empty once
+# every real node is down, then removed (shims' sockets: /run/containerd/s/<hash>).
+MACHINE_WIDE_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"), CNI_CACHE_DIR, CNI_CACHE_DIR.parent)
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248  # on the node namespace's own loopback
 SANDBOX_IMAGE = oci_image.PAUSE_IMAGE  # containerd pins it; the harness imports it
@@ -215,6 +218,12 @@ def containerd_config(plan: NodePlan, *, cni_bin_dir: Path) -> str:
         "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": SANDBOX_IMAGE},
         cri_runtime: {
             "netns_mounts_under_state_dir": True,
+            # Root here lacks CAP_SYS_RESOURCE (CapEff 0x1fffeffffff): lowering a process's
+            # oom_score_adj is refused, and runc then fails every sandbox ("failed to
+            # update /proc/self/oom_score_adj: Permission denied", seen by runc as "can't
+            # get final child's PID from pipe: EOF"). This clamps pods' values at
+            # containerd's own (0) instead.
+            "restrict_oom_score_adj": True,
             "enable_unprivileged_ports": True,
             "enable_unprivileged_icmp": True,
             "cdi_spec_dirs": [],
@@ -307,6 +316,8 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
         "serializeImagePulls": False,
         "maxPods": 20,
         "protectKernelDefaults": True,
+        # Its own oom_score_adj: -999 by default, refused without CAP_SYS_RESOURCE.
+        "oomScoreAdj": 0,
     }
 
 

@@ -62,6 +62,7 @@ def test_containerd_config_keeps_every_path_under_the_node_directory():
     assert config["grpc"]["address"] == "/state/real-nodes/e2e-local/containerd/containerd.sock"
     runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["netns_mounts_under_state_dir"] is True  # not machine-wide /var/run/netns
+    assert runtime["restrict_oom_score_adj"] is True  # runc fails every sandbox otherwise (no CAP_SYS_RESOURCE)
     runc = runtime["containerd"]["runtimes"]["runc"]
     assert runc["runtime_type"] == "io.containerd.runc.v2"
     assert runc["options"] == {"BinaryName": "/usr/sbin/runc", "Root": "/state/real-nodes/e2e-local/runc", "SystemdCgroup": False}
@@ -103,6 +104,7 @@ def test_kubelet_configuration_for_cgroup_v1_and_the_node_address():
     assert config["authorization"]["mode"] == "Webhook"
     assert config["registerWithTaints"] == [{"key": rc.REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}]
     assert config["protectKernelDefaults"] is True  # the harness sets the tunables, not the kubelet
+    assert config["oomScoreAdj"] == 0  # lowering it needs CAP_SYS_RESOURCE, which root lacks here
     assert config["resolvConf"] == "/state/real-nodes/e2e-local/resolv.conf"
 
 
