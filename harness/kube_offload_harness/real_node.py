@@ -48,7 +48,7 @@ def process_names(plan: rc.NodePlan) -> dict[str, str]:
 
 def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dict, node_cert: bytes, node_key: bytes,
                 client_ca_file: Path) -> None:
-    for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_root.parent, plan.kubelet_root):
+    for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_config.parent):
         directory.mkdir(parents=True, exist_ok=True)
     plan.resolv_conf.write_text("# no cluster DNS on the real node yet; nothing else to resolve with\n")
     plan.containerd_config.write_text(rc.containerd_config(plan, cni_bin_dir=nbins.cni_bin_dir))
@@ -125,6 +125,12 @@ class RealNode:
     # --- up ---------------------------------------------------------------------------
     def up(self, *, admin_kubeconfig: Path, kwok_pki: Path, client_ca_file: Path) -> None:
         plan = self.plan
+        # The slot is free (its namespace does not exist): whatever a crashed run of the
+        # same slot left in the runtime directory is stale.
+        netns.unmount_under(plan.runtime_dir)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(plan.runtime_dir)], check=False)
+        for directory in (plan.containerd_root.parent, plan.kubelet_root, plan.runc_root):
+            directory.mkdir(parents=True, exist_ok=True)
         admin = yaml.safe_load(admin_kubeconfig.read_text())
         port = apiserver_port(admin)
         cert, key = node_identity(kwok_pki, plan.node_name)
@@ -252,19 +258,19 @@ class RealNode:
         for component in ("containerd", "forward"):
             if self.processes.stop(self.names[component]):
                 done.append(component)
-        unmounted = netns.unmount_under(plan.state_dir)
+        unmounted = netns.unmount_under(plan.runtime_dir) + netns.unmount_under(plan.state_dir)
         if unmounted:
             done.append(f"{len(unmounted)} mounts")
         left = netns.remove_cgroup(plan.cgroup_root, hierarchies)
         if left:
             self.say(f"  cgroups not removable yet: {', '.join(map(str, left[:5]))}")
+        if plan.netns in netns.list_netns():
+            done.append(f"namespace {plan.netns}")
         netns.delete_node_network(plan.netns, plan.veth_host)
-        done.append(f"namespace {plan.netns}")
         for path in machine_wide_files(plan):
             path.unlink(missing_ok=True)
         # containerd's content and snapshots (overlay layers, hundreds of MB) go with it.
-        subprocess.run(["rm", "-rf", "--one-file-system", str(plan.state_dir / "containerd"), str(plan.kubelet_root),
-                        str(plan.runc_root)], check=False)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(plan.runtime_dir)], check=False)
         return done
 
 
@@ -350,7 +356,9 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
         found.append(f"network namespace {plan.netns}")
     if netns.link_exists(plan.veth_host):
         found.append(f"link {plan.veth_host}")
-    found += [f"mount {point}" for point in netns.mounts_under(plan.state_dir)]
+    found += [f"mount {point}" for point in netns.mounts_under(plan.runtime_dir) + netns.mounts_under(plan.state_dir)]
+    if plan.runtime_dir.exists():
+        found.append(f"directory {plan.runtime_dir}")
     found += [f"cgroup {path}" for path in netns.cgroup_dirs(plan.cgroup_root, netns.v1_hierarchies())]
     # By what each one's command line names (not by the records, which stop() removes):
     # containerd's config, the kubelet's config, the forwarder's namespace, the shims' socket.

@@ -30,11 +30,12 @@ NETNS_PREFIX = "kon-"  # kube-offload node: `ip netns list` shows ours by this p
 VETH_PREFIX = "kon"
 POD_BRIDGE = "konbr0"  # inside the node's namespace only (names are per namespace)
 CNI_NETWORK_PREFIX = "kube-offload-pods-"  # + slot: libcni's cache files are named by network
+RUNTIME_ROOT = Path("/var/lib/kube-offload")  # NodePlan.runtime_dir: <root>/kon-<slot>
 CNI_CACHE_DIR = Path("/var/lib/cni/results")  # libcni's, machine-wide (containerd sets no other)
 CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks, a fixed path
 # Directories containerd's shims and libcni create at fixed machine-wide paths; empty once
 # every real node is down, then removed (shims' sockets: /run/containerd/s/<hash>).
-MACHINE_WIDE_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"), CNI_CACHE_DIR, CNI_CACHE_DIR.parent)
+MACHINE_WIDE_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"), CNI_CACHE_DIR, CNI_CACHE_DIR.parent, RUNTIME_ROOT)
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248  # on the node namespace's own loopback
 SANDBOX_IMAGE = oci_image.PAUSE_IMAGE  # containerd pins it; the harness imports it
@@ -70,7 +71,14 @@ class NodePlan:
     cluster: str  # the kwokctl cluster name
     node_name: str
     slot: int
-    state_dir: Path  # the node's own directory under the environment's state dir
+    state_dir: Path  # the node's configuration files, under the environment's state dir
+
+    @property
+    def runtime_dir(self) -> Path:
+        """Where containerd and the kubelet keep their state, sockets and mounts: a short
+        path of its own (a unix socket path has at most 104 characters for containerd, and
+        a pytest state dir is longer), named by the slot, removed by ``down``."""
+        return RUNTIME_ROOT / self.netns
 
     @property
     def netns(self) -> str:
@@ -111,15 +119,15 @@ class NodePlan:
     # paths
     @property
     def containerd_root(self) -> Path:
-        return self.state_dir / "containerd" / "root"
+        return self.runtime_dir / "containerd" / "root"
 
     @property
     def containerd_state(self) -> Path:
-        return self.state_dir / "containerd" / "state"
+        return self.runtime_dir / "containerd" / "state"
 
     @property
     def containerd_socket(self) -> Path:
-        return self.state_dir / "containerd" / "containerd.sock"
+        return self.runtime_dir / "containerd" / "containerd.sock"
 
     @property
     def containerd_config(self) -> Path:
@@ -127,7 +135,7 @@ class NodePlan:
 
     @property
     def runc_root(self) -> Path:
-        return self.state_dir / "runc"
+        return self.runtime_dir / "runc"
 
     @property
     def cni_conf_dir(self) -> Path:
@@ -135,11 +143,11 @@ class NodePlan:
 
     @property
     def cni_data_dir(self) -> Path:
-        return self.state_dir / "cni" / "networks"
+        return self.runtime_dir / "cni" / "networks"
 
     @property
     def kubelet_root(self) -> Path:
-        return self.state_dir / "kubelet"
+        return self.runtime_dir / "kubelet"
 
     @property
     def kubelet_config(self) -> Path:
@@ -151,7 +159,7 @@ class NodePlan:
 
     @property
     def pod_logs_dir(self) -> Path:
-        return self.state_dir / "pod-logs"
+        return self.runtime_dir / "pod-logs"
 
     @property
     def cni_network(self) -> str:
@@ -212,7 +220,7 @@ def containerd_config(plan: NodePlan, *, cni_bin_dir: Path) -> str:
         "ttrpc": {"address": str(plan.containerd_socket) + ".ttrpc"},
         "debug": {"address": ""},
         "metrics": {"address": ""},
-        "plugins.'io.containerd.internal.v1.opt'": {"path": str(plan.state_dir / "containerd" / "opt")},
+        "plugins.'io.containerd.internal.v1.opt'": {"path": str(plan.runtime_dir / "containerd" / "opt")},
         "plugins.'io.containerd.nri.v1.nri'": {"disable": True},
         "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
         "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": SANDBOX_IMAGE},
@@ -303,7 +311,7 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
         "resolvConf": str(plan.resolv_conf),
         # Paths that default to machine-wide directories (/var/log/pods, /usr/libexec/...).
         "podLogsDir": str(plan.pod_logs_dir),
-        "volumePluginDir": str(plan.state_dir / "volume-plugins"),
+        "volumePluginDir": str(plan.runtime_dir / "volume-plugins"),
         "failSwapOn": False,
         "podCIDR": plan.pod_cidr,
         "registerNode": True,
@@ -328,7 +336,7 @@ def kubelet_args(plan: NodePlan, *, kubelet: Path) -> list[str]:
         f"--config={plan.kubelet_config}",
         f"--kubeconfig={plan.kubelet_kubeconfig}",
         f"--root-dir={plan.kubelet_root}",
-        f"--cert-dir={plan.kubelet_root / 'pki'}",
+        f"--cert-dir={plan.state_dir / 'kubelet-pki'}",
         f"--hostname-override={plan.node_name}",
         f"--node-ip={plan.node_ip}",
         f"--node-labels={REAL_NODE_KEY}=true",

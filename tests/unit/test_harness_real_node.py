@@ -53,19 +53,21 @@ def test_free_slot_skips_namespaces_that_exist_and_ignores_others():
 
 
 # --- containerd ------------------------------------------------------------------------------
-def test_containerd_config_keeps_every_path_under_the_node_directory():
+def test_containerd_config_keeps_every_path_under_the_node_directories():
     p = plan()
     config = tomllib.loads(rc.containerd_config(p, cni_bin_dir=Path("/cache/bin/cni-plugins-v1.10.0")))
     assert config["version"] == 3
-    assert config["root"] == "/state/real-nodes/e2e-local/containerd/root"
-    assert config["state"] == "/state/real-nodes/e2e-local/containerd/state"
-    assert config["grpc"]["address"] == "/state/real-nodes/e2e-local/containerd/containerd.sock"
+    assert config["root"] == "/var/lib/kube-offload/kon-3/containerd/root"
+    assert config["state"] == "/var/lib/kube-offload/kon-3/containerd/state"
+    assert config["grpc"]["address"] == "/var/lib/kube-offload/kon-3/containerd/containerd.sock"
+    # containerd refuses unix socket paths over 104 characters
+    assert len(config["ttrpc"]["address"]) < 104
     runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["netns_mounts_under_state_dir"] is True  # not machine-wide /var/run/netns
     assert runtime["restrict_oom_score_adj"] is True  # runc fails every sandbox otherwise (no CAP_SYS_RESOURCE)
     runc = runtime["containerd"]["runtimes"]["runc"]
     assert runc["runtime_type"] == "io.containerd.runc.v2"
-    assert runc["options"] == {"BinaryName": "/usr/sbin/runc", "Root": "/state/real-nodes/e2e-local/runc", "SystemdCgroup": False}
+    assert runc["options"] == {"BinaryName": "/usr/sbin/runc", "Root": "/var/lib/kube-offload/kon-3/runc", "SystemdCgroup": False}
     assert runtime["cni"]["bin_dirs"] == ["/cache/bin/cni-plugins-v1.10.0"]
     assert runtime["cni"]["conf_dir"] == "/state/real-nodes/e2e-local/cni/net.d"
     assert config["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True  # its socket is machine-wide
@@ -85,7 +87,7 @@ def test_cni_bridge_without_masquerade_and_host_local_state_under_the_node():
     bridge, portmap = conf["plugins"]
     assert bridge["type"] == "bridge" and bridge["bridge"] == rc.POD_BRIDGE
     assert bridge["ipMasq"] is False  # pods reach nothing beyond the node
-    assert bridge["ipam"]["dataDir"] == "/state/real-nodes/e2e-local/cni/networks"
+    assert bridge["ipam"]["dataDir"] == "/var/lib/kube-offload/kon-3/cni/networks"
     assert bridge["ipam"]["ranges"] == [[{"subnet": "172.31.3.0/24", "gateway": "172.31.3.1"}]]
     assert portmap == {"type": "portmap", "capabilities": {"portMappings": True}}
 
@@ -96,7 +98,8 @@ def test_kubelet_configuration_for_cgroup_v1_and_the_node_address():
     assert config["failCgroupV1"] is False  # the kubelet refuses cgroup v1 otherwise
     assert config["cgroupDriver"] == "cgroupfs"
     assert config["cgroupRoot"] == "/kube-offload-3"
-    assert config["containerRuntimeEndpoint"] == "unix:///state/real-nodes/e2e-local/containerd/containerd.sock"
+    assert config["containerRuntimeEndpoint"] == "unix:///var/lib/kube-offload/kon-3/containerd/containerd.sock"
+    assert config["podLogsDir"] == "/var/lib/kube-offload/kon-3/pod-logs"
     assert (config["address"], config["port"], config["readOnlyPort"]) == ("172.31.250.14", 10250, 0)
     assert config["healthzBindAddress"] == "127.0.0.1"
     assert config["authentication"]["anonymous"] == {"enabled": False}
@@ -113,7 +116,7 @@ def test_kubelet_args_name_the_node_and_its_directories():
     assert args[0] == "/cache/kubelet"
     assert "--hostname-override=local-real-node" in args
     assert "--node-ip=172.31.250.14" in args
-    assert "--root-dir=/state/real-nodes/e2e-local/kubelet" in args
+    assert "--root-dir=/var/lib/kube-offload/kon-3/kubelet" in args
     assert f"--node-labels={rc.REAL_NODE_KEY}=true" in args
 
 
