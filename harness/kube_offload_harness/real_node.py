@@ -43,11 +43,11 @@ class RealNodeError(RuntimeError):
 
 def process_names(plan: rc.NodePlan) -> dict[str, str]:
     """The ProcessTable names of the node's processes, in start order."""
-    return {component: f"realnode-{plan.cluster}-{component}" for component in ("forward", "containerd", "kubelet")}
+    return {component: f"realnode-{plan.cluster}-{component}" for component in ("forward", "containerd", "kubelet", "kube-proxy")}
 
 
 def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dict, node_cert: bytes, node_key: bytes,
-                client_ca_file: Path) -> None:
+                proxy_cert: bytes, proxy_key: bytes, client_ca_file: Path) -> None:
     for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_config.parent):
         directory.mkdir(parents=True, exist_ok=True)
     plan.resolv_conf.write_text("# no cluster DNS on the real node yet; nothing else to resolve with\n")
@@ -57,12 +57,22 @@ def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dic
     kubeconfig = rc.node_kubeconfig(admin_kubeconfig, client_cert_pem=node_cert, client_key_pem=node_key)
     plan.kubelet_kubeconfig.write_text(rc.dump_yaml(kubeconfig))
     plan.kubelet_kubeconfig.chmod(0o600)
+    plan.kube_proxy_config.write_text(rc.dump_yaml(rc.kube_proxy_configuration(plan)))
+    proxy = rc.node_kubeconfig(admin_kubeconfig, client_cert_pem=proxy_cert, client_key_pem=proxy_key)
+    plan.kube_proxy_kubeconfig.write_text(rc.dump_yaml(proxy))
+    plan.kube_proxy_kubeconfig.chmod(0o600)
 
 
 def node_identity(kwok_pki: Path, node_name: str, days: int = 30) -> tuple[bytes, bytes]:
     """A client certificate system:node:<name> (group system:nodes) signed by the cluster's
-    own CA (kwokctl's pki/ca.crt and ca.key), as a kubelet's TLS bootstrap would end with.
-    kwokctl's CA key is RSA (certs.pki signs with ECDSA CAs only), hence cryptography here."""
+    own CA, as a kubelet's TLS bootstrap would end with."""
+    return client_identity(kwok_pki, f"system:node:{node_name}", ["system:nodes"], days)
+
+
+def client_identity(kwok_pki: Path, user: str, groups: list[str], days: int = 30) -> tuple[bytes, bytes]:
+    """A client certificate for ``user`` in ``groups`` signed by the cluster's own CA
+    (kwokctl's pki/ca.crt and ca.key). kwokctl's CA key is RSA (certs.pki signs with ECDSA
+    CAs only), hence cryptography here."""
     import datetime as dt
 
     from cryptography import x509
@@ -80,10 +90,10 @@ def node_identity(kwok_pki: Path, node_name: str, days: int = 30) -> tuple[bytes
     now = dt.datetime.now(dt.timezone.utc)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
-        ]))
+        .subject_name(x509.Name(
+            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
+            + [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+        ))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -134,7 +144,9 @@ class RealNode:
         admin = yaml.safe_load(admin_kubeconfig.read_text())
         port = apiserver_port(admin)
         cert, key = node_identity(kwok_pki, plan.node_name)
-        write_files(plan, nbins=self.nbins, admin_kubeconfig=admin, node_cert=cert, node_key=key, client_ca_file=client_ca_file)
+        proxy_cert, proxy_key = client_identity(kwok_pki, rc.KUBE_PROXY_USER, [])
+        write_files(plan, nbins=self.nbins, admin_kubeconfig=admin, node_cert=cert, node_key=key,
+                    proxy_cert=proxy_cert, proxy_key=proxy_key, client_ca_file=client_ca_file)
         self.say(f"- {plan.cluster}: real node {plan.node_name} in network namespace {plan.netns} ({plan.node_ip}, pods {plan.pod_cidr})")
         netns.create_node_network(plan.netns, plan.veth_host, plan.veth_node,
                                   f"{plan.host_ip}/{plan.link.prefixlen}", f"{plan.node_ip}/{plan.link.prefixlen}")
@@ -155,6 +167,11 @@ class RealNode:
         self.processes.start(
             self.names["kubelet"], rc.kubelet_args(plan, kubelet=self.nbins.kubelet),
             log=self.log_path("kubelet"), env=self._env(), netns=ns_path,
+        )
+        # Services: iptables rules in the node's namespace (iptables is the machine's, apt).
+        self.processes.start(
+            self.names["kube-proxy"], rc.kube_proxy_args(plan, kube_proxy=self.nbins.kube_proxy),
+            log=self.log_path("kube-proxy"), env=self._env(), netns=ns_path,
         )
 
     def _env(self) -> dict[str, str]:
@@ -201,7 +218,7 @@ class RealNode:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            for component in ("forward", "containerd", "kubelet"):
+            for component in ("forward", "containerd", "kubelet", "kube-proxy"):
                 if not self._running(component):
                     raise RealNodeError(f"{self.names[component]} exited; see {self.log_path(component)}:\n{_tail(self.log_path(component))}")
             result = kubectl("get", "node", self.plan.node_name, "-o",
@@ -236,8 +253,9 @@ class RealNode:
             drained = self.drain(kubectl)
             if drained:
                 done.append(f"{drained} pods deleted")
-        if self.processes.stop(self.names["kubelet"]):
-            done.append("kubelet")
+        for component in ("kube-proxy", "kubelet"):
+            if self.processes.stop(self.names[component]):
+                done.append(component)
         if self._running("containerd"):
             removed = self._remove_containers()
             if removed:
@@ -363,6 +381,7 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
     # By what each one's command line names (not by the records, which stop() removes):
     # containerd's config, the kubelet's config, the forwarder's namespace, the shims' socket.
     for what, arg in (("containerd", str(plan.containerd_config)), ("kubelet", f"--config={plan.kubelet_config}"),
+                      ("kube-proxy", f"--config={plan.kube_proxy_config}"),
                       ("forwarder", str(netns.netns_path(plan.netns))), ("shim", str(plan.containerd_socket))):
         found += [f"process {pid} ({what})" for pid in netns.pids_with_arg(arg)]
     found += [f"file {path}" for path in machine_wide_files(plan)]

@@ -166,6 +166,14 @@ class NodePlan:
         return f"{CNI_NETWORK_PREFIX}{self.slot}"
 
     @property
+    def kube_proxy_config(self) -> Path:
+        return self.state_dir / "kube-proxy-config.yaml"
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self.state_dir / "kube-proxy.kubeconfig"
+
+    @property
     def resolv_conf(self) -> Path:
         return self.state_dir / "resolv.conf"
 
@@ -342,6 +350,34 @@ def kubelet_args(plan: NodePlan, *, kubelet: Path) -> list[str]:
         f"--node-labels={REAL_NODE_KEY}=true",
         "--v=2",
     ]
+
+
+KUBE_PROXY_USER = "system:kube-proxy"  # bound to system:node-proxier by the bootstrap RBAC
+
+
+def kube_proxy_configuration(plan: NodePlan) -> dict:
+    """kube-proxy in iptables mode inside the node's namespace (its rules live and die with
+    it). It writes no machine-wide setting: nf_conntrack_max is global, so maxPerCore/min
+    0 leave it alone, and the TCP timeouts 0s leave the namespace's own; its oom_score_adj
+    0 (lowering it needs CAP_SYS_RESOURCE); node ports only on the node's address."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(plan.kube_proxy_kubeconfig)},
+        "hostnameOverride": plan.node_name,
+        "bindAddress": plan.node_ip,
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "clusterCIDR": plan.pod_cidr,
+        "oomScoreAdj": 0,
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        "nodePortAddresses": [f"{plan.node_ip}/32"],
+    }
+
+
+def kube_proxy_args(plan: NodePlan, *, kube_proxy: Path) -> list[str]:
+    return [str(kube_proxy), f"--config={plan.kube_proxy_config}", "--v=2"]
 
 
 def node_kubeconfig(admin_kubeconfig: dict, *, client_cert_pem: bytes, client_key_pem: bytes) -> dict:

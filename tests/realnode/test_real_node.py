@@ -70,6 +70,34 @@ def test_a_pod_runs_on_the_real_node_and_logs_and_exec_reach_it(real_env: Enviro
     assert hostname != socket.gethostname()
 
 
+def test_a_service_reaches_a_pod_on_the_real_node_through_kube_proxy(real_env: Environment):
+    """A client pod calls a Service's ClusterIP; the node's kube-proxy rules (in its own
+    namespace) send it to the server pod, which answers with its own hostname."""
+    topology = real_env.topology()
+    cluster = real_env.cluster(topology.local)
+    plan = real_env.real_node(topology.local).plan
+    web = _pod(plan.node_name)
+    web["metadata"] = {"name": "web", "namespace": "default", "labels": {"app": "web"}}
+    # busybox httpd serves a page naming the pod it runs in
+    web["spec"]["containers"][0]["command"] = [
+        "sh", "-c", "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    cluster.apply([web, service])
+    cluster.kubectl("wait", "--for=condition=Ready", "pod/web", f"pod/{POD}", "--timeout=120s", timeout=130)
+    cluster_ip = cluster.kubectl_json("get", "service", "web")["spec"]["clusterIP"]
+    # (busybox-static's wget crashes without NSS modules; nc speaks HTTP/1.0 well enough)
+    request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 5 {cluster_ip} 80'
+    deadline = time.monotonic() + 30
+    answer = ""
+    while "served-by-web" not in answer and time.monotonic() < deadline:
+        answer = cluster.kubectl("exec", POD, "--", "sh", "-c", request, check=False).stdout
+        time.sleep(1)
+    assert "200 OK" in answer and "served-by-web" in answer
+
+
 def test_down_removes_every_namespace_link_mount_cgroup_and_process(real_env: Environment):
     topology = real_env.topology()
     plan = real_env.real_node(topology.local).plan

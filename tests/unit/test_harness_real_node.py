@@ -150,7 +150,23 @@ def test_process_names_are_per_cluster():
         "forward": "realnode-e2e-local-forward",
         "containerd": "realnode-e2e-local-containerd",
         "kubelet": "realnode-e2e-local-kubelet",
+        "kube-proxy": "realnode-e2e-local-kube-proxy",
     }
+
+
+def test_kube_proxy_writes_no_machine_wide_setting_and_serves_only_the_node():
+    config = rc.kube_proxy_configuration(plan())
+    assert config["mode"] == "iptables"
+    # nf_conntrack_max is global: 0/0 leaves it; 0s leaves the namespace's timeouts
+    assert config["conntrack"] == {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
+    assert config["oomScoreAdj"] == 0
+    assert config["hostnameOverride"] == "local-real-node"
+    assert config["nodePortAddresses"] == ["172.31.250.14/32"]
+    assert config["clusterCIDR"] == "172.31.3.0/24"
+    assert config["healthzBindAddress"].startswith("127.0.0.1:") and config["metricsBindAddress"].startswith("127.0.0.1:")
+    assert config["clientConnection"]["kubeconfig"] == "/state/real-nodes/e2e-local/kube-proxy.kubeconfig"
+    assert rc.kube_proxy_args(plan(), kube_proxy=Path("/cache/kube-proxy")) == [
+        "/cache/kube-proxy", "--config=/state/real-nodes/e2e-local/kube-proxy-config.yaml", "--v=2"]
 
 
 # --- OCI archives --------------------------------------------------------------------------------
