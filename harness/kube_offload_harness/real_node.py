@@ -1,6 +1,6 @@
-"""A real node in a loopback cluster: containerd + runc + the CNI bridge + a kubelet, in a
-network namespace of its own, registered with the cluster's kube-apiserver beside kwok's
-simulated nodes (docs/real-nodes.md).
+"""A real node in a loopback cluster: containerd + runc + the CNI bridge + a kubelet and
+kube-proxy, in a network namespace of its own, registered with the cluster's kube-apiserver
+beside kwok's simulated nodes (docs/real-nodes.md).
 
     machine namespace                         node namespace kon-<slot>
     kube-apiserver 127.0.0.1:<port>  <-----   netns_forward 127.0.0.1:<port>  <- kubelet
@@ -9,9 +9,9 @@ simulated nodes (docs/real-nodes.md).
                                                                      bridge konbr0 -> pods
 
 What ``up`` creates it records (processes in the ProcessTable; the rest is named by the
-slot); ``down`` removes exactly that: the kubelet, the containers (every process in the
-node's cgroup), the shims of the node's containerd, containerd, the forwarder, every
-mount under the node's directory, its cgroups, its namespace and veth.
+slot); ``down`` removes exactly that: kube-proxy, the kubelet, the containers (every
+process in the node's cgroup), the shims of the node's containerd, containerd, the
+forwarder, every mount under the node's directories, its cgroups, its namespace and veth.
 :func:`leftovers` lists whatever of it still exists (the teardown test's check).
 """
 
