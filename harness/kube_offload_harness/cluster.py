@@ -456,6 +456,12 @@ class Environment:
                 f"{len(existing.remotes)} remote); run `kube-offload cluster down` first or pass another --state-dir"
             )
         self._forget_credentials()  # a previous environment's tokens name clusters that are gone
+        if topology.real_nodes:
+            from kube_offload_harness.real_node import preflight
+
+            problems = preflight()
+            if problems:
+                raise ClusterError("real nodes need: " + "; ".join(problems) + " (docs/real-nodes.md)")
         self.bins  # build before anything else, with progress
         if topology.real_nodes:
             self.node_bins
@@ -546,7 +552,10 @@ class Environment:
             slot=real_node_config.validate_slot(spec.real_node_slot),
             state_dir=self.state_dir / "real-nodes" / spec.name,
         )
-        return real_node.RealNode(plan, nbins=self.node_bins, processes=self.processes,
+        # Paths only: `down` must not start a build (up may have failed on one).
+        from kube_offload_harness.binaries import node_binaries
+
+        return real_node.RealNode(plan, nbins=self._node_bins or node_binaries(), processes=self.processes,
                                   log_dir=self.state_dir / "logs", say=self.say)
 
     def start_real_node(self, spec: ClusterSpec) -> None:
@@ -555,6 +564,7 @@ class Environment:
         from kube_offload_harness.real_node import RealNodeError
 
         cluster = self.cluster(spec)
+        self.node_bins  # built (or found) before anything is created
         # What kubeadm binds for the apiserver's kubelet client: logs, exec, stats.
         self._authorize_apiserver_kubelet_client(cluster)
         node = self.real_node(spec)

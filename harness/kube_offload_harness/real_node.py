@@ -119,6 +119,23 @@ def apiserver_port(admin_kubeconfig: dict) -> int:
     return url.port
 
 
+def preflight() -> list[str]:
+    """What this machine lacks for a real node, each with what to do (empty: ready)."""
+    import shutil
+
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("root (network namespaces, cgroups, mounts): run as root")
+    if not os.access(rc.RUNC, os.X_OK):
+        problems.append(f"{rc.RUNC}: install Debian's runc (scripts/bootstrap.sh does, as root)")
+    for tool in ("ip", "nsenter", "iptables"):
+        if shutil.which(tool) is None:
+            problems.append(f"`{tool}` on PATH: install iproute2, util-linux, iptables")
+    if not oci_image.BUSYBOX_STATIC.exists():
+        problems.append(f"{oci_image.BUSYBOX_STATIC}: install Debian's busybox-static")
+    return problems
+
+
 class RealNode:
     def __init__(self, plan: rc.NodePlan, *, nbins: NodeBinaries, processes: ProcessTable, log_dir: Path,
                  say: Say | None = None) -> None:

@@ -18,13 +18,12 @@ from typing import Iterator
 
 import pytest
 
-from kube_offload_harness import real_node_config
+from kube_offload_harness import real_node, real_node_config
 from kube_offload_harness.binaries import node_binaries
 from kube_offload_harness.cluster import Environment, default_topology
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "realnode-logs"
-TOOLS = ("ip", "nsenter", "runc", "iptables", "gcc")
 
 
 def pytest_collection_modifyitems(items):
@@ -34,13 +33,10 @@ def pytest_collection_modifyitems(items):
 
 
 def _unmet() -> list[str]:
-    unmet = []
-    if os.geteuid() != 0:
-        unmet.append("root (network namespaces, cgroups, mounts)")
-    unmet += [f"`{tool}` on PATH" for tool in TOOLS if shutil.which(tool) is None]
+    unmet = real_node.preflight()
     missing = node_binaries().missing()
     if missing:
-        unmet.append(f"the real-node binaries ({', '.join(missing)}: `kube-offload binaries build`)")
+        unmet.append(f"the real-node binaries ({', '.join(missing)}: `kube-offload binaries build --real-node`)")
     return unmet
 
 
