@@ -269,57 +269,60 @@ class Cluster:
         One file per role, since kwokctl reads only the first KwokctlConfiguration."""
         local = self.spec.role == "local"
         path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            patches = [{
-                # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
-                # our virtual node's lease and write the status of the pods bound to it.
-                # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
-                "name": "kwok-controller",
-                "extraArgs": [
-                    {"key": "manage-all-nodes", "value": "false", "override": True},
-                    # override only replaces an existing flag; this one is new, so appended
-                    {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
-                    # A second config file: the stage completing local-path-provisioner's
-                    # helper pods, on top of kwokctl's default stages (storage.py).
-                    {"key": "config", "value": str(storage.write_stages(self.state_dir)), "override": False},
-                    # Simulated resource usage and each node's /metrics/resource, for
-                    # metrics-server and kubectl top (metrics_server.py).
-                    {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
-                ],
-            }]
-            # One instance each, and nothing restarts them: with leader election on, a
-            # test that freezes the API server (SIGSTOP) for longer than the renew deadline
-            # (10 s, easily reached on a loaded machine) makes them exit for good, and every
-            # later test waits for a ServiceAccount or a scheduling that never comes.
-            # (kube-scheduler honours the flag even with --config.)
-            for component in ("kube-controller-manager", "kube-scheduler"):
-                patches.append({
-                    "name": component,
-                    "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
-                })
-            # Every apiserver presents the harness's kubelet client certificate: the virtual
-            # node's kubelet API (local) and a real node's kubelet (any cluster,
-            # real_node.py) refuse anonymous callers.
-            pki = self.state_dir / "pki"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        patches = [{
+            # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
+            # our virtual node's lease and write the status of the pods bound to it.
+            # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
+            "name": "kwok-controller",
+            "extraArgs": [
+                {"key": "manage-all-nodes", "value": "false", "override": True},
+                # override only replaces an existing flag; this one is new, so appended
+                {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
+                # A second config file: the stage completing local-path-provisioner's
+                # helper pods, on top of kwokctl's default stages (storage.py).
+                {"key": "config", "value": str(storage.write_stages(self.state_dir)), "override": False},
+                # Simulated resource usage and each node's /metrics/resource, for
+                # metrics-server and kubectl top (metrics_server.py).
+                {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
+            ],
+        }]
+        # One instance each, and nothing restarts them: with leader election on, a
+        # test that freezes the API server (SIGSTOP) for longer than the renew deadline
+        # (10 s, easily reached on a loaded machine) makes them exit for good, and every
+        # later test waits for a ServiceAccount or a scheduling that never comes.
+        # (kube-scheduler honours the flag even with --config.)
+        for component in ("kube-controller-manager", "kube-scheduler"):
             patches.append({
-                "name": "kube-apiserver",
-                "extraArgs": [
-                    {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
-                    {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
-                    # kubeadm's order. The default puts Hostname first, and a real node's
-                    # hostname is resolved through the machine's DNS server: an address the
-                    # harness must never send to. kwok's and the virtual nodes report an
-                    # InternalIP already (127.0.0.1), so they are reached as before.
-                    {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
-                ],
+                "name": component,
+                "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
             })
-            path.write_text(yaml.safe_dump({
-                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-                "kind": "KwokctlConfiguration",
-                "options": {"bindAddress": "127.0.0.1"},
-                "componentsPatches": patches,
-            }))
+        # Every apiserver presents the harness's kubelet client certificate: the virtual
+        # node's kubelet API (local) and a real node's kubelet (any cluster,
+        # real_node.py) refuse anonymous callers.
+        pki = self.state_dir / "pki"
+        patches.append({
+            "name": "kube-apiserver",
+            "extraArgs": [
+                {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
+                {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+                # kubeadm's order. The default puts Hostname first, and a real node's
+                # hostname is resolved through the machine's DNS server: an address the
+                # harness must never send to. kwok's and the virtual nodes report an
+                # InternalIP already (127.0.0.1), so they are reached as before.
+                {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
+            ],
+        })
+        content = yaml.safe_dump({
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": {"bindAddress": "127.0.0.1"},
+            "componentsPatches": patches,
+        })
+        # Rewritten when it differs: a state dir kept from an older harness must not keep
+        # flags this one relies on (the kubelet client certificate, InternalIP first).
+        if not path.exists() or path.read_text() != content:
+            path.write_text(content)
         return path
 
     def kwokctl(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
