@@ -198,7 +198,7 @@ class RealNode:
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         return env
 
-    def ctr(self, *args: str, input_path: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    def ctr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         argv = [str(self.nbins.ctr), "--address", str(self.plan.containerd_socket), "--namespace", CRI_NAMESPACE, *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
