@@ -3,7 +3,7 @@
 #   make test   the whole test suite (unit, component, end-to-end on real control planes)
 # Both install what they need first (scripts/bootstrap.sh): .venv and the cached binaries.
 
-.PHONY: bootstrap demo test test-fast test-image image bench down
+.PHONY: bootstrap demo test test-fast test-image test-realnode image bench down
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -16,7 +16,12 @@ test: bootstrap
 
 # Unit and component tiers only (no clusters, no image): seconds.
 test-fast: bootstrap
-	.venv/bin/python -m pytest -m "not e2e and not image"
+	.venv/bin/python -m pytest -m "not e2e and not image and not realnode"
+
+# Only the real-node tier: a real kubelet + containerd + runc node in a loopback cluster
+# (as root; about a minute; docs/real-nodes.md). `make test` runs it too.
+test-realnode: bootstrap
+	.venv/bin/python -m pytest -m realnode
 
 # The container image from the Dockerfile, built with buildah: no Docker daemon, no
 # registry; needs root (docs/image.md). About a minute; `make test` runs it too.

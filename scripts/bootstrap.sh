@@ -3,7 +3,9 @@
 #   1. a virtualenv in .venv with the package and its test dependencies (PyPI), and the
 #      development harness (harness/: loopback clusters, binary builder, demo);
 #   2. the real Kubernetes control-plane binaries, etcd, kwok and kwokctl, built from Go
-#      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing.
+#      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing;
+#   3. as root: the Debian packages of the real-node tier, and its kubelet, kube-proxy,
+#      containerd, CNI plugins and pause binary (docs/real-nodes.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +30,23 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ harness/pyproject.t
   touch "$stamp"
 fi
 
-.venv/bin/kube-offload binaries build
+# The real-node tier (docs/real-nodes.md) needs root and, from Debian: runc (containerd's
+# runtime), iptables and conntrack (CNI portmap, kube-proxy), busybox-static (the busybox
+# image), gcc and libc6-dev (Kubernetes' pause.c, static), iproute2 (namespaces, veths).
+# Without root it is skipped (it fails under CI=true), and so is its build.
+REAL_NODE_PACKAGES="runc iptables conntrack busybox-static gcc libc6-dev iproute2"
+if [ "$(id -u)" = 0 ]; then
+  missing=""
+  for package in $REAL_NODE_PACKAGES; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing="$missing $package"
+  done
+  if [ -n "$missing" ]; then
+    echo "kube-offload: installing$missing from Debian (the real-node tier)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+  fi
+  .venv/bin/kube-offload binaries build --real-node
+else
+  echo "kube-offload: not root: the real-node tier (tests/realnode, docs/real-nodes.md) will be skipped" >&2
+  .venv/bin/kube-offload binaries build
+fi

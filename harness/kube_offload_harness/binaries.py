@@ -9,6 +9,10 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/helm-v3.22.0/helm
     bin/metrics-server-v0.9.0/metrics-server
     bin/local-path-provisioner-v0.0.30/local-path-provisioner
+    bin/kubernetes-v1.37.2/{kubelet,kube-proxy}          the real node (NodeBinaries)
+    bin/containerd-v2.4.2/{containerd,containerd-shim-runc-v2,ctr}
+    bin/cni-plugins-v1.10.0/{bridge,host-local,loopback,portmap}
+    bin/pause-v1.37.2/pause                              Kubernetes' pause.c, gcc -static
     build/<same names>/   wrapper go.mod, build logs
     build.lock            one build at a time
 
@@ -34,6 +38,14 @@ from typing import Callable, Iterator
 from kube_offload_harness import versions
 
 KUBE_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+NODE_KUBE_BINARIES = ("kubelet", "kube-proxy")
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+# The CNI plugins a node's pod network uses (real_node_config.cni_conflist) and the
+# loopback plugin containerd runs in every pod sandbox.
+CNI_PLUGINS = {"bridge": "main", "loopback": "main", "host-local": "ipam", "portmap": "meta"}
+# containerd without the snapshotters that cannot work here (btrfs needs cgo and a btrfs
+# disk; no devmapper pool; no zfs): less to compile.
+CONTAINERD_BUILD_TAGS = "no_btrfs no_devmapper no_zfs"
 
 
 class BuildError(RuntimeError):
@@ -71,6 +83,34 @@ class Binaries:
         return [name for name, path in self.all().items() if not os.access(path, os.X_OK)]
 
 
+@dataclass(frozen=True)
+class NodeBinaries:
+    """What a real node runs (real_node.py), beside the control plane's Binaries."""
+
+    kubelet: Path
+    kube_proxy: Path
+    containerd: Path
+    containerd_shim_runc_v2: Path
+    ctr: Path
+    cni_bin_dir: Path
+    pause: Path
+
+    def all(self) -> dict[str, Path]:
+        found = {
+            "kubelet": self.kubelet,
+            "kube-proxy": self.kube_proxy,
+            "containerd": self.containerd,
+            "containerd-shim-runc-v2": self.containerd_shim_runc_v2,
+            "ctr": self.ctr,
+            "pause": self.pause,
+        }
+        found.update({f"cni-{name}": self.cni_bin_dir / name for name in CNI_PLUGINS})
+        return found
+
+    def missing(self) -> list[str]:
+        return [name for name, path in self.all().items() if not os.access(path, os.X_OK)]
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("KUBE_OFFLOAD_CACHE") or Path.home() / ".cache" / "kube-offload")
 
@@ -94,6 +134,21 @@ def binaries(root: Path | None = None) -> Binaries:
         helm=helm / "helm",
         metrics_server=metrics_server / "metrics-server",
         local_path_provisioner=local_path / "local-path-provisioner",
+    )
+
+
+def node_binaries(root: Path | None = None) -> NodeBinaries:
+    root = root or cache_root()
+    kube = root / "bin" / f"kubernetes-{versions.KUBERNETES}"
+    containerd = root / "bin" / f"containerd-{versions.CONTAINERD}"
+    return NodeBinaries(
+        kubelet=kube / "kubelet",
+        kube_proxy=kube / "kube-proxy",
+        containerd=containerd / "containerd",
+        containerd_shim_runc_v2=containerd / "containerd-shim-runc-v2",
+        ctr=containerd / "ctr",
+        cni_bin_dir=root / "bin" / f"cni-plugins-{versions.CNI_PLUGINS}",
+        pause=root / "bin" / f"pause-{versions.KUBERNETES}" / "pause",
     )
 
 
@@ -181,6 +236,20 @@ def metrics_server_ldflags(version: str) -> str:
     return f"-s -w -X {package}.gitVersion={version} -X {package}.gitTreeState=clean -X {package}.buildDate=1970-01-01T00:00:00Z"
 
 
+def containerd_ldflags(version: str) -> str:
+    """What containerd's Makefile stamps: ``containerd --version`` and the version the CRI
+    reports to the kubelet (``kubectl get node -o wide`` shows it)."""
+    if not re.fullmatch(r"v\d+\.\d+\.\d+", version):
+        raise ValueError(f"unsupported containerd version {version!r}: expected vX.Y.Z")
+    package = "github.com/containerd/containerd/v2"
+    return f"-s -w -X {package}/version.Version={version} -X {package}/version.Package={package}"
+
+
+def cni_plugins_ldflags(version: str) -> str:
+    """The plugins print it for ``<plugin> --version`` (CNI's build script stamps the same)."""
+    return f"-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}"
+
+
 def parse_go_version(output: str) -> tuple[int, int] | None:
     match = re.search(r"go(\d+)\.(\d+)", output)
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -259,9 +328,9 @@ def _install(built: Path, target: Path) -> None:
         built.unlink(missing_ok=True)
 
 
-def _downloaded_go_mod(go: str, module: str, version: str, work: Path) -> Path:
-    """Download ``module@version`` into the module cache and return its go.mod's path
-    (read for the staging modules of Kubernetes, or the client-go version helm stamps)."""
+def _downloaded_module(go: str, module: str, version: str, work: Path) -> dict:
+    """Download ``module@version`` into the module cache; `go mod download -json`'s record
+    (``GoMod``: its go.mod; ``Dir``: the extracted source)."""
     download = subprocess.run(
         [go, "mod", "download", "-json", f"{module}@{version}"],
         cwd=work, env=go_env(), capture_output=True, text=True, check=False,
@@ -271,10 +340,18 @@ def _downloaded_go_mod(go: str, module: str, version: str, work: Path) -> Path:
             f"step 'download {module}@{version}' failed: {download.stderr.strip()[-800:]}\n"
             "What to try: check that the Go module proxy is reachable (GOPROXY)."
         )
-    return Path(json.loads(download.stdout)["GoMod"])
+    return json.loads(download.stdout)
 
 
-def _build_kubernetes(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
+def _downloaded_go_mod(go: str, module: str, version: str, work: Path) -> Path:
+    """The go.mod of ``module@version`` (read for the staging modules of Kubernetes, or the
+    client-go version helm stamps)."""
+    return Path(_downloaded_module(go, module, version, work)["GoMod"])
+
+
+def _build_kubernetes(root: Path, targets: dict[str, Path], go: str, say: Callable[[str], None]) -> None:
+    """Build the ``k8s.io/kubernetes/cmd/<name>`` binaries named in ``targets`` (control
+    plane or node: one wrapper module and one build cache for both)."""
     work = root / "build" / f"kubernetes-{versions.KUBERNETES}"
     work.mkdir(parents=True, exist_ok=True)
     say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
@@ -283,16 +360,17 @@ def _build_kubernetes(root: Path, bins: Binaries, go: str, say: Callable[[str], 
     (work / "go.mod").write_text(kubernetes_wrapper_go_mod(versions.KUBERNETES, modules))
     out = work / "out"
     out.mkdir(exist_ok=True)
-    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_BINARIES]
-    say(f"- kubernetes {versions.KUBERNETES}: building {', '.join(KUBE_BINARIES)} "
+    names = list(targets)
+    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in names]
+    say(f"- kubernetes {versions.KUBERNETES}: building {', '.join(names)} "
         "(the first build takes tens of minutes on 2 cores)")
     _run_step(
-        f"build kubernetes {versions.KUBERNETES}",
+        f"build kubernetes {versions.KUBERNETES} ({', '.join(names)})",
         [go, "build", "-v", "-trimpath", "-ldflags", version_ldflags(versions.KUBERNETES), "-o", str(out) + "/", *packages],
-        cwd=work, log_path=work / "build.log", say=say,
+        cwd=work, log_path=work / f"build-{'-'.join(names)}.log", say=say,
     )
-    for name in KUBE_BINARIES:
-        _install(out / name, bins.all()[name])
+    for name, target in targets.items():
+        _install(out / name, target)
 
 
 def _build_etcd(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
@@ -407,7 +485,7 @@ def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | No
         go = check_go()
         started = time.monotonic()
         if any(name in missing for name in KUBE_BINARIES):
-            _build_kubernetes(root, bins, go, say)
+            _build_kubernetes(root, {name: bins.all()[name] for name in KUBE_BINARIES}, go, say)
         if "etcd" in missing:
             _build_etcd(root, bins, go, say)
         if "kwok" in missing or "kwokctl" in missing:
@@ -425,7 +503,93 @@ def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | No
     return bins
 
 
-def describe(bins: Binaries) -> Iterator[str]:
+def _build_containerd(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
+    # No replace directives in containerd/v2's go.mod: `go install module/cmd/...@version`
+    # builds it as released; static (CGO_ENABLED=0), as its Makefile builds the shim.
+    version = versions.CONTAINERD
+    work = root / "build" / f"containerd-{version}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"- containerd {version}: building {', '.join(CONTAINERD_BINARIES)}")
+    _run_step(
+        f"build containerd {version}",
+        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-tags", CONTAINERD_BUILD_TAGS,
+         "-ldflags", containerd_ldflags(version),
+         *[f"github.com/containerd/containerd/v2/cmd/{name}@{version}" for name in CONTAINERD_BINARIES]],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    for name in CONTAINERD_BINARIES:
+        _install(out / name, nbins.all()[name])
+
+
+def _build_cni_plugins(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
+    version = versions.CNI_PLUGINS
+    work = root / "build" / f"cni-plugins-{version}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"- CNI plugins {version}: building {', '.join(CNI_PLUGINS)}")
+    _run_step(
+        f"build cni-plugins {version}",
+        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", cni_plugins_ldflags(version),
+         *[f"github.com/containernetworking/plugins/plugins/{kind}/{name}@{version}" for name, kind in CNI_PLUGINS.items()]],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    for name in CNI_PLUGINS:
+        _install(out / name, nbins.cni_bin_dir / name)
+
+
+def _build_pause(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
+    """The sandbox (pause) container's binary from the same source as registry.k8s.io/pause:
+    build/pause/linux/pause.c of the k8s.io/kubernetes module, static as upstream builds it."""
+    work = root / "build" / f"pause-{versions.KUBERNETES}"
+    work.mkdir(parents=True, exist_ok=True)
+    module_dir = Path(_downloaded_module(go, "k8s.io/kubernetes", versions.KUBERNETES, work)["Dir"])
+    source = module_dir / "build" / "pause" / "linux" / "pause.c"
+    if not source.exists():
+        raise BuildError(f"pause.c not found at {source}: k8s.io/kubernetes {versions.KUBERNETES} moved it?")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise BuildError("no C compiler for the pause binary: install gcc (and libc6-dev) and retry")
+    say(f"- pause ({versions.KUBERNETES}): compiling {source.name}")
+    _run_step(
+        "build pause",
+        [cc, "-Os", "-Wall", "-Werror", "-static", f"-DVERSION={versions.KUBERNETES}", "-o", str(work / "pause"), str(source)],
+        cwd=work, log_path=work / "build.log", say=say,
+    )
+    _install(work / "pause", nbins.pause)
+
+
+def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> NodeBinaries:
+    """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause),
+    under the same lock as ensure_binaries: one Go build at a time on the machine."""
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    root = root or cache_root()
+    nbins = node_binaries(root)
+    if not nbins.missing():
+        return nbins
+    with _Lock(root / "build.lock"):
+        missing = nbins.missing()
+        if not missing:
+            return nbins
+        say(f"kube-offload: building the real node's {', '.join(missing)} into {root / 'bin'} (cached for next time)")
+        go = check_go()
+        started = time.monotonic()
+        if any(name in missing for name in NODE_KUBE_BINARIES):
+            _build_kubernetes(root, {name: nbins.all()[name] for name in NODE_KUBE_BINARIES}, go, say)
+        if any(name in missing for name in CONTAINERD_BINARIES):
+            _build_containerd(root, nbins, go, say)
+        if any(name.startswith("cni-") for name in missing):
+            _build_cni_plugins(root, nbins, go, say)
+        if "pause" in missing:
+            _build_pause(root, nbins, go, say)
+        say(f"kube-offload: real-node binaries ready in {int(time.monotonic() - started)}s")
+    still = nbins.missing()
+    if still:
+        raise BuildError(f"after building, these real-node binaries are still missing: {', '.join(still)}")
+    return nbins
+
+
+def describe(bins: Binaries | NodeBinaries) -> Iterator[str]:
     for name, path in bins.all().items():
         state = "ok" if os.access(path, os.X_OK) else "missing"
         yield f"{name:<24} {state:<8} {path}"

@@ -20,25 +20,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="binaries_action", metavar="ACTION")
     build = actions.add_parser("build", help="build whatever is missing (first run: tens of minutes)")
+    build.add_argument("--real-node", action="store_true",
+                       help=f"also the real node's kubelet, kube-proxy, containerd ({versions.CONTAINERD}), CNI plugins "
+                            f"({versions.CNI_PLUGINS}) and pause (docs/real-nodes.md)")
     build.set_defaults(func=_build)
     status = actions.add_parser("status", help="list each binary and whether it is cached")
     status.set_defaults(func=_status)
     parser.set_defaults(func=_status)
 
 
-def _build(_args: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace) -> int:
     try:
         bins = binaries.ensure_binaries()
+        nbins = binaries.ensure_node_binaries() if args.real_node else binaries.node_binaries()
     except binaries.BuildError as exc:
         print(f"kube-offload: {exc}", file=sys.stderr)
         return 1
-    for line in binaries.describe(bins):
+    for line in [*binaries.describe(bins), *binaries.describe(nbins)]:
         print(line)
     return 0
 
 
 def _status(_args: argparse.Namespace) -> int:
     bins = binaries.binaries()
-    for line in binaries.describe(bins):
+    for line in [*binaries.describe(bins), *binaries.describe(binaries.node_binaries())]:
         print(line)
+    # the real node's binaries are optional (built with `build --real-node`)
     return 0 if not bins.missing() else 1

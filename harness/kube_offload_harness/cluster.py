@@ -34,16 +34,19 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import yaml
 
 import kube_offload
-from kube_offload_harness.binaries import Binaries, ensure_binaries
+from kube_offload_harness.binaries import Binaries, NodeBinaries, ensure_binaries, ensure_node_binaries
 from kube_offload_harness import identities, storage
 from kube_offload_harness import metrics_server
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.processes import ProcessTable
+
+if TYPE_CHECKING:
+    from kube_offload_harness.real_node import RealNode
 
 Say = Callable[[str], None]
 
@@ -104,6 +107,8 @@ class ClusterSpec:
     # remote: the health/metrics ports (--health-bind) of its vkubelet and its enforcer
     vkubelet_health_port: int = 0
     enforcer_health_port: int = 0
+    # The slot of this cluster's real node (real_node_config.NodePlan), -1: none.
+    real_node_slot: int = -1
 
 
 @dataclass
@@ -122,6 +127,9 @@ class Topology:
     # with other flags. PEERING_CLI: `up` leaves the remotes bare (no CRDs, no enforcer, no
     # virtual kubelet) for `kube-offload peer` (kube_offload_harness.peer_driver).
     peering: str = PEERING_HARNESS
+    # One real node (kubelet + containerd in a network namespace, real_node.py) per
+    # cluster, beside kwok's (docs/real-nodes.md).
+    real_nodes: bool = False
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -141,6 +149,7 @@ class Topology:
             virtual_kubelets=data.get("virtual_kubelets", True),
             chart_identities=data.get("chart_identities", True),
             peering=data.get("peering", PEERING_HARNESS),
+            real_nodes=data.get("real_nodes", False),
         )
 
 
@@ -256,55 +265,64 @@ class Cluster:
     @property
     def kwokctl_config(self) -> Path:
         """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback.
-        The local cluster's file also gives its apiserver a kubelet client certificate
-        (kwokctl passes none): the virtual node's kubelet API refuses anonymous callers.
+        Each apiserver also gets a kubelet client certificate (kwokctl passes none).
         One file per role, since kwokctl reads only the first KwokctlConfiguration."""
         local = self.spec.role == "local"
         path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            patches = [{
-                # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
-                # our virtual node's lease and write the status of the pods bound to it.
-                # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
-                "name": "kwok-controller",
-                "extraArgs": [
-                    {"key": "manage-all-nodes", "value": "false", "override": True},
-                    # override only replaces an existing flag; this one is new, so appended
-                    {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
-                    # A second config file: the stage completing local-path-provisioner's
-                    # helper pods, on top of kwokctl's default stages (storage.py).
-                    {"key": "config", "value": str(storage.write_stages(self.state_dir)), "override": False},
-                    # Simulated resource usage and each node's /metrics/resource, for
-                    # metrics-server and kubectl top (metrics_server.py).
-                    {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
-                ],
-            }]
-            # One instance each, and nothing restarts them: with leader election on, a
-            # test that freezes the API server (SIGSTOP) for longer than the renew deadline
-            # (10 s, easily reached on a loaded machine) makes them exit for good, and every
-            # later test waits for a ServiceAccount or a scheduling that never comes.
-            # (kube-scheduler honours the flag even with --config.)
-            for component in ("kube-controller-manager", "kube-scheduler"):
-                patches.append({
-                    "name": component,
-                    "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
-                })
-            if local:
-                pki = self.state_dir / "pki"
-                patches.append({
-                    "name": "kube-apiserver",
-                    "extraArgs": [
-                        {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
-                        {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
-                    ],
-                })
-            path.write_text(yaml.safe_dump({
-                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-                "kind": "KwokctlConfiguration",
-                "options": {"bindAddress": "127.0.0.1"},
-                "componentsPatches": patches,
-            }))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        patches = [{
+            # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
+            # our virtual node's lease and write the status of the pods bound to it.
+            # Only nodes annotated kwok.x-k8s.io/node=fake (our physical ones) are kwok's.
+            "name": "kwok-controller",
+            "extraArgs": [
+                {"key": "manage-all-nodes", "value": "false", "override": True},
+                # override only replaces an existing flag; this one is new, so appended
+                {"key": "manage-nodes-with-annotation-selector", "value": KWOK_NODE_SELECTOR, "override": False},
+                # A second config file: the stage completing local-path-provisioner's
+                # helper pods, on top of kwokctl's default stages (storage.py).
+                {"key": "config", "value": str(storage.write_stages(self.state_dir)), "override": False},
+                # Simulated resource usage and each node's /metrics/resource, for
+                # metrics-server and kubectl top (metrics_server.py).
+                {"key": "config", "value": str(metrics_server.write_kwok_config(self.state_dir)), "override": False},
+            ],
+        }]
+        # One instance each, and nothing restarts them: with leader election on, a
+        # test that freezes the API server (SIGSTOP) for longer than the renew deadline
+        # (10 s, easily reached on a loaded machine) makes them exit for good, and every
+        # later test waits for a ServiceAccount or a scheduling that never comes.
+        # (kube-scheduler honours the flag even with --config.)
+        for component in ("kube-controller-manager", "kube-scheduler"):
+            patches.append({
+                "name": component,
+                "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
+            })
+        # Every apiserver presents the harness's kubelet client certificate: the virtual
+        # node's kubelet API (local) and a real node's kubelet (any cluster,
+        # real_node.py) refuse anonymous callers.
+        pki = self.state_dir / "pki"
+        patches.append({
+            "name": "kube-apiserver",
+            "extraArgs": [
+                {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
+                {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+                # kubeadm's order. The default puts Hostname first, and a real node's
+                # hostname is resolved through the machine's DNS server: an address the
+                # harness must never send to. kwok's and the virtual nodes report an
+                # InternalIP already (127.0.0.1), so they are reached as before.
+                {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
+            ],
+        })
+        content = yaml.safe_dump({
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": {"bindAddress": "127.0.0.1"},
+            "componentsPatches": patches,
+        })
+        # Rewritten when it differs: a state dir kept from an older harness must not keep
+        # flags this one relies on (the kubelet client certificate, InternalIP first).
+        if not path.exists() or path.read_text() != content:
+            path.write_text(content)
         return path
 
     def kwokctl(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -401,6 +419,7 @@ class Environment:
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self.say: Say = say or (lambda line: print(line, flush=True))
         self._bins = bins
+        self._node_bins: NodeBinaries | None = None
         self.processes = ProcessTable(self.state_dir / "processes.json")
 
     # --- state ------------------------------------------------------------------------
@@ -440,9 +459,19 @@ class Environment:
                 f"{len(existing.remotes)} remote); run `kube-offload cluster down` first or pass another --state-dir"
             )
         self._forget_credentials()  # a previous environment's tokens name clusters that are gone
+        if topology.real_nodes:
+            from kube_offload_harness.real_node import preflight
+
+            problems = preflight()
+            if problems:
+                raise ClusterError("real nodes need: " + "; ".join(problems) + " (docs/real-nodes.md)")
         self.bins  # build before anything else, with progress
+        if topology.real_nodes:
+            self.node_bins
         topology.webhook_port = topology.webhook_port or free_port()
         topology.extender_port = topology.extender_port or free_port()
+        if topology.real_nodes:
+            self._assign_real_node_slots(topology)
         for spec in topology.remotes:
             spec.kubelet_port = spec.kubelet_port or free_port()
             spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
@@ -456,6 +485,8 @@ class Environment:
         self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
         local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
+        if topology.real_nodes:
+            self.start_real_node(topology.local)
         storage.start_local_path_provisioner(self, local, default_class=False)
         self._authorize_apiserver_kubelet_client(local)
         self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
@@ -470,6 +501,8 @@ class Environment:
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
             remote.create(extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
+            if topology.real_nodes:
+                self.start_real_node(spec)
             storage.start_local_path_provisioner(self, remote, default_class=True)
             if not wired:
                 continue
@@ -498,6 +531,85 @@ class Environment:
                 self.wait_virtual_node_ready(local, spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
 
+    # --- real nodes (real_node.py, docs/real-nodes.md) -------------------------------------
+    @property
+    def node_bins(self) -> "NodeBinaries":
+        if self._node_bins is None:
+            self._node_bins = ensure_node_binaries(say=self.say)
+        return self._node_bins
+
+    def _assign_real_node_slots(self, topology: Topology) -> None:
+        from kube_offload_harness import netns, real_node_config
+
+        used = netns.list_netns()
+        for spec in topology.clusters():
+            if spec.real_node_slot < 0:
+                spec.real_node_slot = real_node_config.free_slot(used)
+            used.append(f"{real_node_config.NETNS_PREFIX}{spec.real_node_slot}")
+
+    def real_node(self, spec: ClusterSpec) -> "RealNode":
+        from kube_offload_harness import real_node, real_node_config
+
+        plan = real_node_config.NodePlan(
+            cluster=spec.name, node_name=real_node_config.node_name(spec.cluster_id),
+            slot=real_node_config.validate_slot(spec.real_node_slot),
+            state_dir=self.state_dir / "real-nodes" / spec.name,
+        )
+        # Paths only: `down` must not start a build (up may have failed on one).
+        from kube_offload_harness.binaries import node_binaries
+
+        return real_node.RealNode(plan, nbins=self._node_bins or node_binaries(), processes=self.processes,
+                                  log_dir=self.state_dir / "logs", say=self.say)
+
+    def start_real_node(self, spec: ClusterSpec) -> None:
+        """containerd + kubelet in a namespace of their own, registered with ``spec``'s
+        apiserver; returns once the node is Ready."""
+        from kube_offload_harness.real_node import RealNodeError
+
+        cluster = self.cluster(spec)
+        self.node_bins  # built (or found) before anything is created
+        # What kubeadm binds for the apiserver's kubelet client: logs, exec, stats.
+        self._authorize_apiserver_kubelet_client(cluster)
+        node = self.real_node(spec)
+        from kube_offload_harness.real_node import set_kernel_tunables
+
+        changed = set_kernel_tunables(self.kernel_tunables_record)
+        if changed:
+            self.say(f"- kernel settings the kubelet requires: {', '.join(f'{k}={v}' for k, v in changed.items())} "
+                     "changed (restored by down)")
+        try:
+            node.up(admin_kubeconfig=cluster.kubeconfig, kwok_pki=cluster.kwok_workdir / "clusters" / spec.name / "pki",
+                    client_ca_file=self.pki_dir / "kubelet-client-ca.crt")
+            node.wait_ready(cluster.kubectl)
+        except RealNodeError as exc:
+            raise ClusterError(str(exc)) from None
+        self.say(f"- {spec.name}: real node {node.plan.node_name} Ready")
+
+    @property
+    def kernel_tunables_record(self) -> Path:
+        return self.state_dir / "real-nodes" / "kernel-tunables-before.json"
+
+    def stop_real_nodes(self, topology: Topology) -> None:
+        from kube_offload_harness import real_node
+        from kube_offload_harness.real_node import restore_kernel_tunables
+
+        try:
+            self._stop_real_nodes(topology)
+            real_node.remove_empty_machine_dirs()
+        finally:
+            restored = restore_kernel_tunables(self.kernel_tunables_record)
+            if restored:
+                self.say(f"- kernel settings restored: {', '.join(f'{k}={v}' for k, v in restored.items())}")
+
+    def _stop_real_nodes(self, topology: Topology) -> None:
+        for spec in topology.clusters():
+            if spec.real_node_slot < 0:
+                continue
+            cluster = self.cluster(spec)
+            up = cluster.exists() and cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0
+            done = self.real_node(spec).down(kubectl=cluster.kubectl if up else None)
+            self.say(f"- {spec.name}: real node removed ({', '.join(done)})")
+
     def _write_certificates(self) -> None:
         from certs import pki  # the certs package owns certificate generation
 
@@ -519,10 +631,10 @@ class Environment:
         client_key.write_bytes(client.key_pem)
         client_key.chmod(0o600)
 
-    def _authorize_apiserver_kubelet_client(self, local: Cluster) -> None:
-        """What kubeadm does for the same identity: without it the virtual kubelet's
-        SubjectAccessReview refuses the apiserver, and kubectl logs/exec with it."""
-        local.apply({
+    def _authorize_apiserver_kubelet_client(self, cluster: Cluster) -> None:
+        """What kubeadm does for the same identity: without it a kubelet's (virtual or
+        real) SubjectAccessReview refuses the apiserver, and kubectl logs/exec with it."""
+        cluster.apply({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {"name": f"kube-offload-{APISERVER_KUBELET_CLIENT}"},
@@ -725,6 +837,10 @@ class Environment:
         return lines
 
     def down(self) -> None:
+        topology = self.topology()
+        if topology is not None and topology.real_nodes:
+            # First: its containers, shims and mounts are not in the process table.
+            self.stop_real_nodes(topology)
         stopped = self.processes.stop_all()
         if stopped:
             self.say(f"- stopped {', '.join(stopped)}")

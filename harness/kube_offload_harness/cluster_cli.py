@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(up, COMPONENT, "--node-pods", default=110, type=int, help="pod capacity of each kwok node")
     add_flag(up, COMPONENT, "--virtual-kubelets", default=True, type=bool,
              help="start one virtual kubelet per remote cluster (false: no virtual nodes)")
+    add_flag(up, COMPONENT, "--real-nodes", default=False, type=bool,
+             help="add one real node (kubelet + containerd + runc in its own network namespace, as root) "
+                  "to every cluster, beside kwok's; see docs/real-nodes.md")
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop our processes and delete the clusters")
@@ -65,6 +68,7 @@ def _up(args: argparse.Namespace) -> int:
         node_cpu=args.node_cpu, node_memory=args.node_memory, node_pods=args.node_pods,
     )
     topology.virtual_kubelets = args.virtual_kubelets
+    topology.real_nodes = args.real_nodes
     try:
         env.up(topology)
     except (ClusterError, BuildError) as exc:

@@ -56,8 +56,12 @@ class ProcessTable:
         temp.write_text(json.dumps([asdict(r) for r in records], indent=2))
         os.replace(temp, self.path)
 
-    def start(self, name: str, argv: list[str], *, log: Path, env: dict[str, str] | None = None) -> ProcessRecord:
-        """Start ``argv`` detached (own session, so it outlives the CLI that started it)."""
+    def start(
+        self, name: str, argv: list[str], *, log: Path, env: dict[str, str] | None = None, netns: Path | None = None,
+    ) -> ProcessRecord:
+        """Start ``argv`` detached (own session, so it outlives the CLI that started it);
+        inside the network namespace at ``netns`` if given (entered between fork and exec,
+        so the PID and command line are the program's own, as the record needs)."""
         existing = self.get(name)
         if existing and existing.running():
             return existing
@@ -65,9 +69,15 @@ class ProcessTable:
         with open(log, "ab") as out:
             out.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
             out.flush()
+            preexec = None
+            if netns is not None:
+                from kube_offload_harness.netns import setns
+
+                def preexec() -> None:
+                    setns(netns)
             process = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
+                env=env, start_new_session=True, preexec_fn=preexec,
             )
         record = ProcessRecord(name=name, pid=process.pid, argv=argv, log=str(log))
         # Keep the Popen object referenced so Python reaps it when it exits in this process.

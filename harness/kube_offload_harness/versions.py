@@ -20,4 +20,9 @@ METRICS_SERVER: Final = "v0.9.0"
 # A real dynamic provisioner for the loopback clusters (the virtual storage class e2e tests):
 # Rancher's local-path-provisioner, run as a process against a cluster (docs/storage.md).
 LOCAL_PATH_PROVISIONER: Final = "v0.0.30"
+# The real node of each loopback cluster (docs/real-nodes.md): kubelet and kube-proxy come
+# from KUBERNETES above; containerd 2.x (Kubernetes 1.36+ supports containerd 2 only, and
+# Debian's is 1.6); the CNI reference plugins.
+CONTAINERD: Final = "v2.4.2"
+CNI_PLUGINS: Final = "v1.10.0"
 GO_MINIMUM: Final = (1, 26)

@@ -1,0 +1,404 @@
+"""What a real node of a loopback cluster is made of, as pure data: its addresses, its
+paths, and the configuration files of containerd, the CNI plugins and the kubelet.
+
+:mod:`kube_offload_harness.real_node` does the I/O (namespaces, processes); everything it
+writes is rendered here, so that each fact (docs/real-nodes.md) is in one place and tested.
+
+Addresses (docs/real-nodes.md, "Addresses"): nothing else on the machine uses 172.31.0.0/16
+(checked with ``ip addr``/``ip route``); every address below is assigned by the harness, on
+interfaces it creates, and removed by ``down``.
+
+- node link of slot ``k`` (a veth pair between the machine and the node's network
+  namespace): ``172.31.250.(4k)/30``; machine side ``.4k+1``, node side ``.4k+2``;
+- pods of slot ``k``: ``172.31.k.0/24`` on a bridge inside the node's namespace.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kube_offload_harness import oci_image
+
+MAX_SLOTS = 64  # 64 /30 links fill 172.31.250.0/24
+LINK_NETWORK = ipaddress.IPv4Network("172.31.250.0/24")
+NETNS_PREFIX = "kon-"  # kube-offload node: `ip netns list` shows ours by this prefix
+VETH_PREFIX = "kon"
+POD_BRIDGE = "konbr0"  # inside the node's namespace only (names are per namespace)
+CNI_NETWORK_PREFIX = "kube-offload-pods-"  # + slot: libcni's cache files are named by network
+RUNTIME_ROOT = Path("/var/lib/kube-offload")  # NodePlan.runtime_dir: <root>/kon-<slot>
+CNI_CACHE_DIR = Path("/var/lib/cni/results")  # libcni's, machine-wide (containerd sets no other)
+CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks, a fixed path
+# Directories containerd's shims and libcni create at fixed machine-wide paths; empty once
+# every real node is down, then removed (shims' sockets: /run/containerd/s/<hash>).
+MACHINE_WIDE_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"), CNI_CACHE_DIR, CNI_CACHE_DIR.parent, RUNTIME_ROOT)
+KUBELET_PORT = 10250
+KUBELET_HEALTHZ_PORT = 10248  # on the node namespace's own loopback
+SANDBOX_IMAGE = oci_image.PAUSE_IMAGE  # containerd pins it; the harness imports it
+RUNC = "/usr/sbin/runc"  # Debian's runc package (scripts/bootstrap.sh)
+# Each node's kubelet puts its pods' cgroups under its own root in every v1 hierarchy, so
+# two nodes (two clusters) never share /kubepods; `down` removes the tree.
+CGROUP_ROOT_PREFIX = "/kube-offload"
+# What the kubelet requires of the machine's (not namespaced) kernel settings, as its
+# setupKernelTunables has them (pkg/kubelet/cm/container_manager_linux.go): it writes them
+# itself unless protectKernelDefaults, then it refuses to start on any other value. The
+# harness sets them before the first real node and puts the machine's values back after
+# the last (real_node.py), and the kubelet runs with protectKernelDefaults: true, so it
+# never writes a machine-wide setting of its own accord.
+KERNEL_TUNABLES = {
+    "vm/overcommit_memory": 1,
+    "vm/panic_on_oom": 0,
+    "kernel/panic": 10,
+    "kernel/panic_on_oops": 1,
+    "kernel/keys/root_maxkeys": 1000000,
+    "kernel/keys/root_maxbytes": 25000000,
+}
+
+# Real nodes carry this label and a NoSchedule taint of the same key: a workload lands on
+# one only when it asks (a toleration and a nodeSelector), so the kwok tiers, the demo and
+# the scale tests behave as before, and no pod lands where its image cannot be had.
+REAL_NODE_KEY = "kube-offload.io/real-node"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """Names, addresses and paths of one real node (one slot)."""
+
+    cluster: str  # the kwokctl cluster name
+    node_name: str
+    slot: int
+    state_dir: Path  # the node's configuration files, under the environment's state dir
+
+    @property
+    def runtime_dir(self) -> Path:
+        """Where containerd and the kubelet keep their state, sockets and mounts: a short
+        path of its own (a unix socket path has at most 104 characters for containerd, and
+        a pytest state dir is longer), named by the slot, removed by ``down``."""
+        return RUNTIME_ROOT / self.netns
+
+    @property
+    def netns(self) -> str:
+        return f"{NETNS_PREFIX}{self.slot}"
+
+    @property
+    def veth_host(self) -> str:
+        return f"{VETH_PREFIX}{self.slot}h"  # <= 15 characters, the kernel's limit
+
+    @property
+    def veth_node(self) -> str:
+        return f"{VETH_PREFIX}{self.slot}n"
+
+    @property
+    def link(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"{LINK_NETWORK.network_address + 4 * self.slot}/30")
+
+    @property
+    def host_ip(self) -> str:
+        return str(self.link.network_address + 1)
+
+    @property
+    def node_ip(self) -> str:
+        return str(self.link.network_address + 2)
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"172.31.{self.slot}.0/24"
+
+    @property
+    def pod_gateway(self) -> str:
+        return str(ipaddress.IPv4Network(self.pod_cidr).network_address + 1)
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"{CGROUP_ROOT_PREFIX}-{self.slot}"
+
+    # paths
+    @property
+    def containerd_root(self) -> Path:
+        return self.runtime_dir / "containerd" / "root"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.runtime_dir / "containerd" / "state"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.runtime_dir / "containerd" / "containerd.sock"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.state_dir / "containerd" / "config.toml"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.runtime_dir / "runc"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.state_dir / "cni" / "net.d"
+
+    @property
+    def cni_data_dir(self) -> Path:
+        return self.runtime_dir / "cni" / "networks"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.runtime_dir / "kubelet"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.state_dir / "kubelet-config.yaml"
+
+    @property
+    def kubelet_kubeconfig(self) -> Path:
+        return self.state_dir / "kubelet.kubeconfig"
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        return self.runtime_dir / "pod-logs"
+
+    @property
+    def cni_network(self) -> str:
+        return f"{CNI_NETWORK_PREFIX}{self.slot}"
+
+    @property
+    def kube_proxy_config(self) -> Path:
+        return self.state_dir / "kube-proxy-config.yaml"
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self.state_dir / "kube-proxy.kubeconfig"
+
+    @property
+    def resolv_conf(self) -> Path:
+        return self.state_dir / "resolv.conf"
+
+
+def node_name(cluster_id: str) -> str:
+    return f"{cluster_id}-real-node"
+
+
+def validate_slot(slot: int) -> int:
+    if not 0 <= slot < MAX_SLOTS:
+        raise ValueError(f"real-node slot {slot} out of range 0..{MAX_SLOTS - 1}")
+    return slot
+
+
+def free_slot(used_netns: list[str]) -> int:
+    """The lowest slot whose namespace does not exist (another environment may hold some)."""
+    taken = {name[len(NETNS_PREFIX):] for name in used_netns if name.startswith(NETNS_PREFIX)}
+    for slot in range(MAX_SLOTS):
+        if str(slot) not in taken:
+            return slot
+    raise ValueError(f"all {MAX_SLOTS} real-node slots are taken (ip netns list shows {NETNS_PREFIX}0..{MAX_SLOTS - 1})")
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string is JSON's string syntax for our values
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def toml(tables: dict[str, dict[str, object]], top: dict[str, object]) -> str:
+    """The TOML subset containerd's config needs: top-level keys, then flat tables."""
+    lines = [f"{key} = {_toml_value(value)}" for key, value in top.items()]
+    for table, keys in tables.items():
+        lines += ["", f"[{table}]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def containerd_config(plan: NodePlan, *, cni_bin_dir: Path) -> str:
+    """containerd 2.x (config version 3) with every path under the node's state dir:
+    its own root, state, socket, runc root, CNI config and netns mounts, NRI off (its
+    socket path is machine-wide), the CRI streaming server on the node's loopback."""
+    cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    tables: dict[str, dict[str, object]] = {
+        "grpc": {"address": str(plan.containerd_socket)},
+        "ttrpc": {"address": str(plan.containerd_socket) + ".ttrpc"},
+        "debug": {"address": ""},
+        "metrics": {"address": ""},
+        "plugins.'io.containerd.internal.v1.opt'": {"path": str(plan.runtime_dir / "containerd" / "opt")},
+        "plugins.'io.containerd.nri.v1.nri'": {"disable": True},
+        "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
+        "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": SANDBOX_IMAGE},
+        cri_runtime: {
+            "netns_mounts_under_state_dir": True,
+            # Root here lacks CAP_SYS_RESOURCE (CapEff 0x1fffeffffff): lowering a process's
+            # oom_score_adj is refused, and runc then fails every sandbox ("failed to
+            # update /proc/self/oom_score_adj: Permission denied", seen by runc as "can't
+            # get final child's PID from pipe: EOF"). This clamps pods' values at
+            # containerd's own (0) instead.
+            "restrict_oom_score_adj": True,
+            "enable_unprivileged_ports": True,
+            "enable_unprivileged_icmp": True,
+            "cdi_spec_dirs": [],
+        },
+        f"{cri_runtime}.containerd": {"default_runtime_name": "runc"},
+        f"{cri_runtime}.containerd.runtimes.runc": {"runtime_type": "io.containerd.runc.v2"},
+        f"{cri_runtime}.containerd.runtimes.runc.options": {
+            "BinaryName": RUNC, "Root": str(plan.runc_root), "SystemdCgroup": False,
+        },
+        f"{cri_runtime}.cni": {"bin_dirs": [str(cni_bin_dir)], "conf_dir": str(plan.cni_conf_dir), "max_conf_num": 1},
+        "plugins.'io.containerd.grpc.v1.cri'": {"stream_server_address": "127.0.0.1", "stream_server_port": "0"},
+    }
+    top = {
+        "version": 3,
+        "root": str(plan.containerd_root),
+        "state": str(plan.containerd_state),
+        # snapshotters that cannot work here (no btrfs/zfs, no devmapper pool) stay quiet
+        "disabled_plugins": [
+            "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+            "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+            "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp",
+        ],
+    }
+    return toml(tables, top)
+
+
+def cni_conflist(plan: NodePlan) -> dict:
+    """One bridge inside the node's namespace; IPs from the slot's pod range, recorded
+    under the node's state dir (host-local's default /var/lib/cni is machine-wide); no
+    masquerade: pods reach only the node and each other."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": plan.cni_network,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": POD_BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(plan.cni_data_dir),
+                    "ranges": [[{"subnet": plan.pod_cidr, "gateway": plan.pod_gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
+    """KubeletConfiguration for this machine: cgroup v1 only (failCgroupV1: false; the
+    kubelet refuses v1 otherwise), the cgroupfs driver (no systemd here), serving on the
+    node's own address, the apiserver authenticated by the harness's kubelet client CA and
+    authorized by SubjectAccessReview; no cluster DNS yet (an empty resolv.conf: pods
+    resolve nothing rather than the machine's resolvers)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": plan.cgroup_root,
+        "containerRuntimeEndpoint": f"unix://{plan.containerd_socket}",
+        "address": plan.node_ip,
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": KUBELET_HEALTHZ_PORT,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(client_ca_file)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "resolvConf": str(plan.resolv_conf),
+        # Paths that default to machine-wide directories (/var/log/pods, /usr/libexec/...).
+        "podLogsDir": str(plan.pod_logs_dir),
+        "volumePluginDir": str(plan.runtime_dir / "volume-plugins"),
+        "failSwapOn": False,
+        "podCIDR": plan.pod_cidr,
+        "registerNode": True,
+        "registerWithTaints": [{"key": REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}],
+        # This VM's disk is shared with builds and caches: no evictions or image GC over
+        # disk use the node itself did not cause.
+        "evictionHard": {"memory.available": "100Mi"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "maxPods": 20,
+        "protectKernelDefaults": True,
+        # Its own oom_score_adj: -999 by default, refused without CAP_SYS_RESOURCE.
+        "oomScoreAdj": 0,
+    }
+
+
+def kubelet_args(plan: NodePlan, *, kubelet: Path) -> list[str]:
+    """Flags that have no KubeletConfiguration field."""
+    return [
+        str(kubelet),
+        f"--config={plan.kubelet_config}",
+        f"--kubeconfig={plan.kubelet_kubeconfig}",
+        f"--root-dir={plan.kubelet_root}",
+        f"--cert-dir={plan.state_dir / 'kubelet-pki'}",
+        f"--hostname-override={plan.node_name}",
+        f"--node-ip={plan.node_ip}",
+        f"--node-labels={REAL_NODE_KEY}=true",
+        "--v=2",
+    ]
+
+
+KUBE_PROXY_USER = "system:kube-proxy"  # bound to system:node-proxier by the bootstrap RBAC
+
+
+def kube_proxy_configuration(plan: NodePlan) -> dict:
+    """kube-proxy in iptables mode inside the node's namespace (its rules live and die with
+    it). It writes no machine-wide setting: nf_conntrack_max is global, so maxPerCore/min
+    0 leave it alone, and the TCP timeouts 0s leave the namespace's own; its oom_score_adj
+    0 (lowering it needs CAP_SYS_RESOURCE); node ports only on the node's address."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(plan.kube_proxy_kubeconfig)},
+        "hostnameOverride": plan.node_name,
+        "bindAddress": plan.node_ip,
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "clusterCIDR": plan.pod_cidr,
+        "oomScoreAdj": 0,
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        "nodePortAddresses": [f"{plan.node_ip}/32"],
+    }
+
+
+def kube_proxy_args(plan: NodePlan, *, kube_proxy: Path) -> list[str]:
+    return [str(kube_proxy), f"--config={plan.kube_proxy_config}", "--v=2"]
+
+
+def node_kubeconfig(admin_kubeconfig: dict, *, client_cert_pem: bytes, client_key_pem: bytes) -> dict:
+    """The cluster's own kubeconfig with the node's identity (system:node:<name>, group
+    system:nodes: the Node authorizer and NodeRestriction then treat it as a kubelet) in
+    place of the admin's. The server stays https://127.0.0.1:<port>: the node namespace's
+    loopback, where the harness forwards to the apiserver."""
+    import base64
+
+    config = json.loads(json.dumps(admin_kubeconfig))
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    user_name = context["context"]["user"]
+    config["users"] = [{
+        "name": user_name,
+        "user": {
+            "client-certificate-data": base64.b64encode(client_cert_pem).decode(),
+            "client-key-data": base64.b64encode(client_key_pem).decode(),
+        },
+    }]
+    return config
+
+
+def dump_yaml(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False)

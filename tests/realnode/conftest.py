@@ -1,0 +1,71 @@
+"""The real-node tier: a loopback cluster whose extra node is a real kubelet + containerd +
+runc in a network namespace of its own (docs/real-nodes.md, docs/testing.md).
+
+One environment per module, made by the same code as `kube-offload cluster up --real-nodes
+true` (local cluster only: the claims here are about one node), torn down by the module's
+last test or, on failure, by the fixture. Needs root (namespaces, cgroups, mounts) and the
+real-node binaries (scripts/bootstrap.sh builds them); with CI=true anything missing fails
+instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from kube_offload_harness import real_node, real_node_config
+from kube_offload_harness.binaries import node_binaries
+from kube_offload_harness.cluster import Environment, default_topology
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / ".artifacts" / "realnode-logs"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/tests/realnode/" in str(item.fspath):
+            item.add_marker(pytest.mark.realnode)
+
+
+def _unmet() -> list[str]:
+    unmet = real_node.preflight()
+    missing = node_binaries().missing()
+    if missing:
+        unmet.append(f"the real-node binaries ({', '.join(missing)}: `kube-offload binaries build --real-node`)")
+    return unmet
+
+
+@pytest.fixture(scope="module")
+def real_env(tmp_path_factory, request) -> Iterator[Environment]:
+    unmet = _unmet()
+    if unmet:
+        message = "the real-node tier needs " + "; ".join(unmet)
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    env = Environment(tmp_path_factory.mktemp("kube-offload-realnode"), say=lambda line: print(line, flush=True))
+    # what the machine had before: down must put back what the harness changed
+    env.kernel_tunables_before = {key: (Path("/proc/sys") / key).read_text() for key in real_node_config.KERNEL_TUNABLES}
+    topology = default_topology(prefix="rn", remotes=0, local_nodes=1)
+    topology.real_nodes = True
+    try:
+        env.up(topology)
+        yield env
+    finally:
+        if request.session.testsfailed or os.environ.get("KUBE_OFFLOAD_KEEP_LOGS"):
+            _keep_logs(env)
+        env.down()
+
+
+def _keep_logs(env: Environment) -> None:
+    target = ARTIFACTS / time.strftime("%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    logs = env.state_dir / "logs"
+    if logs.exists():
+        shutil.copytree(logs, target / "components", dirs_exist_ok=True)
+    print(f"\nkube-offload real-node tier: logs kept in {target}")

@@ -1,0 +1,238 @@
+"""The real node's pure parts: addresses, containerd/CNI/kubelet configuration, OCI archives."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import ipaddress
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kube_offload_harness import binaries, oci_image
+from kube_offload_harness import real_node_config as rc
+from kube_offload_harness.real_node import apiserver_port, process_names
+
+
+def plan(slot: int = 3) -> rc.NodePlan:
+    return rc.NodePlan(cluster="e2e-local", node_name="local-real-node", slot=slot, state_dir=Path("/state/real-nodes/e2e-local"))
+
+
+# --- addresses -------------------------------------------------------------------------------
+def test_slot_addresses_are_a_30_in_the_link_range_and_a_24_for_pods():
+    p = plan(3)
+    assert str(p.link) == "172.31.250.12/30"
+    assert (p.host_ip, p.node_ip) == ("172.31.250.13", "172.31.250.14")
+    assert p.pod_cidr == "172.31.3.0/24" and p.pod_gateway == "172.31.3.1"
+    assert (p.netns, p.veth_host, p.veth_node) == ("kon-3", "kon3h", "kon3n")
+
+
+def test_every_slot_is_disjoint_from_every_other_and_from_the_machine():
+    plans = [plan(slot) for slot in range(rc.MAX_SLOTS)]
+    networks = [p.link for p in plans] + [ipaddress.IPv4Network(p.pod_cidr) for p in plans]
+    for i, a in enumerate(networks):
+        for b in networks[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    # never loopback nor the documentation/test ranges the machine itself uses
+    for network in networks:
+        assert network.subnet_of(ipaddress.IPv4Network("172.31.0.0/16"))
+    assert all(len(p.veth_host) <= 15 for p in plans)  # the kernel's interface name limit
+
+
+def test_free_slot_skips_namespaces_that_exist_and_ignores_others():
+    assert rc.free_slot([]) == 0
+    assert rc.free_slot(["kon-0", "kon-1", "cni-1234", "kon-3"]) == 2
+    with pytest.raises(ValueError, match="all 64 real-node slots are taken"):
+        rc.free_slot([f"kon-{i}" for i in range(rc.MAX_SLOTS)])
+    with pytest.raises(ValueError, match="out of range"):
+        rc.validate_slot(rc.MAX_SLOTS)
+
+
+# --- containerd ------------------------------------------------------------------------------
+def test_containerd_config_keeps_every_path_under_the_node_directories():
+    p = plan()
+    config = tomllib.loads(rc.containerd_config(p, cni_bin_dir=Path("/cache/bin/cni-plugins-v1.10.0")))
+    assert config["version"] == 3
+    assert config["root"] == "/var/lib/kube-offload/kon-3/containerd/root"
+    assert config["state"] == "/var/lib/kube-offload/kon-3/containerd/state"
+    assert config["grpc"]["address"] == "/var/lib/kube-offload/kon-3/containerd/containerd.sock"
+    # containerd refuses unix socket paths over 104 characters
+    assert len(config["ttrpc"]["address"]) < 104
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["netns_mounts_under_state_dir"] is True  # not machine-wide /var/run/netns
+    assert runtime["restrict_oom_score_adj"] is True  # runc fails every sandbox otherwise (no CAP_SYS_RESOURCE)
+    runc = runtime["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_type"] == "io.containerd.runc.v2"
+    assert runc["options"] == {"BinaryName": "/usr/sbin/runc", "Root": "/var/lib/kube-offload/kon-3/runc", "SystemdCgroup": False}
+    assert runtime["cni"]["bin_dirs"] == ["/cache/bin/cni-plugins-v1.10.0"]
+    assert runtime["cni"]["conf_dir"] == "/state/real-nodes/e2e-local/cni/net.d"
+    assert config["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True  # its socket is machine-wide
+    assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == oci_image.PAUSE_IMAGE
+    assert config["plugins"]["io.containerd.grpc.v1.cri"]["stream_server_address"] == "127.0.0.1"
+
+
+def test_toml_strings_are_escaped():
+    assert tomllib.loads(rc.toml({"t": {"k": 'a "quoted" \\ path'}}, {}))["t"]["k"] == 'a "quoted" \\ path'
+    with pytest.raises(TypeError):
+        rc.toml({}, {"k": 1.5})
+
+
+# --- CNI ---------------------------------------------------------------------------------------
+def test_cni_bridge_without_masquerade_and_host_local_state_under_the_node():
+    conf = rc.cni_conflist(plan())
+    bridge, portmap = conf["plugins"]
+    assert bridge["type"] == "bridge" and bridge["bridge"] == rc.POD_BRIDGE
+    assert bridge["ipMasq"] is False  # pods reach nothing beyond the node
+    assert bridge["ipam"]["dataDir"] == "/var/lib/kube-offload/kon-3/cni/networks"
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "172.31.3.0/24", "gateway": "172.31.3.1"}]]
+    assert portmap == {"type": "portmap", "capabilities": {"portMappings": True}}
+
+
+# --- kubelet -----------------------------------------------------------------------------------
+def test_kubelet_configuration_for_cgroup_v1_and_the_node_address():
+    config = rc.kubelet_configuration(plan(), client_ca_file=Path("/state/pki/kubelet-client-ca.crt"))
+    assert config["failCgroupV1"] is False  # the kubelet refuses cgroup v1 otherwise
+    assert config["cgroupDriver"] == "cgroupfs"
+    assert config["cgroupRoot"] == "/kube-offload-3"
+    assert config["containerRuntimeEndpoint"] == "unix:///var/lib/kube-offload/kon-3/containerd/containerd.sock"
+    assert config["podLogsDir"] == "/var/lib/kube-offload/kon-3/pod-logs"
+    assert (config["address"], config["port"], config["readOnlyPort"]) == ("172.31.250.14", 10250, 0)
+    assert config["healthzBindAddress"] == "127.0.0.1"
+    assert config["authentication"]["anonymous"] == {"enabled": False}
+    assert config["authentication"]["x509"]["clientCAFile"] == "/state/pki/kubelet-client-ca.crt"
+    assert config["authorization"]["mode"] == "Webhook"
+    assert config["registerWithTaints"] == [{"key": rc.REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}]
+    assert config["protectKernelDefaults"] is True  # the harness sets the tunables, not the kubelet
+    assert config["oomScoreAdj"] == 0  # lowering it needs CAP_SYS_RESOURCE, which root lacks here
+    assert config["resolvConf"] == "/state/real-nodes/e2e-local/resolv.conf"
+
+
+def test_kubelet_args_name_the_node_and_its_directories():
+    args = rc.kubelet_args(plan(), kubelet=Path("/cache/kubelet"))
+    assert args[0] == "/cache/kubelet"
+    assert "--hostname-override=local-real-node" in args
+    assert "--node-ip=172.31.250.14" in args
+    assert "--root-dir=/var/lib/kube-offload/kon-3/kubelet" in args
+    assert f"--node-labels={rc.REAL_NODE_KEY}=true" in args
+
+
+ADMIN = {
+    "apiVersion": "v1", "kind": "Config", "current-context": "kwok-x",
+    "clusters": [{"name": "kwok-x", "cluster": {"server": "https://127.0.0.1:34567", "certificate-authority-data": "Q0E="}}],
+    "contexts": [{"name": "kwok-x", "context": {"cluster": "kwok-x", "user": "kwok-x"}}],
+    "users": [{"name": "kwok-x", "user": {"client-certificate-data": "YWRtaW4=", "client-key-data": "a2V5"}}],
+}
+
+
+def test_node_kubeconfig_swaps_the_admin_for_the_node_identity():
+    config = rc.node_kubeconfig(ADMIN, client_cert_pem=b"node-cert", client_key_pem=b"node-key")
+    assert config["clusters"] == ADMIN["clusters"]  # same server and CA
+    (user,) = config["users"]
+    assert user["name"] == "kwok-x"
+    assert base64.b64decode(user["user"]["client-certificate-data"]) == b"node-cert"
+    assert ADMIN["users"][0]["user"]["client-certificate-data"] == "YWRtaW4="  # input untouched
+
+
+def test_apiserver_port_only_from_a_loopback_server():
+    assert apiserver_port(ADMIN) == 34567
+    other = json.loads(json.dumps(ADMIN))
+    other["clusters"][0]["cluster"]["server"] = "https://192.0.2.7:6443"
+    with pytest.raises(Exception, match="expected https://127.0.0.1:<port>"):
+        apiserver_port(other)
+
+
+def test_process_names_are_per_cluster():
+    assert process_names(plan()) == {
+        "forward": "realnode-e2e-local-forward",
+        "containerd": "realnode-e2e-local-containerd",
+        "kubelet": "realnode-e2e-local-kubelet",
+        "kube-proxy": "realnode-e2e-local-kube-proxy",
+    }
+
+
+def test_kube_proxy_writes_no_machine_wide_setting_and_serves_only_the_node():
+    config = rc.kube_proxy_configuration(plan())
+    assert config["mode"] == "iptables"
+    # nf_conntrack_max is global: 0/0 leaves it; 0s leaves the namespace's timeouts
+    assert config["conntrack"] == {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
+    assert config["oomScoreAdj"] == 0
+    assert config["hostnameOverride"] == "local-real-node"
+    assert config["nodePortAddresses"] == ["172.31.250.14/32"]
+    assert config["clusterCIDR"] == "172.31.3.0/24"
+    assert config["healthzBindAddress"].startswith("127.0.0.1:") and config["metricsBindAddress"].startswith("127.0.0.1:")
+    assert config["clientConnection"]["kubeconfig"] == "/state/real-nodes/e2e-local/kube-proxy.kubeconfig"
+    assert rc.kube_proxy_args(plan(), kube_proxy=Path("/cache/kube-proxy")) == [
+        "/cache/kube-proxy", "--config=/state/real-nodes/e2e-local/kube-proxy-config.yaml", "--v=2"]
+
+
+# --- OCI archives --------------------------------------------------------------------------------
+def _members(archive: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return {m.name: (tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()}
+
+
+def test_oci_archive_is_a_consistent_layout_named_for_ctr_import():
+    layer = oci_image.layer_tar([oci_image.Entry("bin", "dir", mode=0o755), oci_image.Entry("bin/hello", data=b"#!/bin/sh\n", mode=0o755)])
+    archive = oci_image.oci_archive("docker.io/library/hello:1.0", [layer], oci_image.ImageConfig(cmd=["hello"]))
+    files = _members(archive)
+    assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads(files["index.json"])
+    (entry,) = index["manifests"]
+    assert entry["annotations"][oci_image.IMAGE_NAME_ANNOTATION] == "docker.io/library/hello:1.0"
+    assert entry["annotations"][oci_image.REF_NAME_ANNOTATION] == "1.0"
+    # every blob is stored under its own digest, and the manifest names the layer and config
+    for name, data in files.items():
+        if name.startswith("blobs/sha256/") and data:
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
+    manifest = json.loads(files["blobs/sha256/" + entry["digest"].split(":")[1]])
+    assert manifest["layers"][0]["digest"] == oci_image.sha256(layer)
+    config = json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
+    assert config["rootfs"]["diff_ids"] == [oci_image.sha256(layer)]
+    assert config["config"]["Cmd"] == ["hello"]
+
+
+def test_layers_are_deterministic_and_parents_come_first():
+    entries = [oci_image.Entry("a/b/c", data=b"x"), oci_image.Entry("a", "dir", mode=0o755), oci_image.Entry("a/b", "dir", mode=0o755)]
+    first = oci_image.layer_tar(entries)
+    assert first == oci_image.layer_tar(list(reversed(entries)))
+    with tarfile.open(fileobj=io.BytesIO(first)) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["a", "a/b", "a/b/c"]
+    assert {m.mtime for m in members} == {0} and {m.uid for m in members} == {0}
+
+
+def test_image_names_need_a_tag():
+    with pytest.raises(ValueError, match="needs a tag"):
+        oci_image.oci_archive("localhost:5000/busybox", [], oci_image.ImageConfig())
+
+
+def test_busybox_entries_link_every_applet_to_busybox():
+    entries = {e.path: e for e in oci_image.busybox_entries(b"ELF", ["bin/sh", "/usr/bin/hostname", "bin/busybox"])}
+    assert entries["bin/busybox"].data == b"ELF" and entries["bin/busybox"].mode == 0o755
+    assert entries["bin/sh"].kind == "symlink" and entries["bin/sh"].target == "/bin/busybox"
+    assert entries["usr/bin/hostname"].target == "/bin/busybox"
+    assert entries["tmp"].mode == 0o1777
+
+
+# --- binaries ------------------------------------------------------------------------------------
+def test_node_binaries_live_beside_the_control_plane_keyed_by_version(tmp_path):
+    nbins = binaries.node_binaries(tmp_path)
+    assert nbins.kubelet.parent == binaries.binaries(tmp_path).kube_apiserver.parent
+    assert nbins.containerd == tmp_path / "bin" / "containerd-v2.4.2" / "containerd"
+    assert nbins.cni_bin_dir == tmp_path / "bin" / "cni-plugins-v1.10.0"
+    assert set(nbins.missing()) == set(nbins.all())
+    for path in nbins.all().values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+        path.chmod(0o755)
+    assert nbins.missing() == []
+
+
+def test_containerd_is_stamped_with_its_version():
+    assert "-X github.com/containerd/containerd/v2/version.Version=v2.4.2" in binaries.containerd_ldflags("v2.4.2")
+    with pytest.raises(ValueError):
+        binaries.containerd_ldflags("2.4")
