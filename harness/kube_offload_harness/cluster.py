@@ -475,7 +475,8 @@ class Environment:
                 continue
             self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
             self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
-                topology.local.cluster_id, node_labels=spec.labels))
+                topology.local.cluster_id, node_labels=spec.labels,
+                policy=identities.e2e_policy(LOCAL_POD_CIDR_REMAPPED)))
 
         self.say(f"- starting webhook on https://127.0.0.1:{topology.webhook_port} and extender on https://127.0.0.1:{topology.extender_port}")
         self.start_webhook(topology, local)

@@ -43,6 +43,11 @@ IDENTITY_KINDS = frozenset({
     # Not an identity, but what the vkubelet's storage loops serve: the chart's virtual
     # StorageClass (docs/storage.md).
     "StorageClass",
+    # Not identities either, but the provider's policy on what a consumer writes, checked
+    # by the API server itself: installed exactly as the chart renders them, so the e2e
+    # tests meet the same CEL a provider runs (templates/admission-policies.yaml).
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 })
 
 # Tokens last as long as a demo environment may be left running; the apiserver caps them
@@ -138,9 +143,36 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
     }
 
 
-def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None) -> dict:
-    """The remote chart's values admitting one consumer (what ``kube-offload peer`` does)."""
+# What the e2e suite's consumer is granted beyond the safe defaults of
+# kube_offload/provider_policy.py, for what the existing tests reflect: a NodePort Service
+# (test_reflection.py), endpoints of the local pods as the provider sees them (the
+# remapped local pod range) and E2E_EXTERNAL_ENDPOINTS, the non-pod range the
+# selector-less Services of test_reflection.py and test_service_offloading.py point at,
+# Ingresses of class E2E_INGRESS_CLASS under E2E_INGRESS_DOMAIN, and claims of the remote
+# clusters' default class (harness/.../storage.py).
+E2E_INGRESS_CLASS = "e2e"
+E2E_INGRESS_DOMAIN = "example.com"
+E2E_EXTERNAL_ENDPOINTS = "10.244.0.0/16"
+E2E_STORAGE_CLASS = "local-path"
+
+
+def e2e_policy(local_pod_cidr_remapped: str) -> dict[str, Any]:
+    """The e2e consumer's Consumer spec.policy (keys absent here keep their defaults)."""
+    return {
+        "services": {"types": ["NodePort"]},
+        "endpoints": {"cidrs": [local_pod_cidr_remapped, E2E_EXTERNAL_ENDPOINTS]},
+        "ingress": {"hostDomains": [E2E_INGRESS_DOMAIN], "classes": [E2E_INGRESS_CLASS]},
+        "storage": {"classes": [E2E_STORAGE_CLASS]},
+    }
+
+
+def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None,
+                  policy: Mapping[str, Any] | None = None) -> dict:
+    """The remote chart's values admitting one consumer (what ``kube-offload peer`` does),
+    with ``policy`` as its Consumer spec.policy (None: the defaults)."""
     consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False}
+    if policy:
+        consumer["policy"] = dict(policy)
     if quota:
         consumer["quota"] = dict(quota)
     return {"nodeLabels": dict(node_labels), "consumers": [consumer]}
