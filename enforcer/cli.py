@@ -177,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
                 shadowpods=enforcer.shadowpods,
                 namespaces=tenants.namespaces if tenants else None,
                 consumers=tenants.consumers if tenants else None,
+                # The EndpointSlice webhook: which pod IP is a consumer's, the nodes' addresses.
+                pods=enforcer.pods,
+                nodes=tenants.nodes if tenants else None,
                 resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:

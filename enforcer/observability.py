@@ -60,7 +60,7 @@ def caches(enforcer: "Enforcer", webhook: "ShadowPodWebhook | None") -> list[Any
     if tenants is not None:
         found += [tenants.namespaces, tenants.consumers, tenants.requests, tenants.rolebindings, tenants.nodes, tenants.pods]
     if webhook is not None:
-        found += webhook.caches.informers()
+        found += [i for i in webhook.informers() if all(i is not f for f in found)]
     return found
 
 

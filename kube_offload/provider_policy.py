@@ -64,6 +64,10 @@ ALWAYS_DENIED_METADATA_PREFIXES: tuple[str, ...] = (
     "kubernetes.io/",
     "k8s.io/",
 )
+# Cloud metadata services an EndpointSlice may never name, beyond the link-local range
+# (169.254.169.254 and fe80::/10 are refused as link-local): AWS's IPv6 one and Alibaba's.
+# The chart's EndpointSlice ValidatingAdmissionPolicy lists the same (tests/unit pins it).
+METADATA_ADDRESSES: tuple[str, ...] = ("fd00:ec2::254/128", "100.100.100.200/32")
 # Priority class prefix the provider's system pods use: never grantable.
 SYSTEM_PRIORITY_PREFIX = "system-"
 # Twin namespace names the provider always keeps for itself.
