@@ -95,7 +95,8 @@ class ServicePolicy:
 class EndpointPolicy:
     # Address ranges EndpointSlices may name besides the consumer's own pods in that twin:
     # the consumer's remapped local pod CIDR, typically. Never loopback, link-local,
-    # metadata, provider nodes, Services or API server, whatever is granted.
+    # metadata, provider nodes, Services or API server, whatever is granted (the chart's
+    # EndpointSlice ValidatingAdmissionPolicy and enforcer/endpointslice_policy.py).
     cidrs: tuple[str, ...] = ()
 
 
@@ -113,7 +114,10 @@ class IngressPolicy:
 @dataclass(frozen=True)
 class StoragePolicy:
     # storageClassName values a PVC (or a generic ephemeral volume) may name; empty: none,
-    # i.e. no claims at all. volumeName is never admitted.
+    # i.e. no claims at all. volumeName is never admitted. A claim naming no class gets
+    # the provider's default class (the API server fills it in before validation), so the
+    # default class is granted by its name like any other; with no default class, no class
+    # at all would bind pre-provisioned volumes, and is refused.
     classes: tuple[str, ...] = ()
     # The largest storage request of one claim ("" : no limit beyond the quota).
     max_claim_size: str = ""

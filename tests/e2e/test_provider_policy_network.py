@@ -219,7 +219,7 @@ def test_pvc_vectors_are_refused_naming_the_field_and_key(remote: Cluster, consu
             "spec.resources.requests.storage: 20Gi", MAX_CLAIM, "spec.policy.storage.maxClaimSize")
     # A volume populator of any kind reads what it likes: only claims and snapshots of this namespace.
     refused(remote, consumer, twin, claim(dataSourceRef={"apiGroup": "populators.example.com", "kind": "Anything", "name": "x"}),
-            "spec.dataSource/spec.dataSourceRef")
+            "spec.dataSource", "only a PersistentVolumeClaim or VolumeSnapshot of the same namespace")
 
 
 def test_the_providers_own_writers_are_not_held_to_the_consumers_policy(remote: Cluster, twin: str) -> None:
