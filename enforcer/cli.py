@@ -176,9 +176,13 @@ def run(args: argparse.Namespace) -> int:
                 api_client,
                 webhook_settings,
                 shadowpods=enforcer.shadowpods,
-                pods=enforcer.pods,  # what runs counts until it is gone (enforcer/quota.py)
+                # What runs counts until it is gone (enforcer/quota.py), and the EndpointSlice
+                # webhook's which-pod-IP-is-a-consumer's.
+                pods=enforcer.pods,
                 namespaces=tenants.namespaces if tenants else None,
                 consumers=tenants.consumers if tenants else None,
+                # The EndpointSlice webhook: the nodes' addresses.
+                nodes=tenants.nodes if tenants else None,
                 resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:

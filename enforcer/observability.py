@@ -61,7 +61,7 @@ def caches(enforcer: "Enforcer", webhook: "ShadowPodWebhook | None") -> list[Any
         found += [tenants.namespaces, tenants.consumers, tenants.requests, tenants.rolebindings,
                   tenants.resourcequotas, tenants.nodes, tenants.pods]
     if webhook is not None:
-        found += webhook.caches.informers()
+        found += [i for i in webhook.informers() if all(i is not f for f in found)]
     return found
 
 

@@ -1,4 +1,4 @@
-"""The ValidatingWebhookConfiguration that registers the ShadowPod webhook (pure).
+"""The ValidatingWebhookConfiguration that registers the enforcer's webhooks (pure).
 
 Every ShadowPod CREATE and UPDATE in every namespace goes through it, with
 ``failurePolicy: Fail``: a ShadowPod nobody validated would become a Pod with whatever it
@@ -6,6 +6,11 @@ asks for, so while the webhook is down no ShadowPod is written (existing ones ke
 running; the enforcer's own status writes use the status subresource, which is not
 matched). No namespaceSelector on purpose: a ShadowPod outside a twin namespace is
 exactly what must be refused, not skipped.
+
+The second webhook judges the addresses of the EndpointSlices consumers write into twin
+namespaces (enforcer/endpointslice_policy.py), also with ``failurePolicy: Fail``. It
+sees only twin namespaces and only ServiceAccounts' writes, and never the provider's own
+EndpointSlice controllers: they keep working while the enforcer is down.
 """
 
 from __future__ import annotations
@@ -17,6 +22,22 @@ from kube_offload.webhook_target import WebhookTarget, check_options
 
 FAILURE_POLICY = "Fail"
 DEFAULT_TIMEOUT_SECONDS = 10
+# The controllers that write EndpointSlices in every namespace, twins included (as
+# kube-controller-manager names them with --use-service-account-credentials).
+PROVIDER_ENDPOINTSLICE_WRITERS: tuple[str, ...] = (
+    "system:serviceaccount:kube-system:endpointslice-controller",
+    "system:serviceaccount:kube-system:endpointslicemirroring-controller",
+)
+
+
+def endpointslice_match_condition() -> dict:
+    """A consumer is a ServiceAccount (Consumer spec.serviceAccount); users such as
+    system:kube-controller-manager and the provider's admins are not judged."""
+    writers = ", ".join(f"'{w}'" for w in PROVIDER_ENDPOINTSLICE_WRITERS)
+    return {
+        "name": "service-accounts-but-the-controllers",
+        "expression": f"request.userInfo.username.startsWith('system:serviceaccount:') && !(request.userInfo.username in [{writers}])",
+    }
 
 
 def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict:
@@ -43,7 +64,27 @@ def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DE
                 "sideEffects": "None",
                 "timeoutSeconds": timeout_seconds,
                 "admissionReviewVersions": ["v1"],
-            }
+            },
+            {
+                "name": c.ENDPOINTSLICE_WEBHOOK_NAME,
+                "clientConfig": target.client_config(c.ENDPOINTSLICE_WEBHOOK_PATH),
+                "rules": [
+                    {
+                        "operations": ["CREATE", "UPDATE"],
+                        "apiGroups": ["discovery.k8s.io"],
+                        "apiVersions": ["v1"],
+                        "resources": ["endpointslices"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}},
+                "matchConditions": [endpointslice_match_condition()],
+                "failurePolicy": FAILURE_POLICY,
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "admissionReviewVersions": ["v1"],
+            },
         ],
     }
 

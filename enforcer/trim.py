@@ -65,14 +65,18 @@ def _trim_container(container: object) -> object:
 
 
 def trim_node(node: dict) -> dict:
-    """Name, the virtual-node type label, unschedulable, allocatable and the conditions'
-    type and status (heartbeat times and messages change every few seconds)."""
+    """Name, the virtual-node type label, unschedulable, allocatable, the addresses (which
+    no consumer EndpointSlice may name: enforcer/endpointslice_policy.py) and the
+    conditions' type and status (heartbeat times and messages change every few seconds)."""
     metadata = _metadata(node)
     node_type = ((node.get("metadata") or {}).get("labels") or {}).get(c.LABEL_TYPE)
     if node_type is not None:
         metadata["labels"] = {c.LABEL_TYPE: node_type}
     status = node.get("status") or {}
     trimmed_status: dict = _pick(status, "allocatable")
+    addresses = status.get("addresses")
+    if isinstance(addresses, list):
+        trimmed_status["addresses"] = [_pick(a, "type", "address") for a in addresses if isinstance(a, Mapping)]
     conditions = status.get("conditions")
     if isinstance(conditions, list):
         trimmed_status["conditions"] = [_pick(cond, "type", "status") for cond in conditions if isinstance(cond, Mapping)]

@@ -1,9 +1,12 @@
-"""HTTPS edge of the ShadowPod webhook, inside the enforcer process (so it reads the
+"""HTTPS edge of the enforcer's webhooks, inside the enforcer process (so it reads the
 controllers' own informers): ``POST`` :data:`~kube_offload.constants.SHADOWPOD_WEBHOOK_PATH`
-with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced) and ``/metrics``.
+(ShadowPods) or :data:`~kube_offload.constants.ENDPOINTSLICE_WEBHOOK_PATH` (consumers'
+EndpointSlices) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
+and ``/metrics``.
 
 The handler only reads the body, parses it (:func:`kube_offload.admission.parse_review`)
-and answers with :meth:`ShadowPodValidator.review`'s decision. A client's mistake (not
+and answers with the path's validator's decision (:meth:`ShadowPodValidator.review`,
+:meth:`EndpointSliceValidator.review`). A client's mistake (not
 JSON, not an AdmissionReview v1, a missing uid ...) is a 400 whose Status names it; only a
 bug of ours is a 500, logged here and answered without a stack trace.
 """
@@ -15,14 +18,15 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
+from enforcer import endpointslice_webhook
 from enforcer.caches import ProviderCaches
 from enforcer.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
-from kube_offload.admission import BadRequest, error_status, parse_review, review_response
+from kube_offload.admission import AdmissionRequest, BadRequest, Decision, error_status, parse_review, review_response
 from kube_offload.runtime.https_server import (
     BackgroundServing, ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind,
 )
@@ -36,6 +40,13 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 # A kept-alive connection may idle this long between reviews (the apiserver reuses them).
 IDLE_TIMEOUT = 120.0
 ENDPOINT = "validate_shadowpods"
+ENDPOINTSLICE_ENDPOINT = "validate_endpointslices"
+
+
+class Validator(Protocol):
+    def review(self, request: AdmissionRequest) -> Decision: ...
+
+    def ready(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,7 @@ class WebhookSettings:
 class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
     thread_name = "shadowpod-webhook"
 
-    def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator) -> None:
+    def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator, *, endpointslices: Validator | None = None) -> None:
         if not (settings.tls_cert and settings.tls_key):
             raise TLSSetupError("--webhook-tls-cert and --webhook-tls-key must be given together")
         try:
@@ -60,13 +71,17 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
             raise TLSSetupError(f"--webhook-bind: {exc}") from None
         tls = ServerContext(ServingFiles(Path(settings.tls_cert), Path(settings.tls_key)), name="ShadowPod webhook")
         self.validator = validator
+        # path -> (validator, metrics endpoint label, what it validates)
+        self.routes: dict[str, tuple[Validator, str, str]] = {c.SHADOWPOD_WEBHOOK_PATH: (validator, ENDPOINT, "ShadowPod")}
+        if endpointslices is not None:
+            self.routes[c.ENDPOINTSLICE_WEBHOOK_PATH] = (endpointslices, ENDPOINTSLICE_ENDPOINT, "EndpointSlice")
         self.metrics = HttpMetrics.create("shadowpod_webhook")
         state_gauge(
             self.metrics.registry,
             "shadowpod_webhook",
             "caches_synced",
             "1 once every cache the ShadowPod webhook reads has synced (it is ready), else 0.",
-            lambda: 1.0 if validator.ready() else 0.0,
+            lambda: 1.0 if self.ready() else 0.0,
         )
         state_gauge(
             self.metrics.registry,
@@ -80,9 +95,12 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
         except OSError as exc:
             raise TLSSetupError(f"--webhook-bind: cannot listen on {settings.bind}: {exc.strerror or exc}") from None
 
+    def ready(self) -> bool:
+        return all(validator.ready() for validator, _, _ in self.routes.values())
+
     def start(self) -> None:
         super().start()
-        log.info("ShadowPod webhook serving HTTPS on %s%s", self.server_address[0:2], c.SHADOWPOD_WEBHOOK_PATH)
+        log.info("enforcer webhooks serving HTTPS on %s (%s)", self.server_address[0:2], ", ".join(self.routes))
 
 
 class WebhookRequestHandler(BaseHTTPRequestHandler):
@@ -96,10 +114,12 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
         log.debug("webhook %s: " + format, self.address_string(), *args)
 
     def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != c.SHADOWPOD_WEBHOOK_PATH:
+        route = self.server.routes.get(self.path.split("?", 1)[0])
+        if route is None:
             self._discard_body()
-            self._status(404, "NotFound", f"no such endpoint; AdmissionReviews go to POST {c.SHADOWPOD_WEBHOOK_PATH}")
+            self._status(404, "NotFound", f"no such endpoint; AdmissionReviews go to POST {' or '.join(self.server.routes)}")
             return
+        validator, endpoint, what = route
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -115,16 +135,17 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
                 self._status(400, "BadRequest", str(exc))
                 return
             try:
-                decision = self.server.validator.review(review)
+                decision = validator.review(review)
             except Exception:
-                log.exception("ShadowPod review %s failed unexpectedly", review.uid)
-                self._status(500, "InternalError", "the ShadowPod webhook failed unexpectedly; see the enforcer's log")
+                log.exception("%s review %s failed unexpectedly", what, review.uid)
+                self._status(500, "InternalError", f"the {what} webhook failed unexpectedly; see the enforcer's log")
                 return
             outcome = "allowed" if decision.allowed else "denied"
             if not decision.allowed:
                 log.info(
-                    "denied %s ShadowPod %s/%s by %s: %s",
+                    "denied %s %s %s/%s by %s: %s",
                     review.operation,
+                    what,
                     review.namespace,
                     review.name or (review.object or {}).get("metadata", {}).get("generateName", ""),
                     review.user_info.username,
@@ -132,14 +153,14 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
                 )
             self._json(200, review_response(review, decision))
         finally:
-            self.server.metrics.observe(ENDPOINT, outcome, time.perf_counter() - started)
+            self.server.metrics.observe(endpoint, outcome, time.perf_counter() - started)
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             self._text(200, "ok")
         elif path == "/readyz":
-            if self.server.validator.ready():
+            if self.server.ready():
                 self._text(200, "ok")
             else:
                 self._text(503, "caches not synced yet")
@@ -210,9 +231,11 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
 
 
 class ShadowPodWebhook:
-    """The webhook as one of the enforcer's loops: the caches it reads beyond the
-    ShadowPod informer, the validator and the HTTPS server. ``namespaces``/``consumers``:
-    informers another loop of this process already runs, to share rather than duplicate."""
+    """The webhooks as one of the enforcer's loops: the caches they read beyond the
+    ShadowPod informer, the validators and the HTTPS server. ``namespaces``/``consumers``/
+    ``nodes``: informers another loop of this process already runs, to share rather than
+    duplicate; ``pods``: the enforcer's managed pods (without them, no EndpointSlice
+    webhook is served)."""
 
     def __init__(
         self,
@@ -223,17 +246,35 @@ class ShadowPodWebhook:
         pods: Any = None,
         namespaces: Any = None,
         consumers: Any = None,
+        nodes: Any = None,
         resync_seconds: float = 300.0,
     ) -> None:
         self.caches = ProviderCaches(api_client, namespaces=namespaces, consumers=consumers, resync_seconds=resync_seconds)
         self.validator = ShadowPodValidator.for_cluster(api_client, shadowpods=shadowpods, caches=self.caches, pods=pods)
-        self.server = WebhookHTTPServer(settings, self.validator)
+        self.endpointslices: endpointslice_webhook.EndpointSliceValidator | None = None
+        self._owned: list[Any] = []
+        if pods is not None:
+            self.endpointslices, self._owned = endpointslice_webhook.for_cluster(
+                api_client, caches=self.caches, pods=pods, nodes=nodes, resync_seconds=resync_seconds
+            )
+        self.server = WebhookHTTPServer(settings, self.validator, endpointslices=self.endpointslices)
+
+    def informers(self) -> list[Any]:
+        """Every cache the webhooks read (for /readyz), shared ones included."""
+        found = list(self.caches.informers())
+        if self.endpointslices is not None:
+            found += self.endpointslices.informers()
+        return found
 
     def start(self) -> None:
         """Listen at once (``/healthz`` answers, ``/readyz`` is 503 until the caches sync)."""
         self.caches.start()
+        for informer in self._owned:
+            informer.start()
         self.server.start()
 
     def stop(self) -> None:
         self.server.stop()
+        for informer in self._owned:
+            informer.stop()
         self.caches.stop()

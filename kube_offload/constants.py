@@ -162,6 +162,9 @@ DEFAULT_PSA_LEVEL: Final = "baseline"
 SHADOWPOD_WEBHOOK_NAME: Final = "shadowpods.enforcer.kube-offload.io"
 SHADOWPOD_WEBHOOK_CONFIGURATION: Final = "kube-offload-enforcer"
 SHADOWPOD_WEBHOOK_PATH: Final = "/validate-shadowpods"
+# Its second webhook, in the same configuration: the addresses of consumers' EndpointSlices.
+ENDPOINTSLICE_WEBHOOK_NAME: Final = "endpointslices.enforcer.kube-offload.io"
+ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
 
 
 def tenant_namespace(consumer_id: str) -> str:

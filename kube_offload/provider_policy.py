@@ -98,6 +98,10 @@ PROJECTED_SOURCES: tuple[str, ...] = ("configMap", "secret", "downwardAPI")
 # The imagePullPolicy of every container the enforcer makes: a cached private image is
 # never run without the pull credentials that would fetch it (docs/security.md).
 ENFORCED_IMAGE_PULL_POLICY = "Always"
+# Cloud metadata services an EndpointSlice may never name, beyond the link-local range
+# (169.254.169.254 and fe80::/10 are refused as link-local): AWS's IPv6 one and Alibaba's.
+# The chart's EndpointSlice ValidatingAdmissionPolicy lists the same (tests/unit pins it).
+METADATA_ADDRESSES: tuple[str, ...] = ("fd00:ec2::254/128", "100.100.100.200/32")
 # Priority class prefix the provider's system pods use: never grantable.
 SYSTEM_PRIORITY_PREFIX = "system-"
 # Twin namespace names the provider always keeps for itself.
@@ -125,7 +129,8 @@ class ServicePolicy:
 class EndpointPolicy:
     # Address ranges EndpointSlices may name besides the consumer's own pods in that twin:
     # the consumer's remapped local pod CIDR, typically. Never loopback, link-local,
-    # metadata, provider nodes, Services or API server, whatever is granted.
+    # metadata, provider nodes, Services or API server, whatever is granted (the chart's
+    # EndpointSlice ValidatingAdmissionPolicy and enforcer/endpointslice_policy.py).
     cidrs: tuple[str, ...] = ()
 
 
@@ -143,7 +148,10 @@ class IngressPolicy:
 @dataclass(frozen=True)
 class StoragePolicy:
     # storageClassName values a PVC (or a generic ephemeral volume) may name; empty: none,
-    # i.e. no claims at all. volumeName is never admitted.
+    # i.e. no claims at all. volumeName is never admitted. A claim naming no class gets
+    # the provider's default class (the API server fills it in before validation), so the
+    # default class is granted by its name like any other; with no default class, no class
+    # at all would bind pre-provisioned volumes, and is refused.
     classes: tuple[str, ...] = ()
     # The largest storage request of one claim ("" : no limit beyond the quota).
     max_claim_size: str = ""

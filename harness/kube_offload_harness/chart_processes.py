@@ -15,7 +15,7 @@ changes, and the pure functions below say exactly what:
 - the serving certificates are the harness's (for IP 127.0.0.1);
 - the CA a pod finds at :data:`SERVICE_ACCOUNT_CA` is given as a file.
 
-The remote chart registers the ShadowPod webhook through a Service, which no loopback
+The remote chart registers the enforcer's webhooks through a Service, which no loopback
 apiserver can reach: :func:`register_enforcer_webhook` points that registration at the
 process by URL, as ``kube-offload enforcer configuration --url`` would. A later
 ``helm upgrade`` of the remote release meets a URL it never wrote and is refused by the
@@ -88,9 +88,20 @@ def vkubelet_args(
     return [*args, "--kubelet-tls-cert", str(tls_cert), "--kubelet-tls-key", str(tls_key)]
 
 
-def url_client_config(port: int, ca_pem: bytes) -> dict:
-    """The ShadowPod webhook's clientConfig by URL, for the enforcer process on ``port``."""
-    return {"url": f"https://{LOOPBACK}:{port}{C.SHADOWPOD_WEBHOOK_PATH}", "caBundle": base64.b64encode(ca_pem).decode()}
+def url_client_config(port: int, ca_pem: bytes, path: str = C.SHADOWPOD_WEBHOOK_PATH) -> dict:
+    """A webhook's clientConfig by URL, for the enforcer process on ``port`` (the
+    ShadowPod webhook's unless ``path`` says otherwise)."""
+    return {"url": f"https://{LOOPBACK}:{port}{path}", "caBundle": base64.b64encode(ca_pem).decode()}
+
+
+def url_client_configs(registration: dict, port: int, ca_pem: bytes) -> list[dict]:
+    """The clientConfig by URL of each webhook of the enforcer's registration, each to
+    the path its Service reference names."""
+    configs = []
+    for webhook in registration.get("webhooks") or []:
+        service = (webhook.get("clientConfig") or {}).get("service") or {}
+        configs.append(url_client_config(port, ca_pem, service.get("path") or C.SHADOWPOD_WEBHOOK_PATH))
+    return configs
 
 
 # --- I/O: read the Deployment, start the process ----------------------------------------------
@@ -115,17 +126,19 @@ def start_enforcer(env: "Environment", remote: "Cluster", *, namespace: str, dep
     env._wait_https_ready(process, webhook_port)
 
 
-def register_enforcer_webhook(env: "Environment", remote: "Cluster", webhook_port: int) -> dict:
-    """Point the chart's ShadowPod webhook registration at the enforcer process; returns the
-    clientConfig it had (to put back before a ``helm upgrade``)."""
+def register_enforcer_webhook(env: "Environment", remote: "Cluster", webhook_port: int) -> list[dict]:
+    """Point the chart's registration of the enforcer's webhooks (ShadowPods,
+    EndpointSlices) at the enforcer process; returns the clientConfigs they had (to put
+    back before a ``helm upgrade``)."""
     current = remote.kubectl_json("get", "validatingwebhookconfiguration", C.SHADOWPOD_WEBHOOK_CONFIGURATION)
-    before = current["webhooks"][0]["clientConfig"]
-    set_enforcer_webhook_client_config(remote, url_client_config(webhook_port, (env.pki_dir / "ca.crt").read_bytes()))
+    before = [webhook["clientConfig"] for webhook in current["webhooks"]]
+    set_enforcer_webhook_client_config(remote, url_client_configs(current, webhook_port, (env.pki_dir / "ca.crt").read_bytes()))
     return before
 
 
-def set_enforcer_webhook_client_config(remote: "Cluster", client_config: dict) -> None:
-    patch = [{"op": "replace", "path": "/webhooks/0/clientConfig", "value": client_config}]
+def set_enforcer_webhook_client_config(remote: "Cluster", client_configs: list[dict]) -> None:
+    """Set the clientConfig of each webhook of the enforcer's registration, in order."""
+    patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig", "value": config} for i, config in enumerate(client_configs)]
     remote.kubectl("patch", "validatingwebhookconfiguration", C.SHADOWPOD_WEBHOOK_CONFIGURATION,
                    "--type=json", "-p", json.dumps(patch))
 

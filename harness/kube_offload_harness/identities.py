@@ -44,6 +44,11 @@ IDENTITY_KINDS = frozenset({
     # Not an identity, but what the vkubelet's storage loops serve: the chart's virtual
     # StorageClass (docs/storage.md).
     "StorageClass",
+    # Not identities either, but the provider's policy on what a consumer writes, checked
+    # by the API server itself: installed exactly as the chart renders them, so the e2e
+    # tests meet the same CEL a provider runs (templates/admission-policies.yaml).
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 })
 
 # Tokens last as long as a demo environment may be left running; the apiserver caps them
@@ -141,17 +146,19 @@ def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
 
 # The test consumer's provider policy (Consumer spec.policy): the safe defaults plus, by
 # name, what existing e2e tests need (docs/testing.md). Everything else a test wants
-# beyond the defaults it grants itself by patching the Consumer, and takes back.
+# beyond the defaults it grants itself by patching the Consumer, and takes back
+# (test_provider_policy_network.py narrows and widens it per module).
 TOLERATION_GRANTED_IN_TESTS = "e2e.kube-offload.io/extra"  # test_pod_updates adds it to a running pod
+E2E_INGRESS_CLASS = "e2e"  # test_reflection's Ingress
+E2E_INGRESS_DOMAIN = "e2e.example.com"
+E2E_STORAGE_CLASS = "local-path"  # the remote's real class (storage.py): test_stateful's claims
 E2E_POLICY: Mapping[str, Any] = {
     "pods": {"tolerations": [TOLERATION_GRANTED_IN_TESTS]},
     # The local pod range as the provider reaches it (cluster.LOCAL_POD_CIDR_REMAPPED):
     # reflected EndpointSlices of local pods.
     "endpoints": {"cidrs": ["10.200.0.0/16"]},
-    # test_reflection's Ingress: class e2e, hosts under e2e.example.com.
-    "ingress": {"hostDomains": ["e2e.example.com"], "classes": ["e2e"]},
-    # The remote's real class (storage.py LOCAL_PATH_CLASS): test_stateful's remote claims.
-    "storage": {"classes": ["local-path"]},
+    "ingress": {"hostDomains": [E2E_INGRESS_DOMAIN], "classes": [E2E_INGRESS_CLASS]},
+    "storage": {"classes": [E2E_STORAGE_CLASS]},
 }
 
 

@@ -347,3 +347,57 @@ def test_an_internal_failure_is_a_500_without_a_stack_trace(tls_files, session):
 def test_setup_errors_name_the_flag(settings, fragment):
     with pytest.raises(TLSSetupError, match=fragment):
         WebhookHTTPServer(settings, None)  # type: ignore[arg-type]
+
+
+# --- the EndpointSlice webhook on the same server --------------------------------------------------
+class PodIndex(Cache):
+    """Managed pods with the validator's IP index (the informer's, computed the same way)."""
+
+    def __init__(self, pods):
+        super().__init__({f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods})
+        self.funcs = {}
+
+    def add_indexer(self, name, func):
+        self.funcs[name] = func
+
+    def by_index(self, name, value):
+        return [p for p in self.objects.values() if value in self.funcs[name](p)]
+
+
+def slice_review(*addresses: str) -> dict:
+    body = review()
+    request = body["request"]
+    request["kind"] = {"group": "discovery.k8s.io", "version": "v1", "kind": "EndpointSlice"}
+    request["resource"] = {"group": "discovery.k8s.io", "version": "v1", "resource": "endpointslices"}
+    request["object"] = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "db-1", "namespace": NS},
+                         "addressType": "IPv4", "endpoints": [{"addresses": [a]} for a in addresses]}
+    return body
+
+
+@pytest.fixture(scope="module")
+def served_both(tls_files):
+    from enforcer.endpointslice_webhook import EndpointSliceValidator
+
+    shadowpods = Cache()
+    validator = ShadowPodValidator(shadowpods=shadowpods, caches=Caches(), dry_run=dry_run, ledger=Ledger(shadowpods.get))
+    pods = PodIndex([{"metadata": {"namespace": NS, "name": "web"}, "status": {"podIP": "10.0.0.7"}}])
+    nodes = Cache({"n1": {"metadata": {"name": "n1"}, "status": {"addresses": [{"type": "InternalIP", "address": "172.18.0.3"}]}}})
+    endpointslices = EndpointSliceValidator(caches=Caches(), pods=pods, nodes=nodes, service_cidrs=Cache(), api_server_slices=Cache())
+    server = WebhookHTTPServer(WebhookSettings(bind="127.0.0.1:0", tls_cert=str(tls_files.cert), tls_key=str(tls_files.key)),
+                               validator, endpointslices=endpointslices)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_endpointslices_have_their_own_path(served_both, session):
+    base = f"https://127.0.0.1:{served_both.port}"
+    own_pod = answer(post(session, base, slice_review("10.0.0.7"), path=c.ENDPOINTSLICE_WEBHOOK_PATH))
+    assert own_pod["allowed"] is True
+    node = answer(post(session, base, slice_review("172.18.0.3"), path=c.ENDPOINTSLICE_WEBHOOK_PATH))
+    assert node["allowed"] is False
+    assert "172.18.0.3 is an address of provider node n1" in node["status"]["message"]
+    # The ShadowPod path still judges ShadowPods only.
+    assert answer(post(session, base, review()))["allowed"] is True
+    wrong = answer(post(session, base, slice_review("172.18.0.3")))
+    assert wrong["allowed"] is True and "does not validate" in " ".join(wrong.get("warnings") or [])

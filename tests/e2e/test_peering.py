@@ -85,7 +85,7 @@ class Pair:
         }))
         self.stop_watching = threading.Event()
         self.watcher: threading.Thread | None = None
-        self.chart_client_config: dict = {}  # the remote chart's ShadowPod webhook registration
+        self.chart_client_config: list[dict] = []  # the remote chart's registration of the enforcer's webhooks
 
     # --- the CLI ---------------------------------------------------------------------------
     def argv(self, command: str, *extra: str) -> list[str]:

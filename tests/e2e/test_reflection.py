@@ -19,6 +19,7 @@ import pytest
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
+from kube_offload_harness.identities import E2E_INGRESS_CLASS
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 REFLECTOR_LABEL = "kube-offload.io/reflector"
@@ -261,7 +262,8 @@ def test_ingress_create_update_drift_delete(t):
     # Class and domain granted to the harness's consumer (harness identities.E2E_POLICY).
     def ingress(host: str) -> dict:
         return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "site"},
-                "spec": {"ingressClassName": "e2e",
+                # The class and domain the harness grants the e2e consumer (Consumer spec.policy.ingress).
+                "spec": {"ingressClassName": E2E_INGRESS_CLASS,
                          "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
                              "service": {"name": "web", "port": {"number": 80}}}}]}}]}}
 
@@ -270,7 +272,7 @@ def test_ingress_create_update_drift_delete(t):
     _apply(t.local, t.ns, ingress("b.e2e.example.com"))
     t.until_remote("ingress", "site", lambda o: o["spec"]["rules"][0]["host"] == "b.e2e.example.com", "updated")
     _patch(t.remote, "ingress", t.twin, "site", {"spec": {"ingressClassName": "other"}})
-    t.until_remote("ingress", "site", lambda o: o["spec"].get("ingressClassName") == "e2e", "drift overwritten")
+    t.until_remote("ingress", "site", lambda o: o["spec"].get("ingressClassName") == E2E_INGRESS_CLASS, "drift overwritten")
     t.local.kubectl("delete", "ingress", "site", "-n", t.ns)
     t.until_remote_gone("ingress", "site")
 

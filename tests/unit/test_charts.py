@@ -708,8 +708,12 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"list", "watch", "patch"},
         (C.SHADOWPOD_GROUP, f"{C.TWIN_NAMESPACE_PLURAL}/status"): {"patch"},
         ("", "serviceaccounts"): {"get", "list", "watch"},
+        ("networking.k8s.io", "servicecidrs"): {"list", "watch"},
         ("", "events"): {"create", "patch"},
     }
+    # The API server's addresses: EndpointSlices of namespace default only.
+    [api_server_role] = [r for r in find(remote_docs, "Role", "enforcer") if r["metadata"]["namespace"] == "default"]
+    assert rules_of(api_server_role) == {("discovery.k8s.io", "endpointslices"): {"list", "watch"}}
     # bind only on the consumer twin role, never on every ClusterRole
     [bind] = [r for r in enforcer["rules"] if r["resources"] == ["clusterroles"]]
     assert bind["resourceNames"] == [C.DEFAULT_CONSUMER_TWIN_ROLE]
@@ -753,11 +757,58 @@ def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
             "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"} <= set(container["args"])
     # The election Lease only, in the release namespace only.
-    [role] = find(remote_docs, "Role", "enforcer")
-    assert role["metadata"]["namespace"] == NAMESPACE
+    [role] = [r for r in find(remote_docs, "Role", "enforcer") if r["metadata"]["namespace"] == NAMESPACE]
     assert rules_of(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
-    [binding] = find(remote_docs, "RoleBinding", "enforcer")
-    assert binding["metadata"]["namespace"] == NAMESPACE and binding["roleRef"]["name"] == role["metadata"]["name"]
+    [binding] = [b for b in find(remote_docs, "RoleBinding", "enforcer") if b["metadata"]["namespace"] == NAMESPACE]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_enforcer_webhook_configuration_matches_its_registration(remote_docs: list[dict[str, Any]]) -> None:
+    from enforcer import registration
+    from kube_offload.webhook_target import ServiceRef, WebhookTarget
+
+    built = registration.validating_configuration(WebhookTarget(ca_bundle="", service=ServiceRef("ns", "svc", 443)))
+    [doc] = find(remote_docs, "ValidatingWebhookConfiguration", "enforcer")
+    assert len(doc["webhooks"]) == len(built["webhooks"])
+    ignored = ("clientConfig", "failurePolicy", "timeoutSeconds")
+    for chart_hook, python_hook in zip(doc["webhooks"], built["webhooks"]):
+        assert _without(chart_hook, *ignored) == _without(python_hook, *ignored), chart_hook["name"]
+        assert chart_hook["clientConfig"]["service"]["path"] == python_hook["clientConfig"]["service"]["path"]
+
+
+def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
+    from kube_offload.provider_policy import METADATA_ADDRESSES
+
+    docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}, {"name": "beta", "policy": {"services": {"types": ["NodePort"]}}}]})
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    kinds = {"services", "endpointslices", "ingresses", "persistentvolumeclaims"}
+    assert set(policies) == {f"kube-offload-consumer-{k}" for k in kinds}
+    for policy in policies.values():
+        spec = policy["spec"]
+        assert spec["failurePolicy"] == "Fail"
+        assert spec["paramKind"] == {"apiVersion": f"{C.DOMAIN}/{C.SHADOWPOD_VERSION}", "kind": C.CONSUMER_KIND}
+        # Only the consumer's writes: the PV binder and the EndpointSlice controller write there too.
+        [condition] = spec["matchConditions"]
+        assert "request.userInfo.username" in condition["expression"] and C.CONSUMER_SERVICE_ACCOUNT in condition["expression"]
+        assert {tuple(r["operations"]) for r in spec["matchConstraints"]["resourceRules"]} == {("CREATE", "UPDATE")}
+        # Every refusal names the policy key (or says no key widens it).
+        for validation in spec["validations"]:
+            assert "spec.policy" in validation["messageExpression"] or "no policy key" in validation["messageExpression"]
+    endpoint_variables = {v["name"]: v["expression"] for v in policies["kube-offload-consumer-endpointslices"]["spec"]["variables"]}
+    for address in METADATA_ADDRESSES:
+        assert f"'{address}'" in endpoint_variables["metadata"]
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert {b["metadata"]["name"] for b in bindings} == {f"kube-offload-consumer-{k}-{n}" for k in kinds for n in ("alpha", "beta")}
+    for binding in bindings:
+        consumer = binding["spec"]["paramRef"]["name"]
+        assert binding["spec"]["policyName"] in policies
+        assert binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+            "matchLabels": {C.LABEL_ORIGIN_CLUSTER_ID: consumer, C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}}
+    consumers = {d["metadata"]["name"]: d for d in docs if d["kind"] == C.CONSUMER_KIND}
+    assert "policy" not in consumers["alpha"]["spec"]  # absent: the safe defaults
+    assert consumers["beta"]["spec"]["policy"] == {"services": {"types": ["NodePort"]}}
 
 
 # --- rendered objects: wiring across templates ---------------------------------------

@@ -27,7 +27,7 @@ def test_the_configuration_by_url():
     config = validating_configuration(WebhookTarget(ca_bundle="Q0E=", url="https://127.0.0.1:9443/"))
     assert config["kind"] == "ValidatingWebhookConfiguration"
     assert config["metadata"]["name"] == c.SHADOWPOD_WEBHOOK_CONFIGURATION
-    (webhook,) = config["webhooks"]
+    webhook, endpointslices = config["webhooks"]
     assert webhook == {
         "name": c.SHADOWPOD_WEBHOOK_NAME,
         "clientConfig": {"url": f"https://127.0.0.1:9443{c.SHADOWPOD_WEBHOOK_PATH}", "caBundle": "Q0E="},
@@ -46,6 +46,15 @@ def test_the_configuration_by_url():
         "timeoutSeconds": 10,
         "admissionReviewVersions": ["v1"],
     }
+    # Consumers' EndpointSlices: only in twin namespaces, never the provider's controllers.
+    assert endpointslices["name"] == c.ENDPOINTSLICE_WEBHOOK_NAME
+    assert endpointslices["clientConfig"]["url"] == f"https://127.0.0.1:9443{c.ENDPOINTSLICE_WEBHOOK_PATH}"
+    assert endpointslices["rules"][0]["resources"] == ["endpointslices"]
+    assert endpointslices["rules"][0]["apiGroups"] == ["discovery.k8s.io"]
+    assert endpointslices["namespaceSelector"] == {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}}
+    assert endpointslices["failurePolicy"] == "Fail"
+    condition = endpointslices["matchConditions"][0]["expression"]
+    assert "system:serviceaccount:kube-system:endpointslice-controller" in condition
 
 
 def test_the_configuration_by_service():

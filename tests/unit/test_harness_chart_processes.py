@@ -79,6 +79,14 @@ def test_url_client_config_points_at_the_process_with_its_ca() -> None:
                       "caBundle": base64.b64encode(b"PEM").decode()}
 
 
+def test_url_client_configs_follow_each_webhook_path() -> None:
+    registration = {"webhooks": [{"clientConfig": {"service": {"path": C.SHADOWPOD_WEBHOOK_PATH}}},
+                                 {"clientConfig": {"service": {"path": C.ENDPOINTSLICE_WEBHOOK_PATH}}}]}
+    configs = cp.url_client_configs(registration, 4321, b"PEM")
+    assert [c["url"] for c in configs] == [f"https://127.0.0.1:4321{C.SHADOWPOD_WEBHOOK_PATH}",
+                                          f"https://127.0.0.1:4321{C.ENDPOINTSLICE_WEBHOOK_PATH}"]
+
+
 def test_deployment_identity_reads_args_and_service_account() -> None:
     template = {"serviceAccountName": "kube-offload-enforcer", "containers": [{"name": "enforcer", "args": ENFORCER}]}
     args, account = cp.deployment_identity(template, "kube-offload")
