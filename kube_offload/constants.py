@@ -85,6 +85,10 @@ ANNOTATION_DELETION_GRACE: Final = f"{DOMAIN}/deletion-grace-period-seconds"
 ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
 
 # --- Reflection ----------------------------------------------------------------------------
+# The type of the Secrets the vkubelet reflects ServiceAccount tokens as: never
+# kubernetes.io/service-account-token, which the provider refuses from a consumer (a token
+# of the provider's own would be minted into it; charts/kube-offload-remote admission-policies).
+REFLECTED_TOKEN_SECRET_TYPE: Final = f"{DOMAIN}/service-account-token"
 ANNOTATION_SKIP_REFLECTION: Final = f"{DOMAIN}/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION: Final = f"{DOMAIN}/allow-reflection"
 

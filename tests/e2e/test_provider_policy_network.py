@@ -260,3 +260,13 @@ def test_the_providers_own_writers_are_not_held_to_the_consumers_policy(remote: 
     # The provider's admin (and its controllers) write what they like in a twin.
     obj = service(type="NodePort", selector={"app": "admin"}) | {"metadata": {"name": unique("admin-svc"), "namespace": twin}}
     remote.apply(obj)
+
+
+# --- Secrets ---------------------------------------------------------------------------------------
+def test_a_service_account_token_secret_is_refused_but_an_ordinary_secret_is_not(remote: Cluster, consumer: Path, twin: str) -> None:
+    # The token controller would mint a token of the twin's ServiceAccount into it: a
+    # provider identity a consumer pod could mount as a plain secret volume.
+    token = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+             "metadata": {"annotations": {"kubernetes.io/service-account.name": "default"}}}
+    refused(remote, consumer, twin, token, "type: kubernetes.io/service-account-token", "no policy key widens this")
+    admitted(remote, consumer, twin, {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "stringData": {"k": "v"}})

@@ -781,7 +781,7 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
 
     docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}, {"name": "beta", "policy": {"services": {"types": ["NodePort"]}}}]})
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
-    kinds = {"services", "endpointslices", "ingresses", "persistentvolumeclaims"}
+    kinds = {"services", "endpointslices", "ingresses", "persistentvolumeclaims", "secrets"}
     assert set(policies) == {f"kube-offload-consumer-{k}" for k in kinds}
     for policy in policies.values():
         spec = policy["spec"]

@@ -26,7 +26,7 @@ from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE, never_reflected  # noqa: F401  (re-exported)
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-TOKEN_SECRET_TYPE = f"{c.DOMAIN}/service-account-token"
+TOKEN_SECRET_TYPE = c.REFLECTED_TOKEN_SECRET_TYPE
 # Annotations the PersistentVolume controller and the scheduler write on claims: they
 # describe one cluster's binding and provisioning, so they are neither copied from the
 # local claim nor taken away from the remote one.
