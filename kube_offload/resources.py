@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 ResourceList = dict[str, int]
 """Resource name -> amount in milli-units."""
@@ -333,49 +333,7 @@ def pod_requests(pod: Mapping[str, object]) -> ResourceList:
 
     Raises :class:`QuantityError` on a malformed pod or quantity.
     """
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    if spec is None:
-        spec = {}
-    if not isinstance(spec, Mapping):
-        raise QuantityError("pod spec must be an object")
-
-    requests: ResourceList = {}
-    for container in _containers(spec, "containers"):
-        for name, amount in _container_requests(container).items():
-            requests[name] = requests.get(name, 0) + amount
-
-    sidecars: ResourceList = {}
-    init_peak: ResourceList = {}
-    for container in _containers(spec, "initContainers"):
-        own = _container_requests(container)
-        if container.get("restartPolicy") == "Always":
-            for name, amount in own.items():
-                requests[name] = requests.get(name, 0) + amount
-                sidecars[name] = sidecars.get(name, 0) + amount
-            during = sidecars
-        else:
-            during = add(own, sidecars)
-        for name, amount in during.items():
-            if name not in init_peak or amount > init_peak[name]:
-                init_peak[name] = amount
-    for name, amount in init_peak.items():
-        if name not in requests or amount > requests[name]:
-            requests[name] = amount
-
-    pod_level = _requests_of(spec.get("resources"), "spec.resources")
-    for name, amount in pod_level.items():
-        if name in POD_LEVEL_RESOURCES or name.startswith(POD_LEVEL_PREFIXES):
-            requests[name] = amount
-
-    overhead = spec.get("overhead")
-    if overhead is not None:
-        try:
-            overhead_list = parse_resource_list(overhead)  # type: ignore[arg-type]
-        except QuantityError as exc:
-            raise QuantityError(f"spec.overhead: {exc}") from None
-        for name, amount in overhead_list.items():
-            requests[name] = requests.get(name, 0) + amount
-
+    requests = _pod_total(_pod_spec(pod), _container_requests, _requests_of)
     requests["pods"] = requests.get("pods", 0) + MILLI
     return requests
 
@@ -391,22 +349,44 @@ def pod_limits(pod: Mapping[str, object]) -> ResourceList:
     that counts the limit refuses such a pod, as ResourceQuota does). Raises
     :class:`QuantityError` on a malformed pod or quantity.
     """
+    return _pod_total(_pod_spec(pod), _container_limits, _limits_of)
+
+
+def _pod_spec(pod: Mapping[str, object]) -> Mapping[str, object]:
     spec = pod.get("spec") if isinstance(pod, Mapping) else None
     if spec is None:
         spec = {}
     if not isinstance(spec, Mapping):
         raise QuantityError("pod spec must be an object")
-    limits: ResourceList = {}
+    return spec
+
+
+def _container_limits(container: Mapping[str, object]) -> ResourceList:
+    return _limits_of(container.get("resources"), f"container {container.get('name')!r}")
+
+
+def _pod_total(
+    spec: Mapping[str, object],
+    of_container: Callable[[Mapping[str, object]], ResourceList],
+    of_resources: Callable[[object, str], ResourceList],
+) -> ResourceList:
+    """What :func:`pod_requests` and :func:`pod_limits` both compute, one reading of the
+    containers apart (component-helpers aggregates requests and limits alike): app
+    containers and sidecars summed, at least the init phase's peak, pod-level
+    ``spec.resources`` (read by ``of_resources``) replacing cpu, memory and hugepages, plus
+    ``spec.overhead``."""
+    total: ResourceList = {}
     for container in _containers(spec, "containers"):
-        for name, amount in _limits_of(container.get("resources"), f"container {container.get('name')!r}").items():
-            limits[name] = limits.get(name, 0) + amount
+        for name, amount in of_container(container).items():
+            total[name] = total.get(name, 0) + amount
+
     sidecars: ResourceList = {}
     init_peak: ResourceList = {}
     for container in _containers(spec, "initContainers"):
-        own = _limits_of(container.get("resources"), f"container {container.get('name')!r}")
+        own = of_container(container)
         if container.get("restartPolicy") == "Always":
             for name, amount in own.items():
-                limits[name] = limits.get(name, 0) + amount
+                total[name] = total.get(name, 0) + amount
                 sidecars[name] = sidecars.get(name, 0) + amount
             during = sidecars
         else:
@@ -415,11 +395,13 @@ def pod_limits(pod: Mapping[str, object]) -> ResourceList:
             if name not in init_peak or amount > init_peak[name]:
                 init_peak[name] = amount
     for name, amount in init_peak.items():
-        if name not in limits or amount > limits[name]:
-            limits[name] = amount
-    for name, amount in _limits_of(spec.get("resources"), "spec.resources").items():
+        if name not in total or amount > total[name]:
+            total[name] = amount
+
+    for name, amount in of_resources(spec.get("resources"), "spec.resources").items():
         if name in POD_LEVEL_RESOURCES or name.startswith(POD_LEVEL_PREFIXES):
-            limits[name] = amount
+            total[name] = amount
+
     overhead = spec.get("overhead")
     if overhead is not None:
         try:
@@ -427,8 +409,8 @@ def pod_limits(pod: Mapping[str, object]) -> ResourceList:
         except QuantityError as exc:
             raise QuantityError(f"spec.overhead: {exc}") from None
         for name, amount in overhead_list.items():
-            limits[name] = limits.get(name, 0) + amount
-    return limits
+            total[name] = total.get(name, 0) + amount
+    return total
 
 
 def containers_without_limit(pod: Mapping[str, object], resource: str) -> list[str]:
