@@ -341,6 +341,14 @@ class Cluster:
             raise ClusterError(f"`kubectl {' '.join(args)}` on {self.name} failed (exit {result.returncode}): {result.stderr.strip()}")
         return result
 
+    def kubectl_as(
+        self, kubeconfig: Path, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
+        """kubectl against this cluster as another identity (``kubeconfig``: a ServiceAccount's,
+        e.g. the consumer's), never raising: tests read the refusal."""
+        argv = [str(self.bins.kubectl), "--kubeconfig", str(kubeconfig), *args]
+        return subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, check=False, env=self.env())
+
     def kubectl_json(self, *args: str, timeout: float = 60) -> dict:
         return json.loads(self.kubectl(*args, "-o", "json", timeout=timeout).stdout)
 

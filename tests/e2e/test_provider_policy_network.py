@@ -32,12 +32,6 @@ MAX_CLAIM = "5Gi"
 WEBHOOK_DENIED = f'admission webhook "{c.ENDPOINTSLICE_WEBHOOK_NAME}" denied the request'
 
 
-def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(cluster.bins.kubectl), "--kubeconfig", str(kubeconfig), *args],
-        input=input, capture_output=True, text=True, timeout=60, env=cluster.env(), check=False,
-    )
-
 
 @pytest.fixture(scope="module")
 def consumer(offload_env: Environment, remote: Cluster) -> Path:
@@ -88,7 +82,7 @@ def create(remote: Cluster, consumer: Path, twin: str, obj: dict) -> subprocess.
     obj = copy.deepcopy(obj)
     obj.setdefault("metadata", {}).setdefault("name", unique(obj["kind"].lower()))
     obj["metadata"]["namespace"] = twin
-    return kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(obj))
+    return remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(obj))
 
 
 def refused(remote: Cluster, consumer: Path, twin: str, obj: dict, *expected: str) -> str:

@@ -11,7 +11,6 @@ TwinNamespace and writes Services there with its own token. Tests run in file or
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,6 @@ TWIN_KIND = f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}"
 QUOTA = c.TWIN_RESOURCEQUOTA_NAME
 SERVE_SECONDS = 90
 
-
-def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(cluster.bins.kubectl), "--kubeconfig", str(kubeconfig), *args],
-        input=input, capture_output=True, text=True, timeout=60, env=cluster.env(), check=False,
-    )
 
 
 def get(remote: Cluster, *args: str) -> dict | None:
@@ -88,7 +81,7 @@ def twin(remote: Cluster, consumer: Path, wait) -> str:
         "metadata": {"name": name, "namespace": TENANT},
         "spec": {"localNamespace": name},
     }
-    made = kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(request))
+    made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(request))
     assert made.returncode == 0, made.stderr
     wait(lambda: twin_status(remote, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
          what=f"twin {name} Ready")
@@ -110,9 +103,9 @@ def test_the_twin_gets_the_resourcequota_with_object_keys_only(remote: Cluster, 
 
 
 def test_a_second_service_is_refused_by_the_api_server_naming_the_quota(remote: Cluster, consumer: Path, twin: str) -> None:
-    first = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("first")))
+    first = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("first")))
     assert first.returncode == 0, first.stderr
-    second = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
+    second = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
     assert second.returncode != 0, "a second Service was admitted past count/services: 1"
     assert f"exceeded quota: {QUOTA}" in second.stderr, second.stderr
     assert "count/services" in second.stderr
@@ -120,12 +113,12 @@ def test_a_second_service_is_refused_by_the_api_server_naming_the_quota(remote: 
 
 
 def test_the_consumer_cannot_delete_or_edit_the_resourcequota(remote: Cluster, consumer: Path, twin: str) -> None:
-    deleted = kubectl_as(remote, consumer, "delete", "resourcequota", QUOTA, "-n", twin, "--wait=false")
+    deleted = remote.kubectl_as(consumer, "delete", "resourcequota", QUOTA, "-n", twin, "--wait=false")
     assert deleted.returncode != 0 and "forbidden" in deleted.stderr.lower(), deleted.stderr
-    patched = kubectl_as(remote, consumer, "patch", "resourcequota", QUOTA, "-n", twin, "--type=merge",
+    patched = remote.kubectl_as(consumer, "patch", "resourcequota", QUOTA, "-n", twin, "--type=merge",
                          "-p", json.dumps({"spec": {"hard": {"count/services": "100"}}}))
     assert patched.returncode != 0 and "forbidden" in patched.stderr.lower(), patched.stderr
-    made = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps({
+    made = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps({
         "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "mine"}, "spec": {"hard": {}}}))
     assert made.returncode != 0 and "forbidden" in made.stderr.lower(), made.stderr
     assert resourcequota(remote, twin)["spec"]["hard"] == {"count/services": "1"}
@@ -145,9 +138,9 @@ def test_raising_the_figure_on_the_consumer_lets_the_service_through(
     patch_consumer(remote, {"quota": {"count/services": "2", "cpu": "2"}})
     wait(lambda: counted(resourcequota(remote, twin), "count/services", "2"), timeout=30,
          what=f"ResourceQuota {QUOTA} in {twin} raised to 2 and counted")
-    second = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
+    second = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
     assert second.returncode == 0, second.stderr
-    third = kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("third")))
+    third = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("third")))
     assert third.returncode != 0 and f"exceeded quota: {QUOTA}" in third.stderr, third.stderr
 
 

@@ -35,12 +35,6 @@ PRIORITY_CLASS = "e2e-policy-batch"
 CONSUMER = f"{c.CONSUMER_PLURAL}.{c.DOMAIN}"
 
 
-def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(cluster.bins.kubectl), "--kubeconfig", str(kubeconfig), *args],
-        input=input, capture_output=True, text=True, timeout=60, env=cluster.env(), check=False,
-    )
-
 
 def shadowpod(name: str, **spec) -> dict:
     pod_spec = {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
@@ -95,7 +89,7 @@ def created(remote: Cluster, twin: str) -> Iterator[list[str]]:
 
 
 def create(remote: Cluster, consumer: Path, twin: str, obj: dict) -> subprocess.CompletedProcess:
-    return kubectl_as(remote, consumer, "create", "-n", twin, "-f", "-", input=json.dumps(obj))
+    return remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps(obj))
 
 
 def refused(result: subprocess.CompletedProcess, *fragments: str) -> str:

@@ -36,12 +36,6 @@ SHADOWPOD_KIND = f"{c.SHADOWPOD_PLURAL}.{c.DOMAIN}"
 SERVE_SECONDS = 90
 
 
-def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(cluster.bins.kubectl), "--kubeconfig", str(kubeconfig), *args],
-        input=input, capture_output=True, text=True, timeout=60, env=cluster.env(), check=False,
-    )
-
 
 def get(remote: Cluster, *args: str) -> dict | None:
     result = remote.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=False)
@@ -95,7 +89,7 @@ def consumer(offload_env: Environment, remote: Cluster) -> Path:
 def twin(remote: Cluster, consumer: Path, wait) -> str:
     """A twin of e2e-quota, asked for by the consumer itself and made by the enforcer."""
     name = f"{unique('q')}-{CONSUMER}"
-    made = kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
+    made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
     assert made.returncode == 0, made.stderr
     wait(lambda: twin_status(remote, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
          what=f"twin {name} Ready")
@@ -108,7 +102,7 @@ def create(remote: Cluster, consumer: Path, twin: str, obj: dict, *, dry: bool =
     """As the consumer; ``dry``: a server-side dry run (the webhook judges it, nothing is
     stored), to probe for a Consumer change the webhook's cache may not show yet."""
     extra = ("--dry-run=server",) if dry else ()
-    return kubectl_as(remote, consumer, "create", "-n", twin, *extra, "-f", "-", input=json.dumps(obj))
+    return remote.kubectl_as(consumer, "create", "-n", twin, *extra, "-f", "-", input=json.dumps(obj))
 
 
 def pod_of(remote: Cluster, twin: str, name: str) -> dict | None:
@@ -116,7 +110,7 @@ def pod_of(remote: Cluster, twin: str, name: str) -> dict | None:
 
 
 def delete_shadowpod(remote: Cluster, consumer: Path, twin: str, name: str, *extra: str) -> None:
-    result = kubectl_as(remote, consumer, "delete", SHADOWPOD_KIND, name, "-n", twin, "--wait=false", *extra)
+    result = remote.kubectl_as(consumer, "delete", SHADOWPOD_KIND, name, "-n", twin, "--wait=false", *extra)
     assert result.returncode == 0, result.stderr
 
 
@@ -125,14 +119,14 @@ def test_an_update_lowering_requests_is_refused_naming_the_field(remote: Cluster
     made = create(remote, consumer, twin, shadowpod("lower", cpu="200m"))
     assert made.returncode == 0, made.stderr
     try:
-        lowered = kubectl_as(remote, consumer, "patch", SHADOWPOD_KIND, "lower", "-n", twin, "--type=json", "-p", json.dumps(
+        lowered = remote.kubectl_as(consumer, "patch", SHADOWPOD_KIND, "lower", "-n", twin, "--type=json", "-p", json.dumps(
             [{"op": "replace", "path": "/spec/pod/spec/containers/0/resources/requests/cpu", "value": "100m"}]))
         assert lowered.returncode != 0, "an update lowering requests was admitted"
         assert DENIED in lowered.stderr
         assert "spec.pod.spec.containers[0].resources.requests.cpu: lowered from 200m to 100m" in lowered.stderr
         assert "the running pod keeps its old requests" in lowered.stderr
         # Raising stays possible (the higher figure counts), and so does any other change.
-        raised = kubectl_as(remote, consumer, "patch", SHADOWPOD_KIND, "lower", "-n", twin, "--type=json", "-p", json.dumps(
+        raised = remote.kubectl_as(consumer, "patch", SHADOWPOD_KIND, "lower", "-n", twin, "--type=json", "-p", json.dumps(
             [{"op": "replace", "path": "/spec/pod/spec/containers/0/resources/requests/cpu", "value": "300m"}]))
         assert raised.returncode == 0, raised.stderr
     finally:
@@ -147,11 +141,11 @@ def test_a_consumer_finalizer_is_refused_on_create_and_update(remote: Cluster, c
     made = create(remote, consumer, twin, shadowpod("plain"))
     assert made.returncode == 0, made.stderr
     try:
-        added = kubectl_as(remote, consumer, "patch", SHADOWPOD_KIND, "plain", "-n", twin, "--type=merge",
+        added = remote.kubectl_as(consumer, "patch", SHADOWPOD_KIND, "plain", "-n", twin, "--type=merge",
                            "-p", json.dumps({"metadata": {"finalizers": ["example.com/keep"]}}))
         assert added.returncode != 0 and DENIED in added.stderr and "metadata.finalizers" in added.stderr
         # Other metadata stays the consumer's to change.
-        labelled = kubectl_as(remote, consumer, "label", SHADOWPOD_KIND, "plain", "-n", twin, "tier=web")
+        labelled = remote.kubectl_as(consumer, "label", SHADOWPOD_KIND, "plain", "-n", twin, "tier=web")
         assert labelled.returncode == 0, labelled.stderr
     finally:
         delete_shadowpod(remote, consumer, twin, "plain")
@@ -227,7 +221,7 @@ def test_twin_names_outside_the_plan_are_refused_where_the_consumer_looks(remote
         f"kube-x-{CONSUMER}": "reserved by the provider for itself",
     }
     for name, fragment in cases.items():
-        made = kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
+        made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
         assert made.returncode == 0, made.stderr
     for name, fragment in cases.items():
         status = wait(lambda n=name: twin_status(remote, n) if twin_status(remote, n).get("phase") else None,
@@ -235,35 +229,35 @@ def test_twin_names_outside_the_plan_are_refused_where_the_consumer_looks(remote
         assert status["phase"] == c.TWIN_PHASE_REFUSED and fragment in status["message"], status
         made_for_us = ((get(remote, "namespace", name) or {}).get("metadata") or {}).get("labels", {})
         assert made_for_us.get(c.LABEL_ORIGIN_CLUSTER_ID) != CONSUMER, f"namespace {name} was made for the consumer"
-        kubectl_as(remote, consumer, "delete", TWIN_KIND, name, "-n", TENANT, "--wait=false")
+        remote.kubectl_as(consumer, "delete", TWIN_KIND, name, "-n", TENANT, "--wait=false")
 
 
 def test_the_maximum_of_twins_is_held(remote: Cluster, consumer: Path, twin: str, wait) -> None:
     patch_consumer(remote, {"policy": {"twinNamespaces": {"maxCount": 2}}})
     second, third = f"{unique('q2')}-{CONSUMER}", f"{unique('q3')}-{CONSUMER}"
     try:
-        assert kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(twin_request(second))).returncode == 0
+        assert remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(second))).returncode == 0
         wait(lambda: twin_status(remote, second).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
              what="the second twin Ready")
-        assert kubectl_as(remote, consumer, "create", "-f", "-", input=json.dumps(twin_request(third))).returncode == 0
+        assert remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(third))).returncode == 0
         status = wait(lambda: twin_status(remote, third) if twin_status(remote, third).get("phase") == c.TWIN_PHASE_REFUSED
                       else None, timeout=SERVE_SECONDS, what="the third twin refused")
         assert "maximum of 2 twin namespaces" in status["message"] and "spec.policy.twinNamespaces.maxCount" in status["message"]
         assert get(remote, "namespace", third) is None
         # A place freed is given to the waiting request.
-        kubectl_as(remote, consumer, "delete", TWIN_KIND, second, "-n", TENANT, "--wait=false")
+        remote.kubectl_as(consumer, "delete", TWIN_KIND, second, "-n", TENANT, "--wait=false")
         wait(lambda: twin_status(remote, third).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS * 2,
              what="the third twin served once the second is gone")
     finally:
         for name in (second, third):
-            kubectl_as(remote, consumer, "delete", TWIN_KIND, name, "-n", TENANT, "--wait=false")
+            remote.kubectl_as(consumer, "delete", TWIN_KIND, name, "-n", TENANT, "--wait=false")
         patch_consumer(remote, {"policy": None})
 
 
 # --- Consumer.status says less --------------------------------------------------------------------
 def test_consumer_status_has_capacity_shapes_and_no_node_names(remote: Cluster, consumer: Path, wait) -> None:
     def published() -> dict | None:
-        result = kubectl_as(remote, consumer, "get", CONSUMER_KIND, CONSUMER, "-o", "json")
+        result = remote.kubectl_as(consumer, "get", CONSUMER_KIND, CONSUMER, "-o", "json")
         assert result.returncode == 0, result.stderr
         status = json.loads(result.stdout).get("status") or {}
         return status if (status.get("capacity") or {}).get("freeShapes") else None

@@ -16,7 +16,6 @@ its ServiceAccount.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,12 +28,6 @@ from kube_offload_harness.naming import unique
 LOCAL_ID = "local"
 IMAGE = "registry.k8s.io/pause:3.10"
 
-
-def kubectl_as(cluster: Cluster, kubeconfig: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(cluster.bins.kubectl), "--kubeconfig", str(kubeconfig), *args],
-        input=input, capture_output=True, text=True, timeout=60, env=cluster.env(), check=False,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -95,23 +88,23 @@ def test_consumer_cannot_reach_outside_its_namespaces(remote: Cluster, consumer:
         ("auth", "can-i", "list", "nodes"),
         ("auth", "can-i", "create", "shadowpods.kube-offload.io", "-n", "default"),
     ):
-        result = kubectl_as(remote, consumer, *args)
+        result = remote.kubectl_as(consumer, *args)
         assert result.stdout.strip() == "no", f"consumer can {' '.join(args[2:])}: {result.stdout}{result.stderr}"
 
     # Not only what RBAC says: the real requests are refused.
-    read = kubectl_as(remote, consumer, "get", "secrets", "-n", "kube-system")
+    read = remote.kubectl_as(consumer, "get", "secrets", "-n", "kube-system")
     assert read.returncode != 0 and "forbidden" in read.stderr.lower()
-    made = kubectl_as(remote, consumer, "create", "namespace", unique("sneaky"))
+    made = remote.kubectl_as(consumer, "create", "namespace", unique("sneaky"))
     assert made.returncode != 0 and "forbidden" in made.stderr.lower()
-    run = kubectl_as(remote, consumer, "run", unique("x"), "-n", "kube-system", f"--image={IMAGE}")
+    run = remote.kubectl_as(consumer, "run", unique("x"), "-n", "kube-system", f"--image={IMAGE}")
     assert run.returncode != 0 and "forbidden" in run.stderr.lower()
 
     # What it may do: request twins in its tenant namespace, read its own Consumer.
     tenant = c.tenant_namespace(LOCAL_ID)
-    assert kubectl_as(remote, consumer, "auth", "can-i", "create", "twinnamespaces.kube-offload.io", "-n", tenant).stdout.strip() == "yes"
-    own = kubectl_as(remote, consumer, "get", "consumers.kube-offload.io", LOCAL_ID, "-o", "json")
+    assert remote.kubectl_as(consumer, "auth", "can-i", "create", "twinnamespaces.kube-offload.io", "-n", tenant).stdout.strip() == "yes"
+    own = remote.kubectl_as(consumer, "get", "consumers.kube-offload.io", LOCAL_ID, "-o", "json")
     assert own.returncode == 0, own.stderr
-    other = kubectl_as(remote, consumer, "get", "consumers.kube-offload.io")
+    other = remote.kubectl_as(consumer, "get", "consumers.kube-offload.io")
     assert other.returncode != 0, "a consumer must not list every Consumer"
 
 
@@ -129,9 +122,9 @@ def test_offloading_works_and_twin_is_the_providers(local: Cluster, remote: Clus
         assert labels[c.LABEL_PSA_ENFORCE] == c.DEFAULT_PSA_LEVEL
         # The consumer works inside its twin, and only there.
         twin_name = f"{ns}-{LOCAL_ID}"
-        assert kubectl_as(remote, consumer, "auth", "can-i", "list", "secrets", "-n", twin_name).stdout.strip() == "yes"
-        assert kubectl_as(remote, consumer, "auth", "can-i", "create", "pods", "-n", twin_name).stdout.strip() == "no"
-        assert kubectl_as(remote, consumer, "auth", "can-i", "patch", f"namespaces/{twin_name}").stdout.strip() == "no"
+        assert remote.kubectl_as(consumer, "auth", "can-i", "list", "secrets", "-n", twin_name).stdout.strip() == "yes"
+        assert remote.kubectl_as(consumer, "auth", "can-i", "create", "pods", "-n", twin_name).stdout.strip() == "no"
+        assert remote.kubectl_as(consumer, "auth", "can-i", "patch", f"namespaces/{twin_name}").stdout.strip() == "no"
     finally:
         local.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
@@ -214,7 +207,7 @@ def test_a_second_consumer_cannot_touch_the_first(local: Cluster, remote: Cluste
             ("get", "twinnamespaces", "-n", c.tenant_namespace(LOCAL_ID)),
             ("get", "consumer", LOCAL_ID),
         ):
-            result = kubectl_as(remote, intruder, *args)
+            result = remote.kubectl_as(intruder, *args)
             assert result.returncode != 0 and "forbidden" in result.stderr.lower(), f"intruder could {args}: {result.stdout}"
 
         # Asking the provider for the first consumer's namespace is refused, never adopted.
@@ -224,15 +217,15 @@ def test_a_second_consumer_cannot_touch_the_first(local: Cluster, remote: Cluste
             "metadata": {"name": twin_name, "namespace": c.tenant_namespace("intruder")},
             "spec": {"localNamespace": ns},
         }
-        made = kubectl_as(remote, intruder, "apply", "-f", "-", input=json.dumps(request))
+        made = remote.kubectl_as(intruder, "apply", "-f", "-", input=json.dumps(request))
         assert made.returncode == 0, made.stderr
-        phase = wait(lambda: kubectl_as(remote, intruder, "get", "twinnamespace", twin_name, "-n", c.tenant_namespace("intruder"),
+        phase = wait(lambda: remote.kubectl_as(intruder, "get", "twinnamespace", twin_name, "-n", c.tenant_namespace("intruder"),
                                         "-o", "jsonpath={.status.phase}").stdout or None, timeout=60, what="the intruder's request answered")
         assert phase == c.TWIN_PHASE_REFUSED
         labels = remote.kubectl_json("get", "namespace", twin_name)["metadata"]["labels"]
         assert labels[c.LABEL_ORIGIN_CLUSTER_ID] == LOCAL_ID
         # Withdrawing its refused request must not take the first consumer's namespace along.
-        kubectl_as(remote, intruder, "delete", "twinnamespace", twin_name, "-n", c.tenant_namespace("intruder"), "--wait=true")
+        remote.kubectl_as(intruder, "delete", "twinnamespace", twin_name, "-n", c.tenant_namespace("intruder"), "--wait=true")
         assert remote.kubectl("get", "namespace", twin_name, check=False).returncode == 0, "the intruder's delete removed the first consumer's namespace"
     finally:
         local.kubectl("delete", "namespace", ns, "--wait=false", check=False)
