@@ -297,15 +297,21 @@ class Cluster:
                 "name": component,
                 "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
             })
-        # Every apiserver presents the harness's kubelet client certificate: the virtual
-        # node's kubelet API (local) and a real node's kubelet (any cluster,
-        # real_node.py) refuse anonymous callers.
+        # Every apiserver of an Environment presents the harness's kubelet client
+        # certificate: the virtual node's kubelet API (local) and a real node's kubelet
+        # (any cluster, real_node.py) refuse anonymous callers. A cluster a test makes on
+        # its own (test_enforcer.py, the informer tests) has no such certificate and only
+        # kwok's nodes: naming a missing file would keep its apiserver from starting.
         pki = self.state_dir / "pki"
+        client_cert = pki / "apiserver-kubelet-client.crt"
+        kubelet_client = [
+            {"key": "kubelet-client-certificate", "value": str(client_cert), "override": False},
+            {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+        ] if client_cert.exists() else []
         patches.append({
             "name": "kube-apiserver",
             "extraArgs": [
-                {"key": "kubelet-client-certificate", "value": str(pki / "apiserver-kubelet-client.crt"), "override": False},
-                {"key": "kubelet-client-key", "value": str(pki / "apiserver-kubelet-client.key"), "override": False},
+                *kubelet_client,
                 # kubeadm's order. The default puts Hostname first, and a real node's
                 # hostname is resolved through the machine's DNS server: an address the
                 # harness must never send to. kwok's and the virtual nodes report an
