@@ -113,22 +113,22 @@ def toleration_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list
 # --- node selection ------------------------------------------------------------------------------
 def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: str) -> list[str]:
     problems = []
-    selector = _mapping(spec, "nodeSelector", POD_SPEC)
+    selector = field_mapping(spec, "nodeSelector", POD_SPEC)
     for key in selector:
         if pp.reserved_node_key(str(key), policy):
             problems.append(_reserved_key_problem(f"{POD_SPEC}.nodeSelector[{key}]", str(key), policy, "select nodes by"))
 
-    affinity = _mapping(spec, "affinity", POD_SPEC)
-    node_affinity = _mapping(affinity, "nodeAffinity", f"{POD_SPEC}.affinity")
+    affinity = field_mapping(spec, "affinity", POD_SPEC)
+    node_affinity = field_mapping(affinity, "nodeAffinity", f"{POD_SPEC}.affinity")
     base = f"{POD_SPEC}.affinity.nodeAffinity"
-    required = _mapping(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", base)
+    required = field_mapping(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", base)
     terms = [
         (f"{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]", term)
         for i, term in _items(required, "nodeSelectorTerms", f"{base}.requiredDuringSchedulingIgnoredDuringExecution")
     ]
     for i, preferred in _items(node_affinity, "preferredDuringSchedulingIgnoredDuringExecution", base):
         path = f"{base}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-        terms.append((f"{path}.preference", _mapping(preferred, "preference", path)))
+        terms.append((f"{path}.preference", field_mapping(preferred, "preference", path)))
     for path, term in terms:
         for j, expression in _items(term, "matchExpressions", path):
             key = str(expression.get("key") or "")
@@ -148,14 +148,14 @@ def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: st
 
     for kind in ("podAffinity", "podAntiAffinity"):
         kind_path = f"{POD_SPEC}.affinity.{kind}"
-        pod_affinity = _mapping(affinity, kind, f"{POD_SPEC}.affinity")
+        pod_affinity = field_mapping(affinity, kind, f"{POD_SPEC}.affinity")
         pod_terms = [
             (f"{kind_path}.requiredDuringSchedulingIgnoredDuringExecution[{i}]", term)
             for i, term in _items(pod_affinity, "requiredDuringSchedulingIgnoredDuringExecution", kind_path)
         ]
         for i, weighted in _items(pod_affinity, "preferredDuringSchedulingIgnoredDuringExecution", kind_path):
             path = f"{kind_path}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            pod_terms.append((f"{path}.podAffinityTerm", _mapping(weighted, "podAffinityTerm", path)))
+            pod_terms.append((f"{path}.podAffinityTerm", field_mapping(weighted, "podAffinityTerm", path)))
         for path, term in pod_terms:
             key = str(term.get("topologyKey") or "")
             if pp.reserved_topology_key(key, policy):
@@ -219,8 +219,8 @@ def volume_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list[str
 def _ephemeral_problems(field: str, name: Any, ephemeral: Any, policy: ProviderPolicy, who: str) -> list[str]:
     if not isinstance(ephemeral, Mapping):
         raise Invalid(f"{field}: must be an object")
-    template = _mapping(ephemeral, "volumeClaimTemplate", field)
-    claim = _mapping(template, "spec", f"{field}.volumeClaimTemplate")
+    template = field_mapping(ephemeral, "volumeClaimTemplate", field)
+    claim = field_mapping(template, "spec", f"{field}.volumeClaimTemplate")
     class_field = f"{field}.volumeClaimTemplate.spec.storageClassName"
     storage_class = claim.get("storageClassName")
     if claim.get("volumeName"):
@@ -274,7 +274,7 @@ def metadata_problems(metadata: Mapping, policy: ProviderPolicy, who: str) -> li
     denied = (*pp.ALWAYS_DENIED_METADATA_PREFIXES, *policy.pods.denied_metadata_prefixes)
     problems = []
     for kind in ("labels", "annotations"):
-        for key in _mapping(metadata, kind, POD_METADATA):
+        for key in field_mapping(metadata, kind, POD_METADATA):
             key = str(key)
             if key in pp.CONSUMER_METADATA_KEYS:
                 continue
@@ -289,7 +289,9 @@ def metadata_problems(metadata: Mapping, policy: ProviderPolicy, who: str) -> li
 
 
 # --- reading the template ------------------------------------------------------------------------
-def _mapping(parent: Mapping, key: str, path: str) -> Mapping:
+def field_mapping(parent: Mapping, key: str, path: str) -> Mapping:
+    """``parent[key]`` as an object ({} when absent), or Invalid naming ``path.key``
+    (shared with enforcer.validation, which reads the same template)."""
     value = parent.get(key)
     if value is None:
         return {}

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 from enforcer import pod_policy, quota_rules
-from enforcer.pod_policy import Invalid
+from enforcer.pod_policy import Invalid, field_mapping as _mapping
 from enforcer.quota import consumer_quota, live_shadowpod, pod_charges, shadowpod_requests, twin_owner
 from enforcer.tenancy import consumer_name, pod_security_level, service_account_username
 from kube_offload import constants as c
@@ -386,15 +386,6 @@ def _containers(spec: Mapping) -> Iterator[tuple[str, Mapping]]:
             if not isinstance(container, Mapping):
                 raise Invalid(f"{path}: must be an object")
             yield path, container
-
-
-def _mapping(parent: Mapping, key: str, path: str) -> Mapping:
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise Invalid(f"{path}.{key}: must be an object")
-    return value
 
 
 def _windows_options(owner: Mapping, path: str) -> Mapping:
