@@ -45,7 +45,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
@@ -299,6 +299,23 @@ def _fit_node_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note])
         spec.pop("affinity")
 
 
+def _without_reserved_topology(
+    items: list, path: str, policy: pp.ProviderPolicy, notes: list[Note], *, term_of: Callable[[Any], Mapping[str, Any]]
+) -> list:
+    """``items`` without those whose ``topologyKey`` (read from ``term_of(item)``) the
+    provider reserves, a note for each one dropped: spread constraints and pod
+    (anti-)affinity terms are judged alike."""
+    kept = []
+    for index, item in enumerate(items):
+        key = str(term_of(item).get("topologyKey") or "")
+        if pp.reserved_topology_key(key, policy):
+            where = f"{path}[{index}]"
+            notes.append(Note(where, f"{where} (topologyKey {key}) dropped: {_reserved_why(key)}"))
+        else:
+            kept.append(item)
+    return kept
+
+
 def _fit_pod_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     affinity = spec.get("affinity")
     if not isinstance(affinity, dict):
@@ -311,15 +328,11 @@ def _fit_pod_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) 
             terms = section.get(when)
             if not isinstance(terms, list):
                 continue
-            kept = []
-            for index, item in enumerate(terms):
-                term = item.get("podAffinityTerm") or {} if when.startswith("preferred") else item
-                key = str(term.get("topologyKey") or "")
-                if pp.reserved_topology_key(key, policy):
-                    path = f"spec.affinity.{kind}.{when}[{index}]"
-                    notes.append(Note(path, f"{path} (topologyKey {key}) dropped: {_reserved_why(key)}"))
-                else:
-                    kept.append(item)
+            preferred = when.startswith("preferred")
+            kept = _without_reserved_topology(
+                terms, f"spec.affinity.{kind}.{when}", policy, notes,
+                term_of=lambda item: item.get("podAffinityTerm") or {} if preferred else item,
+            )
             if len(kept) == len(terms):
                 continue  # untouched, as the user wrote it (an empty list included)
             if kept:
@@ -336,14 +349,7 @@ def _fit_topology_spread(spec: dict, policy: pp.ProviderPolicy, notes: list[Note
     constraints = spec.get("topologySpreadConstraints")
     if not isinstance(constraints, list):
         return
-    kept = []
-    for index, constraint in enumerate(constraints):
-        key = str(constraint.get("topologyKey") or "")
-        if pp.reserved_topology_key(key, policy):
-            path = f"spec.topologySpreadConstraints[{index}]"
-            notes.append(Note(path, f"{path} (topologyKey {key}) dropped: {_reserved_why(key)}"))
-        else:
-            kept.append(constraint)
+    kept = _without_reserved_topology(constraints, "spec.topologySpreadConstraints", policy, notes, term_of=lambda item: item)
     if len(kept) == len(constraints):
         return
     if kept:
