@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from kube_offload_harness.binaries import BuildError
-from kube_offload_harness.cluster import ClusterError, Environment, default_state_dir, default_topology
+from kube_offload_harness import metrics_server
+from kube_offload_harness.cluster import ClusterError, Environment, Topology, default_state_dir, default_topology
 from kube_offload.runtime.flags import add_flag
 
 COMPONENT = "cluster"
@@ -39,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(up, COMPONENT, "--real-nodes", default=False, type=bool,
              help="add one real node (kubelet + containerd + runc in its own network namespace, as root) "
                   "to every cluster, beside kwok's; see docs/real-nodes.md")
+    add_flag(up, COMPONENT, "--metrics-server", default=True, type=bool,
+             help="run metrics-server in every cluster, so that `kubectl top` answers (docs/metrics.md); "
+                  "false: save its CPU when no one asks for metrics")
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop our processes and delete the clusters")
@@ -71,6 +75,8 @@ def _up(args: argparse.Namespace) -> int:
     topology.real_nodes = args.real_nodes
     try:
         env.up(topology)
+        if args.metrics_server:
+            _start_metrics_servers(env, topology)
     except (ClusterError, BuildError) as exc:
         print(f"kube-offload: {exc}", file=sys.stderr)
         print("kube-offload: leaving what was started in place for inspection; "
@@ -79,6 +85,21 @@ def _up(args: argparse.Namespace) -> int:
     for line in env.status():
         print(line)
     return 0
+
+
+def _start_metrics_servers(env: Environment, topology: Topology) -> None:
+    """What the demo's `kubectl top` step needs, there as soon as the clusters are: a user
+    who runs `kubectl top` after `cluster up` gets figures, not "Metrics API not available"."""
+    for spec in topology.clusters():
+        cluster = env.cluster(spec)
+        record = env.processes.get(metrics_server.process_name(spec.cluster_id))
+        if record is not None and record.running():
+            continue
+        env.say(f"- starting metrics-server for {spec.name}")
+        try:
+            metrics_server.start(env, cluster)
+        except RuntimeError as exc:
+            raise ClusterError(str(exc)) from exc
 
 
 def _down(args: argparse.Namespace) -> int:
