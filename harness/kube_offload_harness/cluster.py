@@ -41,7 +41,7 @@ import yaml
 import kube_offload
 from kube_offload_harness.binaries import Binaries, NodeBinaries, ensure_binaries, ensure_node_binaries
 from kube_offload_harness import identities, storage
-from kube_offload_harness import metrics_server
+from kube_offload_harness import fabric, metrics_server
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.processes import ProcessTable
 
@@ -523,6 +523,8 @@ class Environment:
             self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
             self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
                 topology.local.cluster_id, node_labels=spec.labels, policy=identities.E2E_POLICY))
+        if topology.real_nodes and topology.remotes:
+            self.connect_fabric(topology)
 
         self.say(f"- starting webhook on https://127.0.0.1:{topology.webhook_port} and extender on https://127.0.0.1:{topology.extender_port}")
         self.start_webhook(topology, local)
@@ -555,11 +557,17 @@ class Environment:
     def _assign_real_node_slots(self, topology: Topology) -> None:
         from kube_offload_harness import netns, real_node_config
 
+        # A slot is owned by whoever creates its namespace: made here, before anything else
+        # of the node, so that an environment starting at the same time takes another slot
+        # (and its `down` never removes ours). topology.json is written right after.
         used = netns.list_netns()
         for spec in topology.clusters():
-            if spec.real_node_slot < 0:
-                spec.real_node_slot = real_node_config.free_slot(used)
-            used.append(f"{real_node_config.NETNS_PREFIX}{spec.real_node_slot}")
+            while spec.real_node_slot < 0:
+                slot = real_node_config.free_slot(used)
+                name = f"{real_node_config.NETNS_PREFIX}{slot}"
+                used.append(name)
+                if netns.reserve_netns(name):
+                    spec.real_node_slot = slot
 
     def real_node(self, spec: ClusterSpec) -> "RealNode":
         from kube_offload_harness import real_node, real_node_config
@@ -578,6 +586,7 @@ class Environment:
     def start_real_node(self, spec: ClusterSpec) -> None:
         """containerd + kubelet in a namespace of their own, registered with ``spec``'s
         apiserver; returns once the node is Ready."""
+        from kube_offload_harness import netns
         from kube_offload_harness.real_node import RealNodeError
 
         cluster = self.cluster(spec)
@@ -595,9 +604,33 @@ class Environment:
             node.up(admin_kubeconfig=cluster.kubeconfig, kwok_pki=cluster.kwok_workdir / "clusters" / spec.name / "pki",
                     client_ca_file=self.pki_dir / "kubelet-client-ca.crt")
             node.wait_ready(cluster.kubectl)
-        except RealNodeError as exc:
+        except (RealNodeError, netns.NetnsError) as exc:
             raise ClusterError(str(exc)) from None
         self.say(f"- {spec.name}: real node {node.plan.node_name} Ready")
+
+    def fabric_member(self, spec: ClusterSpec) -> "fabric.Member":
+        plan = self.real_node(spec).plan
+        return fabric.Member(plan.netns, plan.slot, plan.pod_cidr)
+
+    def connect_fabric(self, topology: Topology) -> None:
+        """Join the local real node's pod network to each remote's (fabric.py): what a
+        network fabric does between real clusters, inside the nodes' namespaces only. The
+        namespaces' deletion by ``down`` removes it."""
+        from kube_offload_harness import netns
+
+        local = self.fabric_member(topology.local)
+        for link in fabric.links_for(local, [self.fabric_member(spec) for spec in topology.remotes]):
+            try:
+                fabric.connect(link, netns.in_netns)
+            except netns.NetnsError as exc:
+                raise ClusterError(f"fabric link {link.name('a')} ({link.a.netns} <-> {link.b.netns}): {exc}") from None
+            self.say(f"- fabric: pods of {link.a.netns} and {link.b.netns} reach each other as "
+                     f"{fabric.remapped_pod_cidr(link.a.slot)} / {fabric.remapped_pod_cidr(link.b.slot)} "
+                     f"(link {link.name('a')}, NETMAP; docs/real-nodes.md)")
+
+    def fabric_remapping_args(self, topology: Topology, spec: ClusterSpec) -> list[str]:
+        """The virtual kubelet flags for remote ``spec`` that show what the fabric does."""
+        return fabric.remapping_args(self.fabric_member(topology.local), self.fabric_member(spec))
 
     @property
     def kernel_tunables_record(self) -> Path:

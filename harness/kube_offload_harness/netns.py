@@ -51,10 +51,19 @@ def link_exists(name: str, netns: str | None = None) -> bool:
     return _ip(*args, "link", "show", "dev", name, check=False).returncode == 0
 
 
+def reserve_netns(name: str) -> bool:
+    """Create namespace ``name`` if no one has: True when this call made it. `ip netns add`
+    fails when the name exists, so two environments choosing slots at the same moment
+    never both own one (a slot is its namespace)."""
+    return _ip("netns", "add", name, check=False).returncode == 0
+
+
 def create_node_network(netns: str, veth_host: str, veth_node: str, host_cidr: str, node_cidr: str) -> None:
     """A namespace joined to the machine by one veth pair with an address at each end;
-    forwarding on inside it only (the setting is per namespace; the machine's stays 0)."""
-    _ip("netns", "add", netns)
+    forwarding on inside it only (the setting is per namespace; the machine's stays 0).
+    The namespace itself was made when its slot was reserved (:func:`reserve_netns`)."""
+    if netns not in list_netns():
+        _ip("netns", "add", netns)
     _ip("link", "add", veth_host, "type", "veth", "peer", "name", veth_node)
     _ip("link", "set", veth_node, "netns", netns)
     # IPv4 only: no IPv6 link-local addresses, router solicitations or neighbour discovery

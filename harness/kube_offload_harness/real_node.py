@@ -152,8 +152,8 @@ class RealNode:
     # --- up ---------------------------------------------------------------------------
     def up(self, *, admin_kubeconfig: Path, kwok_pki: Path, client_ca_file: Path) -> None:
         plan = self.plan
-        # The slot is free (its namespace does not exist): whatever a crashed run of the
-        # same slot left in the runtime directory is stale.
+        # The slot is this environment's (it made the slot's namespace when it chose it):
+        # whatever a crashed run of the same slot left in the runtime directory is stale.
         netns.unmount_under(plan.runtime_dir)
         subprocess.run(["rm", "-rf", "--one-file-system", str(plan.runtime_dir)], check=False)
         for directory in (plan.containerd_root.parent, plan.kubelet_root, plan.runc_root):
