@@ -4,14 +4,16 @@ beside kwok's simulated nodes (docs/real-nodes.md).
 
     machine namespace                         node namespace kon-<slot>
     kube-apiserver 127.0.0.1:<port>  <-----   netns_forward 127.0.0.1:<port>  <- kubelet
+      ^  <- netns_forward 172.31.250.4k+1:<port>  <----  pods -> 10.0.0.1:443 (kube-proxy DNAT)
     (kubelet client cert)  --- veth kon<slot>h 172.31.250.x/30 --->  kubelet :10250
-                                                                     containerd (own socket)
+    route 172.31.k.0/24 via the node end  ------------------------>  containerd (own socket)
                                                                      bridge konbr0 -> pods
 
 What ``up`` creates it records (processes in the ProcessTable; the rest is named by the
 slot); ``down`` removes exactly that: kube-proxy, the kubelet, the containers (every
 process in the node's cgroup), the shims of the node's containerd, containerd, the
-forwarder, every mount under the node's directories, its cgroups, its namespace and veth.
+forwarders, every mount under the node's directories, its cgroups, the route to its pods,
+its namespace and veth.
 :func:`leftovers` lists whatever of it still exists (the teardown test's check).
 """
 
@@ -43,7 +45,16 @@ class RealNodeError(RuntimeError):
 
 def process_names(plan: rc.NodePlan) -> dict[str, str]:
     """The ProcessTable names of the node's processes, in start order."""
-    return {component: f"realnode-{plan.cluster}-{component}" for component in ("forward", "containerd", "kubelet", "kube-proxy")}
+    components = ("forward", "apiserver-forward", "containerd", "kubelet", "kube-proxy")
+    return {component: f"realnode-{plan.cluster}-{component}" for component in components}
+
+
+def apiserver_forward_args(plan: rc.NodePlan, port: int) -> list[str]:
+    """The forwarder from the apiserver's advertised address (the machine end of the node's
+    link, in the machine's namespace) to its loopback port: what the `kubernetes` Service
+    leads pods to (docs/real-nodes.md, "Addresses")."""
+    return [sys.executable, "-m", "kube_offload_harness.netns_forward",
+            "--listen", f"{plan.host_ip}:{port}", "--to", f"127.0.0.1:{port}"]
 
 
 def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dict, node_cert: bytes, node_key: bytes,
@@ -167,6 +178,10 @@ class RealNode:
         self.say(f"- {plan.cluster}: real node {plan.node_name} in network namespace {plan.netns} ({plan.node_ip}, pods {plan.pod_cidr})")
         netns.create_node_network(plan.netns, plan.veth_host, plan.veth_node,
                                   f"{plan.host_ip}/{plan.link.prefixlen}", f"{plan.node_ip}/{plan.link.prefixlen}")
+        for route in rc.machine_routes(plan):
+            netns.add_route(route)
+        for route in rc.node_routes(plan):
+            netns.add_route(route, plan.netns)
         netns.create_cgroup_root(plan.cgroup_root, netns.v1_hierarchies())
         ns_path = netns.netns_path(plan.netns)
         self.processes.start(
@@ -175,6 +190,8 @@ class RealNode:
              "--listen", f"127.0.0.1:{port}", "--to", f"127.0.0.1:{port}"],
             log=self.log_path("forward"), env=self._env(),
         )
+        self.processes.start(self.names["apiserver-forward"], apiserver_forward_args(plan, port),
+                             log=self.log_path("apiserver-forward"), env=self._env())
         self.processes.start(
             self.names["containerd"], [str(self.nbins.containerd), "--config", str(plan.containerd_config)],
             log=self.log_path("containerd"), env=self._env(), netns=ns_path,
@@ -235,7 +252,7 @@ class RealNode:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            for component in ("forward", "containerd", "kubelet", "kube-proxy"):
+            for component in self.names:
                 if not self._running(component):
                     raise RealNodeError(f"{self.names[component]} exited; see {self.log_path(component)}:\n{_tail(self.log_path(component))}")
             result = kubectl("get", "node", self.plan.node_name, "-o",
@@ -290,7 +307,7 @@ class RealNode:
                 pass
         if shims:
             done.append(f"{len(shims)} shims")
-        for component in ("containerd", "forward"):
+        for component in ("containerd", "forward", "apiserver-forward"):
             if self.processes.stop(self.names[component]):
                 done.append(component)
         unmounted = netns.unmount_under(plan.runtime_dir) + netns.unmount_under(plan.state_dir)
@@ -299,6 +316,11 @@ class RealNode:
         left = netns.remove_cgroup(plan.cgroup_root, hierarchies)
         if left:
             self.say(f"  cgroups not removable yet: {', '.join(map(str, left[:5]))}")
+        # (Deleting the veth would take the route with it; a route outliving a failed
+        # delete would send the pods' range to nowhere.)
+        for route in rc.machine_routes(plan):
+            if netns.delete_route(route):
+                done.append(f"route {route[0]}")
         if plan.netns in netns.list_netns():
             done.append(f"namespace {plan.netns}")
         netns.delete_node_network(plan.netns, plan.veth_host)
@@ -391,6 +413,7 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
         found.append(f"network namespace {plan.netns}")
     if netns.link_exists(plan.veth_host):
         found.append(f"link {plan.veth_host}")
+    found += [f"route {route[0]}" for route in rc.machine_routes(plan) if netns.route_exists(route[0])]
     found += [f"mount {point}" for point in netns.mounts_under(plan.runtime_dir) + netns.mounts_under(plan.state_dir)]
     if plan.runtime_dir.exists():
         found.append(f"directory {plan.runtime_dir}")
@@ -401,6 +424,8 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
                       ("kube-proxy", f"--config={plan.kube_proxy_config}"),
                       ("forwarder", str(netns.netns_path(plan.netns))), ("shim", str(plan.containerd_socket))):
         found += [f"process {pid} ({what})" for pid in netns.pids_with_arg(arg)]
+    # the apiserver's forwarder listens on the machine end of the link, at the apiserver's port
+    found += [f"process {pid} (apiserver forwarder)" for pid in netns.pids_with_arg(f"{plan.host_ip}:", prefix=True)]
     found += [f"file {path}" for path in machine_wide_files(plan)]
     return found
 
