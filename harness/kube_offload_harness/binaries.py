@@ -94,6 +94,7 @@ class NodeBinaries:
     ctr: Path
     cni_bin_dir: Path
     pause: Path
+    coredns: Path
 
     def all(self) -> dict[str, Path]:
         found = {
@@ -103,6 +104,7 @@ class NodeBinaries:
             "containerd-shim-runc-v2": self.containerd_shim_runc_v2,
             "ctr": self.ctr,
             "pause": self.pause,
+            "coredns": self.coredns,
         }
         found.update({f"cni-{name}": self.cni_bin_dir / name for name in CNI_PLUGINS})
         return found
@@ -149,6 +151,7 @@ def node_binaries(root: Path | None = None) -> NodeBinaries:
         ctr=containerd / "ctr",
         cni_bin_dir=root / "bin" / f"cni-plugins-{versions.CNI_PLUGINS}",
         pause=root / "bin" / f"pause-{versions.KUBERNETES}" / "pause",
+        coredns=root / "bin" / f"coredns-{versions.COREDNS}" / "coredns",
     )
 
 
@@ -560,8 +563,8 @@ def _build_pause(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], 
 
 
 def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> NodeBinaries:
-    """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause),
-    under the same lock as ensure_binaries: one Go build at a time on the machine."""
+    """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause,
+    CoreDNS), under the same lock as ensure_binaries: one Go build at a time on the machine."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     root = root or cache_root()
     nbins = node_binaries(root)
@@ -582,6 +585,9 @@ def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path
             _build_cni_plugins(root, nbins, go, say)
         if "pause" in missing:
             _build_pause(root, nbins, go, say)
+        if "coredns" in missing:
+            # No replace directives; its version is a constant in coremain (nothing to stamp).
+            _go_install(root, go, "github.com/coredns/coredns", versions.COREDNS, "-s -w", nbins.coredns, say)
         say(f"kube-offload: real-node binaries ready in {int(time.monotonic() - started)}s")
     still = nbins.missing()
     if still:

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from kube_offload_harness import versions
+
 # The names manifests use; the pause one is also containerd's pinned sandbox image.
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"  # containerd 2.4's default pinned sandbox image
+COREDNS_IMAGE = f"registry.k8s.io/coredns/coredns:{versions.COREDNS}"  # the cluster DNS (cluster_dns.py)
 IMAGE_NAME_ANNOTATION = "io.containerd.image.name"  # what `ctr images import` names the image by
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -161,3 +164,10 @@ def pause_image(pause: Path) -> bytes:
     upstream's image does."""
     layer = layer_tar([Entry("pause", data=pause.read_bytes(), mode=0o755)])
     return oci_archive(PAUSE_IMAGE, [layer], ImageConfig(entrypoint=["/pause"], user="65535:65535"))
+
+
+def coredns_image(coredns: Path) -> bytes:
+    """The cluster DNS image: CoreDNS's static binary (built by binaries.py) at /coredns,
+    as upstream's image has it."""
+    layer = layer_tar([Entry("coredns", data=coredns.read_bytes(), mode=0o755)])
+    return oci_archive(COREDNS_IMAGE, [layer], ImageConfig(entrypoint=["/coredns"]))

@@ -61,7 +61,9 @@ def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dic
                 proxy_cert: bytes, proxy_key: bytes, client_ca_file: Path) -> None:
     for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_config.parent):
         directory.mkdir(parents=True, exist_ok=True)
-    plan.resolv_conf.write_text("# no cluster DNS on the real node yet; nothing else to resolve with\n")
+    # The node's own resolver (dnsPolicy Default, CoreDNS itself): none. Pods ask the
+    # cluster DNS (the kubelet's clusterDNS), which has no upstream either.
+    plan.resolv_conf.write_text("# no resolver outside the cluster: the machine's is not the harness's to use\n")
     plan.containerd_config.write_text(rc.containerd_config(plan, cni_bin_dir=nbins.cni_bin_dir))
     (plan.cni_conf_dir / "10-kube-offload.conflist").write_text(json.dumps(rc.cni_conflist(plan), indent=2))
     plan.kubelet_config.write_text(rc.dump_yaml(rc.kubelet_configuration(plan, client_ca_file=client_ca_file)))
@@ -234,12 +236,13 @@ class RealNode:
         raise RealNodeError(f"containerd not answering on {self.plan.containerd_socket} after {timeout}s; see {self.log_path('containerd')}")
 
     def _import_images(self) -> None:
-        """busybox and pause as OCI archives (oci_image.py): no registry is reachable."""
+        """busybox, pause and CoreDNS as OCI archives (oci_image.py): no registry is reachable."""
         images_dir = self.plan.state_dir / "images"
         images_dir.mkdir(exist_ok=True)
         archives = {
             "busybox.tar": oci_image.busybox_image(),
             "pause.tar": oci_image.pause_image(self.nbins.pause),
+            "coredns.tar": oci_image.coredns_image(self.nbins.coredns),
         }
         for name, data in archives.items():
             path = images_dir / name

@@ -25,4 +25,6 @@ LOCAL_PATH_PROVISIONER: Final = "v0.0.30"
 # Debian's is 1.6); the CNI reference plugins.
 CONTAINERD: Final = "v2.4.2"
 CNI_PLUGINS: Final = "v1.10.0"
+# Cluster DNS on the real nodes (cluster_dns.py), as a pod from an image the harness writes.
+COREDNS: Final = "v1.15.0"
 GO_MINIMUM: Final = (1, 26)
