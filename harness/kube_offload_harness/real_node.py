@@ -270,7 +270,10 @@ class RealNode:
     # --- down -------------------------------------------------------------------------
     def drain(self, kubectl: Callable[..., subprocess.CompletedProcess], timeout: float = 60) -> int:
         """Delete the node's pods through the API and wait until the kubelet has stopped
-        them: their sandboxes are torn down as on any node (CNI DEL, unmounts, log links)."""
+        them: their sandboxes are torn down as on any node (CNI DEL, unmounts, log links).
+        Cordoned first, as kubectl drain does: a Deployment's pod (CoreDNS, the charts')
+        would otherwise be replaced on this node at once."""
+        kubectl("cordon", self.plan.node_name, check=False)
         selector = f"spec.nodeName={self.plan.node_name}"
         listed = kubectl("get", "pods", "-A", "--field-selector", selector, "-o", "name", check=False)
         if listed.returncode != 0 or not listed.stdout.strip():

@@ -91,7 +91,8 @@ def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(real_env: En
     cluster.kubectl("wait", "--for=condition=Ready", "pod/api-client", "--timeout=120s", timeout=130)
     env = cluster.kubectl("exec", "api-client", "--", "env").stdout
     assert f"KUBERNETES_SERVICE_HOST={rc.KUBERNETES_SERVICE_IP}" in env and "KUBERNETES_SERVICE_PORT=443" in env
-    request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 5 {rc.KUBERNETES_SERVICE_IP} 443'
+    # stdin held open: busybox nc may exit at its EOF before the answer arrives
+    request = f'(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 {rc.KUBERNETES_SERVICE_IP} 443'
     answer = _until(lambda: cluster.kubectl("exec", "api-client", "--", "sh", "-c", request, check=False).stdout,
                     "an answer from 10.0.0.1:443")
     assert "Client sent an HTTP request to an HTTPS server" in answer
