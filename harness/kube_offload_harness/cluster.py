@@ -271,9 +271,14 @@ class Cluster:
     def kwokctl_config(self) -> Path:
         """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback.
         Each apiserver also gets a kubelet client certificate (kwokctl passes none).
-        One file per role, since kwokctl reads only the first KwokctlConfiguration."""
+        One file per role, since kwokctl reads only the first KwokctlConfiguration, and one
+        of its own for a cluster with a real node (its advertise address is its slot's)."""
         local = self.spec.role == "local"
-        path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
+        real_node = self.spec.real_node_slot >= 0
+        if real_node:
+            path = self.state_dir / f"kwokctl-config-{self.name}.yaml"
+        else:
+            path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
         path.parent.mkdir(parents=True, exist_ok=True)
         patches = [{
             # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
@@ -322,12 +327,20 @@ class Cluster:
                 # harness must never send to. kwok's and the virtual nodes report an
                 # InternalIP already (127.0.0.1), so they are reached as before.
                 {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
+                *self._real_node_apiserver_args(),
             ],
         })
+        options: dict[str, object] = {"bindAddress": "127.0.0.1"}
+        if real_node:
+            from kube_offload_harness import real_node_config
+
+            # Read when kwokctl makes the cluster's pki (create): pods verify the serving
+            # certificate at 10.0.0.1 and at the advertised address.
+            options["kubeApiserverCertSANs"] = real_node_config.apiserver_cert_sans(self.spec.real_node_slot)
         content = yaml.safe_dump({
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
-            "options": {"bindAddress": "127.0.0.1"},
+            "options": options,
             "componentsPatches": patches,
         })
         # Rewritten when it differs: a state dir kept from an older harness must not keep
@@ -335,6 +348,16 @@ class Cluster:
         if not path.exists() or path.read_text() != content:
             path.write_text(content)
         return path
+
+    def _real_node_apiserver_args(self) -> list[dict]:
+        """docs/real-nodes.md, "Addresses": only a cluster with a real node (its pods call
+        the apiserver, the apiserver calls its pods); the others keep kwokctl's flags."""
+        if self.spec.real_node_slot < 0:
+            return []
+        from kube_offload_harness import real_node_config
+
+        flags = real_node_config.apiserver_flags(self.spec.real_node_slot)
+        return [{"key": key, "value": value, "override": False} for key, value in flags.items()]
 
     def kwokctl(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
         argv = [str(self.bins.kwokctl), "--config", str(self.kwokctl_config), *args]
@@ -540,6 +563,10 @@ class Environment:
         self._wait_https_ready("webhook", topology.webhook_port)
         self._wait_https_ready("extender", topology.extender_port)
         self._register_webhook(topology, local)
+        if topology.real_nodes:
+            # Pods on the real nodes (the charts') resolve Service names from here on.
+            for spec in topology.clusters():
+                self.start_cluster_dns(spec)
         if not wired:
             self.say(f"- environment up in {int(time.monotonic() - started)}s; remote clusters not connected yet (kube-offload peer)")
             return
@@ -671,6 +698,18 @@ class Environment:
     def fabric_remapping_args(self, topology: Topology, spec: ClusterSpec) -> list[str]:
         """The virtual kubelet flags for remote ``spec`` that show what the fabric does."""
         return fabric.remapping_args(self.fabric_member(topology.local), self.fabric_member(spec))
+
+    def start_cluster_dns(self, spec: ClusterSpec) -> None:
+        """CoreDNS on ``spec``'s real node (cluster_dns.py); returns once it is Ready. Called
+        once the local cluster's scheduler extender answers: the scheduler calls it for every
+        pod, and fails to place any (CoreDNS too) until it does."""
+        from kube_offload_harness import cluster_dns, real_node_config
+
+        try:
+            cluster_dns.install(self.cluster(spec))
+        except cluster_dns.ClusterDNSError as exc:
+            raise ClusterError(f"{spec.name}: {exc}") from None
+        self.say(f"- {spec.name}: cluster DNS (CoreDNS) Ready at {real_node_config.CLUSTER_DNS_IP}")
 
     @property
     def kernel_tunables_record(self) -> Path:
