@@ -58,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common_flags(peer, "peer")
     flag = lambda name, **kw: add_flag(peer, "peer", name, **kw)  # noqa: E731
     flag("--remote-server", default="",
-         help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote kubeconfig")
+         help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote "
+              "kubeconfig (refused when it is a loopback address, which a pod cannot reach)")
     flag("--quota", default="", help="the consumer's quota on the remote, e.g. cpu=8,memory=16Gi,pods=50; unset: keep (none: unlimited)")
     flag("--pod-security-level", default="",
          help=f"{' | '.join(c.PSA_LEVELS)}: Pod Security level of the consumer's twin namespaces on the remote; unset: keep (chart default baseline)")
@@ -372,7 +373,7 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
     return p.PeerOptions(
         local_cluster_id=args.local_cluster_id,
         remote_cluster_id=args.remote_cluster_id,
-        remote_server=args.remote_server or server,
+        remote_server=p.pod_reachable_server(args.remote_server, server),
         remote_ca_pem=ca_pem,
         remote_chart=ctx.remote_chart,
         local_chart=ctx.local_chart,

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import base64
 import copy
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from kube_offload import constants as c
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
@@ -310,6 +312,31 @@ def cluster_of_kubeconfig(kubeconfig: Mapping[str, Any], context: str | None = N
 
 
 # --- values ---------------------------------------------------------------------------------
+def pod_reachable_server(flag_value: str, kubeconfig_server: str) -> str:
+    """The remote API server URL to store for the virtual kubelet: ``--remote-server`` when
+    given, else the remote kubeconfig's server unless that is a loopback address. The
+    virtual kubelet runs in a pod of the local cluster, where 127.0.0.1 (or localhost) is
+    the pod itself: a kubeconfig written for the user's machine (kind, k3d, minikube,
+    kwokctl all write one) would leave the virtual node NotReady with only "connection
+    refused" in the pod's log. A loopback URL given on purpose is taken as it is."""
+    if flag_value:
+        return flag_value
+    host = (urlsplit(kubeconfig_server).hostname or "").lower()
+    loopback = host == "localhost" or host.endswith(".localhost")
+    try:
+        loopback = loopback or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    if loopback:
+        raise PeeringError(
+            f"--remote-server is required: the remote kubeconfig names {kubeconfig_server}, a loopback address, "
+            "but the virtual kubelet runs in a pod of the local cluster, where that address is the pod itself; "
+            "pass --remote-server https://HOST:PORT as the local cluster's pods reach the remote API server "
+            "(docs/install.md, \"Remote kubeconfig\")"
+        )
+    return kubeconfig_server
+
+
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Helm's merge of values files: maps merge key by key, anything else is replaced."""
     merged = copy.deepcopy(dict(base))

@@ -130,6 +130,10 @@ class Topology:
     # One real node (kubelet + containerd in a network namespace, real_node.py) per
     # cluster, beside kwok's (docs/real-nodes.md).
     real_nodes: bool = False
+    # The charts' Deployments run as pods on the real nodes, installed with Helm by `up`
+    # (local chart) and `kube-offload peer` (remote chart, vkubelets); no component runs
+    # as a harness process (chart_pods.py). Needs real_nodes.
+    chart_pods: bool = False
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -150,6 +154,7 @@ class Topology:
             chart_identities=data.get("chart_identities", True),
             peering=data.get("peering", PEERING_HARNESS),
             real_nodes=data.get("real_nodes", False),
+            chart_pods=data.get("chart_pods", False),
         )
 
 
@@ -473,6 +478,9 @@ class Environment:
                 f"{len(existing.remotes)} remote); run `kube-offload cluster down` first or pass another --state-dir"
             )
         self._forget_credentials()  # a previous environment's tokens name clusters that are gone
+        if topology.chart_pods and not topology.real_nodes:
+            raise ClusterError("chart_pods needs real_nodes: only a real node runs the charts' pods "
+                               "(kube-offload cluster up --real-nodes true)")
         if topology.real_nodes:
             from kube_offload_harness.real_node import preflight
 
@@ -494,15 +502,24 @@ class Environment:
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
 
-        scheduler_config = self._write_scheduler_config(topology)
         local = self.cluster(topology.local)
-        self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
-        local.create(scheduler_config=scheduler_config)
+        if topology.chart_pods:
+            # The chart runs a kube-scheduler of its own that calls the extender; the
+            # cluster's must not (it would wait for an extender that is not there yet).
+            self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler, controller-manager, kwok)")
+            local.create()
+        else:
+            scheduler_config = self._write_scheduler_config(topology)
+            self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
+            local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
         if topology.real_nodes:
             self.start_real_node(topology.local)
         storage.start_local_path_provisioner(self, local, default_class=False)
         self._authorize_apiserver_kubelet_client(local)
+        if topology.chart_pods:
+            self._up_chart_pods(topology, local, started)
+            return
         self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
         wired = topology.peering == PEERING_HARNESS
         # With PEERING_CLI only the webhook's and extender's: the release `peer` installs
@@ -544,6 +561,28 @@ class Environment:
             for spec in topology.remotes:
                 self.wait_virtual_node_ready(local, spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
+
+    def _up_chart_pods(self, topology: Topology, local: Cluster, started: float) -> None:
+        """The rest of ``up`` when the charts run as pods (chart_pods.py): the local chart
+        installed with Helm, bare remotes, and with PEERING_HARNESS each remote connected
+        by ``kube-offload peer`` (peer_driver), which installs the remote chart and the
+        vkubelet Deployment."""
+        from kube_offload_harness import chart_pods, peer_driver
+
+        for spec in topology.remotes:
+            remote = self.cluster(spec)
+            self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
+            remote.create(extra_configs=[self._remote_kwok_config()])
+            remote.add_physical_nodes()
+            self.start_real_node(spec)
+            storage.start_local_path_provisioner(self, remote, default_class=True)
+        chart_pods.load_kube_scheduler_image(self, topology)
+        chart_pods.install_local_chart(self, topology, local)
+        if topology.peering == PEERING_HARNESS:
+            for spec in topology.remotes:
+                peer_driver.peer(self, topology, spec, say=self.say)
+        self.say(f"- environment up in {int(time.monotonic() - started)}s"
+                 + ("" if topology.peering == PEERING_HARNESS else "; remote clusters not connected yet (kube-offload peer)"))
 
     # --- real nodes (real_node.py, docs/real-nodes.md) -------------------------------------
     @property

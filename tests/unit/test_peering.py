@@ -441,3 +441,19 @@ def test_peer_reads_a_json_policy_file_and_the_grants(tmp_path):
     assert peer_cli.read_policy_file(args.policy_file) == {"ingress": {"hostDomains": ["apps.example.com"]}}
     assert peer_cli.policy_grants(args) == {("storage", "classes"): ("standard", "fast"), ("pods", "tolerations"): ()}
     assert peer_cli.policy_grants(build_parser().parse_args(["peer"])) == {}
+
+
+# --- the server the virtual kubelet's pod is given -------------------------------------------
+@pytest.mark.parametrize("server", ["https://127.0.0.1:6443", "https://127.0.0.2:40123", "https://localhost:6443",
+                                    "https://[::1]:6443", "https://api.localhost"])
+def test_a_loopback_remote_server_is_refused_unless_given_on_purpose(server):
+    with pytest.raises(p.PeeringError, match=r"--remote-server is required: the remote kubeconfig names .*loopback"):
+        p.pod_reachable_server("", server)
+    # a URL given with --remote-server is the user's word: taken as it is, loopback or not
+    assert p.pod_reachable_server(server, server) == server
+
+
+@pytest.mark.parametrize("server", ["https://10.0.0.2:6443", "https://remote.example:6443", "https://172.31.250.5:40123"])
+def test_a_remote_server_pods_can_reach_is_taken_from_the_kubeconfig(server):
+    assert p.pod_reachable_server("", server) == server
+    assert p.pod_reachable_server("https://other.example:6443", server) == "https://other.example:6443"
