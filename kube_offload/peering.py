@@ -90,7 +90,7 @@ class Release:
 class ChartRef:
     name: str
     version: str
-    path: str
+    path: str  # a chart directory, or an OCI reference (oci://HOST/PATH/<name>) installed at ``version``
 
     @property
     def label(self) -> str:
@@ -551,7 +551,7 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             REMOTE_RELEASE,
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)}{why}; "
             f"{admitted} consumer {consumer_id} ({_describe_consumer(entry)}); consumers: {_names(remote_values['consumers'], 'name')}",
-            data={"values": remote_values, "release": options.remote_release, "chart": options.remote_chart.path},
+            data={"values": remote_values, "release": options.remote_release, "chart": options.remote_chart.path, "version": options.remote_chart.version},
         ))
 
     # The token is known now only if nothing on the remote side is about to change;
@@ -584,7 +584,7 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             f"local: {_release_verb(state.local_release, options.local_chart, ns, options.local_release)}; "
             f"{added} remote cluster {rid} (a virtual kubelet for node {node_name(rid)}); "
             f"remoteClusters: {_names(local_values['remoteClusters'], 'id')}",
-            data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path},
+            data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
 
     if write_secret and state.kubeconfig_secret_exists and state.vkubelet_deployed:
@@ -629,7 +629,7 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
             LOCAL_RELEASE,
             f"local: {_release_verb(state.local_release, options.local_chart, ns, options.local_release)} without remote "
             f"cluster {rid} (removes Deployment {deployment}); remoteClusters left: {_names(values['remoteClusters'], 'id')}",
-            data={"values": values, "release": options.local_release, "chart": options.local_chart.path},
+            data={"values": values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
     if has_remote(state.local_release, rid) or state.vkubelet_pods:
         steps.append(Step(
@@ -681,7 +681,7 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)} without "
             f"consumer {consumer_id} (removes Consumer {consumer_id}, namespace {tenant}, its ServiceAccount, token and RBAC); "
             f"consumers left: {_names(values['consumers'], 'name')}",
-            data={"values": values, "release": options.remote_release, "chart": options.remote_chart.path},
+            data={"values": values, "release": options.remote_release, "chart": options.remote_chart.path, "version": options.remote_chart.version},
         ))
     elif state.consumer_exists or state.tenant_namespace_exists:
         # Admitted by hand (not through this release's values): remove what is there.
