@@ -427,7 +427,8 @@ class Cluster:
 
     def add_physical_nodes(self) -> list[str]:
         names = [f"{self.spec.cluster_id}-node-{i}" for i in range(self.spec.nodes)]
-        self.apply([kwok_node_manifest(name, self.spec) for name in names])
+        if names:  # none: a cluster whose only node is a real one (kubectl refuses an empty apply)
+            self.apply([kwok_node_manifest(name, self.spec) for name in names])
         return names
 
 

@@ -79,6 +79,12 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
     flags.append(("--local-values", str(values), str(values).replace(home, "~", 1)))
     if remote_values is not None:
         flags.append(("--remote-values", str(remote_values), str(remote_values).replace(home, "~", 1)))
+    if topology.chart_pods:
+        # The remote's real node is tainted like the local one: offloaded pods that
+        # tolerate it may run there (the provider grants the toleration, docs/security.md).
+        from kube_offload_harness.real_node_config import REAL_NODE_KEY
+
+        flags.append(("--grant-tolerations", REAL_NODE_KEY, REAL_NODE_KEY))
     flags.append(("--helm", helm, helm.replace(home, "~", 1)))
     return flags
 
