@@ -5,7 +5,7 @@
 #   2. the real Kubernetes control-plane binaries, etcd, kwok and kwokctl, built from Go
 #      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing;
 #   3. as root: the Debian packages of the real-node tier, and its kubelet, kube-proxy,
-#      containerd, CNI plugins and pause binary (docs/real-nodes.md).
+#      containerd, CNI plugins, pause binary, image registry and CoreDNS (docs/real-nodes.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

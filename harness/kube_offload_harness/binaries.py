@@ -13,6 +13,8 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/containerd-v2.4.2/{containerd,containerd-shim-runc-v2,ctr}
     bin/cni-plugins-v1.10.0/{bridge,host-local,loopback,portmap}
     bin/pause-v1.37.2/pause                              Kubernetes' pause.c, gcc -static
+    bin/registry-v3.1.2/registry                         the real nodes' OCI registry
+    bin/coredns-v1.15.0/coredns                          cluster DNS (and its image)
     build/<same names>/   wrapper go.mod, build logs
     build.lock            one build at a time
 
@@ -94,6 +96,8 @@ class NodeBinaries:
     ctr: Path
     cni_bin_dir: Path
     pause: Path
+    registry: Path
+    coredns: Path
 
     def all(self) -> dict[str, Path]:
         found = {
@@ -103,6 +107,8 @@ class NodeBinaries:
             "containerd-shim-runc-v2": self.containerd_shim_runc_v2,
             "ctr": self.ctr,
             "pause": self.pause,
+            "registry": self.registry,
+            "coredns": self.coredns,
         }
         found.update({f"cni-{name}": self.cni_bin_dir / name for name in CNI_PLUGINS})
         return found
@@ -149,6 +155,8 @@ def node_binaries(root: Path | None = None) -> NodeBinaries:
         ctr=containerd / "ctr",
         cni_bin_dir=root / "bin" / f"cni-plugins-{versions.CNI_PLUGINS}",
         pause=root / "bin" / f"pause-{versions.KUBERNETES}" / "pause",
+        registry=root / "bin" / f"registry-{versions.REGISTRY}" / "registry",
+        coredns=root / "bin" / f"coredns-{versions.COREDNS}" / "coredns",
     )
 
 
@@ -248,6 +256,22 @@ def containerd_ldflags(version: str) -> str:
 def cni_plugins_ldflags(version: str) -> str:
     """The plugins print it for ``<plugin> --version`` (CNI's build script stamps the same)."""
     return f"-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion={version}"
+
+
+def registry_ldflags(version: str) -> str:
+    """What Distribution's Makefile stamps: ``registry --version`` prints it (unstamped it
+    says ``v3.1.2+unknown``, read off the module's own default)."""
+    if not re.fullmatch(r"v\d+\.\d+\.\d+", version):
+        raise ValueError(f"unsupported registry version {version!r}: expected vX.Y.Z")
+    return f"-s -w -X github.com/distribution/distribution/v3/version.version={version}"
+
+
+def coredns_ldflags(version: str) -> str:
+    """Nothing to stamp: CoreDNS prints its release from a constant in its source
+    (``coredns -version``: CoreDNS-1.15.0); only the symbol tables are dropped."""
+    if not re.fullmatch(r"v\d+\.\d+\.\d+", version):
+        raise ValueError(f"unsupported CoreDNS version {version!r}: expected vX.Y.Z")
+    return "-s -w"
 
 
 def parse_go_version(output: str) -> tuple[int, int] | None:
@@ -559,8 +583,21 @@ def _build_pause(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], 
     _install(work / "pause", nbins.pause)
 
 
+def _build_registry(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
+    # github.com/distribution/distribution/v3 has no replace directives: built as released.
+    _go_install(root, go, "github.com/distribution/distribution/v3/cmd/registry", versions.REGISTRY,
+                registry_ldflags(versions.REGISTRY), nbins.registry, say)
+
+
+def _build_coredns(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
+    # The module root is the main package; no replace directives.
+    _go_install(root, go, "github.com/coredns/coredns", versions.COREDNS, coredns_ldflags(versions.COREDNS),
+                nbins.coredns, say)
+
+
 def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> NodeBinaries:
-    """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause),
+    """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause,
+    the registry its images come from, CoreDNS),
     under the same lock as ensure_binaries: one Go build at a time on the machine."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     root = root or cache_root()
@@ -582,6 +619,10 @@ def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path
             _build_cni_plugins(root, nbins, go, say)
         if "pause" in missing:
             _build_pause(root, nbins, go, say)
+        if "registry" in missing:
+            _build_registry(root, nbins, go, say)
+        if "coredns" in missing:
+            _build_coredns(root, nbins, go, say)
         say(f"kube-offload: real-node binaries ready in {int(time.monotonic() - started)}s")
     still = nbins.missing()
     if still:

@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build = actions.add_parser("build", help="build whatever is missing (first run: tens of minutes)")
     build.add_argument("--real-node", action="store_true",
                        help=f"also the real node's kubelet, kube-proxy, containerd ({versions.CONTAINERD}), CNI plugins "
-                            f"({versions.CNI_PLUGINS}) and pause (docs/real-nodes.md)")
+                            f"({versions.CNI_PLUGINS}), pause, the image registry ({versions.REGISTRY}) and CoreDNS "
+                            f"({versions.COREDNS}) (docs/real-nodes.md)")
     build.set_defaults(func=_build)
     status = actions.add_parser("status", help="list each binary and whether it is cached")
     status.set_defaults(func=_status)

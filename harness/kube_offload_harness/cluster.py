@@ -47,6 +47,7 @@ from kube_offload_harness.processes import ProcessTable
 
 if TYPE_CHECKING:
     from kube_offload_harness.real_node import RealNode
+    from kube_offload_harness.registry import Registry
 
 Say = Callable[[str], None]
 
@@ -130,6 +131,9 @@ class Topology:
     # One real node (kubelet + containerd in a network namespace, real_node.py) per
     # cluster, beside kwok's (docs/real-nodes.md).
     real_nodes: bool = False
+    # With real nodes: the port of the environment's OCI registry (registry.py) on
+    # 127.0.0.1, which every real node pulls its images from.
+    registry_port: int = 0
     # The charts' Deployments run as pods on the real nodes, installed with Helm by `up`
     # (local chart) and `kube-offload peer` (remote chart, vkubelets); no component runs
     # as a harness process (chart_pods.py). Needs real_nodes.
@@ -154,6 +158,7 @@ class Topology:
             chart_identities=data.get("chart_identities", True),
             peering=data.get("peering", PEERING_HARNESS),
             real_nodes=data.get("real_nodes", False),
+            registry_port=data.get("registry_port", 0),
             chart_pods=data.get("chart_pods", False),
         )
 
@@ -495,6 +500,7 @@ class Environment:
         topology.extender_port = topology.extender_port or free_port()
         if topology.real_nodes:
             self._assign_real_node_slots(topology)
+            topology.registry_port = topology.registry_port or free_port()
         for spec in topology.remotes:
             spec.kubelet_port = spec.kubelet_port or free_port()
             spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
@@ -502,6 +508,8 @@ class Environment:
             spec.enforcer_health_port = spec.enforcer_health_port or free_port()
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
+        if topology.real_nodes:
+            self.start_registry(topology)
 
         local = self.cluster(topology.local)
         if topology.chart_pods:
@@ -592,6 +600,37 @@ class Environment:
             self._node_bins = ensure_node_binaries(say=self.say)
         return self._node_bins
 
+    def registry(self, topology: Topology) -> "Registry":
+        from kube_offload_harness.registry import Registry
+
+        return Registry(self.state_dir, topology.registry_port)
+
+    def start_registry(self, topology: Topology) -> None:
+        """The OCI registry the real nodes pull from, filled with every image they run and
+        with the charts (registry.py)."""
+        from kube_offload_harness import registry as reg
+
+        registry = self.registry(topology)
+        self.say(f"- OCI registry on {registry.url} (images for the real nodes, charts)")
+        try:
+            registry.start(binary=self.node_bins.registry, processes=self.processes, log=self.log_path(reg.PROCESS_NAME))
+            reg.fill(registry, nbins=self.node_bins, helm=self.bins.helm, say=self.say)
+        except reg.RegistryError as exc:
+            raise ClusterError(str(exc)) from None
+
+    def _registry_port(self) -> int:
+        topology = self.topology()
+        if topology is None or not topology.registry_port:
+            raise ClusterError("no registry in this environment: `kube-offload cluster up --real-nodes true` runs one")
+        return topology.registry_port
+
+    def chart_reference(self, chart: str) -> str:
+        """Where to install ``chart`` from (``oci://127.0.0.1:<port>/charts/<chart>``, with
+        ``--plain-http``); only with real nodes, whose environment runs the registry."""
+        from kube_offload_harness.registry import chart_reference
+
+        return chart_reference(self._registry_port(), chart)
+
     def _assign_real_node_slots(self, topology: Topology) -> None:
         from kube_offload_harness import netns, real_node_config
 
@@ -633,7 +672,7 @@ class Environment:
                      "changed (restored by down)")
         try:
             node.up(admin_kubeconfig=cluster.kubeconfig, kwok_pki=cluster.kwok_workdir / "clusters" / spec.name / "pki",
-                    client_ca_file=self.pki_dir / "kubelet-client-ca.crt")
+                    client_ca_file=self.pki_dir / "kubelet-client-ca.crt", registry_port=self._registry_port())
             node.wait_ready(cluster.kubectl)
         except RealNodeError as exc:
             raise ClusterError(str(exc)) from None
@@ -895,6 +934,9 @@ class Environment:
         if topology is not None and topology.real_nodes:
             # First: its containers, shims and mounts are not in the process table.
             self.stop_real_nodes(topology)
+            done = self.registry(topology).stop(self.processes)
+            if done:
+                self.say(f"- {' and '.join(done)} removed")
         stopped = self.processes.stop_all()
         if stopped:
             self.say(f"- stopped {', '.join(stopped)}")

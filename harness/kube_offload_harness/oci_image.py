@@ -1,12 +1,14 @@
 """Container images as OCI archives, written here without a registry or a daemon.
 
-The real node's containerd imports them (``ctr images import``) under the names a manifest
-uses (``docker.io/library/busybox:1.36``, ``registry.k8s.io/pause:3.10.1``), so a pod that
-names a public image runs with nothing fetched from outside. Archives are deterministic
-(every mtime 0, owner root) so the same inputs give the same digests.
+The harness pushes them to the environment's local registry (registry.py) under the names
+a manifest uses (``docker.io/library/busybox:1.36``, ``registry.k8s.io/pause:3.10.2``), and
+the real nodes' containerd pulls them from there through its mirrors, so a pod that names
+a public image runs with nothing fetched from outside. Archives are deterministic (every
+mtime 0, owner root) so the same inputs give the same digests.
 
 The pure part builds bytes (:func:`layer_tar`, :func:`oci_archive`); the thin part reads the
-machine's busybox-static and the pause binary (:func:`busybox_image`, :func:`pause_image`).
+machine's busybox-static, the pause binary and CoreDNS (:func:`busybox_image`,
+:func:`pause_image`, :func:`coredns_image`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from kube_offload_harness import versions
+
 # The names manifests use; the pause one is also containerd's pinned sandbox image.
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.36"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"  # containerd 2.4's default pinned sandbox image
+COREDNS_IMAGE = f"registry.k8s.io/coredns/coredns:{versions.COREDNS}"
+# Debian's Python 3.11 (the project image's runtime base, scripts/build-image.sh) under the
+# name manifests use for python.org's; registry.py adds the `python3` link it lacks.
+PYTHON_IMAGE = "docker.io/library/python:3.11-slim"
 IMAGE_NAME_ANNOTATION = "io.containerd.image.name"  # what `ctr images import` names the image by
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -161,3 +169,10 @@ def pause_image(pause: Path) -> bytes:
     upstream's image does."""
     layer = layer_tar([Entry("pause", data=pause.read_bytes(), mode=0o755)])
     return oci_archive(PAUSE_IMAGE, [layer], ImageConfig(entrypoint=["/pause"], user="65535:65535"))
+
+
+def coredns_image(coredns: Path) -> bytes:
+    """Cluster DNS: the static CoreDNS binary built by binaries.py at /coredns, as the
+    upstream image has it (entrypoint /coredns; the Corefile comes from its pod's args)."""
+    layer = layer_tar([Entry("coredns", data=coredns.read_bytes(), mode=0o755)])
+    return oci_archive(COREDNS_IMAGE, [layer], ImageConfig(entrypoint=["/coredns"]))

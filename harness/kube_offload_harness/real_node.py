@@ -4,6 +4,7 @@ beside kwok's simulated nodes (docs/real-nodes.md).
 
     machine namespace                         node namespace kon-<slot>
     kube-apiserver 127.0.0.1:<port>  <-----   netns_forward 127.0.0.1:<port>  <- kubelet
+    registry 127.0.0.1:<rport>       <-----   netns_forward 127.0.0.1:<rport> <- containerd
     (kubelet client cert)  --- veth kon<slot>h 172.31.250.x/30 --->  kubelet :10250
                                                                      containerd (own socket)
                                                                      bridge konbr0 -> pods
@@ -11,7 +12,7 @@ beside kwok's simulated nodes (docs/real-nodes.md).
 What ``up`` creates it records (processes in the ProcessTable; the rest is named by the
 slot); ``down`` removes exactly that: kube-proxy, the kubelet, the containers (every
 process in the node's cgroup), the shims of the node's containerd, containerd, the
-forwarder, every mount under the node's directories, its cgroups, its namespace and veth.
+forwarders, every mount under the node's directories, its cgroups, its namespace and veth.
 :func:`leftovers` lists whatever of it still exists (the teardown test's check).
 """
 
@@ -43,13 +44,17 @@ class RealNodeError(RuntimeError):
 
 def process_names(plan: rc.NodePlan) -> dict[str, str]:
     """The ProcessTable names of the node's processes, in start order."""
-    return {component: f"realnode-{plan.cluster}-{component}" for component in ("forward", "containerd", "kubelet", "kube-proxy")}
+    components = ("forward", "registry-forward", "containerd", "kubelet", "kube-proxy")
+    return {component: f"realnode-{plan.cluster}-{component}" for component in components}
 
 
 def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dict, node_cert: bytes, node_key: bytes,
-                proxy_cert: bytes, proxy_key: bytes, client_ca_file: Path) -> None:
+                proxy_cert: bytes, proxy_key: bytes, client_ca_file: Path, registry_port: int) -> None:
     for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_config.parent):
         directory.mkdir(parents=True, exist_ok=True)
+    for relative, content in rc.registry_hosts_files(registry_port=registry_port).items():
+        (plan.registry_hosts_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        (plan.registry_hosts_dir / relative).write_text(content)
     plan.resolv_conf.write_text("# no cluster DNS on the real node yet; nothing else to resolve with\n")
     plan.containerd_config.write_text(rc.containerd_config(plan, cni_bin_dir=nbins.cni_bin_dir))
     (plan.cni_conf_dir / "10-kube-offload.conflist").write_text(json.dumps(rc.cni_conflist(plan), indent=2))
@@ -150,10 +155,13 @@ class RealNode:
         return self.log_dir / f"{self.names[component]}.log"
 
     # --- up ---------------------------------------------------------------------------
-    def up(self, *, admin_kubeconfig: Path, kwok_pki: Path, client_ca_file: Path) -> None:
+    def up(self, *, admin_kubeconfig: Path, kwok_pki: Path, client_ca_file: Path, registry_port: int) -> None:
+        """Start the node; its images come from the environment's registry on
+        ``registry_port`` (registry.py), already filled."""
         plan = self.plan
-        # The slot is free (its namespace does not exist): whatever a crashed run of the
-        # same slot left in the runtime directory is stale.
+        self._claim_slot()
+        # The slot is ours now (we made its namespace): whatever a crashed run of the same
+        # slot left in the runtime directory is stale.
         netns.unmount_under(plan.runtime_dir)
         subprocess.run(["rm", "-rf", "--one-file-system", str(plan.runtime_dir)], check=False)
         for directory in (plan.containerd_root.parent, plan.kubelet_root, plan.runc_root):
@@ -163,10 +171,8 @@ class RealNode:
         cert, key = node_identity(kwok_pki, plan.node_name)
         proxy_cert, proxy_key = client_identity(kwok_pki, rc.KUBE_PROXY_USER, [])
         write_files(plan, nbins=self.nbins, admin_kubeconfig=admin, node_cert=cert, node_key=key,
-                    proxy_cert=proxy_cert, proxy_key=proxy_key, client_ca_file=client_ca_file)
-        self.say(f"- {plan.cluster}: real node {plan.node_name} in network namespace {plan.netns} ({plan.node_ip}, pods {plan.pod_cidr})")
-        netns.create_node_network(plan.netns, plan.veth_host, plan.veth_node,
-                                  f"{plan.host_ip}/{plan.link.prefixlen}", f"{plan.node_ip}/{plan.link.prefixlen}")
+                    proxy_cert=proxy_cert, proxy_key=proxy_key, client_ca_file=client_ca_file,
+                    registry_port=registry_port)
         netns.create_cgroup_root(plan.cgroup_root, netns.v1_hierarchies())
         ns_path = netns.netns_path(plan.netns)
         self.processes.start(
@@ -175,12 +181,18 @@ class RealNode:
              "--listen", f"127.0.0.1:{port}", "--to", f"127.0.0.1:{port}"],
             log=self.log_path("forward"), env=self._env(),
         )
+        # containerd pulls from the registry on its own namespace's loopback (hosts.toml).
+        self.processes.start(
+            self.names["registry-forward"],
+            [sys.executable, "-m", "kube_offload_harness.netns_forward", "--netns", str(ns_path),
+             "--listen", f"127.0.0.1:{registry_port}", "--to", f"127.0.0.1:{registry_port}"],
+            log=self.log_path("registry-forward"), env=self._env(),
+        )
         self.processes.start(
             self.names["containerd"], [str(self.nbins.containerd), "--config", str(plan.containerd_config)],
             log=self.log_path("containerd"), env=self._env(), netns=ns_path,
         )
         self._wait_containerd()
-        self._import_images()
         self.processes.start(
             self.names["kubelet"], rc.kubelet_args(plan, kubelet=self.nbins.kubelet),
             log=self.log_path("kubelet"), env=self._env(), netns=ns_path,
@@ -190,6 +202,47 @@ class RealNode:
             self.names["kube-proxy"], rc.kube_proxy_args(plan, kube_proxy=self.nbins.kube_proxy),
             log=self.log_path("kube-proxy"), env=self._env(), netns=ns_path,
         )
+
+    @property
+    def _slot_record(self) -> Path:
+        return self.plan.state_dir / "netns-inode"
+
+    def _claim_slot(self) -> None:
+        """Create the slot's namespace first: `ip netns add` fails when it exists, so two
+        environments that chose the same free slot at once (slots are picked from `ip netns
+        list`, without a lock) cannot both take it. The namespace's inode is recorded:
+        ``down`` touches the slot only while that namespace is still the one we made."""
+        plan = self.plan
+        self.say(f"- {plan.cluster}: real node {plan.node_name} in network namespace {plan.netns} ({plan.node_ip}, pods {plan.pod_cidr})")
+        if plan.netns in netns.list_netns():
+            raise RealNodeError(f"network namespace {plan.netns} exists: slot {plan.slot} was taken by another "
+                                "environment meanwhile; run `cluster down` and `up` again")
+        plan.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            netns.create_node_network(plan.netns, plan.veth_host, plan.veth_node,
+                                      f"{plan.host_ip}/{plan.link.prefixlen}", f"{plan.node_ip}/{plan.link.prefixlen}")
+        except netns.NetnsError as exc:
+            if str(exc).startswith(f"`ip netns add {plan.netns}`"):
+                raise RealNodeError(f"slot {plan.slot} was taken by another environment meanwhile ({exc}); "
+                                    "run `cluster down` and `up` again") from None
+            self._record_slot()  # the namespace is ours: down removes what was made of it
+            raise
+        self._record_slot()
+
+    def _record_slot(self) -> None:
+        self._slot_record.write_text(str(os.stat(netns.netns_path(self.plan.netns)).st_ino))
+
+    def owns_slot(self) -> bool:
+        """Whether this node made the slot's namespace (or made it and it is gone): never
+        tear down another environment's node that holds the same slot number."""
+        try:
+            recorded = int(self._slot_record.read_text())
+        except (OSError, ValueError):
+            return False
+        try:
+            return os.stat(netns.netns_path(self.plan.netns)).st_ino == recorded
+        except FileNotFoundError:
+            return True  # ours, partly removed already: finish the job
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -216,26 +269,11 @@ class RealNode:
             time.sleep(0.3)
         raise RealNodeError(f"containerd not answering on {self.plan.containerd_socket} after {timeout}s; see {self.log_path('containerd')}")
 
-    def _import_images(self) -> None:
-        """busybox and pause as OCI archives (oci_image.py): no registry is reachable."""
-        images_dir = self.plan.state_dir / "images"
-        images_dir.mkdir(exist_ok=True)
-        archives = {
-            "busybox.tar": oci_image.busybox_image(),
-            "pause.tar": oci_image.pause_image(self.nbins.pause),
-        }
-        for name, data in archives.items():
-            path = images_dir / name
-            path.write_bytes(data)
-            result = self.ctr("images", "import", str(path))
-            if result.returncode != 0:
-                raise RealNodeError(f"`ctr images import {path}` failed: {result.stderr.strip()}")
-
     def wait_ready(self, kubectl: Callable[..., subprocess.CompletedProcess], timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            for component in ("forward", "containerd", "kubelet", "kube-proxy"):
+            for component in self.names:
                 if not self._running(component):
                     raise RealNodeError(f"{self.names[component]} exited; see {self.log_path(component)}:\n{_tail(self.log_path(component))}")
             result = kubectl("get", "node", self.plan.node_name, "-o",
@@ -265,6 +303,13 @@ class RealNode:
         ``kubectl`` (the cluster still up) the pods are deleted first, as a drain would."""
         plan = self.plan
         done: list[str] = []
+        if not self.owns_slot():
+            # up failed before it made the namespace (another environment holds the slot):
+            # nothing of the slot is ours; only processes this environment started.
+            for component in self.names:
+                if self.processes.stop(self.names[component]):
+                    done.append(component)
+            return done + [f"slot {plan.slot} not ours: left alone"]
         hierarchies = netns.v1_hierarchies()
         if kubectl is not None and self._running("kubelet"):
             drained = self.drain(kubectl)
@@ -290,7 +335,7 @@ class RealNode:
                 pass
         if shims:
             done.append(f"{len(shims)} shims")
-        for component in ("containerd", "forward"):
+        for component in ("containerd", "forward", "registry-forward"):
             if self.processes.stop(self.names[component]):
                 done.append(component)
         unmounted = netns.unmount_under(plan.runtime_dir) + netns.unmount_under(plan.state_dir)
@@ -306,6 +351,7 @@ class RealNode:
             path.unlink(missing_ok=True)
         # containerd's content and snapshots (overlay layers, hundreds of MB) go with it.
         subprocess.run(["rm", "-rf", "--one-file-system", str(plan.runtime_dir)], check=False)
+        self._slot_record.unlink(missing_ok=True)
         return done
 
 

@@ -38,7 +38,11 @@ CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks, a f
 MACHINE_WIDE_DIRS = (Path("/run/containerd/s"), Path("/run/containerd"), CNI_CACHE_DIR, CNI_CACHE_DIR.parent, RUNTIME_ROOT)
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248  # on the node namespace's own loopback
-SANDBOX_IMAGE = oci_image.PAUSE_IMAGE  # containerd pins it; the harness imports it
+SANDBOX_IMAGE = oci_image.PAUSE_IMAGE  # containerd pins it; pulled from the local registry
+# The public registries whose images containerd pulls from the environment's local registry
+# instead (registry.py). Any other registry is unreachable: the node's namespace has no
+# route out (docs/real-nodes.md, "Images").
+MIRRORED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
 RUNC = "/usr/sbin/runc"  # Debian's runc package (scripts/bootstrap.sh)
 # Each node's kubelet puts its pods' cgroups under its own root in every v1 hierarchy, so
 # two nodes (two clusters) never share /kubepods; `down` removes the tree.
@@ -132,6 +136,11 @@ class NodePlan:
     @property
     def containerd_config(self) -> Path:
         return self.state_dir / "containerd" / "config.toml"
+
+    @property
+    def registry_hosts_dir(self) -> Path:
+        """containerd's ``config_path``: one ``<registry>/hosts.toml`` per mirrored registry."""
+        return self.state_dir / "containerd" / "hosts"
 
     @property
     def runc_root(self) -> Path:
@@ -232,6 +241,9 @@ def containerd_config(plan: NodePlan, *, cni_bin_dir: Path) -> str:
         "plugins.'io.containerd.nri.v1.nri'": {"disable": True},
         "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
         "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": SANDBOX_IMAGE},
+        # Set, it replaces the default /etc/containerd/certs.d:/etc/docker/certs.d (the
+        # machine's); the CRI hands it to the transfer service that pulls for the kubelet.
+        "plugins.'io.containerd.cri.v1.images'.registry": {"config_path": str(plan.registry_hosts_dir)},
         cri_runtime: {
             "netns_mounts_under_state_dir": True,
             # Root here lacks CAP_SYS_RESOURCE (CapEff 0x1fffeffffff): lowering a process's
@@ -264,6 +276,33 @@ def containerd_config(plan: NodePlan, *, cni_bin_dir: Path) -> str:
         ],
     }
     return toml(tables, top)
+
+
+def registry_hosts_toml(upstream: str, *, registry_port: int) -> str:
+    """containerd's hosts.toml for ``upstream`` (containerd 2.4, core/remotes/docker/config/
+    hosts.go): the environment's registry, on the node namespace's loopback (forwarded to
+    the machine's), plain HTTP, as the only host. ``server`` (not a ``[host."..."]``
+    mirror) because containerd appends ``server`` after the mirrors and, when it is empty,
+    the upstream itself (``registry-1.docker.io``): a missing image would then be fetched
+    from the internet. ``override_path``: the URL's path is the API root as given (without
+    it containerd appends ``/v2``), so ``/v2/<upstream>`` puts every upstream's
+    repositories under a prefix of their own (oci_distribution.mirror_repository).
+    Capabilities pull and resolve: tags are resolved here too; nothing is pushed."""
+    if upstream not in MIRRORED_REGISTRIES:
+        raise ValueError(f"{upstream!r} is not a mirrored registry ({', '.join(MIRRORED_REGISTRIES)})")
+    if not 0 < registry_port < 65536:
+        raise ValueError(f"registry port {registry_port} out of range 1..65535")
+    return toml({}, {
+        "server": f"http://127.0.0.1:{registry_port}/v2/{upstream}",
+        "override_path": True,
+        "capabilities": ["pull", "resolve"],
+    })
+
+
+def registry_hosts_files(*, registry_port: int) -> dict[str, str]:
+    """Every file of ``config_path``, by path relative to it: ``docker.io/hosts.toml``..."""
+    return {f"{upstream}/hosts.toml": registry_hosts_toml(upstream, registry_port=registry_port)
+            for upstream in MIRRORED_REGISTRIES}
 
 
 def cni_conflist(plan: NodePlan) -> dict:

@@ -25,4 +25,9 @@ LOCAL_PATH_PROVISIONER: Final = "v0.0.30"
 # Debian's is 1.6); the CNI reference plugins.
 CONTAINERD: Final = "v2.4.2"
 CNI_PLUGINS: Final = "v1.10.0"
+# The real nodes' images come from a local OCI registry (docs/real-nodes.md, "Images"):
+# CNCF Distribution's registry (the OCI distribution reference implementation), from its Go module.
+REGISTRY: Final = "v3.1.2"
+# Cluster DNS of the real nodes (and its image, registry.k8s.io/coredns/coredns).
+COREDNS: Final = "v1.15.0"
 GO_MINIMUM: Final = (1, 26)

@@ -2,8 +2,10 @@
 
 What kwok cannot fake: the container's own output reaches `kubectl logs` through the
 kubelet's API, `kubectl exec` runs in the container's UTS namespace (its hostname is the
-pod's name, not the machine's), the pod's IP comes from the node's CNI bridge, and the
-processes, mounts, cgroups and network objects the node made are all gone after down.
+pod's name, not the machine's), the pod's IP comes from the node's CNI bridge, images are
+pulled (imagePullPolicy: Always) through containerd's mirrors from the environment's own
+registry, which also serves the charts, and the processes, mounts, cgroups and network
+objects the node and the registry made are all gone after down.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from kube_offload_harness import netns, oci_image, real_node
 from kube_offload_harness import real_node_config as rc
+from kube_offload_harness import registry as reg
 from kube_offload_harness.cluster import Environment
 
 POD = "hello-real"
@@ -33,8 +36,8 @@ def _pod(node: str) -> dict:
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main",
-                "image": oci_image.BUSYBOX_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
+                "image": "busybox:1.36",  # short name: containerd makes it docker.io/library/busybox:1.36
+                "imagePullPolicy": "Always",
                 # printed by the container itself: its own hostname and the cgroup it runs in
                 "command": ["sh", "-c", f'echo "{GREETING} from $(hostname)"; cat /proc/self/cgroup | grep memory; exec sleep 3600'],
             }],
@@ -98,12 +101,75 @@ def test_a_service_reaches_a_pod_on_the_real_node_through_kube_proxy(real_env: E
     assert "200 OK" in answer and "served-by-web" in answer
 
 
+def _registry_log(env: Environment) -> str:
+    return env.log_path(reg.PROCESS_NAME).read_text(errors="replace")
+
+
+def test_images_are_pulled_through_the_mirror_from_the_local_registry(real_env: Environment):
+    """`busybox:1.36` with imagePullPolicy: Always (the first test's pod) and the sandbox
+    image came from the environment's registry: containerd asked it for the manifests
+    under the upstream's prefix, as a mirror of docker.io and registry.k8s.io (`ns=`), and
+    the node lists the images under their public names."""
+    topology = real_env.topology()
+    log = _registry_log(real_env)
+    for repository, tag, upstream in (("docker.io/library/busybox", "1.36", "docker.io"),
+                                      ("registry.k8s.io/pause", "3.10.2", "registry.k8s.io")):
+        pulls = [line for line in log.splitlines()
+                 if f"/v2/{repository}/manifests/{tag}?ns={upstream}" in line and "containerd" in line]
+        assert pulls, f"no pull of {repository}:{tag} by containerd in {real_env.log_path(reg.PROCESS_NAME)}"
+    # containerd's own list (the CRI's namespace), under the names the manifests use
+    listed = real_env.real_node(topology.local).ctr("images", "list", "--quiet")
+    assert listed.returncode == 0, listed.stderr
+    assert {oci_image.BUSYBOX_IMAGE, oci_image.PAUSE_IMAGE} <= set(listed.stdout.split())
+
+
+def test_python_slim_runs_python3(real_env: Environment):
+    """python:3.11-slim (Debian's Python 3.11, built here) pulled with Always runs
+    `python3 -c` and its output reaches `kubectl logs`."""
+    topology = real_env.topology()
+    cluster = real_env.cluster(topology.local)
+    plan = real_env.real_node(topology.local).plan
+    pod = _pod(plan.node_name)
+    pod["metadata"] = {"name": "python", "namespace": "default"}
+    pod["spec"]["restartPolicy"] = "Never"
+    pod["spec"]["containers"][0].update(
+        image="python:3.11-slim", command=["python3", "-c", "import sys; print('python says', sys.version_info[:2])"])
+    cluster.apply(pod)
+    cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/python", "--timeout=120s", timeout=130)
+    assert "python says (3, 11)" in cluster.kubectl("logs", "python").stdout
+    assert "/v2/docker.io/library/python/manifests/3.11-slim?ns=docker.io" in _registry_log(real_env)
+
+
+def test_the_charts_are_pulled_from_the_registry(real_env: Environment, tmp_path: Path):
+    """`helm push`ed at up; `helm show chart` and `helm pull` get them back by their oci://
+    reference, as a user would install them."""
+    helm = str(real_env.bins.helm)
+    env = reg._helm_env(tmp_path)
+    for chart in reg.CHARTS:
+        reference = real_env.chart_reference(chart)
+        version = reg.chart_version(reg.REPO / "charts" / chart)
+        shown = subprocess.run([helm, "show", "chart", reference, "--version", version, "--plain-http"],
+                               capture_output=True, text=True, env=env, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert f"name: {chart}" in shown.stdout
+        pulled = subprocess.run([helm, "pull", reference, "--version", version, "--plain-http", "-d", str(tmp_path)],
+                                capture_output=True, text=True, env=env, timeout=60)
+        assert pulled.returncode == 0, pulled.stderr
+        assert (tmp_path / f"{chart}-{version}.tgz").exists()
+
+
 def test_down_removes_every_namespace_link_mount_cgroup_and_process(real_env: Environment):
     topology = real_env.topology()
     plan = real_env.real_node(topology.local).plan
+    registry = real_env.registry(topology)
     assert real_node.leftovers(plan), "the node should exist before down"
+    assert registry.leftovers(), "the registry should exist before down"
+    forwarders = netns.pids_with_arg(str(netns.netns_path(plan.netns)))
+    assert len(forwarders) == 2, "one forwarder for the apiserver, one for the registry"
     real_env.down()
     assert real_node.leftovers(plan) == []
+    assert registry.leftovers() == []
+    assert not registry.client().ping()
     # the same, as a person would look
     assert plan.netns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert plan.veth_host not in subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout

@@ -73,6 +73,8 @@ def test_containerd_config_keeps_every_path_under_the_node_directories():
     assert config["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True  # its socket is machine-wide
     assert config["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == oci_image.PAUSE_IMAGE
     assert config["plugins"]["io.containerd.grpc.v1.cri"]["stream_server_address"] == "127.0.0.1"
+    # the node's own registry hosts, not the machine's /etc/containerd/certs.d
+    assert config["plugins"]["io.containerd.cri.v1.images"]["registry"]["config_path"] == "/state/real-nodes/e2e-local/containerd/hosts"
 
 
 def test_toml_strings_are_escaped():
@@ -148,6 +150,7 @@ def test_apiserver_port_only_from_a_loopback_server():
 def test_process_names_are_per_cluster():
     assert process_names(plan()) == {
         "forward": "realnode-e2e-local-forward",
+        "registry-forward": "realnode-e2e-local-registry-forward",
         "containerd": "realnode-e2e-local-containerd",
         "kubelet": "realnode-e2e-local-kubelet",
         "kube-proxy": "realnode-e2e-local-kube-proxy",
@@ -224,6 +227,8 @@ def test_node_binaries_live_beside_the_control_plane_keyed_by_version(tmp_path):
     assert nbins.kubelet.parent == binaries.binaries(tmp_path).kube_apiserver.parent
     assert nbins.containerd == tmp_path / "bin" / "containerd-v2.4.2" / "containerd"
     assert nbins.cni_bin_dir == tmp_path / "bin" / "cni-plugins-v1.10.0"
+    assert nbins.registry == tmp_path / "bin" / "registry-v3.1.2" / "registry"
+    assert nbins.coredns == tmp_path / "bin" / "coredns-v1.15.0" / "coredns"
     assert set(nbins.missing()) == set(nbins.all())
     for path in nbins.all().values():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,3 +241,55 @@ def test_containerd_is_stamped_with_its_version():
     assert "-X github.com/containerd/containerd/v2/version.Version=v2.4.2" in binaries.containerd_ldflags("v2.4.2")
     with pytest.raises(ValueError):
         binaries.containerd_ldflags("2.4")
+
+
+def test_registry_is_stamped_with_its_version():
+    assert binaries.registry_ldflags("v3.1.2") == "-s -w -X github.com/distribution/distribution/v3/version.version=v3.1.2"
+    with pytest.raises(ValueError):
+        binaries.registry_ldflags("3.1.2")
+
+
+def test_coredns_needs_no_stamp():
+    assert binaries.coredns_ldflags("v1.15.0") == "-s -w"
+    with pytest.raises(ValueError):
+        binaries.coredns_ldflags("1.15")
+
+
+# --- registry mirrors ---------------------------------------------------------------------------
+def test_each_mirrored_registry_points_at_its_prefix_in_the_one_registry():
+    files = rc.registry_hosts_files(registry_port=5123)
+    assert set(files) == {"docker.io/hosts.toml", "registry.k8s.io/hosts.toml", "ghcr.io/hosts.toml", "quay.io/hosts.toml"}
+    hosts = tomllib.loads(files["registry.k8s.io/hosts.toml"])
+    # `server`, not a [host."..."] mirror: nothing falls back to the upstream on the internet
+    assert hosts == {
+        "server": "http://127.0.0.1:5123/v2/registry.k8s.io",  # plain HTTP, the node namespace's loopback
+        "override_path": True,  # the path is the API root as given (containerd would append /v2)
+        "capabilities": ["pull", "resolve"],
+    }
+    assert "host" not in tomllib.loads(files["docker.io/hosts.toml"])
+
+
+def test_hosts_toml_refuses_an_unmirrored_registry_or_a_bad_port():
+    with pytest.raises(ValueError, match="not a mirrored registry"):
+        rc.registry_hosts_toml("example.com", registry_port=5000)
+    with pytest.raises(ValueError, match="out of range"):
+        rc.registry_hosts_toml("docker.io", registry_port=0)
+
+
+def test_coredns_image_runs_the_binary_at_the_root():
+    import tempfile
+
+    with tempfile.NamedTemporaryFile() as binary:
+        binary.write(b"ELF-coredns")
+        binary.flush()
+        files = _members(oci_image.coredns_image(Path(binary.name)))
+    (entry,) = json.loads(files["index.json"])["manifests"]
+    assert entry["annotations"][oci_image.IMAGE_NAME_ANNOTATION] == "registry.k8s.io/coredns/coredns:v1.15.0"
+    manifest = json.loads(files["blobs/sha256/" + entry["digest"].split(":")[1]])
+    config = json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
+    assert config["config"]["Entrypoint"] == ["/coredns"]
+    layer = files["blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1]]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        (member,) = tar.getmembers()
+        assert member.name == "coredns" and member.mode == 0o755
+        assert tar.extractfile(member).read() == b"ELF-coredns"
