@@ -276,9 +276,14 @@ class Cluster:
     def kwokctl_config(self) -> Path:
         """kwokctl binds every component to 0.0.0.0 by default; ours stay on loopback.
         Each apiserver also gets a kubelet client certificate (kwokctl passes none).
-        One file per role, since kwokctl reads only the first KwokctlConfiguration."""
+        One file per role, since kwokctl reads only the first KwokctlConfiguration, and one
+        of its own for a cluster with a real node (its advertise address is its slot's)."""
         local = self.spec.role == "local"
-        path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
+        real_node = self.spec.real_node_slot >= 0
+        if real_node:
+            path = self.state_dir / f"kwokctl-config-{self.name}.yaml"
+        else:
+            path = self.state_dir / ("kwokctl-config-local.yaml" if local else "kwokctl-config.yaml")
         path.parent.mkdir(parents=True, exist_ok=True)
         patches = [{
             # The binary runtime starts kwok with --manage-all-nodes=true: it would hold
@@ -327,12 +332,20 @@ class Cluster:
                 # harness must never send to. kwok's and the virtual nodes report an
                 # InternalIP already (127.0.0.1), so they are reached as before.
                 {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
+                *self._real_node_apiserver_args(),
             ],
         })
+        options: dict[str, object] = {"bindAddress": "127.0.0.1"}
+        if real_node:
+            from kube_offload_harness import real_node_config
+
+            # Read when kwokctl makes the cluster's pki (create): pods verify the serving
+            # certificate at 10.0.0.1 and at the advertised address.
+            options["kubeApiserverCertSANs"] = real_node_config.apiserver_cert_sans(self.spec.real_node_slot)
         content = yaml.safe_dump({
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
-            "options": {"bindAddress": "127.0.0.1"},
+            "options": options,
             "componentsPatches": patches,
         })
         # Rewritten when it differs: a state dir kept from an older harness must not keep
@@ -340,6 +353,16 @@ class Cluster:
         if not path.exists() or path.read_text() != content:
             path.write_text(content)
         return path
+
+    def _real_node_apiserver_args(self) -> list[dict]:
+        """docs/real-nodes.md, "Addresses": only a cluster with a real node (its pods call
+        the apiserver, the apiserver calls its pods); the others keep kwokctl's flags."""
+        if self.spec.real_node_slot < 0:
+            return []
+        from kube_offload_harness import real_node_config
+
+        flags = real_node_config.apiserver_flags(self.spec.real_node_slot)
+        return [{"key": key, "value": value, "override": False} for key, value in flags.items()]
 
     def kwokctl(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
         argv = [str(self.bins.kwokctl), "--config", str(self.kwokctl_config), *args]
@@ -632,12 +655,20 @@ class Environment:
         return chart_reference(self._registry_port(), chart)
 
     def _assign_real_node_slots(self, topology: Topology) -> None:
+        """Each slot is taken by creating its namespace at once: a cluster's apiserver is
+        made for its slot (advertise address, certificate) a minute before its node starts,
+        and another environment choosing meanwhile must not see the slot free (seen: two
+        environments on kon-0, one wiping the other's containerd content)."""
         from kube_offload_harness import netns, real_node_config
 
         used = netns.list_netns()
         for spec in topology.clusters():
-            if spec.real_node_slot < 0:
-                spec.real_node_slot = real_node_config.free_slot(used)
+            while spec.real_node_slot < 0:
+                slot = real_node_config.free_slot(used)
+                name = f"{real_node_config.NETNS_PREFIX}{slot}"
+                used.append(name)
+                if netns.reserve_netns(name):
+                    spec.real_node_slot = slot
             used.append(f"{real_node_config.NETNS_PREFIX}{spec.real_node_slot}")
 
     def real_node(self, spec: ClusterSpec) -> "RealNode":

@@ -51,10 +51,23 @@ def link_exists(name: str, netns: str | None = None) -> bool:
     return _ip(*args, "link", "show", "dev", name, check=False).returncode == 0
 
 
+def reserve_netns(netns: str) -> bool:
+    """Create the namespace now, or say it exists already (False). `ip netns add` fails on
+    an existing name, so two environments choosing slots at once never get the same one."""
+    result = _ip("netns", "add", netns, check=False)
+    if result.returncode == 0:
+        return True
+    if netns in list_netns():
+        return False
+    raise NetnsError(f"`ip netns add {netns}` failed: {result.stderr.strip()}")
+
+
 def create_node_network(netns: str, veth_host: str, veth_node: str, host_cidr: str, node_cidr: str) -> None:
-    """A namespace joined to the machine by one veth pair with an address at each end;
-    forwarding on inside it only (the setting is per namespace; the machine's stays 0)."""
-    _ip("netns", "add", netns)
+    """A namespace (made now, or reserved when the slot was chosen) joined to the machine
+    by one veth pair with an address at each end; forwarding on inside it only (the
+    setting is per namespace; the machine's stays 0)."""
+    if netns not in list_netns():
+        _ip("netns", "add", netns)
     _ip("link", "add", veth_host, "type", "veth", "peer", "name", veth_node)
     _ip("link", "set", veth_node, "netns", netns)
     # IPv4 only: no IPv6 link-local addresses, router solicitations or neighbour discovery
@@ -67,6 +80,24 @@ def create_node_network(netns: str, veth_host: str, veth_node: str, host_cidr: s
     _ip("-n", netns, "addr", "add", node_cidr, "dev", veth_node)
     _ip("-n", netns, "link", "set", veth_node, "up")
     in_netns(netns, ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+
+
+def add_route(route: list[str], netns: str | None = None) -> None:
+    """``ip route replace <route>`` (idempotent) in ``netns``, or in the machine's namespace."""
+    _ip(*(["-n", netns] if netns else []), "route", "replace", *route)
+
+
+def route_exists(destination: str, netns: str | None = None) -> bool:
+    args = ["-n", netns] if netns else []
+    result = _ip(*args, "route", "show", "exact", destination, check=False)
+    return result.returncode == 0 and bool(result.stdout.strip())
+
+
+def delete_route(route: list[str], netns: str | None = None) -> bool:
+    """Delete one route the harness added; False if it was not there (its link gone)."""
+    if not route_exists(route[0], netns):
+        return False
+    return _ip(*(["-n", netns] if netns else []), "route", "delete", *route, check=False).returncode == 0
 
 
 def in_netns(netns: str, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
@@ -176,10 +207,13 @@ def remove_cgroup(root: str, hierarchies: list[Path]) -> list[Path]:
     return left
 
 
-def pids_with_arg(value: str) -> list[int]:
+def pids_with_arg(value: str, *, prefix: bool = False) -> list[int]:
     """Processes whose command line has ``value`` as one argument (e.g. the node's
-    containerd socket: its shims are started with ``-address <socket>``)."""
+    containerd socket: its shims are started with ``-address <socket>``), or, with
+    ``prefix``, an argument that starts with it (``172.31.250.1:`` for a forwarder's
+    ``--listen 172.31.250.1:<port>``)."""
     found = []
+    wanted = value.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -187,6 +221,6 @@ def pids_with_arg(value: str) -> list[int]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if value.encode() in args:
+        if any(arg.startswith(wanted) for arg in args) if prefix else wanted in args:
             found.append(int(entry.name))
     return found

@@ -12,6 +12,10 @@ created after ``setns(2)`` into the node's namespace (Python 3.11 has no os.setn
 
 Run as ``python -m kube_offload_harness.netns_forward --netns /run/netns/kon-0
 --listen 127.0.0.1:6443 --to 127.0.0.1:6443``.
+
+Without ``--netns`` it listens in its own namespace: the machine's end of a node's link
+(``--listen 172.31.250.1:6443``), the apiserver's advertised address that pods reach
+through the ``kubernetes`` Service (docs/real-nodes.md, "Addresses").
 """
 
 from __future__ import annotations
@@ -24,17 +28,22 @@ import sys
 from kube_offload_harness.netns import setns
 
 
+def listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
 def listen_in_netns(netns_path: str, host: str, port: int) -> socket.socket:
     """A listening socket created inside ``netns_path``; the caller's thread returns to its
     own namespace afterwards (call before starting other threads)."""
     with open("/proc/thread-self/ns/net") as own_ns:
         setns(netns_path)
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(128)
-            sock.setblocking(False)
+            sock = listen(host, port)
         finally:
             setns(f"/proc/self/fd/{own_ns.fileno()}")
     return sock
@@ -76,12 +85,12 @@ async def _serve(listener: socket.socket, to: tuple[str, int]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--netns", required=True, help="path of the namespace to listen in (/run/netns/<name>)")
+    parser.add_argument("--netns", help="path of the namespace to listen in (/run/netns/<name>); default: this one")
     parser.add_argument("--listen", required=True, help="host:port inside that namespace")
     parser.add_argument("--to", required=True, help="host:port in this process's namespace")
     args = parser.parse_args(argv)
-    listener = listen_in_netns(args.netns, *_split(args.listen))
-    print(f"netns-forward: {args.netns} {args.listen} -> {args.to}", flush=True)
+    listener = listen_in_netns(args.netns, *_split(args.listen)) if args.netns else listen(*_split(args.listen))
+    print(f"netns-forward: {args.netns or 'own namespace'} {args.listen} -> {args.to}", flush=True)
     asyncio.run(_serve(listener, _split(args.to)))
     return 0
 

@@ -5,14 +5,16 @@ beside kwok's simulated nodes (docs/real-nodes.md).
     machine namespace                         node namespace kon-<slot>
     kube-apiserver 127.0.0.1:<port>  <-----   netns_forward 127.0.0.1:<port>  <- kubelet
     registry 127.0.0.1:<rport>       <-----   netns_forward 127.0.0.1:<rport> <- containerd
+      ^  <- netns_forward 172.31.250.4k+1:<port>  <----  pods -> 10.0.0.1:443 (kube-proxy DNAT)
     (kubelet client cert)  --- veth kon<slot>h 172.31.250.x/30 --->  kubelet :10250
-                                                                     containerd (own socket)
+    route 172.31.k.0/24 via the node end  ------------------------>  containerd (own socket)
                                                                      bridge konbr0 -> pods
 
 What ``up`` creates it records (processes in the ProcessTable; the rest is named by the
 slot); ``down`` removes exactly that: kube-proxy, the kubelet, the containers (every
 process in the node's cgroup), the shims of the node's containerd, containerd, the
-forwarders, every mount under the node's directories, its cgroups, its namespace and veth.
+forwarders, every mount under the node's directories, its cgroups, the route to its pods,
+its namespace and veth.
 :func:`leftovers` lists whatever of it still exists (the teardown test's check).
 """
 
@@ -44,8 +46,16 @@ class RealNodeError(RuntimeError):
 
 def process_names(plan: rc.NodePlan) -> dict[str, str]:
     """The ProcessTable names of the node's processes, in start order."""
-    components = ("forward", "registry-forward", "containerd", "kubelet", "kube-proxy")
+    components = ("forward", "apiserver-forward", "registry-forward", "containerd", "kubelet", "kube-proxy")
     return {component: f"realnode-{plan.cluster}-{component}" for component in components}
+
+
+def apiserver_forward_args(plan: rc.NodePlan, port: int) -> list[str]:
+    """The forwarder from the apiserver's advertised address (the machine end of the node's
+    link, in the machine's namespace) to its loopback port: what the `kubernetes` Service
+    leads pods to (docs/real-nodes.md, "Addresses")."""
+    return [sys.executable, "-m", "kube_offload_harness.netns_forward",
+            "--listen", f"{plan.host_ip}:{port}", "--to", f"127.0.0.1:{port}"]
 
 
 def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dict, node_cert: bytes, node_key: bytes,
@@ -173,6 +183,10 @@ class RealNode:
         write_files(plan, nbins=self.nbins, admin_kubeconfig=admin, node_cert=cert, node_key=key,
                     proxy_cert=proxy_cert, proxy_key=proxy_key, client_ca_file=client_ca_file,
                     registry_port=registry_port)
+        for route in rc.machine_routes(plan):
+            netns.add_route(route)
+        for route in rc.node_routes(plan):
+            netns.add_route(route, plan.netns)
         netns.create_cgroup_root(plan.cgroup_root, netns.v1_hierarchies())
         ns_path = netns.netns_path(plan.netns)
         self.processes.start(
@@ -181,6 +195,8 @@ class RealNode:
              "--listen", f"127.0.0.1:{port}", "--to", f"127.0.0.1:{port}"],
             log=self.log_path("forward"), env=self._env(),
         )
+        self.processes.start(self.names["apiserver-forward"], apiserver_forward_args(plan, port),
+                             log=self.log_path("apiserver-forward"), env=self._env())
         # containerd pulls from the registry on its own namespace's loopback (hosts.toml).
         self.processes.start(
             self.names["registry-forward"],
@@ -335,7 +351,7 @@ class RealNode:
                 pass
         if shims:
             done.append(f"{len(shims)} shims")
-        for component in ("containerd", "forward", "registry-forward"):
+        for component in ("containerd", "forward", "apiserver-forward", "registry-forward"):
             if self.processes.stop(self.names[component]):
                 done.append(component)
         unmounted = netns.unmount_under(plan.runtime_dir) + netns.unmount_under(plan.state_dir)
@@ -344,6 +360,11 @@ class RealNode:
         left = netns.remove_cgroup(plan.cgroup_root, hierarchies)
         if left:
             self.say(f"  cgroups not removable yet: {', '.join(map(str, left[:5]))}")
+        # (Deleting the veth would take the route with it; a route outliving a failed
+        # delete would send the pods' range to nowhere.)
+        for route in rc.machine_routes(plan):
+            if netns.delete_route(route):
+                done.append(f"route {route[0]}")
         if plan.netns in netns.list_netns():
             done.append(f"namespace {plan.netns}")
         netns.delete_node_network(plan.netns, plan.veth_host)
@@ -437,6 +458,7 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
         found.append(f"network namespace {plan.netns}")
     if netns.link_exists(plan.veth_host):
         found.append(f"link {plan.veth_host}")
+    found += [f"route {route[0]}" for route in rc.machine_routes(plan) if netns.route_exists(route[0])]
     found += [f"mount {point}" for point in netns.mounts_under(plan.runtime_dir) + netns.mounts_under(plan.state_dir)]
     if plan.runtime_dir.exists():
         found.append(f"directory {plan.runtime_dir}")
@@ -447,6 +469,8 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
                       ("kube-proxy", f"--config={plan.kube_proxy_config}"),
                       ("forwarder", str(netns.netns_path(plan.netns))), ("shim", str(plan.containerd_socket))):
         found += [f"process {pid} ({what})" for pid in netns.pids_with_arg(arg)]
+    # the apiserver's forwarder listens on the machine end of the link, at the apiserver's port
+    found += [f"process {pid} (apiserver forwarder)" for pid in netns.pids_with_arg(f"{plan.host_ip}:", prefix=True)]
     found += [f"file {path}" for path in machine_wide_files(plan)]
     return found
 

@@ -11,6 +11,11 @@ interfaces it creates, and removed by ``down``.
 - node link of slot ``k`` (a veth pair between the machine and the node's network
   namespace): ``172.31.250.(4k)/30``; machine side ``.4k+1``, node side ``.4k+2``;
 - pods of slot ``k``: ``172.31.k.0/24`` on a bridge inside the node's namespace.
+
+A cluster with a real node advertises its kube-apiserver at the machine end of the node's
+link (:func:`apiserver_flags`), where a forwarder (real_node.py) passes connections on to
+the apiserver's loopback port: the address the ``kubernetes`` Service's EndpointSlice
+names, so pods reach the control plane through ``10.0.0.1:443`` as in any cluster.
 """
 
 from __future__ import annotations
@@ -62,6 +67,13 @@ KERNEL_TUNABLES = {
     "kernel/keys/root_maxbytes": 25000000,
 }
 
+# kube-apiserver's default --service-cluster-ip-range, which kwokctl leaves alone: the
+# `kubernetes` Service takes its first address, cluster DNS a fixed one (kubeadm's .10).
+SERVICE_CIDR = ipaddress.IPv4Network("10.0.0.0/24")
+KUBERNETES_SERVICE_IP = str(SERVICE_CIDR.network_address + 1)
+CLUSTER_DNS_IP = str(SERVICE_CIDR.network_address + 10)
+CLUSTER_DOMAIN = "cluster.local"
+
 # Real nodes carry this label and a NoSchedule taint of the same key: a workload lands on
 # one only when it asks (a toleration and a nodeSelector), so the kwok tiers, the demo and
 # the scale tests behave as before, and no pod lands where its image cannot be had.
@@ -98,11 +110,12 @@ class NodePlan:
 
     @property
     def link(self) -> ipaddress.IPv4Network:
-        return ipaddress.IPv4Network(f"{LINK_NETWORK.network_address + 4 * self.slot}/30")
+        return link_network(self.slot)
 
     @property
     def host_ip(self) -> str:
-        return str(self.link.network_address + 1)
+        """The machine end of the node's link: where the apiserver is advertised."""
+        return host_ip(self.slot)
 
     @property
     def node_ip(self) -> str:
@@ -185,6 +198,55 @@ class NodePlan:
     @property
     def resolv_conf(self) -> Path:
         return self.state_dir / "resolv.conf"
+
+
+def link_network(slot: int) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(f"{LINK_NETWORK.network_address + 4 * slot}/30")
+
+
+def host_ip(slot: int) -> str:
+    return str(link_network(slot).network_address + 1)
+
+
+def machine_routes(plan: NodePlan) -> list[list[str]]:
+    """``ip route`` arguments of the machine's namespace: the node's pods through the node
+    end of its link, so the apiserver reaches pod IPs (webhooks, pods/proxy, a virtual
+    kubelet's API at its pod IP) and answers pods that call it. The machine only ever
+    sends to and receives for its own addresses: its ip_forward stays 0."""
+    return [[plan.pod_cidr, "via", plan.node_ip, "dev", plan.veth_host]]
+
+
+def node_routes(plan: NodePlan) -> list[list[str]]:
+    """``ip route`` arguments of the node's namespace: every machine end of every slot's
+    link (this cluster's apiserver forwarder, and another cluster's, which a virtual
+    kubelet pod calls) through this node's own machine end."""
+    return [[str(LINK_NETWORK), "via", plan.host_ip, "dev", plan.veth_node]]
+
+
+def apiserver_cert_sans(slot: int) -> list[str]:
+    """What the apiserver's serving certificate must name for in-cluster clients, which
+    verify it against the ServiceAccount's ca.crt: the `kubernetes` Service's ClusterIP and
+    names, and the advertised address. (kwokctl's own list has the names and loopback,
+    not the ClusterIP: kwokctl's kubeApiserverCertSANs adds to it.)"""
+    return [
+        KUBERNETES_SERVICE_IP, host_ip(slot), "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+        f"kubernetes.default.svc.{CLUSTER_DOMAIN}",
+    ]
+
+
+def apiserver_flags(slot: int) -> dict[str, str]:
+    """kube-apiserver flags of a cluster with a real node in ``slot``.
+
+    advertise-address: by default, with --bind-address 127.0.0.1, the apiserver advertises
+    the machine's first interface address in the `kubernetes` EndpointSlice, an address the
+    harness must never send to; the machine end of the node's link is the harness's own and
+    has a forwarder to the loopback port.
+    enable-aggregator-routing: the apiserver resolves a Service named by a webhook (admission
+    and CRD conversion), or by an APIService, to an endpoint IP instead of the ClusterIP,
+    which exists only inside a node's namespace (kube-proxy's rules): k8s.io/kubernetes
+    v1.37 cmd/kube-apiserver/app/server.go buildServiceResolver hands one resolver to the
+    admission plugins, apiextensions and the aggregator."""
+    return {"advertise-address": host_ip(slot), "enable-aggregator-routing": "true"}
 
 
 def node_name(cluster_id: str) -> str:

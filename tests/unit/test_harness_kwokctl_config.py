@@ -10,12 +10,16 @@ from kube_offload_harness.binaries import Binaries
 from kube_offload_harness.cluster import Cluster, ClusterSpec
 
 
-def _apiserver_flags(state_dir: Path, role: str) -> dict[str, str]:
+def _cluster(state_dir: Path, role: str, real_node_slot: int = -1, name: str = "t") -> Cluster:
     bins = Binaries(*(state_dir / "bin" / name for name in (
         "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd", "kwok", "kwokctl", "helm",
         "metrics-server", "local-path-provisioner")))
-    cluster = Cluster(ClusterSpec(name="t", cluster_id="t", role=role, nodes=1), state_dir=state_dir, bins=bins)
-    config = yaml.safe_load(cluster.kwokctl_config.read_text())
+    spec = ClusterSpec(name=name, cluster_id=name, role=role, nodes=1, real_node_slot=real_node_slot)
+    return Cluster(spec, state_dir=state_dir, bins=bins)
+
+
+def _apiserver_flags(state_dir: Path, role: str, real_node_slot: int = -1) -> dict[str, str]:
+    config = yaml.safe_load(_cluster(state_dir, role, real_node_slot).kwokctl_config.read_text())
     [patch] = [p for p in config["componentsPatches"] if p["name"] == "kube-apiserver"]
     return {arg["key"]: arg["value"] for arg in patch["extraArgs"]}
 
@@ -35,3 +39,29 @@ def test_an_environments_clusters_present_the_kubelet_client_certificate(tmp_pat
         flags = _apiserver_flags(tmp_path, role)
         assert flags["kubelet-client-certificate"] == str(tmp_path / "pki" / "apiserver-kubelet-client.crt")
         assert flags["kubelet-client-key"] == str(tmp_path / "pki" / "apiserver-kubelet-client.key")
+
+
+def test_a_cluster_without_a_real_node_keeps_kwokctls_addresses(tmp_path: Path) -> None:
+    for role in ("local", "remote"):
+        flags = _apiserver_flags(tmp_path, role)
+        assert "advertise-address" not in flags and "enable-aggregator-routing" not in flags
+        config = yaml.safe_load(_cluster(tmp_path, role).kwokctl_config.read_text())
+        assert config["options"] == {"bindAddress": "127.0.0.1"}
+
+
+def test_a_cluster_with_a_real_node_advertises_the_machine_end_of_its_link(tmp_path: Path) -> None:
+    flags = _apiserver_flags(tmp_path, "remote", real_node_slot=2)
+    assert flags["advertise-address"] == "172.31.250.9"
+    assert flags["enable-aggregator-routing"] == "true"
+    config = yaml.safe_load(_cluster(tmp_path, "remote", 2).kwokctl_config.read_text())
+    assert config["options"]["bindAddress"] == "127.0.0.1"  # it still listens on loopback only
+    assert {"10.0.0.1", "172.31.250.9", "kubernetes.default.svc"} <= set(config["options"]["kubeApiserverCertSANs"])
+
+
+def test_each_cluster_with_a_real_node_has_a_configuration_file_of_its_own(tmp_path: Path) -> None:
+    """kwokctl reads one KwokctlConfiguration; two remotes with real nodes advertise two
+    addresses, and the remotes without keep the shared file."""
+    paths = {_cluster(tmp_path, "remote", slot, name=f"r{slot}").kwokctl_config for slot in (1, 2)}
+    shared = _cluster(tmp_path, "remote").kwokctl_config
+    assert len(paths) == 2 and shared not in paths
+    assert shared.name == "kwokctl-config.yaml"

@@ -15,7 +15,7 @@ import pytest
 
 from kube_offload_harness import binaries, oci_image
 from kube_offload_harness import real_node_config as rc
-from kube_offload_harness.real_node import apiserver_port, process_names
+from kube_offload_harness.real_node import apiserver_forward_args, apiserver_port, process_names
 
 
 def plan(slot: int = 3) -> rc.NodePlan:
@@ -41,6 +41,29 @@ def test_every_slot_is_disjoint_from_every_other_and_from_the_machine():
     for network in networks:
         assert network.subnet_of(ipaddress.IPv4Network("172.31.0.0/16"))
     assert all(len(p.veth_host) <= 15 for p in plans)  # the kernel's interface name limit
+
+
+def test_routes_join_the_machine_to_the_pods_and_the_node_to_every_machine_end():
+    p = plan(3)
+    # the apiserver (machine namespace) reaches the node's pods through the node end
+    assert rc.machine_routes(p) == [["172.31.3.0/24", "via", "172.31.250.14", "dev", "kon3h"]]
+    # the node reaches every slot's machine end (another cluster's apiserver forwarder) through its own
+    assert rc.node_routes(p) == [["172.31.250.0/24", "via", "172.31.250.13", "dev", "kon3n"]]
+    other = plan(5)
+    assert ipaddress.ip_address(other.host_ip) in ipaddress.ip_network(rc.node_routes(p)[0][0])
+
+
+def test_the_apiserver_is_advertised_where_its_forwarder_listens_and_its_certificate_names_it():
+    p = plan(3)
+    assert rc.apiserver_flags(3) == {"advertise-address": p.host_ip, "enable-aggregator-routing": "true"}
+    sans = rc.apiserver_cert_sans(3)
+    assert {rc.KUBERNETES_SERVICE_IP, p.host_ip, "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"} <= set(sans)
+    assert rc.KUBERNETES_SERVICE_IP == "10.0.0.1"  # the first address of kube-apiserver's default service range
+    assert ipaddress.ip_address(rc.CLUSTER_DNS_IP) in rc.SERVICE_CIDR
+    args = apiserver_forward_args(p, 34567)
+    assert args[args.index("--listen") + 1] == "172.31.250.13:34567"
+    assert args[args.index("--to") + 1] == "127.0.0.1:34567"
+    assert "--netns" not in args  # it listens in the machine's namespace
 
 
 def test_free_slot_skips_namespaces_that_exist_and_ignores_others():
@@ -150,6 +173,7 @@ def test_apiserver_port_only_from_a_loopback_server():
 def test_process_names_are_per_cluster():
     assert process_names(plan()) == {
         "forward": "realnode-e2e-local-forward",
+        "apiserver-forward": "realnode-e2e-local-apiserver-forward",
         "registry-forward": "realnode-e2e-local-registry-forward",
         "containerd": "realnode-e2e-local-containerd",
         "kubelet": "realnode-e2e-local-kubelet",
