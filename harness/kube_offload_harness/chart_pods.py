@@ -119,17 +119,11 @@ def kube_scheduler_image(binary: Path) -> bytes:
     return oci_image.oci_archive(KUBE_SCHEDULER_IMAGE, [layer], oci_image.ImageConfig(entrypoint=[f"/{KUBE_SCHEDULER_PATH}"]))
 
 
-def load_kube_scheduler_image(env: "Environment", topology: "Topology") -> None:
-    """The chart's kube-scheduler image on the local real node (IfNotPresent: never pulled)."""
-    path = env.state_dir / "real-nodes" / "kube-scheduler-image.tar"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(kube_scheduler_image(env.bins.kube_scheduler))
-    result = env.real_node(topology.local).ctr("images", "import", str(path), timeout=300)
-    path.unlink(missing_ok=True)  # ~100 MB, now in containerd's store
-    if result.returncode != 0:
-        from kube_offload_harness.cluster import ClusterError
-
-        raise ClusterError(f"`ctr images import` of {KUBE_SCHEDULER_IMAGE} failed: {result.stderr.strip()}")
+def push_kube_scheduler_image(env: "Environment", topology: "Topology") -> None:
+    """The chart's kube-scheduler image into the environment's registry, where containerd
+    finds registry.k8s.io's images (registry.py)."""
+    sent = env.registry(topology).push_archive(KUBE_SCHEDULER_IMAGE, kube_scheduler_image(env.bins.kube_scheduler))
+    env.say(f"- registry: {KUBE_SCHEDULER_IMAGE} ({sent / 1e6:.1f} MB uploaded)")
 
 
 def values_file(env: "Environment", name: str, values: dict[str, Any]) -> Path:
@@ -167,10 +161,23 @@ def install_local_chart(env: "Environment", topology: "Topology", local: "Cluste
 
 
 def chart_source(env: "Environment", chart: str) -> list[str]:
-    """The chart argument(s) of ``helm upgrade``: the checkout's chart directory."""
-    from kube_offload_harness import identities
+    """The chart argument(s) of ``helm upgrade``: the chart as ``up`` pushed it to the
+    environment's registry, as users install it (peer: :func:`peer_chart_flags`)."""
+    from kube_offload import peer_cli
 
-    return [str(identities.LOCAL_CHART.parent / chart)]
+    return peer_cli.chart_args(env.chart_reference(chart), chart_version(), plain_http=True)
+
+
+def chart_version() -> str:
+    from kube_offload_harness import registry
+
+    return registry.chart_version(registry.REPO / "charts" / p.LOCAL_CHART)
+
+
+def peer_flags(env: "Environment") -> list[tuple[str, str]]:
+    """``kube-offload peer``'s flags to install both charts from the registry."""
+    repository = env.chart_reference(p.LOCAL_CHART).rsplit("/", 1)[0]
+    return [("--chart-repository", repository), ("--chart-version", chart_version()), ("--plain-http", "true")]
 
 
 def pods(cluster: "Cluster", namespace: str = NAMESPACE) -> list[dict]:

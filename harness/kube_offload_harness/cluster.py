@@ -608,7 +608,7 @@ class Environment:
             remote.add_physical_nodes()
             self.start_real_node(spec)
             storage.start_local_path_provisioner(self, remote, default_class=True)
-        chart_pods.load_kube_scheduler_image(self, topology)
+        chart_pods.push_kube_scheduler_image(self, topology)
         chart_pods.install_local_chart(self, topology, local)
         if topology.peering == PEERING_HARNESS:
             for spec in topology.remotes:

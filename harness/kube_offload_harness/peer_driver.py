@@ -85,6 +85,9 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
         from kube_offload_harness.real_node_config import REAL_NODE_KEY
 
         flags.append(("--grant-tolerations", REAL_NODE_KEY, REAL_NODE_KEY))
+        from kube_offload_harness import chart_pods
+
+        flags += [(flag, value, value) for flag, value in chart_pods.peer_flags(env)]
     flags.append(("--helm", helm, helm.replace(home, "~", 1)))
     return flags
 
