@@ -669,6 +669,7 @@ class Environment:
                 used.append(name)
                 if netns.reserve_netns(name):
                     spec.real_node_slot = slot
+                    self.real_node(spec).record_reservation()
             used.append(f"{real_node_config.NETNS_PREFIX}{spec.real_node_slot}")
 
     def real_node(self, spec: ClusterSpec) -> "RealNode":

@@ -230,7 +230,9 @@ class RealNode:
         ``down`` touches the slot only while that namespace is still the one we made."""
         plan = self.plan
         self.say(f"- {plan.cluster}: real node {plan.node_name} in network namespace {plan.netns} ({plan.node_ip}, pods {plan.pod_cidr})")
-        if plan.netns in netns.list_netns():
+        # Reserved by this environment when it chose the slot (Environment._assign_real_node_slots,
+        # record_reservation): ours to build on.
+        if plan.netns in netns.list_netns() and not self.owns_slot():
             raise RealNodeError(f"network namespace {plan.netns} exists: slot {plan.slot} was taken by another "
                                 "environment meanwhile; run `cluster down` and `up` again")
         plan.state_dir.mkdir(parents=True, exist_ok=True)
@@ -247,6 +249,12 @@ class RealNode:
 
     def _record_slot(self) -> None:
         self._slot_record.write_text(str(os.stat(netns.netns_path(self.plan.netns)).st_ino))
+
+    def record_reservation(self) -> None:
+        """The slot's namespace was just created to reserve it: it is this node's (up builds
+        on it, down removes it even if up never came this far)."""
+        self.plan.state_dir.mkdir(parents=True, exist_ok=True)
+        self._record_slot()
 
     def owns_slot(self) -> bool:
         """Whether this node made the slot's namespace (or made it and it is gone): never
