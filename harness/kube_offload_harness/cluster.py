@@ -579,6 +579,10 @@ class Environment:
         self._wait_https_ready("webhook", topology.webhook_port)
         self._wait_https_ready("extender", topology.extender_port)
         self._register_webhook(topology, local)
+        if topology.real_nodes:
+            # Pods on the real nodes (the charts') resolve Service names from here on.
+            for spec in topology.clusters():
+                self.start_cluster_dns(spec)
         if not wired:
             self.say(f"- environment up in {int(time.monotonic() - started)}s; remote clusters not connected yet (kube-offload peer)")
             return
@@ -608,6 +612,10 @@ class Environment:
             remote.add_physical_nodes()
             self.start_real_node(spec)
             storage.start_local_path_provisioner(self, remote, default_class=True)
+        # The chart's kube-scheduler calls the extender at its Service name; the vkubelet and
+        # the enforcer resolve the kubernetes Service's name too.
+        for spec in topology.clusters():
+            self.start_cluster_dns(spec)
         chart_pods.push_kube_scheduler_image(self, topology)
         chart_pods.install_local_chart(self, topology, local)
         if topology.peering == PEERING_HARNESS:
@@ -709,6 +717,18 @@ class Environment:
         except RealNodeError as exc:
             raise ClusterError(str(exc)) from None
         self.say(f"- {spec.name}: real node {node.plan.node_name} Ready")
+
+    def start_cluster_dns(self, spec: ClusterSpec) -> None:
+        """CoreDNS on ``spec``'s real node (cluster_dns.py); returns once it is Ready. Called
+        once the local cluster's scheduler extender answers: the scheduler calls it for every
+        pod, and fails to place any (CoreDNS too) until it does."""
+        from kube_offload_harness import cluster_dns, real_node_config
+
+        try:
+            cluster_dns.install(self.cluster(spec))
+        except cluster_dns.ClusterDNSError as exc:
+            raise ClusterError(f"{spec.name}: {exc}") from None
+        self.say(f"- {spec.name}: cluster DNS (CoreDNS) Ready at {real_node_config.CLUSTER_DNS_IP}")
 
     @property
     def kernel_tunables_record(self) -> Path:

@@ -65,7 +65,9 @@ def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dic
     for relative, content in rc.registry_hosts_files(registry_port=registry_port).items():
         (plan.registry_hosts_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         (plan.registry_hosts_dir / relative).write_text(content)
-    plan.resolv_conf.write_text("# no cluster DNS on the real node yet; nothing else to resolve with\n")
+    # The node's own resolver (dnsPolicy Default, CoreDNS itself): none. Pods ask the
+    # cluster DNS (the kubelet's clusterDNS), which has no upstream either.
+    plan.resolv_conf.write_text("# no resolver outside the cluster: the machine's is not the harness's to use\n")
     plan.containerd_config.write_text(rc.containerd_config(plan, cni_bin_dir=nbins.cni_bin_dir))
     (plan.cni_conf_dir / "10-kube-offload.conflist").write_text(json.dumps(rc.cni_conflist(plan), indent=2))
     plan.kubelet_config.write_text(rc.dump_yaml(rc.kubelet_configuration(plan, client_ca_file=client_ca_file)))
@@ -312,7 +314,10 @@ class RealNode:
     # --- down -------------------------------------------------------------------------
     def drain(self, kubectl: Callable[..., subprocess.CompletedProcess], timeout: float = 60) -> int:
         """Delete the node's pods through the API and wait until the kubelet has stopped
-        them: their sandboxes are torn down as on any node (CNI DEL, unmounts, log links)."""
+        them: their sandboxes are torn down as on any node (CNI DEL, unmounts, log links).
+        Cordoned first, as kubectl drain does: a Deployment's pod (CoreDNS, the charts')
+        would otherwise be replaced on this node at once."""
+        kubectl("cordon", self.plan.node_name, check=False)
         selector = f"spec.nodeName={self.plan.node_name}"
         listed = kubectl("get", "pods", "-A", "--field-selector", selector, "-o", "name", check=False)
         if listed.returncode != 0 or not listed.stdout.strip():

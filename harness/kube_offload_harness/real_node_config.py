@@ -397,8 +397,7 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
     """KubeletConfiguration for this machine: cgroup v1 only (failCgroupV1: false; the
     kubelet refuses v1 otherwise), the cgroupfs driver (no systemd here), serving on the
     node's own address, the apiserver authenticated by the harness's kubelet client CA and
-    authorized by SubjectAccessReview; no cluster DNS yet (an empty resolv.conf: pods
-    resolve nothing rather than the machine's resolvers)."""
+    authorized by SubjectAccessReview; the cluster DNS at its fixed ClusterIP."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -417,6 +416,11 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
             "x509": {"clientCAFile": str(client_ca_file)},
         },
         "authorization": {"mode": "Webhook"},
+        # Pods (dnsPolicy ClusterFirst) ask the cluster DNS (cluster_dns.py); the node's own
+        # resolv.conf, for dnsPolicy Default (CoreDNS itself), is empty: the machine's
+        # resolver is not an address the harness may send to.
+        "clusterDNS": [CLUSTER_DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": str(plan.resolv_conf),
         # Paths that default to machine-wide directories (/var/log/pods, /usr/libexec/...).
         "podLogsDir": str(plan.pod_logs_dir),
