@@ -979,6 +979,13 @@ class Environment:
         for record in self.processes.load():
             state = f"running (pid {record.pid})" if record.running() else "not running"
             lines.append(f"process {record.name:<20} {state:<22} log {record.log}")
+        if topology.chart_pods:
+            from kube_offload_harness import chart_pods
+
+            for spec in topology.clusters():
+                cluster = self.cluster(spec)
+                if cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0:
+                    lines += [f"pod     {line} ({spec.name})" for line in chart_pods.pod_summary(cluster)]
         return lines
 
     def down(self) -> None:
