@@ -203,7 +203,7 @@ def test_a_pod_is_mutated_by_the_webhook_and_placed_through_the_extender(env: En
     assert _extender_filter_calls(local) > before
 
 
-def test_an_offloaded_pod_runs_on_the_remote_real_node_and_kubectl_logs_shows_its_output(env: Environment):
+def test_an_offloaded_pod_runs_on_the_remote_real_node_and_kubectl_logs_and_exec_reach_it(env: Environment):
     local, remote = _clusters(env)
     spec = env.topology().remotes[0]
     if not local.kubectl("get", "namespace", OFFLOADED, check=False).returncode == 0:
@@ -224,3 +224,12 @@ def test_an_offloaded_pod_runs_on_the_remote_real_node_and_kubectl_logs_shows_it
     # printed by the container itself, on the remote's real node: its hostname is the
     # remote pod's, not the machine's
     assert f"{GREETING} from {remote_pod['metadata']['name']}" in logs, logs
+    # kubectl exec, through the vkubelet pod's kubelet API, runs in the remote container:
+    # its PID 1 is the pod's command and its address is in the remote node's pod range
+    result = local.kubectl("exec", "hello", "-n", OFFLOADED, "--", "sh", "-c",
+                           "tr '\\0' ' ' </proc/1/cmdline; echo; ip -4 addr show eth0 | grep inet", timeout=60)
+    first, address = result.stdout.splitlines()[:2]
+    assert first.strip() == "sleep 3600", result.stdout
+    ip = address.split()[1].split("/")[0]  # "inet 172.31.k.n/24 brd ..."
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(env.real_node(spec).plan.pod_cidr), result.stdout
+    assert remote_pod["status"]["podIP"] == ip
