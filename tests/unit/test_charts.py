@@ -1268,3 +1268,17 @@ def test_vkubelet_mounts_extra_volumes_and_trusts_a_mounted_kubelet_client_ca(he
     assert args.kubelet_client_ca == f"{mount['mountPath']}/{chart_pods.KUBELET_CLIENT_CA_KEY}"
     # the chart's own mounts stay
     assert {m["name"] for m in container["volumeMounts"]} == {"remote-kubeconfig", "tmp", "kubelet-client-ca"}
+
+
+def test_the_scheduler_image_the_real_node_tier_makes_is_the_one_the_chart_runs(helm: Helm) -> None:
+    """The harness writes registry.k8s.io/kube-scheduler from the cached binary: the name
+    and the binary's path must be the chart's, or the scheduler pod never starts."""
+    from kube_offload_harness import chart_pods
+
+    image = load_values(LOCAL)["scheduler"]["image"]
+    assert chart_pods.KUBE_SCHEDULER_IMAGE == f"{image['repository']}:{image['tag']}"
+    [deployment] = find(render(helm, LOCAL), "Deployment", "scheduler")
+    [container] = pod_spec(deployment)["containers"]
+    assert container["command"][0] == f"/{chart_pods.KUBE_SCHEDULER_PATH}"
+    [binary] = [e for e in chart_pods.kube_scheduler_image_entries(b"\x7fELF") if e.path == chart_pods.KUBE_SCHEDULER_PATH]
+    assert binary.mode & 0o005 == 0o005  # the chart's non-root user runs it

@@ -158,3 +158,15 @@ def test_demo_release_and_harness_identities_share_no_object(tmp_path: Path) -> 
         ("ServiceAccount", "kube-offload", identities.WEBHOOK_SA.name), ("ServiceAccount", "kube-offload", identities.EXTENDER_SA.name)}
     assert ("Deployment", "kube-offload", p.vkubelet_deployment_name(p.DEFAULT_RELEASE, "remote-1")) in {key(o) for o in release}
     assert {key(o) for o in harness} & {key(o) for o in release} == set()
+
+
+def test_chart_pods_without_real_nodes_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    from kube_offload_harness import binaries
+    from kube_offload_harness.cluster import ClusterError, Environment, default_topology
+
+    env = Environment(tmp_path, bins=binaries.binaries(root=tmp_path / "cache"), say=lambda _: None)
+    topology = default_topology(prefix="cp", remotes=1)
+    topology.chart_pods = True
+    with pytest.raises(ClusterError, match=r"chart_pods needs real_nodes.*--real-nodes true"):
+        env.up(topology)
+    assert env.topology() is None  # nothing was made
