@@ -32,6 +32,7 @@ from kube_offload.runtime.flags import add_flag, appended, positive_duration
 from kube_offload.runtime.kube import ApiError, call, call_json, load_api_client
 
 POLL_SECONDS = 1.0
+OCI_SCHEME = "oci://"
 HELM_INSTALL = "https://helm.sh/docs/intro/install/"
 
 
@@ -58,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common_flags(peer, "peer")
     flag = lambda name, **kw: add_flag(peer, "peer", name, **kw)  # noqa: E731
     flag("--remote-server", default="",
-         help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote kubeconfig")
+         help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote "
+              "kubeconfig (refused when it is a loopback address, which a pod cannot reach)")
     flag("--quota", default="", help="the consumer's quota on the remote, e.g. cpu=8,memory=16Gi,pods=50; unset: keep (none: unlimited)")
     flag("--pod-security-level", default="",
          help=f"{' | '.join(c.PSA_LEVELS)}: Pod Security level of the consumer's twin namespaces on the remote; unset: keep (chart default baseline)")
@@ -109,6 +111,12 @@ def _common_flags(parser: argparse.ArgumentParser, command: str) -> None:
     flag("--helm", default="helm", help="the helm binary (Helm 3): a path or a name on PATH")
     flag("--charts-dir", default="",
          help="directory holding kube-offload-local and kube-offload-remote; unset: the charts/ of this checkout")
+    flag("--chart-repository", default="",
+         help="OCI repository holding both charts, e.g. oci://registry.example.com/charts (installs "
+              "<repository>/kube-offload-local and -remote at --chart-version); unset: --charts-dir")
+    flag("--chart-version", default=kube_offload.__version__, help="version of the charts in --chart-repository")
+    flag("--plain-http", default=False, type=bool,
+         help="--chart-repository speaks plain HTTP (helm --plain-http), e.g. a registry on 127.0.0.1")
     flag("--timeout", default="5m", type=positive_duration, help="how long each wait may take (Helm, token, node, deletions)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
 
@@ -165,6 +173,30 @@ def chart_ref(charts_dir: Path, name: str) -> p.ChartRef:
     return p.ChartRef(name=name, version=str(meta.get("version", "")), path=str(charts_dir / name))
 
 
+def chart_args(chart: str, version: str, plain_http: bool) -> list[str]:
+    """How ``helm upgrade`` names a chart: a directory is its own version; an OCI
+    repository holds many, so the version goes with it (and --plain-http for an HTTP one)."""
+    if not chart.startswith(OCI_SCHEME):
+        return [chart]
+    return [chart, "--version", version, *(["--plain-http"] if plain_http else [])]
+
+
+def chart_refs(args: argparse.Namespace) -> tuple[p.ChartRef, p.ChartRef]:
+    """The local and the remote chart: from --chart-repository (OCI) when given, else from
+    --charts-dir (or this checkout's charts/)."""
+    if args.chart_repository:
+        repository = args.chart_repository.rstrip("/")
+        if not repository.startswith(OCI_SCHEME):
+            raise p.PeeringError(f"--chart-repository {args.chart_repository!r}: an OCI repository, "
+                                 f"{OCI_SCHEME}HOST/PATH (Helm installs charts from OCI registries by that scheme)")
+        if args.charts_dir:
+            raise p.PeeringError("--chart-repository and --charts-dir name two sources of the charts: pass one")
+        return tuple(p.ChartRef(name=name, version=args.chart_version, path=f"{repository}/{name}")
+                     for name in (p.LOCAL_CHART, p.REMOTE_CHART))  # type: ignore[return-value]
+    charts = resolve_charts_dir(args.charts_dir)
+    return chart_ref(charts, p.LOCAL_CHART), chart_ref(charts, p.REMOTE_CHART)
+
+
 def kubeconfig_path(value: str | None, flag: str) -> Path:
     if value:
         path = Path(value)
@@ -217,8 +249,10 @@ def remote_endpoint(path: Path, context: str | None) -> tuple[str, bytes | None]
 class Helm:
     """``helm`` against one cluster, for the releases in one namespace."""
 
-    def __init__(self, binary: str, kubeconfig: Path, context: str | None, namespace: str, side: str) -> None:
+    def __init__(self, binary: str, kubeconfig: Path, context: str | None, namespace: str, side: str,
+                 plain_http: bool = False) -> None:
         self.binary = binary
+        self.plain_http = plain_http
         self.namespace = namespace
         self.side = side
         self.base = [binary, "--kubeconfig", str(kubeconfig), "--namespace", namespace]
@@ -249,11 +283,13 @@ class Helm:
             values=values,
         )
 
-    def upgrade(self, name: str, chart: str, values: Mapping[str, Any], *, wait: bool, timeout: float) -> p.Release:
+    def upgrade(self, name: str, chart: str, values: Mapping[str, Any], *, wait: bool, timeout: float,
+                version: str = "") -> p.Release:
         with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="kube-offload-values-") as handle:
             json.dump(values, handle)
             handle.flush()
-            args = ["upgrade", "--install", name, chart, "--create-namespace", "--values", handle.name]
+            args = ["upgrade", "--install", name, *chart_args(chart, version, self.plain_http),
+                    "--create-namespace", "--values", handle.name]
             if wait:
                 args += ["--wait", "--timeout", f"{int(timeout)}s"]
             self._run(*args, timeout=timeout + 60)
@@ -343,7 +379,7 @@ def _context(args: argparse.Namespace) -> Context:
     if args.local_cluster_id == args.remote_cluster_id:
         raise p.PeeringError("--local-cluster-id and --remote-cluster-id must differ: they name two clusters")
     helm = resolve_helm(args.helm)
-    charts = resolve_charts_dir(args.charts_dir)
+    local_chart, remote_chart = chart_refs(args)
     local_path = kubeconfig_path(args.local_kubeconfig, "--local-kubeconfig")
     remote_path = kubeconfig_path(args.remote_kubeconfig, "--remote-kubeconfig")
     local = Cluster(local_path, args.local_context, "local")
@@ -356,12 +392,12 @@ def _context(args: argparse.Namespace) -> Context:
     return Context(
         local=local,
         remote=remote,
-        local_helm=Helm(helm, local_path, args.local_context, args.namespace, "local"),
-        remote_helm=Helm(helm, remote_path, args.remote_context, args.namespace, "remote"),
+        local_helm=Helm(helm, local_path, args.local_context, args.namespace, "local", args.plain_http),
+        remote_helm=Helm(helm, remote_path, args.remote_context, args.namespace, "remote", args.plain_http),
         namespace=args.namespace,
         timeout=float(args.timeout),
-        local_chart=chart_ref(charts, p.LOCAL_CHART),
-        remote_chart=chart_ref(charts, p.REMOTE_CHART),
+        local_chart=local_chart,
+        remote_chart=remote_chart,
         remote_kubeconfig=remote_path,
     )
 
@@ -372,7 +408,7 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
     return p.PeerOptions(
         local_cluster_id=args.local_cluster_id,
         remote_cluster_id=args.remote_cluster_id,
-        remote_server=args.remote_server or server,
+        remote_server=p.pod_reachable_server(args.remote_server, server),
         remote_ca_pem=ca_pem,
         remote_chart=ctx.remote_chart,
         local_chart=ctx.local_chart,
@@ -480,7 +516,7 @@ class PeerRun:
     def do(self, step: p.Step) -> str:
         ctx, options = self.ctx, self.options
         if step.action == p.REMOTE_RELEASE:
-            release = ctx.remote_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"],
+            release = ctx.remote_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
                                               wait=options.wait, timeout=ctx.timeout)
             return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
         if step.action == p.WAIT_TOKEN:
@@ -494,7 +530,7 @@ class PeerRun:
         if step.action == p.KUBECONFIG_SECRET:
             return self._write_secret(step.data["name"])
         if step.action == p.LOCAL_RELEASE:
-            release = ctx.local_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"],
+            release = ctx.local_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
                                              wait=options.wait, timeout=ctx.timeout)
             return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
         if step.action == p.RESTART_VKUBELET:
@@ -638,7 +674,7 @@ class UnpeerRun:
             if step.action == p.EVICT_PODS:
                 return self._drain(step.data["pods"])
             if step.action == p.LOCAL_RELEASE:
-                release = ctx.local_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"],
+                release = ctx.local_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
                                                  wait=False, timeout=ctx.timeout)
                 return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
             if step.action == p.WAIT_VKUBELET_GONE:
@@ -676,7 +712,7 @@ class UnpeerRun:
                       hint=f"the enforcer removes them; is it running? (`kubectl -n {ctx.namespace} get deploy` on the remote)")
                 return "gone"
             if step.action == p.REMOTE_RELEASE:
-                release = ctx.remote_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"],
+                release = ctx.remote_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
                                                   wait=False, timeout=ctx.timeout)
                 return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
             if step.action == p.DELETE_CONSUMER:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import base64
 import copy
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from kube_offload import constants as c
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
@@ -88,7 +90,7 @@ class Release:
 class ChartRef:
     name: str
     version: str
-    path: str
+    path: str  # a chart directory, or an OCI reference (oci://HOST/PATH/<name>) installed at ``version``
 
     @property
     def label(self) -> str:
@@ -310,6 +312,31 @@ def cluster_of_kubeconfig(kubeconfig: Mapping[str, Any], context: str | None = N
 
 
 # --- values ---------------------------------------------------------------------------------
+def pod_reachable_server(flag_value: str, kubeconfig_server: str) -> str:
+    """The remote API server URL to store for the virtual kubelet: ``--remote-server`` when
+    given, else the remote kubeconfig's server unless that is a loopback address. The
+    virtual kubelet runs in a pod of the local cluster, where 127.0.0.1 (or localhost) is
+    the pod itself: a kubeconfig written for the user's machine (kind, k3d, minikube,
+    kwokctl all write one) would leave the virtual node NotReady with only "connection
+    refused" in the pod's log. A loopback URL given on purpose is taken as it is."""
+    if flag_value:
+        return flag_value
+    host = (urlsplit(kubeconfig_server).hostname or "").lower()
+    loopback = host == "localhost" or host.endswith(".localhost")
+    try:
+        loopback = loopback or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    if loopback:
+        raise PeeringError(
+            f"--remote-server is required: the remote kubeconfig names {kubeconfig_server}, a loopback address, "
+            "but the virtual kubelet runs in a pod of the local cluster, where that address is the pod itself; "
+            "pass --remote-server https://HOST:PORT as the local cluster's pods reach the remote API server "
+            "(docs/install.md, \"Remote kubeconfig\")"
+        )
+    return kubeconfig_server
+
+
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Helm's merge of values files: maps merge key by key, anything else is replaced."""
     merged = copy.deepcopy(dict(base))
@@ -524,7 +551,7 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             REMOTE_RELEASE,
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)}{why}; "
             f"{admitted} consumer {consumer_id} ({_describe_consumer(entry)}); consumers: {_names(remote_values['consumers'], 'name')}",
-            data={"values": remote_values, "release": options.remote_release, "chart": options.remote_chart.path},
+            data={"values": remote_values, "release": options.remote_release, "chart": options.remote_chart.path, "version": options.remote_chart.version},
         ))
 
     # The token is known now only if nothing on the remote side is about to change;
@@ -557,7 +584,7 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             f"local: {_release_verb(state.local_release, options.local_chart, ns, options.local_release)}; "
             f"{added} remote cluster {rid} (a virtual kubelet for node {node_name(rid)}); "
             f"remoteClusters: {_names(local_values['remoteClusters'], 'id')}",
-            data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path},
+            data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
 
     if write_secret and state.kubeconfig_secret_exists and state.vkubelet_deployed:
@@ -602,7 +629,7 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
             LOCAL_RELEASE,
             f"local: {_release_verb(state.local_release, options.local_chart, ns, options.local_release)} without remote "
             f"cluster {rid} (removes Deployment {deployment}); remoteClusters left: {_names(values['remoteClusters'], 'id')}",
-            data={"values": values, "release": options.local_release, "chart": options.local_chart.path},
+            data={"values": values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
     if has_remote(state.local_release, rid) or state.vkubelet_pods:
         steps.append(Step(
@@ -654,7 +681,7 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)} without "
             f"consumer {consumer_id} (removes Consumer {consumer_id}, namespace {tenant}, its ServiceAccount, token and RBAC); "
             f"consumers left: {_names(values['consumers'], 'name')}",
-            data={"values": values, "release": options.remote_release, "chart": options.remote_chart.path},
+            data={"values": values, "release": options.remote_release, "chart": options.remote_chart.path, "version": options.remote_chart.version},
         ))
     elif state.consumer_exists or state.tenant_namespace_exists:
         # Admitted by hand (not through this release's values): remove what is there.

@@ -134,6 +134,10 @@ class Topology:
     # With real nodes: the port of the environment's OCI registry (registry.py) on
     # 127.0.0.1, which every real node pulls its images from.
     registry_port: int = 0
+    # The charts' Deployments run as pods on the real nodes, installed with Helm by `up`
+    # (local chart) and `kube-offload peer` (remote chart, vkubelets); no component runs
+    # as a harness process (chart_pods.py). Needs real_nodes.
+    chart_pods: bool = False
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -155,6 +159,7 @@ class Topology:
             peering=data.get("peering", PEERING_HARNESS),
             real_nodes=data.get("real_nodes", False),
             registry_port=data.get("registry_port", 0),
+            chart_pods=data.get("chart_pods", False),
         )
 
 
@@ -450,7 +455,8 @@ class Cluster:
 
     def add_physical_nodes(self) -> list[str]:
         names = [f"{self.spec.cluster_id}-node-{i}" for i in range(self.spec.nodes)]
-        self.apply([kwok_node_manifest(name, self.spec) for name in names])
+        if names:  # none: a cluster whose only node is a real one (kubectl refuses an empty apply)
+            self.apply([kwok_node_manifest(name, self.spec) for name in names])
         return names
 
 
@@ -501,6 +507,9 @@ class Environment:
                 f"{len(existing.remotes)} remote); run `kube-offload cluster down` first or pass another --state-dir"
             )
         self._forget_credentials()  # a previous environment's tokens name clusters that are gone
+        if topology.chart_pods and not topology.real_nodes:
+            raise ClusterError("chart_pods needs real_nodes: only a real node runs the charts' pods "
+                               "(kube-offload cluster up --real-nodes true)")
         if topology.real_nodes:
             from kube_offload_harness.real_node import preflight
 
@@ -525,15 +534,24 @@ class Environment:
         if topology.real_nodes:
             self.start_registry(topology)
 
-        scheduler_config = self._write_scheduler_config(topology)
         local = self.cluster(topology.local)
-        self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
-        local.create(scheduler_config=scheduler_config)
+        if topology.chart_pods:
+            # The chart runs a kube-scheduler of its own that calls the extender; the
+            # cluster's must not (it would wait for an extender that is not there yet).
+            self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler, controller-manager, kwok)")
+            local.create()
+        else:
+            scheduler_config = self._write_scheduler_config(topology)
+            self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
+            local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
         if topology.real_nodes:
             self.start_real_node(topology.local)
         storage.start_local_path_provisioner(self, local, default_class=False)
         self._authorize_apiserver_kubelet_client(local)
+        if topology.chart_pods:
+            self._up_chart_pods(topology, local, started)
+            return
         self.say("- local cluster: identities and RBAC from charts/kube-offload-local (helm template)")
         wired = topology.peering == PEERING_HARNESS
         # With PEERING_CLI only the webhook's and extender's: the release `peer` installs
@@ -581,6 +599,32 @@ class Environment:
             for spec in topology.remotes:
                 self.wait_virtual_node_ready(local, spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
+
+    def _up_chart_pods(self, topology: Topology, local: Cluster, started: float) -> None:
+        """The rest of ``up`` when the charts run as pods (chart_pods.py): the local chart
+        installed with Helm, bare remotes, and with PEERING_HARNESS each remote connected
+        by ``kube-offload peer`` (peer_driver), which installs the remote chart and the
+        vkubelet Deployment."""
+        from kube_offload_harness import chart_pods, peer_driver
+
+        for spec in topology.remotes:
+            remote = self.cluster(spec)
+            self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
+            remote.create(extra_configs=[self._remote_kwok_config()])
+            remote.add_physical_nodes()
+            self.start_real_node(spec)
+            storage.start_local_path_provisioner(self, remote, default_class=True)
+        # The chart's kube-scheduler calls the extender at its Service name; the vkubelet and
+        # the enforcer resolve the kubernetes Service's name too.
+        for spec in topology.clusters():
+            self.start_cluster_dns(spec)
+        chart_pods.push_kube_scheduler_image(self, topology)
+        chart_pods.install_local_chart(self, topology, local)
+        if topology.peering == PEERING_HARNESS:
+            for spec in topology.remotes:
+                peer_driver.peer(self, topology, spec, say=self.say)
+        self.say(f"- environment up in {int(time.monotonic() - started)}s"
+                 + ("" if topology.peering == PEERING_HARNESS else "; remote clusters not connected yet (kube-offload peer)"))
 
     # --- real nodes (real_node.py, docs/real-nodes.md) -------------------------------------
     @property
@@ -960,6 +1004,13 @@ class Environment:
         for record in self.processes.load():
             state = f"running (pid {record.pid})" if record.running() else "not running"
             lines.append(f"process {record.name:<20} {state:<22} log {record.log}")
+        if topology.chart_pods:
+            from kube_offload_harness import chart_pods
+
+            for spec in topology.clusters():
+                cluster = self.cluster(spec)
+                if cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0:
+                    lines += [f"pod     {line} ({spec.name})" for line in chart_pods.pod_summary(cluster)]
         return lines
 
     def down(self) -> None:

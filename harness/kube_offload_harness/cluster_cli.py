@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Real kube-apiserver, etcd, kube-scheduler and kube-controller-manager per cluster, started by "
             "kwokctl --runtime binary on 127.0.0.1, with kwok simulating physical nodes; our webhook, "
-            "extender, virtual kubelets and enforcers run as local processes. Binaries are built on first use."
+            "extender, virtual kubelets and enforcers run as local processes, or with --real-nodes true as pods "
+            "of the charts on a real node per cluster. Binaries are built on first use."
         ),
     )
     actions = parser.add_subparsers(dest="cluster_action", metavar="ACTION")
@@ -43,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(up, COMPONENT, "--metrics-server", default=True, type=bool,
              help="run metrics-server in every cluster, so that `kubectl top` answers (docs/metrics.md); "
                   "false: save its CPU when no one asks for metrics")
+    add_flag(up, COMPONENT, "--chart-pods", default="", choices=("", "true", "false"),
+             help="run the charts' webhook, extender, scheduler, virtual kubelets and enforcers as pods on the "
+                  "real nodes, installed with Helm (true needs --real-nodes true); unset: as --real-nodes says")
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop our processes and delete the clusters")
@@ -73,6 +77,7 @@ def _up(args: argparse.Namespace) -> int:
     )
     topology.virtual_kubelets = args.virtual_kubelets
     topology.real_nodes = args.real_nodes
+    topology.chart_pods = args.real_nodes if args.chart_pods == "" else args.chart_pods == "true"
     try:
         env.up(topology)
         if args.metrics_server:

@@ -12,6 +12,11 @@ harness starts each as a process with its exact args, under the ServiceAccount t
 made for it (:mod:`kube_offload_harness.chart_processes`); every line the harness adds to
 peer's output starts with ``[harness]``. Running it again changes nothing: peer says so,
 and processes already running are left as they are.
+
+With ``Topology.chart_pods`` the Deployments run as pods on the real nodes instead
+(:mod:`kube_offload_harness.chart_pods`): peer gets the values that place them there and
+the remote API server's address as pods reach it (``--remote-server``), and the harness
+starts nothing.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def local_values_file(env: Environment) -> Path:
     return path
 
 
-def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: Path) -> list[tuple[str, str, str]]:
+def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: Path,
+               remote_values: Path | None = None) -> list[tuple[str, str, str]]:
     """(flag, value, value as printed) for ``kube-offload peer``: the kubeconfigs print
     as $LOCAL / $REMOTE, the variables the demo sets first."""
     local, remote = env.cluster(topology.local), env.cluster(spec)
@@ -67,31 +73,62 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
         ("--local-cluster-id", topology.local.cluster_id, topology.local.cluster_id),
         ("--remote-cluster-id", spec.cluster_id, spec.cluster_id),
     ]
+    server = remote_server(env, topology, spec)
+    flags.append(("--remote-server", server, server))
     flags += [("--node-label", f"{k}={v}", f"{k}={v}") for k, v in sorted(spec.labels.items())]
     flags.append(("--local-values", str(values), str(values).replace(home, "~", 1)))
+    if remote_values is not None:
+        flags.append(("--remote-values", str(remote_values), str(remote_values).replace(home, "~", 1)))
+    if topology.chart_pods:
+        # The remote's real node is tainted like the local one: offloaded pods that
+        # tolerate it may run there (the provider grants the toleration, docs/security.md).
+        from kube_offload_harness.real_node_config import REAL_NODE_KEY
+
+        flags.append(("--grant-tolerations", REAL_NODE_KEY, REAL_NODE_KEY))
+        from kube_offload_harness import chart_pods
+
+        flags += [(flag, value, value) for flag, value in chart_pods.peer_flags(env)]
     flags.append(("--helm", helm, helm.replace(home, "~", 1)))
     return flags
+
+
+def remote_server(env: Environment, topology: Topology, spec: ClusterSpec) -> str:
+    """The remote API server as the vkubelet reaches it: a pod on the local real node
+    reaches the remote's apiserver on the machine end of the remote's node link; a
+    process of the harness reaches it where the remote kubeconfig says (loopback)."""
+    config = yaml.safe_load(env.cluster(spec).kubeconfig.read_text())
+    if not topology.chart_pods:
+        return config["clusters"][0]["cluster"]["server"]
+    from kube_offload_harness import chart_pods, real_node
+
+    return chart_pods.apiserver_url_for_pods(env.real_node(spec).plan.host_ip, real_node.apiserver_port(config))
 
 
 def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -> None:
     """Run ``kube-offload peer`` for ``spec`` and start what kwok cannot run; raises
     ClusterError if peer fails (its output, printed above, says why)."""
     local, remote = env.cluster(topology.local), env.cluster(spec)
-    flags = peer_flags(env, topology, spec, local_values_file(env))
+    if topology.chart_pods:
+        from kube_offload_harness import chart_pods
+
+        flags = peer_flags(env, topology, spec, chart_pods.local_values_file(env, topology), chart_pods.remote_values_file(env))
+    else:
+        flags = peer_flags(env, topology, spec, local_values_file(env))
     say("$ kube-offload peer " + " ".join(f"{flag} {shown}" for flag, _, shown in flags))
     argv = [sys.executable, "-m", "kube_offload.cli", "peer", *(x for flag, value, _ in flags for x in (flag, value))]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env._process_env())
     lines: queue.Queue[str | None] = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(process, lines), daemon=True)
     reader.start()
-    runner = _ChartRunner(env, local, remote, spec, say)
+    runner = None if topology.chart_pods else _ChartRunner(env, local, remote, spec, say)
     deadline = time.monotonic() + PEER_TIMEOUT_SECONDS
     finished = False
     try:
         while not finished:
             finished = _forward(lines, say)
             if not finished:
-                runner.step()
+                if runner is not None:
+                    runner.step()
                 if time.monotonic() > deadline:
                     raise ClusterError(f"kube-offload peer did not finish within {PEER_TIMEOUT_SECONDS}s")
                 time.sleep(POLL_SECONDS)

@@ -99,7 +99,10 @@ class Pair:
         ]
 
     def peer_args(self) -> list[str]:
-        return ["--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
+        # The vkubelet runs as a process here (chart_processes), so the remote's loopback
+        # address is what it reaches; peer refuses a loopback server it is not given.
+        server = yaml.safe_load(self.remote.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        return ["--remote-server", server, "--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
                 "--node-label", "topology.kubernetes.io/region=eu-peer", "--local-values", str(self.values),
                 "--grant-priority-classes", "e2e-peer-batch", "--grant-storage-classes", "local-path"]
 

@@ -20,7 +20,7 @@ import pytest
 
 from kube_offload_harness import real_node, real_node_config
 from kube_offload_harness.binaries import node_binaries
-from kube_offload_harness.cluster import Environment, default_topology
+from kube_offload_harness.cluster import Environment, Topology, default_topology
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "realnode-logs"
@@ -40,8 +40,8 @@ def _unmet() -> list[str]:
     return unmet
 
 
-@pytest.fixture(scope="module")
-def real_env(tmp_path_factory, request) -> Iterator[Environment]:
+def environment(tmp_path_factory, request, topology: Topology) -> Iterator[Environment]:
+    """Up ``topology`` (real nodes) for one module, down at its end, logs kept on failure."""
     unmet = _unmet()
     if unmet:
         message = "the real-node tier needs " + "; ".join(unmet)
@@ -51,7 +51,6 @@ def real_env(tmp_path_factory, request) -> Iterator[Environment]:
     env = Environment(tmp_path_factory.mktemp("kube-offload-realnode"), say=lambda line: print(line, flush=True))
     # what the machine had before: down must put back what the harness changed
     env.kernel_tunables_before = {key: (Path("/proc/sys") / key).read_text() for key in real_node_config.KERNEL_TUNABLES}
-    topology = default_topology(prefix="rn", remotes=0, local_nodes=1)
     topology.real_nodes = True
     try:
         env.up(topology)
@@ -60,6 +59,15 @@ def real_env(tmp_path_factory, request) -> Iterator[Environment]:
         if request.session.testsfailed or os.environ.get("KUBE_OFFLOAD_KEEP_LOGS"):
             _keep_logs(env)
         env.down()
+
+
+@pytest.fixture(scope="module")
+def real_env(tmp_path_factory, request) -> Iterator[Environment]:
+    """The local cluster alone, its components as harness processes: the claims of
+    test_real_node.py are about the node."""
+    topology = default_topology(prefix="rn", remotes=0, local_nodes=1)
+    topology.chart_pods = False
+    yield from environment(tmp_path_factory, request, topology)
 
 
 def _keep_logs(env: Environment) -> None:

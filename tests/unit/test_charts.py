@@ -1211,3 +1211,74 @@ def test_stateless_local_components_run_two_replicas(local_docs: list[dict[str, 
     for component in ("webhook", "extender"):
         [deployment] = find(local_docs, "Deployment", component)
         assert deployment["spec"]["replicas"] == 2, component
+
+
+# --- the charts' pods on a cluster's chosen nodes (the real-node tier's values) -------------
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    spec = doc["spec"]
+    if doc["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return spec["template"]["spec"]
+
+
+def test_every_pod_of_both_charts_is_placed_by_its_values(helm: Helm) -> None:
+    """A cluster whose schedulable nodes are tainted (or where only some nodes can pull the
+    image) must be able to place every pod of the charts, the certificate hook Jobs and
+    the renewal CronJob included: with them unplaced, the install waits for a Secret that
+    no pod on a usable node ever makes. The values are the real-node tier's."""
+    from kube_offload_harness import chart_pods
+
+    placement = chart_pods.real_node_placement()
+    local = render(helm, LOCAL, {**chart_pods.local_values("local"),
+                                 "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig"}]})
+    remote = render(helm, REMOTE, {**chart_pods.remote_values(), **ONE_CONSUMER})
+    pods = [d for d in local + remote if d["kind"] in ("Deployment", "Job", "CronJob", "DaemonSet", "StatefulSet")]
+    kinds = {(d["kind"], d["metadata"]["labels"]["app.kubernetes.io/component"]) for d in pods}
+    assert {("Job", "certificates"), ("CronJob", "certificates"), ("Deployment", "webhook"), ("Deployment", "extender"),
+            ("Deployment", "scheduler"), ("Deployment", "vkubelet"), ("Deployment", "enforcer")} <= kinds
+    for doc in pods:
+        spec = pod_spec(doc)
+        where = f"{doc['kind']} {doc['metadata']['name']}"
+        assert spec.get("nodeSelector") == placement["nodeSelector"], where
+        assert spec.get("tolerations") == placement["tolerations"], where
+    for doc in pods:
+        if doc["kind"] == "Deployment":
+            assert doc["spec"]["replicas"] == 1, doc["metadata"]["name"]
+    # unset, nothing is rendered: the scheduler's defaults stand
+    for doc in render(helm, LOCAL, {}) + render(helm, REMOTE, ONE_CONSUMER):
+        if doc["kind"] in ("Deployment", "Job", "CronJob"):
+            assert not {"nodeSelector", "tolerations", "affinity"} & set(pod_spec(doc)), doc["metadata"]["name"]
+
+
+def test_vkubelet_mounts_extra_volumes_and_trusts_a_mounted_kubelet_client_ca(helm: Helm) -> None:
+    """Where the cluster CA does not sign the apiserver's kubelet client certificate, the
+    vkubelet trusts a CA mounted from a ConfigMap (kubectl logs/exec are refused otherwise)."""
+    from kube_offload_harness import chart_pods
+
+    values = {**chart_pods.local_values("local"),
+              "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig"}]}
+    [deployment] = find(render(helm, LOCAL, values), "Deployment", "vkubelet")
+    spec = pod_spec(deployment)
+    [container] = spec["containers"]
+    assert {"name": "kubelet-client-ca", "configMap": {"name": chart_pods.KUBELET_CLIENT_CA_CONFIGMAP}} in spec["volumes"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "kubelet-client-ca"]
+    args = parse_component_args(container["args"])
+    assert args.kubelet_client_ca == f"{mount['mountPath']}/{chart_pods.KUBELET_CLIENT_CA_KEY}"
+    # the chart's own mounts stay
+    assert {m["name"] for m in container["volumeMounts"]} == {"remote-kubeconfig", "tmp", "kubelet-client-ca"}
+
+
+def test_the_scheduler_image_the_real_node_tier_makes_is_the_one_the_chart_runs(helm: Helm) -> None:
+    """The harness writes registry.k8s.io/kube-scheduler from the cached binary: the name
+    and the binary's path must be the chart's, or the scheduler pod never starts."""
+    from kube_offload_harness import chart_pods
+
+    image = load_values(LOCAL)["scheduler"]["image"]
+    assert chart_pods.KUBE_SCHEDULER_IMAGE == f"{image['repository']}:{image['tag']}"
+    [deployment] = find(render(helm, LOCAL), "Deployment", "scheduler")
+    [container] = pod_spec(deployment)["containers"]
+    assert container["command"][0] == f"/{chart_pods.KUBE_SCHEDULER_PATH}"
+    [binary] = [e for e in chart_pods.kube_scheduler_image_entries(b"\x7fELF") if e.path == chart_pods.KUBE_SCHEDULER_PATH]
+    assert binary.mode & 0o005 == 0o005  # the chart's non-root user runs it

@@ -8,6 +8,7 @@ import base64
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kube_offload import constants as C
 from kube_offload_harness import chart_processes as cp
@@ -104,6 +105,9 @@ def test_demo_peer_flags_parse_with_the_real_cli_and_print_without_paths(tmp_pat
     topology = default_topology(prefix="demo", remotes=1)
     spec = topology.remotes[0]
     values = peer_driver.local_values_file(env)
+    # kwokctl's kubeconfig: the remote on loopback, which the harness's processes reach
+    env.cluster(spec).kubeconfig.write_text(yaml.safe_dump({
+        "clusters": [{"name": "kwok", "cluster": {"server": "https://127.0.0.1:40123"}}]}))
     flags = peer_driver.peer_flags(env, topology, spec, values)
 
     args = build_parser().parse_args(["peer", *(x for flag, value, _ in flags for x in (flag, value))])
@@ -113,6 +117,8 @@ def test_demo_peer_flags_parse_with_the_real_cli_and_print_without_paths(tmp_pat
     # the provider suggests the node labels (peer --node-label), none are set locally
     assert sorted(args.node_label) == sorted(f"{k}={v}" for k, v in spec.labels.items())
     assert args.helm == str(env.bins.helm)
+    # given on purpose: peer refuses a loopback server taken from the kubeconfig
+    assert args.remote_server == "https://127.0.0.1:40123"
     shown = {flag: printed for flag, _, printed in flags}
     assert (shown["--local-kubeconfig"], shown["--remote-kubeconfig"]) == ("$LOCAL", "$REMOTE")
 
@@ -152,3 +158,15 @@ def test_demo_release_and_harness_identities_share_no_object(tmp_path: Path) -> 
         ("ServiceAccount", "kube-offload", identities.WEBHOOK_SA.name), ("ServiceAccount", "kube-offload", identities.EXTENDER_SA.name)}
     assert ("Deployment", "kube-offload", p.vkubelet_deployment_name(p.DEFAULT_RELEASE, "remote-1")) in {key(o) for o in release}
     assert {key(o) for o in harness} & {key(o) for o in release} == set()
+
+
+def test_chart_pods_without_real_nodes_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    from kube_offload_harness import binaries
+    from kube_offload_harness.cluster import ClusterError, Environment, default_topology
+
+    env = Environment(tmp_path, bins=binaries.binaries(root=tmp_path / "cache"), say=lambda _: None)
+    topology = default_topology(prefix="cp", remotes=1)
+    topology.chart_pods = True
+    with pytest.raises(ClusterError, match=r"chart_pods needs real_nodes.*--real-nodes true"):
+        env.up(topology)
+    assert env.topology() is None  # nothing was made

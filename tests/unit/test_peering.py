@@ -441,3 +441,54 @@ def test_peer_reads_a_json_policy_file_and_the_grants(tmp_path):
     assert peer_cli.read_policy_file(args.policy_file) == {"ingress": {"hostDomains": ["apps.example.com"]}}
     assert peer_cli.policy_grants(args) == {("storage", "classes"): ("standard", "fast"), ("pods", "tolerations"): ()}
     assert peer_cli.policy_grants(build_parser().parse_args(["peer"])) == {}
+
+
+# --- the server the virtual kubelet's pod is given -------------------------------------------
+@pytest.mark.parametrize("server", ["https://127.0.0.1:6443", "https://127.0.0.2:40123", "https://localhost:6443",
+                                    "https://[::1]:6443", "https://api.localhost"])
+def test_a_loopback_remote_server_is_refused_unless_given_on_purpose(server):
+    with pytest.raises(p.PeeringError, match=r"--remote-server is required: the remote kubeconfig names .*loopback"):
+        p.pod_reachable_server("", server)
+    # a URL given with --remote-server is the user's word: taken as it is, loopback or not
+    assert p.pod_reachable_server(server, server) == server
+
+
+@pytest.mark.parametrize("server", ["https://10.0.0.2:6443", "https://remote.example:6443", "https://172.31.250.5:40123"])
+def test_a_remote_server_pods_can_reach_is_taken_from_the_kubeconfig(server):
+    assert p.pod_reachable_server("", server) == server
+    assert p.pod_reachable_server("https://other.example:6443", server) == "https://other.example:6443"
+
+
+# --- where the charts come from ----------------------------------------------------------------
+def test_charts_from_an_oci_repository_are_installed_at_the_chart_version():
+    from kube_offload import peer_cli
+    from kube_offload.cli import build_parser
+
+    args = build_parser().parse_args(["peer", "--chart-repository", "oci://127.0.0.1:5000/charts/", "--chart-version", "0.1.0",
+                                      "--plain-http", "true"])
+    local, remote = peer_cli.chart_refs(args)
+    assert (local.path, remote.path) == ("oci://127.0.0.1:5000/charts/kube-offload-local",
+                                         "oci://127.0.0.1:5000/charts/kube-offload-remote")
+    assert local.label == "kube-offload-local-0.1.0"  # what `helm list` shows once installed
+    assert peer_cli.chart_args(local.path, local.version, args.plain_http) == [
+        "oci://127.0.0.1:5000/charts/kube-offload-local", "--version", "0.1.0", "--plain-http"]
+    # a chart directory is its own version
+    assert peer_cli.chart_args("/src/charts/kube-offload-local", "0.1.0", True) == ["/src/charts/kube-offload-local"]
+    # the steps carry the version to helm
+    options = p.PeerOptions(local_cluster_id="local", remote_cluster_id="remote-1", remote_server="https://10.0.0.2:6443",
+                            remote_ca_pem=None, remote_chart=remote, local_chart=local)
+    steps = p.plan_peer(p.PeerState(None, False, None, None, False, None, False, False), options)
+    installs = [s for s in steps if s.action in (p.REMOTE_RELEASE, p.LOCAL_RELEASE)]
+    assert [(s.data["chart"], s.data["version"]) for s in installs] == [(remote.path, "0.1.0"), (local.path, "0.1.0")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--chart-repository", "https://charts.example.com"], "--chart-repository 'https://charts.example.com': an OCI repository"),
+    (["--chart-repository", "oci://r.example/charts", "--charts-dir", "/x"], "two sources of the charts"),
+])
+def test_a_bad_chart_source_is_refused_naming_the_flag(argv, message):
+    from kube_offload import peer_cli
+    from kube_offload.cli import build_parser
+
+    with pytest.raises(p.PeeringError, match=message):
+        peer_cli.chart_refs(build_parser().parse_args(["peer", *argv]))

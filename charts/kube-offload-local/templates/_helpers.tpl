@@ -83,3 +83,22 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/* nodeSelector, tolerations and affinity of a pod from one values section: call with
+     (dict "values" .Values.<component> "indent" N). Every pod of the chart is placed by
+     its own section, the hook Jobs included: a cluster whose only schedulable nodes are
+     tainted (or where some nodes cannot run the image) must be able to place them all. */}}
+{{- define "kube-offload.placement" -}}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,235 @@
+"""The charts run for real: kube-offload's components are pods of the charts' Deployments.
+
+One environment for the module: a local and a remote cluster, each with a real node, made
+by the code of `kube-offload cluster up --real-nodes true` (Topology.chart_pods): `up`
+installs the local chart with Helm, `kube-offload peer` installs the remote chart and the
+vkubelet Deployment (harness chart_pods.py, peer_driver.py). The remote has no kwok node,
+so whatever it runs, it runs on its real node.
+
+What is checked is what kwok and host processes could only pretend: the pods run from the
+image on the real nodes under the charts' ServiceAccounts with a read-only root, their
+probes pass, no harness process plays their part, the API server calls the webhook through
+its Service, the chart's kube-scheduler calls the extender at its Service name, the virtual
+node is Ready at the pod IP its vkubelet advertises, and an offloaded pod's own output
+comes back through `kubectl logs`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import time
+from typing import Iterator
+
+import pytest
+
+from kube_offload import constants as C
+from kube_offload import peering as p
+from kube_offload_harness import chart_pods, oci_image
+from kube_offload_harness import real_node_config as rc
+from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, default_topology
+from kube_offload_harness.naming import virtual_node_name
+
+from .conftest import environment
+
+NAMESPACE = chart_pods.NAMESPACE
+OFFLOADED = "offload-real"
+GREETING = "kube-offload offloaded container says hello"
+IMAGE = "ghcr.io/kube-offload/kube-offload:"  # the charts' default repository
+# The charts' components and the processes the harness would otherwise run for them.
+LOCAL_COMPONENTS = ("webhook", "extender", "scheduler", "vkubelet")
+REMOTE_COMPONENTS = ("enforcer",)
+PROCESS_ROLES = re.compile(r"^(webhook|extender|vkubelet-.*|enforcer-.*)$")
+COMPONENT_COMMANDS = {"webhook", "extender", "vkubelet", "enforcer"}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, request) -> Iterator[Environment]:
+    topology = default_topology(prefix="cp", remotes=1, local_nodes=1, remote_nodes=0)
+    topology.chart_pods = True
+    topology.peering = PEERING_HARNESS  # up runs `kube-offload peer` for the remote
+    for env in environment(tmp_path_factory, request, topology):
+        try:
+            yield env
+        finally:
+            if request.session.testsfailed:
+                _print_chart_pods(env)
+
+
+def _print_chart_pods(env: Environment) -> None:
+    topology = env.topology()
+    if topology is None:
+        return
+    for spec in topology.clusters():
+        cluster = env.cluster(spec)
+        if cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0:
+            print(f"\n--- {cluster.name}: pods of {NAMESPACE}\n{chart_pods.describe_pods(cluster)}")
+            for pod in chart_pods.pods(cluster):
+                logs = cluster.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], "--tail=30", check=False)
+                print(f"--- logs of {pod['metadata']['name']}:\n{logs.stdout}{logs.stderr}")
+
+
+def _clusters(env: Environment) -> tuple[Cluster, Cluster]:
+    topology = env.topology()
+    return env.cluster(topology.local), env.cluster(topology.remotes[0])
+
+
+def _component_pods(cluster: Cluster, component: str) -> list[dict]:
+    return cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}")["items"]
+
+
+def _ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def test_the_components_run_as_pods_of_the_charts_on_the_real_nodes(env: Environment):
+    topology = env.topology()
+    for spec, components in ((topology.local, LOCAL_COMPONENTS), (topology.remotes[0], REMOTE_COMPONENTS)):
+        cluster = env.cluster(spec)
+        real_node = env.real_node(spec).plan
+        for component in components:
+            [deployment] = cluster.kubectl_json(
+                "get", "deployments", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}")["items"]
+            template = deployment["spec"]["template"]["spec"]
+            account = cluster.kubectl_json("get", "serviceaccount", template["serviceAccountName"], "-n", NAMESPACE)
+            # made by the chart's release, not by the harness
+            assert account["metadata"]["annotations"]["meta.helm.sh/release-name"] == p.DEFAULT_RELEASE, component
+            pods = _component_pods(cluster, component)
+            assert len(pods) == deployment["spec"]["replicas"] == 1, (component, [q["metadata"]["name"] for q in pods])
+            [pod] = pods
+            where = f"{cluster.name} {pod['metadata']['name']}"
+            assert pod["status"]["phase"] == "Running" and _ready(pod), (where, pod["status"])
+            assert pod["spec"]["nodeName"] == real_node.node_name, where
+            assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(real_node.pod_cidr), where
+            assert pod["spec"]["serviceAccountName"] == template["serviceAccountName"], where
+            assert pod["spec"]["securityContext"]["runAsNonRoot"] is True, where
+            assert pod["spec"]["securityContext"]["runAsUser"] == 65532, where
+            [container] = pod["spec"]["containers"]
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, where
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False, where
+            # the probes the chart declares are the ones that made the pod Ready
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", where
+            [status] = pod["status"]["containerStatuses"]
+            assert status["ready"] and status["restartCount"] == 0, (where, status)
+            if component != "scheduler":
+                assert container["image"].startswith(IMAGE), where
+                assert container["args"][0] == component, where
+            else:
+                assert container["image"] == chart_pods.KUBE_SCHEDULER_IMAGE, where
+
+
+def test_no_harness_process_serves_a_component(env: Environment):
+    records = env.processes.load()
+    assert records, "the environment's process table is empty: the real nodes' own processes should be listed"
+    roles = [r.name for r in records if PROCESS_ROLES.match(r.name)]
+    assert roles == [], f"harness processes serving a component: {roles}"
+    commands = [r.name for r in records
+                if "kube_offload.cli" in r.argv and COMPONENT_COMMANDS & set(r.argv[r.argv.index("kube_offload.cli") + 1:][:1])]
+    assert commands == [], f"harness processes running a component's command: {commands}"
+
+
+def test_the_virtual_node_is_ready_at_the_address_its_vkubelet_pod_advertises(env: Environment):
+    local, _ = _clusters(env)
+    spec = env.topology().remotes[0]
+    node = local.kubectl_json("get", "node", virtual_node_name(spec.cluster_id))
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"]), node["status"]
+    [pod] = _component_pods(local, "vkubelet")
+    assert {"type": "InternalIP", "address": pod["status"]["podIP"]} in node["status"]["addresses"]
+    # the kubelet endpoint the apiserver dials for logs/exec is the pod's own port
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+
+
+def _offloaded_pod(name: str, command: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": OFFLOADED},
+        "spec": {
+            # the remote's only node is its real node, tainted like every real node
+            "tolerations": [{"key": rc.REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": oci_image.BUSYBOX_IMAGE,
+                "command": ["sh", "-c", command],
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+            }],
+        },
+    }
+
+
+def _extender_filter_calls(local: Cluster) -> float:
+    """The extender pod's count of answered filter calls, read through the API server's
+    proxy to the pod (HTTPS, the chart's serving certificate)."""
+    [pod] = _component_pods(local, "extender")
+    port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+    text = local.kubectl("get", "--raw",
+                         f"/api/v1/namespaces/{NAMESPACE}/pods/https:{pod['metadata']['name']}:{port}/proxy/metrics").stdout
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("kube_offload_extender_requests_total{") and 'endpoint="filter"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_pod_is_mutated_by_the_webhook_and_placed_through_the_extender(env: Environment):
+    local, _ = _clusters(env)
+    spec = env.topology().remotes[0]
+    local.kubectl("create", "namespace", OFFLOADED)
+    # the validating webhook, through its Service, refuses a bad policy label
+    refused = local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_POD_PLACEMENT}=Everywhere", check=False)
+    assert refused.returncode != 0 and "denied the request" in refused.stderr, refused.stderr
+    local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    before = _extender_filter_calls(local)
+    local.apply(_offloaded_pod("placed", "echo placed; exec sleep 3600"))
+    pod = local.kubectl_json("get", "pod", "placed", "-n", OFFLOADED)
+    # the mutating webhook's work: the virtual node's toleration, its affinity, the
+    # chart's scheduler
+    assert any(t.get("key") == C.TAINT_KEY for t in pod["spec"]["tolerations"]), pod["spec"]["tolerations"]
+    assert "nodeAffinity" in (pod["spec"].get("affinity") or {}), pod["spec"]
+    assert pod["spec"]["schedulerName"] == "kube-offload-scheduler"
+    node = virtual_node_name(spec.cluster_id)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not pod["spec"].get("nodeName"):
+        time.sleep(1)
+        pod = local.kubectl_json("get", "pod", "placed", "-n", OFFLOADED)
+    assert pod["spec"].get("nodeName") == node, local.kubectl("describe", "pod", "placed", "-n", OFFLOADED).stdout
+    scheduled = local.kubectl_json("get", "events", "-n", OFFLOADED, "--field-selector",
+                                   "involvedObject.name=placed,reason=Scheduled")["items"]
+    # (the remote scheduler's Scheduled event comes back too, reflected by the vkubelet)
+    ours = [e for e in scheduled if (e.get("reportingComponent") or e["source"].get("component")) == "kube-offload-scheduler"]
+    assert len(ours) == 1 and node in ours[0]["message"], scheduled
+    # kube-scheduler asked the extender, at its Service name, before binding
+    assert _extender_filter_calls(local) > before
+
+
+def test_an_offloaded_pod_runs_on_the_remote_real_node_and_kubectl_logs_and_exec_reach_it(env: Environment):
+    local, remote = _clusters(env)
+    spec = env.topology().remotes[0]
+    if not local.kubectl("get", "namespace", OFFLOADED, check=False).returncode == 0:
+        local.kubectl("create", "namespace", OFFLOADED)
+        local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    local.apply(_offloaded_pod("hello", f'echo "{GREETING} from $(hostname)"; exec sleep 3600'))
+    local.kubectl("wait", "--for=condition=Ready", "pod/hello", "-n", OFFLOADED, "--timeout=180s", timeout=190)
+    twin = f"{OFFLOADED}-{env.topology().local.cluster_id}"
+    remote_pod = remote.kubectl_json("get", "pod", "hello", "-n", twin)  # the enforcer keeps the name
+    assert remote_pod["spec"]["nodeName"] == env.real_node(spec).plan.node_name
+    assert remote_pod["status"]["phase"] == "Running"
+    deadline = time.monotonic() + 30
+    logs = ""
+    while time.monotonic() < deadline and GREETING not in logs:
+        result = local.kubectl("logs", "hello", "-n", OFFLOADED, check=False)
+        logs = result.stdout + result.stderr
+        time.sleep(1)
+    # printed by the container itself, on the remote's real node: its hostname is the
+    # remote pod's, not the machine's
+    assert f"{GREETING} from {remote_pod['metadata']['name']}" in logs, logs
+    # kubectl exec, through the vkubelet pod's kubelet API, runs in the remote container:
+    # its PID 1 is the pod's command and its address is in the remote node's pod range
+    result = local.kubectl("exec", "hello", "-n", OFFLOADED, "--", "sh", "-c",
+                           "tr '\\0' ' ' </proc/1/cmdline; echo; ip -4 addr show eth0 | grep inet", timeout=60)
+    first, address = result.stdout.splitlines()[:2]
+    assert first.strip() == "sleep 3600", result.stdout
+    ip = address.split()[1].split("/")[0]  # "inet 172.31.k.n/24 brd ..."
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(env.real_node(spec).plan.pod_cidr), result.stdout
+    assert remote_pod["status"]["podIP"] == ip
