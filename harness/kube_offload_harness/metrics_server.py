@@ -26,7 +26,9 @@ What a real cluster has and a kwokctl binary cluster lacks, made here:
   name the aggregator verifies) and 127.0.0.1.
 * **kubelet certificates.** metrics-server verifies every kubelet it scrapes against one CA
   file: kwokctl's cluster CA (kwok serves with kwokctl's admin certificate, valid for
-  127.0.0.1 and localhost) followed by the harness's loopback CA (the virtual node's).
+  127.0.0.1 and localhost; a real node's kubelet with a certificate that CA issued for
+  the node's address, real_node.serving_identity) followed by the harness's loopback CA
+  (the virtual node's).
 
 Not like a production install: kwokctl sets no front-proxy CA (``--requestheader-*``), so
 the aggregator's calls authenticate to metrics-server with kwokctl's admin client
@@ -187,9 +189,11 @@ def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path, ku
         f"--secure-port={port}",
         f"--tls-cert-file={cert}",
         f"--tls-private-key-file={key}",
-        # Hostname only: kwok's nodes publish "localhost", the virtual node its
-        # --node-address (127.0.0.1); an InternalIP is never dialled, whatever it says.
-        "--kubelet-preferred-address-types=Hostname",
+        # InternalIP first: a real node publishes its address (172.31.250.x) as InternalIP
+        # and its name as Hostname, which would be resolved through the machine's DNS
+        # server (an address the harness must never send to). kwok's nodes publish only
+        # Hostname "localhost", the virtual node its --node-address (127.0.0.1) as both.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--kubelet-use-node-status-port",
         f"--kubelet-certificate-authority={kubelet_ca}",
         f"--metric-resolution={METRIC_RESOLUTION}",

@@ -63,7 +63,7 @@ def test_flags_verify_kubelets_and_stay_on_loopback():
     assert "--kubelet-certificate-authority=/ca" in argv
     assert not any(a.startswith("--kubelet-insecure-tls") for a in argv)
     assert "--kubelet-use-node-status-port" in argv
-    assert "--kubelet-preferred-address-types=Hostname" in argv
+    assert "--kubelet-preferred-address-types=InternalIP,Hostname" in argv  # a real node by its address
     # metrics-server refuses a resolution under 10s or a kubelet timeout above 90 % of it.
     assert f"--metric-resolution={ms.METRIC_RESOLUTION}" in argv
     assert int(ms.KUBELET_REQUEST_TIMEOUT.rstrip("s")) < 0.9 * int(ms.METRIC_RESOLUTION.rstrip("s"))
