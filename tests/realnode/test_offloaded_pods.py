@@ -345,6 +345,59 @@ def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service(env, loca
     assert f"served-by-{APP}" in _wait(answer, timeout=30, what=f"{CLIENT} -> {cluster_ip}:80")
 
 
+def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env, local, remote, workload):
+    """The other direction, and the provider policy that follows the environment: a local
+    Service in a LocalAndRemote namespace, whose pod runs on the LOCAL real node, is
+    reflected with its EndpointSlice remapped into 172.30.<local slot>.0/24 (admitted by
+    the consumer's policy: cluster.local_pod_cidr_remapped); an offloaded pod started
+    after it gets the remote Service in its environment (the remote kubelet's service
+    variables) and reads the local pod's answer across the fabric."""
+    namespace = f"home-{RUN}"
+    local.kubectl("create", "namespace", namespace)
+    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true",
+                  f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_LOCAL_AND_REMOTE}")
+    home = _client_pod()
+    home["metadata"] = {"name": "home", "namespace": namespace, "labels": {"app": "home"}}
+    home["spec"]["containers"][0]["command"] = [
+        "sh", "-c", "mkdir -p /www && echo home-of-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    local.apply([home, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "home", "namespace": namespace},
+                        "spec": {"selector": {"app": "home"}, "ports": [{"port": 80, "targetPort": 8080}]}}])
+    local.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/home", "--timeout=60s", timeout=70)
+    home_ip = ipaddress.ip_address(local.kubectl_json("get", "pod", "-n", namespace, "home")["status"]["podIP"])
+    local_plan = env.real_node(env.topology().local).plan
+    assert home_ip in ipaddress.ip_network(local_plan.pod_cidr)
+    offset = int(home_ip) - int(ipaddress.ip_network(local_plan.pod_cidr).network_address)
+    expected = str(ipaddress.ip_network(fabric.remapped_pod_cidr(local_plan.slot)).network_address + offset)
+    # (the operator's view, to know when to start the caller: the reflected slice, admitted)
+    twin = twin_namespace_name(namespace, env.topology().local.cluster_id)
+
+    def reflected():
+        result = remote.kubectl("get", "endpointslices", "-n", twin, "-l", "kubernetes.io/service-name=home",
+                                "-o", "json", check=False)
+        if result.returncode != 0:
+            return None
+        items = json.loads(result.stdout)["items"]
+        return [a for s in items for e in s.get("endpoints") or [] for a in e["addresses"]] or None
+
+    assert _wait(reflected, timeout=60, what=f"the reflected EndpointSlice of {namespace}/home") == [expected]
+    caller = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller", "namespace": namespace},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "nodeSelector": {C.LABEL_TYPE: C.TYPE_VIRTUAL_NODE},  # offloaded, in a LocalAndRemote namespace
+                 "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
+    }
+    local.apply(caller)
+    local.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/caller", "--timeout=90s", timeout=100)
+    request = 'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 5 $HOME_SERVICE_HOST $HOME_SERVICE_PORT'
+
+    def answer():
+        out = local.kubectl("exec", "-n", namespace, "caller", "--", "sh", "-c", request, check=False).stdout
+        return out if "200 OK" in out else None
+
+    assert "home-of-home" in _wait(answer, timeout=30, what="caller -> the reflected Service home")
+    local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
 # --- kubectl top ---------------------------------------------------------------------------------------
 def _top_containers(cluster: Cluster, namespace: str, pod: str) -> dict[str, int] | None:
     result = cluster.kubectl("top", "pod", "-n", namespace, pod, "--containers", "--no-headers", check=False)
