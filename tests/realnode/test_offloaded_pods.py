@@ -324,11 +324,20 @@ def test_ready_follows_the_real_readiness_probe_both_ways(local, workload):
 
 
 # --- the fabric and the remapping, for real ------------------------------------------------------------
-def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service(env, local, workload):
-    """A pod on the LOCAL real node calls the local Service's ClusterIP (no cluster DNS yet,
-    so not its name); the local EndpointSlice names the offloaded pod's remapped address,
-    the local node's kube-proxy sends the packet there, the fabric carries it to the remote
-    real node, and the container answers."""
+def _http_by_name(name: str, port: int) -> str:
+    """A shell line for busybox: resolve ``name`` with its own DNS client (nslookup asks the
+    pod's nameserver, the cluster DNS; busybox-static's nc cannot resolve names itself:
+    static glibc without NSS), then a GET to the answer. Stdin stays open a little, or nc
+    may exit at its EOF before the reply arrives."""
+    return (f"ip=$(nslookup {name} | sed -n 's/^Address: *//p' | tail -n 1); echo resolved $ip; "
+            f'(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 $ip {port}')
+
+
+def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service_name(env, local, workload):
+    """A pod on the LOCAL real node calls the local Service by its name; the local cluster
+    DNS answers its ClusterIP, whose EndpointSlice names the offloaded pod's remapped
+    address; the local node's kube-proxy sends the packet there, the fabric carries it to
+    the remote real node, and the container answers."""
     _wait(lambda: _ready(local) == "True", timeout=30, what=f"{APP} Ready")
     pod_ip = _pod(local, APP)["status"]["podIP"]
     slices = local.kubectl_json("get", "endpointslices", "-n", NAMESPACE, "-l", "kubernetes.io/service-name=web")["items"]
@@ -336,13 +345,15 @@ def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service(env, loca
     assert addresses == [pod_ip]
     assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(fabric.remapped_pod_cidr(_remote_plan(env).slot))
     cluster_ip = local.kubectl_json("get", "service", "-n", NAMESPACE, "web")["spec"]["clusterIP"]
-    request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 5 {cluster_ip} 80'
+    request = _http_by_name(f"web.{NAMESPACE}.svc.{rc.CLUSTER_DOMAIN}", 80)
 
     def answer():
         out = local.kubectl("exec", "-n", "default", CLIENT, "--", "sh", "-c", request, check=False).stdout
         return out if "200 OK" in out else None
 
-    assert f"served-by-{APP}" in _wait(answer, timeout=30, what=f"{CLIENT} -> {cluster_ip}:80")
+    out = _wait(answer, timeout=40, what=f"{CLIENT} -> web.{NAMESPACE} (the local Service)")
+    assert f"resolved {cluster_ip}" in out
+    assert f"served-by-{APP}" in out
 
 
 def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env, local, remote, workload):
@@ -351,7 +362,8 @@ def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env,
     reflected with its EndpointSlice remapped into 172.30.<local slot>.0/24 (admitted by
     the consumer's policy: cluster.local_pod_cidr_remapped); an offloaded pod started
     after it gets the remote Service in its environment (the remote kubelet's service
-    variables) and reads the local pod's answer across the fabric."""
+    variables), resolves its short name through the remote cluster's DNS, and reads the
+    local pod's answer across the fabric."""
     namespace = f"home-{RUN}"
     local.kubectl("create", "namespace", namespace)
     local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true",
@@ -388,13 +400,15 @@ def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env,
     }
     local.apply(caller)
     local.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/caller", "--timeout=90s", timeout=100)
-    request = 'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 5 $HOME_SERVICE_HOST $HOME_SERVICE_PORT'
+    # by the remote kubelet's service variables, and by name through the REMOTE cluster DNS
+    # (the short name: the twin namespace is the caller's own there)
+    for request in ('(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 $HOME_SERVICE_HOST $HOME_SERVICE_PORT',
+                    _http_by_name("home", 80)):
+        def answer():
+            out = local.kubectl("exec", "-n", namespace, "caller", "--", "sh", "-c", request, check=False).stdout
+            return out if "200 OK" in out else None
 
-    def answer():
-        out = local.kubectl("exec", "-n", namespace, "caller", "--", "sh", "-c", request, check=False).stdout
-        return out if "200 OK" in out else None
-
-    assert "home-of-home" in _wait(answer, timeout=30, what="caller -> the reflected Service home")
+        assert "home-of-home" in _wait(answer, timeout=40, what=f"caller -> the reflected Service home ({request})")
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
