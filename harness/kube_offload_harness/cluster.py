@@ -81,8 +81,25 @@ def remote_pod_cidr_remapped(topology: "Topology", spec: "ClusterSpec") -> str:
     return f"10.{100 + index}.0.0/16"
 
 
+def pods_on_real_node(topology: "Topology", spec: "ClusterSpec") -> bool:
+    """Whether remote ``spec``'s pods run on its real node (untainted, no kwok node beside
+    it: validate_topology), whose pod network the fabric joins to the local real node's."""
+    return topology.real_nodes and spec.role == "remote" and not spec.real_node_tainted
+
+
+def local_pod_cidr_remapped(topology: "Topology", spec: "ClusterSpec") -> str:
+    """Where remote ``spec`` reaches the local cluster's pods: the fabric's remapped CIDR of
+    the local real node when the remote's pods run on its real node (fabric.py), kwok's
+    stand-in range otherwise. The vkubelet translates reflected endpoints into it and the
+    provider policy admits it (identities.e2e_policy), so both follow from here."""
+    if pods_on_real_node(topology, spec):
+        return fabric.remapped_pod_cidr(topology.local.real_node_slot)
+    return LOCAL_POD_CIDR_REMAPPED
+
+
 def pod_ip_remapping_args(topology: "Topology", spec: "ClusterSpec") -> list[str]:
-    """The vkubelet flags of remote ``spec``'s pod IP remapping."""
+    """The vkubelet flags of remote ``spec``'s pod IP remapping when its pods run on kwok's
+    nodes (both clusters hand out KWOK_POD_CIDR; no data plane behind the addresses)."""
     return [
         "--remote-pod-cidr", KWOK_POD_CIDR, "--remote-pod-cidr-remapped", remote_pod_cidr_remapped(topology, spec),
         "--local-pod-cidr", KWOK_POD_CIDR, "--local-pod-cidr-remapped", LOCAL_POD_CIDR_REMAPPED,
@@ -110,6 +127,11 @@ class ClusterSpec:
     enforcer_health_port: int = 0
     # The slot of this cluster's real node (real_node_config.NodePlan), -1: none.
     real_node_slot: int = -1
+    # The real node carries the kube-offload.io/real-node NoSchedule taint (the default: only
+    # pods that ask land there). False only on a remote with no kwok node (nodes=0): its
+    # real node is where every offloaded pod lands, and the vkubelet is told the fabric's
+    # addresses (pods_on_real_node).
+    real_node_tainted: bool = True
 
 
 @dataclass
@@ -187,6 +209,34 @@ def default_topology(
             ClusterSpec(f"{prefix}-{cluster_id}", cluster_id, "remote", remote_nodes, node_cpu, node_memory, node_pods, labels)
         )
     return Topology(prefix=prefix, local=local, remotes=remote_specs)
+
+
+def validate_topology(topology: Topology) -> None:
+    """Refuse shapes whose addresses would lie: an untainted real node only on a remote,
+    with real nodes on, and alone there (with kwok nodes beside it the remote scheduler
+    would place offloaded pods on either, and kwok's pod addresses are not the fabric's)."""
+    for spec in topology.clusters():
+        if spec.real_node_tainted:
+            continue
+        where = f"cluster {spec.name}: real_node_tainted=False"
+        if not topology.real_nodes:
+            raise ClusterError(f"{where} needs real_nodes=True (`--real-nodes true`)")
+        if spec.role != "remote":
+            raise ClusterError(f"{where} is for a remote cluster only: local pods would land on the real node unasked")
+        if spec.nodes:
+            raise ClusterError(f"{where} needs nodes=0 (it has {spec.nodes} kwok nodes): offloaded pods must all "
+                               "land on the real node, whose pod network the fabric joins")
+
+
+def real_pods_topology(*, prefix: str = "ko") -> Topology:
+    """A local cluster and one remote, each with a real node, the remote's untainted and
+    alone (no kwok node): every offloaded pod runs there as a container, its addresses
+    reached through the fabric (docs/real-nodes.md, "Offloaded pods on a remote's real
+    node"). The local cluster keeps one kwok node beside its tainted real node."""
+    topology = default_topology(prefix=prefix, remotes=1, local_nodes=1, remote_nodes=0)
+    topology.real_nodes = True
+    topology.remotes[0].real_node_tainted = False
+    return topology
 
 
 def default_state_dir() -> Path:
@@ -510,6 +560,7 @@ class Environment:
         if topology.chart_pods and not topology.real_nodes:
             raise ClusterError("chart_pods needs real_nodes: only a real node runs the charts' pods "
                                "(kube-offload cluster up --real-nodes true)")
+        validate_topology(topology)
         if topology.real_nodes:
             from kube_offload_harness.real_node import preflight
 
@@ -571,7 +622,8 @@ class Environment:
                 continue
             self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
             self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
-                topology.local.cluster_id, node_labels=spec.labels, policy=identities.E2E_POLICY))
+                topology.local.cluster_id, node_labels=spec.labels,
+                policy=identities.e2e_policy(local_pods_remapped=[local_pod_cidr_remapped(topology, spec)])))
         if topology.real_nodes and topology.remotes:
             self.connect_fabric(topology)
 
@@ -687,6 +739,7 @@ class Environment:
             cluster=spec.name, node_name=real_node_config.node_name(spec.cluster_id),
             slot=real_node_config.validate_slot(spec.real_node_slot),
             state_dir=self.state_dir / "real-nodes" / spec.name,
+            tainted=spec.real_node_tainted,
         )
         # Paths only: `down` must not start a build (up may have failed on one).
         from kube_offload_harness.binaries import node_binaries
@@ -754,6 +807,14 @@ class Environment:
         except cluster_dns.ClusterDNSError as exc:
             raise ClusterError(f"{spec.name}: {exc}") from None
         self.say(f"- {spec.name}: cluster DNS (CoreDNS) Ready at {real_node_config.CLUSTER_DNS_IP}")
+
+    def remapping_args(self, topology: Topology, spec: ClusterSpec) -> list[str]:
+        """The vkubelet's pod IP remapping for remote ``spec``: the fabric's translation
+        when its pods run on its real node (real addresses, a real data plane), kwok's
+        stand-in ranges otherwise."""
+        if pods_on_real_node(topology, spec):
+            return self.fabric_remapping_args(topology, spec)
+        return pod_ip_remapping_args(topology, spec)
 
     @property
     def kernel_tunables_record(self) -> Path:
@@ -947,7 +1008,7 @@ class Environment:
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]
-        argv += pod_ip_remapping_args(topology, spec)
+        argv += self.remapping_args(topology, spec)
         if spec.cluster_id == topology.remotes[0].cluster_id:
             # The physical delegate of the virtual storage class: one vkubelet per cluster.
             argv += ["--virtual-storage-local-class", storage.LOCAL_PATH_CLASS,

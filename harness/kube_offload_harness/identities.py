@@ -155,11 +155,23 @@ E2E_STORAGE_CLASS = "local-path"  # the remote's real class (storage.py): test_s
 E2E_POLICY: Mapping[str, Any] = {
     "pods": {"tolerations": [TOLERATION_GRANTED_IN_TESTS]},
     # The local pod range as the provider reaches it (cluster.LOCAL_POD_CIDR_REMAPPED):
-    # reflected EndpointSlices of local pods.
+    # reflected EndpointSlices of local pods. An environment whose remote pods run on a
+    # real node has other addresses: cluster.up installs e2e_policy(...), this with the
+    # environment's range.
     "endpoints": {"cidrs": ["10.200.0.0/16"]},
     "ingress": {"hostDomains": [E2E_INGRESS_DOMAIN], "classes": [E2E_INGRESS_CLASS]},
     "storage": {"classes": [E2E_STORAGE_CLASS]},
 }
+
+
+def e2e_policy(*, local_pods_remapped: Iterable[str]) -> dict:
+    """E2E_POLICY with the EndpointSlice addresses of the environment: the local pods'
+    remapped CIDR as this remote reaches them (cluster.local_pod_cidr_remapped; kwok's
+    10.200.0.0/16, or the fabric's 172.30.<local slot>.0/24 when the remote's pods run on
+    its real node)."""
+    policy = copy.deepcopy(dict(E2E_POLICY))
+    policy["endpoints"] = {"cidrs": list(local_pods_remapped)}
+    return policy
 
 
 def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None,

@@ -21,12 +21,16 @@ What a real cluster has and a kwokctl binary cluster lacks, made here:
   authorizes (``get nodes/metrics``, SubjectAccessReview) when metrics-server scrapes it.
 * **its registration.** The aggregator reaches an APIService only through a Service: an
   ``ExternalName`` Service naming 127.0.0.1 (as kwokctl does for its own metrics-server),
-  the APIService's port being the process's. Its serving certificate, from a CA of its own
+  the APIService's port being the process's. In a cluster with a real node (aggregator routing on)
+  a selector-less Service and an EndpointSlice at the machine end of the node's link,
+  where the process then listens (registration_objects). Its serving certificate, from a CA of its own
   given as the APIService's ``caBundle``, names ``metrics-server.kube-system.svc`` (the
   name the aggregator verifies) and 127.0.0.1.
 * **kubelet certificates.** metrics-server verifies every kubelet it scrapes against one CA
   file: kwokctl's cluster CA (kwok serves with kwokctl's admin certificate, valid for
-  127.0.0.1 and localhost) followed by the harness's loopback CA (the virtual node's).
+  127.0.0.1 and localhost; a real node's kubelet with a certificate that CA issued for
+  the node's address, real_node.serving_identity) followed by the harness's loopback CA
+  (the virtual node's).
 
 Not like a production install: kwokctl sets no front-proxy CA (``--requestheader-*``), so
 the aggregator's calls authenticate to metrics-server with kwokctl's admin client
@@ -164,11 +168,31 @@ def identity_objects() -> list[dict]:
     ]
 
 
-def registration_objects(port: int, ca_bundle_pem: bytes) -> list[dict]:
-    """The Service (ExternalName 127.0.0.1) and APIService the aggregator proxies through."""
+def registration_objects(port: int, ca_bundle_pem: bytes, *, address: str | None = None) -> list[dict]:
+    """The Service and APIService the aggregator proxies through. Without ``address``: an
+    ExternalName Service naming 127.0.0.1 (as kwokctl does for its own metrics-server).
+    With it (a cluster with a real node, whose apiserver runs with
+    ``--enable-aggregator-routing``): that resolver refuses ExternalName Services
+    ("unsupported service type", k8s.io/apiserver pkg/util/proxy ResolveEndpoint) and
+    dials an endpoint's IP, so a selector-less ClusterIP Service and an EndpointSlice
+    naming ``address``, where metrics-server then listens."""
+    if address is None:
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME, "namespace": NAMESPACE},
+                   "spec": {"type": "ExternalName", "externalName": "127.0.0.1"}}
+        endpoints: list[dict] = []
+    else:
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME, "namespace": NAMESPACE},
+                   "spec": {"ports": [{"name": "https", "port": port, "targetPort": port}]}}
+        endpoints = [{
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"kubernetes.io/service-name": NAME}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        }]
     return [
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME, "namespace": NAMESPACE},
-         "spec": {"type": "ExternalName", "externalName": "127.0.0.1"}},
+        service,
+        *endpoints,
         {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": APISERVICE}, "spec": {
             "group": API_GROUP, "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100,
             "service": {"name": NAME, "namespace": NAMESPACE, "port": port},
@@ -177,19 +201,22 @@ def registration_objects(port: int, ca_bundle_pem: bytes) -> list[dict]:
     ]
 
 
-def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path, kubelet_ca: Path) -> list[str]:
+def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path, kubelet_ca: Path,
+         bind_address: str = "127.0.0.1") -> list[str]:
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
+        f"--bind-address={bind_address}",
         f"--secure-port={port}",
         f"--tls-cert-file={cert}",
         f"--tls-private-key-file={key}",
-        # Hostname only: kwok's nodes publish "localhost", the virtual node its
-        # --node-address (127.0.0.1); an InternalIP is never dialled, whatever it says.
-        "--kubelet-preferred-address-types=Hostname",
+        # InternalIP first: a real node publishes its address (172.31.250.x) as InternalIP
+        # and its name as Hostname, which would be resolved through the machine's DNS
+        # server (an address the harness must never send to). kwok's nodes publish only
+        # Hostname "localhost", the virtual node its --node-address (127.0.0.1) as both.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--kubelet-use-node-status-port",
         f"--kubelet-certificate-authority={kubelet_ca}",
         f"--metric-resolution={METRIC_RESOLUTION}",
@@ -222,11 +249,20 @@ def start(env: "Environment", cluster: "Cluster", *, timeout: float = 90) -> Non
     kwok_ca = cluster.kwok_workdir / "clusters" / cluster.name / "pki" / "ca.crt"
     ca, cert, key, kubelet_ca = _write_certificates(env.pki_dir / name, [kwok_ca, env.pki_dir / "ca.crt"])
     port = free_port()
+    # A cluster with a real node routes the aggregator to endpoint IPs (registration_objects):
+    # metrics-server listens on the machine end of the node's link, an address the harness
+    # assigned, instead of loopback.
+    address = None
+    if cluster.spec.real_node_slot >= 0:
+        from kube_offload_harness import real_node_config
+
+        address = real_node_config.host_ip(cluster.spec.real_node_slot)
     env.processes.start(
-        name, argv(env.bins.metrics_server, kubeconfig=kubeconfig, port=port, cert=cert, key=key, kubelet_ca=kubelet_ca),
+        name, argv(env.bins.metrics_server, kubeconfig=kubeconfig, port=port, cert=cert, key=key, kubelet_ca=kubelet_ca,
+                   bind_address=address or "127.0.0.1"),
         log=env.log_path(name), env=env._process_env(),
     )
-    cluster.apply(registration_objects(port, ca.read_bytes()))
+    cluster.apply(registration_objects(port, ca.read_bytes(), address=address))
     deadline = time.monotonic() + timeout
     while True:
         record = env.processes.get(name)
@@ -245,4 +281,5 @@ def stop(env: "Environment", cluster: "Cluster") -> None:
     makes every discovery call warn), then stop the process."""
     cluster.kubectl("delete", "apiservice", APISERVICE, "--ignore-not-found", "--wait=false", check=False)
     cluster.kubectl("delete", "service", NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
+    cluster.kubectl("delete", "endpointslice", NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
     env.processes.stop(process_name(cluster.spec.cluster_id))

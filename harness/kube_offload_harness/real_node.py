@@ -59,9 +59,13 @@ def apiserver_forward_args(plan: rc.NodePlan, port: int) -> list[str]:
 
 
 def write_files(plan: rc.NodePlan, *, nbins: NodeBinaries, admin_kubeconfig: dict, node_cert: bytes, node_key: bytes,
-                proxy_cert: bytes, proxy_key: bytes, client_ca_file: Path, registry_port: int) -> None:
-    for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_config.parent):
+                proxy_cert: bytes, proxy_key: bytes, client_ca_file: Path, registry_port: int,
+                serving: tuple[bytes, bytes]) -> None:
+    for directory in (plan.state_dir, plan.cni_conf_dir, plan.containerd_config.parent, plan.kubelet_serving_cert.parent):
         directory.mkdir(parents=True, exist_ok=True)
+    plan.kubelet_serving_cert.write_bytes(serving[0])
+    plan.kubelet_serving_key.write_bytes(serving[1])
+    plan.kubelet_serving_key.chmod(0o600)
     for relative, content in rc.registry_hosts_files(registry_port=registry_port).items():
         (plan.registry_hosts_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         (plan.registry_hosts_dir / relative).write_text(content)
@@ -87,10 +91,25 @@ def node_identity(kwok_pki: Path, node_name: str, days: int = 30) -> tuple[bytes
 
 
 def client_identity(kwok_pki: Path, user: str, groups: list[str], days: int = 30) -> tuple[bytes, bytes]:
-    """A client certificate for ``user`` in ``groups`` signed by the cluster's own CA
-    (kwokctl's pki/ca.crt and ca.key). kwokctl's CA key is RSA (certs.pki signs with ECDSA
-    CAs only), hence cryptography here."""
+    """A client certificate for ``user`` in ``groups`` signed by the cluster's own CA."""
+    return _issue(kwok_pki, common_name=user, organizations=groups, serving_ip=None, days=days)
+
+
+def serving_identity(kwok_pki: Path, node_name: str, node_ip: str, days: int = 30) -> tuple[bytes, bytes]:
+    """The kubelet's serving certificate, signed by the cluster's own CA for the node's
+    address (as a kubelet's serving-certificate CSR approved by the cluster ends): what
+    metrics-server verifies when it scrapes ``https://<node ip>:10250``."""
+    return _issue(kwok_pki, common_name=f"system:node:{node_name}", organizations=["system:nodes"],
+                  serving_ip=node_ip, days=days)
+
+
+def _issue(kwok_pki: Path, *, common_name: str, organizations: list[str], serving_ip: str | None,
+           days: int) -> tuple[bytes, bytes]:
+    """A certificate signed by the cluster's own CA (kwokctl's pki/ca.crt and ca.key): a
+    client one, or a serving one for ``serving_ip``. kwokctl's CA key is RSA (certs.pki
+    signs with ECDSA CAs only), hence cryptography here."""
     import datetime as dt
+    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -105,11 +124,12 @@ def client_identity(kwok_pki: Path, user: str, groups: list[str], days: int = 30
     ca_key = serialization.load_pem_private_key((kwok_pki / "ca.key").read_bytes(), password=None)
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if serving_ip else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name(
-            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
-            + [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in organizations]
+            + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         ))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
@@ -120,9 +140,12 @@ def client_identity(kwok_pki: Path, user: str, groups: list[str], days: int = 30
         .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
                                      data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
                                      encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
+    if serving_ip:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(serving_ip))]), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
@@ -182,9 +205,10 @@ class RealNode:
         port = apiserver_port(admin)
         cert, key = node_identity(kwok_pki, plan.node_name)
         proxy_cert, proxy_key = client_identity(kwok_pki, rc.KUBE_PROXY_USER, [])
+        serving_cert, serving_key = serving_identity(kwok_pki, plan.node_name, plan.node_ip)
         write_files(plan, nbins=self.nbins, admin_kubeconfig=admin, node_cert=cert, node_key=key,
                     proxy_cert=proxy_cert, proxy_key=proxy_key, client_ca_file=client_ca_file,
-                    registry_port=registry_port)
+                    registry_port=registry_port, serving=(serving_cert, serving_key))
         for route in rc.machine_routes(plan):
             netns.add_route(route)
         for route in rc.node_routes(plan):

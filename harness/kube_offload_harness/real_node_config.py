@@ -88,6 +88,11 @@ class NodePlan:
     node_name: str
     slot: int
     state_dir: Path  # the node's configuration files, under the environment's state dir
+    # Registered with the REAL_NODE_KEY NoSchedule taint (the default). False only for a
+    # remote cluster whose real node is where offloaded pods land: the pods the enforcer
+    # makes carry no toleration of ours (docs/real-nodes.md, "Offloaded pods on a remote's
+    # real node").
+    tainted: bool = True
 
     @property
     def runtime_dir(self) -> Path:
@@ -174,6 +179,16 @@ class NodePlan:
     @property
     def kubelet_config(self) -> Path:
         return self.state_dir / "kubelet-config.yaml"
+
+    @property
+    def kubelet_serving_cert(self) -> Path:
+        """The kubelet's serving certificate, issued by the cluster's CA for the node's
+        address (metrics-server verifies it; a self-signed one it refuses)."""
+        return self.state_dir / "kubelet-pki" / "kubelet-serving.crt"
+
+    @property
+    def kubelet_serving_key(self) -> Path:
+        return self.state_dir / "kubelet-pki" / "kubelet-serving.key"
 
     @property
     def kubelet_kubeconfig(self) -> Path:
@@ -421,6 +436,12 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
         # resolver is not an address the harness may send to.
         "clusterDNS": [CLUSTER_DNS_IP],
         "clusterDomain": CLUSTER_DOMAIN,
+        # Issued by the cluster's CA for the node's address (real_node.serving_identity):
+        # without these files the kubelet signs a certificate of its own, which
+        # metrics-server (verifying against the cluster CA) refuses, and `kubectl top`
+        # then has no figures for the node's pods.
+        "tlsCertFile": str(plan.kubelet_serving_cert),
+        "tlsPrivateKeyFile": str(plan.kubelet_serving_key),
         "resolvConf": str(plan.resolv_conf),
         # Paths that default to machine-wide directories (/var/log/pods, /usr/libexec/...).
         "podLogsDir": str(plan.pod_logs_dir),
@@ -428,7 +449,7 @@ def kubelet_configuration(plan: NodePlan, *, client_ca_file: Path) -> dict:
         "failSwapOn": False,
         "podCIDR": plan.pod_cidr,
         "registerNode": True,
-        "registerWithTaints": [{"key": REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}],
+        "registerWithTaints": [{"key": REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}] if plan.tainted else [],
         # This VM's disk is shared with builds and caches: no evictions or image GC over
         # disk use the node itself did not cause.
         "evictionHard": {"memory.available": "100Mi"},

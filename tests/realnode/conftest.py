@@ -2,8 +2,10 @@
 runc in a network namespace of its own (docs/real-nodes.md, docs/testing.md).
 
 One environment per module, made by the same code as `kube-offload cluster up --real-nodes
-true` (local cluster only: the claims here are about one node), torn down by the module's
-last test or, on failure, by the fixture. Needs root (namespaces, cgroups, mounts) and the
+true`: ``real_env`` a local cluster only (the claims of test_real_node.py are about one
+node), ``offload_real_env`` a local and a remote cluster joined by the fabric, whose
+remote real node runs the offloaded pods (test_offloaded_pods.py). Torn down by the
+module's last test or, on failure, by the fixture. Needs root (namespaces, cgroups, mounts) and the
 real-node binaries (scripts/bootstrap.sh builds them); with CI=true anything missing fails
 instead of skipping.
 """
@@ -20,7 +22,7 @@ import pytest
 
 from kube_offload_harness import real_node, real_node_config
 from kube_offload_harness.binaries import node_binaries
-from kube_offload_harness.cluster import Environment, Topology, default_topology
+from kube_offload_harness.cluster import Environment, Topology, default_topology, real_pods_topology
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "realnode-logs"
@@ -40,7 +42,8 @@ def _unmet() -> list[str]:
     return unmet
 
 
-def environment(tmp_path_factory, request, topology: Topology) -> Iterator[Environment]:
+def environment(tmp_path_factory, request, topology: Topology,
+                name: str = "kube-offload-realnode") -> Iterator[Environment]:
     """Up ``topology`` (real nodes) for one module, down at its end, logs kept on failure."""
     unmet = _unmet()
     if unmet:
@@ -48,7 +51,7 @@ def environment(tmp_path_factory, request, topology: Topology) -> Iterator[Envir
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    env = Environment(tmp_path_factory.mktemp("kube-offload-realnode"), say=lambda line: print(line, flush=True))
+    env = Environment(tmp_path_factory.mktemp(name), say=lambda line: print(line, flush=True))
     # what the machine had before: down must put back what the harness changed
     env.kernel_tunables_before = {key: (Path("/proc/sys") / key).read_text() for key in real_node_config.KERNEL_TUNABLES}
     topology.real_nodes = True
@@ -68,6 +71,17 @@ def real_env(tmp_path_factory, request) -> Iterator[Environment]:
     topology = default_topology(prefix="rn", remotes=0, local_nodes=1)
     topology.chart_pods = False
     yield from environment(tmp_path_factory, request, topology)
+
+
+@pytest.fixture(scope="module")
+def offload_real_env(tmp_path_factory, request) -> Iterator[Environment]:
+    """A local cluster and one remote, each with a real node, joined by the fabric, with
+    our components wired as in the e2e tier (PEERING_HARNESS, harness processes). The remote
+    has no kwok node and its real node is untainted: every offloaded pod runs there as a
+    container (docs/real-nodes.md, "Offloaded pods on a remote's real node")."""
+    topology = real_pods_topology(prefix="op")
+    topology.chart_pods = False
+    yield from environment(tmp_path_factory, request, topology, "kube-offload-offload")
 
 
 def _keep_logs(env: Environment) -> None:

@@ -63,7 +63,23 @@ def test_flags_verify_kubelets_and_stay_on_loopback():
     assert "--kubelet-certificate-authority=/ca" in argv
     assert not any(a.startswith("--kubelet-insecure-tls") for a in argv)
     assert "--kubelet-use-node-status-port" in argv
-    assert "--kubelet-preferred-address-types=Hostname" in argv
+    assert "--kubelet-preferred-address-types=InternalIP,Hostname" in argv  # a real node by its address
     # metrics-server refuses a resolution under 10s or a kubelet timeout above 90 % of it.
     assert f"--metric-resolution={ms.METRIC_RESOLUTION}" in argv
     assert int(ms.KUBELET_REQUEST_TIMEOUT.rstrip("s")) < 0.9 * int(ms.METRIC_RESOLUTION.rstrip("s"))
+
+
+def test_with_a_real_node_the_aggregator_is_given_an_endpoint_not_an_external_name():
+    """--enable-aggregator-routing (clusters with a real node) refuses ExternalName
+    Services: a selector-less Service and an EndpointSlice at the harness's own address."""
+    service, endpoints, apiservice = ms.registration_objects(4443, b"PEM", address="172.31.250.5")
+    assert service["spec"] == {"ports": [{"name": "https", "port": 4443, "targetPort": 4443}]}
+    assert "selector" not in service["spec"]
+    assert endpoints["kind"] == "EndpointSlice"
+    assert endpoints["metadata"]["labels"] == {"kubernetes.io/service-name": ms.NAME}
+    assert endpoints["endpoints"] == [{"addresses": ["172.31.250.5"], "conditions": {"ready": True}}]
+    assert endpoints["ports"] == [{"name": "https", "port": 4443, "protocol": "TCP"}]
+    assert apiservice["spec"]["service"] == {"name": ms.NAME, "namespace": ms.NAMESPACE, "port": 4443}
+    argv = ms.argv(Path("/bin/ms"), kubeconfig=Path("/k"), port=4443, cert=Path("/c"), key=Path("/k.key"),
+                   kubelet_ca=Path("/ca"), bind_address="172.31.250.5")
+    assert "--bind-address=172.31.250.5" in argv

@@ -317,3 +317,38 @@ def test_coredns_image_runs_the_binary_at_the_root():
         (member,) = tar.getmembers()
         assert member.name == "coredns" and member.mode == 0o755
         assert tar.extractfile(member).read() == b"ELF-coredns"
+
+
+def test_the_kubelet_serves_with_a_certificate_of_the_cluster_ca_for_the_node_address(tmp_path):
+    """metrics-server verifies the kubelet against the cluster CA: the serving certificate
+    is issued by it, for the node's IP, and named in the KubeletConfiguration."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    from kube_offload_harness.real_node import serving_identity
+
+    # an RSA CA like kwokctl's
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kwok-ca")])
+    now = dt.datetime.now(dt.timezone.utc)
+    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "ca.key").write_bytes(ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption()))
+    p = plan(3)
+    cert_pem, key_pem = serving_identity(tmp_path, p.node_name, p.node_ip)
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["172.31.250.14"]
+    assert ExtendedKeyUsageOID.SERVER_AUTH in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert b"PRIVATE KEY" in key_pem
+    config = rc.kubelet_configuration(p, client_ca_file=Path("/ca.crt"))
+    assert config["tlsCertFile"] == "/state/real-nodes/e2e-local/kubelet-pki/kubelet-serving.crt"
+    assert config["tlsPrivateKeyFile"] == "/state/real-nodes/e2e-local/kubelet-pki/kubelet-serving.key"

@@ -87,6 +87,21 @@ def test_first_sample_opens_the_counter_one_window_back_with_rate_times_window()
     assert (container.cpu_nanocores, container.memory_bytes, container.timestamp) == (250_000_000, 64 << 20, T0)
 
 
+def test_an_idle_container_counts_from_one_nanosecond_so_metrics_server_keeps_it():
+    """metrics-server drops a pod any of whose containers' counters reads 0; an idle
+    container (a real `sleep` on a real node) has a remote rate of 0."""
+    ledger = UsageLedger(started=T0)
+    ledger.record([sample(cpu=0)], on_node=[WEB.uid], now=T0)
+    ledger.record([sample(at=T0 + 10, cpu=0)], on_node=[WEB.uid], now=T0 + 10)
+    snap = ledger.snapshot(T0 + 10)
+    [container] = snap.pods[0].containers
+    assert container.core_nanoseconds == 1 and container.cpu_nanocores == 0
+    assert snap.node.core_nanoseconds == 1
+    # and the rate between two readings is still the remote one
+    ledger.record([sample(at=T0 + 20, cpu=100_000_000)], on_node=[WEB.uid], now=T0 + 20)
+    assert ledger.snapshot(T0 + 20).pods[0].containers[0].core_nanoseconds - 1 == 100_000_000 * 10
+
+
 def test_newer_samples_add_rate_times_elapsed_and_repeats_change_nothing():
     ledger = UsageLedger(started=T0)
     ledger.record([sample()], on_node=[WEB.uid], now=T0)

@@ -10,7 +10,8 @@ kubelet integrates those averages back into counters, one per local container:
 
 * the first sample of a container opens its counter at ``timestamp - window`` with
   ``rate × window`` core-nanoseconds (exact: that is what an average over the window
-  means), and that moment is reported as the container's ``startTime``: the origin where
+  means), and at least one (an idle container's rate is 0, and metrics-server drops a
+  pod any of whose counters reads 0, as no kubelet's ever does), and that moment is reported as the container's ``startTime``: the origin where
   the counter was zero, which is what metrics-server assumes of a start time;
 * each later sample with a newer timestamp adds ``rate × (timestamp - previous
   timestamp)``. When samples tile the time line (the remote window equals the sampling
@@ -48,6 +49,8 @@ NANO = 1_000_000_000
 # make a pod vanish from `kubectl top`, but a pod the remote stopped measuring does.
 DEFAULT_STALE_AFTER = 90.0
 
+# The least a counter opens with (UsageLedger.record): a started container has used CPU.
+MIN_CORE_NANOSECONDS = 1
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,12 @@ class UsageLedger:
                     window = max(0.0, sample.window)
                     self.counters[key] = Counter(
                         start=sample.timestamp - window,
-                        core_nanoseconds=round(container.cpu_nanocores * window),
+                        # Never 0: metrics-server drops a container whose counter reads 0,
+                        # and the whole pod with it (v0.9.0 decode.go checkContainerMetrics),
+                        # and an idle container's remote rate is 0 (a real `sleep`). A
+                        # kubelet's counter is never 0 (starting took CPU); one nanosecond
+                        # changes no rate, which metrics-server takes from differences.
+                        core_nanoseconds=max(MIN_CORE_NANOSECONDS, round(container.cpu_nanocores * window)),
                         timestamp=sample.timestamp,
                         cpu_nanocores=container.cpu_nanocores,
                         memory_bytes=container.memory_bytes,

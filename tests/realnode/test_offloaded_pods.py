@@ -1,0 +1,475 @@
+"""Offloaded pods really run (issue #22, item 4): a pod created in the local cluster, in a
+namespace labelled for offloading, is bound to the virtual node and runs as a container on
+the remote cluster's real node; everything the user sees of it comes through the local
+cluster's kubectl.
+
+The environment (conftest ``offload_real_env``): local + one remote, each with a real
+node, joined by the fabric (harness fabric.py); webhook, extender, virtual kubelet and
+enforcer run as processes under their charts' identities, as in the e2e tier
+(PEERING_HARNESS); the remote has no kwok node and its real node is untainted.
+
+Every assertion reads what the container itself printed or answered (its hostname and its
+own address from inside, the values of the reflected ConfigMap and Secret it read, a token
+the test wrote through exec, its HTTP answer), never a value the harness wrote: kwok's
+canned lines, an exec on the host or a missing data plane would each fail a test here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kube_offload import constants as C
+from kube_offload.resources import parse_quantity
+from kube_offload_harness import fabric, metrics_server
+from kube_offload_harness import real_node_config as rc
+from kube_offload_harness.cluster import Cluster, Environment
+from kube_offload_harness.naming import virtual_node_name
+from vkubelet.naming import twin_namespace_name
+
+RUN = uuid.uuid4().hex[:8]
+NAMESPACE = f"offload-{RUN}"
+GREETING = f"cm-{uuid.uuid4().hex[:10]}"  # the ConfigMap's value, read by the container
+PASSWORD = f"secret-{uuid.uuid4().hex[:10]}"  # the Secret's
+BALLAST_MIB = 40  # what the web container writes into its tmpfs: its working set grows by it
+APP, CRASH, CLIENT = "app", "crash", f"client-{RUN}"
+BUSYBOX = "busybox:1.36"
+
+
+def _wait(predicate, *, timeout: float, what: str, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def _manifests() -> list[dict]:
+    shell = "sh", "-c"
+    web = (
+        # its own address as the kernel of its network namespace has it
+        "echo web up in $(hostname) at $(ip -o -4 addr show eth0 | sed 's/.* inet \\([0-9.]*\\).*/\\1/'); "
+        "echo init left: $(cat /shared/init.txt); "
+        "echo env greeting=$GREETING password=$PASSWORD; "
+        "echo files $(cat /etc/settings/greeting) $(cat /etc/creds/password); "
+        f"dd if=/dev/zero of=/dev/shm/ballast bs=1M count={BALLAST_MIB} 2>/dev/null; "
+        "touch /tmp/ready; mkdir -p /www; echo served-by-$(hostname) > /www/index.html; "
+        "exec httpd -f -p 8080 -h /www"
+    )
+    crash = (  # fails its first run with 3, then runs: a restart and an exit code to report
+        "n=$(cat /data/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/n; "
+        "echo run $n in $(hostname); if [ $n -lt 2 ]; then exit 3; fi; exec sleep 3600"
+    )
+    pod_defaults = {"terminationGracePeriodSeconds": 1}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": NAMESPACE},
+         "data": {"greeting": GREETING}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": NAMESPACE},
+         "stringData": {"password": PASSWORD}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": APP, "namespace": NAMESPACE, "labels": {"app": APP}},
+         "spec": {
+             **pod_defaults,
+             "initContainers": [{
+                 "name": "prepare", "image": BUSYBOX,
+                 "command": [*shell, "echo init ran in $(hostname); echo prepared-by-init > /shared/init.txt"],
+                 "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+             }],
+             "containers": [
+                 {
+                     "name": "web", "image": BUSYBOX, "command": [*shell, web],
+                     "env": [
+                         {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+                         {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                     ],
+                     "ports": [{"containerPort": 8080}],
+                     # Ready follows this file, which the container makes and tests remove.
+                     "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1,
+                                        "failureThreshold": 1},
+                     "volumeMounts": [
+                         {"name": "shared", "mountPath": "/shared"},
+                         {"name": "settings", "mountPath": "/etc/settings"},
+                         {"name": "creds", "mountPath": "/etc/creds"},
+                     ],
+                 },
+                 {   # what `kubectl attach -i` talks to: echoes each line of its stdin
+                     "name": "echo", "image": BUSYBOX, "stdin": True,
+                     "command": [*shell, 'while read line; do echo "echo heard: $line"; done'],
+                 },
+             ],
+             "volumes": [
+                 {"name": "shared", "emptyDir": {}},
+                 {"name": "settings", "configMap": {"name": "settings"}},
+                 {"name": "creds", "secret": {"secretName": "creds"}},
+             ],
+         }},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": CRASH, "namespace": NAMESPACE},
+         "spec": {**pod_defaults,
+                  "containers": [{"name": "main", "image": BUSYBOX, "command": [*shell, crash],
+                                  "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                  "volumes": [{"name": "data", "emptyDir": {}}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": NAMESPACE},
+         "spec": {"selector": {"app": APP}, "ports": [{"port": 80, "targetPort": 8080}]}},
+    ]
+
+
+def _client_pod() -> dict:
+    """A pod on the LOCAL real node (not offloaded: another namespace, the node's taint
+    tolerated and its label selected)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": CLIENT, "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {rc.REAL_NODE_KEY: "true"},
+            "tolerations": [{"key": rc.REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def env(offload_real_env: Environment) -> Environment:
+    return offload_real_env
+
+
+@pytest.fixture(scope="module")
+def local(env: Environment) -> Cluster:
+    return env.cluster(env.topology().local)
+
+
+@pytest.fixture(scope="module")
+def remote(env: Environment) -> Cluster:
+    return env.cluster(env.topology().remotes[0])
+
+
+@pytest.fixture(scope="module")
+def workload(env: Environment, local: Cluster, remote: Cluster) -> str:
+    """The offloaded namespace with its pods Running on the virtual node, the client pod
+    Ready on the local real node, metrics-server in both clusters (started first: `kubectl
+    top` needs a few scrapes at each end)."""
+    for cluster in (remote, local):
+        metrics_server.start(env, cluster)
+    local.kubectl("create", "namespace", NAMESPACE)
+    local.kubectl("label", "namespace", NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    local.apply([*_manifests(), _client_pod()])
+    local.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"pod/{APP}", f"pod/{CRASH}", "--timeout=150s", timeout=160)
+    local.kubectl("wait", "-n", "default", "--for=condition=Ready", f"pod/{CLIENT}", "--timeout=60s", timeout=70)
+    return NAMESPACE
+
+
+def _pod(local: Cluster, name: str) -> dict:
+    return local.kubectl_json("get", "pod", "-n", NAMESPACE, name)
+
+
+def _logs(local: Cluster, *args: str) -> str:
+    result = local.kubectl("logs", "-n", NAMESPACE, *args, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _remote_plan(env: Environment):
+    return env.real_node(env.topology().remotes[0]).plan
+
+
+# --- where it runs, and what it printed ---------------------------------------------------------
+def test_the_pod_runs_as_a_container_on_the_remote_real_node(env, local, remote, workload):
+    pod = _pod(local, APP)
+    assert pod["spec"]["nodeName"] == virtual_node_name(env.topology().remotes[0].cluster_id)
+    plan = _remote_plan(env)
+    # The local status shows the remapped address (the fabric's); the container printed its
+    # real one, at the same offset in the remote real node's pod CIDR.
+    local_ip = ipaddress.ip_address(pod["status"]["podIP"])
+    remapped = ipaddress.ip_network(fabric.remapped_pod_cidr(plan.slot))
+    assert local_ip in remapped
+    line = re.search(r"web up in (\S+) at (\S+)", _logs(local, APP, "-c", "web"))
+    assert line, _logs(local, APP, "-c", "web")
+    hostname, printed_ip = line.group(1), ipaddress.ip_address(line.group(2))
+    assert hostname == APP and hostname != socket.gethostname()
+    real = ipaddress.ip_network(plan.pod_cidr)
+    assert printed_ip in real
+    assert int(printed_ip) - int(real.network_address) == int(local_ip) - int(remapped.network_address)
+    # the remote side agrees: the twin pod is on the real node (an operator's check, not the user's)
+    twin = twin_namespace_name(NAMESPACE, env.topology().local.cluster_id)
+    remote_pod = remote.kubectl_json("get", "pod", "-n", twin, APP)
+    assert remote_pod["spec"]["nodeName"] == plan.node_name
+    assert remote_pod["status"]["podIP"] == str(printed_ip)
+
+
+def test_init_containers_run_first_and_report_exit_0(local, workload):
+    assert f"init ran in {APP}" in _logs(local, APP, "-c", "prepare")
+    assert "init left: prepared-by-init" in _logs(local, APP, "-c", "web")  # written before web started
+    [init] = _pod(local, APP)["status"]["initContainerStatuses"]
+    assert init["name"] == "prepare"
+    assert init["state"]["terminated"]["exitCode"] == 0
+    assert init["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_env_and_volumes_from_reflected_configmap_and_secret(local, workload):
+    logs = _logs(local, APP, "-c", "web")
+    assert f"env greeting={GREETING} password={PASSWORD}" in logs
+    assert f"files {GREETING} {PASSWORD}" in logs
+
+
+# --- exec, attach, cp, port-forward, logs -f --------------------------------------------------------
+def test_exec_runs_inside_the_container_and_passes_its_exit_code(local, workload):
+    hostname = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "hostname").stdout.strip()
+    assert hostname == APP and hostname != socket.gethostname()
+    cmdline = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "cat", "/proc/1/cmdline").stdout
+    assert cmdline.split("\0")[:2] == ["httpd", "-f"]  # PID 1 of the container's own PID namespace
+    failed = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "sh", "-c", "exit 5", check=False)
+    assert failed.returncode == 5, failed.stderr  # a real kubelet reports NonZeroExitCode
+
+
+def test_logs_follow_streams_what_the_container_writes(local, workload):
+    token = f"followed-{uuid.uuid4().hex[:8]}"
+    argv = [str(local.bins.kubectl), "--kubeconfig", str(local.kubeconfig), "logs", "-f", "-n", NAMESPACE, APP,
+            "-c", "web", "--tail=1"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=local.env()) as follow:
+        try:
+            time.sleep(2)  # the stream is open before the line is written
+            # written to the container's own stdout (PID 1's), so it reaches its log
+            local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "sh", "-c", f"echo {token} > /proc/1/fd/1")
+            deadline = time.monotonic() + 30
+            seen = ""
+            while token not in seen and time.monotonic() < deadline:
+                line = follow.stdout.readline()
+                if not line:
+                    break
+                seen += line
+            assert token in seen, seen
+        finally:
+            follow.kill()
+
+
+def test_attach_talks_to_the_containers_stdin(local, workload):
+    token = f"attached-{uuid.uuid4().hex[:8]}"
+    result = local.kubectl("attach", "-i", "-q", "-n", NAMESPACE, APP, "-c", "echo", input=f"{token}\n",
+                           check=False, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert f"echo heard: {token}" in result.stdout
+    assert f"echo heard: {token}" in _logs(local, APP, "-c", "echo")
+
+
+def test_cp_both_ways(local, workload, tmp_path: Path):
+    upload = tmp_path / "upload.bin"
+    upload.write_bytes(os.urandom(64 * 1024))
+    done = local.kubectl("cp", str(upload), f"{NAMESPACE}/{APP}:/tmp/upload.bin", "-c", "web", check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    size = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "wc", "-c", "/tmp/upload.bin").stdout.split()[0]
+    digest = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "md5sum", "/tmp/upload.bin").stdout.split()[0]
+    import hashlib
+
+    assert (int(size), digest) == (len(upload.read_bytes()), hashlib.md5(upload.read_bytes()).hexdigest())
+    # and out: the page the container wrote at start-up
+    target = tmp_path / "index.html"
+    done = local.kubectl("cp", f"{NAMESPACE}/{APP}:/www/index.html", str(target), "-c", "web", check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert target.read_text() == f"served-by-{APP}\n"
+
+
+def test_port_forward_reaches_the_port_the_container_serves(local, workload):
+    argv = [str(local.bins.kubectl), "--kubeconfig", str(local.kubeconfig), "port-forward", "-n", NAMESPACE,
+            f"pod/{APP}", "--address", "127.0.0.1", ":8080"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=local.env()) as forward:
+        try:
+            line = forward.stdout.readline()  # "Forwarding from 127.0.0.1:<port> -> 8080"
+            match = re.search(r"127\.0\.0\.1:(\d+)", line)
+            assert match, f"kubectl port-forward said {line!r}"
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
+            with opener.open(f"http://127.0.0.1:{match.group(1)}/", timeout=20) as response:
+                assert response.read().decode() == f"served-by-{APP}\n"
+        finally:
+            forward.kill()
+
+
+# --- restarts, exit codes, readiness ---------------------------------------------------------------
+def test_a_failed_run_comes_back_as_exit_code_restart_count_and_previous_logs(local, workload):
+    def restarted():
+        [status] = _pod(local, CRASH)["status"]["containerStatuses"]
+        return status if status["restartCount"] >= 1 and "running" in status["state"] else None
+
+    status = _wait(restarted, timeout=60, what=f"{CRASH} restarted and running")
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    assert status["lastState"]["terminated"]["reason"] == "Error"
+    assert f"run 1 in {CRASH}" in _logs(local, CRASH, "--previous")
+    current = _logs(local, CRASH)
+    assert f"run 2 in {CRASH}" in current and "run 1" not in current
+
+
+def _ready(local: Cluster) -> str:
+    conditions = _pod(local, APP)["status"].get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
+
+
+def test_ready_follows_the_real_readiness_probe_both_ways(local, workload):
+    assert _ready(local) == "True"
+    local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "rm", "/tmp/ready")
+    _wait(lambda: _ready(local) == "False", timeout=30, what="the local pod not Ready after the probe file went")
+    [web] = [s for s in _pod(local, APP)["status"]["containerStatuses"] if s["name"] == "web"]
+    assert web["ready"] is False and "running" in web["state"]  # running, only not ready
+    local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "touch", "/tmp/ready")
+    _wait(lambda: _ready(local) == "True", timeout=30, what="the local pod Ready again")
+
+
+# --- the fabric and the remapping, for real ------------------------------------------------------------
+def _http_by_name(name: str, port: int) -> str:
+    """A shell line for busybox: resolve ``name`` with its own DNS client (nslookup asks the
+    pod's nameserver, the cluster DNS; busybox-static's nc cannot resolve names itself:
+    static glibc without NSS), then a GET to the answer. Stdin stays open a little, or nc
+    may exit at its EOF before the reply arrives."""
+    return (f"ip=$(nslookup {name} | sed -n 's/^Address: *//p' | tail -n 1); echo resolved $ip; "
+            f'(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 $ip {port}')
+
+
+def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service_name(env, local, workload):
+    """A pod on the LOCAL real node calls the local Service by its name; the local cluster
+    DNS answers its ClusterIP, whose EndpointSlice names the offloaded pod's remapped
+    address; the local node's kube-proxy sends the packet there, the fabric carries it to
+    the remote real node, and the container answers."""
+    _wait(lambda: _ready(local) == "True", timeout=30, what=f"{APP} Ready")
+    pod_ip = _pod(local, APP)["status"]["podIP"]
+    slices = local.kubectl_json("get", "endpointslices", "-n", NAMESPACE, "-l", "kubernetes.io/service-name=web")["items"]
+    addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
+    assert addresses == [pod_ip]
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(fabric.remapped_pod_cidr(_remote_plan(env).slot))
+    cluster_ip = local.kubectl_json("get", "service", "-n", NAMESPACE, "web")["spec"]["clusterIP"]
+    request = _http_by_name(f"web.{NAMESPACE}.svc.{rc.CLUSTER_DOMAIN}", 80)
+
+    def answer():
+        out = local.kubectl("exec", "-n", "default", CLIENT, "--", "sh", "-c", request, check=False).stdout
+        return out if "200 OK" in out else None
+
+    out = _wait(answer, timeout=40, what=f"{CLIENT} -> web.{NAMESPACE} (the local Service)")
+    assert f"resolved {cluster_ip}" in out
+    assert f"served-by-{APP}" in out
+
+
+def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env, local, remote, workload):
+    """The other direction, and the provider policy that follows the environment: a local
+    Service in a LocalAndRemote namespace, whose pod runs on the LOCAL real node, is
+    reflected with its EndpointSlice remapped into 172.30.<local slot>.0/24 (admitted by
+    the consumer's policy: cluster.local_pod_cidr_remapped); an offloaded pod started
+    after it gets the remote Service in its environment (the remote kubelet's service
+    variables), resolves its short name through the remote cluster's DNS, and reads the
+    local pod's answer across the fabric."""
+    namespace = f"home-{RUN}"
+    local.kubectl("create", "namespace", namespace)
+    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true",
+                  f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_LOCAL_AND_REMOTE}")
+    home = _client_pod()
+    home["metadata"] = {"name": "home", "namespace": namespace, "labels": {"app": "home"}}
+    home["spec"]["containers"][0]["command"] = [
+        "sh", "-c", "mkdir -p /www && echo home-of-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    local.apply([home, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "home", "namespace": namespace},
+                        "spec": {"selector": {"app": "home"}, "ports": [{"port": 80, "targetPort": 8080}]}}])
+    local.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/home", "--timeout=60s", timeout=70)
+    home_ip = ipaddress.ip_address(local.kubectl_json("get", "pod", "-n", namespace, "home")["status"]["podIP"])
+    local_plan = env.real_node(env.topology().local).plan
+    assert home_ip in ipaddress.ip_network(local_plan.pod_cidr)
+    offset = int(home_ip) - int(ipaddress.ip_network(local_plan.pod_cidr).network_address)
+    expected = str(ipaddress.ip_network(fabric.remapped_pod_cidr(local_plan.slot)).network_address + offset)
+    # (the operator's view, to know when to start the caller: the reflected slice, admitted)
+    twin = twin_namespace_name(namespace, env.topology().local.cluster_id)
+
+    def reflected():
+        result = remote.kubectl("get", "endpointslices", "-n", twin, "-l", "kubernetes.io/service-name=home",
+                                "-o", "json", check=False)
+        if result.returncode != 0:
+            return None
+        items = json.loads(result.stdout)["items"]
+        return [a for s in items for e in s.get("endpoints") or [] for a in e["addresses"]] or None
+
+    assert _wait(reflected, timeout=60, what=f"the reflected EndpointSlice of {namespace}/home") == [expected]
+    caller = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller", "namespace": namespace},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "nodeSelector": {C.LABEL_TYPE: C.TYPE_VIRTUAL_NODE},  # offloaded, in a LocalAndRemote namespace
+                 "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]},
+    }
+    local.apply(caller)
+    local.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/caller", "--timeout=90s", timeout=100)
+    # by the remote kubelet's service variables, and by name through the REMOTE cluster DNS
+    # (the short name: the twin namespace is the caller's own there)
+    for request in ('(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 $HOME_SERVICE_HOST $HOME_SERVICE_PORT',
+                    _http_by_name("home", 80)):
+        def answer():
+            out = local.kubectl("exec", "-n", namespace, "caller", "--", "sh", "-c", request, check=False).stdout
+            return out if "200 OK" in out else None
+
+        assert "home-of-home" in _wait(answer, timeout=40, what=f"caller -> the reflected Service home ({request})")
+    local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+# --- kubectl top ---------------------------------------------------------------------------------------
+def _top_containers(cluster: Cluster, namespace: str, pod: str) -> dict[str, int] | None:
+    result = cluster.kubectl("top", "pod", "-n", namespace, pod, "--containers", "--no-headers", check=False)
+    if result.returncode != 0:
+        return None
+    rows = {}
+    for line in result.stdout.splitlines():  # POD NAME CPU MEMORY
+        fields = line.split()
+        rows[fields[1]] = parse_quantity(fields[3]) // 1000
+    return rows
+
+
+def test_top_shows_what_the_remote_metrics_server_scraped_from_the_real_kubelet(env, local, remote, workload):
+    twin = twin_namespace_name(NAMESPACE, env.topology().local.cluster_id)
+    ballast = BALLAST_MIB << 20
+    # the remote's own view: its metrics-server scraped the real kubelet of its real node
+    there = _wait(lambda: (rows := _top_containers(remote, twin, APP)) and rows.get("web", 0) >= ballast and rows,
+                  timeout=120, what=f"remote kubectl top of {twin}/{APP}", interval=3)
+    # the user's view, through the virtual node's kubelet API
+    here = _wait(lambda: (rows := _top_containers(local, NAMESPACE, APP)) and rows.get("web", 0) >= ballast and rows,
+                 timeout=120, what=f"local kubectl top of {NAMESPACE}/{APP}", interval=3)
+    assert set(here) == {"web", "echo"}
+    # the same working set at both ends, within what changes between two scrapes
+    assert abs(here["web"] - there["web"]) < 4 << 20, (here, there)
+    node = json.loads(local.kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes").stdout)
+    assert virtual_node_name(env.topology().remotes[0].cluster_id) in {n["metadata"]["name"] for n in node["items"]}
+
+
+# --- teardown ------------------------------------------------------------------------------------------
+def _state_dir_leftovers(plan) -> list[str]:
+    """What of a node is named by the environment's own state dir (never by its slot)."""
+    from kube_offload_harness import netns
+
+    found = [f"mount {point}" for point in netns.mounts_under(plan.state_dir)]
+    for what, arg in (("containerd", str(plan.containerd_config)), ("kubelet", f"--config={plan.kubelet_config}"),
+                      ("kube-proxy", f"--config={plan.kube_proxy_config}")):
+        found += [f"process {pid} ({what})" for pid in netns.pids_with_arg(arg)]
+    return found
+
+
+def test_down_removes_both_nodes_the_fabric_and_the_registry(env):
+    """Last: both real nodes and the registry leave nothing behind (the fabric's link,
+    routes and rules lived only in the two node namespaces, which leftovers() checks).
+    Another environment on the machine may take a freed slot at once (seen here: within
+    seconds); its namespace then has another inode, and only what our state dir names is
+    checked for that node."""
+    from kube_offload_harness import netns, real_node
+
+    topology = env.topology()
+    plans = [env.real_node(spec).plan for spec in topology.clusters()]
+    inodes = {plan.netns: os.stat(netns.netns_path(plan.netns)).st_ino for plan in plans}
+    registry = env.registry(topology)
+    env.down()
+    for plan in plans:
+        try:
+            retaken = os.stat(netns.netns_path(plan.netns)).st_ino != inodes[plan.netns]
+        except FileNotFoundError:
+            retaken = False
+        left = _state_dir_leftovers(plan) if retaken else real_node.leftovers(plan)
+        assert left == [], f"{plan.netns}{' (slot taken by another environment since)' if retaken else ''}: {left}"
+    assert registry.leftovers() == []
