@@ -157,6 +157,10 @@ def _walkthrough(env: Environment, local: Cluster, remote: Cluster, namespace: s
     _show(local, "get", "pod", "-n", namespace, remote_pod, "-o", "wide")
 
     _step("Troubleshoot as usual: logs, exec and events of an offloaded pod come from the remote cluster")
+    # Say what is simulated: a user must not take kwok's lines for a container's.
+    print("(the remote pods here run on kwok's simulated nodes: the log lines are kwok's and exec runs on this "
+          "machine; for real containers, with real logs, exec, cp, port-forward and a Service call between the "
+          "clusters, run `make test-realnode` or see docs/real-nodes.md)")
     _show(local, "logs", "-n", namespace, remote_pod, "--tail=3")
     _show(local, "exec", "-n", namespace, remote_pod, "--", "hostname")
     described = local.kubectl("describe", "pod", "-n", namespace, remote_pod).stdout
