@@ -31,6 +31,7 @@ from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, 
 from kube_offload_harness.naming import virtual_node_name
 
 from .conftest import environment
+from .polling import wait_for
 
 NAMESPACE = chart_pods.NAMESPACE
 OFFLOADED = "offload-real"
@@ -78,6 +79,12 @@ def _component_pods(cluster: Cluster, component: str) -> list[dict]:
     return cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}")["items"]
 
 
+def _settled(cluster: Cluster, component: str) -> list[dict] | None:
+    """The component's pods once each is Running and Ready, else None."""
+    pods = _component_pods(cluster, component)
+    return pods if pods and all(q["status"].get("phase") == "Running" and _ready(q) for q in pods) else None
+
+
 def _ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 
@@ -94,7 +101,10 @@ def test_the_components_run_as_pods_of_the_charts_on_the_real_nodes(env: Environ
             account = cluster.kubectl_json("get", "serviceaccount", template["serviceAccountName"], "-n", NAMESPACE)
             # made by the chart's release, not by the harness
             assert account["metadata"]["annotations"]["meta.helm.sh/release-name"] == p.DEFAULT_RELEASE, component
-            pods = _component_pods(cluster, component)
+            # `up` returns once the virtual node is Ready, which the vkubelet reports before the
+            # kubelet's first readiness probe of its pod has passed (seen in CI: 10 s apart)
+            pods = wait_for(lambda: _settled(cluster, component), what=f"{component}'s pods Running and Ready "
+                            f"on {cluster.name}", timeout=120, interval=2)
             assert len(pods) == deployment["spec"]["replicas"] == 1, (component, [q["metadata"]["name"] for q in pods])
             [pod] = pods
             where = f"{cluster.name} {pod['metadata']['name']}"

@@ -37,6 +37,8 @@ from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
 from vkubelet.naming import twin_namespace_name
 
+from .polling import wait_for
+
 RUN = uuid.uuid4().hex[:8]
 NAMESPACE = f"offload-{RUN}"
 GREETING = f"cm-{uuid.uuid4().hex[:10]}"  # the ConfigMap's value, read by the container
@@ -44,17 +46,6 @@ PASSWORD = f"secret-{uuid.uuid4().hex[:10]}"  # the Secret's
 BALLAST_MIB = 40  # what the web container writes into its tmpfs: its working set grows by it
 APP, CRASH, CLIENT = "app", "crash", f"client-{RUN}"
 BUSYBOX = "busybox:1.36"
-
-
-def _wait(predicate, *, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def _manifests() -> list[dict]:
@@ -300,7 +291,7 @@ def test_a_failed_run_comes_back_as_exit_code_restart_count_and_previous_logs(lo
         [status] = _pod(local, CRASH)["status"]["containerStatuses"]
         return status if status["restartCount"] >= 1 and "running" in status["state"] else None
 
-    status = _wait(restarted, timeout=60, what=f"{CRASH} restarted and running")
+    status = wait_for(restarted, timeout=60, what=f"{CRASH} restarted and running")
     assert status["lastState"]["terminated"]["exitCode"] == 3
     assert status["lastState"]["terminated"]["reason"] == "Error"
     assert f"run 1 in {CRASH}" in _logs(local, CRASH, "--previous")
@@ -316,11 +307,11 @@ def _ready(local: Cluster) -> str:
 def test_ready_follows_the_real_readiness_probe_both_ways(local, workload):
     assert _ready(local) == "True"
     local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "rm", "/tmp/ready")
-    _wait(lambda: _ready(local) == "False", timeout=30, what="the local pod not Ready after the probe file went")
+    wait_for(lambda: _ready(local) == "False", timeout=30, what="the local pod not Ready after the probe file went")
     [web] = [s for s in _pod(local, APP)["status"]["containerStatuses"] if s["name"] == "web"]
     assert web["ready"] is False and "running" in web["state"]  # running, only not ready
     local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "touch", "/tmp/ready")
-    _wait(lambda: _ready(local) == "True", timeout=30, what="the local pod Ready again")
+    wait_for(lambda: _ready(local) == "True", timeout=30, what="the local pod Ready again")
 
 
 # --- the fabric and the remapping, for real ------------------------------------------------------------
@@ -338,7 +329,7 @@ def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service_name(env,
     DNS answers its ClusterIP, whose EndpointSlice names the offloaded pod's remapped
     address; the local node's kube-proxy sends the packet there, the fabric carries it to
     the remote real node, and the container answers."""
-    _wait(lambda: _ready(local) == "True", timeout=30, what=f"{APP} Ready")
+    wait_for(lambda: _ready(local) == "True", timeout=30, what=f"{APP} Ready")
     pod_ip = _pod(local, APP)["status"]["podIP"]
     slices = local.kubectl_json("get", "endpointslices", "-n", NAMESPACE, "-l", "kubernetes.io/service-name=web")["items"]
     addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
@@ -351,7 +342,7 @@ def test_a_local_pod_reaches_the_offloaded_pod_through_a_local_service_name(env,
         out = local.kubectl("exec", "-n", "default", CLIENT, "--", "sh", "-c", request, check=False).stdout
         return out if "200 OK" in out else None
 
-    out = _wait(answer, timeout=40, what=f"{CLIENT} -> web.{NAMESPACE} (the local Service)")
+    out = wait_for(answer, timeout=40, what=f"{CLIENT} -> web.{NAMESPACE} (the local Service)")
     assert f"resolved {cluster_ip}" in out
     assert f"served-by-{APP}" in out
 
@@ -391,7 +382,7 @@ def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env,
         items = json.loads(result.stdout)["items"]
         return [a for s in items for e in s.get("endpoints") or [] for a in e["addresses"]] or None
 
-    assert _wait(reflected, timeout=60, what=f"the reflected EndpointSlice of {namespace}/home") == [expected]
+    assert wait_for(reflected, timeout=60, what=f"the reflected EndpointSlice of {namespace}/home") == [expected]
     caller = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller", "namespace": namespace},
         "spec": {"terminationGracePeriodSeconds": 1,
@@ -408,7 +399,7 @@ def test_an_offloaded_pod_reaches_a_local_pod_through_the_reflected_service(env,
             out = local.kubectl("exec", "-n", namespace, "caller", "--", "sh", "-c", request, check=False).stdout
             return out if "200 OK" in out else None
 
-        assert "home-of-home" in _wait(answer, timeout=40, what=f"caller -> the reflected Service home ({request})")
+        assert "home-of-home" in wait_for(answer, timeout=40, what=f"caller -> the reflected Service home ({request})")
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -428,10 +419,10 @@ def test_top_shows_what_the_remote_metrics_server_scraped_from_the_real_kubelet(
     twin = twin_namespace_name(NAMESPACE, env.topology().local.cluster_id)
     ballast = BALLAST_MIB << 20
     # the remote's own view: its metrics-server scraped the real kubelet of its real node
-    there = _wait(lambda: (rows := _top_containers(remote, twin, APP)) and rows.get("web", 0) >= ballast and rows,
+    there = wait_for(lambda: (rows := _top_containers(remote, twin, APP)) and rows.get("web", 0) >= ballast and rows,
                   timeout=120, what=f"remote kubectl top of {twin}/{APP}", interval=3)
     # the user's view, through the virtual node's kubelet API
-    here = _wait(lambda: (rows := _top_containers(local, NAMESPACE, APP)) and rows.get("web", 0) >= ballast and rows,
+    here = wait_for(lambda: (rows := _top_containers(local, NAMESPACE, APP)) and rows.get("web", 0) >= ballast and rows,
                  timeout=120, what=f"local kubectl top of {NAMESPACE}/{APP}", interval=3)
     assert set(here) == {"web", "echo"}
     # the same working set at both ends, within what changes between two scrapes

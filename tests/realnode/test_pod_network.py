@@ -14,7 +14,6 @@ import ipaddress
 import socket
 import ssl
 import tempfile
-import time
 
 import yaml
 
@@ -22,6 +21,8 @@ from kube_offload_harness import cluster_dns, oci_image
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.real_node import apiserver_port
+
+from .polling import wait_for
 
 
 def _pod(name: str, command: str, labels: dict[str, str] | None = None) -> dict:
@@ -44,17 +45,6 @@ def _pod(name: str, command: str, labels: dict[str, str] | None = None) -> dict:
 def _local(real_env: Environment) -> tuple[Cluster, rc.NodePlan]:
     topology = real_env.topology()
     return real_env.cluster(topology.local), real_env.real_node(topology.local).plan
-
-
-def _until(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(1)
-    raise AssertionError(f"{what} not within {timeout}s (last: {last!r})")
 
 
 def test_the_kubernetes_service_leads_to_the_advertised_address(real_env: Environment):
@@ -93,8 +83,8 @@ def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(real_env: En
     assert f"KUBERNETES_SERVICE_HOST={rc.KUBERNETES_SERVICE_IP}" in env and "KUBERNETES_SERVICE_PORT=443" in env
     # stdin held open: busybox nc may exit at its EOF before the answer arrives
     request = f'(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 {rc.KUBERNETES_SERVICE_IP} 443'
-    answer = _until(lambda: cluster.kubectl("exec", "api-client", "--", "sh", "-c", request, check=False).stdout,
-                    "an answer from 10.0.0.1:443")
+    answer = wait_for(lambda: cluster.kubectl("exec", "api-client", "--", "sh", "-c", request, check=False).stdout,
+                      what="an answer from 10.0.0.1:443")
     assert "Client sent an HTTP request to an HTTPS server" in answer
 
 
@@ -104,9 +94,9 @@ def test_the_apiserver_reaches_a_pod_ip(real_env: Environment):
     cluster, plan = _local(real_env)
     cluster.apply(_pod("pod-web", "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"))
     cluster.kubectl("wait", "--for=condition=Ready", "pod/pod-web", "--timeout=120s", timeout=130)
-    answer = _until(
+    answer = wait_for(
         lambda: cluster.kubectl("get", "--raw", "/api/v1/namespaces/default/pods/pod-web:8080/proxy/", check=False).stdout,
-        "the pod's page through the apiserver's proxy")
+        what="the pod's page through the apiserver's proxy")
     assert answer.strip() == "served-by-pod-web"
     pod_ip = cluster.kubectl_json("get", "pod", "pod-web")["status"]["podIP"]
     assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(plan.pod_cidr)
@@ -147,11 +137,11 @@ def test_a_pod_resolves_the_kubernetes_service_and_a_service_of_its_own_namespac
         answer = lookup(name)
         return answer if f"Address: {address}" in answer.split("Name:", 1)[-1] else None
 
-    _until(lambda: answered(f"kubernetes.default.svc.{rc.CLUSTER_DOMAIN}", rc.KUBERNETES_SERVICE_IP),
-           "kubernetes.default.svc.cluster.local resolved to 10.0.0.1")
+    wait_for(lambda: answered(f"kubernetes.default.svc.{rc.CLUSTER_DOMAIN}", rc.KUBERNETES_SERVICE_IP),
+             what="kubernetes.default.svc.cluster.local resolved to 10.0.0.1")
     cluster_ip = cluster.kubectl_json("get", "service", "named-web")["spec"]["clusterIP"]
     # the short name, through the pod's search path (the kubelet's clusterDomain)
-    _until(lambda: answered("named-web", cluster_ip), f"named-web resolved to {cluster_ip}")
+    wait_for(lambda: answered("named-web", cluster_ip), what=f"named-web resolved to {cluster_ip}")
     # no upstream resolver: a name outside the cluster's zones is not answered
     outside = lookup("example.com")
     assert "Address: " not in outside.split("Name:", 1)[-1], outside
