@@ -82,21 +82,35 @@ def remapped_pod_cidr(slot: int) -> str:
 Command = tuple[str, list[str]]  # (namespace, argv)
 
 
-def _side_commands(link: Link, side: str) -> list[Command]:
-    me, peer = (link.a, link.b) if side == "a" else (link.b, link.a)
-    other = "b" if side == "a" else "a"
-    dev = link.name(side)
+def _member(link: Link, side: str) -> Member:
+    return link.a if side == "a" else link.b
+
+
+def _nat_rules(link: Link, side: str) -> list[tuple[str, list[str]]]:
+    """(chain, rule) of ``side``'s two translations, each carrying the comment that names
+    its link: what connect appends (-A) and disconnect deletes (-D), spelt once."""
+    me, dev = _member(link, side), link.name(side)
     mine_remapped = remapped_pod_cidr(me.slot)
     comment = ["-m", "comment", "--comment", f"{RULE_COMMENT} {dev}"]
+    return [
+        ("PREROUTING", ["-i", dev, "-d", mine_remapped, *comment, "-j", "NETMAP", "--to", me.pod_cidr]),
+        ("POSTROUTING", ["-o", dev, "-s", me.pod_cidr, *comment, "-j", "NETMAP", "--to", mine_remapped]),
+    ]
+
+
+def _iptables(action: str, chain: str, rule: list[str]) -> list[str]:
+    return ["iptables", "-w", "-t", "nat", action, chain, *rule]
+
+
+def _side_commands(link: Link, side: str) -> list[Command]:
+    other = "b" if side == "a" else "a"
+    me, peer, dev = _member(link, side), _member(link, other), link.name(side)
     return [
         (me.netns, ["sysctl", "-q", "-w", f"net.ipv6.conf.{dev}.disable_ipv6=1"]),
         (me.netns, ["ip", "addr", "add", f"{link.address(side)}/30", "dev", dev]),
         (me.netns, ["ip", "link", "set", dev, "up"]),
         (me.netns, ["ip", "route", "add", remapped_pod_cidr(peer.slot), "via", link.address(other), "dev", dev]),
-        (me.netns, ["iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-i", dev, "-d", mine_remapped,
-                    *comment, "-j", "NETMAP", "--to", me.pod_cidr]),
-        (me.netns, ["iptables", "-w", "-t", "nat", "-A", "POSTROUTING", "-o", dev, "-s", me.pod_cidr,
-                    *comment, "-j", "NETMAP", "--to", mine_remapped]),
+        *((me.netns, _iptables("-A", chain, rule)) for chain, rule in _nat_rules(link, side)),
     ]
 
 
@@ -112,18 +126,10 @@ def connect_commands(link: Link) -> list[Command]:
 def disconnect_commands(link: Link) -> list[Command]:
     """Remove the link (its peer end and the routes over it go with it) and each side's
     two rules, named by their comment."""
-    commands: list[Command] = [(link.a.netns, ["ip", "link", "delete", link.name("a")])]
-    for side, member in (("a", link.a), ("b", link.b)):
-        dev = link.name(side)
-        mine_remapped = remapped_pod_cidr(member.slot)
-        comment = ["-m", "comment", "--comment", f"{RULE_COMMENT} {dev}"]
-        commands += [
-            (member.netns, ["iptables", "-w", "-t", "nat", "-D", "PREROUTING", "-i", dev, "-d", mine_remapped,
-                            *comment, "-j", "NETMAP", "--to", member.pod_cidr]),
-            (member.netns, ["iptables", "-w", "-t", "nat", "-D", "POSTROUTING", "-o", dev, "-s", member.pod_cidr,
-                            *comment, "-j", "NETMAP", "--to", mine_remapped]),
-        ]
-    return commands
+    return [(link.a.netns, ["ip", "link", "delete", link.name("a")])] + [
+        (_member(link, side).netns, _iptables("-D", chain, rule))
+        for side in ("a", "b") for chain, rule in _nat_rules(link, side)
+    ]
 
 
 def links_for(local: Member, remotes: Sequence[Member]) -> list[Link]:
