@@ -96,15 +96,7 @@ def _start_metrics_servers(env: Environment, topology: Topology) -> None:
     """What the demo's `kubectl top` step needs, there as soon as the clusters are: a user
     who runs `kubectl top` after `cluster up` gets figures, not "Metrics API not available"."""
     for spec in topology.clusters():
-        cluster = env.cluster(spec)
-        record = env.processes.get(metrics_server.process_name(spec.cluster_id))
-        if record is not None and record.running():
-            continue
-        env.say(f"- starting metrics-server for {spec.name}")
-        try:
-            metrics_server.start(env, cluster)
-        except RuntimeError as exc:
-            raise ClusterError(str(exc)) from exc
+        metrics_server.ensure_running(env, env.cluster(spec))
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -186,14 +186,7 @@ def _top(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin
     kubelet serves /metrics/resource built from the remote metrics.k8s.io (docs/metrics.md)."""
     _step("Metrics: `kubectl top` on offloaded pods and on the virtual node shows what the remote cluster measures")
     for cluster in (remote, local):
-        record = env.processes.get(metrics_server.process_name(cluster.spec.cluster_id))
-        if record is not None and record.running():
-            continue  # a reused environment: already serving
-        print(f"- starting metrics-server for {cluster.name}")
-        try:
-            metrics_server.start(env, cluster)
-        except RuntimeError as exc:
-            raise ClusterError(str(exc)) from exc
+        metrics_server.ensure_running(env, cluster)
     node = virtual_node_name(remote.spec.cluster_id)
     print("(waiting for the first samples: metrics-server on each side resolves every 15 s)", flush=True)
     deadline = time.monotonic() + timeout

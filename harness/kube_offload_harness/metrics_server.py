@@ -276,6 +276,21 @@ def start(env: "Environment", cluster: "Cluster", *, timeout: float = 90) -> Non
                                f"{done.stderr.strip()}; see {env.log_path(name)}")
 
 
+def ensure_running(env: "Environment", cluster: "Cluster") -> None:
+    """Start metrics-server for ``cluster`` unless it already serves (an environment
+    reused, or `cluster up` started it); a failure is the ClusterError the callers report."""
+    from kube_offload_harness.cluster import ClusterError
+
+    record = env.processes.get(process_name(cluster.spec.cluster_id))
+    if record is not None and record.running():
+        return
+    env.say(f"- starting metrics-server for {cluster.name}")
+    try:
+        start(env, cluster)
+    except RuntimeError as exc:
+        raise ClusterError(str(exc)) from exc
+
+
 def stop(env: "Environment", cluster: "Cluster") -> None:
     """Unregister first (an APIService whose server is gone blocks namespace deletion and
     makes every discovery call warn), then stop the process."""
