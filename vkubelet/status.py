@@ -15,7 +15,12 @@ the facts that belong to the local cluster kept local:
 * hostIP is the virtual node's address (the node the pod is bound to, and an address the
   local cluster can reach, unlike the remote node's), qosClass and startTime stay as
   first set;
-* a local pod in a terminal phase is never changed again (the API refuses leaving it).
+* a local pod in a terminal phase is never changed again (the API refuses leaving it);
+* so a remote pod deleted behind the local cluster's back never gives its terminal phase
+  to a local pod that is not being deleted: since Kubernetes 1.27 a kubelet moves every
+  pod it deletes to Failed or Succeeded before it goes, and the enforcer recreates it from
+  its ShadowPod. Its containers' end (terminated, not ready) is shown, as a kubelet shows
+  a container it restarts, and the phase stays what it was until the new pod reports.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def desired_status(
     recreations = recreations_of(shadowpod)
     status: dict[str, Any] = {}
 
-    if theirs.get("phase"):
+    if theirs.get("phase") and not (theirs["phase"] in TERMINAL_PHASES and _deleted_behind_our_back(local, remote)):
         status["phase"] = theirs["phase"]
     status["conditions"] = _conditions(current.get("conditions") or [], theirs.get("conditions") or [])
     for field in ("containerStatuses", "initContainerStatuses"):
@@ -93,6 +98,12 @@ def desired_status(
         if theirs.get(field):
             status[field] = theirs[field]
     return status
+
+
+def _deleted_behind_our_back(local: Mapping[str, Any], remote: Mapping[str, Any]) -> bool:
+    """The remote pod is being deleted while the local one is not: not the end of the pod."""
+    return bool((remote.get("metadata") or {}).get("deletionTimestamp")) and \
+        not (local.get("metadata") or {}).get("deletionTimestamp")
 
 
 def remote_pod_ips(remote: Mapping[str, Any]) -> list[str]:

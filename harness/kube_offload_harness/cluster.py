@@ -654,9 +654,9 @@ class Environment:
 
     def _up_chart_pods(self, topology: Topology, local: Cluster, started: float) -> None:
         """The rest of ``up`` when the charts run as pods (chart_pods.py): the local chart
-        installed with Helm, bare remotes, and with PEERING_HARNESS each remote connected
-        by ``kube-offload peer`` (peer_driver), which installs the remote chart and the
-        vkubelet Deployment."""
+        installed with Helm, bare remotes joined to the local real node by the fabric, and
+        with PEERING_HARNESS each remote connected by ``kube-offload peer`` (peer_driver),
+        which installs the remote chart and the vkubelet Deployment."""
         from kube_offload_harness import chart_pods, peer_driver
 
         for spec in topology.remotes:
@@ -666,6 +666,9 @@ class Environment:
             remote.add_physical_nodes()
             self.start_real_node(spec)
             storage.start_local_path_provisioner(self, remote, default_class=True)
+        if topology.remotes:
+            # peer gives each vkubelet the fabric's remapping (chart_pods.peer_local_values_file)
+            self.connect_fabric(topology)
         # The chart's kube-scheduler calls the extender at its Service name; the vkubelet and
         # the enforcer resolve the kubernetes Service's name too.
         for spec in topology.clusters():

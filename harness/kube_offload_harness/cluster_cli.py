@@ -32,7 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(up, COMPONENT, "--remotes", default=1, type=int, help="number of remote clusters")
     add_flag(up, COMPONENT, "--prefix", default="ko", help="prefix of the kwokctl cluster names")
     add_flag(up, COMPONENT, "--local-nodes", default=2, type=int, help="kwok physical nodes in the local cluster")
-    add_flag(up, COMPONENT, "--remote-nodes", default=2, type=int, help="kwok physical nodes in each remote cluster")
+    add_flag(up, COMPONENT, "--remote-nodes", default=None, type=int,
+             help="kwok physical nodes in each remote cluster; unset: 2, or 0 with --real-nodes true, where each "
+                  "remote's real node is then untainted and runs every offloaded pod as a container, its pod "
+                  "network joined to the local real node's (docs/real-nodes.md)")
     add_flag(up, COMPONENT, "--node-cpu", default="4", help="CPU capacity of each kwok node")
     add_flag(up, COMPONENT, "--node-memory", default="16Gi", help="memory capacity of each kwok node")
     add_flag(up, COMPONENT, "--node-pods", default=110, type=int, help="pod capacity of each kwok node")
@@ -69,15 +72,32 @@ def _env(args: argparse.Namespace) -> Environment:
     return Environment(Path(args.state_dir))
 
 
-def _up(args: argparse.Namespace) -> int:
-    env = _env(args)
+DEFAULT_REMOTE_NODES = 2
+
+
+def up_topology(args: argparse.Namespace) -> Topology:
+    """The topology ``cluster up`` makes from its flags. With real nodes and no kwok node
+    in the remotes (the default then), each remote's real node is untainted: offloaded
+    pods run there as containers, what ``kube-offload demo`` shows (validate_topology)."""
+    remote_nodes = args.remote_nodes
+    if remote_nodes is None:
+        remote_nodes = 0 if args.real_nodes else DEFAULT_REMOTE_NODES
     topology = default_topology(
-        prefix=args.prefix, remotes=args.remotes, local_nodes=args.local_nodes, remote_nodes=args.remote_nodes,
+        prefix=args.prefix, remotes=args.remotes, local_nodes=args.local_nodes, remote_nodes=remote_nodes,
         node_cpu=args.node_cpu, node_memory=args.node_memory, node_pods=args.node_pods,
     )
     topology.virtual_kubelets = args.virtual_kubelets
     topology.real_nodes = args.real_nodes
     topology.chart_pods = args.real_nodes if args.chart_pods == "" else args.chart_pods == "true"
+    if args.real_nodes and remote_nodes == 0:
+        for spec in topology.remotes:
+            spec.real_node_tainted = False
+    return topology
+
+
+def _up(args: argparse.Namespace) -> int:
+    env = _env(args)
+    topology = up_topology(args)
     try:
         env.up(topology)
         if args.metrics_server:

@@ -201,8 +201,9 @@ def registration_objects(port: int, ca_bundle_pem: bytes, *, address: str | None
     ]
 
 
-def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path, kubelet_ca: Path,
+def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path, kubelet_ca: Path | None,
          bind_address: str = "127.0.0.1") -> list[str]:
+    """``kubelet_ca`` None: kubelets' certificates are not verified (kubelet_ca_verifiable)."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -218,7 +219,7 @@ def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path, ku
         # Hostname "localhost", the virtual node its --node-address (127.0.0.1) as both.
         "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--kubelet-use-node-status-port",
-        f"--kubelet-certificate-authority={kubelet_ca}",
+        f"--kubelet-certificate-authority={kubelet_ca}" if kubelet_ca is not None else "--kubelet-insecure-tls",
         f"--metric-resolution={METRIC_RESOLUTION}",
         f"--kubelet-request-timeout={KUBELET_REQUEST_TIMEOUT}",
     ]
@@ -239,6 +240,16 @@ def _write_certificates(directory: Path, kubelet_cas: list[Path]) -> tuple[Path,
     return ca_path, cert, key, kubelet_ca
 
 
+def kubelet_ca_verifiable(chart_pods: bool, role: str) -> bool:
+    """Whether every kubelet metrics-server scrapes in this cluster has a certificate from a
+    CA the harness knows. Not the local cluster's when the charts run as pods: the vkubelet
+    pod serves a certificate it generates at start-up for the address it gets (from a
+    throw-away CA: vkubelet/kubeletapi/tls.py), as a kubelet without serverTLSBootstrap
+    does, and metrics-server is then run as such clusters run it, --kubelet-insecure-tls
+    (docs/real-nodes.md, "Not yet")."""
+    return not (chart_pods and role == "local")
+
+
 def start(env: "Environment", cluster: "Cluster", *, timeout: float = 90) -> None:
     """Run metrics-server for ``cluster`` and wait until its APIService is Available."""
     from kube_offload_harness.cluster import free_port
@@ -249,6 +260,8 @@ def start(env: "Environment", cluster: "Cluster", *, timeout: float = 90) -> Non
     kwok_ca = cluster.kwok_workdir / "clusters" / cluster.name / "pki" / "ca.crt"
     ca, cert, key, kubelet_ca = _write_certificates(env.pki_dir / name, [kwok_ca, env.pki_dir / "ca.crt"])
     port = free_port()
+    topology = env.topology()
+    chart_pods = topology is not None and topology.chart_pods
     # A cluster with a real node routes the aggregator to endpoint IPs (registration_objects):
     # metrics-server listens on the machine end of the node's link, an address the harness
     # assigned, instead of loopback.
@@ -258,7 +271,8 @@ def start(env: "Environment", cluster: "Cluster", *, timeout: float = 90) -> Non
 
         address = real_node_config.host_ip(cluster.spec.real_node_slot)
     env.processes.start(
-        name, argv(env.bins.metrics_server, kubeconfig=kubeconfig, port=port, cert=cert, key=key, kubelet_ca=kubelet_ca,
+        name, argv(env.bins.metrics_server, kubeconfig=kubeconfig, port=port, cert=cert, key=key,
+                   kubelet_ca=kubelet_ca if kubelet_ca_verifiable(chart_pods, cluster.spec.role) else None,
                    bind_address=address or "127.0.0.1"),
         log=env.log_path(name), env=env._process_env(),
     )

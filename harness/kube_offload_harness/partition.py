@@ -230,3 +230,64 @@ def wait_ready(log: Path, offset: int = 0, timeout: float = 90.0) -> None:
                 last = str(exc)
         time.sleep(0.5)
     raise TimeoutError(f"{log.name}: not ready after {timeout:.0f}s: {last}")
+
+
+# --- the same partition for a vkubelet that runs as a pod (charts as pods) -----------------
+# A vkubelet pod on the local real node reaches the remote API server through the node's
+# namespace (its pod network, then the node link; docs/real-nodes.md, "Addresses"). The
+# harness cuts that path there, in a namespace it created: packets of the local node's pods
+# to the remote API server are answered with a TCP reset, and its answers are dropped, as
+# a link that went away. Rules carry a comment naming the remote, so heal removes exactly
+# them (and deleting the namespace, on `down`, removes them in any case).
+PARTITION_COMMENT = "kube-offload-partition"
+
+
+def pod_partition_rules(remote_ip: str, port: int, remote_cluster_id: str) -> list[list[str]]:
+    """The FORWARD rules (without -I/-D) that cut the local node's pods off from the remote
+    API server at ``remote_ip:port``, both directions (pure)."""
+    comment = ["-m", "comment", "--comment", f"{PARTITION_COMMENT} {remote_cluster_id}"]
+    return [
+        ["-d", f"{remote_ip}/32", "-p", "tcp", "--dport", str(port), *comment, "-j", "REJECT", "--reject-with", "tcp-reset"],
+        ["-s", f"{remote_ip}/32", "-p", "tcp", "--sport", str(port), *comment, "-j", "DROP"],
+    ]
+
+
+class PodPartition:
+    """Cut and heal the path from the local real node's pods to one remote API server."""
+
+    def __init__(self, netns: str, remote_ip: str, port: int, remote_cluster_id: str) -> None:
+        self.netns = netns
+        self.rules = pod_partition_rules(remote_ip, port, remote_cluster_id)
+        self.is_cut = False
+
+    def cut(self) -> None:
+        from kube_offload_harness.netns import in_netns
+
+        for rule in self.rules:
+            in_netns(self.netns, ["iptables", "-w", "-I", "FORWARD", *rule])
+        self.is_cut = True
+
+    def heal(self) -> None:
+        from kube_offload_harness.netns import in_netns
+
+        for rule in self.rules:
+            in_netns(self.netns, ["iptables", "-w", "-D", "FORWARD", *rule], check=False)
+        self.is_cut = False
+
+
+@contextlib.contextmanager
+def vkubelet_pod_partition(env: "Environment", spec: "ClusterSpec") -> Iterator[PodPartition]:
+    """A :class:`PodPartition` between the local real node's pods (the vkubelet's among
+    them) and remote ``spec``'s API server, healed however the block ends."""
+    from kube_offload_harness import real_node
+
+    topology = env.topology()
+    if topology is None or not topology.chart_pods:
+        raise RuntimeError(f"no environment with the charts as pods in {env.state_dir}")
+    port = real_node.apiserver_port(yaml.safe_load(env.cluster(spec).kubeconfig.read_text()))
+    partition = PodPartition(env.real_node(topology.local).plan.netns, env.real_node(spec).plan.host_ip, port,
+                             spec.cluster_id)
+    try:
+        yield partition
+    finally:
+        partition.heal()

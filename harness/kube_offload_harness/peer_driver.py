@@ -111,7 +111,8 @@ def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -
     if topology.chart_pods:
         from kube_offload_harness import chart_pods
 
-        flags = peer_flags(env, topology, spec, chart_pods.local_values_file(env, topology), chart_pods.remote_values_file(env))
+        flags = peer_flags(env, topology, spec, chart_pods.peer_local_values_file(env, topology, spec),
+                           chart_pods.remote_values_file(env))
     else:
         flags = peer_flags(env, topology, spec, local_values_file(env))
     say("$ kube-offload peer " + " ".join(f"{flag} {shown}" for flag, _, shown in flags))

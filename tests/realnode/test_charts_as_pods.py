@@ -10,8 +10,9 @@ What is checked is what kwok and host processes could only pretend: the pods run
 image on the real nodes under the charts' ServiceAccounts with a read-only root, their
 probes pass, no harness process plays their part, the API server calls the webhook through
 its Service, the chart's kube-scheduler calls the extender at its Service name, the virtual
-node is Ready at the pod IP its vkubelet advertises, and an offloaded pod's own output
-comes back through `kubectl logs`.
+node is Ready at the pod IP its vkubelet advertises, an offloaded pod's own output
+comes back through `kubectl logs`, and a local pod calls it through a local Service across
+the fabric, at the remapped address `kube-offload peer`'s values gave the vkubelet.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 
 from kube_offload import constants as C
 from kube_offload import peering as p
-from kube_offload_harness import chart_pods, oci_image
+from kube_offload_harness import chart_pods, fabric, oci_image
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, default_topology
 from kube_offload_harness.naming import virtual_node_name
@@ -46,8 +47,11 @@ COMPONENT_COMMANDS = {"webhook", "extender", "vkubelet", "enforcer"}
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, request) -> Iterator[Environment]:
+    # `cluster up --real-nodes true`'s shape, the demo's (cluster_cli.up_topology): the
+    # remote's only node is its real node, untainted, joined to the local one by the fabric
     topology = default_topology(prefix="cp", remotes=1, local_nodes=1, remote_nodes=0)
     topology.chart_pods = True
+    topology.remotes[0].real_node_tainted = False
     topology.peering = PEERING_HARNESS  # up runs `kube-offload peer` for the remote
     for env in environment(tmp_path_factory, request, topology):
         try:
@@ -155,8 +159,6 @@ def _offloaded_pod(name: str, command: str) -> dict:
         "kind": "Pod",
         "metadata": {"name": name, "namespace": OFFLOADED},
         "spec": {
-            # the remote's only node is its real node, tainted like every real node
-            "tolerations": [{"key": rc.REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main",
@@ -243,3 +245,45 @@ def test_an_offloaded_pod_runs_on_the_remote_real_node_and_kubectl_logs_and_exec
     ip = address.split()[1].split("/")[0]  # "inet 172.31.k.n/24 brd ..."
     assert ipaddress.ip_address(ip) in ipaddress.ip_network(env.real_node(spec).plan.pod_cidr), result.stdout
     assert remote_pod["status"]["podIP"] == ip
+
+
+def test_a_local_pod_calls_the_offloaded_pod_through_its_service_at_the_address_peer_configured(env: Environment):
+    """The vkubelet pod shows the offloaded pod at the fabric's remapped address (the values
+    peer was given: chart_pods.peer_local_values_file); the local Service's EndpointSlice
+    names it; a pod on the local real node resolves the Service's name and reads what the
+    container on the remote's real node serves."""
+    local, remote = _clusters(env)
+    spec = env.topology().remotes[0]
+    if not local.kubectl("get", "namespace", OFFLOADED, check=False).returncode == 0:
+        local.kubectl("create", "namespace", OFFLOADED)
+        local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    server = _offloaded_pod("served", "mkdir -p /www; echo served-by-$(hostname) > /www/index.html; exec httpd -f -v -p 8080 -h /www")
+    server["metadata"]["labels"] = {"app": "served"}
+    client = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller", "namespace": "default"},
+              "spec": {**chart_pods.real_node_placement(), "terminationGracePeriodSeconds": 1,
+                       "containers": [{"name": "main", "image": "python:3.11-slim",
+                                       "command": ["python3", "-c", "import time; time.sleep(3600)"]}]}}
+    local.apply([server, client, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "served", "namespace": OFFLOADED},
+                                  "spec": {"selector": {"app": "served"}, "ports": [{"port": 80, "targetPort": 8080}]}}])
+    local.kubectl("wait", "--for=condition=Ready", "pod/served", "-n", OFFLOADED, "--timeout=120s", timeout=130)
+    local.kubectl("wait", "--for=condition=Ready", "pod/caller", "-n", "default", "--timeout=120s", timeout=130)
+    remote_plan, local_plan = env.real_node(spec).plan, env.real_node(env.topology().local).plan
+    local_ip = ipaddress.ip_address(local.kubectl_json("get", "pod", "served", "-n", OFFLOADED)["status"]["podIP"])
+    twin = f"{OFFLOADED}-{env.topology().local.cluster_id}"
+    real_ip = ipaddress.ip_address(remote.kubectl_json("get", "pod", "served", "-n", twin)["status"]["podIP"])
+    remapped, real = ipaddress.ip_network(fabric.remapped_pod_cidr(remote_plan.slot)), ipaddress.ip_network(remote_plan.pod_cidr)
+    assert real_ip in real and local_ip in remapped
+    assert int(local_ip) - int(remapped.network_address) == int(real_ip) - int(real.network_address)
+    call = ("import urllib.request as u; "
+            f"print(u.urlopen('http://served.{OFFLOADED}.svc.{rc.CLUSTER_DOMAIN}', timeout=5).read().decode(), end='')")
+
+    def answer():
+        result = local.kubectl("exec", "-n", "default", "caller", "--", "python3", "-c", call, check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    assert wait_for(answer, timeout=60, what="caller -> served (the local Service)").strip() == "served-by-served"
+    # the container saw the call come from the caller's remapped address (httpd -v logs it)
+    caller_ip = ipaddress.ip_address(local.kubectl_json("get", "pod", "caller", "-n", "default")["status"]["podIP"])
+    local_real, local_remapped = ipaddress.ip_network(local_plan.pod_cidr), ipaddress.ip_network(fabric.remapped_pod_cidr(local_plan.slot))
+    seen_as = local_remapped.network_address + (int(caller_ip) - int(local_real.network_address))
+    assert f"[::ffff:{seen_as}]:" in local.kubectl("logs", "served", "-n", OFFLOADED).stdout

@@ -299,8 +299,8 @@ def test_a_failed_run_comes_back_as_exit_code_restart_count_and_previous_logs(lo
     assert f"run 2 in {CRASH}" in current and "run 1" not in current
 
 
-def _ready(local: Cluster) -> str:
-    conditions = _pod(local, APP)["status"].get("conditions") or []
+def _ready(local: Cluster, name: str = APP) -> str:
+    conditions = _pod(local, name)["status"].get("conditions") or []
     return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
 
 
@@ -441,6 +441,39 @@ def _state_dir_leftovers(plan) -> list[str]:
                       ("kube-proxy", f"--config={plan.kube_proxy_config}")):
         found += [f"process {pid} ({what})" for pid in netns.pids_with_arg(arg)]
     return found
+
+
+def test_a_remote_pod_deleted_behind_our_back_is_recreated_and_the_local_pod_stays(env, local, remote, workload):
+    """A real kubelet moves a pod it deletes to phase Failed before it goes (1.27+): the
+    vkubelet must not copy that onto the local pod, whose phase would then be final and
+    whose controller would replace it. The enforcer recreates the remote pod; the local
+    pod (same UID) runs again, the recreation counted as a restart."""
+    name = f"phoenix-{RUN}"
+    local.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+                 "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                     "name": "main", "image": BUSYBOX, "command": ["sh", "-c", "echo up in $(hostname); exec sleep 3600"]}]}})
+    local.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"pod/{name}", "--timeout=90s", timeout=100)
+    local_uid = _pod(local, name)["metadata"]["uid"]
+    twin = twin_namespace_name(NAMESPACE, env.topology().local.cluster_id)
+    first_uid = remote.kubectl_json("get", "pod", "-n", twin, name)["metadata"]["uid"]
+    phases: set[str] = set()
+    remote.kubectl("delete", "pod", "-n", twin, name, "--wait=false")
+
+    def recreated_and_ready():
+        phases.add(_pod(local, name)["status"]["phase"])
+        result = remote.kubectl("get", "pod", "-n", twin, name, "-o", "json", check=False)
+        if result.returncode != 0:
+            return None
+        pod = json.loads(result.stdout)
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+        return pod if pod["metadata"]["uid"] != first_uid and ready else None
+
+    wait_for(recreated_and_ready, timeout=90, what=f"the enforcer's new {twin}/{name}")
+    wait_for(lambda: _ready(local, name) == "True", timeout=30, what=f"the local {name} Ready again")
+    pod = _pod(local, name)
+    assert pod["metadata"]["uid"] == local_uid and "deletionTimestamp" not in pod["metadata"]
+    assert pod["status"]["phase"] == "Running" and "Failed" not in phases, phases
+    assert pod["status"]["containerStatuses"][0]["restartCount"] >= 1
 
 
 def test_down_removes_both_nodes_the_fabric_and_the_registry(env):

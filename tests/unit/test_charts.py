@@ -1282,3 +1282,25 @@ def test_the_scheduler_image_the_real_node_tier_makes_is_the_one_the_chart_runs(
     assert container["command"][0] == f"/{chart_pods.KUBE_SCHEDULER_PATH}"
     [binary] = [e for e in chart_pods.kube_scheduler_image_entries(b"\x7fELF") if e.path == chart_pods.KUBE_SCHEDULER_PATH]
     assert binary.mode & 0o005 == 0o005  # the chart's non-root user runs it
+
+
+def test_peer_values_give_the_vkubelet_pod_the_fabric_translation(helm: Helm) -> None:
+    """The real-node demo's vkubelet Deployment (peer merges the remote's remoteClusters
+    entry by id) runs with exactly the remapping flags the fabric's translation needs
+    (fabric.remapping_args, what a vkubelet process is given)."""
+    from kube_offload import peering
+    from kube_offload_harness import chart_pods, fabric
+
+    local, remote = fabric.Member("kon-4", 4, "172.31.4.0/24"), fabric.Member("kon-7", 7, "172.31.7.0/24")
+    remapping = chart_pods.remapping_values("remote-1", local, remote)
+    values = chart_pods.local_values("local")
+    values["vkubelet"].update(remapping["vkubelet"])
+    options = peering.PeerOptions(
+        local_cluster_id="local", remote_cluster_id="remote-1", remote_server="https://172.31.250.5:6443",
+        remote_ca_pem=None, remote_chart=peering.ChartRef("r", "0", "."), local_chart=peering.ChartRef("l", "0", "."),
+        local_values={**values, "remoteClusters": remapping["remoteClusters"]})
+    [deployment] = find(render(helm, LOCAL, peering.local_values_with_remote({}, options)), "Deployment", "vkubelet")
+    args = parse_component_args(next(containers(deployment))["args"])
+    expected = fabric.remapping_args(local, remote)
+    assert [args.remote_pod_cidr, args.remote_pod_cidr_remapped, args.local_pod_cidr, args.local_pod_cidr_remapped] == \
+        expected[1::2]

@@ -83,3 +83,12 @@ def test_with_a_real_node_the_aggregator_is_given_an_endpoint_not_an_external_na
     argv = ms.argv(Path("/bin/ms"), kubeconfig=Path("/k"), port=4443, cert=Path("/c"), key=Path("/k.key"),
                    kubelet_ca=Path("/ca"), bind_address="172.31.250.5")
     assert "--bind-address=172.31.250.5" in argv
+
+
+def test_kubelets_go_unverified_only_where_a_vkubelet_pod_generates_its_certificate():
+    assert ms.kubelet_ca_verifiable(chart_pods=False, role="local")
+    assert ms.kubelet_ca_verifiable(chart_pods=True, role="remote")  # real kubelets: the harness's CA
+    assert not ms.kubelet_ca_verifiable(chart_pods=True, role="local")
+    argv = ms.argv(Path("/bin/ms"), kubeconfig=Path("/k"), port=1234, cert=Path("/c"), key=Path("/k.key"), kubelet_ca=None)
+    assert "--kubelet-insecure-tls" in argv
+    assert not any(a.startswith("--kubelet-certificate-authority") for a in argv)

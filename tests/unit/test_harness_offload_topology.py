@@ -77,3 +77,78 @@ def test_only_the_untainted_remote_node_registers_without_the_taint(tmp_path: Pa
     assert rc.kubelet_configuration(remote_plan, client_ca_file=ca)["registerWithTaints"] == []
     # the label stays on both: a node is found as real by it
     assert f"--node-labels={rc.REAL_NODE_KEY}=true" in rc.kubelet_args(remote_plan, kubelet=Path("/k"))
+
+
+def _up_args(**overrides):
+    import argparse
+
+    values = dict(prefix="t", remotes=1, local_nodes=2, remote_nodes=None, node_cpu="4", node_memory="16Gi",
+                  node_pods=110, virtual_kubelets=True, real_nodes=False, chart_pods="")
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_cluster_up_with_real_nodes_runs_each_remotes_pods_on_its_real_node():
+    """`kube-offload cluster up --real-nodes true` makes the demo's shape: no kwok node in
+    the remotes, their real nodes untainted, the charts as pods."""
+    from kube_offload_harness.cluster_cli import up_topology
+
+    topology = up_topology(_up_args(real_nodes=True, remotes=2))
+    validate_topology(topology)
+    assert topology.chart_pods
+    for spec in topology.remotes:
+        assert spec.nodes == 0 and pods_on_real_node(topology, spec)
+    # kwok nodes asked for: the remote real node stays tainted (kwok and real addresses would mix)
+    topology = up_topology(_up_args(real_nodes=True, remote_nodes=2))
+    validate_topology(topology)
+    assert all(spec.nodes == 2 and spec.real_node_tainted for spec in topology.remotes)
+    # without real nodes: today's kwok shape
+    topology = up_topology(_up_args())
+    assert not topology.chart_pods and all(spec.nodes == 2 for spec in topology.remotes)
+
+
+def test_the_demo_runs_the_shape_cluster_up_makes_with_real_nodes():
+    from kube_offload_harness.cluster_cli import up_topology
+    from kube_offload_harness.demo import demo_topology
+
+    demo = demo_topology(real_nodes=True)
+    up = up_topology(_up_args(real_nodes=True, local_nodes=1))
+    assert demo.chart_pods and demo.real_nodes and demo.peering == cluster.PEERING_CLI
+    assert [(s.role, s.nodes, s.real_node_tainted) for s in demo.clusters()] == \
+        [(s.role, s.nodes, s.real_node_tainted) for s in up.clusters()]
+    assert not demo_topology(real_nodes=False).real_nodes
+
+
+def test_peer_gets_the_fabric_translation_as_chart_values(tmp_path: Path):
+    """With the charts as pods, the vkubelet Deployment peer installs is told the same
+    translation a vkubelet process gets as flags (Environment.remapping_args)."""
+    import yaml
+
+    from kube_offload_harness import chart_pods
+
+    topology = real_pods_topology(local_slot=4, remote_slot=7)
+    topology.chart_pods = True
+    remote = topology.remotes[0]
+    env = Environment(tmp_path, say=lambda line: None, bins=object())
+    values = yaml.safe_load(chart_pods.peer_local_values_file(env, topology, remote).read_text())
+    [entry] = values["remoteClusters"]
+    assert entry == {"id": remote.cluster_id, "podCIDR": "172.31.7.0/24", "podCIDRRemapped": "172.30.7.0/24",
+                     "localPodCIDRRemapped": "172.30.4.0/24"}
+    assert values["vkubelet"]["podCIDR"] == "172.31.4.0/24"
+    assert values["vkubelet"]["nodeSelector"] == chart_pods.real_node_placement()["nodeSelector"]
+    # a remote whose pods run on kwok nodes: no remapping values, the plain file
+    remote.real_node_tainted, remote.nodes = True, 2
+    values = yaml.safe_load(chart_pods.peer_local_values_file(env, topology, remote).read_text())
+    assert "remoteClusters" not in values and "podCIDR" not in values["vkubelet"]
+
+
+@pytest.mark.parametrize("arg", [
+    "get", "jsonpath={.items[*].metadata.name}", "import u; print(u.urlopen('http://hello.demo'))",
+    "a\"b'c", "{'\\t'}Ready={.status.conditions[?(@.type=='Ready')].status}{'\\n'}", "$HOME `x` \\",
+])
+def test_the_commands_the_demo_prints_paste_back_as_the_same_arguments(arg):
+    import shlex
+
+    from kube_offload_harness.demo import _quote
+
+    assert shlex.split(_quote(arg)) == [arg]

@@ -136,3 +136,16 @@ def test_wait_ready_waits_for_the_new_process_readyz(tmp_path):
             wait_ready(log, log.stat().st_size, timeout=1)  # nothing logged after that
     finally:
         server.shutdown()
+
+
+def test_the_pod_partition_cuts_both_directions_of_one_apiserver_only():
+    from kube_offload_harness.partition import PARTITION_COMMENT, pod_partition_rules
+
+    to_server, from_server = pod_partition_rules("172.31.250.5", 32766, "remote-1")
+    assert to_server[:6] == ["-d", "172.31.250.5/32", "-p", "tcp", "--dport", "32766"]
+    assert to_server[-4:] == ["-j", "REJECT", "--reject-with", "tcp-reset"]
+    assert from_server[:6] == ["-s", "172.31.250.5/32", "-p", "tcp", "--sport", "32766"]
+    assert from_server[-2:] == ["-j", "DROP"]
+    # heal deletes exactly these rules: found by their comment, which names the remote
+    for rule in (to_server, from_server):
+        assert rule[rule.index("--comment") + 1] == f"{PARTITION_COMMENT} remote-1"

@@ -201,3 +201,32 @@ def test_a_pod_ip_outside_the_remote_pod_cidr_is_kept_and_reported():
 def test_without_remapping_pod_ips_are_the_remote_ones():
     desired = desired_status(_local(), _remote(podIP="10.0.3.7", podIPs=[{"ip": "10.0.3.7"}]), _shadowpod(0), HOST)
     assert desired["podIP"] == "10.0.3.7" and desired["podIPs"] == [{"ip": "10.0.3.7"}]
+
+
+def _killed(remote: dict) -> dict:
+    """What a 1.27+ kubelet reports of a pod it deletes: terminal phase, containers ended."""
+    remote["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    remote["status"]["phase"] = "Failed"
+    remote["status"]["conditions"][2].update(status="False")
+    remote["status"]["containerStatuses"][0].update(
+        ready=False, state={"terminated": {"exitCode": 137, "reason": "Error"}})
+    return remote
+
+
+def test_a_remote_pod_deleted_behind_our_back_does_not_end_the_local_pod():
+    """The enforcer recreates it: the local pod must stay (a terminal phase is final)."""
+    local = _local(phase="Running")
+    desired = desired_status(local, _killed(_remote()), _shadowpod(0), HOST)
+    assert "phase" not in desired  # kept as it is: Running
+    assert desired["containerStatuses"][0]["state"] == {"terminated": {"exitCode": 137, "reason": "Error"}}
+    assert {c["type"]: c["status"] for c in desired["conditions"]}["Ready"] == "False"
+    assert "phase" not in status_patch(local, desired)["status"]
+
+
+def test_a_remote_pod_ending_because_the_local_one_is_deleted_ends_it():
+    local = _local(phase="Running")
+    local["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    assert desired_status(local, _killed(_remote()), _shadowpod(0), HOST)["phase"] == "Failed"
+    # and a remote pod that ends by itself (not deleted) still ends the local one
+    finished = _remote(phase="Succeeded")
+    assert desired_status(_local(phase="Running"), finished, _shadowpod(0), HOST)["phase"] == "Succeeded"
