@@ -132,6 +132,9 @@ class ClusterSpec:
     # real node is where every offloaded pod lands, and the vkubelet is told the fabric's
     # addresses (pods_on_real_node).
     real_node_tainted: bool = True
+    # The slot whose pod CIDR its real node hands out (-1: its own): the local node's for a
+    # remote whose pods run on its real node when Topology.overlapping_pod_cidrs.
+    real_node_pod_cidr_slot: int = -1
 
 
 @dataclass
@@ -160,6 +163,10 @@ class Topology:
     # (local chart) and `kube-offload peer` (remote chart, vkubelets); no component runs
     # as a harness process (chart_pods.py). Needs real_nodes.
     chart_pods: bool = False
+    # Each remote whose pods run on its real node hands out the local real node's pod
+    # CIDR, as clusters built alike do: the fabric's remapping is what tells them apart
+    # (pod_cidr_overlap.py, docs/real-nodes.md "Overlapping pod CIDRs").
+    overlapping_pod_cidrs: bool = False
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes]
@@ -182,6 +189,7 @@ class Topology:
             real_nodes=data.get("real_nodes", False),
             registry_port=data.get("registry_port", 0),
             chart_pods=data.get("chart_pods", False),
+            overlapping_pod_cidrs=data.get("overlapping_pod_cidrs", False),
         )
 
 
@@ -226,16 +234,21 @@ def validate_topology(topology: Topology) -> None:
         if spec.nodes:
             raise ClusterError(f"{where} needs nodes=0 (it has {spec.nodes} kwok nodes): offloaded pods must all "
                                "land on the real node, whose pod network the fabric joins")
+    if topology.overlapping_pod_cidrs and not any(pods_on_real_node(topology, s) for s in topology.remotes):
+        raise ClusterError("overlapping_pod_cidrs needs a remote whose pods run on its real node "
+                           "(real_nodes=True, real_node_tainted=False, nodes=0): only their addresses are remapped")
 
 
 def real_pods_topology(*, prefix: str = "ko") -> Topology:
     """A local cluster and one remote, each with a real node, the remote's untainted and
     alone (no kwok node): every offloaded pod runs there as a container, its addresses
     reached through the fabric (docs/real-nodes.md, "Offloaded pods on a remote's real
-    node"). The local cluster keeps one kwok node beside its tainted real node."""
+    node"). The local cluster keeps one kwok node beside its tainted real node. Both real
+    nodes hand out the same pod CIDR (overlapping_pod_cidrs)."""
     topology = default_topology(prefix=prefix, remotes=1, local_nodes=1, remote_nodes=0)
     topology.real_nodes = True
     topology.remotes[0].real_node_tainted = False
+    topology.overlapping_pod_cidrs = True
     return topology
 
 
@@ -734,6 +747,10 @@ class Environment:
                 spec.real_node_slot = slot
                 if not self.real_node(spec).reserve_slot():
                     spec.real_node_slot = -1
+        if topology.overlapping_pod_cidrs:
+            for spec in topology.remotes:
+                if pods_on_real_node(topology, spec):
+                    spec.real_node_pod_cidr_slot = topology.local.real_node_slot
 
     def real_node(self, spec: ClusterSpec) -> "RealNode":
         from kube_offload_harness import real_node, real_node_config
@@ -742,7 +759,7 @@ class Environment:
             cluster=spec.name, node_name=real_node_config.node_name(spec.cluster_id),
             slot=real_node_config.validate_slot(spec.real_node_slot),
             state_dir=self.state_dir / "real-nodes" / spec.name,
-            tainted=spec.real_node_tainted,
+            tainted=spec.real_node_tainted, pod_cidr_slot=spec.real_node_pod_cidr_slot,
         )
         # Paths only: `down` must not start a build (up may have failed on one).
         from kube_offload_harness.binaries import node_binaries

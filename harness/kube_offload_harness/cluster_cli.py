@@ -34,8 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(up, COMPONENT, "--local-nodes", default=2, type=int, help="kwok physical nodes in the local cluster")
     add_flag(up, COMPONENT, "--remote-nodes", default=None, type=int,
              help="kwok physical nodes in each remote cluster; unset: 2, or 0 with --real-nodes true, where each "
-                  "remote's real node is then untainted and runs every offloaded pod as a container, its pod "
-                  "network joined to the local real node's (docs/real-nodes.md)")
+                  "remote's real node is then untainted and runs every offloaded pod as a container, with the "
+                  "local real node's pod CIDR, its pod network joined to the local one's under remapped addresses "
+                  "(docs/real-nodes.md)")
     add_flag(up, COMPONENT, "--node-cpu", default="4", help="CPU capacity of each kwok node")
     add_flag(up, COMPONENT, "--node-memory", default="16Gi", help="memory capacity of each kwok node")
     add_flag(up, COMPONENT, "--node-pods", default=110, type=int, help="pod capacity of each kwok node")
@@ -92,6 +93,7 @@ def up_topology(args: argparse.Namespace) -> Topology:
     if args.real_nodes and remote_nodes == 0:
         for spec in topology.remotes:
             spec.real_node_tainted = False
+        topology.overlapping_pod_cidrs = True  # as clusters built alike: the fabric remaps
     return topology
 
 

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from kube_offload_harness import netns, oci_image
+from kube_offload_harness import netns, oci_image, pod_cidr_overlap
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.binaries import NodeBinaries
 from kube_offload_harness.processes import ProcessTable
@@ -213,6 +213,15 @@ class RealNode:
             netns.add_route(route)
         for route in rc.node_routes(plan):
             netns.add_route(route, plan.netns)
+        if plan.overlap is not None:
+            # the apiserver advertises this node's link address: that finds its process
+            pids = netns.pids_with_arg(f"--advertise-address={plan.host_ip}")
+            try:
+                pod_cidr_overlap.connect(plan.overlap, pids)
+            except (pod_cidr_overlap.OverlapError, OSError) as exc:
+                raise RealNodeError(f"{plan.node_name}: pod CIDR {plan.pod_cidr} shared with another node: {exc}") from None
+            self.say(f"- {plan.node_name}: pods share {plan.pod_cidr} with another cluster's; this cluster's apiserver "
+                     f"reaches them through routing table {plan.overlap.table} (docs/real-nodes.md)")
         netns.create_cgroup_root(plan.cgroup_root, netns.v1_hierarchies())
         ns_path = netns.netns_path(plan.netns)
         self.processes.start(
@@ -405,6 +414,8 @@ class RealNode:
         for route in rc.machine_routes(plan):
             if netns.delete_route(route):
                 done.append(f"route {route[0]}")
+        if plan.overlap is not None:
+            done += pod_cidr_overlap.disconnect(plan.overlap)
         if plan.netns in netns.list_netns():
             done.append(f"namespace {plan.netns}")
         netns.delete_node_network(plan.netns, plan.veth_host)
@@ -512,6 +523,8 @@ def leftovers(plan: rc.NodePlan) -> list[str]:
     # the apiserver's forwarder listens on the machine end of the link, at the apiserver's port
     found += [f"process {pid} (apiserver forwarder)" for pid in netns.pids_with_arg(f"{plan.host_ip}:", prefix=True)]
     found += [f"file {path}" for path in machine_wide_files(plan)]
+    if plan.overlap is not None:
+        found += pod_cidr_overlap.leftovers(plan.overlap)
     return found
 
 

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from typing import TYPE_CHECKING
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from kube_offload_harness import oci_image
+
+if TYPE_CHECKING:
+    from kube_offload_harness.pod_cidr_overlap import Overlap
 
 MAX_SLOTS = 64  # 64 /30 links fill 172.31.250.0/24
 LINK_NETWORK = ipaddress.IPv4Network("172.31.250.0/24")
@@ -93,6 +97,19 @@ class NodePlan:
     # makes carry no toleration of ours (docs/real-nodes.md, "Offloaded pods on a remote's
     # real node").
     tainted: bool = True
+    # The slot whose pod CIDR this node hands out (-1: its own). A remote's real node gets
+    # the local node's to exercise overlapping pod CIDRs (pod_cidr_overlap.py).
+    pod_cidr_slot: int = -1
+
+    @property
+    def overlap(self) -> "Overlap | None":
+        """How the machine reaches this node's pods when they share a CIDR with another
+        node's (pod_cidr_overlap.py); None when the CIDR is the node's own."""
+        if self.pod_cidr_slot < 0 or self.pod_cidr_slot == self.slot:
+            return None
+        from kube_offload_harness.pod_cidr_overlap import Overlap
+
+        return Overlap(self.slot, self.pod_cidr, self.node_ip, self.veth_host)
 
     @property
     def runtime_dir(self) -> Path:
@@ -128,7 +145,7 @@ class NodePlan:
 
     @property
     def pod_cidr(self) -> str:
-        return f"172.31.{self.slot}.0/24"
+        return f"172.31.{self.slot if self.pod_cidr_slot < 0 else self.pod_cidr_slot}.0/24"
 
     @property
     def pod_gateway(self) -> str:
@@ -227,7 +244,11 @@ def machine_routes(plan: NodePlan) -> list[list[str]]:
     """``ip route`` arguments of the machine's namespace: the node's pods through the node
     end of its link, so the apiserver reaches pod IPs (webhooks, pods/proxy, a virtual
     kubelet's API at its pod IP) and answers pods that call it. The machine only ever
-    sends to and receives for its own addresses: its ip_forward stays 0."""
+    sends to and receives for its own addresses: its ip_forward stays 0. None for a node
+    whose CIDR is another node's: that route goes in a table of its own
+    (pod_cidr_overlap.py), and the main table's stays the other node's."""
+    if plan.overlap is not None:
+        return []
     return [[plan.pod_cidr, "via", plan.node_ip, "dev", plan.veth_host]]
 
 

@@ -48,10 +48,12 @@ COMPONENT_COMMANDS = {"webhook", "extender", "vkubelet", "enforcer"}
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, request) -> Iterator[Environment]:
     # `cluster up --real-nodes true`'s shape, the demo's (cluster_cli.up_topology): the
-    # remote's only node is its real node, untainted, joined to the local one by the fabric
+    # remote's only node is its real node, untainted, joined to the local one by the fabric,
+    # with the local node's pod CIDR
     topology = default_topology(prefix="cp", remotes=1, local_nodes=1, remote_nodes=0)
     topology.chart_pods = True
     topology.remotes[0].real_node_tainted = False
+    topology.overlapping_pod_cidrs = True  # both real nodes hand out the same pod addresses
     topology.peering = PEERING_HARNESS  # up runs `kube-offload peer` for the remote
     for env in environment(tmp_path_factory, request, topology):
         try:
