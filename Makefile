@@ -3,7 +3,7 @@
 #   make test   the whole test suite (unit, component, end-to-end on real control planes)
 # Both install what they need first (scripts/bootstrap.sh): .venv and the cached binaries.
 
-.PHONY: bootstrap demo test test-fast test-image test-realnode image bench down
+.PHONY: bootstrap demo lint test test-fast test-image test-realnode image bench down
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -11,7 +11,14 @@ bootstrap:
 demo: bootstrap
 	.venv/bin/kube-offload demo
 
-test: bootstrap
+# Static checks, first (seconds once mypy's cache is warm): ruff, mypy, the import
+# contracts of the layers (pyproject.toml; docs/testing.md). Each stops make on a finding.
+lint: bootstrap
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+	.venv/bin/lint-imports --no-logo
+
+test: bootstrap lint
 	.venv/bin/python -m pytest
 
 # Unit and component tiers only (no clusters, no image): seconds.

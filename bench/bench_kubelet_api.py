@@ -142,7 +142,7 @@ def main() -> int:
         }
         print(f"- exec: {args.execs} round trips per path, interleaved", file=sys.stderr, flush=True)
         latencies: dict[str, list[float]] = {name: [] for name in paths}
-        for name, (_client, endpoint, ns) in paths.items():
+        for _client, endpoint, ns in paths.values():
             exec_once(endpoint, ns, POD)  # warm-up: caches, reviews, connections
         for _ in range(args.execs):
             for name, (_client, endpoint, ns) in paths.items():

@@ -134,7 +134,7 @@ def main() -> int:
     print(f"{'pods':>6} {'local kwok (s)':>15} {'virtual node (s)':>17} {'ratio':>7} {'vkubelet RSS (MiB)':>19}")
     for size, t_local, t_remote, ratio, rss in rows:
         print(f"{size:>6} {t_local:>15.1f} {t_remote:>17.1f} {ratio:>7.2f} {rss:>19.0f}")
-    print(json.dumps({"rows": [dict(zip(("pods", "local_s", "virtual_s", "ratio", "rss_mib"), r)) for r in rows]}))
+    print(json.dumps({"rows": [dict(zip(("pods", "local_s", "virtual_s", "ratio", "rss_mib"), r, strict=True)) for r in rows]}))
     return 0
 
 

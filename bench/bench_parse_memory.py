@@ -271,7 +271,7 @@ def server_baseline(component: str, workers: int, threads: int, tmp: str) -> flo
                         break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"bench: the {component} server did not start")
+                    raise SystemExit(f"bench: the {component} server did not start") from None
                 time.sleep(0.2)
         time.sleep(1.0)
         pss = _tree_pss(pid) / MIB

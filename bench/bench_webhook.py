@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 except OSError:
                     if time.monotonic() > deadline or not server.is_alive():
-                        raise SystemExit("bench: the webhook server did not start")
+                        raise SystemExit("bench: the webhook server did not start") from None
                     time.sleep(0.1)
             # Sanity: the mutate route really mutates this pod, echo really echoes.
             connection.request("POST", "/mutate/pods", body, HEADERS)
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"throughput ratio mutate/echo: {ratio:.2f} (goal >= 0.90); "
           f"server CPU per request echo/mutate: {cpu_ratio:.2f}")
     print("  per round (mutate/echo req/s): " + ", ".join(
-        f"{m.rate / e.rate:.2f}" for e, m in zip(rounds["/echo"], rounds["/mutate/pods"])))
+        f"{m.rate / e.rate:.2f}" for e, m in zip(rounds["/echo"], rounds["/mutate/pods"], strict=True)))
     print(f"fixed-rate p99 of /mutate/pods at {args.rate:.0f} req/s: {fixed_mutate.percentile(0.99):.2f} ms "
           f"(goal <= 5 ms); achieved {fixed_mutate.rate:.0f} req/s, "
           f"mean {statistics.fmean(fixed_mutate.latencies) * 1000:.2f} ms")

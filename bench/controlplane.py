@@ -61,7 +61,7 @@ def tree_pids(pid: int) -> list[int]:
 def cpu_seconds(pid: int, *, children: bool = True) -> float:
     """User + system CPU of ``pid`` (and its live descendants, plus the children it reaped)."""
     total = 0.0
-    for index, current in enumerate(tree_pids(pid) if children else [pid]):
+    for current in tree_pids(pid) if children else [pid]:
         try:
             fields = _stat_fields(current)
         except OSError:

@@ -52,8 +52,8 @@ def write_files_atomically(directory: Path, files: Mapping[str, tuple[bytes, int
     try:
         for name, (content, mode) in files.items():
             # Same directory as the target, so the rename never crosses file systems.
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-            staged.append((name, Path(tmp)))
+            fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+            staged.append((name, Path(tmp_name)))
             try:
                 # mkstemp creates 0600; set the final mode now so the rename publishes a
                 # file that is complete and correctly protected at the same instant.

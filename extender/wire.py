@@ -329,7 +329,7 @@ def _raw_of(args: ExtenderArgs, kept: list[dict]) -> list[Any]:
     """The request's bytes of each kept view (the core keeps the very view objects)."""
     if args.raw_nodes is None:  # built by hand, not parsed: the views are all there is
         return kept
-    raw_by_view = {id(view): raw for view, raw in zip(args.nodes or (), args.raw_nodes)}
+    raw_by_view = {id(view): raw for view, raw in zip(args.nodes or (), args.raw_nodes, strict=True)}
     return [raw_by_view[id(view)] for view in kept]
 
 

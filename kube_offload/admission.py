@@ -60,8 +60,8 @@ class AdmissionRequest:
     namespace: str
     name: str
     sub_resource: str
-    object: dict | None
-    old_object: dict | None
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
     dry_run: bool
     user_info: UserInfo = UserInfo()
 
@@ -71,14 +71,15 @@ class Decision:
     """What to answer: allowed (with an optional patch) or denied with a status."""
 
     allowed: bool
-    patch: tuple[dict, ...] = ()
+    patch: tuple[dict[str, Any], ...] = ()
     code: int = 200
     reason: str = ""
     message: str = ""
     warnings: tuple[str, ...] = field(default=())
 
     @classmethod
-    def allow(cls, patch: list[dict] | tuple[dict, ...] = (), *, warnings=()) -> Decision:
+    def allow(cls, patch: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (), *,
+              warnings: list[str] | tuple[str, ...] = ()) -> Decision:
         return cls(allowed=True, patch=tuple(patch), warnings=tuple(warnings))
 
     @classmethod
@@ -92,7 +93,7 @@ class Decision:
         return PATCHED if self.patch else ALLOWED
 
 
-def _field(container: dict, key: str, path: str, kind: type | tuple[type, ...], *,
+def _field(container: dict[str, Any], key: str, path: str, kind: type | tuple[type, ...], *,
            required: bool, default: Any = None) -> Any:
     value = container.get(key)
     if value is None:
@@ -100,7 +101,7 @@ def _field(container: dict, key: str, path: str, kind: type | tuple[type, ...], 
             raise BadRequest(f"{path}.{key} is missing")
         return default
     if not isinstance(value, kind):
-        expected = {dict: "an object", str: "a string", bool: "a boolean", list: "a list"}
+        expected: dict[type | tuple[type, ...], str] = {dict: "an object", str: "a string", bool: "a boolean", list: "a list"}
         raise BadRequest(
             f"{path}.{key} must be {expected.get(kind, str(kind))}, got {_json_type(value)}"
         )
@@ -178,7 +179,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
     )
 
 
-def _user_info(request: dict) -> UserInfo:
+def _user_info(request: dict[str, Any]) -> UserInfo:
     info = _field(request, "userInfo", "request", dict, required=False) or {}
     username = _field(info, "username", "request.userInfo", str, required=False, default="")
     groups = _field(info, "groups", "request.userInfo", list, required=False, default=[])
@@ -188,7 +189,7 @@ def _user_info(request: dict) -> UserInfo:
     return UserInfo(username, tuple(groups))
 
 
-def _check_metadata(obj: dict, path: str) -> None:
+def _check_metadata(obj: dict[str, Any], path: str) -> None:
     """Labels and annotations are string maps in every Kubernetes object; policy reading
     relies on it, so a different shape is the client's mistake, reported here."""
     metadata = _field(obj, "metadata", path, dict, required=False)
@@ -203,7 +204,7 @@ def _check_metadata(obj: dict, path: str) -> None:
                 )
 
 
-def review_response(request: AdmissionRequest, decision: Decision) -> dict:
+def review_response(request: AdmissionRequest, decision: Decision) -> dict[str, Any]:
     """The AdmissionReview to send back for ``request``."""
     response: dict[str, Any] = {"uid": request.uid, "allowed": decision.allowed}
     if decision.allowed and decision.patch:
@@ -222,7 +223,7 @@ def review_response(request: AdmissionRequest, decision: Decision) -> dict:
     return {"apiVersion": request.api_version, "kind": KIND, "response": response}
 
 
-def error_status(code: int, reason: str, message: str) -> dict:
+def error_status(code: int, reason: str, message: str) -> dict[str, Any]:
     """A metav1.Status body for HTTP-level errors (400, 404, 503 ...)."""
     return {
         "kind": "Status",
@@ -238,16 +239,16 @@ _RESOURCES = {"Pod": "pods", "Namespace": "namespaces"}
 
 
 def build_review(
-    obj: dict,
+    obj: dict[str, Any],
     *,
     operation: str = "CREATE",
     uid: str = "00000000-0000-0000-0000-000000000000",
-    old_object: dict | None = None,
+    old_object: dict[str, Any] | None = None,
     namespace: str | None = None,
     resource: str | None = None,
-    user_info: dict | None = None,
+    user_info: dict[str, Any] | None = None,
     dry_run: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """An AdmissionReview for ``obj`` as kube-apiserver sends it (every field it sets),
     for tests, benchmarks and debugging with curl. The group and version come from the
     object's apiVersion (core/v1 when absent); ``resource`` defaults to the lower-case

@@ -21,11 +21,11 @@ from kube_offload.policy import NamespacePolicy
 from kube_offload.selector import IN, NOT_IN
 
 
-def _type_expression(operator: str) -> dict:
+def _type_expression(operator: str) -> dict[str, Any]:
     return {"key": c.LABEL_TYPE, "operator": operator, "values": [c.TYPE_VIRTUAL_NODE]}
 
 
-def policy_node_terms(policy: NamespacePolicy) -> list[dict] | None:
+def policy_node_terms(policy: NamespacePolicy) -> list[dict[str, Any]] | None:
     """The required nodeSelectorTerms of the placement table; None when nothing is required.
 
     LocalAndRemote with an empty cluster selector is "physical OR any virtual node", i.e.
@@ -63,7 +63,7 @@ def _identities(expressions: Any) -> list[tuple[Any, Any]]:
     return [(_expression_identity(e), e) for e in expressions or ()]
 
 
-def _fields_identity(term: dict) -> frozenset:
+def _fields_identity(term: dict[str, Any]) -> frozenset[Any]:
     return frozenset(_expression_identity(f) for f in term.get("matchFields") or ())
 
 
@@ -73,12 +73,12 @@ class PolicyTerms:
     the webhook keeps one per namespace policy, so an admission only computes the
     identities of the pod's own expressions."""
 
-    terms: tuple[dict, ...]
+    terms: tuple[dict[str, Any], ...]
     identities: tuple[list[tuple[Any, Any]], ...]
-    sets: tuple[frozenset, ...]
+    sets: tuple[frozenset[Any], ...]
 
     @classmethod
-    def of(cls, terms: Sequence[dict]) -> PolicyTerms:
+    def of(cls, terms: Sequence[dict[str, Any]]) -> PolicyTerms:
         identities = tuple(_identities(t.get("matchExpressions")) for t in terms)
         return cls(
             terms=tuple(terms),
@@ -88,8 +88,8 @@ class PolicyTerms:
 
 
 def merge_required_terms(
-    user_terms: list[dict] | None, policy_terms: Sequence[dict] | PolicyTerms
-) -> list[dict]:
+    user_terms: list[dict[str, Any]] | None, policy_terms: Sequence[dict[str, Any]] | PolicyTerms
+) -> list[dict[str, Any]]:
     """Cross product of the pod's required terms with the policy's (new lists and terms;
     expression objects are shared, never modified).
 
@@ -103,8 +103,8 @@ def merge_required_terms(
     if not user_terms:
         return [_copy_term(t) for t in index.terms]
     policy, policy_sets = index.identities, index.sets
-    merged: list[dict] = []
-    seen: set = set()
+    merged: list[dict[str, Any]] = []
+    seen: set[Any] = set()
 
     for user_term in user_terms:
         user = _identities(user_term.get("matchExpressions"))
@@ -117,7 +117,7 @@ def merge_required_terms(
         else:
             candidates = []
             for policy_expressions in policy:
-                ids: set = set()
+                ids: set[Any] = set()
                 expressions = []
                 for identity, expression in user + policy_expressions:
                     if identity not in ids:
@@ -133,7 +133,7 @@ def merge_required_terms(
     return merged
 
 
-def _copy_term(term: dict) -> dict:
+def _copy_term(term: dict[str, Any]) -> dict[str, Any]:
     copied = dict(term)
     for field in ("matchExpressions", "matchFields"):
         if isinstance(copied.get(field), list):
@@ -155,7 +155,7 @@ def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: 
 
 
 def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = requirement.get("key")
+    key: Any = requirement.get("key")
     operator = requirement.get("operator")
     values = [str(v) for v in requirement.get("values") or []]
     present = key in labels
@@ -177,7 +177,7 @@ def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str
     return False
 
 
-def virtual_node_toleration() -> dict:
+def virtual_node_toleration() -> dict[str, Any]:
     return {
         "key": c.TAINT_KEY,
         "operator": "Equal",

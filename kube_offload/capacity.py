@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload import resources
 from kube_offload.resources import QuantityError, ResourceList
@@ -116,8 +116,8 @@ def encode_remote_capacity(
     return json.dumps(document, separators=(",", ":"), sort_keys=True)
 
 
-def _encode_shape(shape: NodeShape) -> dict:
-    entry: dict = {"free": resources.format_resource_list(shape.free)}
+def _encode_shape(shape: NodeShape) -> dict[str, Any]:
+    entry: dict[str, Any] = {"free": resources.format_resource_list(shape.free)}
     if shape.name:
         entry["name"] = shape.name
     return entry

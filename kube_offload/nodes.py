@@ -7,27 +7,29 @@ and the scheduler extender calls this function as a filter, so that both agree.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kube_offload import constants as c
 from kube_offload.policy import NamespacePolicy
 
 
-def _labels(node: dict) -> dict:
+def _labels(node: dict[str, Any]) -> dict[str, Any]:
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") if isinstance(metadata, dict) else None
     return labels if isinstance(labels, dict) else {}
 
 
-def node_name(node: dict) -> str:
+def node_name(node: dict[str, Any]) -> str:
     metadata = node.get("metadata") or {}
     name = metadata.get("name") if isinstance(metadata, dict) else None
     return name if isinstance(name, str) else ""
 
 
-def is_virtual_node(node: dict) -> bool:
+def is_virtual_node(node: dict[str, Any]) -> bool:
     return _labels(node).get(c.LABEL_TYPE) == c.TYPE_VIRTUAL_NODE
 
 
-def cluster_id_of(node: dict) -> str | None:
+def cluster_id_of(node: dict[str, Any]) -> str | None:
     """The remote cluster id of a virtual node; None for physical nodes or a missing label."""
     if not is_virtual_node(node):
         return None
@@ -35,7 +37,7 @@ def cluster_id_of(node: dict) -> str | None:
     return cluster_id if isinstance(cluster_id, str) and cluster_id else None
 
 
-def node_is_ready(node: dict) -> bool:
+def node_is_ready(node: dict[str, Any]) -> bool:
     """True when the node reports condition Ready=True (Unknown and missing are not ready)."""
     status = node.get("status") or {}
     conditions = status.get("conditions") if isinstance(status, dict) else None
@@ -45,7 +47,7 @@ def node_is_ready(node: dict) -> bool:
     return False
 
 
-def placement_allows(policy: NamespacePolicy, node: dict) -> tuple[bool, str]:
+def placement_allows(policy: NamespacePolicy, node: dict[str, Any]) -> tuple[bool, str]:
     """Whether a pod of ``policy``'s namespace may run on ``node``; the reason when not.
 
     Readiness and remote capacity are deliberately not checked here: they are facts about

@@ -614,7 +614,7 @@ def _peer(args: argparse.Namespace) -> int:
         _say(f"peered: pods of {options.local_cluster_id} can run on {options.remote_cluster_id} through node {node}; "
              f"offload a namespace with `kubectl label namespace NAME {c.LABEL_ENABLED}={c.ENABLED_VALUE}`")
     else:
-        _say(f"already peered: nothing changed")
+        _say("already peered: nothing changed")
     return 0
 
 

@@ -348,7 +348,7 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def _upsert(entries: Sequence[Mapping[str, Any]], key: str, entry: Mapping[str, Any]) -> list[dict]:
+def _upsert(entries: Sequence[Mapping[str, Any]], key: str, entry: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``entries`` with ``entry`` merged into the one of the same ``key`` (appended if none);
     every other entry kept as it was, in its place."""
     result = [dict(e) for e in entries]
@@ -360,7 +360,7 @@ def _upsert(entries: Sequence[Mapping[str, Any]], key: str, entry: Mapping[str, 
     return result
 
 
-def _merge_list(current: Any, extra: Any, key: str, where: str) -> list[dict]:
+def _merge_list(current: Any, extra: Any, key: str, where: str) -> list[dict[str, Any]]:
     """Entries of ``extra`` (from a values file) upserted into ``current`` by ``key``."""
     entries = list(current or [])
     for entry in extra or []:
@@ -435,7 +435,7 @@ def has_remote(release: Release | None, remote_cluster_id: str) -> bool:
     return release is not None and any(e.get("id") == remote_cluster_id for e in release.values.get("remoteClusters") or [])
 
 
-def _entry(values: Mapping[str, Any], list_key: str, key: str, wanted: str) -> dict:
+def _entry(values: Mapping[str, Any], list_key: str, key: str, wanted: str) -> dict[str, Any]:
     return next((dict(e) for e in values.get(list_key) or [] if e.get(key) == wanted), {})
 
 
@@ -503,7 +503,7 @@ def _names(entries: Any, key: str) -> str:
 
 
 # --- the consumer's kubeconfig --------------------------------------------------------------
-def consumer_kubeconfig(*, server: str, ca_pem: bytes, token: str, remote_cluster_id: str, local_cluster_id: str) -> dict:
+def consumer_kubeconfig(*, server: str, ca_pem: bytes, token: str, remote_cluster_id: str, local_cluster_id: str) -> dict[str, Any]:
     """The kubeconfig a virtual kubelet uses in the remote cluster: its server and CA,
     the consumer ServiceAccount's token, nothing else."""
     user = f"{c.CONSUMER_SERVICE_ACCOUNT}-{local_cluster_id}"
@@ -520,7 +520,7 @@ def consumer_kubeconfig(*, server: str, ca_pem: bytes, token: str, remote_cluste
     }
 
 
-def desired_kubeconfig(options: PeerOptions, token: ConsumerToken) -> dict:
+def desired_kubeconfig(options: PeerOptions, token: ConsumerToken) -> dict[str, Any]:
     return consumer_kubeconfig(
         server=options.remote_server,
         ca_pem=options.remote_ca_pem or token.ca_pem,

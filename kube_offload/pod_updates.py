@@ -51,7 +51,7 @@ class AppliedTemplate:
 
 
 # --- the mutable part of a PodSpec -------------------------------------------------------------
-def with_mutable_fields(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict:
+def with_mutable_fields(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
     """``current`` (a PodSpec) with ``desired``'s in-place-mutable fields applied:
 
     * each container and init container takes the image of ``desired``'s container of
@@ -74,7 +74,7 @@ def with_mutable_fields(current: Mapping[str, Any], desired: Mapping[str, Any]) 
     return spec
 
 
-def merged_tolerations(current: Any, desired: Any) -> list[dict]:
+def merged_tolerations(current: Any, desired: Any) -> list[dict[str, Any]]:
     """The tolerations a running pod ends up with: its own, each replaced by a desired one
     that differs from it at most in ``tolerationSeconds`` (the one change Kubernetes
     allows), then the desired ones that match none (additions). None is ever removed: a
@@ -95,14 +95,14 @@ def merged_tolerations(current: Any, desired: Any) -> list[dict]:
     return result
 
 
-def _identity(toleration: Mapping[str, Any]) -> dict:
+def _identity(toleration: Mapping[str, Any]) -> dict[str, Any]:
     """A toleration without its tolerationSeconds, with the API's default operator."""
     identity = {k: v for k, v in toleration.items() if k != "tolerationSeconds" and v not in (None, "")}
     identity.setdefault("operator", "Equal")
     return identity
 
 
-def mutable_projection(spec: Mapping[str, Any]) -> dict:
+def mutable_projection(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The mutable fields of a PodSpec, for comparing and digesting."""
     return {
         "images": {f: {c.get("name"): c.get("image") for c in _dicts(spec.get(f))} for f in IMAGE_FIELDS},
@@ -112,7 +112,7 @@ def mutable_projection(spec: Mapping[str, Any]) -> dict:
 
 
 # --- hop 1: local pod -> ShadowPod template (vkubelet) ---------------------------------------------
-def template_patch(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict | None:
+def template_patch(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any] | None:
     """A JSON merge patch for a ShadowPod's ``spec.pod`` that brings the template ``have``
     to the translated pod ``wanted`` (both ``{"metadata": {...}, "spec": {...}}``) as far
     as a running pod may change; None when nothing needs to change. Lists (containers,
@@ -129,7 +129,7 @@ def template_patch(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict |
     return patch or None
 
 
-def _metadata_patch(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict:
+def _metadata_patch(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
     patch: dict[str, Any] = {}
     for field in ("labels", "annotations"):
         desired, current = wanted.get(field) or {}, have.get(field) or {}
@@ -186,7 +186,7 @@ def read_applied(pod: Mapping[str, Any]) -> AppliedTemplate | None:
 
 def pod_patch(
     pod: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str], spec: Mapping[str, Any]
-) -> dict | None:
+) -> dict[str, Any] | None:
     """A strategic merge patch bringing the running ``pod`` to the template (``labels``,
     ``annotations``, ``spec``), or None when the template is the one last applied.
 
@@ -261,5 +261,5 @@ def describe_patch(patch: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "the record of the applied template"
 
 
-def _dicts(value: Any) -> list[dict]:
+def _dicts(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []

@@ -74,13 +74,13 @@ class NamespacePolicy:
     cluster_selector: LabelSelector  # empty = every remote cluster
 
 
-def _metadata_map(namespace: dict, field: str) -> dict[str, Any]:
+def _metadata_map(namespace: dict[str, Any], field: str) -> dict[str, Any]:
     metadata = namespace.get("metadata") or {}
     value = metadata.get(field) if isinstance(metadata, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def _problems(namespace: dict) -> tuple[dict[str, Any], list[PolicyError]]:
+def _problems(namespace: dict[str, Any]) -> tuple[dict[str, Any], list[PolicyError]]:
     """The parsed fields (with defaults) and every problem, in POLICY_KEYS order."""
     labels = _metadata_map(namespace, "labels")
     annotations = _metadata_map(namespace, "annotations")
@@ -127,13 +127,13 @@ def _problems(namespace: dict) -> tuple[dict[str, Any], list[PolicyError]]:
     return fields, errors
 
 
-def namespace_name(namespace: dict) -> str:
+def namespace_name(namespace: dict[str, Any]) -> str:
     metadata = namespace.get("metadata") or {}
     name = metadata.get("name") if isinstance(metadata, dict) else None
     return name if isinstance(name, str) else ""
 
 
-def policy_from_namespace(namespace: dict) -> NamespacePolicy:
+def policy_from_namespace(namespace: dict[str, Any]) -> NamespacePolicy:
     """The namespace's policy, defaults filled in; raises the first :class:`PolicyError`."""
     fields, errors = _problems(namespace)
     if errors:
@@ -141,12 +141,12 @@ def policy_from_namespace(namespace: dict) -> NamespacePolicy:
     return NamespacePolicy(namespace=namespace_name(namespace), **fields)
 
 
-def validate_namespace(namespace: dict) -> list[PolicyError]:
+def validate_namespace(namespace: dict[str, Any]) -> list[PolicyError]:
     """Every problem with the namespace's policy keys (empty list = valid)."""
     return _problems(namespace)[1]
 
 
-def policy_values(namespace: dict) -> dict[str, str | None]:
+def policy_values(namespace: dict[str, Any]) -> dict[str, str | None]:
     """The raw value of each policy key (None when absent), to tell what an update changed."""
     labels = _metadata_map(namespace, "labels")
     annotations = _metadata_map(namespace, "annotations")

@@ -15,7 +15,7 @@ Two different numbers come out of the same data, on purpose:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload import resources
@@ -35,7 +35,7 @@ class RemoteResources:
     total_nodes: int = 0
 
 
-def node_is_schedulable(node: Mapping) -> bool:
+def node_is_schedulable(node: Mapping[str, Any]) -> bool:
     """Ready and not cordoned. A remote cluster's own virtual nodes (it may offload
     further) are left out: their capacity is borrowed, and counting it would advertise
     the same resources twice, or in a loop back to us."""
@@ -43,17 +43,17 @@ def node_is_schedulable(node: Mapping) -> bool:
     return node_is_ready(dict(node)) and not spec.get("unschedulable") and not is_virtual_node(dict(node))
 
 
-def is_ours(pod: Mapping, local_cluster_id: str) -> bool:
+def is_ours(pod: Mapping[str, Any], local_cluster_id: str) -> bool:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == local_cluster_id
 
 
-def summarize(nodes: Iterable[Mapping], pods: Iterable[Mapping], local_cluster_id: str) -> RemoteResources:
+def summarize(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], local_cluster_id: str) -> RemoteResources:
     return summarize_many(nodes, pods, [local_cluster_id])[local_cluster_id]
 
 
 def summarize_many(
-    nodes: Iterable[Mapping], pods: Iterable[Mapping], consumer_ids: Iterable[str]
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], consumer_ids: Iterable[str]
 ) -> dict[str, RemoteResources]:
     """:func:`summarize` for several consumers at once (the provider's enforcer publishes
     one summary per Consumer): every pod's requests are parsed once, not once per
@@ -163,7 +163,7 @@ def _shape_order(shape: Mapping[str, str]) -> str:
     return ",".join(f"{name}={shape[name]}" for name in sorted(shape))
 
 
-def encode_capacity_status(summary: RemoteResources) -> dict:
+def encode_capacity_status(summary: RemoteResources) -> dict[str, Any]:
     """``summary`` as ``Consumer.status.capacity`` JSON, without node names:
     ``{"shareable": {res: qty}, "freeShapes": [{res: qty}, ...] (one per schedulable node,
     sorted), "pressure": {condition: number of nodes}, "schedulableNodes": n,
@@ -198,7 +198,7 @@ def _pressure_names(count: int) -> list[str]:
     return [f"{PRESSURE_NODE_PREFIX}{i + 1}" for i in range(count)]
 
 
-def decode_capacity_status(raw: Mapping | None) -> RemoteResources:
+def decode_capacity_status(raw: Mapping[str, Any] | None) -> RemoteResources:
     """The inverse of :func:`encode_capacity_status` (free shapes and pressured nodes get
     anonymous names, see :func:`anonymous`). The shape an older enforcer wrote
     (``freeByNode`` by node name, ``pressure`` as lists of names) is read too. Raises

@@ -440,7 +440,7 @@ def _limits_of(resources: object, where: str) -> ResourceList:
     if not isinstance(resources, Mapping):
         raise QuantityError(f"{where}: resources must be an object")
     try:
-        return parse_resource_list(resources.get("limits"))  # type: ignore[arg-type]
+        return parse_resource_list(resources.get("limits"))
     except QuantityError as exc:
         raise QuantityError(f"{where}: limits: {exc}") from None
 
@@ -459,7 +459,7 @@ def node_allocatable(node: Mapping[str, object]) -> ResourceList:
     status = node.get("status")
     if not isinstance(status, Mapping):
         return {}
-    return parse_resource_list(status.get("allocatable"))  # type: ignore[arg-type]
+    return parse_resource_list(status.get("allocatable"))
 
 
 def free_resources(allocatable: Mapping[str, int], pods: Iterable[Mapping[str, object]]) -> ResourceList:
@@ -501,11 +501,11 @@ def _requests_of(resources: object, where: str) -> ResourceList:
     if not isinstance(resources, Mapping):
         raise QuantityError(f"{where}: resources must be an object")
     try:
-        requests = parse_resource_list(resources.get("requests"))  # type: ignore[arg-type]
+        requests = parse_resource_list(resources.get("requests"))
     except QuantityError as exc:
         raise QuantityError(f"{where}: requests: {exc}") from None
     try:
-        limits = parse_resource_list(resources.get("limits"))  # type: ignore[arg-type]
+        limits = parse_resource_list(resources.get("limits"))
     except QuantityError as exc:
         raise QuantityError(f"{where}: limits: {exc}") from None
     for name, amount in limits.items():

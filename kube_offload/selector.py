@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 IN = "In"
 NOT_IN = "NotIn"
@@ -128,8 +128,8 @@ class Requirement:
         # NotIn / != match a missing key, exactly as Kubernetes selectors do.
         return not present or labels[self.key] not in self.values
 
-    def to_node_selector_requirement(self) -> dict:
-        expression: dict = {"key": self.key, "operator": self.operator}
+    def to_node_selector_requirement(self) -> dict[str, Any]:
+        expression: dict[str, Any] = {"key": self.key, "operator": self.operator}
         # The API rejects a values list (even empty) on Exists/DoesNotExist.
         if self.operator in (IN, NOT_IN):
             expression["values"] = list(self.values)
@@ -156,7 +156,7 @@ class LabelSelector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(r.matches(labels) for r in self.requirements)
 
-    def to_node_selector_requirements(self) -> list[dict]:
+    def to_node_selector_requirements(self) -> list[dict[str, Any]]:
         return [r.to_node_selector_requirement() for r in self.requirements]
 
     def is_empty(self) -> bool:

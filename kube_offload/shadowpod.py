@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import enum
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 from kube_offload import pod_updates
 from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
@@ -141,7 +141,7 @@ def build_shadowpod(
     pod_spec: Mapping[str, Any],
     origin_labels: Mapping[str, str] | None = None,
     origin_annotations: Mapping[str, str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The ShadowPod that asks the remote cluster to run one pod.
 
     Only ``labels`` and ``annotations`` of ``pod_metadata`` are kept (name, namespace,
@@ -194,7 +194,7 @@ def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
     )
 
 
-def build_pod(shadowpod: Mapping[str, Any]) -> dict:
+def build_pod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
     """The Pod the enforcer creates for ``shadowpod``.
 
     It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
@@ -224,7 +224,7 @@ def build_pod(shadowpod: Mapping[str, Any]) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": neutralized_spec(template.spec)}
 
 
-def neutralized_spec(spec: Mapping[str, Any]) -> dict:
+def neutralized_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """``spec`` with what a consumer never decides set by the provider (docs/security.md
     "Provider policy"), rather than refused: the honest virtual kubelet sends the local
     apiserver's defaults (``imagePullPolicy: IfNotPresent`` for a tagged image), so a
@@ -249,7 +249,7 @@ def neutralized_spec(spec: Mapping[str, Any]) -> dict:
     return out
 
 
-def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict | None:
+def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """The strategic merge patch that brings a running ``pod`` to its ShadowPod's current
     template (labels, annotations, images, activeDeadlineSeconds, tolerations), or None
     when it already has it (:func:`kube_offload.pod_updates.pod_patch`)."""
@@ -257,7 +257,7 @@ def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict | N
     return pod_updates.pod_patch(pod, template.labels, template.annotations, template.spec)
 
 
-def owner_reference(shadowpod: Mapping[str, Any]) -> dict:
+def owner_reference(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
     meta = shadowpod.get("metadata") or {}
     return {
         "apiVersion": API_VERSION,
@@ -270,14 +270,14 @@ def owner_reference(shadowpod: Mapping[str, Any]) -> dict:
 
 
 # --- pods and their owner --------------------------------------------------------------------
-def controller_ref(pod: Mapping[str, Any]) -> dict | None:
+def controller_ref(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """The pod's controller owner reference if it points at a ShadowPod, else None."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if not ref.get("controller"):
             continue
         api_version = str(ref.get("apiVersion") or "")
         if ref.get("kind") == SHADOWPOD_KIND and api_version.split("/", 1)[0] == SHADOWPOD_GROUP:
-            return ref
+            return cast("dict[str, Any]", ref)
         return None  # controlled by something else
     return None
 
@@ -299,7 +299,7 @@ def is_owned_by(pod: Mapping[str, Any], shadowpod: Mapping[str, Any]) -> bool:
     return ref is not None and ref.get("name") == meta.get("name") and ref.get("uid") == meta.get("uid")
 
 
-def choose_pod(pods: Iterable[Mapping[str, Any]], name: str) -> tuple[dict | None, list[dict]]:
+def choose_pod(pods: Iterable[Mapping[str, Any]], name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Of the pods of one ShadowPod, the one to keep (the oldest) and the ones to delete.
 
     More than one should never exist; it could after a crash or a manual copy. Ties on
@@ -376,9 +376,9 @@ class Plan:
     """What one reconcile of a ShadowPod does: first delete ``delete``, then ``action``."""
 
     action: Action
-    pod: dict | None = None  # the pod to mirror (MIRROR)
-    delete: tuple[dict, ...] = ()  # extra pods, and a killed pod being replaced
-    replaced: dict | None = None  # the killed pod a CREATE replaces, for Events
+    pod: dict[str, Any] | None = None  # the pod to mirror (MIRROR)
+    delete: tuple[dict[str, Any], ...] = ()  # extra pods, and a killed pod being replaced
+    replaced: dict[str, Any] | None = None  # the killed pod a CREATE replaces, for Events
     grace: int | None = None  # TERMINATE: the deletion grace period (seconds) of ``delete``
 
 
@@ -440,7 +440,7 @@ def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Pla
 
 
 # --- status ----------------------------------------------------------------------------------
-def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict:
+def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
     """The ShadowPod status that mirrors ``pod``.
 
     ``recreations`` grows by one whenever the pod observed is not the one the status last
@@ -467,7 +467,7 @@ def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dic
     )
 
 
-def status_without_pod(shadowpod: Mapping[str, Any], message: str) -> dict:
+def status_without_pod(shadowpod: Mapping[str, Any], message: str) -> dict[str, Any]:
     """The status while no pod exists (creation failed, or the old one is still going).
 
     podName/podUID keep naming the last pod, so the next pod still counts as a
@@ -499,8 +499,8 @@ def _status(
     pod_uid: str,
     recreations: int,
     message: str,
-    conditions: list[dict],
-) -> dict:
+    conditions: list[dict[str, Any]],
+) -> dict[str, Any]:
     status: dict[str, Any] = {
         "phase": phase,
         "podName": pod_name,

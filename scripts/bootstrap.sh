@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kube-offload needs on a fresh machine, idempotently:
-#   1. a virtualenv in .venv with the package and its test dependencies (PyPI), and the
-#      development harness (harness/: loopback clusters, binary builder, demo);
+#   1. a virtualenv in .venv with the package, its test dependencies and the static checkers
+#      (PyPI), and the development harness (harness/: loopback clusters, binary builder, demo);
 #   2. the real Kubernetes control-plane binaries, etcd, kwok and kwokctl, built from Go
 #      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing;
 #   3. as root: the Debian packages of the real-node tier, and its kubelet, kube-proxy,
@@ -25,7 +25,7 @@ stamp=.venv/.kube-offload-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ harness/pyproject.toml -nt "$stamp" ]; then
   echo "kube-offload: installing Python dependencies into .venv"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test]'
+  .venv/bin/python -m pip install --quiet -e '.[test,lint]'
   .venv/bin/python -m pip install --quiet -e harness
   touch "$stamp"
 fi

@@ -409,20 +409,20 @@ class PodOffloader:
             )
         except ApiError as exc:
             if exc.already_exists:
-                raise Requeue(0.5, "ShadowPod exists but is not in the cache yet")
+                raise Requeue(0.5, "ShadowPod exists but is not in the cache yet") from exc
             if exc.transient:
                 raise
             if exc.not_found:
-                raise Requeue(2.0, f"twin namespace {twin} not found yet")
+                raise Requeue(2.0, f"twin namespace {twin} not found yet") from exc
             refusal = rf.refusal_of(exc)
             if refusal is not None:
                 delay = self._refused(local, backoff_key, print_, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
                 self._mark_waiting(local, refusal)
-                raise Requeue(delay, f"refused by the provider: {refusal.message}")
+                raise Requeue(delay, f"refused by the provider: {refusal.message}") from exc
             message = f"cluster {self.settings.cluster_id} refused the ShadowPod {twin}/{local['metadata']['name']}: {exc.message}"
             logger.warning(message)
             self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
-            raise Requeue(REJECTED_RETRY_SECONDS, message)
+            raise Requeue(REJECTED_RETRY_SECONDS, message) from exc
         self.refusals.forget(backoff_key)
         self._clear_waiting(local)
         # What the provider's policy took out, on the pod that now runs without it.
@@ -723,7 +723,7 @@ class PodOffloader:
             if exc.not_found:
                 return
             if exc.conflict:
-                raise Requeue(0.2, "local pod changed meanwhile")
+                raise Requeue(0.2, "local pod changed meanwhile") from exc
             raise
         # Its watch event may come before this line (then it is reconciled, harmlessly).
         self._status_echoes.wrote(written)

@@ -580,9 +580,9 @@ class Environment:
             problems = preflight()
             if problems:
                 raise ClusterError("real nodes need: " + "; ".join(problems) + " (docs/real-nodes.md)")
-        self.bins  # build before anything else, with progress
+        self.bins  # noqa: B018 (a cached property: build before anything else, with progress)
         if topology.real_nodes:
-            self.node_bins
+            self.node_bins  # noqa: B018 (a cached property: built here, with progress)
         topology.webhook_port = topology.webhook_port or free_port()
         topology.extender_port = topology.extender_port or free_port()
         if topology.real_nodes:
@@ -774,7 +774,7 @@ class Environment:
         from kube_offload_harness.real_node import RealNodeError
 
         cluster = self.cluster(spec)
-        self.node_bins  # built (or found) before anything is created
+        self.node_bins  # noqa: B018 (a cached property: built (or found) before anything is created)
         # What kubeadm binds for the apiserver's kubelet client: logs, exec, stats.
         self._authorize_apiserver_kubelet_client(cluster)
         node = self.real_node(spec)

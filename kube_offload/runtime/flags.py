@@ -63,7 +63,7 @@ def add_flag(
         try:
             value = converter(raw)
         except (ValueError, argparse.ArgumentTypeError) as exc:
-            raise SystemExit(f"kube-offload: environment variable {env}={raw!r} is invalid: {exc}")
+            raise SystemExit(f"kube-offload: environment variable {env}={raw!r} is invalid: {exc}") from None
         if choices is not None and value not in choices:
             raise SystemExit(
                 f"kube-offload: environment variable {env}={raw!r} is invalid: "

@@ -275,7 +275,7 @@ def test_fifty_concurrent_execs_while_a_pod_is_offloaded(local, remote, namespac
         for process in processes:
             if process.poll() is None:
                 process.kill()
-    failures = [(i, p.returncode, err) for i, (p, (_, err)) in enumerate(zip(processes, outcomes)) if p.returncode != 0]
+    failures = [(i, p.returncode, err) for i, (p, (_, err)) in enumerate(zip(processes, outcomes, strict=True)) if p.returncode != 0]
     assert not failures, f"{len(failures)} of {sessions} exec sessions failed, e.g. {failures[:3]}"
     assert [out for out, _ in outcomes] == [f"session-{i}\n" for i in range(sessions)]
     assert vkubelet_running(offload_env)

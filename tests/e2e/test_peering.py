@@ -41,7 +41,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -238,7 +237,7 @@ def test_dry_run_changes_nothing(pair: Pair):
     result = pair.run("peer", *pair.peer_args(), "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "dry run: nothing was changed" in result.stdout
-    assert f"install chart kube-offload-remote" in result.stdout and "install chart kube-offload-local" in result.stdout
+    assert "install chart kube-offload-remote" in result.stdout and "install chart kube-offload-local" in result.stdout
     assert pair.helm_revision(pair.remote, REMOTE_RELEASE) is None
     assert pair.helm_revision(pair.local, LOCAL_RELEASE) is None
     assert not exists(pair.remote, "namespace", TENANT)

@@ -178,7 +178,7 @@ def test_partition_turns_pods_not_ready_evicts_per_toleration_and_heals_from_the
                 return ready(pod) == "False" and pod
 
             for pod in (patient, impatient):
-                marked = wait(lambda: not_ready(pod["metadata"]["name"]), timeout=10, interval=0.5,
+                marked = wait(lambda: not_ready(pod["metadata"]["name"]), timeout=10, interval=0.5,  # noqa: B023 (called in this iteration)
                               what=f"pod {pod['metadata']['name']} Ready=False")
                 assert condition(marked, "Ready")["reason"] == "RemoteClusterUnreachable"
                 assert condition(marked, "ContainersReady")["status"] == "False"

@@ -220,7 +220,7 @@ def test_twin_names_outside_the_plan_are_refused_where_the_consumer_looks(remote
         "ingress-nginx": "spec.policy.twinNamespaces.sameNames",  # not -<consumer id>, not granted
         f"kube-x-{CONSUMER}": "reserved by the provider for itself",
     }
-    for name, fragment in cases.items():
+    for name in cases:
         made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
         assert made.returncode == 0, made.stderr
     for name, fragment in cases.items():

@@ -109,7 +109,7 @@ def test_the_components_run_as_pods_of_the_charts_on_the_real_nodes(env: Environ
             assert account["metadata"]["annotations"]["meta.helm.sh/release-name"] == p.DEFAULT_RELEASE, component
             # `up` returns once the virtual node is Ready, which the vkubelet reports before the
             # kubelet's first readiness probe of its pod has passed (seen in CI: 10 s apart)
-            pods = wait_for(lambda: _settled(cluster, component), what=f"{component}'s pods Running and Ready "
+            pods = wait_for(lambda: _settled(cluster, component), what=f"{component}'s pods Running and Ready "  # noqa: B023 (called in this iteration)
                             f"on {cluster.name}", timeout=120, interval=2)
             assert len(pods) == deployment["spec"]["replicas"] == 1, (component, [q["metadata"]["name"] for q in pods])
             [pod] = pods

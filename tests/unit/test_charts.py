@@ -771,7 +771,7 @@ def test_enforcer_webhook_configuration_matches_its_registration(remote_docs: li
     [doc] = find(remote_docs, "ValidatingWebhookConfiguration", "enforcer")
     assert len(doc["webhooks"]) == len(built["webhooks"])
     ignored = ("clientConfig", "failurePolicy", "timeoutSeconds")
-    for chart_hook, python_hook in zip(doc["webhooks"], built["webhooks"]):
+    for chart_hook, python_hook in zip(doc["webhooks"], built["webhooks"], strict=True):
         assert _without(chart_hook, *ignored) == _without(python_hook, *ignored), chart_hook["name"]
         assert chart_hook["clientConfig"]["service"]["path"] == python_hook["clientConfig"]["service"]["path"]
 

@@ -258,7 +258,7 @@ def test_tallied_usage_equals_the_walk_through_every_change():
         elif action < 0.9:
             store.pop(f"{ns}/{name}")
         else:
-            store.replace({k: o for k, o in zip(store.keys(), store.list()) if rng.random() < 0.8})
+            store.replace({k: o for k, o in zip(store.keys(), store.list(), strict=True) if rng.random() < 0.8})
         for consumer in ("a", "b", "nobody"):
             walked = consumer_usage(store.list(), consumer, namespace_of=namespaces.get)
             assert tallied_usage(store, namespaces, consumer) == walked, (step, consumer)

@@ -70,4 +70,4 @@ def test_remapping_args_are_what_the_virtual_kubelet_parses_and_match_the_fabric
 def test_links_for_makes_a_star_from_the_local_node() -> None:
     c = fabric.Member("kon-2", 2, "172.31.2.0/24")
     links = fabric.links_for(A, [B, c])
-    assert [(l.index, l.a.netns, l.b.netns) for l in links] == [(0, "kon-0", "kon-1"), (1, "kon-0", "kon-2")]
+    assert [(link.index, link.a.netns, link.b.netns) for link in links] == [(0, "kon-0", "kon-1"), (1, "kon-0", "kon-2")]

@@ -106,7 +106,7 @@ def test_a_remapped_cidr_landing_on_the_pods_it_must_be_told_from_is_refused():
     clash = RemappingSettings(remote_pod_cidr="10.0.0.0/16", remote_pod_cidr_remapped="10.100.0.0/16",
                               local_pod_cidr="10.0.0.0/16", local_pod_cidr_remapped="10.0.128.0/17")
     with pytest.raises(RemappingError):  # /17 for a /16: the size is checked first
-        clash.local_pod_ips
+        clash.local_pod_ips  # noqa: B018 (the property raises)
     clash = RemappingSettings(remote_pod_cidr="10.0.0.0/16", remote_pod_cidr_remapped="10.100.0.0/16",
                               local_pod_cidr="10.0.0.0/16", local_pod_cidr_remapped="10.0.0.0/16")
     problem = clash.problem()

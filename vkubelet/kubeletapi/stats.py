@@ -116,6 +116,7 @@ def format_value(value: float) -> str:
     if value == 0:
         return "0"
     sign, digits, exponent = Decimal(repr(float(value))).as_tuple()
+    assert isinstance(exponent, int)  # not "n"/"N"/"F": NaN and infinities returned above
     text = "".join(map(str, digits)).rstrip("0") or "0"
     exponent += len(digits) - len(text)  # the zeros stripped were significant places
     decimal_exponent = len(text) + exponent - 1

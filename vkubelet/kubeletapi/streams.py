@@ -288,7 +288,7 @@ def splice(local: socket.socket, remote: socket.socket, *, leftover: bytes = b""
         while not stopped():
             if activity.idle():
                 return f"closed: idle for {idle_timeout:g}s"
-            ready = [sock for sock in other if isinstance(sock, ssl.SSLSocket) and sock.pending()]
+            ready: list[socket.socket] = [sock for sock in other if isinstance(sock, ssl.SSLSocket) and sock.pending()]
             if not ready:
                 ready, _, _ = select.select(list(other), [], [], activity.wait())
             for sock in ready:

@@ -100,7 +100,7 @@ def reflection_settings_from_args(args: argparse.Namespace) -> ReflectionSetting
         storage_classes = parse_storage_classes(appended(args, "--reflect-storage-class"))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
-    token_seconds = getattr(args, "reflect_token_expiration")
+    token_seconds = args.reflect_token_expiration
     if isinstance(token_seconds, str):  # the default, unconverted by argparse
         token_seconds = _seconds(token_seconds)
     return ReflectionSettings(resources=resources, storage_classes=storage_classes, token_seconds=int(token_seconds))

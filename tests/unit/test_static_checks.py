@@ -1,0 +1,128 @@
+"""The static checks `make lint` runs before the tests (docs/testing.md, "Static checks"):
+their configuration in pyproject.toml agrees with itself, and each checker really fails on
+a violation (in a copy of the tree, next to an unmodified copy that passes)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+PRODUCT = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "kubectl_offload")
+# The checkers' console scripts sit beside this interpreter (scripts/bootstrap.sh installs
+# them with the `lint` extra).
+BIN = Path(sys.executable).parent
+
+
+def _contract(contract_id: str) -> dict[str, Any]:
+    (contract,) = [c for c in TOOL["importlinter"]["contracts"] if c["id"] == contract_id]
+    return contract
+
+
+def _layers() -> list[set[str]]:
+    return [{m.strip() for m in re.split(r"[|:]", layer)} for layer in _contract("layers")["layers"]]
+
+
+def _strict_modules() -> set[str]:
+    (strict,) = [o for o in TOOL["mypy"]["overrides"] if o.get("disallow_untyped_defs") is True]
+    return set(strict["module"])
+
+
+def _run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+# --- the configuration --------------------------------------------------------------------------
+def test_the_domain_is_the_same_list_for_every_check():
+    domain = _layers()[-1]
+    assert domain == set(_contract("domain-no-io")["source_modules"])
+    assert domain == _strict_modules()
+
+
+def test_every_module_of_the_shared_package_has_a_layer():
+    """A new module in kube_offload/ must be placed (domain, runtime, shared services or CLI),
+    or the import contracts would not look at it."""
+    placed = set().union(*_layers())
+    modules = {f"kube_offload.{p.stem}" for p in (ROOT / "kube_offload").glob("*.py") if p.stem != "__init__"}
+    modules |= {f"kube_offload.{p.name}" for p in (ROOT / "kube_offload").iterdir() if (p / "__init__.py").exists()}
+    assert modules - placed == set()
+    assert {name for name in PRODUCT if name != "kube_offload"} <= placed
+
+
+# --- each checker fails on a violation ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The product and the harness package, importable from the copy's root."""
+    root = tmp_path_factory.mktemp("tree")
+    ignore = shutil.ignore_patterns("__pycache__")
+    for package in PRODUCT:
+        shutil.copytree(ROOT / package, root / package, ignore=ignore)
+    shutil.copytree(ROOT / "harness" / "kube_offload_harness", root / "kube_offload_harness", ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", root)
+    return root
+
+
+def test_the_import_contracts_pass_on_the_unmodified_copy(tree: Path):
+    checked = _run(BIN / "lint-imports", "--no-cache", "--no-logo", cwd=tree)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        ("kube_offload/selector.py", "from kube_offload.runtime import kube", "Layers"),
+        ("kube_offload/runtime/workqueue.py", "import vkubelet.naming", "Layers"),
+        ("webhook/app.py", "import vkubelet.naming", "Layers"),
+        ("kube_offload/policy.py", "import subprocess", "The domain does no I/O"),
+        ("certs/pki.py", "import kube_offload_harness", "never imports the development harness"),
+        ("kubectl_offload/status.py", "import enforcer.quota", "never on a component"),
+    ],
+)
+def test_the_import_contracts_catch(tree: Path, module: str, line: str, broken: str):
+    path = tree / module
+    original = path.read_text()
+    path.write_text(f"{original}\n{line}\n")
+    try:
+        checked = _run(BIN / "lint-imports", "--no-cache", "--no-logo", cwd=tree)
+    finally:
+        path.write_text(original)
+    assert checked.returncode != 0, checked.stdout
+    assert re.search(rf"{re.escape(broken)}.* BROKEN", checked.stdout), checked.stdout
+
+
+@pytest.mark.parametrize(
+    ("source", "rule"),
+    [
+        ("def f():\n    return undefined_name\n", "F821"),
+        ("callbacks = []\nfor i in range(3):\n    callbacks.append(lambda: i)\n", "B023"),
+    ],
+)
+def test_ruff_catches(tmp_path: Path, source: str, rule: str):
+    (tmp_path / "bad.py").write_text(source)
+    checked = _run(BIN / "ruff", "check", "--no-cache", "--config", ROOT / "pyproject.toml", "bad.py", cwd=tmp_path)
+    assert checked.returncode != 0
+    assert rule in checked.stdout, checked.stdout
+
+
+@pytest.mark.parametrize(("module", "strict"), [("kube_offload/selector.py", True), ("webhook/review.py", False)])
+def test_mypy_is_strict_on_the_domain_only(tmp_path: Path, module: str, strict: bool):
+    """An untyped function fails in a domain module and passes in a component."""
+    for package in {Path(module).parent, Path("kube_offload")}:
+        (tmp_path / package).mkdir(exist_ok=True)
+        (tmp_path / package / "__init__.py").touch()
+    path = tmp_path / module
+    path.write_text("def untyped(x):\n    return x\n")
+    checked = _run(
+        sys.executable, "-m", "mypy", "--config-file", ROOT / "pyproject.toml", "--cache-dir", tmp_path / ".mypy_cache",
+        module, cwd=tmp_path,
+    )
+    assert (checked.returncode != 0) is strict, checked.stdout
+    assert ("no-untyped-def" in checked.stdout) is strict, checked.stdout
