@@ -178,8 +178,7 @@ class Step:
 
 
 # --- names ----------------------------------------------------------------------------------
-def node_name(remote_cluster_id: str) -> str:
-    return f"{c.VIRTUAL_NODE_PREFIX}{remote_cluster_id}"
+node_name = c.virtual_node_name
 
 
 def kubeconfig_secret_name(remote_cluster_id: str) -> str:

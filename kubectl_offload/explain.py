@@ -37,9 +37,9 @@ from kube_offload.namespace_policies import evaluate
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
 from kube_offload.policy import NamespacePolicy, PolicyError
 from kube_offload.resources import QuantityError
+from kube_offload.times import parse_time_or_none
 from kubectl_offload.documents import camel_keys
 from kubectl_offload import scheduling
-from vkubelet.naming import twin_namespace_name
 from webhook.mutation import MalformedPod, skip_reason
 from webhook.review import decide_pod
 
@@ -190,7 +190,7 @@ def policy_section(namespace_name: str, namespace: Mapping | None, local_cluster
         "detail": f"offloaded: {c.LABEL_POD_PLACEMENT}={entry.placement}",
     }
     if local_cluster_id:
-        section["twinNamespace"] = twin_namespace_name(namespace_name, local_cluster_id, entry.mapping)
+        section["twinNamespace"] = c.twin_namespace_name(namespace_name, local_cluster_id, entry.mapping)
     return section, entry
 
 
@@ -392,7 +392,7 @@ def last_events(events: Sequence[Mapping], now: datetime, limit: int = EVENTS_SH
     shown = []
     for event in ordered[-limit:] if limit else []:
         involved = event.get("involvedObject") or event.get("regarding") or {}
-        moment = _parse_time(event_time(event))
+        moment = parse_time_or_none(event_time(event))
         shown.append({
             "time": event_time(event),
             "age": None if moment is None else max(0.0, (now - moment).total_seconds()),
@@ -408,16 +408,9 @@ def last_events(events: Sequence[Mapping], now: datetime, limit: int = EVENTS_SH
 def _event_order(event: Mapping) -> tuple[datetime, int]:
     """Time to the second (eventTime has microseconds, lastTimestamp only seconds), then
     resourceVersion: among events of one second, the one written last comes last."""
-    moment = _parse_time(event_time(event)) or datetime.min.replace(tzinfo=timezone.utc)
+    moment = parse_time_or_none(event_time(event)) or datetime.min.replace(tzinfo=timezone.utc)
     version = str(_meta(event).get("resourceVersion") or "0")
     return moment.replace(microsecond=0), int(version) if version.isdigit() else 0
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None
 
 
 def _phase(obj: Mapping | None) -> str:
