@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Callable, Iterable, Mapping
 
 from enforcer.quota import twin_object_quota
-from enforcer.tenancy import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
+from kube_offload.consumers import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
 from kube_offload import constants as c
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.provider_policy import (
