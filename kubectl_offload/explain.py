@@ -41,6 +41,7 @@ from kube_offload.pod_mutation import MalformedPod, decide_pod, skip_reason
 from kube_offload.policy import NamespacePolicy, PolicyError
 from kube_offload.resources import QuantityError
 from kube_offload.times import parse_time_or_none
+from kube_offload.views import metadata as _meta, status as _status
 from kubectl_offload.documents import camel_keys
 from kubectl_offload import scheduling
 
@@ -144,16 +145,6 @@ class Explanation:
 
 
 # --- the pieces ------------------------------------------------------------------------------
-def _meta(obj: Mapping | None) -> Mapping:
-    value = (obj or {}).get("metadata")
-    return value if isinstance(value, Mapping) else {}
-
-
-def _status(obj: Mapping | None) -> Mapping:
-    value = (obj or {}).get("status")
-    return value if isinstance(value, Mapping) else {}
-
-
 def _spec(obj: Mapping | None) -> Mapping:
     value = (obj or {}).get("spec")
     return value if isinstance(value, Mapping) else {}

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.times import format_time, parse_time_or_none
+from kube_offload.views import metadata as _meta
 from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE, never_reflected  # noqa: F401  (re-exported)
@@ -58,10 +59,6 @@ class ForgeContext:
 
 
 # --- metadata -------------------------------------------------------------------------------
-def _meta(obj: Mapping) -> Mapping:
-    return obj.get("metadata") or {}
-
-
 def forge_metadata(
     local: Mapping, ctx: ForgeContext, *, name: str | None = None, drop_annotation: Callable[[str], bool] | None = None
 ) -> dict:
