@@ -178,6 +178,7 @@ class Step:
 
 
 # --- names ----------------------------------------------------------------------------------
+# The virtual node of a remote cluster: the contract's name (kube_offload/constants.py).
 node_name = c.virtual_node_name
 
 
