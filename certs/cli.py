@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from kube_offload.runtime.flags import add_flag, appended
-from kube_offload.runtime.flags import parse_duration as flag_duration
+from kube_offload.runtime.flags import add_flag, appended, non_negative_int
+from kube_offload.times import parse_duration
 
 from . import directory as certdir
 from . import pki
@@ -39,29 +39,16 @@ class UsageError(Exception):
 
 # --- flag value types --------------------------------------------------------------------
 
-def parse_duration(text: str) -> dt.timedelta:
+def parse_timedelta(text: str) -> dt.timedelta:
     """``720h``, ``30d``, ``1h30m``, ``90s`` -> timedelta. A unit is required: a bare
     number would be ambiguous between the Go-style hours people write and seconds."""
-    compact = str(text).strip().lower().replace(" ", "")
     try:
-        if not compact or compact.replace(".", "", 1).isdigit():
-            raise ValueError(text)
-        seconds = flag_duration(compact)
+        seconds = parse_duration(str(text).lower(), unit_required=True)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration; use a number with a unit d, h, m or s, e.g. 720h or 30d"
         ) from None
     return dt.timedelta(seconds=seconds)
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
 
 
 def _listed(args: argparse.Namespace, flag: str) -> list[str]:
@@ -119,9 +106,9 @@ def _register_generate(actions: argparse._SubParsersAction) -> None:
                   "unset: the CA in --out-dir, or a new one")
     add_flag(parser, COMPONENT, "--new-ca", type=bool, default=False,
              help="true: generate a new CA even if --out-dir has one (registered caBundles must be patched again)")
-    add_flag(parser, COMPONENT, "--days", type=positive_int, default=pki.DEFAULT_SERVING_DAYS,
+    add_flag(parser, COMPONENT, "--days", type=non_negative_int, default=pki.DEFAULT_SERVING_DAYS,
              help="validity of the serving certificate in days")
-    add_flag(parser, COMPONENT, "--ca-days", type=positive_int, default=pki.DEFAULT_CA_DAYS,
+    add_flag(parser, COMPONENT, "--ca-days", type=non_negative_int, default=pki.DEFAULT_CA_DAYS,
              help="validity of a newly generated CA in days")
     add_flag(parser, COMPONENT, "--ca-common-name", default=pki.DEFAULT_CA_COMMON_NAME,
              help="common name of a newly generated CA")
@@ -152,11 +139,11 @@ def _register_secret(actions: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--cluster-domain", default="cluster.local",
              help="the cluster's DNS domain, for --service names")
     _add_names(parser)
-    add_flag(parser, COMPONENT, "--days", type=positive_int, default=pki.DEFAULT_SERVING_DAYS,
+    add_flag(parser, COMPONENT, "--days", type=non_negative_int, default=pki.DEFAULT_SERVING_DAYS,
              help="validity of a newly issued serving certificate in days")
-    add_flag(parser, COMPONENT, "--ca-days", type=positive_int, default=pki.DEFAULT_CA_DAYS,
+    add_flag(parser, COMPONENT, "--ca-days", type=non_negative_int, default=pki.DEFAULT_CA_DAYS,
              help="validity of a newly generated CA in days")
-    add_flag(parser, COMPONENT, "--within", type=parse_duration, default=DEFAULT_WITHIN,
+    add_flag(parser, COMPONENT, "--within", type=parse_timedelta, default=DEFAULT_WITHIN,
              help="reissue the serving certificate when it expires within this duration (e.g. 720h, 30d)")
     _add_kubeconfig(parser)
     parser.set_defaults(certs_action=run_secret)
@@ -194,9 +181,9 @@ def _register_renew(actions: argparse._SubParsersAction) -> None:
              help="directory holding tls.crt and tls.key (and ca.crt)")
     add_flag(parser, COMPONENT, "--ca-dir", default=None,
              help="directory holding ca.crt and ca.key; unset: --dir")
-    add_flag(parser, COMPONENT, "--within", type=parse_duration, default=DEFAULT_WITHIN,
+    add_flag(parser, COMPONENT, "--within", type=parse_timedelta, default=DEFAULT_WITHIN,
              help="renew when the certificate expires within this duration (e.g. 720h, 30d)")
-    add_flag(parser, COMPONENT, "--days", type=positive_int, default=0,
+    add_flag(parser, COMPONENT, "--days", type=non_negative_int, default=0,
              help="validity of the renewed certificate in days; 0 keeps the current certificate's lifetime")
     add_flag(parser, COMPONENT, "--reload-pid-file", default=None,
              help="after a renewal, send SIGHUP to the process whose pid this file holds "

@@ -8,9 +8,12 @@ Modules: ``cli`` (flags, signals), ``controller`` (informers, workers), ``reconc
 writes to the API server), ``events`` (Kubernetes Events), ``crd`` (--install-crd).
 The decisions themselves are pure functions in :mod:`kube_offload.shadowpod`.
 
-Provider side: ``tenants`` (wiring of the two loops below and their informers),
-``twins`` (TwinNamespace reconcile) with ``twin_plan`` (its pure decisions), ``consumers``
-(Consumer status loop) with ``consumer_status`` (pure), ``quota`` (a consumer's usage,
-shared with the ShadowPod webhook), ``tenancy`` (who a consumer is), ``trim`` (what the
-cluster-wide caches keep), ``tenant_api`` (their writes).
+Provider side, for the *consumer* (the one word for the other party; its namespace here is
+its *tenant namespace*, a name kept from the user-facing contract): ``consumer_loops``
+(wiring of the two loops below and their informers), ``twins`` (TwinNamespace reconcile)
+with ``twin_plan`` (its pure decisions), ``consumer_status_loop`` (Consumer status loop)
+with ``consumer_status`` (pure), ``quota`` (a consumer's usage, shared with the ShadowPod
+webhook), ``trim`` (what the cluster-wide caches keep), ``tenant_api`` (their writes).
+Who a consumer is and on what terms (:mod:`kube_offload.consumers`) and what its pods are
+charged (:mod:`kube_offload.consumer_quota`) are pure and in the domain.
 """

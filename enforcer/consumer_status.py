@@ -12,6 +12,7 @@ listing this cluster's nodes and pods).
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from kube_offload.times import format_time
 from typing import Mapping
 
 from kube_offload.remote_resources import RemoteResources, encode_capacity_status
@@ -49,4 +50,4 @@ def status_changed(consumer: Mapping, desired: Mapping) -> bool:
 
 def stamped(status: Mapping, now: datetime | None = None) -> dict:
     moment = now or datetime.now(timezone.utc)
-    return {**status, UPDATED: moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return {**status, UPDATED: format_time(moment)}

@@ -1,6 +1,6 @@
 """Wiring of the ShadowPod controller: two informers (ShadowPods, and the pods the
 enforcer manages, indexed by their ShadowPod), the work queue and its workers; and, once it runs,
-the provider-side loops (TwinNamespace controller, Consumer status: enforcer/tenants.py)."""
+the provider-side loops (TwinNamespace controller, Consumer status: enforcer/consumer_loops.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kubernetes import client
 from enforcer.api import KubeEnforcerApi
 from enforcer.events import EventRecorder
 from enforcer.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
-from enforcer.tenants import TenantLoops
+from enforcer.consumer_loops import ConsumerLoops
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE,
     LABEL_MANAGED_BY,
@@ -84,9 +84,9 @@ class Enforcer:
         # its ShadowPod's (and replaces a pod that failed).
         # shadowpod_of: an orphaned pod (no owner left) is reconciled under its own name.
         self.controller.watch(self.pods, shadowpod_of)
-        self.tenants: TenantLoops | None = None
+        self.tenants: ConsumerLoops | None = None
         if settings.namespace is None:
-            self.tenants = TenantLoops(
+            self.tenants = ConsumerLoops(
                 api_client,
                 shadowpods=self.shadowpods,
                 managed_pods=self.pods,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from enforcer.quota import twin_owner
-from enforcer.tenancy import service_account_username
+from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.provider_policy import METADATA_ADDRESSES, ProviderPolicyError, parse_policy
 

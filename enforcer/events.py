@@ -14,21 +14,20 @@ from typing import Callable
 from enforcer.api import EnforcerApi
 from kube_offload.runtime import events
 from kube_offload.runtime.events import AGGREGATE_SECONDS, NORMAL, WARNING  # noqa: F401  (re-exported)
+# Reasons: the contract's, under the enforcer's short names.
+from kube_offload.reasons import REASON_EXTRA_POD_DELETED as REASON_DELETED_EXTRA  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_INVALID_SHADOWPOD as REASON_INVALID  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_CREATED as REASON_CREATED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_CREATION_FAILED as REASON_CREATE_FAILED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_NAME_TAKEN as REASON_NAME_TAKEN  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_RECREATED as REASON_RECREATED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_TERMINATING as REASON_TERMINATING  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_UPDATE_REFUSED as REASON_UPDATE_REFUSED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_UPDATED as REASON_UPDATED  # noqa: F401  (re-exported)
 
 COMPONENT = "kube-offload-enforcer"
 REPORTING_CONTROLLER = "kube-offload.io/enforcer"
 
-# Reasons, written once so docs and tests can refer to them.
-REASON_CREATED = "PodCreated"
-REASON_RECREATED = "PodRecreated"
-REASON_CREATE_FAILED = "PodCreationFailed"
-REASON_DELETED_EXTRA = "ExtraPodDeleted"
-# The ShadowPod's local pod is being deleted: its pod is deleted with that grace period.
-REASON_TERMINATING = "PodTerminating"
-REASON_NAME_TAKEN = "PodNameTaken"
-REASON_INVALID = "InvalidShadowPod"
-REASON_UPDATED = "PodUpdated"
-REASON_UPDATE_REFUSED = "PodUpdateRefused"
 
 
 class EventRecorder(events.EventRecorder):

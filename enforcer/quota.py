@@ -36,148 +36,29 @@ import threading
 from typing import Callable, Iterable, Mapping
 
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
-from kube_offload.provider_policy import ProviderPolicyError, parse_policy
 from kube_offload.resources import (
     MILLI,
     TERMINATED_PHASES,
     QuantityError,
     ResourceList,
-    parse_quantity,
     pod_is_terminated,
-    pod_limits,
-    pod_requests,
+)
+from kube_offload.consumer_quota import (  # noqa: F401  (re-exported: the enforcer reads them here)
+    LIMITS_PREFIX,
+    REQUESTS_PREFIX,
+    PODS,
+    OBJECT_QUOTA_KEYS,
+    OBJECT_QUOTA_PREFIXES,
+    STORAGE_CLASS_QUOTA_MARK,
+    is_object_quota_key,
+    twin_object_quota,
+    pod_charges,
+    quota_limits,
+    consumer_quota,
+    limited_resources,
 )
 from kube_offload.runtime.informer import DELETED
 from kube_offload.shadowpod import controller_ref
-
-# --- what a pod is charged, and what a quota key limits -------------------------------------
-LIMITS_PREFIX = "limits."
-REQUESTS_PREFIX = "requests."
-PODS = "pods"
-# Quota keys Kubernetes' ResourceQuota knows that are not a pod's compute resources: object
-# counts and claimed storage. A ShadowPod never adds to them, so the ShadowPod webhook
-# never refuses for them. They bound each twin namespace, not the consumer as a whole:
-# the enforcer writes them (and only them) into a ResourceQuota in every twin namespace
-# (:func:`twin_object_quota`, enforcer/twin_plan.py), which the API server enforces
-# atomically, also while the enforcer is down (docs/security.md "Quota: what counts").
-# This is the one list of those keys.
-OBJECT_QUOTA_KEYS: tuple[str, ...] = (
-    "services",
-    "services.nodeports",
-    "services.loadbalancers",
-    "secrets",
-    "configmaps",
-    "persistentvolumeclaims",
-    "requests.storage",
-)
-# count/<resource>[.<group>] (any kind, as ResourceQuota reads it; count/pods excepted: a
-# pod is the enforcer's to count, per consumer).
-OBJECT_QUOTA_PREFIXES: tuple[str, ...] = ("count/",)
-# <class>.storageclass.storage.k8s.io/requests.storage and .../persistentvolumeclaims.
-STORAGE_CLASS_QUOTA_MARK = ".storageclass.storage.k8s.io/"
-
-
-def is_object_quota_key(key: str) -> bool:
-    """Whether a spec.quota key counts objects or claimed storage (not pod resources)."""
-    if key in ("count/pods",):
-        return False
-    return key in OBJECT_QUOTA_KEYS or key.startswith(OBJECT_QUOTA_PREFIXES) or STORAGE_CLASS_QUOTA_MARK in key
-
-
-def twin_object_quota(quota: Mapping | None) -> dict[str, str]:
-    """The ``spec.hard`` of the ResourceQuota the enforcer keeps in each twin namespace of
-    a consumer whose ``spec.quota`` is ``quota``: its object-count and storage keys
-    (:func:`is_object_quota_key`), each figure as written; never cpu, memory or any other
-    compute key (a ResourceQuota on those would make every pod set them; compute is the
-    enforcer's per-consumer count). {} when there are none: then no ResourceQuota.
-    Raises QuantityError naming ``spec.quota[<key>]`` of a figure that does not parse."""
-    if quota is None:
-        return {}
-    if not isinstance(quota, Mapping):
-        raise QuantityError("spec.quota: must be an object of resource name -> quantity")
-    hard: dict[str, str] = {}
-    for key, raw in quota.items():
-        key = str(key)
-        if not is_object_quota_key(key):
-            continue
-        try:
-            amount = parse_quantity(raw)  # type: ignore[arg-type]
-        except QuantityError as exc:
-            raise QuantityError(f"spec.quota[{key}]: {exc}") from None
-        if amount < 0:
-            raise QuantityError(f"spec.quota[{key}]: must not be negative")
-        hard[key] = str(raw)
-    return hard
-
-
-def pod_charges(pod: Mapping) -> ResourceList:
-    """What ``pod`` (a Pod, or a ShadowPod's ``spec.pod`` template) is charged: its
-    requests under the plain resource names (``pods`` = 1000), its limits under
-    ``limits.<name>`` (:func:`kube_offload.resources.pod_limits`); overhead in both.
-    Raises QuantityError on a malformed pod."""
-    charges = pod_requests(pod)
-    for name, amount in pod_limits(pod).items():
-        charges[LIMITS_PREFIX + name] = amount
-    return charges
-
-
-def quota_limits(quota: Mapping | None, mode: str = "requests") -> ResourceList:
-    """``spec.quota`` in the names :func:`pod_charges` uses, in milli-units: what the
-    webhook compares usage against. ``requests.cpu`` and (in mode ``requests``) ``cpu``
-    limit the requests; ``limits.cpu`` and (mode ``limits``) ``cpu`` the limits; mode
-    ``both`` makes a plain ``cpu`` limit both. ``pods`` and ``count/pods`` the pod count.
-    Object-count and storage keys are kept under their own names (nothing a pod adds).
-    Two keys for one figure (``cpu`` and ``requests.cpu``): the lower holds. Raises
-    QuantityError naming the key of a quantity that does not parse."""
-    out: ResourceList = {}
-
-    def put(name: str, amount: int) -> None:
-        out[name] = min(amount, out[name]) if name in out else amount
-
-    if quota is None:
-        return out
-    if not isinstance(quota, Mapping):
-        raise QuantityError("must be an object of resource name -> quantity")
-    for key, raw in quota.items():
-        key = str(key)
-        try:
-            amount = parse_quantity(raw)  # type: ignore[arg-type]
-        except QuantityError as exc:
-            raise QuantityError(f"{key}: {exc}") from None
-        if key in (PODS, "count/pods"):
-            put(PODS, amount)
-        elif is_object_quota_key(key):
-            put(key, amount)
-        elif key.startswith(REQUESTS_PREFIX):
-            put(key[len(REQUESTS_PREFIX):], amount)
-        elif key.startswith(LIMITS_PREFIX):
-            put(key, amount)
-        else:
-            if mode in ("requests", "both"):
-                put(key, amount)
-            if mode in ("limits", "both"):
-                put(LIMITS_PREFIX + key, amount)
-    return out
-
-
-def consumer_quota(spec: Mapping) -> ResourceList:
-    """A Consumer spec's quota as :func:`quota_limits` reads it under its
-    ``spec.policy.quotaMode``. Raises QuantityError naming the key (spec.quota[...] or
-    spec.policy...) when either does not parse: the provider's mistake."""
-    try:
-        mode = parse_policy(spec.get("policy")).quota_mode
-    except ProviderPolicyError as exc:
-        raise QuantityError(str(exc)) from None  # names its spec.policy key already
-    try:
-        return quota_limits(spec.get("quota"), mode)
-    except QuantityError as exc:
-        raise QuantityError(f"spec.quota: {exc}") from None
-
-
-def limited_resources(quota: Mapping[str, int]) -> list[str]:
-    """The resources whose limits a quota (:func:`quota_limits` output) counts: a pod must
-    then set a limit for each (as ResourceQuota requires), or its limit is unbounded."""
-    return sorted(name[len(LIMITS_PREFIX):] for name in quota if name.startswith(LIMITS_PREFIX))
 
 log = logging.getLogger("kube_offload.enforcer.quota")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Iterator, Mapping
 
 from enforcer.quota import limited_resources, live_shadowpod, pod_charges, twin_owner
-from enforcer.tenancy import service_account_username
+from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
 from kube_offload.resources import (
     QuantityError,

@@ -18,9 +18,10 @@ from enum import Enum
 from typing import Callable, Iterable, Mapping
 
 from enforcer.quota import twin_object_quota
-from enforcer.tenancy import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
+from kube_offload.consumers import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
 from kube_offload import constants as c
 from kube_offload.resources import QuantityError, parse_quantity
+from kube_offload.views import ObjectMeta
 from kube_offload.provider_policy import (
     ALWAYS_RESERVED_NAMESPACES,
     POLICY,
@@ -96,16 +97,16 @@ def request_key(request: Mapping) -> str:
 
 
 def has_finalizer(request: Mapping) -> bool:
-    return c.TWIN_NAMESPACE_FINALIZER in ((request.get("metadata") or {}).get("finalizers") or [])
+    return c.TWIN_NAMESPACE_FINALIZER in ObjectMeta.of(request).finalizers
 
 
 def finalizers_with(request: Mapping) -> list[str]:
-    current = list((request.get("metadata") or {}).get("finalizers") or [])
+    current = list(ObjectMeta.of(request).finalizers)
     return current if c.TWIN_NAMESPACE_FINALIZER in current else [*current, c.TWIN_NAMESPACE_FINALIZER]
 
 
 def finalizers_without(request: Mapping) -> list[str]:
-    return [f for f in (request.get("metadata") or {}).get("finalizers") or [] if f != c.TWIN_NAMESPACE_FINALIZER]
+    return [f for f in ObjectMeta.of(request).finalizers if f != c.TWIN_NAMESPACE_FINALIZER]
 
 
 def name_problem(name: str) -> str:
@@ -373,7 +374,7 @@ def status(request: Mapping, phase: str, message: str, namespace: str = "") -> d
     desired: dict = {"phase": phase, "message": message}
     if namespace:
         desired["namespace"] = namespace
-    generation = (request.get("metadata") or {}).get("generation")
+    generation = ObjectMeta.of(request).generation
     if generation is not None:
         desired["observedGeneration"] = generation
     return desired
@@ -384,7 +385,7 @@ def status_changed(request: Mapping, desired: Mapping) -> bool:
 
 
 def _terminating(obj: Mapping | None) -> bool:
-    return bool(obj and (obj.get("metadata") or {}).get("deletionTimestamp"))
+    return ObjectMeta.of(obj).deleting
 
 
 def plan_twin(
@@ -410,8 +411,8 @@ def plan_twin(
         return _plan_deletion(request, namespace)
 
     key = request_key(request)
-    name = str((request.get("metadata") or {}).get("name") or "")
-    request_namespace = str((request.get("metadata") or {}).get("namespace") or "")
+    meta = ObjectMeta.of(request)
+    name, request_namespace = meta.name, meta.namespace
 
     problem = name_problem(name)
     if problem:
@@ -536,7 +537,7 @@ def _plan_deletion(request: Mapping, namespace: Mapping | None) -> TwinPlan:
     not seen the namespace yet must not let the finalizer go while it exists."""
     if not has_finalizer(request):
         return TwinPlan(notes=["deleting, not ours to finalize"])
-    name = str((request.get("metadata") or {}).get("name") or "")
+    name = ObjectMeta.of(request).name
     key = request_key(request)
     if not made_for(namespace, key):
         # Gone already, or someone else's (never touched): nothing to clean up.
@@ -545,5 +546,5 @@ def _plan_deletion(request: Mapping, namespace: Mapping | None) -> TwinPlan:
     terminating = status(request, c.TWIN_PHASE_TERMINATING, f"deleting namespace {name} and everything in it", name)
     if _terminating(namespace):
         return TwinPlan(status=terminating, requeue_after=TERMINATING_RECHECK_SECONDS)
-    uid = str((namespace.get("metadata") or {}).get("uid") or "")
+    uid = ObjectMeta.of(namespace).uid
     return TwinPlan(status=terminating, delete_namespace_uid=uid, requeue_after=TERMINATING_RECHECK_SECONDS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from enforcer.tenancy import consumer_name, service_account_of
+from kube_offload.consumers import consumer_name, service_account_of
 from enforcer.tenant_api import TenantApi
 from enforcer.twin_plan import (
     ResourceQuotaAction,

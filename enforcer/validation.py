@@ -40,16 +40,15 @@ the field and says how to fix it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 from enforcer import pod_policy, quota_rules
 from enforcer.pod_policy import Invalid, field_mapping as _mapping
-from enforcer.quota import consumer_quota, live_shadowpod, pod_charges, shadowpod_requests, twin_owner
-from enforcer.tenancy import consumer_name, pod_security_level, service_account_username
+from enforcer.quota import live_shadowpod, pod_charges, shadowpod_requests, twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
-from kube_offload.provider_policy import ProviderPolicy, ProviderPolicyError, parse_policy
+# The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
+from kube_offload.consumers import ConsumerError, ConsumerTerms, consumer_terms, quota_excess  # noqa: F401  (re-exported)
 from kube_offload.resources import (
     QuantityError,
     ResourceList,
@@ -92,49 +91,6 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 
 ServiceAccountLookup = Callable[[str], "Mapping | None"]
 """ServiceAccount name -> that ServiceAccount in the request's namespace, or None."""
-
-
-@dataclass(frozen=True)
-class ConsumerTerms:
-    """The parts of a Consumer's spec the webhook enforces."""
-
-    consumer_id: str
-    username: str  # system:serviceaccount:<ns>:<name>
-    level: str
-    quota: ResourceList  # milli-units; an absent resource is unlimited
-    cordoned: bool
-    policy: ProviderPolicy  # spec.policy, its defaults where absent
-
-
-class ConsumerError(ValueError):
-    """The Consumer object itself is unusable (the provider's mistake)."""
-
-
-def consumer_terms(consumer: Mapping) -> ConsumerTerms:
-    """Identity and level as :mod:`enforcer.tenancy` reads them (an unknown level counts
-    as restricted); a quota or a policy that does not parse is the provider's mistake and
-    refuses (never a guess at what the provider meant to grant)."""
-    spec = consumer.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise ConsumerError("spec is not an object")
-    if not isinstance(spec.get("serviceAccount") or {}, Mapping):
-        raise ConsumerError("spec.serviceAccount is not an object")
-    try:
-        quota = consumer_quota(spec)  # quota keys read under spec.policy.quotaMode (enforcer.quota)
-    except QuantityError as exc:
-        raise ConsumerError(str(exc)) from None  # names the key: spec.quota or spec.policy
-    try:
-        policy = parse_policy(spec.get("policy"))
-    except ProviderPolicyError as exc:
-        raise ConsumerError(str(exc)) from None
-    return ConsumerTerms(
-        consumer_id=consumer_name(consumer),
-        username=service_account_username(consumer),
-        level=pod_security_level(consumer),
-        quota=quota,
-        cordoned=spec.get("cordoned") is True,
-        policy=policy,
-    )
 
 
 # --- the decision -----------------------------------------------------------------------------
@@ -253,23 +209,6 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
         for name, amount in shadowpod_requests(old).items():
             delta[name] = delta.get(name, 0) - amount
     return delta
-
-
-def quota_excess(
-    quota: Mapping[str, int], usage: Mapping[str, int], delta: Mapping[str, int]
-) -> list[tuple[str, int, int, int]]:
-    """(resource, added, used, quota) for every quota'd resource this request would take
-    over its quota. A request that adds nothing to a resource is never refused for it,
-    so a consumer already over a lowered quota can still shrink or touch its pods."""
-    exceeded = []
-    for name in sorted(quota, key=resource_sort_key):
-        more = delta.get(name, 0)
-        if more <= 0:
-            continue
-        used = usage.get(name, 0)
-        if used + more > quota[name]:
-            exceeded.append((name, more, used, quota[name]))
-    return exceeded
 
 
 # --- the rules ----------------------------------------------------------------------------------

@@ -14,10 +14,9 @@ from typing import Any, Container, Iterable, Protocol
 
 from kube_offload.runtime.informer import DELETED
 from kube_offload.nodes import is_virtual_node, node_name
-from kube_offload.namespace_policies import NamespacePolicies, evaluate
-from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
-
-from extender.core import InvalidPolicy, PolicyLookup
+from kube_offload.namespace_policies import NamespacePolicies
+from kube_offload.policy import PolicyError, namespace_name
+from kube_offload.node_filter import PolicyLookup, evaluate_policy, policy_lookup
 
 log = logging.getLogger("extender.caches")
 
@@ -40,16 +39,6 @@ class ExtenderCaches(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-def evaluate_policy(namespace: dict) -> PolicyLookup:
-    return _lookup(namespace_name(namespace), evaluate(namespace))
-
-
-def _lookup(name: str, entry: NamespacePolicy | PolicyError | None) -> PolicyLookup:
-    if isinstance(entry, PolicyError):
-        return InvalidPolicy(namespace=name, message=str(entry))
-    return entry
 
 
 class StaticCaches:
@@ -140,7 +129,7 @@ class InformerCaches:
         return self._virtual if self._nodes is not None else None
 
     def namespace_policy(self, namespace: str) -> PolicyLookup:
-        return _lookup(namespace, self._policies.get(namespace))
+        return policy_lookup(namespace, self._policies.get(namespace))
 
     def synced(self) -> bool:
         return self._namespaces.has_synced() and (self._nodes is None or self._nodes.has_synced())

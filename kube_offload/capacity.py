@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping
 
-from kube_offload import resources
+from kube_offload import resources, times
 from kube_offload.resources import QuantityError, ResourceList
 
 FORMAT_VERSION = 1
@@ -107,7 +107,7 @@ def encode_remote_capacity(
     kept, omitted = _select_shapes(distinct, max_shapes)
     document = {
         "v": FORMAT_VERSION,
-        "updated": format_timestamp(updated),
+        "updated": times.format_time(updated),
         "remoteNodes": len(free_by_node),
         "total": resources.format_resource_list(total),
         "nodes": [_encode_shape(shape) for shape in kept],
@@ -164,11 +164,6 @@ def _dominates(big: Mapping[str, int], small: Mapping[str, int]) -> bool:
     return all(big.get(resource, 0) >= amount for resource, amount in small.items())
 
 
-def format_timestamp(moment: datetime) -> str:
-    """RFC 3339 in UTC with second precision, as Kubernetes writes timestamps."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # --- reading (scheduler extender) --------------------------------------------------------
 def decode_remote_capacity(text: str) -> RemoteCapacity:
     """Parse an annotation value; raises :class:`CapacityError` with a reason a human can
@@ -214,12 +209,11 @@ def _parse_timestamp(value: object) -> datetime:
     if not isinstance(value, str):
         raise CapacityError("'updated' must be an RFC 3339 timestamp string")
     try:
-        moment = datetime.fromisoformat(value)
+        return times.parse_time(value, require_offset=True)
+    except times.MissingOffset:
+        raise CapacityError(f"'updated' must carry a time zone (e.g. Z): {value!r}") from None
     except ValueError:
         raise CapacityError(f"'updated' is not an RFC 3339 timestamp: {value!r}") from None
-    if moment.tzinfo is None:
-        raise CapacityError(f"'updated' must carry a time zone (e.g. Z): {value!r}")
-    return moment.astimezone(timezone.utc)
 
 
 def _resource_list(value: object, where: str) -> ResourceList:

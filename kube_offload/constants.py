@@ -1,9 +1,13 @@
 """The user-facing contract of kube-offload: every label, annotation, taint, API group and
-default written once. Components import from here; docs/contract.md mirrors this file.
+default written once, and the names derived from them (virtual node, twin namespace,
+tenant namespace). Components import from here; docs/architecture.md mirrors this file.
+The rest of the contract: Event reasons (below), times and durations
+(:mod:`kube_offload.times`), typed views of the objects read (:mod:`kube_offload.views`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 DOMAIN: Final = "kube-offload.io"
@@ -89,6 +93,10 @@ ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
 # kubernetes.io/service-account-token, which the provider refuses from a consumer (a token
 # of the provider's own would be minted into it; charts/kube-offload-remote admission-policies).
 REFLECTED_TOKEN_SECRET_TYPE: Final = f"{DOMAIN}/service-account-token"
+# On every object a reflector writes, besides the origin label: the reflector's resource
+# name. The remote EndpointSlice controller copies a Service's labels (origin included)
+# onto slices it owns, so the origin label alone does not prove an object is ours.
+LABEL_REFLECTOR: Final = f"{DOMAIN}/reflector"
 ANNOTATION_SKIP_REFLECTION: Final = f"{DOMAIN}/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION: Final = f"{DOMAIN}/allow-reflection"
 
@@ -171,6 +179,44 @@ ENDPOINTSLICE_WEBHOOK_NAME: Final = "endpointslices.enforcer.kube-offload.io"
 ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
 
 
+def virtual_node_name(cluster_id: str) -> str:
+    """The virtual node that stands for remote cluster ``cluster_id`` (its default name:
+    ``kube-offload vkubelet --node-name`` may set another)."""
+    return f"{VIRTUAL_NODE_PREFIX}{cluster_id}"
+
+
 def tenant_namespace(consumer_id: str) -> str:
     """The provider namespace that holds consumer ``consumer_id``'s identity and requests."""
     return f"{TENANT_NAMESPACE_PREFIX}{consumer_id}"
+
+
+# Twin namespace names are Namespace names: DNS-1123 labels. Deterministic, so that after a
+# restart the vkubelet finds what it created before by computing the same names again.
+NAMESPACE_NAME_MAX: Final = 63
+_HASH_LENGTH: Final = 8
+
+
+def twin_namespace_name(namespace: str, local_cluster_id: str, mapping: str = DEFAULT_MAPPING) -> str:
+    """The remote namespace that twins local ``namespace``.
+
+    ``EnforceSameName`` keeps the name. ``DefaultName`` appends the local cluster id, so
+    two consumer clusters offloading a namespace of the same name to one provider do
+    not collide: ``demo`` from cluster ``alpha`` -> ``demo-alpha``.
+
+    A result longer than 63 characters is shortened by cutting the namespace part and
+    inserting a hash of the full name, keeping the cluster id visible at the end
+    (``<ns prefix>-<hash8>-<local id>``): different long names still get different twins.
+    """
+    if mapping == MAPPING_ENFORCE_SAME_NAME:
+        return namespace
+    full = f"{namespace}-{local_cluster_id}"
+    if len(full) <= NAMESPACE_NAME_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LENGTH]
+    room = NAMESPACE_NAME_MAX - len(local_cluster_id) - _HASH_LENGTH - 2  # two dashes
+    if room >= 1:
+        head = namespace[:room].rstrip("-")
+        if head:
+            return f"{head}-{digest}-{local_cluster_id}"
+    # A cluster id too long to keep whole: the hash alone must then tell names apart.
+    return f"{full[: NAMESPACE_NAME_MAX - _HASH_LENGTH - 1].rstrip('-')}-{digest}"

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -30,6 +29,7 @@ from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload.runtime.flags import add_flag, appended, positive_duration
 from kube_offload.runtime.kube import ApiError, call, call_json, load_api_client
+from kube_offload.times import now_time
 
 POLL_SECONDS = 1.0
 OCI_SCHEME = "oci://"
@@ -537,7 +537,7 @@ class PeerRun:
             if not self.secret_changed:
                 return "credentials unchanged, not restarted"
             patch = {"spec": {"template": {"metadata": {"annotations": {
-                p.RESTARTED_AT_ANNOTATION: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}}}}
+                p.RESTARTED_AT_ANNOTATION: now_time()}}}}}
             try:
                 call_json(ctx.local.apps.patch_namespaced_deployment, step.data["name"], ctx.namespace, patch)
             except ApiError as exc:

@@ -178,8 +178,8 @@ class Step:
 
 
 # --- names ----------------------------------------------------------------------------------
-def node_name(remote_cluster_id: str) -> str:
-    return f"{c.VIRTUAL_NODE_PREFIX}{remote_cluster_id}"
+# The virtual node of a remote cluster: the contract's name (kube_offload/constants.py).
+node_name = c.virtual_node_name
 
 
 def kubeconfig_secret_name(remote_cluster_id: str) -> str:

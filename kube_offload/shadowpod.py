@@ -40,6 +40,7 @@ from kube_offload.constants import (
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
 )
+from kube_offload.views import metadata as _meta
 
 __all__ = [
     # building and reading (the virtual kubelet writes ShadowPods with build_shadowpod)
@@ -536,10 +537,6 @@ def _normal(value: Any) -> Any:
     """Absent, null, "" and [] all read as "nothing" when comparing statuses."""
     value = _clean(value)
     return None if value in ("", [], {}) else value
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _str_map(value: Any) -> dict[str, str]:

@@ -1,14 +1,16 @@
 """``kubectl offload explain``: where a pod can run and why, from facts already read (pure).
 
-Every decision is asked of the code that makes it in the cluster, never re-implemented:
+Every decision is asked of the code that makes it in the cluster, never re-implemented;
+those decisions are pure domain functions the components serve, so the plugin imports the
+domain and the contract only, never a component (tests/unit/test_kubectl_imports.py):
 
 - the namespace policy: :func:`kube_offload.namespace_policies.evaluate` (webhook and
   extender read it so);
-- what the webhook adds: :func:`webhook.review.decide_pod` (the webhook's own decision);
+- what the webhook adds: :func:`kube_offload.pod_mutation.decide_pod` (the webhook's own decision);
 - placement, cluster selector, virtual-node readiness and remote fit:
-  :func:`extender.core.filter_nodes` (the extender's own filter);
-- the provider's quota and cordon: :func:`enforcer.validation.consumer_terms` and
-  :func:`~enforcer.validation.quota_excess` (the ShadowPod webhook's own rules);
+  :func:`kube_offload.node_filter.filter_nodes` (the extender's own filter);
+- the provider's quota and cordon: :func:`kube_offload.consumers.consumer_terms` and
+  :func:`~kube_offload.consumers.quota_excess` (the ShadowPod webhook's own rules);
 - taints, node affinity, cordon and node resources: :mod:`kubectl_offload.scheduling`
   (kube-scheduler's rules).
 
@@ -26,22 +28,22 @@ from typing import Any, Mapping, Sequence
 
 import jsonpatch
 
-from enforcer.quota import pod_charges
-from enforcer.validation import ConsumerError, consumer_terms, quota_excess
-from extender import core as extender
-from extender.caches import evaluate_policy
 from kube_offload import constants as c
 from kube_offload import resources
+from kube_offload import node_filter as extender
 from kube_offload.affinity import virtual_node_toleration
+from kube_offload.consumer_quota import pod_charges
+from kube_offload.consumers import ConsumerError, consumer_terms, quota_excess
 from kube_offload.namespace_policies import evaluate
+from kube_offload.node_filter import evaluate_policy
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
+from kube_offload.pod_mutation import MalformedPod, decide_pod, skip_reason
 from kube_offload.policy import NamespacePolicy, PolicyError
 from kube_offload.resources import QuantityError
+from kube_offload.times import parse_time_or_none
+from kube_offload.views import metadata as _meta, status as _status
 from kubectl_offload.documents import camel_keys
 from kubectl_offload import scheduling
-from vkubelet.naming import twin_namespace_name
-from webhook.mutation import MalformedPod, skip_reason
-from webhook.review import decide_pod
 
 # The checks of one node, in the order their first failure is reported.
 CHECK_PLACEMENT = "placement"  # the extender: placement table, cluster selector, policy validity
@@ -143,16 +145,6 @@ class Explanation:
 
 
 # --- the pieces ------------------------------------------------------------------------------
-def _meta(obj: Mapping | None) -> Mapping:
-    value = (obj or {}).get("metadata")
-    return value if isinstance(value, Mapping) else {}
-
-
-def _status(obj: Mapping | None) -> Mapping:
-    value = (obj or {}).get("status")
-    return value if isinstance(value, Mapping) else {}
-
-
 def _spec(obj: Mapping | None) -> Mapping:
     value = (obj or {}).get("spec")
     return value if isinstance(value, Mapping) else {}
@@ -190,7 +182,7 @@ def policy_section(namespace_name: str, namespace: Mapping | None, local_cluster
         "detail": f"offloaded: {c.LABEL_POD_PLACEMENT}={entry.placement}",
     }
     if local_cluster_id:
-        section["twinNamespace"] = twin_namespace_name(namespace_name, local_cluster_id, entry.mapping)
+        section["twinNamespace"] = c.twin_namespace_name(namespace_name, local_cluster_id, entry.mapping)
     return section, entry
 
 
@@ -392,7 +384,7 @@ def last_events(events: Sequence[Mapping], now: datetime, limit: int = EVENTS_SH
     shown = []
     for event in ordered[-limit:] if limit else []:
         involved = event.get("involvedObject") or event.get("regarding") or {}
-        moment = _parse_time(event_time(event))
+        moment = parse_time_or_none(event_time(event))
         shown.append({
             "time": event_time(event),
             "age": None if moment is None else max(0.0, (now - moment).total_seconds()),
@@ -408,16 +400,9 @@ def last_events(events: Sequence[Mapping], now: datetime, limit: int = EVENTS_SH
 def _event_order(event: Mapping) -> tuple[datetime, int]:
     """Time to the second (eventTime has microseconds, lastTimestamp only seconds), then
     resourceVersion: among events of one second, the one written last comes last."""
-    moment = _parse_time(event_time(event)) or datetime.min.replace(tzinfo=timezone.utc)
+    moment = parse_time_or_none(event_time(event)) or datetime.min.replace(tzinfo=timezone.utc)
     version = str(_meta(event).get("resourceVersion") or "0")
     return moment.replace(microsecond=0), int(version) if version.isdigit() else 0
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-    except ValueError:
-        return None
 
 
 def _phase(obj: Mapping | None) -> str:

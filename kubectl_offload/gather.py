@@ -18,12 +18,10 @@ from kube_offload.runtime.kube import ApiError, call_json
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
 from kube_offload.policy import NamespacePolicy
 from kube_offload.namespace_policies import evaluate
+from kube_offload.reasons import REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
 from kubectl_offload.explain import ExplainFacts, RemoteChain, RemoteView
 from kubectl_offload.kubeconfigs import LocalCluster, PluginError, Remotes
 from kubectl_offload.status import REMOTE_REACHABLE, REMOTE_UNREACHABLE, REMOTE_UNREAD, RemoteFacts, StatusFacts
-from vkubelet.naming import twin_namespace_name
-from vkubelet.reflection.names import LABEL_REFLECTOR
-from vkubelet.reflection.reflector import REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
 
 Say = Callable[[str], None]
 GROUP, VERSION = c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION
@@ -138,7 +136,7 @@ def _twin_namespace(provider: Provider, local_id: str, namespace: str, policy: o
         if not provider.usable:
             raise
     mapping = policy.mapping if isinstance(policy, NamespacePolicy) else c.DEFAULT_MAPPING
-    return twin_namespace_name(namespace, local_id, mapping)
+    return c.twin_namespace_name(namespace, local_id, mapping)
 
 
 def _chain(provider: Provider, local_id: str | None, pod: Mapping, policy: object) -> RemoteChain:
@@ -149,7 +147,7 @@ def _chain(provider: Provider, local_id: str | None, pod: Mapping, policy: objec
     try:
         twin = _twin_namespace(provider, local_id, namespace, policy)
     except ReadError as exc:
-        return RemoteChain(provider.cluster_id, twin_namespace_name(namespace, local_id), error=str(exc))
+        return RemoteChain(provider.cluster_id, c.twin_namespace_name(namespace, local_id), error=str(exc))
     try:
         shadowpod = provider.get(
             lambda api: client.CustomObjectsApi(api).get_namespaced_custom_object,
@@ -217,7 +215,7 @@ def _ping(provider: Provider) -> float | None:
 
 
 def _reflected(provider: Provider, local_id: str, twins: Sequence[str]) -> dict[str, int]:
-    selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_id},{LABEL_REFLECTOR}"
+    selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_id},{c.LABEL_REFLECTOR}"
     counts = {kind: 0 for kind, _ in REFLECTED_KINDS}
     for namespace in twins:
         for kind, fn in REFLECTED_KINDS:
@@ -274,7 +272,7 @@ def status_facts(local: LocalCluster, remotes: Remotes, *, local_cluster_id: str
     for cluster_id, provider in providers(remotes, cluster_ids).items():
         say(f"reading remote {cluster_id}")
         node = by_id.get(cluster_id)
-        name = node_name(node) if node is not None else f"{c.VIRTUAL_NODE_PREFIX}{cluster_id}"
+        name = node_name(node) if node is not None else c.virtual_node_name(cluster_id)
         lease = _local(local, coordination.read_namespaced_lease, name, LEASE_NAMESPACE, what=f"Lease {name}", missing_ok=True)
         pods = (_local(local, core.list_pod_for_all_namespaces, what=f"pods on {name}",
                        field_selector=f"spec.nodeName={name}") or {}).get("items") or []

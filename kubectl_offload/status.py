@@ -28,6 +28,7 @@ from kube_offload import constants as c
 from kube_offload import resources
 from kube_offload.remote_resources import CapacityStatusError, decode_capacity_status
 from kube_offload.resources import QuantityError
+from kube_offload.times import parse_time_or_none
 from kubectl_offload.documents import camel_keys
 
 REMOTE_REACHABLE = "reachable"
@@ -113,18 +114,9 @@ class StatusReport:
         return camel_keys(asdict(self))
 
 
-def _parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _age(now: datetime, text: object) -> float | None:
     """Seconds since ``text`` (RFC 3339), to the tenth: output stays readable and diffable."""
-    moment = _parse_time(text)
+    moment = parse_time_or_none(text)
     return None if moment is None else round(max(0.0, (now - moment).total_seconds()), 1)
 
 
@@ -234,7 +226,7 @@ def remote_status(facts: RemoteFacts, now: datetime, local_cluster_id: str | Non
     problems: list[str] = []
     warnings: list[str] = []
     node = facts.node
-    name = str(((node or {}).get("metadata") or {}).get("name") or f"kube-offload-{facts.cluster_id}")
+    name = str(((node or {}).get("metadata") or {}).get("name") or c.virtual_node_name(facts.cluster_id))
 
     ready = _condition(node, "Ready")
     ready_state = "missing" if node is None else str(ready.get("status") or "Unknown")

@@ -28,10 +28,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kube_offload import constants as c
-
 # status.reason of a DaemonSet pod left Pending (or ended) on a virtual node, and the
 # reason of the Event that says so.
-REASON_NOT_OFFLOADED = "DaemonSetNotOffloaded"
+from kube_offload.reasons import REASON_DAEMONSET_NOT_OFFLOADED as REASON_NOT_OFFLOADED  # noqa: F401  (re-exported)
+
 DAEMONSET_KIND = "DaemonSet"
 DAEMONSET_GROUP = "apps"
 PENDING = "Pending"

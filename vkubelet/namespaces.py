@@ -27,7 +27,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from kubernetes import client
@@ -38,6 +37,7 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.policy import PolicyError, policy_from_namespace
+from kube_offload.times import now_time
 from vkubelet import events as ev
 from vkubelet import twin_requests as tr
 from vkubelet.events import EventRecorder
@@ -330,7 +330,7 @@ class TwinNamespaces:
 
     def _nudge(self, request: Mapping, logger: logging.LoggerAdapter) -> None:
         meta = request.get("metadata") or {}
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = now_time()
         try:
             call_json(
                 self._custom.patch_namespaced_custom_object,

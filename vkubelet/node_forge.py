@@ -7,14 +7,15 @@ lives here and is tested on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping
 
 import kube_offload
 from kube_offload import constants as c
-from kube_offload import resources
+from kube_offload import reasons, resources
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.remote_resources import PRESSURE_CONDITIONS
+from kube_offload.times import format_micro_time, format_time, parse_time_or_none
 from vkubelet.settings import Settings
 
 READY = "Ready"
@@ -22,32 +23,13 @@ CONDITION_TYPES = (READY, *PRESSURE_CONDITIONS)
 LEASE_NAMESPACE = "kube-node-lease"
 
 # Reasons shown by `kubectl describe node`, kubelet-style.
-REASON_READY = "RemoteClusterReachable"
-REASON_NOT_READY = "RemoteClusterUnreachable"
+REASON_READY = reasons.REASON_REMOTE_REACHABLE
+REASON_NOT_READY = reasons.REASON_REMOTE_UNREACHABLE
 _PRESSURE_REASONS = {
     "MemoryPressure": ("RemoteHasSufficientMemory", "RemoteUnderMemoryPressure", "memory"),
     "DiskPressure": ("RemoteHasNoDiskPressure", "RemoteUnderDiskPressure", "disk"),
     "PIDPressure": ("RemoteHasSufficientPID", "RemoteUnderPIDPressure", "PID"),
 }
-
-
-def format_time(moment: datetime) -> str:
-    """metav1.Time: RFC 3339, second precision."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_micro_time(moment: datetime) -> str:
-    """metav1.MicroTime: the API refuses it without exactly six fractional digits."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 # --- metadata and spec -----------------------------------------------------------------------
@@ -308,7 +290,7 @@ def status_equivalent(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
 def heartbeat_due(current: Mapping[str, Any], now: datetime, report_seconds: float) -> bool:
     for cond in current.get("conditions") or []:
         if cond.get("type") == READY:
-            beat = parse_time(cond.get("lastHeartbeatTime"))
+            beat = parse_time_or_none(cond.get("lastHeartbeatTime"))
             return beat is None or (now - beat).total_seconds() >= report_seconds
     return True
 

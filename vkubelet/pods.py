@@ -75,13 +75,15 @@ from vkubelet import termination as term
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS, TwinNamespaces
-from vkubelet.node_forge import parse_time
+from kube_offload.times import now_time, parse_time_or_none
 from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from kube_offload.remote_resources import is_ours
 from vkubelet.settings import Settings
 from vkubelet.policy_events import PolicyNotices
 from vkubelet.provider_terms import PolicyReader
 from vkubelet.translation import TranslationContext, origin_key, origin_uid, shadowpod_of, translate_pod
+# status.reason of a pod ended because its namespace stopped being offloaded here.
+from kube_offload.reasons import REASON_NOT_OFFLOADED  # noqa: F401  (re-exported)
 
 
 # A pod arriving together with its namespace's first offloading may find the twin not
@@ -95,8 +97,6 @@ REJECTED_RETRY_SECONDS = 30.0
 POLICY_REFUSED_RETRY_SECONDS = 60.0
 UNSCHEDULABLE_RETRY_SECONDS = 30.0
 TERMINATION_POLL_SECONDS = 2.0
-# status.reason of a pod ended because its namespace stopped being offloaded here.
-REASON_NOT_OFFLOADED = "NotOffloaded"
 # Backoff keys of the two requests a provider may refuse: (pod key, operation).
 CREATE = "create"
 UPDATE = "update"
@@ -586,7 +586,7 @@ class PodOffloader:
         """Ready and ContainersReady false while the remote cluster does not answer
         (readiness.py); written once, not at every reconcile."""
         message = readiness.unreachable_message(self.settings.node_name, self.settings.cluster_id)
-        patch = st.status_patch(local, readiness.unreachable_status(local, message, _now()))
+        patch = st.status_patch(local, readiness.unreachable_status(local, message, now_time()))
         if patch is None:
             return
         self._patch_status(local, patch)
@@ -598,7 +598,7 @@ class PodOffloader:
         plan = self._twins.plan(meta["namespace"])
         if plan.twin is not None and plan.pods:
             # Offloaded here, twin on its way: normally a matter of milliseconds.
-            created = parse_time(meta.get("creationTimestamp"))
+            created = parse_time_or_none(meta.get("creationTimestamp"))
             age = (datetime.now(timezone.utc) - created).total_seconds() if created else 0.0
             if age >= TWIN_WAIT_WARNING_SECONDS:
                 self._recorder.warning(local, ev.REASON_OFFLOADING_FAILED, why)
@@ -617,7 +617,7 @@ class PodOffloader:
         remaining = shadows + self._remote_pods_of(f"{meta['namespace']}/{meta['name']}")
         if remaining:
             raise Requeue(TERMINATION_POLL_SECONDS, f"{message}; waiting for its remote pod to go")
-        failed = st.failed_status(local, REASON_NOT_OFFLOADED, message, _now())
+        failed = st.failed_status(local, REASON_NOT_OFFLOADED, message, now_time())
         if failed is None:
             return
         patch = st.status_patch(local, failed)
@@ -637,7 +637,7 @@ class PodOffloader:
         if remaining:
             raise Requeue(TERMINATION_POLL_SECONDS, "DaemonSet pod: waiting for its remote pod to go")
         if daemonsets.needs_ending(local):
-            failed = st.failed_status(local, daemonsets.REASON_NOT_OFFLOADED, text, _now())
+            failed = st.failed_status(local, daemonsets.REASON_NOT_OFFLOADED, text, now_time())
             patch = st.status_patch(local, failed) if failed is not None else None
             if patch is not None:
                 logger.warning("%s: its remote pod is gone, marking the pod Failed", text)
@@ -734,8 +734,6 @@ class PodOffloader:
 _UPDATABLE_FIELDS = ("metadata.labels", "metadata.annotations", "spec.tolerations")
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _changed(template_patch: Mapping) -> list[str]:

@@ -26,10 +26,10 @@ from typing import Callable, Hashable, Mapping
 
 from kube_offload.runtime.kube import ApiError
 from kube_offload.resources import QuantityError, parse_resource_list
-
 # status.reason of a local pod waiting for its provider to accept it; also the reason of
-# its Warning Events (vkubelet/events.py re-exports it with the other reasons).
-REASON_PROVIDER_REFUSED = "ProviderRefused"
+# its Warning Events (the contract's word).
+from kube_offload.reasons import REASON_PROVIDER_REFUSED  # noqa: F401  (re-exported)
+
 # The API does not cap a pod's status.message; a provider's message is kept readable.
 MAX_STATUS_MESSAGE = 1024
 # Consumer.spec fields that make a refusal worth trying again at once when they change.

@@ -26,10 +26,6 @@ class SettingsError(ValueError):
     """A setting that cannot work; the message names the flag."""
 
 
-def default_node_name(cluster_id: str) -> str:
-    return f"{c.VIRTUAL_NODE_PREFIX}{cluster_id}"
-
-
 @dataclass(frozen=True)
 class Settings:
     """Everything one virtual kubelet needs to know about its two clusters."""
@@ -114,7 +110,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not self.node_name:
-            object.__setattr__(self, "node_name", default_node_name(self.cluster_id))
+            object.__setattr__(self, "node_name", c.virtual_node_name(self.cluster_id))
         if not self.tenant_namespace and self.local_cluster_id:
             object.__setattr__(self, "tenant_namespace", c.tenant_namespace(self.local_cluster_id))
 

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload.shadowpod import deletion_grace
-from vkubelet.node_forge import parse_time
+from kube_offload.times import parse_time_or_none
 
 # The API's default when neither the deletion nor the spec says (pod spec default).
 DEFAULT_GRACE_SECONDS = 30
@@ -64,7 +64,7 @@ def unreachable_deadline(local: Mapping[str, Any], margin_seconds: float) -> dat
     """When a terminating pod of an unreachable cluster is deleted locally anyway: its
     ``deletionTimestamp`` (the deletion time plus its grace period) plus the margin.
     None when the pod is not being deleted."""
-    deleted = parse_time((local.get("metadata") or {}).get("deletionTimestamp"))
+    deleted = parse_time_or_none((local.get("metadata") or {}).get("deletionTimestamp"))
     if deleted is None:
         return None
     return deleted + timedelta(seconds=max(0.0, margin_seconds))

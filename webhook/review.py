@@ -2,7 +2,7 @@
 
 These functions hold the decisions (which kinds and operations each route acts on, when to
 deny, what to patch); :mod:`kube_offload.admission` handles the envelope and
-:mod:`webhook.mutation` the patch itself, so the Flask routes stay one line each.
+:mod:`kube_offload.pod_mutation` the patch itself and the decision for a pod, so the Flask routes stay one line each.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from kube_offload import constants as c
 from kube_offload.policy import POLICY_KEYS, NamespacePolicy, PolicyError, policy_values, validate_namespace
 from kube_offload.admission import AdmissionRequest, BadRequest, Decision
-from webhook.mutation import MalformedPod, mutate_pod
+from kube_offload.pod_mutation import MalformedPod, decide_pod
 from webhook.namespace_cache import NamespaceSource
 
 POD = "Pod"
@@ -57,28 +57,6 @@ def review_pod(
         return decide_pod(pod, namespace, policy, scheduler_name=scheduler_name)
     except MalformedPod as exc:
         raise BadRequest(f"request.object.{exc}") from None
-
-
-def decide_pod(
-    pod: dict, namespace: str, policy: NamespacePolicy | PolicyError | None, *, scheduler_name: str | None
-) -> Decision:
-    """The webhook's answer for creating ``pod`` in ``namespace`` whose policy is ``policy``
-    (None: unknown namespace; a PolicyError: invalid labels). Pure, so that ``kubectl
-    offload explain`` shows exactly what the webhook adds. Raises :class:`MalformedPod`."""
-    if isinstance(policy, PolicyError):
-        # Like the extender: a typo in a namespace label must not stop its pods from being
-        # created and running locally (under failurePolicy Fail that would be an outage),
-        # while nothing goes remote until it is fixed; no toleration keeps the pod off
-        # virtual nodes. The warning tells whoever creates the pod why.
-        return Decision.allow(
-            warnings=[
-                f"namespace {namespace} has an invalid kube-offload policy, so this pod is "
-                f"not offloaded: {policy}"
-            ]
-        )
-    if policy is None or not policy.enabled:
-        return Decision.allow()
-    return Decision.allow(mutate_pod(pod, policy, scheduler_name=scheduler_name))
 
 
 def review_namespace(request: AdmissionRequest) -> Decision:

@@ -1,5 +1,5 @@
 """Names the end-to-end tests, the demo and the benchmarks derive from the harness's
-topology, computed by the components' own functions (vkubelet.naming), so a test cannot
+topology, computed by the contract's own functions (kube_offload.constants), so a test cannot
 disagree with them about where an offloaded pod lands.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from vkubelet import naming
+from kube_offload import constants as naming
 
 # The local cluster's id in the harness's default topology (default_topology()).
 LOCAL_CLUSTER_ID = "local"

@@ -44,6 +44,7 @@ from kubernetes import client
 
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
+from kube_offload.times import format_epoch
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -239,7 +240,7 @@ class Correlator:
             return RATE_LIMITED
         if folded is not None:
             count = folded.count + occ.repeats
-            patch: dict[str, Any] = {"count": count, "lastTimestamp": timestamp(occ.last)}
+            patch: dict[str, Any] = {"count": count, "lastTimestamp": format_epoch(occ.last)}
             if message != occ.message:
                 patch["message"] = message  # a combined Event shows its latest message
             return Write(PATCH, occ.namespace, folded.name, patch, key, occ.object_id,
@@ -266,8 +267,8 @@ class Correlator:
             "reason": occ.reason,
             "message": message,
             "count": count,
-            "firstTimestamp": timestamp(first),
-            "lastTimestamp": timestamp(occ.last),
+            "firstTimestamp": format_epoch(first),
+            "lastTimestamp": format_epoch(occ.last),
             "source": {"component": self._component, "host": self._instance},
             "reportingComponent": self._reporting_controller,
             "reportingInstance": self._instance,
@@ -499,5 +500,3 @@ class EventRecorder:
         )
 
 
-def timestamp(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))

@@ -12,7 +12,8 @@ import os
 import re
 from typing import Any, Callable
 
-import durationpy
+# The one duration parser is the contract's; flag modules reach it through this one.
+from kube_offload.times import parse_duration as parse_duration
 
 
 def env_name(component: str, flag: str) -> str:
@@ -105,36 +106,6 @@ def add_list_page_size_flag(parser: Any, component: str) -> None:
 
 
 # --- argparse value types shared by every component's flags ---------------------------------
-_BARE_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
-_DAYS = re.compile(r"^(\d+)d")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from a duration as Go writes it (``5s``, ``500ms``, ``1m0.5s``, ``1h30m``,
-    parsed by durationpy, the parser the official client already depends on), from a bare
-    number of seconds (``30``) or with leading days (``30d``, ``1d12h``); ValueError
-    (which argparse reports against the flag) otherwise, negative durations included.
-
-    The one duration parser of the project: flags, certificate lifetimes and the
-    ``window`` of a metrics.k8s.io sample all come through here."""
-    compact = str(text).strip().replace(" ", "")
-    if _BARE_SECONDS.match(compact):
-        return float(compact)
-    days = 0.0
-    match = _DAYS.match(compact)
-    if match:
-        days, compact = float(match.group(1)) * 86400.0, compact[match.end():]
-        if not compact:
-            return days
-    try:
-        seconds = durationpy.from_str(compact).total_seconds()
-    except (durationpy.DurationError, ValueError, TypeError):
-        raise ValueError(f"{text!r} is not a duration (e.g. 5s, 500ms, 2m, 1h30m, 30d)") from None
-    if seconds < 0 or compact.startswith(("-", "+")):
-        raise ValueError(f"{text!r}: a duration must not be negative")
-    return days + seconds
-
-
 def positive_duration(text: str) -> float:
     """argparse type: a duration > 0 (see :func:`parse_duration`), errors worded for the flag."""
     try:
@@ -156,9 +127,22 @@ def non_negative_duration(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (a count of workers, a page size)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0, where 0 has a meaning of its own (turns a loop
+    off, or takes the default): distinct from :func:`positive_int` on purpose."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kube_offload.runtime.flags import add_flag, positive_duration
+from kube_offload.times import format_micro_time
 
 log = logging.getLogger("kube_offload.runtime.leader_election")
 
@@ -118,7 +119,7 @@ def lease_body(
     name: str, namespace: str, identity: str, action: Action, current: LeaseRecord | None, timing: Timing, now: datetime
 ) -> dict[str, Any]:
     """The full Lease to CREATE or UPDATE (with ``current``'s resourceVersion as precondition)."""
-    stamp = micro_time(now)
+    stamp = format_micro_time(now)
     spec: dict[str, Any] = {
         "holderIdentity": identity,
         "leaseDurationSeconds": max(1, int(round(timing.lease_duration))),
@@ -138,9 +139,6 @@ def lease_body(
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
 
 
-def micro_time(now: datetime) -> str:
-    """metav1.MicroTime's format (always six fraction digits, which isoformat omits at .000000)."""
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def default_identity() -> str:
@@ -351,7 +349,7 @@ class LeaderElector:
 
 def _record(lease: Any) -> LeaseRecord:
     spec = lease.spec
-    acquired = micro_time(spec.acquire_time) if spec and isinstance(spec.acquire_time, datetime) else ""
+    acquired = format_micro_time(spec.acquire_time) if spec and isinstance(spec.acquire_time, datetime) else ""
     return LeaseRecord(
         holder=(spec.holder_identity or "") if spec else "",
         lease_duration=float((spec.lease_duration_seconds if spec else None) or LEASE_DURATION),

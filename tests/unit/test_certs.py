@@ -497,20 +497,20 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
      ("45s", dt.timedelta(seconds=45)), ("0s", dt.timedelta(0))],
 )
 def test_parse_duration(text: str, expected: dt.timedelta) -> None:
-    assert cli.parse_duration(text) == expected
-    assert cli.parse_duration(pki.format_duration(expected)) == expected
+    assert cli.parse_timedelta(text) == expected
+    assert cli.parse_timedelta(pki.format_duration(expected)) == expected
 
 
 @pytest.mark.parametrize("text", ["", "720", "h", "1x", "-1h", "1h 2", "1.5", "30d-1h"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        cli.parse_duration(text)
+        cli.parse_timedelta(text)
 
 
 def test_parse_duration_takes_go_fractions() -> None:
     # One parser for every duration (durationpy underneath): Go writes 1.5h, so do we.
-    assert cli.parse_duration("1.5h") == dt.timedelta(minutes=90)
-    assert cli.parse_duration("1d12h") == dt.timedelta(hours=36)
+    assert cli.parse_timedelta("1.5h") == dt.timedelta(minutes=90)
+    assert cli.parse_timedelta("1d12h") == dt.timedelta(hours=36)
 
 
 def test_cli_generate_then_renew(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,10 +1,10 @@
-"""Who a consumer is on the provider (enforcer/tenancy.py)."""
+"""Who a consumer is on the provider (kube_offload/consumers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from enforcer.tenancy import (
+from kube_offload.consumers import (
     pod_security_level,
     requesting_consumer,
     service_account_of,

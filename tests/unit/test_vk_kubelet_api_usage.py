@@ -9,7 +9,7 @@ from vkubelet.kubeletapi.usage import (
     PodSample,
     SampleError,
     UsageLedger,
-    parse_duration,
+    parse_window,
     parse_timestamp,
     pod_sample,
 )
@@ -28,13 +28,13 @@ def sample(pod=WEB, at=T0, window=15.0, cpu=250_000_000, memory=64 << 20, name="
     ("15s", 15.0), ("15.003s", 15.003), ("1m0.5s", 60.5), ("500ms", 0.5), ("1h2m3s", 3723.0), ("0s", 0.0),
 ])
 def test_durations_as_metav1_duration_writes_them(text, seconds):
-    assert parse_duration(text) == pytest.approx(seconds)
+    assert parse_window(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "15", "fifteen", "15s garbage", "-3s"])
 def test_bad_durations_name_the_window(text):
     with pytest.raises(SampleError, match="window"):
-        parse_duration(text)
+        parse_window(text)
 
 
 def test_timestamps_with_and_without_fractions():

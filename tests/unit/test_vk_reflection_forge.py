@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kube_offload import constants as c
+from kube_offload.times import parse_time_or_none
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import names as n
@@ -425,10 +426,10 @@ def test_token_secret_is_renewed_at_80_percent_and_for_another_pod_or_audience()
 
 
 def test_parse_time_reads_api_timestamps():
-    assert f.parse_time("2026-01-01T12:00:00Z") == datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
-    assert f.parse_time("2026-01-01T12:00:00.123456Z").microsecond == 123456
-    assert f.parse_time("2026-01-01T13:00:00+01:00") == datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
-    assert f.parse_time("garbage") is None and f.parse_time(None) is None
+    assert parse_time_or_none("2026-01-01T12:00:00Z") == datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    assert parse_time_or_none("2026-01-01T12:00:00.123456Z").microsecond == 123456
+    assert parse_time_or_none("2026-01-01T13:00:00+01:00") == datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    assert parse_time_or_none("garbage") is None and parse_time_or_none(None) is None
 
 
 # --- Events ---------------------------------------------------------------------------------------------

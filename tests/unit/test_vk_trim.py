@@ -23,6 +23,7 @@ from kube_offload import shadowpod as sp
 from kube_offload.pod_updates import template_patch
 from kube_offload.remote_resources import is_ours
 from kube_offload.provider_policy import parse_policy
+from kube_offload.times import parse_time_or_none
 from vkubelet import status as st
 from vkubelet import termination as term
 from vkubelet import trim
@@ -255,7 +256,7 @@ def test_token_secret_readers_answer_the_same_from_a_trimmed_secret(objects):
     secret, pod = objects["token_secret"], copy.deepcopy(objects["local_pod"])
     pod["metadata"]["uid"] = secret["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID]
     trimmed = trim.trim_token_secret(copy.deepcopy(secret))
-    issued = f.parse_time(secret["metadata"]["annotations"][n.ANNOTATION_TOKEN_ISSUED])
+    issued = parse_time_or_none(secret["metadata"]["annotations"][n.ANNOTATION_TOKEN_ISSUED])
     sources = f.token_sources(pod)
     other_pod = copy.deepcopy(pod)
     other_pod["metadata"]["uid"] = "someone-else"

@@ -14,13 +14,13 @@ import json
 import logging
 import socket
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from kubernetes import client
 from urllib3.exceptions import ReadTimeoutError
 
 from kube_offload.runtime.kube import ApiError
+from kube_offload.times import parse_time
 from vkubelet.kubeletapi.paths import RequestError, parse_bool, parse_int, query_value
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
@@ -48,10 +48,6 @@ class LogQuery:
     stream: str | None = None
 
 
-def _parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-
-
 def parse_log_query(query: dict[str, list[str]]) -> LogQuery:
     """Read and validate the query (the checks of ValidatePodLogOptions, so a bad value
     is refused here with a message rather than by the remote side)."""
@@ -63,7 +59,7 @@ def parse_log_query(query: dict[str, list[str]]) -> LogQuery:
     since_time = query_value(query, "sinceTime") or None
     if since_time is not None:
         try:
-            _parse_time(since_time)
+            parse_time(since_time)
         except ValueError:
             raise RequestError(400, f"query parameter sinceTime={since_time!r} is not an RFC 3339 time") from None
     stream = query_value(query, "stream") or None

@@ -26,6 +26,7 @@ from typing import Mapping, Protocol, Sequence
 from kube_offload.runtime.informer import Informer
 from kube_offload.remote_resources import is_ours
 from kube_offload.shadowpod import is_owned_by
+from kube_offload.views import metadata as _meta
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.translation import origin_key, origin_uid
@@ -44,10 +45,6 @@ class TwinRule(Protocol):
     """The twin-namespace rule (vkubelet/namespaces.py ``TwinNamespaces``)."""
 
     def twin_for(self, name: str) -> tuple[str | None, str]: ...
-
-
-def _meta(obj: Mapping) -> Mapping:
-    return obj.get("metadata") or {}
 
 
 def _stands_for(obj: Mapping, *, key: str, uid: str, local_cluster_id: str) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
-from datetime import datetime, timezone
+from kube_offload.times import format_epoch
 from typing import Iterable
 
 from vkubelet.kubeletapi.usage import ContainerUsage, NodeUsage, PodUsage, UsageSnapshot
@@ -30,13 +30,8 @@ JSON_CONTENT_TYPE = "application/json"
 
 
 # --- /stats/summary ------------------------------------------------------------------------
-def rfc3339(seconds: float) -> str:
-    """metav1.Time as it marshals (second precision, UTC)."""
-    return datetime.fromtimestamp(math.floor(seconds), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _cpu(timestamp: float, nanocores: int | None, core_nanoseconds: int) -> dict:
-    cpu: dict = {"time": rfc3339(timestamp)}
+    cpu: dict = {"time": format_epoch(timestamp)}
     if nanocores is not None:
         cpu["usageNanoCores"] = nanocores
     cpu["usageCoreNanoSeconds"] = core_nanoseconds
@@ -44,13 +39,13 @@ def _cpu(timestamp: float, nanocores: int | None, core_nanoseconds: int) -> dict
 
 
 def _memory(timestamp: float, working_set: int) -> dict:
-    return {"time": rfc3339(timestamp), "workingSetBytes": working_set}
+    return {"time": format_epoch(timestamp), "workingSetBytes": working_set}
 
 
 def _container_stats(container: ContainerUsage) -> dict:
     return {
         "name": container.name,
-        "startTime": rfc3339(container.start),
+        "startTime": format_epoch(container.start),
         "cpu": _cpu(container.timestamp, container.cpu_nanocores, container.core_nanoseconds),
         "memory": _memory(container.timestamp, container.memory_bytes),
     }
@@ -59,7 +54,7 @@ def _container_stats(container: ContainerUsage) -> dict:
 def _pod_stats(pod: PodUsage) -> dict:
     return {
         "podRef": {"name": pod.pod.name, "namespace": pod.pod.namespace, "uid": pod.pod.uid},
-        "startTime": rfc3339(pod.start),
+        "startTime": format_epoch(pod.start),
         "containers": [_container_stats(c) for c in pod.containers],
         "cpu": _cpu(pod.timestamp, pod.cpu_nanocores, pod.core_nanoseconds),
         "memory": _memory(pod.timestamp, pod.memory_bytes),
@@ -67,7 +62,7 @@ def _pod_stats(pod: PodUsage) -> dict:
 
 
 def _node_stats(node_name: str, node: NodeUsage, now: float) -> dict:
-    stats: dict = {"nodeName": node_name, "startTime": rfc3339(node.start)}
+    stats: dict = {"nodeName": node_name, "startTime": format_epoch(node.start)}
     # The node's counter moves only with its pods' samples: without a current one the
     # figures stand at the time they were last true, and no rate is claimed.
     timestamp = node.timestamp if node.timestamp is not None else now

@@ -37,11 +37,10 @@ dropped when the local pod leaves the node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Iterable, Mapping
 
 from kube_offload.resources import QuantityError, parse_quantity, parse_quantity_nano
-from kube_offload.runtime.flags import parse_duration as flag_duration
+from kube_offload.times import parse_duration, parse_time
 
 NANO = 1_000_000_000
 # How long a pod's last new sample counts as current (local clock): a few remote
@@ -86,18 +85,16 @@ class SampleError(ValueError):
 def parse_timestamp(text: str) -> float:
     """RFC 3339 (``2026-11-23T10:00:00Z``, fractions allowed) -> seconds since the epoch."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except (AttributeError, ValueError):
+        return parse_time(text).timestamp()
+    except ValueError:
         raise SampleError(f"timestamp {text!r} is not an RFC 3339 time") from None
 
 
-def parse_duration(text: str) -> float:
+def parse_window(text: str) -> float:
     """A Go duration as metav1.Duration serializes it (``15.003s``, ``1m0.5s``, ``500ms``)
-    -> seconds (the project's one duration parser, :func:`kube_offload.runtime.flags.parse_duration`)."""
+    -> seconds; Go always writes a unit, so a bare number is not its output."""
     try:
-        if not text or text.replace(".", "", 1).isdigit():
-            raise ValueError(text)  # Go always writes a unit; a bare number is not its output
-        return flag_duration(text)
+        return parse_duration(text, unit_required=True)
     except ValueError:
         raise SampleError(f"window {text!r} is not a duration") from None
 
@@ -117,7 +114,7 @@ def pod_sample(item: Mapping, pod: PodRef) -> PodSample:
         return PodSample(
             pod=pod,
             timestamp=parse_timestamp(item.get("timestamp") or ""),
-            window=parse_duration(item.get("window") or "0s"),
+            window=parse_window(item.get("window") or "0s"),
             containers=tuple(sorted(containers, key=lambda c: c.name)),
         )
     except (KeyError, QuantityError, SampleError) as exc:

@@ -34,6 +34,7 @@ from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, shared_informer
 from vkubelet.reflection.settings import EVENTS
 from kube_offload.remote_resources import is_ours
+from kube_offload.times import parse_time_or_none
 from vkubelet.translation import origin_key, origin_uid
 from vkubelet.trim import trim_event
 
@@ -181,10 +182,10 @@ class EventReflector:
 def _age_seconds(event: Mapping) -> float:
     stamp = None
     for name in ("lastTimestamp", "eventTime", "firstTimestamp"):
-        stamp = f.parse_time(event.get(name))
+        stamp = parse_time_or_none(event.get(name))
         if stamp:
             break
-    stamp = stamp or f.parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+    stamp = stamp or parse_time_or_none((event.get("metadata") or {}).get("creationTimestamp"))
     if stamp is None:
         return 0.0
     return (datetime.now(timezone.utc) - stamp).total_seconds()

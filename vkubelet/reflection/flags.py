@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from kube_offload.runtime.flags import add_flag, appended
+from kube_offload.runtime.flags import add_flag, appended, non_negative_int
 from vkubelet.reflection.policy import POLICIES, Policy
 from vkubelet.reflection.settings import (
     DEFAULT_TOKEN_SECONDS,
@@ -31,13 +31,6 @@ _POLICY_HELP = {
 }
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or more, got {value}")
-    return value
-
-
 def _seconds(text: str) -> int:
     try:
         return int(parse_duration(text))
@@ -53,7 +46,7 @@ def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> Non
             component,
             f"--reflect-{name}-workers",
             default=DEFAULT_WORKERS,
-            type=_non_negative_int,
+            type=non_negative_int,
             help=_WORKERS_HELP.get(name, f"local {name} reflected in parallel; 0: {name} are not reflected"),
         )
         if name in WITHOUT_POLICY:

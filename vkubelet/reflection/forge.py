@@ -17,10 +17,12 @@ import base64
 import copy
 import ipaddress
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
+from kube_offload.times import format_time, parse_time_or_none
+from kube_offload.views import metadata as _meta
 from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE, never_reflected  # noqa: F401  (re-exported)
@@ -57,10 +59,6 @@ class ForgeContext:
 
 
 # --- metadata -------------------------------------------------------------------------------
-def _meta(obj: Mapping) -> Mapping:
-    return obj.get("metadata") or {}
-
-
 def forge_metadata(
     local: Mapping, ctx: ForgeContext, *, name: str | None = None, drop_annotation: Callable[[str], bool] | None = None
 ) -> dict:
@@ -351,21 +349,6 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def format_time(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """An API timestamp (RFC 3339, ``Z`` or offset, with or without fractions)."""
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
 def forge_token_secret(
     pod: Mapping,
     ctx: ForgeContext,
@@ -403,8 +386,8 @@ def forge_token_secret(
 def token_refresh_at(secret: Mapping, refresh_fraction: float) -> datetime | None:
     """When the tokens of ``secret`` are due for renewal (None: unknown, now)."""
     annotations = _meta(secret).get("annotations") or {}
-    issued = parse_time(annotations.get(n.ANNOTATION_TOKEN_ISSUED))
-    expires = parse_time(annotations.get(n.ANNOTATION_TOKEN_EXPIRES))
+    issued = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_ISSUED))
+    expires = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_EXPIRES))
     if issued is None or expires is None or expires <= issued:
         return None
     return issued + (expires - issued) * refresh_fraction
@@ -433,10 +416,10 @@ def _event_time(event: Mapping, *names: str) -> str | None:
     """The first of ``names`` the Event has, at second precision (what a core/v1 Event's
     timestamps carry; Events written through events.k8s.io have only eventTime)."""
     for name in names:
-        moment = parse_time(event.get(name))
+        moment = parse_time_or_none(event.get(name))
         if moment is not None:
             return format_time(moment)
-    moment = parse_time((event.get("series") or {}).get("lastObservedTime")) or parse_time(
+    moment = parse_time_or_none((event.get("series") or {}).get("lastObservedTime")) or parse_time_or_none(
         _meta(event).get("creationTimestamp")
     )
     return format_time(moment) if moment is not None else None

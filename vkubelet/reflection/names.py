@@ -14,7 +14,7 @@ from kube_offload import constants as c
 # Every object a reflector writes carries the origin label (the contract) and this one,
 # valued with the reflector's resource name: two reflectors writing the same kind (Secrets
 # and service-account token Secrets) then never mistake each other's objects for orphans.
-LABEL_REFLECTOR: Final = f"{c.DOMAIN}/reflector"
+LABEL_REFLECTOR: Final = c.LABEL_REFLECTOR
 
 # The local cluster's CA bundle, published by kube-controller-manager in every namespace
 # as kube-root-ca.crt, is reflected under this name: the remote cluster publishes its

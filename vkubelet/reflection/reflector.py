@@ -46,7 +46,8 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.indexer import IndexFunc
-from vkubelet import events as vk_events
+# Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
+from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
 from vkubelet.indexes import BY_ORIGIN, by_origin
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.policy_events import PolicyNotices
@@ -62,11 +63,6 @@ from vkubelet.translation import origin_key
 if TYPE_CHECKING:
     from vkubelet.informers import SharedInformers
     from vkubelet.runner import LoopContext
-
-# Reasons of the local Events reflection records (docs/reflection.md lists them).
-REASON_REFLECTION_CONFLICT = "ReflectionConflict"
-REASON_REFLECTION_FAILED = "ReflectionFailed"
-REASON_POLICY_REFUSED = vk_events.REASON_POLICY_REFUSED
 
 # How soon to look again at an object whose remote name is held by an object not ours,
 # or that the remote API server refused.

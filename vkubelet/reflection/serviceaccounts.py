@@ -26,6 +26,7 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
+from kube_offload.times import parse_time_or_none
 from vkubelet.indexes import BY_ORIGIN
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
@@ -194,7 +195,7 @@ class ServiceAccountTokenReflector:
             metrics.failed(self.resource, REASON_REFLECTION_FAILED)
             raise Requeue(5.0 if exc.not_found else REFUSED_RETRY_SECONDS, message) from exc
         status = answer.get("status") or {}
-        expiry = f.parse_time(status.get("expirationTimestamp"))
+        expiry = parse_time_or_none(status.get("expirationTimestamp"))
         if not status.get("token") or expiry is None:
             raise Requeue(REFUSED_RETRY_SECONDS, "the TokenRequest answer carried no token")
         return str(status["token"]), expiry

@@ -24,20 +24,13 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload.resources import parse_quantity
+from kube_offload.views import metadata as _meta, spec as _spec
 
 ANNOTATION_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANNOTATION_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 LEGACY_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 STORAGE = "storage"
-
-
-def _meta(obj: Mapping | None) -> Mapping:
-    return (obj or {}).get("metadata") or {}
-
-
-def _spec(obj: Mapping | None) -> Mapping:
-    return (obj or {}).get("spec") or {}
 
 
 def claim_key(claim: Mapping) -> str:

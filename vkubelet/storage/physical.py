@@ -27,13 +27,12 @@ from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.reasons import REASON_PROVISIONED_LOCALLY as REASON_PROVISIONED
 from vkubelet.storage import forge as f
 from vkubelet.storage.virtual import read_claim, standin_volumes, storage_classes, volume_for
 
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
-
-REASON_PROVISIONED = "ProvisionedLocally"
 
 log = logging.getLogger("kube_offload.vkubelet.storage.physical")
 

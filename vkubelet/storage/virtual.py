@@ -35,6 +35,9 @@ from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key, MERGE_PATCH
+from kube_offload.reasons import REASON_PROVISIONED_REMOTELY as REASON_PROVISIONED
+from kube_offload.reasons import REASON_PROVISIONING_FAILED as REASON_NOT_OFFLOADED
+from kube_offload.reasons import REASON_WAITING_FOR_REMOTE_CLAIM as REASON_WAITING  # noqa: F401  (re-exported)
 from vkubelet.reflection.reflector import owned_selector, shared_informer
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
@@ -44,10 +47,6 @@ from vkubelet.translation import origin_key
 if TYPE_CHECKING:
     from vkubelet.informers import SharedInformers
     from vkubelet.runner import LoopContext
-
-REASON_PROVISIONED = "ProvisionedRemotely"
-REASON_WAITING = "WaitingForRemoteClaim"
-REASON_NOT_OFFLOADED = "ProvisioningFailed"
 
 
 log = logging.getLogger("kube_offload.vkubelet.storage")

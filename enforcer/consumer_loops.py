@@ -13,7 +13,7 @@ import threading
 
 from kubernetes import client
 
-from enforcer.consumers import ConsumerStatusLoop
+from enforcer.consumer_status_loop import ConsumerStatusLoop
 from enforcer.tenant_api import KubeTenantApi
 from enforcer.trim import drop_managed_fields, trim_namespace, trim_node, trim_pod
 from enforcer.twins import TwinReconciler, consumer_spec_changed
@@ -24,7 +24,7 @@ from kube_offload.runtime.informer import Informer
 log = logging.getLogger("kube_offload.enforcer.tenants")
 
 
-class TenantLoops:
+class ConsumerLoops:
     def __init__(
         self,
         api_client: client.ApiClient,

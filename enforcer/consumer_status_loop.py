@@ -19,7 +19,7 @@ from typing import Protocol
 
 from enforcer.consumer_status import desired_status, stamped, status_changed
 from enforcer.quota import ConsumerUsage
-from enforcer.tenancy import consumer_name
+from kube_offload.consumers import consumer_name
 from enforcer.tenant_api import TenantApi
 from enforcer.trim import content_changed
 from kube_offload.runtime.kube import ApiError

@@ -1,16 +1,22 @@
-"""Who a consumer is on this provider, read from its ``Consumer`` and its tenant namespace.
+"""Who a consumer is on a provider and on what terms, read from its ``Consumer`` and its
+tenant namespace (pure).
 
-Pure facts shared by the TwinNamespace controller (is this request a consumer's?) and the
-ShadowPod webhook (is this user the consumer that owns the namespace? which Pod Security
-level applies?). Everything the provider trusts here is provider-written: the Consumer's
-spec and the tenant namespace's label, never anything the consumer can set.
+Facts shared by the TwinNamespace controller (is this request a consumer's?), the ShadowPod
+webhook (is this user the consumer that owns the namespace? which Pod Security level
+applies? is it within its quota?) and ``kubectl offload explain``. Everything the provider
+trusts here is provider-written: the Consumer's spec and the tenant namespace's label,
+never anything the consumer can set.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from kube_offload import constants as c
+from kube_offload.consumer_quota import consumer_quota
+from kube_offload.provider_policy import ProviderPolicy, ProviderPolicyError, parse_policy
+from kube_offload.resources import QuantityError, ResourceList, resource_sort_key
 
 ConsumerLookup = Callable[[str], "Mapping | None"]
 """Consumer name -> Consumer object (or None): e.g. a Consumer informer's ``get``."""
@@ -82,3 +88,64 @@ def requesting_consumer(
             "ServiceAccount (Consumer spec.serviceAccount.namespace)"
         )
     return consumer, ""
+
+
+# --- the terms the ShadowPod webhook enforces ---------------------------------------------------
+@dataclass(frozen=True)
+class ConsumerTerms:
+    """The parts of a Consumer's spec the webhook enforces."""
+
+    consumer_id: str
+    username: str  # system:serviceaccount:<ns>:<name>
+    level: str
+    quota: ResourceList  # milli-units; an absent resource is unlimited
+    cordoned: bool
+    policy: ProviderPolicy  # spec.policy, its defaults where absent
+
+
+class ConsumerError(ValueError):
+    """The Consumer object itself is unusable (the provider's mistake)."""
+
+
+def consumer_terms(consumer: Mapping) -> ConsumerTerms:
+    """Identity and level as :func:`service_account_username` and :func:`pod_security_level` read them (an unknown level counts
+    as restricted); a quota or a policy that does not parse is the provider's mistake and
+    refuses (never a guess at what the provider meant to grant)."""
+    spec = consumer.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise ConsumerError("spec is not an object")
+    if not isinstance(spec.get("serviceAccount") or {}, Mapping):
+        raise ConsumerError("spec.serviceAccount is not an object")
+    try:
+        quota = consumer_quota(spec)  # quota keys read under spec.policy.quotaMode (kube_offload.consumer_quota)
+    except QuantityError as exc:
+        raise ConsumerError(str(exc)) from None  # names the key: spec.quota or spec.policy
+    try:
+        policy = parse_policy(spec.get("policy"))
+    except ProviderPolicyError as exc:
+        raise ConsumerError(str(exc)) from None
+    return ConsumerTerms(
+        consumer_id=consumer_name(consumer),
+        username=service_account_username(consumer),
+        level=pod_security_level(consumer),
+        quota=quota,
+        cordoned=spec.get("cordoned") is True,
+        policy=policy,
+    )
+
+
+def quota_excess(
+    quota: Mapping[str, int], usage: Mapping[str, int], delta: Mapping[str, int]
+) -> list[tuple[str, int, int, int]]:
+    """(resource, added, used, quota) for every quota'd resource this request would take
+    over its quota. A request that adds nothing to a resource is never refused for it,
+    so a consumer already over a lowered quota can still shrink or touch its pods."""
+    exceeded = []
+    for name in sorted(quota, key=resource_sort_key):
+        more = delta.get(name, 0)
+        if more <= 0:
+            continue
+        used = usage.get(name, 0)
+        if used + more > quota[name]:
+            exceeded.append((name, more, used, quota[name]))
+    return exceeded

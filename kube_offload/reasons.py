@@ -1,0 +1,72 @@
+"""The reasons users read (part of the contract, with :mod:`kube_offload.constants`): of the
+Kubernetes Events the components record and of the ``status.reason`` / condition reasons
+they write. ``kubectl describe``, alerts, ``kubectl offload`` and the e2e tests match on
+these words, so each is written here once; the components import them (under the short
+names their modules used, where those differ) and docs/virtual-kubelet.md,
+docs/reflection.md, docs/storage.md and docs/enforcer.md list them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- vkubelet: Events on local pods and namespaces (docs/virtual-kubelet.md) ----------------
+REASON_OFFLOADED: Final = "Offloaded"
+REASON_OFFLOADING_FAILED: Final = "OffloadingFailed"
+REASON_REMOTE_UNSCHEDULABLE: Final = "RemoteUnschedulable"
+REASON_TWIN_CONFLICT: Final = "TwinNamespaceConflict"
+REASON_TWIN_REFUSED: Final = "TwinNamespaceRefused"
+# The provider revoked our read access to a Ready twin (its consumer RoleBinding gone):
+# the namespace's pods are left as they are until it returns (vkubelet/pods.py).
+REASON_TWIN_FORBIDDEN: Final = "TwinNamespaceForbidden"
+REASON_POLICY_INVALID: Final = "InvalidOffloadingPolicy"
+# The remote cluster stopped answering: the pod is marked not Ready (the word the node
+# lifecycle controller uses for the pods of a lost node).
+REASON_NODE_NOT_READY: Final = "NodeNotReady"
+# A pod deleted while the remote cluster was unreachable, deleted locally after its grace
+# period plus the margin without its remote pod seen to stop.
+REASON_TERMINATION_UNCONFIRMED: Final = "RemoteTerminationUnconfirmed"
+# A remote pod address outside the configured remapping (vkubelet/ip_remapping.py): shown as is.
+REASON_POD_IP_NOT_REMAPPED: Final = "PodIPNotRemapped"
+# The provider refused a ShadowPod create/update: the Warning Event carries the provider's
+# message, and the same word is the waiting pod's status.reason (vkubelet/refusals.py).
+REASON_PROVIDER_REFUSED: Final = "ProviderRefused"
+# The provider's policy (Consumer spec.policy) made us change a field before sending the
+# object (dropped a priority class, a Service type...): one Warning per field.
+REASON_POLICY_ADJUSTED: Final = "ProviderPolicyAdjusted"
+# The provider's policy refuses the object as it stands and nothing can be dropped to
+# fit it (a volume type, an Ingress host...): it is not sent; one Warning per field.
+REASON_POLICY_REFUSED: Final = "ProviderPolicyRefused"
+
+# --- vkubelet: status.reason of local pods ----------------------------------------------------
+# A pod ended (Failed) because its namespace stopped being offloaded to this cluster.
+REASON_NOT_OFFLOADED: Final = "NotOffloaded"
+# A DaemonSet pod left Pending (or ended) on a virtual node; also its Event's reason.
+REASON_DAEMONSET_NOT_OFFLOADED: Final = "DaemonSetNotOffloaded"
+
+# --- vkubelet: the virtual node's Ready condition ----------------------------------------------
+REASON_REMOTE_REACHABLE: Final = "RemoteClusterReachable"
+# Also the reason of the pods' Ready=False while their node is not Ready (vkubelet/readiness.py).
+REASON_REMOTE_UNREACHABLE: Final = "RemoteClusterUnreachable"
+
+# --- vkubelet: reflection Events on local objects (docs/reflection.md) -------------------------
+REASON_REFLECTION_CONFLICT: Final = "ReflectionConflict"
+REASON_REFLECTION_FAILED: Final = "ReflectionFailed"
+
+# --- vkubelet: the virtual storage class's Events on claims (docs/storage.md) ------------------
+REASON_PROVISIONED_REMOTELY: Final = "ProvisionedRemotely"
+REASON_WAITING_FOR_REMOTE_CLAIM: Final = "WaitingForRemoteClaim"
+REASON_PROVISIONING_FAILED: Final = "ProvisioningFailed"
+REASON_PROVISIONED_LOCALLY: Final = "ProvisionedLocally"
+
+# --- enforcer: Events on ShadowPods (docs/enforcer.md) ------------------------------------------
+REASON_POD_CREATED: Final = "PodCreated"
+REASON_POD_RECREATED: Final = "PodRecreated"
+REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
+REASON_EXTRA_POD_DELETED: Final = "ExtraPodDeleted"
+# The ShadowPod's local pod is being deleted: its pod is deleted with that grace period.
+REASON_POD_TERMINATING: Final = "PodTerminating"
+REASON_POD_NAME_TAKEN: Final = "PodNameTaken"
+REASON_INVALID_SHADOWPOD: Final = "InvalidShadowPod"
+REASON_POD_UPDATED: Final = "PodUpdated"
+REASON_POD_UPDATE_REFUSED: Final = "PodUpdateRefused"
