@@ -6,7 +6,7 @@ and ``kubectl offload explain`` share; docs/security.md "Quota" says what counts
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.provider_policy import ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, ResourceList, parse_quantity, pod_limits, pod_requests
@@ -45,7 +45,7 @@ def is_object_quota_key(key: str) -> bool:
     return key in OBJECT_QUOTA_KEYS or key.startswith(OBJECT_QUOTA_PREFIXES) or STORAGE_CLASS_QUOTA_MARK in key
 
 
-def twin_object_quota(quota: Mapping | None) -> dict[str, str]:
+def twin_object_quota(quota: Mapping[str, Any] | None) -> dict[str, str]:
     """The ``spec.hard`` of the ResourceQuota the enforcer keeps in each twin namespace of
     a consumer whose ``spec.quota`` is ``quota``: its object-count and storage keys
     (:func:`is_object_quota_key`), each figure as written; never cpu, memory or any other
@@ -62,7 +62,7 @@ def twin_object_quota(quota: Mapping | None) -> dict[str, str]:
         if not is_object_quota_key(key):
             continue
         try:
-            amount = parse_quantity(raw)  # type: ignore[arg-type]
+            amount = parse_quantity(raw)
         except QuantityError as exc:
             raise QuantityError(f"spec.quota[{key}]: {exc}") from None
         if amount < 0:
@@ -71,7 +71,7 @@ def twin_object_quota(quota: Mapping | None) -> dict[str, str]:
     return hard
 
 
-def pod_charges(pod: Mapping) -> ResourceList:
+def pod_charges(pod: Mapping[str, Any]) -> ResourceList:
     """What ``pod`` (a Pod, or a ShadowPod's ``spec.pod`` template) is charged: its
     requests under the plain resource names (``pods`` = 1000), its limits under
     ``limits.<name>`` (:func:`kube_offload.resources.pod_limits`); overhead in both.
@@ -82,7 +82,7 @@ def pod_charges(pod: Mapping) -> ResourceList:
     return charges
 
 
-def quota_limits(quota: Mapping | None, mode: str = "requests") -> ResourceList:
+def quota_limits(quota: Mapping[str, Any] | None, mode: str = "requests") -> ResourceList:
     """``spec.quota`` in the names :func:`pod_charges` uses, in milli-units: what the
     webhook compares usage against. ``requests.cpu`` and (in mode ``requests``) ``cpu``
     limit the requests; ``limits.cpu`` and (mode ``limits``) ``cpu`` the limits; mode
@@ -102,7 +102,7 @@ def quota_limits(quota: Mapping | None, mode: str = "requests") -> ResourceList:
     for key, raw in quota.items():
         key = str(key)
         try:
-            amount = parse_quantity(raw)  # type: ignore[arg-type]
+            amount = parse_quantity(raw)
         except QuantityError as exc:
             raise QuantityError(f"{key}: {exc}") from None
         if key in (PODS, "count/pods"):
@@ -121,7 +121,7 @@ def quota_limits(quota: Mapping | None, mode: str = "requests") -> ResourceList:
     return out
 
 
-def consumer_quota(spec: Mapping) -> ResourceList:
+def consumer_quota(spec: Mapping[str, Any]) -> ResourceList:
     """A Consumer spec's quota as :func:`quota_limits` reads it under its
     ``spec.policy.quotaMode``. Raises QuantityError naming the key (spec.quota[...] or
     spec.policy...) when either does not parse: the provider's mistake."""

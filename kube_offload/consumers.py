@@ -11,22 +11,22 @@ never anything the consumer can set.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.consumer_quota import consumer_quota
 from kube_offload.provider_policy import ProviderPolicy, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, ResourceList, resource_sort_key
 
-ConsumerLookup = Callable[[str], "Mapping | None"]
+ConsumerLookup = Callable[[str], "Mapping[str, Any] | None"]
 """Consumer name -> Consumer object (or None): e.g. a Consumer informer's ``get``."""
 
 
-def consumer_name(consumer: Mapping) -> str:
+def consumer_name(consumer: Mapping[str, Any]) -> str:
     return str((consumer.get("metadata") or {}).get("name") or "")
 
 
-def service_account_of(consumer: Mapping) -> tuple[str, str]:
+def service_account_of(consumer: Mapping[str, Any]) -> tuple[str, str]:
     """(namespace, name) of the consumer's identity here; each part defaults as the CRD
     documents: ServiceAccount ``consumer`` in ``kube-offload-tenant-<name>``."""
     account = (consumer.get("spec") or {}).get("serviceAccount") or {}
@@ -35,13 +35,13 @@ def service_account_of(consumer: Mapping) -> tuple[str, str]:
     return str(namespace), str(name)
 
 
-def service_account_username(consumer: Mapping) -> str:
+def service_account_username(consumer: Mapping[str, Any]) -> str:
     """The user name the apiserver gives the consumer's requests."""
     namespace, name = service_account_of(consumer)
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-def pod_security_level(consumer: Mapping) -> str:
+def pod_security_level(consumer: Mapping[str, Any]) -> str:
     """The consumer's Pod Security level: the CRD's default (baseline) when unset, and
     ``restricted`` for a value this code does not know, so a typo never loosens it."""
     level = (consumer.get("spec") or {}).get("podSecurityLevel")
@@ -50,7 +50,7 @@ def pod_security_level(consumer: Mapping) -> str:
     return level if level in c.PSA_LEVELS else "restricted"
 
 
-def tenant_of(namespace: Mapping | None) -> str | None:
+def tenant_of(namespace: Mapping[str, Any] | None) -> str | None:
     """The consumer id a tenant namespace belongs to (its ``kube-offload.io/tenant`` label)."""
     if not namespace:
         return None
@@ -59,8 +59,8 @@ def tenant_of(namespace: Mapping | None) -> str | None:
 
 
 def requesting_consumer(
-    request_namespace: str, tenant_namespace: Mapping | None, consumers: ConsumerLookup
-) -> tuple[Mapping | None, str]:
+    request_namespace: str, tenant_namespace: Mapping[str, Any] | None, consumers: ConsumerLookup
+) -> tuple[Mapping[str, Any] | None, str]:
     """The Consumer whose requests namespace ``request_namespace`` is, or None and why not.
 
     All three must hold: the namespace carries ``kube-offload.io/tenant=<id>``, Consumer
@@ -107,7 +107,7 @@ class ConsumerError(ValueError):
     """The Consumer object itself is unusable (the provider's mistake)."""
 
 
-def consumer_terms(consumer: Mapping) -> ConsumerTerms:
+def consumer_terms(consumer: Mapping[str, Any]) -> ConsumerTerms:
     """Identity and level as :func:`service_account_username` and :func:`pod_security_level` read them (an unknown level counts
     as restricted); a quota or a policy that does not parse is the provider's mistake and
     refuses (never a guess at what the provider meant to grant)."""

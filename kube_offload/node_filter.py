@@ -186,6 +186,7 @@ def filter_nodes(
                 result.passed_nodes.append(item)
         return result
 
+    assert policy is not None  # no policy is a passthrough (is_passthrough), answered above
     requests = resources.pod_requests(pod)
     now = now or datetime.now(timezone.utc)
     # One verdict per distinct annotation string in this call: the fit check runs once

@@ -35,7 +35,7 @@ class MalformedPod(ValueError):
     """The pod does not have the shape the Pod API defines (the field path says where)."""
 
 
-def _mapping(value: Any, path: str) -> dict | None:
+def _mapping(value: Any, path: str) -> dict[str, Any] | None:
     """``value`` as an object, None when absent or null; anything else is malformed."""
     if value is None:
         return None
@@ -44,7 +44,7 @@ def _mapping(value: Any, path: str) -> dict | None:
     return value
 
 
-def _sequence(value: Any, path: str) -> list | None:
+def _sequence(value: Any, path: str) -> list[Any] | None:
     if value is None:
         return None
     if not isinstance(value, list):
@@ -52,7 +52,7 @@ def _sequence(value: Any, path: str) -> list | None:
     return value
 
 
-def skip_reason(pod: dict) -> str | None:
+def skip_reason(pod: dict[str, Any]) -> str | None:
     """Why the webhook must leave this pod alone (ARCHITECTURE.md), or None."""
     metadata = _mapping(pod.get("metadata"), "metadata") or {}
     annotations = _mapping(metadata.get("annotations"), "metadata.annotations") or {}
@@ -69,7 +69,7 @@ def skip_reason(pod: dict) -> str | None:
     return None
 
 
-def _same_toleration(existing: Any, wanted: dict) -> bool:
+def _same_toleration(existing: Any, wanted: dict[str, Any]) -> bool:
     if not isinstance(existing, dict):
         return False
     # The API defaults a missing operator to Equal; tolerationSeconds changes the meaning
@@ -86,7 +86,7 @@ def _same_toleration(existing: Any, wanted: dict) -> bool:
 _TOLERATION = virtual_node_toleration()
 
 
-def _toleration_ops(spec: dict) -> list[dict]:
+def _toleration_ops(spec: dict[str, Any]) -> list[dict[str, Any]]:
     wanted = _TOLERATION
     existing = _sequence(spec.get("tolerations"), "spec.tolerations")
     if existing is None:
@@ -96,7 +96,7 @@ def _toleration_ops(spec: dict) -> list[dict]:
     return [{"op": "add", "path": "/spec/tolerations/-", "value": dict(wanted)}]
 
 
-def _check_terms(terms: list) -> None:
+def _check_terms(terms: list[Any]) -> None:
     base = f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms"
     for i, term in enumerate(terms):
         term = _mapping(term, f"{base}[{i}]")
@@ -106,7 +106,7 @@ def _check_terms(terms: list) -> None:
             _sequence(term.get(field), f"{base}[{i}].{field}")
 
 
-def _affinity_ops(spec: dict, policy_terms: PolicyTerms) -> list[dict]:
+def _affinity_ops(spec: dict[str, Any], policy_terms: PolicyTerms) -> list[dict[str, Any]]:
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     node_affinity = _mapping((affinity or {}).get("nodeAffinity"), "spec.affinity.nodeAffinity")
     required = _mapping(
@@ -138,7 +138,7 @@ def _affinity_ops(spec: dict, policy_terms: PolicyTerms) -> list[dict]:
     raise AssertionError("spec always exists here")  # pragma: no cover
 
 
-def _scheduler_ops(spec: dict, scheduler_name: str | None) -> list[dict]:
+def _scheduler_ops(spec: dict[str, Any], scheduler_name: str | None) -> list[dict[str, Any]]:
     if not scheduler_name:
         return []
     current = spec.get("schedulerName")
@@ -170,8 +170,8 @@ def _policy_terms(policy: NamespacePolicy) -> PolicyTerms | None:
 
 
 def mutate_pod(
-    pod: dict, policy: NamespacePolicy, *, scheduler_name: str | None
-) -> list[dict]:
+    pod: dict[str, Any], policy: NamespacePolicy, *, scheduler_name: str | None
+) -> list[dict[str, Any]]:
     """The JSON Patch that applies ``policy`` to ``pod``; empty when nothing is to change.
 
     Raises :class:`MalformedPod` when a field it reads has the wrong JSON type.
@@ -183,7 +183,7 @@ def mutate_pod(
         raise MalformedPod("spec is missing")
     if not policy.enabled or skip_reason(pod):
         return []
-    ops: list[dict] = []
+    ops: list[dict[str, Any]] = []
     if policy.placement in (c.PLACEMENT_REMOTE, c.PLACEMENT_LOCAL_AND_REMOTE):
         ops += _toleration_ops(spec)
     policy_terms = _policy_terms(policy)
@@ -194,7 +194,7 @@ def mutate_pod(
 
 
 def decide_pod(
-    pod: dict, namespace: str, policy: NamespacePolicy | PolicyError | None, *, scheduler_name: str | None
+    pod: dict[str, Any], namespace: str, policy: NamespacePolicy | PolicyError | None, *, scheduler_name: str | None
 ) -> Decision:
     """The webhook's answer for creating ``pod`` in ``namespace`` whose policy is ``policy``
     (None: unknown namespace; a PolicyError: invalid labels). Pure, so that ``kubectl
