@@ -1095,24 +1095,46 @@ class Environment:
         return lines
 
     def down(self) -> None:
+        """Stop everything the environment started. A step that fails does not stop the
+        rest (a real node that cannot be removed must not leave the clusters running);
+        the failures are raised together at the end, and running ``down`` again retries."""
+        failures: list[str] = []
+
+        def step(what: str, action: Callable[[], None]) -> None:
+            try:
+                action()
+            except Exception as exc:  # reported below; the teardown goes on
+                failures.append(f"{what}: {exc}")
+                self.say(f"- {what} failed: {exc}")
+
         topology = self.topology()
         if topology is not None and topology.real_nodes:
             # First: its containers, shims and mounts are not in the process table.
-            self.stop_real_nodes(topology)
-            done = self.registry(topology).stop(self.processes)
-            if done:
-                self.say(f"- {' and '.join(done)} removed")
-        stopped = self.processes.stop_all()
-        if stopped:
-            self.say(f"- stopped {', '.join(stopped)}")
-        topology = self.topology()
+            step("stopping the real nodes", lambda: self.stop_real_nodes(topology))
+
+            def stop_registry() -> None:
+                done = self.registry(topology).stop(self.processes)
+                if done:
+                    self.say(f"- {' and '.join(done)} removed")
+
+            step("stopping the registry", stop_registry)
+
+        def stop_processes() -> None:
+            stopped = self.processes.stop_all()
+            if stopped:
+                self.say(f"- stopped {', '.join(stopped)}")
+
+        step("stopping processes", stop_processes)
         if topology is not None:
             for spec in reversed(topology.clusters()):
                 cluster = self.cluster(spec)
                 if cluster.exists():
                     self.say(f"- deleting cluster {spec.name}")
-                    cluster.delete()
-            self.topology_path.unlink(missing_ok=True)
+                    step(f"deleting cluster {spec.name}", cluster.delete)
+        if failures:
+            raise ClusterError("`down` left something behind (" + "; ".join(failures) + "); the topology is kept, "
+                               f"so `kube-offload cluster down --state-dir {self.state_dir}` retries")
+        self.topology_path.unlink(missing_ok=True)
         self._forget_credentials()
 
     def _forget_credentials(self) -> None:

@@ -129,22 +129,27 @@ def connect(overlap: Overlap, apiserver_pids: list[int]) -> None:
                            "overlapping pod CIDRs need one to mark the remote apiserver's connections")
     if not apiserver_pids:
         raise OverlapError("the remote cluster's kube-apiserver process was not found")
+    _remove_rules(overlap)  # rules of a crashed run of this slot would be doubled
     group = root / overlap.cgroup
-    group.mkdir(exist_ok=True)
+    group.mkdir(exist_ok=True)  # before the rule that names it: iptables resolves the path
     for pid in apiserver_pids:
         (group / "cgroup.procs").write_text(f"{pid}\n")
-    disconnect(overlap)  # rules of a crashed run of this slot would be doubled
     for argv in connect_commands(overlap):
         _run(argv, check=True)
+
+
+def _remove_rules(overlap: Overlap) -> list[str]:
+    done = []
+    for argv in disconnect_commands(overlap):
+        while _run(argv, check=False):
+            done.append(" ".join(argv[:6]))
+    return done
 
 
 def disconnect(overlap: Overlap) -> list[str]:
     """Remove the rules, the rule and the route (each as often as it is there), move what
     is left in the group back to the root and remove the group; what was removed."""
-    done = []
-    for argv in disconnect_commands(overlap):
-        while _run(argv, check=False):
-            done.append(" ".join(argv[:6]))
+    done = _remove_rules(overlap)
     root = cgroup2_root()
     group = root / overlap.cgroup if root is not None else None
     if group is not None and group.is_dir():

@@ -179,6 +179,8 @@ def test_the_pod_runs_as_a_container_on_the_remote_real_node(env, local, remote,
     pod = _pod(local, APP)
     assert pod["spec"]["nodeName"] == virtual_node_name(env.topology().remotes[0].cluster_id)
     plan = _remote_plan(env)
+    # the two clusters hand out the same pod addresses: only the remapping tells them apart
+    assert plan.pod_cidr == env.real_node(env.topology().local).plan.pod_cidr and plan.overlap is not None
     # The local status shows the remapped address (the fabric's); the container printed its
     # real one, at the same offset in the remote real node's pod CIDR.
     local_ip = ipaddress.ip_address(pod["status"]["podIP"])

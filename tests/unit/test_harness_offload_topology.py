@@ -152,3 +152,24 @@ def test_the_commands_the_demo_prints_paste_back_as_the_same_arguments(arg):
     from kube_offload_harness.demo import _quote
 
     assert shlex.split(_quote(arg)) == [arg]
+
+
+def test_down_goes_on_past_a_step_that_fails_and_says_so(tmp_path: Path, monkeypatch):
+    """A real node that cannot be removed must not leave the rest running: every other
+    step still runs, the failure is raised at the end, and the topology is kept so that
+    `down` can be run again."""
+    topology = real_pods_topology()
+    env = Environment(tmp_path, say=lambda line: None, bins=object())
+    env.state_dir.mkdir(parents=True, exist_ok=True)
+    env.topology_path.write_text(topology.to_json())
+    ran = []
+
+    def broken(_topology):
+        raise RuntimeError("a mount is busy")
+
+    monkeypatch.setattr(env, "stop_real_nodes", broken)
+    monkeypatch.setattr(env.processes, "stop_all", lambda: ran.append("processes") or [])
+    with pytest.raises(ClusterError, match="a mount is busy"):
+        env.down()
+    assert ran == ["processes"]
+    assert env.topology_path.exists()
