@@ -61,9 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--state-dir", default=str(default_state_dir() / "demo"),
              help="where the demo environment keeps kubeconfigs, logs and PIDs")
     add_flag(parser, COMPONENT, "--replicas", default=3, type=int, help="replicas of the offloaded Deployment")
-    add_flag(parser, COMPONENT, "--real-nodes", default=True, type=bool,
+    add_flag(parser, COMPONENT, "--real-nodes", default=os.geteuid() == 0, type=bool,
              help="a real node (kubelet, containerd, runc) in every cluster, the charts as pods and the offloaded "
-                  "pods as real containers (needs root; docs/real-nodes.md); false: kwok's simulated nodes only")
+                  "pods as real containers (needs root; docs/real-nodes.md); false: kwok's simulated nodes only; "
+                  "default: true as root")
     add_flag(parser, COMPONENT, "--namespace", default="demo", help="the namespace to offload")
     add_flag(parser, COMPONENT, "--down", default=False, type=bool,
              help="tear everything down at the end instead of leaving it up to explore")
@@ -140,6 +141,9 @@ def _what_is_real(topology: Topology) -> str:
 def run(args: argparse.Namespace) -> int:
     env = Environment(Path(args.state_dir))
     try:
+        if not args.real_nodes and os.geteuid() != 0:
+            print("(not root: no real node can run here, so this is the walkthrough on kwok's simulated nodes; "
+                  "as root, `make demo` runs real containers: docs/real-nodes.md)")
         wanted = demo_topology(args.real_nodes)
         _step("Loopback clusters: real kube-apiserver/etcd/scheduler/controller-manager, "
               + ("a real node (kubelet, containerd, runc) in each" if wanted.real_nodes else "kwok nodes"))
