@@ -9,7 +9,7 @@ local Service, what `kubectl offload explain` and `kubectl offload status` say a
 `kubectl top` with the remote figures, and the virtual node going NotReady and back with
 its pods when the network between the clusters is cut and healed.
 
-With --real-nodes true (the default; needs root) every cluster has a real node (kubelet,
+With --real-nodes true (the default as root) every cluster has a real node (kubelet,
 containerd, runc, CNI) and everything runs for real: kube-offload's charts are pods pulled
 from a local registry, the offloaded pods are containers on the remote's real node, and
 the two pod networks are joined (docs/real-nodes.md); kwok simulates only one spare local
