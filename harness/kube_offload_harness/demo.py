@@ -9,7 +9,7 @@ local Service, what `kubectl offload explain` and `kubectl offload status` say a
 `kubectl top` with the remote figures, and the virtual node going NotReady and back with
 its pods when the network between the clusters is cut and healed.
 
-With --real-nodes true (the default; needs root) every cluster has a real node (kubelet,
+With --real-nodes true (the default as root) every cluster has a real node (kubelet,
 containerd, runc, CNI) and everything runs for real: kube-offload's charts are pods pulled
 from a local registry, the offloaded pods are containers on the remote's real node, and
 the two pod networks are joined (docs/real-nodes.md); kwok simulates only one spare local
@@ -33,7 +33,7 @@ from typing import Callable
 
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
-from kube_offload_harness import chart_pods, metrics_server, peer_driver
+from kube_offload_harness import chart_pods, fabric, metrics_server, peer_driver
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.partition import vkubelet_behind_link, vkubelet_pod_partition
 from kube_offload_harness.cluster import (
@@ -61,9 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--state-dir", default=str(default_state_dir() / "demo"),
              help="where the demo environment keeps kubeconfigs, logs and PIDs")
     add_flag(parser, COMPONENT, "--replicas", default=3, type=int, help="replicas of the offloaded Deployment")
-    add_flag(parser, COMPONENT, "--real-nodes", default=True, type=bool,
+    add_flag(parser, COMPONENT, "--real-nodes", default=os.geteuid() == 0, type=bool,
              help="a real node (kubelet, containerd, runc) in every cluster, the charts as pods and the offloaded "
-                  "pods as real containers (needs root; docs/real-nodes.md); false: kwok's simulated nodes only")
+                  "pods as real containers (needs root; docs/real-nodes.md); false: kwok's simulated nodes only; "
+                  "default: true as root")
     add_flag(parser, COMPONENT, "--namespace", default="demo", help="the namespace to offload")
     add_flag(parser, COMPONENT, "--down", default=False, type=bool,
              help="tear everything down at the end instead of leaving it up to explore")
@@ -140,6 +141,9 @@ def _what_is_real(topology: Topology) -> str:
 def run(args: argparse.Namespace) -> int:
     env = Environment(Path(args.state_dir))
     try:
+        if not args.real_nodes and os.geteuid() != 0:
+            print("(not root: no real node can run here, so this is the walkthrough on kwok's simulated nodes; "
+                  "as root, `make demo` runs real containers: docs/real-nodes.md)")
         wanted = demo_topology(args.real_nodes)
         _step("Loopback clusters: real kube-apiserver/etcd/scheduler/controller-manager, "
               + ("a real node (kubelet, containerd, runc) in each" if wanted.real_nodes else "kwok nodes"))
@@ -214,8 +218,13 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
     _step(f"The same pods in the remote cluster (twin namespace '{twin}'), kept there by ShadowPods")
     _show(remote, "get", "shadowpods", "-n", twin)
     if real:
-        print("(on the remote's real node, at their own addresses; the local cluster shows them remapped into the "
-              "range under which the fabric joining the two pod networks carries them: docs/real-nodes.md)")
+        local_cidr = env.real_node(topology.local).plan.pod_cidr
+        remote_plan = env.real_node(remote.spec).plan
+        shared = (f"both clusters hand out {local_cidr}, as clusters built alike do; " if remote_plan.pod_cidr == local_cidr
+                  else "")
+        print(f"(on the remote's real node, at their own addresses: {shared}the local cluster shows them as "
+              f"{fabric.remapped_pod_cidr(remote_plan.slot)}, under which the fabric joining the two pod networks "
+              "carries them: docs/real-nodes.md)")
     _show(remote, "get", "pods", "-n", twin, "-o", "wide")
 
     _step("Delete a remote pod behind the local cluster's back: the enforcer recreates it, the local pod stays")
