@@ -24,7 +24,6 @@ from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 
 log = logging.getLogger("kube_offload.enforcer.caches")
 
-CONSUMER_VERSION = c.SHADOWPOD_VERSION  # one API version for the group's kinds
 # A cache miss is answered by one GET inside an admission: keep it short.
 LIVE_GET_TIMEOUT: tuple[float, float] = (1.0, 2.0)
 
@@ -44,7 +43,6 @@ class ProviderCaches:
         # A miss is one short GET inside an admission: no retry, the webhook's time is short.
         self._kube = Kube(api_client, timeout=LIVE_GET_TIMEOUT, retry=NO_RETRY)
         core = client.CoreV1Api(api_client)
-        custom = client.CustomObjectsApi(api_client)
         self._owned: list[Informer] = []
         self.namespaces = namespaces or self._own(
             Informer(name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=_drop_managed_fields)
@@ -52,8 +50,7 @@ class ProviderCaches:
         self.consumers = consumers or self._own(
             Informer(
                 name="consumers",
-                list_func=custom.list_cluster_custom_object,
-                list_kwargs={"group": c.DOMAIN, "version": CONSUMER_VERSION, "plural": c.CONSUMER_PLURAL},
+                list_func=Kube(api_client).list_func(CONSUMERS),
                 resync_seconds=resync_seconds,
                 transform=_drop_managed_fields,
             )

@@ -262,19 +262,38 @@ def delete_options(
 
 
 def with_resource_version(patch: Any, content_type: str, resource_version: str | None) -> Any:
-    """``patch`` made conditional on the object's ``resource_version``: a merge or
-    strategic merge patch carries it in its metadata, a JSON patch starts with a ``test``
-    of it. The server answers 409 Conflict if the object changed since that version
-    (a stale cache must not overwrite a newer write)."""
+    """``patch`` made conditional on the object's ``resource_version``: the patched object
+    carries that version, so the server answers 409 Conflict if the object changed since
+    (a stale cache must not overwrite a newer write). A merge or strategic merge patch
+    sets it in its metadata; a JSON patch starts by replacing it (not a ``test`` op: a
+    failed test is a 422 Invalid, and a precondition should fail one way, 409)."""
     if not resource_version:
         return patch
     if content_type == JSON_PATCH:
-        return [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}, *patch]
+        return [{"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}, *patch]
     if content_type == APPLY_PATCH:
         raise ValueError("server-side apply takes no resourceVersion precondition: it merges by field owner")
     patched = dict(patch)
     patched["metadata"] = {**(patch.get("metadata") or {}), "resourceVersion": resource_version}
     return patched
+
+
+def _chunks(response: Any) -> Iterator[bytes]:
+    """A streamed answer's chunks; a connection that breaks meanwhile is an ApiError (0)."""
+    try:
+        yield from response.stream(None, decode_content=True)
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiError(0, "Unreachable", f"the stream broke: {exc}") from exc
+
+
+class _Unread:
+    """A list's answer as a generated method gives it with ``_preload_content=False``:
+    the bytes in ``data`` (:func:`call_json` parses them once)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
 class Kube:
@@ -350,7 +369,7 @@ class Kube:
                                 timeout=(self.timeout[0], timeout_seconds + 15), stream=True)
         try:
             pending = b""
-            for chunk in response.stream(64 * 1024, decode_content=True):
+            for chunk in _chunks(response):  # as each arrives: events, or part of one
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -416,6 +435,44 @@ class Kube:
         body = delete_options(uid=uid, resource_version=resource_version,
                               grace_period_seconds=grace_period_seconds, propagation_policy=propagation_policy)
         return self.request("DELETE", resource.path(namespace=namespace, name=name), body=body, timeout=timeout)
+
+    def list_func(self, resource: Resource, *, namespace: str | None = None) -> Callable[..., Any]:
+        """``resource``'s list and watch, called as the Informer calls a generated list
+        method (``limit``, ``_continue``, ``watch``, ``resource_version``...,
+        ``_preload_content=False``): the informers keep their paging, resume and 410 logic,
+        and their requests go through this layer (kind, timeouts, metrics)."""
+
+        def list_or_watch(
+            *,
+            label_selector: str | None = None,
+            field_selector: str | None = None,
+            limit: int | None = None,
+            _continue: str | None = None,
+            watch: bool = False,
+            resource_version: str | None = None,
+            allow_watch_bookmarks: bool = False,
+            timeout_seconds: int | None = None,
+            _preload_content: bool = False,
+            _request_timeout: tuple[float, float] | float | None = None,
+        ) -> Any:
+            if _preload_content:
+                raise ValueError("Kube.list_func answers unread (raw JSON): call it with _preload_content=False")
+            query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit,
+                     "continue": _continue, "watch": watch, "resourceVersion": resource_version,
+                     "allowWatchBookmarks": allow_watch_bookmarks, "timeoutSeconds": timeout_seconds}
+            timeout = (_request_timeout, _request_timeout) if isinstance(_request_timeout, (int, float)) else _request_timeout
+            response = self.request("GET", resource.path(namespace=namespace) + query_string(query),
+                                    timeout=timeout, stream=True)
+            if watch:
+                return response  # read line by line by the informer, which closes it
+            try:
+                return _Unread(response.read())
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise ApiError(0, "Unreachable", f"reading the answer: {exc}") from exc
+            finally:
+                response.release_conn()
+
+        return list_or_watch
 
     # --- the one place every request passes ---------------------------------------------------
     def request(self, method: str, path: str, *, body: Any = None, content_type: str = JSON,

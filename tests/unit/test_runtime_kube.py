@@ -200,10 +200,10 @@ def test_resource_version_in_an_object_patch(content_type):
     assert with_resource_version(patch, content_type, None) is patch
 
 
-def test_resource_version_in_a_json_patch_is_a_test_op():
+def test_resource_version_in_a_json_patch_is_set_first():
     ops = [{"op": "add", "path": "/status", "value": {}}]
     assert with_resource_version(ops, JSON_PATCH, "42") == [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": "42"},
         *ops,
     ]
 
