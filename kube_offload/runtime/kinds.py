@@ -85,6 +85,7 @@ PRIORITY_CLASSES: Final = Resource("scheduling.k8s.io", "v1", "PriorityClass", "
 CUSTOM_RESOURCE_DEFINITIONS: Final = Resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
 )
+POD_METRICS: Final = Resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", True)  # metrics-server's
 SELF_SUBJECT_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False)
 
 # --- kube-offload's custom resources (kube_offload/manifests/*-crd.yaml) ---------------------
@@ -97,6 +98,6 @@ TWIN_NAMESPACES: Final = Resource(
 ALL: Final[tuple[Resource, ...]] = (
     PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS,
     PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
-    ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, SELF_SUBJECT_REVIEWS,
+    ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
     SHADOWPODS, CONSUMERS, TWIN_NAMESPACES,
 )

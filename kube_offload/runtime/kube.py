@@ -476,15 +476,17 @@ class Kube:
 
     # --- the one place every request passes ---------------------------------------------------
     def request(self, method: str, path: str, *, body: Any = None, content_type: str = JSON,
-                timeout: tuple[float, float] | None = None, retry: RetryPolicy | None = None,
-                stream: bool = False) -> Any:
+                timeout: tuple[float, float | None] | None = None, retry: RetryPolicy | None = None,
+                stream: bool = False, accept: str = JSON) -> Any:
         """Send one request (tried again per :func:`retry_delay`); the answer's JSON as a
-        dict, or with ``stream`` the open urllib3 response. Any failure is an ApiError."""
+        dict, or with ``stream`` the open urllib3 response (a log, a watch: the caller
+        reads and releases it). ``timeout``: (connect, read) seconds, read None: none.
+        Any failure is an ApiError."""
         policy = retry or self.retry
         attempt = 1
         while True:
             try:
-                return self._send(method, path, body, content_type, timeout or self.timeout, stream)
+                return self._send(method, path, body, content_type, timeout or self.timeout, stream, accept)
             except ApiError as exc:
                 delay = retry_delay(exc, method, attempt, policy)
                 if delay is None:
@@ -492,11 +494,11 @@ class Kube:
                 time.sleep(delay)
                 attempt += 1
 
-    def _send(self, method: str, path: str, body: Any, content_type: str, timeout: tuple[float, float],
-              stream: bool) -> Any:
+    def _send(self, method: str, path: str, body: Any, content_type: str, timeout: tuple[float, float | None],
+              stream: bool, accept: str) -> Any:
         api_client = self.api_client
         headers = dict(api_client.default_headers)
-        headers["Accept"] = JSON
+        headers["Accept"] = accept
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
