@@ -37,7 +37,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp

@@ -24,7 +24,7 @@ from kubernetes import client
 from kube_offload.runtime import kinds
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.kube import ApiError, Kube, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
 from vkubelet.indexes import BY_ORIGIN
