@@ -14,6 +14,11 @@ client's configuration only: host, TLS, credentials (token refresh included) and
 connection pool; no generated method or model is in between (docs/runtime.md says why,
 with the figures of bench/bench_api_client.py). :func:`call` and :func:`call_json` remain
 for the generated methods not migrated yet.
+
+Over 400 lines on purpose: it is one concern, the edge to the API server. The pure
+helpers (Status parsing, :func:`retry_delay`, :func:`query_string`, the preconditions)
+sit beside the one request path that uses them, and are tested on their own
+(tests/unit/test_runtime_kube.py).
 """
 
 from __future__ import annotations
