@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes import client
 
-from enforcer.api import raw_request
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, SERVICE_ACCOUNTS, Resource
+from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 
 log = logging.getLogger("kube_offload.enforcer.caches")
 
-CONSUMER_VERSION = c.SHADOWPOD_VERSION  # one API version for the group's kinds
 # A cache miss is answered by one GET inside an admission: keep it short.
 LIVE_GET_TIMEOUT: tuple[float, float] = (1.0, 2.0)
 
@@ -42,9 +40,9 @@ class ProviderCaches:
         consumers: Informer | None = None,
         resync_seconds: float = 300.0,
     ) -> None:
-        self._api_client = api_client
+        # A miss is one short GET inside an admission: no retry, the webhook's time is short.
+        self._kube = Kube(api_client, timeout=LIVE_GET_TIMEOUT, retry=NO_RETRY)
         core = client.CoreV1Api(api_client)
-        custom = client.CustomObjectsApi(api_client)
         self._owned: list[Informer] = []
         self.namespaces = namespaces or self._own(
             Informer(name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=_drop_managed_fields)
@@ -52,8 +50,7 @@ class ProviderCaches:
         self.consumers = consumers or self._own(
             Informer(
                 name="consumers",
-                list_func=custom.list_cluster_custom_object,
-                list_kwargs={"group": c.DOMAIN, "version": CONSUMER_VERSION, "plural": c.CONSUMER_PLURAL},
+                list_func=Kube(api_client).list_func(CONSUMERS),
                 resync_seconds=resync_seconds,
                 transform=_drop_managed_fields,
             )
@@ -90,24 +87,20 @@ class ProviderCaches:
 
     # --- reads, with one live GET on a miss -------------------------------------------------
     def namespace(self, name: str) -> dict | None:
-        return self.namespaces.get(name) or self._live(f"/api/v1/namespaces/{_q(name)}")
+        return self.namespaces.get(name) or self._live(NAMESPACES, None, name)
 
     def consumer(self, name: str) -> dict | None:
-        return self.consumers.get(name) or self._live(
-            f"/apis/{c.DOMAIN}/{CONSUMER_VERSION}/{c.CONSUMER_PLURAL}/{_q(name)}"
-        )
+        return self.consumers.get(name) or self._live(CONSUMERS, None, name)
 
     def service_account(self, namespace: str, name: str) -> dict | None:
-        return self.service_accounts.get(f"{namespace}/{name}") or self._live(
-            f"/api/v1/namespaces/{_q(namespace)}/serviceaccounts/{_q(name)}"
-        )
+        return self.service_accounts.get(f"{namespace}/{name}") or self._live(SERVICE_ACCOUNTS, namespace, name)
 
-    def _live(self, path: str) -> dict | None:
+    def _live(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
         try:
-            return call_json(raw_request, self._api_client, "GET", path, _request_timeout=LIVE_GET_TIMEOUT)
+            return self._kube.get(resource, name, namespace=namespace)
         except ApiError as exc:
             if not exc.not_found:
-                log.warning("GET %s failed: %s", path, exc)
+                log.warning("GET %s failed: %s", resource.path(namespace=namespace, name=name), exc)
             return None
 
 
@@ -121,6 +114,3 @@ def _metadata_only(obj: dict) -> dict:
     keep = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {k: meta[k] for k in keep if k in meta}}
 
-
-def _q(segment: str) -> str:
-    return quote(segment, safe="")

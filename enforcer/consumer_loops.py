@@ -20,6 +20,8 @@ from enforcer.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kinds import CONSUMERS, TWIN_NAMESPACES, Resource
+from kube_offload.runtime.kube import Kube
 
 log = logging.getLogger("kube_offload.enforcer.tenants")
 
@@ -38,26 +40,23 @@ class ConsumerLoops:
         workers: int = 2,
     ) -> None:
         core = client.CoreV1Api(api_client)
-        custom = client.CustomObjectsApi(api_client)
+        kube = Kube(api_client)
         rbac = client.RbacAuthorizationV1Api(api_client)
 
-        def custom_list(plural: str) -> dict:
-            return {
-                "list_func": custom.list_cluster_custom_object,
-                "list_kwargs": {"group": c.DOMAIN, "version": c.SHADOWPOD_VERSION, "plural": plural},
-            }
+        def custom_list(resource: Resource) -> dict:
+            return {"list_func": kube.list_func(resource)}
 
         self.namespaces = Informer(
             name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=trim_namespace
         )
         self.consumers = Informer(
-            name="consumers", resync_seconds=resync_seconds, transform=drop_managed_fields, **custom_list(c.CONSUMER_PLURAL)
+            name="consumers", resync_seconds=resync_seconds, transform=drop_managed_fields, **custom_list(CONSUMERS)
         )
         self.requests = Informer(
             name="twinnamespaces",
             resync_seconds=resync_seconds,
             transform=drop_managed_fields,
-            **custom_list(c.TWIN_NAMESPACE_PLURAL),
+            **custom_list(TWIN_NAMESPACES),
         )
         # Only the twin RoleBindings (one name, every namespace), not all of them.
         self.rolebindings = Informer(

@@ -19,12 +19,11 @@ from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE,
     LABEL_MANAGED_BY,
     MANAGED_BY_ENFORCER,
-    SHADOWPOD_GROUP,
-    SHADOWPOD_PLURAL,
-    SHADOWPOD_VERSION,
 )
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kinds import SHADOWPODS
+from kube_offload.runtime.kube import Kube
 
 log = logging.getLogger("kube_offload.enforcer")
 
@@ -136,21 +135,7 @@ class Enforcer:
 
 
 def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
-    custom = client.CustomObjectsApi(api_client)
-    if namespace:
-        return {
-            "list_func": custom.list_namespaced_custom_object,
-            "list_kwargs": {
-                "group": SHADOWPOD_GROUP,
-                "version": SHADOWPOD_VERSION,
-                "namespace": namespace,
-                "plural": SHADOWPOD_PLURAL,
-            },
-        }
-    return {
-        "list_func": custom.list_cluster_custom_object,
-        "list_kwargs": {"group": SHADOWPOD_GROUP, "version": SHADOWPOD_VERSION, "plural": SHADOWPOD_PLURAL},
-    }
+    return {"list_func": Kube(api_client).list_func(SHADOWPODS, namespace=namespace or None)}
 
 
 def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict:

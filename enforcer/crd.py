@@ -11,10 +11,9 @@ from importlib import resources
 import yaml
 from kubernetes import client
 
-from enforcer.api import raw_request
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kinds import CUSTOM_RESOURCE_DEFINITIONS
+from kube_offload.runtime.kube import ApiError, Kube
 
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # Every CRD the enforcer reads; the chart symlinks the same files.
 MANIFESTS = ("shadowpod-crd.yaml", "consumer-crd.yaml", "twinnamespace-crd.yaml")
 
@@ -30,11 +29,12 @@ def ensure_crds(api_client: client.ApiClient, *, timeout: float = 30.0) -> None:
     """Create each CRD unless one of that name exists (an existing one is left as it is:
     upgrading a CRD is the installer's job), then wait until all are Established so the
     informers' first lists do not meet a 404."""
+    kube = Kube(api_client)
     crds = load_crds()
     for crd in crds:
         name = crd["metadata"]["name"]
         try:
-            call_json(raw_request, api_client, "POST", CRD_PATH, body=crd)
+            kube.create(CUSTOM_RESOURCE_DEFINITIONS, crd)
             log.info("created CustomResourceDefinition %s", name)
         except ApiError as exc:
             if not exc.already_exists:
@@ -42,7 +42,7 @@ def ensure_crds(api_client: client.ApiClient, *, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     for crd in crds:
         name = crd["metadata"]["name"]
-        while not _established(call_json(raw_request, api_client, "GET", f"{CRD_PATH}/{name}")):
+        while not _established(kube.get(CUSTOM_RESOURCE_DEFINITIONS, name)):
             if time.monotonic() > deadline:
                 raise SystemExit(f"kube-offload enforcer: CRD {name} not Established after {timeout:.0f}s")
             time.sleep(0.2)

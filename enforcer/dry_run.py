@@ -20,13 +20,12 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any, Mapping
-from urllib.parse import quote
 
 from kubernetes import client
 
-from enforcer.api import raw_request
 from kube_offload.admission import Decision
-from kube_offload.runtime.kube import ApiError, call_json, STRATEGIC_MERGE_PATCH
+from kube_offload.runtime.kinds import PODS
+from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY, STRATEGIC_MERGE_PATCH
 from kube_offload.shadowpod import InvalidShadowPod, PodFate, build_pod, is_owned_by, pod_fate, pod_update
 
 # Connect and read timeouts of the dry run. The apiserver gives this webhook 10 s in all
@@ -50,45 +49,25 @@ def pod_for(shadowpod: Mapping[str, Any]) -> dict:
     return build_pod(obj)
 
 
+def _kube(api_client: client.ApiClient) -> Kube:
+    # One try each: a retry would eat the webhook's time budget, and an unreachable or
+    # overloaded server is answered "could not verify, retry later" (verdict) anyway.
+    return Kube(api_client, timeout=DRY_RUN_TIMEOUT, retry=NO_RETRY)
+
+
 def dry_run_create(api_client: client.ApiClient, namespace: str, pod: dict) -> None:
     """Raises :class:`ApiError` when the API server would not create ``pod``."""
-    call_json(
-        raw_request,
-        api_client,
-        "POST",
-        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?dryRun=All",
-        body=pod,
-        _request_timeout=DRY_RUN_TIMEOUT,
-    )
+    _kube(api_client).create(PODS, pod, namespace=namespace, dry_run=True)
 
 
 def dry_run_patch(api_client: client.ApiClient, namespace: str, name: str, patch: dict) -> None:
     """Raises :class:`ApiError` when the API server would not apply ``patch`` (a
     strategic merge patch) to the running pod."""
-    call_json(
-        raw_request,
-        api_client,
-        "PATCH",
-        f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}?dryRun=All",
-        body=patch,
-        content_type=STRATEGIC_MERGE_PATCH,
-        _request_timeout=DRY_RUN_TIMEOUT,
-    )
+    _kube(api_client).patch(PODS, name, patch, namespace=namespace, content_type=STRATEGIC_MERGE_PATCH, dry_run=True)
 
 
 def get_pod(api_client: client.ApiClient, namespace: str, name: str) -> dict | None:
-    try:
-        return call_json(
-            raw_request,
-            api_client,
-            "GET",
-            f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}",
-            _request_timeout=DRY_RUN_TIMEOUT,
-        )
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
+    return _kube(api_client).get_or_none(PODS, name, namespace=namespace)
 
 
 def check(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any]) -> Decision:

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from kubernetes import client
 
 from enforcer import endpointslice_policy as policy
-from enforcer.api import raw_request
 from enforcer.caches import LIVE_GET_TIMEOUT, ProviderCaches
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kinds import PODS
+from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 
@@ -125,13 +124,14 @@ def for_cluster(api_client: client.ApiClient, *, caches: ProviderCaches, pods: P
         nodes = Informer(name="endpointslice-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)
         owned.append(nodes)
 
+    kube = Kube(api_client, timeout=LIVE_GET_TIMEOUT, retry=NO_RETRY)  # inside an admission: one short try
+
     def live_pod_ip(namespace: str, ip: str) -> str | None:
-        path = (f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?labelSelector="
-                f"{quote(f'{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER}', safe='')}&fieldSelector={quote(f'status.podIP={ip}', safe='')}")
         try:
-            found = call_json(raw_request, api_client, "GET", path, _request_timeout=LIVE_GET_TIMEOUT)
+            found = kube.list(PODS, namespace=namespace, label_selector=f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER}",
+                              field_selector=f"status.podIP={ip}")
         except ApiError as exc:
-            log.warning("GET %s failed: %s", path, exc)
+            log.warning("listing the managed pods of %s with IP %s failed: %s", namespace, ip, exc)
             return None
         items = (found or {}).get("items") or []
         return str((items[0].get("metadata") or {}).get("name") or "") if items else None

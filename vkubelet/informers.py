@@ -22,6 +22,8 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.kinds import CONSUMERS, SHADOWPODS, TWIN_NAMESPACES
+from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.namespaced_informer import ListForNamespace, MultiNamespaceInformer
 from vkubelet import trim
 from vkubelet import twin_requests as tr
@@ -135,11 +137,7 @@ class SharedInformers:
         """Our own ``Consumer`` on the provider (its terms: quota, suggested node labels;
         its status: the capacity summary). RBAC grants get/list/watch on that one name,
         and a list is authorized by name only through the metadata.name field selector."""
-        api = client.CustomObjectsApi(self.remote_client)
-
-        def list_consumers(**kwargs):
-            return api.list_cluster_custom_object(c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.CONSUMER_PLURAL, **kwargs)
-
+        list_consumers = Kube(self.remote_client).list_func(CONSUMERS)
         selector = f"metadata.name={self.settings.local_cluster_id}"
         return self.shared("remote-consumer", lambda: self._new("remote-consumer", list_consumers, field_selector=selector))
 
@@ -156,12 +154,9 @@ class SharedInformers:
         """Our TwinNamespace requests, in our tenant namespace (the only place we may
         write them). Which of them are Ready decides where the twin-scoped informers
         below watch (:meth:`set_twin_namespaces`, called by vkubelet/namespaces.py)."""
-        api = client.CustomObjectsApi(self.remote_client)
         tenant = self.settings.tenant_namespace
         selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"
-        list_requests = functools.partial(
-            api.list_namespaced_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, tenant, c.TWIN_NAMESPACE_PLURAL
-        )
+        list_requests = Kube(self.remote_client).list_func(TWIN_NAMESPACES, namespace=tenant)
 
         def make() -> Informer:
             informer = self._new("remote-twinnamespaces", list_requests, label_selector=selector)
@@ -236,12 +231,10 @@ class SharedInformers:
         )
 
     def remote_shadowpods(self) -> MultiNamespaceInformer:
-        api = client.CustomObjectsApi(self.remote_client)
+        kube = Kube(self.remote_client)
 
         def list_for(ns: str):
-            return functools.partial(
-                api.list_namespaced_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, ns, c.SHADOWPOD_PLURAL
-            )
+            return kube.list_func(SHADOWPODS, namespace=ns)
 
         return self.remote_in_twins("remote-shadowpods", list_for, trim.trim_shadowpod, label_selector=self._ours())
 

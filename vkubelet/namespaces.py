@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
+from kube_offload.runtime.kinds import TWIN_NAMESPACES
+from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.policy import PolicyError, policy_from_namespace
 from kube_offload.times import now_time
@@ -153,7 +153,7 @@ class TwinNamespaces:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self._custom = client.CustomObjectsApi(informers.remote_client)
+        self._kube = Kube(informers.remote_client)
         self._recorder = recorder
         # The virtual node's labels now (the provider may change the ones it suggests):
         # cluster selectors are matched against exactly what the node carries.
@@ -273,14 +273,7 @@ class TwinNamespaces:
             twin, tenant_namespace=tenant, local_namespace=name, local_cluster_id=self.settings.local_cluster_id
         )
         try:
-            call_json(
-                self._custom.create_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                tenant,
-                c.TWIN_NAMESPACE_PLURAL,
-                body,
-            )
+            self._kube.create(TWIN_NAMESPACES, body, namespace=tenant)
             logger.info("requested twin namespace %s from cluster %s", twin, self.settings.cluster_id)
             return
         except ApiError as exc:
@@ -296,14 +289,7 @@ class TwinNamespaces:
                     logger,
                     None,
                 )
-        current = call_json(
-            self._custom.get_namespaced_custom_object,
-            c.SHADOWPOD_GROUP,
-            c.SHADOWPOD_VERSION,
-            tenant,
-            c.TWIN_NAMESPACE_PLURAL,
-            twin,
-        )
+        current = self._kube.get(TWIN_NAMESPACES, twin, namespace=tenant)
         state = self._state(name, twin, current)
         if state.conflict:
             logger.warning(state.reason)
@@ -332,15 +318,12 @@ class TwinNamespaces:
         meta = request.get("metadata") or {}
         stamp = now_time()
         try:
-            call_json(
-                self._custom.patch_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                meta["namespace"],
-                c.TWIN_NAMESPACE_PLURAL,
+            self._kube.patch(
+                TWIN_NAMESPACES,
                 meta["name"],
                 {"metadata": {"annotations": {c.ANNOTATION_TWIN_RETRY: stamp}}},
-                _content_type=MERGE_PATCH,
+                namespace=meta["namespace"],
+                content_type=MERGE_PATCH,
             )
             logger.info("asked cluster %s to look again at twin namespace %s", self.settings.cluster_id, meta["name"])
         except ApiError as exc:
@@ -352,15 +335,7 @@ class TwinNamespaces:
         if meta.get("deletionTimestamp"):
             return
         try:
-            call_json(
-                self._custom.delete_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                meta["namespace"],
-                c.TWIN_NAMESPACE_PLURAL,
-                meta["name"],
-                body={"preconditions": {"uid": meta.get("uid")}},
-            )
+            self._kube.delete(TWIN_NAMESPACES, meta["name"], namespace=meta["namespace"], uid=meta.get("uid"))
             logger.info("withdrew the request for twin namespace %s (%s)", meta["name"], why)
         except ApiError as exc:
             if exc.not_found or exc.conflict:

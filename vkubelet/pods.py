@@ -62,7 +62,8 @@ from kube_offload import constants as c
 from kube_offload import shadowpod
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.pod_updates import template_patch
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key, MERGE_PATCH
+from kube_offload.runtime.kinds import SHADOWPODS
+from kube_offload.runtime.kube import ApiError, Kube, call_json, object_key, split_key, MERGE_PATCH
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import daemonsets
@@ -116,7 +117,7 @@ class PodOffloader:
     ) -> None:
         self.settings = settings
         self._local = client.CoreV1Api(informers.local_client)
-        self._custom = client.CustomObjectsApi(informers.remote_client)
+        self._kube = Kube(informers.remote_client)
         self._twins = twins
         self._recorder = recorder
         self.refusals = rf.RefusalBackoff()
@@ -399,14 +400,7 @@ class PodOffloader:
         self._not_policy_refused(object_key(local))
         body = shadowpod_of(remote, local, twin, context)
         try:
-            call_json(
-                self._custom.create_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                twin,
-                c.SHADOWPOD_PLURAL,
-                body,
-            )
+            self._kube.create(SHADOWPODS, body, namespace=twin)
         except ApiError as exc:
             if exc.already_exists:
                 raise Requeue(0.5, "ShadowPod exists but is not in the cache yet") from exc
@@ -488,15 +482,7 @@ class PodOffloader:
         if meta.get("deletionTimestamp"):
             return
         try:
-            call_json(
-                self._custom.delete_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                meta["namespace"],
-                c.SHADOWPOD_PLURAL,
-                meta["name"],
-                body={"preconditions": {"uid": meta["uid"]}},
-            )
+            self._kube.delete(SHADOWPODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
             logger.info("deleted ShadowPod %s/%s: %s", meta["namespace"], meta["name"], why)
         except ApiError as exc:
             if exc.not_found or exc.conflict:
@@ -535,16 +521,7 @@ class PodOffloader:
             return
         patch["metadata"]["uid"] = meta["uid"]  # this very ShadowPod, not a newer one of the name
         try:
-            call_json(
-                self._custom.patch_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                meta["namespace"],
-                c.SHADOWPOD_PLURAL,
-                meta["name"],
-                patch,
-                _content_type=MERGE_PATCH,
-            )
+            self._kube.patch(SHADOWPODS, meta["name"], patch, namespace=meta["namespace"], content_type=MERGE_PATCH)
         except ApiError as exc:
             if exc.not_found or exc.conflict:
                 return  # gone or replaced meanwhile; its event brings us back
@@ -670,15 +647,8 @@ class PodOffloader:
         if self.refusals.wait(backoff_key, print_) > 0:
             return  # refused before and nothing changed since; a timer brings us back
         try:
-            call_json(
-                self._custom.patch_namespaced_custom_object,
-                c.SHADOWPOD_GROUP,
-                c.SHADOWPOD_VERSION,
-                meta["namespace"],
-                c.SHADOWPOD_PLURAL,
-                meta["name"],
-                {"spec": {"pod": patch}},
-                _content_type=MERGE_PATCH,
+            self._kube.patch(
+                SHADOWPODS, meta["name"], {"spec": {"pod": patch}}, namespace=meta["namespace"], content_type=MERGE_PATCH
             )
         except ApiError as exc:
             refusal = rf.refusal_of(exc)

@@ -361,6 +361,10 @@ class Informer:
             if _history_lost(error.status, error.message):
                 return None, False
             raise error from exc
+        except ApiError as error:  # a list_func of the API layer (Kube.list_func)
+            if _history_lost(error.status, error.message):
+                return None, False
+            raise
         self._allowed()
         self._response = response
         progressed = False

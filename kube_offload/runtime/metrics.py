@@ -192,6 +192,13 @@ def observe_api_call(cluster: str, verb: str, code: str, seconds: float) -> None
 _INSTRUMENTED = "_kube_offload_cluster"
 
 
+def instrumented_cluster(api_client: Any) -> str | None:
+    """The ``cluster`` label :func:`instrument_api_client` gave ``api_client`` (None: not
+    instrumented). :class:`kube_offload.runtime.kube.Kube` counts its requests under it,
+    at its own edge: they do not pass through ``call_api``, so nothing is counted twice."""
+    return getattr(api_client, _INSTRUMENTED, None)
+
+
 def instrument_api_client(api_client: Any, cluster: str) -> None:
     """Count and time every request ``api_client`` sends, as calls to ``cluster``.
 

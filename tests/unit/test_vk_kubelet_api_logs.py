@@ -162,11 +162,11 @@ def test_a_pod_state_error_names_the_remote_pod():
 
 
 def test_error_body_parsing_prefers_the_status_message():
-    err = logs._api_error(400, b'{"kind":"Status","message":"container is waiting","reason":"BadRequest"}', "Bad Request")
+    err = ApiError.from_response(400, b'{"kind":"Status","message":"container is waiting","reason":"BadRequest"}', "Bad Request")
     assert (err.status, err.reason, err.message) == (400, "BadRequest", "container is waiting")
-    plain = logs._api_error(502, b"upstream broke\n", "Bad Gateway")
+    plain = ApiError.from_response(502, b"upstream broke\n", "Bad Gateway")
     assert (plain.reason, plain.message) == ("Bad Gateway", "upstream broke")
-    empty = logs._api_error(503, b"", "Service Unavailable")
+    empty = ApiError.from_response(503, b"", "Service Unavailable")
     assert empty.message == "Service Unavailable"
 
 

@@ -75,8 +75,8 @@ def loop(monkeypatch) -> PodOffloader:
 
     monkeypatch.setattr(offloader._local, "delete_namespaced_pod", called("delete local pod"))
     monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", called("patch local status"))
-    monkeypatch.setattr(offloader._custom, "create_namespaced_custom_object", called("create ShadowPod"))
-    monkeypatch.setattr(offloader._custom, "delete_namespaced_custom_object", called("delete ShadowPod"))
+    monkeypatch.setattr(offloader._kube, "create", called("create ShadowPod"))
+    monkeypatch.setattr(offloader._kube, "delete", called("delete ShadowPod"))
     monkeypatch.setattr(recorder, "warning", lambda obj, reason, message: offloader.warnings.append((reason, message)))
     monkeypatch.setattr(recorder, "normal", lambda obj, reason, message: None)
     # Both twin-scoped caches listed once (empty): the readable case.

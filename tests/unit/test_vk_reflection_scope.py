@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from vkubelet.informers import SharedInformers
@@ -59,9 +60,9 @@ def test_scope_follows_namespaces_opting_in_and_out():
     assert offloaded_namespaces(informers, twins) is scope  # one per process
     assert scope.namespaces() == {"early"}
 
-    secrets = scope.local_informer("secrets", client.CoreV1Api, "secret")
-    configmaps = scope.local_informer("configmaps", client.CoreV1Api, "config_map")
-    assert scope.local_informer("secrets", client.CoreV1Api, "secret") is secrets  # shared by name
+    secrets = scope.local_informer("secrets", kinds.SECRETS)
+    configmaps = scope.local_informer("configmaps", kinds.CONFIG_MAPS)
+    assert scope.local_informer("secrets", kinds.SECRETS) is secrets  # shared by name
     assert secrets.namespaces() == ["early"] and configmaps.namespaces() == ["early"]
 
     ns._apply(MODIFIED, _namespace("plain", True))  # kubectl label ns plain kube-offload.io/enabled=true
@@ -82,7 +83,7 @@ def test_scope_follows_namespaces_opting_in_and_out():
 def test_a_cluster_selector_that_does_not_match_keeps_the_namespace_out():
     informers, twins = _setup()
     scope = offloaded_namespaces(informers, twins)
-    services = scope.local_informer("services", client.CoreV1Api, "service")
+    services = scope.local_informer("services", kinds.SERVICES)
     other = _namespace("elsewhere", True)
     other["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: f"{c.LABEL_CLUSTER_ID}=remote-2"}
     twins.local_namespaces._apply(ADDED, other)
@@ -92,7 +93,7 @@ def test_a_cluster_selector_that_does_not_match_keeps_the_namespace_out():
 def test_reflection_waits_until_the_namespaces_are_known():
     informers, twins = _setup()
     scope = offloaded_namespaces(informers, twins)
-    scope.local_informer("secrets", client.CoreV1Api, "secret")
+    scope.local_informer("secrets", kinds.SECRETS)
     # Namespaces not listed yet: an empty scope would look "synced" and let reflectors
     # decide that every remote copy's local object is gone.
     assert scope.has_synced() is False
@@ -105,7 +106,7 @@ def test_reflection_waits_until_the_namespaces_are_known():
 def test_provider_suggested_labels_can_bring_a_namespace_in():
     informers, twins = _setup()
     scope = offloaded_namespaces(informers, twins)
-    ingresses = scope.local_informer("ingresses", client.NetworkingV1Api, "ingress")
+    ingresses = scope.local_informer("ingresses", kinds.INGRESSES)
     eu = _namespace("eu-only", True)
     eu["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: "topology.kubernetes.io/region=eu-west"}
     twins.local_namespaces._apply(ADDED, eu)

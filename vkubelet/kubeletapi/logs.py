@@ -10,16 +10,17 @@ real log exactly as the local one would have.
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
+from urllib.parse import urlencode
 
 from kubernetes import client
 from urllib3.exceptions import ReadTimeoutError
 
-from kube_offload.runtime.kube import ApiError
+from kube_offload.runtime.kinds import PODS
+from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 from kube_offload.times import parse_time
 from vkubelet.kubeletapi.paths import RequestError, parse_bool, parse_int, query_value
 
@@ -131,18 +132,6 @@ def remote_error(exc: ApiError, *, cluster_id: str, remote_pod: str) -> RequestE
     return RequestError(400, f"{exc.message} {where}")
 
 
-def _api_error(status: int, body: bytes, fallback: str) -> ApiError:
-    parsed: dict = {}
-    try:
-        parsed = json.loads(body)
-    except (ValueError, TypeError):
-        parsed = {}
-    if not isinstance(parsed, dict):
-        parsed = {}
-    message = parsed.get("message") or body.decode("utf-8", "replace").strip() or fallback
-    return ApiError(status, str(parsed.get("reason") or fallback), message, parsed)
-
-
 def open_remote_log(
     api_client: client.ApiClient,
     namespace: str,
@@ -156,34 +145,14 @@ def open_remote_log(
     """Start ``GET /api/v1/namespaces/{ns}/pods/{pod}/log`` on the remote API server and
     return the urllib3 response, unread; ApiError if it did not answer 2xx.
 
-    Built with the client's own ``param_serialize``/``call_api`` (auth, TLS, proxy
-    settings of the kubeconfig), which is exactly what ``read_namespaced_pod_log`` does
-    with ``_preload_content=False``, only with every parameter (sinceTime) allowed."""
-    method, url, headers, body, post_params = api_client.param_serialize(
-        method="GET",
-        resource_path="/api/v1/namespaces/{namespace}/pods/{name}/log",
-        path_params={"namespace": namespace, "name": pod},
-        query_params=params,
-        header_params={"Accept": "text/plain, */*"},
-        auth_settings=["BearerToken"],
-    )
+    Through the API layer (auth, TLS, proxy settings of the kubeconfig, the API
+    metrics), with every parameter (sinceTime) allowed. Tried once: the client asking
+    for the log hears the remote's answer and may ask again."""
     # A followed log: the read timeout is the idle timeout (no new line for that long
     # ends it; 0: never), see is_read_timeout.
     timeout = (connect_timeout, idle_timeout or None) if follow else (connect_timeout, READ_TIMEOUT_WITHOUT_FOLLOW)
-    try:
-        response = api_client.call_api(method, url, header_params=headers, body=body, post_params=post_params, _request_timeout=timeout)
-    except client.ApiException as exc:
-        raise ApiError.from_exception(exc) from exc
-    except Exception as exc:  # urllib3 and socket errors share no useful base class
-        raise ApiError(0, "Unreachable", str(exc)) from exc
-    raw = response.response
-    if not 200 <= response.status <= 299:
-        try:
-            data = raw.read()
-        finally:
-            raw.release_conn()
-        raise _api_error(response.status, data, raw.reason or "")
-    return raw
+    path = PODS.path(namespace=namespace, name=pod, subresource="log") + (f"?{urlencode(params)}" if params else "")
+    return Kube(api_client, retry=NO_RETRY).request("GET", path, timeout=timeout, stream=True, accept="text/plain, */*")
 
 
 def iter_chunks(raw: Any, *, stopped: Callable[[], bool]) -> Iterator[bytes]:

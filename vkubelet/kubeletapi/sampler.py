@@ -31,16 +31,14 @@ from typing import Callable, Iterable, Mapping
 from kubernetes import client
 
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kinds import POD_METRICS
+from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
 from vkubelet.kubeletapi.usage import PodRef, PodSample, SampleError, UsageLedger, UsageSnapshot, pod_sample
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
-METRICS_GROUP = "metrics.k8s.io"
-METRICS_VERSION = "v1beta1"
-METRICS_PLURAL = "pods"
 # A list of PodMetrics is served from metrics-server's memory: quick, or not at all.
 METRICS_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 10.0)
 
@@ -203,13 +201,11 @@ class UsageSampler:
 
 
 def metrics_lister(remote: client.ApiClient) -> ListMetrics:
-    """One ``list`` of PodMetrics in a namespace of the remote cluster, raw JSON."""
-    api = client.CustomObjectsApi(remote)
+    """One ``list`` of PodMetrics in a namespace of the remote cluster, raw JSON. Tried
+    once: the next sampling round is the retry."""
+    kube = Kube(remote, timeout=METRICS_REQUEST_TIMEOUT, retry=NO_RETRY)
 
     def list_metrics(namespace: str) -> Mapping:
-        return call_json(
-            api.list_namespaced_custom_object, METRICS_GROUP, METRICS_VERSION, namespace, METRICS_PLURAL,
-            _request_timeout=METRICS_REQUEST_TIMEOUT,
-        )
+        return kube.list(POD_METRICS, namespace=namespace)
 
     return list_metrics

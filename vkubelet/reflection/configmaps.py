@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kubernetes import client
-
+from kube_offload.runtime import kinds
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import Decision
@@ -18,8 +17,7 @@ from vkubelet.reflection.settings import CONFIGMAPS
 class ConfigMapReflector(Reflector):
     resource = CONFIGMAPS
     kind = "ConfigMap"
-    api_class = client.CoreV1Api
-    suffix = "config_map"
+    api_kind = kinds.CONFIG_MAPS
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_configmap(local, ctx)

@@ -17,8 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Mapping
 
-from kubernetes import client
-
+from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import object_key
@@ -32,12 +31,11 @@ from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
 class EndpointSliceReflector(Reflector):
     resource = ENDPOINTSLICES
     kind = "EndpointSlice"
-    api_class = client.DiscoveryV1Api
-    suffix = "endpoint_slice"
+    api_kind = kinds.ENDPOINT_SLICES
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self.services = self.scope.local_informer(SERVICES, client.CoreV1Api, "service")
+        self.services = self.scope.local_informer(SERVICES, kinds.SERVICES)
         self.controller.watch(self.services, self._slices_of_service)
         # Per slice, the addresses last logged as not remapped: said once, not per resync.
         self._unremapped: dict[str, tuple[str, ...]] = {}

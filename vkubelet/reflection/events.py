@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from kubernetes import client
 
+from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
@@ -62,11 +63,11 @@ class EventReflector:
         self._informers = informers
         self._local = client.CoreV1Api(informers.local_client)
         self.pod_events = shared_informer(
-            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector="involvedObject.kind=Pod",
+            informers, "remote", EVENTS, kinds.EVENTS, field_selector="involvedObject.kind=Pod",
             transform=trim_event,
         )
         self.shadowpod_events = shared_informer(
-            informers, "remote", EVENTS, client.CoreV1Api, "event", field_selector=f"involvedObject.kind={c.SHADOWPOD_KIND}",
+            informers, "remote", EVENTS, kinds.EVENTS, field_selector=f"involvedObject.kind={c.SHADOWPOD_KIND}",
             transform=trim_event,
         )
         self.remote_pods = informers.remote_pods()

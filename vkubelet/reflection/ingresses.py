@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kubernetes import client
-
+from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
@@ -23,8 +22,7 @@ from vkubelet.reflection.settings import INGRESSES
 class IngressReflector(Reflector):
     resource = INGRESSES
     kind = "Ingress"
-    api_class = client.NetworkingV1Api
-    suffix = "ingress"
+    api_kind = kinds.INGRESSES
 
     def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_ingress(desired, policy)

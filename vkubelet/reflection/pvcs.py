@@ -21,8 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from kubernetes import client
-
+from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
@@ -56,8 +55,7 @@ def storage_class_mapping(mapping: Mapping[str, str], virtual_class: str) -> dic
 class PersistentVolumeClaimReflector(Reflector):
     resource = PERSISTENTVOLUMECLAIMS
     kind = "PersistentVolumeClaim"
-    api_class = client.CoreV1Api
-    suffix = "persistent_volume_claim"
+    api_kind = kinds.PERSISTENT_VOLUME_CLAIMS
     recreate_on_invalid = False
 
     def selection(self, local: Mapping) -> Decision:

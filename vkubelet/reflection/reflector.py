@@ -37,13 +37,14 @@ from __future__ import annotations
 import abc
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.kinds import Resource
+from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.indexer import IndexFunc
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
@@ -73,36 +74,32 @@ log = logging.getLogger("kube_offload.vkubelet.reflection")
 
 
 class RemoteOps:
-    """Create / read / replace / delete of one namespaced kind through a kubernetes
-    client API object (``CoreV1Api`` + ``config_map`` -> ``create_namespaced_config_map``...);
+    """Create / read / replace / delete of one namespaced ``kind`` through the API layer;
     every write is counted for ``resource`` (vkubelet/reflection/metrics.py)."""
 
-    def __init__(self, api: Any, suffix: str, *, resource: str) -> None:
-        self._api = api
-        self._suffix = suffix
+    def __init__(self, kube: Kube, kind: Resource, *, resource: str) -> None:
+        self._kube = kube
+        self._kind = kind
         self._resource = resource
 
-    def _method(self, verb: str) -> Callable[..., Any]:
-        return getattr(self._api, f"{verb}_namespaced_{self._suffix}")
-
     def create(self, namespace: str, body: Mapping) -> dict:
-        created = call_json(self._method("create"), namespace, dict(body))
+        created = self._kube.create(self._kind, dict(body), namespace=namespace)
         metrics.wrote(self._resource, metrics.OPERATION_CREATE)
         return created
 
     def read(self, namespace: str, name: str) -> dict:
-        return call_json(self._method("read"), name, namespace)
+        return self._kube.get(self._kind, name, namespace=namespace)
 
     def replace(self, namespace: str, name: str, body: Mapping) -> dict:
-        replaced = call_json(self._method("replace"), name, namespace, dict(body))
+        replaced = self._kube.replace(self._kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}},
+                                      namespace=namespace)
         metrics.wrote(self._resource, metrics.OPERATION_UPDATE)
         return replaced
 
     def delete(self, namespace: str, name: str, uid: str | None) -> bool:
         """Delete if it is still the object with ``uid``; False if already gone or replaced."""
-        body = {"preconditions": {"uid": uid}} if uid else {}
         try:
-            call_json(self._method("delete"), name, namespace, body=body)
+            self._kube.delete(self._kind, name, namespace=namespace, uid=uid or None)
             metrics.wrote(self._resource, metrics.OPERATION_DELETE)
             return True
         except ApiError as exc:
@@ -115,8 +112,7 @@ def shared_informer(
     informers: "SharedInformers",
     side: str,
     resource: str,
-    api_class: type,
-    suffix: str,
+    kind: Resource,
     *,
     label_selector: str = "",
     field_selector: str = "",
@@ -128,7 +124,7 @@ def shared_informer(
     the same selection shares one list+watch (and the first one's ``transform``: what
     its cache keeps of each object, vkubelet/trim.py)."""
     api_client = informers.local_client if side == "local" else informers.remote_client
-    api = api_class(api_client)
+    kube = Kube(api_client)
     selection = ",".join(filter(None, [label_selector, field_selector]))
     name = f"{side}-{resource}" + (f"[{selection}]" if selection else "")
     kwargs = {}
@@ -137,13 +133,12 @@ def shared_informer(
     if field_selector:
         kwargs["field_selector"] = field_selector
     if side == "remote":
-        list_namespaced = getattr(api, f"list_namespaced_{suffix}")
-        return informers.remote_in_twins(name, lambda ns: functools.partial(list_namespaced, ns), transform, **kwargs)
+        return informers.remote_in_twins(name, lambda ns: kube.list_func(kind, namespace=ns), transform, **kwargs)
 
     def make() -> Informer:
         return Informer(
             name=name,
-            list_func=getattr(api, f"list_{suffix}_for_all_namespaces"),
+            list_func=kube.list_func(kind),
             list_kwargs=kwargs,
             resync_seconds=informers.settings.resync_period,
             transform=transform,
@@ -174,9 +169,8 @@ class Reflector(abc.ABC):
     # The resource type: settings key, LABEL_REFLECTOR value, flag names.
     resource: ClassVar[str]
     kind: ClassVar[str]
-    # kubernetes client API class and method suffix (``config_map``, ``endpoint_slice``...).
-    api_class: ClassVar[type]
-    suffix: ClassVar[str]
+    # The kind in the API (kube_offload.runtime.kinds: CONFIG_MAPS, ENDPOINT_SLICES...).
+    api_kind: ClassVar[Resource]
     # When the remote API refuses an update as invalid (an immutable field changed):
     # delete and create it again. False for kinds whose deletion loses data.
     recreate_on_invalid: ClassVar[bool] = True
@@ -192,15 +186,14 @@ class Reflector(abc.ABC):
         self._recorder = context.recorder
         self.log = logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
         informers = context.informers
-        self.ops = RemoteOps(self.api_class(informers.remote_client), self.suffix, resource=self.resource)
+        self.ops = RemoteOps(Kube(informers.remote_client), self.api_kind, resource=self.resource)
         self.scope = offloaded_namespaces(informers, context.twins)
-        self.local = self.scope.local_informer(self.resource, self.api_class, self.suffix)
+        self.local = self.scope.local_informer(self.resource, self.api_kind)
         self.remote = shared_informer(
             informers,
             "remote",
             self.resource,
-            self.api_class,
-            self.suffix,
+            self.api_kind,
             label_selector=owned_selector(self._local_id, self.resource),
         )
         # Remote objects by local key, kept by the informer before any handler runs.

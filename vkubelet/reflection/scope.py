@@ -20,11 +20,12 @@ is gone" from a cache that never listed it would delete a remote copy a pod stil
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from kube_offload.runtime.kinds import Resource
+from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 
 if TYPE_CHECKING:
@@ -125,17 +126,16 @@ class OffloadedNamespaces:
                 informer.set_namespaces(self._current)
 
     # --- scoped informers ------------------------------------------------------------------------
-    def local_informer(self, resource: str, api_class: type, suffix: str) -> MultiNamespaceInformer:
-        """The process-wide local informer of ``resource`` in the offloaded namespaces
-        (``suffix``: the client's method suffix, ``config_map`` -> ``list_namespaced_config_map``)."""
+    def local_informer(self, resource: str, kind: Resource) -> MultiNamespaceInformer:
+        """The process-wide local informer of ``resource`` (its ``kind`` in the API) in
+        the offloaded namespaces."""
         name = f"local-{resource}"
-        api = api_class(self._informers.local_client)
-        list_namespaced = getattr(api, f"list_namespaced_{suffix}")
+        kube = Kube(self._informers.local_client)
 
         def make() -> Any:
             informer = MultiNamespaceInformer(
                 name=name,
-                list_for_namespace=lambda namespace: functools.partial(list_namespaced, namespace),
+                list_for_namespace=lambda namespace: kube.list_func(kind, namespace=namespace),
                 resync_seconds=self._informers.settings.resync_period,
             )
             with self._lock:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kubernetes import client
-
+from kube_offload.runtime import kinds
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SECRETS
@@ -17,8 +16,7 @@ from vkubelet.reflection.settings import SECRETS
 class SecretReflector(Reflector):
     resource = SECRETS
     kind = "Secret"
-    api_class = client.CoreV1Api
-    suffix = "secret"
+    api_kind = kinds.SECRETS
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return f.forge_secret(local, ctx)

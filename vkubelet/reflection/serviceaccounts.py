@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Mapping
 
 from kubernetes import client
 
+from kube_offload.runtime import kinds
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
+from kube_offload.runtime.kube import ApiError, Kube, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
 from kube_offload.times import parse_time_or_none
@@ -66,10 +67,10 @@ class ServiceAccountTokenReflector:
         self._token_seconds = self.settings.reflection.token_seconds
         informers = context.informers
         self._local = client.CoreV1Api(informers.local_client)
-        self.ops = RemoteOps(client.CoreV1Api(informers.remote_client), "secret", resource=self.resource)
+        self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource)
         self.local_pods = informers.local_pods()
         self.remote = shared_informer(
-            informers, "remote", SECRETS, client.CoreV1Api, "secret",
+            informers, "remote", SECRETS, kinds.SECRETS,
             label_selector=owned_selector(self._local_id, self.resource),
             transform=trim_token_secret,  # the tokens themselves are never read back
         )

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kubernetes import client
-
+from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
@@ -24,8 +23,7 @@ from vkubelet.reflection.settings import SERVICES
 class ServiceReflector(Reflector):
     resource = SERVICES
     kind = "Service"
-    api_class = client.CoreV1Api
-    suffix = "service"
+    api_kind = kinds.SERVICES
 
     def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_service(desired, policy)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes import client
 
+from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
@@ -88,9 +89,9 @@ class VirtualNodeStorage:
         informers = context.informers
         self._api = client.CoreV1Api(informers.local_client)
         self._scope = offloaded_namespaces(informers, context.twins)
-        self.claims = self._scope.local_informer(PERSISTENTVOLUMECLAIMS, client.CoreV1Api, "persistent_volume_claim")
+        self.claims = self._scope.local_informer(PERSISTENTVOLUMECLAIMS, kinds.PERSISTENT_VOLUME_CLAIMS)
         self.remote = shared_informer(
-            informers, "remote", PERSISTENTVOLUMECLAIMS, client.CoreV1Api, "persistent_volume_claim",
+            informers, "remote", PERSISTENTVOLUMECLAIMS, kinds.PERSISTENT_VOLUME_CLAIMS,
             label_selector=owned_selector(settings.local_cluster_id, PERSISTENTVOLUMECLAIMS),
         )
         selector = f"{c.LABEL_VOLUME_LOCATION}={c.VOLUME_LOCATION_REMOTE},{c.LABEL_CLUSTER_ID}={self._cluster_id}"
