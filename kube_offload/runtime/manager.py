@@ -26,7 +26,8 @@ process shares; :meth:`Manager.run` does the rest, the same way for every compon
   and :meth:`Manager.run` returns 1: half a component must not keep running (a reconcile
   loop gone while its health says ok), as controller-runtime's manager stops when one of
   its runnables returns an error. A loop that returns while not told to stop has simply
-  finished.
+  finished; one that raises once told to stop is logged (``stop failed``) and the stop
+  goes on.
 
 The manager knows nothing of Kubernetes objects: an informer is anything with ``name``
 and ``has_synced()`` (and ``start()``/``stop()`` when the manager owns it), so its tests
@@ -40,7 +41,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -268,8 +269,7 @@ class Manager:
 
     def _schedule(self) -> None:
         pending = list(self._loops)
-        warn_at = {loop.name: time.monotonic() + WAITING_WARNING_SECONDS for loop in pending}
-        announced: set[str] = set()
+        warn_at: dict[str, float] = {}  # from when each loop's turn came (leading, after its predecessors)
         self._start_informers(needs_leader=False)
         while not self._stop.is_set():
             leading = self._leading()
@@ -281,9 +281,10 @@ class Manager:
                 started = set(self.started())
                 if any(name not in started for name in loop.after):
                     continue
-                if loop.name not in announced and loop.informers:
-                    announced.add(loop.name)
-                    loop.logger.info("%s: waiting for caches", loop.name)
+                if loop.name not in warn_at:
+                    warn_at[loop.name] = time.monotonic() + WAITING_WARNING_SECONDS
+                    if loop.informers:
+                        loop.logger.info("%s: waiting for caches", loop.name)
                 if not all(inf.has_synced() for inf in loop.informers):
                     if time.monotonic() >= warn_at[loop.name]:
                         warn_at[loop.name] += WAITING_WARNING_SECONDS
@@ -313,6 +314,9 @@ class Manager:
         try:
             loop.run(stop)
         except BaseException:
+            if stop.is_set():  # failed while stopping: the process stops anyway
+                loop.logger.exception("%s: stop failed", loop.name)
+                return
             loop.logger.exception("%s: failed; stopping the process", loop.name)
             with self._lock:
                 self._failed.append(loop.name)

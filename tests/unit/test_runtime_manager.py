@@ -272,6 +272,22 @@ def test_a_failing_loop_stops_the_others_in_reverse_order_and_the_exit_code_is_1
     assert journal.snapshot()[-2:] == ["stopped last", "stopped node"]
 
 
+def test_a_loop_that_fails_while_stopping_does_not_change_the_exit_code() -> None:
+    journal = Journal()
+
+    def clumsy(stop: threading.Event) -> None:
+        stop.wait()
+        raise RuntimeError("close failed")
+
+    manager = Manager(health_bind=BIND)
+    manager.add_loop(recording_loop("node", journal))
+    manager.add_loop(Loop(name="clumsy", run=clumsy))
+    running = Running(manager)
+    eventually(lambda: manager.started() == ["node", "clumsy"], "both loops")
+    assert running.stop() == EXIT_OK
+    assert journal.snapshot()[-1] == "stopped node"
+
+
 def test_a_loop_that_returns_by_itself_has_finished_and_stops_nothing() -> None:
     journal = Journal()
     manager = Manager(health_bind=BIND)
