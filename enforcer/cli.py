@@ -1,14 +1,13 @@
-"""``kube-offload enforcer``: settings in, controller (and, with a certificate, the
-ShadowPod webhook) started, stopped on SIGTERM/SIGINT; ``kube-offload enforcer
+"""``kube-offload enforcer``: settings in, the controller's loops (and, with a certificate,
+the ShadowPod webhook) declared to the process manager (kube_offload/runtime/manager.py),
+which runs them and stops them on SIGTERM/SIGINT; ``kube-offload enforcer
 configuration`` prints the webhook's registration."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE
 from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, positive_duration, positive_int
@@ -134,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.informer import set_default_page_size
     from kube_offload.runtime.https_server import TLSSetupError
     from kube_offload.runtime.leader_election import LeaderElector, default_namespace
+    from kube_offload.runtime.manager import Loop, Manager, serve
     from kube_offload.runtime.metrics import CLUSTER_REMOTE, instrument_api_client
 
     set_default_page_size(args.list_page_size)  # before any informer is built
@@ -156,14 +156,18 @@ def run(args: argparse.Namespace) -> int:
     if args.install_crd:
         ensure_crds(api_client)
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s; stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # One Lease in our namespace (docs/high-availability.md): only its holder runs the
+    # controllers and serves the ShadowPod webhook, whose quota ledger is per process.
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(
+            api_client, name=ENFORCER_LEADER_LEASE, namespace=args.leader_elect_namespace or default_namespace(), timing=timing
+        )
+    try:
+        manager = Manager(health_bind=args.health_bind, elector=elector, logger=log)
+    except HealthSetupError as exc:
+        raise SystemExit(f"kube-offload enforcer: {exc}") from None
+    manager.handle_signals()
 
     enforcer = Enforcer(api_client, settings)
     webhook = None
@@ -187,17 +191,14 @@ def run(args: argparse.Namespace) -> int:
             )
         except TLSSetupError as exc:
             raise SystemExit(f"kube-offload enforcer: {exc}") from None
-    # One Lease in our namespace (docs/high-availability.md): only its holder runs the
-    # controllers and serves the ShadowPod webhook, whose quota ledger is per process.
-    elector = None
-    if args.leader_elect:
-        elector = LeaderElector(
-            api_client, name=ENFORCER_LEADER_LEASE, namespace=args.leader_elect_namespace or default_namespace(), timing=timing
-        )
-    try:
-        health = observability.health_server(enforcer, webhook, args.health_bind, elector=elector)
-    except HealthSetupError as exc:
-        raise SystemExit(f"kube-offload enforcer: {exc}") from None
+        # A standby serves no webhook (its port is bound, not answered; the chart's
+        # Service only sends to the Ready leader). It listens at once when leading:
+        # /readyz is 503 until its caches sync.
+        manager.add_loop(Loop(name="shadowpod-webhook", run=serve(webhook.start, webhook.stop),
+                              readiness_informers=webhook.informers(), logger=log))
+        manager.add_registry(webhook.server.metrics.registry)
+    enforcer.declare(manager)
+    observability.track(enforcer)
     log.info(
         "enforcer starting (namespace: %s, workers: %d, resync: %.0fs, ShadowPod webhook: %s, "
         "twin namespaces and Consumer status: %s)",
@@ -207,34 +208,14 @@ def run(args: argparse.Namespace) -> int:
         webhook_settings.bind if webhook_settings else "off",
         f"on, twin role {settings.consumer_twin_role}" if enforcer.tenants else "off (--namespace)",
     )
-    health.start()  # /healthz answers at once, /readyz once leading and the caches listed
-    if elector is not None:
-        elector.start()
-        # A standby runs no loop and serves no webhook (its port is bound, not answered;
-        # the chart's Service only sends to the Ready leader).
-        if not elector.wait_leading(stop):
-            elector.stop()
-            if webhook is not None:
-                webhook.server.server_close()
-            health.stop()
-            log.info("enforcer stopped (was a standby)")
-            return 0
-    try:
+    code = manager.run()
+    if manager.was_standby:
         if webhook is not None:
-            webhook.start()
-        enforcer.start(stop)
-        # A timed wait keeps the main thread responsive to signals on every platform.
-        while not stop.wait(1.0):
-            pass
-    finally:
-        if webhook is not None:
-            webhook.stop()
-        enforcer.stop()
-        if elector is not None:
-            elector.stop()  # after the loops stopped: hands the Lease to a standby at once
-        health.stop()
+            webhook.server.server_close()
+        log.info("enforcer stopped (was a standby)")
+    else:
         log.info("enforcer stopped")
-    return 0
+    return code
 
 
 def _webhook_settings(args: argparse.Namespace):

@@ -1,12 +1,12 @@
 """Wiring of the ShadowPod controller: two informers (ShadowPods, and the pods the
 enforcer manages, indexed by their ShadowPod), the work queue and its workers; and, once it runs,
-the provider-side loops (TwinNamespace controller, Consumer status: enforcer/consumer_loops.py)."""
+the provider-side loops (TwinNamespace controller, Consumer status: enforcer/consumer_loops.py);
+declared to the process manager (kube_offload/runtime/manager.py), which runs them."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 from kubernetes import client
@@ -24,10 +24,13 @@ from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import SHADOWPODS
 from kube_offload.runtime.kube import Kube
+from kube_offload.runtime.manager import Loop, Manager, serve
 
 log = logging.getLogger("kube_offload.enforcer")
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY_ENFORCER}"
+# Parts of the manager's grace period (kube_offload/runtime/manager.py), as before it.
+STOP_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -95,43 +98,47 @@ class Enforcer:
                 resync_seconds=settings.resync_seconds,
             )
 
-    def start(self, stop: threading.Event) -> bool:
-        """Start the informers and, once both caches are filled, the workers. Returns
-        False if ``stop`` was set first. Reconciling before the caches are complete would
-        mistake a pod not yet listed for a missing one."""
-        self.shadowpods.start()
-        self.pods.start()
-        next_warning = time.monotonic() + 30.0
-        while not stop.is_set():
-            if self.shadowpods.has_synced() and self.pods.has_synced():
-                self.controller.start()
-                log.info("caches synced; %d workers reconciling ShadowPods", self.settings.workers)
-                # Only now: their first lists (every pod and node) must not delay this one.
-                if self.tenants is not None:
-                    self.tenants.start()
-                return True
-            if time.monotonic() > next_warning:
-                next_warning += 30.0
-                log.warning("still waiting for the ShadowPod and pod caches (is the ShadowPod CRD installed?)")
-            stop.wait(0.1)
-        return False
+    def declare(self, manager: Manager) -> None:
+        """Declare the shared informers and the loops to ``manager``, every one needing the
+        leader Lease. The workers start only once both caches are filled: reconciling
+        before would mistake a pod not yet listed for a missing one. The tenant loops
+        start after them, so that their first lists (every pod and node) do not delay
+        these. Stopped in reverse: the tenant loops, the workers, then the Event recorder
+        (what the workers recorded is written until its deadline), then the informers."""
+        manager.add_informer(self.shadowpods)
+        manager.add_informer(self.pods)
+        manager.add_loop(Loop(name="event-recorder", run=self._run_recorder, logger=log))
+        manager.add_loop(
+            Loop(
+                name="enforcer",
+                run=self._run_controller,
+                informers=(self.shadowpods, self.pods),
+                waiting_message="still waiting for the ShadowPod and pod caches (is the ShadowPod CRD installed?)",
+                logger=log,
+            )
+        )
+        tenants = self.tenants
+        if tenants is not None:
+            manager.add_loop(
+                Loop(
+                    name="tenants",
+                    run=serve(tenants.start, lambda: tenants.stop(STOP_SECONDS)),
+                    after=("enforcer",),
+                    readiness_informers=(tenants.namespaces, tenants.consumers, tenants.requests, tenants.rolebindings,
+                                         tenants.resourcequotas, tenants.nodes, tenants.pods),
+                    logger=log,
+                )
+            )
 
-    def stop(self, timeout: float = 2.0) -> None:
+    def _run_controller(self, stop: threading.Event) -> None:
+        self.controller.start()
+        log.info("caches synced; %d workers reconciling ShadowPods", self.settings.workers)
+        stop.wait()
         self.controller.stop()
-        if self.tenants is not None:
-            self.tenants.stop(timeout)
-        self.recorder.stop(timeout)  # what the workers recorded, written until the deadline
-        # Informer.stop() closes the watch response while the informer thread is blocked
-        # reading it, and that close can wait on the reader's buffer lock for as long as
-        # the watch stays quiet (minutes). Stopping must not hang on it: the informer
-        # threads are daemons and die with the process anyway.
-        closer = threading.Thread(target=self._stop_informers, name="stop-informers", daemon=True)
-        closer.start()
-        closer.join(timeout)
 
-    def _stop_informers(self) -> None:
-        self.shadowpods.stop()
-        self.pods.stop()
+    def _run_recorder(self, stop: threading.Event) -> None:
+        stop.wait()
+        self.recorder.stop(STOP_SECONDS)
 
 
 def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict:

@@ -31,6 +31,7 @@ from kube_offload.runtime.https_server import (
     BackgroundServing, ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind,
 )
 from kube_offload.runtime.http_metrics import HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.probes import Check, probe_answer
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 
@@ -156,19 +157,17 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
             self.server.metrics.observe(endpoint, outcome, time.perf_counter() - started)
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            self._text(200, "ok")
-        elif path == "/readyz":
-            if self.server.ready():
-                self._text(200, "ok")
-            else:
-                self._text(503, "caches not synced yet")
-        elif path == "/metrics":
-            body, content_type = exposition(self.server.metrics.registry)
-            self._send(200, body, content_type)
-        else:
+        path, _, query = self.path.partition("?")
+        server = self.server
+        # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
+        found = probe_answer(
+            path, query, live=[], ready=[Check("informers", lambda: None if server.ready() else "not synced yet")],
+            exposition=lambda: exposition(server.metrics.registry),
+        )
+        if found is None:
             self._status(404, "NotFound", f"no such endpoint (POST {c.SHADOWPOD_WEBHOOK_PATH}, GET /healthz, /readyz, /metrics)")
+        else:
+            self._send(found.status, found.body, found.content_type)
 
     def _method_not_allowed(self) -> None:
         self._discard_body()
@@ -225,9 +224,6 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
 
     def _status(self, code: int, reason: str, message: str) -> None:
         self._json(code, error_status(code, reason, message))
-
-    def _text(self, code: int, text: str) -> None:
-        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
 
 
 class ShadowPodWebhook:

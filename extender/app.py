@@ -39,6 +39,7 @@ from kube_offload.runtime.body_limit import (
 )
 from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.probes import HEALTHZ, METRICS, READYZ, Check, probe_answer
 
 from extender import core, wire
 from extender.caches import ExtenderCaches
@@ -263,20 +264,19 @@ def create_app(
             decide_prioritize,
         )
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return Response("ok\n", mimetype="text/plain")
+    # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
+    ready_checks = [Check("caches", lambda: None if caches.synced() else "not synced yet")]
 
-    @app.get("/readyz")
-    def readyz() -> Response:
-        if caches.synced():
-            return Response("ok\n", mimetype="text/plain")
-        return Response("caches not synced yet\n", status=503, mimetype="text/plain")
-
-    @app.get("/metrics")
-    def metrics_route() -> Response:
-        body, content_type = exposition(metrics.http.registry)
-        return Response(body, content_type=content_type)
+    @app.get(HEALTHZ, endpoint="healthz")
+    @app.get(READYZ, endpoint="readyz")
+    @app.get(METRICS, endpoint="metrics_route")
+    def probe() -> Response:
+        found = probe_answer(
+            request.path, request.query_string.decode(), live=[], ready=ready_checks,
+            exposition=lambda: exposition(metrics.http.registry),
+        )
+        assert found is not None  # only the probe paths are routed here
+        return Response(found.body, status=found.status, content_type=found.content_type)
 
     if settings.bench_passthrough:
 

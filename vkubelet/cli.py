@@ -1,4 +1,5 @@
-"""``kube-offload vkubelet``: flags in, virtual kubelet started, stopped on SIGTERM/SIGINT.
+"""``kube-offload vkubelet``: flags in, the virtual kubelet's loops declared to the process
+manager (kube_offload/runtime/manager.py), which runs them and stops them on SIGTERM/SIGINT.
 
 Only settings and wiring live here; see vkubelet/runner.py for what runs.
 """
@@ -7,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 import kube_offload
 from kube_offload import constants as c
@@ -156,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.informer import set_default_page_size
     from kube_offload.runtime.kube import load_api_client
     from kube_offload.runtime.leader_election import LeaderElector, default_namespace
+    from kube_offload.runtime.manager import Manager
     from kube_offload.runtime.metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
     from vkubelet import observability
     from vkubelet.kubelet_api import kubelet_api_loop
@@ -171,15 +171,6 @@ def run(args: argparse.Namespace) -> int:
         api_client.user_agent = f"kube-offload-vkubelet/{kube_offload.__version__} ({settings.node_name})"
     instrument_api_client(local, CLUSTER_LOCAL)
     instrument_api_client(remote, CLUSTER_REMOTE)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s; stopping (the node and the offloaded pods stay)", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
     # One Lease per remote cluster, in our namespace of the local cluster (not the node's
     # heartbeat Lease in kube-node-lease): only its holder runs the loops, so the node's
     # status and addresses are written by one replica (docs/high-availability.md).
@@ -192,11 +183,20 @@ def run(args: argparse.Namespace) -> int:
             timing=timing,
         )
     try:
-        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop])
-        health = observability.health_server(vk, args.health_bind, elector=elector)
-    except (SettingsError, HealthSetupError) as exc:  # e.g. a port is taken, the certificate unreadable
+        manager = Manager(health_bind=args.health_bind, elector=elector, logger=log)
+    except HealthSetupError as exc:  # e.g. the port is taken
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2
+    manager.handle_signals(note=" (the node and the offloaded pods stay)")
+    try:
+        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop])
+    except SettingsError as exc:  # e.g. the certificate unreadable
+        manager.health.server_close()
+        print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
+        return 2
+    # Every loop (the node included) needs the Lease: a standby starts nothing.
+    vk.declare(manager)
+    observability.declare_health(manager, vk)
     log.info(
         "virtual kubelet for cluster %s starting: node %s, local cluster %s, sharing %d%%",
         settings.cluster_id,
@@ -204,24 +204,6 @@ def run(args: argparse.Namespace) -> int:
         settings.local_cluster_id,
         settings.sharing_percentage,
     )
-    health.start()  # /healthz answers at once, /readyz once leading and the caches listed
-    if elector is not None:
-        elector.start()
-        # A standby starts nothing: no informer, no node heartbeat, no kubelet API serving.
-        if not elector.wait_leading(stop):
-            elector.stop()
-            health.stop()
-            log.info("virtual kubelet stopped (was a standby)")
-            return 0
-    vk.start()
-    try:
-        # A timed wait keeps the main thread responsive to signals.
-        while not stop.wait(1.0):
-            pass
-    finally:
-        vk.stop()
-        if elector is not None:
-            elector.stop()  # after the loops stopped: hands the Lease to a standby at once
-        health.stop()
-        log.info("virtual kubelet stopped")
-    return 0
+    code = manager.run()
+    log.info("virtual kubelet stopped (was a standby)" if manager.was_standby else "virtual kubelet stopped")
+    return code

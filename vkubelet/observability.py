@@ -6,10 +6,11 @@ virtual node by phase, whether the remote cluster answers, and which cluster thi
 The controllers', work queues' and API calls' figures come from the shared runtime;
 reflection's from vkubelet/reflection/metrics.py.
 
-Health (kube_offload/runtime/health.py): *healthz* - the node's loops (probe, status, lease) and
-every controller are alive; *readyz* - every loop's caches have listed and the remote
-API server answered within ``--ping-timeout`` (the node's own Ready rule), so a
-vkubelet cut off from its cluster is taken out of Service endpoints but not restarted.
+Health (served by the process manager, kube_offload/runtime/manager.py): *healthz* - the
+node's loops (probe, status, lease) and every controller are alive; *readyz* - every
+loop's caches have listed, every loop started, and the remote API server answered within
+``--ping-timeout`` (the node's own Ready rule), so a vkubelet cut off from its cluster is
+taken out of Service endpoints but not restarted.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.http_metrics import NAMESPACE
 
 if TYPE_CHECKING:
-    from kube_offload.runtime.leader_election import LeaderElector
+    from kube_offload.runtime.manager import Manager
     from vkubelet.runner import VirtualKubelet
 
 SUBSYSTEM = f"{NAMESPACE}_vkubelet"
@@ -80,30 +81,19 @@ rm.REGISTRY.register(VirtualKubeletCollector())
 
 
 # --- health ------------------------------------------------------------------------------------
-def live_checks(vk: "VirtualKubelet") -> list[health.Check]:
+def declare_health(manager: "Manager", vk: "VirtualKubelet") -> None:
+    """Report ``vk`` in this process's metrics, and add its own checks to what the manager
+    serves (the election, the controllers, the loops' caches and start: the manager's)."""
+    track(vk)
+
     def node_loops() -> str | None:
         dead = vk.node.dead_loops()
         return f"node loop(s) {', '.join(dead)} exited" if dead else None
 
-    return [health.Check("node-loops", node_loops), health.controllers_check()]
-
-
-def ready_checks(vk: "VirtualKubelet") -> list[health.Check]:
     def remote() -> str | None:
         if vk.node.ready:
             return None
         return f"the API server of cluster {vk.settings.cluster_id} has not answered within --ping-timeout"
 
-    caches = health.caches_check(lambda: [inf for loop in vk.loops for inf in loop.informers()])
-    return [caches, health.Check("remote-cluster", remote)]
-
-
-def health_server(vk: "VirtualKubelet", bind: str, *, elector: "LeaderElector | None" = None) -> health.HealthServer:
-    """The health port of ``vk`` (not started); raises HealthSetupError. With ``elector``,
-    a standby is live (its election loop runs) but not ready: ``/readyz`` says who leads."""
-    track(vk)
-    live, ready = live_checks(vk), ready_checks(vk)
-    if elector is not None:
-        live.insert(0, health.Check("leader-election", elector.alive_problem))
-        ready.insert(0, health.Check("leader-election", elector.ready_problem))
-    return health.HealthServer(bind, live=live, ready=ready)
+    manager.add_live_check(health.Check("node-loops", node_loops))
+    manager.add_ready_check(health.Check("remote-cluster", remote))

@@ -1,15 +1,18 @@
-"""Wires one virtual kubelet together and runs it until told to stop.
+"""Wires one virtual kubelet together and declares its loops to the process manager
+(kube_offload/runtime/manager.py), which runs them until told to stop.
 
 Start order matters for restart safety: informers first; the virtual node (and its
 lease) at once, since it needs no complete cache and the local control plane expects a
 heartbeat; each controller only once every cache it reads has listed, so that no
-decision (above all "this ShadowPod is an orphan") is taken from half a picture.
+decision (above all "this ShadowPod is an orphan") is taken from half a picture. The
+manager stops them in the reverse order: the controllers, then the Event recorder (what
+they recorded is written until its deadline), then the node, then the informers.
 
 Extension point: other loops - resource reflection (``vkubelet/reflection/``), the
 kubelet API (``vkubelet/kubelet_api.py``) - plug in as :class:`Loop` factories passed to
 :class:`VirtualKubelet`. A factory receives the :class:`LoopContext` (settings, shared
 informers, the twin-namespace rule, the Event recorder, the node), registers the
-informers it needs there, and returns a loop the runner starts after those informers
+informers it needs there, and returns a loop the manager starts after those informers
 have synced and stops on shutdown.
 """
 
@@ -23,6 +26,7 @@ from typing import Callable, Protocol, Sequence
 from kubernetes import client
 
 from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.manager import Loop as ManagedLoop, Manager
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
@@ -31,6 +35,10 @@ from vkubelet.pods import PodOffloader
 from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet")
+
+# Parts of the manager's grace period (kube_offload/runtime/manager.py), as before it.
+RECORDER_STOP_SECONDS = 2.0
+NODE_STOP_SECONDS = 5.0
 
 
 class Loop(Protocol):
@@ -108,54 +116,44 @@ class VirtualKubelet:
         self.node.on_reconnect(self._resync_all)
         # The provider's suggested labels take part in cluster selectors.
         self.node.on_labels_changed(self.twins.resync_all)
-        self._stop = threading.Event()
-        self._starters: list[threading.Thread] = []
         self._started: list[Loop] = []
         self._lock = threading.Lock()
 
-    def start(self) -> None:
-        self.informers.start()
-        self.node.start()
+    def declare(self, manager: Manager) -> None:
+        """Declare the informers and the loops to ``manager``; all of them need the
+        leader Lease (a standby starts nothing: no informer, no node heartbeat, no
+        kubelet API serving)."""
+        manager.add_informer(self.informers)
+        manager.add_loop(ManagedLoop(name="node", run=self._run_node, logger=log))
+        manager.add_loop(ManagedLoop(name="event-recorder", run=self._run_recorder, logger=log))
         for loop in self.loops:
-            thread = threading.Thread(target=self._start_when_synced, args=(loop,), name=f"start-{loop.name}", daemon=True)
-            thread.start()
-            self._starters.append(thread)
+            manager.add_loop(ManagedLoop(name=loop.name, run=self._runner(loop), informers=loop.informers(), logger=log))
 
-    def _start_when_synced(self, loop: Loop) -> None:
-        log.info("%s: waiting for caches", loop.name)
-        if not self.informers.wait_for_sync(loop.informers(), self._stop):
-            return
-        with self._lock:
-            if self._stop.is_set():
-                return
-            loop.start()
-            self._started.append(loop)
-        log.info("%s: started", loop.name)
+    def _run_node(self, stop: threading.Event) -> None:
+        self.node.start()
+        stop.wait()
+        self.node.stop()
+        self.node.join(NODE_STOP_SECONDS)
+
+    def _run_recorder(self, stop: threading.Event) -> None:
+        # Stopped once no loop records any more: what they recorded, written until the deadline.
+        stop.wait()
+        self.recorder.stop(RECORDER_STOP_SECONDS)
+
+    def _runner(self, loop: Loop) -> Callable[[threading.Event], None]:
+        def run(stop: threading.Event) -> None:
+            with self._lock:
+                loop.start()
+                self._started.append(loop)
+            stop.wait()
+            with self._lock:
+                self._started.remove(loop)
+            loop.stop()
+
+        return run
 
     def _resync_all(self) -> None:
         with self._lock:
             started = list(self._started)
         for loop in started:
             loop.resync_all()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop everything; the Node and every remote object stay (restart-safe)."""
-        self._stop.set()
-        with self._lock:
-            started = list(self._started)
-        for loop in started:
-            try:
-                loop.stop()
-            except Exception:
-                log.exception("%s: stop failed", loop.name)
-        # Once no loop records any more: what they recorded, written until the deadline.
-        self.recorder.stop(min(timeout, 2.0))
-        self.node.stop()
-        # Informer.stop closes each watch's response; with an SSL socket that another
-        # thread is blocked reading, close() can wait until the server sends something
-        # (up to the watch timeout). Informer threads are daemons: do not let a shutdown
-        # hang on them.
-        stopper = threading.Thread(target=self.informers.stop, name="stop-informers", daemon=True)
-        stopper.start()
-        stopper.join(min(timeout, 2.0))
-        self.node.join(timeout)

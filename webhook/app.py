@@ -29,6 +29,7 @@ from kube_offload.runtime.body_limit import (
     too_large_message,
 )
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.probes import HEALTHZ, METRICS, READYZ, Check, probe_answer
 from kube_offload.runtime.workers import FunctionGauge, WorkerGroup
 from kube_offload.admission import (
     AdmissionRequest,
@@ -159,20 +160,16 @@ def create_app(
     def validate_namespaces() -> Response:
         return admit("validate_namespaces", review_namespace)
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return Response("ok\n", mimetype="text/plain")
+    # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
+    ready_checks = [Check("namespace-cache", lambda: None if ready() else "not synced yet")]
 
-    @app.get("/readyz")
-    def readyz() -> Response:
-        if ready():
-            return Response("ok\n", mimetype="text/plain")
-        return Response("namespace cache not synced yet\n", status=503, mimetype="text/plain")
-
-    @app.get("/metrics")
-    def metrics_route() -> Response:
-        body, content_type = metrics_text()
-        return Response(body, content_type=content_type)
+    @app.get(HEALTHZ, endpoint="healthz")
+    @app.get(READYZ, endpoint="readyz")
+    @app.get(METRICS, endpoint="metrics_route")
+    def probe() -> Response:
+        found = probe_answer(request.path, request.query_string.decode(), live=[], ready=ready_checks, exposition=metrics_text)
+        assert found is not None  # only the probe paths are routed here
+        return Response(found.body, status=found.status, content_type=found.content_type)
 
     if settings.enable_echo:
 

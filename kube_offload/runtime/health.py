@@ -1,13 +1,13 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` of a long-running component (the vkubelet,
-the enforcer) on a plain-HTTP port of its own.
+the enforcer) on a plain-HTTP port of its own, served by the process manager
+(kube_offload/runtime/manager.py).
 
 Apart from the kubelet API (10250) and the ShadowPod webhook (9443) on purpose: those
 serve TLS to the API server and authenticate their callers, while a probe or a
 Prometheus scrape needs neither, and must still answer when the TLS material is wrong.
 
-The checks are named and answered as the Kubernetes components do: ``ok`` when all pass;
-otherwise (or with ``?verbose``) one ``[+]name ok`` / ``[-]name failed: why`` line per
-check, and a status 503 when one fails.
+The checks are named and answered as the Kubernetes components do
+(kube_offload/runtime/probes.py, shared with every other server of the project).
 
 - *healthz* (liveness: restart me) - the process's loops are alive: no controller lost
   a worker, no reconcile has been running for longer than a call could take.
@@ -18,16 +18,30 @@ check, and a status 503 when one fails.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Sequence
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.flags import add_flag
 from kube_offload.runtime.https_server import BackgroundServing, parse_bind
+
+# The answers themselves, re-exported (health.Check, health.evaluate...): written once in
+# kube_offload/runtime/probes.py for every server of the project.
+from kube_offload.runtime.probes import (
+    HEALTHZ as HEALTHZ,
+    METRICS as METRICS,
+    NOT_FOUND,
+    READYZ as READYZ,
+    TEXT,
+    Answer as Answer,
+    Check as Check,
+    Verdict as Verdict,
+    evaluate as evaluate,
+    probe_answer,
+)
 
 log = logging.getLogger("kube_offload.runtime.health")
 
@@ -39,46 +53,6 @@ STUCK_RECONCILE_SECONDS = 600.0
 # collide, and nothing is exposed beyond the host; the charts set 0.0.0.0:<port>.
 DEFAULT_BIND = "127.0.0.1:0"
 FLAG = "--health-bind"
-
-HEALTHZ = "/healthz"
-READYZ = "/readyz"
-METRICS = "/metrics"
-
-
-@dataclass(frozen=True)
-class Check:
-    """A named check: ``run`` returns None when it passes, else why it fails."""
-
-    name: str
-    run: Callable[[], str | None]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    text: str
-
-
-def evaluate(checks: Sequence[Check], *, endpoint: str, verbose: bool = False) -> Verdict:
-    """Run ``checks``; the answer's body as the Kubernetes components write it. A check
-    that raises fails (with the exception), it does not take the endpoint down."""
-    lines: list[str] = []
-    ok = True
-    for check in checks:
-        try:
-            problem = check.run()
-        except Exception as exc:  # a broken check is a failing one
-            problem = f"the check raised {type(exc).__name__}: {exc}"
-        if problem:
-            ok = False
-            lines.append(f"[-]{check.name} failed: {problem}")
-        else:
-            lines.append(f"[+]{check.name} ok")
-    if ok and not verbose:
-        return Verdict(True, "ok")
-    lines.append(f"{endpoint.strip('/')} check {'passed' if ok else 'failed'}")
-    return Verdict(ok, "\n".join(lines))
-
 
 def add_health_flag(parser: Any, component: str) -> None:
     add_flag(
@@ -168,15 +142,15 @@ class HealthRequestHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
-        verbose = "verbose" in parse_qs(parts.query, keep_blank_values=True)
-        if parts.path == HEALTHZ:
-            self._verdict(evaluate(self.server.live, endpoint=HEALTHZ, verbose=verbose))
-        elif parts.path == READYZ:
-            self._verdict(evaluate(self.server.ready, endpoint=READYZ, verbose=verbose))
-        elif parts.path == METRICS:
-            self._send(200, self.server.exposition(), CONTENT_TYPE_LATEST)
+        server = self.server
+        answer = probe_answer(
+            parts.path, parts.query, live=server.live, ready=server.ready,
+            exposition=lambda: (server.exposition(), CONTENT_TYPE_LATEST),
+        )
+        if answer is None:
+            self._text(404, NOT_FOUND)
         else:
-            self._text(404, f"no such endpoint; GET {HEALTHZ}, {READYZ} or {METRICS}")
+            self._send(answer.status, answer.body, answer.content_type)
 
     def _method_not_allowed(self) -> None:
         self.close_connection = True  # the body, if any, is not read
@@ -184,11 +158,8 @@ class HealthRequestHandler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed
 
-    def _verdict(self, verdict: Verdict) -> None:
-        self._text(200 if verdict.ok else 503, verdict.text)
-
     def _text(self, code: int, text: str) -> None:
-        self._send(code, (text + "\n").encode(), "text/plain; charset=utf-8")
+        self._send(code, (text + "\n").encode(), TEXT)
 
     def _send(self, code: int, body: bytes, content_type: str) -> None:
         self.send_response(code)
