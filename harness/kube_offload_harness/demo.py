@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
@@ -253,7 +253,7 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
     print(described[described.find("Events:"):].rstrip())
 
     if real:
-        _service_call(env, topology, local, namespace, remote_pod)
+        _service_call(local, namespace)
 
     _step("Ask kube-offload: `kubectl offload explain` says where a pod can run and why, "
           "`kubectl offload status` how every peering is doing")
@@ -271,7 +271,7 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
         _readiness_round_trip(env, local, remote, namespace)
 
 
-def _service_call(env: Environment, topology: Topology, local: Cluster, namespace: str, remote_pod: str) -> None:
+def _service_call(local: Cluster, namespace: str) -> None:
     """A pod on the LOCAL real node calls the offloaded pods through the local Service's
     name: local DNS, the local kube-proxy, then the fabric to the remote node; each answer
     is written by the remote container that served it, which logs the request."""
@@ -324,22 +324,11 @@ def _readiness_round_trip(env: Environment, local: Cluster, remote: Cluster, nam
     ping timeout so the demo does not wait 20 s each way."""
     _step("Cut the network between the virtual kubelet and the remote cluster: the node turns NotReady and its "
           "pods not Ready (Services stop sending them traffic); heal it: Ready again, as the remote pods say")
-    node = virtual_node_name(remote.spec.cluster_id)
     print("(the virtual kubelet is restarted to reach its remote API server through a link on 127.0.0.1 "
           "that the demo cuts; --ping-timeout 5s instead of 20s)")
     with vkubelet_behind_link(env, remote.spec, ["--ping-interval", "1s", "--ping-timeout", "5s"]) as link:
-        link.cut()
-        print("$ # link cut: the remote API server no longer answers the virtual kubelet")
-        _wait_until(lambda: _node_ready(local, node) == "False", "the virtual node NotReady")
-        _wait_until(lambda: _pods_readiness(local, namespace) == {"False"}, "the pods not Ready")
-        _show(local, "get", "node", node)
-        _show(local, "get", "pods", "-n", namespace, "-o", PODS_READY)
-        link.heal()
-        print("$ # link healed")
-        _wait_until(lambda: _node_ready(local, node) == "True", "the virtual node Ready again")
-        _wait_until(lambda: _pods_readiness(local, namespace) == {"True"}, "the pods Ready again")
-        _show(local, "get", "node", node)
-        _show(local, "get", "pods", "-n", namespace, "-o", PODS_READY)
+        _cut_and_heal(local, remote, namespace, link, cut="link cut: the remote API server no longer answers the "
+                      "virtual kubelet", healed="link healed", timeouts=(60, 60, 60, 60))
 
 
 def _readiness_round_trip_pods(env: Environment, local: Cluster, remote: Cluster, namespace: str) -> None:
@@ -348,21 +337,37 @@ def _readiness_round_trip_pods(env: Environment, local: Cluster, remote: Cluster
     and the vkubelet notices within its chart's ping timeout."""
     _step("Cut the network between the virtual kubelet's pod and the remote cluster: the node turns NotReady and "
           "its pods not Ready (Services stop sending them traffic); heal it: Ready again, as the remote pods say")
-    node = virtual_node_name(remote.spec.cluster_id)
     with vkubelet_pod_partition(env, remote.spec) as partition:
-        partition.cut()
-        print(f"$ # cut: in the local node's network namespace, {partition.netns}, packets of its pods to the "
-              "remote API server are refused (iptables FORWARD); the vkubelet's pings fail for its ping timeout (20s)")
-        _wait_until(lambda: _node_ready(local, node) == "False", "the virtual node NotReady", timeout=120)
-        _wait_until(lambda: _pods_readiness(local, namespace) == {"False"}, "the pods not Ready", timeout=60)
-        _show(local, "get", "node", node)
-        _show(local, "get", "pods", "-n", namespace, "-o", PODS_READY)
-        partition.heal()
-        print("$ # healed")
-        _wait_until(lambda: _node_ready(local, node) == "True", "the virtual node Ready again", timeout=120)
-        _wait_until(lambda: _pods_readiness(local, namespace) == {"True"}, "the pods Ready again", timeout=120)
-        _show(local, "get", "node", node)
-        _show(local, "get", "pods", "-n", namespace, "-o", PODS_READY)
+        _cut_and_heal(local, remote, namespace, partition,
+                      cut=f"cut: in the local node's network namespace, {partition.netns}, packets of its pods to the "
+                          "remote API server are refused (iptables FORWARD); the vkubelet's pings fail for its ping "
+                          "timeout (20s)",
+                      healed="healed", timeouts=(120, 60, 120, 120))
+
+
+class _Cuttable(Protocol):
+    def cut(self) -> None: ...
+    def heal(self) -> None: ...
+
+
+def _cut_and_heal(local: Cluster, remote: Cluster, namespace: str, path: _Cuttable, *, cut: str, healed: str,
+                  timeouts: tuple[float, float, float, float]) -> None:
+    """Cut ``path``, wait for the virtual node and then its pods to turn not Ready, show
+    them; heal it, wait for both to be Ready again, show them. ``timeouts``: the four waits."""
+    node = virtual_node_name(remote.spec.cluster_id)
+    node_down, pods_down, node_up, pods_up = timeouts
+    path.cut()
+    print(f"$ # {cut}")
+    _wait_until(lambda: _node_ready(local, node) == "False", "the virtual node NotReady", timeout=node_down)
+    _wait_until(lambda: _pods_readiness(local, namespace) == {"False"}, "the pods not Ready", timeout=pods_down)
+    _show(local, "get", "node", node)
+    _show(local, "get", "pods", "-n", namespace, "-o", PODS_READY)
+    path.heal()
+    print(f"$ # {healed}")
+    _wait_until(lambda: _node_ready(local, node) == "True", "the virtual node Ready again", timeout=node_up)
+    _wait_until(lambda: _pods_readiness(local, namespace) == {"True"}, "the pods Ready again", timeout=pods_up)
+    _show(local, "get", "node", node)
+    _show(local, "get", "pods", "-n", namespace, "-o", PODS_READY)
 
 
 PODS_READY = ("jsonpath={range .items[*]}{.metadata.name}{'\\t'}Ready={.status.conditions[?(@.type=='Ready')].status}"

@@ -27,6 +27,7 @@ process of the machine. Each rule carries the comment ``kube-offload-overlap <sl
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,8 +109,6 @@ def cgroup2_root() -> Path | None:
 
 
 def _run(argv: list[str], *, check: bool) -> bool:
-    import subprocess
-
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
         raise OverlapError(f"`{' '.join(argv)}` failed: {result.stderr.strip()}")
@@ -168,8 +167,6 @@ def disconnect(overlap: Overlap) -> list[str]:
 
 def leftovers(overlap: Overlap) -> list[str]:
     """What of ``overlap`` still exists (empty after a clean disconnect)."""
-    import subprocess
-
     found = []
     rules = subprocess.run(["ip", "rule", "show"], capture_output=True, text=True, check=False).stdout
     if f"lookup {overlap.table}" in rules:
