@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from kube_offload_harness import versions
 
@@ -494,37 +494,51 @@ class _Lock:
         self._fd.close()
 
 
-def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> Binaries:
-    """Build whatever is missing (under a lock, so parallel callers wait), return paths."""
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    root = root or cache_root()
-    bins = binaries(root)
+_B = TypeVar("_B", Binaries, NodeBinaries)
+# A build step: which missing names it builds, and how (root, the binaries, go, say).
+_Step = tuple[Callable[[str], bool], Callable[[Path, Any, str, Callable[[str], None]], None]]
+
+
+def _ensure(bins: _B, steps: list[_Step], *, whose: str, kind: str, root: Path,
+            say: Callable[[str], None]) -> _B:
+    """Run the steps whose names are missing, under the machine's one build lock (parallel
+    callers wait, then find them built), and check that nothing is missing afterwards."""
     if not bins.missing():
         return bins
     with _Lock(root / "build.lock"):
         missing = bins.missing()
         if not missing:
             return bins
-        say(f"kube-offload: building {', '.join(missing)} into {root / 'bin'} (cached for next time)")
+        say(f"kube-offload: building {whose}{', '.join(missing)} into {root / 'bin'} (cached for next time)")
         go = check_go()
         started = time.monotonic()
-        if any(name in missing for name in KUBE_BINARIES):
-            _build_kubernetes(root, {name: bins.all()[name] for name in KUBE_BINARIES}, go, say)
-        if "etcd" in missing:
-            _build_etcd(root, bins, go, say)
-        if "kwok" in missing or "kwokctl" in missing:
-            _build_kwok(root, bins, go, say)
-        if "helm" in missing:
-            _build_helm(root, bins, go, say)
-        if "metrics-server" in missing:
-            build_metrics_server(root, bins, go, say)
-        if "local-path-provisioner" in missing:
-            _build_local_path_provisioner(root, bins, go, say)
-        say(f"kube-offload: binaries ready in {int(time.monotonic() - started)}s")
+        for builds, build in steps:
+            if any(builds(name) for name in missing):
+                build(root, bins, go, say)
+        say(f"kube-offload: {kind}binaries ready in {int(time.monotonic() - started)}s")
     still = bins.missing()
     if still:
-        raise BuildError(f"after building, these binaries are still missing: {', '.join(still)}")
+        raise BuildError(f"after building, these {kind}binaries are still missing: {', '.join(still)}")
     return bins
+
+
+def _kubernetes_step(names: tuple[str, ...]) -> _Step:
+    def build(root: Path, bins: Any, go: str, say: Callable[[str], None]) -> None:
+        _build_kubernetes(root, {name: bins.all()[name] for name in names}, go, say)
+    return names.__contains__, build
+
+
+def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> Binaries:
+    """Build whatever is missing (under a lock, so parallel callers wait), return paths."""
+    root = root or cache_root()
+    return _ensure(binaries(root), [
+        _kubernetes_step(KUBE_BINARIES),
+        ("etcd".__eq__, _build_etcd),
+        (("kwok", "kwokctl").__contains__, _build_kwok),
+        ("helm".__eq__, _build_helm),
+        ("metrics-server".__eq__, build_metrics_server),
+        ("local-path-provisioner".__eq__, _build_local_path_provisioner),
+    ], whose="", kind="", root=root, say=say or _say_on_stderr)
 
 
 def _build_containerd(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
@@ -599,35 +613,19 @@ def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path
     """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause,
     the registry its images come from, CoreDNS),
     under the same lock as ensure_binaries: one Go build at a time on the machine."""
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     root = root or cache_root()
-    nbins = node_binaries(root)
-    if not nbins.missing():
-        return nbins
-    with _Lock(root / "build.lock"):
-        missing = nbins.missing()
-        if not missing:
-            return nbins
-        say(f"kube-offload: building the real node's {', '.join(missing)} into {root / 'bin'} (cached for next time)")
-        go = check_go()
-        started = time.monotonic()
-        if any(name in missing for name in NODE_KUBE_BINARIES):
-            _build_kubernetes(root, {name: nbins.all()[name] for name in NODE_KUBE_BINARIES}, go, say)
-        if any(name in missing for name in CONTAINERD_BINARIES):
-            _build_containerd(root, nbins, go, say)
-        if any(name.startswith("cni-") for name in missing):
-            _build_cni_plugins(root, nbins, go, say)
-        if "pause" in missing:
-            _build_pause(root, nbins, go, say)
-        if "registry" in missing:
-            _build_registry(root, nbins, go, say)
-        if "coredns" in missing:
-            _build_coredns(root, nbins, go, say)
-        say(f"kube-offload: real-node binaries ready in {int(time.monotonic() - started)}s")
-    still = nbins.missing()
-    if still:
-        raise BuildError(f"after building, these real-node binaries are still missing: {', '.join(still)}")
-    return nbins
+    return _ensure(node_binaries(root), [
+        _kubernetes_step(NODE_KUBE_BINARIES),
+        (CONTAINERD_BINARIES.__contains__, _build_containerd),
+        (lambda name: name.startswith("cni-"), _build_cni_plugins),
+        ("pause".__eq__, _build_pause),
+        ("registry".__eq__, _build_registry),
+        ("coredns".__eq__, _build_coredns),
+    ], whose="the real node's ", kind="real-node ", root=root, say=say or _say_on_stderr)
+
+
+def _say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def describe(bins: Binaries | NodeBinaries) -> Iterator[str]:
