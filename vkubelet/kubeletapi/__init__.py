@@ -19,8 +19,9 @@ does it. Modules:
 * ``streams``   - exec/attach/port-forward options and the relays (WebSocket, SPDY);
 * ``limits``    - caps on connections and streams, idle and connect timeouts;
 * ``tls``       - the serving certificate (given, or generated at start-up);
-* ``server``    - the threaded HTTPS server and its request handler.
+* ``server``    - the threaded HTTPS server and its request handler;
+* ``loop``      - plugs it all into the virtual kubelet as a loop (and declares the
+  node's WebSocket feature).
 
-``vkubelet/kubelet_api.py`` plugs it into the virtual kubelet as a loop.
 See docs/logs-and-exec.md.
 """
