@@ -12,7 +12,7 @@ A reconcile reads the caches and converges:
 * the local object is gone, terminating, not selected by the policy, or its namespace is
   not offloaded here -> every remote object of ours standing for it is deleted (UID
   precondition: never one that replaced it meanwhile);
-* otherwise the desired object is forged (forge.py) and created, or written over the
+* otherwise the desired object is forged (forge/) and created, or written over the
   remote one when they differ (remote drift is overwritten; equal -> no write).
 
 Before it is written, the desired object is fitted to the provider's policy for us
