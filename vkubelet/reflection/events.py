@@ -32,7 +32,8 @@ from vkubelet import events as vk_events
 from vkubelet.reflection.forge.events import forge_local_event, local_event_is_current
 from vkubelet.reflection import metrics
 from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, shared_informer
+from vkubelet.reflection.caches import shared_informer
+from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
 from vkubelet.reflection.settings import EVENTS
 from kube_offload.remote_resources import is_ours
 from kube_offload.times import parse_time_or_none

@@ -40,17 +40,15 @@ from vkubelet.reflection.forge.serviceaccounts import (
 )
 from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
+from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.reflector import (
     CONFLICT_RETRY_SECONDS,
     REASON_REFLECTION_CONFLICT,
     REASON_REFLECTION_FAILED,
     REFUSED_RETRY_SECONDS,
-    RemoteOps,
     is_terminating,
-    owned_by_origin,
-    owned_selector,
-    shared_informer,
 )
+from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
 from vkubelet.translation import origin_key
