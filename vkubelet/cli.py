@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.manager import Manager
     from kube_offload.runtime.metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
     from vkubelet import observability
-    from vkubelet.kubelet_api import kubelet_api_loop
+    from vkubelet.kubeletapi.loop import kubelet_api_loop
     from vkubelet.reflection.loops import reflection_loops
     from vkubelet.storage.virtual import storage_loops
     from vkubelet.runner import VirtualKubelet

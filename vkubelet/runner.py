@@ -9,7 +9,7 @@ manager stops them in the reverse order: the controllers, then the Event recorde
 they recorded is written until its deadline), then the node, then the informers.
 
 Extension point: other loops - resource reflection (``vkubelet/reflection/``), the
-kubelet API (``vkubelet/kubelet_api.py``) - plug in as :class:`Loop` factories passed to
+kubelet API (``vkubelet/kubeletapi/loop.py``) - plug in as :class:`Loop` factories passed to
 :class:`VirtualKubelet`. A factory receives the :class:`LoopContext` (settings, shared
 informers, the twin-namespace rule, the Event recorder, the node), registers the
 informers it needs there, and returns a loop the manager starts after those informers

@@ -54,7 +54,7 @@ REMOTE_POD_STATUS = (
 # sends. The lists are kept whole: a merge patch replaces a list, so the containers and
 # tolerations sent must be the template's own, complete.
 SHADOWPOD_TEMPLATE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
-# Event fields vkubelet/reflection/forge.py forge_local_event and events.py read.
+# Event fields vkubelet/reflection/forge/events.py forge_local_event and events.py read.
 EVENT_FIELDS = (
     "type",
     "reason",
@@ -158,7 +158,7 @@ def trim_shadowpod(shadowpod: dict) -> dict:
 
 def trim_event(event: dict) -> dict:
     """Remote Events about Pods and ShadowPods in the twin namespaces, read by Event
-    reflection (vkubelet/reflection/events.py and forge.forge_local_event). Keeps:
+    reflection (vkubelet/reflection/events.py and forge/events.py forge_local_event). Keeps:
     identity; the involved object's kind, namespace, name, UID and fieldPath; type,
     reason, count, the timestamps, the series' count and last time, the source component
     and reportingComponent; the message up to the 1,024 characters a copy takes."""
@@ -180,7 +180,7 @@ def trim_event(event: dict) -> dict:
 
 def trim_token_secret(secret: dict) -> dict:
     """The token Secrets of offloaded pods (service-account reflection), read by
-    vkubelet/reflection/serviceaccounts.py: forge.token_secret_is_current (origin UID,
+    vkubelet/reflection/serviceaccounts.py: token_secret_is_current (forge/serviceaccounts.py: origin UID,
     issue and expiry annotations, which data keys exist and the namespace entry) and
     forge.update_body (the whole metadata goes back in a PUT: finalizers and owner
     references the remote side added must survive). Keeps the metadata whole, the type,

@@ -26,7 +26,7 @@ COMPONENT_MODULES = (
     "vkubelet.runner",
     "vkubelet.observability",
     "vkubelet.reflection.loops",
-    "vkubelet.kubelet_api",
+    "vkubelet.kubeletapi.loop",
     "vkubelet.storage.virtual",
     "enforcer.controller",
     "enforcer.observability",

@@ -184,7 +184,7 @@ def test_iter_chunks_relays_each_read_and_stops_when_asked():
 
 def test_a_followed_log_idle_past_its_timeout_is_recognised():
     # --kubelet-stream-idle-timeout is the followed log's read timeout; its expiry ends the
-    # stream cleanly (server.py), other errors end it truncated.
+    # stream cleanly (logs.serve_logs), other errors end it truncated.
     import socket
 
     from urllib3.exceptions import ProtocolError, ReadTimeoutError

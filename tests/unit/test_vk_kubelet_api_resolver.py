@@ -5,7 +5,7 @@ import pytest
 
 from kube_offload import constants as c
 from kube_offload.shadowpod import owner_reference
-from vkubelet.kubelet_api import WEBSOCKET_FEATURE, bind_address, declared_features_patch
+from vkubelet.kubeletapi.loop import WEBSOCKET_FEATURE, bind_address, declared_features_patch
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod, choose_remote_pod
 from vkubelet.settings import Settings

@@ -11,6 +11,26 @@ from kube_offload import constants as c
 from kube_offload.times import parse_time_or_none
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.configmaps import forge_configmap
+from vkubelet.reflection.forge.secrets import forge_secret
+from vkubelet.reflection.forge.services import forge_service, service_remote_view
+from vkubelet.reflection.forge.ingresses import forge_ingress
+from vkubelet.reflection.forge.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_is_up_to_date, pvc_update_body
+from vkubelet.reflection.forge.endpointslices import (
+    forge_endpointslice,
+    routable_address,
+    unremapped_endpoint_addresses,
+)
+from vkubelet.reflection.forge.serviceaccounts import (
+    TokenSource,
+    forge_token_secret,
+    service_account_name,
+    token_refresh_at,
+    token_secret_is_current,
+    token_sources,
+)
+from vkubelet.reflection.forge.events import forge_local_event, local_event_is_current
+from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
 from vkubelet.reflection import names as n
 
 NODE = "kube-offload-remote-1"
@@ -39,7 +59,7 @@ def meta(name: str = "cfg", **extra) -> dict:
 
 # --- metadata ---------------------------------------------------------------------------------
 def test_metadata_keeps_labels_and_annotations_and_adds_ours_only():
-    desired = f.forge_configmap({"kind": "ConfigMap", "metadata": meta(), "data": {"a": "1"}}, ctx())
+    desired = forge_configmap({"kind": "ConfigMap", "metadata": meta(), "data": {"a": "1"}}, ctx())
     assert desired["metadata"] == {
         "name": "cfg",
         "namespace": "demo-local",
@@ -50,7 +70,7 @@ def test_metadata_keeps_labels_and_annotations_and_adds_ours_only():
 
 def test_a_local_origin_label_of_another_cluster_is_overwritten_with_ours():
     local = {"metadata": meta(labels={c.LABEL_ORIGIN_CLUSTER_ID: "elsewhere"})}
-    assert f.forge_configmap(local, ctx())["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] == "local"
+    assert forge_configmap(local, ctx())["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] == "local"
 
 
 def test_ownership_needs_both_labels():
@@ -68,7 +88,7 @@ def test_ownership_needs_both_labels():
 # --- ConfigMaps and Secrets ---------------------------------------------------------------------
 def test_configmap_copies_data_binary_data_and_immutability():
     local = {"metadata": meta(), "data": {"a": "1"}, "binaryData": {"b": "AAE="}, "immutable": True}
-    desired = f.forge_configmap(local, ctx())
+    desired = forge_configmap(local, ctx())
     assert (desired["apiVersion"], desired["kind"]) == ("v1", "ConfigMap")
     assert desired["data"] == {"a": "1"} and desired["binaryData"] == {"b": "AAE="} and desired["immutable"] is True
     local["data"]["a"] = "changed"
@@ -76,28 +96,28 @@ def test_configmap_copies_data_binary_data_and_immutability():
 
 
 def test_root_ca_is_reflected_under_its_own_name_and_that_name_is_reserved():
-    ca = f.forge_configmap({"metadata": meta(n.ROOT_CA_CONFIGMAP), "data": {"ca.crt": "PEM"}}, ctx())
+    ca = forge_configmap({"metadata": meta(n.ROOT_CA_CONFIGMAP), "data": {"ca.crt": "PEM"}}, ctx())
     assert ca["metadata"]["name"] == n.REFLECTED_ROOT_CA_CONFIGMAP == "kube-offload-root-ca.crt"
     assert ca["metadata"]["annotations"][c.ANNOTATION_ORIGIN_NAME] == n.ROOT_CA_CONFIGMAP
     with pytest.raises(f.Unreflectable, match="reserved"):
-        f.forge_configmap({"metadata": meta(n.REFLECTED_ROOT_CA_CONFIGMAP)}, ctx())
+        forge_configmap({"metadata": meta(n.REFLECTED_ROOT_CA_CONFIGMAP)}, ctx())
 
 
 def test_secret_copies_type_and_data():
     local = {"metadata": meta("creds"), "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": "e30="}}
-    desired = f.forge_secret(local, ctx("secrets"))
+    desired = forge_secret(local, ctx("secrets"))
     assert desired["type"] == "kubernetes.io/dockerconfigjson"
     assert desired["data"] == {".dockerconfigjson": "e30="}
     assert desired["metadata"]["labels"][n.LABEL_REFLECTOR] == "secrets"
 
 
 def test_service_account_token_secrets_stay_home_and_token_names_are_reserved():
-    legacy = {"metadata": meta("default-token-abc"), "type": f.SERVICE_ACCOUNT_TOKEN_TYPE, "data": {"token": "eA=="}}
-    assert f.forge_secret(legacy, ctx("secrets")) is None
+    legacy = {"metadata": meta("default-token-abc"), "type": SERVICE_ACCOUNT_TOKEN_TYPE, "data": {"token": "eA=="}}
+    assert forge_secret(legacy, ctx("secrets")) is None
     helm = {"metadata": meta("sh.helm.release.v1.web.v1"), "type": "helm.sh/release.v1", "data": {"release": "eA=="}}
-    assert f.forge_secret(helm, ctx("secrets")) is None
+    assert forge_secret(helm, ctx("secrets")) is None
     with pytest.raises(f.Unreflectable):
-        f.forge_secret({"metadata": meta(n.token_secret_name("web")), "type": "Opaque"}, ctx("secrets"))
+        forge_secret({"metadata": meta(n.token_secret_name("web")), "type": "Opaque"}, ctx("secrets"))
 
 
 # --- Services --------------------------------------------------------------------------------------
@@ -119,7 +139,7 @@ def _service(**spec) -> dict:
 
 
 def test_service_allocations_are_cleared_and_the_rest_kept():
-    desired = f.forge_service(_service(), ctx("services"))
+    desired = forge_service(_service(), ctx("services"))
     spec = desired["spec"]
     for key in ("clusterIP", "clusterIPs", "ipFamilies", "healthCheckNodePort"):
         assert key not in spec
@@ -130,7 +150,7 @@ def test_service_allocations_are_cleared_and_the_rest_kept():
 
 
 def test_headless_service_stays_headless():
-    spec = f.forge_service(_service(type="ClusterIP", clusterIP="None", clusterIPs=["None"]), ctx("services"))["spec"]
+    spec = forge_service(_service(type="ClusterIP", clusterIP="None", clusterIPs=["None"]), ctx("services"))["spec"]
     assert spec["clusterIP"] == "None" and spec["clusterIPs"] == ["None"]
 
 
@@ -161,7 +181,7 @@ def _endpoint(ip: str, node: str = "local-node-0", **extra) -> dict:
 
 def test_endpointslice_keeps_local_endpoints_only_and_is_not_the_remote_controllers():
     local = _slice([_endpoint("10.244.1.5", hostname="web-1"), _endpoint("10.0.0.7", node=NODE)])
-    desired = f.forge_endpointslice(local, ctx("endpointslices"))
+    desired = forge_endpointslice(local, ctx("endpointslices"))
     assert desired["endpoints"] == [
         {"addresses": ["10.244.1.5"], "conditions": {"ready": True, "serving": True, "terminating": False}, "hostname": "web-1"}
     ]
@@ -174,14 +194,14 @@ def test_endpointslice_keeps_local_endpoints_only_and_is_not_the_remote_controll
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.9.9.9", "169.254.1.1", "0.0.0.0", "::1", "fe80::1", "224.0.0.1"])
 def test_endpointslice_drops_addresses_that_mean_this_host_everywhere(address):
-    assert not f.routable_address(address)
-    assert f.forge_endpointslice(_slice([_endpoint(address)]), ctx("endpointslices")) is None
+    assert not routable_address(address)
+    assert forge_endpointslice(_slice([_endpoint(address)]), ctx("endpointslices")) is None
 
 
 def test_endpointslice_with_only_offloaded_endpoints_is_not_reflected():
-    assert f.forge_endpointslice(_slice([_endpoint("10.0.0.7", node=NODE)]), ctx("endpointslices")) is None
-    assert f.forge_endpointslice(_slice([]), ctx("endpointslices")) is None
-    assert f.routable_address("10.0.0.7") and f.routable_address("web.example.com")
+    assert forge_endpointslice(_slice([_endpoint("10.0.0.7", node=NODE)]), ctx("endpointslices")) is None
+    assert forge_endpointslice(_slice([]), ctx("endpointslices")) is None
+    assert routable_address("10.0.0.7") and routable_address("web.example.com")
 
 
 def test_endpointslice_local_endpoints_are_written_as_the_remote_cluster_reaches_them():
@@ -192,20 +212,20 @@ def test_endpointslice_local_endpoints_are_written_as_the_remote_cluster_reaches
         _endpoint("10.0.0.7", node=NODE),  # offloaded here: the remote controller lists it
     ])
     context = ctx("endpointslices", endpoint_addresses=remapping)
-    desired = f.forge_endpointslice(local, context)
+    desired = forge_endpointslice(local, context)
     assert [e["addresses"] for e in desired["endpoints"]] == [["10.200.1.5"], ["10.200.2.6", "192.168.0.9"]]
-    assert f.unremapped_endpoint_addresses(local, context) == ["192.168.0.9"]
+    assert unremapped_endpoint_addresses(local, context) == ["192.168.0.9"]
     assert local["endpoints"][0]["addresses"] == ["10.0.1.5"]  # the local slice is not touched
     # Without a remapping, addresses are as the local cluster reports them and none is "not remapped".
-    assert [e["addresses"] for e in f.forge_endpointslice(local, ctx("endpointslices"))["endpoints"]][0] == ["10.0.1.5"]
-    assert f.unremapped_endpoint_addresses(local, ctx("endpointslices")) == []
+    assert [e["addresses"] for e in forge_endpointslice(local, ctx("endpointslices"))["endpoints"]][0] == ["10.0.1.5"]
+    assert unremapped_endpoint_addresses(local, ctx("endpointslices")) == []
 
 
 # --- Ingresses and PVCs ------------------------------------------------------------------------------
 def test_ingress_spec_kept_status_dropped():
     spec = {"ingressClassName": "nginx", "rules": [{"host": "a.example"}], "tls": [{"secretName": "cert"}]}
     local = {"metadata": meta("ing"), "spec": spec, "status": {"loadBalancer": {}}}
-    desired = f.forge_ingress(local, ctx("ingresses"))
+    desired = forge_ingress(local, ctx("ingresses"))
     assert desired["spec"] == spec and "status" not in desired
     assert (desired["apiVersion"], desired["kind"]) == ("networking.k8s.io/v1", "Ingress")
 
@@ -232,7 +252,7 @@ def _pvc(**spec) -> dict:
 
 
 def test_pvc_keeps_the_claim_and_drops_what_names_local_volumes():
-    desired = f.forge_pvc(_pvc(), ctx("persistentvolumeclaims"))
+    desired = forge_pvc(_pvc(), ctx("persistentvolumeclaims"))
     assert desired["spec"] == {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": "1Gi"}},
@@ -241,7 +261,7 @@ def test_pvc_keeps_the_claim_and_drops_what_names_local_volumes():
     }
     annotations = desired["metadata"]["annotations"]
     assert "note" in annotations
-    assert not any(f.is_pvc_controller_annotation(k) for k in annotations)
+    assert not any(is_pvc_controller_annotation(k) for k in annotations)
     assert "status" not in desired
 
 
@@ -257,7 +277,7 @@ def test_pvc_keeps_the_claim_and_drops_what_names_local_volumes():
     ],
 )
 def test_pvc_storage_class_mapping(local_class, mapping, remote_class):
-    desired = f.forge_pvc(_pvc(storageClassName=local_class), ctx("persistentvolumeclaims", storage_classes=mapping))
+    desired = forge_pvc(_pvc(storageClassName=local_class), ctx("persistentvolumeclaims", storage_classes=mapping))
     assert desired["spec"].get("storageClassName") == remote_class
 
 
@@ -265,7 +285,7 @@ def test_pvc_legacy_class_annotation_is_read_and_not_copied():
     local = _pvc()
     del local["spec"]["storageClassName"]
     local["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"] = "old"
-    desired = f.forge_pvc(local, ctx("persistentvolumeclaims", storage_classes={"old": "new"}))
+    desired = forge_pvc(local, ctx("persistentvolumeclaims", storage_classes={"old": "new"}))
     assert desired["spec"]["storageClassName"] == "new"
     assert "volume.beta.kubernetes.io/storage-class" not in desired["metadata"]["annotations"]
 
@@ -282,19 +302,19 @@ def _as_served(desired: dict, **server_fields) -> dict:
 
 
 def test_served_service_with_remote_allocations_is_up_to_date():
-    desired = f.forge_service(_service(), ctx("services"))
+    desired = forge_service(_service(), ctx("services"))
     served = _as_served(desired)
     served["spec"].update(clusterIP="10.1.0.5", clusterIPs=["10.1.0.5"], ipFamilies=["IPv4"], healthCheckNodePort=32000)
     served["spec"]["ports"][0]["nodePort"] = 31111
     served["status"] = {"loadBalancer": {}}
-    assert f.is_up_to_date(desired, f.service_remote_view(served))
+    assert f.is_up_to_date(desired, service_remote_view(served))
     assert not f.is_up_to_date(desired, served), "allocations are only ignored through the remote view"
     assert served["spec"]["clusterIP"] == "10.1.0.5", "the view must not modify the cached object"
 
 
 def test_remote_drift_is_detected():
-    desired = f.forge_service(_service(), ctx("services"))
-    view = lambda obj: f.service_remote_view(obj)  # noqa: E731
+    desired = forge_service(_service(), ctx("services"))
+    view = lambda obj: service_remote_view(obj)  # noqa: E731
     drifted = _as_served(desired)
     drifted["spec"]["sessionAffinity"] = "ClientIP"
     assert not f.is_up_to_date(desired, view(drifted))
@@ -313,14 +333,14 @@ def test_remote_drift_is_detected():
 
 
 def test_data_compared_exactly_and_empty_equals_absent():
-    desired = f.forge_configmap({"metadata": meta(), "data": {"a": "1"}}, ctx())
+    desired = forge_configmap({"metadata": meta(), "data": {"a": "1"}}, ctx())
     assert f.is_up_to_date(desired, _as_served(desired))
     assert not f.is_up_to_date(desired, _as_served(desired, data={"a": "1", "b": "2"}))
     assert not f.is_up_to_date(desired, _as_served(desired, binaryData={"b": "AA=="}))
-    emptied = f.forge_configmap({"metadata": meta()}, ctx())
+    emptied = forge_configmap({"metadata": meta()}, ctx())
     assert not f.is_up_to_date(emptied, _as_served(emptied, data={"a": "1"}))
     assert f.is_up_to_date(emptied, _as_served(emptied, data={}))
-    ingress = f.forge_ingress({"metadata": meta(), "spec": {"rules": [{"host": "a"}]}}, ctx("ingresses"))
+    ingress = forge_ingress({"metadata": meta(), "spec": {"rules": [{"host": "a"}]}}, ctx("ingresses"))
     classed = _as_served(ingress)
     classed["spec"]["ingressClassName"] = "other"
     assert not f.is_up_to_date(ingress, classed)
@@ -328,7 +348,7 @@ def test_data_compared_exactly_and_empty_equals_absent():
 
 
 def test_update_body_is_desired_on_the_remote_metadata():
-    desired = f.forge_configmap({"metadata": meta(), "data": {"a": "2"}}, ctx())
+    desired = forge_configmap({"metadata": meta(), "data": {"a": "2"}}, ctx())
     current = _as_served(desired, data={"a": "1"})
     current["metadata"]["finalizers"] = ["remote.example/keep"]
     body = f.update_body(desired, current)
@@ -340,17 +360,17 @@ def test_update_body_is_desired_on_the_remote_metadata():
 
 
 def test_pvc_comparison_and_update_keep_what_the_remote_cluster_owns():
-    desired = f.forge_pvc(_pvc(), ctx("persistentvolumeclaims"))
+    desired = forge_pvc(_pvc(), ctx("persistentvolumeclaims"))
     current = _as_served(desired)
     current["spec"]["volumeName"] = "pvc-remote-9"
     current["spec"]["storageClassName"] = "remote-default"
     current["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
-    assert f.pvc_is_up_to_date(desired, current)
+    assert pvc_is_up_to_date(desired, current)
 
     grown = copy.deepcopy(desired)
     grown["spec"]["resources"]["requests"]["storage"] = "2Gi"
-    assert not f.pvc_is_up_to_date(grown, current)
-    body = f.pvc_update_body(grown, current)
+    assert not pvc_is_up_to_date(grown, current)
+    body = pvc_update_body(grown, current)
     assert body["spec"]["volumeName"] == "pvc-remote-9"  # immutable: kept as the remote has it
     assert body["spec"]["storageClassName"] == "remote-default"
     assert body["spec"]["resources"]["requests"] == {"storage": "2Gi"}
@@ -380,16 +400,16 @@ SA_VOLUME = {
 def test_token_sources_one_per_audience():
     vault = {"name": "vault", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "audience": "vault"}}]}}
     again = {"name": "again", "projected": {"sources": [{"serviceAccountToken": {"path": "u"}}]}}
-    sources = f.token_sources(_pod([SA_VOLUME, vault, again, {"name": "e", "emptyDir": {}}]))
-    assert sources == [f.TokenSource("token", None), f.TokenSource(n.token_key("vault"), "vault")]
+    sources = token_sources(_pod([SA_VOLUME, vault, again, {"name": "e", "emptyDir": {}}]))
+    assert sources == [TokenSource("token", None), TokenSource(n.token_key("vault"), "vault")]
     assert n.token_key("vault") != n.token_key("other") and n.token_key("vault").startswith("token-")
-    assert f.token_sources(_pod([{"name": "e", "emptyDir": {}}])) == []
-    assert f.service_account_name(_pod([])) == "builder"
-    assert f.service_account_name({"spec": {}}) == "default"
+    assert token_sources(_pod([{"name": "e", "emptyDir": {}}])) == []
+    assert service_account_name(_pod([])) == "builder"
+    assert service_account_name({"spec": {}}) == "default"
 
 
 def _token_secret(issued: datetime, *, lifetime: timedelta = timedelta(hours=1)) -> dict:
-    return f.forge_token_secret(
+    return forge_token_secret(
         _pod([SA_VOLUME]), ctx("serviceaccounts"), tokens={"token": "jwt"}, issued=issued, expires=issued + lifetime
     )
 
@@ -405,24 +425,24 @@ def test_token_secret_holds_tokens_and_the_local_namespace():
     annotations = secret["metadata"]["annotations"]
     assert annotations[c.ANNOTATION_ORIGIN_UID] == "pod-uid"
     assert annotations[n.ANNOTATION_TOKEN_EXPIRES] == "2026-01-01T13:00:00Z"
-    assert f.token_refresh_at(secret, 0.8) == issued + timedelta(minutes=48)
+    assert token_refresh_at(secret, 0.8) == issued + timedelta(minutes=48)
 
 
 def test_token_secret_is_renewed_at_80_percent_and_for_another_pod_or_audience():
     issued = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
     secret = _token_secret(issued)
     pod = _pod([SA_VOLUME])
-    sources = f.token_sources(pod)
-    current = lambda at, p=pod, s=sources: f.token_secret_is_current(secret, p, s, now=at, refresh_fraction=0.8)  # noqa: E731
+    sources = token_sources(pod)
+    current = lambda at, p=pod, s=sources: token_secret_is_current(secret, p, s, now=at, refresh_fraction=0.8)  # noqa: E731
     assert current(issued + timedelta(minutes=47))
     assert not current(issued + timedelta(minutes=48))
     recreated = copy.deepcopy(pod)
     recreated["metadata"]["uid"] = "new-uid"  # same name, new pod: its own bound token
     assert not current(issued, recreated)
-    assert not current(issued, pod, [*sources, f.TokenSource(n.token_key("vault"), "vault")])
+    assert not current(issued, pod, [*sources, TokenSource(n.token_key("vault"), "vault")])
     no_annotations = copy.deepcopy(secret)
     del no_annotations["metadata"]["annotations"][n.ANNOTATION_TOKEN_ISSUED]
-    assert not f.token_secret_is_current(no_annotations, pod, sources, now=issued, refresh_fraction=0.8)
+    assert not token_secret_is_current(no_annotations, pod, sources, now=issued, refresh_fraction=0.8)
 
 
 def test_parse_time_reads_api_timestamps():
@@ -455,7 +475,7 @@ LOCAL_POD = {"metadata": {"name": "web-1", "namespace": "demo", "uid": "local-po
 
 
 def _local_event(remote: dict) -> dict:
-    return f.forge_local_event(remote, LOCAL_POD, host=NODE, component="kube-offload-vkubelet",
+    return forge_local_event(remote, LOCAL_POD, host=NODE, component="kube-offload-vkubelet",
                                reporting_controller="kube-offload.io/vkubelet")
 
 
@@ -477,8 +497,8 @@ def test_event_name_depends_on_the_remote_event_uid_only():
     again = _local_event(_remote_event(count=4, lastTimestamp="2026-01-01T12:06:00Z"))
     other = _local_event(_remote_event(metadata={"name": "x", "namespace": "demo-local", "uid": "another-uid"}))
     assert first["metadata"]["name"] == again["metadata"]["name"] != other["metadata"]["name"]
-    assert not f.local_event_is_current(again, first)
-    assert f.local_event_is_current(first, copy.deepcopy(first))
+    assert not local_event_is_current(again, first)
+    assert local_event_is_current(first, copy.deepcopy(first))
 
 
 def test_new_style_event_without_legacy_timestamps_or_count():
@@ -506,13 +526,13 @@ def test_every_label_reflection_writes_is_a_valid_label():
 
     issued = datetime(2026, 1, 1, tzinfo=timezone.utc)
     objects = [
-        f.forge_configmap({"metadata": meta()}, ctx()),
-        f.forge_secret({"metadata": meta(), "type": "Opaque"}, ctx("secrets")),
-        f.forge_service(_service(), ctx("services")),
-        f.forge_endpointslice(_slice([_endpoint("10.244.1.5")]), ctx("endpointslices")),
-        f.forge_ingress({"metadata": meta(), "spec": {}}, ctx("ingresses")),
-        f.forge_pvc(_pvc(), ctx("persistentvolumeclaims")),
-        f.forge_token_secret(_pod([SA_VOLUME]), ctx("serviceaccounts"), tokens={"token": "t"}, issued=issued,
+        forge_configmap({"metadata": meta()}, ctx()),
+        forge_secret({"metadata": meta(), "type": "Opaque"}, ctx("secrets")),
+        forge_service(_service(), ctx("services")),
+        forge_endpointslice(_slice([_endpoint("10.244.1.5")]), ctx("endpointslices")),
+        forge_ingress({"metadata": meta(), "spec": {}}, ctx("ingresses")),
+        forge_pvc(_pvc(), ctx("persistentvolumeclaims")),
+        forge_token_secret(_pod([SA_VOLUME]), ctx("serviceaccounts"), tokens={"token": "t"}, issued=issued,
                              expires=issued + timedelta(hours=1)),
     ]
     for obj in objects:

@@ -32,6 +32,14 @@ from vkubelet.ip_remapping import NO_REMAPPING, RemappingSettings
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import choose_remote_pod
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.serviceaccounts import (
+    TokenSource,
+    forge_token_secret,
+    token_refresh_at,
+    token_secret_is_current,
+    token_sources,
+)
+from vkubelet.reflection.forge.events import event_count, forge_local_event
 from vkubelet.reflection import names as n
 from vkubelet.reflection.events import _age_seconds
 from vkubelet.settings import Settings
@@ -219,7 +227,7 @@ def test_event_keeps_what_its_local_copy_is_made_of(objects):
         assert set(trimmed["metadata"]) == _identity_keys(event)
         local = objects["local_pod"]
         forged = dict(host=NODE, component="kube-offload-vkubelet", reporting_controller="kube-offload.io/vkubelet")
-        assert f.forge_local_event(trimmed, local, **forged) == f.forge_local_event(event, local, **forged)
+        assert forge_local_event(trimmed, local, **forged) == forge_local_event(event, local, **forged)
         assert _age_seconds(trimmed) == pytest.approx(_age_seconds(event), abs=1.0)
 
 
@@ -238,8 +246,8 @@ def test_event_with_series_source_field_path_and_a_long_message(objects):
     assert len(trimmed["message"]) == trim.EVENT_MESSAGE_LIMIT
     assert trimmed["source"] == {"component": "kubelet"}
     forged = dict(host=NODE, component="x", reporting_controller="y")
-    assert f.forge_local_event(trimmed, objects["local_pod"], **forged) == f.forge_local_event(event, objects["local_pod"], **forged)
-    assert f.event_count(trimmed) == 7
+    assert forge_local_event(trimmed, objects["local_pod"], **forged) == forge_local_event(event, objects["local_pod"], **forged)
+    assert event_count(trimmed) == 7
 
 
 # --- token Secrets ------------------------------------------------------------------------------
@@ -257,19 +265,19 @@ def test_token_secret_readers_answer_the_same_from_a_trimmed_secret(objects):
     pod["metadata"]["uid"] = secret["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID]
     trimmed = trim.trim_token_secret(copy.deepcopy(secret))
     issued = parse_time_or_none(secret["metadata"]["annotations"][n.ANNOTATION_TOKEN_ISSUED])
-    sources = f.token_sources(pod)
+    sources = token_sources(pod)
     other_pod = copy.deepcopy(pod)
     other_pod["metadata"]["uid"] = "someone-else"
     for now in (issued + timedelta(minutes=1), issued + timedelta(hours=2)):
-        for subject, wanted in ((pod, sources), (other_pod, sources), (pod, [*sources, f.TokenSource("token-vault", "vault")])):
-            assert f.token_secret_is_current(trimmed, subject, wanted, now=now, refresh_fraction=0.8) == f.token_secret_is_current(
+        for subject, wanted in ((pod, sources), (other_pod, sources), (pod, [*sources, TokenSource("token-vault", "vault")])):
+            assert token_secret_is_current(trimmed, subject, wanted, now=now, refresh_fraction=0.8) == token_secret_is_current(
                 secret, subject, wanted, now=now, refresh_fraction=0.8
             )
-    assert f.token_secret_is_current(trimmed, pod, sources, now=issued + timedelta(minutes=1), refresh_fraction=0.8)
-    assert f.token_refresh_at(trimmed, 0.8) == f.token_refresh_at(secret, 0.8)
+    assert token_secret_is_current(trimmed, pod, sources, now=issued + timedelta(minutes=1), refresh_fraction=0.8)
+    assert token_refresh_at(trimmed, 0.8) == token_refresh_at(secret, 0.8)
     assert f.is_owned(trimmed, LOCAL_ID, "serviceaccounts") and origin_key(trimmed) == origin_key(secret)
     ctx = f.ForgeContext(local_cluster_id=LOCAL_ID, remote_namespace="bench-scale-local", reflector="serviceaccounts")
-    desired = f.forge_token_secret(pod, ctx, tokens={"token": "jwt"}, issued=datetime.now(timezone.utc), expires=datetime.now(timezone.utc))
+    desired = forge_token_secret(pod, ctx, tokens={"token": "jwt"}, issued=datetime.now(timezone.utc), expires=datetime.now(timezone.utc))
     assert f.update_body(desired, trimmed) == f.update_body(desired, secret)
 
 

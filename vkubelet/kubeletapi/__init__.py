@@ -13,14 +13,20 @@ does it. Modules:
 * ``decision_cache`` - the bounded TTL cache of both reviews;
 * ``paths``     - kubelet URL paths, parsed (pure);
 * ``resolver``  - local pod -> the remote pod our ShadowPod owns in our twin namespace;
-* ``logs``      - containerLogs query -> remote pods/log query, and the streaming relay;
+* ``logs``      - the containerLogs endpoint: query -> remote pods/log query, and the
+  streaming relay;
 * ``websocket`` - WebSocket hops on wsproto (handshake, messages, close);
 * ``remote``    - a connection of our own to the remote API server per stream;
 * ``streams``   - exec/attach/port-forward options and the relays (WebSocket, SPDY);
+* ``upgrades``  - the exec/attach/port-forward endpoints: the HTTP request that becomes a
+  stream (WebSocket accepted, SPDY forwarded);
 * ``limits``    - caps on connections and streams, idle and connect timeouts;
 * ``tls``       - the serving certificate (given, or generated at start-up);
-* ``server``    - the threaded HTTPS server and its request handler.
+* ``server``    - the threaded HTTPS server (the connection cap, shutdown of long-lived
+  requests) and the state the endpoints share;
+* ``handler``   - the request handler: admission, dispatch by endpoint, error answers;
+* ``loop``      - plugs it all into the virtual kubelet as a loop (and declares the
+  node's WebSocket feature).
 
-``vkubelet/kubelet_api.py`` plugs it into the virtual kubelet as a loop.
 See docs/logs-and-exec.md.
 """

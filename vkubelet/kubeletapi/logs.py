@@ -1,5 +1,6 @@
 """``GET /containerLogs/{ns}/{pod}/{container}``: the kubelet log query mapped onto the
-remote API server's ``pods/log`` and the stream relayed as it comes.
+remote API server's ``pods/log`` and the stream relayed as it comes: the query mapping
+(pure) and the endpoint's relay, which :mod:`vkubelet.kubeletapi.handler` calls.
 
 The query is the one the local apiserver builds from ``kubectl logs`` (LogLocation in
 ``pkg/registry/core/pod/strategy.go``): follow, previous, timestamps, sinceSeconds,
@@ -11,9 +12,11 @@ real log exactly as the local one would have.
 from __future__ import annotations
 
 import logging
+import select
 import socket
+import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import urlencode
 
 from kubernetes import client
@@ -22,9 +25,16 @@ from urllib3.exceptions import ReadTimeoutError
 from kube_offload.runtime.kinds import PODS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 from kube_offload.times import parse_time
-from vkubelet.kubeletapi.paths import RequestError, parse_bool, parse_int, query_value
+from vkubelet.kubeletapi.paths import KubeletRequest, RequestError, parse_bool, parse_int, query_value
+
+if TYPE_CHECKING:
+    from vkubelet.kubeletapi.handler import KubeletRequestHandler
+    from vkubelet.kubeletapi.server import KubeletApi
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
+
+HANGUP_POLL_MS = 500
+_POLL_HANGUP = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
 
 LOG_STREAMS = ("All", "Stdout", "Stderr")
 # Connect quickly or fail; a followed log may stay silent for hours, so no read timeout
@@ -169,3 +179,127 @@ def is_read_timeout(exc: BaseException) -> bool:
     """A read of the remote log timed out (urllib3 raises its own ReadTimeoutError, or a
     bare socket timeout, depending on where the read stood)."""
     return isinstance(exc, (ReadTimeoutError, socket.timeout, TimeoutError))
+
+
+# --- the endpoint --------------------------------------------------------------------------
+@dataclass
+class LogStream:
+    raw: Any  # urllib3 response of the remote pods/log, unread
+    description: str
+
+
+def open_logs(app: KubeletApi, request: KubeletRequest) -> LogStream:
+    """Resolve the pod and open its remote ``pods/log``; a refusal there is the answer."""
+    query = parse_log_query(request.query)
+    target = app.resolve(request)
+    params = remote_log_params(query, request.container)
+    try:
+        raw = open_remote_log(
+            app.remote,
+            target.namespace,
+            target.name,
+            params,
+            follow=query.follow,
+            connect_timeout=app.limits.remote_connect_timeout,
+            idle_timeout=app.limits.stream_idle_timeout,
+        )
+    except ApiError as exc:
+        raise remote_error(exc, cluster_id=app.cluster_id, remote_pod=str(target)) from exc
+    return LogStream(raw, f"logs {request.pod_key}/{request.container} -> {app.cluster_id}:{target}")
+
+
+def serve_logs(handler: KubeletRequestHandler, request: KubeletRequest) -> None:
+    """Answer ``containerLogs``: the remote ``pods/log`` relayed as a chunked response
+    while it comes, until it ends, the client hangs up or the server stops."""
+    stream = open_logs(handler.server.app, request)
+    raw = stream.raw
+    hung_up = threading.Event()
+    done = threading.Event()
+    complete = False
+
+    def close_upstream() -> None:
+        hung_up.set()
+        shutdown_response(raw)
+
+    token = handler.server.register_closer(close_upstream)
+    watcher = threading.Thread(
+        target=watch_hangup, args=(handler.connection, done, close_upstream), name="kubelet-api-hangup", daemon=True
+    )
+    try:
+        handler.connection.settimeout(None)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/plain; charset=utf-8")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.send_header("Cache-Control", "no-cache, private")
+        handler.end_headers()
+        watcher.start()
+        log.debug("kubelet API: %s: streaming", stream.description)
+        chunks = iter_chunks(raw, stopped=hung_up.is_set)
+        while True:
+            try:
+                chunk = next(chunks, None)
+            except Exception as exc:  # the remote stream broke, or we shut it down
+                if is_read_timeout(exc):
+                    # --kubelet-stream-idle-timeout: no new line for that long. A clean
+                    # end, as the kubelet ends an idle stream.
+                    log.info("kubelet API: %s: closed: idle for %gs", stream.description, handler.server.app.limits.stream_idle_timeout)
+                    break
+                if not hung_up.is_set():
+                    log.info("kubelet API: %s: remote stream ended with an error: %s", stream.description, exc)
+                # No final chunk: the client must see a truncated stream, not a clean end.
+                handler.close_connection = True
+                return
+            if chunk is None:
+                break
+            # An OSError here means the client went away: handled below.
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        if hung_up.is_set():
+            handler.close_connection = True
+            return
+        complete = True
+        handler.wfile.write(b"0\r\n\r\n")
+    except OSError as exc:  # the client went away while we wrote
+        log.debug("kubelet API: %s: client gone: %s", stream.description, exc)
+        handler.close_connection = True
+    finally:
+        done.set()
+        handler.server.unregister_closer(token)
+        try:
+            if not complete:
+                raw.close()  # an interrupted stream's connection must not be reused
+            raw.release_conn()
+        except Exception:
+            pass
+        log.debug("kubelet API: %s: ended%s", stream.description, " (client hung up)" if hung_up.is_set() else "")
+
+
+def watch_hangup(conn: socket.socket, done: threading.Event, on_hangup: Callable[[], None]) -> None:
+    """Call ``on_hangup`` when the client closes its side of the connection while a
+    log is being relayed: a followed log of a quiet container would otherwise keep the
+    remote stream open until its next line. Polls for hang-up only (POLLRDHUP), never
+    reads, so the TLS object is left to the thread that writes."""
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), _POLL_HANGUP)
+    except (OSError, ValueError):
+        return
+    while not done.is_set():
+        try:
+            events = poller.poll(HANGUP_POLL_MS)
+        except OSError:
+            return
+        if events and not done.is_set():
+            on_hangup()
+            return
+
+
+def shutdown_response(raw: Any) -> None:
+    """Interrupt a read blocked on the remote response (urllib3 >= 2.3: shutdown())."""
+    shutdown = getattr(raw, "shutdown", None)
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            raw.release_conn()
+    except Exception:
+        pass

@@ -8,6 +8,7 @@ from typing import Mapping
 
 from kube_offload.runtime import kinds
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.configmaps import forge_configmap
 from vkubelet.reflection import names as n
 from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
@@ -20,7 +21,7 @@ class ConfigMapReflector(Reflector):
     api_kind = kinds.CONFIG_MAPS
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        return f.forge_configmap(local, ctx)
+        return forge_configmap(local, ctx)
 
     def selection(self, local: Mapping) -> Decision:
         # Every offloaded pod with a service-account token mounts the CA bundle, and

@@ -1,6 +1,6 @@
 """EndpointSlices local -> remote: the endpoints of local pods, so that remote pods
 reaching a reflected Service by name also reach its backends in the local cluster
-(forge.forge_endpointslice says which addresses; docs/reflection.md the network limits).
+(forge/endpointslices.py says which addresses; docs/reflection.md the network limits).
 
 Users cannot annotate the slices a controller writes, so the policy is read on the
 slice's Service (label kubernetes.io/service-name): annotate the Service and its slices
@@ -23,6 +23,11 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import object_key
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.endpointslices import (
+    forge_endpointslice,
+    service_name_of_slice,
+    unremapped_endpoint_addresses,
+)
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
@@ -45,7 +50,7 @@ class EndpointSliceReflector(Reflector):
         return [self.services]
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        outside = tuple(f.unremapped_endpoint_addresses(local, ctx))
+        outside = tuple(unremapped_endpoint_addresses(local, ctx))
         key = object_key(dict(local))
         with self._unremapped_lock:
             changed = self._unremapped.get(key, ()) != outside
@@ -57,7 +62,7 @@ class EndpointSliceReflector(Reflector):
             self.log.info(
                 "EndpointSlice %s: %s outside --local-pod-cidr, reflected as is (not remapped)", key, ", ".join(outside)
             )
-        return f.forge_endpointslice(local, ctx)
+        return forge_endpointslice(local, ctx)
 
     def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_endpointslice(desired, policy)
@@ -66,7 +71,7 @@ class EndpointSliceReflector(Reflector):
         own = decide(local, Policy.DENY_LIST, kind=self.kind)
         if not own.reflect:
             return own
-        service_name = f.service_name_of_slice(local)
+        service_name = service_name_of_slice(local)
         namespace = (local.get("metadata") or {}).get("namespace")
         service = self.services.get(f"{namespace}/{service_name}") if service_name else None
         if service is None:
@@ -84,6 +89,6 @@ class EndpointSliceReflector(Reflector):
         for slice_key in self.local.keys():
             if slice_key.startswith(prefix):
                 slice_ = self.local.get(slice_key)
-                if slice_ is not None and f.service_name_of_slice(slice_) == name:
+                if slice_ is not None and service_name_of_slice(slice_) == name:
                     keys.append(slice_key)
         return keys

@@ -29,10 +29,11 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
-from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.events import forge_local_event, local_event_is_current
 from vkubelet.reflection import metrics
 from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, shared_informer
+from vkubelet.reflection.caches import shared_informer
+from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
 from vkubelet.reflection.settings import EVENTS
 from kube_offload.remote_resources import is_ours
 from kube_offload.times import parse_time_or_none
@@ -139,7 +140,7 @@ class EventReflector:
             return
         if not should_reflect(pod, self.policy):
             return
-        desired = f.forge_local_event(
+        desired = forge_local_event(
             event,
             pod,
             host=self.settings.node_name,
@@ -167,7 +168,7 @@ class EventReflector:
                 metrics.failed(self.resource, REASON_REFLECTION_FAILED)
                 return
             current = call_json(self._local.read_namespaced_event, name, namespace)
-            if not f.local_event_is_current(desired, current):
+            if not local_event_is_current(desired, current):
                 patch = {k: desired[k] for k in ("type", "reason", "message", "count") if k in desired}
                 if desired.get("lastTimestamp"):
                     patch["lastTimestamp"] = desired["lastTimestamp"]

@@ -15,6 +15,7 @@ from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.ingresses import forge_ingress
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import INGRESSES
 
@@ -28,4 +29,4 @@ class IngressReflector(Reflector):
         return policy_fit.fit_ingress(desired, policy)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        return f.forge_ingress(local, ctx)
+        return forge_ingress(local, ctx)

@@ -25,6 +25,7 @@ from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.pvcs import forge_pvc, pvc_is_up_to_date, pvc_update_body
 from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS, ANY_STORAGE_CLASS
@@ -72,10 +73,10 @@ class PersistentVolumeClaimReflector(Reflector):
         return policy_fit.fit_pvc(desired, policy)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        return f.forge_pvc(local, ctx)
+        return forge_pvc(local, ctx)
 
     def is_up_to_date(self, desired: Mapping, current: Mapping) -> bool:
-        return f.pvc_is_up_to_date(desired, current)
+        return pvc_is_up_to_date(desired, current)
 
     def update_body(self, desired: Mapping, current: Mapping) -> dict:
-        return f.pvc_update_body(desired, current)
+        return pvc_update_body(desired, current)

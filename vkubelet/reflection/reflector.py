@@ -12,7 +12,7 @@ A reconcile reads the caches and converges:
 * the local object is gone, terminating, not selected by the policy, or its namespace is
   not offloaded here -> every remote object of ours standing for it is deleted (UID
   precondition: never one that replaced it meanwhile);
-* otherwise the desired object is forged (forge.py) and created, or written over the
+* otherwise the desired object is forged (forge/) and created, or written over the
   remote one when they differ (remote drift is overwritten; equal -> no write).
 
 Before it is written, the desired object is fitted to the provider's policy for us
@@ -29,15 +29,16 @@ local object gets a Warning Event and the loop looks again later. Restart safety
 remote informer's first list delivers every object of ours, each enqueues its local
 key, and a key whose local object is gone deletes it.
 
-Subclasses (one module per type) say which API, how to forge, and what differs.
+Subclasses (one module per type) say which API, how to forge, and what differs. The
+caches it reads are made in caches.py, the writes go through remote_ops.py (both shared
+with the token and Event reflection).
 """
 
 from __future__ import annotations
 
 import abc
-import functools
 import logging
-from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
@@ -46,23 +47,22 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
-from kube_offload.runtime.indexer import IndexFunc
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
 from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
-from vkubelet.indexes import BY_ORIGIN, by_origin
+from vkubelet.indexes import BY_ORIGIN
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.policy_events import PolicyNotices
 from vkubelet.policy_fit import Fit
 from vkubelet.provider_terms import PolicyReader
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
-from vkubelet.reflection import names as n
+from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.policy import Decision, Policy, decide
+from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.translation import origin_key
 
 if TYPE_CHECKING:
-    from vkubelet.informers import SharedInformers
     from vkubelet.runner import LoopContext
 
 # How soon to look again at an object whose remote name is held by an object not ours,
@@ -71,92 +71,6 @@ CONFLICT_RETRY_SECONDS = 60.0
 REFUSED_RETRY_SECONDS = 60.0
 
 log = logging.getLogger("kube_offload.vkubelet.reflection")
-
-
-class RemoteOps:
-    """Create / read / replace / delete of one namespaced ``kind`` through the API layer;
-    every write is counted for ``resource`` (vkubelet/reflection/metrics.py)."""
-
-    def __init__(self, kube: Kube, kind: Resource, *, resource: str) -> None:
-        self._kube = kube
-        self._kind = kind
-        self._resource = resource
-
-    def create(self, namespace: str, body: Mapping) -> dict:
-        created = self._kube.create(self._kind, dict(body), namespace=namespace)
-        metrics.wrote(self._resource, metrics.OPERATION_CREATE)
-        return created
-
-    def read(self, namespace: str, name: str) -> dict:
-        return self._kube.get(self._kind, name, namespace=namespace)
-
-    def replace(self, namespace: str, name: str, body: Mapping) -> dict:
-        replaced = self._kube.replace(self._kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}},
-                                      namespace=namespace)
-        metrics.wrote(self._resource, metrics.OPERATION_UPDATE)
-        return replaced
-
-    def delete(self, namespace: str, name: str, uid: str | None) -> bool:
-        """Delete if it is still the object with ``uid``; False if already gone or replaced."""
-        try:
-            self._kube.delete(self._kind, name, namespace=namespace, uid=uid or None)
-            metrics.wrote(self._resource, metrics.OPERATION_DELETE)
-            return True
-        except ApiError as exc:
-            if exc.not_found or exc.conflict:
-                return False
-            raise
-
-
-def shared_informer(
-    informers: "SharedInformers",
-    side: str,
-    resource: str,
-    kind: Resource,
-    *,
-    label_selector: str = "",
-    field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
-) -> Informer:
-    """The process-wide informer on ``resource`` of one side (``local``: every
-    namespace; ``remote``: the usable twin namespaces only, the one place the consumer
-    may read), optionally selected; registered once by name, so every loop asking for
-    the same selection shares one list+watch (and the first one's ``transform``: what
-    its cache keeps of each object, vkubelet/trim.py)."""
-    api_client = informers.local_client if side == "local" else informers.remote_client
-    kube = Kube(api_client)
-    selection = ",".join(filter(None, [label_selector, field_selector]))
-    name = f"{side}-{resource}" + (f"[{selection}]" if selection else "")
-    kwargs = {}
-    if label_selector:
-        kwargs["label_selector"] = label_selector
-    if field_selector:
-        kwargs["field_selector"] = field_selector
-    if side == "remote":
-        return informers.remote_in_twins(name, lambda ns: kube.list_func(kind, namespace=ns), transform, **kwargs)
-
-    def make() -> Informer:
-        return Informer(
-            name=name,
-            list_func=kube.list_func(kind),
-            list_kwargs=kwargs,
-            resync_seconds=informers.settings.resync_period,
-            transform=transform,
-        )
-
-    return informers.shared(name, make)
-
-
-@functools.lru_cache(maxsize=None)
-def owned_by_origin(local_cluster_id: str, resource: str) -> IndexFunc:
-    """:data:`~vkubelet.indexes.BY_ORIGIN` over the remote objects the ``resource``
-    reflector of ``local_cluster_id`` wrote (one function object per pair, so a loop made
-    again on the same shared informer registers the same index)."""
-    return by_origin(lambda obj: f.is_owned(obj, local_cluster_id, resource))
-
-
-def owned_selector(local_cluster_id: str, reflector: str) -> str:
-    return f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_cluster_id},{n.LABEL_REFLECTOR}={reflector}"
 
 
 def is_terminating(obj: Mapping) -> bool:

@@ -9,6 +9,7 @@ from typing import Mapping
 
 from kube_offload.runtime import kinds
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.secrets import forge_secret
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SECRETS
 
@@ -19,4 +20,4 @@ class SecretReflector(Reflector):
     api_kind = kinds.SECRETS
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        return f.forge_secret(local, ctx)
+        return forge_secret(local, ctx)

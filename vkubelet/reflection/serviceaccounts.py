@@ -30,19 +30,25 @@ from kube_offload.runtime.predicates import only_status_changed
 from kube_offload.times import parse_time_or_none
 from vkubelet.indexes import BY_ORIGIN
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.serviceaccounts import (
+    TokenSource,
+    forge_token_secret,
+    service_account_name,
+    token_refresh_at,
+    token_secret_is_current,
+    token_sources,
+)
 from vkubelet.reflection import metrics
 from vkubelet.reflection import names as n
+from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.reflector import (
     CONFLICT_RETRY_SECONDS,
     REASON_REFLECTION_CONFLICT,
     REASON_REFLECTION_FAILED,
     REFUSED_RETRY_SECONDS,
-    RemoteOps,
     is_terminating,
-    owned_by_origin,
-    owned_selector,
-    shared_informer,
 )
+from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
 from vkubelet.translation import origin_key
@@ -121,11 +127,11 @@ class ServiceAccountTokenReflector:
         namespace, name = split_key(key)
         pod = self.local_pods.get(key)
         twin: str | None = None
-        sources: list[f.TokenSource] = []
+        sources: list[TokenSource] = []
         if pod is not None:
             twin, _ = self._twins.pod_twin_for(namespace or "")
             if twin is not None:
-                sources = f.token_sources(pod)
+                sources = token_sources(pod)
         wanted = f"{twin}/{n.token_secret_name(name)}" if sources else None
         for secret in self.remote.by_index(BY_ORIGIN, key):
             if object_key(secret) != wanted:
@@ -148,18 +154,18 @@ class ServiceAccountTokenReflector:
 
         now = datetime.now(timezone.utc)
         current = self.remote.get(wanted)
-        if current is not None and f.token_secret_is_current(
+        if current is not None and token_secret_is_current(
             current, pod, sources, now=now, refresh_fraction=TOKEN_REFRESH_FRACTION
         ):
-            self._schedule(key, f.token_refresh_at(current, TOKEN_REFRESH_FRACTION), now)
+            self._schedule(key, token_refresh_at(current, TOKEN_REFRESH_FRACTION), now)
             return
 
         answers = {source.key: self._request_token(pod, source, logger) for source in sources}
         tokens = {key: token for key, (token, _) in answers.items()}
         expires = min(expiry for _, expiry in answers.values())
-        desired = f.forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires)
+        desired = forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires)
         self._apply(pod, desired, current, logger)
-        self._schedule(key, f.token_refresh_at(desired, TOKEN_REFRESH_FRACTION), now)
+        self._schedule(key, token_refresh_at(desired, TOKEN_REFRESH_FRACTION), now)
 
     def _forge_context(self, twin: str) -> f.ForgeContext:
         return f.ForgeContext(local_cluster_id=self._local_id, remote_namespace=twin, reflector=self.resource)
@@ -173,7 +179,7 @@ class ServiceAccountTokenReflector:
             self._scheduled[key] = at
         self.controller.enqueue_after(key, max(1.0, (at - now).total_seconds()))
 
-    def _request_token(self, pod: Mapping, source: f.TokenSource, logger: logging.LoggerAdapter) -> tuple[str, datetime]:
+    def _request_token(self, pod: Mapping, source: TokenSource, logger: logging.LoggerAdapter) -> tuple[str, datetime]:
         meta = pod["metadata"]
         spec: dict = {
             "expirationSeconds": self._token_seconds,
@@ -181,7 +187,7 @@ class ServiceAccountTokenReflector:
         }
         if source.audience:
             spec["audiences"] = [source.audience]
-        account = f.service_account_name(pod)
+        account = service_account_name(pod)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         try:
             answer = call_json(self._local.create_namespaced_service_account_token, account, meta["namespace"], body)

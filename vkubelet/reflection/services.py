@@ -1,5 +1,5 @@
 """Services local -> remote, with the remote cluster allocating its own cluster IPs and
-node ports (forge.forge_service). On update the remote API server keeps the allocations
+node ports (forge/services.py). On update the remote API server keeps the allocations
 of the existing Service for the fields we leave empty.
 
 The provider's policy for us decides what of a Service's reach outside the cluster it
@@ -16,6 +16,7 @@ from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
+from vkubelet.reflection.forge.services import forge_service, service_remote_view
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SERVICES
 
@@ -29,7 +30,7 @@ class ServiceReflector(Reflector):
         return policy_fit.fit_service(desired, policy)
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
-        return f.forge_service(local, ctx)
+        return forge_service(local, ctx)
 
     def remote_view(self, current: Mapping) -> Mapping:
-        return f.service_remote_view(current)
+        return service_remote_view(current)

@@ -39,7 +39,7 @@ from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key
 from kube_offload.reasons import REASON_PROVISIONED_REMOTELY as REASON_PROVISIONED
 from kube_offload.reasons import REASON_PROVISIONING_FAILED as REASON_NOT_OFFLOADED
 from kube_offload.reasons import REASON_WAITING_FOR_REMOTE_CLAIM as REASON_WAITING  # noqa: F401  (re-exported)
-from vkubelet.reflection.reflector import owned_selector, shared_informer
+from vkubelet.reflection.caches import owned_selector, shared_informer
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
 from vkubelet.storage import forge as f

@@ -9,7 +9,7 @@ makes the local kube-apiserver (>= 1.36) proxy ``kubectl exec`` to us as a WebSo
 instead of translating it to SPDY (see vkubelet/kubeletapi/streams.py). Every request is
 authenticated (client certificate from ``--kubelet-client-ca``, TokenReview) and
 authorized (SubjectAccessReview) on the local apiserver, as by a kubelet. The machinery is
-in ``vkubelet/kubeletapi/``; docs/logs-and-exec.md describes the behaviour.
+in the modules beside this one; docs/logs-and-exec.md describes the behaviour.
 """
 
 from __future__ import annotations
