@@ -1,4 +1,4 @@
-"""The TwinNamespace controller's decisions (enforcer/twin_plan.py), table by table."""
+"""The TwinNamespace controller's decisions (enforcer/consumers/twin_plan.py), table by table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from enforcer.twin_plan import (
+from enforcer.consumers.twin_plan import (
     NAME_TAKEN_RECHECK_SECONDS,
     RoleBindingAction,
     desired_namespace,

@@ -7,7 +7,7 @@ Security level, binds the consumer's twin role into it, and deletes it (with eve
 the consumer put in it) when the request goes. A namespace is *ours* only when it carries
 all three marks the enforcer writes at creation — managed-by=enforcer, origin=<id> and
 twin-request=T/<name> — so a namespace made by anyone else, or for another request, is
-never adopted, relabelled or deleted. :mod:`enforcer.twins` carries a plan out.
+never adopted, relabelled or deleted. :mod:`enforcer.consumers.twins` carries a plan out.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Mapping
 
-from enforcer.quota import twin_object_quota
+from enforcer.consumers.quota import twin_object_quota
 from kube_offload.consumers import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
 from kube_offload import constants as c
 from kube_offload.resources import QuantityError, parse_quantity
@@ -46,7 +46,7 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes' own namespaces exist anyway (and would be refused as not ours); tenant
-# namespaces may not exist *yet*, and a consumer must not grab a future tenant's name.
+# namespaces may not exist *yet*, and a consumer must not grab a future consumer's.
 _RESERVED_NAMES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 _RESERVED_PREFIXES = (c.TENANT_NAMESPACE_PREFIX,)
 
@@ -309,8 +309,8 @@ def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindin
 
 def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
     """The ResourceQuota of twin ``namespace``: the object-count and storage keys of the
-    Consumer's ``spec.quota``, each bounding this twin (enforcer/quota.py
-    :func:`~enforcer.quota.twin_object_quota`); None when it has none (no ResourceQuota:
+    Consumer's ``spec.quota``, each bounding this twin (enforcer/consumers/quota.py
+    :func:`~enforcer.consumers.quota.twin_object_quota`); None when it has none (no ResourceQuota:
     nothing is limited). Raises QuantityError naming the key of a figure that does not
     parse (the provider's mistake)."""
     hard = twin_object_quota((consumer.get("spec") or {}).get("quota"))

@@ -4,7 +4,7 @@ Keys are TwinNamespace keys (``<tenant ns>/<name>``). Every event that can chang
 answer for a request enqueues it: the request itself, the namespace of that name, the
 tenant namespace it lives in, its Consumer (spec changes only: the Consumer status loop
 writes status every few seconds) and the twin RoleBinding. One reconcile reads the
-caches, asks :func:`enforcer.twin_plan.plan_twin` what to do and does it; running it
+caches, asks :func:`enforcer.consumers.twin_plan.plan_twin` what to do and does it; running it
 again, or after a crash at any line, converges to the same state (creates meet
 AlreadyExists, deletes carry the UID, the finalizer patch carries the resourceVersion).
 """
@@ -15,8 +15,8 @@ import logging
 from typing import Protocol
 
 from kube_offload.consumers import consumer_name, service_account_of
-from enforcer.tenant_api import TenantApi
-from enforcer.twin_plan import (
+from enforcer.consumers.consumer_api import ConsumerApi
+from enforcer.consumers.twin_plan import (
     ResourceQuotaAction,
     RoleBindingAction,
     TwinPlan,
@@ -52,7 +52,7 @@ class TwinReconciler:
         namespaces: Cache,
         consumers: Cache,
         rolebindings: Cache,
-        api: TenantApi,
+        api: ConsumerApi,
         twin_role: str,
         release_namespace: str = "",
         resourcequotas: Cache | None = None,
@@ -65,7 +65,7 @@ class TwinReconciler:
         self._resourcequotas = resourcequotas
         self._api = api
         self._twin_role = twin_role
-        # The enforcer's own namespace: never a twin (enforcer/twin_plan.py).
+        # The enforcer's own namespace: never a twin (enforcer/consumers/twin_plan.py).
         self._release_namespace = release_namespace
 
     # --- keys: which requests an event concerns (informer handlers: cheap) ---------------
