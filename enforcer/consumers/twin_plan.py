@@ -2,67 +2,44 @@
 controller as a pure function of what the caches (or a live read) show.
 
 A request ``T/<name>`` (T: a consumer's tenant namespace) asks for namespace ``<name>``.
-The enforcer creates it for the consumer, labelled with the consumer's origin id and Pod
-Security level, binds the consumer's twin role into it, and deletes it (with everything
-the consumer put in it) when the request goes. A namespace is *ours* only when it carries
-all three marks the enforcer writes at creation — managed-by=enforcer, origin=<id> and
-twin-request=T/<name> — so a namespace made by anyone else, or for another request, is
-never adopted, relabelled or deleted. :mod:`enforcer.consumers.twins` carries a plan out.
+The enforcer creates it for the consumer, bounds it with the consumer's object quota,
+binds the consumer's twin role into it, and deletes it (with everything the consumer put
+in it) when the request goes; a namespace that is not ours is never adopted, relabelled
+or deleted. The rules are in two modules beside this one: which names, and how many, a
+consumer may have (:mod:`enforcer.consumers.twin_names`); the objects made for a twin,
+what makes one ours, and what brings each to what it should be
+(:mod:`enforcer.consumers.twin_objects`). :mod:`enforcer.consumers.twins` carries a plan out.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
-from enforcer.consumers.quota import twin_object_quota
-from kube_offload.consumers import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer, service_account_of
-from kube_offload import constants as c
-from kube_offload.resources import QuantityError, parse_quantity
-from kube_offload.views import ObjectMeta
-from kube_offload.provider_policy import (
-    ALWAYS_RESERVED_NAMESPACES,
-    POLICY,
-    ProviderPolicyError,
-    TwinNamespacePolicy,
-    name_matches,
-    parse_policy,
+from enforcer.consumers.twin_names import consumer_twin_policy, count_problem, name_problem, plan_name_problem, request_key
+from enforcer.consumers.twin_objects import (
+    ResourceQuotaAction,
+    RoleBindingAction,
+    desired_namespace,
+    desired_resourcequota,
+    desired_rolebinding,
+    is_ours,
+    made_for,
+    namespace_patch,
+    resourcequota_action,
+    rolebinding_action,
+    same_hard,
 )
-
-# The policy keys a refusal names (Consumer spec.policy.twinNamespaces.*).
-SAME_NAMES_KEY = f"{POLICY}.twinNamespaces.sameNames"
-RESERVED_KEY = f"{POLICY}.twinNamespaces.reserved"
-MAX_COUNT_KEY = f"{POLICY}.twinNamespaces.maxCount"
+from kube_offload import constants as c
+from kube_offload.consumers import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer
+from kube_offload.resources import QuantityError
+from kube_offload.views import ObjectMeta
 
 # How soon to look again while waiting for something only time brings (a namespace
 # terminating). Its watch event normally comes first; this is the fallback.
 TERMINATING_RECHECK_SECONDS = 2.0
 # A name held by someone else's namespace may be freed by them; look again now and then.
 NAME_TAKEN_RECHECK_SECONDS = 30.0
-
-RBAC_GROUP = "rbac.authorization.k8s.io"
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# Kubernetes' own namespaces exist anyway (and would be refused as not ours); tenant
-# namespaces may not exist *yet*, and a consumer must not grab a future consumer's.
-_RESERVED_NAMES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
-_RESERVED_PREFIXES = (c.TENANT_NAMESPACE_PREFIX,)
-
-
-class RoleBindingAction(Enum):
-    NONE = "none"
-    CREATE = "create"
-    UPDATE = "update"  # subjects or marks differ
-    RECREATE = "recreate"  # roleRef differs, and roleRef is immutable
-
-
-class ResourceQuotaAction(Enum):
-    NONE = "none"
-    CREATE = "create"
-    UPDATE = "update"  # spec.hard or marks differ
-    DELETE = "delete"  # ours, and the Consumer's spec.quota has no object key any more
 
 
 @dataclass(frozen=True)
@@ -91,11 +68,6 @@ class TwinPlan:
     """Why, in words, for the debug log."""
 
 
-def request_key(request: Mapping) -> str:
-    metadata = request.get("metadata") or {}
-    return f"{metadata.get('namespace')}/{metadata.get('name')}"
-
-
 def has_finalizer(request: Mapping) -> bool:
     return c.TWIN_NAMESPACE_FINALIZER in ObjectMeta.of(request).finalizers
 
@@ -107,267 +79,6 @@ def finalizers_with(request: Mapping) -> list[str]:
 
 def finalizers_without(request: Mapping) -> list[str]:
     return [f for f in ObjectMeta.of(request).finalizers if f != c.TWIN_NAMESPACE_FINALIZER]
-
-
-def name_problem(name: str) -> str:
-    """Why ``name`` cannot be a twin namespace, or "" when it can."""
-    if len(name) > 63 or not _DNS_LABEL.match(name):
-        return (
-            f"metadata.name {name!r} is not a valid namespace name: at most 63 lower-case letters, "
-            "digits and '-', starting and ending with a letter or digit"
-        )
-    if name in _RESERVED_NAMES or name.startswith(_RESERVED_PREFIXES):
-        return f"metadata.name {name!r} is reserved on this provider; ask for another namespace name"
-    return ""
-
-
-def plan_name_problem(
-    name: str,
-    consumer_id: str,
-    policy: TwinNamespacePolicy,
-    *,
-    release_namespace: str = "",
-    consumers: ConsumerLookup = lambda _name: None,
-) -> str:
-    """Why the provider's plan has no room for twin ``name`` of ``consumer_id``, or "".
-
-    A twin is either a DefaultName twin, ending in ``-<consumer id>`` (what the virtual
-    kubelet asks for by default: vkubelet/naming.py), or a name the provider grants as it
-    is (EnforceSameName) in ``sameNames``; never a reserved name (``default``, ``kube-*``,
-    ``kube-offload-*``, the enforcer's own namespace, and ``reserved``), whatever is
-    granted; and never a DefaultName twin of another consumer whose id ends in this one's
-    (consumer ``b`` may not take ``web-a-b``, which is consumer ``a-b``'s twin of ``web``)."""
-    if name_matches(name, ALWAYS_RESERVED_NAMESPACES) or (release_namespace and name == release_namespace):
-        return (
-            f"metadata.name {name!r} is reserved by the provider for itself (default, kube-*, kube-offload-* and "
-            "the enforcer's namespace are never given to a consumer); ask for another namespace name"
-        )
-    if name_matches(name, policy.reserved):
-        return (
-            f"metadata.name {name!r} is reserved by the provider (Consumer {RESERVED_KEY}); "
-            "ask for another namespace name"
-        )
-    suffix = f"-{consumer_id}"
-    if name.endswith(suffix) and len(name) > len(suffix):
-        for index, char in enumerate(name[: -len(suffix)]):
-            other = name[index + 1:]
-            if char == "-" and other != consumer_id and consumers(other) is not None:
-                return (
-                    f"metadata.name {name!r} ends in \"-{other}\": it belongs to the plan of consumer {other!r}; "
-                    f"ask for a name ending in \"{suffix}\" that is not another consumer's"
-                )
-        return ""
-    if name_matches(name, policy.same_names):
-        return ""
-    return (
-        f"metadata.name {name!r}: a twin namespace of consumer {consumer_id!r} must end in \"{suffix}\" (the "
-        f"DefaultName mapping); other names (EnforceSameName) only where the provider grants them in Consumer "
-        f"{SAME_NAMES_KEY}"
-        + (f" (granted: {', '.join(policy.same_names)})" if policy.same_names else " (none granted)")
-    )
-
-
-def count_problem(
-    request: Mapping,
-    siblings: Iterable[Mapping],
-    *,
-    max_count: int,
-    eligible: Callable[[Mapping], bool],
-    served: Callable[[Mapping], bool],
-) -> str:
-    """Why ``request`` is over its consumer's maximum of twin namespaces, or "".
-
-    ``siblings``: every TwinNamespace of the consumer (``request`` among them, or not yet);
-    ``eligible``: whether one passes the name rules (only those compete); ``served``:
-    whether its namespace exists already (those keep their place however the maximum
-    changes: a twin in use is never refused). The rest are ranked by creationTimestamp,
-    then namespace/name: the first ``max_count`` are served. The ranking depends only on
-    the requests, so two reconciles running at once agree on who gets the last place,
-    and a request being deleted keeps its place until its namespace is gone."""
-    key = request_key(request)
-    if served(request):
-        return ""
-    ranked = {request_key(r): r for r in siblings if eligible(r)}
-    ranked[key] = request
-    order = sorted(
-        ranked.values(),
-        key=lambda r: (not served(r), str((r.get("metadata") or {}).get("creationTimestamp") or "~"), request_key(r)),
-    )
-    position = [request_key(r) for r in order].index(key)
-    if position < max_count:
-        return ""
-    return (
-        f"consumer has reached its maximum of {max_count} twin namespaces (Consumer {MAX_COUNT_KEY}); "
-        "delete a TwinNamespace it no longer needs, or ask the provider to raise the maximum"
-    )
-
-
-def consumer_twin_policy(consumer: Mapping) -> tuple[TwinNamespacePolicy | None, str]:
-    """The consumer's twin namespace policy, or None and why (the provider's mistake)."""
-    try:
-        return parse_policy((consumer.get("spec") or {}).get("policy")).twin_namespaces, ""
-    except ProviderPolicyError as exc:
-        return None, f"Consumer {consumer_name(consumer)} has a policy that does not parse ({exc}); the provider must fix it"
-
-
-def is_ours(namespace: Mapping | None, consumer_id: str, key: str) -> bool:
-    """Whether the enforcer made ``namespace`` for request ``key`` of ``consumer_id``."""
-    if not namespace:
-        return False
-    metadata = namespace.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    annotations = metadata.get("annotations") or {}
-    return (
-        labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
-        and labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == consumer_id
-        and annotations.get(c.ANNOTATION_TWIN_REQUEST) == key
-    )
-
-
-def made_for(namespace: Mapping | None, key: str) -> bool:
-    """Whether the enforcer made ``namespace`` for request ``key``, whichever consumer it
-    was for (the deletion path, where the Consumer may be gone already)."""
-    if not namespace:
-        return False
-    metadata = namespace.get("metadata") or {}
-    return (metadata.get("labels") or {}).get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER and (
-        metadata.get("annotations") or {}
-    ).get(c.ANNOTATION_TWIN_REQUEST) == key
-
-
-def desired_labels(consumer_id: str, level: str) -> dict[str, str]:
-    return {
-        c.LABEL_ORIGIN_CLUSTER_ID: consumer_id,
-        c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER,
-        c.LABEL_PSA_ENFORCE: level,
-        c.LABEL_PSA_ENFORCE_VERSION: "latest",
-    }
-
-
-def desired_annotations(request: Mapping) -> dict[str, str]:
-    return {
-        c.ANNOTATION_TWIN_OF: str((request.get("spec") or {}).get("localNamespace") or ""),
-        c.ANNOTATION_TWIN_REQUEST: request_key(request),
-    }
-
-
-def desired_namespace(request: Mapping, consumer_id: str, level: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": (request.get("metadata") or {}).get("name"),
-            "labels": desired_labels(consumer_id, level),
-            "annotations": desired_annotations(request),
-        },
-    }
-
-
-def namespace_patch(namespace: Mapping, request: Mapping, consumer_id: str, level: str) -> dict | None:
-    """A merge patch bringing our namespace's labels and annotations to what they should
-    be (only the keys that differ), or None when they already are."""
-    metadata = namespace.get("metadata") or {}
-    patch: dict = {}
-    for section, desired in (("labels", desired_labels(consumer_id, level)), ("annotations", desired_annotations(request))):
-        current = metadata.get(section) or {}
-        changed = {k: v for k, v in desired.items() if current.get(k) != v}
-        if changed:
-            patch.setdefault("metadata", {})[section] = changed
-    return patch or None
-
-
-def desired_rolebinding(namespace: str, request: Mapping, consumer: Mapping, twin_role: str) -> dict:
-    account_namespace, account_name = service_account_of(consumer)
-    return {
-        "apiVersion": f"{RBAC_GROUP}/v1",
-        "kind": "RoleBinding",
-        "metadata": {
-            "name": c.TWIN_ROLEBINDING_NAME,
-            "namespace": namespace,
-            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
-            "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
-        },
-        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": twin_role},
-        "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": account_namespace}],
-    }
-
-
-def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindingAction:
-    if existing is None:
-        return RoleBindingAction.CREATE
-    if existing.get("roleRef") != desired["roleRef"]:
-        return RoleBindingAction.RECREATE
-    metadata = existing.get("metadata") or {}
-    wanted = desired["metadata"]
-    marks_ok = all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
-        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
-    )
-    if _subjects(existing) != _subjects(desired) or not marks_ok:
-        return RoleBindingAction.UPDATE
-    return RoleBindingAction.NONE
-
-
-def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
-    """The ResourceQuota of twin ``namespace``: the object-count and storage keys of the
-    Consumer's ``spec.quota``, each bounding this twin (enforcer/consumers/quota.py
-    :func:`~enforcer.consumers.quota.twin_object_quota`); None when it has none (no ResourceQuota:
-    nothing is limited). Raises QuantityError naming the key of a figure that does not
-    parse (the provider's mistake)."""
-    hard = twin_object_quota((consumer.get("spec") or {}).get("quota"))
-    if not hard:
-        return None
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {
-            "name": c.TWIN_RESOURCEQUOTA_NAME,
-            "namespace": namespace,
-            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
-            "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
-        },
-        "spec": {"hard": hard},
-    }
-
-
-def _same_hard(existing: Mapping, desired: Mapping) -> bool:
-    """Whether two ``spec.hard`` say the same: compared as quantities, since the API
-    server writes them back in its canonical form ("1000m" comes back as "1")."""
-    if set(existing) != set(desired):
-        return False
-    try:
-        return all(parse_quantity(existing[k]) == parse_quantity(desired[k]) for k in desired)
-    except QuantityError:
-        return False
-
-
-def resourcequota_action(existing: Mapping | None, desired: Mapping | None) -> ResourceQuotaAction:
-    """What brings the twin's ResourceQuota (``existing``, by its name) to ``desired``.
-    One of that name without our mark (made by the provider's admin: the consumer has no
-    rights on ResourceQuotas) is replaced when one is desired, else left alone."""
-    if desired is None:
-        if existing is None:
-            return ResourceQuotaAction.NONE
-        labels = (existing.get("metadata") or {}).get("labels") or {}
-        ours = labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
-        return ResourceQuotaAction.DELETE if ours else ResourceQuotaAction.NONE
-    if existing is None:
-        return ResourceQuotaAction.CREATE
-    metadata = existing.get("metadata") or {}
-    wanted = desired["metadata"]
-    marks_ok = all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
-        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
-    )
-    hard = (existing.get("spec") or {}).get("hard") or {}
-    if not marks_ok or not _same_hard(hard, desired["spec"]["hard"]):
-        return ResourceQuotaAction.UPDATE
-    return ResourceQuotaAction.NONE
-
-
-def _subjects(binding: Mapping) -> list[tuple]:
-    return sorted(
-        (s.get("kind"), s.get("name"), s.get("namespace") or "", s.get("apiGroup") or "")
-        for s in binding.get("subjects") or []
-    )
 
 
 def status(request: Mapping, phase: str, message: str, namespace: str = "") -> dict:
@@ -497,7 +208,7 @@ def plan_twin(
         notes.append(f"Consumer {consumer_id}: {exc}; twin ResourceQuota left as it is")
     # Until the quota controller has counted a ResourceQuota (status.hard), the API
     # server refuses every object it limits ("status unknown for quota"): Ready means usable.
-    counted = quota is None or quota_action is not ResourceQuotaAction.NONE or _same_hard(
+    counted = quota is None or quota_action is not ResourceQuotaAction.NONE or same_hard(
         ((resourcequota or {}).get("status") or {}).get("hard") or {}, quota["spec"]["hard"]
     )
     active = (namespace.get("status") or {}).get("phase", "Active") == "Active"

@@ -16,9 +16,8 @@ from typing import Protocol
 
 from kube_offload.consumers import consumer_name, service_account_of
 from enforcer.consumers.consumer_api import ConsumerApi
+from enforcer.consumers.twin_objects import ResourceQuotaAction, RoleBindingAction
 from enforcer.consumers.twin_plan import (
-    ResourceQuotaAction,
-    RoleBindingAction,
     TwinPlan,
     finalizers_with,
     finalizers_without,
@@ -65,7 +64,7 @@ class TwinReconciler:
         self._resourcequotas = resourcequotas
         self._api = api
         self._twin_role = twin_role
-        # The enforcer's own namespace: never a twin (enforcer/consumers/twin_plan.py).
+        # The enforcer's own namespace: never a twin (enforcer/consumers/twin_names.py).
         self._release_namespace = release_namespace
 
     # --- keys: which requests an event concerns (informer handlers: cheap) ---------------
