@@ -107,12 +107,7 @@ def desired_rolebinding(namespace: str, request: Mapping, consumer: Mapping, twi
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
         "kind": "RoleBinding",
-        "metadata": {
-            "name": c.TWIN_ROLEBINDING_NAME,
-            "namespace": namespace,
-            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
-            "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
-        },
+        "metadata": _marked_metadata(c.TWIN_ROLEBINDING_NAME, namespace, request, consumer),
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": twin_role},
         "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": account_namespace}],
     }
@@ -123,11 +118,7 @@ def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindin
         return RoleBindingAction.CREATE
     if existing.get("roleRef") != desired["roleRef"]:
         return RoleBindingAction.RECREATE
-    metadata = existing.get("metadata") or {}
-    wanted = desired["metadata"]
-    marks_ok = all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
-        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
-    )
+    marks_ok = _has_marks(existing, desired)
     if _subjects(existing) != _subjects(desired) or not marks_ok:
         return RoleBindingAction.UPDATE
     return RoleBindingAction.NONE
@@ -145,12 +136,7 @@ def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {
-            "name": c.TWIN_RESOURCEQUOTA_NAME,
-            "namespace": namespace,
-            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
-            "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
-        },
+        "metadata": _marked_metadata(c.TWIN_RESOURCEQUOTA_NAME, namespace, request, consumer),
         "spec": {"hard": hard},
     }
 
@@ -178,15 +164,33 @@ def resourcequota_action(existing: Mapping | None, desired: Mapping | None) -> R
         return ResourceQuotaAction.DELETE if ours else ResourceQuotaAction.NONE
     if existing is None:
         return ResourceQuotaAction.CREATE
-    metadata = existing.get("metadata") or {}
-    wanted = desired["metadata"]
-    marks_ok = all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
-        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
-    )
+    marks_ok = _has_marks(existing, desired)
     hard = (existing.get("spec") or {}).get("hard") or {}
     if not marks_ok or not same_hard(hard, desired["spec"]["hard"]):
         return ResourceQuotaAction.UPDATE
     return ResourceQuotaAction.NONE
+
+
+def _marked_metadata(name: str, namespace: str, request: Mapping, consumer: Mapping) -> dict:
+    """The metadata of a twin's RoleBinding or ResourceQuota: ours (managed-by), the
+    consumer's (origin) and the request's (twin-request), so an event on it finds the
+    request and an object of that name made by someone else is told apart."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
+        "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
+    }
+
+
+def _has_marks(existing: Mapping, desired: Mapping) -> bool:
+    """Whether ``existing`` carries every label and annotation ``desired`` sets (others
+    it may carry are left alone)."""
+    metadata = existing.get("metadata") or {}
+    wanted = desired["metadata"]
+    return all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
+        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
+    )
 
 
 def _subjects(binding: Mapping) -> list[tuple]:
