@@ -91,7 +91,8 @@ class ShadowPodValidator:
         metadata_only = request.operation == "UPDATE" and request.old_object is not None and validation.spec_unchanged(request)
 
         with self.ledger.lock:
-            usage = self._usage(owner) if consumer is not None and not metadata_only else {}
+            # A consumer is found only under an owner's name.
+            usage = self._usage(owner) if owner and consumer is not None and not metadata_only else {}
             decision = validation.decide(
                 request,
                 namespace=namespace,
@@ -125,6 +126,6 @@ class ShadowPodValidator:
 
 def _int(value: object, *, default: int) -> int:
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return default

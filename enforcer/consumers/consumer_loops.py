@@ -92,9 +92,12 @@ class ConsumerLoops:
         self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
         self.twins.watch(self.requests)
         self.namespaces.add_handler(self._fan_out(self.reconciler.keys_for_namespace))
-        self.requests.add_handler(
-            lambda event, old, new: [self.twins.enqueue(key) for key in self.reconciler.keys_for_departed(event, old, new)]
-        )
+
+        def departed(event: str, old: dict | None, new: dict) -> None:
+            for key in self.reconciler.keys_for_departed(event, old, new):
+                self.twins.enqueue(key)
+
+        self.requests.add_handler(departed)
         self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
         self.resourcequotas.add_handler(self._fan_out(self.reconciler.keys_for_resourcequota))
         consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)

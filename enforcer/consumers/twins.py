@@ -12,7 +12,7 @@ AlreadyExists, deletes carry the UID, the finalizer patch carries the resourceVe
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from kube_offload.consumers import consumer_name, service_account_of
 from enforcer.consumers.consumer_api import ConsumerApi
@@ -96,7 +96,7 @@ class TwinReconciler:
         back if edited (only the provider's admin can: the consumer has no rights on it)."""
         return self.keys_for_rolebinding(quota)
 
-    def keys_for_consumer(self, consumer: dict) -> list[str]:
+    def keys_for_consumer(self, consumer: Mapping) -> list[str]:
         """Requests in the namespaces this Consumer may speak from: its tenant namespace
         and its ServiceAccount's namespace."""
         homes = {c.tenant_namespace(consumer_name(consumer)), service_account_of(consumer)[0]}
@@ -173,7 +173,7 @@ class TwinReconciler:
             return None
         return self._resourcequotas.get(f"{namespace}/{c.TWIN_RESOURCEQUOTA_NAME}")
 
-    def _requests_of(self, consumer: dict) -> list[dict]:
+    def _requests_of(self, consumer: Mapping) -> list[Mapping]:
         """The consumer's TwinNamespaces (what its maximum counts)."""
         found = (self._requests.get(key) for key in self.keys_for_consumer(consumer))
         return [request for request in found if request is not None]
