@@ -18,6 +18,7 @@ health), ``crd`` (--install-crd). The work is in three packages, one per concern
 
 A package imports only those listed after it (``admission`` reads ``shadowpods`` and
 ``consumers``; those two never read each other): the import contract
-``enforcer-packages`` in pyproject.toml. Who a consumer is and on what terms (:mod:`kube_offload.consumers`) and
-what its pods are charged (:mod:`kube_offload.consumer_quota`) are pure and in the domain.
+``enforcer-packages`` in pyproject.toml. Who a consumer is and on what terms
+(:mod:`kube_offload.consumers`) and what its pods are charged
+(:mod:`kube_offload.consumer_quota`) are pure and in the domain.
 """
