@@ -9,7 +9,7 @@ API server:
 
 - ``official (today)``: the kubernetes client as kube-offload used it before #26 (the
   baseline of every ratio): generated methods called with ``_preload_content=False`` and
-  the body parsed as raw JSON (``call_json``: what the informers and ``enforcer/api.py``
+  the body parsed as raw JSON (``call_json``: what the informers and ``enforcer/shadowpods/api.py``
   do), creates through ``raw_request``;
 - ``official models``: the same client deserialising into its models (``V1Pod``), as
   the generated methods do by default;
@@ -115,7 +115,7 @@ class Official:
 
 def raw_request(api_client: Any, method: str, path: str, *, body: Any = None, _request_timeout: Any = None,
                 _preload_content: bool = False) -> Any:
-    """enforcer/api.py's raw_request before #26: one request with the official client's
+    """enforcer/shadowpods/api.py's raw_request before #26: one request with the official client's
     configuration and no model, answered like a generated method with
     ``_preload_content=False`` (the baseline's creates)."""
     from kubernetes.client.rest import ApiException

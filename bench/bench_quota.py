@@ -1,7 +1,7 @@
 """What the ShadowPod webhook's quota check costs per admission as a provider fills up:
 the consumer's usage summed by walking every cached ShadowPod (the code before the
 running sums, still the fallback for non-informer caches) against the running sums kept
-with the informer's store (enforcer/quota.py, LIVE_REQUESTS_BY_NAMESPACE) — a script,
+with the informer's store (enforcer/consumers/quota.py, LIVE_REQUESTS_BY_NAMESPACE) — a script,
 not a test: it prints figures and the ratio, measured in the same run.
 
     .venv/bin/python bench/bench_quota.py [--shadowpods 1000,3333,10000] [--calls 200]
@@ -17,7 +17,7 @@ import argparse
 import os
 import time
 
-from enforcer.quota import (
+from enforcer.consumers.quota import (
     LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, consumer_usage, live_requests, twin_owner_index,
     usage_of_namespaces,
 )

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from enforcer.controller import Enforcer, Settings
     from enforcer import observability
     from enforcer.crd import ensure_crds
-    from enforcer.webhook_server import ShadowPodWebhook
+    from enforcer.admission.webhook_server import ShadowPodWebhook
     from kube_offload.runtime.health import HealthSetupError
     from kube_offload.runtime.informer import set_default_page_size
     from kube_offload.runtime.https_server import TLSSetupError
@@ -173,20 +173,20 @@ def run(args: argparse.Namespace) -> int:
     webhook = None
     if webhook_settings is not None:
         try:
-            # The tenant loops' namespace and Consumer informers are shared, not duplicated.
-            # (--namespace rules out both the webhook and the tenant loops.)
-            tenants = enforcer.tenants
+            # The consumer loops' namespace and Consumer informers are shared, not duplicated.
+            # (--namespace rules out both the webhook and the consumer loops.)
+            loops = enforcer.consumer_loops
             webhook = ShadowPodWebhook(
                 api_client,
                 webhook_settings,
                 shadowpods=enforcer.shadowpods,
-                # What runs counts until it is gone (enforcer/quota.py), and the EndpointSlice
+                # What runs counts until it is gone (enforcer/consumers/quota.py), and the EndpointSlice
                 # webhook's which-pod-IP-is-a-consumer's.
                 pods=enforcer.pods,
-                namespaces=tenants.namespaces if tenants else None,
-                consumers=tenants.consumers if tenants else None,
+                namespaces=loops.namespaces if loops else None,
+                consumers=loops.consumers if loops else None,
                 # The EndpointSlice webhook: the nodes' addresses.
-                nodes=tenants.nodes if tenants else None,
+                nodes=loops.nodes if loops else None,
                 resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         settings.workers,
         settings.resync_seconds,
         webhook_settings.bind if webhook_settings else "off",
-        f"on, twin role {settings.consumer_twin_role}" if enforcer.tenants else "off (--namespace)",
+        f"on, twin role {settings.consumer_twin_role}" if enforcer.consumer_loops else "off (--namespace)",
     )
     code = manager.run()
     if manager.was_standby:
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _webhook_settings(args: argparse.Namespace):
     """The webhook's settings, or None when no certificate is given (no webhook)."""
-    from enforcer.webhook_server import WebhookSettings
+    from enforcer.admission.webhook_server import WebhookSettings
 
     if not (args.webhook_tls_cert or args.webhook_tls_key):
         return None
@@ -236,7 +236,7 @@ def _webhook_settings(args: argparse.Namespace):
 
 
 def print_configuration(args: argparse.Namespace) -> int:
-    from enforcer import registration
+    from enforcer.admission import registration
 
     try:
         target = target_from_args(args)

@@ -1,6 +1,6 @@
 """Wiring of the ShadowPod controller: two informers (ShadowPods, and the pods the
 enforcer manages, indexed by their ShadowPod), the work queue and its workers; and, once it runs,
-the provider-side loops (TwinNamespace controller, Consumer status: enforcer/consumer_loops.py);
+the provider-side loops (TwinNamespace controller, Consumer status: enforcer/consumers/consumer_loops.py);
 declared to the process manager (kube_offload/runtime/manager.py), which runs them."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from enforcer.api import KubeEnforcerApi
-from enforcer.events import EventRecorder
-from enforcer.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
-from enforcer.consumer_loops import ConsumerLoops
+from enforcer.shadowpods.api import KubeEnforcerApi
+from enforcer.shadowpods.events import EventRecorder
+from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
+from enforcer.consumers.consumer_loops import ConsumerLoops
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE,
     LABEL_MANAGED_BY,
@@ -56,7 +56,6 @@ class Enforcer:
         self.shadowpods = Informer(
             name="shadowpods",
             resync_seconds=settings.resync_seconds,
-            transform=_drop_managed_fields,
             **_shadowpod_list(api_client, settings.namespace),
         )
         # Only the enforcer's own pods: the rest of the cluster's pods are none of its
@@ -64,7 +63,6 @@ class Enforcer:
         self.pods = Informer(
             name="managed-pods",
             resync_seconds=settings.resync_seconds,
-            transform=_drop_managed_fields,
             # Kept by the informer itself, current before any handler hears of a change.
             indexers=POD_INDEXERS,
             **_pod_list(api_client, settings.namespace),
@@ -86,9 +84,9 @@ class Enforcer:
         # its ShadowPod's (and replaces a pod that failed).
         # shadowpod_of: an orphaned pod (no owner left) is reconciled under its own name.
         self.controller.watch(self.pods, shadowpod_of)
-        self.tenants: ConsumerLoops | None = None
+        self.consumer_loops: ConsumerLoops | None = None
         if settings.namespace is None:
-            self.tenants = ConsumerLoops(
+            self.consumer_loops = ConsumerLoops(
                 api_client,
                 shadowpods=self.shadowpods,
                 managed_pods=self.pods,
@@ -101,9 +99,9 @@ class Enforcer:
     def declare(self, manager: Manager) -> None:
         """Declare the shared informers and the loops to ``manager``, every one needing the
         leader Lease. The workers start only once both caches are filled: reconciling
-        before would mistake a pod not yet listed for a missing one. The tenant loops
-        start after them, so that their first lists (every pod and node) do not delay
-        these. Stopped in reverse: the tenant loops, the workers, then the Event recorder
+        before would mistake a pod not yet listed for a missing one. The consumer loops
+        (the loop named "tenants") start after them, so that their first lists (every pod
+        and node) do not delay these. Stopped in reverse: the consumer loops, the workers, then the Event recorder
         (what the workers recorded is written until its deadline), then the informers."""
         manager.add_informer(self.shadowpods)
         manager.add_informer(self.pods)
@@ -117,15 +115,16 @@ class Enforcer:
                 logger=log,
             )
         )
-        tenants = self.tenants
-        if tenants is not None:
+        loops = self.consumer_loops
+        if loops is not None:
             manager.add_loop(
                 Loop(
+                    # The name is in log lines and the loop's thread name; kept as it was.
                     name="tenants",
-                    run=serve(tenants.start, lambda: tenants.stop(STOP_SECONDS)),
+                    run=serve(loops.start, lambda: loops.stop(STOP_SECONDS)),
                     after=("enforcer",),
-                    readiness_informers=(tenants.namespaces, tenants.consumers, tenants.requests, tenants.rolebindings,
-                                         tenants.resourcequotas, tenants.nodes, tenants.pods),
+                    readiness_informers=(loops.namespaces, loops.consumers, loops.requests, loops.rolebindings,
+                                         loops.resourcequotas, loops.nodes, loops.pods),
                     logger=log,
                 )
             )
@@ -153,9 +152,3 @@ def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
             "list_kwargs": {"namespace": namespace, "label_selector": MANAGED_SELECTOR},
         }
     return {"list_func": core.list_pod_for_all_namespaces, "list_kwargs": {"label_selector": MANAGED_SELECTOR}}
-
-
-def _drop_managed_fields(obj: dict) -> dict:
-    # managedFields are often the largest part of an object and nothing here reads them.
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    return obj

@@ -3,11 +3,11 @@
 Metrics (in the process registry, kube_offload/runtime/metrics.py): ShadowPods by phase,
 read from the enforcer's cache at scrape time; the controllers', work queues' and API
 calls' figures come from the shared runtime, the ShadowPod webhook's from its own
-registry (enforcer/webhook_server.py), served on the same port.
+registry (enforcer/admission/webhook_server.py), served on the same port.
 
 Health (served by the process manager, kube_offload/runtime/manager.py, from what the
 enforcer's loops declare): *healthz* - every controller is alive; *readyz* - every cache
-has listed (the ShadowPod controller's, the tenant loops' - twin namespaces, Consumer
+has listed (the ShadowPod controller's, the consumer loops' - twin namespaces, Consumer
 status - and, with the ShadowPod webhook on, the webhook's: a webhook answering from half
 a cache would admit over quota) and every loop has started.
 """

@@ -159,7 +159,7 @@ CONSUMER_SERVICE_ACCOUNT: Final = "consumer"
 TWIN_ROLEBINDING_NAME: Final = "kube-offload-consumer"
 DEFAULT_CONSUMER_TWIN_ROLE: Final = "kube-offload-consumer-twin"
 # ResourceQuota the enforcer keeps in each twin namespace: the object-count and storage
-# keys of the Consumer's spec.quota (enforcer/quota.py twin_object_quota), per twin.
+# keys of the Consumer's spec.quota (enforcer/consumers/quota.py twin_object_quota), per twin.
 TWIN_RESOURCEQUOTA_NAME: Final = "kube-offload-consumer"
 # Set on a twin namespace: the TwinNamespace request (<tenant ns>/<name>) it answers.
 ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"

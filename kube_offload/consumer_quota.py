@@ -1,6 +1,6 @@
 """What a pod is charged against a consumer's quota, and what a quota key limits (pure).
 
-The rules the ShadowPod webhook, the Consumer status loop (enforcer/quota.py sums them)
+The rules the ShadowPod webhook, the Consumer status loop (enforcer/consumers/quota.py sums them)
 and ``kubectl offload explain`` share; docs/security.md "Quota" says what counts.
 """
 
@@ -19,7 +19,7 @@ PODS = "pods"
 # counts and claimed storage. A ShadowPod never adds to them, so the ShadowPod webhook
 # never refuses for them. They bound each twin namespace, not the consumer as a whole:
 # the enforcer writes them (and only them) into a ResourceQuota in every twin namespace
-# (:func:`twin_object_quota`, enforcer/twin_plan.py), which the API server enforces
+# (:func:`twin_object_quota`, enforcer/consumers/twin_objects.py), which the API server enforces
 # atomically, also while the enforcer is down (docs/security.md "Quota: what counts").
 # This is the one list of those keys.
 OBJECT_QUOTA_KEYS: tuple[str, ...] = (

@@ -130,7 +130,7 @@ class EndpointPolicy:
     # Address ranges EndpointSlices may name besides the consumer's own pods in that twin:
     # the consumer's remapped local pod CIDR, typically. Never loopback, link-local,
     # metadata, provider nodes, Services or API server, whatever is granted (the chart's
-    # EndpointSlice ValidatingAdmissionPolicy and enforcer/endpointslice_policy.py).
+    # EndpointSlice ValidatingAdmissionPolicy and enforcer/admission/endpointslice_policy.py).
     cidrs: tuple[str, ...] = ()
 
 

@@ -137,7 +137,7 @@ def read_consumer(consumer: Mapping | None) -> ProviderTerms:
 def cap_by_quota(capacity: Mapping[str, int], quota: Mapping[str, int]) -> ResourceList:
     """Each resource of ``capacity`` at most its quota (a resource without one is not
     capped; a quota on a resource the provider does not offer adds nothing). A
-    ``requests.<name>`` key (the ResourceQuota spelling a provider may use, enforcer/quota.py)
+    ``requests.<name>`` key (the ResourceQuota spelling a provider may use, enforcer/consumers/quota.py)
     caps ``<name>`` as a plain key does: allocatable is what requests are scheduled against."""
     caps = dict(quota)
     for name, amount in quota.items():

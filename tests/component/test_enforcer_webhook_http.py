@@ -19,9 +19,9 @@ import threading
 import pytest
 import requests
 
-from enforcer.ledger import Ledger
-from enforcer.shadowpod_webhook import ShadowPodValidator
-from enforcer.webhook_server import MAX_BODY_BYTES, WebhookHTTPServer, WebhookSettings
+from enforcer.admission.ledger import Ledger
+from enforcer.admission.shadowpod_webhook import ShadowPodValidator
+from enforcer.admission.webhook_server import MAX_BODY_BYTES, WebhookHTTPServer, WebhookSettings
 from kube_offload import constants as c
 from kube_offload.admission import Decision
 from kube_offload.runtime.https_server import TLSSetupError
@@ -376,7 +376,7 @@ def slice_review(*addresses: str) -> dict:
 
 @pytest.fixture(scope="module")
 def served_both(tls_files):
-    from enforcer.endpointslice_webhook import EndpointSliceValidator
+    from enforcer.admission.endpointslice_webhook import EndpointSliceValidator
 
     shadowpods = Cache()
     validator = ShadowPodValidator(shadowpods=shadowpods, caches=Caches(), dry_run=dry_run, ledger=Ledger(shadowpods.get))

@@ -327,7 +327,7 @@ def test_foreign_remote_namespace_is_never_taken_over(offload_env, local, remote
     ns = unique("vk-conflict")
     remote.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"owner": "remote-team"}}})
     # An EnforceSameName twin needs the provider's grant (spec.policy.twinNamespaces.sameNames,
-    # enforcer/twin_plan.py); granted, a foreign namespace of that name is still never taken.
+    # enforcer/consumers/twin_names.py); granted, a foreign namespace of that name is still never taken.
     consumer_kind = f"{c.CONSUMER_PLURAL}.{c.SHADOWPOD_GROUP}"
     remote.kubectl("patch", consumer_kind, LOCAL_ID, "--type=merge",
                    "-p", json.dumps({"spec": {"policy": {"twinNamespaces": {"sameNames": [ns]}}}}))

@@ -23,7 +23,7 @@ from kube_offload_harness.cluster import Cluster
 CONSUMER = "e2e-twins"
 TENANT = c.tenant_namespace(CONSUMER)
 CONSUMER_USER = f"system:serviceaccount:{TENANT}:{c.CONSUMER_SERVICE_ACCOUNT}"
-TWIN = "a-e2e-twins"  # a DefaultName twin: ends in -<consumer id> (enforcer/twin_plan.py)
+TWIN = "a-e2e-twins"  # a DefaultName twin: ends in -<consumer id> (enforcer/consumers/twin_names.py)
 FOREIGN = "foreign-e2e-twins"
 MANIFESTS = ("consumer-crd.yaml", "twinnamespace-crd.yaml")
 # The enforcer's informers may still be backing off from CRDs that appeared after it

@@ -764,7 +764,7 @@ def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
 
 
 def test_enforcer_webhook_configuration_matches_its_registration(remote_docs: list[dict[str, Any]]) -> None:
-    from enforcer import registration
+    from enforcer.admission import registration
     from kube_offload.webhook_target import ServiceRef, WebhookTarget
 
     built = registration.validating_configuration(WebhookTarget(ca_bundle="", service=ServiceRef("ns", "svc", 443)))

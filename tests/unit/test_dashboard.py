@@ -30,7 +30,7 @@ COMPONENT_MODULES = (
     "vkubelet.storage.virtual",
     "enforcer.controller",
     "enforcer.observability",
-    "enforcer.webhook_server",
+    "enforcer.admission.webhook_server",
 )
 
 PROMQL_FUNCTIONS_AND_KEYWORDS = {

@@ -1,15 +1,15 @@
-"""Consumer status: what it says (enforcer/consumer_status.py) and when the loop writes it
-(enforcer/consumer_status_loop.py, one pass over in-memory caches; the API server is a recorder
+"""Consumer status: what it says (enforcer/consumers/consumer_status.py) and when the loop writes it
+(enforcer/consumers/consumer_status_loop.py, one pass over in-memory caches; the API server is a recorder
 here, tests/e2e/test_twin_namespaces.py runs the loop against a real one)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from enforcer.consumer_status import desired_status, stamped, status_changed
-from enforcer.quota import twin_namespaces_of
+from enforcer.consumers.consumer_status import desired_status, stamped, status_changed
+from enforcer.consumers.quota import twin_namespaces_of
 from kube_offload.runtime.indexer import Indexer
-from enforcer.consumer_status_loop import ConsumerStatusLoop
+from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop
 from kube_offload import constants as c
 from kube_offload.runtime.kube import ApiError
 from kube_offload.remote_resources import RemoteResources, decode_capacity_status

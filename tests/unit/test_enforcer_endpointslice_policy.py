@@ -1,4 +1,4 @@
-"""Which addresses a consumer's EndpointSlice may name (enforcer/endpointslice_policy.py)."""
+"""Which addresses a consumer's EndpointSlice may name (enforcer/admission/endpointslice_policy.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from enforcer import endpointslice_policy as ep
+from enforcer.admission import endpointslice_policy as ep
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, GroupVersionKind, UserInfo
 

@@ -1,10 +1,10 @@
-"""The index of pods by ShadowPod the enforcer's pod informer keeps (enforcer.reconcile
+"""The index of pods by ShadowPod the enforcer's pod informer keeps (enforcer.shadowpods.reconcile
 POD_INDEXERS, fed here the way a watch feeds it), and the Event recorder."""
 
 from __future__ import annotations
 
-from enforcer.events import AGGREGATE_SECONDS, EventRecorder
-from enforcer.reconcile import BY_SHADOWPOD, POD_INDEXERS
+from enforcer.shadowpods.events import AGGREGATE_SECONDS, EventRecorder
+from enforcer.shadowpods.reconcile import BY_SHADOWPOD, POD_INDEXERS
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import ApiError
 

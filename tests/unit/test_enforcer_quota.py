@@ -1,4 +1,4 @@
-"""Which ShadowPods (and pods) count for a consumer's usage, and how much (enforcer/quota.py):
+"""Which ShadowPods (and pods) count for a consumer's usage, and how much (enforcer/consumers/quota.py):
 charges with limits, the spec.quota keys and quotaMode, and the pods the enforcer made that
 count until they are gone."""
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from enforcer.quota import (
+from enforcer.consumers.quota import (
     LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, ConsumerUsage, consumer_usage, live_requests, live_shadowpod,
     shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, consumer_quota, pod_charges, quota_limits,
     uncounted_charges,
@@ -169,7 +169,7 @@ def stored(obj: dict, uid: str, version: str) -> dict:
 
 
 def test_requests_of_a_stored_version_are_parsed_once(monkeypatch):
-    from enforcer import quota
+    from enforcer.consumers import quota
 
     calls: list[str] = []
     real = quota._compute_requests
@@ -194,7 +194,7 @@ def test_changing_a_returned_dict_does_not_change_the_cache():
 
 
 def test_objects_without_uid_or_version_are_not_cached(monkeypatch):
-    from enforcer import quota
+    from enforcer.consumers import quota
 
     monkeypatch.setattr(quota, "_REQUESTS_CACHE", {})
     shadowpod_requests(shadowpod("a-1", "p"))
@@ -203,7 +203,7 @@ def test_objects_without_uid_or_version_are_not_cached(monkeypatch):
 
 
 def test_the_cache_is_bounded(monkeypatch):
-    from enforcer import quota
+    from enforcer.consumers import quota
 
     monkeypatch.setattr(quota, "_REQUESTS_CACHE", {})
     monkeypatch.setattr(quota, "_REQUESTS_CACHE_MAX", 2)
@@ -446,7 +446,7 @@ def test_consumer_usage_counts_a_deleted_shadowpods_pod_until_it_is_gone():
 
 class Handled:
     """An Indexer that tells handlers of each change after storing it, as an Informer does
-    (the thing under test is the join in enforcer/quota.py, not this)."""
+    (the thing under test is the join in enforcer/consumers/quota.py, not this)."""
 
     def __init__(self, store: Indexer) -> None:
         self.store = store

@@ -1,5 +1,5 @@
-"""The webhook rules that keep the quota counting what runs (enforcer/quota_rules.py), alone
-and through enforcer.validation.decide: consumer finalizers, lowered requests and limits,
+"""The webhook rules that keep the quota counting what runs (enforcer/admission/quota_rules.py), alone
+and through enforcer.admission.validation.decide: consumer finalizers, lowered requests and limits,
 limits a quota counts, and quotaMode."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import copy
 import orjson
 import pytest
 
-from enforcer.quota_rules import added_finalizers, finalizer_problem, lowered_resources, missing_limits
-from enforcer.validation import decide, requests_delta
+from enforcer.admission.quota_rules import added_finalizers, finalizer_problem, lowered_resources, missing_limits
+from enforcer.admission.validation import decide, requests_delta
 from kube_offload import constants as c
 from kube_offload.admission import build_review, parse_review
 from kube_offload.shadowpod import build_shadowpod

@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from enforcer import events
-from enforcer.events import EventRecorder
-from enforcer.reconcile import POD_INDEXERS, Reconciler
+from enforcer.shadowpods import events
+from enforcer.shadowpods.events import EventRecorder
+from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler
 from kube_offload import constants as C
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.indexer import Indexer

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from enforcer.cli import _webhook_settings, print_configuration, register
-from enforcer.registration import validating_configuration
+from enforcer.admission.registration import validating_configuration
 from kube_offload import constants as c
 from kube_offload.webhook_target import ServiceRef, WebhookTarget
 

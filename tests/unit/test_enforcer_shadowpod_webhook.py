@@ -1,5 +1,5 @@
-"""The ShadowPod webhook's glue (enforcer/shadowpod_webhook.py), its ledger of admissions
-not yet cached (enforcer/ledger.py) and the dry run's verdicts (enforcer/dry_run.py).
+"""The ShadowPod webhook's glue (enforcer/admission/shadowpod_webhook.py), its ledger of admissions
+not yet cached (enforcer/admission/ledger.py) and the dry run's verdicts (enforcer/admission/dry_run.py).
 
 Caches here are dictionaries and the dry run a function: what these tests check is the
 ordering and locking around them (quota under concurrent creates, a refusal giving its
@@ -15,9 +15,9 @@ import time
 import orjson
 import pytest
 
-from enforcer import dry_run
-from enforcer.ledger import Ledger
-from enforcer.shadowpod_webhook import ShadowPodValidator
+from enforcer.admission import dry_run
+from enforcer.admission.ledger import Ledger
+from enforcer.admission.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
 from kube_offload.admission import Decision, build_review, parse_review
 from kube_offload.runtime.indexer import Indexer

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from enforcer.controller import Enforcer, Settings
-from enforcer.reconcile import BY_SHADOWPOD
+from enforcer.shadowpods.reconcile import BY_SHADOWPOD
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
 from kube_offload.shadowpod import build_shadowpod
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from enforcer.trim import content_changed, trim_namespace, trim_node, trim_pod
+from enforcer.consumers.trim import content_changed, trim_namespace, trim_node, trim_pod
 from kube_offload import constants as c
 from kube_offload.remote_resources import summarize
 from kube_offload.resources import pod_requests

@@ -1,4 +1,4 @@
-"""Twin names belong to the provider's plan (enforcer/twin_plan.py): DefaultName twins end
+"""Twin names belong to the provider's plan (enforcer/consumers/twin_names.py): DefaultName twins end
 in -<consumer id>, EnforceSameName only where granted, never a reserved name, at most
 spec.policy.twinNamespaces.maxCount per consumer; refusals reach the TwinNamespace status."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from enforcer.twin_plan import count_problem, plan_name_problem, plan_twin, request_key
+from enforcer.consumers.twin_names import count_problem, plan_name_problem, request_key
+from enforcer.consumers.twin_plan import plan_twin
 from kube_offload import constants as c
 from kube_offload.provider_policy import TwinNamespacePolicy
 from vkubelet.naming import twin_namespace_name

@@ -1,4 +1,4 @@
-"""The TwinNamespace controller's decisions (enforcer/twin_plan.py), table by table."""
+"""The TwinNamespace controller's decisions (enforcer/consumers/twin_plan.py), table by table."""
 
 from __future__ import annotations
 
@@ -6,17 +6,16 @@ import copy
 
 import pytest
 
-from enforcer.twin_plan import (
-    NAME_TAKEN_RECHECK_SECONDS,
+from enforcer.consumers.twin_names import name_problem
+from enforcer.consumers.twin_objects import (
     RoleBindingAction,
     desired_namespace,
     desired_rolebinding,
     is_ours,
-    name_problem,
     namespace_patch,
-    plan_twin,
     rolebinding_action,
 )
+from enforcer.consumers.twin_plan import NAME_TAKEN_RECHECK_SECONDS, plan_twin
 from kube_offload import constants as c
 
 TENANT = "kube-offload-tenant-local"

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from enforcer.quota import is_object_quota_key, twin_object_quota
-from enforcer.twin_plan import (
+from enforcer.consumers.quota import is_object_quota_key, twin_object_quota
+from enforcer.consumers.twin_objects import (
     ResourceQuotaAction,
     RoleBindingAction,
     desired_resourcequota,
-    plan_twin,
     resourcequota_action,
 )
+from enforcer.consumers.twin_plan import plan_twin
 from kube_offload import constants as c
 from kube_offload.resources import QuantityError
 
@@ -155,7 +155,7 @@ def ours_namespace() -> dict:
 
 
 def plan(quota: dict | None, existing: dict | None):
-    from enforcer.twin_plan import desired_rolebinding
+    from enforcer.consumers.twin_objects import desired_rolebinding
 
     the_consumer = consumer(quota)
     return plan_twin(

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from enforcer.twins import TwinReconciler, consumer_spec_changed
+from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.informer import ADDED, MODIFIED

@@ -1,4 +1,4 @@
-"""The ShadowPod webhook's static rules (enforcer/validation.py), table by table: who may
+"""The ShadowPod webhook's static rules (enforcer/admission/validation.py), table by table: who may
 write where, each forbidden field at each Pod Security level, service accounts, quota
 (CREATE and UPDATE, extended resources, empty = unlimited) and cordon."""
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from enforcer.validation import (
+from enforcer.admission.validation import (
     ALLOWED_CAPABILITIES,
     ConsumerError,
     consumer_terms,
@@ -524,7 +524,7 @@ def test_a_misconfigured_consumer_refuses_rather_than_guesses(spec, fragment):
     refused(run(shadowpod(), the_consumer=consumer(**spec)), 403, 'Consumer "local" is misconfigured', "the provider must fix it")
 
 
-# --- 9: the provider policy's pod rules (enforcer/pod_policy.py) ------------------------------------
+# --- 9: the provider policy's pod rules (enforcer/admission/pod_policy.py) ------------------------------------
 def with_metadata(spec: dict | None = None, *, labels: dict | None = None, annotations: dict | None = None) -> dict:
     obj = shadowpod(spec)
     meta = obj["spec"]["pod"]["metadata"]

@@ -83,7 +83,9 @@ def test_the_import_contracts_pass_on_the_unmodified_copy(tree: Path):
         ("webhook/app.py", "import vkubelet.naming", "Layers"),
         ("kube_offload/policy.py", "import subprocess", "The domain does no I/O"),
         ("certs/pki.py", "import kube_offload_harness", "never imports the development harness"),
-        ("kubectl_offload/status.py", "import enforcer.quota", "never on a component"),
+        ("kubectl_offload/status.py", "import enforcer.consumers.quota", "never on a component"),
+        ("enforcer/consumers/trim.py", "import enforcer.shadowpods.api", "The enforcer: process wiring"),
+        ("enforcer/shadowpods/reconcile.py", "import enforcer.admission.dry_run", "The enforcer: process wiring"),
     ],
 )
 def test_the_import_contracts_catch(tree: Path, module: str, line: str, broken: str):

@@ -3,7 +3,7 @@ would accept the very Pod the enforcer is going to create, with a server-side dr
 (``POST .../pods?dryRun=All``: every admission plugin and validation runs, nothing is
 stored). Pod Security admission at the namespace's level, LimitRanges, ResourceQuotas,
 other admission webhooks and the Pod's own validation then decide everything the static
-rules (:mod:`enforcer.validation`) do not spell out, exactly as they will for the real
+rules (:mod:`enforcer.admission.validation`) do not spell out, exactly as they will for the real
 create. When the ShadowPod already runs a pod, the in-place update the enforcer would make
 of that pod is dry-run too (``PATCH .../pods/<name>?dryRun=All``), so a change the
 provider would refuse for a running pod is refused with the ShadowPod update itself.
@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from kubernetes import client
 
+from enforcer.shadowpods.api import pod_message
 from kube_offload.admission import Decision
 from kube_offload.runtime.kinds import PODS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY, STRATEGIC_MERGE_PATCH
@@ -31,10 +32,7 @@ from kube_offload.shadowpod import InvalidShadowPod, PodFate, build_pod, is_owne
 # Connect and read timeouts of the dry run. The apiserver gives this webhook 10 s in all
 # (timeoutSeconds); the dry run must leave time for the answer to travel back.
 DRY_RUN_TIMEOUT: tuple[float, float] = (2.0, 6.0)
-# What a ShadowPod field is called in a Pod: the template's spec and metadata.
-_POD_FIELD = re.compile(r"(?<![\w.\[])(spec|metadata)(?=[.\[:]|$)")
 _RBAC_PODS = re.compile(r'cannot (?:create|get|patch) resource "pods"')
-_NOISE = re.compile(r'^(?:pods?|Pod) "[^"]*" is (?:forbidden|invalid): ', re.IGNORECASE)
 
 
 def pod_for(shadowpod: Mapping[str, Any]) -> dict:
@@ -132,23 +130,6 @@ def verdict(error: ApiError, *, update: bool = False) -> Decision:
     code, reason = (403, "Forbidden") if error.status == 403 else (422, "Invalid")
     what = "this update of the running Pod" if update else "this Pod"
     return Decision.deny(code, reason, f"the provider would refuse {what}: {pod_message(error)}")
-
-
-def pod_message(error: ApiError) -> str:
-    """The API server's reason without its preamble, in ShadowPod field paths."""
-    causes = ((error.body.get("details") or {}).get("causes") or []) if error.status == 422 else []
-    parts = []
-    for cause in causes:
-        field_path = str(cause.get("field") or "")
-        message = str(cause.get("message") or cause.get("reason") or "")
-        parts.append(f"{_shadowpod_path(field_path)}: {message}" if field_path else message)
-    if parts:
-        return "; ".join(parts)
-    return _shadowpod_path(_NOISE.sub("", error.message or error.reason or f"HTTP {error.status}"))
-
-
-def _shadowpod_path(text: str) -> str:
-    return _POD_FIELD.sub(lambda match: f"spec.pod.{match.group(1)}", text)
 
 
 def _rbac_refusal(error: ApiError) -> bool:

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from enforcer import endpointslice_webhook
-from enforcer.caches import ProviderCaches
-from enforcer.shadowpod_webhook import ShadowPodValidator
+from enforcer.admission import endpointslice_webhook
+from enforcer.admission.caches import ProviderCaches
+from enforcer.admission.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, BadRequest, Decision, error_status, parse_review, review_response
 from kube_offload.runtime.https_server import (

@@ -30,7 +30,7 @@ LIVE_GET_TIMEOUT: tuple[float, float] = (1.0, 2.0)
 
 class ProviderCaches:
     """``namespaces`` and ``consumers`` may be informers another loop already runs (the
-    TenantLoops' own): then they are read, not started or stopped, here."""
+    ConsumerLoops' own): then they are read, not started or stopped, here."""
 
     def __init__(
         self,
@@ -45,14 +45,13 @@ class ProviderCaches:
         core = client.CoreV1Api(api_client)
         self._owned: list[Informer] = []
         self.namespaces = namespaces or self._own(
-            Informer(name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=_drop_managed_fields)
+            Informer(name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds)
         )
         self.consumers = consumers or self._own(
             Informer(
                 name="consumers",
                 list_func=Kube(api_client).list_func(CONSUMERS),
                 resync_seconds=resync_seconds,
-                transform=_drop_managed_fields,
             )
         )
         # Only ServiceAccounts carrying an origin label: the ones consumers reflected, the
@@ -102,11 +101,6 @@ class ProviderCaches:
             if not exc.not_found:
                 log.warning("GET %s failed: %s", resource.path(namespace=namespace, name=name), exc)
             return None
-
-
-def _drop_managed_fields(obj: dict) -> dict:
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    return obj
 
 
 def _metadata_only(obj: dict) -> dict:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from enforcer import events
-from enforcer.api import EnforcerApi
-from enforcer.events import EventRecorder
-from enforcer.dry_run import pod_message
+from enforcer.shadowpods import events
+from enforcer.shadowpods.api import EnforcerApi, pod_message
+from enforcer.shadowpods.events import EventRecorder
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, MANAGED_BY_ENFORCER
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.kube import ApiError, split_key

@@ -1,6 +1,6 @@
-"""The enforcer's writes (and few live reads) for tenants: TwinNamespace requests, the
+"""The enforcer's writes (and few live reads) for consumers: TwinNamespace requests, the
 namespaces, RoleBindings and ResourceQuotas made for them, and Consumer status. Raw JSON, like
-:mod:`enforcer.api`, so no client model stands between a dict and the apiserver.
+:mod:`enforcer.shadowpods.api`, so no client model stands between a dict and the apiserver.
 
 Every call here is one RBAC rule of the enforcer's ClusterRole (docs/enforcer.md).
 """
@@ -15,7 +15,7 @@ from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, RESOURCE_QUOTAS, R
 from kube_offload.runtime.kube import ApiError, JSON_PATCH, Kube, MERGE_PATCH
 
 
-class TenantApi(Protocol):
+class ConsumerApi(Protocol):
     def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict: ...
 
     def replace_twin_request_status(self, namespace: str, name: str, status: dict) -> dict: ...
@@ -43,8 +43,8 @@ class TenantApi(Protocol):
     def replace_consumer_status(self, name: str, status: dict) -> dict: ...
 
 
-class KubeTenantApi:
-    """:class:`TenantApi` over a kubernetes ``ApiClient`` (the API layer,
+class KubeConsumerApi:
+    """:class:`ConsumerApi` over a kubernetes ``ApiClient`` (the API layer,
     :class:`kube_offload.runtime.kube.Kube`); errors are ApiError."""
 
     def __init__(self, api_client: client.ApiClient) -> None:

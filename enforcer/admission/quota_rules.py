@@ -1,6 +1,6 @@
 """The ShadowPod webhook's rules that keep the quota counting what runs (pure).
 
-:mod:`enforcer.quota` counts a consumer's usage; these rules refuse the writes that would
+:mod:`enforcer.consumers.quota` counts a consumer's usage; these rules refuse the writes that would
 let that count drift from what the provider's nodes actually hold:
 
 * a **finalizer** the consumer puts on a ShadowPod (on create or by an update) is refused:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from enforcer.quota import limited_resources, live_shadowpod, pod_charges, twin_owner
+from enforcer.consumers.quota import limited_resources, live_shadowpod, pod_charges, twin_owner
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
 from kube_offload.resources import (
@@ -170,7 +170,7 @@ def _list(value: object) -> list:
 # --- limits a quota counts ------------------------------------------------------------------------
 def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str) -> list[str]:
     """One problem per container that sets no limit for a resource whose limit the
-    consumer's quota counts (``quota`` as :func:`enforcer.quota.quota_limits` gives it)."""
+    consumer's quota counts (``quota`` as :func:`enforcer.consumers.quota.quota_limits` gives it)."""
     resources = limited_resources(quota)
     if not resources:
         return []

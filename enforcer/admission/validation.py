@@ -2,7 +2,7 @@
 validating webhook, as pure functions (no I/O, table-tested in tests/unit).
 
 The checks, in order (docs/enforcer.md "ShadowPod validation"), after one that comes
-before all: the consumer may not add finalizers (:mod:`enforcer.quota_rules`); the first that fails
+before all: the consumer may not add finalizers (:mod:`enforcer.admission.quota_rules`); the first that fails
 decides, except the spec rules (3-9), which are all reported at once (one line each) so
 one round trip shows everything to fix:
 
@@ -15,7 +15,7 @@ one round trip shows everything to fix:
    Security ``baseline`` rules, so a consumer the provider put at level ``privileged``
    is spared them;
 7. the pod rules of the consumer's provider policy (``Consumer spec.policy``,
-   :mod:`enforcer.pod_policy`), at every level: priority class, tolerations, node
+   :mod:`enforcer.admission.pod_policy`), at every level: priority class, tolerations, node
    selection, volume kinds (hostPath never: once a baseline rule here, now the policy's),
    runtime class, label and annotation keys;
 8. no ``nodeName`` (the provider's scheduler places pods; a pinned pod would bypass it);
@@ -23,14 +23,14 @@ one round trip shows everything to fix:
    consumer reflected (labelled with its origin);
 10. the consumer's usage plus what this request adds stays within ``spec.quota`` for every
     resource listed there (absent = unlimited; ``pods`` counts pods; keys and what counts:
-    :mod:`enforcer.quota`), every container sets the limits the quota counts, and an
-    update lowers no request or limit (:mod:`enforcer.quota_rules`; the running pod keeps
+    :mod:`enforcer.consumers.quota`), every container sets the limits the quota counts, and an
+    update lowers no request or limit (:mod:`enforcer.admission.quota_rules`; the running pod keeps
     its old ones);
 11. a cordoned consumer creates nothing and may not raise requests by an update.
 
 What these rules do not cover (the rest of Pod Security, LimitRanges, ResourceQuotas,
 the Pod's own validation) the provider's API server decides, through a dry-run create of
-the very Pod the enforcer would make (:mod:`enforcer.dry_run`).
+the very Pod the enforcer would make (:mod:`enforcer.admission.dry_run`).
 
 Refusals: 403 Forbidden for who may write where (1, 2), for a Consumer whose spec does
 not parse (the provider's mistake) and for quota and cordon (as the apiserver's own
@@ -42,9 +42,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Mapping
 
-from enforcer import pod_policy, quota_rules
-from enforcer.pod_policy import Invalid, field_mapping as _mapping
-from enforcer.quota import live_shadowpod, pod_charges, shadowpod_requests, twin_owner
+from enforcer.admission import pod_policy, quota_rules
+from enforcer.admission.pod_policy import Invalid, field_mapping as _mapping
+from enforcer.consumers.quota import live_shadowpod, pod_charges, shadowpod_requests, twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 # The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
@@ -112,7 +112,7 @@ def decide(
     if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
         return Decision.allow()
     new = request.object or {}
-    # Before the metadata-only shortcut: a finalizer is metadata (enforcer.quota_rules).
+    # Before the metadata-only shortcut: a finalizer is metadata (enforcer.admission.quota_rules).
     finalizer_problem = quota_rules.finalizer_problem(request, namespace=namespace, consumer=consumer)
     if finalizer_problem:
         return _forbidden(finalizer_problem)

@@ -8,7 +8,7 @@ matched). No namespaceSelector on purpose: a ShadowPod outside a twin namespace 
 exactly what must be refused, not skipped.
 
 The second webhook judges the addresses of the EndpointSlices consumers write into twin
-namespaces (enforcer/endpointslice_policy.py), also with ``failurePolicy: Fail``. It
+namespaces (enforcer/admission/endpointslice_policy.py), also with ``failurePolicy: Fail``. It
 sees only twin namespaces and only ServiceAccounts' writes, and never the provider's own
 EndpointSlice controllers: they keep working while the enforcer is down.
 """

@@ -13,7 +13,7 @@ and never, whatever is granted, a provider node, the Service range, the API serv
 a loopback, link-local (cloud metadata), unspecified or multicast address. The stateless
 part of this is also the chart's EndpointSlice ValidatingAdmissionPolicy (it holds while
 the enforcer is down); what needs the cluster's state is only here. The facts come from
-the webhook's caches (:mod:`enforcer.endpointslice_webhook`); this module only decides.
+the webhook's caches (:mod:`enforcer.admission.endpointslice_webhook`); this module only decides.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from enforcer.quota import twin_owner
+from enforcer.consumers.quota import twin_owner
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.provider_policy import METADATA_ADDRESSES, ProviderPolicyError, parse_policy

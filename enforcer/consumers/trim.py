@@ -66,7 +66,7 @@ def _trim_container(container: object) -> object:
 
 def trim_node(node: dict) -> dict:
     """Name, the virtual-node type label, unschedulable, allocatable, the addresses (which
-    no consumer EndpointSlice may name: enforcer/endpointslice_policy.py) and the
+    no consumer EndpointSlice may name: enforcer/admission/endpointslice_policy.py) and the
     conditions' type and status (heartbeat times and messages change every few seconds)."""
     metadata = _metadata(node)
     node_type = ((node.get("metadata") or {}).get("labels") or {}).get(c.LABEL_TYPE)
@@ -110,9 +110,3 @@ def _without_version(obj: Mapping) -> dict:
     copy = dict(obj)
     copy["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
     return copy
-
-
-def drop_managed_fields(obj: dict) -> dict:
-    """For objects kept whole: managedFields are often their largest part, and unread."""
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    return obj

@@ -1,7 +1,7 @@
 """The EndpointSlice validating webhook, apart from HTTP: the facts the decision needs
 (the provider's node, Service-range and API server addresses; the pods the enforcer made
 in the slice's twin namespace), gathered from informers, and the decision itself
-(:mod:`enforcer.endpointslice_policy`, pure).
+(:mod:`enforcer.admission.endpointslice_policy`, pure).
 
 Served by the enforcer (its managed-pods informer knows which pod IP is whose) next to
 the ShadowPod webhook, with ``failurePolicy: Fail``: while the enforcer is down, a
@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
-from enforcer import endpointslice_policy as policy
-from enforcer.caches import LIVE_GET_TIMEOUT, ProviderCaches
+from enforcer.admission import endpointslice_policy as policy
+from enforcer.admission.caches import LIVE_GET_TIMEOUT, ProviderCaches
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.runtime.informer import Informer
@@ -118,7 +118,7 @@ def for_cluster(api_client: client.ApiClient, *, caches: ProviderCaches, pods: P
     )
     owned += [service_cidrs, api_server_slices]
     if nodes is None:
-        from enforcer.trim import trim_node
+        from enforcer.consumers.trim import trim_node
 
         core = client.CoreV1Api(api_client)
         nodes = Informer(name="endpointslice-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)

@@ -4,7 +4,7 @@ Keys are TwinNamespace keys (``<tenant ns>/<name>``). Every event that can chang
 answer for a request enqueues it: the request itself, the namespace of that name, the
 tenant namespace it lives in, its Consumer (spec changes only: the Consumer status loop
 writes status every few seconds) and the twin RoleBinding. One reconcile reads the
-caches, asks :func:`enforcer.twin_plan.plan_twin` what to do and does it; running it
+caches, asks :func:`enforcer.consumers.twin_plan.plan_twin` what to do and does it; running it
 again, or after a crash at any line, converges to the same state (creates meet
 AlreadyExists, deletes carry the UID, the finalizer patch carries the resourceVersion).
 """
@@ -12,13 +12,12 @@ AlreadyExists, deletes carry the UID, the finalizer patch carries the resourceVe
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from kube_offload.consumers import consumer_name, service_account_of
-from enforcer.tenant_api import TenantApi
-from enforcer.twin_plan import (
-    ResourceQuotaAction,
-    RoleBindingAction,
+from enforcer.consumers.consumer_api import ConsumerApi
+from enforcer.consumers.twin_objects import ResourceQuotaAction, RoleBindingAction
+from enforcer.consumers.twin_plan import (
     TwinPlan,
     finalizers_with,
     finalizers_without,
@@ -52,7 +51,7 @@ class TwinReconciler:
         namespaces: Cache,
         consumers: Cache,
         rolebindings: Cache,
-        api: TenantApi,
+        api: ConsumerApi,
         twin_role: str,
         release_namespace: str = "",
         resourcequotas: Cache | None = None,
@@ -65,7 +64,7 @@ class TwinReconciler:
         self._resourcequotas = resourcequotas
         self._api = api
         self._twin_role = twin_role
-        # The enforcer's own namespace: never a twin (enforcer/twin_plan.py).
+        # The enforcer's own namespace: never a twin (enforcer/consumers/twin_names.py).
         self._release_namespace = release_namespace
 
     # --- keys: which requests an event concerns (informer handlers: cheap) ---------------
@@ -97,7 +96,7 @@ class TwinReconciler:
         back if edited (only the provider's admin can: the consumer has no rights on it)."""
         return self.keys_for_rolebinding(quota)
 
-    def keys_for_consumer(self, consumer: dict) -> list[str]:
+    def keys_for_consumer(self, consumer: Mapping) -> list[str]:
         """Requests in the namespaces this Consumer may speak from: its tenant namespace
         and its ServiceAccount's namespace."""
         homes = {c.tenant_namespace(consumer_name(consumer)), service_account_of(consumer)[0]}
@@ -174,7 +173,7 @@ class TwinReconciler:
             return None
         return self._resourcequotas.get(f"{namespace}/{c.TWIN_RESOURCEQUOTA_NAME}")
 
-    def _requests_of(self, consumer: dict) -> list[dict]:
+    def _requests_of(self, consumer: Mapping) -> list[Mapping]:
         """The consumer's TwinNamespaces (what its maximum counts)."""
         found = (self._requests.get(key) for key in self.keys_for_consumer(consumer))
         return [request for request in found if request is not None]

@@ -1,7 +1,7 @@
 """The ShadowPod validating webhook, apart from HTTP: gather what the decision needs from
-the caches, decide (:mod:`enforcer.validation`, pure), reserve the admitted requests in
-the ledger (:mod:`enforcer.ledger`), then let the API server judge the Pod itself with a
-dry run (:mod:`enforcer.dry_run`).
+the caches, decide (:mod:`enforcer.admission.validation`, pure), reserve the admitted requests in
+the ledger (:mod:`enforcer.admission.ledger`), then let the API server judge the Pod itself with a
+dry run (:mod:`enforcer.admission.dry_run`).
 
 The quota decision and the reservation happen under the ledger's lock, so two concurrent
 admissions of one consumer see each other; the dry run (a network round trip) happens
@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Callable, Mapping, Protocol
 
-from enforcer import dry_run, validation
-from enforcer.caches import ProviderCaches
-from enforcer.ledger import Ledger
-from enforcer.quota import ConsumerUsage, twin_owner
+from enforcer.admission import dry_run, validation
+from enforcer.admission.caches import ProviderCaches
+from enforcer.admission.ledger import Ledger
+from enforcer.consumers.quota import ConsumerUsage, twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.resources import ResourceList, add
@@ -91,7 +91,8 @@ class ShadowPodValidator:
         metadata_only = request.operation == "UPDATE" and request.old_object is not None and validation.spec_unchanged(request)
 
         with self.ledger.lock:
-            usage = self._usage(owner) if consumer is not None and not metadata_only else {}
+            # A consumer is found only under an owner's name.
+            usage = self._usage(owner) if owner and consumer is not None and not metadata_only else {}
             decision = validation.decide(
                 request,
                 namespace=namespace,
@@ -125,6 +126,6 @@ class ShadowPodValidator:
 
 def _int(value: object, *, default: int) -> int:
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return default

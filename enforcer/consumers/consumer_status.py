@@ -1,6 +1,6 @@
 """What a Consumer's status should say (pure): the enforcer-owned half of the Consumer.
 
-``used``/``shadowPods`` and ``twinNamespaces`` come from :class:`enforcer.quota.ConsumerUsage`
+``used``/``shadowPods`` and ``twinNamespaces`` come from :class:`enforcer.consumers.quota.ConsumerUsage`
 (the same sum the ShadowPod webhook checks against the quota, pods counted until they are
 gone; twins by the namespaces' enforcer-written labels), ``capacity`` from
 :func:`kube_offload.remote_resources.summarize` in the shape

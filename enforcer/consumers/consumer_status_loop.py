@@ -17,11 +17,11 @@ import threading
 import time
 from typing import Protocol
 
-from enforcer.consumer_status import desired_status, stamped, status_changed
-from enforcer.quota import ConsumerUsage
+from enforcer.consumers.consumer_status import desired_status, stamped, status_changed
+from enforcer.consumers.quota import ConsumerUsage
 from kube_offload.consumers import consumer_name
-from enforcer.tenant_api import TenantApi
-from enforcer.trim import content_changed
+from enforcer.consumers.consumer_api import ConsumerApi
+from enforcer.consumers.trim import content_changed
 from kube_offload.runtime.kube import ApiError
 from kube_offload.remote_resources import summarize_many
 
@@ -46,7 +46,7 @@ class ConsumerStatusLoop:
         managed_pods: Cache | None = None,
         nodes: Cache,
         pods: Cache,
-        api: TenantApi,
+        api: ConsumerApi,
         period: float = 2.0,
         resync_seconds: float = 300.0,
     ) -> None:

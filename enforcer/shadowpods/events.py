@@ -11,7 +11,7 @@ import socket
 import time
 from typing import Callable
 
-from enforcer.api import EnforcerApi
+from enforcer.shadowpods.api import EnforcerApi
 from kube_offload.runtime import events
 from kube_offload.runtime.events import AGGREGATE_SECONDS, NORMAL, WARNING  # noqa: F401  (re-exported)
 # Reasons: the contract's, under the enforcer's short names.

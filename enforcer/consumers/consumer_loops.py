@@ -13,16 +13,17 @@ import threading
 
 from kubernetes import client
 
-from enforcer.consumer_status_loop import ConsumerStatusLoop
-from enforcer.tenant_api import KubeTenantApi
-from enforcer.trim import drop_managed_fields, trim_namespace, trim_node, trim_pod
-from enforcer.twins import TwinReconciler, consumer_spec_changed
+from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop
+from enforcer.consumers.consumer_api import KubeConsumerApi
+from enforcer.consumers.trim import trim_namespace, trim_node, trim_pod
+from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import CONSUMERS, TWIN_NAMESPACES, Resource
 from kube_offload.runtime.kube import Kube
 
+# The name is in every log line of these loops: kept from before "consumer" was the one word.
 log = logging.getLogger("kube_offload.enforcer.tenants")
 
 
@@ -49,13 +50,10 @@ class ConsumerLoops:
         self.namespaces = Informer(
             name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=trim_namespace
         )
-        self.consumers = Informer(
-            name="consumers", resync_seconds=resync_seconds, transform=drop_managed_fields, **custom_list(CONSUMERS)
-        )
+        self.consumers = Informer(name="consumers", resync_seconds=resync_seconds, **custom_list(CONSUMERS))
         self.requests = Informer(
             name="twinnamespaces",
             resync_seconds=resync_seconds,
-            transform=drop_managed_fields,
             **custom_list(TWIN_NAMESPACES),
         )
         # Only the twin RoleBindings (one name, every namespace), not all of them.
@@ -64,7 +62,6 @@ class ConsumerLoops:
             list_func=rbac.list_role_binding_for_all_namespaces,
             list_kwargs={"field_selector": f"metadata.name={c.TWIN_ROLEBINDING_NAME}"},
             resync_seconds=resync_seconds,
-            transform=drop_managed_fields,
         )
         # Only the twin ResourceQuotas (one name, every namespace).
         self.resourcequotas = Informer(
@@ -72,7 +69,6 @@ class ConsumerLoops:
             list_func=core.list_resource_quota_for_all_namespaces,
             list_kwargs={"field_selector": f"metadata.name={c.TWIN_RESOURCEQUOTA_NAME}"},
             resync_seconds=resync_seconds,
-            transform=drop_managed_fields,
         )
         self.nodes = Informer(name="capacity-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)
         self.pods = Informer(
@@ -82,7 +78,7 @@ class ConsumerLoops:
             self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods
         ]
 
-        api = KubeTenantApi(api_client)
+        api = KubeConsumerApi(api_client)
         self.reconciler = TwinReconciler(
             requests=self.requests,
             namespaces=self.namespaces,
@@ -96,9 +92,12 @@ class ConsumerLoops:
         self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
         self.twins.watch(self.requests)
         self.namespaces.add_handler(self._fan_out(self.reconciler.keys_for_namespace))
-        self.requests.add_handler(
-            lambda event, old, new: [self.twins.enqueue(key) for key in self.reconciler.keys_for_departed(event, old, new)]
-        )
+
+        def departed(event: str, old: dict | None, new: dict) -> None:
+            for key in self.reconciler.keys_for_departed(event, old, new):
+                self.twins.enqueue(key)
+
+        self.requests.add_handler(departed)
         self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
         self.resourcequotas.add_handler(self._fan_out(self.reconciler.keys_for_resourcequota))
         consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)

@@ -8,12 +8,17 @@ cluster may well carry one. The apiserver is the judge of a pod, not the client.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from kubernetes import client
 
 from kube_offload.runtime.kinds import EVENTS, PODS, SHADOWPODS
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+
+# What a ShadowPod field is called in a Pod: the template's spec and metadata.
+_POD_FIELD = re.compile(r"(?<![\w.\[])(spec|metadata)(?=[.\[:]|$)")
+_NOISE = re.compile(r'^(?:pods?|Pod) "[^"]*" is (?:forbidden|invalid): ', re.IGNORECASE)
 
 
 class EnforcerApi(Protocol):
@@ -90,3 +95,22 @@ class KubeEnforcerApi:
 
     def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
         return self._kube.patch(EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
+
+
+def pod_message(error: ApiError) -> str:
+    """The API server's refusal of a pod write without its preamble, in ShadowPod field
+    paths: what the consumer reads, whether the reconcile's in-place update or the
+    ShadowPod webhook's dry run (enforcer/admission/dry_run.py) was refused."""
+    causes = ((error.body.get("details") or {}).get("causes") or []) if error.status == 422 else []
+    parts = []
+    for cause in causes:
+        field_path = str(cause.get("field") or "")
+        message = str(cause.get("message") or cause.get("reason") or "")
+        parts.append(f"{_shadowpod_path(field_path)}: {message}" if field_path else message)
+    if parts:
+        return "; ".join(parts)
+    return _shadowpod_path(_NOISE.sub("", error.message or error.reason or f"HTTP {error.status}"))
+
+
+def _shadowpod_path(text: str) -> str:
+    return _POD_FIELD.sub(lambda match: f"spec.pod.{match.group(1)}", text)

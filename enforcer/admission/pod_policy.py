@@ -1,5 +1,5 @@
 """The provider policy's pod rules: what of a ShadowPod's pod template a consumer may
-write (pure; part of the ShadowPod webhook's spec rules, :mod:`enforcer.validation`).
+write (pure; part of the ShadowPod webhook's spec rules, :mod:`enforcer.admission.validation`).
 
 One function per rule; each returns one line per problem, naming the field, what is
 wrong and the ``Consumer spec.policy`` key a provider would change (or that no key can
@@ -26,7 +26,7 @@ What is neutralized rather than refused (the pod the enforcer makes,
 ``automountServiceAccountToken`` (always false).
 
 Malformed shapes raise :class:`Invalid` (the template is not a PodSpec), as in
-:mod:`enforcer.validation`.
+:mod:`enforcer.admission.validation`.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def metadata_problems(metadata: Mapping, policy: ProviderPolicy, who: str) -> li
 # --- reading the template ------------------------------------------------------------------------
 def field_mapping(parent: Mapping, key: str, path: str) -> Mapping:
     """``parent[key]`` as an object ({} when absent), or Invalid naming ``path.key``
-    (shared with enforcer.validation, which reads the same template)."""
+    (shared with enforcer.admission.validation, which reads the same template)."""
     value = parent.get(key)
     if value is None:
         return {}

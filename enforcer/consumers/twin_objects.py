@@ -1,0 +1,200 @@
+"""The objects the enforcer makes for a twin namespace, and what brings each to what it
+should be (pure): the namespace (labelled with the consumer's origin id and Pod Security
+level), the RoleBinding of the consumer's twin role, and the ResourceQuota bounding what
+the consumer may make in it (the object-count and storage keys of its quota).
+
+A namespace is *ours* only when it carries all three marks the enforcer writes at
+creation — managed-by=enforcer, origin=<id> and twin-request=T/<name> — so a namespace
+made by anyone else, or for another request, is never adopted, relabelled or deleted.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Mapping
+
+from enforcer.consumers.quota import twin_object_quota
+from enforcer.consumers.twin_names import request_key
+from kube_offload import constants as c
+from kube_offload.consumers import consumer_name, service_account_of
+from kube_offload.resources import QuantityError, parse_quantity
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+class RoleBindingAction(Enum):
+    NONE = "none"
+    CREATE = "create"
+    UPDATE = "update"  # subjects or marks differ
+    RECREATE = "recreate"  # roleRef differs, and roleRef is immutable
+
+
+class ResourceQuotaAction(Enum):
+    NONE = "none"
+    CREATE = "create"
+    UPDATE = "update"  # spec.hard or marks differ
+    DELETE = "delete"  # ours, and the Consumer's spec.quota has no object key any more
+
+
+def is_ours(namespace: Mapping | None, consumer_id: str, key: str) -> bool:
+    """Whether the enforcer made ``namespace`` for request ``key`` of ``consumer_id``."""
+    if not namespace:
+        return False
+    metadata = namespace.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    return (
+        labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
+        and labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == consumer_id
+        and annotations.get(c.ANNOTATION_TWIN_REQUEST) == key
+    )
+
+
+def made_for(namespace: Mapping | None, key: str) -> bool:
+    """Whether the enforcer made ``namespace`` for request ``key``, whichever consumer it
+    was for (the deletion path, where the Consumer may be gone already)."""
+    if not namespace:
+        return False
+    metadata = namespace.get("metadata") or {}
+    return (metadata.get("labels") or {}).get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER and (
+        metadata.get("annotations") or {}
+    ).get(c.ANNOTATION_TWIN_REQUEST) == key
+
+
+def desired_labels(consumer_id: str, level: str) -> dict[str, str]:
+    return {
+        c.LABEL_ORIGIN_CLUSTER_ID: consumer_id,
+        c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER,
+        c.LABEL_PSA_ENFORCE: level,
+        c.LABEL_PSA_ENFORCE_VERSION: "latest",
+    }
+
+
+def desired_annotations(request: Mapping) -> dict[str, str]:
+    return {
+        c.ANNOTATION_TWIN_OF: str((request.get("spec") or {}).get("localNamespace") or ""),
+        c.ANNOTATION_TWIN_REQUEST: request_key(request),
+    }
+
+
+def desired_namespace(request: Mapping, consumer_id: str, level: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": (request.get("metadata") or {}).get("name"),
+            "labels": desired_labels(consumer_id, level),
+            "annotations": desired_annotations(request),
+        },
+    }
+
+
+def namespace_patch(namespace: Mapping, request: Mapping, consumer_id: str, level: str) -> dict | None:
+    """A merge patch bringing our namespace's labels and annotations to what they should
+    be (only the keys that differ), or None when they already are."""
+    metadata = namespace.get("metadata") or {}
+    patch: dict = {}
+    for section, desired in (("labels", desired_labels(consumer_id, level)), ("annotations", desired_annotations(request))):
+        current = metadata.get(section) or {}
+        changed = {k: v for k, v in desired.items() if current.get(k) != v}
+        if changed:
+            patch.setdefault("metadata", {})[section] = changed
+    return patch or None
+
+
+def desired_rolebinding(namespace: str, request: Mapping, consumer: Mapping, twin_role: str) -> dict:
+    account_namespace, account_name = service_account_of(consumer)
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": _marked_metadata(c.TWIN_ROLEBINDING_NAME, namespace, request, consumer),
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": twin_role},
+        "subjects": [{"kind": "ServiceAccount", "name": account_name, "namespace": account_namespace}],
+    }
+
+
+def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindingAction:
+    if existing is None:
+        return RoleBindingAction.CREATE
+    if existing.get("roleRef") != desired["roleRef"]:
+        return RoleBindingAction.RECREATE
+    marks_ok = _has_marks(existing, desired)
+    if _subjects(existing) != _subjects(desired) or not marks_ok:
+        return RoleBindingAction.UPDATE
+    return RoleBindingAction.NONE
+
+
+def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
+    """The ResourceQuota of twin ``namespace``: the object-count and storage keys of the
+    Consumer's ``spec.quota``, each bounding this twin (enforcer/consumers/quota.py
+    :func:`~enforcer.consumers.quota.twin_object_quota`); None when it has none (no ResourceQuota:
+    nothing is limited). Raises QuantityError naming the key of a figure that does not
+    parse (the provider's mistake)."""
+    hard = twin_object_quota((consumer.get("spec") or {}).get("quota"))
+    if not hard:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _marked_metadata(c.TWIN_RESOURCEQUOTA_NAME, namespace, request, consumer),
+        "spec": {"hard": hard},
+    }
+
+
+def same_hard(existing: Mapping, desired: Mapping) -> bool:
+    """Whether two ``spec.hard`` say the same: compared as quantities, since the API
+    server writes them back in its canonical form ("1000m" comes back as "1")."""
+    if set(existing) != set(desired):
+        return False
+    try:
+        return all(parse_quantity(existing[k]) == parse_quantity(desired[k]) for k in desired)
+    except QuantityError:
+        return False
+
+
+def resourcequota_action(existing: Mapping | None, desired: Mapping | None) -> ResourceQuotaAction:
+    """What brings the twin's ResourceQuota (``existing``, by its name) to ``desired``.
+    One of that name without our mark (made by the provider's admin: the consumer has no
+    rights on ResourceQuotas) is replaced when one is desired, else left alone."""
+    if desired is None:
+        if existing is None:
+            return ResourceQuotaAction.NONE
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        ours = labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
+        return ResourceQuotaAction.DELETE if ours else ResourceQuotaAction.NONE
+    if existing is None:
+        return ResourceQuotaAction.CREATE
+    marks_ok = _has_marks(existing, desired)
+    hard = (existing.get("spec") or {}).get("hard") or {}
+    if not marks_ok or not same_hard(hard, desired["spec"]["hard"]):
+        return ResourceQuotaAction.UPDATE
+    return ResourceQuotaAction.NONE
+
+
+def _marked_metadata(name: str, namespace: str, request: Mapping, consumer: Mapping) -> dict:
+    """The metadata of a twin's RoleBinding or ResourceQuota: ours (managed-by), the
+    consumer's (origin) and the request's (twin-request), so an event on it finds the
+    request and an object of that name made by someone else is told apart."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: consumer_name(consumer)},
+        "annotations": {c.ANNOTATION_TWIN_REQUEST: request_key(request)},
+    }
+
+
+def _has_marks(existing: Mapping, desired: Mapping) -> bool:
+    """Whether ``existing`` carries every label and annotation ``desired`` sets (others
+    it may carry are left alone)."""
+    metadata = existing.get("metadata") or {}
+    wanted = desired["metadata"]
+    return all((metadata.get("labels") or {}).get(k) == v for k, v in wanted["labels"].items()) and all(
+        (metadata.get("annotations") or {}).get(k) == v for k, v in wanted["annotations"].items()
+    )
+
+
+def _subjects(binding: Mapping) -> list[tuple]:
+    return sorted(
+        (s.get("kind"), s.get("name"), s.get("namespace") or "", s.get("apiGroup") or "")
+        for s in binding.get("subjects") or []
+    )
