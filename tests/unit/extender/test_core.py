@@ -393,7 +393,7 @@ def test_parse_rejects_malformed_args(body: bytes | str, message: str) -> None:
 def test_answer_is_compact_json_that_go_reads_like_the_stdlib_encoding() -> None:
     # Kept Node objects are sent back as the request's own bytes; the rest of the answer is
     # the stdlib's compact encoding with UTF-8 instead of \u escapes (Go reads both alike).
-    # tests/unit/test_extender_wire.py pins the bytes of Go-encoded requests too.
+    # tests/unit/extender/test_wire.py pins the bytes of Go-encoded requests too.
     node = {"metadata": {"name": "n\u00e9", "labels": {"z": "1", "a": "2"}}, "status": {"images": [{"sizeBytes": 2**63}]}}
     sent = json.dumps(node, separators=(",", ":")).encode()
     body_in = json.dumps({"Pod": pod(), "Nodes": {"metadata": {}, "items": [node]}}, separators=(",", ":")).encode()

@@ -12,7 +12,7 @@ import pytest
 
 from kube_offload import cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PRODUCT_PACKAGES = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "kubectl_offload")
 COMPONENTS = ("webhook", "extender", "vkubelet", "enforcer", "certs")
 HARNESS_COMMANDS = {"demo", "cluster", "binaries"}

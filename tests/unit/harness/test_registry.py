@@ -17,7 +17,7 @@ from kube_offload_harness.oci_distribution import (
     ImageError, add_layer, mirror_repository, read_oci_archive, split_reference, upload_url,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _hello_archive(**kwargs) -> bytes:

@@ -12,7 +12,7 @@ import yaml
 
 from kube_offload import provider_policy as pp
 
-CRD = Path(__file__).resolve().parents[2] / "kube_offload" / "manifests" / "consumer-crd.yaml"
+CRD = Path(__file__).resolve().parents[3] / "kube_offload" / "manifests" / "consumer-crd.yaml"
 KIND_TO_SCHEMA = {"list": "array", "bool": "boolean", "string": "string", "int": "integer"}
 
 

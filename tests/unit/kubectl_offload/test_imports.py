@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = "kubectl_offload"
 # The components (and the development harness): what the plugin must not reach.
 FORBIDDEN = ("webhook", "extender", "enforcer", "vkubelet", "certs", "kube_offload_harness")

@@ -37,7 +37,7 @@ from vkubelet.reflection.events import _age_seconds
 from vkubelet.settings import Settings
 from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vkubelet_pod_objects.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "vkubelet_pod_objects.json"
 LOCAL_ID = "local"
 NODE = "kube-offload-remote-1"
 

@@ -38,7 +38,7 @@ from webhook.settings import DEFAULT_THREADS as WEBHOOK_THREADS
 from webhook.settings import DEFAULT_WORKERS as WEBHOOK_WORKERS
 
 MIB = 1024 * 1024
-VALUES = Path(__file__).resolve().parents[2] / "charts" / "kube-offload-local" / "values.yaml"
+VALUES = Path(__file__).resolve().parents[4] / "charts" / "kube-offload-local" / "values.yaml"
 # PSS of the whole server at rest (arbiter + workers) as bench/bench_parse_memory.py
 # measured it (67 and 48 MiB), rounded up.
 BASELINE = {"webhook": WEBHOOK_BASELINE, "extender": EXTENDER_BASELINE}

@@ -389,7 +389,7 @@ def test_sigterm_and_sigint_stop_the_loops_in_reverse_order_with_exit_code_0(sig
     out = tmp_path / "out"
     with open(out, "w") as sink:
         child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=sink, stderr=subprocess.STDOUT,
-                                 cwd=Path(__file__).resolve().parents[2], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                 cwd=Path(__file__).resolve().parents[4], env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         eventually(lambda: "run second" in out.read_text(), "both loops in the child")
         child.send_signal(signum)

@@ -224,7 +224,7 @@ def test_the_charts_vkubelet_role_may_create_both_reviews():
 
     import yaml
 
-    template = Path(__file__).resolve().parents[2] / "charts" / "kube-offload-local" / "templates" / "vkubelet.yaml"
+    template = Path(__file__).resolve().parents[4] / "charts" / "kube-offload-local" / "templates" / "vkubelet.yaml"
     documents = template.read_text().split("\n---\n")
     [role] = [d for d in documents if "\nkind: ClusterRole\n" in f"\n{d}"]
     # The rules block is plain YAML (no template expressions inside it).

@@ -4,7 +4,7 @@ closed loopback port here, so every path that would reach it meets a real connec
 failure; the successful relays are covered end to end in tests/e2e/test_logs_exec.py.
 Every request here is authenticated with a bearer token an admin holds (the reviews are
 answered in the API's JSON by the ``kubelet_auth`` fixture of tests/unit/conftest.py); authentication and
-authorization themselves are tested in test_vk_kubelet_api_access.py."""
+authorization themselves are tested in test_access.py."""
 
 import base64
 import http.client
