@@ -7,6 +7,7 @@ from enforcer.events import AGGREGATE_SECONDS, EventRecorder
 from enforcer.reconcile import BY_SHADOWPOD, POD_INDEXERS
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import ApiError
+from support.informers import never_listed
 
 
 def pod(name: str, owner: str | None, namespace: str = "ns") -> dict:
@@ -18,26 +19,22 @@ def pod(name: str, owner: str | None, namespace: str = "ns") -> dict:
     return {"metadata": meta}
 
 
-def _never_listed(**_kwargs):
-    raise AssertionError("no API call expected")
-
-
 def test_index_follows_adds_moves_and_deletes():
-    pods = Informer(name="managed-pods", list_func=_never_listed, indexers=POD_INDEXERS)
+    pods = Informer(name="managed-pods", list_func=never_listed, indexers=POD_INDEXERS)
 
     def of(shadowpod: str) -> list[str]:
         return pods.index_keys(BY_SHADOWPOD, shadowpod)
 
-    pods._apply(ADDED, pod("a", "web"))  # the path a watch event takes
-    pods._apply(ADDED, pod("b", "web"))
-    pods._apply(ADDED, pod("c", None))  # no controlling ShadowPod: not indexed
+    pods.apply(ADDED, pod("a", "web"))  # the path a watch event takes
+    pods.apply(ADDED, pod("b", "web"))
+    pods.apply(ADDED, pod("c", None))  # no controlling ShadowPod: not indexed
     assert of("ns/web") == ["ns/a", "ns/b"]
     assert [p["metadata"]["name"] for p in pods.by_index(BY_SHADOWPOD, "ns/web")] == ["a", "b"]
-    pods._apply(MODIFIED, pod("b", "db"))
+    pods.apply(MODIFIED, pod("b", "db"))
     assert of("ns/web") == ["ns/a"] and of("ns/db") == ["ns/b"]
-    pods._apply(DELETED, pod("a", "web"))
+    pods.apply(DELETED, pod("a", "web"))
     assert of("ns/web") == []
-    pods._apply(DELETED, pod("a", "web"))  # a repeated delete is harmless
+    pods.apply(DELETED, pod("a", "web"))  # a repeated delete is harmless
     assert of("other/web") == [] and pods.index_values(BY_SHADOWPOD) == ["ns/db"]
 
 

@@ -15,6 +15,7 @@ from enforcer.controller import Enforcer, Settings
 from enforcer.reconcile import BY_SHADOWPOD
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
 from kube_offload.shadowpod import build_shadowpod
+from support.informers import drain
 
 KEY = "ns/web"
 
@@ -44,38 +45,26 @@ def managed_pod(rv: str, phase: str) -> dict:
     }
 
 
-def reconciled(enforcer: Enforcer) -> list[str]:
-    """The keys the enforcer's workers would now reconcile (taken off its queue)."""
-    keys = []
-    while True:
-        try:
-            key = enforcer.controller.queue.get(timeout=0.01)
-        except TimeoutError:
-            return keys
-        keys.append(key)
-        enforcer.controller.queue.done(key)
-
-
 def test_the_echo_of_its_own_status_write_is_not_reconciled(enforcer, monkeypatch):
-    enforcer.shadowpods._apply(ADDED, shadowpod("1"))
-    assert reconciled(enforcer) == [KEY]
+    enforcer.shadowpods.apply(ADDED, shadowpod("1"))
+    assert drain(enforcer.controller) == [KEY]
     written = shadowpod("2", phase="Running")
     monkeypatch.setattr(enforcer.reconciler._api, "patch_shadowpod_status", lambda *a: copy.deepcopy(written))
     enforcer.reconciler._write_status(shadowpod("1"), {"phase": "Running"}, logging.getLogger("test"))
-    enforcer.shadowpods._apply(MODIFIED, copy.deepcopy(written))
-    assert reconciled(enforcer) == []
+    enforcer.shadowpods.apply(MODIFIED, copy.deepcopy(written))
+    assert drain(enforcer.controller) == []
     # Someone else's status write, and any other change, are reconciled.
-    enforcer.shadowpods._apply(MODIFIED, shadowpod("3", phase="Failed"))
-    assert reconciled(enforcer) == [KEY]
-    enforcer.shadowpods._apply(MODIFIED, shadowpod("4", phase="Failed", team="x"))
-    assert reconciled(enforcer) == [KEY]
-    enforcer.shadowpods._apply(DELETED, shadowpod("4", phase="Failed", team="x"))
-    assert reconciled(enforcer) == [KEY]
+    enforcer.shadowpods.apply(MODIFIED, shadowpod("3", phase="Failed"))
+    assert drain(enforcer.controller) == [KEY]
+    enforcer.shadowpods.apply(MODIFIED, shadowpod("4", phase="Failed", team="x"))
+    assert drain(enforcer.controller) == [KEY]
+    enforcer.shadowpods.apply(DELETED, shadowpod("4", phase="Failed", team="x"))
+    assert drain(enforcer.controller) == [KEY]
 
 
 def test_pod_status_changes_reach_their_shadowpod(enforcer):
-    enforcer.pods._apply(ADDED, managed_pod("1", "Pending"))
-    assert reconciled(enforcer) == [KEY]
-    enforcer.pods._apply(MODIFIED, managed_pod("2", "Running"))  # status only: still news
-    assert reconciled(enforcer) == [KEY]
+    enforcer.pods.apply(ADDED, managed_pod("1", "Pending"))
+    assert drain(enforcer.controller) == [KEY]
+    enforcer.pods.apply(MODIFIED, managed_pod("2", "Running"))  # status only: still news
+    assert drain(enforcer.controller) == [KEY]
     assert [p["status"]["phase"] for p in enforcer.pods.by_index(BY_SHADOWPOD, KEY)] == ["Running"]

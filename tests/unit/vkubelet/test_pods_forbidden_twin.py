@@ -41,12 +41,12 @@ class Answer:
 def offloaded_with_a_ready_twin(twins: TwinNamespaces, settings: Settings) -> None:
     """Local namespace "ns" offloaded, and our request for its twin Ready (the provider's
     answer): the twin is usable."""
-    twins.local_namespaces._apply(ADDED, {
+    twins.local_namespaces.apply(ADDED, {
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "ns", "resourceVersion": "1",
                      "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
     })
-    twins.requests._apply(ADDED, {
+    twins.requests.apply(ADDED, {
         "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
         "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
                      "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
@@ -104,7 +104,7 @@ TERMINATING = {"deletionTimestamp": "2026-11-23T22:00:00Z", "deletionGracePeriod
 
 
 def test_a_terminating_pod_of_a_forbidden_twin_is_not_confirmed_gone(loop):
-    loop.local_pods._apply(ADDED, pod(**TERMINATING))
+    loop.local_pods.apply(ADDED, pod(**TERMINATING))
     forbid(loop)
     with pytest.raises(Requeue):
         loop.reconcile(KEY)
@@ -115,13 +115,13 @@ def test_a_terminating_pod_of_a_forbidden_twin_is_not_confirmed_gone(loop):
 
 
 def test_control_the_same_terminating_pod_with_a_readable_empty_twin_is_deleted(loop):
-    loop.local_pods._apply(ADDED, pod(**TERMINATING))
+    loop.local_pods.apply(ADDED, pod(**TERMINATING))
     loop.reconcile(KEY)
     assert loop.calls == ["delete local pod"]
 
 
 def test_a_running_pod_whose_shadowpod_is_invisible_gets_no_new_one_and_no_status_write(loop):
-    loop.local_pods._apply(ADDED, pod())
+    loop.local_pods.apply(ADDED, pod())
     forbid(loop)
     with pytest.raises(Requeue):
         loop.reconcile(KEY)
@@ -129,17 +129,17 @@ def test_a_running_pod_whose_shadowpod_is_invisible_gets_no_new_one_and_no_statu
 
 
 def test_control_a_pod_of_a_readable_twin_without_a_shadowpod_gets_one(loop):
-    loop.local_pods._apply(ADDED, pod())
+    loop.local_pods.apply(ADDED, pod())
     loop.reconcile(KEY)
     assert "create ShadowPod" in loop.calls
 
 
 def test_a_namespace_no_longer_offloaded_does_not_fail_pods_it_cannot_see(loop):
     # Its labels removed; its twin is still requested (our request names the namespace).
-    loop._twins.local_namespaces._apply(ADDED, {
+    loop._twins.local_namespaces.apply(ADDED, {
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns", "resourceVersion": "2"},
     })
-    loop.local_pods._apply(ADDED, pod())
+    loop.local_pods.apply(ADDED, pod())
     forbid(loop)
     assert loop._forbidden_twin("ns") == TWIN
     with pytest.raises(Requeue):
@@ -148,7 +148,7 @@ def test_a_namespace_no_longer_offloaded_does_not_fail_pods_it_cannot_see(loop):
 
 
 def test_said_once_in_the_log_and_again_after_access_came_back(loop, caplog):
-    loop.local_pods._apply(ADDED, pod())
+    loop.local_pods.apply(ADDED, pod())
     forbid(loop)
     with caplog.at_level(logging.INFO, logger="kube_offload.vkubelet.pods"):
         for _ in range(3):
@@ -177,7 +177,7 @@ def test_no_service_account_token_is_minted_for_a_forbidden_twin(loop, monkeypat
     projected = {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
     with_token = pod()
     with_token["spec"]["volumes"] = [projected]
-    loop.local_pods._apply(ADDED, with_token)
+    loop.local_pods.apply(ADDED, with_token)
     tokens.remote._children[TWIN].forbidden = True
     with pytest.raises(Requeue):
         tokens.reconcile(KEY)
@@ -200,7 +200,7 @@ def reflector(monkeypatch):
     reflector = ConfigMapReflector(LoopContext(settings, informers, twins, recorder, node=None))
     offloaded_with_a_ready_twin(twins, settings)
     reflector.scope.refresh()
-    reflector.local._children["ns"]._apply(ADDED, {
+    reflector.local.apply(ADDED, {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "settings", "namespace": "ns", "uid": "cm1", "resourceVersion": "1"},
         "data": {"mode": "fast"},

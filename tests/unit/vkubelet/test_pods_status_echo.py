@@ -21,6 +21,7 @@ from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from vkubelet.pods import PodOffloader
 from vkubelet.settings import Settings
+from support.informers import drain
 
 TWIN = "ns-local"
 KEY = "ns/web"
@@ -65,55 +66,43 @@ def remote_pod(rv: str, phase: str) -> dict:
     }
 
 
-def reconciled(loop: PodOffloader) -> list[str]:
-    """The keys the pod loop's workers would now reconcile (taken off its queue)."""
-    keys = []
-    while True:
-        try:
-            key = loop.controller.queue.get(timeout=0.01)
-        except TimeoutError:
-            return keys
-        keys.append(key)
-        loop.controller.queue.done(key)
-
-
 def test_the_echo_of_its_own_status_patch_is_not_reconciled(offloader, monkeypatch):
-    offloader.local_pods._apply(ADDED, local_pod("1"))
-    assert reconciled(offloader) == [KEY]
+    offloader.local_pods.apply(ADDED, local_pod("1"))
+    assert drain(offloader.controller) == [KEY]
 
     # The loop writes the pod's status; the API server answers with version 2...
     written = local_pod("2", phase="Running")
     monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", lambda *a, **kw: Answer(written))
     offloader._patch_status(local_pod("1"), {"status": {"phase": "Running"}})
     # ...whose watch event changes nothing but the status: nothing to reconcile.
-    offloader.local_pods._apply(MODIFIED, copy.deepcopy(written))
-    assert reconciled(offloader) == []
+    offloader.local_pods.apply(MODIFIED, copy.deepcopy(written))
+    assert drain(offloader.controller) == []
 
     # Someone else's status write (the node lifecycle controller, say) is answered.
-    offloader.local_pods._apply(MODIFIED, local_pod("3", phase="Unknown"))
-    assert reconciled(offloader) == [KEY]
+    offloader.local_pods.apply(MODIFIED, local_pod("3", phase="Unknown"))
+    assert drain(offloader.controller) == [KEY]
     # So is any change beyond the status, and a resync.
-    offloader.local_pods._apply(MODIFIED, local_pod("4", phase="Unknown", app="web"))
-    assert reconciled(offloader) == [KEY]
+    offloader.local_pods.apply(MODIFIED, local_pod("4", phase="Unknown", app="web"))
+    assert drain(offloader.controller) == [KEY]
     offloader.local_pods.resync()
-    assert reconciled(offloader) == [KEY]
+    assert drain(offloader.controller) == [KEY]
 
 
 def test_remote_pod_status_changes_still_reach_the_local_pod(offloader):
-    remote = offloader.remote_pods._children[TWIN]
-    remote._apply(ADDED, remote_pod("1", "Pending"))
-    assert reconciled(offloader) == [KEY]
-    remote._apply(MODIFIED, remote_pod("2", "Running"))  # status only: the loop mirrors it
-    assert reconciled(offloader) == [KEY]
+    remote = offloader.remote_pods
+    remote.apply(ADDED, remote_pod("1", "Pending"))
+    assert drain(offloader.controller) == [KEY]
+    remote.apply(MODIFIED, remote_pod("2", "Running"))  # status only: the loop mirrors it
+    assert drain(offloader.controller) == [KEY]
     assert [p["status"]["phase"] for p in offloader.remote_pods.by_index(BY_ORIGIN, KEY)] == ["Running"]
 
 
 def test_a_deleted_local_pod_forgets_its_echo(offloader, monkeypatch):
-    offloader.local_pods._apply(ADDED, local_pod("1"))
+    offloader.local_pods.apply(ADDED, local_pod("1"))
     monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", lambda *a, **kw: Answer(local_pod("2", "Running")))
     offloader._patch_status(local_pod("1"), {"status": {"phase": "Running"}})
     assert len(offloader._status_echoes) == 1
-    offloader.local_pods._apply(DELETED, local_pod("2", "Running"))
-    assert reconciled(offloader) == [KEY]
+    offloader.local_pods.apply(DELETED, local_pod("2", "Running"))
+    assert drain(offloader.controller) == [KEY]
     offloader.reconcile(KEY)  # nothing of it left anywhere: no API call
     assert len(offloader._status_echoes) == 0

@@ -14,6 +14,7 @@ import pytest
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
+from support.informers import never_listed
 
 BY_TEAM = "by-team"
 
@@ -97,17 +98,13 @@ class IndexSpy:
         self.seen.append((kind, new["metadata"]["name"], index))
 
 
-def _never_listed(**_kwargs):
-    raise AssertionError("no API call expected")
-
-
 def test_watch_events_update_the_index_before_any_handler_runs():
-    informer = Informer(name="test", list_func=_never_listed, indexers={BY_TEAM: by_team})
+    informer = Informer(name="test", list_func=never_listed, indexers={BY_TEAM: by_team})
     spy = IndexSpy(informer)
     informer.add_handler(spy)
-    informer._apply(ADDED, obj("a", "red"))
-    informer._apply(MODIFIED, obj("a", "blue", rv="2"))  # moves between values
-    informer._apply(DELETED, obj("a", "blue", rv="3"))
+    informer.apply(ADDED, obj("a", "red"))
+    informer.apply(MODIFIED, obj("a", "blue", rv="2"))  # moves between values
+    informer.apply(DELETED, obj("a", "blue", rv="3"))
     assert spy.seen == [
         (ADDED, "a", {"red": ["ns/a"]}),
         (MODIFIED, "a", {"blue": ["ns/a"]}),
@@ -142,8 +139,8 @@ def test_a_relist_delivers_its_difference_with_the_index_already_rebuilt():
 
 
 def test_a_resync_touches_no_index_and_still_reaches_the_handlers():
-    informer = Informer(name="test", list_func=_never_listed, indexers={BY_TEAM: by_team})
-    informer._apply(ADDED, obj("a", "red"))
+    informer = Informer(name="test", list_func=never_listed, indexers={BY_TEAM: by_team})
+    informer.apply(ADDED, obj("a", "red"))
     spy = IndexSpy(informer)
     informer.add_handler(spy)
     informer.resync()
@@ -151,15 +148,15 @@ def test_a_resync_touches_no_index_and_still_reaches_the_handlers():
 
 
 def test_an_index_added_to_a_running_informer_covers_its_cache():
-    informer = Informer(name="test", list_func=_never_listed)
-    informer._apply(ADDED, obj("a", "red"))
+    informer = Informer(name="test", list_func=never_listed)
+    informer.apply(ADDED, obj("a", "red"))
     informer.add_indexer(BY_TEAM, by_team)
     assert informer.index_keys(BY_TEAM, "red") == ["ns/a"]
 
 
 # --- one informer per namespace ---------------------------------------------------------------
 def _children_never_list(namespace: str):
-    return _never_listed
+    return never_listed
 
 
 def test_a_multi_namespace_informer_merges_the_index_of_every_namespace():
@@ -169,8 +166,8 @@ def test_a_multi_namespace_informer_merges_the_index_of_every_namespace():
     informer.set_namespaces(["one", "two"])  # ...and inherited by one that comes later
     spy = IndexSpy(informer)
     informer.add_handler(spy)
-    informer._children["one"]._apply(ADDED, obj("a", "red", namespace="one"))
-    informer._children["two"]._apply(ADDED, obj("b", "red", namespace="two"))
+    informer.apply(ADDED, obj("a", "red", namespace="one"))
+    informer.apply(ADDED, obj("b", "red", namespace="two"))
     assert informer.index_keys(BY_TEAM, "red") == ["one/a", "two/b"]
     assert names(informer.by_index(BY_TEAM, "red")) == ["a", "b"]
     assert spy.seen[-1] == (ADDED, "b", {"red": ["one/a", "two/b"]})

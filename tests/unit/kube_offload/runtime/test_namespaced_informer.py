@@ -10,6 +10,7 @@ import pytest
 
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer, namespace_changes
+from support.informers import never_listed_in
 
 
 @pytest.mark.parametrize(
@@ -31,16 +32,9 @@ def _obj(namespace: str, name: str, rv: str = "1") -> dict:
     return {"metadata": {"namespace": namespace, "name": name, "resourceVersion": rv}}
 
 
-def _never_called(namespace: str):
-    def list_func(**_kwargs):
-        raise AssertionError(f"no API call expected (namespace {namespace})")
-
-    return list_func
-
-
 @pytest.fixture
 def informer():
-    inf = MultiNamespaceInformer(name="test", list_for_namespace=_never_called)
+    inf = MultiNamespaceInformer(name="test", list_for_namespace=never_listed_in)
     events: list[tuple[str, str]] = []
     inf.add_handler(lambda kind, _old, new: events.append((kind, f"{new['metadata']['namespace']}/{new['metadata']['name']}")))
     inf.events = events  # type: ignore[attr-defined]
@@ -48,8 +42,7 @@ def informer():
 
 
 def _feed(inf: MultiNamespaceInformer, kind: str, obj: dict) -> None:
-    child = inf._children[obj["metadata"]["namespace"]]
-    child._apply(kind, obj)
+    inf.apply(kind, obj)
 
 
 def test_routes_reads_to_the_namespace_and_forwards_events(informer):
@@ -80,7 +73,7 @@ def test_dropping_a_namespace_deletes_its_objects_and_ignores_its_late_events(in
     assert informer.keys() == ["b/y"]
 
     informer.events.clear()
-    old_child._apply(MODIFIED, _obj("a", "x", "9"))  # the stopped watch's last word
+    old_child.apply(MODIFIED, _obj("a", "x", "9"))  # the stopped watch's last word
     assert informer.events == []
     assert informer.get("a/x") is None
 
@@ -123,7 +116,7 @@ def test_set_namespaces_after_stop_is_ignored(informer):
 
 def test_the_sync_gate_holds_synced_back_until_the_namespace_set_is_known():
     known = {"value": False}
-    inf = MultiNamespaceInformer(name="gated", list_for_namespace=_never_called, sync_gate=lambda: known["value"])
+    inf = MultiNamespaceInformer(name="gated", list_for_namespace=never_listed_in, sync_gate=lambda: known["value"])
     inf._started = True  # no threads: no API server here
     assert not inf.has_synced()  # no namespace yet, but the set is not known either
     known["value"] = True

@@ -10,6 +10,7 @@ import pytest
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
+from support.informers import drain, never_listed
 
 POD = {
     "apiVersion": "v1",
@@ -70,33 +71,17 @@ def test_write_echoes_recognise_only_the_version_written():
     assert len(echoes) == 0 and not echoes.is_echo(changed(rv=("metadata", "resourceVersion", "11")))
 
 
-def _never_listed(**_kwargs):
-    raise AssertionError("no API call expected")
-
-
-def queued(controller: Controller) -> list[str]:
-    """The keys a worker would now reconcile (taken off the queue)."""
-    keys = []
-    while True:
-        try:
-            key = controller.queue.get(timeout=0.01)
-        except TimeoutError:
-            return keys
-        keys.append(key)
-        controller.queue.done(key)
-
-
 def test_watch_skips_only_the_updates_the_predicate_names():
-    informer = Informer(name="pods", list_func=_never_listed)
+    informer = Informer(name="pods", list_func=never_listed)
     controller = Controller(name="test-skip", reconcile=lambda key: None)
     controller.watch(informer, skip=only_status_changed)
-    informer._apply(ADDED, copy.deepcopy(POD))
-    assert queued(controller) == ["ns/web"]
-    informer._apply(MODIFIED, changed(s=("status", "phase", "Running"), rv=("metadata", "resourceVersion", "11")))
-    assert queued(controller) == []
+    informer.apply(ADDED, copy.deepcopy(POD))
+    assert drain(controller) == ["ns/web"]
+    informer.apply(MODIFIED, changed(s=("status", "phase", "Running"), rv=("metadata", "resourceVersion", "11")))
+    assert drain(controller) == []
     informer.resync()  # old is new: never skipped
-    assert queued(controller) == ["ns/web"]
-    informer._apply(MODIFIED, changed(l=("metadata", "labels", {"app": "db"}), rv=("metadata", "resourceVersion", "12")))
-    assert queued(controller) == ["ns/web"]
-    informer._apply(DELETED, changed(l=("metadata", "labels", {"app": "db"}), rv=("metadata", "resourceVersion", "12")))
-    assert queued(controller) == ["ns/web"]
+    assert drain(controller) == ["ns/web"]
+    informer.apply(MODIFIED, changed(l=("metadata", "labels", {"app": "db"}), rv=("metadata", "resourceVersion", "12")))
+    assert drain(controller) == ["ns/web"]
+    informer.apply(DELETED, changed(l=("metadata", "labels", {"app": "db"}), rv=("metadata", "resourceVersion", "12")))
+    assert drain(controller) == ["ns/web"]

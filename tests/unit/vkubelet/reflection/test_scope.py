@@ -15,10 +15,7 @@ from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import plan_twin
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.settings import Settings
-
-
-def _never_called(**_kwargs):
-    raise AssertionError("no API call expected")
+from support.informers import never_listed
 
 
 class Twins:
@@ -27,9 +24,9 @@ class Twins:
     change (as a provider's suggested labels do)."""
 
     def __init__(self) -> None:
-        self.local_namespaces = Informer(name="local-namespaces", list_func=_never_called)
-        self.consumer = Informer(name="remote-consumer", list_func=_never_called)
-        self.requests = Informer(name="remote-twinnamespaces", list_func=_never_called)
+        self.local_namespaces = Informer(name="local-namespaces", list_func=never_listed)
+        self.consumer = Informer(name="remote-consumer", list_func=never_listed)
+        self.requests = Informer(name="remote-twinnamespaces", list_func=never_listed)
         self.labels = {c.LABEL_CLUSTER_ID: "remote-1"}
 
     def plan(self, name: str):
@@ -54,8 +51,8 @@ def _setup():
 def test_scope_follows_namespaces_opting_in_and_out():
     informers, twins = _setup()
     ns = twins.local_namespaces
-    ns._apply(ADDED, _namespace("early", True))  # listed before the scope was made
-    ns._apply(ADDED, _namespace("plain", False))
+    ns.apply(ADDED, _namespace("early", True))  # listed before the scope was made
+    ns.apply(ADDED, _namespace("plain", False))
     scope = offloaded_namespaces(informers, twins)
     assert offloaded_namespaces(informers, twins) is scope  # one per process
     assert scope.namespaces() == {"early"}
@@ -65,17 +62,17 @@ def test_scope_follows_namespaces_opting_in_and_out():
     assert scope.local_informer("secrets", kinds.SECRETS) is secrets  # shared by name
     assert secrets.namespaces() == ["early"] and configmaps.namespaces() == ["early"]
 
-    ns._apply(MODIFIED, _namespace("plain", True))  # kubectl label ns plain kube-offload.io/enabled=true
+    ns.apply(MODIFIED, _namespace("plain", True))  # kubectl label ns plain kube-offload.io/enabled=true
     assert secrets.namespaces() == ["early", "plain"] == configmaps.namespaces()
 
     # pod-placement=Local keeps the namespace extended (service offloading): still reflected.
-    ns._apply(MODIFIED, _namespace("early", True, **{c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL}))
+    ns.apply(MODIFIED, _namespace("early", True, **{c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL}))
     assert secrets.namespaces() == ["early", "plain"]
 
-    ns._apply(MODIFIED, _namespace("early", False))  # kubectl label ns early kube-offload.io/enabled-
+    ns.apply(MODIFIED, _namespace("early", False))  # kubectl label ns early kube-offload.io/enabled-
     assert secrets.namespaces() == ["plain"]
 
-    ns._apply(DELETED, _namespace("plain", True))
+    ns.apply(DELETED, _namespace("plain", True))
     assert secrets.namespaces() == [] == configmaps.namespaces()
     assert scope.namespaces() == set()
 
@@ -86,7 +83,7 @@ def test_a_cluster_selector_that_does_not_match_keeps_the_namespace_out():
     services = scope.local_informer("services", kinds.SERVICES)
     other = _namespace("elsewhere", True)
     other["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: f"{c.LABEL_CLUSTER_ID}=remote-2"}
-    twins.local_namespaces._apply(ADDED, other)
+    twins.local_namespaces.apply(ADDED, other)
     assert services.namespaces() == []
 
 
@@ -97,7 +94,7 @@ def test_reflection_waits_until_the_namespaces_are_known():
     # Namespaces not listed yet: an empty scope would look "synced" and let reflectors
     # decide that every remote copy's local object is gone.
     assert scope.has_synced() is False
-    twins.local_namespaces._apply(ADDED, _namespace("demo", True))
+    twins.local_namespaces.apply(ADDED, _namespace("demo", True))
     twins.local_namespaces._synced.set()  # what the first list does
     # Listed, but the scoped informer has not listed namespace demo (never started).
     assert scope.has_synced() is False
@@ -109,17 +106,17 @@ def test_provider_suggested_labels_can_bring_a_namespace_in():
     ingresses = scope.local_informer("ingresses", kinds.INGRESSES)
     eu = _namespace("eu-only", True)
     eu["metadata"]["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: "topology.kubernetes.io/region=eu-west"}
-    twins.local_namespaces._apply(ADDED, eu)
+    twins.local_namespaces.apply(ADDED, eu)
     assert ingresses.namespaces() == []
 
     consumer = {"metadata": {"name": "local", "resourceVersion": "1"}, "spec": {"nodeLabels": {}}}
-    twins.consumer._apply(ADDED, consumer)
+    twins.consumer.apply(ADDED, consumer)
     twins.labels = {**twins.labels, "topology.kubernetes.io/region": "eu-west"}
     # A status-only change of the Consumer is not looked at ...
-    twins.consumer._apply(MODIFIED, {**consumer, "metadata": {"name": "local", "resourceVersion": "2"}, "status": {"x": 1}})
+    twins.consumer.apply(MODIFIED, {**consumer, "metadata": {"name": "local", "resourceVersion": "2"}, "status": {"x": 1}})
     assert ingresses.namespaces() == []
     # ... its suggested labels are.
     relabelled = {"metadata": {"name": "local", "resourceVersion": "3"},
                   "spec": {"nodeLabels": {"topology.kubernetes.io/region": "eu-west"}}}
-    twins.consumer._apply(MODIFIED, relabelled)
+    twins.consumer.apply(MODIFIED, relabelled)
     assert ingresses.namespaces() == ["eu-only"]
