@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import pytest
 
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
+from support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "e2e-logs"
@@ -77,19 +78,7 @@ def remote(offload_env: Environment) -> Cluster:
     return offload_env.cluster(offload_env.topology().remotes[0])
 
 
-def wait_for(predicate: Callable[[], object], *, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
-    """Poll ``predicate`` until it returns a truthy value; fail the test with ``what``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
 @pytest.fixture(scope="session")
 def wait() -> Callable[..., object]:
-    """The :func:`wait_for` poller, as a fixture (test modules cannot import conftest)."""
+    """:func:`support.waiting.wait_for`, as a fixture (what the e2e modules have always asked for)."""
     return wait_for

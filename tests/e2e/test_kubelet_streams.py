@@ -26,6 +26,7 @@ import pytest
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from vkubelet.kubeletapi.limits import StreamLimits
+from support.clusters import offloaded_namespace
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "streamer"
@@ -63,8 +64,7 @@ def sim(offload_env, remote):
 @pytest.fixture(scope="module")
 def namespace(local, wait, sim):
     namespace = f"ks-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", namespace)
-    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    offloaded_namespace(local, namespace)
     local.apply(offloaded_pod(local, namespace, POD))
     wait(lambda: running_on_virtual_node(local, namespace, POD), timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
     yield namespace

@@ -21,6 +21,7 @@ import pytest
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from vkubelet.naming import twin_namespace_name
+from support.clusters import offloaded_namespace
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "talker"
@@ -47,8 +48,7 @@ def sim(offload_env, remote):
 def pod(local, remote, offload_env, wait, sim):
     """An offloaded pod, Running on the virtual node; yields (local ns, remote twin ns)."""
     namespace = f"lx-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", namespace)
-    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    offloaded_namespace(local, namespace)
     local.apply(
         {
             "apiVersion": "v1",

@@ -20,6 +20,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.identities import E2E_INGRESS_CLASS
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 REFLECTOR_LABEL = "kube-offload.io/reflector"
@@ -95,11 +96,7 @@ def _dig(obj: dict, dotted: str):
 @pytest.fixture(scope="module")
 def t(local, remote, wait):
     twin = Twin(local, remote, wait)
-    local.apply({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": twin.ns, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
-    })
+    offloaded_namespace(local, twin.ns)
     wait(lambda: _get(remote, "namespace", "", twin.twin) is not None, timeout=TIMEOUT, what=f"twin namespace {twin.twin}")
     yield twin
     local.kubectl("delete", "namespace", twin.ns, "--wait=false", "--ignore-not-found", check=False)

@@ -24,8 +24,8 @@ from kubernetes import client
 
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import call_json, load_api_client
-from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster
+from support.clusters import bare_cluster
 
 NS = "runtime-informer"
 TIMEOUT = 30
@@ -33,15 +33,8 @@ TIMEOUT = 30
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    state_dir = tmp_path_factory.mktemp("runtime-informer-e2e")
-    spec = ClusterSpec(name="e2e-rtinformer", cluster_id="rtinformer", role="remote", nodes=0)
-    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
-    try:
-        cluster.create()
-        cluster.kubectl("create", "namespace", NS)
+    with bare_cluster(tmp_path_factory, "rtinformer", NS) as cluster:
         yield cluster
-    finally:
-        cluster.delete()
 
 
 @pytest.fixture(scope="module")

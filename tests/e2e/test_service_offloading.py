@@ -25,6 +25,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness.cluster import KWOK_POD_CIDR, LOCAL_POD_CIDR_REMAPPED, Cluster, remote_pod_cidr_remapped
 from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace as twin, unique, virtual_node_name
+from support.clusters import delete_namespace, offloaded_namespace
 
 LOCAL_ID = LOCAL_CLUSTER_ID
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
@@ -33,17 +34,6 @@ TIMEOUT = 90  # seconds; generous for a loaded 2-core machine
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def namespace(local: Cluster, name: str, placement: str, selector: str | None = None) -> None:
-    meta: dict = {"name": name, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}}
-    if selector is not None:
-        meta["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: selector}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
-
-
-def delete_namespace(local: Cluster, name: str) -> None:
-    local.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
-
-
 def get(cluster: Cluster, kind: str, namespace: str, name: str) -> dict | None:
     scope = ["-n", namespace] if namespace else []
     result = cluster.kubectl("get", kind, name, *scope, "-o", "json", check=False)
@@ -130,7 +120,7 @@ def ready_endpoint_addresses(slices: list[dict]) -> set[str]:
 def local_ns(local, remote, wait):
     """A Local namespace with a 2-replica Deployment behind a Service, running locally."""
     name = unique("svc-local")
-    namespace(local, name, c.PLACEMENT_LOCAL)
+    offloaded_namespace(local, name, c.PLACEMENT_LOCAL)
     deployment(local, name, "web", 2)
     service(local, name, "web")
     yield name
@@ -219,9 +209,9 @@ def test_endpoint_addresses_outside_the_granted_range_are_left_out_and_the_local
 
 def test_local_placement_respects_the_cluster_selector(local, remote, wait):
     elsewhere = unique("svc-elsewhere")
-    namespace(local, elsewhere, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}=some-other-cluster")
+    offloaded_namespace(local, elsewhere, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}=some-other-cluster")
     selected = unique("svc-selected")
-    namespace(local, selected, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}={remote.spec.cluster_id}")
+    offloaded_namespace(local, selected, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}={remote.spec.cluster_id}")
     try:
         local.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": elsewhere},
                      "data": {"k": "v"}})
@@ -244,7 +234,7 @@ def test_local_placement_respects_the_cluster_selector(local, remote, wait):
 def test_offloaded_pod_ips_are_in_the_external_cidr_and_map_back_to_the_remote_pods(offload_env, local, remote, local_ns, wait):
     external = remote_pod_cidr_remapped(offload_env.topology(), remote.spec)
     name = unique("ip-remote")
-    namespace(local, name, c.PLACEMENT_REMOTE)
+    offloaded_namespace(local, name, c.PLACEMENT_REMOTE)
     try:
         deployment(local, name, "app", 3)
         offloaded = wait(lambda: (ps := running_with_ip(items(local, "pods", name))) and len(ps) == 3 and ps,

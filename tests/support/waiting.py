@@ -1,4 +1,4 @@
-"""One poller for the real-node tier's modules (a test module cannot import conftest)."""
+"""One poller for the tiers that wait on real clusters (e2e, real node)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], *, what: str, timeout: float = 60, interval: float = 1.0) -> T:
+def wait_for(predicate: Callable[[], T], *, what: str = "condition", timeout: float = 60, interval: float = 0.5) -> T:
     """Poll ``predicate`` until it returns something truthy and return that; fail the test
     naming ``what`` and the last value otherwise."""
     deadline = time.monotonic() + timeout

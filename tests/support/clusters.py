@@ -1,0 +1,51 @@
+"""The cluster tiers' helpers: offloaded namespaces in a real local cluster, and a bare
+control plane of a module's own (one kwokctl cluster, no nodes, none of kube-offload)
+for tests of the runtime library against a real apiserver."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import pytest
+
+from kube_offload import constants as c
+from kube_offload_harness.binaries import ensure_binaries
+from kube_offload_harness.cluster import Cluster, ClusterSpec
+
+
+def offloaded_namespace_manifest(name: str, placement: str = c.PLACEMENT_REMOTE, *, selector: str | None = None,
+                                 **extra_labels: str) -> dict:
+    """A Namespace that kube-offload serves: enabled, with ``placement`` and, if given,
+    the cluster selector annotation; ``extra_labels`` beside (e.g. the mapping label)."""
+    meta: dict = {"name": name, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement, **extra_labels}}
+    if selector is not None:
+        meta["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: selector}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def offloaded_namespace(cluster: Cluster, name: str, placement: str = c.PLACEMENT_REMOTE, *,
+                        selector: str | None = None, **extra_labels: str) -> None:
+    """Apply :func:`offloaded_namespace_manifest` to ``cluster`` (the local one)."""
+    cluster.apply(offloaded_namespace_manifest(name, placement, selector=selector, **extra_labels))
+
+
+def delete_namespace(cluster: Cluster, name: str) -> None:
+    """Delete without waiting (kwok's pods go at once, the namespace soon after)."""
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@contextlib.contextmanager
+def bare_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_id: str, *namespaces: str) -> Iterator[Cluster]:
+    """A control plane of the module's own, named ``e2e-<cluster_id>``, with ``namespaces``
+    created; deleted on exit whatever happened."""
+    state_dir = tmp_path_factory.mktemp(f"{cluster_id}-e2e")
+    spec = ClusterSpec(name=f"e2e-{cluster_id}", cluster_id=cluster_id, role="remote", nodes=0)
+    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
+    try:
+        cluster.create()
+        for namespace in namespaces:
+            cluster.kubectl("create", "namespace", namespace)
+        yield cluster
+    finally:
+        cluster.delete()
