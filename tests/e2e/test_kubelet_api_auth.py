@@ -24,7 +24,7 @@ from certs import pki
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from kube_offload_harness.cluster import APISERVER_KUBELET_CLIENT
-from support.clusters import offloaded_namespace
+from support.clusters import offloaded_namespace, running_on
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "guarded"
@@ -68,11 +68,7 @@ def pod(local, wait):
         },
     ])
 
-    def running_on_virtual_node():
-        pod = json.loads(local.kubectl("get", "pod", "-n", namespace, POD, "-o", "json").stdout)
-        return pod["spec"].get("nodeName") == VIRTUAL_NODE and pod.get("status", {}).get("phase") == "Running"
-
-    wait(running_on_virtual_node, timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
+    wait(lambda: running_on(local, namespace, POD, VIRTUAL_NODE), timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
     yield namespace
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
     local.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)

@@ -5,6 +5,7 @@ for tests of the runtime library against a real apiserver."""
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Iterator
 
 import pytest
@@ -36,16 +37,63 @@ def delete_namespace(cluster: Cluster, name: str) -> None:
 
 
 @contextlib.contextmanager
-def bare_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_id: str, *namespaces: str) -> Iterator[Cluster]:
-    """A control plane of the module's own, named ``e2e-<cluster_id>``, with ``namespaces``
-    created; deleted on exit whatever happened."""
+def bare_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_id: str, *namespaces: str,
+                 nodes: int = 0) -> Iterator[Cluster]:
+    """A control plane of the module's own, named ``e2e-<cluster_id>``, with ``nodes``
+    kwok-simulated physical nodes and ``namespaces`` created; deleted on exit whatever
+    happened."""
     state_dir = tmp_path_factory.mktemp(f"{cluster_id}-e2e")
-    spec = ClusterSpec(name=f"e2e-{cluster_id}", cluster_id=cluster_id, role="remote", nodes=0)
+    spec = ClusterSpec(name=f"e2e-{cluster_id}", cluster_id=cluster_id, role="remote", nodes=nodes)
     cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
     try:
         cluster.create()
+        if nodes:
+            cluster.add_physical_nodes()
         for namespace in namespaces:
             cluster.kubectl("create", "namespace", namespace)
         yield cluster
     finally:
         cluster.delete()
+
+
+def running_on(cluster: Cluster, namespace: str, name: str, node: str) -> bool:
+    """Whether pod ``namespace/name`` is bound to ``node`` and Running."""
+    pod = cluster.kubectl_json("get", "pod", "-n", namespace, name)
+    return pod["spec"].get("nodeName") == node and pod.get("status", {}).get("phase") == "Running"
+
+
+# kwok never pulls it: any image name would do, this one is real.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def deployment(cluster: Cluster, namespace: str, name: str, replicas: int, image: str = PAUSE_IMAGE) -> None:
+    """A Deployment of ``replicas`` small pods labelled ``app=<name>`` (10m CPU, 16Mi each;
+    5 s to terminate), applied to ``cluster``."""
+    cluster.apply({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "app", "image": image, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                    "terminationGracePeriodSeconds": 5,
+                },
+            },
+        },
+    })
+
+
+def get_or_none(cluster: Cluster, kind: str, namespace: str, name: str) -> dict | None:
+    """``kubectl get`` of one object (``namespace`` empty for a cluster-scoped kind); None
+    when it is not found, any other failure fails the test."""
+    scope = ["-n", namespace] if namespace else []
+    result = cluster.kubectl("get", kind, name, *scope, "-o", "json", check=False)
+    if result.returncode != 0:
+        if "NotFound" in result.stderr or "not found" in result.stderr:
+            return None
+        raise AssertionError(f"kubectl get {kind} {namespace}/{name}: {result.stderr}")
+    return json.loads(result.stdout)

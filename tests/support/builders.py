@@ -1,0 +1,75 @@
+"""The Kubernetes objects unit tests build again and again, in the shape the API server
+returns them. Each builder takes the fields a test varies as keywords and leaves out
+what it is not given, so a test states only what matters to it.
+
+ShadowPods come from the product's own :func:`kube_offload.shadowpod.build_shadowpod`
+(a test must not drift from what the vkubelet sends)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_offload.constants import LABEL_ORIGIN_CLUSTER_ID
+from kube_offload.shadowpod import build_shadowpod
+
+# The deletionTimestamp of an object being deleted (any past time will do).
+DELETING_SINCE = "2026-01-01T00:00:00Z"
+
+
+def container(name: str = "app", image: str = "nginx", *, requests: dict | None = None,
+              limits: dict | None = None) -> dict:
+    """A container; ``resources`` only when requests or limits are given."""
+    obj: dict[str, Any] = {"name": name, "image": image}
+    resources = {key: value for key, value in (("requests", requests), ("limits", limits)) if value is not None}
+    if resources:
+        obj["resources"] = resources
+    return obj
+
+
+def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict, labels: dict | None = None,
+              annotations: dict | None = None, origin: str | None = None,
+              origin_annotations: dict | None = None, phase: str | None = None, deleting: bool = False,
+              **meta: Any) -> dict:
+    """A ShadowPod for a pod of ``spec`` with the pod's ``labels``/``annotations``,
+    ``origin`` as its origin cluster label; ``meta`` (uid, resourceVersion, generation,
+    finalizers, ...) set over its metadata; ``phase`` as its status; ``deleting``: a
+    deletionTimestamp."""
+    pod_metadata = {key: value for key, value in (("labels", labels), ("annotations", annotations)) if value is not None}
+    obj = build_shadowpod(
+        name=name,
+        namespace=namespace,
+        pod_metadata=pod_metadata,
+        pod_spec=spec,
+        origin_labels={LABEL_ORIGIN_CLUSTER_ID: origin} if origin is not None else None,
+        origin_annotations=origin_annotations,
+    )
+    obj["metadata"].update(meta)
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = DELETING_SINCE
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def node(name: str, *, labels: dict | None = None, conditions: list | None = None,
+         allocatable: dict | None = None, api_version: bool = True) -> dict:
+    """A Node: ``labels`` and ``status.conditions`` always present (empty by default),
+    ``status.allocatable`` when given."""
+    status: dict[str, Any] = {"conditions": conditions or []}
+    if allocatable is not None:
+        status["allocatable"] = allocatable
+    obj: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {}}, "status": status}
+    if api_version:
+        obj = {"apiVersion": "v1", "kind": "Node", **obj}
+    return obj
+
+
+def namespace(name: str = "demo", *, labels: dict | None = None, annotations: dict | None = None) -> dict:
+    """A Namespace; ``labels``/``annotations`` only when given (an absent map and an
+    empty one are different inputs to the policy parsers)."""
+    metadata: dict[str, Any] = {"name": name}
+    if labels is not None:
+        metadata["labels"] = labels
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
