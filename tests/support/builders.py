@@ -26,15 +26,32 @@ def container(name: str = "app", image: str = "nginx", *, requests: dict | None 
     return obj
 
 
-def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict, labels: dict | None = None,
-              annotations: dict | None = None, origin: str | None = None,
+def pod(name: str | None = "web", namespace: str = "ns", *, containers: list | None = None, spec: dict | None = None,
+        phase: str | None = None, **meta: Any) -> dict:
+    """A Pod: ``meta`` (uid, labels, resourceVersion, generateName, ...) beside its name
+    (none when ``name`` is None, e.g. with generateName) and namespace; a spec only when
+    ``containers`` or ``spec`` is given (``spec``'s keys after ``containers``, so they
+    win); ``phase`` as its status."""
+    metadata: dict[str, Any] = {"name": name} if name is not None else {}
+    metadata.update(namespace=namespace, **meta)
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}
+    if containers is not None or spec is not None:
+        obj["spec"] = {**({"containers": containers} if containers is not None else {}), **(spec or {})}
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict, pod_labels: dict | None = None,
+              pod_annotations: dict | None = None, origin: str | None = None,
               origin_annotations: dict | None = None, phase: str | None = None, deleting: bool = False,
               **meta: Any) -> dict:
-    """A ShadowPod for a pod of ``spec`` with the pod's ``labels``/``annotations``,
-    ``origin`` as its origin cluster label; ``meta`` (uid, resourceVersion, generation,
-    finalizers, ...) set over its metadata; ``phase`` as its status; ``deleting``: a
+    """A ShadowPod for a pod of ``spec`` with ``pod_labels``/``pod_annotations``, ``origin``
+    as its origin cluster label; ``meta`` (uid, resourceVersion, generation, finalizers,
+    labels, ...) set over its own metadata; ``phase`` as its status; ``deleting``: a
     deletionTimestamp."""
-    pod_metadata = {key: value for key, value in (("labels", labels), ("annotations", annotations)) if value is not None}
+    pod_metadata = {key: value for key, value in (("labels", pod_labels), ("annotations", pod_annotations))
+                    if value is not None}
     obj = build_shadowpod(
         name=name,
         namespace=namespace,
@@ -51,17 +68,14 @@ def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict, labels: d
     return obj
 
 
-def node(name: str, *, labels: dict | None = None, conditions: list | None = None,
-         allocatable: dict | None = None, api_version: bool = True) -> dict:
+def node(name: str, labels: dict | None = None, conditions: list | None = None, *,
+         allocatable: dict | None = None) -> dict:
     """A Node: ``labels`` and ``status.conditions`` always present (empty by default),
     ``status.allocatable`` when given."""
     status: dict[str, Any] = {"conditions": conditions or []}
     if allocatable is not None:
         status["allocatable"] = allocatable
-    obj: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {}}, "status": status}
-    if api_version:
-        obj = {"apiVersion": "v1", "kind": "Node", **obj}
-    return obj
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}, "status": status}
 
 
 def namespace(name: str = "demo", *, labels: dict | None = None, annotations: dict | None = None) -> dict:

@@ -13,7 +13,7 @@ from enforcer.quota_rules import added_finalizers, finalizer_problem, lowered_re
 from enforcer.validation import decide, requests_delta
 from kube_offload import constants as c
 from kube_offload.admission import build_review, parse_review
-from kube_offload.shadowpod import build_shadowpod
+from support import builders
 
 NS = "demo-local"
 CONSUMER = "local"
@@ -34,15 +34,8 @@ def shadowpod(requests=None, limits=None, *, finalizers=None, overhead=None, del
     spec: dict = {"containers": [{"name": "app", "image": "nginx", "resources": resources}]}
     if overhead:
         spec["overhead"] = overhead
-    obj = build_shadowpod(
-        name="web", namespace=NS, pod_metadata={"labels": {}}, pod_spec=spec, origin_labels={c.LABEL_ORIGIN_CLUSTER_ID: CONSUMER}
-    )
-    obj["metadata"].update(uid="uid-1", generation=1)
-    if finalizers is not None:
-        obj["metadata"]["finalizers"] = finalizers
-    if deleting:
-        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return obj
+    meta = {"finalizers": finalizers} if finalizers is not None else {}
+    return builders.shadowpod("web", NS, spec=spec, origin=CONSUMER, deleting=deleting, uid="uid-1", generation=1, **meta)
 
 
 def request(obj: dict, *, operation: str = "CREATE", old: dict | None = None, user: str = USER):

@@ -17,7 +17,7 @@ from kube_offload import constants as C
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
-from kube_offload.shadowpod import build_shadowpod
+from support import builders
 
 KEY = "ns/web"
 
@@ -128,8 +128,7 @@ class World:
         spec = {"containers": [{"name": "c", "image": "i"}]}
         if restart_policy:
             spec["restartPolicy"] = restart_policy
-        shp = build_shadowpod(name="web", namespace="ns", pod_metadata={"labels": {"a": "b"}}, pod_spec=spec)
-        shp["metadata"].update(uid="shp-1", resourceVersion="1", generation=1)
+        shp = builders.shadowpod(spec=spec, pod_labels={"a": "b"}, uid="shp-1", resourceVersion="1", generation=1)
         self.api.shadowpods[KEY] = shp
         return shp
 

@@ -22,7 +22,8 @@ from kube_offload import constants as c
 from kube_offload.admission import Decision, build_review, parse_review
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
-from kube_offload.shadowpod import build_shadowpod, neutralized_spec
+from kube_offload.shadowpod import neutralized_spec
+from support import builders
 
 NS = "demo-local"
 USER = "system:serviceaccount:kube-offload-tenant-local:consumer"
@@ -136,15 +137,8 @@ class Caches:
 
 
 def shadowpod(name: str, cpu: str = "100m", uid: str | None = None) -> dict:
-    obj = build_shadowpod(
-        name=name,
-        namespace=NS,
-        pod_metadata={},
-        pod_spec={"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}]},
-        origin_labels={c.LABEL_ORIGIN_CLUSTER_ID: "local"},
-    )
-    obj["metadata"].update(uid=uid or f"uid-{name}", generation=1)
-    return obj
+    return builders.shadowpod(name, NS, spec={"containers": [builders.container(requests={"cpu": cpu})]}, origin="local",
+                              uid=uid or f"uid-{name}", generation=1)
 
 
 def review(obj: dict, *, operation: str = "CREATE", old: dict | None = None, dry: bool = False):

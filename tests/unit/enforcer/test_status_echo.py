@@ -14,8 +14,8 @@ from kubernetes import client
 from enforcer.controller import Enforcer, Settings
 from enforcer.reconcile import BY_SHADOWPOD
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
-from kube_offload.shadowpod import build_shadowpod
 from support.informers import drain
+from support import builders
 
 KEY = "ns/web"
 
@@ -26,12 +26,8 @@ def enforcer() -> Enforcer:
 
 
 def shadowpod(rv: str, phase: str | None = None, **labels: str) -> dict:
-    shp = build_shadowpod(name="web", namespace="ns", pod_metadata={"labels": {"a": "b"}},
-                          pod_spec={"containers": [{"name": "c", "image": "i"}]})
-    shp["metadata"].update(uid="shp-1", resourceVersion=rv, generation=1, labels=dict(labels))
-    if phase:
-        shp["status"] = {"phase": phase}
-    return shp
+    return builders.shadowpod(spec={"containers": [builders.container("c", "i")]}, pod_labels={"a": "b"}, phase=phase,
+                              uid="shp-1", resourceVersion=rv, generation=1, labels=dict(labels))
 
 
 def managed_pod(rv: str, phase: str) -> dict:

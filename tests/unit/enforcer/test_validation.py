@@ -21,9 +21,9 @@ from kube_offload import constants as c
 from kube_offload.admission import build_review, parse_review
 from kube_offload.provider_policy import DEFAULT_POLICY
 from kube_offload.resources import parse_resource_list
-from kube_offload.shadowpod import build_shadowpod
 
 import orjson
+from support import builders
 
 NS = "demo-local"
 CONSUMER = "local"
@@ -56,15 +56,8 @@ def pod_spec(**overrides) -> dict:
 
 
 def shadowpod(spec: dict | None = None, *, name: str = "web", origin: str | None = CONSUMER, uid: str = "uid-1", generation: int = 1) -> dict:
-    obj = build_shadowpod(
-        name=name,
-        namespace=NS,
-        pod_metadata={"labels": {"app": "web"}},
-        pod_spec=spec if spec is not None else pod_spec(),
-        origin_labels={c.LABEL_ORIGIN_CLUSTER_ID: origin} if origin is not None else {},
-    )
-    obj["metadata"].update(uid=uid, generation=generation)
-    return obj
+    return builders.shadowpod(name, NS, spec=spec if spec is not None else pod_spec(), pod_labels={"app": "web"},
+                              origin=origin, uid=uid, generation=generation)
 
 
 def request(obj: dict, *, operation: str = "CREATE", old: dict | None = None, user: str = USER):

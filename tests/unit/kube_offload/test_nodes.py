@@ -8,15 +8,7 @@ from kube_offload import constants as c
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_is_ready, placement_allows
 from kube_offload.policy import NamespacePolicy
 from kube_offload.selector import parse_selector
-
-
-def node(name: str, labels: dict | None = None, conditions: list | None = None) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "status": {"conditions": conditions or []},
-    }
+from support.builders import node
 
 
 def virtual(cluster: str, **labels: str) -> dict:

@@ -18,7 +18,8 @@ from kube_offload.pod_updates import (
     template_patch,
     with_mutable_fields,
 )
-from kube_offload.shadowpod import build_pod, build_shadowpod, pod_update
+from kube_offload.shadowpod import build_pod, pod_update
+from support import builders
 
 SPEC = {
     "initContainers": [{"name": "init", "image": "busybox:1"}],
@@ -33,16 +34,10 @@ DEFAULT_TOLERATIONS = [
 
 
 def shadowpod(labels=None, annotations=None, spec=None) -> dict:
-    shp = build_shadowpod(
-        name="web",
-        namespace="demo-local",
-        pod_metadata={"labels": labels if labels is not None else {"app": "web"},
-                      "annotations": annotations if annotations is not None else {"note": "1"}},
-        pod_spec=spec if spec is not None else SPEC,
-        origin_labels={LABEL_ORIGIN_CLUSTER_ID: "local"},
-    )
-    shp["metadata"]["uid"] = "shp-uid"
-    return shp
+    return builders.shadowpod("web", "demo-local", spec=spec if spec is not None else SPEC,
+                              pod_labels=labels if labels is not None else {"app": "web"},
+                              pod_annotations=annotations if annotations is not None else {"note": "1"},
+                              origin="local", uid="shp-uid")
 
 
 def running_pod(shp: dict) -> dict:

@@ -13,15 +13,11 @@ from kube_offload.policy import (
     validate_namespace,
 )
 from kube_offload.selector import parse_selector
+from support import builders
 
 
 def namespace(labels: dict | None = None, annotations: dict | None = None, name: str = "demo") -> dict:
-    metadata: dict = {"name": name}
-    if labels is not None:
-        metadata["labels"] = labels
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+    return builders.namespace(name, labels=labels, annotations=annotations)
 
 
 def test_defaults_when_nothing_is_set() -> None:

@@ -34,6 +34,7 @@ from kube_offload.shadowpod import (
     status_from_pod,
     status_without_pod,
 )
+from support import builders
 
 SPEC = {"containers": [{"name": "app", "image": "nginx", "ports": [{"containerPort": 80}]}]}
 
@@ -42,15 +43,9 @@ def shadowpod(*, restart_policy: str | None = None, status: dict | None = None, 
     spec = copy.deepcopy(SPEC)
     if restart_policy:
         spec["restartPolicy"] = restart_policy
-    obj = build_shadowpod(
-        name="web-0",
-        namespace="demo-local",
-        pod_metadata={"labels": {"app": "web"}, "annotations": {"note": "x"}},
-        pod_spec=spec,
-        origin_labels={LABEL_ORIGIN_CLUSTER_ID: "local"},
-        origin_annotations={ANNOTATION_ORIGIN_NAME: "web-0"},
-    )
-    obj["metadata"].update({"uid": "shp-uid", "resourceVersion": "7", "generation": 1, **meta})
+    obj = builders.shadowpod("web-0", "demo-local", spec=spec, pod_labels={"app": "web"}, pod_annotations={"note": "x"},
+                             origin="local", origin_annotations={ANNOTATION_ORIGIN_NAME: "web-0"},
+                             **{"uid": "shp-uid", "resourceVersion": "7", "generation": 1, **meta})
     if status is not None:
         obj["status"] = status
     return obj

@@ -16,6 +16,7 @@ from kubectl_offload.explain import (
     ExplainError, ExplainFacts, RemoteChain, RemoteView, explain, last_events,
 )
 from webhook.mutation import mutate_pod
+from support import builders
 
 NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)
 VNODE = "kube-offload-remote-1"
@@ -60,12 +61,8 @@ def virtual(ready=True, capacity=CAPACITY, allocatable=None):
 
 
 def pod(name="web", ns="demo", cpu="100m", **spec):
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
-        "spec": {"containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": cpu}}}], **spec},
-        "status": {"phase": "Pending"},
-    }
+    return builders.pod(name, ns, containers=[builders.container(image="x", requests={"cpu": cpu})], spec=spec,
+                        phase="Pending", uid=f"uid-{name}")
 
 
 def mutated(p, ns):

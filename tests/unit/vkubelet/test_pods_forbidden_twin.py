@@ -27,6 +27,7 @@ from vkubelet.pods import PodOffloader
 from vkubelet.reflection.configmaps import ConfigMapReflector
 from vkubelet.runner import LoopContext
 from vkubelet.settings import Settings
+from support import builders
 
 TWIN = "ns-local"
 KEY = "ns/web"
@@ -92,12 +93,8 @@ def forbid(loop: PodOffloader, forbidden: bool = True) -> None:
 
 
 def pod(**meta) -> dict:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "resourceVersion": "1", **meta},
-        "spec": {"nodeName": "kube-offload-remote", "containers": [{"name": "c", "image": "nginx"}]},
-        "status": {"phase": "Running"},
-    }
+    return builders.pod(containers=[builders.container("c")], spec={"nodeName": "kube-offload-remote"}, phase="Running",
+                        **{"uid": "u1", "resourceVersion": "1", **meta})
 
 
 TERMINATING = {"deletionTimestamp": "2026-11-23T22:00:00Z", "deletionGracePeriodSeconds": 0}

@@ -28,6 +28,7 @@ from webhook.namespace_cache import (
     StaticNamespaceSource,
 )
 from webhook.review import review_namespace, review_pod
+from support import builders
 
 OURS = {"key": c.TAINT_KEY, "operator": "Equal", "value": c.TAINT_VALUE, "effect": c.TAINT_EFFECT}
 NOT_VIRTUAL = {"key": c.LABEL_TYPE, "operator": "NotIn", "values": [c.TYPE_VIRTUAL_NODE]}
@@ -53,18 +54,9 @@ def policy(placement: str, selector: str = SELECTOR, enabled: bool = True) -> Na
 
 
 def pod(**spec_fields) -> dict:
-    spec = {
-        "containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}],
-        "restartPolicy": "Always",
-        "schedulerName": "default-scheduler",
-    }
-    spec.update(spec_fields)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "web-0", "namespace": "demo", "labels": {"app": "web"}},
-        "spec": spec,
-    }
+    return builders.pod("web-0", "demo", containers=[builders.container(requests={"cpu": "100m"})],
+                        spec={"restartPolicy": "Always", "schedulerName": "default-scheduler", **spec_fields},
+                        labels={"app": "web"})
 
 
 def required_terms(p: dict) -> list | None:

@@ -16,13 +16,14 @@ import pytest
 from kube_offload.runtime import events as ev
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.kube import ApiError
+from support import builders
 
 POD = {"apiVersion": "v1", "kind": "Pod",
        "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "resourceVersion": "5"}}
 
 
 def pod(name: str, uid: str | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}"}}
+    return builders.pod(name, uid=uid or f"uid-{name}")
 
 
 class FakeSink:
