@@ -545,21 +545,21 @@ def _client_for(port: int):
 def test_informer_source_applies_watch_events() -> None:
     source = InformerNamespaceSource(_client_for(_closed_loopback_port()))
     assert not source.ready()
-    source._informer._dispatch("ADDED", None, DEMO)
+    source._informer.apply("ADDED", DEMO)
     assert source.get_policy("demo").placement == "Remote"
     changed = copy.deepcopy(DEMO)
     changed["metadata"]["labels"][c.LABEL_POD_PLACEMENT] = "Local"
-    source._informer._dispatch("MODIFIED", DEMO, changed)
+    source._informer.apply("MODIFIED", changed)
     assert source.get_policy("demo").placement == "Local"
-    source._informer._dispatch("ADDED", None, BROKEN)
+    source._informer.apply("ADDED", BROKEN)
     with pytest.raises(Exception, match="pod-placement"):
         source.get_policy("broken")
 
 
 def test_informer_source_miss_with_unreachable_apiserver_is_unavailable() -> None:
     source = InformerNamespaceSource(_client_for(_closed_loopback_port()))
-    source._informer._dispatch("ADDED", None, DEMO)
-    source._informer._dispatch("DELETED", DEMO, DEMO)
+    source._informer.apply("ADDED", DEMO)
+    source._informer.apply("DELETED", DEMO)
     # Gone from the cache: the fallback GET runs, and its failure is a server-side error.
     with pytest.raises(NamespaceUnavailable, match="demo"):
         source.get_policy("demo")
