@@ -16,8 +16,8 @@ from kube_offload.shadowpod import build_shadowpod
 DELETING_SINCE = "2026-01-01T00:00:00Z"
 
 
-def container(name: str = "app", image: str = "nginx", *, requests: dict | None = None,
-              limits: dict | None = None) -> dict:
+def container(name: str = "app", image: str = "nginx", *, requests: dict[str, Any] | None = None,
+              limits: dict[str, Any] | None = None) -> dict[str, Any]:
     """A container; ``resources`` only when requests or limits are given."""
     obj: dict[str, Any] = {"name": name, "image": image}
     resources = {key: value for key, value in (("requests", requests), ("limits", limits)) if value is not None}
@@ -26,8 +26,8 @@ def container(name: str = "app", image: str = "nginx", *, requests: dict | None 
     return obj
 
 
-def pod(name: str | None = "web", namespace: str = "ns", *, containers: list | None = None, spec: dict | None = None,
-        phase: str | None = None, **meta: Any) -> dict:
+def pod(name: str | None = "web", namespace: str = "ns", *, containers: list[Any] | None = None, spec: dict[str, Any] | None = None,
+        phase: str | None = None, **meta: Any) -> dict[str, Any]:
     """A Pod: ``meta`` (uid, labels, resourceVersion, generateName, ...) beside its name
     (none when ``name`` is None, e.g. with generateName) and namespace; a spec only when
     ``containers`` or ``spec`` is given (``spec``'s keys after ``containers``, so they
@@ -42,10 +42,10 @@ def pod(name: str | None = "web", namespace: str = "ns", *, containers: list | N
     return obj
 
 
-def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict, pod_labels: dict | None = None,
-              pod_annotations: dict | None = None, origin: str | None = None,
-              origin_annotations: dict | None = None, phase: str | None = None, deleting: bool = False,
-              **meta: Any) -> dict:
+def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict[str, Any], pod_labels: dict[str, Any] | None = None,
+              pod_annotations: dict[str, Any] | None = None, origin: str | None = None,
+              origin_annotations: dict[str, Any] | None = None, phase: str | None = None, deleting: bool = False,
+              **meta: Any) -> dict[str, Any]:
     """A ShadowPod for a pod of ``spec`` with ``pod_labels``/``pod_annotations``, ``origin``
     as its origin cluster label; ``meta`` (uid, resourceVersion, generation, finalizers,
     labels, ...) set over its own metadata; ``phase`` as its status; ``deleting``: a
@@ -68,8 +68,8 @@ def shadowpod(name: str = "web", namespace: str = "ns", *, spec: dict, pod_label
     return obj
 
 
-def node(name: str, labels: dict | None = None, conditions: list | None = None, *,
-         allocatable: dict | None = None) -> dict:
+def node(name: str, labels: dict[str, Any] | None = None, conditions: list[Any] | None = None, *,
+         allocatable: dict[str, Any] | None = None) -> dict[str, Any]:
     """A Node: ``labels`` and ``status.conditions`` always present (empty by default),
     ``status.allocatable`` when given."""
     status: dict[str, Any] = {"conditions": conditions or []}
@@ -78,7 +78,7 @@ def node(name: str, labels: dict | None = None, conditions: list | None = None, 
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}, "status": status}
 
 
-def namespace(name: str = "demo", *, labels: dict | None = None, annotations: dict | None = None) -> dict:
+def namespace(name: str = "demo", *, labels: dict[str, Any] | None = None, annotations: dict[str, Any] | None = None) -> dict[str, Any]:
     """A Namespace; ``labels``/``annotations`` only when given (an absent map and an
     empty one are different inputs to the policy parsers)."""
     metadata: dict[str, Any] = {"name": name}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -16,10 +16,10 @@ from kube_offload_harness.cluster import Cluster, ClusterSpec
 
 
 def offloaded_namespace_manifest(name: str, placement: str = c.PLACEMENT_REMOTE, *, selector: str | None = None,
-                                 **extra_labels: str) -> dict:
+                                 **extra_labels: str) -> dict[str, Any]:
     """A Namespace that kube-offload serves: enabled, with ``placement`` and, if given,
     the cluster selector annotation; ``extra_labels`` beside (e.g. the mapping label)."""
-    meta: dict = {"name": name, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement, **extra_labels}}
+    meta: dict[str, Any] = {"name": name, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement, **extra_labels}}
     if selector is not None:
         meta["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: selector}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
@@ -59,7 +59,7 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_id: str, *nam
 def running_on(cluster: Cluster, namespace: str, name: str, node: str) -> bool:
     """Whether pod ``namespace/name`` is bound to ``node`` and Running."""
     pod = cluster.kubectl_json("get", "pod", "-n", namespace, name)
-    return pod["spec"].get("nodeName") == node and pod.get("status", {}).get("phase") == "Running"
+    return bool(pod["spec"].get("nodeName") == node and pod.get("status", {}).get("phase") == "Running")
 
 
 # kwok never pulls it: any image name would do, this one is real.
@@ -87,7 +87,7 @@ def deployment(cluster: Cluster, namespace: str, name: str, replicas: int, image
     })
 
 
-def get_or_none(cluster: Cluster, kind: str, namespace: str, name: str) -> dict | None:
+def get_or_none(cluster: Cluster, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     """``kubectl get`` of one object (``namespace`` empty for a cluster-scoped kind); None
     when it is not found, any other failure fails the test."""
     scope = ["-n", namespace] if namespace else []
@@ -96,4 +96,5 @@ def get_or_none(cluster: Cluster, kind: str, namespace: str, name: str) -> dict 
         if "NotFound" in result.stderr or "not found" in result.stderr:
             return None
         raise AssertionError(f"kubectl get {kind} {namespace}/{name}: {result.stderr}")
-    return json.loads(result.stdout)
+    obj: dict[str, Any] = json.loads(result.stdout)
+    return obj

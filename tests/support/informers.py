@@ -34,7 +34,7 @@ def offline_informer(name: str, **kwargs: Any) -> Informer:
 def drain(controller: Controller) -> list[str]:
     """The keys ``controller``'s workers would now reconcile, in order, taken off its
     queue (each marked done, so a key queued again later comes back)."""
-    keys = []
+    keys: list[str] = []
     while True:
         try:
             key = controller.queue.get(timeout=0.01)
