@@ -24,6 +24,7 @@ from kube_offload.runtime.kube import ApiError, call_json, load_api_client
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 from kube_offload_harness.cluster import Cluster
 from support.clusters import bare_cluster
+from support.waiting import wait_for
 
 NS_A, NS_B, NS_C = "ni-a", "ni-b", "ni-c"  # the reader may read a and b, never c
 TIMEOUT = 30
@@ -70,13 +71,7 @@ class Recorder:
 
 
 def until(predicate, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(predicate, what=what, timeout=timeout, interval=0.2)
 
 
 def test_watches_only_the_namespaces_it_is_given(cluster: Cluster, reader: client.ApiClient):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from typing import Any, Iterator
 
 import pytest
@@ -26,6 +25,7 @@ from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import call_json, load_api_client
 from kube_offload_harness.cluster import Cluster
 from support.clusters import bare_cluster
+from support.waiting import wait_for
 
 NS = "runtime-informer"
 TIMEOUT = 30
@@ -113,13 +113,7 @@ class Recorder:
 
 
 def until(predicate, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(predicate, what=what, timeout=timeout, interval=0.1)
 
 
 def configmap(name: str, label: str) -> dict:
