@@ -9,14 +9,13 @@ every component's log is copied to `.artifacts/e2e-logs/` in the repository.
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
+from support.clusters import keep_logs
 from support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,16 +54,7 @@ def offload_env(tmp_path_factory) -> Iterator[Environment]:
 
 
 def _keep_logs(env: Environment) -> None:
-    target = ARTIFACTS / time.strftime("%Y%m%d-%H%M%S")
-    target.mkdir(parents=True, exist_ok=True)
-    logs = env.state_dir / "logs"
-    if logs.exists():
-        shutil.copytree(logs, target / "components", dirs_exist_ok=True)
-    kwok = env.state_dir / "kwok" / "clusters"
-    if kwok.exists():
-        for cluster_dir in kwok.iterdir():
-            if (cluster_dir / "logs").exists():
-                shutil.copytree(cluster_dir / "logs", target / cluster_dir.name, dirs_exist_ok=True)
+    target = keep_logs(env, ARTIFACTS, control_planes=True)
     print(f"\nkube-offload e2e: component and control-plane logs kept in {target}")
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from kube_offload import constants as c
 from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment
 
 
 def offloaded_namespace_manifest(name: str, placement: str = c.PLACEMENT_REMOTE, *, selector: str | None = None,
@@ -98,3 +101,19 @@ def get_or_none(cluster: Cluster, kind: str, namespace: str, name: str) -> dict[
         raise AssertionError(f"kubectl get {kind} {namespace}/{name}: {result.stderr}")
     obj: dict[str, Any] = json.loads(result.stdout)
     return obj
+
+
+def keep_logs(env: Environment, artifacts: Path, *, control_planes: bool) -> Path:
+    """Copy the logs of ``env``'s components (and, with ``control_planes``, of every
+    kwokctl control-plane process) to a new ``artifacts/<timestamp>/``; return it."""
+    target = artifacts / time.strftime("%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    logs = env.state_dir / "logs"
+    if logs.exists():
+        shutil.copytree(logs, target / "components", dirs_exist_ok=True)
+    kwok = env.state_dir / "kwok" / "clusters"
+    if control_planes and kwok.exists():
+        for cluster_dir in kwok.iterdir():
+            if (cluster_dir / "logs").exists():
+                shutil.copytree(cluster_dir / "logs", target / cluster_dir.name, dirs_exist_ok=True)
+    return target
