@@ -117,3 +117,26 @@ def keep_logs(env: Environment, artifacts: Path, *, control_planes: bool) -> Pat
             if (cluster_dir / "logs").exists():
                 shutil.copytree(cluster_dir / "logs", target / cluster_dir.name, dirs_exist_ok=True)
     return target
+
+
+# --- the provider's side: objects in the remote cluster -------------------------------------------
+def find(cluster: Cluster, *args: str) -> dict[str, Any] | None:
+    """``kubectl get <args> --ignore-not-found``: the object, or None when there is none
+    (or kubectl failed: a poll asks again)."""
+    result = cluster.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=False)
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    obj: dict[str, Any] = json.loads(result.stdout)
+    return obj
+
+
+def patch_consumer(remote: Cluster, consumer: str, spec: dict[str, Any]) -> None:
+    """Merge ``spec`` into Consumer ``consumer``'s spec, as the provider's admin would."""
+    remote.kubectl("patch", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", consumer, "--type=merge", "-p", json.dumps({"spec": spec}))
+
+
+def twin_status(remote: Cluster, consumer: str, name: str) -> dict[str, Any]:
+    """The status of ``consumer``'s TwinNamespace ``name`` (empty while it has none)."""
+    twin = find(remote, f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}", name, "-n", c.tenant_namespace(consumer)) or {}
+    status: dict[str, Any] = twin.get("status") or {}
+    return status
