@@ -17,7 +17,7 @@ DEFAULT_WORKERS = 1
 DEFAULT_THREADS = 8
 # The server at rest (one worker with its threads; PSS, bench/bench_parse_memory.py
 # measured 48 MiB), rounded up; and the chart's memory limit (resources.limits.memory).
-# tests/unit/test_body_limits.py holds the chart to both.
+# tests/unit/kube_offload/runtime/test_body_limit.py holds the chart to both.
 BASELINE_BYTES = 50 * MIB
 MEMORY_LIMIT_BYTES = 512 * MIB
 # Bytes the bodies the worker is parsing may take together (ParseBudget,

@@ -2,7 +2,7 @@
 
 Every decision is asked of the code that makes it in the cluster, never re-implemented;
 those decisions are pure domain functions the components serve, so the plugin imports the
-domain and the contract only, never a component (tests/unit/test_kubectl_imports.py):
+domain and the contract only, never a component (tests/unit/kubectl_offload/test_imports.py):
 
 - the namespace policy: :func:`kube_offload.namespace_policies.evaluate` (webhook and
   extender read it so);

@@ -7,7 +7,7 @@ aside) that is four copies of the pod; at 5,000 pods per vkubelet it decides the
 memory (docs/performance.md, "vkubelet memory"). Each transform here keeps exactly the
 fields its readers use, plus what the informer itself needs (name, namespace and
 resourceVersion); docs/virtual-kubelet.md lists them for each cache, and
-tests/unit/test_vk_trim.py runs every reader over trimmed objects. A field a new reader
+tests/unit/vkubelet/test_trim.py runs every reader over trimmed objects. A field a new reader
 needs must be added here, or the reader sees it missing.
 
 The local pods are not trimmed: the translation reads nearly all of the spec, the status

@@ -19,7 +19,7 @@ DEFAULT_THREADS = 8
 DEFAULT_MAX_BODY_BYTES = APISERVER_MAX_REQUEST_BODY_BYTES
 # The server at rest, arbiter and workers (PSS; bench/bench_parse_memory.py measured 67
 # MiB with the default workers and threads), rounded up; and the chart's memory limit
-# (resources.limits.memory). tests/unit/test_body_limits.py holds the chart to both.
+# (resources.limits.memory). tests/unit/kube_offload/runtime/test_body_limit.py holds the chart to both.
 BASELINE_BYTES = 70 * MIB
 MEMORY_LIMIT_BYTES = 384 * MIB
 # Bytes the bodies one worker is parsing may take together (kube_offload/runtime/

@@ -388,7 +388,7 @@ class Informer:
                 if kind == "BOOKMARK":  # nothing changed, but resuming from here is cheaper
                     resource_version = new_rv or resource_version
                     continue
-                self._apply(kind, self._clean(obj))
+                self.apply(kind, self._clean(obj))
                 resource_version = new_rv or resource_version
         except Exception as exc:  # a dropped connection, an ERROR event other than 410
             # Resume from what was seen, not from where this watch began.
@@ -402,7 +402,11 @@ class Informer:
                 pass
         return resource_version, progressed
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def apply(self, kind: str, obj: dict) -> None:
+        """Apply one watch event (``kind`` ADDED, MODIFIED or DELETED) to the cache and its
+        indexes, then deliver it to the handlers, as a watch delivers it (ADDED for an object
+        already cached arrives as MODIFIED). The watch calls it; tests feed an informer that
+        never lists through it (tests/support/informers.py)."""
         key = object_key(obj)
         with self._dispatch_lock:
             with self._lock:  # the store and its indexes first, then the handlers

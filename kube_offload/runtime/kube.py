@@ -18,7 +18,7 @@ for the generated methods not migrated yet.
 Over 400 lines on purpose: it is one concern, the edge to the API server. The pure
 helpers (Status parsing, :func:`retry_delay`, :func:`query_string`, the preconditions)
 sit beside the one request path that uses them, and are tested on their own
-(tests/unit/test_runtime_kube.py).
+(tests/unit/kube_offload/runtime/test_kube.py).
 """
 
 from __future__ import annotations

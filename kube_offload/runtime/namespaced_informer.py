@@ -107,6 +107,14 @@ class MultiNamespaceInformer:
             children = list(self._children.values())
         return [obj for child in children for obj in child.list()]
 
+    def apply(self, kind: str, obj: dict) -> None:
+        """:meth:`Informer.apply` on the informer of ``obj``'s namespace, as its watch would;
+        an object of a namespace not watched is dropped, as no watch would see it."""
+        with self._lock:
+            child = self._children.get((obj.get("metadata") or {}).get("namespace") or "")
+        if child is not None:
+            child.apply(kind, obj)
+
     def keys(self) -> list[str]:
         with self._lock:
             children = list(self._children.values())

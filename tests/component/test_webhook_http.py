@@ -19,6 +19,7 @@ from kube_offload.admission import build_review
 from webhook.namespace_cache import StaticNamespaceSource
 from webhook.registration import NAMESPACE_WEBHOOK_NAME
 from webhook.settings import DEFAULT_MAX_BODY_BYTES
+from support import builders
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 MIB = 1024 * 1024
@@ -35,20 +36,14 @@ def session(webhook_server) -> requests.Session:
 
 
 def pod(namespace: str, **spec) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "web-", "namespace": namespace, "labels": {"app": "web"}},
-        "spec": {
-            "containers": [{"name": "app", "image": "nginx"}],
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                # What the DefaultTolerationSeconds admission plugin has already added.
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-            ],
-            **spec,
-        },
-    }
+    return builders.pod(None, namespace, containers=[builders.container()], spec={
+        "schedulerName": "default-scheduler",
+        "tolerations": [
+            # What the DefaultTolerationSeconds admission plugin has already added.
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        ],
+        **spec,
+    }, generateName="web-", labels={"app": "web"})
 
 
 def post(session: requests.Session, server, path: str, body) -> requests.Response:

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kube_offload.admission import build_review
+from support import builders
 
 ROUTES = ("/mutate/pods", "/validate/namespaces")
 SETTINGS = settings(
@@ -95,12 +96,8 @@ def test_random_json(client, route: str, value: Any) -> None:
 
 
 def _pod(namespace: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": namespace, "labels": {"app": "x"}},
-        "spec": {"containers": [{"name": "c", "image": "i"}], "schedulerName": "default-scheduler"},
-    }
+    return builders.pod("p", namespace, containers=[builders.container("c", "i")], spec={"schedulerName": "default-scheduler"},
+                        labels={"app": "x"})
 
 
 def _namespace() -> dict:

@@ -9,14 +9,14 @@ every component's log is copied to `.artifacts/e2e-logs/` in the repository.
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
+from support.clusters import keep_logs
+from support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "e2e-logs"
@@ -54,16 +54,7 @@ def offload_env(tmp_path_factory) -> Iterator[Environment]:
 
 
 def _keep_logs(env: Environment) -> None:
-    target = ARTIFACTS / time.strftime("%Y%m%d-%H%M%S")
-    target.mkdir(parents=True, exist_ok=True)
-    logs = env.state_dir / "logs"
-    if logs.exists():
-        shutil.copytree(logs, target / "components", dirs_exist_ok=True)
-    kwok = env.state_dir / "kwok" / "clusters"
-    if kwok.exists():
-        for cluster_dir in kwok.iterdir():
-            if (cluster_dir / "logs").exists():
-                shutil.copytree(cluster_dir / "logs", target / cluster_dir.name, dirs_exist_ok=True)
+    target = keep_logs(env, ARTIFACTS, control_planes=True)
     print(f"\nkube-offload e2e: component and control-plane logs kept in {target}")
 
 
@@ -77,19 +68,7 @@ def remote(offload_env: Environment) -> Cluster:
     return offload_env.cluster(offload_env.topology().remotes[0])
 
 
-def wait_for(predicate: Callable[[], object], *, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
-    """Poll ``predicate`` until it returns a truthy value; fail the test with ``what``."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
 @pytest.fixture(scope="session")
 def wait() -> Callable[..., object]:
-    """The :func:`wait_for` poller, as a fixture (test modules cannot import conftest)."""
+    """:func:`support.waiting.wait_for`, as a fixture (what the e2e modules have always asked for)."""
     return wait_for

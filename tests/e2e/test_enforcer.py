@@ -27,8 +27,8 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster
+from support.clusters import bare_cluster
 from kube_offload.constants import LABEL_MANAGED_BY, MANAGED_BY_ENFORCER
 from kube_offload.runtime.kube import load_api_client
 
@@ -89,16 +89,8 @@ class EnforcerProcess:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    state_dir = tmp_path_factory.mktemp("enforcer-e2e")
-    spec = ClusterSpec(name="e2e-enforcer", cluster_id="enforcer", role="remote", nodes=2)
-    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
-    try:
-        cluster.create()
-        cluster.add_physical_nodes()
-        cluster.kubectl("create", "namespace", NAMESPACE)
+    with bare_cluster(tmp_path_factory, "enforcer", NAMESPACE, nodes=2) as cluster:
         yield cluster
-    finally:
-        cluster.delete()
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
@@ -55,15 +56,6 @@ def plugin_json(local: Cluster, remote: Cluster | None, *args: str, expect: int 
     assert result.returncode == expect, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert "Traceback" not in result.stderr
     return json.loads(result.stdout)
-
-
-def namespace(local: Cluster, name: str, *, offloaded: bool = True, selector: str | None = None) -> None:
-    meta: dict = {"name": name, "labels": {}}
-    if offloaded:
-        meta["labels"] = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}
-    if selector is not None:
-        meta["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: selector}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
 
 
 def pod_manifest(ns: str, name: str, cpu: str = "10m", **spec) -> dict:
@@ -94,7 +86,7 @@ def node_row(doc: dict, remote: Cluster) -> dict:
 # --- explain ---------------------------------------------------------------------------------
 def test_explain_a_pod_that_runs_remotely(local, remote, wait):
     ns = unique("ex-remote")
-    namespace(local, ns)
+    offloaded_namespace(local, ns)
     try:
         local.apply(pod_manifest(ns, "web"))
         wait(lambda: phase(local, ns, "web") == "Running", timeout=90, what="the offloaded pod Running")
@@ -124,7 +116,7 @@ def test_explain_a_pod_that_runs_remotely(local, remote, wait):
 
 def test_explain_a_pod_pending_for_lack_of_remote_capacity(local, remote, wait):
     ns = unique("ex-big")
-    namespace(local, ns)
+    offloaded_namespace(local, ns)
     try:
         # 5 cpu: within the virtual node's allocatable (90 % of 2 x 4 cpu), beyond every remote node.
         local.apply(pod_manifest(ns, "big", cpu="5"))
@@ -143,7 +135,7 @@ def test_explain_a_pod_pending_for_lack_of_remote_capacity(local, remote, wait):
 
 def test_explain_a_pod_refused_by_policy(local, remote, wait):
     ns = unique("ex-sel")
-    namespace(local, ns, selector="topology.kubernetes.io/region=mars")
+    offloaded_namespace(local, ns, selector="topology.kubernetes.io/region=mars")
     try:
         local.apply(pod_manifest(ns, "lost"))
         wait(lambda: unschedulable(local, ns, "lost"), timeout=60, what="the scheduler to give up on the pod")
@@ -159,7 +151,7 @@ def test_explain_a_pod_refused_by_policy(local, remote, wait):
 
 def test_explain_a_pod_the_provider_refused(local, remote, wait):
     ns = unique("ex-host")
-    namespace(local, ns)
+    offloaded_namespace(local, ns)
     try:
         local.apply(pod_manifest(ns, "hostnet", hostNetwork=True))
 
@@ -177,7 +169,7 @@ def test_explain_a_pod_the_provider_refused(local, remote, wait):
 
 def test_explain_in_a_namespace_that_is_not_offloaded(local, remote, wait, tmp_path):
     ns = unique("ex-plain")
-    namespace(local, ns, offloaded=False)
+    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {}}})
     try:
         manifest = tmp_path / "pod.yaml"
         manifest.write_text(yaml.safe_dump(pod_manifest(ns, "home")))
@@ -204,7 +196,7 @@ def _row(doc: dict, remote: Cluster) -> dict:
 
 def test_status_of_a_healthy_remote(local, remote, wait):
     ns = unique("st-ok")
-    namespace(local, ns)
+    offloaded_namespace(local, ns)
     try:
         local.apply(pod_manifest(ns, "one"))
         wait(lambda: phase(local, ns, "one") == "Running", timeout=90, what="the offloaded pod Running")

@@ -28,6 +28,7 @@ import yaml
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import twin_namespace as twin, unique, virtual_node_name
+from support.clusters import offloaded_namespace
 
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 POLICY = "e2e-keep-twin-rolebinding-revoked"
@@ -35,11 +36,6 @@ POLICY_WORDS = "e2e: the consumer's access to this twin is revoked"
 # Reason of the Warning Event a pod of a forbidden twin gets (vkubelet/events.py).
 REASON_TWIN_FORBIDDEN = "TwinNamespaceForbidden"
 REASON_REFLECTION_FAILED = "ReflectionFailed"
-
-
-def offloaded_namespace(local: Cluster, name: str) -> None:
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
 
 
 def make_pod(local: Cluster, namespace: str, name: str) -> None:

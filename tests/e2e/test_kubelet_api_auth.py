@@ -24,6 +24,7 @@ from certs import pki
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from kube_offload_harness.cluster import APISERVER_KUBELET_CLIENT
+from support.clusters import offloaded_namespace, running_on
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "guarded"
@@ -40,8 +41,7 @@ def pod(local, wait):
     """An offloaded pod Running on the virtual node, and two ServiceAccounts in its
     namespace: ``viewer`` (no kubelet rights) and ``operator`` (nodes/proxy on this node)."""
     namespace = f"ka-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", namespace)
-    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    offloaded_namespace(local, namespace)
     role = f"{namespace}-kubelet-proxy"
     local.apply([
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": namespace}},
@@ -68,11 +68,7 @@ def pod(local, wait):
         },
     ])
 
-    def running_on_virtual_node():
-        pod = json.loads(local.kubectl("get", "pod", "-n", namespace, POD, "-o", "json").stdout)
-        return pod["spec"].get("nodeName") == VIRTUAL_NODE and pod.get("status", {}).get("phase") == "Running"
-
-    wait(running_on_virtual_node, timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
+    wait(lambda: running_on(local, namespace, POD, VIRTUAL_NODE), timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
     yield namespace
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
     local.kubectl("delete", "clusterrolebinding,clusterrole", role, "--ignore-not-found", check=False)

@@ -11,7 +11,6 @@ exec directory; and serves the simulated log file to attach."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -26,16 +25,12 @@ import pytest
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from vkubelet.kubeletapi.limits import StreamLimits
+from support.clusters import offloaded_namespace, running_on
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "streamer"
 CONTAINER = "app"
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> 8080")
-
-
-def running_on_virtual_node(local, namespace: str, name: str) -> bool:
-    pod = json.loads(local.kubectl("get", "pod", "-n", namespace, name, "-o", "json").stdout)
-    return pod["spec"].get("nodeName") == VIRTUAL_NODE and pod.get("status", {}).get("phase") == "Running"
 
 
 def offloaded_pod(local, namespace: str, name: str) -> dict:
@@ -63,10 +58,9 @@ def sim(offload_env, remote):
 @pytest.fixture(scope="module")
 def namespace(local, wait, sim):
     namespace = f"ks-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", namespace)
-    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    offloaded_namespace(local, namespace)
     local.apply(offloaded_pod(local, namespace, POD))
-    wait(lambda: running_on_virtual_node(local, namespace, POD), timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
+    wait(lambda: running_on(local, namespace, POD, VIRTUAL_NODE), timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
     yield namespace
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
@@ -252,7 +246,7 @@ def vkubelet_running(offload_env) -> bool:
 
 def new_pod_is_offloaded_and_mirrored(local, remote, offload_env, wait, namespace: str, name: str) -> None:
     local.apply(offloaded_pod(local, namespace, name))
-    wait(lambda: running_on_virtual_node(local, namespace, name), timeout=120, what=f"{namespace}/{name} offloaded and Running")
+    wait(lambda: running_on(local, namespace, name, VIRTUAL_NODE), timeout=120, what=f"{namespace}/{name} offloaded and Running")
     pod = local.kubectl_json("get", "pod", "-n", namespace, name)
     assert pod["status"].get("podIP"), "the remote pod's status (its IP) is mirrored"
 

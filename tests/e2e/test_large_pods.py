@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from kube_offload import constants as C
+from support.clusters import offloaded_namespace
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # Long values keep the stored object (protobuf plus managedFields, ~70 bytes per env
@@ -23,8 +24,7 @@ VALUE = "v" * 500
 @pytest.fixture
 def namespace(local):
     name = f"t-large-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", name)
-    local.kubectl("label", "namespace", name, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_LOCAL}")
+    offloaded_namespace(local, name, C.PLACEMENT_LOCAL)
     yield name
     local.kubectl("delete", "namespace", "--wait=false", name, check=False)
 

@@ -28,6 +28,7 @@ from kube_offload_harness import standby as ha
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.identities import RELEASE_NAMESPACE
 from kube_offload_harness.standby import readyz
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"
 IMAGE = "registry.k8s.io/pause:3.10"
@@ -36,8 +37,7 @@ BURST = 40
 
 def start_burst(local: Cluster, ns: str) -> None:
     """An offloaded namespace ``ns`` and a Deployment of BURST pods in it, applied at once."""
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+    offloaded_namespace(local, ns)
     local.apply({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "burst", "namespace": ns},
         "spec": {"replicas": BURST, "selector": {"matchLabels": {"app": "burst"}}, "template": {

@@ -8,7 +8,6 @@ the remote cluster itself for the twin pod: the relay must change nothing."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from vkubelet.naming import twin_namespace_name
+from support.clusters import offloaded_namespace, running_on
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "talker"
@@ -47,8 +47,7 @@ def sim(offload_env, remote):
 def pod(local, remote, offload_env, wait, sim):
     """An offloaded pod, Running on the virtual node; yields (local ns, remote twin ns)."""
     namespace = f"lx-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", namespace)
-    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    offloaded_namespace(local, namespace)
     local.apply(
         {
             "apiVersion": "v1",
@@ -58,11 +57,7 @@ def pod(local, remote, offload_env, wait, sim):
         }
     )
 
-    def running_on_virtual_node():
-        pod = json.loads(local.kubectl("get", "pod", "-n", namespace, POD, "-o", "json").stdout)
-        return pod["spec"].get("nodeName") == VIRTUAL_NODE and pod.get("status", {}).get("phase") == "Running"
-
-    wait(running_on_virtual_node, timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
+    wait(lambda: running_on(local, namespace, POD, VIRTUAL_NODE), timeout=90, what=f"{namespace}/{POD} Running on {VIRTUAL_NODE}")
     twin = twin_namespace_name(namespace, offload_env.topology().local.cluster_id)
     yield namespace, twin
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -28,6 +28,7 @@ from kube_offload import constants as C
 from kube_offload.resources import parse_quantity
 from kube_offload_harness import metrics_server
 from vkubelet.naming import twin_namespace_name
+from support.clusters import offloaded_namespace
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 # name -> (containers, cpu and memory each container uses): kwok applies the annotations
@@ -70,8 +71,7 @@ def offloaded(local, remote, offload_env, wait, metrics_servers):
     remote cluster, and a pod in the twin namespace that forges our origin label and
     annotations without being our ShadowPod's. Yields (local ns, twin ns, foreign ns)."""
     namespace = f"top-{uuid.uuid4().hex[:8]}"
-    local.kubectl("create", "namespace", namespace)
-    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    offloaded_namespace(local, namespace)
     local.apply([pod_manifest(name, namespace, *spec) for name, spec in PODS.items()])
 
     def all_running():

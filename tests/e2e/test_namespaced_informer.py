@@ -22,8 +22,9 @@ from kubernetes import client
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
 from kube_offload.runtime.kube import ApiError, call_json, load_api_client
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
-from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster
+from support.clusters import bare_cluster
+from support.waiting import wait_for
 
 NS_A, NS_B, NS_C = "ni-a", "ni-b", "ni-c"  # the reader may read a and b, never c
 TIMEOUT = 30
@@ -31,13 +32,7 @@ TIMEOUT = 30
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    state_dir = tmp_path_factory.mktemp("namespaced-informer-e2e")
-    spec = ClusterSpec(name="e2e-nsinformer", cluster_id="nsinformer", role="remote", nodes=0)
-    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
-    try:
-        cluster.create()
-        for ns in (NS_A, NS_B, NS_C):
-            cluster.kubectl("create", "namespace", ns)
+    with bare_cluster(tmp_path_factory, "nsinformer", NS_A, NS_B, NS_C) as cluster:
         cluster.kubectl("create", "serviceaccount", "reader", "-n", NS_A)
         for ns in (NS_A, NS_B):
             cluster.kubectl("create", "role", "read-configmaps", "-n", ns, "--verb=get,list,watch", "--resource=configmaps")
@@ -45,8 +40,6 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
                 "create", "rolebinding", "reader", "-n", ns, "--role=read-configmaps", f"--serviceaccount={NS_A}:reader"
             )
         yield cluster
-    finally:
-        cluster.delete()
 
 
 @pytest.fixture(scope="module")
@@ -78,13 +71,7 @@ class Recorder:
 
 
 def until(predicate, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(predicate, what=what, timeout=timeout, interval=0.2)
 
 
 def test_watches_only_the_namespaces_it_is_given(cluster: Cluster, reader: client.ApiClient):

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
+from support.clusters import offloaded_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "charts" / "kube-offload-local" / "dashboards" / "kube-offload.json"
@@ -118,8 +119,7 @@ def test_figures_move_when_a_pod_is_offloaded_and_removed(
     running_before = value(vk_before, "kube_offload_vkubelet_pods", cluster_id=cluster_id, phase="Running")
 
     namespace = unique("observe")
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}})
+    offloaded_namespace(local, namespace)
     try:
         local.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": namespace},
                      "data": {"mode": "observed"}})

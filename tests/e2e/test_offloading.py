@@ -23,6 +23,7 @@ from kube_offload import constants as c
 from kube_offload_harness.cluster import KWOK_POD_CIDR, Cluster, Environment, remote_pod_cidr_remapped
 from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace as twin, unique, virtual_node_name
 from kube_offload.resources import parse_quantity
+from support.clusters import delete_namespace, deployment, offloaded_namespace
 
 LOCAL_ID = LOCAL_CLUSTER_ID
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
@@ -30,34 +31,6 @@ VK_MANAGER = "kube-offload-vkubelet"  # field manager (user agent) of the vkubel
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def offloaded_namespace(local: Cluster, name: str, placement: str = c.PLACEMENT_REMOTE, **extra_labels: str) -> None:
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement, **extra_labels}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
-
-
-def deployment(local: Cluster, namespace: str, name: str, replicas: int) -> None:
-    local.apply(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {
-                        "containers": [
-                            {"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
-                        ],
-                        "terminationGracePeriodSeconds": 5,
-                    },
-                },
-            },
-        }
-    )
-
-
 def pods(cluster: Cluster, namespace: str, selector: str | None = None, managed_fields: bool = False) -> list[dict]:
     args = ["get", "pods", "-n", namespace]
     if selector:
@@ -90,10 +63,6 @@ def remapped_pod_ip(env: Environment, remote: Cluster, address: str) -> str:
 
 def namespace_exists(cluster: Cluster, name: str) -> bool:
     return cluster.kubectl("get", "namespace", name, check=False).returncode == 0
-
-
-def delete_namespace(local: Cluster, name: str) -> None:
-    local.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def vkubelet_record(env: Environment, remote: Cluster):

@@ -50,6 +50,7 @@ import yaml
 from kube_offload import constants as c
 from kube_offload_harness import chart_processes
 from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, free_port
+from support.clusters import offloaded_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_ID = "local"  # the session's local cluster id (default_topology)
@@ -286,11 +287,7 @@ def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
     assert set(kubeconfig["users"][0]["user"]) == {"token"}
 
     # A pod of an offloaded namespace that selects this cluster runs there.
-    pair.local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": DEMO,
-        "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE},
-        "annotations": {c.ANNOTATION_CLUSTER_SELECTOR: f"{c.LABEL_CLUSTER_ID}={REMOTE_ID}"},
-    }})
+    offloaded_namespace(pair.local, DEMO, selector=f"{c.LABEL_CLUSTER_ID}={REMOTE_ID}")
     pair.local.apply({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": DEMO},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {

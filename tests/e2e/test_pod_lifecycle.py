@@ -23,6 +23,7 @@ from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.partition import vkubelet_behind_link
 from kube_offload_harness.naming import twin_namespace as twin, unique, virtual_node_name
+from support.clusters import delete_namespace, offloaded_namespace
 
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 PING_TIMEOUT = 5  # seconds, for the vkubelet behind the link
@@ -36,15 +37,6 @@ HOLD_FINALIZER = "example.com/hold"
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def namespace(local: Cluster, name: str, placement: str) -> None:
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
-
-
-def drop(local: Cluster, name: str) -> None:
-    local.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
-
-
 def partition_tolerations(seconds: int | None) -> list[dict]:
     tolerations = []
     for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
@@ -139,7 +131,7 @@ def test_partition_turns_pods_not_ready_evicts_per_toleration_and_heals_from_the
     offload_env, local, remote, wait
 ):
     ns = unique("lc-partition")
-    namespace(local, ns, c.PLACEMENT_LOCAL_AND_REMOTE)
+    offloaded_namespace(local, ns, c.PLACEMENT_LOCAL_AND_REMOTE)
     vnode = virtual_node_name(remote.spec.cluster_id)
     extra = ["--ping-interval", "1s", "--ping-timeout", f"{PING_TIMEOUT}s", "--unreachable-deletion-margin", f"{MARGIN}s"]
     try:
@@ -255,7 +247,7 @@ def test_partition_turns_pods_not_ready_evicts_per_toleration_and_heals_from_the
 
             wait(remote_is_exactly_the_patient, timeout=60, what="only the patient's ShadowPod and pod remotely")
     finally:
-        drop(local, ns)
+        delete_namespace(local, ns)
 
 
 # --- 5. graceful deletion end to end --------------------------------------------------------------
@@ -284,7 +276,7 @@ class Watch:
 
 def test_deletion_grace_period_reaches_the_remote_pod_and_the_local_pod_goes_after_it(local, remote, wait):
     ns = unique("lc-grace")
-    namespace(local, ns, c.PLACEMENT_REMOTE)
+    offloaded_namespace(local, ns, c.PLACEMENT_REMOTE)
     watch = None
     try:
         local.apply({
@@ -335,4 +327,4 @@ def test_deletion_grace_period_reaches_the_remote_pod_and_the_local_pod_goes_aft
             watch.stop()
         remote.kubectl("patch", "pod", "slow", "-n", twin(ns), "--type=json",
                        "-p", json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]), check=False)
-        drop(local, ns)
+        delete_namespace(local, ns)

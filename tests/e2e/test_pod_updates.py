@@ -24,6 +24,7 @@ import pytest
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"  # the harness's local cluster id
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
@@ -46,11 +47,6 @@ def _twin(namespace: str) -> str:
 
 def _node(remote: Cluster) -> str:
     return f"{c.VIRTUAL_NODE_PREFIX}{remote.spec.cluster_id}"
-
-
-def _namespace(local: Cluster, name: str, placement: str) -> None:
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
-        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}}})
 
 
 def _get(cluster: Cluster, kind: str, name: str, namespace: str) -> dict | None:
@@ -87,7 +83,7 @@ def namespace(local):
 
     def make(prefix: str, placement: str = c.PLACEMENT_REMOTE) -> str:
         name = _unique(prefix)
-        _namespace(local, name, placement)
+        offloaded_namespace(local, name, placement)
         names.append(name)
         return name
 

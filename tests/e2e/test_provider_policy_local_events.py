@@ -17,17 +17,13 @@ import time
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.naming import twin_namespace as twin, unique
+from support.clusters import offloaded_namespace
 
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 TIMEOUT = 90  # seconds; generous for a loaded 2-core machine
 REASON = "ProviderPolicyAdjusted"
 # A documentation address (RFC 5737), only ever data in an object here, never a target.
 EXTERNAL_IP = "192.0.2.10"
-
-
-def offloaded_namespace(local: Cluster, name: str) -> None:
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
 
 
 def events_about(cluster: Cluster, namespace: str, kind: str, name: str, reason: str) -> list[dict]:

@@ -25,6 +25,7 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"
 TIMEOUT = 90
@@ -68,8 +69,7 @@ def twin(local: Cluster, remote: Cluster, policy: dict, wait) -> Iterator[str]:
     """A twin namespace of the consumer (the vkubelet asks for it as a local namespace is
     offloaded); the objects below are written into it directly, as the consumer."""
     ns = unique("policy-net")
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}})
+    offloaded_namespace(local, ns)
     name = f"{ns}-{LOCAL_ID}"
     wait(lambda: remote.kubectl("get", "namespace", name, check=False).returncode == 0, timeout=TIMEOUT, what=f"twin namespace {name}")
     try:

@@ -19,27 +19,14 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
+from support.clusters import find, patch_consumer, twin_status
 
 CONSUMER = "e2e-objquota"
 TENANT = c.tenant_namespace(CONSUMER)
-CONSUMER_KIND = f"{c.CONSUMER_PLURAL}.{c.DOMAIN}"
 TWIN_KIND = f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}"
 QUOTA = c.TWIN_RESOURCEQUOTA_NAME
 SERVE_SECONDS = 90
 
-
-
-def get(remote: Cluster, *args: str) -> dict | None:
-    result = remote.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 and result.stdout.strip() else None
-
-
-def patch_consumer(remote: Cluster, spec: dict) -> None:
-    remote.kubectl("patch", CONSUMER_KIND, CONSUMER, "--type=merge", "-p", json.dumps({"spec": spec}))
-
-
-def twin_status(remote: Cluster, name: str) -> dict:
-    return ((get(remote, TWIN_KIND, name, "-n", TENANT) or {}).get("status")) or {}
 
 
 def service(name: str) -> dict:
@@ -52,7 +39,7 @@ def service(name: str) -> dict:
 
 
 def resourcequota(remote: Cluster, twin: str) -> dict | None:
-    return get(remote, "resourcequota", QUOTA, "-n", twin)
+    return find(remote, "resourcequota", QUOTA, "-n", twin)
 
 
 def counted(quota: dict | None, key: str, figure: str) -> bool:
@@ -73,7 +60,7 @@ def consumer(offload_env: Environment, remote: Cluster) -> Path:
 def twin(remote: Cluster, consumer: Path, wait) -> str:
     """A twin of e2e-objquota whose Consumer allows one Service per twin (and 2 CPUs in
     all: a compute key, which never reaches the ResourceQuota)."""
-    patch_consumer(remote, {"quota": {"count/services": "1", "cpu": "2"}})
+    patch_consumer(remote, CONSUMER, {"quota": {"count/services": "1", "cpu": "2"}})
     name = f"{unique('oq')}-{CONSUMER}"
     request = {
         "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}",
@@ -83,11 +70,11 @@ def twin(remote: Cluster, consumer: Path, wait) -> str:
     }
     made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(request))
     assert made.returncode == 0, made.stderr
-    wait(lambda: twin_status(remote, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
+    wait(lambda: twin_status(remote, CONSUMER, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
          what=f"twin {name} Ready")
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, {"quota": None})
+    patch_consumer(remote, CONSUMER, {"quota": None})
 
 
 def test_the_twin_gets_the_resourcequota_with_object_keys_only(remote: Cluster, twin: str) -> None:
@@ -109,7 +96,7 @@ def test_a_second_service_is_refused_by_the_api_server_naming_the_quota(remote: 
     assert second.returncode != 0, "a second Service was admitted past count/services: 1"
     assert f"exceeded quota: {QUOTA}" in second.stderr, second.stderr
     assert "count/services" in second.stderr
-    assert get(remote, "service", "second", "-n", twin) is None
+    assert find(remote, "service", "second", "-n", twin) is None
 
 
 def test_the_consumer_cannot_delete_or_edit_the_resourcequota(remote: Cluster, consumer: Path, twin: str) -> None:
@@ -135,7 +122,7 @@ def test_a_deleted_resourcequota_is_made_again(remote: Cluster, twin: str, wait)
 def test_raising_the_figure_on_the_consumer_lets_the_service_through(
     remote: Cluster, consumer: Path, twin: str, wait
 ) -> None:
-    patch_consumer(remote, {"quota": {"count/services": "2", "cpu": "2"}})
+    patch_consumer(remote, CONSUMER, {"quota": {"count/services": "2", "cpu": "2"}})
     wait(lambda: counted(resourcequota(remote, twin), "count/services", "2"), timeout=30,
          what=f"ResourceQuota {QUOTA} in {twin} raised to 2 and counted")
     second = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps(service("second")))
@@ -146,5 +133,5 @@ def test_raising_the_figure_on_the_consumer_lets_the_service_through(
 
 def test_no_object_key_no_resourcequota(remote: Cluster, twin: str, wait) -> None:
     # The default: a Consumer whose quota has no object key has no ResourceQuota in its twins.
-    patch_consumer(remote, {"quota": {"count/services": None}})  # a merge patch: null removes the key
+    patch_consumer(remote, CONSUMER, {"quota": {"count/services": None}})  # a merge patch: null removes the key
     wait(lambda: resourcequota(remote, twin) is None, timeout=30, what=f"ResourceQuota {QUOTA} gone from {twin}")

@@ -28,6 +28,7 @@ from kube_offload import provider_policy as pp
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace, unique
+from support.clusters import offloaded_namespace
 
 IMAGE = "registry.k8s.io/pause:3.10"
 DENIED = f'admission webhook "{c.SHADOWPOD_WEBHOOK_NAME}" denied the request'
@@ -60,8 +61,7 @@ def twin(local: Cluster, remote: Cluster, wait) -> Iterator[str]:
     """A twin namespace the enforcer made for consumer "local", with an ordinary pod the
     honest vkubelet offloaded there (it must pass the default policy and run)."""
     ns = unique("pp-pods")
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+    offloaded_namespace(local, ns)
     try:
         # The ServiceAccount admission refuses pods until the namespace's default account exists.
         wait(lambda: local.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,

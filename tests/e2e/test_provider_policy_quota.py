@@ -24,6 +24,7 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
+from support.clusters import find, patch_consumer, twin_status
 
 CONSUMER = "e2e-quota"
 TENANT = c.tenant_namespace(CONSUMER)
@@ -37,15 +38,6 @@ SERVE_SECONDS = 90
 
 
 
-def get(remote: Cluster, *args: str) -> dict | None:
-    result = remote.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 and result.stdout.strip() else None
-
-
-def patch_consumer(remote: Cluster, spec: dict) -> None:
-    remote.kubectl("patch", CONSUMER_KIND, CONSUMER, "--type=merge", "-p", json.dumps({"spec": spec}))
-
-
 def twin_request(name: str) -> dict:
     return {
         "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}",
@@ -53,10 +45,6 @@ def twin_request(name: str) -> dict:
         "metadata": {"name": name, "namespace": TENANT},
         "spec": {"localNamespace": name},
     }
-
-
-def twin_status(remote: Cluster, name: str) -> dict:
-    return ((get(remote, TWIN_KIND, name, "-n", TENANT) or {}).get("status")) or {}
 
 
 def shadowpod(name: str, *, cpu: str = "100m", limits: dict | None = None, finalizers: list[str] | None = None) -> dict:
@@ -91,11 +79,11 @@ def twin(remote: Cluster, consumer: Path, wait) -> str:
     name = f"{unique('q')}-{CONSUMER}"
     made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
     assert made.returncode == 0, made.stderr
-    wait(lambda: twin_status(remote, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
+    wait(lambda: twin_status(remote, CONSUMER, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
          what=f"twin {name} Ready")
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, {"quota": None, "policy": None})
+    patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
 
 
 def create(remote: Cluster, consumer: Path, twin: str, obj: dict, *, dry: bool = False) -> subprocess.CompletedProcess:
@@ -106,7 +94,7 @@ def create(remote: Cluster, consumer: Path, twin: str, obj: dict, *, dry: bool =
 
 
 def pod_of(remote: Cluster, twin: str, name: str) -> dict | None:
-    return get(remote, "pod", name, "-n", twin)
+    return find(remote, "pod", name, "-n", twin)
 
 
 def delete_shadowpod(remote: Cluster, consumer: Path, twin: str, name: str, *extra: str) -> None:
@@ -159,14 +147,14 @@ def test_a_pod_orphaned_by_cascade_orphan_is_deleted_by_the_enforcer(remote: Clu
     assert pod["metadata"]["labels"][c.LABEL_MANAGED_BY] == c.MANAGED_BY_ENFORCER
 
     delete_shadowpod(remote, consumer, twin, "orphan", "--cascade=orphan")
-    wait(lambda: get(remote, SHADOWPOD_KIND, "orphan", "-n", twin) is None, timeout=SERVE_SECONDS,
+    wait(lambda: find(remote, SHADOWPOD_KIND, "orphan", "-n", twin) is None, timeout=SERVE_SECONDS,
          what="the ShadowPod gone (the garbage collector orphaned its pod)")
     wait(lambda: (pod_of(remote, twin, "orphan") or {}).get("metadata", {}).get("uid") != uid, timeout=SERVE_SECONDS,
          what="the orphaned pod deleted by the enforcer")
 
 
 def test_a_deleted_shadowpod_counts_until_its_pod_is_gone(remote: Cluster, consumer: Path, twin: str, wait) -> None:
-    patch_consumer(remote, {"quota": {"pods": "1"}})
+    patch_consumer(remote, CONSUMER, {"quota": {"pods": "1"}})
     made = create(remote, consumer, twin, shadowpod("first"))
     assert made.returncode == 0, made.stderr
     pod = wait(lambda: pod_of(remote, twin, "first"), timeout=SERVE_SECONDS, what="its pod")
@@ -177,7 +165,7 @@ def test_a_deleted_shadowpod_counts_until_its_pod_is_gone(remote: Cluster, consu
         wait(lambda: "exceeded quota" in create(remote, consumer, twin, shadowpod("probe"), dry=True).stderr or None,
              timeout=SERVE_SECONDS, what="the quota of one pod taken")
         delete_shadowpod(remote, consumer, twin, "first")
-        wait(lambda: get(remote, SHADOWPOD_KIND, "first", "-n", twin) is None, timeout=SERVE_SECONDS, what="ShadowPod gone")
+        wait(lambda: find(remote, SHADOWPOD_KIND, "first", "-n", twin) is None, timeout=SERVE_SECONDS, what="ShadowPod gone")
         wait(lambda: (pod_of(remote, twin, "first") or {}).get("metadata", {}).get("deletionTimestamp"),
              timeout=SERVE_SECONDS, what="its pod terminating")
 
@@ -192,11 +180,11 @@ def test_a_deleted_shadowpod_counts_until_its_pod_is_gone(remote: Cluster, consu
     wait(lambda: create(remote, consumer, twin, shadowpod("second")).returncode == 0 or None, timeout=SERVE_SECONDS,
          what="the second ShadowPod admitted once the first pod is gone")
     delete_shadowpod(remote, consumer, twin, "second")
-    patch_consumer(remote, {"quota": None})
+    patch_consumer(remote, CONSUMER, {"quota": None})
 
 
 def test_quota_mode_limits_counts_limits_and_requires_them(remote: Cluster, consumer: Path, twin: str, wait) -> None:
-    patch_consumer(remote, {"quota": {"cpu": "1"}, "policy": {"quotaMode": "limits"}})
+    patch_consumer(remote, CONSUMER, {"quota": {"cpu": "1"}, "policy": {"quotaMode": "limits"}})
     try:
         unbounded = wait(lambda: (r := create(remote, consumer, twin, shadowpod("nolimit"), dry=True)).returncode != 0 and r or None,
                          timeout=SERVE_SECONDS, what="the limits quota in force")
@@ -206,12 +194,12 @@ def test_quota_mode_limits_counts_limits_and_requires_them(remote: Cluster, cons
         assert over.returncode != 0 and "exceeded quota" in over.stderr and "limits.cpu: requested 2" in over.stderr
         fits = create(remote, consumer, twin, shadowpod("fits", cpu="100m", limits={"cpu": "500m"}))
         assert fits.returncode == 0, fits.stderr
-        used = wait(lambda: ((get(remote, CONSUMER_KIND, CONSUMER) or {}).get("status") or {}).get("used", {}).get("limits.cpu"),
+        used = wait(lambda: ((find(remote, CONSUMER_KIND, CONSUMER) or {}).get("status") or {}).get("used", {}).get("limits.cpu"),
                     timeout=SERVE_SECONDS, what="status.used[limits.cpu]")
         assert used == "500m"
         delete_shadowpod(remote, consumer, twin, "fits")
     finally:
-        patch_consumer(remote, {"quota": None, "policy": None})
+        patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
 
 
 # --- twin names and count follow the provider's plan --------------------------------------------
@@ -224,34 +212,34 @@ def test_twin_names_outside_the_plan_are_refused_where_the_consumer_looks(remote
         made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(name)))
         assert made.returncode == 0, made.stderr
     for name, fragment in cases.items():
-        status = wait(lambda n=name: twin_status(remote, n) if twin_status(remote, n).get("phase") else None,
+        status = wait(lambda n=name: twin_status(remote, CONSUMER, n) if twin_status(remote, CONSUMER, n).get("phase") else None,
                       timeout=SERVE_SECONDS, what=f"TwinNamespace {name} answered")
         assert status["phase"] == c.TWIN_PHASE_REFUSED and fragment in status["message"], status
-        made_for_us = ((get(remote, "namespace", name) or {}).get("metadata") or {}).get("labels", {})
+        made_for_us = ((find(remote, "namespace", name) or {}).get("metadata") or {}).get("labels", {})
         assert made_for_us.get(c.LABEL_ORIGIN_CLUSTER_ID) != CONSUMER, f"namespace {name} was made for the consumer"
         remote.kubectl_as(consumer, "delete", TWIN_KIND, name, "-n", TENANT, "--wait=false")
 
 
 def test_the_maximum_of_twins_is_held(remote: Cluster, consumer: Path, twin: str, wait) -> None:
-    patch_consumer(remote, {"policy": {"twinNamespaces": {"maxCount": 2}}})
+    patch_consumer(remote, CONSUMER, {"policy": {"twinNamespaces": {"maxCount": 2}}})
     second, third = f"{unique('q2')}-{CONSUMER}", f"{unique('q3')}-{CONSUMER}"
     try:
         assert remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(second))).returncode == 0
-        wait(lambda: twin_status(remote, second).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
+        wait(lambda: twin_status(remote, CONSUMER, second).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
              what="the second twin Ready")
         assert remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(twin_request(third))).returncode == 0
-        status = wait(lambda: twin_status(remote, third) if twin_status(remote, third).get("phase") == c.TWIN_PHASE_REFUSED
+        status = wait(lambda: twin_status(remote, CONSUMER, third) if twin_status(remote, CONSUMER, third).get("phase") == c.TWIN_PHASE_REFUSED
                       else None, timeout=SERVE_SECONDS, what="the third twin refused")
         assert "maximum of 2 twin namespaces" in status["message"] and "spec.policy.twinNamespaces.maxCount" in status["message"]
-        assert get(remote, "namespace", third) is None
+        assert find(remote, "namespace", third) is None
         # A place freed is given to the waiting request.
         remote.kubectl_as(consumer, "delete", TWIN_KIND, second, "-n", TENANT, "--wait=false")
-        wait(lambda: twin_status(remote, third).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS * 2,
+        wait(lambda: twin_status(remote, CONSUMER, third).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS * 2,
              what="the third twin served once the second is gone")
     finally:
         for name in (second, third):
             remote.kubectl_as(consumer, "delete", TWIN_KIND, name, "-n", TENANT, "--wait=false")
-        patch_consumer(remote, {"policy": None})
+        patch_consumer(remote, CONSUMER, {"policy": None})
 
 
 # --- Consumer.status says less --------------------------------------------------------------------

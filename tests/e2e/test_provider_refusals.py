@@ -19,6 +19,7 @@ import yaml
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
@@ -103,8 +104,7 @@ def test_refused_pod_gets_the_providers_words_backoff_and_no_shadowpod(offload_e
     ns = f"refused-{uuid.uuid4().hex[:6]}"
     twin = f"{ns}-{LOCAL_ID}"
     pod = "web"
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+    offloaded_namespace(local, ns)
     try:
         wait(lambda: remote.kubectl("get", "namespace", twin, check=False).returncode == 0, timeout=TIMEOUT,
              what=f"twin namespace {twin}")
@@ -195,8 +195,7 @@ def test_a_provider_cordon_shows_on_the_virtual_node_and_holds_new_pods_back(off
         remote.kubectl("patch", "consumers.kube-offload.io", consumer, "--type=merge",
                        "-p", f'{{"spec":{{"cordoned":{str(value).lower()}}}}}')
 
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
-        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}})
+    offloaded_namespace(local, ns)
     try:
         _pod(local, ns, "before")
         wait(lambda: _phase(local, ns, "before") == "Running", timeout=90, what=f"{ns}/before Running")

@@ -20,6 +20,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.identities import E2E_INGRESS_CLASS
+from support.clusters import get_or_none, offloaded_namespace
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 REFLECTOR_LABEL = "kube-offload.io/reflector"
@@ -28,16 +29,6 @@ TIMEOUT = 45  # seconds for one reflection to show; generous for a loaded 2-core
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def _get(cluster: Cluster, kind: str, namespace: str, name: str) -> dict | None:
-    scope = ["-n", namespace] if namespace else []
-    result = cluster.kubectl("get", kind, name, *scope, "-o", "json", check=False)
-    if result.returncode != 0:
-        if "NotFound" in result.stderr or "not found" in result.stderr:
-            return None
-        raise AssertionError(f"kubectl get {kind} {namespace}/{name}: {result.stderr}")
-    return json.loads(result.stdout)
-
-
 def _apply(cluster: Cluster, namespace: str, obj: dict) -> None:
     obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
     cluster.apply(obj)
@@ -69,7 +60,7 @@ class Twin:
         self.twin = f"{self.ns}-{LOCAL_ID}"
 
     def remote_obj(self, kind: str, name: str) -> dict | None:
-        return _get(self.remote, kind, self.twin, name)
+        return get_or_none(self.remote, kind, self.twin, name)
 
     def until_remote(self, kind: str, name: str, check, what: str, timeout: float = TIMEOUT) -> dict:
         def probe():
@@ -95,12 +86,8 @@ def _dig(obj: dict, dotted: str):
 @pytest.fixture(scope="module")
 def t(local, remote, wait):
     twin = Twin(local, remote, wait)
-    local.apply({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": twin.ns, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
-    })
-    wait(lambda: _get(remote, "namespace", "", twin.twin) is not None, timeout=TIMEOUT, what=f"twin namespace {twin.twin}")
+    offloaded_namespace(local, twin.ns)
+    wait(lambda: get_or_none(remote, "namespace", "", twin.twin) is not None, timeout=TIMEOUT, what=f"twin namespace {twin.twin}")
     yield twin
     local.kubectl("delete", "namespace", twin.ns, "--wait=false", "--ignore-not-found", check=False)
 
@@ -142,7 +129,7 @@ def test_configmap_create_update_drift_delete(t):
 
 
 def test_local_root_ca_is_reflected_under_its_own_name(t):
-    local_ca = _get(t.local, "configmap", t.ns, "kube-root-ca.crt")
+    local_ca = get_or_none(t.local, "configmap", t.ns, "kube-root-ca.crt")
     assert local_ca is not None
     reflected = t.until_remote("configmap", "kube-offload-root-ca.crt", lambda o: _ours(o, "configmaps"), "reflected CA")
     assert reflected["data"]["ca.crt"] == local_ca["data"]["ca.crt"]
@@ -434,5 +421,5 @@ def test_allow_list_mode_reflects_only_allowed_objects(offload_env, local, t):
 
 def test_namespace_no_longer_offloaded_takes_its_reflections_along(t):
     t.local.kubectl("label", "namespace", t.ns, f"{c.LABEL_ENABLED}-")
-    t.wait(lambda: _get(t.remote, "namespace", "", t.twin) is None, timeout=90, what=f"twin {t.twin} deleted")
-    assert _get(t.local, "configmap", t.ns, "public") is not None  # the local side is untouched
+    t.wait(lambda: get_or_none(t.remote, "namespace", "", t.twin) is None, timeout=90, what=f"twin {t.twin} deleted")
+    assert get_or_none(t.local, "configmap", t.ns, "public") is not None  # the local side is untouched

@@ -15,6 +15,7 @@ import uuid
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
+from support.clusters import offloaded_namespace_manifest
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 TIMEOUT = 60  # seconds for one reflection to show on a loaded 2-core machine
@@ -35,8 +36,9 @@ def _exists(cluster: Cluster, kind: str, namespace: str, name: str) -> bool:
 
 
 def _namespace(name: str, offloaded: bool) -> dict:
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE} if offloaded else {}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+    if offloaded:
+        return offloaded_namespace_manifest(name)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {}}}
 
 
 def _secret(namespace: str, name: str, *, type_: str = "Opaque", labels=None, annotations=None) -> dict:

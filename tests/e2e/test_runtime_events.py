@@ -22,8 +22,8 @@ from kubernetes import client, config
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.events import COMBINED_PREFIX, SIMILAR_MAX, CoreV1EventSink, EventRecorder
-from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster
+from support.clusters import bare_cluster
 from kube_offload_harness.identities import token_kubeconfig
 
 NS = "runtime-events"
@@ -33,18 +33,11 @@ TIMEOUT = 30
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    state_dir = tmp_path_factory.mktemp("runtime-events-e2e")
-    spec = ClusterSpec(name="e2e-rtevents", cluster_id="rtevents", role="remote", nodes=0)
-    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
-    try:
-        cluster.create()
-        cluster.kubectl("create", "namespace", NS)
+    with bare_cluster(tmp_path_factory, "rtevents", NS) as cluster:
         cluster.kubectl("create", "serviceaccount", SA, "-n", NS)
         cluster.kubectl("create", "role", SA, "-n", NS, "--verb=create,patch", "--resource=events")
         cluster.kubectl("create", "rolebinding", SA, "-n", NS, f"--role={SA}", f"--serviceaccount={NS}:{SA}")
         yield cluster
-    finally:
-        cluster.delete()
 
 
 @pytest.fixture(scope="module")

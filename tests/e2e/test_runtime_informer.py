@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from typing import Any, Iterator
 
 import pytest
@@ -24,8 +23,9 @@ from kubernetes import client
 
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import call_json, load_api_client
-from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster
+from support.clusters import bare_cluster
+from support.waiting import wait_for
 
 NS = "runtime-informer"
 TIMEOUT = 30
@@ -33,15 +33,8 @@ TIMEOUT = 30
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    state_dir = tmp_path_factory.mktemp("runtime-informer-e2e")
-    spec = ClusterSpec(name="e2e-rtinformer", cluster_id="rtinformer", role="remote", nodes=0)
-    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
-    try:
-        cluster.create()
-        cluster.kubectl("create", "namespace", NS)
+    with bare_cluster(tmp_path_factory, "rtinformer", NS) as cluster:
         yield cluster
-    finally:
-        cluster.delete()
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +113,7 @@ class Recorder:
 
 
 def until(predicate, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return wait_for(predicate, what=what, timeout=timeout, interval=0.1)
 
 
 def configmap(name: str, label: str) -> dict:

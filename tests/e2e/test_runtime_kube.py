@@ -15,23 +15,16 @@ from kube_offload.runtime import kinds
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import JSON_PATCH, ApiError, Kube, load_api_client
 from kube_offload.runtime.metrics import API_REQUESTS, CLUSTER_LOCAL
-from kube_offload_harness.binaries import ensure_binaries
-from kube_offload_harness.cluster import Cluster, ClusterSpec
+from kube_offload_harness.cluster import Cluster
+from support.clusters import bare_cluster
 
 NS = "layer"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    state_dir = tmp_path_factory.mktemp("runtime-kube-e2e")
-    spec = ClusterSpec(name="e2e-rtkube", cluster_id="rtkube", role="remote", nodes=0)
-    cluster = Cluster(spec, state_dir=state_dir, bins=ensure_binaries())
-    try:
-        cluster.create()
-        cluster.kubectl("create", "namespace", NS)
+    with bare_cluster(tmp_path_factory, "rtkube", NS) as cluster:
         yield cluster
-    finally:
-        cluster.delete()
 
 
 @pytest.fixture(scope="module")

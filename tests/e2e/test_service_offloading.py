@@ -17,7 +17,6 @@ IP remapping flags of ``kube_offload_harness.cluster.pod_ip_remapping_args``.
 from __future__ import annotations
 
 import ipaddress
-import json
 import time
 
 import pytest
@@ -25,37 +24,16 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness.cluster import KWOK_POD_CIDR, LOCAL_POD_CIDR_REMAPPED, Cluster, remote_pod_cidr_remapped
 from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace as twin, unique, virtual_node_name
+from support.clusters import delete_namespace, deployment, get_or_none, offloaded_namespace
 
 LOCAL_ID = LOCAL_CLUSTER_ID
-IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 REFLECTOR_LABEL = "kube-offload.io/reflector"
 TIMEOUT = 90  # seconds; generous for a loaded 2-core machine
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def namespace(local: Cluster, name: str, placement: str, selector: str | None = None) -> None:
-    meta: dict = {"name": name, "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}}
-    if selector is not None:
-        meta["annotations"] = {c.ANNOTATION_CLUSTER_SELECTOR: selector}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
-
-
-def delete_namespace(local: Cluster, name: str) -> None:
-    local.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
-
-
-def get(cluster: Cluster, kind: str, namespace: str, name: str) -> dict | None:
-    scope = ["-n", namespace] if namespace else []
-    result = cluster.kubectl("get", kind, name, *scope, "-o", "json", check=False)
-    if result.returncode != 0:
-        if "NotFound" in result.stderr or "not found" in result.stderr:
-            return None
-        raise AssertionError(f"kubectl get {kind} {namespace}/{name}: {result.stderr}")
-    return json.loads(result.stdout)
-
-
 def twin_request(remote: Cluster, name: str) -> dict | None:
-    return get(remote, f"{c.TWIN_NAMESPACE_PLURAL}.{c.SHADOWPOD_GROUP}", c.tenant_namespace(LOCAL_ID), name)
+    return get_or_none(remote, f"{c.TWIN_NAMESPACE_PLURAL}.{c.SHADOWPOD_GROUP}", c.tenant_namespace(LOCAL_ID), name)
 
 
 def items(cluster: Cluster, kind: str, namespace: str, selector: str | None = None) -> list[dict]:
@@ -63,26 +41,6 @@ def items(cluster: Cluster, kind: str, namespace: str, selector: str | None = No
     if selector:
         args += ["-l", selector]
     return cluster.kubectl_json(*args)["items"]
-
-
-def deployment(local: Cluster, namespace: str, name: str, replicas: int) -> None:
-    local.apply({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
-                    "terminationGracePeriodSeconds": 5,
-                },
-            },
-        },
-    })
-
 
 def service(local: Cluster, namespace: str, name: str) -> None:
     local.apply({
@@ -130,7 +88,7 @@ def ready_endpoint_addresses(slices: list[dict]) -> set[str]:
 def local_ns(local, remote, wait):
     """A Local namespace with a 2-replica Deployment behind a Service, running locally."""
     name = unique("svc-local")
-    namespace(local, name, c.PLACEMENT_LOCAL)
+    offloaded_namespace(local, name, c.PLACEMENT_LOCAL)
     deployment(local, name, "web", 2)
     service(local, name, "web")
     yield name
@@ -144,7 +102,7 @@ def test_local_placement_gets_a_ready_twin_namespace(local, remote, local_ns, wa
     )
     assert request["spec"]["localNamespace"] == local_ns
     assert request["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] == LOCAL_ID
-    twin_ns = get(remote, "namespace", "", twin(local_ns))
+    twin_ns = get_or_none(remote, "namespace", "", twin(local_ns))
     assert twin_ns is not None and twin_ns["metadata"]["labels"][c.LABEL_ORIGIN_CLUSTER_ID] == LOCAL_ID
 
 
@@ -154,13 +112,13 @@ def test_local_placement_pods_stay_home_and_none_runs_in_the_twin(local, remote,
     assert all(p["spec"]["nodeName"] != virtual_node_name(remote.spec.cluster_id) for p in pods)
     # The webhook's Local term: never the virtual node.
     assert all(not any(t.get("key") == c.TAINT_KEY for t in p["spec"].get("tolerations") or []) for p in pods)
-    wait(lambda: get(remote, "namespace", "", twin(local_ns)), timeout=TIMEOUT, what="the twin namespace")
+    wait(lambda: get_or_none(remote, "namespace", "", twin(local_ns)), timeout=TIMEOUT, what="the twin namespace")
     assert items(remote, "pods", twin(local_ns)) == []
     assert items(remote, f"{c.SHADOWPOD_PLURAL}.{c.SHADOWPOD_GROUP}", twin(local_ns)) == []
 
 
 def test_local_placement_service_and_endpointslice_are_reflected_with_translated_endpoints(local, remote, local_ns, wait):
-    remote_service = wait(lambda: (s := get(remote, "service", twin(local_ns), "web")) and reflected(s, "services") and s,
+    remote_service = wait(lambda: (s := get_or_none(remote, "service", twin(local_ns), "web")) and reflected(s, "services") and s,
                           timeout=TIMEOUT, what=f"Service web reflected into {twin(local_ns)}")
     assert remote_service["spec"]["selector"] == {"app": "web"}
     assert remote_service["spec"]["ports"][0]["port"] == 80
@@ -202,7 +160,7 @@ def test_endpoint_addresses_outside_the_granted_range_are_left_out_and_the_local
         ],
         "ports": [{"port": 5432, "protocol": "TCP"}],
     })
-    remote_slice = wait(lambda: (s := get(remote, "endpointslice", twin(local_ns), "db-1")) and reflected(s, "endpointslices") and s,
+    remote_slice = wait(lambda: (s := get_or_none(remote, "endpointslice", twin(local_ns), "db-1")) and reflected(s, "endpointslices") and s,
                         timeout=TIMEOUT, what="EndpointSlice db-1 reflected")
     assert [e["addresses"] for e in remote_slice["endpoints"]] == [["10.200.7.7"]]
 
@@ -214,14 +172,14 @@ def test_endpoint_addresses_outside_the_granted_range_are_left_out_and_the_local
     [event] = wait(told, timeout=TIMEOUT, what="a ProviderPolicyAdjusted Event on the local EndpointSlice")
     assert event["type"] == "Warning" and "Consumer spec.policy.endpoints.cidrs: 10.200.0.0/16" in event["message"]
     # The local slice is the user's and stays as written.
-    assert [e["addresses"] for e in get(local, "endpointslice", local_ns, "db-1")["endpoints"]] == [["10.0.7.7"], ["10.244.7.7"]]
+    assert [e["addresses"] for e in get_or_none(local, "endpointslice", local_ns, "db-1")["endpoints"]] == [["10.0.7.7"], ["10.244.7.7"]]
 
 
 def test_local_placement_respects_the_cluster_selector(local, remote, wait):
     elsewhere = unique("svc-elsewhere")
-    namespace(local, elsewhere, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}=some-other-cluster")
+    offloaded_namespace(local, elsewhere, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}=some-other-cluster")
     selected = unique("svc-selected")
-    namespace(local, selected, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}={remote.spec.cluster_id}")
+    offloaded_namespace(local, selected, c.PLACEMENT_LOCAL, selector=f"{c.LABEL_CLUSTER_ID}={remote.spec.cluster_id}")
     try:
         local.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": elsewhere},
                      "data": {"k": "v"}})
@@ -229,11 +187,11 @@ def test_local_placement_respects_the_cluster_selector(local, remote, wait):
         wait(lambda: twin_request(remote, twin(selected)), timeout=TIMEOUT, what=f"a twin requested for {selected}")
         time.sleep(3)
         assert twin_request(remote, twin(elsewhere)) is None
-        assert get(remote, "namespace", "", twin(elsewhere)) is None
+        assert get_or_none(remote, "namespace", "", twin(elsewhere)) is None
         # Moving the selector onto this cluster extends it.
         local.kubectl("annotate", "namespace", elsewhere, "--overwrite",
                       f"{c.ANNOTATION_CLUSTER_SELECTOR}={c.LABEL_CLUSTER_ID}={remote.spec.cluster_id}")
-        wait(lambda: (cm := get(remote, "configmap", twin(elsewhere), "settings")) and reflected(cm, "configmaps"),
+        wait(lambda: (cm := get_or_none(remote, "configmap", twin(elsewhere), "settings")) and reflected(cm, "configmaps"),
              timeout=TIMEOUT, what=f"ConfigMap settings reflected once {elsewhere} selects this cluster")
     finally:
         delete_namespace(local, elsewhere)
@@ -244,7 +202,7 @@ def test_local_placement_respects_the_cluster_selector(local, remote, wait):
 def test_offloaded_pod_ips_are_in_the_external_cidr_and_map_back_to_the_remote_pods(offload_env, local, remote, local_ns, wait):
     external = remote_pod_cidr_remapped(offload_env.topology(), remote.spec)
     name = unique("ip-remote")
-    namespace(local, name, c.PLACEMENT_REMOTE)
+    offloaded_namespace(local, name, c.PLACEMENT_REMOTE)
     try:
         deployment(local, name, "app", 3)
         offloaded = wait(lambda: (ps := running_with_ip(items(local, "pods", name))) and len(ps) == 3 and ps,

@@ -27,6 +27,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.storage import LOCAL_PATH_CLASS
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"
 NODE = "kube-offload-remote-1"
@@ -82,8 +83,7 @@ def _statefulset(namespace: str, replicas: int = REPLICAS) -> dict:
 
 def _namespace(local: Cluster, placement: str) -> str:
     name = f"stateful-{placement.lower()}-{uuid.uuid4().hex[:5]}"
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
-        c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: placement}}})
+    offloaded_namespace(local, name, placement)
     return name
 
 

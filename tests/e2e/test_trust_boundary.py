@@ -24,6 +24,7 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
+from support.clusters import offloaded_namespace
 
 LOCAL_ID = "local"
 IMAGE = "registry.k8s.io/pause:3.10"
@@ -41,11 +42,6 @@ def intruder(offload_env: Environment, remote: Cluster) -> Path:
     """A second consumer admitted by the same provider (same chart, another entry)."""
     offload_env.install_identities(remote, identities.REMOTE_CHART, identities.remote_values("intruder", node_labels={}))
     return offload_env.identity_kubeconfig(remote, identities.consumer_sa("intruder"))
-
-
-def offloaded_namespace(local: Cluster, name: str) -> None:
-    labels = {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}
-    local.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
 
 
 def pod(name: str, namespace: str, **spec_extra: object) -> dict:

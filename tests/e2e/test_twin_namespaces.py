@@ -19,6 +19,7 @@ import yaml
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
+from support.clusters import find
 
 CONSUMER = "e2e-twins"
 TENANT = c.tenant_namespace(CONSUMER)
@@ -51,13 +52,8 @@ TWIN_ROLE_RULES = [
 ]
 
 
-def get(remote: Cluster, *args: str) -> dict | None:
-    result = remote.kubectl("get", *args, "-o", "json", "--ignore-not-found", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 and result.stdout.strip() else None
-
-
 def request(remote: Cluster, name: str, namespace: str = TENANT) -> dict | None:
-    return get(remote, f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}", name, "-n", namespace)
+    return find(remote, f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}", name, "-n", namespace)
 
 
 def phase(remote: Cluster, name: str, namespace: str = TENANT) -> str | None:
@@ -75,7 +71,7 @@ def ask_for(remote: Cluster, name: str, local_namespace: str, namespace: str = T
 
 
 def consumer_status(remote: Cluster) -> dict:
-    return ((get(remote, f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", CONSUMER) or {}).get("status")) or {}
+    return ((find(remote, f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", CONSUMER) or {}).get("status")) or {}
 
 
 def twin_role_object(offload_env, remote: Cluster) -> dict:
@@ -106,7 +102,7 @@ def admitted_consumer(offload_env, remote: Cluster, wait):
         remote.kubectl("apply", "-f", str(manifests / name))
     remote.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                    f"crd/{c.CONSUMER_PLURAL}.{c.DOMAIN}", f"crd/{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}")
-    if get(remote, "clusterrole", c.DEFAULT_CONSUMER_TWIN_ROLE) is None:
+    if find(remote, "clusterrole", c.DEFAULT_CONSUMER_TWIN_ROLE) is None:
         remote.apply(twin_role_object(offload_env, remote))
     remote.apply([
         {"apiVersion": "v1", "kind": "Namespace",
@@ -135,7 +131,7 @@ def test_requested_namespace_is_created_labelled_bound_and_ready(remote: Cluster
     assert req["status"]["observedGeneration"] == req["metadata"]["generation"]
     assert c.TWIN_NAMESPACE_FINALIZER in req["metadata"]["finalizers"]
 
-    ns = get(remote, "namespace", TWIN)
+    ns = find(remote, "namespace", TWIN)
     labels, annotations = ns["metadata"]["labels"], ns["metadata"]["annotations"]
     assert labels[c.LABEL_ORIGIN_CLUSTER_ID] == CONSUMER
     assert labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY_ENFORCER
@@ -144,7 +140,7 @@ def test_requested_namespace_is_created_labelled_bound_and_ready(remote: Cluster
     assert annotations[c.ANNOTATION_TWIN_OF] == "a"
     assert annotations[c.ANNOTATION_TWIN_REQUEST] == f"{TENANT}/{TWIN}"
 
-    binding = get(remote, "rolebinding", c.TWIN_ROLEBINDING_NAME, "-n", TWIN)
+    binding = find(remote, "rolebinding", c.TWIN_ROLEBINDING_NAME, "-n", TWIN)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": c.DEFAULT_CONSUMER_TWIN_ROLE}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": c.CONSUMER_SERVICE_ACCOUNT, "namespace": TENANT}]
@@ -159,21 +155,21 @@ def test_requested_namespace_is_created_labelled_bound_and_ready(remote: Cluster
 
 def test_existing_foreign_namespace_is_refused_and_left_untouched(remote: Cluster, wait):
     remote.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FOREIGN, "labels": {"team": "payments"}}})
-    before = get(remote, "namespace", FOREIGN)
+    before = find(remote, "namespace", FOREIGN)
     ask_for(remote, FOREIGN, "b")
     wait(lambda: phase(remote, FOREIGN) == c.TWIN_PHASE_REFUSED, timeout=SERVE_SECONDS, what=f"{FOREIGN} Refused")
     assert "exists and is not yours" in request(remote, FOREIGN)["status"]["message"]
 
-    after = get(remote, "namespace", FOREIGN)
+    after = find(remote, "namespace", FOREIGN)
     assert after["metadata"]["labels"] == before["metadata"]["labels"]
     assert after["metadata"].get("annotations") == before["metadata"].get("annotations")
-    assert get(remote, "rolebinding", c.TWIN_ROLEBINDING_NAME, "-n", FOREIGN) is None
+    assert find(remote, "rolebinding", c.TWIN_ROLEBINDING_NAME, "-n", FOREIGN) is None
     assert c.TWIN_NAMESPACE_FINALIZER not in (request(remote, FOREIGN)["metadata"].get("finalizers") or [])
 
     # Withdrawing the request leaves the namespace alone.
     remote.kubectl("delete", f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}", FOREIGN, "-n", TENANT, "--timeout=60s")
     time.sleep(2)  # give a wrongly-acting enforcer the chance to touch it
-    still = get(remote, "namespace", FOREIGN)
+    still = find(remote, "namespace", FOREIGN)
     assert still is not None and not still["metadata"].get("deletionTimestamp")
     assert still["metadata"]["uid"] == before["metadata"]["uid"]
 
@@ -186,14 +182,14 @@ def test_request_from_a_namespace_of_no_consumer_is_refused(remote: Cluster, wai
         wait(lambda: phase(remote, "twins-e2e-wanted", stranger) == c.TWIN_PHASE_REFUSED, timeout=SERVE_SECONDS,
              what="request outside a tenant namespace Refused")
         assert "is not a tenant namespace" in request(remote, "twins-e2e-wanted", stranger)["status"]["message"]
-        assert get(remote, "namespace", "twins-e2e-wanted") is None
+        assert find(remote, "namespace", "twins-e2e-wanted") is None
     finally:
         remote.kubectl("delete", "namespace", stranger, "--wait=false", check=False)
 
 
 def test_changing_the_pod_security_level_relabels_the_twins(remote: Cluster, wait):
     def level() -> str | None:
-        return (get(remote, "namespace", TWIN) or {}).get("metadata", {}).get("labels", {}).get(c.LABEL_PSA_ENFORCE)
+        return (find(remote, "namespace", TWIN) or {}).get("metadata", {}).get("labels", {}).get(c.LABEL_PSA_ENFORCE)
 
     remote.kubectl("patch", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", CONSUMER, "--type=merge",
                    "-p", json.dumps({"spec": {"podSecurityLevel": "restricted"}}))
@@ -255,7 +251,7 @@ def test_consumer_status_reports_usage_and_capacity_and_follows_shadowpods(remot
     # Once its pod is bound, the node it runs on has 250m less free; the pod is the
     # consumer's own, so what is shareable with the consumer does not shrink.
     def bound_node() -> str | None:
-        pod = get(remote, "pod", "usage-probe", "-n", TWIN)
+        pod = find(remote, "pod", "usage-probe", "-n", TWIN)
         return ((pod or {}).get("spec") or {}).get("nodeName")
 
     node = wait(bound_node, timeout=SERVE_SECONDS, what="the probe's pod bound to a node")
@@ -266,7 +262,7 @@ def test_consumer_status_reports_usage_and_capacity_and_follows_shadowpods(remot
     def node_free_now() -> int:
         from kube_offload import resources
 
-        allocatable = resources.node_allocatable(get(remote, "node", node) or {}).get("cpu", 0)
+        allocatable = resources.node_allocatable(find(remote, "node", node) or {}).get("cpu", 0)
         bound = remote.kubectl_json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
         live = [p for p in bound if not resources.pod_is_terminated(p)]
         assert any(p["metadata"]["name"] == "usage-probe" for p in live)
@@ -299,13 +295,13 @@ def test_deleting_the_request_deletes_the_namespace_with_its_contents_then_the_r
         # The request is read first: a namespace seen after its request was already gone
         # is a real violation, not the namespace finishing between the two reads.
         req_exists = request(remote, TWIN) is not None
-        ns_exists = get(remote, "namespace", TWIN) is not None
+        ns_exists = find(remote, "namespace", TWIN) is not None
         seen_orders.append((ns_exists, req_exists))
         return not ns_exists and not req_exists
 
     wait(both_gone, timeout=180, interval=0.5, what=f"namespace {TWIN} and its request gone")
     # The request never went before its namespace did.
     assert (True, False) not in seen_orders, seen_orders
-    assert get(remote, "configmap", "left-behind", "-n", TWIN) is None
+    assert find(remote, "configmap", "left-behind", "-n", TWIN) is None
     wait(lambda: TWIN not in consumer_status(remote).get("twinNamespaces", [TWIN]), timeout=30,
          what="the twin dropped from Consumer status.twinNamespaces")

@@ -13,8 +13,6 @@ instead of skipping.
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +21,7 @@ import pytest
 from kube_offload_harness import real_node, real_node_config
 from kube_offload_harness.binaries import node_binaries
 from kube_offload_harness.cluster import Environment, Topology, default_topology, real_pods_topology
+from support.clusters import keep_logs
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "realnode-logs"
@@ -85,9 +84,5 @@ def offload_real_env(tmp_path_factory, request) -> Iterator[Environment]:
 
 
 def _keep_logs(env: Environment) -> None:
-    target = ARTIFACTS / time.strftime("%Y%m%d-%H%M%S")
-    target.mkdir(parents=True, exist_ok=True)
-    logs = env.state_dir / "logs"
-    if logs.exists():
-        shutil.copytree(logs, target / "components", dirs_exist_ok=True)
+    target = keep_logs(env, ARTIFACTS, control_planes=False)
     print(f"\nkube-offload real-node tier: logs kept in {target}")

@@ -32,7 +32,7 @@ from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, 
 from kube_offload_harness.naming import virtual_node_name
 
 from .conftest import environment
-from .polling import wait_for
+from support.waiting import wait_for
 
 NAMESPACE = chart_pods.NAMESPACE
 OFFLOADED = "offload-real"

@@ -37,7 +37,7 @@ from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
 from vkubelet.naming import twin_namespace_name
 
-from .polling import wait_for
+from support.waiting import wait_for
 
 RUN = uuid.uuid4().hex[:8]
 NAMESPACE = f"offload-{RUN}"

@@ -22,7 +22,7 @@ from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.real_node import apiserver_port
 
-from .polling import wait_for
+from support.waiting import wait_for
 
 
 def _pod(name: str, command: str, labels: dict[str, str] | None = None) -> dict:

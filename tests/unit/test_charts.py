@@ -1126,7 +1126,7 @@ def test_rendered_webhook_passes_the_body_cap_and_the_parse_budget(
     helm: Helm, rendered_local: list[dict[str, Any]]
 ) -> None:
     """The hard cap and the per-worker parse memory budget reach the CLI (defaults equal
-    the CLI's; tests/unit/test_body_limits.py holds them to the memory limit)."""
+    the CLI's; tests/unit/kube_offload/runtime/test_body_limit.py holds them to the memory limit)."""
     from kube_offload.runtime.body_limit import MALLOC_ARENAS
     from webhook.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET
 
@@ -1146,7 +1146,7 @@ def test_rendered_extender_passes_the_body_cap_and_the_parse_budget(
     helm: Helm, rendered_local: list[dict[str, Any]]
 ) -> None:
     """As the webhook: the extender's hard cap and parse memory budget reach the CLI
-    (defaults equal the CLI's; tests/unit/test_body_limits.py holds them to the memory
+    (defaults equal the CLI's; tests/unit/kube_offload/runtime/test_body_limit.py holds them to the memory
     limit), with few malloc arenas."""
     from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET
     from kube_offload.runtime.body_limit import MALLOC_ARENAS

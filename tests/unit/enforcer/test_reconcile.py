@@ -1,0 +1,458 @@
+"""The reconcile's control flow: which writes it makes for each state and how it turns API
+answers into outcomes. The API server is an in-memory record here, so these tests say
+nothing about Kubernetes itself; tests/e2e/test_enforcer.py runs the same code against a
+real kube-apiserver, scheduler, controller-manager and kwok."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+
+from enforcer.shadowpods import events
+from enforcer.shadowpods.events import EventRecorder
+from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler
+from kube_offload import constants as C
+from kube_offload.runtime.controller import PermanentError, Requeue
+from kube_offload.runtime.indexer import Indexer
+from kube_offload.runtime.kube import ApiError
+from support import builders
+
+KEY = "ns/web"
+
+
+class FakeApi:
+    """Just enough of an API server: names are unique, deletes honour UID preconditions,
+    status patches honour resourceVersion, and every write is recorded."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict] = {}
+        self.shadowpods: dict[str, dict] = {}
+        self.events: list[dict] = []
+        self.writes: list[tuple] = []
+        self.create_error: ApiError | None = None
+        self.patch_error: ApiError | None = None
+        self.delete_graces: list[int | None] = []  # gracePeriodSeconds of each pod delete
+        self._uids = itertools.count(1)
+
+    def get_shadowpod(self, namespace, name):
+        return copy.deepcopy(self.shadowpods.get(f"{namespace}/{name}"))
+
+    def create_pod(self, namespace, pod):
+        self.writes.append(("create", pod["metadata"]["name"]))
+        if self.create_error is not None:
+            raise self.create_error
+        key = f"{namespace}/{pod['metadata']['name']}"
+        if key in self.pods:
+            raise ApiError(409, "AlreadyExists", "pods exists", {"reason": "AlreadyExists"})
+        created = copy.deepcopy(pod)
+        created["metadata"].update(uid=f"pod-{next(self._uids)}", creationTimestamp="2025-01-01T00:00:00Z")
+        created["status"] = {"phase": "Pending"}
+        self.pods[key] = created
+        return copy.deepcopy(created)
+
+    def get_pod(self, namespace, name):
+        return copy.deepcopy(self.pods.get(f"{namespace}/{name}"))
+
+    def delete_pod(self, namespace, name, uid, grace_period_seconds=None):
+        self.writes.append(("delete", name, uid))
+        self.delete_graces.append(grace_period_seconds)
+        key = f"{namespace}/{name}"
+        if key in self.pods and self.pods[key]["metadata"]["uid"] == uid:
+            del self.pods[key]
+
+    def patch_shadowpod_status(self, namespace, name, status, resource_version):
+        self.writes.append(("status", name))
+        current = self.shadowpods.get(f"{namespace}/{name}")
+        if current is None:
+            raise ApiError(404, "NotFound", "gone")
+        if resource_version and current["metadata"]["resourceVersion"] != resource_version:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        current["status"] = copy.deepcopy(status)
+        current["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(current)
+
+    def patch_pod(self, namespace, name, patch):
+        """Labels, annotations and images (by container name), as a strategic merge patch."""
+        self.writes.append(("patch", name))
+        if self.patch_error is not None:
+            raise self.patch_error
+        pod = self.pods[f"{namespace}/{name}"]
+        for field in ("labels", "annotations"):
+            for k, v in (patch["metadata"].get(field) or {}).items():
+                if v is None:
+                    pod["metadata"].setdefault(field, {}).pop(k, None)
+                else:
+                    pod["metadata"].setdefault(field, {})[k] = v
+        for change in (patch.get("spec") or {}).get("containers") or []:
+            for container in pod["spec"]["containers"]:
+                if container["name"] == change["name"]:
+                    container.update(change)
+        return copy.deepcopy(pod)
+
+    def create_event(self, namespace, event):
+        self.events.append(event)
+        return event
+
+    def patch_event(self, namespace, name, patch):
+        for event in self.events:
+            if event["metadata"]["name"] == name:
+                event.update(patch)
+                return event
+        raise ApiError(404, "NotFound", "no event")
+
+
+class World:
+    """The fake API plus caches: the ShadowPod cache shows exactly what the API holds (an
+    up-to-date informer) unless a test freezes it; the pod cache is the store an Informer
+    keeps, with the enforcer's own indexes, refreshed from the API by :meth:`sync_pods`
+    (what the informer's list and watch do) and left behind when a test wants it stale."""
+
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.pods = Indexer(POD_INDEXERS)
+        # Events are written by the recorder's own thread: run() and reasons() wait for it.
+        self.recorder = EventRecorder(self.api)
+        self.reconcile = Reconciler(shadowpods=self, pods=self.pods, api=self.api, recorder=self.recorder)
+        self.frozen_shadowpods: dict[str, dict] | None = None
+
+    def get(self, key):  # the ShadowPod cache
+        source = self.frozen_shadowpods if self.frozen_shadowpods is not None else self.api.shadowpods
+        return copy.deepcopy(source.get(key))
+
+    def sync_pods(self) -> None:
+        self.pods.replace({key: copy.deepcopy(pod) for key, pod in self.api.pods.items()})
+
+    def add_shadowpod(self, restart_policy: str | None = None) -> dict:
+        spec = {"containers": [{"name": "c", "image": "i"}]}
+        if restart_policy:
+            spec["restartPolicy"] = restart_policy
+        shp = builders.shadowpod(spec=spec, pod_labels={"a": "b"}, uid="shp-1", resourceVersion="1", generation=1)
+        self.api.shadowpods[KEY] = shp
+        return shp
+
+    def run(self) -> None:
+        self.sync_pods()
+        try:
+            self.reconcile(KEY)
+        finally:
+            assert self.recorder.flush(5)
+
+    def reasons(self) -> list[str]:
+        assert self.recorder.flush(5)
+        return [e["reason"] for e in self.api.events]
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_creates_the_pod_records_an_event_and_writes_status(world):
+    world.add_shadowpod()
+    world.run()
+    pod = world.api.pods[KEY]
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "shp-1"
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["podUID"] == pod["metadata"]["uid"] and status["recreations"] == 0 and status["phase"] == "Pending"
+    assert world.reasons() == [events.REASON_CREATED]
+    assert world.api.events[0]["involvedObject"]["kind"] == "ShadowPod"
+
+
+def test_second_reconcile_writes_nothing(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == []
+
+
+def test_vanished_pod_is_recreated_and_counted(world):
+    world.add_shadowpod()
+    world.run()
+    first_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods.pop(KEY)
+    world.run()
+    assert world.api.pods[KEY]["metadata"]["uid"] != first_uid
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+    assert world.reasons() == [events.REASON_CREATED, events.REASON_RECREATED]
+
+
+def test_evicted_pod_is_deleted_and_replaced(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    old_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.run()
+    assert ("delete", "web", old_uid) in world.api.writes
+    assert world.api.pods[KEY]["metadata"]["uid"] != old_uid
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+    assert "Evicted: low on memory" in world.api.events[-1]["message"]
+
+
+def test_completed_run_is_mirrored_and_never_rerun(world):
+    world.add_shadowpod(restart_policy="Never")
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Succeeded"}
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["phase"] == "Succeeded"
+    world.api.pods.pop(KEY)
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [] and KEY not in world.api.pods
+
+
+def test_terminating_pod_requeues_without_writes(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    world.api.writes.clear()
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.api.writes == []
+
+
+def test_already_exists_because_the_cache_lags_requeues(world):
+    world.add_shadowpod()
+    world.run()
+    world.pods.replace({})  # the pod informer has not delivered the pod yet
+    with pytest.raises(Requeue):
+        world.reconcile(KEY)
+    assert len(world.api.pods) == 1
+
+
+def test_name_taken_by_a_foreign_pod_is_reported(world):
+    world.add_shadowpod()
+    world.api.pods[KEY] = {"metadata": {"name": "web", "namespace": "ns", "uid": "foreign"}}
+    with pytest.raises(Requeue):
+        world.reconcile(KEY)  # the foreign pod is not labelled, so not in the index
+    assert world.reasons() == [events.REASON_NAME_TAKEN]
+    assert "not managed by the enforcer" in world.api.shadowpods[KEY]["status"]["message"]
+    assert world.api.pods[KEY]["metadata"]["uid"] == "foreign"
+
+
+def test_pod_of_an_earlier_shadowpod_with_the_same_name_is_deleted(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.shadowpods[KEY]["metadata"]["uid"] = "shp-2"  # deleted and created again
+    world.pods.replace({})  # and its old pod not seen (yet) by the informer
+    with pytest.raises(Requeue):
+        world.reconcile(KEY)
+    assert KEY not in world.api.pods
+    world.run()
+    assert world.api.pods[KEY]["metadata"]["ownerReferences"][0]["uid"] == "shp-2"
+
+
+def test_rejected_creation_is_reported_then_retried(world):
+    world.add_shadowpod()
+    world.api.create_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: exceeded quota: q')
+    with pytest.raises(ApiError):
+        world.run()
+    assert world.reasons() == [events.REASON_CREATE_FAILED]
+    assert "exceeded quota" in world.api.events[0]["message"]
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["phase"] == "Pending" and "exceeded quota" in status["message"]
+    with pytest.raises(ApiError):
+        world.run()
+    assert len(world.api.events) == 1 and world.api.events[0]["count"] == 2, "repeats fold into one Event"
+    world.api.create_error = None
+    world.run()
+    assert KEY in world.api.pods and world.api.shadowpods[KEY]["status"]["message"] == ""
+
+
+def test_transient_creation_error_is_retried_without_noise(world):
+    world.add_shadowpod()
+    world.api.create_error = ApiError(0, "Unreachable", "connection refused")
+    with pytest.raises(ApiError):
+        world.run()
+    assert world.api.events == [] and "status" not in world.api.shadowpods[KEY]
+
+
+def test_invalid_shadowpod_is_permanent(world):
+    shp = world.add_shadowpod()
+    shp["spec"]["pod"]["spec"] = "not a pod spec"
+    with pytest.raises(PermanentError):
+        world.run()
+    assert world.reasons() == [events.REASON_INVALID]
+
+
+def test_extra_pods_are_deleted_keeping_the_oldest(world):
+    world.add_shadowpod()
+    world.run()
+    extra = copy.deepcopy(world.api.pods[KEY])
+    extra["metadata"].update(name="web-copy", uid="copy", creationTimestamp="2025-02-01T00:00:00Z")
+    world.api.pods["ns/web-copy"] = extra
+    world.run()
+    assert "ns/web-copy" not in world.api.pods and KEY in world.api.pods
+    assert events.REASON_DELETED_EXTRA in world.reasons()
+
+
+def test_stale_shadowpod_cache_makes_the_status_write_conflict_and_requeue(world):
+    world.add_shadowpod()
+    world.run()
+    world.frozen_shadowpods = copy.deepcopy(world.api.shadowpods)
+    world.api.shadowpods[KEY]["metadata"]["resourceVersion"] = "99"  # someone wrote meanwhile
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    with pytest.raises(Requeue):
+        world.run()
+    world.frozen_shadowpods = None
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["phase"] == "Running"
+
+
+def test_orphan_pod_is_deleted_once_the_apiserver_confirms_its_owner_is_gone(world):
+    world.add_shadowpod()
+    world.run()
+    world.frozen_shadowpods = {}  # the cache says the ShadowPod is gone ...
+    world.run()
+    assert KEY in world.api.pods, "... but the apiserver still has it: keep the pod"
+    del world.api.shadowpods[KEY]
+    world.run()
+    assert KEY not in world.api.pods
+
+
+def test_shadowpod_being_deleted_is_left_to_the_garbage_collector(world):
+    world.add_shadowpod()
+    world.api.shadowpods[KEY]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    world.run()
+    assert world.api.writes == []
+
+
+def _change_template(world: World, *, labels: dict | None = None, image: str | None = None) -> None:
+    template = world.api.shadowpods[KEY]["spec"]["pod"]
+    if labels is not None:
+        template["metadata"]["labels"] = labels
+    if image is not None:
+        template["spec"]["containers"][0]["image"] = image
+
+
+def test_template_change_updates_the_running_pod_in_place(world):
+    world.add_shadowpod()
+    world.run()
+    uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    _change_template(world, labels={"a": "c", "new": "x"}, image="i:2")
+    world.api.writes.clear()
+    world.run()
+    pod = world.api.pods[KEY]
+    assert pod["metadata"]["uid"] == uid, "updated, not recreated"
+    assert pod["metadata"]["labels"]["a"] == "c" and pod["metadata"]["labels"]["new"] == "x"
+    assert pod["spec"]["containers"][0]["image"] == "i:2"
+    assert ("patch", "web") in world.api.writes and not any(w[0] in ("create", "delete") for w in world.api.writes)
+    assert world.reasons()[-1] == events.REASON_UPDATED
+    assert "labels, images" in world.api.events[-1]["message"]
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "applied once"
+
+
+def test_refused_update_is_reported_once_and_retried_only_for_a_new_template(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    world.api.patch_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: image i:bad is not allowed here')
+    _change_template(world, image="i:bad")
+    world.run()
+    assert world.reasons()[-1] == events.REASON_UPDATE_REFUSED
+    assert world.api.events[-1]["type"] == "Warning"
+    assert "image i:bad is not allowed here" in world.api.events[-1]["message"]
+    assert world.api.pods[KEY]["spec"]["containers"][0]["image"] == "i", "the pod runs on as it was"
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "the same template is not tried again at every pod event"
+    world.api.patch_error = None
+    _change_template(world, image="i:3")
+    world.run()
+    assert world.api.pods[KEY]["spec"]["containers"][0]["image"] == "i:3"
+
+
+def test_transient_update_error_is_raised_for_the_controllers_backoff(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    world.api.patch_error = ApiError(503, "ServiceUnavailable", "etcd is sad")
+    _change_template(world, labels={"a": "z"})
+    with pytest.raises(ApiError):
+        world.run()
+
+
+def test_finished_pod_is_not_updated(world):
+    world.add_shadowpod(restart_policy="Never")
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Succeeded"}
+    _change_template(world, labels={"a": "z"})
+    world.api.writes.clear()
+    world.run()
+    assert ("patch", "web") not in world.api.writes
+
+
+# --- the local pod is being deleted: its grace period reaches the remote pod --------------------
+def test_deletion_grace_annotation_deletes_the_pod_with_that_grace_and_creates_none(world):
+    world.add_shadowpod()
+    world.run()
+    uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.shadowpods[KEY]["metadata"]["annotations"] = {C.ANNOTATION_DELETION_GRACE: "7"}
+    world.run()
+    assert ("delete", "web", uid) in world.api.writes and world.api.delete_graces[-1] == 7
+    assert KEY not in world.api.pods  # the fake deletes at once; nothing replaced it
+    assert world.reasons()[-1] == events.REASON_TERMINATING
+    world.api.writes.clear()
+    world.run()
+    assert not [w for w in world.api.writes if w[0] == "create"]
+
+
+def test_deletion_grace_leaves_a_pod_already_terminating_with_a_shorter_grace(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.pods[KEY]["metadata"].update(deletionTimestamp="2025-01-01T00:00:10Z", deletionGracePeriodSeconds=5)
+    world.api.shadowpods[KEY]["metadata"]["annotations"] = {C.ANNOTATION_DELETION_GRACE: "30"}
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == []
+
+
+
+# --- pods orphaned by `kubectl delete --cascade=orphan` (the GC strips their owner reference) ---
+def _orphan(world: World) -> None:
+    world.api.pods[KEY]["metadata"]["ownerReferences"] = []
+
+
+def test_a_pod_orphaned_from_its_deleted_shadowpod_is_deleted(world):
+    world.add_shadowpod()
+    world.run()
+    _orphan(world)
+    del world.api.shadowpods[KEY]
+    world.run()
+    assert KEY not in world.api.pods
+    assert ("delete", "web", world.api.writes[-1][2]) == world.api.writes[-1]
+
+
+def test_a_pod_orphaned_while_its_shadowpod_waits_on_the_orphan_finalizer_is_deleted(world):
+    world.add_shadowpod()
+    world.run()
+    world.api.shadowpods[KEY]["metadata"].update(deletionTimestamp="2025-01-01T00:00:00Z", finalizers=["orphan"])
+    _orphan(world)
+    world.run()
+    assert KEY not in world.api.pods
+
+
+def test_an_orphan_holding_the_name_of_a_new_shadowpod_is_replaced(world):
+    world.add_shadowpod()
+    world.run()
+    _orphan(world)
+    old_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.shadowpods[KEY]["metadata"]["uid"] = "shp-2"  # deleted with --cascade=orphan, created again
+    world.run()
+    assert ("delete", "web", old_uid) in world.api.writes
+    assert world.api.pods[KEY]["metadata"]["ownerReferences"][0]["uid"] == "shp-2"
+
+
+def test_an_ownerless_pod_without_the_enforcers_marks_is_never_deleted(world):
+    # Labelled managed-by=enforcer by someone, but without the applied-template record only
+    # build_pod writes: not the enforcer's, so not in its index and never deleted.
+    world.api.pods[KEY] = {
+        "metadata": {"name": "web", "namespace": "ns", "uid": "foreign", "labels": {C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}}
+    }
+    world.run()
+    assert world.api.pods[KEY]["metadata"]["uid"] == "foreign" and world.api.writes == []
