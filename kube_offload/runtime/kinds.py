@@ -4,7 +4,7 @@ kind, plural and scope, from which :mod:`kube_offload.runtime.kube` builds every
 One place for each fact: the kube-offload custom resources take their group, version,
 kind and plural from :mod:`kube_offload.constants` (which the CRDs in
 kube_offload/manifests and charts/kube-offload-remote/crds spell out the same way;
-tests/unit/test_runtime_kinds.py checks the two agree).
+tests/unit/kube_offload/runtime/test_kinds.py checks the three agree).
 """
 
 from __future__ import annotations
