@@ -25,7 +25,7 @@ from typing import Callable, Protocol, Sequence
 
 from kubernetes import client
 
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.manager import Loop as ManagedLoop, Manager
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
@@ -46,7 +46,7 @@ class Loop(Protocol):
 
     name: str
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> Sequence[Cache]:
         """The caches that must have listed before :meth:`start`."""
         ...
 
@@ -78,7 +78,7 @@ class ControllerLoop:
         self.name = name
         self._owner = owner
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> Sequence[Cache]:
         return self._owner.informers()
 
     def start(self) -> None:

@@ -17,7 +17,8 @@ import time
 from typing import Callable, Iterable
 
 from kube_offload.runtime import metrics as rm
-from kube_offload.runtime.informer import MODIFIED, Informer
+from kube_offload.runtime.cache import Cache
+from kube_offload.runtime.informer import MODIFIED
 from kube_offload.runtime.kube import ApiError, object_key
 from kube_offload.runtime.workqueue import ShutDown, WorkQueue
 
@@ -65,7 +66,7 @@ class Controller:
 
     def watch(
         self,
-        informer: Informer,
+        informer: Cache,
         key_func: Callable[[dict], Iterable[str] | str | None] | None = None,
         *,
         skip: Callable[[dict | None, dict], bool] | None = None,

@@ -15,6 +15,7 @@ hears of the change. Tests use it directly as a cache that needs no API server.
 
 from __future__ import annotations
 
+import builtins
 import logging
 from typing import Callable, Iterable, Mapping
 
@@ -137,10 +138,10 @@ class Indexer:
     def get(self, key: str) -> dict | None:
         return self._items.get(key)
 
-    def list(self) -> list[dict]:
+    def list(self) -> builtins.list[dict]:
         return list(self._items.values())
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         return list(self._items.keys())
 
     def __len__(self) -> int:

@@ -29,6 +29,7 @@ key, nothing more.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import threading
@@ -165,11 +166,11 @@ class Informer:
         with self._lock:
             return self._store.get(key)
 
-    def list(self) -> list[dict]:
+    def list(self) -> builtins.list[dict]:
         with self._lock:
             return self._store.list()
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         with self._lock:
             return self._store.keys()
 
@@ -181,16 +182,16 @@ class Informer:
         with self._lock:
             self._store.add_indexer(name, func)
 
-    def by_index(self, name: str, value: str) -> list[dict]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict]:
         """The cached objects found under ``value`` in index ``name`` (read only)."""
         with self._lock:
             return self._store.by_index(name, value)
 
-    def index_keys(self, name: str, value: str) -> list[str]:
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
         with self._lock:
             return self._store.index_keys(name, value)
 
-    def index_values(self, name: str) -> list[str]:
+    def index_values(self, name: str) -> builtins.list[str]:
         """Every value of index ``name`` at least one cached object is found under."""
         with self._lock:
             return self._store.index_values(name)

@@ -168,7 +168,7 @@ def call_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
     return json.loads(data) if data else {}
 
 
-def object_key(obj: dict) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     """``ns/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")

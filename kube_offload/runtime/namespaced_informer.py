@@ -32,6 +32,7 @@ stopped watch" from interleaving.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import time
@@ -102,12 +103,12 @@ class MultiNamespaceInformer:
             child = self._children.get(namespace or "")
         return child.get(key) if child is not None else None
 
-    def list(self) -> list[dict]:
+    def list(self) -> builtins.list[dict]:
         with self._lock:
             children = list(self._children.values())
         return [obj for child in children for obj in child.list()]
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         with self._lock:
             children = list(self._children.values())
         return [key for child in children for key in child.keys()]
@@ -125,16 +126,16 @@ class MultiNamespaceInformer:
         for child in children:
             child.add_indexer(name, func)
 
-    def by_index(self, name: str, value: str) -> list[dict]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict]:
         return [obj for child in self._indexed(name) for obj in child.by_index(name, value)]
 
-    def index_keys(self, name: str, value: str) -> list[str]:
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
         return [key for child in self._indexed(name) for key in child.index_keys(name, value)]
 
-    def index_values(self, name: str) -> list[str]:
+    def index_values(self, name: str) -> builtins.list[str]:
         return sorted({value for child in self._indexed(name) for value in child.index_values(name)})
 
-    def _indexed(self, name: str) -> list[Informer]:
+    def _indexed(self, name: str) -> builtins.list[Informer]:
         with self._lock:
             if name not in self._indexers:
                 known = ", ".join(sorted(self._indexers)) or "none"
@@ -164,7 +165,7 @@ class MultiNamespaceInformer:
             return max([self._retired_contact, *(child.last_contact for child in self._children.values())])
 
     # --- the namespace set -----------------------------------------------------------------------
-    def namespaces(self) -> list[str]:
+    def namespaces(self) -> builtins.list[str]:
         with self._lock:
             return sorted(self._children)
 
@@ -175,7 +176,7 @@ class MultiNamespaceInformer:
             child = self._children.get(namespace)
         return child is not None and child.has_synced() and not child.forbidden
 
-    def forbidden_namespaces(self) -> list[str]:
+    def forbidden_namespaces(self) -> builtins.list[str]:
         """The watched namespaces whose last list or watch was answered 403 (and none
         accepted since): empty or stale caches, on which no absence may be acted upon."""
         with self._lock:

@@ -51,7 +51,9 @@ class WriteEchoes:
 
     def wrote(self, obj: Mapping | None) -> None:
         """Record the object an API write answered with (its key and resourceVersion)."""
-        meta = (obj or {}).get("metadata") or {}
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
         version = meta.get("resourceVersion")
         if not version or not meta.get("name"):
             return
