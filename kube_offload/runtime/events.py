@@ -85,9 +85,9 @@ log = logging.getLogger("kube_offload.runtime.events")
 
 
 class EventSink(Protocol):
-    def create_event(self, namespace: str, event: dict) -> dict: ...
+    def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
 
-    def patch_event(self, namespace: str, name: str, patch: dict) -> dict: ...
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class CoreV1EventSink:
@@ -96,10 +96,10 @@ class CoreV1EventSink:
     def __init__(self, api_client: client.ApiClient) -> None:
         self._api = client.CoreV1Api(api_client)
 
-    def create_event(self, namespace: str, event: dict) -> dict:
+    def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         return call_json(self._api.create_namespaced_event, namespace, event)
 
-    def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return call_json(self._api.patch_namespaced_event, name, namespace, patch, _content_type=MERGE_PATCH)
 
 
@@ -125,11 +125,11 @@ class Occurrence:
         return (self.namespace, str(self.involved.get("uid") or self.involved.get("name")))
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[str, ...]:
         return (*self.object_id, self.event_type, self.reason, self.message)
 
 
-def occurrence(obj: Mapping, event_type: str, reason: str, message: str, now: float) -> Occurrence:
+def occurrence(obj: Mapping[str, Any], event_type: str, reason: str, message: str, now: float) -> Occurrence:
     meta = obj.get("metadata") or {}
     involved = {
         "apiVersion": obj.get("apiVersion") or "v1",
@@ -172,7 +172,7 @@ class Write:
     namespace: str
     name: str
     body: dict[str, Any]
-    key: tuple
+    key: tuple[str, ...]
     object_id: tuple[str, str]
     folded: Folded
 
@@ -219,9 +219,9 @@ class Correlator:
         # Event names: unique per Event and sortable by time, as the Go recorder's are.
         counter = itertools.count()
         self._names = names or (lambda: time.time_ns() + next(counter))
-        self._folded: OrderedDict[tuple, Folded] = OrderedDict()
-        self._similar: OrderedDict[tuple, _Similar] = OrderedDict()
-        self._budgets: OrderedDict[tuple, _Budget] = OrderedDict()
+        self._folded: OrderedDict[tuple[str, ...], Folded] = OrderedDict()
+        self._similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
+        self._budgets: OrderedDict[tuple[str, ...], _Budget] = OrderedDict()
 
     def correlate(self, occ: Occurrence) -> Write | str:
         """The write ``occ`` needs, or why none is needed now (:data:`FOLDED`,
@@ -256,7 +256,7 @@ class Correlator:
         message = str(write.body.get("message") or occ.message)  # a combined Event's patch names its message
         return self._create(occ, write.key, message, count=write.folded.count, first=write.folded.first)
 
-    def _create(self, occ: Occurrence, key: tuple, message: str, *, count: int, first: float) -> Write:
+    def _create(self, occ: Occurrence, key: tuple[str, ...], message: str, *, count: int, first: float) -> Write:
         name = f"{str(occ.involved.get('name'))[:230]}.{self._names():x}"
         event = {
             "apiVersion": "v1",
@@ -275,7 +275,7 @@ class Correlator:
         }
         return Write(CREATE, occ.namespace, name, event, key, occ.object_id, Folded(name, count, first, occ.last))
 
-    def _aggregate(self, occ: Occurrence) -> tuple[tuple, str]:
+    def _aggregate(self, occ: Occurrence) -> tuple[tuple[str, ...], str]:
         """The fold key and message of ``occ``: its own, or those of the combined Event of
         its (object, type, reason) once that has seen SIMILAR_MAX distinct messages within
         SIMILAR_SECONDS of one another."""
@@ -307,7 +307,7 @@ class Correlator:
         return True
 
     @staticmethod
-    def _remember(table: OrderedDict, key: tuple, value: Any) -> None:
+    def _remember(table: OrderedDict[Any, Any], key: tuple[str, ...], value: Any) -> None:
         table[key] = value
         table.move_to_end(key)
         while len(table) > MAX_REMEMBERED:
@@ -344,7 +344,7 @@ class EventRecorder:
         )
         self._cond = threading.Condition()
         # Distinct occurrences in the order recorded; a repeat is folded into its entry.
-        self._pending: OrderedDict[tuple, Occurrence] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, ...], Occurrence] = OrderedDict()
         self._writing = False
         self._writer: threading.Thread | None = None
         self._stopping = False
@@ -354,13 +354,13 @@ class EventRecorder:
         rm.track_event_recorder(self)
 
     # -- the callers' side: never blocks on the API server, never raises --
-    def normal(self, obj: Mapping, reason: str, message: str) -> None:
+    def normal(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
         self.record(obj, NORMAL, reason, message)
 
-    def warning(self, obj: Mapping, reason: str, message: str) -> None:
+    def warning(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
         self.record(obj, WARNING, reason, message)
 
-    def record(self, obj: Mapping, event_type: str, reason: str, message: str) -> None:
+    def record(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         try:
             occ = occurrence(obj, event_type, reason, message, self._clock())
             self._enqueue(occ)

@@ -74,7 +74,7 @@ class ServerContext:
         self._require_client_certificate = require_client_certificate
         self._name = name
         self._lock = threading.Lock()
-        self._stamp: tuple = ()
+        self._stamp: tuple[tuple[int, int, int] | None, ...] = ()
         self._context = self._build()
         # (The client CA, if any, is then not re-read either: rotate by restarting.)
         self._static = files.generated_dir is not None
@@ -142,7 +142,8 @@ class BackgroundServing:
 
     @property
     def port(self) -> int:
-        return self.server_address[1]  # type: ignore[attr-defined]
+        port: int = self.server_address[1]  # type: ignore[attr-defined]  # a mixin: the server class has it
+        return port
 
     def start(self) -> None:
         self._thread = threading.Thread(

@@ -43,7 +43,7 @@ from kube_offload.runtime.flags import DEFAULT_LIST_PAGE_SIZE
 from kube_offload.runtime.indexer import IndexFunc, Indexer, TallyFunc
 from kube_offload.runtime.kube import ApiError, call_json, object_key
 
-Handler = Callable[[str, "dict | None", dict], None]
+Handler = Callable[[str, "dict[str, Any] | None", dict[str, Any]], None]
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -73,10 +73,10 @@ class Informer:
         *,
         name: str,
         list_func: Callable[..., Any],
-        list_kwargs: dict | None = None,
+        list_kwargs: dict[str, Any] | None = None,
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         page_size: int | None = None,
         keep_managed_fields: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
@@ -162,11 +162,11 @@ class Informer:
     def has_synced(self) -> bool:
         return self._synced.is_set()
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             return self._store.get(key)
 
-    def list(self) -> builtins.list[dict]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         with self._lock:
             return self._store.list()
 
@@ -182,7 +182,7 @@ class Informer:
         with self._lock:
             self._store.add_indexer(name, func)
 
-    def by_index(self, name: str, value: str) -> builtins.list[dict]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         """The cached objects found under ``value`` in index ``name`` (read only)."""
         with self._lock:
             return self._store.by_index(name, value)
@@ -276,11 +276,11 @@ class Informer:
         self.forbidden = False
         self.forbidden_message = ""
 
-    def _list_all(self) -> dict:
+    def _list_all(self) -> dict[str, Any]:
         """One consistent snapshot, page by page: (the last page's body with every page's
         items). A continue token that expired (410) restarts from the first page."""
         while True:
-            items: list[dict] = []
+            items: list[dict[str, Any]] = []
             token: str | None = None
             try:
                 while True:
@@ -306,7 +306,7 @@ class Informer:
     def _relist(self) -> str:
         body = self._list_all()
         listed_at = self.last_contact
-        fresh: dict[str, dict] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
+        fresh: dict[str, dict[str, Any]] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
         with self._dispatch_lock:
             with self._lock:
                 # The indexes are rebuilt with the store, before any difference is delivered.
@@ -328,7 +328,7 @@ class Informer:
         self._synced.set()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _prepare(self, item: dict, list_body: dict) -> dict:
+    def _prepare(self, item: dict[str, Any], list_body: dict[str, Any]) -> dict[str, Any]:
         # Items of a list carry no apiVersion/kind; restore them so a cached object is
         # indistinguishable from a watched one.
         if "kind" not in item and list_body.get("kind", "").endswith("List"):
@@ -336,7 +336,7 @@ class Informer:
             item["apiVersion"] = list_body.get("apiVersion")
         return self._clean(item)
 
-    def _clean(self, obj: dict) -> dict:
+    def _clean(self, obj: dict[str, Any]) -> dict[str, Any]:
         if not self._keep_managed_fields:
             (obj.get("metadata") or {}).pop("managedFields", None)
         return self._transform(obj) if self._transform else obj
@@ -403,7 +403,7 @@ class Informer:
                 pass
         return resource_version, progressed
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         key = object_key(obj)
         with self._dispatch_lock:
             with self._lock:  # the store and its indexes first, then the handlers
@@ -434,7 +434,7 @@ class Informer:
                     return
                 self._dispatch(MODIFIED, obj, obj)
 
-    def _dispatch(self, kind: str, old: dict | None, new: dict) -> None:
+    def _dispatch(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         for handler in self._handlers:
             try:
                 handler(kind, old, new)
@@ -459,5 +459,5 @@ def _history_lost(status: int, message: str | None) -> bool:
     return status == 410 or (status == 504 and "too large resource version" in (message or "").lower())
 
 
-def _rv(obj: dict) -> str | None:
+def _rv(obj: dict[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")

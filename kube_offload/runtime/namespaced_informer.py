@@ -61,10 +61,10 @@ class MultiNamespaceInformer:
         *,
         name: str,
         list_for_namespace: ListForNamespace,
-        list_kwargs: dict | None = None,
+        list_kwargs: dict[str, Any] | None = None,
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         sync_gate: Callable[[], bool] | None = None,
         page_size: int | None = None,
         keep_managed_fields: bool = False,
@@ -97,13 +97,13 @@ class MultiNamespaceInformer:
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> dict[str, Any] | None:
         namespace, _ = split_key(key)
         with self._lock:
             child = self._children.get(namespace or "")
         return child.get(key) if child is not None else None
 
-    def list(self) -> builtins.list[dict]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         with self._lock:
             children = list(self._children.values())
         return [obj for child in children for obj in child.list()]
@@ -126,7 +126,7 @@ class MultiNamespaceInformer:
         for child in children:
             child.add_indexer(name, func)
 
-    def by_index(self, name: str, value: str) -> builtins.list[dict]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         return [obj for child in self._indexed(name) for obj in child.by_index(name, value)]
 
     def index_keys(self, name: str, value: str) -> builtins.list[str]:
@@ -261,14 +261,14 @@ class MultiNamespaceInformer:
         child.add_handler(lambda kind, old, new: self._forward(namespace, child, kind, old, new))
         return child
 
-    def _forward(self, namespace: str, child: Informer, kind: str, old: dict | None, new: dict) -> None:
+    def _forward(self, namespace: str, child: Informer, kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         with self._dispatch_lock:
             with self._lock:
                 current = self._children.get(namespace) is child
             if current:  # a stopped watch's last events must not resurrect dropped objects
                 self._dispatch(kind, old, new)
 
-    def _dispatch(self, kind: str, old: dict | None, new: dict) -> None:
+    def _dispatch(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         for handler in self._handlers:
             try:
                 handler(kind, old, new)
