@@ -25,6 +25,13 @@ One background thread lists, then watches from the list's resourceVersion:
 
 Handlers run on the informer's threads, one event at a time, and must be cheap: enqueue a
 key, nothing more.
+
+Over 400 lines on purpose: it is one state machine, the list+watch loop of one cache. The
+resourceVersion it resumes from, the relist that rebuilds the store, the forbidden flag and
+the resync all move under the same two locks and the same backoff, and each rule above is
+about how they interleave; the parts with a life of their own already live beside it (the
+store and its indexes in indexer.py, the read interface in cache.py, many namespaces in
+namespaced_informer.py).
 """
 
 from __future__ import annotations
