@@ -47,6 +47,7 @@ from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.runtime.manager import Synced
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
 from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
 from vkubelet.indexes import BY_ORIGIN
@@ -123,7 +124,7 @@ class Reflector(abc.ABC):
         self._twins.consumer.add_handler(self._on_consumer)
 
     # --- the Loop protocol ------------------------------------------------------------------
-    def informers(self) -> list[Cache]:
+    def informers(self) -> list[Synced]:
         # The scope first: it is synced only once the offloaded namespaces are known and
         # listed, which the scoped local informers alone cannot say (an empty set of
         # namespaces is "synced" before the namespaces were even read).
