@@ -43,11 +43,10 @@ from typing import TYPE_CHECKING, ClassVar, Mapping
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.cache import Cache
+from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
-from kube_offload.runtime.manager import Synced
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
 from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
 from vkubelet.indexes import BY_ORIGIN
@@ -124,7 +123,7 @@ class Reflector(abc.ABC):
         self._twins.consumer.add_handler(self._on_consumer)
 
     # --- the Loop protocol ------------------------------------------------------------------
-    def informers(self) -> list[Synced]:
+    def informers(self) -> list[Informer]:
         # The scope first: it is synced only once the offloaded namespaces are known and
         # listed, which the scoped local informers alone cannot say (an empty set of
         # namespaces is "synced" before the namespaces were even read).
@@ -161,7 +160,7 @@ class Reflector(abc.ABC):
     def update_body(self, desired: Mapping, current: Mapping) -> dict:
         return f.update_body(desired, current)
 
-    def extra_informers(self) -> list[Cache]:
+    def extra_informers(self) -> list[Informer]:
         return []
 
     def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
