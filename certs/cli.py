@@ -14,13 +14,16 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kube_offload.runtime.flags import add_flag, appended, non_negative_int
 from kube_offload.times import parse_duration
 
 from . import directory as certdir
 from . import pki
+
+if TYPE_CHECKING:
+    from kube_offload.runtime.kube import ApiError
 
 COMPONENT = "certs"
 DEFAULT_OUT_DIR = "kube-offload-certs"
@@ -213,14 +216,16 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_API
 
 
-def _api_error_type() -> type[Exception]:
+def _api_error_type() -> type[ApiError] | type[_NeverRaised]:
     """kube_offload.runtime.kube.ApiError without importing the client for file-only commands."""
     module = sys.modules.get("kube_offload.runtime.kube")
     return module.ApiError if module is not None else _NeverRaised
 
 
 class _NeverRaised(Exception):
-    pass
+    # What the handler reads of an ApiError, for the type checker: never raised.
+    status: int
+    message: str
 
 
 def _names(args: argparse.Namespace) -> tuple[list[str], list[str]]:

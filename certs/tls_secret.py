@@ -44,6 +44,7 @@ def plan_tls_secret(
 ) -> SecretPlan:
     """Decide the CA and serving pair from the two Secrets as read (camelCase dicts, or
     None when absent). Pure apart from key generation."""
+    ca: pki.KeyPair | None  # None: the Secret holds no usable CA (refused below)
     if ca_secret is None:
         ca = pki.generate_ca(ca_common_name, ca_days, now=now)
         ca_is_new = True

@@ -40,7 +40,7 @@ answer carries non-ASCII characters as UTF-8 rather than ``\\u`` escapes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Iterable, NotRequired, Optional, TypedDict
+from typing import Annotated, Any, Iterable, NotRequired, Optional, TypedDict, cast
 
 import msgspec
 import orjson
@@ -173,11 +173,11 @@ def _decode(body: bytes) -> ExtenderArgs:
         _check_names(args.NodeNames)
         return ExtenderArgs(pod=pod, nodes=None, node_names=args.NodeNames)
     raw_nodes = args.Nodes.items or []  # type: ignore[union-attr]  # _check_mode: Nodes is set
-    views = []
+    views: list[dict] = []
     decode = _NODE.decode
     for index, raw in enumerate(raw_nodes):
         try:
-            views.append(decode(raw))
+            views.append(cast(dict, decode(raw)))  # a NodeView is a plain dict
         except msgspec.ValidationError as exc:
             raise _Refused(_located(str(exc), _where(index))) from None
     return ExtenderArgs(pod=pod, nodes=views, node_names=None, raw_nodes=raw_nodes)

@@ -15,6 +15,12 @@ that ``kubectl offload explain`` asks the very functions the extender (extender/
 
 Both are pure functions of their arguments (the clock and the annotation decoder can be
 passed in), so they are table-tested and benchmarked without HTTP.
+
+Just over 400 lines, one module on purpose: it is the one answer to "may this pod go to
+this node, and how good a place is it", which the extender serves and ``kubectl offload
+explain`` repeats. Filter and prioritize read the same namespace policy lookup, the same
+capacity reader (with its memo behind a lock) and the same verdict types; split, the
+plugin would have to import the pieces back together to give the same answer.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ cheap, whatever the suffix. Python integers do not overflow, so milli-bytes are 
 Used by the scheduler extender (does a remote node fit this pod?) and by the virtual
 kubelet (remote free resources = allocatable − requests of non-terminated pods; the
 virtual node's allocatable = a percentage of that). Pure: no I/O.
+
+Over 400 lines on purpose: it is one representation, the milli-unit integer, and what it
+takes to get objects into it and back out. Parsing and formatting a Quantity, the
+arithmetic on resource lists and a pod's effective requests (containers, init containers,
+sidecars, overhead) all depend on the same scale and the same cap, and every caller needs
+the three together; apart, the milli scale would be a fact kept in several modules.
 """
 
 from __future__ import annotations

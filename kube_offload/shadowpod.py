@@ -22,6 +22,12 @@ The recreate rule (docs/enforcer.md explains it for users):
 * a ShadowPod whose local pod is being deleted (the virtual kubelet sets the annotation
   ``kube-offload.io/deletion-grace-period-seconds``) has its pods deleted with that grace
   period and gets no new one: the local deletion's grace period reaches the remote pod.
+
+Over 400 lines on purpose: it is one contract, read from both ends. The pod a ShadowPod
+builds, the fate of that pod, the plan that follows and the status that reports it decide
+each other (the applied-template annotation written by ``build_pod`` is what ``pod_update``
+compares; ``run_completed`` reads what ``status_from_pod`` wrote), so one module keeps them
+in one table of tests (tests/unit/test_shadowpod.py) instead of four that must agree.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class Provider:
     def get(self, fn: Callable[[client.ApiClient], Callable], *args, what: str, missing_ok: bool = True, **kwargs) -> dict | None:
         """The call's JSON; None for 404 (when ``missing_ok``). A failure marks the provider
         unusable (unreachable) or raises :class:`ReadError` (anything else)."""
-        if not self.usable:
+        if not self.usable or self.api is None:  # usable implies an api; said for the type checker
             raise ReadError(self.error)
         try:
             return call_json(fn(self.api), *args, _request_timeout=self.timeout, **kwargs)

@@ -1,7 +1,8 @@
 """Kubernetes Events in the local cluster about the objects the vkubelet serves (what
 `kubectl describe pod` shows under Events: why a pod is not running remotely).
 
-Folding of repeats and the never-raise rule live in :mod:`kube_offload.runtime.events`; here are
+Folding of repeats (:mod:`kube_offload.runtime.event_correlator`) and the never-raise rule
+(:mod:`kube_offload.runtime.events`) live in the runtime; here are
 the vkubelet's name and reasons. A reconcile that keeps failing writes the same Event at
 most once per ``min_interval`` seconds.
 """

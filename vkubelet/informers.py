@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Callable, Iterable, Protocol, TypeVar
+from typing import Callable, Iterable, Protocol, TypeVar, cast
 
 from kubernetes import client
 
@@ -38,7 +38,9 @@ class CacheLike(Protocol):
     :class:`MultiNamespaceInformer`, or an object standing for a set of them."""
 
     name: str
-    last_contact: float
+
+    @property
+    def last_contact(self) -> float: ...
 
     def start(self) -> None: ...
 
@@ -73,7 +75,8 @@ class SharedInformers:
                 self._informers[name] = informer
                 if self._started:
                     informer.start()
-            return informer
+            # One name, one factory: what is registered under a name is what its factory makes.
+            return cast(C, informer)
 
     def start(self) -> None:
         with self._lock:
@@ -217,7 +220,7 @@ class SharedInformers:
             informer.set_namespaces(current)
             return informer
 
-        return self.shared(name, make)  # type: ignore[return-value]
+        return self.shared(name, make)
 
     def remote_pods(self) -> MultiNamespaceInformer:
         """Our remote pods (origin label), in the twin namespaces; trimmed to what the

@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kinds import TWIN_NAMESPACES
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
@@ -170,7 +170,7 @@ class TwinNamespaces:
         self.controller.watch(self.local_namespaces)
         self.controller.watch(self.requests, self.local_namespace_of)
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Cache]:
         # The Consumer too: its suggested node labels take part in cluster selectors, and
         # a plan made without them would delete twins that are wanted.
         return [self.local_namespaces, self.requests, self.consumer]
@@ -240,6 +240,7 @@ class TwinNamespaces:
             self._warn(name, ev.REASON_POLICY_INVALID, plan.reason)
             return
 
+        request: dict | None  # each request in turn, then the one for the planned twin
         for request in self.requests.list():
             if self.local_namespace_of(request) == name and request["metadata"]["name"] != plan.twin:
                 self._delete(request, logger, plan.reason)

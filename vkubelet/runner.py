@@ -25,8 +25,7 @@ from typing import Callable, Protocol, Sequence
 
 from kubernetes import client
 
-from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.manager import Loop as ManagedLoop, Manager
+from kube_offload.runtime.manager import Loop as ManagedLoop, Manager, Synced
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
@@ -46,7 +45,7 @@ class Loop(Protocol):
 
     name: str
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> Sequence[Synced]:
         """The caches that must have listed before :meth:`start`."""
         ...
 
@@ -78,7 +77,7 @@ class ControllerLoop:
         self.name = name
         self._owner = owner
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> Sequence[Synced]:
         return self._owner.informers()
 
     def start(self) -> None:

@@ -1,8 +1,9 @@
 """Kubernetes Events about ShadowPods (core/v1 Events, as ``kubectl describe shp`` shows).
 
 Repeats of one event (a creation that keeps failing on a quota, say) are folded into one
-Event whose ``count`` grows, and recording never fails the caller: both rules live in
-:mod:`kube_offload.runtime.events`; here are the enforcer's name and reasons.
+Event whose ``count`` grows, and recording never fails the caller: both rules live in the
+runtime (:mod:`kube_offload.runtime.event_correlator`, :mod:`kube_offload.runtime.events`);
+here are the enforcer's name and reasons.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Callable
 
 from enforcer.shadowpods.api import EnforcerApi
 from kube_offload.runtime import events
-from kube_offload.runtime.events import AGGREGATE_SECONDS, NORMAL, WARNING  # noqa: F401  (re-exported)
+from kube_offload.runtime.event_correlator import AGGREGATE_SECONDS  # noqa: F401  (re-exported)
+from kube_offload.runtime.events import NORMAL, WARNING  # noqa: F401  (re-exported)
 # Reasons: the contract's, under the enforcer's short names.
 from kube_offload.reasons import REASON_EXTRA_POD_DELETED as REASON_DELETED_EXTRA  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_INVALID_SHADOWPOD as REASON_INVALID  # noqa: F401  (re-exported)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from kube_offload.runtime import metrics as rm
-from kube_offload.runtime.informer import MODIFIED, Informer
+from kube_offload.runtime.cache import Cache
+from kube_offload.runtime.informer import MODIFIED
 from kube_offload.runtime.kube import ApiError, object_key
 from kube_offload.runtime.workqueue import ShutDown, WorkQueue
 
@@ -65,17 +66,17 @@ class Controller:
 
     def watch(
         self,
-        informer: Informer,
-        key_func: Callable[[dict], Iterable[str] | str | None] | None = None,
+        informer: Cache,
+        key_func: Callable[[dict[str, Any]], Iterable[str] | str | None] | None = None,
         *,
-        skip: Callable[[dict | None, dict], bool] | None = None,
+        skip: Callable[[dict[str, Any] | None, dict[str, Any]], bool] | None = None,
     ) -> None:
         """Enqueue the key(s) ``key_func`` maps each event's object to (default: its own key).
         An update for which ``skip(old, new)`` is true enqueues nothing (e.g.
         kube_offload/runtime/predicates.py: a change of status only, for a loop that does
         not read status); adds, deletes and resyncs are never skipped."""
 
-        def handler(event: str, old: dict | None, new: dict) -> None:
+        def handler(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             if skip is not None and event == MODIFIED and old is not None and old is not new and skip(old, new):
                 return
             for obj in (old, new):

@@ -39,7 +39,7 @@ class HttpMetrics:
     requests: Counter
     latency: Histogram
     # labels() takes a lock and builds a key on every call; children are reused instead.
-    _children: dict = field(default_factory=dict, repr=False)
+    _children: dict[tuple[str, str], tuple[Counter, Histogram]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def create(cls, component: str, registry: CollectorRegistry | None = None) -> HttpMetrics:

@@ -74,7 +74,7 @@ class ServerContext:
         self._require_client_certificate = require_client_certificate
         self._name = name
         self._lock = threading.Lock()
-        self._stamp: tuple = ()
+        self._stamp: tuple[tuple[int, int, int] | None, ...] = ()
         self._context = self._build()
         # (The client CA, if any, is then not re-read either: rotate by restarting.)
         self._static = files.generated_dir is not None
@@ -84,8 +84,8 @@ class ServerContext:
     def _paths(self) -> list[str]:
         return [str(self._files.cert), str(self._files.key)] + ([self._client_ca] if self._client_ca else [])
 
-    def _current_stamp(self) -> tuple:
-        stamp = []
+    def _current_stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
+        stamp: list[tuple[int, int, int] | None] = []
         for path in self._paths():
             try:
                 info = os.stat(path)
@@ -142,7 +142,8 @@ class BackgroundServing:
 
     @property
     def port(self) -> int:
-        return self.server_address[1]  # type: ignore[attr-defined]
+        port: int = self.server_address[1]  # type: ignore[attr-defined]  # a mixin: the server class has it
+        return port
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -170,7 +171,7 @@ class ThreadingHTTPSServer(ThreadingHTTPServer):
         self.tls = tls
         super().__init__(address, handler)
 
-    def finish_request(self, request: socket.socket, client_address: Any) -> None:
+    def finish_request(self, request: socket.socket, client_address: Any) -> None:  # type: ignore[override]  # TCP: a socket
         request.settimeout(HANDSHAKE_TIMEOUT)
         try:
             conn = self.tls.get().wrap_socket(request, server_side=True)
@@ -179,7 +180,7 @@ class ThreadingHTTPSServer(ThreadingHTTPServer):
             request.close()
             return
         try:
-            self.RequestHandlerClass(conn, client_address, self)
+            self.RequestHandlerClass(conn, client_address, self)  # type: ignore[arg-type]  # typeshed: Self in an attribute
         finally:
             try:
                 conn.close()

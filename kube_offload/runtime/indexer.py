@@ -15,22 +15,23 @@ hears of the change. Tests use it directly as a cache that needs no API server.
 
 from __future__ import annotations
 
+import builtins
 import logging
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload.runtime.kube import object_key
 
 # obj -> the index values it is found under (a single str is one value; None: none).
-IndexFunc = Callable[[dict], "Iterable[str] | str | None"]
+IndexFunc = Callable[[dict[str, Any]], "Iterable[str] | str | None"]
 # obj -> (the group it counts in, or None: not counted; the amounts it adds there).
-TallyFunc = Callable[[dict], "tuple[str | None, Mapping[str, int]]"]
+TallyFunc = Callable[[dict[str, Any]], "tuple[str | None, Mapping[str, int]]"]
 
 log = logging.getLogger("kube_offload.runtime.informer")
 
 
 class Indexer:
     def __init__(self, indexers: Mapping[str, IndexFunc] | None = None) -> None:
-        self._items: dict[str, dict] = {}
+        self._items: dict[str, dict[str, Any]] = {}
         self._funcs: dict[str, IndexFunc] = {}
         # index name -> value -> keys of the objects found under it
         self._indices: dict[str, dict[str, set[str]]] = {}
@@ -62,7 +63,7 @@ class Indexer:
     def indexer_names(self) -> list[str]:
         return sorted(self._funcs)
 
-    def by_index(self, name: str, value: str) -> list[dict]:
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]:
         """The stored objects found under ``value`` in index ``name``, by key order."""
         return [self._items[key] for key in self.index_keys(name, value)]
 
@@ -106,7 +107,7 @@ class Indexer:
             raise KeyError(f"no tally named {name!r} on this informer") from None
         return dict(sums.get(group, {}))
 
-    def _tally_one(self, name: str, key: str, obj: dict) -> None:
+    def _tally_one(self, name: str, key: str, obj: dict[str, Any]) -> None:
         try:
             group, amounts = self._tally_funcs[name](obj)
         except Exception:  # as for an index: one odd object is not counted, the cache goes on
@@ -134,19 +135,19 @@ class Indexer:
             del self._tallies[name][group]
 
     # --- the store -------------------------------------------------------------------------
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> dict[str, Any] | None:
         return self._items.get(key)
 
-    def list(self) -> list[dict]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         return list(self._items.values())
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         return list(self._items.keys())
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, obj: dict) -> dict | None:
+    def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Store ``obj`` under its key (indexes updated); returns the object it replaced."""
         key = object_key(obj)
         old = self._items.get(key)
@@ -159,7 +160,7 @@ class Indexer:
             self._tally_one(name, key, obj)
         return old
 
-    def pop(self, key: str) -> dict | None:
+    def pop(self, key: str) -> dict[str, Any] | None:
         """Remove the object stored under ``key`` (indexes updated); returns it, or None."""
         old = self._items.pop(key, None)
         if old is not None:
@@ -169,7 +170,7 @@ class Indexer:
                 self._untally_one(name, key)
         return old
 
-    def replace(self, objects: Mapping[str, dict]) -> dict[str, dict]:
+    def replace(self, objects: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Hold exactly ``objects`` (key -> object) from now on, every index rebuilt (a
         fresh list); returns what was held before."""
         previous = self._items
@@ -187,7 +188,7 @@ class Indexer:
         return previous
 
     # --- internals -------------------------------------------------------------------------
-    def _index_one(self, name: str, key: str, obj: dict) -> None:
+    def _index_one(self, name: str, key: str, obj: dict[str, Any]) -> None:
         values = _values(self._funcs[name], name, key, obj)
         if not values:
             return
@@ -207,7 +208,7 @@ class Indexer:
                     del index[value]
 
 
-def _values(func: IndexFunc, name: str, key: str, obj: dict) -> tuple[str, ...]:
+def _values(func: IndexFunc, name: str, key: str, obj: dict[str, Any]) -> tuple[str, ...]:
     try:
         found = func(obj)
     except Exception:  # one odd object must not stop the cache; it is just not indexed

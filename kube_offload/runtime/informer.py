@@ -25,10 +25,18 @@ One background thread lists, then watches from the list's resourceVersion:
 
 Handlers run on the informer's threads, one event at a time, and must be cheap: enqueue a
 key, nothing more.
+
+Over 400 lines on purpose: it is one state machine, the list+watch loop of one cache. The
+resourceVersion it resumes from, the relist that rebuilds the store, the forbidden flag and
+the resync all move under the same two locks and the same backoff, and each rule above is
+about how they interleave; the parts with a life of their own already live beside it (the
+store and its indexes in indexer.py, the read interface in cache.py, many namespaces in
+namespaced_informer.py).
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import threading
@@ -42,7 +50,7 @@ from kube_offload.runtime.flags import DEFAULT_LIST_PAGE_SIZE
 from kube_offload.runtime.indexer import IndexFunc, Indexer, TallyFunc
 from kube_offload.runtime.kube import ApiError, call_json, object_key
 
-Handler = Callable[[str, "dict | None", dict], None]
+Handler = Callable[[str, "dict[str, Any] | None", dict[str, Any]], None]
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -72,10 +80,10 @@ class Informer:
         *,
         name: str,
         list_func: Callable[..., Any],
-        list_kwargs: dict | None = None,
+        list_kwargs: dict[str, Any] | None = None,
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         page_size: int | None = None,
         keep_managed_fields: bool = False,
         indexers: Mapping[str, IndexFunc] | None = None,
@@ -161,15 +169,15 @@ class Informer:
     def has_synced(self) -> bool:
         return self._synced.is_set()
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             return self._store.get(key)
 
-    def list(self) -> list[dict]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         with self._lock:
             return self._store.list()
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         with self._lock:
             return self._store.keys()
 
@@ -181,16 +189,16 @@ class Informer:
         with self._lock:
             self._store.add_indexer(name, func)
 
-    def by_index(self, name: str, value: str) -> list[dict]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         """The cached objects found under ``value`` in index ``name`` (read only)."""
         with self._lock:
             return self._store.by_index(name, value)
 
-    def index_keys(self, name: str, value: str) -> list[str]:
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
         with self._lock:
             return self._store.index_keys(name, value)
 
-    def index_values(self, name: str) -> list[str]:
+    def index_values(self, name: str) -> builtins.list[str]:
         """Every value of index ``name`` at least one cached object is found under."""
         with self._lock:
             return self._store.index_values(name)
@@ -275,11 +283,11 @@ class Informer:
         self.forbidden = False
         self.forbidden_message = ""
 
-    def _list_all(self) -> dict:
+    def _list_all(self) -> dict[str, Any]:
         """One consistent snapshot, page by page: (the last page's body with every page's
         items). A continue token that expired (410) restarts from the first page."""
         while True:
-            items: list[dict] = []
+            items: list[dict[str, Any]] = []
             token: str | None = None
             try:
                 while True:
@@ -305,7 +313,7 @@ class Informer:
     def _relist(self) -> str:
         body = self._list_all()
         listed_at = self.last_contact
-        fresh: dict[str, dict] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
+        fresh: dict[str, dict[str, Any]] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
         with self._dispatch_lock:
             with self._lock:
                 # The indexes are rebuilt with the store, before any difference is delivered.
@@ -327,7 +335,7 @@ class Informer:
         self._synced.set()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _prepare(self, item: dict, list_body: dict) -> dict:
+    def _prepare(self, item: dict[str, Any], list_body: dict[str, Any]) -> dict[str, Any]:
         # Items of a list carry no apiVersion/kind; restore them so a cached object is
         # indistinguishable from a watched one.
         if "kind" not in item and list_body.get("kind", "").endswith("List"):
@@ -335,7 +343,7 @@ class Informer:
             item["apiVersion"] = list_body.get("apiVersion")
         return self._clean(item)
 
-    def _clean(self, obj: dict) -> dict:
+    def _clean(self, obj: dict[str, Any]) -> dict[str, Any]:
         if not self._keep_managed_fields:
             (obj.get("metadata") or {}).pop("managedFields", None)
         return self._transform(obj) if self._transform else obj
@@ -402,7 +410,7 @@ class Informer:
                 pass
         return resource_version, progressed
 
-    def apply(self, kind: str, obj: dict) -> None:
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
         """Apply one watch event (``kind`` ADDED, MODIFIED or DELETED) to the cache and its
         indexes, then deliver it to the handlers, as a watch delivers it (ADDED for an object
         already cached arrives as MODIFIED). The watch calls it; tests feed an informer that
@@ -437,7 +445,7 @@ class Informer:
                     return
                 self._dispatch(MODIFIED, obj, obj)
 
-    def _dispatch(self, kind: str, old: dict | None, new: dict) -> None:
+    def _dispatch(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         for handler in self._handlers:
             try:
                 handler(kind, old, new)
@@ -462,5 +470,5 @@ def _history_lost(status: int, message: str | None) -> bool:
     return status == 410 or (status == 504 and "too large resource version" in (message or "").lower())
 
 
-def _rv(obj: dict) -> str | None:
+def _rv(obj: dict[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")

@@ -58,7 +58,7 @@ DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
 class ApiError(Exception):
     """An error answered by (or on the way to) an API server, with the parsed Status."""
 
-    def __init__(self, status: int, reason: str, message: str, body: dict | None = None):
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None):
         super().__init__(f"{status} {reason}: {message}")
         self.status = status  # the HTTP status (the Status's code); 0: no answer
         self.reason = reason  # the Status's reason (NotFound, AlreadyExists, Conflict...)
@@ -70,7 +70,7 @@ class ApiError(Exception):
         return self.status
 
     @property
-    def details(self) -> dict:
+    def details(self) -> dict[str, Any]:
         """The Status's details: name, group, kind, causes (field errors), retryAfterSeconds."""
         return self.body.get("details") or {}
 
@@ -84,7 +84,7 @@ class ApiError(Exception):
     def from_response(cls, status: int, data: bytes | str | None, http_reason: str = "") -> "ApiError":
         """The error for an answer with HTTP ``status`` and body ``data``: the body's
         metav1.Status when it is one, else the HTTP reason phrase and the text."""
-        body: dict = {}
+        body: dict[str, Any] = {}
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else (data or "")
         if text:
             try:
@@ -119,7 +119,7 @@ class ApiError(Exception):
 
     @classmethod
     def from_exception(cls, exc: ApiException) -> "ApiError":
-        body: dict = {}
+        body: dict[str, Any] = {}
         if exc.body:
             try:
                 body = json.loads(exc.body)
@@ -134,13 +134,15 @@ def load_api_client(kubeconfig: str | None = None, *, context: str | None = None
     if kubeconfig:
         if not os.path.exists(kubeconfig):
             raise SystemExit(f"kube-offload: kubeconfig {kubeconfig!r} does not exist; pass --kubeconfig with a readable file")
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
+        api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig, context=context)
+        return api
     try:
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
         return client.ApiClient(configuration)
     except ConfigException:
-        return config.new_client_from_config(context=context)
+        fallback: client.ApiClient = config.new_client_from_config(context=context)
+        return fallback
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -159,7 +161,7 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def call_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
+def call_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Like :func:`call` but returns the response body as the API's raw JSON dict,
     skipping the (slow, snake_case) model deserialisation."""
     kwargs["_preload_content"] = False
@@ -168,7 +170,7 @@ def call_json(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
     return json.loads(data) if data else {}
 
 
-def object_key(obj: dict) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     """``ns/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
@@ -229,7 +231,7 @@ def retry_delay(error: ApiError, method: str, attempt: int, policy: RetryPolicy 
         return None
     if error.retry_after is not None:
         return min(error.retry_after, policy.max_backoff * 4)
-    delay = min(policy.backoff * 2 ** (attempt - 1), policy.max_backoff)
+    delay: float = min(policy.backoff * 2 ** (attempt - 1), policy.max_backoff)
     return delay * (0.5 + random.random() / 2)  # jitter: many workers must not retry in step
 
 
@@ -250,7 +252,7 @@ def delete_options(
     resource_version: str | None = None,
     grace_period_seconds: int | None = None,
     propagation_policy: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """A DeleteOptions body: the delete happens only if the object still has ``uid`` (an
     object of the same name made since survives) and/or ``resource_version`` (nobody
     changed it since it was read); else the server answers 409 Conflict."""
@@ -329,12 +331,12 @@ class Kube:
 
     # --- verbs ------------------------------------------------------------------------------
     def get(self, resource: Resource, name: str, *, namespace: str | None = None, subresource: str | None = None,
-            timeout: tuple[float, float] | None = None, retry: RetryPolicy | None = None) -> dict:
-        return self.request("GET", resource.path(namespace=namespace, name=name, subresource=subresource),
-                            timeout=timeout, retry=retry)
+            timeout: tuple[float, float] | None = None, retry: RetryPolicy | None = None) -> dict[str, Any]:
+        return self._object("GET", resource.path(namespace=namespace, name=name, subresource=subresource),
+                             timeout=timeout, retry=retry)
 
     def get_or_none(self, resource: Resource, name: str, *, namespace: str | None = None,
-                    timeout: tuple[float, float] | None = None, retry: RetryPolicy | None = None) -> dict | None:
+                    timeout: tuple[float, float] | None = None, retry: RetryPolicy | None = None) -> dict[str, Any] | None:
         """The object, or None when the server says 404 (any other error raises)."""
         try:
             return self.get(resource, name, namespace=namespace, timeout=timeout, retry=retry)
@@ -345,17 +347,17 @@ class Kube:
 
     def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None, page_size: int | None = None,
-             timeout: tuple[float, float] | None = None) -> dict:
+             timeout: tuple[float, float] | None = None) -> dict[str, Any]:
         """Every object, page by page (``page_size`` a page; None: one request), as one
         list body: the last page's metadata (its resourceVersion) with every page's items.
         A continue token that expired (410) is an ApiError: the pages would not form one
         snapshot, and only the caller knows whether to start again."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
             query = {"labelSelector": label_selector, "fieldSelector": field_selector,
                      "limit": page_size if page_size and page_size > 0 else None, "continue": token}
-            body = self.request("GET", resource.path(namespace=namespace) + query_string(query), timeout=timeout)
+            body = self._object("GET", resource.path(namespace=namespace) + query_string(query), timeout=timeout)
             items += body.get("items") or []
             token = (body.get("metadata") or {}).get("continue")
             if not token:
@@ -364,7 +366,7 @@ class Kube:
 
     def watch(self, resource: Resource, *, namespace: str | None = None, resource_version: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None, timeout_seconds: int = 240,
-              bookmarks: bool = True) -> Iterator[dict]:
+              bookmarks: bool = True) -> Iterator[dict[str, Any]]:
         """The watch events (``{"type", "object"}``) from ``resource_version`` until the
         server ends the watch (``timeout_seconds``) or the generator is closed. An ERROR
         event (410 Gone: history lost) raises its Status as an ApiError."""
@@ -389,31 +391,31 @@ class Kube:
         finally:
             response.release_conn()
 
-    def create(self, resource: Resource, body: dict, *, namespace: str | None = None, subresource: str | None = None,
+    def create(self, resource: Resource, body: dict[str, Any], *, namespace: str | None = None, subresource: str | None = None,
                dry_run: bool = False, timeout: tuple[float, float] | None = None,
-               retry: RetryPolicy | None = None) -> dict:
+               retry: RetryPolicy | None = None) -> dict[str, Any]:
         """POST ``body``; ``subresource`` names one of an object (``body``'s name), e.g. a
         ServiceAccount's ``token``. ``dry_run``: every admission and validation runs,
         nothing is stored."""
         name = (body.get("metadata") or {}).get("name") if subresource else None
         path = resource.path(namespace=namespace, name=name, subresource=subresource)
-        return self.request("POST", path + query_string({"dryRun": "All" if dry_run else None}), body=body,
-                            timeout=timeout, retry=retry)
+        return self._object("POST", path + query_string({"dryRun": "All" if dry_run else None}), body=body,
+                             timeout=timeout, retry=retry)
 
-    def apply(self, resource: Resource, body: dict, *, namespace: str | None = None, subresource: str | None = None,
-              force: bool = False, field_manager: str | None = None, timeout: tuple[float, float] | None = None) -> dict:
+    def apply(self, resource: Resource, body: dict[str, Any], *, namespace: str | None = None, subresource: str | None = None,
+              force: bool = False, field_manager: str | None = None, timeout: tuple[float, float] | None = None) -> dict[str, Any]:
         """Server-side apply of ``body`` (its ``metadata.name``) as ``field_manager``: the
         fields it names become ours, the fields it leaves out that we owned are removed.
         ``force`` takes over fields another manager owns instead of a 409 Conflict."""
         name = (body.get("metadata") or {}).get("name") or ""
         query = {"fieldManager": field_manager or self.field_manager, "force": force}
-        return self.request("PATCH", resource.path(namespace=namespace, name=name, subresource=subresource)
-                            + query_string(query), body=body, content_type=APPLY_PATCH, timeout=timeout)
+        return self._object("PATCH", resource.path(namespace=namespace, name=name, subresource=subresource)
+                             + query_string(query), body=body, content_type=APPLY_PATCH, timeout=timeout)
 
     def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None,
               subresource: str | None = None, content_type: str = MERGE_PATCH, resource_version: str | None = None,
               dry_run: bool = False, timeout: tuple[float, float] | None = None,
-              retry: RetryPolicy | None = None) -> dict:
+              retry: RetryPolicy | None = None) -> dict[str, Any]:
         """PATCH with ``content_type`` (merge by default; strategic merge for built-in kinds
         merges lists by key; JSON patch). ``resource_version``: only if the object has not
         changed since (:func:`with_resource_version`)."""
@@ -421,25 +423,25 @@ class Kube:
             raise ValueError(f"patch content type {content_type!r}: use one of {', '.join(PATCH_TYPES)}")
         body = with_resource_version(patch, content_type, resource_version)
         path = resource.path(namespace=namespace, name=name, subresource=subresource)
-        return self.request("PATCH", path + query_string({"dryRun": "All" if dry_run else None}), body=body,
-                            content_type=content_type, timeout=timeout, retry=retry)
+        return self._object("PATCH", path + query_string({"dryRun": "All" if dry_run else None}), body=body,
+                             content_type=content_type, timeout=timeout, retry=retry)
 
-    def replace(self, resource: Resource, body: dict, *, namespace: str | None = None,
-                subresource: str | None = None, timeout: tuple[float, float] | None = None) -> dict:
+    def replace(self, resource: Resource, body: dict[str, Any], *, namespace: str | None = None,
+                subresource: str | None = None, timeout: tuple[float, float] | None = None) -> dict[str, Any]:
         """PUT ``body`` whole (an update): conditional on its ``metadata.resourceVersion``
         when it carries one, as the API server makes every update."""
         name = (body.get("metadata") or {}).get("name") or ""
-        return self.request("PUT", resource.path(namespace=namespace, name=name, subresource=subresource),
-                            body=body, timeout=timeout)
+        return self._object("PUT", resource.path(namespace=namespace, name=name, subresource=subresource),
+                             body=body, timeout=timeout)
 
     def delete(self, resource: Resource, name: str, *, namespace: str | None = None, uid: str | None = None,
                resource_version: str | None = None, grace_period_seconds: int | None = None,
-               propagation_policy: str | None = None, timeout: tuple[float, float] | None = None) -> dict:
+               propagation_policy: str | None = None, timeout: tuple[float, float] | None = None) -> dict[str, Any]:
         """DELETE, with UID and resourceVersion preconditions (:func:`delete_options`).
         Raises ApiError 404 (gone) and 409 (a precondition failed) like any other."""
         body = delete_options(uid=uid, resource_version=resource_version,
                               grace_period_seconds=grace_period_seconds, propagation_policy=propagation_policy)
-        return self.request("DELETE", resource.path(namespace=namespace, name=name), body=body, timeout=timeout)
+        return self._object("DELETE", resource.path(namespace=namespace, name=name), body=body, timeout=timeout)
 
     def list_func(self, resource: Resource, *, namespace: str | None = None) -> Callable[..., Any]:
         """``resource``'s list and watch, called as the Informer calls a generated list
@@ -478,6 +480,11 @@ class Kube:
                 response.release_conn()
 
         return list_or_watch
+
+    def _object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`request` for a verb answered with a JSON object (the object, a list, a Status)."""
+        answer: dict[str, Any] = self.request(method, path, **kwargs)
+        return answer
 
     # --- the one place every request passes ---------------------------------------------------
     def request(self, method: str, path: str, *, body: Any = None, content_type: str = JSON,

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any, Mapping, MutableMapping
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -36,8 +37,10 @@ def setup_logging(level: str = "INFO", *, json_format: bool = False) -> None:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
-class ObjectLogger(logging.LoggerAdapter):
+class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     """Prefixes every message with ``[namespace/name]`` of the object being handled."""
 
-    def process(self, msg, kwargs):  # type: ignore[override]
+    extra: Mapping[str, object]  # always given: {"key": ...}
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[str, MutableMapping[str, Any]]:
         return f"[{self.extra.get('key', '-')}] {msg}", kwargs

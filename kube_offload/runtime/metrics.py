@@ -290,7 +290,7 @@ REGISTRY.register(EventQueueCollector())
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
-def count_by_phase(objects: Iterable[Mapping], phases: tuple[str, ...] = POD_PHASES) -> dict[str, int]:
+def count_by_phase(objects: Iterable[Mapping[str, Any]], phases: tuple[str, ...] = POD_PHASES) -> dict[str, int]:
     """How many of ``objects`` are in each of ``phases`` (every phase present, 0 when
     none, so a dashboard's series never vanish). No ``status.phase`` yet counts as the
     first phase (Pending: the API's own default); a phase outside the list as the last."""

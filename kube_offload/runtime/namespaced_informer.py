@@ -32,6 +32,7 @@ stopped watch" from interleaving.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import time
@@ -60,10 +61,10 @@ class MultiNamespaceInformer:
         *,
         name: str,
         list_for_namespace: ListForNamespace,
-        list_kwargs: dict | None = None,
+        list_kwargs: dict[str, Any] | None = None,
         resync_seconds: float = 300.0,
         watch_timeout_seconds: int = 240,
-        transform: Callable[[dict], dict] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         sync_gate: Callable[[], bool] | None = None,
         page_size: int | None = None,
         keep_managed_fields: bool = False,
@@ -96,18 +97,18 @@ class MultiNamespaceInformer:
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> dict[str, Any] | None:
         namespace, _ = split_key(key)
         with self._lock:
             child = self._children.get(namespace or "")
         return child.get(key) if child is not None else None
 
-    def list(self) -> list[dict]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         with self._lock:
             children = list(self._children.values())
         return [obj for child in children for obj in child.list()]
 
-    def apply(self, kind: str, obj: dict) -> None:
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
         """:meth:`Informer.apply` on the informer of ``obj``'s namespace, as its watch would;
         an object of a namespace not watched is dropped, as no watch would see it."""
         with self._lock:
@@ -115,7 +116,7 @@ class MultiNamespaceInformer:
         if child is not None:
             child.apply(kind, obj)
 
-    def keys(self) -> list[str]:
+    def keys(self) -> builtins.list[str]:
         with self._lock:
             children = list(self._children.values())
         return [key for child in children for key in child.keys()]
@@ -133,16 +134,16 @@ class MultiNamespaceInformer:
         for child in children:
             child.add_indexer(name, func)
 
-    def by_index(self, name: str, value: str) -> list[dict]:
+    def by_index(self, name: str, value: str) -> builtins.list[dict[str, Any]]:
         return [obj for child in self._indexed(name) for obj in child.by_index(name, value)]
 
-    def index_keys(self, name: str, value: str) -> list[str]:
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
         return [key for child in self._indexed(name) for key in child.index_keys(name, value)]
 
-    def index_values(self, name: str) -> list[str]:
+    def index_values(self, name: str) -> builtins.list[str]:
         return sorted({value for child in self._indexed(name) for value in child.index_values(name)})
 
-    def _indexed(self, name: str) -> list[Informer]:
+    def _indexed(self, name: str) -> builtins.list[Informer]:
         with self._lock:
             if name not in self._indexers:
                 known = ", ".join(sorted(self._indexers)) or "none"
@@ -172,7 +173,7 @@ class MultiNamespaceInformer:
             return max([self._retired_contact, *(child.last_contact for child in self._children.values())])
 
     # --- the namespace set -----------------------------------------------------------------------
-    def namespaces(self) -> list[str]:
+    def namespaces(self) -> builtins.list[str]:
         with self._lock:
             return sorted(self._children)
 
@@ -183,7 +184,7 @@ class MultiNamespaceInformer:
             child = self._children.get(namespace)
         return child is not None and child.has_synced() and not child.forbidden
 
-    def forbidden_namespaces(self) -> list[str]:
+    def forbidden_namespaces(self) -> builtins.list[str]:
         """The watched namespaces whose last list or watch was answered 403 (and none
         accepted since): empty or stale caches, on which no absence may be acted upon."""
         with self._lock:
@@ -268,14 +269,14 @@ class MultiNamespaceInformer:
         child.add_handler(lambda kind, old, new: self._forward(namespace, child, kind, old, new))
         return child
 
-    def _forward(self, namespace: str, child: Informer, kind: str, old: dict | None, new: dict) -> None:
+    def _forward(self, namespace: str, child: Informer, kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         with self._dispatch_lock:
             with self._lock:
                 current = self._children.get(namespace) is child
             if current:  # a stopped watch's last events must not resurrect dropped objects
                 self._dispatch(kind, old, new)
 
-    def _dispatch(self, kind: str, old: dict | None, new: dict) -> None:
+    def _dispatch(self, kind: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         for handler in self._handlers:
             try:
                 handler(kind, old, new)

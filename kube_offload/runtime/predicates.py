@@ -13,7 +13,7 @@ Whether a loop reads ``status`` is that loop's call, and says why where it watch
 from __future__ import annotations
 
 import threading
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.runtime.kube import object_key
 
@@ -23,7 +23,7 @@ from kube_offload.runtime.kube import object_key
 VOLATILE_METADATA = ("resourceVersion", "managedFields")
 
 
-def only_status_changed(old: Mapping | None, new: Mapping) -> bool:
+def only_status_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """True when ``new`` differs from ``old`` in ``status`` (or the volatile metadata)
     and in nothing else. False when nothing differs at all: a resync (old is new) must
     still reach the loop, as must an add (``old`` None) or a delete."""
@@ -32,7 +32,7 @@ def only_status_changed(old: Mapping | None, new: Mapping) -> bool:
     return _without_status(old) == _without_status(new)
 
 
-def _without_status(obj: Mapping) -> dict:
+def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
     rest = {k: v for k, v in obj.items() if k != "status"}
     meta = rest.get("metadata")
     if isinstance(meta, Mapping):
@@ -49,16 +49,18 @@ class WriteEchoes:
         self._lock = threading.Lock()
         self._written: dict[str, str] = {}
 
-    def wrote(self, obj: Mapping | None) -> None:
+    def wrote(self, obj: Mapping[str, Any] | None) -> None:
         """Record the object an API write answered with (its key and resourceVersion)."""
-        meta = (obj or {}).get("metadata") or {}
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
         version = meta.get("resourceVersion")
         if not version or not meta.get("name"):
             return
         with self._lock:
             self._written[object_key(obj)] = str(version)
 
-    def is_echo(self, obj: Mapping) -> bool:
+    def is_echo(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` is exactly the version our last write to it produced."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
         with self._lock:

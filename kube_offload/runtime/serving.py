@@ -14,14 +14,30 @@ from gunicorn.app.base import BaseApplication
 
 
 class ServerOptions(Protocol):
-    bind: str
-    workers: int
-    threads: int
-    tls_cert: str | None
-    tls_key: str | None
-    log_level: str
-    keepalive_seconds: int
-    graceful_timeout_seconds: int
+    # Read-only: the components' settings are frozen dataclasses.
+    @property
+    def bind(self) -> str: ...
+
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def threads(self) -> int: ...
+
+    @property
+    def tls_cert(self) -> str | None: ...
+
+    @property
+    def tls_key(self) -> str | None: ...
+
+    @property
+    def log_level(self) -> str: ...
+
+    @property
+    def keepalive_seconds(self) -> int: ...
+
+    @property
+    def graceful_timeout_seconds(self) -> int: ...
 
 
 class GunicornServer(BaseApplication):

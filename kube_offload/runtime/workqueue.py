@@ -76,7 +76,7 @@ class WorkQueue:
         with self._cond:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        delay = min(self._base_delay * (2**failures), self._max_delay)
+        delay: float = min(self._base_delay * (2**failures), self._max_delay)
         self.add_after(key, delay)
         return delay
 

@@ -21,7 +21,8 @@ from kubernetes import client, config
 
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.controller import Controller
-from kube_offload.runtime.events import COMBINED_PREFIX, SIMILAR_MAX, CoreV1EventSink, EventRecorder
+from kube_offload.runtime.event_correlator import COMBINED_PREFIX, SIMILAR_MAX
+from kube_offload.runtime.events import CoreV1EventSink, EventRecorder
 from kube_offload_harness.cluster import Cluster
 from support.clusters import bare_cluster
 from kube_offload_harness.identities import token_kubeconfig

@@ -7,7 +7,7 @@ storage class (vkubelet/storage/virtual.py)."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Literal, overload
 
 from kube_offload import constants as c
 from kube_offload.runtime.indexer import IndexFunc
@@ -21,6 +21,33 @@ from vkubelet.reflection import names as n
 
 if TYPE_CHECKING:
     from vkubelet.informers import SharedInformers
+
+
+# The side says which class comes back: the remote side is always namespace-scoped.
+@overload
+def shared_informer(
+    informers: "SharedInformers",
+    side: Literal["local"],
+    resource: str,
+    kind: Resource,
+    *,
+    label_selector: str = "",
+    field_selector: str = "",
+    transform: Callable[[dict], dict] | None = None,
+) -> Informer: ...
+
+
+@overload
+def shared_informer(
+    informers: "SharedInformers",
+    side: Literal["remote"],
+    resource: str,
+    kind: Resource,
+    *,
+    label_selector: str = "",
+    field_selector: str = "",
+    transform: Callable[[dict], dict] | None = None,
+) -> MultiNamespaceInformer: ...
 
 
 def shared_informer(

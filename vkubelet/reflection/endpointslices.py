@@ -19,7 +19,7 @@ from typing import Mapping
 
 from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kube import object_key
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
@@ -46,7 +46,7 @@ class EndpointSliceReflector(Reflector):
         self._unremapped: dict[str, tuple[str, ...]] = {}
         self._unremapped_lock = threading.Lock()
 
-    def extra_informers(self) -> list[Informer]:
+    def extra_informers(self) -> list[Cache]:
         return [self.services]
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:

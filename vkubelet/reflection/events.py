@@ -25,7 +25,7 @@ from kubernetes import client
 from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
@@ -82,7 +82,7 @@ class EventReflector:
         self.controller.watch(self.shadowpod_events, self._key_if_relevant)
 
     # --- the Loop protocol -------------------------------------------------------------------
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Cache]:
         return [
             self.pod_events, self.shadowpod_events, self.remote_pods, self.shadowpods, self.local_pods,
             *self._twins.informers(),

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from kube_offload.runtime import kinds
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kube import ApiError, Kube, call_json, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
@@ -95,7 +95,7 @@ class ServiceAccountTokenReflector:
         self.controller.watch(self._twins.requests, self._pods_of_twin)
 
     # --- the Loop protocol -------------------------------------------------------------------
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Cache]:
         return [self.local_pods, self.remote, *self._twins.informers()]
 
     def start(self) -> None:

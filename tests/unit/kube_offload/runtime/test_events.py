@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from kube_offload.runtime import event_correlator as correlator
 from kube_offload.runtime import events as ev
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.kube import ApiError
@@ -143,7 +144,7 @@ def test_repeats_fold_into_one_event_whose_count_grows(sink):
     rec.warning(POD, "PodCreationFailed", "another message")  # another Event
     rec.flush(5)
     assert len(sink.creates()) == 2
-    clock.now += ev.AGGREGATE_SECONDS  # the first Event's window is over: a new one
+    clock.now += correlator.AGGREGATE_SECONDS  # the first Event's window is over: a new one
     rec.warning(POD, "PodCreationFailed", "exceeded quota")
     rec.flush(5)
     assert len(sink.creates()) == 3 and sink.creates()[2]["count"] == 1
@@ -198,23 +199,23 @@ def test_a_full_queue_drops_the_newest_and_counts_it(sink):
 def test_similar_events_are_combined_from_the_tenth_message(sink):
     clock = Clock()
     rec = recorder(sink, clock)
-    for i in range(ev.SIMILAR_MAX - 1):
+    for i in range(correlator.SIMILAR_MAX - 1):
         clock.now += 1
         rec.warning(POD, "ProviderRefused", f"refused: attempt {i}")
     rec.flush(5)
-    assert len(sink.creates()) == ev.SIMILAR_MAX - 1  # each its own Event
-    for i in range(ev.SIMILAR_MAX - 1, ev.SIMILAR_MAX + 4):
+    assert len(sink.creates()) == correlator.SIMILAR_MAX - 1  # each its own Event
+    for i in range(correlator.SIMILAR_MAX - 1, correlator.SIMILAR_MAX + 4):
         clock.now += 1
         rec.warning(POD, "ProviderRefused", f"refused: attempt {i}")
         rec.flush(5)
     creates = sink.creates()
-    assert len(creates) == ev.SIMILAR_MAX, "one combined Event for the rest"
+    assert len(creates) == correlator.SIMILAR_MAX, "one combined Event for the rest"
     combined = creates[-1]
-    assert combined["message"] == f"(combined from similar events): refused: attempt {ev.SIMILAR_MAX - 1}"
+    assert combined["message"] == f"(combined from similar events): refused: attempt {correlator.SIMILAR_MAX - 1}"
     assert (combined["type"], combined["reason"], combined["count"]) == ("Warning", "ProviderRefused", 1)
     patches = [body for verb, name, body in sink.calls if verb == "patch"]
     assert [p["count"] for p in patches] == [2, 3, 4, 5]
-    assert patches[-1]["message"] == f"(combined from similar events): refused: attempt {ev.SIMILAR_MAX + 3}"
+    assert patches[-1]["message"] == f"(combined from similar events): refused: attempt {correlator.SIMILAR_MAX + 3}"
     assert sink.events[combined["metadata"]["name"]]["count"] == 5
     # Another reason, or the same one on another object, is not combined with these.
     rec.warning(POD, "OffloadingFailed", "refused: attempt 0")
@@ -226,9 +227,9 @@ def test_similar_events_are_combined_from_the_tenth_message(sink):
 def test_similar_events_are_not_combined_once_the_window_passed(sink):
     clock = Clock()
     rec = recorder(sink, clock)
-    for i in range(ev.SIMILAR_MAX - 1):
+    for i in range(correlator.SIMILAR_MAX - 1):
         rec.warning(POD, "ProviderRefused", f"m{i}")
-    clock.now += ev.SIMILAR_SECONDS + 1  # quiet for longer than the window
+    clock.now += correlator.SIMILAR_SECONDS + 1  # quiet for longer than the window
     rec.warning(POD, "ProviderRefused", "m-late")
     rec.flush(5)
     assert sink.creates()[-1]["message"] == "m-late"
