@@ -1,7 +1,7 @@
 """Planning ``kube-offload peer`` and ``kube-offload unpeer``: from what both clusters hold
 now and what the user asked for, the list of steps to take.
 
-Everything here is pure: the CLI (:mod:`kube_offload.peer_cli`) reads the two clusters into
+Everything here is pure: the CLI (:mod:`kube_offload.peer`) reads the two clusters into
 a :class:`PeerState` / :class:`UnpeerState`, asks :func:`plan_peer` / :func:`plan_unpeer`
 for the steps, prints them (``--dry-run`` stops there) and carries them out. Each step
 says in one line what it does, and whether it changes anything (waits and checks do not),

@@ -1,0 +1,63 @@
+"""One cluster through the Kubernetes API, with the admin kubeconfig the user passed; its
+errors become messages that say which cluster failed and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from kube_offload import peering as p
+from kube_offload.peer.errors import CommandError, Unreachable
+from kube_offload.runtime.kube import ApiError, call_json, load_api_client
+
+
+class Cluster:
+    def __init__(self, kubeconfig: Path, context: str | None, side: str) -> None:
+        from kubernetes import client
+
+        self.side = side
+        try:
+            api = load_api_client(str(kubeconfig), context=context)
+        except Exception as exc:  # the client's ConfigException: a broken file or unknown context
+            raise p.PeeringError(f"{side} kubeconfig {str(kubeconfig)!r}: {exc}") from None
+        self.server = api.configuration.host
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+
+    def get(self, fn: Callable[..., Any], *args: Any) -> dict | None:
+        """The object, or None if it does not exist."""
+        try:
+            return call_json(fn, *args)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise self.error(exc) from None
+
+    def delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        try:
+            call_json(fn, *args, **kwargs)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise self.error(exc) from None
+
+    def error(self, exc: ApiError) -> Exception:
+        if exc.transient and exc.status != 0:
+            return exc  # the server's trouble, not ours: a wait retries it
+        if exc.status == 0:
+            return Unreachable(f"{self.side}: cannot reach the API server at {self.server}: {exc.message}")
+        if exc.status in (401, 403):
+            return CommandError(f"{self.side}: {exc.message} (peer and unpeer need admin credentials on both clusters)")
+        return CommandError(f"{self.side}: {exc}")
+
+    def list_items(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict]:
+        try:
+            return call_json(fn, *args, **kwargs).get("items") or []
+        except ApiError as exc:
+            if exc.not_found:  # e.g. the CRD is not installed: nothing of that kind exists
+                return []
+            raise self.error(exc) from None
+
+
