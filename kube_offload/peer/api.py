@@ -4,41 +4,35 @@ errors become messages that say which cluster failed and what to do."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kube_offload import peering as p
 from kube_offload.peer.errors import CommandError, Unreachable
-from kube_offload.runtime.kube import ApiError, call_json, load_api_client
+from kube_offload.runtime.kinds import Resource
+from kube_offload.runtime.kube import ApiError, Kube, load_api_client
 
 
 class Cluster:
     def __init__(self, kubeconfig: Path, context: str | None, side: str) -> None:
-        from kubernetes import client
-
         self.side = side
         try:
             api = load_api_client(str(kubeconfig), context=context)
         except Exception as exc:  # the client's ConfigException: a broken file or unknown context
             raise p.PeeringError(f"{side} kubeconfig {str(kubeconfig)!r}: {exc}") from None
         self.server = api.configuration.host
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.coordination = client.CoordinationV1Api(api)
-        self.policy = client.PolicyV1Api(api)
+        self.kube = Kube(api)
 
-    def get(self, fn: Callable[..., Any], *args: Any) -> dict | None:
+    def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict | None:
         """The object, or None if it does not exist."""
         try:
-            return call_json(fn, *args)
+            return self.kube.get_or_none(resource, name, namespace=namespace)
         except ApiError as exc:
-            if exc.not_found:
-                return None
             raise self.error(exc) from None
 
-    def delete(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def delete(self, resource: Resource, name: str, *, namespace: str | None = None, **options: Any) -> None:
+        """Delete it (``options``: :meth:`Kube.delete`'s); one already gone is no error."""
         try:
-            call_json(fn, *args, **kwargs)
+            self.kube.delete(resource, name, namespace=namespace, **options)
         except ApiError as exc:
             if not exc.not_found:
                 raise self.error(exc) from None
@@ -52,12 +46,12 @@ class Cluster:
             return CommandError(f"{self.side}: {exc.message} (peer and unpeer need admin credentials on both clusters)")
         return CommandError(f"{self.side}: {exc}")
 
-    def list_items(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict]:
+    def list_items(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+                   field_selector: str | None = None) -> list[dict]:
         try:
-            return call_json(fn, *args, **kwargs).get("items") or []
+            return self.kube.list(resource, namespace=namespace, label_selector=label_selector,
+                                  field_selector=field_selector).get("items") or []
         except ApiError as exc:
             if exc.not_found:  # e.g. the CRD is not installed: nothing of that kind exists
                 return []
             raise self.error(exc) from None
-
-

@@ -16,7 +16,8 @@ from kube_offload.peer.errors import CommandError
 from kube_offload.peer.inputs import pod_security_level, policy_grants, read_policy_file, read_values_files, remote_endpoint
 from kube_offload.peer.session import Context, execute, open_context, run_command, say, wait
 from kube_offload.runtime.flags import appended
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import ApiError
 from kube_offload.times import now_time
 
 
@@ -50,7 +51,7 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
 
 
 def read_consumer_token(remote: Cluster, consumer_id: str) -> tuple[bool, p.ConsumerToken | None]:
-    secret = remote.get(remote.core.read_namespaced_secret, p.CONSUMER_TOKEN_SECRET, c.tenant_namespace(consumer_id))
+    secret = remote.get(kinds.SECRETS, p.CONSUMER_TOKEN_SECRET, namespace=c.tenant_namespace(consumer_id))
     if secret is None:
         return False, None
     token, ca_pem = _b64(secret.get("data"), "token"), _b64(secret.get("data"), "ca.crt")
@@ -60,7 +61,7 @@ def read_consumer_token(remote: Cluster, consumer_id: str) -> tuple[bool, p.Cons
 
 
 def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict | None]:
-    secret = local.get(local.core.read_namespaced_secret, p.kubeconfig_secret_name(remote_cluster_id), namespace)
+    secret = local.get(kinds.SECRETS, p.kubeconfig_secret_name(remote_cluster_id), namespace=namespace)
     if secret is None:
         return False, None
     raw = _b64(secret.get("data"), p.KUBECONFIG_KEY)
@@ -79,9 +80,9 @@ def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
     token_exists, token = read_consumer_token(ctx.remote, options.local_cluster_id)
     secret_exists, kubeconfig = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
     deployment = ctx.local.get(
-        ctx.local.apps.read_namespaced_deployment, p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id), ctx.namespace
+        kinds.DEPLOYMENTS, p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id), namespace=ctx.namespace
     )
-    node = ctx.local.get(ctx.local.core.read_node, p.node_name(options.remote_cluster_id))
+    node = ctx.local.get(kinds.NODES, p.node_name(options.remote_cluster_id))
     return p.PeerState(
         remote_release=ctx.remote_helm.release(options.remote_release),
         consumer_token_secret_exists=token_exists,
@@ -129,7 +130,7 @@ class PeerRun:
             patch = {"spec": {"template": {"metadata": {"annotations": {
                 p.RESTARTED_AT_ANNOTATION: now_time()}}}}}
             try:
-                call_json(ctx.local.apps.patch_namespaced_deployment, step.data["name"], ctx.namespace, patch)
+                ctx.local.kube.patch(kinds.DEPLOYMENTS, step.data["name"], patch, namespace=ctx.namespace)
             except ApiError as exc:
                 raise ctx.local.error(exc) from None
             return "restarted"
@@ -137,7 +138,7 @@ class PeerRun:
             node = p.node_name(options.remote_cluster_id)
             deployment = p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id)
             wait(
-                lambda: node_is_ready(ctx.local.get(ctx.local.core.read_node, node)),
+                lambda: node_is_ready(ctx.local.get(kinds.NODES, node)),
                 timeout=ctx.timeout,
                 what=f"for node {node} to be Ready",
                 hint=f"see `kubectl -n {ctx.namespace} logs deploy/{deployment}`",
@@ -166,12 +167,12 @@ class PeerRun:
             "data": {p.KUBECONFIG_KEY: base64.b64encode(yaml.safe_dump(desired).encode()).decode()},
         }
         try:
-            if ctx.local.get(ctx.local.core.read_namespace, ctx.namespace) is None:
-                call_json(ctx.local.core.create_namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ctx.namespace}})
+            if ctx.local.get(kinds.NAMESPACES, ctx.namespace) is None:
+                ctx.local.kube.create(kinds.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ctx.namespace}})
             if exists:
-                call_json(ctx.local.core.replace_namespaced_secret, name, ctx.namespace, body)
+                ctx.local.kube.replace(kinds.SECRETS, body, namespace=ctx.namespace)
             else:
-                call_json(ctx.local.core.create_namespaced_secret, ctx.namespace, body)
+                ctx.local.kube.create(kinds.SECRETS, body, namespace=ctx.namespace)
         except ApiError as exc:
             raise ctx.local.error(exc) from None
         self.secret_changed = True

@@ -11,25 +11,24 @@ from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload.peer.errors import CommandError
 from kube_offload.peer.session import POLL_SECONDS, Context, execute, open_context, run_command, say, wait
-from kube_offload.runtime.kube import ApiError, call, call_json
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import NO_RETRY, ApiError
 
 
 def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
     local, remote = ctx.local, ctx.remote
-    node = local.get(local.core.read_node, p.node_name(options.remote_cluster_id))
-    pods = local.list_items(local.core.list_pod_for_all_namespaces,
+    node = local.get(kinds.NODES, p.node_name(options.remote_cluster_id))
+    pods = local.list_items(kinds.PODS,
                             field_selector=f"spec.nodeName={p.node_name(options.remote_cluster_id)}")
-    vkubelet_pods = local.list_items(local.core.list_namespaced_pod, ctx.namespace,
+    vkubelet_pods = local.list_items(kinds.PODS, namespace=ctx.namespace,
                                      label_selector=_vkubelet_selector(options))
-    secret = local.get(local.core.read_namespaced_secret, p.kubeconfig_secret_name(options.remote_cluster_id), ctx.namespace)
+    secret = local.get(kinds.SECRETS, p.kubeconfig_secret_name(options.remote_cluster_id), namespace=ctx.namespace)
     tenant = c.tenant_namespace(options.local_cluster_id)
-    requests = remote.list_items(remote.custom.list_namespaced_custom_object,
-                                 c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, tenant, c.TWIN_NAMESPACE_PLURAL)
-    origin = remote.list_items(remote.core.list_namespace,
+    requests = remote.list_items(kinds.TWIN_NAMESPACES, namespace=tenant)
+    origin = remote.list_items(kinds.NAMESPACES,
                                label_selector=f"{c.LABEL_ORIGIN_CLUSTER_ID}={options.local_cluster_id}")
     ours = [n for n in origin if ((n["metadata"].get("labels") or {}).get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER)]
-    consumer = remote.get(remote.custom.get_cluster_custom_object,
-                          c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.CONSUMER_PLURAL, options.local_cluster_id)
+    consumer = remote.get(kinds.CONSUMERS, options.local_cluster_id)
     return p.UnpeerState(
         node_exists=node is not None,
         node_unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
@@ -41,7 +40,7 @@ def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
         twin_namespaces=sorted(n["metadata"]["name"] for n in ours),
         foreign_namespaces=sorted(n["metadata"]["name"] for n in origin if n not in ours),
         remote_release=ctx.remote_helm.release(options.remote_release),
-        tenant_namespace_exists=remote.get(remote.core.read_namespace, tenant) is not None,
+        tenant_namespace_exists=remote.get(kinds.NAMESPACES, tenant) is not None,
         consumer_exists=consumer is not None,
     )
 
@@ -64,7 +63,7 @@ class UnpeerRun:
         tenant = c.tenant_namespace(options.local_cluster_id)
         try:
             if step.action == p.CORDON_NODE:
-                call_json(local.core.patch_node, node, {"spec": {"unschedulable": True}})
+                local.kube.patch(kinds.NODES, node, {"spec": {"unschedulable": True}})
                 return "cordoned"
             if step.action == p.EVICT_PODS:
                 return self._drain(step.data["pods"])
@@ -78,29 +77,28 @@ class UnpeerRun:
                 # The Deployment goes first; the garbage collector then removes its
                 # ReplicaSet and pod, and only a pod that is gone has stopped its process.
                 wait(
-                    lambda: local.get(local.apps.read_namespaced_deployment, name, ctx.namespace) is None
-                    and not local.list_items(local.apps.list_namespaced_replica_set, ctx.namespace, label_selector=selector)
-                    and not local.list_items(local.core.list_namespaced_pod, ctx.namespace, label_selector=selector),
+                    lambda: local.get(kinds.DEPLOYMENTS, name, namespace=ctx.namespace) is None
+                    and not local.list_items(kinds.REPLICA_SETS, namespace=ctx.namespace, label_selector=selector)
+                    and not local.list_items(kinds.PODS, namespace=ctx.namespace, label_selector=selector),
                     timeout=ctx.timeout,
                     what=f"for Deployment {ctx.namespace}/{name} and its pods to go",
                 )
                 return "stopped"
             if step.action == p.DELETE_KUBECONFIG_SECRET:
-                local.delete(local.core.delete_namespaced_secret, step.data["name"], ctx.namespace)
+                local.delete(kinds.SECRETS, step.data["name"], namespace=ctx.namespace)
                 return "deleted"
             if step.action == p.DELETE_NODE:
-                local.delete(local.core.delete_node, node)
-                local.delete(local.coordination.delete_namespaced_lease, node, "kube-node-lease")
-                wait(lambda: local.get(local.core.read_node, node) is None, timeout=ctx.timeout, what=f"for node {node} to go")
+                local.delete(kinds.NODES, node)
+                local.delete(kinds.LEASES, node, namespace="kube-node-lease")
+                wait(lambda: local.get(kinds.NODES, node) is None, timeout=ctx.timeout, what=f"for node {node} to go")
                 return "deleted"
             if step.action == p.DELETE_TWIN_REQUESTS:
                 for name in step.data["names"]:
-                    remote.delete(remote.custom.delete_namespaced_custom_object,
-                                  c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, tenant, c.TWIN_NAMESPACE_PLURAL, name)
+                    remote.delete(kinds.TWIN_NAMESPACES, name, namespace=tenant)
                 return "deleted"
             if step.action == p.DELETE_TWIN_NAMESPACES:
                 for name in step.data["names"]:
-                    remote.delete(remote.core.delete_namespace, name)
+                    remote.delete(kinds.NAMESPACES, name)
                 return "deleted"
             if step.action == p.WAIT_TWINS_GONE:
                 wait(self._twins_gone, timeout=ctx.timeout, what=f"for the twin namespaces of {options.local_cluster_id} to go",
@@ -112,16 +110,14 @@ class UnpeerRun:
                 return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
             if step.action == p.DELETE_CONSUMER:
                 if step.data.get("consumer"):
-                    remote.delete(remote.custom.delete_cluster_custom_object,
-                                  c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.CONSUMER_PLURAL, options.local_cluster_id)
+                    remote.delete(kinds.CONSUMERS, options.local_cluster_id)
                 if step.data.get("namespace"):
-                    remote.delete(remote.core.delete_namespace, tenant)
+                    remote.delete(kinds.NAMESPACES, tenant)
                 return "deleted"
             if step.action == p.WAIT_CONSUMER_GONE:
                 wait(
-                    lambda: remote.get(remote.custom.get_cluster_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION,
-                                       c.CONSUMER_PLURAL, options.local_cluster_id) is None
-                    and remote.get(remote.core.read_namespace, tenant) is None,
+                    lambda: remote.get(kinds.CONSUMERS, options.local_cluster_id) is None
+                    and remote.get(kinds.NAMESPACES, tenant) is None,
                     timeout=ctx.timeout,
                     what=f"for Consumer {options.local_cluster_id} and namespace {tenant} to go",
                 )
@@ -134,9 +130,8 @@ class UnpeerRun:
 
     def _twins_gone(self) -> bool:
         remote, options = self.ctx.remote, self.options
-        requests = remote.list_items(remote.custom.list_namespaced_custom_object, c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION,
-                                     c.tenant_namespace(options.local_cluster_id), c.TWIN_NAMESPACE_PLURAL)
-        namespaces = remote.list_items(remote.core.list_namespace, label_selector=(
+        requests = remote.list_items(kinds.TWIN_NAMESPACES, namespace=c.tenant_namespace(options.local_cluster_id))
+        namespaces = remote.list_items(kinds.NAMESPACES, label_selector=(
             f"{c.LABEL_ORIGIN_CLUSTER_ID}={options.local_cluster_id},{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER}"))
         return not requests and not namespaces
 
@@ -154,18 +149,19 @@ class UnpeerRun:
             late = time.monotonic() >= deadline
             for key in sorted(remaining):
                 namespace, name = key.split("/", 1)
-                pod = local.get(local.core.read_namespaced_pod, name, namespace)
+                pod = local.get(kinds.PODS, name, namespace=namespace)
                 if pod is None:
                     remaining.discard(key)
                     refused.pop(key, None)
                 elif pod["metadata"].get("deletionTimestamp"):
                     if late and key not in forced:
-                        local.delete(local.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0)
+                        local.delete(kinds.PODS, name, namespace=namespace, grace_period_seconds=0)
                         forced.append(key)
                 else:
                     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
                     try:
-                        call(local.core.create_namespaced_pod_eviction, name, namespace, eviction)
+                        # One try: a refusal is retried by this loop, until the deadline.
+                        local.kube.create(kinds.PODS, eviction, namespace=namespace, subresource="eviction", retry=NO_RETRY)
                         refused.pop(key, None)
                     except ApiError as exc:
                         if exc.status == 429:  # a PodDisruptionBudget says not now
