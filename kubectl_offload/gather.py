@@ -19,7 +19,8 @@ from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
 from kube_offload.policy import NamespacePolicy
 from kube_offload.namespace_policies import evaluate
 from kube_offload.reasons import REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
-from kubectl_offload.explain import ExplainFacts, RemoteChain, RemoteView
+from kubectl_offload.explain import ExplainFacts, RemoteView
+from kubectl_offload.remote_chain import RemoteChain
 from kubectl_offload.kubeconfigs import LocalCluster, PluginError, Remotes
 from kubectl_offload.status import REMOTE_REACHABLE, REMOTE_UNREACHABLE, REMOTE_UNREAD, RemoteFacts, StatusFacts
 
