@@ -14,6 +14,13 @@ Peering touches two Helm releases, and only through their values: the remote rel
 release (chart kube-offload-local) lists the remote clusters it uses in
 ``remoteClusters``. Both lists are merged by key (``name`` / ``id``): peering one pair
 never drops another consumer or another remote cluster.
+
+Over 400 lines on purpose: one concern, the pure half of the two commands. Its parts (the
+option and state types, the names of what peering creates, the checks of the user's input,
+the merges of the two releases' values, the plans) share one vocabulary that the plans read
+whole, and only :mod:`kube_offload.peer` reads them besides, as that one vocabulary
+(``peering as p``). Split, every piece would import the types of the others, and each
+command the pieces of all. The I/O half is the package, split by concern.
 """
 
 from __future__ import annotations
