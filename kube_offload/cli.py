@@ -23,7 +23,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "certs.cli",
     "vkubelet.cli",
     "enforcer.cli",
-    "kube_offload.peer_cli",  # peer, unpeer
+    "kube_offload.peer.cli",  # peer, unpeer
     "kubectl_offload.cli",  # explain, status (also the kubectl plugin: kubectl offload ...)
 )
 

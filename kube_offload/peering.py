@@ -1,7 +1,7 @@
 """Planning ``kube-offload peer`` and ``kube-offload unpeer``: from what both clusters hold
 now and what the user asked for, the list of steps to take.
 
-Everything here is pure: the CLI (:mod:`kube_offload.peer_cli`) reads the two clusters into
+Everything here is pure: the CLI (:mod:`kube_offload.peer`) reads the two clusters into
 a :class:`PeerState` / :class:`UnpeerState`, asks :func:`plan_peer` / :func:`plan_unpeer`
 for the steps, prints them (``--dry-run`` stops there) and carries them out. Each step
 says in one line what it does, and whether it changes anything (waits and checks do not),
@@ -14,6 +14,13 @@ Peering touches two Helm releases, and only through their values: the remote rel
 release (chart kube-offload-local) lists the remote clusters it uses in
 ``remoteClusters``. Both lists are merged by key (``name`` / ``id``): peering one pair
 never drops another consumer or another remote cluster.
+
+Over 400 lines on purpose: one concern, the pure half of the two commands. Its parts (the
+option and state types, the names of what peering creates, the checks of the user's input,
+the merges of the two releases' values, the plans) share one vocabulary that the plans read
+whole, and only :mod:`kube_offload.peer` reads them besides, as that one vocabulary
+(``peering as p``). Split, every piece would import the types of the others, and each
+command the pieces of all. The I/O half is the package, split by concern.
 """
 
 from __future__ import annotations

@@ -9,34 +9,42 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kubernetes import client
 
 from kube_offload import constants as c
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kinds import Resource
+from kube_offload.runtime.kube import ApiError, Kube
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
 from kube_offload.policy import NamespacePolicy
 from kube_offload.namespace_policies import evaluate
 from kube_offload.reasons import REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
-from kubectl_offload.explain import ExplainFacts, RemoteChain, RemoteView
-from kubectl_offload.kubeconfigs import LocalCluster, PluginError, Remotes
+from kubectl_offload.explain import ExplainFacts, RemoteView
+from kubectl_offload.remote_chain import RemoteChain
+from kubectl_offload.kubeconfigs import LocalCluster, PluginError, Remotes, kube_of
 from kubectl_offload.status import REMOTE_REACHABLE, REMOTE_UNREACHABLE, REMOTE_UNREAD, RemoteFacts, StatusFacts
 
 Say = Callable[[str], None]
-GROUP, VERSION = c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION
+Read = Callable[[Kube], dict]  # one request on a cluster, e.g. _get(kinds.NODES, name)
 LEASE_NAMESPACE = "kube-node-lease"
 REFLECTION_WARNINGS = (REASON_REFLECTION_FAILED, REASON_REFLECTION_CONFLICT)
-# (kind, list call) of the reflected kinds counted in status.
-REFLECTED_KINDS: tuple[tuple[str, Callable[[client.ApiClient], Callable]], ...] = (
-    ("configmaps", lambda api: client.CoreV1Api(api).list_namespaced_config_map),
-    ("secrets", lambda api: client.CoreV1Api(api).list_namespaced_secret),
-    ("services", lambda api: client.CoreV1Api(api).list_namespaced_service),
-    ("serviceaccounts", lambda api: client.CoreV1Api(api).list_namespaced_service_account),
-    ("persistentvolumeclaims", lambda api: client.CoreV1Api(api).list_namespaced_persistent_volume_claim),
-    ("endpointslices", lambda api: client.DiscoveryV1Api(api).list_namespaced_endpoint_slice),
-    ("ingresses", lambda api: client.NetworkingV1Api(api).list_namespaced_ingress),
+# The reflected kinds counted in status, by the name status shows (their plural).
+REFLECTED_KINDS: tuple[Resource, ...] = (
+    kinds.CONFIG_MAPS, kinds.SECRETS, kinds.SERVICES, kinds.SERVICE_ACCOUNTS, kinds.PERSISTENT_VOLUME_CLAIMS,
+    kinds.ENDPOINT_SLICES, kinds.INGRESSES,
 )
+
+
+def _get(resource: Resource, name: str, *, namespace: str | None = None) -> Read:
+    """One object, read when a cluster is given (:meth:`Provider.get`, :func:`_local`)."""
+    return lambda kube: kube.get(resource, name, namespace=namespace)
+
+
+def _list(resource: Resource, **query: Any) -> Read:
+    """A list (``query``: :meth:`Kube.list`'s namespace and selectors), read when a cluster is given."""
+    return lambda kube: kube.list(resource, **query)
 
 
 def describe_error(exc: ApiError, what: str) -> str:
@@ -55,18 +63,19 @@ class Provider:
         self.api = api
         self.timeout = timeout
         self.error = error or ("" if api is not None else "no kubeconfig")
+        self.kube = kube_of(api, timeout) if api is not None else None
 
     @property
     def usable(self) -> bool:
-        return self.api is not None and not self.error
+        return self.kube is not None and not self.error
 
-    def get(self, fn: Callable[[client.ApiClient], Callable], *args, what: str, missing_ok: bool = True, **kwargs) -> dict | None:
-        """The call's JSON; None for 404 (when ``missing_ok``). A failure marks the provider
-        unusable (unreachable) or raises :class:`ReadError` (anything else)."""
-        if not self.usable or self.api is None:  # usable implies an api; said for the type checker
+    def get(self, read: Read, *, what: str, missing_ok: bool = True) -> dict | None:
+        """The JSON ``read`` answers; None for 404 (when ``missing_ok``). A failure marks the
+        provider unusable (unreachable) or raises :class:`ReadError` (anything else)."""
+        if self.kube is None or self.error:
             raise ReadError(self.error)
         try:
-            return call_json(fn(self.api), *args, _request_timeout=self.timeout, **kwargs)
+            return read(self.kube)
         except ApiError as exc:
             if exc.not_found and missing_ok:
                 return None
@@ -80,9 +89,9 @@ class ReadError(RuntimeError):
     pass
 
 
-def _local(local: LocalCluster, fn: Callable, *args, what: str, missing_ok: bool = False, **kwargs) -> dict | None:
+def _local(local: LocalCluster, read: Read, *, what: str, missing_ok: bool = False) -> dict | None:
     try:
-        return call_json(fn, *args, _request_timeout=local.timeout, **kwargs)
+        return read(local.kube)
     except ApiError as exc:
         if exc.not_found and missing_ok:
             return None
@@ -101,10 +110,7 @@ def _consumer(provider: Provider, local_id: str | None) -> RemoteView:
     if not local_id:
         return RemoteView(provider.cluster_id, error="the local cluster id is unknown: pass --local-cluster-id")
     try:
-        consumer = provider.get(
-            lambda api: client.CustomObjectsApi(api).get_cluster_custom_object,
-            GROUP, VERSION, c.CONSUMER_PLURAL, local_id, what=f"Consumer {local_id}",
-        )
+        consumer = provider.get(_get(kinds.CONSUMERS, local_id), what=f"Consumer {local_id}")
     except ReadError as exc:
         return RemoteView(provider.cluster_id, error=str(exc))
     return RemoteView(provider.cluster_id, consumer=consumer)
@@ -112,7 +118,7 @@ def _consumer(provider: Provider, local_id: str | None) -> RemoteView:
 
 # --- explain -----------------------------------------------------------------------------------
 def read_pod(local: LocalCluster, namespace: str, name: str) -> dict:
-    pod = _local(local, client.CoreV1Api(local.api).read_namespaced_pod, name, namespace,
+    pod = _local(local, _get(kinds.PODS, name, namespace=namespace),
                  what=f"pod {namespace}/{name}", missing_ok=True)
     if pod is None:
         raise PluginError(
@@ -126,8 +132,8 @@ def _twin_namespace(provider: Provider, local_id: str, namespace: str, policy: o
     for it, else the name the policy's mapping gives."""
     try:
         requests = provider.get(
-            lambda api: client.CustomObjectsApi(api).list_namespaced_custom_object,
-            GROUP, VERSION, c.tenant_namespace(local_id), c.TWIN_NAMESPACE_PLURAL, what="TwinNamespace requests", missing_ok=False,
+            _list(kinds.TWIN_NAMESPACES, namespace=c.tenant_namespace(local_id)),
+            what="TwinNamespace requests", missing_ok=False,
         ) or {}
         for request in requests.get("items") or []:
             if (request.get("spec") or {}).get("localNamespace") == namespace:
@@ -149,17 +155,14 @@ def _chain(provider: Provider, local_id: str | None, pod: Mapping, policy: objec
     except ReadError as exc:
         return RemoteChain(provider.cluster_id, c.twin_namespace_name(namespace, local_id), error=str(exc))
     try:
-        shadowpod = provider.get(
-            lambda api: client.CustomObjectsApi(api).get_namespaced_custom_object,
-            GROUP, VERSION, twin, c.SHADOWPOD_PLURAL, name, what=f"ShadowPod {twin}/{name}",
-        )
+        shadowpod = provider.get(_get(kinds.SHADOWPODS, name, namespace=twin), what=f"ShadowPod {twin}/{name}")
         remote_pod = None
         if shadowpod is not None:
             pod_name = (shadowpod.get("status") or {}).get("podName") or name
-            remote_pod = provider.get(lambda api: client.CoreV1Api(api).read_namespaced_pod, pod_name, twin,
+            remote_pod = provider.get(_get(kinds.PODS, pod_name, namespace=twin),
                                       what=f"pod {twin}/{pod_name}")
-        events = provider.get(lambda api: client.CoreV1Api(api).list_namespaced_event, twin,
-                              field_selector=f"involvedObject.name={name}", what=f"Events in {twin}", missing_ok=False) or {}
+        events = provider.get(_list(kinds.EVENTS, namespace=twin, field_selector=f"involvedObject.name={name}"),
+                              what=f"Events in {twin}", missing_ok=False) or {}
     except ReadError as exc:
         return RemoteChain(provider.cluster_id, twin, error=str(exc))
     return RemoteChain(provider.cluster_id, twin, shadowpod, remote_pod, list(events.get("items") or []))
@@ -170,16 +173,16 @@ def explain_facts(
 ) -> ExplainFacts:
     meta = pod.get("metadata") or {}
     namespace_name, name = str(meta.get("namespace")), str(meta.get("name") or "")
-    core = client.CoreV1Api(local.api)
     say(f"reading namespace {namespace_name}, nodes and pods")
-    namespace = _local(local, core.read_namespace, namespace_name, what=f"namespace {namespace_name}", missing_ok=True)
-    nodes = list((_local(local, core.list_node, what="nodes") or {}).get("items") or [])
-    others = list((_local(local, core.list_pod_for_all_namespaces, what="pods",
-                          field_selector="status.phase!=Succeeded,status.phase!=Failed") or {}).get("items") or [])
+    namespace = _local(local, _get(kinds.NAMESPACES, namespace_name), what=f"namespace {namespace_name}", missing_ok=True)
+    nodes = list((_local(local, _list(kinds.NODES), what="nodes") or {}).get("items") or [])
+    others = list((_local(local, _list(kinds.PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed"),
+                          what="pods") or {}).get("items") or [])
     events: list[dict] = []
     if created:
-        listed = _local(local, core.list_namespaced_event, namespace_name, what=f"Events in {namespace_name}",
-                        field_selector=f"involvedObject.name={name},involvedObject.kind=Pod") or {}
+        listed = _local(local, _list(kinds.EVENTS, namespace=namespace_name,
+                                     field_selector=f"involvedObject.name={name},involvedObject.kind=Pod"),
+                        what=f"Events in {namespace_name}") or {}
         uid = meta.get("uid")
         events = [e for e in listed.get("items") or [] if not uid or (e.get("involvedObject") or {}).get("uid") in (None, uid)]
 
@@ -210,17 +213,18 @@ def explain_facts(
 # --- status ------------------------------------------------------------------------------------
 def _ping(provider: Provider) -> float | None:
     started = time.monotonic()
-    provider.get(lambda api: client.VersionApi(api).get_code, what="/version", missing_ok=False)
+    provider.get(lambda kube: kube.request("GET", "/version"), what="/version", missing_ok=False)
     return time.monotonic() - started
 
 
 def _reflected(provider: Provider, local_id: str, twins: Sequence[str]) -> dict[str, int]:
     selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_id},{c.LABEL_REFLECTOR}"
-    counts = {kind: 0 for kind, _ in REFLECTED_KINDS}
+    counts = {kind.plural: 0 for kind in REFLECTED_KINDS}
     for namespace in twins:
-        for kind, fn in REFLECTED_KINDS:
-            listed = provider.get(fn, namespace, label_selector=selector, what=f"{kind} in {namespace}", missing_ok=False) or {}
-            counts[kind] += len(listed.get("items") or [])
+        for kind in REFLECTED_KINDS:
+            listed = provider.get(_list(kind, namespace=namespace, label_selector=selector),
+                                  what=f"{kind.plural} in {namespace}", missing_ok=False) or {}
+            counts[kind.plural] += len(listed.get("items") or [])
     return counts
 
 
@@ -239,9 +243,9 @@ def _remote_facts(provider: Provider, local_id: str | None, base: dict) -> Remot
     extra.update(consumer=view.consumer, consumer_error=view.error)
     try:
         listed = provider.get(
-            lambda api: client.CustomObjectsApi(api).list_namespaced_custom_object,
-            GROUP, VERSION, c.tenant_namespace(local_id), c.TWIN_NAMESPACE_PLURAL,
-            label_selector=f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_id}", what="TwinNamespace requests", missing_ok=False,
+            _list(kinds.TWIN_NAMESPACES, namespace=c.tenant_namespace(local_id),
+                  label_selector=f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_id}"),
+            what="TwinNamespace requests", missing_ok=False,
         ) or {}
         extra["twin_requests"] = list(listed.get("items") or [])
     except ReadError as exc:
@@ -260,22 +264,23 @@ def _remote_facts(provider: Provider, local_id: str | None, base: dict) -> Remot
 
 
 def status_facts(local: LocalCluster, remotes: Remotes, *, local_cluster_id: str | None, say: Say) -> StatusFacts:
-    core = client.CoreV1Api(local.api)
     say("reading virtual nodes")
-    nodes = (_local(local, core.list_node, what="nodes", label_selector=f"{c.LABEL_TYPE}={c.TYPE_VIRTUAL_NODE}") or {}).get("items") or []
+    nodes = (_local(local, _list(kinds.NODES, label_selector=f"{c.LABEL_TYPE}={c.TYPE_VIRTUAL_NODE}"),
+                    what="nodes") or {}).get("items") or []
     by_id = {cid: n for n in nodes if (cid := cluster_id_of(n))}
     cluster_ids = sorted(set(by_id) | set(remotes.flags) | set(remotes.vkubelet_deployments()))
     local_id = remotes.local_cluster_id(local_cluster_id, cluster_ids)
-    warnings = (_local(local, core.list_event_for_all_namespaces, what="Events", field_selector="type=Warning") or {}).get("items") or []
-    coordination = client.CoordinationV1Api(local.api)
+    warnings = (_local(local, _list(kinds.EVENTS, field_selector="type=Warning"),
+                       what="Events") or {}).get("items") or []
     facts = []
     for cluster_id, provider in providers(remotes, cluster_ids).items():
         say(f"reading remote {cluster_id}")
         node = by_id.get(cluster_id)
         name = node_name(node) if node is not None else c.virtual_node_name(cluster_id)
-        lease = _local(local, coordination.read_namespaced_lease, name, LEASE_NAMESPACE, what=f"Lease {name}", missing_ok=True)
-        pods = (_local(local, core.list_pod_for_all_namespaces, what=f"pods on {name}",
-                       field_selector=f"spec.nodeName={name}") or {}).get("items") or []
+        lease = _local(local, _get(kinds.LEASES, name, namespace=LEASE_NAMESPACE), what=f"Lease {name}",
+                       missing_ok=True)
+        pods = (_local(local, _list(kinds.PODS, field_selector=f"spec.nodeName={name}"),
+                       what=f"pods on {name}") or {}).get("items") or []
         reflection = [
             e for e in warnings
             if e.get("reason") in REFLECTION_WARNINGS

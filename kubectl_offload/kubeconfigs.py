@@ -35,7 +35,8 @@ from urllib3.util import Retry
 from kubernetes.config.config_exception import ConfigException
 
 from kube_offload import constants as c
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube
 from kube_offload.peering import DEFAULT_NAMESPACE, KUBECONFIG_KEY, kubeconfig_secret_name
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -170,6 +171,17 @@ class LocalCluster:
     source: str  # where the credentials came from, for messages
     timeout: float = DEFAULT_REQUEST_TIMEOUT
 
+    @property
+    def kube(self) -> Kube:
+        return kube_of(self.api, self.timeout)
+
+
+def kube_of(api: client.ApiClient, timeout: float) -> Kube:
+    """The API verbs on ``api`` with the plugin's timeout and one try a request: the
+    connection pool retries once already (:data:`RETRIES`), and a frozen server must cost
+    one timeout, not one per try."""
+    return Kube(api, timeout=(timeout, timeout), retry=NO_RETRY)
+
 
 def load_local(kubeconfig: str | None, context: str | None, *, timeout: float = DEFAULT_REQUEST_TIMEOUT) -> LocalCluster:
     if kubeconfig:
@@ -224,10 +236,7 @@ class Remotes:
         remotes = cls(local=local, flags=dict(flags))
         selector = f"{COMPONENT_LABEL} in ({VKUBELET_COMPONENT},{WEBHOOK_COMPONENT})"
         try:
-            listed = call_json(
-                client.AppsV1Api(local.api).list_deployment_for_all_namespaces,
-                label_selector=selector, _request_timeout=local.timeout,
-            )
+            listed = local.kube.list(kinds.DEPLOYMENTS, label_selector=selector)
             remotes.deployments = list(listed.get("items") or [])
         except ApiError as exc:
             if exc.status == 0:
@@ -271,8 +280,7 @@ class Remotes:
         for namespace, name, key in where:
             tried.append(f"Secret {namespace}/{name}")
             try:
-                secret = call_json(client.CoreV1Api(self.local.api).read_namespaced_secret, name, namespace,
-                                   _request_timeout=self.local.timeout)
+                secret = self.local.kube.get(kinds.SECRETS, name, namespace=namespace)
             except ApiError as exc:
                 if exc.not_found:
                     continue
@@ -313,19 +321,13 @@ class Remotes:
 
     def _id_from_provider(self, api: client.ApiClient) -> str | None:
         try:
-            review = call_json(
-                client.AuthenticationV1Api(api).create_self_subject_review,
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-                _request_timeout=self.local.timeout,
-            )
+            kube = kube_of(api, self.local.timeout)
+            review = kube.create(kinds.SELF_SUBJECT_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
             username = ((review.get("status") or {}).get("userInfo") or {}).get("username") or ""
             found = local_id_from_username(str(username))
             if found:
                 return found
-            consumers = call_json(
-                client.CustomObjectsApi(api).list_cluster_custom_object,
-                c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.CONSUMER_PLURAL, _request_timeout=self.local.timeout,
-            )
+            consumers = kube.list(kinds.CONSUMERS)
         except ApiError:
             return None
         names = [str((item.get("metadata") or {}).get("name")) for item in consumers.get("items") or []]

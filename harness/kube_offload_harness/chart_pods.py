@@ -196,9 +196,9 @@ def install_local_chart(env: "Environment", topology: "Topology", local: "Cluste
 def chart_source(env: "Environment", chart: str) -> list[str]:
     """The chart argument(s) of ``helm upgrade``: the chart as ``up`` pushed it to the
     environment's registry, as users install it (peer: :func:`peer_chart_flags`)."""
-    from kube_offload import peer_cli
+    from kube_offload.peer import helm
 
-    return peer_cli.chart_args(env.chart_reference(chart), chart_version(), plain_http=True)
+    return helm.chart_args(env.chart_reference(chart), chart_version(), plain_http=True)
 
 
 def chart_version() -> str:

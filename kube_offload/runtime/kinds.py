@@ -75,6 +75,7 @@ PERSISTENT_VOLUMES: Final = Resource("", "v1", "PersistentVolume", "persistentvo
 
 # --- built-in groups -------------------------------------------------------------------------
 DEPLOYMENTS: Final = Resource("apps", "v1", "Deployment", "deployments", True)
+REPLICA_SETS: Final = Resource("apps", "v1", "ReplicaSet", "replicasets", True)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "Lease", "leases", True)
 ENDPOINT_SLICES: Final = Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True)
 INGRESSES: Final = Resource("networking.k8s.io", "v1", "Ingress", "ingresses", True)
@@ -97,7 +98,7 @@ TWIN_NAMESPACES: Final = Resource(
 
 ALL: Final[tuple[Resource, ...]] = (
     PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS,
-    PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
+    PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, REPLICA_SETS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
     ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
     SHADOWPODS, CONSUMERS, TWIN_NAMESPACES,
 )

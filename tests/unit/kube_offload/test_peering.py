@@ -431,16 +431,16 @@ def test_peer_refuses_a_bad_policy_file_naming_the_file_and_the_key(capsys, tmp_
 
 
 def test_peer_reads_a_json_policy_file_and_the_grants(tmp_path):
-    from kube_offload import peer_cli
+    from kube_offload.peer import inputs
     from kube_offload.cli import build_parser
 
     path = tmp_path / "policy.json"
     path.write_text('{"ingress": {"hostDomains": ["apps.example.com"]}}')
     args = build_parser().parse_args(["peer", "--policy-file", str(path), "--grant-storage-classes", "standard,fast",
                                       "--grant-tolerations", ""])
-    assert peer_cli.read_policy_file(args.policy_file) == {"ingress": {"hostDomains": ["apps.example.com"]}}
-    assert peer_cli.policy_grants(args) == {("storage", "classes"): ("standard", "fast"), ("pods", "tolerations"): ()}
-    assert peer_cli.policy_grants(build_parser().parse_args(["peer"])) == {}
+    assert inputs.read_policy_file(args.policy_file) == {"ingress": {"hostDomains": ["apps.example.com"]}}
+    assert inputs.policy_grants(args) == {("storage", "classes"): ("standard", "fast"), ("pods", "tolerations"): ()}
+    assert inputs.policy_grants(build_parser().parse_args(["peer"])) == {}
 
 
 # --- the server the virtual kubelet's pod is given -------------------------------------------
@@ -461,19 +461,19 @@ def test_a_remote_server_pods_can_reach_is_taken_from_the_kubeconfig(server):
 
 # --- where the charts come from ----------------------------------------------------------------
 def test_charts_from_an_oci_repository_are_installed_at_the_chart_version():
-    from kube_offload import peer_cli
+    from kube_offload.peer import helm, inputs
     from kube_offload.cli import build_parser
 
     args = build_parser().parse_args(["peer", "--chart-repository", "oci://127.0.0.1:5000/charts/", "--chart-version", "0.1.0",
                                       "--plain-http", "true"])
-    local, remote = peer_cli.chart_refs(args)
+    local, remote = inputs.chart_refs(args)
     assert (local.path, remote.path) == ("oci://127.0.0.1:5000/charts/kube-offload-local",
                                          "oci://127.0.0.1:5000/charts/kube-offload-remote")
     assert local.label == "kube-offload-local-0.1.0"  # what `helm list` shows once installed
-    assert peer_cli.chart_args(local.path, local.version, args.plain_http) == [
+    assert helm.chart_args(local.path, local.version, args.plain_http) == [
         "oci://127.0.0.1:5000/charts/kube-offload-local", "--version", "0.1.0", "--plain-http"]
     # a chart directory is its own version
-    assert peer_cli.chart_args("/src/charts/kube-offload-local", "0.1.0", True) == ["/src/charts/kube-offload-local"]
+    assert helm.chart_args("/src/charts/kube-offload-local", "0.1.0", True) == ["/src/charts/kube-offload-local"]
     # the steps carry the version to helm
     options = p.PeerOptions(local_cluster_id="local", remote_cluster_id="remote-1", remote_server="https://10.0.0.2:6443",
                             remote_ca_pem=None, remote_chart=remote, local_chart=local)
@@ -487,8 +487,8 @@ def test_charts_from_an_oci_repository_are_installed_at_the_chart_version():
     (["--chart-repository", "oci://r.example/charts", "--charts-dir", "/x"], "two sources of the charts"),
 ])
 def test_a_bad_chart_source_is_refused_naming_the_flag(argv, message):
-    from kube_offload import peer_cli
+    from kube_offload.peer import inputs
     from kube_offload.cli import build_parser
 
     with pytest.raises(p.PeeringError, match=message):
-        peer_cli.chart_refs(build_parser().parse_args(["peer", *argv]))
+        inputs.chart_refs(build_parser().parse_args(["peer", *argv]))

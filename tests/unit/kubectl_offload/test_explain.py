@@ -13,8 +13,9 @@ from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
 from kubectl_offload.explain import (
     CHECK_PLACEMENT, CHECK_QUOTA, CHECK_REMOTE_CAPACITY, CHECK_RESOURCES, CHECK_TAINTS,
-    ExplainError, ExplainFacts, RemoteChain, RemoteView, explain, last_events,
+    ExplainError, ExplainFacts, RemoteView, explain,
 )
+from kubectl_offload.remote_chain import RemoteChain, last_events
 from webhook.mutation import mutate_pod
 from support import builders
 

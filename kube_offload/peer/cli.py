@@ -1,0 +1,89 @@
+"""The flags of ``kube-offload peer`` and ``kube-offload unpeer``."""
+
+from __future__ import annotations
+
+import argparse
+
+import kube_offload
+from kube_offload import constants as c
+from kube_offload import peering as p
+from kube_offload.peer.connect import run_peer
+from kube_offload.peer.disconnect import run_unpeer
+from kube_offload.runtime.flags import add_flag, positive_duration
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    peer = subparsers.add_parser(
+        "peer",
+        help="connect a local cluster to a remote one (both sides, idempotent)",
+        description=(
+            "Admit the local cluster as a consumer of the remote one (remote chart: identity, "
+            "quota, Pod Security level), store the consumer's kubeconfig as a Secret in the local "
+            "cluster, run a virtual kubelet for the remote (local chart) and wait until its node is "
+            "Ready. Running it again changes nothing; --dry-run prints the plan. See docs/install.md."
+        ),
+    )
+    _common_flags(peer, "peer")
+    flag = lambda name, **kw: add_flag(peer, "peer", name, **kw)  # noqa: E731
+    flag("--remote-server", default="",
+         help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote "
+              "kubeconfig (refused when it is a loopback address, which a pod cannot reach)")
+    flag("--quota", default="", help="the consumer's quota on the remote, e.g. cpu=8,memory=16Gi,pods=50; unset: keep (none: unlimited)")
+    flag("--pod-security-level", default="",
+         help=f"{' | '.join(c.PSA_LEVELS)}: Pod Security level of the consumer's twin namespaces on the remote; unset: keep (chart default baseline)")
+    add_flag(peer, "peer", "--node-label", default=[], action="append",
+             help="label the provider suggests for the virtual node, key=value, repeatable (region, provider...)")
+    flag("--policy-file", default="",
+         help="YAML/JSON file holding the consumer's provider policy (Consumer spec.policy, docs/security.md); "
+              "replaces its whole policy; unset: keep (none: the safe defaults)")
+    for grant, (section, key) in p.GRANT_FLAGS.items():
+        # default None: an unset flag keeps the key; "" grants none.
+        peer.add_argument(grant, default=None, metavar="A,B",
+                          help=f"comma-separated values of spec.policy.{section}.{key}, set on top of --policy-file "
+                               "(or of the policy the release has); '' grants none; unset: keep")
+    add_flag(peer, "peer", "--local-values", default=[], action="append",
+             help="extra values file for the local chart, repeatable (e.g. image.repository, webhook.enabled)")
+    add_flag(peer, "peer", "--remote-values", default=[], action="append",
+             help="extra values file for the remote chart, repeatable (e.g. image.repository)")
+    peer.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                      help="wait for the releases' workloads and until the virtual node is Ready (default: wait)")
+    peer.set_defaults(func=run_peer)
+
+    unpeer = subparsers.add_parser(
+        "unpeer",
+        help="disconnect a local cluster from a remote one and leave nothing of it there",
+        description=(
+            "Cordon the virtual node, evict its pods (their controllers recreate them elsewhere), "
+            "remove the remote from the local release, the kubeconfig Secret and the node; then on "
+            "the remote delete the consumer's twin namespaces (with their ShadowPods, pods and "
+            "reflected objects) and remove the consumer from the remote release (its identity, "
+            "tenant namespace and RBAC). --dry-run prints the plan. See docs/install.md."
+        ),
+    )
+    _common_flags(unpeer, "unpeer")
+    unpeer.set_defaults(func=run_unpeer)
+
+
+def _common_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    flag = lambda name, **kw: add_flag(parser, command, name, **kw)  # noqa: E731
+    flag("--local-kubeconfig", default=None, help="admin kubeconfig of the LOCAL (consumer) cluster; unset: $KUBECONFIG or ~/.kube/config")
+    flag("--local-context", default=None, help="context of --local-kubeconfig; unset: its current context")
+    flag("--remote-kubeconfig", default=None, help="admin kubeconfig of the REMOTE (provider) cluster; unset: $KUBECONFIG or ~/.kube/config")
+    flag("--remote-context", default=None, help="context of --remote-kubeconfig; unset: its current context")
+    flag("--local-cluster-id", default="", help="id of the local cluster (required; also its consumer name on the remote)")
+    flag("--remote-cluster-id", default="", help="id of the remote cluster (required; the node is kube-offload-<id>)")
+    flag("--namespace", default=p.DEFAULT_NAMESPACE, help="namespace of both Helm releases (and of the kubeconfig Secret)")
+    flag("--local-release", default=p.DEFAULT_RELEASE, help="Helm release name of the local chart")
+    flag("--remote-release", default=p.DEFAULT_RELEASE, help="Helm release name of the remote chart")
+    flag("--helm", default="helm", help="the helm binary (Helm 3): a path or a name on PATH")
+    flag("--charts-dir", default="",
+         help="directory holding kube-offload-local and kube-offload-remote; unset: the charts/ of this checkout")
+    flag("--chart-repository", default="",
+         help="OCI repository holding both charts, e.g. oci://registry.example.com/charts (installs "
+              "<repository>/kube-offload-local and -remote at --chart-version); unset: --charts-dir")
+    flag("--chart-version", default=kube_offload.__version__, help="version of the charts in --chart-repository")
+    flag("--plain-http", default=False, type=bool,
+         help="--chart-repository speaks plain HTTP (helm --plain-http), e.g. a registry on 127.0.0.1")
+    flag("--timeout", default="5m", type=positive_duration, help="how long each wait may take (Helm, token, node, deletions)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+

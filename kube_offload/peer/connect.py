@@ -1,0 +1,211 @@
+"""``kube-offload peer``: observe both clusters, plan (:func:`kube_offload.peering.plan_peer`),
+print the plan, carry it out."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from typing import Mapping
+
+import yaml
+
+from kube_offload import constants as c
+from kube_offload import peering as p
+from kube_offload.peer.api import Cluster
+from kube_offload.peer.errors import CommandError
+from kube_offload.peer.inputs import pod_security_level, policy_grants, read_policy_file, read_values_files, remote_endpoint
+from kube_offload.peer.session import Context, execute, open_context, run_command, say, wait
+from kube_offload.runtime.flags import appended
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import ApiError
+from kube_offload.times import now_time
+
+
+def _b64(data: Mapping[str, str] | None, key: str) -> bytes | None:
+    value = (data or {}).get(key)
+    return base64.b64decode(value) if value else None
+
+
+def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
+    server, ca_pem = remote_endpoint(ctx.remote_kubeconfig, args.remote_context)
+    labels = appended(args, "--node-label")
+    return p.PeerOptions(
+        local_cluster_id=args.local_cluster_id,
+        remote_cluster_id=args.remote_cluster_id,
+        remote_server=p.pod_reachable_server(args.remote_server, server),
+        remote_ca_pem=ca_pem,
+        remote_chart=ctx.remote_chart,
+        local_chart=ctx.local_chart,
+        namespace=args.namespace,
+        local_release=args.local_release,
+        remote_release=args.remote_release,
+        quota=p.parse_quota(args.quota) if args.quota else None,
+        pod_security_level=pod_security_level(args.pod_security_level),
+        node_labels=p.parse_node_labels(labels) if labels else None,
+        policy=read_policy_file(args.policy_file),
+        policy_grants=policy_grants(args),
+        local_values=read_values_files(appended(args, "--local-values"), "--local-values"),
+        remote_values=read_values_files(appended(args, "--remote-values"), "--remote-values"),
+        wait=bool(args.wait),
+    )
+
+
+def read_consumer_token(remote: Cluster, consumer_id: str) -> tuple[bool, p.ConsumerToken | None]:
+    secret = remote.get(kinds.SECRETS, p.CONSUMER_TOKEN_SECRET, namespace=c.tenant_namespace(consumer_id))
+    if secret is None:
+        return False, None
+    token, ca_pem = _b64(secret.get("data"), "token"), _b64(secret.get("data"), "ca.crt")
+    if not token or not ca_pem:
+        return True, None  # the token controller has not filled it in yet
+    return True, p.ConsumerToken(token=token.decode(), ca_pem=ca_pem)
+
+
+def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict | None]:
+    secret = local.get(kinds.SECRETS, p.kubeconfig_secret_name(remote_cluster_id), namespace=namespace)
+    if secret is None:
+        return False, None
+    raw = _b64(secret.get("data"), p.KUBECONFIG_KEY)
+    try:
+        return True, (yaml.safe_load(raw) if raw else None)
+    except yaml.YAMLError:
+        return True, None  # not a kubeconfig: rewrite it
+
+
+def node_is_ready(node: dict | None) -> bool:
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    return any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in conditions)
+
+
+def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
+    token_exists, token = read_consumer_token(ctx.remote, options.local_cluster_id)
+    secret_exists, kubeconfig = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
+    deployment = ctx.local.get(
+        kinds.DEPLOYMENTS, p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id), namespace=ctx.namespace
+    )
+    node = ctx.local.get(kinds.NODES, p.node_name(options.remote_cluster_id))
+    return p.PeerState(
+        remote_release=ctx.remote_helm.release(options.remote_release),
+        consumer_token_secret_exists=token_exists,
+        consumer_token=token,
+        kubeconfig_secret=kubeconfig,
+        kubeconfig_secret_exists=secret_exists,
+        local_release=ctx.local_helm.release(options.local_release),
+        vkubelet_deployed=deployment is not None,
+        node_ready=node_is_ready(node),
+    )
+
+
+class PeerRun:
+    """Carries out a peer plan, step by step."""
+
+    def __init__(self, ctx: Context, options: p.PeerOptions) -> None:
+        self.ctx = ctx
+        self.options = options
+        self.token: p.ConsumerToken | None = None
+        self.secret_changed = False
+
+    def do(self, step: p.Step) -> str:
+        ctx, options = self.ctx, self.options
+        if step.action == p.REMOTE_RELEASE:
+            release = ctx.remote_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
+                                              wait=options.wait, timeout=ctx.timeout)
+            return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
+        if step.action == p.WAIT_TOKEN:
+            self.token = wait(
+                lambda: read_consumer_token(ctx.remote, options.local_cluster_id)[1],
+                timeout=ctx.timeout,
+                what=f"for the remote token controller to fill Secret {c.tenant_namespace(options.local_cluster_id)}/{p.CONSUMER_TOKEN_SECRET}",
+                hint="is kube-controller-manager running on the remote cluster?",
+            )
+            return "token ready"
+        if step.action == p.KUBECONFIG_SECRET:
+            return self._write_secret(step.data["name"])
+        if step.action == p.LOCAL_RELEASE:
+            release = ctx.local_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
+                                             wait=options.wait, timeout=ctx.timeout)
+            return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
+        if step.action == p.RESTART_VKUBELET:
+            if not self.secret_changed:
+                return "credentials unchanged, not restarted"
+            patch = {"spec": {"template": {"metadata": {"annotations": {
+                p.RESTARTED_AT_ANNOTATION: now_time()}}}}}
+            try:
+                ctx.local.kube.patch(kinds.DEPLOYMENTS, step.data["name"], patch, namespace=ctx.namespace)
+            except ApiError as exc:
+                raise ctx.local.error(exc) from None
+            return "restarted"
+        if step.action == p.WAIT_NODE_READY:
+            node = p.node_name(options.remote_cluster_id)
+            deployment = p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id)
+            wait(
+                lambda: node_is_ready(ctx.local.get(kinds.NODES, node)),
+                timeout=ctx.timeout,
+                what=f"for node {node} to be Ready",
+                hint=f"see `kubectl -n {ctx.namespace} logs deploy/{deployment}`",
+            )
+            return f"node {node} is Ready"
+        raise AssertionError(f"unknown peer step {step.action}")
+
+    def _write_secret(self, name: str) -> str:
+        ctx, options = self.ctx, self.options
+        token = self.token or read_consumer_token(ctx.remote, options.local_cluster_id)[1]
+        if token is None:
+            raise CommandError(f"remote: Secret {c.tenant_namespace(options.local_cluster_id)}/{p.CONSUMER_TOKEN_SECRET} holds no token")
+        desired = p.desired_kubeconfig(options, token)
+        exists, current = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
+        if current == desired:
+            return "unchanged"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": name,
+                "namespace": ctx.namespace,
+                "labels": {"app.kubernetes.io/managed-by": p.PEER_MANAGER, c.LABEL_CLUSTER_ID: options.remote_cluster_id},
+            },
+            "data": {p.KUBECONFIG_KEY: base64.b64encode(yaml.safe_dump(desired).encode()).decode()},
+        }
+        try:
+            if ctx.local.get(kinds.NAMESPACES, ctx.namespace) is None:
+                ctx.local.kube.create(kinds.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ctx.namespace}})
+            if exists:
+                ctx.local.kube.replace(kinds.SECRETS, body, namespace=ctx.namespace)
+            else:
+                ctx.local.kube.create(kinds.SECRETS, body, namespace=ctx.namespace)
+        except ApiError as exc:
+            raise ctx.local.error(exc) from None
+        self.secret_changed = True
+        return "updated" if exists else "created"
+
+
+def run_peer(args: argparse.Namespace) -> int:
+    return run_command("peer", args, _peer)
+
+
+def _peer(args: argparse.Namespace) -> int:
+    # The flags that need no cluster are checked before anything is read.
+    if args.quota:
+        p.parse_quota(args.quota)
+    p.parse_node_labels(appended(args, "--node-label"))
+    pod_security_level(args.pod_security_level)
+    read_policy_file(args.policy_file)
+    policy_grants(args)
+    ctx = open_context(args)
+    options = peer_options(args, ctx)
+    steps = p.plan_peer(observe_peer(ctx, options), options)
+    title = f"peer {options.local_cluster_id} -> {options.remote_cluster_id}"
+    say(p.render_plan(steps, title=title))
+    if args.dry_run:
+        say("dry run: nothing was changed")
+        return 0
+    execute(steps, PeerRun(ctx, options).do)
+    node = p.node_name(options.remote_cluster_id)
+    if p.changes(steps):
+        say(f"peered: pods of {options.local_cluster_id} can run on {options.remote_cluster_id} through node {node}; "
+             f"offload a namespace with `kubectl label namespace NAME {c.LABEL_ENABLED}={c.ENABLED_VALUE}`")
+    else:
+        say("already peered: nothing changed")
+    return 0
+
+
