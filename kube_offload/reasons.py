@@ -17,7 +17,7 @@ REASON_REMOTE_UNSCHEDULABLE: Final = "RemoteUnschedulable"
 REASON_TWIN_CONFLICT: Final = "TwinNamespaceConflict"
 REASON_TWIN_REFUSED: Final = "TwinNamespaceRefused"
 # The provider revoked our read access to a Ready twin (its consumer RoleBinding gone):
-# the namespace's pods are left as they are until it returns (vkubelet/pods.py).
+# the namespace's pods are left as they are until it returns (vkubelet/pods/forbidden.py).
 REASON_TWIN_FORBIDDEN: Final = "TwinNamespaceForbidden"
 REASON_POLICY_INVALID: Final = "InvalidOffloadingPolicy"
 # The remote cluster stopped answering: the pod is marked not Ready (the word the node

@@ -47,7 +47,7 @@ class EventRecorder(events.EventRecorder):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(
-            events.CoreV1EventSink(api_client),
+            events.KubeEventSink(api_client),
             component=COMPONENT,
             reporting_controller=REPORTING_CONTROLLER,
             instance=host,

@@ -14,7 +14,6 @@ namespace-scoped list+watch per usable twin namespace.
 
 from __future__ import annotations
 
-import functools
 import threading
 from typing import Callable, Iterable, Protocol, TypeVar, cast
 
@@ -22,7 +21,7 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import CONSUMERS, SHADOWPODS, TWIN_NAMESPACES
+from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, NODES, PODS, PRIORITY_CLASSES, SHADOWPODS, TWIN_NAMESPACES
 from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.namespaced_informer import ListForNamespace, MultiNamespaceInformer
 from vkubelet import trim
@@ -117,23 +116,23 @@ class SharedInformers:
     # --- the kinds the core loops use ----------------------------------------------------------
     def local_node(self) -> Informer:
         """Our own Node only (to notice it being deleted or edited)."""
-        api = client.CoreV1Api(self.local_client)
+        list_nodes = Kube(self.local_client).list_func(NODES)
         selector = f"metadata.name={self.settings.node_name}"
-        return self.shared("local-node", lambda: self._new("local-node", api.list_node, field_selector=selector))
+        return self.shared("local-node", lambda: self._new("local-node", list_nodes, field_selector=selector))
 
     def local_pods(self) -> Informer:
         """Local pods bound to the virtual node, in every namespace; kept whole (the
         translation reads nearly all of them: vkubelet/trim.py)."""
-        api = client.CoreV1Api(self.local_client)
+        list_pods = Kube(self.local_client).list_func(PODS)
         selector = f"spec.nodeName={self.settings.node_name}"
         return self.shared(
             "local-pods",
-            lambda: self._new("local-pods", api.list_pod_for_all_namespaces, trim.keep_whole, field_selector=selector),
+            lambda: self._new("local-pods", list_pods, trim.keep_whole, field_selector=selector),
         )
 
     def local_namespaces(self) -> Informer:
-        api = client.CoreV1Api(self.local_client)
-        return self.shared("local-namespaces", lambda: self._new("local-namespaces", api.list_namespace))
+        list_namespaces = Kube(self.local_client).list_func(NAMESPACES)
+        return self.shared("local-namespaces", lambda: self._new("local-namespaces", list_namespaces))
 
     # --- remote: cluster-wide, only what the consumer's RBAC grants ----------------------------
     def remote_consumer(self) -> Informer:
@@ -145,11 +144,11 @@ class SharedInformers:
         return self.shared("remote-consumer", lambda: self._new("remote-consumer", list_consumers, field_selector=selector))
 
     def remote_priority_classes(self) -> Informer:
-        api = client.SchedulingV1Api(self.remote_client)
+        list_classes = Kube(self.remote_client).list_func(PRIORITY_CLASSES)
         # Only their names are read (which priorityClassName a remote pod may keep).
         return self.shared(
             "remote-priorityclasses",
-            lambda: self._new("remote-priorityclasses", api.list_priority_class, trim.trim_to_identity),
+            lambda: self._new("remote-priorityclasses", list_classes, trim.trim_to_identity),
         )
 
     # --- remote: the tenant namespace ----------------------------------------------------------
@@ -225,10 +224,10 @@ class SharedInformers:
     def remote_pods(self) -> MultiNamespaceInformer:
         """Our remote pods (origin label), in the twin namespaces; trimmed to what the
         loops read (vkubelet/trim.py)."""
-        api = client.CoreV1Api(self.remote_client)
+        kube = Kube(self.remote_client)
         return self.remote_in_twins(
             "remote-pods",
-            lambda ns: functools.partial(api.list_namespaced_pod, ns),
+            lambda ns: kube.list_func(PODS, namespace=ns),
             trim.trim_remote_pod,
             label_selector=self._ours(),
         )

@@ -29,11 +29,10 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from kubernetes import client
-
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
+from kube_offload.runtime.kinds import LEASES, NODES
+from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube, MERGE_PATCH
 from vkubelet import node_forge as forge
 from vkubelet.informers import SharedInformers
 from vkubelet import provider_terms as terms
@@ -81,9 +80,8 @@ class VirtualNode:
     ) -> None:
         self.settings = settings
         self._clock = clock
-        self._core = client.CoreV1Api(informers.local_client)
-        self._coordination = client.CoordinationV1Api(informers.local_client)
-        self._version = client.VersionApi(informers.remote_client)
+        self._local = Kube(informers.local_client)
+        self._remote = Kube(informers.remote_client)
         self._informers = informers
         self.node_informer = informers.local_node()
         self.consumer = informers.remote_consumer()
@@ -173,7 +171,8 @@ class VirtualNode:
     def probe_once(self) -> None:
         timeout = max(1.0, min(self.settings.ping_interval, 5.0))
         try:
-            version = call_json(self._version.get_code, _request_timeout=(timeout, timeout))
+            # No retry: a probe that fails says so (the Ready rule counts the answers).
+            version = self._remote.request("GET", "/version", timeout=(timeout, timeout), retry=NO_RETRY)
         except ApiError as exc:
             log.debug("remote API server probe failed: %s", exc)
         else:
@@ -306,22 +305,22 @@ class VirtualNode:
         if node is None:
             body = forge.build_node(self.settings, desired, annotations, suggested, cordoned=cordoned)
             try:
-                node = call_json(self._core.create_node, body)
+                node = self._local.create(NODES, body)
                 log.info("created virtual node %s", self.settings.node_name)
             except ApiError as exc:
                 if not exc.already_exists:
                     raise
-                node = call_json(self._core.read_node, self.settings.node_name)
+                node = self._local.get(NODES, self.settings.node_name)
             self._written = node
 
         patch = forge.metadata_patch(node, self.settings, annotations, suggested, cordoned=cordoned)
         if patch:
-            node = call_json(self._core.patch_node, self.settings.node_name, patch, _content_type=MERGE_PATCH)
+            node = self._local.patch(NODES, self.settings.node_name, patch, content_type=MERGE_PATCH)
             self._written = node
         patch = forge.status_patch(node.get("status"), desired, now, self.settings.node_status_report_seconds)
         if patch:
-            self._written = call_json(
-                self._core.patch_node_status, self.settings.node_name, patch, _content_type=MERGE_PATCH
+            self._written = self._local.patch(
+                NODES, self.settings.node_name, patch, subresource="status", content_type=MERGE_PATCH
             )
 
     def _status_loop(self) -> None:
@@ -356,7 +355,7 @@ class VirtualNode:
         name, namespace = self.settings.node_name, forge.LEASE_NAMESPACE
         patch = forge.lease_renewal(self.settings, self._clock())
         try:
-            call_json(self._coordination.patch_namespaced_lease, name, namespace, patch, _content_type=MERGE_PATCH)
+            self._local.patch(LEASES, name, patch, namespace=namespace, content_type=MERGE_PATCH)
             return True
         except ApiError as exc:
             if not exc.not_found:
@@ -365,14 +364,14 @@ class VirtualNode:
         if node is None:
             return False  # the status loop creates the node first; the lease is owned by it
         uid = (node.get("metadata") or {}).get("uid")
-        # Created without renewTime: the client's model would write a MicroTime without
-        # fractional seconds, which the API refuses; the patch below sends ours verbatim.
+        # Created without renewTime: the patch below writes it, as every renewal does (one
+        # place formats the MicroTime, whose fractional seconds the API requires).
         try:
-            call_json(self._coordination.create_namespaced_lease, namespace, forge.build_lease(self.settings, uid))
+            self._local.create(LEASES, forge.build_lease(self.settings, uid), namespace=namespace)
         except ApiError as exc:
             if not exc.already_exists:
                 raise
-        call_json(self._coordination.patch_namespaced_lease, name, namespace, patch, _content_type=MERGE_PATCH)
+        self._local.patch(LEASES, name, patch, namespace=namespace, content_type=MERGE_PATCH)
         return True
 
     def _lease_loop(self) -> None:

@@ -38,6 +38,13 @@ Decisions worth knowing (the docs say them to users):
 * **Storage**: a claim naming a class the provider does not grant, or larger than its
   largest grant, cannot be made; one naming no class takes the provider's default class,
   which only the provider knows: sent, unless the provider grants no class at all.
+
+Why one module (about 600 lines): it is the consumer's copy of one rule book, the
+provider's admission of ``Consumer.spec.policy`` (kube_offload/provider_policy.py and the
+enforcer's admission), and each rule here is checked against its twin there; one file
+read beside the other is how that check is done. The pod's rules are most of it; the
+other kinds are one function each (30 to 60 lines) over the same ``Note``/``Fit`` shapes
+and the same grant and reserved-key helpers. All pure, table-tested in one file.
 """
 
 from __future__ import annotations
@@ -111,21 +118,21 @@ def _granted(values: tuple[str, ...] | list[str]) -> str:
 def fit_pod(labels: Mapping[str, str], annotations: Mapping[str, str], spec: Mapping[str, Any], policy: pp.ProviderPolicy) -> PodFit:
     """The pod as the provider's policy admits it (labels, annotations and spec as the
     translation would send them), with a note per change and the notes that refuse it."""
-    spec = copy.deepcopy(dict(spec))
+    sent: dict[str, Any] = copy.deepcopy(dict(spec))
     adjusted: list[Note] = []
     refused: list[Note] = []
     kept_labels = _fit_metadata("metadata.labels", labels, policy, adjusted)
     kept_annotations = _fit_metadata("metadata.annotations", annotations, policy, adjusted)
-    _fit_priority_class(spec, policy, adjusted)
-    _fit_runtime_class(spec, policy, adjusted)
-    _fit_tolerations(spec, policy, adjusted)
-    _fit_node_selector(spec, policy, adjusted)
-    _fit_node_affinity(spec, policy, adjusted)
-    _fit_pod_affinity(spec, policy, adjusted)
-    _fit_topology_spread(spec, policy, adjusted)
-    _fit_image_pull_policy(spec, adjusted)
-    _check_volumes(spec, policy, refused)
-    return PodFit(kept_labels, kept_annotations, spec, tuple(adjusted), tuple(refused))
+    _fit_priority_class(sent, policy, adjusted)
+    _fit_runtime_class(sent, policy, adjusted)
+    _fit_tolerations(sent, policy, adjusted)
+    _fit_node_selector(sent, policy, adjusted)
+    _fit_node_affinity(sent, policy, adjusted)
+    _fit_pod_affinity(sent, policy, adjusted)
+    _fit_topology_spread(sent, policy, adjusted)
+    _fit_image_pull_policy(sent, adjusted)
+    _check_volumes(sent, policy, refused)
+    return PodFit(kept_labels, kept_annotations, sent, tuple(adjusted), tuple(refused))
 
 
 def _fit_metadata(where: str, items: Mapping[str, str], policy: pp.ProviderPolicy, notes: list[Note]) -> dict[str, str]:
@@ -464,8 +471,8 @@ def fit_service(service: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
     """A reflected Service as the provider's policy admits it: a type not granted becomes
     ClusterIP (node ports and load-balancer fields go with it), external IPs outside the
     granted CIDRs are dropped; an ExternalName Service not granted is refused."""
-    service = copy.deepcopy(dict(service))
-    spec = service.setdefault("spec", {})
+    fitted: dict[str, Any] = copy.deepcopy(dict(service))
+    spec = fitted.setdefault("spec", {})
     adjusted: list[Note] = []
     service_type = spec.get("type") or "ClusterIP"
     if service_type == "ExternalName" and not policy.services.external_name:
@@ -473,7 +480,7 @@ def fit_service(service: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
             f"spec.type ExternalName ({spec.get('externalName')}) is not granted: the Service is not reflected "
             f"({policy_key('services', 'externalName')})"
         ))
-        return Fit(service, refused=(note,))
+        return Fit(fitted, refused=(note,))
     if service_type in pp.GRANTABLE_SERVICE_TYPES and service_type not in policy.services.types:
         spec["type"] = "ClusterIP"
         for key in _EXTERNAL_SERVICE_FIELDS:
@@ -499,7 +506,7 @@ def fit_service(service: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
             spec.pop("externalIPs")
             if spec.get("type", "ClusterIP") == "ClusterIP":
                 spec.pop("externalTrafficPolicy", None)  # only meaningful with external IPs
-    return Fit(service, adjusted=tuple(adjusted))
+    return Fit(fitted, adjusted=tuple(adjusted))
 
 
 # --- EndpointSlices ----------------------------------------------------------------------------------------
@@ -509,25 +516,25 @@ def fit_endpointslice(slice_: Mapping[str, Any], policy: pp.ProviderPolicy) -> F
     consumer's remapped pod range, typically); none left: not reflected. One note for
     all the addresses taken out, worded without them, so that pods coming and going do
     not make a new Event each time."""
-    slice_ = copy.deepcopy(dict(slice_))
+    fitted: dict[str, Any] = copy.deepcopy(dict(slice_))
     cidrs = policy.endpoints.cidrs
     why = (
         "outside the address ranges the provider grants "
         f"({policy_key('endpoints', 'cidrs')}: {_granted(cidrs)})"
     )
     endpoints, dropped = [], False
-    for endpoint in slice_.get("endpoints") or []:
+    for endpoint in fitted.get("endpoints") or []:
         addresses = [a for a in endpoint.get("addresses") or [] if _in_cidrs(str(a), cidrs)]
         dropped = dropped or len(addresses) != len(endpoint.get("addresses") or [])
         if addresses:
             endpoints.append({**endpoint, "addresses": addresses})
     if not dropped:
-        return Fit(slice_)
+        return Fit(fitted)
     if not endpoints:
         note = Note("endpoints", f"endpoints[].addresses: every address is {why}; the slice is not reflected")
-        return Fit(slice_, refused=(note,))
-    slice_["endpoints"] = endpoints
-    return Fit(slice_, adjusted=(Note("endpoints", f"endpoints[].addresses {why} dropped"),))
+        return Fit(fitted, refused=(note,))
+    fitted["endpoints"] = endpoints
+    return Fit(fitted, adjusted=(Note("endpoints", f"endpoints[].addresses {why} dropped"),))
 
 
 # --- Ingresses ------------------------------------------------------------------------------------------------
@@ -542,9 +549,9 @@ def fit_ingress(ingress: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
     """A reflected Ingress as the provider's policy admits it: annotations not granted
     are dropped, a catch-all default backend beside host rules too; a class not granted,
     a host outside the granted domains, or nothing but a catch-all: not reflected."""
-    ingress = copy.deepcopy(dict(ingress))
-    meta = ingress.setdefault("metadata", {})
-    spec = ingress.setdefault("spec", {})
+    fitted: dict[str, Any] = copy.deepcopy(dict(ingress))
+    meta = fitted.setdefault("metadata", {})
+    spec = fitted.setdefault("spec", {})
     adjusted: list[Note] = []
     refused: list[Note] = []
     granted_domains = _granted(policy.ingress.host_domains)
@@ -619,6 +626,6 @@ def fit_ingress(ingress: Mapping[str, Any], policy: pp.ProviderPolicy) -> Fit:
         )))
     if "annotations" in meta:
         meta["annotations"] = kept
-    return Fit(ingress, adjusted=tuple(adjusted), refused=tuple(refused))
+    return Fit(fitted, adjusted=tuple(adjusted), refused=tuple(refused))
 
 

@@ -30,7 +30,7 @@ from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from vkubelet.node import VirtualNode
-from vkubelet.pods import PodOffloader
+from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet")

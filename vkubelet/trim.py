@@ -110,7 +110,7 @@ def keep_whole(obj: dict) -> dict:
 
 
 def trim_remote_pod(pod: dict) -> dict:
-    """The consumer's remote pods (remote-pods), read by the pod loop (vkubelet/pods.py:
+    """The consumer's remote pods (remote-pods), read by the pod loop (vkubelet/pods/:
     origin index, owner check, status sync, termination), the kubelet API's resolver
     (vkubelet/kubeletapi/resolver.py) and Event reflection. Keeps: identity; the origin
     label (is_ours); the origin annotations (origin_key / origin_uid); the owner

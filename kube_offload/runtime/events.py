@@ -43,7 +43,8 @@ from kube_offload.runtime.event_correlator import (
     Write,
     occurrence,
 )
-from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
+from kube_offload.runtime.kinds import EVENTS
+from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -71,17 +72,17 @@ class EventSink(Protocol):
     def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
 
-class CoreV1EventSink:
-    """Events through the official client's CoreV1Api (raw JSON in and out)."""
+class KubeEventSink:
+    """core/v1 Events through :class:`kube_offload.runtime.kube.Kube` (raw JSON in and out)."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
-        self._api = client.CoreV1Api(api_client)
+        self._kube = Kube(api_client)
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
-        return call_json(self._api.create_namespaced_event, namespace, event)
+        return self._kube.create(EVENTS, event, namespace=namespace)
 
     def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return call_json(self._api.patch_namespaced_event, name, namespace, patch, _content_type=MERGE_PATCH)
+        return self._kube.patch(EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
 
 
 # --- the recorder: a bounded queue and its writer ---------------------------------------------

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from kube_offload.runtime.flags import add_flag, positive_duration
+from kube_offload.runtime.kinds import LEASES
 from kube_offload.times import format_micro_time
 
 log = logging.getLogger("kube_offload.runtime.leader_election")
@@ -199,9 +200,11 @@ class LeaderElector:
         on_stopped_leading: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from kubernetes import client
+        from kube_offload.runtime.kube import NO_RETRY, Kube
 
-        self.api = client.CoordinationV1Api(api_client)
+        # No retry inside a round: the loop itself tries again every retry period, and
+        # a round must not outlast the renew deadline.
+        self.api = Kube(api_client, retry=NO_RETRY)
         self.name = name
         self.namespace = namespace
         self.timing = timing
@@ -309,9 +312,9 @@ class LeaderElector:
         body = lease_body(self.name, self.namespace, self.identity, action, current, self.timing, datetime.now(timezone.utc))
         try:
             if action is Action.CREATE:
-                written = self.api.create_namespaced_lease(self.namespace, body)
+                written = self.api.create(LEASES, body, namespace=self.namespace)
             else:
-                written = self.api.replace_namespaced_lease(self.name, self.namespace, body)
+                written = self.api.replace(LEASES, body, namespace=self.namespace)
         except Exception as exc:
             if getattr(exc, "status", None) == 409:
                 log.info("leader election: %s was written by another replica first", self.describe())
@@ -326,7 +329,7 @@ class LeaderElector:
 
     def _get(self) -> LeaseRecord | None:
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.get(LEASES, self.name, namespace=self.namespace)
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 return None
@@ -341,21 +344,21 @@ class LeaderElector:
             body = lease_body(self.name, self.namespace, self.identity, Action.RENEW, current, self.timing, datetime.now(timezone.utc))
             body["spec"]["holderIdentity"] = ""
             body["spec"]["leaseDurationSeconds"] = 1
-            self.api.replace_namespaced_lease(self.name, self.namespace, body)
+            self.api.replace(LEASES, body, namespace=self.namespace)
             log.info("leader election: released %s", self.describe())
         except Exception as exc:  # the standby takes over after the lease duration instead
             log.warning("leader election: cannot release %s: %s", self.describe(), _short(exc))
 
 
-def _record(lease: Any) -> LeaseRecord:
-    spec = lease.spec
-    acquired = format_micro_time(spec.acquire_time) if spec and isinstance(spec.acquire_time, datetime) else ""
+def _record(lease: dict[str, Any]) -> LeaseRecord:
+    spec = lease.get("spec") or {}
     return LeaseRecord(
-        holder=(spec.holder_identity or "") if spec else "",
-        lease_duration=float((spec.lease_duration_seconds if spec else None) or LEASE_DURATION),
-        transitions=int((spec.lease_transitions if spec else None) or 0),
-        resource_version=lease.metadata.resource_version or "",
-        acquire_time=acquired,
+        holder=spec.get("holderIdentity") or "",
+        lease_duration=float(spec.get("leaseDurationSeconds") or LEASE_DURATION),
+        transitions=int(spec.get("leaseTransitions") or 0),
+        resource_version=(lease.get("metadata") or {}).get("resourceVersion") or "",
+        # The server's MicroTime as it sent it (six fraction digits): written back as is.
+        acquire_time=spec.get("acquireTime") or "",
     )
 
 

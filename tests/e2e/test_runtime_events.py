@@ -22,7 +22,7 @@ from kubernetes import client, config
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.event_correlator import COMBINED_PREFIX, SIMILAR_MAX
-from kube_offload.runtime.events import CoreV1EventSink, EventRecorder
+from kube_offload.runtime.events import EventRecorder, KubeEventSink
 from kube_offload_harness.cluster import Cluster
 from support.clusters import bare_cluster
 from kube_offload_harness.identities import token_kubeconfig
@@ -55,7 +55,7 @@ class GatedSink:
     """The real sink behind a gate: while closed, the writer's call waits (an apiserver
     that does not answer), then goes through."""
 
-    def __init__(self, sink: CoreV1EventSink) -> None:
+    def __init__(self, sink: KubeEventSink) -> None:
         self._sink = sink
         self._open = threading.Event()
         self._open.set()
@@ -98,7 +98,7 @@ def events_of(cluster: Cluster, obj: dict) -> list[dict]:
 
 def test_events_arrive_and_repeats_grow_one_events_count(cluster, writer_client):
     obj = configmap(cluster, "repeated")
-    recorder = recorder_for(CoreV1EventSink(writer_client))
+    recorder = recorder_for(KubeEventSink(writer_client))
     for _ in range(3):
         recorder.warning(obj, "SyncFailed", "remote cluster unreachable")
     assert recorder.flush(TIMEOUT)
@@ -116,7 +116,7 @@ def test_events_arrive_and_repeats_grow_one_events_count(cluster, writer_client)
 
 def test_similar_events_are_combined(cluster, writer_client):
     obj = configmap(cluster, "similar")
-    recorder = recorder_for(CoreV1EventSink(writer_client))
+    recorder = recorder_for(KubeEventSink(writer_client))
     total = SIMILAR_MAX + 2
     for i in range(total):
         recorder.warning(obj, "ProviderRefused", f"refused: attempt {i}")
@@ -132,7 +132,7 @@ def test_similar_events_are_combined(cluster, writer_client):
 
 def test_a_reconcile_returns_while_the_apiserver_has_not_answered(cluster, writer_client):
     obj = configmap(cluster, "held")
-    sink = GatedSink(CoreV1EventSink(writer_client))
+    sink = GatedSink(KubeEventSink(writer_client))
     recorder = recorder_for(sink)
     done = threading.Event()
 
@@ -165,7 +165,7 @@ def test_a_reconcile_returns_while_the_apiserver_has_not_answered(cluster, write
 
 def test_stop_writes_what_is_queued(cluster, writer_client):
     objs = [configmap(cluster, f"stop-{i}") for i in range(5)]
-    sink = GatedSink(CoreV1EventSink(writer_client))
+    sink = GatedSink(KubeEventSink(writer_client))
     recorder = recorder_for(sink)
     sink.close()
     for obj in objs:

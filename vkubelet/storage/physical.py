@@ -21,12 +21,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kubernetes import client
-
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime.kinds import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from kube_offload.runtime.kube import ApiError, Kube
 from kube_offload.reasons import REASON_PROVISIONED_LOCALLY as REASON_PROVISIONED
 from vkubelet.storage import forge as f
 from vkubelet.storage.virtual import read_claim, standin_volumes, storage_classes, volume_for
@@ -48,12 +47,12 @@ class PhysicalDelegate:
         self._namespace = settings.namespace
         self._recorder = context.recorder
         informers = context.informers
-        self._api = client.CoreV1Api(informers.local_client)
+        self._kube = Kube(informers.local_client)
         name = "local-persistentvolumeclaims-all"
         # Every claim: a claim of the virtual class may be in any namespace, offloaded or
         # not (a Local namespace uses the class too); the real claims are in it as well.
         self.claims = informers.shared(name, lambda: Informer(
-            name=name, list_func=self._api.list_persistent_volume_claim_for_all_namespaces,
+            name=name, list_func=self._kube.list_func(PERSISTENT_VOLUME_CLAIMS),
             resync_seconds=informers.settings.resync_period))
         self.volumes = standin_volumes(informers, f"{c.LABEL_VOLUME_LOCATION}={c.VOLUME_LOCATION_LOCAL}")
         self.classes = storage_classes(informers)
@@ -88,7 +87,7 @@ class PhysicalDelegate:
         claim = self.claims.get(key)
         volume = volume_for(self.volumes, key)
         if volume is not None:
-            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, read_claim(self._api, key)):
+            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, read_claim(self._kube, key)):
                 self._release(volume)
             return
         self._collect_orphans(key, claim)
@@ -102,7 +101,7 @@ class PhysicalDelegate:
         if real is None:
             body = f.real_claim(claim, local_class=self._local_class, namespace=self._namespace, node_name=node_name)
             try:
-                call_json(self._api.create_namespaced_persistent_volume_claim, self._namespace, body)
+                self._kube.create(PERSISTENT_VOLUME_CLAIMS, body, namespace=self._namespace)
                 log.info("[%s] created claim %s/%s of class %s on node %s", key, self._namespace, uid, self._local_class, node_name)
             except ApiError as exc:
                 if not exc.already_exists:
@@ -111,10 +110,10 @@ class PhysicalDelegate:
         real_volume_name = (real.get("spec") or {}).get("volumeName")
         if not real_volume_name or (real.get("status") or {}).get("phase") != "Bound":
             raise Requeue(5.0, f"waiting for class {self._local_class} to bind {self._namespace}/{uid}")
-        real_volume = call_json(self._api.read_persistent_volume, real_volume_name)
+        real_volume = self._kube.get(PERSISTENT_VOLUMES, real_volume_name)
         body = f.local_standin(claim, real, real_volume, storage_class=self.classes.get(self._class))
         try:
-            call_json(self._api.create_persistent_volume, body)
+            self._kube.create(PERSISTENT_VOLUMES, body)
         except ApiError as exc:
             if not exc.already_exists:
                 raise
@@ -128,7 +127,7 @@ class PhysicalDelegate:
 
     def _is_physical(self, node_name: str) -> bool:
         try:
-            node = call_json(self._api.read_node, node_name)
+            node = self._kube.get(NODES, node_name)
         except ApiError as exc:
             if exc.not_found:
                 return False
@@ -155,16 +154,15 @@ class PhysicalDelegate:
         if real:
             self._delete_claim(real[0], real[1], None)
         try:
-            call_json(self._api.delete_persistent_volume, meta["name"], body={"preconditions": {"uid": meta.get("uid")}})
+            self._kube.delete(PERSISTENT_VOLUMES, meta["name"], uid=meta.get("uid"))
             log.info("deleted stand-in volume %s and its real claim %s: its claim is gone", meta["name"], real)
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
                 raise
 
     def _delete_claim(self, namespace: str, name: str, uid: str | None) -> None:
-        body = {"preconditions": {"uid": uid}} if uid else {}
         try:
-            call_json(self._api.delete_namespaced_persistent_volume_claim, name, namespace, body=body)
+            self._kube.delete(PERSISTENT_VOLUME_CLAIMS, name, namespace=namespace, uid=uid or None)
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
                 raise

@@ -29,13 +29,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kubernetes import client
-
 from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kube import ApiError, call_json, object_key, split_key, MERGE_PATCH
+from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key, MERGE_PATCH
 from kube_offload.reasons import REASON_PROVISIONED_REMOTELY as REASON_PROVISIONED
 from kube_offload.reasons import REASON_PROVISIONING_FAILED as REASON_NOT_OFFLOADED
 from kube_offload.reasons import REASON_WAITING_FOR_REMOTE_CLAIM as REASON_WAITING  # noqa: F401  (re-exported)
@@ -55,18 +53,18 @@ log = logging.getLogger("kube_offload.vkubelet.storage")
 
 def storage_classes(informers: "SharedInformers") -> Informer:
     """Every local StorageClass (few, cluster-scoped): the virtual class's reclaim policy."""
-    api = client.StorageV1Api(informers.local_client)
+    kube = Kube(informers.local_client)
     name = "local-storageclasses"
     return informers.shared(name, lambda: Informer(
-        name=name, list_func=api.list_storage_class, resync_seconds=informers.settings.resync_period))
+        name=name, list_func=kube.list_func(kinds.STORAGE_CLASSES), resync_seconds=informers.settings.resync_period))
 
 
 def standin_volumes(informers: "SharedInformers", selector: str) -> Informer:
     """The local stand-in volumes ``selector`` picks (label-selected: only ours)."""
-    api = client.CoreV1Api(informers.local_client)
+    kube = Kube(informers.local_client)
     name = f"local-persistentvolumes[{selector}]"
     return informers.shared(name, lambda: Informer(
-        name=name, list_func=api.list_persistent_volume, list_kwargs={"label_selector": selector},
+        name=name, list_func=kube.list_func(kinds.PERSISTENT_VOLUMES), list_kwargs={"label_selector": selector},
         resync_seconds=informers.settings.resync_period))
 
 
@@ -87,7 +85,7 @@ class VirtualNodeStorage:
         self._twins = context.twins
         self._recorder = context.recorder
         informers = context.informers
-        self._api = client.CoreV1Api(informers.local_client)
+        self._kube = Kube(informers.local_client)
         self._scope = offloaded_namespaces(informers, context.twins)
         self.claims = self._scope.local_informer(PERSISTENTVOLUMECLAIMS, kinds.PERSISTENT_VOLUME_CLAIMS)
         self.remote = shared_informer(
@@ -124,7 +122,7 @@ class VirtualNodeStorage:
             namespace, _ = split_key(key)
             if claim is None and namespace and not self.claims.namespace_synced(namespace) and self._scope.is_offloaded(namespace):
                 raise Requeue(1.0, f"namespace {namespace} not listed yet")
-            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, read_claim(self._api, key)):
+            if f.claim_is_gone(volume, claim) and f.claim_is_gone(volume, read_claim(self._kube, key)):
                 self._release(volume)
             else:
                 self._follow_remote(volume, claim)
@@ -146,7 +144,7 @@ class VirtualNodeStorage:
         storage_class = self.classes.get(self._class)
         body = f.remote_standin(claim, remote, node_name=self._node, cluster_id=self._cluster_id, storage_class=storage_class)
         try:
-            call_json(self._api.create_persistent_volume, body)
+            self._kube.create(kinds.PERSISTENT_VOLUMES, body)
         except ApiError as exc:
             if not exc.already_exists:
                 raise
@@ -164,7 +162,7 @@ class VirtualNodeStorage:
                 "persistentVolumeReclaimPolicy")}) != "Delete":
             return
         try:
-            call_json(self._api.delete_persistent_volume, meta["name"], body={"preconditions": {"uid": meta.get("uid")}})
+            self._kube.delete(kinds.PERSISTENT_VOLUMES, meta["name"], uid=meta.get("uid"))
             log.info("deleted stand-in volume %s: its claim is gone", meta["name"])
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
@@ -181,12 +179,12 @@ class VirtualNodeStorage:
         if grown is None:
             return
         vname = volume["metadata"]["name"]
-        call_json(self._api.patch_persistent_volume, vname, {"spec": {"capacity": {f.STORAGE: grown}}},
-                  _content_type=MERGE_PATCH)
+        self._kube.patch(kinds.PERSISTENT_VOLUMES, vname, {"spec": {"capacity": {f.STORAGE: grown}}},
+                         content_type=MERGE_PATCH)
         if (claim.get("spec") or {}).get("volumeName") == vname:
             # What an external resizer does once the volume grew: the claim's capacity.
-            call_json(self._api.patch_namespaced_persistent_volume_claim_status, name, namespace,
-                      {"status": {"capacity": {f.STORAGE: grown}}}, _content_type=MERGE_PATCH)
+            self._kube.patch(kinds.PERSISTENT_VOLUME_CLAIMS, name, {"status": {"capacity": {f.STORAGE: grown}}},
+                             namespace=namespace, subresource="status", content_type=MERGE_PATCH)
         log.info("[%s/%s] remote claim grew to %s: stand-in %s follows", namespace, name, grown, vname)
 
 
@@ -202,14 +200,9 @@ def storage_loops(settings) -> list:
     return loops
 
 
-def read_claim(api: client.CoreV1Api, key: str) -> dict | None:
+def read_claim(kube: Kube, key: str) -> dict | None:
     """The claim as the API server has it (None once it is gone): the caches hold offloaded
     namespaces only, and a namespace that stops being offloaded, or a claim made again under
     the same name, must not cost a bound claim its volume."""
     namespace, name = split_key(key)
-    try:
-        return call_json(api.read_namespaced_persistent_volume_claim, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
+    return kube.get_or_none(kinds.PERSISTENT_VOLUME_CLAIMS, name, namespace=namespace)

@@ -1,4 +1,4 @@
-"""The pod loop (vkubelet/pods.py) with a twin namespace whose remote caches were answered
+"""The pod loop (vkubelet/pods/) with a twin namespace whose remote caches were answered
 403 (the provider deleted the consumer RoleBinding there): it acts on nothing it cannot
 see - no local pod deleted because its remote side "is gone", none failed, no ShadowPod
 "recreated" - says why once in the log (the twin and the fix) and on each pod as a Warning
@@ -9,7 +9,6 @@ server: the informers are fed through Informer._apply, API calls are replaced by
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
@@ -23,7 +22,7 @@ from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from kube_offload.runtime.kube import ApiError
-from vkubelet.pods import PodOffloader
+from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.reflection.configmaps import ConfigMapReflector
 from vkubelet.runner import LoopContext
 from vkubelet.settings import Settings
@@ -32,11 +31,6 @@ from support import builders
 TWIN = "ns-local"
 KEY = "ns/web"
 DENIED = 'pods is forbidden: User "system:serviceaccount:kube-offload-tenant-local:consumer" cannot list resource "pods"'
-
-
-class Answer:
-    def __init__(self, body: dict) -> None:
-        self.data = json.dumps(body).encode()
 
 
 def offloaded_with_a_ready_twin(twins: TwinNamespaces, settings: Settings) -> None:
@@ -63,7 +57,7 @@ def loop(monkeypatch) -> PodOffloader:
     recorder = EventRecorder(client.ApiClient(), host="test")
     offloader = PodOffloader(settings, informers, TwinNamespaces(settings, informers, recorder), recorder)
     informers.set_twin_namespaces([TWIN])
-    offloaded_with_a_ready_twin(offloader._twins, settings)
+    offloaded_with_a_ready_twin(offloader.twins, settings)
     offloader.shared = informers  # type: ignore[attr-defined]
     offloader.calls = []  # type: ignore[attr-defined]
     offloader.warnings = []  # type: ignore[attr-defined]
@@ -71,13 +65,13 @@ def loop(monkeypatch) -> PodOffloader:
     def called(name):
         def record(*args, **kwargs):
             offloader.calls.append(name)  # type: ignore[attr-defined]
-            return Answer({})
+            return {}
         return record
 
-    monkeypatch.setattr(offloader._local, "delete_namespaced_pod", called("delete local pod"))
-    monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", called("patch local status"))
-    monkeypatch.setattr(offloader._kube, "create", called("create ShadowPod"))
-    monkeypatch.setattr(offloader._kube, "delete", called("delete ShadowPod"))
+    monkeypatch.setattr(offloader.local.kube, "delete", called("delete local pod"))
+    monkeypatch.setattr(offloader.local.kube, "patch", called("patch local status"))
+    monkeypatch.setattr(offloader.kube, "create", called("create ShadowPod"))
+    monkeypatch.setattr(offloader.kube, "delete", called("delete ShadowPod"))
     monkeypatch.setattr(recorder, "warning", lambda obj, reason, message: offloader.warnings.append((reason, message)))
     monkeypatch.setattr(recorder, "normal", lambda obj, reason, message: None)
     # Both twin-scoped caches listed once (empty): the readable case.
@@ -133,12 +127,12 @@ def test_control_a_pod_of_a_readable_twin_without_a_shadowpod_gets_one(loop):
 
 def test_a_namespace_no_longer_offloaded_does_not_fail_pods_it_cannot_see(loop):
     # Its labels removed; its twin is still requested (our request names the namespace).
-    loop._twins.local_namespaces.apply(ADDED, {
+    loop.twins.local_namespaces.apply(ADDED, {
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns", "resourceVersion": "2"},
     })
     loop.local_pods.apply(ADDED, pod())
     forbid(loop)
-    assert loop._forbidden_twin("ns") == TWIN
+    assert loop.forbidden.twin_of("ns") == TWIN
     with pytest.raises(Requeue):
         loop.reconcile(KEY)
     assert loop.calls == []  # not marked Failed while its remote pod may run
@@ -167,7 +161,7 @@ def test_no_service_account_token_is_minted_for_a_forbidden_twin(loop, monkeypat
     from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
     from vkubelet.runner import LoopContext
 
-    context = LoopContext(loop.settings, loop.shared, loop._twins, loop._recorder, None)  # type: ignore[arg-type]
+    context = LoopContext(loop.settings, loop.shared, loop.twins, loop.recorder, None)  # type: ignore[arg-type]
     tokens = ServiceAccountTokenReflector(context)
     minted: list[str] = []
     monkeypatch.setattr(tokens._local, "create_namespaced_service_account_token", lambda *a, **kw: minted.append("token"))

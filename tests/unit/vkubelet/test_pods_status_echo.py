@@ -1,4 +1,4 @@
-"""The pod loop's wiring (vkubelet/pods.py) without an API server: which informer events
+"""The pod loop's wiring (vkubelet/pods/) without an API server: which informer events
 make it reconcile a local pod again. Its own pods/status patch comes back as a
 status-only update and is skipped; someone else's status write, any other change of the
 local pod, and every remote pod change (status included) are not. The informers are
@@ -8,7 +8,6 @@ hand to its workers are read off its queue."""
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 from kubernetes import client
@@ -19,19 +18,12 @@ from vkubelet.events import EventRecorder
 from vkubelet.indexes import BY_ORIGIN
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
-from vkubelet.pods import PodOffloader
+from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.settings import Settings
 from support.informers import drain
 
 TWIN = "ns-local"
 KEY = "ns/web"
-
-
-class Answer:
-    """A response as call_json reads it (``_preload_content=False``)."""
-
-    def __init__(self, body: dict) -> None:
-        self.data = json.dumps(body).encode()
 
 
 @pytest.fixture
@@ -72,8 +64,8 @@ def test_the_echo_of_its_own_status_patch_is_not_reconciled(offloader, monkeypat
 
     # The loop writes the pod's status; the API server answers with version 2...
     written = local_pod("2", phase="Running")
-    monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", lambda *a, **kw: Answer(written))
-    offloader._patch_status(local_pod("1"), {"status": {"phase": "Running"}})
+    monkeypatch.setattr(offloader.local.kube, "patch", lambda *a, **kw: written)
+    offloader.local.patch_status(local_pod("1"), {"status": {"phase": "Running"}})
     # ...whose watch event changes nothing but the status: nothing to reconcile.
     offloader.local_pods.apply(MODIFIED, copy.deepcopy(written))
     assert drain(offloader.controller) == []
@@ -99,10 +91,10 @@ def test_remote_pod_status_changes_still_reach_the_local_pod(offloader):
 
 def test_a_deleted_local_pod_forgets_its_echo(offloader, monkeypatch):
     offloader.local_pods.apply(ADDED, local_pod("1"))
-    monkeypatch.setattr(offloader._local, "patch_namespaced_pod_status", lambda *a, **kw: Answer(local_pod("2", "Running")))
-    offloader._patch_status(local_pod("1"), {"status": {"phase": "Running"}})
-    assert len(offloader._status_echoes) == 1
+    monkeypatch.setattr(offloader.local.kube, "patch", lambda *a, **kw: local_pod("2", "Running"))
+    offloader.local.patch_status(local_pod("1"), {"status": {"phase": "Running"}})
+    assert len(offloader.local.status_echoes) == 1
     offloader.local_pods.apply(DELETED, local_pod("2", "Running"))
     assert drain(offloader.controller) == [KEY]
     offloader.reconcile(KEY)  # nothing of it left anywhere: no API call
-    assert len(offloader._status_echoes) == 0
+    assert len(offloader.local.status_echoes) == 0

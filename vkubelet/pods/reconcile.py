@@ -1,0 +1,273 @@
+"""The pod loop: its watches (which events bring a local pod's key back), and one
+reconcile per local pod that reads the caches and picks the step that converges it
+(package vkubelet.pods: shadowpods, ending, forbidden, local); the remote pod's status is
+mirrored here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Mapping
+
+from kube_offload.remote_resources import is_ours
+from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.kube import Kube, split_key
+from kube_offload.runtime.logs import ObjectLogger
+from vkubelet import daemonsets
+from vkubelet import events as ev
+from vkubelet import readiness
+from vkubelet import refusals as rf
+from vkubelet import status as st
+from vkubelet.events import EventRecorder
+from vkubelet.indexes import BY_ORIGIN, ours_by_origin
+from vkubelet.informers import SharedInformers
+from vkubelet.namespaces import TwinNamespaces
+from vkubelet.pods import ending, shadowpods
+from vkubelet.pods.forbidden import ForbiddenTwins
+from vkubelet.pods.local import LocalPods
+from vkubelet.policy_events import PolicyNotices
+from vkubelet.provider_terms import PolicyReader
+from vkubelet.settings import Settings
+from vkubelet.translation import TranslationContext, origin_key, origin_uid
+
+UNSCHEDULABLE_RETRY_SECONDS = 30.0
+
+log = logging.getLogger("kube_offload.vkubelet.pods")
+
+
+class PodOffloader:
+    def __init__(
+        self,
+        settings: Settings,
+        informers: SharedInformers,
+        twins: TwinNamespaces,
+        recorder: EventRecorder,
+        *,
+        reachable: Callable[[], bool] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.local = LocalPods(Kube(informers.local_client), settings.node_name)
+        self.kube = Kube(informers.remote_client)
+        self.twins = twins
+        self.recorder = recorder
+        self.refusals = rf.RefusalBackoff()
+        # The provider's policy for us, read from our Consumer's cache at each use.
+        self._policy = PolicyReader(lambda: twins.consumer.get(settings.local_cluster_id))
+        self.notices = PolicyNotices(recorder)
+        # Pods not sent because the policy refuses them: tried again when it changes.
+        self._policy_refused: set[str] = set()
+        self._policy_refused_lock = threading.Lock()
+        # Whether the remote cluster answers (the virtual node's Ready rule); while it does
+        # not, pods are marked not Ready and nothing remote is attempted.
+        self.reachable = reachable or (lambda: True)
+        self._lost = False  # an outage seen and not yet over
+        self._reconnected_at = 0.0  # monotonic: remote pods listed after this are the truth
+
+        self.local_pods = informers.local_pods()
+        self.shadowpods = informers.remote_shadowpods()
+        self.remote_pods = informers.remote_pods()
+        self.priority_classes = informers.remote_priority_classes()
+        # Remote ShadowPods and pods by the local pod they stand for (vkubelet/indexes.py),
+        # kept by the informers themselves: current before any handler hears of a change.
+        by_origin = ours_by_origin(settings.local_cluster_id)
+        self.shadowpods.add_indexer(BY_ORIGIN, by_origin)
+        self.remote_pods.add_indexer(BY_ORIGIN, by_origin)
+        self.forbidden = ForbiddenTwins(settings, twins, recorder, self.shadowpods, self.remote_pods)
+
+        self.controller = Controller(name="pods", reconcile=self.reconcile, workers=settings.workers)
+        # Local pods: the echo of our own status patch is skipped (it only shows what we
+        # just wrote; reconciling it again found nothing to do, for every status change of
+        # every pod). Any other status-only update is not: the reconcile reads the local
+        # status (terminal phase, startTime, the Ready it marked, conditions it keeps) and
+        # must answer someone else's write at once, e.g. the node lifecycle controller
+        # marking the virtual node's pods not Ready after a missed lease.
+        self.controller.watch(self.local_pods, skip=self.local.own_status_write)
+        # Remote pods and ShadowPods: never skipped on status. The remote pod's status is
+        # what the local pod mirrors, and the ShadowPod's (recreations) goes into the
+        # local restart counts.
+        self.controller.watch(self.shadowpods, self._local_key_of)
+        self.controller.watch(self.remote_pods, self._local_key_of)
+        self.controller.watch(twins.requests, self._pods_of_twin)
+        # Our Consumer object on the provider: when its terms ease (quota raised, usage
+        # down, uncordoned), refused pods are tried again now, not at their backoff's end.
+        twins.consumer.add_handler(self._on_consumer)
+
+    def informers(self) -> list:
+        """Caches that must be complete before the first reconcile: deciding that a
+        ShadowPod is an orphan from a half-listed cache would delete a live pod."""
+        return [self.local_pods, self.shadowpods, self.remote_pods, *self.twins.informers()]
+
+    def remote_lost(self) -> None:
+        """The virtual node turned NotReady: every pod is marked not Ready now."""
+        self._lost = True
+        for key in self.local_pods.keys():
+            self.controller.enqueue(key)
+
+    def remote_reconnected(self) -> None:
+        """The remote cluster answers again: its pods and ShadowPods are listed afresh, and
+        a pod marked not Ready takes its status from the remote pod only once that list
+        is in (readiness.needs_fresh_truth). Called before resync_all."""
+        if not self._lost:
+            return  # the first contact after start-up: the caches were just listed
+        self._lost = False
+        self._reconnected_at = time.monotonic()
+        self.remote_pods.relist()
+        self.shadowpods.relist()
+
+    def resync_all(self) -> None:
+        for key in set(self.local_pods.keys()) | set(self.shadowpods.index_values(BY_ORIGIN)):
+            self.controller.enqueue(key)
+
+    # --- event -> key ------------------------------------------------------------------------
+    def _is_ours(self, obj: Mapping) -> bool:
+        return is_ours(obj, self.settings.local_cluster_id)
+
+    def _shadows_of(self, key: str) -> list[dict]:
+        """Our ShadowPods standing for local pod ``key``."""
+        return self.shadowpods.by_index(BY_ORIGIN, key)
+
+    def remote_pods_of(self, key: str) -> list[dict]:
+        """Our remote pods standing for local pod ``key``."""
+        return self.remote_pods.by_index(BY_ORIGIN, key)
+
+    def _local_key_of(self, obj: dict) -> str | None:
+        return origin_key(obj) if self._is_ours(obj) else None
+
+    def _pods_of_twin(self, request: dict) -> list[str]:
+        local_ns = self.twins.local_namespace_of(request)
+        if not local_ns:
+            return []
+        prefix = f"{local_ns}/"
+        return [key for key in self.local_pods.keys() if key.startswith(prefix)]
+
+    # --- reconcile -----------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        logger = ObjectLogger(log, {"key": key})
+        local = self.local_pods.get(key)
+        shadows = self._shadows_of(key)
+        if local is None:
+            self.local.status_echoes.forget(key)
+        if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
+            self.refusals.forget_prefix(key)
+            self.not_policy_refused(key)
+        if local is None:
+            if shadows and not self.reachable():
+                return  # nothing can be deleted there now; the reconnect resync brings it back
+            if shadows and self.local.still_exists_elsewhere(key, shadows, logger):
+                return
+            for shp in shadows:
+                shadowpods.delete(self.kube, shp, logger, "its local pod no longer exists")
+            return
+        forbidden = self.forbidden.twin_of(split_key(key)[0] or "")
+        if forbidden is not None:
+            # Everything below may act on what the remote caches do not show (end a pod
+            # whose remote side "is gone", fail it, create what "is missing"): not here.
+            self.forbidden.hold(local, forbidden)
+        if (local.get("metadata") or {}).get("deletionTimestamp"):
+            ending.terminate(self, local, shadows, logger)
+            return
+
+        daemonset = daemonsets.daemonset_of(local)
+        if daemonset is not None and not self.settings.offload_daemonset_pods:
+            ending.keep_home(self, local, daemonset, shadows, logger)
+            return
+
+        if not self.reachable():
+            ending.mark_unreachable(self, local, logger)
+            return
+
+        namespace, name = split_key(key)
+        twin, why = self.twins.pod_twin_for(namespace or "")
+        if twin is None:
+            ending.not_placeable(self, local, why, shadows, logger)
+            return
+
+        uid = local["metadata"]["uid"]
+        current = None
+        blocked = False
+        for shp in shadows:
+            meta = shp["metadata"]
+            if meta.get("namespace") == twin and origin_uid(shp) == uid and not meta.get("deletionTimestamp"):
+                current = shp
+                continue
+            if meta.get("namespace") == twin:
+                blocked = True  # same name, so the new one can only be created once it is gone
+            shadowpods.delete(self.kube, shp, logger, "it stands for another pod of the same name or namespace")
+        if current is None:
+            if blocked:
+                raise Requeue(1.0, "waiting for the previous ShadowPod of this name to go")
+            shadowpods.create(self, local, twin, logger)
+            return
+
+        shadowpods.sync_template(self, local, current, twin, logger)
+        remote = self.remote_pods.get(f"{twin}/{name}")
+        if remote is not None and (not self._is_ours(remote) or not shadowpods.belongs_to(remote, current)):
+            remote = None  # a leftover of an older ShadowPod: its status is not this pod's
+        if remote is None:
+            return  # the enforcer has not made it yet; its creation will bring us back
+        if readiness.needs_fresh_truth(local, self.remote_pods.listed_since(twin, self._reconnected_at)):
+            raise Requeue(1.0, "back from an outage: waiting for a fresh list of the remote pods")
+        self._sync_status(local, remote, current, logger)
+        unschedulable = st.remote_unschedulable(remote)
+        if unschedulable:
+            self.recorder.warning(
+                local,
+                ev.REASON_REMOTE_UNSCHEDULABLE,
+                f"cluster {self.settings.cluster_id} cannot schedule the pod: {unschedulable}",
+            )
+            raise Requeue(UNSCHEDULABLE_RETRY_SECONDS, "remote pod unschedulable")
+
+    # --- what the steps share -----------------------------------------------------------------------------
+    def context(self) -> TranslationContext:
+        return TranslationContext(
+            local_cluster_id=self.settings.local_cluster_id,
+            virtual_node_labels=self.twins.node_labels(),
+            virtual_node_name=self.settings.node_name,
+            remote_priority_classes=frozenset(self.priority_classes.keys()),
+            policy=self._policy(),
+            # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
+            # namespace; without it the pod runs with no API identity (translation.py).
+            reflection=self.settings.reflection.service_account_tokens,
+        )
+
+    def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
+        if rf.terms_eased(old, new):
+            self.provider_terms_changed()
+
+    def provider_terms_changed(self) -> None:
+        """The provider's terms for us eased (refusals.terms_eased): every refused pod is
+        tried again now, not at the end of its backoff."""
+        for key, operation in list(self.refusals.keys()):
+            if operation == shadowpods.CREATE and self.refusals.allow_now((key, operation)):
+                self.controller.enqueue(key)
+        with self._policy_refused_lock:
+            refused = list(self._policy_refused)
+        for key in refused:
+            self.controller.enqueue(key)
+
+    def policy_refused(self, key: str) -> None:
+        with self._policy_refused_lock:
+            self._policy_refused.add(key)
+
+    def not_policy_refused(self, key: str) -> None:
+        with self._policy_refused_lock:
+            self._policy_refused.discard(key)
+
+    def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
+        pod_ips = self.settings.remapping.remote_pod_ips
+        outside = pod_ips.outside(st.remote_pod_ips(remote))
+        if outside:
+            # Shown as they are (a host-network pod's node address, a CIDR left out of
+            # --remote-pod-cidr): the local cluster may not reach them.
+            message = (
+                f"pod IP {', '.join(outside)} is outside --remote-pod-cidr={self.settings.remapping.remote_pod_cidr}: "
+                "shown as the remote cluster assigned it, not remapped"
+            )
+            logger.warning(message)
+            self.recorder.warning(local, ev.REASON_POD_IP_NOT_REMAPPED, message)
+        desired = st.desired_status(local, remote, shp, self.settings.node_address, pod_ips)
+        patch = st.status_patch(local, desired)
+        if patch is not None:
+            self.local.patch_status(local, patch)
+            logger.debug("status updated: phase %s", (desired or {}).get("phase"))

@@ -1,0 +1,195 @@
+"""The pod loop's steps on the ShadowPod that stands for a local pod: create it (fitted
+to the provider's policy first), carry what a running pod may change into its template,
+ask for its pod's end, delete it. A provider that refuses a request (403/422) costs the
+pod a per-pod exponential backoff (refusals.py) and says so on the pod."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Mapping
+
+from kube_offload import shadowpod
+from kube_offload.pod_updates import template_patch
+from kube_offload.runtime.controller import Requeue
+from kube_offload.runtime.kinds import SHADOWPODS
+from kube_offload.runtime.kube import MERGE_PATCH, ApiError, Kube, object_key
+from vkubelet import events as ev
+from vkubelet import policy_fit
+from vkubelet import refusals as rf
+from vkubelet import termination as term
+from vkubelet.translation import shadowpod_of, translate_pod
+
+if TYPE_CHECKING:
+    from vkubelet.pods.reconcile import PodOffloader
+
+REJECTED_RETRY_SECONDS = 30.0
+# A pod the provider's policy refuses is looked at again this often (and at once when
+# the policy on our Consumer changes).
+POLICY_REFUSED_RETRY_SECONDS = 60.0
+# Backoff keys of the two requests a provider may refuse: (pod key, operation).
+CREATE = "create"
+UPDATE = "update"
+# The fields of a running pod an update carries (kube_offload/pod_updates.py) whose
+# policy notes are told when it is carried.
+_UPDATABLE_FIELDS = ("metadata.labels", "metadata.annotations", "spec.tolerations")
+
+
+def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+    backoff_key = (object_key(local), CREATE)
+    print_ = rf.pod_fingerprint(local)
+    wait = loop.refusals.wait(backoff_key, print_)
+    if wait > 0:
+        raise Requeue(wait, "refused by the provider; waiting out the backoff")
+    context = loop.context()
+    remote = translate_pod(local, context)
+    if remote.refused:
+        _refused_by_policy(loop, local, remote.refused, logger)
+    loop.not_policy_refused(object_key(local))
+    body = shadowpod_of(remote, local, twin, context)
+    try:
+        loop.kube.create(SHADOWPODS, body, namespace=twin)
+    except ApiError as exc:
+        if exc.already_exists:
+            raise Requeue(0.5, "ShadowPod exists but is not in the cache yet") from exc
+        if exc.transient:
+            raise
+        if exc.not_found:
+            raise Requeue(2.0, f"twin namespace {twin} not found yet") from exc
+        refusal = rf.refusal_of(exc)
+        if refusal is not None:
+            delay = _refused(loop, local, backoff_key, print_, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
+            _mark_waiting(loop, local, refusal)
+            raise Requeue(delay, f"refused by the provider: {refusal.message}") from exc
+        message = f"cluster {loop.settings.cluster_id} refused the ShadowPod {twin}/{local['metadata']['name']}: {exc.message}"
+        logger.warning(message)
+        loop.recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+        raise Requeue(REJECTED_RETRY_SECONDS, message) from exc
+    loop.refusals.forget(backoff_key)
+    _clear_waiting(loop, local)
+    # What the provider's policy took out, on the pod that now runs without it.
+    loop.notices.tell(local, adjusted=remote.adjusted)
+    logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], loop.settings.cluster_id)
+    loop.recorder.normal(
+        local, ev.REASON_OFFLOADED, f"running in cluster {loop.settings.cluster_id} as {twin}/{local['metadata']['name']}"
+    )
+
+
+def sync_template(loop: PodOffloader, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+    """What a running pod may change - labels and annotations (a controller adopting
+    or releasing it, `kubectl label`), container images, activeDeadlineSeconds,
+    tolerations - follows into the ShadowPod's template; the enforcer then patches
+    the remote pod in place (kube_offload.pod_updates). The rest of the template is
+    left as first written."""
+    context = loop.context()
+    remote = translate_pod(local, context)
+    wanted = shadowpod_of(remote, local, twin, context)["spec"]["pod"]
+    have = (shp.get("spec") or {}).get("pod") or {}
+    patch = template_patch(have, wanted)
+    if not patch:
+        return
+    meta = shp["metadata"]
+    backoff_key = (object_key(local), UPDATE)
+    print_ = rf.pod_fingerprint(local)
+    if loop.refusals.wait(backoff_key, print_) > 0:
+        return  # refused before and nothing changed since; a timer brings us back
+    try:
+        loop.kube.patch(
+            SHADOWPODS, meta["name"], {"spec": {"pod": patch}}, namespace=meta["namespace"], content_type=MERGE_PATCH
+        )
+    except ApiError as exc:
+        refusal = rf.refusal_of(exc)
+        if refusal is None:
+            raise
+        # The pod runs on; only its new labels/annotations wait. The status sync
+        # of this reconcile must still happen, so no Requeue: a timer instead.
+        delay = _refused(loop, local, backoff_key, print_, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
+        loop.controller.enqueue_after(object_key(local), delay)
+        return
+    loop.refusals.forget(backoff_key)
+    # What the policy took out of what a running pod may change (labels,
+    # annotations, tolerations); the rest of the template was told at creation.
+    loop.notices.tell(local, adjusted=[n for n in remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
+    logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
+
+
+def request_termination(loop: PodOffloader, shp: dict, grace: int, logger: logging.LoggerAdapter) -> None:
+    meta = shp["metadata"]
+    patch = term.grace_request_patch(shp, grace)
+    if patch is None or meta.get("deletionTimestamp"):
+        return
+    patch["metadata"]["uid"] = meta["uid"]  # this very ShadowPod, not a newer one of the name
+    try:
+        loop.kube.patch(SHADOWPODS, meta["name"], patch, namespace=meta["namespace"], content_type=MERGE_PATCH)
+    except ApiError as exc:
+        if exc.not_found or exc.conflict:
+            return  # gone or replaced meanwhile; its event brings us back
+        raise
+    logger.info("asked cluster %s to end ShadowPod %s/%s's pod with a grace period of %ds",
+                loop.settings.cluster_id, meta["namespace"], meta["name"], grace)
+
+
+def delete(kube: Kube, shp: dict, logger: logging.LoggerAdapter, why: str) -> None:
+    meta = shp["metadata"]
+    if meta.get("deletionTimestamp"):
+        return
+    try:
+        kube.delete(SHADOWPODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+        logger.info("deleted ShadowPod %s/%s: %s", meta["namespace"], meta["name"], why)
+    except ApiError as exc:
+        if exc.not_found or exc.conflict:
+            return  # already gone, or replaced by one we did not mean to delete
+        raise
+
+
+def belongs_to(pod: Mapping, shp: Mapping) -> bool:
+    """The remote pod was made for this very ShadowPod (or carries no owner to say)."""
+    if shadowpod.controller_ref(pod) is None:
+        return True
+    return shadowpod.is_owned_by(pod, shp)
+
+
+def _refused_by_policy(loop: PodOffloader, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:
+    """The provider's policy refuses the pod whatever we drop: not sent, said on the
+    pod (Events, once per note; status.reason ProviderRefused), looked at again
+    later or when the policy changes."""
+    loop.policy_refused(object_key(local))
+    refusal = rf.policy_refusal(loop.settings.cluster_id, [note.message for note in refused])
+    if loop.notices.tell(local, refused=refused):
+        logger.warning("%s", refusal.message)
+    _mark_waiting(loop, local, refusal)
+    raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "refused by the provider's policy: not sent")
+
+
+def _refused(
+    loop: PodOffloader, local: dict, backoff_key: tuple, print_: str, refusal: rf.Refusal, what: str,
+    logger: logging.LoggerAdapter,
+) -> float:
+    """Count one refusal: log it, tell the pod's Events, return the backoff delay.
+    The recorder folds repeats (min_interval), so a refusal repeated at every step
+    adds to one Event's count rather than writing Events faster than the steps."""
+    attempt, delay = loop.refusals.refused(backoff_key, print_)
+    logger.warning(
+        "cluster %s refused %s %s (HTTP %d, refusal %d in a row, next attempt in %.0fs): %s",
+        loop.settings.cluster_id, backoff_key[1], what, refusal.status, attempt, delay, refusal.message,
+    )
+    loop.recorder.warning(local, ev.REASON_PROVIDER_REFUSED, refusal.message)
+    return delay
+
+
+def _mark_waiting(loop: PodOffloader, local: dict, refusal: rf.Refusal) -> None:
+    patch = rf.waiting_status_patch(local, loop.settings.cluster_id, refusal)
+    if patch is not None:
+        loop.local.patch_status(local, patch)
+
+
+def _clear_waiting(loop: PodOffloader, local: dict) -> None:
+    patch = rf.clear_waiting_patch(local)
+    if patch is not None:
+        try:
+            loop.local.patch_status(local, patch)
+        except (ApiError, Requeue):
+            pass  # cosmetic: the remote pod's status overwrites it soon anyway
+
+
+def _changed(template_patch: Mapping) -> list[str]:
+    return [*sorted((template_patch.get("metadata") or {}).keys()), *sorted((template_patch.get("spec") or {}).keys())]
