@@ -161,7 +161,9 @@ def default_namespace() -> str:
 
 # --- flags ---------------------------------------------------------------------------------------
 def add_leader_election_flags(parser: Any, component: str) -> None:
-    flag = lambda name, **kw: add_flag(parser, component, name, **kw)  # noqa: E731
+    def flag(name: str, **kw: Any) -> None:
+        add_flag(parser, component, name, **kw)
+
     flag("--leader-elect", default=True, type=bool,
          help="hold a coordination.k8s.io Lease before running the loops that write, so that several "
               "replicas can run with one active (docs/high-availability.md); false: run at once")

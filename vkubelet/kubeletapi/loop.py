@@ -21,7 +21,7 @@ from typing import Mapping
 from kubernetes import client
 
 from kube_offload.runtime.controller import Controller
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.manager import Synced
 from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer, token_review_call
@@ -152,7 +152,7 @@ class KubeletApiLoop:
         """The port really bound (``--kubelet-port`` unless that was 0 in a test)."""
         return self.server.server_address[1]
 
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Synced]:
         return [self._local_pods, self._remote_pods, self._shadowpods, self._node, *self._twins.informers()]
 
     def start(self) -> None:

@@ -16,7 +16,7 @@ import json
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence, cast
 from urllib.parse import urlencode, urlsplit
 
 import h11
@@ -54,7 +54,9 @@ class Endpoint:
         """The credential headers, read at each connection: a token refreshed by the
         kubeconfig's exec plugin (``refresh_api_key_hook``) is the current one."""
         headers = []
-        for setting in self.configuration.auth_settings().values():
+        # The client's shape: {name: {"in", "key", "value", "type"}}; its stub says object.
+        auth = cast("dict[str, dict[str, Any]]", self.configuration.auth_settings())
+        for setting in auth.values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers.append((str(setting["key"]), str(setting["value"])))
         return headers

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
 from kube_offload.remote_resources import is_ours
 from kube_offload.shadowpod import is_owned_by
 from kube_offload.views import metadata as _meta
@@ -115,9 +115,9 @@ class PodResolver:
     def __init__(
         self,
         *,
-        local_pods: Informer,
-        remote_pods: Informer,
-        shadowpods: Informer,
+        local_pods: Cache,
+        remote_pods: Cache,
+        shadowpods: Cache,
         twins: TwinRule,
         node_name: str,
         cluster_id: str,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.controller import Controller, Requeue
@@ -238,7 +238,8 @@ class PodOffloader:
     def provider_terms_changed(self) -> None:
         """The provider's terms for us eased (refusals.terms_eased): every refused pod is
         tried again now, not at the end of its backoff."""
-        for key, operation in list(self.refusals.keys()):
+        # RefusalBackoff keys any Hashable; this loop keys it by (pod key, operation).
+        for key, operation in cast("list[tuple[str, str]]", self.refusals.keys()):
             if operation == shadowpods.CREATE and self.refusals.allow_now((key, operation)):
                 self.controller.enqueue(key)
         with self._policy_refused_lock:

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import abc
 import logging
-from typing import TYPE_CHECKING, ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar, Mapping, NoReturn
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.cache import Cache
+from kube_offload.runtime.manager import Synced
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
@@ -123,7 +124,7 @@ class Reflector(abc.ABC):
         self._twins.consumer.add_handler(self._on_consumer)
 
     # --- the Loop protocol ------------------------------------------------------------------
-    def informers(self) -> list[Informer]:
+    def informers(self) -> list[Synced]:
         # The scope first: it is synced only once the offloaded namespaces are known and
         # listed, which the scoped local informers alone cannot say (an empty set of
         # namespaces is "synced" before the namespaces were even read).
@@ -160,7 +161,7 @@ class Reflector(abc.ABC):
     def update_body(self, desired: Mapping, current: Mapping) -> dict:
         return f.update_body(desired, current)
 
-    def extra_informers(self) -> list[Informer]:
+    def extra_informers(self) -> list[Cache]:
         return []
 
     def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
@@ -303,6 +304,8 @@ class Reflector(abc.ABC):
             except ApiError as exc:
                 if exc.already_exists:
                     current = self.ops.read(namespace, name)
+                    if current is None:  # created by someone else, and deleted already
+                        raise Requeue(0.5, "the remote object went away; creating it again") from exc
                 elif exc.not_found:
                     raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
                 elif exc.transient or exc.conflict:
@@ -349,7 +352,7 @@ class Reflector(abc.ABC):
         metrics.failed(self.resource, REASON_REFLECTION_CONFLICT)
         raise Requeue(CONFLICT_RETRY_SECONDS, message)
 
-    def _refused(self, local: Mapping, what: str, logger: logging.LoggerAdapter) -> None:
+    def _refused(self, local: Mapping, what: str, logger: logging.LoggerAdapter) -> NoReturn:
         message = f"cluster {self.settings.cluster_id} {what}"
         logger.warning(message)
         self._recorder.warning(local, REASON_REFLECTION_FAILED, message)
