@@ -7,6 +7,9 @@ in about a millisecond instead of tens to hundreds (tests and hook Jobs issue ma
 keys and handshakes are smaller, and its security level (~128 bit) is above RSA-2048's
 (~112 bit). Every party that must accept these certificates supports it: kube-apiserver and
 kube-scheduler (Go crypto/tls), OpenSSL behind Python's ``ssl`` (gunicorn), and kubectl.
+
+One module (a little over 400 lines): issuing and judging certificates read the same
+few x509 helpers, and nothing here is used apart from the rest.
 """
 
 from __future__ import annotations
