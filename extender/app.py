@@ -39,7 +39,8 @@ from kube_offload.runtime.body_limit import (
 )
 from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
-from kube_offload.runtime.probes import HEALTHZ, METRICS, READYZ, Check, probe_answer
+from kube_offload.runtime.flask_probes import add_probe_routes
+from kube_offload.runtime.probes import Check
 
 from extender import core, wire
 from extender.caches import ExtenderCaches
@@ -265,18 +266,11 @@ def create_app(
         )
 
     # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
-    ready_checks = [Check("caches", lambda: None if caches.synced() else "not synced yet")]
-
-    @app.get(HEALTHZ, endpoint="healthz")
-    @app.get(READYZ, endpoint="readyz")
-    @app.get(METRICS, endpoint="metrics_route")
-    def probe() -> Response:
-        found = probe_answer(
-            request.path, request.query_string.decode(), live=[], ready=ready_checks,
-            exposition=lambda: exposition(metrics.http.registry),
-        )
-        assert found is not None  # only the probe paths are routed here
-        return Response(found.body, status=found.status, content_type=found.content_type)
+    add_probe_routes(
+        app,
+        ready=[Check("caches", lambda: None if caches.synced() else "not synced yet")],
+        exposition=lambda: exposition(metrics.http.registry),
+    )
 
     if settings.bench_passthrough:
 

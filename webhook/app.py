@@ -29,7 +29,8 @@ from kube_offload.runtime.body_limit import (
     too_large_message,
 )
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
-from kube_offload.runtime.probes import HEALTHZ, METRICS, READYZ, Check, probe_answer
+from kube_offload.runtime.flask_probes import add_probe_routes
+from kube_offload.runtime.probes import Check
 from kube_offload.runtime.workers import FunctionGauge, WorkerGroup
 from kube_offload.admission import (
     AdmissionRequest,
@@ -161,15 +162,9 @@ def create_app(
         return admit("validate_namespaces", review_namespace)
 
     # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
-    ready_checks = [Check("namespace-cache", lambda: None if ready() else "not synced yet")]
-
-    @app.get(HEALTHZ, endpoint="healthz")
-    @app.get(READYZ, endpoint="readyz")
-    @app.get(METRICS, endpoint="metrics_route")
-    def probe() -> Response:
-        found = probe_answer(request.path, request.query_string.decode(), live=[], ready=ready_checks, exposition=metrics_text)
-        assert found is not None  # only the probe paths are routed here
-        return Response(found.body, status=found.status, content_type=found.content_type)
+    add_probe_routes(
+        app, ready=[Check("namespace-cache", lambda: None if ready() else "not synced yet")], exposition=metrics_text
+    )
 
     if settings.enable_echo:
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from kube_offload.admission import AdmissionRequest, BadRequest, Decision, error
 from kube_offload.runtime.https_server import (
     BackgroundServing, ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind,
 )
+from kube_offload.runtime.http_handler import ResponseWriter
 from kube_offload.runtime.http_metrics import HttpMetrics, exposition, state_gauge
 from kube_offload.runtime.probes import Check, probe_answer
 
@@ -104,7 +104,7 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
         log.info("enforcer webhooks serving HTTPS on %s (%s)", self.server_address[0:2], ", ".join(self.routes))
 
 
-class WebhookRequestHandler(BaseHTTPRequestHandler):
+class WebhookRequestHandler(ResponseWriter):
     server: WebhookHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "kube-offload-enforcer"
@@ -167,7 +167,7 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
         if found is None:
             self._status(404, "NotFound", f"no such endpoint (POST {c.SHADOWPOD_WEBHOOK_PATH}, GET /healthz, /readyz, /metrics)")
         else:
-            self._send(found.status, found.body, found.content_type)
+            self.send_body(found.status, found.body, found.content_type)
 
     def _method_not_allowed(self) -> None:
         self._discard_body()
@@ -211,16 +211,8 @@ class WebhookRequestHandler(BaseHTTPRequestHandler):
         self.rfile.read(length)
 
     # --- responses ----------------------------------------------------------------------------
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        self.wfile.write(body)
-
     def _json(self, code: int, payload: Any) -> None:
-        self._send(code, orjson.dumps(payload), "application/json")
+        self.send_body(code, orjson.dumps(payload), "application/json")
 
     def _status(self, code: int, reason: str, message: str) -> None:
         self._json(code, error_status(code, reason, message))

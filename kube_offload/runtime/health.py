@@ -18,7 +18,7 @@ The checks are named and answered as the Kubernetes components do
 from __future__ import annotations
 
 import logging
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from kube_offload.runtime import metrics as rm
 from kube_offload.runtime.flags import add_flag
 from kube_offload.runtime.https_server import BackgroundServing, parse_bind
+from kube_offload.runtime.http_handler import ResponseWriter
 
 # The answers themselves, re-exported (health.Check, health.evaluate...): written once in
 # kube_offload/runtime/probes.py for every server of the project.
@@ -130,7 +131,7 @@ class HealthSetupError(Exception):
     """The health port cannot be served as configured (the message names the flag)."""
 
 
-class HealthRequestHandler(BaseHTTPRequestHandler):
+class HealthRequestHandler(ResponseWriter):
     server: HealthServer
     protocol_version = "HTTP/1.1"
     server_version = "kube-offload"
@@ -150,7 +151,7 @@ class HealthRequestHandler(BaseHTTPRequestHandler):
         if answer is None:
             self._text(404, NOT_FOUND)
         else:
-            self._send(answer.status, answer.body, answer.content_type)
+            self.send_body(answer.status, answer.body, answer.content_type)
 
     def _method_not_allowed(self) -> None:
         self.close_connection = True  # the body, if any, is not read
@@ -159,12 +160,5 @@ class HealthRequestHandler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = _method_not_allowed
 
     def _text(self, code: int, text: str) -> None:
-        self._send(code, (text + "\n").encode(), TEXT)
+        self.send_body(code, (text + "\n").encode(), TEXT)
 
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        self.wfile.write(body)
