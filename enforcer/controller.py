@@ -22,7 +22,7 @@ from kube_offload.constants import (
 )
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import SHADOWPODS
+from kube_offload.runtime.kinds import PODS, SHADOWPODS
 from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.manager import Loop, Manager, serve
 
@@ -145,10 +145,7 @@ def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict
 
 
 def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
-    core = client.CoreV1Api(api_client)
-    if namespace:
-        return {
-            "list_func": core.list_namespaced_pod,
-            "list_kwargs": {"namespace": namespace, "label_selector": MANAGED_SELECTOR},
-        }
-    return {"list_func": core.list_pod_for_all_namespaces, "list_kwargs": {"label_selector": MANAGED_SELECTOR}}
+    return {
+        "list_func": Kube(api_client).list_func(PODS, namespace=namespace or None),
+        "list_kwargs": {"label_selector": MANAGED_SELECTOR},
+    }

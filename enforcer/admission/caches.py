@@ -42,15 +42,15 @@ class ProviderCaches:
     ) -> None:
         # A miss is one short GET inside an admission: no retry, the webhook's time is short.
         self._kube = Kube(api_client, timeout=LIVE_GET_TIMEOUT, retry=NO_RETRY)
-        core = client.CoreV1Api(api_client)
+        kube = Kube(api_client)
         self._owned: list[Informer] = []
         self.namespaces = namespaces or self._own(
-            Informer(name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds)
+            Informer(name="namespaces", list_func=kube.list_func(NAMESPACES), resync_seconds=resync_seconds)
         )
         self.consumers = consumers or self._own(
             Informer(
                 name="consumers",
-                list_func=Kube(api_client).list_func(CONSUMERS),
+                list_func=kube.list_func(CONSUMERS),
                 resync_seconds=resync_seconds,
             )
         )
@@ -59,7 +59,7 @@ class ProviderCaches:
         self.service_accounts = self._own(
             Informer(
                 name="reflected-serviceaccounts",
-                list_func=core.list_service_account_for_all_namespaces,
+                list_func=kube.list_func(SERVICE_ACCOUNTS),
                 list_kwargs={"label_selector": c.LABEL_ORIGIN_CLUSTER_ID},
                 resync_seconds=resync_seconds,
                 transform=_metadata_only,

@@ -21,7 +21,7 @@ from enforcer.admission.caches import LIVE_GET_TIMEOUT, ProviderCaches
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import PODS
+from kube_offload.runtime.kinds import ENDPOINT_SLICES, NODES, PODS, SERVICE_CIDRS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
@@ -105,14 +105,13 @@ def for_cluster(api_client: client.ApiClient, *, caches: ProviderCaches, pods: P
     stop): the ServiceCIDRs, the API server's EndpointSlices and, when no other loop of
     the process watches nodes, the nodes."""
     owned: list[Informer] = []
-    networking = client.NetworkingV1Api(api_client)
-    discovery = client.DiscoveryV1Api(api_client)
-    service_cidrs = Informer(name="service-cidrs", list_func=networking.list_service_cidr, resync_seconds=resync_seconds,
+    lists = Kube(api_client)
+    service_cidrs = Informer(name="service-cidrs", list_func=lists.list_func(SERVICE_CIDRS), resync_seconds=resync_seconds,
                              transform=_spec_only)
     api_server_slices = Informer(
         name="api-server-endpointslices",
-        list_func=discovery.list_namespaced_endpoint_slice,
-        list_kwargs={"namespace": API_SERVER_NAMESPACE, "label_selector": f"kubernetes.io/service-name={API_SERVER_SERVICE}"},
+        list_func=lists.list_func(ENDPOINT_SLICES, namespace=API_SERVER_NAMESPACE),
+        list_kwargs={"label_selector": f"kubernetes.io/service-name={API_SERVER_SERVICE}"},
         resync_seconds=resync_seconds,
         transform=_addresses_only,
     )
@@ -120,8 +119,7 @@ def for_cluster(api_client: client.ApiClient, *, caches: ProviderCaches, pods: P
     if nodes is None:
         from enforcer.consumers.trim import trim_node
 
-        core = client.CoreV1Api(api_client)
-        nodes = Informer(name="endpointslice-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)
+        nodes = Informer(name="endpointslice-nodes", list_func=lists.list_func(NODES), resync_seconds=resync_seconds, transform=trim_node)
         owned.append(nodes)
 
     kube = Kube(api_client, timeout=LIVE_GET_TIMEOUT, retry=NO_RETRY)  # inside an admission: one short try

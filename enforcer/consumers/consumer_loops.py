@@ -20,7 +20,16 @@ from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import CONSUMERS, TWIN_NAMESPACES, Resource
+from kube_offload.runtime.kinds import (
+    CONSUMERS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    RESOURCE_QUOTAS,
+    ROLE_BINDINGS,
+    TWIN_NAMESPACES,
+    Resource,
+)
 from kube_offload.runtime.kube import Kube
 
 # The name is in every log line of these loops: kept from before "consumer" was the one word.
@@ -40,15 +49,13 @@ class ConsumerLoops:
         resync_seconds: float,
         workers: int = 2,
     ) -> None:
-        core = client.CoreV1Api(api_client)
         kube = Kube(api_client)
-        rbac = client.RbacAuthorizationV1Api(api_client)
 
         def custom_list(resource: Resource) -> dict:
             return {"list_func": kube.list_func(resource)}
 
         self.namespaces = Informer(
-            name="namespaces", list_func=core.list_namespace, resync_seconds=resync_seconds, transform=trim_namespace
+            name="namespaces", list_func=kube.list_func(NAMESPACES), resync_seconds=resync_seconds, transform=trim_namespace
         )
         self.consumers = Informer(name="consumers", resync_seconds=resync_seconds, **custom_list(CONSUMERS))
         self.requests = Informer(
@@ -59,20 +66,20 @@ class ConsumerLoops:
         # Only the twin RoleBindings (one name, every namespace), not all of them.
         self.rolebindings = Informer(
             name="twin-rolebindings",
-            list_func=rbac.list_role_binding_for_all_namespaces,
+            list_func=kube.list_func(ROLE_BINDINGS),
             list_kwargs={"field_selector": f"metadata.name={c.TWIN_ROLEBINDING_NAME}"},
             resync_seconds=resync_seconds,
         )
         # Only the twin ResourceQuotas (one name, every namespace).
         self.resourcequotas = Informer(
             name="twin-resourcequotas",
-            list_func=core.list_resource_quota_for_all_namespaces,
+            list_func=kube.list_func(RESOURCE_QUOTAS),
             list_kwargs={"field_selector": f"metadata.name={c.TWIN_RESOURCEQUOTA_NAME}"},
             resync_seconds=resync_seconds,
         )
-        self.nodes = Informer(name="capacity-nodes", list_func=core.list_node, resync_seconds=resync_seconds, transform=trim_node)
+        self.nodes = Informer(name="capacity-nodes", list_func=kube.list_func(NODES), resync_seconds=resync_seconds, transform=trim_node)
         self.pods = Informer(
-            name="capacity-pods", list_func=core.list_pod_for_all_namespaces, resync_seconds=resync_seconds, transform=trim_pod
+            name="capacity-pods", list_func=kube.list_func(PODS), resync_seconds=resync_seconds, transform=trim_pod
         )
         self._informers = [
             self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods
