@@ -88,6 +88,11 @@ CUSTOM_RESOURCE_DEFINITIONS: Final = Resource(
 )
 POD_METRICS: Final = Resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", True)  # metrics-server's
 SELF_SUBJECT_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False)
+# Create-only: the answer is in the created object's status, nothing is stored.
+TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False)
+SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False
+)
 
 # --- kube-offload's custom resources (kube_offload/manifests/*-crd.yaml) ---------------------
 SHADOWPODS: Final = Resource(c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.SHADOWPOD_KIND, c.SHADOWPOD_PLURAL, True)
@@ -100,5 +105,6 @@ ALL: Final[tuple[Resource, ...]] = (
     PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS,
     PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, REPLICA_SETS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
     ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
+    TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS,
     SHADOWPODS, CONSUMERS, TWIN_NAMESPACES,
 )

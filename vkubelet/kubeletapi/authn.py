@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kubernetes import client
 
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube
 from vkubelet.kubeletapi.decision_cache import CacheTTL, DecisionCache
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
@@ -158,9 +159,10 @@ ReviewCall = Callable[[dict], dict]
 
 def token_review_call(api_client: client.ApiClient) -> ReviewCall:
     """POST a TokenReview to the local apiserver, as the vkubelet's own identity (which
-    needs ``create`` on ``authentication.k8s.io/tokenreviews``)."""
-    api = client.AuthenticationV1Api(api_client)
-    return lambda body: call_json(api.create_token_review, body, _request_timeout=REVIEW_TIMEOUT)
+    needs ``create`` on ``authentication.k8s.io/tokenreviews``). One short try: a kubectl
+    call waits on it (a failure is its 401)."""
+    kube = Kube(api_client, timeout=REVIEW_TIMEOUT, retry=NO_RETRY)
+    return lambda body: kube.create(kinds.TOKEN_REVIEWS, body)
 
 
 class TokenReviewer:

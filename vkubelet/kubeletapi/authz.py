@@ -44,7 +44,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kubernetes import client
 
-from kube_offload.runtime.kube import ApiError, call_json
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube
 from vkubelet.kubeletapi.authn import UserInfo
 from vkubelet.kubeletapi.decision_cache import CacheTTL, DecisionCache
 
@@ -177,9 +178,10 @@ ReviewCall = Callable[[dict], dict]
 
 def subject_access_review_call(api_client: client.ApiClient) -> ReviewCall:
     """POST a SubjectAccessReview to the local apiserver, as the vkubelet's own identity
-    (which needs ``create`` on ``authorization.k8s.io/subjectaccessreviews``)."""
-    api = client.AuthorizationV1Api(api_client)
-    return lambda body: call_json(api.create_subject_access_review, body, _request_timeout=REVIEW_TIMEOUT)
+    (which needs ``create`` on ``authorization.k8s.io/subjectaccessreviews``). One short
+    try: a kubectl call waits on it (a failure is its 500)."""
+    kube = Kube(api_client, timeout=REVIEW_TIMEOUT, retry=NO_RETRY)
+    return lambda body: kube.create(kinds.SUBJECT_ACCESS_REVIEWS, body)
 
 
 class AuthorizationFailed(Exception):

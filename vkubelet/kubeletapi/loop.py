@@ -22,7 +22,8 @@ from kubernetes import client
 
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.manager import Synced
-from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
+from kube_offload.runtime import kinds
+from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.authn import Authenticator, TokenReviewer, token_review_call
 from vkubelet.kubeletapi.authz import Authorizer, subject_access_review_call
@@ -94,7 +95,7 @@ class KubeletApiLoop:
         self._shadowpods = context.informers.remote_shadowpods()
         self._twins = context.twins
         self._node = context.informers.local_node()
-        self._core_local = client.CoreV1Api(context.informers.local_client)
+        self._local = Kube(context.informers.local_client)
         resolver = PodResolver(
             local_pods=self._local_pods,
             remote_pods=self._remote_pods,
@@ -188,7 +189,7 @@ class KubeletApiLoop:
         if patch is None:
             return
         try:
-            call_json(self._core_local.patch_node_status, key, patch, _content_type=MERGE_PATCH)
+            self._local.patch(kinds.NODES, key, patch, subresource="status", content_type=MERGE_PATCH)
         except ApiError as exc:
             if exc.not_found:
                 return  # the node loop creates it; its ADDED event brings us back

@@ -20,13 +20,11 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Mapping
 
-from kubernetes import client
-
 from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.cache import Cache
-from kube_offload.runtime.kube import ApiError, call_json, MERGE_PATCH
+from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
 from vkubelet.reflection.forge.events import forge_local_event, local_event_is_current
@@ -62,7 +60,7 @@ class EventReflector:
         self._twins = context.twins
         informers = context.informers
         self._informers = informers
-        self._local = client.CoreV1Api(informers.local_client)
+        self._local = Kube(informers.local_client)
         self.pod_events = shared_informer(
             informers, "remote", EVENTS, kinds.EVENTS, field_selector="involvedObject.kind=Pod",
             transform=trim_event,
@@ -157,7 +155,7 @@ class EventReflector:
             if self._written.get(name) == fingerprint:
                 return
         try:
-            call_json(self._local.create_namespaced_event, namespace, desired)
+            self._local.create(kinds.EVENTS, desired, namespace=namespace)
             metrics.wrote(self.resource, metrics.OPERATION_CREATE)
             logger.debug("copied remote event %s %s", desired["reason"], name)
         except ApiError as exc:
@@ -167,12 +165,12 @@ class EventReflector:
                 logger.warning("could not copy remote event %s: %s", desired["reason"], exc)
                 metrics.failed(self.resource, REASON_REFLECTION_FAILED)
                 return
-            current = call_json(self._local.read_namespaced_event, name, namespace)
+            current = self._local.get(kinds.EVENTS, name, namespace=namespace)
             if not local_event_is_current(desired, current):
                 patch = {k: desired[k] for k in ("type", "reason", "message", "count") if k in desired}
                 if desired.get("lastTimestamp"):
                     patch["lastTimestamp"] = desired["lastTimestamp"]
-                call_json(self._local.patch_namespaced_event, name, namespace, patch, _content_type=MERGE_PATCH)
+                self._local.patch(kinds.EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
                 metrics.wrote(self.resource, metrics.OPERATION_UPDATE)
         with self._lock:
             self._written[name] = fingerprint

@@ -19,12 +19,10 @@ import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Mapping
 
-from kubernetes import client
-
 from kube_offload.runtime import kinds
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.cache import Cache
-from kube_offload.runtime.kube import ApiError, Kube, call_json, object_key, split_key
+from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
 from kube_offload.times import parse_time_or_none
@@ -72,7 +70,7 @@ class ServiceAccountTokenReflector:
         self._recorder = context.recorder
         self._token_seconds = self.settings.reflection.token_seconds
         informers = context.informers
-        self._local = client.CoreV1Api(informers.local_client)
+        self._local = Kube(informers.local_client)
         self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource)
         self.local_pods = informers.local_pods()
         self.remote = shared_informer(
@@ -188,9 +186,10 @@ class ServiceAccountTokenReflector:
         if source.audience:
             spec["audiences"] = [source.audience]
         account = service_account_name(pod)
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        # The name is the service account's: the token subresource of that object.
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "metadata": {"name": account}, "spec": spec}
         try:
-            answer = call_json(self._local.create_namespaced_service_account_token, account, meta["namespace"], body)
+            answer = self._local.create(kinds.SERVICE_ACCOUNTS, body, namespace=meta["namespace"], subresource="token")
         except ApiError as exc:
             if exc.transient or exc.conflict:
                 raise

@@ -164,7 +164,7 @@ def test_no_service_account_token_is_minted_for_a_forbidden_twin(loop, monkeypat
     context = LoopContext(loop.settings, loop.shared, loop.twins, loop.recorder, None)  # type: ignore[arg-type]
     tokens = ServiceAccountTokenReflector(context)
     minted: list[str] = []
-    monkeypatch.setattr(tokens._local, "create_namespaced_service_account_token", lambda *a, **kw: minted.append("token"))
+    monkeypatch.setattr(tokens._local, "create", lambda *a, **kw: minted.append("token"))
     projected = {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
     with_token = pod()
     with_token["spec"]["volumes"] = [projected]
