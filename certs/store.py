@@ -242,26 +242,19 @@ def secret_update(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> Se
 
 def read_secret(api_client: Any, *, namespace: str, name: str) -> dict[str, Any] | None:
     """The Secret as the API's camelCase dict, or None when it does not exist."""
-    from kubernetes import client
+    from kube_offload.runtime.kinds import SECRETS
+    from kube_offload.runtime.kube import Kube
 
-    from kube_offload.runtime.kube import ApiError, call_json
-
-    try:
-        return call_json(client.CoreV1Api(api_client).read_namespaced_secret, name, namespace)
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
+    return Kube(api_client).get_or_none(SECRETS, name, namespace=namespace)
 
 
 def apply_secret(api_client: Any, manifest: Mapping[str, Any]) -> str:
     """Create the Secret or bring the existing one to ``manifest``; returns what happened
     (``created``, ``updated`` or ``unchanged``). Raises kube_offload.runtime.kube.ApiError."""
-    from kubernetes import client
+    from kube_offload.runtime.kinds import SECRETS
+    from kube_offload.runtime.kube import STRATEGIC_MERGE_PATCH, ApiError, Kube
 
-    from kube_offload.runtime.kube import ApiError, call_json
-
-    core = client.CoreV1Api(api_client)
+    kube = Kube(api_client)
     meta = manifest["metadata"]
     attempts = 3
     # Retries cover losing a race: a create beaten by another creator becomes an update,
@@ -270,12 +263,14 @@ def apply_secret(api_client: Any, manifest: Mapping[str, Any]) -> str:
         existing = read_secret(api_client, namespace=meta["namespace"], name=meta["name"])
         try:
             if existing is None:
-                call_json(core.create_namespaced_secret, meta["namespace"], dict(manifest))
+                kube.create(SECRETS, dict(manifest), namespace=meta["namespace"])
                 return "created"
             change = secret_update(existing, manifest)
             if change.patch is None:
                 return change.reason
-            call_json(core.patch_namespaced_secret, meta["name"], meta["namespace"], change.patch)
+            # Strategic merge, as the official client sent a dict patch before.
+            kube.patch(SECRETS, meta["name"], change.patch, namespace=meta["namespace"],
+                       content_type=STRATEGIC_MERGE_PATCH)
             return change.reason
         except ApiError as exc:
             if exc.conflict and attempt < attempts:
@@ -287,12 +282,7 @@ def apply_secret(api_client: Any, manifest: Mapping[str, Any]) -> str:
 def create_secret(api_client: Any, manifest: Mapping[str, Any]) -> None:
     """Create the Secret; kube_offload.runtime.kube.ApiError (``conflict``) when it already exists.
     Used for the CA, which must never be overwritten by a racing writer."""
-    from kubernetes import client
+    from kube_offload.runtime.kinds import SECRETS
+    from kube_offload.runtime.kube import Kube
 
-    from kube_offload.runtime.kube import call_json
-
-    call_json(
-        client.CoreV1Api(api_client).create_namespaced_secret,
-        manifest["metadata"]["namespace"],
-        dict(manifest),
-    )
+    Kube(api_client).create(SECRETS, dict(manifest), namespace=manifest["metadata"]["namespace"])

@@ -8,7 +8,11 @@ configuration, builds the patch and sends it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+
+if TYPE_CHECKING:  # the client is loaded only by the commands that talk to a cluster
+    from kube_offload.runtime.kinds import Resource
+    from kube_offload.runtime.kube import Kube
 
 Kind = Literal["mutating", "validating"]
 
@@ -84,48 +88,41 @@ def patch_ca_bundle(
     """Patch every named configuration. All names are looked up before any is patched, so
     a typo in one name leaves the cluster untouched. Raises WebhookConfigurationNotFound
     for a missing name and kube_offload.runtime.kube.ApiError for anything the server refuses."""
-    from kubernetes import client
+    from kube_offload.runtime.kube import Kube
 
-    api = client.AdmissionregistrationV1Api(api_client)
-    readers = {
-        "mutating": api.read_mutating_webhook_configuration,
-        "validating": api.read_validating_webhook_configuration,
-    }
-    patchers = {
-        "mutating": api.patch_mutating_webhook_configuration,
-        "validating": api.patch_validating_webhook_configuration,
-    }
+    kube = Kube(api_client)
     targets: list[tuple[Kind, str]] = [("mutating", n) for n in mutating]
     targets += [("validating", n) for n in validating]
     for kind, name in targets:
-        _read(readers[kind], kind, name)
-    return [_patch_one(readers[kind], patchers[kind], kind, name, ca_b64) for kind, name in targets]
+        _read(kube, kind, name)
+    return [_patch_one(kube, kind, name, ca_b64) for kind, name in targets]
 
 
-def _read(reader: Any, kind: Kind, name: str) -> dict[str, Any]:
-    from kube_offload.runtime.kube import ApiError, call_json
+def _resource(kind: Kind) -> Resource:
+    from kube_offload.runtime import kinds
 
-    try:
-        return call_json(reader, name)
-    except ApiError as exc:
-        if exc.not_found:
-            raise WebhookConfigurationNotFound(kind, name) from None
-        raise
+    return kinds.MUTATING_WEBHOOK_CONFIGURATIONS if kind == "mutating" else kinds.VALIDATING_WEBHOOK_CONFIGURATIONS
 
 
-def _patch_one(reader: Any, patcher: Any, kind: Kind, name: str, ca_b64: str) -> PatchOutcome:
-    from kube_offload.runtime.kube import ApiError, call_json
+def _read(kube: Kube, kind: Kind, name: str) -> dict[str, Any]:
+    found = kube.get_or_none(_resource(kind), name)
+    if found is None:
+        raise WebhookConfigurationNotFound(kind, name)
+    return found
+
+
+def _patch_one(kube: Kube, kind: Kind, name: str, ca_b64: str) -> PatchOutcome:
+    from kube_offload.runtime.kube import JSON_PATCH, ApiError
 
     attempts = 3
     for attempt in range(1, attempts + 1):
-        config_obj = _read(reader, kind, name)
+        config_obj = _read(kube, kind, name)
         operations = ca_bundle_patch(config_obj, ca_b64)
         total = len(config_obj.get("webhooks") or [])
         if not operations:
             return PatchOutcome(kind, name, total, 0)
         try:
-            # A list body makes the client send application/json-patch+json.
-            call_json(patcher, name, operations)
+            kube.patch(_resource(kind), name, operations, content_type=JSON_PATCH)
         except ApiError as exc:
             # A failed "test" (the list changed under us) comes back as 422, a lost
             # update race as 409: read again and rebuild the patch.

@@ -86,15 +86,15 @@ class InformerCaches:
 
     def __init__(self, api_client: Any, *, node_cache: bool, resync_seconds: float = 300.0) -> None:
         # Imported here so that tests with static caches need neither the client nor a cluster.
-        from kubernetes import client
-
         from kube_offload.runtime.informer import Informer
+        from kube_offload.runtime.kinds import NAMESPACES, NODES
+        from kube_offload.runtime.kube import Kube
 
-        core = client.CoreV1Api(api_client)
+        kube = Kube(api_client)
         self.has_node_cache = node_cache
         self._namespaces = Informer(
             name="namespaces",
-            list_func=core.list_namespace,
+            list_func=kube.list_func(NAMESPACES),
             resync_seconds=resync_seconds,
             transform=_strip_managed_fields,
         )
@@ -102,7 +102,7 @@ class InformerCaches:
         self._nodes = (
             Informer(
                 name="nodes",
-                list_func=core.list_node,
+                list_func=kube.list_func(NODES),
                 resync_seconds=resync_seconds,
                 transform=_strip_managed_fields,
             )

@@ -63,15 +63,15 @@ class InformerNamespaceSource:
 
     def __init__(self, api_client: Any, *, resync_seconds: float = 300.0) -> None:
         # Imported here so that tests with a static source need neither module's deps.
-        from kubernetes import client
-
         from kube_offload.runtime.informer import Informer
+        from kube_offload.runtime.kinds import NAMESPACES
+        from kube_offload.runtime.kube import Kube
         from kube_offload.namespace_policies import NamespacePolicies
 
-        self._core = client.CoreV1Api(api_client)
+        self._kube = Kube(api_client)
         self._informer = Informer(
             name="namespaces",
-            list_func=self._core.list_namespace,
+            list_func=self._kube.list_func(NAMESPACES),
             resync_seconds=resync_seconds,
         )
         self._policies = NamespacePolicies(self._informer)
@@ -98,10 +98,12 @@ class InformerNamespaceSource:
         return None if namespace is None else _answer(evaluate(namespace))
 
     def _fetch(self, name: str) -> dict | None:
-        from kube_offload.runtime.kube import ApiError, call_json
+        from kube_offload.runtime.kinds import NAMESPACES
+        from kube_offload.runtime.kube import NO_RETRY, ApiError
 
         try:
-            return call_json(self._core.read_namespace, name, _request_timeout=FALLBACK_TIMEOUT)
+            # One short try: an admission is waiting on it (the client tried once too).
+            return self._kube.get(NAMESPACES, name, timeout=FALLBACK_TIMEOUT, retry=NO_RETRY)
         except ApiError as exc:
             if exc.not_found:
                 return None

@@ -87,6 +87,12 @@ CUSTOM_RESOURCE_DEFINITIONS: Final = Resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
 )
 POD_METRICS: Final = Resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", True)  # metrics-server's
+MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", False
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", False
+)
 SELF_SUBJECT_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False)
 # Create-only: the answer is in the created object's status, nothing is stored.
 TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False)
@@ -106,5 +112,5 @@ ALL: Final[tuple[Resource, ...]] = (
     PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, REPLICA_SETS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
     ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
     TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS,
-    SHADOWPODS, CONSUMERS, TWIN_NAMESPACES,
+    SHADOWPODS, CONSUMERS, TWIN_NAMESPACES, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
