@@ -13,7 +13,8 @@ retries where a retry is safe (:func:`retry_delay`), and the per-cluster API met
 client's configuration only: host, TLS, credentials (token refresh included) and
 connection pool; no generated method or model is in between (docs/runtime.md says why,
 with the figures of bench/bench_api_client.py). :func:`call` and :func:`call_json` remain
-for the generated methods not migrated yet.
+as the informers' way of calling a list function (:meth:`Kube.list_func`, or a generated
+list method in a test), with one error type either way.
 
 Over 400 lines on purpose: it is one concern, the edge to the API server. The pure
 helpers (Status parsing, :func:`retry_delay`, :func:`query_string`, the preconditions)

@@ -53,18 +53,28 @@ def test_request_verb_names_requests_as_the_api_server_does(method: str, url: st
 
 
 class FakeResponse:
-    def __init__(self, status: int) -> None:
+    """An urllib3 response as Kube reads it."""
+
+    def __init__(self, status: int, body: bytes = b"{}") -> None:
         self.status = status
+        self.reason = "Not Found" if status == 404 else "OK"
+        self._body = body
+
+    def read(self) -> bytes:
+        return self._body
+
+    def release_conn(self) -> None:
+        pass
 
 
-class FakeApiClient:
-    """Stands for kubernetes' ApiClient at the one method the instrument wraps."""
+class FakePool:
+    """Stands for the connection pool of kubernetes' ApiClient, the one thing Kube sends through."""
 
     def __init__(self, answers: list) -> None:
         self.answers = answers
         self.sent: list[tuple[str, str]] = []
 
-    def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None):
+    def request(self, method, url, **_kwargs):
         self.sent.append((method, url))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -73,18 +83,29 @@ class FakeApiClient:
 
 
 def test_instrumented_client_counts_calls_by_cluster_verb_and_code() -> None:
+    from kubernetes import client
+
+    from kube_offload.runtime import kinds
+    from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube
+
     cluster = "test-instrumented"
-    api = FakeApiClient([FakeResponse(200), FakeResponse(404), ConnectionRefusedError("refused")])
+    api = client.ApiClient(client.Configuration(host="https://h"))
+    pool = FakePool([FakeResponse(200, b'{"items": []}'), FakeResponse(404), ConnectionRefusedError("refused")])
+    api.rest_client.pool_manager = pool
     rm.instrument_api_client(api, cluster)
-    rm.instrument_api_client(api, cluster)  # idempotent: one wrapper, one count per call
+    rm.instrument_api_client(api, cluster)  # idempotent: one label, one count per call
+    kube = Kube(api, retry=NO_RETRY)
 
-    assert api.call_api("GET", "https://h/api/v1/namespaces/d/pods", None, None, None, _request_timeout=(1, 2)).status == 200
-    assert api.call_api("GET", "https://h/api/v1/namespaces/d/pods/p").status == 404
-    with pytest.raises(ConnectionRefusedError):
-        api.call_api("POST", "https://h/api/v1/namespaces/d/pods", body={})
+    assert kube.request("GET", kinds.PODS.path(namespace="d")) == {"items": []}
+    with pytest.raises(ApiError) as missing:
+        kube.get(kinds.PODS, "p", namespace="d")
+    assert missing.value.status == 404
+    with pytest.raises(ApiError) as refused:
+        kube.create(kinds.PODS, {"metadata": {"name": "p"}}, namespace="d")
+    assert refused.value.status == 0
 
-    assert api.sent == [("GET", "https://h/api/v1/namespaces/d/pods"), ("GET", "https://h/api/v1/namespaces/d/pods/p"),
-                        ("POST", "https://h/api/v1/namespaces/d/pods")]
+    assert pool.sent == [("GET", "https://h/api/v1/namespaces/d/pods"), ("GET", "https://h/api/v1/namespaces/d/pods/p"),
+                         ("POST", "https://h/api/v1/namespaces/d/pods")]
     total = "kube_offload_api_requests_total"
     assert sample(total, cluster=cluster, verb="LIST", code="200") == 1
     assert sample(total, cluster=cluster, verb="GET", code="404") == 1
