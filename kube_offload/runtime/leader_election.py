@@ -249,13 +249,6 @@ class LeaderElector:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
         self._thread.start()
 
-    def wait_leading(self, stop: threading.Event, poll: float = 0.5) -> bool:
-        """Block until this replica leads (True) or ``stop`` is set (False)."""
-        while not stop.is_set():
-            if self._leading.wait(poll):
-                return True
-        return False
-
     def stop(self, release: bool = True) -> None:
         """Stop the loop; a leader hands the Lease back (holder empty) so that a standby
         takes over at once rather than after the lease duration."""
