@@ -100,6 +100,29 @@ LABEL_REFLECTOR: Final = f"{DOMAIN}/reflector"
 ANNOTATION_SKIP_REFLECTION: Final = f"{DOMAIN}/skip-reflection"
 ANNOTATION_ALLOW_REFLECTION: Final = f"{DOMAIN}/allow-reflection"
 
+# --- API server access of offloaded pods (docs/home-api.md) ----------------------------------
+# On a pod, or on its namespace (the pod's wins): which API server the offloaded pod's
+# in-cluster configuration reaches. "home" (the default): the local API server, as the
+# pod's own ServiceAccount, through the consumer's relay on the provider; "remote": the
+# provider's API server as the twin namespace's default account (only where the provider's
+# policy allows it); "disabled": no token and no address are given to the pod.
+ANNOTATION_API_SERVER: Final = f"{DOMAIN}/api-server"
+API_SERVER_HOME: Final = "home"
+API_SERVER_REMOTE: Final = "remote"
+API_SERVER_DISABLED: Final = "disabled"
+API_SERVER_MODES: Final = (API_SERVER_HOME, API_SERVER_REMOTE, API_SERVER_DISABLED)
+# Per consumer, in its tenant namespace on the provider: the Service in front of the relay
+# pods that offloaded pods connect to (port HOME_API_SERVICE_PORT). The relay listens for
+# pods on HOME_API_RELAY_SERVE_PORT and, on 127.0.0.1 only, for the consumer's uplinks
+# (port-forwards through the provider's API server) on HOME_API_RELAY_UPLINK_PORT.
+HOME_API_SERVICE: Final = "kube-offload-home-api"
+HOME_API_SERVICE_PORT: Final = 443
+HOME_API_RELAY_SERVE_PORT: Final = 6443
+HOME_API_RELAY_UPLINK_PORT: Final = 6444
+# The names the offloaded pod's in-cluster configuration uses for the home API server:
+# every API server's serving certificate carries them, so TLS verifies end to end.
+HOME_API_HOSTNAMES: Final = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
+
 # --- Virtual storage class (docs/storage.md) --------------------------------------------------
 # One StorageClass for both placements: claims whose first pod is scheduled to a virtual
 # node get a remote claim and a local stand-in volume; on a physical node, a volume of a
