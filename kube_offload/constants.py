@@ -177,6 +177,11 @@ TENANT_NAMESPACE_PREFIX: Final = "kube-offload-tenant-"
 LABEL_TENANT: Final = f"{DOMAIN}/tenant"
 # The ServiceAccount (in the tenant namespace) a consumer's virtual kubelet runs as.
 CONSUMER_SERVICE_ACCOUNT: Final = "consumer"
+# On the local kubeconfig Secret of a remote cluster: when its bound token (TokenRequest)
+# was issued and when it expires (RFC 3339), written by `kube-offload peer` and by the
+# virtual kubelet that renews it (kube_offload/bound_tokens.py, docs/security.md).
+ANNOTATION_TOKEN_ISSUED_AT: Final = f"{DOMAIN}/token-issued-at"
+ANNOTATION_TOKEN_EXPIRES_AT: Final = f"{DOMAIN}/token-expires-at"
 # RoleBinding the enforcer writes into each twin namespace, binding the consumer's
 # namespaced ClusterRole (chart: <release>-consumer-twin) to the consumer's identity.
 TWIN_ROLEBINDING_NAME: Final = "kube-offload-consumer"

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
@@ -42,9 +43,12 @@ REMOTE_CHART = "kube-offload-remote"
 LOCAL_CHART = "kube-offload-local"
 DEFAULT_NAMESPACE = "kube-offload"
 DEFAULT_RELEASE = "kube-offload"
-# Chart value createTokenSecret: true makes the remote chart create this long-lived token
-# Secret for the consumer's ServiceAccount in its tenant namespace.
-CONSUMER_TOKEN_SECRET = "consumer-token"
+# The long-lived token Secret of the consumer's ServiceAccount that the remote chart made
+# before bound tokens (chart value createTokenSecret); `peer` deletes one it finds.
+LEGACY_TOKEN_SECRET = "consumer-token"
+# The ConfigMap every namespace gets from kube-controller-manager with the cluster's CA:
+# the CA of the consumer's kubeconfig when the remote kubeconfig names none.
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 # Key of the kubeconfig in the local Secret; the local chart's default kubeconfigKey.
 KUBECONFIG_KEY = "kubeconfig"
 # Set on the objects `peer` writes itself (not through Helm), so they say who made them.
@@ -57,7 +61,8 @@ _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # --- actions --------------------------------------------------------------------------------
 # peer
 REMOTE_RELEASE = "remote-release"  # install/upgrade the remote chart (consumer added or removed)
-WAIT_TOKEN = "wait-token"
+DELETE_LEGACY_TOKEN = "delete-legacy-token"
+REQUEST_TOKEN = "request-token"
 KUBECONFIG_SECRET = "kubeconfig-secret"
 LOCAL_RELEASE = "local-release"  # install/upgrade the local chart (remote added or removed)
 RESTART_VKUBELET = "restart-vkubelet"
@@ -68,6 +73,7 @@ EVICT_PODS = "evict-pods"
 WAIT_VKUBELET_GONE = "wait-vkubelet-gone"
 DELETE_KUBECONFIG_SECRET = "delete-kubeconfig-secret"
 DELETE_NODE = "delete-node"
+REVOKE_CONSUMER = "revoke-consumer"
 DELETE_TWIN_REQUESTS = "delete-twin-requests"
 DELETE_TWIN_NAMESPACES = "delete-twin-namespaces"
 WAIT_TWINS_GONE = "wait-twins-gone"
@@ -109,7 +115,7 @@ class PeerOptions:
     local_cluster_id: str
     remote_cluster_id: str
     remote_server: str  # as reachable from the local cluster's pods
-    remote_ca_pem: bytes | None  # from the remote kubeconfig; None: the token Secret's ca.crt
+    remote_ca_pem: bytes | None  # from the remote kubeconfig; None: the tenant namespace's kube-root-ca.crt
     remote_chart: ChartRef
     local_chart: ChartRef
     namespace: str = DEFAULT_NAMESPACE
@@ -126,26 +132,23 @@ class PeerOptions:
     local_values: Mapping[str, Any] = field(default_factory=dict)  # from --local-values files
     remote_values: Mapping[str, Any] = field(default_factory=dict)  # from --remote-values files
     wait: bool = True
-
-
-@dataclass(frozen=True)
-class ConsumerToken:
-    """What the token controller wrote into the consumer's token Secret."""
-
-    token: str
-    ca_pem: bytes
+    # The lifetime asked of the consumer's bound token (TokenRequest); the API server may
+    # shorten it. A stored token past renew_fraction of its lifetime is renewed.
+    token_expiration_seconds: int = bt.DEFAULT_EXPIRATION_SECONDS
+    renew_fraction: float = bt.DEFAULT_RENEW_FRACTION
 
 
 @dataclass(frozen=True)
 class PeerState:
     remote_release: Release | None
-    consumer_token_secret_exists: bool
-    consumer_token: ConsumerToken | None  # None: the Secret is missing or not filled in yet
+    legacy_token_secret_exists: bool  # the long-lived consumer-token Secret of an older chart
+    remote_ca_pem: bytes | None  # the tenant namespace's kube-root-ca.crt; None: not there (yet)
     kubeconfig_secret: Mapping[str, Any] | None  # the local Secret's kubeconfig, parsed; None: no Secret
     kubeconfig_secret_exists: bool
     local_release: Release | None
     vkubelet_deployed: bool  # the local release already runs a vkubelet for this remote
     node_ready: bool
+    now: float = 0.0  # when the state was read (seconds since the epoch): token ages are measured to it
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,7 @@ class UnpeerState:
     remote_release: Release | None
     tenant_namespace_exists: bool
     consumer_exists: bool
+    consumer_service_account_exists: bool = False  # its identity: deleting it revokes every token
 
 
 @dataclass(frozen=True)
@@ -383,7 +387,7 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
     upserted into ``consumers`` (other consumers kept, its own other fields kept)."""
     values = deep_merge(current, {k: v for k, v in options.remote_values.items() if k != "consumers"})
     consumers = _merge_list(current.get("consumers"), options.remote_values.get("consumers"), "name", "--remote-values consumers")
-    entry: dict[str, Any] = {"name": options.local_cluster_id, "createTokenSecret": True}
+    entry: dict[str, Any] = {"name": options.local_cluster_id}
     if options.pod_security_level is not None:
         entry["podSecurityLevel"] = options.pod_security_level
     if options.quota is not None:
@@ -398,6 +402,10 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
             base = next((e.get("policy") for e in consumers if e.get("name") == options.local_cluster_id), None)
         entry["policy"] = policy_with_grants(base, options.policy_grants, f"consumer {options.local_cluster_id} {POLICY}")
     values["consumers"] = _upsert(consumers, "name", entry)
+    for admitted in values["consumers"]:
+        if admitted.get("name") == options.local_cluster_id:
+            # An older peer asked for a long-lived token Secret; the chart makes none now.
+            admitted.pop("createTokenSecret", None)
     return values
 
 
@@ -527,14 +535,41 @@ def consumer_kubeconfig(*, server: str, ca_pem: bytes, token: str, remote_cluste
     }
 
 
-def desired_kubeconfig(options: PeerOptions, token: ConsumerToken) -> dict[str, Any]:
+def desired_kubeconfig(options: PeerOptions, token: str, ca_pem: bytes) -> dict[str, Any]:
     return consumer_kubeconfig(
         server=options.remote_server,
-        ca_pem=options.remote_ca_pem or token.ca_pem,
-        token=token.token,
+        ca_pem=options.remote_ca_pem or ca_pem,
+        token=token,
         remote_cluster_id=options.remote_cluster_id,
         local_cluster_id=options.local_cluster_id,
     )
+
+
+def token_renewal_reason(kubeconfig: Mapping[str, Any] | None, now: float, fraction: float) -> str | None:
+    """Why the stored kubeconfig needs a new token, or None while its token is good. The
+    virtual kubelet renews its own token at ``fraction`` of its lifetime; one found past
+    that point here was not renewed (the virtual kubelet was down, or is failing)."""
+    token = bt.kubeconfig_token(kubeconfig)
+    if token is None:
+        return "it holds no token"
+    lifetime = bt.lifetime(token)
+    if lifetime is None:
+        return "it holds a token that never expires (a long-lived token Secret's)"
+    if lifetime.expired(now):
+        return f"its token expired at {bt.rfc3339(lifetime.expires)}"
+    if now >= lifetime.renew_at(fraction):
+        return f"its token is due for renewal (expires {bt.rfc3339(lifetime.expires)})"
+    return None
+
+
+def _kubeconfig_differs(state: PeerState, options: PeerOptions) -> bool:
+    """Whether the stored kubeconfig differs from the desired one in anything but the
+    token (server, CA, names): then the virtual kubelet must restart to use it."""
+    current = state.kubeconfig_secret
+    ca_pem = options.remote_ca_pem or state.remote_ca_pem
+    if current is None or ca_pem is None or bt.kubeconfig_token(current) is None:
+        return True
+    return bt.with_token(desired_kubeconfig(options, "", ca_pem), "") != bt.with_token(current, "")
 
 
 # --- peer -----------------------------------------------------------------------------------
@@ -546,40 +581,43 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
 
     remote_values = remote_values_with_consumer(state.remote_release.values if state.remote_release else {}, options)
     current = _release_is_current(state.remote_release, options.remote_chart, remote_values)
-    # A deleted token Secret (the documented way to rotate the consumer's token) comes
-    # back only with a `helm upgrade`, which recreates the chart's missing objects.
-    token_missing = current and not state.consumer_token_secret_exists
-    remote_changes = not current or token_missing
-    if remote_changes:
+    # A long-lived token Secret left by an older chart: the upgrade removes it (and
+    # brings the RBAC by which the virtual kubelet renews its bound token).
+    legacy = state.legacy_token_secret_exists
+    if not current or legacy:
         admitted = "admit" if not has_consumer(state.remote_release, consumer_id) else "update"
         entry = _entry(remote_values, "consumers", "name", consumer_id)
-        why = "; recreates the missing token Secret" if token_missing else ""
+        why = "; replaces the long-lived token Secret by bound tokens" if current else ""
         steps.append(Step(
             REMOTE_RELEASE,
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)}{why}; "
             f"{admitted} consumer {consumer_id} ({_describe_consumer(entry)}); consumers: {_names(remote_values['consumers'], 'name')}",
             data={"values": remote_values, "release": options.remote_release, "chart": options.remote_chart.path, "version": options.remote_chart.version},
         ))
-
-    # The token is known now only if nothing on the remote side is about to change;
-    # otherwise it is read after the upgrade and the Secret written if it differs.
-    token = None if remote_changes else state.consumer_token
-    secret = kubeconfig_secret_name(rid)
-    write_secret = True
-    if token is None:
+    if legacy:
         steps.append(Step(
-            WAIT_TOKEN,
-            f"remote: wait for the token of {consumer_username(consumer_id)} (Secret {tenant}/{CONSUMER_TOKEN_SECRET})",
-            changes=False,
+            DELETE_LEGACY_TOKEN,
+            f"remote: delete Secret {tenant}/{LEGACY_TOKEN_SECRET} if still there: a token that never expires "
+            "(the virtual kubelet uses a bound token from now on)",
+            data={"name": LEGACY_TOKEN_SECRET},
         ))
-        how = "create" if not state.kubeconfig_secret_exists else "update (if it differs)"
-    else:
-        write_secret = desired_kubeconfig(options, token) != state.kubeconfig_secret
+
+    secret = kubeconfig_secret_name(rid)
+    differs = _kubeconfig_differs(state, options)
+    why_token = token_renewal_reason(state.kubeconfig_secret, state.now, options.renew_fraction)
+    if differs or why_token:
+        hours = options.token_expiration_seconds / 3600
+        steps.append(Step(
+            REQUEST_TOKEN,
+            f"remote: request a bound token for {consumer_username(consumer_id)} valid {hours:g}h "
+            "(TokenRequest; the API server may shorten it)",
+            data={"expiration_seconds": options.token_expiration_seconds},
+        ))
         how = "create" if not state.kubeconfig_secret_exists else "update"
-    if write_secret:
+        reason = "" if not state.kubeconfig_secret_exists else f" ({why_token})" if why_token and not differs else ""
         steps.append(Step(
             KUBECONFIG_SECRET,
-            f"local: {how} Secret {ns}/{secret}: a kubeconfig for {options.remote_server} as {consumer_username(consumer_id)}",
+            f"local: {how} Secret {ns}/{secret}: a kubeconfig for {options.remote_server} as {consumer_username(consumer_id)}{reason}",
             data={"name": secret},
         ))
 
@@ -594,12 +632,13 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
 
-    if write_secret and state.kubeconfig_secret_exists and state.vkubelet_deployed:
-        # The virtual kubelet reads its kubeconfig once, at start-up.
+    if differs and state.kubeconfig_secret_exists and state.vkubelet_deployed:
+        # The virtual kubelet follows a new token in its Secret as it runs; a new server
+        # or CA it reads only at start-up.
         deployment = vkubelet_deployment_name(options.local_release, rid)
         steps.append(Step(
             RESTART_VKUBELET,
-            f"local: restart Deployment {ns}/{deployment} if its credentials changed, so the virtual kubelet uses the new ones",
+            f"local: restart Deployment {ns}/{deployment}, so the virtual kubelet uses the new server and CA",
             data={"name": deployment},
         ))
 
@@ -651,6 +690,15 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
     if state.node_exists:
         steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Lease goes with it)", data={"name": node}))
 
+    if state.consumer_service_account_exists:
+        # Explicit, not left to the release upgrade below: the identity goes first, so
+        # nothing holding one of its tokens (a copy of the kubeconfig) acts any more.
+        steps.append(Step(
+            REVOKE_CONSUMER,
+            f"remote: revoke the consumer's identity: delete ServiceAccount {tenant}/{c.CONSUMER_SERVICE_ACCOUNT} "
+            f"(every token issued to {consumer_username(consumer_id)} is refused from then on)",
+            data={"namespace": tenant, "name": c.CONSUMER_SERVICE_ACCOUNT},
+        ))
     if state.twin_requests:
         steps.append(Step(
             DELETE_TWIN_REQUESTS,
@@ -686,7 +734,7 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
         steps.append(Step(
             REMOTE_RELEASE,
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)} without "
-            f"consumer {consumer_id} (removes Consumer {consumer_id}, namespace {tenant}, its ServiceAccount, token and RBAC); "
+            f"consumer {consumer_id} (removes Consumer {consumer_id}, namespace {tenant}, its ServiceAccount and RBAC); "
             f"consumers left: {_names(values['consumers'], 'name')}",
             data={"values": values, "release": options.remote_release, "chart": options.remote_chart.path, "version": options.remote_chart.version},
         ))

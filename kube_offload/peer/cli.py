@@ -5,11 +5,21 @@ from __future__ import annotations
 import argparse
 
 import kube_offload
+from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload.peer.connect import run_peer
 from kube_offload.peer.disconnect import run_unpeer
 from kube_offload.runtime.flags import add_flag, positive_duration
+
+
+def token_expiration(text: str) -> float:
+    """argparse type of --token-expiration: a duration the API server accepts."""
+    seconds = positive_duration(text)
+    problem = bt.expiration_problem("--token-expiration", seconds)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              help="extra values file for the local chart, repeatable (e.g. image.repository, webhook.enabled)")
     add_flag(peer, "peer", "--remote-values", default=[], action="append",
              help="extra values file for the remote chart, repeatable (e.g. image.repository)")
+    flag("--token-expiration", default="24h", type=token_expiration,
+         help="lifetime asked for the consumer's bound token (TokenRequest; the remote API server may shorten it, "
+              "at least 10m); the virtual kubelet renews it itself at 80%% of its lifetime, and peer renews one "
+              "found expired or past that point (docs/security.md)")
     peer.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                       help="wait for the releases' workloads and until the virtual node is Ready (default: wait)")
     peer.set_defaults(func=run_peer)

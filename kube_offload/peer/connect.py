@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import time
 from typing import Mapping
 
 import yaml
 
+from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload.peer.api import Cluster
@@ -47,17 +49,29 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
         local_values=read_values_files(appended(args, "--local-values"), "--local-values"),
         remote_values=read_values_files(appended(args, "--remote-values"), "--remote-values"),
         wait=bool(args.wait),
+        token_expiration_seconds=int(args.token_expiration),
     )
 
 
-def read_consumer_token(remote: Cluster, consumer_id: str) -> tuple[bool, p.ConsumerToken | None]:
-    secret = remote.get(kinds.SECRETS, p.CONSUMER_TOKEN_SECRET, namespace=c.tenant_namespace(consumer_id))
-    if secret is None:
-        return False, None
-    token, ca_pem = _b64(secret.get("data"), "token"), _b64(secret.get("data"), "ca.crt")
-    if not token or not ca_pem:
-        return True, None  # the token controller has not filled it in yet
-    return True, p.ConsumerToken(token=token.decode(), ca_pem=ca_pem)
+def read_root_ca(remote: Cluster, consumer_id: str) -> bytes | None:
+    """The remote cluster's CA as kube-controller-manager publishes it in every namespace
+    (here the consumer's tenant namespace); None until it has."""
+    configmap = remote.get(kinds.CONFIG_MAPS, p.ROOT_CA_CONFIGMAP, namespace=c.tenant_namespace(consumer_id))
+    ca = ((configmap or {}).get("data") or {}).get("ca.crt")
+    return ca.encode() if ca else None
+
+
+def request_token(remote: Cluster, consumer_id: str, expiration_seconds: int) -> bt.Grant:
+    """A bound token for the consumer's ServiceAccount (TokenRequest, as the provider's admin)."""
+    try:
+        answer = remote.kube.create(kinds.SERVICE_ACCOUNTS, bt.request_body(c.CONSUMER_SERVICE_ACCOUNT, expiration_seconds),
+                                    namespace=c.tenant_namespace(consumer_id), subresource="token")
+    except ApiError as exc:
+        raise remote.error(exc) from None
+    try:
+        return bt.grant_from_response(answer, time.time())
+    except ValueError as exc:
+        raise CommandError(f"remote: {exc}") from None
 
 
 def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict | None]:
@@ -77,7 +91,8 @@ def node_is_ready(node: dict | None) -> bool:
 
 
 def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
-    token_exists, token = read_consumer_token(ctx.remote, options.local_cluster_id)
+    tenant = c.tenant_namespace(options.local_cluster_id)
+    legacy = ctx.remote.get(kinds.SECRETS, p.LEGACY_TOKEN_SECRET, namespace=tenant)
     secret_exists, kubeconfig = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
     deployment = ctx.local.get(
         kinds.DEPLOYMENTS, p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id), namespace=ctx.namespace
@@ -85,13 +100,14 @@ def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
     node = ctx.local.get(kinds.NODES, p.node_name(options.remote_cluster_id))
     return p.PeerState(
         remote_release=ctx.remote_helm.release(options.remote_release),
-        consumer_token_secret_exists=token_exists,
-        consumer_token=token,
+        legacy_token_secret_exists=legacy is not None,
+        remote_ca_pem=read_root_ca(ctx.remote, options.local_cluster_id),
         kubeconfig_secret=kubeconfig,
         kubeconfig_secret_exists=secret_exists,
         local_release=ctx.local_helm.release(options.local_release),
         vkubelet_deployed=deployment is not None,
         node_ready=node_is_ready(node),
+        now=time.time(),
     )
 
 
@@ -101,7 +117,7 @@ class PeerRun:
     def __init__(self, ctx: Context, options: p.PeerOptions) -> None:
         self.ctx = ctx
         self.options = options
-        self.token: p.ConsumerToken | None = None
+        self.grant: bt.Grant | None = None
         self.secret_changed = False
 
     def do(self, step: p.Step) -> str:
@@ -110,14 +126,12 @@ class PeerRun:
             release = ctx.remote_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
                                               wait=options.wait, timeout=ctx.timeout)
             return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
-        if step.action == p.WAIT_TOKEN:
-            self.token = wait(
-                lambda: read_consumer_token(ctx.remote, options.local_cluster_id)[1],
-                timeout=ctx.timeout,
-                what=f"for the remote token controller to fill Secret {c.tenant_namespace(options.local_cluster_id)}/{p.CONSUMER_TOKEN_SECRET}",
-                hint="is kube-controller-manager running on the remote cluster?",
-            )
-            return "token ready"
+        if step.action == p.DELETE_LEGACY_TOKEN:
+            ctx.remote.delete(kinds.SECRETS, step.data["name"], namespace=c.tenant_namespace(options.local_cluster_id))
+            return "deleted (no long-lived token is left)"
+        if step.action == p.REQUEST_TOKEN:
+            self.grant = request_token(ctx.remote, options.local_cluster_id, step.data["expiration_seconds"])
+            return f"token valid until {bt.rfc3339(self.grant.lifetime.expires)}"
         if step.action == p.KUBECONFIG_SECRET:
             return self._write_secret(step.data["name"])
         if step.action == p.LOCAL_RELEASE:
@@ -126,7 +140,7 @@ class PeerRun:
             return f"release {release.namespace}/{release.name} revision {release.revision} {release.status}"
         if step.action == p.RESTART_VKUBELET:
             if not self.secret_changed:
-                return "credentials unchanged, not restarted"
+                return "kubeconfig unchanged, not restarted"
             patch = {"spec": {"template": {"metadata": {"annotations": {
                 p.RESTARTED_AT_ANNOTATION: now_time()}}}}}
             try:
@@ -148,13 +162,16 @@ class PeerRun:
 
     def _write_secret(self, name: str) -> str:
         ctx, options = self.ctx, self.options
-        token = self.token or read_consumer_token(ctx.remote, options.local_cluster_id)[1]
-        if token is None:
-            raise CommandError(f"remote: Secret {c.tenant_namespace(options.local_cluster_id)}/{p.CONSUMER_TOKEN_SECRET} holds no token")
-        desired = p.desired_kubeconfig(options, token)
-        exists, current = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
-        if current == desired:
-            return "unchanged"
+        grant = self.grant
+        assert grant is not None, "the plan requests a token before it writes the kubeconfig"
+        ca_pem = options.remote_ca_pem or wait(
+            lambda: read_root_ca(ctx.remote, options.local_cluster_id),
+            timeout=ctx.timeout,
+            what=f"for ConfigMap {c.tenant_namespace(options.local_cluster_id)}/{p.ROOT_CA_CONFIGMAP} (the remote cluster's CA)",
+            hint="the remote kubeconfig names no CA; is kube-controller-manager running on the remote cluster?",
+        )
+        desired = p.desired_kubeconfig(options, grant.token, ca_pem)
+        exists, _ = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -163,6 +180,7 @@ class PeerRun:
                 "name": name,
                 "namespace": ctx.namespace,
                 "labels": {"app.kubernetes.io/managed-by": p.PEER_MANAGER, c.LABEL_CLUSTER_ID: options.remote_cluster_id},
+                "annotations": bt.secret_annotations(grant),
             },
             "data": {p.KUBECONFIG_KEY: base64.b64encode(yaml.safe_dump(desired).encode()).decode()},
         }

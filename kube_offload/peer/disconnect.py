@@ -42,6 +42,7 @@ def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
         remote_release=ctx.remote_helm.release(options.remote_release),
         tenant_namespace_exists=remote.get(kinds.NAMESPACES, tenant) is not None,
         consumer_exists=consumer is not None,
+        consumer_service_account_exists=remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
     )
 
 
@@ -96,6 +97,8 @@ class UnpeerRun:
                 for name in step.data["names"]:
                     remote.delete(kinds.TWIN_NAMESPACES, name, namespace=tenant)
                 return "deleted"
+            if step.action == p.REVOKE_CONSUMER:
+                return self._revoke(step.data["namespace"], step.data["name"])
             if step.action == p.DELETE_TWIN_NAMESPACES:
                 for name in step.data["names"]:
                     remote.delete(kinds.NAMESPACES, name)
@@ -127,6 +130,19 @@ class UnpeerRun:
         except ApiError as exc:
             raise (local if step.description.startswith("local") else remote).error(exc) from None
         raise AssertionError(f"unknown unpeer step {step.action}")
+
+    def _revoke(self, namespace: str, name: str) -> str:
+        """Delete the consumer's ServiceAccount and wait until it is gone: the API server
+        refuses a bound token whose ServiceAccount no longer exists (or is another one of
+        the same name, by uid), so every copy of the consumer's kubeconfig dies with it."""
+        remote = self.ctx.remote
+        account = remote.get(kinds.SERVICE_ACCOUNTS, name, namespace=namespace)
+        if account is None:
+            return "already gone"
+        remote.delete(kinds.SERVICE_ACCOUNTS, name, namespace=namespace)
+        wait(lambda: remote.get(kinds.SERVICE_ACCOUNTS, name, namespace=namespace) is None, timeout=self.ctx.timeout,
+             what=f"for ServiceAccount {namespace}/{name} to go")
+        return f"revoked: ServiceAccount {namespace}/{name} (uid {account['metadata'].get('uid')}) deleted; its tokens are refused"
 
     def _twins_gone(self) -> bool:
         remote, options = self.ctx.remote, self.options

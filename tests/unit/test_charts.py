@@ -109,7 +109,7 @@ VALUE_SETS: dict[str, dict[str, dict[str, Any]]] = {
             "nodeLabels": {"topology.kubernetes.io/region": "eu-west"},
             "consumers": [{"name": "local", "podSecurityLevel": "baseline",
                            "quota": {"cpu": "8", "memory": "16Gi", "pods": "50"}, "cordoned": False,
-                           "nodeLabels": {"example.com/provider": "acme"}, "createTokenSecret": True}],
+                           "nodeLabels": {"example.com/provider": "acme"}}],
         },
     },
 }

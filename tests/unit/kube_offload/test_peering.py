@@ -8,6 +8,7 @@ another consumer or another remote cluster from a release's values.
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 import pytest
@@ -16,8 +17,21 @@ from kube_offload import peering as p
 
 REMOTE_CHART = p.ChartRef(p.REMOTE_CHART, "0.1.0", "/charts/kube-offload-remote")
 LOCAL_CHART = p.ChartRef(p.LOCAL_CHART, "0.1.0", "/charts/kube-offload-local")
-TOKEN = p.ConsumerToken(token="t0ken", ca_pem=b"-----BEGIN CERTIFICATE-----\nsa\n-----END CERTIFICATE-----\n")
+ROOT_CA = b"-----BEGIN CERTIFICATE-----\nsa\n-----END CERTIFICATE-----\n"
 REMOTE_CA = b"-----BEGIN CERTIFICATE-----\nserver\n-----END CERTIFICATE-----\n"
+ISSUED = 1_800_000_000.0
+DAY = 24 * 3600
+
+
+def jwt(claims: dict) -> str:
+    """A token shaped like the API server's (header.payload.signature); nothing here
+    verifies the signature."""
+    def part(data: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+TOKEN = jwt({"iat": int(ISSUED), "exp": int(ISSUED + DAY), "sub": "system:serviceaccount:kube-offload-tenant-local:consumer"})
 
 
 def options(**overrides) -> p.PeerOptions:
@@ -44,8 +58,8 @@ def release(chart: p.ChartRef, values: dict, *, revision: int = 3, status: str =
 def fresh_state() -> p.PeerState:
     return p.PeerState(
         remote_release=None,
-        consumer_token_secret_exists=False,
-        consumer_token=None,
+        legacy_token_secret_exists=False,
+        remote_ca_pem=None,
         kubeconfig_secret=None,
         kubeconfig_secret_exists=False,
         local_release=None,
@@ -54,19 +68,21 @@ def fresh_state() -> p.PeerState:
     )
 
 
-def peered_state(opts: p.PeerOptions, *, remote_values: dict | None = None, local_values: dict | None = None) -> p.PeerState:
+def peered_state(opts: p.PeerOptions, *, remote_values: dict | None = None, local_values: dict | None = None,
+                 now: float = ISSUED + 3600) -> p.PeerState:
     """Both sides exactly as a successful `peer` with ``opts`` leaves them."""
     remote_values = remote_values if remote_values is not None else p.remote_values_with_consumer({}, opts)
     local_values = local_values if local_values is not None else p.local_values_with_remote({}, opts)
     return p.PeerState(
         remote_release=release(REMOTE_CHART, remote_values),
-        consumer_token_secret_exists=True,
-        consumer_token=TOKEN,
-        kubeconfig_secret=p.desired_kubeconfig(opts, TOKEN),
+        legacy_token_secret_exists=False,
+        remote_ca_pem=ROOT_CA,
+        kubeconfig_secret=p.desired_kubeconfig(opts, TOKEN, ROOT_CA),
         kubeconfig_secret_exists=True,
         local_release=release(LOCAL_CHART, local_values, revision=7),
         vkubelet_deployed=True,
         node_ready=True,
+        now=now,
     )
 
 
@@ -77,11 +93,12 @@ def actions(steps) -> list[str]:
 # --- peer -----------------------------------------------------------------------------------
 def test_fresh_pair_installs_both_sides_in_order():
     steps = p.plan_peer(fresh_state(), options())
-    assert actions(steps) == [p.REMOTE_RELEASE, p.WAIT_TOKEN, p.KUBECONFIG_SECRET, p.LOCAL_RELEASE, p.WAIT_NODE_READY]
-    assert [s.changes for s in steps] == [True, False, True, True, False]
+    assert actions(steps) == [p.REMOTE_RELEASE, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.LOCAL_RELEASE, p.WAIT_NODE_READY]
+    assert [s.changes for s in steps] == [True, True, True, True, False]
+    assert steps[1].data == {"expiration_seconds": DAY} and "valid 24h" in steps[1].description
     remote = steps[0].data["values"]
     assert remote["consumers"] == [{
-        "name": "local", "createTokenSecret": True, "podSecurityLevel": "baseline",
+        "name": "local", "podSecurityLevel": "baseline",
         "quota": {"cpu": "8", "memory": "16Gi", "pods": "50"},
         "nodeLabels": {"topology.kubernetes.io/region": "eu-west"},
     }]
@@ -120,10 +137,8 @@ def test_a_new_quota_upgrades_the_remote_release_and_leaves_the_local_one():
     assert steps[0].action == p.REMOTE_RELEASE
     assert steps[0].data["values"]["consumers"][0]["quota"] == {"cpu": "4"}
     assert "revision 3" in steps[0].description
-    # the token is read again after the upgrade; the Secret is rewritten (and the
-    # virtual kubelet restarted) only if the kubeconfig then differs
-    assert actions(steps)[1:] == [p.WAIT_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET, p.WAIT_NODE_READY]
-    assert "if it differs" in steps[2].description and "if its credentials changed" in steps[3].description
+    # the consumer's token stays good across an upgrade of its release
+    assert actions(steps)[1:] == [p.WAIT_NODE_READY]
 
 
 def test_other_consumers_and_remote_clusters_are_never_dropped():
@@ -132,7 +147,7 @@ def test_other_consumers_and_remote_clusters_are_never_dropped():
     other_remote = {"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig", "labels": {"a": "b"}}
     state = p.PeerState(
         remote_release=release(REMOTE_CHART, {"nodeLabels": {"x": "y"}, "consumers": [other_consumer]}),
-        consumer_token_secret_exists=False, consumer_token=None,
+        legacy_token_secret_exists=False, remote_ca_pem=None,
         kubeconfig_secret=None, kubeconfig_secret_exists=False,
         local_release=release(LOCAL_CHART, {"localClusterId": "local", "remoteClusters": [other_remote],
                                             "webhook": {"replicas": 1}}),
@@ -193,31 +208,69 @@ def test_a_failed_or_older_release_is_upgraded(change, why):
     assert why in steps[0].description
 
 
-def test_a_deleted_token_secret_is_recreated_by_an_upgrade_and_the_vkubelet_restarted():
-    """The documented token rotation: delete consumer-token, run peer again."""
+def test_a_long_lived_token_secret_is_replaced_by_a_bound_token():
+    """The upgrade path from a peering made before bound tokens: the chart's consumer-token
+    Secret goes (an upgrade, and a delete in case it was made by hand), the kubeconfig
+    gets a bound token without a restart (the virtual kubelet follows its Secret)."""
     opts = options()
-    state = peered_state(opts)
-    state = p.PeerState(**{**state.__dict__, "consumer_token_secret_exists": False, "consumer_token": None})
+    old = p.remote_values_with_consumer({}, opts)
+    old["consumers"][0]["createTokenSecret"] = True
+    legacy_token = jwt({"iss": "kubernetes/serviceaccount", "sub": "system:serviceaccount:kube-offload-tenant-local:consumer"})
+    state = peered_state(opts, remote_values=old)
+    state = p.PeerState(**{**state.__dict__, "legacy_token_secret_exists": True,
+                           "kubeconfig_secret": p.desired_kubeconfig(opts, legacy_token, ROOT_CA)})
     steps = p.plan_peer(state, opts)
-    assert actions(steps) == [p.REMOTE_RELEASE, p.WAIT_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET, p.WAIT_NODE_READY]
-    assert "recreates the missing token Secret" in steps[0].description
+    assert actions(steps) == [p.REMOTE_RELEASE, p.DELETE_LEGACY_TOKEN, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.WAIT_NODE_READY]
+    assert "createTokenSecret" not in steps[0].data["values"]["consumers"][0]
+    assert steps[1].data == {"name": "consumer-token"}
+    assert "never expires" in steps[3].description
+    # the same, once the values were already rewritten: the Secret alone still forces an upgrade
+    state = p.PeerState(**{**state.__dict__, "remote_release": release(REMOTE_CHART, p.remote_values_with_consumer({}, opts))})
+    steps = p.plan_peer(state, opts)
+    assert actions(steps)[:2] == [p.REMOTE_RELEASE, p.DELETE_LEGACY_TOKEN]
+    assert "replaces the long-lived token Secret" in steps[0].description
+
+
+@pytest.mark.parametrize("now, why", [
+    (ISSUED + 0.79 * DAY, None),
+    (ISSUED + 0.81 * DAY, "due for renewal"),
+    (ISSUED + DAY + 1, "expired at 2027-01-16T08:00:00Z"),
+])
+def test_a_token_past_its_renewal_point_is_renewed_without_a_restart(now, why):
+    """The virtual kubelet renews at 80%; a token found past that (it was down) or expired
+    is renewed by peer; the running virtual kubelet follows its Secret, no restart."""
+    opts = options()
+    steps = p.plan_peer(peered_state(opts, now=now), opts)
+    if why is None:
+        assert p.changes(steps) == []
+        return
+    assert actions(steps) == [p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.WAIT_NODE_READY]
+    assert why in steps[1].description
+
+
+def test_token_renewal_reason():
+    config = p.desired_kubeconfig(options(), TOKEN, ROOT_CA)
+    assert p.token_renewal_reason(config, ISSUED + 10, 0.8) is None
+    assert "due for renewal" in (p.token_renewal_reason(config, ISSUED + 10, 0.00001) or "")
+    assert p.token_renewal_reason(None, ISSUED, 0.8) == "it holds no token"
+    assert "never expires" in (p.token_renewal_reason(p.desired_kubeconfig(options(), "opaque", ROOT_CA), ISSUED, 0.8) or "")
 
 
 def test_a_different_server_rewrites_the_secret_and_restarts():
     opts = options()
     state = peered_state(opts)
     steps = p.plan_peer(state, options(remote_server="https://remote.example:6443"))
-    assert actions(p.changes(steps)) == [p.KUBECONFIG_SECRET, p.RESTART_VKUBELET]
+    assert actions(p.changes(steps)) == [p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET]
 
 
 def test_the_consumer_kubeconfig_holds_server_ca_and_token_only():
-    config = p.desired_kubeconfig(options(), TOKEN)
+    config = p.desired_kubeconfig(options(), TOKEN, ROOT_CA)
     cluster = config["clusters"][0]["cluster"]
     assert cluster == {"server": "https://10.0.0.2:6443", "certificate-authority-data": base64.b64encode(REMOTE_CA).decode()}
-    assert config["users"][0]["user"] == {"token": "t0ken"}
-    # without a CA in the remote kubeconfig, the cluster's own CA from the token Secret
-    fallback = p.desired_kubeconfig(options(remote_ca_pem=None), TOKEN)
-    assert base64.b64decode(fallback["clusters"][0]["cluster"]["certificate-authority-data"]) == TOKEN.ca_pem
+    assert config["users"][0]["user"] == {"token": TOKEN}
+    # without a CA in the remote kubeconfig, the cluster's own (kube-root-ca.crt)
+    fallback = p.desired_kubeconfig(options(remote_ca_pem=None), TOKEN, ROOT_CA)
+    assert base64.b64decode(fallback["clusters"][0]["cluster"]["certificate-authority-data"]) == ROOT_CA
 
 
 # --- input ----------------------------------------------------------------------------------
@@ -293,6 +346,7 @@ def peered_unpeer_state(**overrides) -> p.UnpeerState:
         remote_release=release(REMOTE_CHART, remote_values),
         tenant_namespace_exists=True,
         consumer_exists=True,
+        consumer_service_account_exists=True,
     )
     base.update(overrides)
     return p.UnpeerState(**base)
@@ -302,7 +356,7 @@ def test_unpeer_removes_the_local_side_first_then_the_remote():
     steps = p.plan_unpeer(peered_unpeer_state(), unpeer_options())
     assert actions(steps) == [
         p.CORDON_NODE, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_VKUBELET_GONE, p.DELETE_KUBECONFIG_SECRET, p.DELETE_NODE,
-        p.DELETE_TWIN_REQUESTS, p.DELETE_TWIN_NAMESPACES, p.WAIT_TWINS_GONE, p.REMOTE_RELEASE, p.WAIT_CONSUMER_GONE,
+        p.REVOKE_CONSUMER, p.DELETE_TWIN_REQUESTS, p.DELETE_TWIN_NAMESPACES, p.WAIT_TWINS_GONE, p.REMOTE_RELEASE, p.WAIT_CONSUMER_GONE,
     ]
     by_action = {s.action: s for s in steps}
     assert by_action[p.LOCAL_RELEASE].data["values"]["remoteClusters"] == [{"id": "remote-1", "kubeconfigSecret": "s"}]
@@ -310,12 +364,16 @@ def test_unpeer_removes_the_local_side_first_then_the_remote():
     # a twin namespace whose request is already gone is deleted directly
     assert by_action[p.DELETE_TWIN_NAMESPACES].data["names"] == ["old-local"]
     assert by_action[p.EVICT_PODS].data["pods"] == ["demo/web-1", "demo/web-2"]
+    # the identity is revoked explicitly, first thing on the remote side, and says so
+    revoke = by_action[p.REVOKE_CONSUMER]
+    assert revoke.data == {"namespace": "kube-offload-tenant-local", "name": "consumer"}
+    assert "every token issued to system:serviceaccount:kube-offload-tenant-local:consumer is refused" in revoke.description
 
 
 def test_unpeer_of_an_unpeered_pair_plans_nothing():
     gone = peered_unpeer_state(
         node_exists=False, pods_on_node=[], vkubelet_pods=[], kubeconfig_secret_exists=False, twin_requests=[],
-        twin_namespaces=[], tenant_namespace_exists=False, consumer_exists=False,
+        twin_namespaces=[], tenant_namespace_exists=False, consumer_exists=False, consumer_service_account_exists=False,
         local_release=release(LOCAL_CHART, {"localClusterId": "local", "remoteClusters": []}),
         remote_release=release(REMOTE_CHART, {"consumers": []}),
     )
