@@ -49,6 +49,15 @@ REASON_REMOTE_REACHABLE: Final = "RemoteClusterReachable"
 # Also the reason of the pods' Ready=False while their node is not Ready (vkubelet/readiness.py).
 REASON_REMOTE_UNREACHABLE: Final = "RemoteClusterUnreachable"
 
+# --- vkubelet: Events on the virtual node about its remote credentials (docs/security.md) ------
+# The bound token of the remote kubeconfig was renewed (TokenRequest) and written back.
+REASON_REMOTE_CREDENTIALS_RENEWED: Final = "RemoteCredentialsRenewed"
+# It expired before it could be renewed (the virtual kubelet was down longer than its
+# lifetime): `kube-offload peer` issues a new one.
+REASON_REMOTE_CREDENTIALS_EXPIRED: Final = "RemoteCredentialsExpired"
+# The remote cluster refused it before its expiry: revoked (its ServiceAccount deleted).
+REASON_REMOTE_CREDENTIALS_REFUSED: Final = "RemoteCredentialsRefused"
+
 # --- vkubelet: reflection Events on local objects (docs/reflection.md) -------------------------
 REASON_REFLECTION_CONFLICT: Final = "ReflectionConflict"
 REASON_REFLECTION_FAILED: Final = "ReflectionFailed"

@@ -42,6 +42,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--local-kubeconfig", default=None,
          help="kubeconfig of the local cluster; unset: in-cluster config, then ~/.kube/config")
     flag("--remote-kubeconfig", default=None, help="kubeconfig of the remote cluster (required)")
+    flag("--remote-kubeconfig-secret", default="",
+         help="NAMESPACE/NAME of the local Secret holding the remote kubeconfig (written by `kube-offload peer`; "
+              "--remote-kubeconfig is its mounted copy): the leader renews its bound token there, every replica "
+              "follows it without a restart; unset: the token is never renewed")
+    flag("--remote-kubeconfig-secret-key", default="kubeconfig", help="key of --remote-kubeconfig-secret holding the kubeconfig")
+    flag("--remote-token-renew-fraction", default=0.8, type=float,
+         help="renew the remote bound token once this share of its lifetime has passed (0 < f < 1; the "
+              "kubelet's rule is 0.8)")
     flag("--cluster-id", default="", help="id of the REMOTE cluster; the node is named kube-offload-<id> (required)")
     flag("--local-cluster-id", default="",
          help="id of the LOCAL cluster: the origin label on remote objects and the suffix of twin namespaces (required)")
@@ -105,6 +113,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         local_cluster_id=args.local_cluster_id,
         local_kubeconfig=args.local_kubeconfig or None,
         remote_kubeconfig=args.remote_kubeconfig or None,
+        remote_kubeconfig_secret=args.remote_kubeconfig_secret or "",
+        remote_kubeconfig_secret_key=args.remote_kubeconfig_secret_key or "",
+        remote_token_renew_fraction=float(args.remote_token_renew_fraction),
         node_name=args.node_name or "",
         tenant_namespace=args.tenant_namespace or "",
         node_labels=parse_node_labels(appended(args, "--node-label")),
@@ -158,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.manager import Manager
     from kube_offload.runtime.metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
     from vkubelet import observability
+    from vkubelet.credentials import declare_credentials
     from vkubelet.kubeletapi.loop import kubelet_api_loop
     from vkubelet.reflection.loops import reflection_loops
     from vkubelet.storage.virtual import storage_loops
@@ -194,8 +206,10 @@ def run(args: argparse.Namespace) -> int:
         manager.health.server_close()
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)
         return 2
-    # Every loop (the node included) needs the Lease: a standby starts nothing.
+    # Every loop (the node included) needs the Lease: a standby starts nothing but the
+    # follower of the remote credentials, so it takes over with the current token.
     vk.declare(manager)
+    declare_credentials(manager, settings, local, remote, vk.recorder)
     observability.declare_health(manager, vk)
     log.info(
         "virtual kubelet for cluster %s starting: node %s, local cluster %s, sharing %d%%",

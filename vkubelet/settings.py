@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload.runtime.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
@@ -37,6 +38,14 @@ class Settings:
     local_cluster_id: str
     local_kubeconfig: str | None = None
     remote_kubeconfig: str | None = None
+    # ``namespace/name`` of the local Secret holding the remote kubeconfig (the one peer
+    # wrote; the file above is its mounted copy): its bound token is renewed there by the
+    # leader and followed by every replica (vkubelet/credentials.py). Empty: the token of
+    # the file is used as it is, never renewed.
+    remote_kubeconfig_secret: str = ""
+    remote_kubeconfig_secret_key: str = "kubeconfig"
+    # Renew at this share of the token's lifetime (the kubelet's rule for projected tokens).
+    remote_token_renew_fraction: float = bt.DEFAULT_RENEW_FRACTION
     # Empty = ``kube-offload-<cluster_id>`` (the contract name).
     node_name: str = ""
     # Our tenant namespace on the provider, where we ask for twin namespaces
@@ -140,6 +149,18 @@ class Settings:
             problem = label_key_problem(key) or label_value_problem(value)
             if problem:
                 raise SettingsError(f"--node-label {key}={value}: {problem}")
+        if self.remote_kubeconfig_secret:
+            namespace, _, name = self.remote_kubeconfig_secret.partition("/")
+            if not _DNS_LABEL.match(namespace) or not _DNS_SUBDOMAIN.match(name):
+                raise SettingsError(
+                    f"--remote-kubeconfig-secret={self.remote_kubeconfig_secret!r} must be NAMESPACE/NAME of the local "
+                    "Secret holding the remote kubeconfig (the one `kube-offload peer` wrote)"
+                )
+            if not self.remote_kubeconfig_secret_key:
+                raise SettingsError("--remote-kubeconfig-secret-key must name the Secret's key holding the kubeconfig")
+        problem = bt.fraction_problem("--remote-token-renew-fraction", self.remote_token_renew_fraction)
+        if problem:
+            raise SettingsError(problem)
         if not 1 <= self.sharing_percentage <= 100:
             raise SettingsError(f"--sharing-percentage={self.sharing_percentage} must be between 1 and 100")
         if self.ping_interval <= 0:

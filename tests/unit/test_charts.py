@@ -653,15 +653,24 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
         ("", "persistentvolumeclaims"): {"list", "watch", "get"},
         ("", "persistentvolumeclaims/status"): {"patch"},
     }
-    roles = {r["metadata"]["namespace"]: r for r in find(local_docs, "Role", "vkubelet")}
+    all_roles = find(local_docs, "Role", "vkubelet")
+    credentials = [r for r in all_roles if r["metadata"]["name"].endswith("-credentials")]
+    roles = {r["metadata"]["namespace"]: r for r in all_roles if r not in credentials}
     assert set(roles) == {"kube-node-lease", NAMESPACE}
     # The virtual node's heartbeat Lease (patched, as a kubelet does)...
     assert rules_of(roles["kube-node-lease"]) == {("coordination.k8s.io", "leases"): {"get", "create", "patch"}}
     # ...and, apart from it, the leader-election Lease in the release namespace only:
     # full updates with the resourceVersion read (docs/high-availability.md).
     assert rules_of(roles[NAMESPACE]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    # The remote kubeconfig Secrets, by name and no other Secret: the renewed token is
+    # written back there and followed by every replica (docs/security.md).
+    [credential_role] = credentials
+    assert credential_role["metadata"]["namespace"] == NAMESPACE
+    assert credential_role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                                         "resourceNames": ["remote-1-kubeconfig", "remote-2-kubeconfig"],
+                                         "verbs": ["get", "update", "patch"]}]
     bindings = [b for b in find(local_docs, "RoleBinding", "vkubelet") if b["metadata"]["namespace"] == NAMESPACE]
-    assert [b["roleRef"]["name"] for b in bindings] == [roles[NAMESPACE]["metadata"]["name"]]
+    assert sorted(b["roleRef"]["name"] for b in bindings) == sorted([roles[NAMESPACE]["metadata"]["name"], credential_role["metadata"]["name"]])
 
 
 def test_certificate_hooks(local_docs: list[dict[str, Any]]) -> None:
@@ -735,16 +744,21 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
 
 
 def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:
-    [token] = find(remote_docs, "Secret")
-    assert token["type"] == "kubernetes.io/service-account-token"
-    assert "kubernetes.io/service-account.name" in token["metadata"]["annotations"]
+    # The identity is a ServiceAccount with bound tokens only: no token Secret.
+    assert find(remote_docs, "Secret") == []
     [account] = find(remote_docs, "ServiceAccount", "consumer")
     [binding] = find(remote_docs, "ClusterRoleBinding", "consumer")
     assert binding["roleRef"]["kind"] == "ClusterRole"
     assert binding["subjects"][0]["kind"] == "ServiceAccount"
     source = (REMOTE / "templates" / "consumer.yaml").read_text()
     assert "{{- range .Values.consumers }}" in source
-    assert account["metadata"]["name"] == binding["subjects"][0]["name"] == token["metadata"]["name"].replace("-token", "")
+    assert account["metadata"]["name"] == binding["subjects"][0]["name"] == C.CONSUMER_SERVICE_ACCOUNT
+    # In its tenant namespace it may renew its own token, and no other ServiceAccount's.
+    tenant = account["metadata"]["namespace"]
+    [role] = [r for r in find(remote_docs, "Role", "consumer") if r["metadata"]["namespace"] == tenant]
+    token_rules = [r for r in role["rules"] if "serviceaccounts/token" in r["resources"]]
+    assert token_rules == [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                            "resourceNames": [C.CONSUMER_SERVICE_ACCOUNT], "verbs": ["create"]}]
 
 
 def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
@@ -1047,14 +1061,17 @@ def test_rendered_remote_chart(helm: Helm) -> None:
         tenant = C.tenant_namespace(consumer)
         one(docs, "Namespace", tenant)
         one(docs, C.CONSUMER_KIND, consumer)
-        account = in_namespace("ServiceAccount", C.CONSUMER_SERVICE_ACCOUNT, tenant)
-        token = in_namespace("Secret", f"{C.CONSUMER_SERVICE_ACCOUNT}-token", tenant)
-        assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == account["metadata"]["name"]
+        in_namespace("ServiceAccount", C.CONSUMER_SERVICE_ACCOUNT, tenant)
+        # No long-lived token anywhere: the consumer holds bound tokens only (docs/security.md).
+        assert not [d for d in docs if d["kind"] == "Secret" and d["metadata"].get("namespace") == tenant]
     enforcer = one(docs, "Deployment", "kube-offload-enforcer")
     assert enforcer["spec"]["template"]["spec"]["serviceAccountName"] == "kube-offload-enforcer"
     assert one(docs, "ClusterRoleBinding", "kube-offload-enforcer")["roleRef"]["name"] == "kube-offload-enforcer"
     with pytest.raises(RenderError, match="needs a name"):
         render(helm, REMOTE, {"consumers": [{}]})
+    with pytest.raises(RenderError, match=r"consumers\[local\]\.createTokenSecret: the chart makes no long-lived token Secret"):
+        render(helm, REMOTE, {"consumers": [{"name": "local", "createTokenSecret": True}]})
+    render(helm, REMOTE, {"consumers": [{"name": "local", "createTokenSecret": False}]})  # the harness's old value
 
 
 def _chart_policy_keys() -> dict[str, list[str]]:
