@@ -632,13 +632,14 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
 
-    if differs and state.kubeconfig_secret_exists and state.vkubelet_deployed:
+    if (differs or legacy) and state.kubeconfig_secret_exists and state.vkubelet_deployed:
         # The virtual kubelet follows a new token in its Secret as it runs; a new server
-        # or CA it reads only at start-up.
+        # or CA it reads only at start-up, and one of a version before bound tokens reads
+        # nothing after start-up (its long-lived token dies with the legacy Secret).
         deployment = vkubelet_deployment_name(options.local_release, rid)
         steps.append(Step(
             RESTART_VKUBELET,
-            f"local: restart Deployment {ns}/{deployment}, so the virtual kubelet uses the new server and CA",
+            f"local: restart Deployment {ns}/{deployment}, so the virtual kubelet reads its new kubeconfig",
             data={"name": deployment},
         ))
 

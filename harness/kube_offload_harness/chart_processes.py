@@ -7,8 +7,12 @@ reads each Deployment back from its cluster and starts its container's exact ``a
 a process, with a kubeconfig from a TokenRequest of the ServiceAccount the Deployment runs
 as (the pod's own identity, never an admin). Where the container reads a mounted file, the
 process gets the same content (the vkubelet's remote kubeconfig is the one ``peer`` stored
-in the Secret the Deployment mounts). Only what a loopback process cannot share with a pod
-changes, and the pure functions below say exactly what:
+in the Secret the Deployment mounts). That file is a copy made at start, where a pod's
+mount would follow the Secret within a minute; the vkubelet does not depend on either: it
+follows a renewed token by reading the Secret through the API (vkubelet/credentials.py),
+as the chart's Role lets it, so the process sees every rotation as a pod would. Only what
+a loopback process cannot share with a pod changes, and the pure functions below say
+exactly what:
 
 - ``$(POD_IP)`` and container ports become 127.0.0.1 and the harness's ports (the
   health port, 0.0.0.0 in a pod, is any free port on 127.0.0.1 unless one is given);

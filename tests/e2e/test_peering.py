@@ -31,6 +31,11 @@ What kwok cannot do, and what this module does instead (and only that):
   admission or scheduling for the session's other tests (the harness runs those as
   processes).
 
+The consumer's identity is a bound token (TokenRequest) of 10 minutes, the API server's
+minimum; the vkubelet's ``--remote-token-renew-fraction`` is 0.05 here (through the local
+chart's value), so it renews every 30 seconds for the whole scenario: every step after
+`peer` runs across rotations, and one test watches one happen.
+
 The tests run in file order and build on each other, like one scenario.
 """
 
@@ -41,12 +46,14 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 import yaml
 
+from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload_harness import chart_processes
 from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, free_port
@@ -67,6 +74,9 @@ IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 TIMEOUT = "3m"
 # Events are the cluster's history and expire on their own; everything else counts.
 NOT_COUNTED = {"events", "events.events.k8s.io"}
+TOKEN_EXPIRATION = 600  # seconds: the shortest the API server grants
+RENEW_FRACTION = 0.05  # renewed every 30 s
+KUBECONFIG_SECRET = f"{REMOTE_ID}-kubeconfig"
 
 
 class Pair:
@@ -82,6 +92,7 @@ class Pair:
             # The session's harness already applied the chart's cluster-wide virtual
             # StorageClass, which a second release must not claim.
             "storage": {"virtualClass": {"create": False}},
+            "vkubelet": {"remoteTokenRenewFraction": RENEW_FRACTION},
         }))
         self.stop_watching = threading.Event()
         self.watcher: threading.Thread | None = None
@@ -102,7 +113,8 @@ class Pair:
         # The vkubelet runs as a process here (chart_processes), so the remote's loopback
         # address is what it reaches; peer refuses a loopback server it is not given.
         server = yaml.safe_load(self.remote.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-        return ["--remote-server", server, "--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
+        return ["--remote-server", server, "--token-expiration", f"{TOKEN_EXPIRATION}s",
+                "--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
                 "--node-label", "topology.kubernetes.io/region=eu-peer", "--local-values", str(self.values),
                 "--grant-priority-classes", "e2e-peer-batch", "--grant-storage-classes", "local-path"]
 
@@ -195,6 +207,19 @@ def pair(offload_env: Environment, local: Cluster) -> Iterator[Pair]:
 
 
 # --- helpers --------------------------------------------------------------------------------
+def stored_kubeconfig(local: Cluster) -> tuple[dict, dict]:
+    """The kubeconfig Secret `peer` wrote (and the vkubelet renews), and its kubeconfig."""
+    secret = local.kubectl_json("get", "secret", KUBECONFIG_SECRET, "-n", NAMESPACE)
+    return secret, yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+
+
+def as_kubeconfig(pair: "Pair", kubeconfig: dict, name: str) -> Path:
+    path = pair.env.state_dir / f"peering-{name}.kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+    return path
+
+
 def node_ready(local: Cluster) -> bool:
     result = local.kubectl("get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
     return result.returncode == 0 and result.stdout.strip() == "True"
@@ -281,10 +306,23 @@ def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
     policy = consumer["spec"]["policy"]
     assert policy["pods"]["priorityClasses"] == ["e2e-peer-batch"] and policy["storage"]["classes"] == ["local-path"]
     assert policy["services"]["types"] == [] and policy["pods"]["tolerations"] == [] and policy["quotaMode"] == "requests"
-    secret = pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)
-    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    secret, kubeconfig = stored_kubeconfig(pair.local)
     assert kubeconfig["clusters"][0]["cluster"]["server"] == yaml.safe_load(pair.remote.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     assert set(kubeconfig["users"][0]["user"]) == {"token"}
+    # No long-lived token: no service-account-token Secret in the tenant namespace...
+    tenant_secrets = pair.remote.kubectl_json("get", "secrets", "-n", TENANT)["items"]
+    assert [s["metadata"]["name"] for s in tenant_secrets if s.get("type") == "kubernetes.io/service-account-token"] == []
+    # ...the stored token is a bound one, of the lifetime asked (its claims, and the
+    # remote API server's own word: TokenReview), recorded on the Secret.
+    token = kubeconfig["users"][0]["user"]["token"]
+    lifetime = bt.lifetime(token)
+    assert lifetime is not None and 0 < lifetime.seconds <= TOKEN_EXPIRATION, bt.claims(token)
+    assert lifetime.expires > time.time()
+    assert {c.ANNOTATION_TOKEN_ISSUED_AT, c.ANNOTATION_TOKEN_EXPIRES_AT} <= set(secret["metadata"].get("annotations") or {})
+    review = json.loads(pair.remote.kubectl("create", "-o", "json", "-f", "-", input=json.dumps({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})).stdout)
+    assert review["status"]["authenticated"] is True, review
+    assert review["status"]["user"]["username"] == f"system:serviceaccount:{TENANT}:{c.CONSUMER_SERVICE_ACCOUNT}"
 
     # A pod of an offloaded namespace that selects this cluster runs there.
     offloaded_namespace(pair.local, DEMO, selector=f"{c.LABEL_CLUSTER_ID}={REMOTE_ID}")
@@ -310,12 +348,60 @@ def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
 
 def test_a_second_peer_changes_nothing(pair: Pair):
     before = (pair.helm_revision(pair.remote, REMOTE_RELEASE), pair.helm_revision(pair.local, LOCAL_RELEASE))
-    secret_version = pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)["metadata"]["resourceVersion"]
     result = pair.run("peer", *pair.peer_args())
     assert result.returncode == 0, result.stderr
+    # The vkubelet keeps the token fresh, so peer plans no new one (nor anything else).
     assert "nothing to change" in result.stdout and "already peered" in result.stdout
+    assert "request a bound token" not in result.stdout
     assert (pair.helm_revision(pair.remote, REMOTE_RELEASE), pair.helm_revision(pair.local, LOCAL_RELEASE)) == before
-    assert pair.local.kubectl_json("get", "secret", f"{REMOTE_ID}-kubeconfig", "-n", NAMESPACE)["metadata"]["resourceVersion"] == secret_version
+
+
+def test_the_token_rotates_while_pods_keep_running_and_offloading(pair: Pair, wait):
+    """The leader renews the bound token at 5% of its 10 minutes: the Secret gets a fresher
+    one, the running process switches to it (no restart), the offloaded pod stays Running
+    and a new pod still offloads."""
+    web = pair.local.kubectl_json("get", "pods", "-n", DEMO, "-l", "app=web")["items"]
+    assert [(p["spec"].get("nodeName"), p["status"].get("phase")) for p in web] == [(NODE, "Running")]
+    _, kubeconfig = stored_kubeconfig(pair.local)
+    first = kubeconfig["users"][0]["user"]["token"]
+    first_life = bt.lifetime(first)
+    assert first_life is not None
+    log = pair.env.log_path(f"vkubelet-{REMOTE_ID}")
+    renewals_before = log.read_text().count("now using the token from a renewal")
+
+    def rotated():
+        token = stored_kubeconfig(pair.local)[1]["users"][0]["user"]["token"]
+        life = bt.lifetime(token)
+        return token if token != first and life is not None and life.expires > first_life.expires else None
+
+    second = wait(rotated, timeout=TOKEN_EXPIRATION * RENEW_FRACTION + 60, what="the vkubelet to renew its token")
+    assert bt.lifetime(second).seconds == first_life.seconds  # the same lifetime asked again
+    wait(lambda: log.read_text().count("now using the token from a renewal") > renewals_before, timeout=30,
+         what="the vkubelet process to switch to a renewed token")
+    assert pair.local.kubectl_json("get", "secret", KUBECONFIG_SECRET, "-n", NAMESPACE)["metadata"]["annotations"][
+        c.ANNOTATION_TOKEN_EXPIRES_AT] >= bt.rfc3339(bt.lifetime(second).expires)
+    events = pair.local.kubectl_json("get", "events", "-n", "default", "--field-selector",
+                                     f"involvedObject.name={NODE},reason=RemoteCredentialsRenewed")["items"]
+    assert events, "no RemoteCredentialsRenewed Event on the node"
+    # The renewed token works on the remote API server as the consumer.
+    whoami = pair.remote.kubectl_as(as_kubeconfig(pair, stored_kubeconfig(pair.local)[1], "renewed"), "auth", "whoami", "-o", "json")
+    assert whoami.returncode == 0, whoami.stderr
+    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == f"system:serviceaccount:{TENANT}:{c.CONSUMER_SERVICE_ACCOUNT}"
+
+    # Nothing was lost: the same pod, still Running, never restarted; one ShadowPod.
+    after = pair.local.kubectl_json("get", "pods", "-n", DEMO, "-l", "app=web")["items"]
+    assert [(p["metadata"]["uid"], p["status"].get("phase")) for p in after] == [(web[0]["metadata"]["uid"], "Running")]
+    assert len(pair.remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", TWIN)["items"]) == 1
+    # A pod made after the rotation still offloads (the watches and writes carry the new token).
+    pair.local.apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after-rotation", "namespace": DEMO},
+        "spec": {"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}],
+                 "terminationGracePeriodSeconds": 5},
+    })
+    wait(lambda: (pair.local.kubectl_json("get", "pod", "after-rotation", "-n", DEMO).get("status") or {}).get("phase") == "Running",
+         timeout=120, what="a pod made after the rotation Running on the virtual node")
+    assert pair.local.kubectl_json("get", "pod", "after-rotation", "-n", DEMO)["spec"]["nodeName"] == NODE
+    assert exists(pair.remote, "shadowpod.kube-offload.io", "after-rotation", "-n", TWIN)
 
 
 def test_unpeer_leaves_nothing_of_the_consumer(pair: Pair, wait):
@@ -327,7 +413,7 @@ def test_unpeer_leaves_nothing_of_the_consumer(pair: Pair, wait):
     before = consumer_footprint(pair.remote, twins)
     # The listing sees every kind the consumer had, so "nothing left" below means something.
     for expected in (f"Namespace /{TENANT}", f"Namespace /{TWIN}", f"{c.CONSUMER_KIND} /{LOCAL_ID}",
-                     f"ServiceAccount {TENANT}/{c.CONSUMER_SERVICE_ACCOUNT}", f"Secret {TENANT}/consumer-token",
+                     f"ServiceAccount {TENANT}/{c.CONSUMER_SERVICE_ACCOUNT}",
                      f"TwinNamespace {TENANT}/{TWIN}", f"RoleBinding {TWIN}/{c.TWIN_ROLEBINDING_NAME}",
                      f"ClusterRole /{REMOTE_RELEASE}-consumer-{LOCAL_ID}", f"ClusterRoleBinding /{REMOTE_RELEASE}-consumer-{LOCAL_ID}"):
         assert expected in before, f"{expected} missing from {before}"
@@ -339,10 +425,18 @@ def test_unpeer_leaves_nothing_of_the_consumer(pair: Pair, wait):
     assert dry.returncode == 0, dry.stderr
     assert consumer_footprint(pair.remote, twins) == before
 
+    # The consumer's credentials as they are before unpeer: they work.
+    credentials = as_kubeconfig(pair, stored_kubeconfig(pair.local)[1], "before-unpeer")
+    assert pair.remote.kubectl_as(credentials, "get", "--raw", "/api").returncode == 0
+
     pair.restore_enforcer_webhook()
     result = pair.run("unpeer")
     assert result.returncode == 0, f"unpeer failed:\n{result.stdout}\n{result.stderr}"
     assert "unpeered:" in result.stdout
+    # The identity was revoked explicitly, and said so; its token is refused from then on.
+    assert f"revoked: ServiceAccount {TENANT}/{c.CONSUMER_SERVICE_ACCOUNT}" in result.stdout, result.stdout
+    refused = pair.remote.kubectl_as(credentials, "get", "--raw", "/api")
+    assert refused.returncode != 0 and "Unauthorized" in refused.stderr, (refused.stdout, refused.stderr)
     # the pod left through its virtual kubelet (not deleted at the deadline)
     assert "deleted at once" not in result.stdout, result.stdout
 

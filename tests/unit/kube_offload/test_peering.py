@@ -211,7 +211,8 @@ def test_a_failed_or_older_release_is_upgraded(change, why):
 def test_a_long_lived_token_secret_is_replaced_by_a_bound_token():
     """The upgrade path from a peering made before bound tokens: the chart's consumer-token
     Secret goes (an upgrade, and a delete in case it was made by hand), the kubeconfig
-    gets a bound token without a restart (the virtual kubelet follows its Secret)."""
+    gets a bound token, and the virtual kubelet restarts: one of that older version reads
+    its kubeconfig at start-up only."""
     opts = options()
     old = p.remote_values_with_consumer({}, opts)
     old["consumers"][0]["createTokenSecret"] = True
@@ -220,7 +221,8 @@ def test_a_long_lived_token_secret_is_replaced_by_a_bound_token():
     state = p.PeerState(**{**state.__dict__, "legacy_token_secret_exists": True,
                            "kubeconfig_secret": p.desired_kubeconfig(opts, legacy_token, ROOT_CA)})
     steps = p.plan_peer(state, opts)
-    assert actions(steps) == [p.REMOTE_RELEASE, p.DELETE_LEGACY_TOKEN, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.WAIT_NODE_READY]
+    assert actions(steps) == [p.REMOTE_RELEASE, p.DELETE_LEGACY_TOKEN, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET,
+                              p.RESTART_VKUBELET, p.WAIT_NODE_READY]
     assert "createTokenSecret" not in steps[0].data["values"]["consumers"][0]
     assert steps[1].data == {"name": "consumer-token"}
     assert "never expires" in steps[3].description
