@@ -149,6 +149,9 @@ class PeerState:
     vkubelet_deployed: bool  # the local release already runs a vkubelet for this remote
     node_ready: bool
     now: float = 0.0  # when the state was read (seconds since the epoch): token ages are measured to it
+    # The consumer's ServiceAccount on the remote; gone (revoked by hand) while the release
+    # still lists the consumer: the upgrade makes it again, with a new identity.
+    consumer_service_account_exists: bool = True
 
 
 @dataclass(frozen=True)
@@ -584,10 +587,15 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
     # A long-lived token Secret left by an older chart: the upgrade removes it (and
     # brings the RBAC by which the virtual kubelet renews its bound token).
     legacy = state.legacy_token_secret_exists
-    if not current or legacy:
+    revoked = state.remote_release is not None and not state.consumer_service_account_exists
+    if not current or legacy or revoked:
         admitted = "admit" if not has_consumer(state.remote_release, consumer_id) else "update"
         entry = _entry(remote_values, "consumers", "name", consumer_id)
-        why = "; replaces the long-lived token Secret by bound tokens" if current else ""
+        why = ""
+        if current and legacy:
+            why = "; replaces the long-lived token Secret by bound tokens"
+        elif current:
+            why = f"; recreates ServiceAccount {tenant}/{c.CONSUMER_SERVICE_ACCOUNT} (revoked: a new identity)"
         steps.append(Step(
             REMOTE_RELEASE,
             f"remote: {_release_verb(state.remote_release, options.remote_chart, ns, options.remote_release)}{why}; "
@@ -605,6 +613,8 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
     secret = kubeconfig_secret_name(rid)
     differs = _kubeconfig_differs(state, options)
     why_token = token_renewal_reason(state.kubeconfig_secret, state.now, options.renew_fraction)
+    if revoked:
+        why_token = "its token's ServiceAccount was deleted (revoked)"
     if differs or why_token:
         hours = options.token_expiration_seconds / 3600
         steps.append(Step(

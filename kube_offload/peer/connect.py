@@ -108,6 +108,7 @@ def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
         vkubelet_deployed=deployment is not None,
         node_ready=node_is_ready(node),
         now=time.time(),
+        consumer_service_account_exists=ctx.remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
     )
 
 

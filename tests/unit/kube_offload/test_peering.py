@@ -250,6 +250,20 @@ def test_a_token_past_its_renewal_point_is_renewed_without_a_restart(now, why):
     assert why in steps[1].description
 
 
+def test_a_revoked_identity_is_made_again_with_a_new_token():
+    """The ServiceAccount deleted by hand (revoked), the release unchanged: peer upgrades
+    the release, which recreates it, and issues a token of the new identity."""
+    opts = options()
+    state = p.PeerState(**{**peered_state(opts).__dict__, "consumer_service_account_exists": False})
+    steps = p.plan_peer(state, opts)
+    assert actions(steps) == [p.REMOTE_RELEASE, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.WAIT_NODE_READY]
+    assert "recreates ServiceAccount kube-offload-tenant-local/consumer (revoked" in steps[0].description
+    assert "(its token's ServiceAccount was deleted (revoked))" in steps[2].description
+    # a fresh pair has no ServiceAccount yet: nothing revoked there
+    fresh = p.PeerState(**{**fresh_state().__dict__, "consumer_service_account_exists": False})
+    assert "recreates" not in p.plan_peer(fresh, opts)[0].description
+
+
 def test_token_renewal_reason():
     config = p.desired_kubeconfig(options(), TOKEN, ROOT_CA)
     assert p.token_renewal_reason(config, ISSUED + 10, 0.8) is None
