@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
+import pytest
 import yaml
 from kubernetes import client, config
 
 from kube_offload import reasons
 from vkubelet import credentials as cr
+from vkubelet.settings import Settings, SettingsError
 
 
 def jwt(iat: int, exp: int) -> str:
@@ -90,3 +93,20 @@ def test_the_kubeconfig_of_a_secret():
     assert cr.kubeconfig_from_secret(secret, "kubeconfig") == kubeconfig
     assert cr.kubeconfig_from_secret(secret, "other") is None
     assert cr.kubeconfig_from_secret(None, "kubeconfig") is None
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"remote_token_renew_fraction": 1.0}, "--remote-token-renew-fraction=1.0 must be between 0 and 1"),
+    ({"remote_token_renew_fraction": 0.0}, "--remote-token-renew-fraction=0.0 must be between 0 and 1"),
+    ({"remote_kubeconfig_secret": "no-namespace"}, "--remote-kubeconfig-secret='no-namespace' must be NAMESPACE/NAME"),
+    ({"remote_kubeconfig_secret": "ns/x", "remote_kubeconfig_secret_key": ""}, "--remote-kubeconfig-secret-key must name"),
+])
+def test_settings_name_the_flag_that_cannot_work(overrides, message):
+    settings = Settings(cluster_id="remote", local_cluster_id="local", remote_kubeconfig="k", **overrides)
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        settings.validate()
+
+
+def test_settings_accept_the_charts_values():
+    Settings(cluster_id="remote", local_cluster_id="local", remote_kubeconfig="k",
+             remote_kubeconfig_secret="kube-offload/remote-kubeconfig", remote_token_renew_fraction=0.05).validate()
