@@ -135,6 +135,7 @@ class KubeletApiLoop:
                 access=access_control(settings, context.informers.local_client),
                 usage=self.usage,
                 limits=settings.kubelet_limits,
+                list_pods=self._local_pods.list,
             )
             self.server = KubeletHTTPServer(address, app, tls)
         except TLSSetupError as exc:
