@@ -202,7 +202,7 @@ class ServingCertificate:
             backoff = RETRY_FIRST
             self.rotations += 1 if self.current is not None else 0
             self.current = issued
-            self.deadline = sc.rotation_deadline(issued, fraction=self.rotation_fraction)
+            self.deadline = sc.rotation_deadline(issued, now=self._clock(), fraction=self.rotation_fraction)
             log.info(
                 "kubelet API: serving certificate issued by the CSR API, valid until %s; next rotation at %s",
                 sc.format_time(issued.not_after), sc.format_time(self.deadline),

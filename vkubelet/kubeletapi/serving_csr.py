@@ -53,6 +53,7 @@ MIN_EXPIRATION_SECONDS = 600
 # client-go certificate manager: 70 % of the lifetime, jittered by up to a fifth of it.
 ROTATION_BASE = 0.7
 ROTATION_JITTER = 0.2
+MIN_ROTATION_WAIT = 30.0
 
 MODE_SELF_SIGNED = "self-signed"
 MODE_CSR = "csr"
@@ -227,15 +228,20 @@ def check_issued(certificate_pem: bytes, request: ServingRequest, dns_names: Seq
     )
 
 
-def rotation_deadline(issued: Issued, *, fraction: float = 0.0, rand: Callable[[], float] = random.random) -> float:
+def rotation_deadline(
+    issued: Issued, *, now: float, fraction: float = 0.0, rand: Callable[[], float] = random.random
+) -> float:
     """When to request the next certificate (seconds since the epoch): at ``fraction``
-    of the lifetime if given (0 < fraction < 1), else at 70 % plus up to a fifth of that."""
+    of the lifetime if given (0 < fraction < 1), else at 70 % plus up to a fifth of that;
+    never sooner than MIN_ROTATION_WAIT after ``now``. (kube-controller-manager backdates
+    ``notBefore`` by 5 minutes: a short certificate's small fraction may lie in the past,
+    and renewing at once, again and again, would flood the CSR API.)"""
     lifetime = max(0.0, issued.not_after - issued.not_before)
     if fraction:
         share = fraction
     else:
         share = ROTATION_BASE * (1 + ROTATION_JITTER * rand())
-    return issued.not_before + lifetime * share
+    return max(issued.not_before + lifetime * share, now + MIN_ROTATION_WAIT)
 
 
 def format_time(epoch: float) -> str:

@@ -122,9 +122,16 @@ def test_the_issued_certificate_is_checked_before_it_is_served():
 
 def test_rotation_at_70_to_84_percent_or_at_the_fraction_given():
     issued = sc.Issued(b"", not_before=1000.0, not_after=2000.0)
-    assert sc.rotation_deadline(issued, rand=lambda: 0.0) == 1700.0
-    assert sc.rotation_deadline(issued, rand=lambda: 1.0) == pytest.approx(1840.0)
-    assert sc.rotation_deadline(issued, fraction=0.25) == 1250.0
+    assert sc.rotation_deadline(issued, now=1000.0, rand=lambda: 0.0) == 1700.0
+    assert sc.rotation_deadline(issued, now=1000.0, rand=lambda: 1.0) == pytest.approx(1840.0)
+    assert sc.rotation_deadline(issued, now=1000.0, fraction=0.25) == 1250.0
+
+
+def test_a_fraction_already_past_is_not_a_rotation_loop():
+    # kube-controller-manager backdates notBefore by 5 minutes: a 600 s certificate issued
+    # at 1300 is valid 1000..1900, and 25 % of that is before it was issued.
+    issued = sc.Issued(b"", not_before=1000.0, not_after=1900.0)
+    assert sc.rotation_deadline(issued, now=1300.0, fraction=0.25) == 1300.0 + sc.MIN_ROTATION_WAIT
 
 
 @pytest.mark.parametrize("changes, problem", [
