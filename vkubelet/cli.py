@@ -78,6 +78,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--kubelet-tls-cert", default="",
          help="serving certificate (PEM) of the kubelet endpoint (kubectl logs/exec); unset: one is generated at start-up")
     flag("--kubelet-tls-key", default="", help="private key (PEM) of --kubelet-tls-cert")
+    flag("--kubelet-serving-cert-mode", default="self-signed", choices=("self-signed", "csr"),
+         help="without --kubelet-tls-cert: self-signed (generated at start-up; enough unless the apiserver runs "
+              "with --kubelet-certificate-authority) or csr (requested from the local CSR API with the "
+              "kubernetes.io/kubelet-serving signer, rotated before expiry; docs/certificates.md)")
+    flag("--kubelet-serving-cert-approval", default="external", choices=("self", "external"),
+         help="csr mode: who approves the request: external (an admin or an approver; the vkubelet waits) or "
+              "self (the vkubelet approves its own request; RBAC: approve on the kubelet-serving signer, "
+              "see docs/security.md)")
+    flag("--kubelet-serving-cert-expiration", default="0s", type=non_negative_duration,
+         help="csr mode: the lifetime asked for (expirationSeconds, at least 10m); 0: the signer's default")
+    flag("--kubelet-serving-cert-rotation", default=0.0, type=float,
+         help="csr mode: renew at this fraction of the lifetime (0 < f < 1); 0: at 70-84 %% (jittered, as a kubelet)")
     flag("--kubelet-bind-address", default="",
          help="address the kubelet endpoint listens on (0.0.0.0: all); unset: the --node-address")
     flag("--kubelet-client-ca", default="",
@@ -130,6 +142,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         kubelet_port=args.kubelet_port,
         kubelet_tls_cert=args.kubelet_tls_cert or "",
         kubelet_tls_key=args.kubelet_tls_key or "",
+        kubelet_serving_cert_mode=args.kubelet_serving_cert_mode,
+        kubelet_serving_cert_approval=args.kubelet_serving_cert_approval,
+        kubelet_serving_cert_expiration=float(args.kubelet_serving_cert_expiration),
+        kubelet_serving_cert_rotation=float(args.kubelet_serving_cert_rotation),
         kubelet_bind_address=args.kubelet_bind_address or "",
         kubelet_client_ca=args.kubelet_client_ca or "",
         kubelet_anonymous_auth=bool(args.kubelet_anonymous_auth),

@@ -12,6 +12,7 @@ from kube_offload import constants as c
 from kube_offload.runtime.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
 from vkubelet.ip_remapping import RemappingSettings
+from vkubelet.kubeletapi import serving_csr as sc
 from vkubelet.kubeletapi.limits import StreamLimits
 from vkubelet.reflection.settings import ReflectionSettings
 from vkubelet.storage.settings import StorageSettings
@@ -77,6 +78,14 @@ class Settings:
     # enough unless the apiserver runs with --kubelet-certificate-authority.
     kubelet_tls_cert: str = ""
     kubelet_tls_key: str = ""
+    # Without those files: "self-signed" (generated) or "csr" (from the local CSR API,
+    # kubernetes.io/kubelet-serving; vkubelet/kubeletapi/serving_cert.py), approved by the
+    # vkubelet itself ("self") or by someone else ("external"), with the lifetime asked
+    # (seconds; 0 = the signer's) and the renewal point (fraction; 0 = 70-84 % jittered).
+    kubelet_serving_cert_mode: str = "self-signed"
+    kubelet_serving_cert_approval: str = "external"
+    kubelet_serving_cert_expiration: float = 0.0
+    kubelet_serving_cert_rotation: float = 0.0
     # Where the kubelet API listens; empty = node_address (where the apiserver connects).
     kubelet_bind_address: str = ""
     # Client certificates signed by this CA (the apiserver's --kubelet-client-certificate)
@@ -186,6 +195,8 @@ class Settings:
             raise SettingsError("--kubelet-metrics-interval must not be negative (0 turns the metrics endpoints off)")
         if bool(self.kubelet_tls_cert) != bool(self.kubelet_tls_key):
             raise SettingsError("--kubelet-tls-cert and --kubelet-tls-key must be given together")
+        for problem in serving_cert_problems(self):
+            raise SettingsError(problem)
         if not self.node_address:
             raise SettingsError("--node-address is required")
         for problem in self.kubelet_limits.problems():
@@ -215,3 +226,27 @@ def parse_node_labels(items: list[str]) -> dict[str, str]:
             raise SettingsError(f"--node-label {item!r} must be key=value")
         labels[key.strip()] = value.strip()
     return labels
+
+
+def serving_cert_problems(settings: Settings) -> list[str]:
+    """What is wrong with the serving certificate flags (pure)."""
+    problems: list[str] = []
+    if settings.kubelet_serving_cert_mode not in sc.MODES:
+        problems.append(f"--kubelet-serving-cert-mode={settings.kubelet_serving_cert_mode!r}: one of {', '.join(sc.MODES)}")
+    if settings.kubelet_serving_cert_approval not in sc.APPROVALS:
+        problems.append(
+            f"--kubelet-serving-cert-approval={settings.kubelet_serving_cert_approval!r}: one of {', '.join(sc.APPROVALS)}"
+        )
+    if settings.kubelet_serving_cert_mode == sc.MODE_CSR and settings.kubelet_tls_cert:
+        problems.append("--kubelet-serving-cert-mode=csr requests its own certificate: drop --kubelet-tls-cert/--kubelet-tls-key")
+    expiration = settings.kubelet_serving_cert_expiration
+    if expiration and expiration < sc.MIN_EXPIRATION_SECONDS:
+        problems.append(
+            f"--kubelet-serving-cert-expiration={expiration:.0f}s: the CSR API's minimum is {sc.MIN_EXPIRATION_SECONDS}s (or 0)"
+        )
+    if not 0 <= settings.kubelet_serving_cert_rotation < 1:
+        problems.append(
+            f"--kubelet-serving-cert-rotation={settings.kubelet_serving_cert_rotation}: a fraction of the lifetime, "
+            "0 < f < 1 (0: 70-84 %, jittered)"
+        )
+    return problems

@@ -135,6 +135,9 @@ class ClusterSpec:
     # The slot whose pod CIDR its real node hands out (-1: its own): the local node's for a
     # remote whose pods run on its real node when Topology.overlapping_pod_cidrs.
     real_node_pod_cidr_slot: int = -1
+    # local, real nodes, charts as processes: the apiserver verifies kubelets' serving
+    # certificates, which the cluster CA signs (real_node_config.kubelet_verification_flags).
+    verify_kubelets: bool = False
 
 
 @dataclass
@@ -370,10 +373,19 @@ class Cluster:
         # (10 s, easily reached on a loaded machine) makes them exit for good, and every
         # later test waits for a ServiceAccount or a scheduling that never comes.
         # (kube-scheduler honours the flag even with --config.)
+        apiserver_verification: dict[str, str] = {}
+        signing: dict[str, str] = {}
+        if real_node and self.spec.verify_kubelets:
+            from kube_offload_harness import real_node_config
+
+            apiserver_verification, signing = real_node_config.kubelet_verification_flags(
+                self.kwok_workdir / "clusters" / self.name / "pki")
         for component in ("kube-controller-manager", "kube-scheduler"):
+            extra = signing if component == "kube-controller-manager" else {}
             patches.append({
                 "name": component,
-                "extraArgs": [{"key": "leader-elect", "value": "false", "override": False}],
+                "extraArgs": [{"key": "leader-elect", "value": "false", "override": False},
+                              *({"key": k, "value": v, "override": False} for k, v in extra.items())],
             })
         # Every apiserver of an Environment presents the harness's kubelet client
         # certificate: the virtual node's kubelet API (local) and a real node's kubelet
@@ -396,6 +408,7 @@ class Cluster:
                 # InternalIP already (127.0.0.1), so they are reached as before.
                 {"key": "kubelet-preferred-address-types", "value": "InternalIP,ExternalIP,Hostname", "override": False},
                 *self._real_node_apiserver_args(),
+                *({"key": k, "value": v, "override": False} for k, v in apiserver_verification.items()),
             ],
         })
         options: dict[str, object] = {"bindAddress": "127.0.0.1"}
@@ -620,8 +633,11 @@ class Environment:
         wired = topology.peering == PEERING_HARNESS
         # With PEERING_CLI only the webhook's and extender's: the release `peer` installs
         # owns the rest of the chart.
+        from kube_offload_harness import real_node_config
+
         self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
-            topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes] if wired else []),
+            topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes] if wired else [],
+            serving_cert=real_node_config.VKUBELET_SERVING_CERT if topology.local.verify_kubelets else None),
             components=None if wired else ("webhook", "extender"))
         for spec in topology.remotes:
             remote = self.cluster(spec)
@@ -747,6 +763,9 @@ class Environment:
                 spec.real_node_slot = slot
                 if not self.real_node(spec).reserve_slot():
                     spec.real_node_slot = -1
+        # The charts as pods run a vkubelet pod whose certificate comes from the chart's
+        # default (self-signed): that environment keeps kubelets unverified.
+        topology.local.verify_kubelets = not topology.chart_pods
         if topology.overlapping_pod_cidrs:
             for spec in topology.remotes:
                 if pods_on_real_node(topology, spec):
@@ -1011,6 +1030,8 @@ class Environment:
         self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
 
     def vkubelet_argv(self, topology: Topology, spec: ClusterSpec) -> list[str]:
+        from kube_offload_harness import real_node_config
+
         local = self.cluster(topology.local)
         remote = self.cluster(spec)
         argv = self._component_argv(
@@ -1020,8 +1041,10 @@ class Environment:
             "--cluster-id", spec.cluster_id,
             "--local-cluster-id", topology.local.cluster_id,
             "--kubelet-port", str(spec.kubelet_port),
-            "--kubelet-tls-cert", str(self.pki_dir / "tls.crt"),
-            "--kubelet-tls-key", str(self.pki_dir / "tls.key"),
+            # An apiserver that verifies kubelets (ClusterSpec.verify_kubelets): a certificate
+            # from its CSR API (real_node_config.VKUBELET_SERVING_CERT); elsewhere the harness's.
+            *(real_node_config.vkubelet_serving_cert_args() if local.spec.verify_kubelets else [
+                "--kubelet-tls-cert", str(self.pki_dir / "tls.crt"), "--kubelet-tls-key", str(self.pki_dir / "tls.key")]),
             "--kubelet-client-ca", str(self.pki_dir / "kubelet-client-ca.crt"),
             "--kubelet-metrics-interval", metrics_server.VKUBELET_METRICS_INTERVAL,
             "--health-bind", f"127.0.0.1:{spec.vkubelet_health_port}",

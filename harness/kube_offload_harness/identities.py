@@ -134,14 +134,18 @@ def release_namespace() -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}}
 
 
-def local_values(local_cluster_id: str, remote_ids: Iterable[str]) -> dict:
-    """The local chart's values for this topology (what docs/install.md shows a user)."""
-    return {
+def local_values(local_cluster_id: str, remote_ids: Iterable[str], *, serving_cert: Mapping[str, str] | None = None) -> dict:
+    """The local chart's values for this topology (what docs/install.md shows a user);
+    ``serving_cert``: the vkubelet's ``servingCert`` (its RBAC for the CSR API)."""
+    values: dict[str, Any] = {
         "localClusterId": local_cluster_id,
         "remoteClusters": [{"id": rid, "kubeconfigSecret": f"{rid}-kubeconfig"} for rid in remote_ids],
         # The real local class of the virtual storage class (harness/.../storage.py).
         "storage": {"localClass": "local-path"},
     }
+    if serving_cert is not None:
+        values["vkubelet"] = {"servingCert": dict(serving_cert)}
+    return values
 
 
 # The test consumer's provider policy (Consumer spec.policy): the safe defaults plus, by

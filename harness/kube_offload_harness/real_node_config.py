@@ -270,6 +270,34 @@ def apiserver_cert_sans(slot: int) -> list[str]:
     ]
 
 
+# The local cluster of a real-node environment verifies kubelets as a production cluster
+# does (docs/real-nodes.md, "Kubelet serving certificates"): its apiserver trusts only the
+# cluster CA for them (--kubelet-certificate-authority), its kube-controller-manager signs
+# kubernetes.io/kubelet-serving requests with that CA, and the vkubelet asks for its
+# certificate there (--kubelet-serving-cert-mode=csr), approving its own request. A short
+# lifetime and an early renewal (600 s, the API's minimum, at half of the 900 s the signer
+# makes of it by backdating 5 minutes: 150 s after issue) so a test sees a rotation.
+VKUBELET_SERVING_CERT = {"mode": "csr", "approval": "self", "expiration": "10m", "rotation": "0.5"}
+
+
+def vkubelet_serving_cert_args() -> list[str]:
+    """The vkubelet flags of VKUBELET_SERVING_CERT (the chart's vkubelet.servingCert)."""
+    cert = VKUBELET_SERVING_CERT
+    return [f"--kubelet-serving-cert-mode={cert['mode']}", f"--kubelet-serving-cert-approval={cert['approval']}",
+            f"--kubelet-serving-cert-expiration={cert['expiration']}", f"--kubelet-serving-cert-rotation={cert['rotation']}"]
+
+
+def kubelet_verification_flags(kwok_pki: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(kube-apiserver, kube-controller-manager) flags of a local cluster with a real node:
+    kubelets verified against, and kubelet-serving requests signed by, the cluster CA
+    (kwokctl's pki/ca.crt and ca.key, which also signs the real node's kubelet
+    certificate: real_node.serving_identity)."""
+    return (
+        {"kubelet-certificate-authority": str(kwok_pki / "ca.crt")},
+        {"cluster-signing-cert-file": str(kwok_pki / "ca.crt"), "cluster-signing-key-file": str(kwok_pki / "ca.key")},
+    )
+
+
 def apiserver_flags(slot: int) -> dict[str, str]:
     """kube-apiserver flags of a cluster with a real node in ``slot``.
 

@@ -99,6 +99,10 @@ TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "TokenReview", "t
 SUBJECT_ACCESS_REVIEWS: Final = Resource(
     "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False
 )
+# The vkubelet's serving certificate (vkubelet/kubeletapi/serving_cert.py).
+CERTIFICATE_SIGNING_REQUESTS: Final = Resource(
+    "certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", False
+)
 
 # --- kube-offload's custom resources (kube_offload/manifests/*-crd.yaml) ---------------------
 SHADOWPODS: Final = Resource(c.SHADOWPOD_GROUP, c.SHADOWPOD_VERSION, c.SHADOWPOD_KIND, c.SHADOWPOD_PLURAL, True)
@@ -111,6 +115,6 @@ ALL: Final[tuple[Resource, ...]] = (
     PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS,
     PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, REPLICA_SETS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
     ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
-    TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS,
+    TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS, CERTIFICATE_SIGNING_REQUESTS,
     SHADOWPODS, CONSUMERS, TWIN_NAMESPACES, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
 )

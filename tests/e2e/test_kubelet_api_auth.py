@@ -193,6 +193,60 @@ def test_nodes_proxy_does_not_grant_the_other_subresources(local, kubelet_port, 
     assert call(kubelet_port, "GET", "/stats/summary", bearer=operator)[0] == 403
 
 
+# --- /pods, /runningpods/, /stats/summary (issue 23, item 2) -------------------------------------------
+def apiserver_context(offload_env) -> ssl.SSLContext:
+    pki_dir = offload_env.pki_dir
+    return tls_context(pki_dir / "apiserver-kubelet-client.crt", pki_dir / "apiserver-kubelet-client.key")
+
+
+def test_pods_and_runningpods_list_the_offloaded_pod_as_a_kubelet_does(local, kubelet_port, pod):
+    operator = token(local, pod, "operator")  # nodes/proxy: the fallback of nodes/pods
+    status, body = call(kubelet_port, "GET", "/pods", bearer=operator)
+    assert status == 200, body
+    pods = json.loads(body)
+    assert (pods["kind"], pods["apiVersion"]) == ("PodList", "v1")
+    mine = [p for p in pods["items"] if p["metadata"]["namespace"] == pod]
+    assert [p["metadata"]["name"] for p in mine] == [POD]
+    assert mine[0]["spec"]["nodeName"] == VIRTUAL_NODE
+    assert mine[0]["metadata"]["uid"] == local.kubectl_json("get", "pod", "-n", pod, POD)["metadata"]["uid"]
+
+    status, body = call(kubelet_port, "GET", "/runningpods/", bearer=operator)
+    assert status == 200, body
+    running = [p for p in json.loads(body)["items"] if p["metadata"]["namespace"] == pod]
+    assert running == [{
+        "metadata": {"name": POD, "namespace": pod, "uid": mine[0]["metadata"]["uid"], "creationTimestamp": None},
+        "spec": {"containers": [{"name": CONTAINER, "image": running[0]["spec"]["containers"][0]["image"], "resources": {}}]},
+        "status": {},
+    }]
+    assert "busybox" in running[0]["spec"]["containers"][0]["image"]
+
+
+def test_pods_and_runningpods_are_refused_without_nodes_pods_or_proxy(local, kubelet_port, pod):
+    viewer = token(local, pod, "viewer")
+    user = f"system:serviceaccount:{pod}:viewer"
+    for path in ("/pods", "/runningpods/"):
+        assert call(kubelet_port, "GET", path, bearer=viewer) == (
+            403, f"Forbidden (user={user}, verb=get, resource=nodes, subresource(s)=pods,proxy)\n"
+        )
+
+
+def test_a_pod_is_in_stats_summary_as_soon_as_it_runs(offload_env, local, kubelet_port, pod, wait):
+    name = f"fresh-{uuid.uuid4().hex[:6]}"
+    local.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": pod},
+                  "spec": {"containers": [{"name": CONTAINER, "image": "busybox"}]}}])
+    wait(lambda: running_on(local, pod, name, VIRTUAL_NODE), timeout=90, what=f"{pod}/{name} Running on {VIRTUAL_NODE}")
+    wait(lambda: any(s.get("state", {}).get("running") for s in
+                     (local.kubectl_json("get", "pod", "-n", pod, name).get("status") or {}).get("containerStatuses") or []),
+         timeout=30, what=f"{pod}/{name}'s container running in its status")
+    # At once: no waiting for a sampling round (every 15 s, and only where a remote
+    # metrics-server answers); without a sample the pod is there with zeros.
+    status, body = call(kubelet_port, "GET", "/stats/summary", context=apiserver_context(offload_env))
+    assert status == 200, body
+    listed = [p for p in json.loads(body)["pods"] if p["podRef"]["namespace"] == pod and p["podRef"]["name"] == name]
+    assert len(listed) == 1, body
+    assert [c["name"] for c in listed[0]["containers"]] == [CONTAINER]
+
+
 # --- through the apiserver -------------------------------------------------------------------------------
 def test_kubectl_logs_and_exec_through_the_apiserver_keep_working(local, pod):
     logs = local.kubectl("logs", "-n", pod, POD, "-c", CONTAINER, check=False)

@@ -433,7 +433,136 @@ def test_top_shows_what_the_remote_metrics_server_scraped_from_the_real_kubelet(
     assert virtual_node_name(env.topology().remotes[0].cluster_id) in {n["metadata"]["name"] for n in node["items"]}
 
 
-# --- teardown ------------------------------------------------------------------------------------------
+# --- the virtual node's kubelet API: its serving certificate and what it lists (issue #23) ------------
+def _kubelet_port(env: Environment) -> int:
+    return env.topology().remotes[0].kubelet_port
+
+
+def _cluster_ca(local: Cluster) -> Path:
+    """kwokctl's CA of the local cluster: it signs kubelet-serving CSRs (kube-controller-
+    manager) and the apiserver verifies kubelets against it (--kubelet-certificate-authority)."""
+    return local.kwok_workdir / "clusters" / local.name / "pki" / "ca.crt"
+
+
+def _verifying_context(env: Environment, local: Cluster):
+    """As the apiserver calls the kubelet API: its kubelet client certificate, and the
+    kubelet's certificate verified against the cluster CA for the node's address."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(_cluster_ca(local)))
+    context.load_cert_chain(str(env.pki_dir / "apiserver-kubelet-client.crt"), str(env.pki_dir / "apiserver-kubelet-client.key"))
+    return context
+
+
+def _served_certificate(env: Environment, local: Cluster):
+    """The certificate the virtual node's kubelet API serves, verified as the apiserver does."""
+    from cryptography import x509
+
+    with socket.create_connection(("127.0.0.1", _kubelet_port(env)), timeout=10) as sock:
+        with _verifying_context(env, local).wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+
+
+def _kubelet_get(env: Environment, local: Cluster, path: str) -> dict:
+    import http.client
+
+    conn = http.client.HTTPSConnection("127.0.0.1", _kubelet_port(env), context=_verifying_context(env, local), timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        body = response.read().decode()
+        assert response.status == 200, (path, response.status, body)
+        return json.loads(body)
+    finally:
+        conn.close()
+
+
+def _apiserver_verifies_kubelets(local: Cluster) -> bool:
+    """The local kube-apiserver runs with --kubelet-certificate-authority=<the cluster CA>."""
+    flag = f"--kubelet-certificate-authority={_cluster_ca(local)}"
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"kube-apiserver") and flag.encode() in args:
+            return True
+    return False
+
+
+def test_pods_runningpods_and_stats_summary_list_the_offloaded_pod(env, local, workload):
+    uid = _pod(local, APP)["metadata"]["uid"]
+    pods = _kubelet_get(env, local, "/pods")
+    assert (pods["kind"], pods["apiVersion"]) == ("PodList", "v1")
+    mine = {p["metadata"]["name"]: p for p in pods["items"] if p["metadata"]["namespace"] == NAMESPACE}
+    assert set(mine) == {APP, CRASH}
+    assert mine[APP]["metadata"]["uid"] == uid
+    running = {p["metadata"]["name"]: p for p in _kubelet_get(env, local, "/runningpods/")["items"]
+               if p["metadata"]["namespace"] == NAMESPACE}
+    assert running[APP]["metadata"] == {"name": APP, "namespace": NAMESPACE, "uid": uid, "creationTimestamp": None}
+    # The containers running on the remote real node, with the image its runtime reports.
+    assert {c["name"] for c in running[APP]["spec"]["containers"]} == {"web", "echo"}
+    assert all("busybox" in c["image"] for c in running[APP]["spec"]["containers"])
+    # A pod that just started is in /stats/summary at once (zeros until it is sampled).
+    fresh = f"fresh-{RUN}"
+    local.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": fresh, "namespace": NAMESPACE},
+                  "spec": {"terminationGracePeriodSeconds": 1,
+                           "containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "3600"]}]}}])
+    try:
+        local.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"pod/{fresh}", "--timeout=90s", timeout=100)
+        summary = _kubelet_get(env, local, "/stats/summary")
+        listed = [p for p in summary["pods"] if p["podRef"] == {
+            "name": fresh, "namespace": NAMESPACE, "uid": _pod(local, fresh)["metadata"]["uid"]}]
+        assert len(listed) == 1, summary["pods"]
+        assert [c["name"] for c in listed[0]["containers"]] == ["main"]
+    finally:
+        local.kubectl("delete", "pod", "-n", NAMESPACE, fresh, "--wait=false", check=False)
+
+
+def test_the_apiserver_verifies_a_serving_certificate_from_the_csr_api_and_a_rotation_keeps_logs_and_exec(
+        env, local, workload):
+    from cryptography.x509.oid import NameOID
+
+    from kube_offload_harness import real_node_config as rc
+    from kube_offload_harness.naming import virtual_node_name as vnode
+
+    node = vnode(env.topology().remotes[0].cluster_id)
+    assert _apiserver_verifies_kubelets(local)
+    first = _served_certificate(env, local)  # verified against the cluster CA for 127.0.0.1
+    assert first.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{node}"
+    assert [a.value for a in first.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == ["system:nodes"]
+    # Issued through the CSR API: an approved kubernetes.io/kubelet-serving request of ours
+    # whose certificate is the one served.
+    csrs = [c for c in local.kubectl_json("get", "csr")["items"]
+            if c["metadata"]["name"].startswith(f"kube-offload-serving-{node}-")]
+    assert csrs, "no CertificateSigningRequest of the vkubelet"
+    served = {c["status"].get("certificate") for c in csrs}
+    import base64
+    from cryptography import x509
+
+    serials = {x509.load_pem_x509_certificate(base64.b64decode(c)).serial_number for c in served if c}
+    assert first.serial_number in serials
+    assert all(c["spec"]["signerName"] == "kubernetes.io/kubelet-serving" for c in csrs)
+    # The signer honoured expirationSeconds (600 s; it backdates notBefore by 5 minutes).
+    lifetime = (first.not_valid_after_utc - first.not_valid_before_utc).total_seconds()
+    assert lifetime <= 600 + 300 + 60, lifetime
+
+    def logs_and_exec_work() -> None:
+        assert "env greeting=" in _logs(local, APP, "-c", "web")
+        out = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", "web", "--", "echo", "through-verified-kubelet").stdout
+        assert out == "through-verified-kubelet\n"
+
+    logs_and_exec_work()
+    # Rotation: at half the lifetime (real_node_config.VKUBELET_SERVING_CERT), a new key and
+    # certificate, served without a restart; the apiserver still verifies and reaches it.
+    assert rc.VKUBELET_SERVING_CERT["rotation"] == "0.5"
+    rotated = wait_for(lambda: (cert := _served_certificate(env, local)).serial_number != first.serial_number and cert,
+                       timeout=lifetime * 0.5 + 120, what="the kubelet API's serving certificate rotated", interval=5)
+    assert rotated.public_key().public_numbers() != first.public_key().public_numbers()  # a new key
+    logs_and_exec_work()
+
+
+# --- teardown ---------------------------------------------------------------------------------------
 def _state_dir_leftovers(plan) -> list[str]:
     """What of a node is named by the environment's own state dir (never by its slot)."""
     from kube_offload_harness import netns

@@ -673,6 +673,34 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
     assert sorted(b["roleRef"]["name"] for b in bindings) == sorted([roles[NAMESPACE]["metadata"]["name"], credential_role["metadata"]["name"]])
 
 
+CSR_RULES = {("certificates.k8s.io", "certificatesigningrequests"): {"create", "get"}}
+SELF_APPROVAL_RULES = {
+    ("certificates.k8s.io", "certificatesigningrequests/approval"): {"update"},
+    ("certificates.k8s.io", "signers"): {"approve"},
+}
+
+
+@pytest.mark.parametrize("approval", ["external", "self"])
+def test_vkubelet_serving_cert_from_the_csr_api_adds_only_what_it_needs(helm: Helm, local_docs: list[dict[str, Any]], approval: str) -> None:
+    """servingCert.mode=csr: create/get its CSRs; approval=self adds approve on the
+    kubelet-serving signer only (by name) and the approval subresource; the default
+    (self-signed) grants nothing of certificates.k8s.io (test_local_rbac)."""
+    [default_role] = find(local_docs, "ClusterRole", "vkubelet")
+    values = {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "servingCert": {
+        "mode": "csr", "approval": approval, "expiration": "10m", "rotation": "0.2"}}}
+    docs = render(helm, LOCAL, values)
+    [role] = find(docs, "ClusterRole", "vkubelet")
+    added = {k: v for k, v in rules_of(role).items() if k not in rules_of(default_role)}
+    assert added == (CSR_RULES if approval == "external" else {**CSR_RULES, **SELF_APPROVAL_RULES})
+    signer_rules = [r for r in role["rules"] if "signers" in r["resources"]]
+    assert all(r["resourceNames"] == ["kubernetes.io/kubelet-serving"] for r in signer_rules)
+    for deployment in find(docs, "Deployment", "vkubelet"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        args = parse_component_args(container["args"])
+        assert (args.kubelet_serving_cert_mode, args.kubelet_serving_cert_approval) == ("csr", approval)
+        assert (args.kubelet_serving_cert_expiration, args.kubelet_serving_cert_rotation) == (600.0, 0.2)
+
+
 def test_certificate_hooks(local_docs: list[dict[str, Any]]) -> None:
     jobs = {d["metadata"]["annotations"]["helm.sh/hook"]: d for d in find(local_docs, "Job")}
     assert set(jobs) == {"pre-install,pre-upgrade", "post-install,post-upgrade"}

@@ -4,7 +4,8 @@ Every request is authenticated and authorized (vkubelet/kubeletapi/access.py) be
 method or path is looked at, as on a kubelet. Then each endpoint is served by its module:
 ``containerLogs`` by vkubelet/kubeletapi/logs.py, ``exec``/``attach``/``portForward`` by
 vkubelet/kubeletapi/upgrades.py, ``stats/summary`` and ``metrics/resource`` from the
-sampled usage (vkubelet/kubeletapi/stats.py), ``healthz`` here. Errors are answered here:
+sampled usage (vkubelet/kubeletapi/stats.py), ``pods`` and ``runningpods`` from the local
+pod informer (vkubelet/kubeletapi/podlists.py), ``healthz`` here. Errors are answered here:
 plain text, or a metav1.Status where a client expects a refused upgrade.
 """
 
@@ -27,7 +28,9 @@ from vkubelet.kubeletapi.paths import (
     EXEC,
     HEALTHZ,
     METRICS_RESOURCE,
+    PODS,
     PORT_FORWARD,
+    RUNNING_PODS,
     STATS_SUMMARY,
     RequestError,
     parse_request_path,
@@ -90,10 +93,12 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
                 if self.command != "GET":
                     raise RequestError(405, f"{request.endpoint} takes GET")
                 self._send_body(200, *self.server.app.usage_document(request))
+            elif request.endpoint in (PODS, RUNNING_PODS):
+                if self.command != "GET":
+                    raise RequestError(405, f"{request.endpoint} takes GET")
+                self._send_body(200, *self.server.app.pods_document(request))
             else:
-                raise RequestError(
-                    501, f"{request.endpoint} is not supported by kube-offload virtual nodes (only logs, exec and attach)"
-                )
+                raise RequestError(501, f"{request.endpoint} is not supported by kube-offload virtual nodes")
         except RequestError as exc:
             log.info("kubelet API: %s %s -> %d %s", self.command, self.path.split("?")[0], exc.status, exc.message)
             self._send_error(exc, streaming)

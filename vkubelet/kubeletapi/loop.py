@@ -30,8 +30,10 @@ from vkubelet.kubeletapi.authz import Authorizer, subject_access_review_call
 from vkubelet.kubeletapi.decision_cache import CacheTTL
 from vkubelet.kubeletapi.resolver import PodResolver
 from vkubelet.kubeletapi.sampler import UsageSampler, metrics_lister
+from vkubelet.kubeletapi import serving_csr
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
-from vkubelet.kubeletapi.tls import ServerContext, TLSSetupError, serving_files
+from vkubelet.kubeletapi.serving_cert import ServingCertificate, csr_kube
+from vkubelet.kubeletapi.tls import ServerContext, ServingFiles, TLSSetupError, serving_files, subject_names
 from vkubelet.runner import LoopContext
 from vkubelet.settings import Settings, SettingsError
 
@@ -115,15 +117,32 @@ class KubeletApiLoop:
             node_name=settings.node_name,
             interval=settings.kubelet_metrics_interval,
         )
-        try:
-            self._files = serving_files(
-                settings.kubelet_tls_cert,
-                settings.kubelet_tls_key,
-                node_address=settings.node_address,
+        # --kubelet-serving-cert-mode=csr: from the local CSR API, renewed in a thread
+        # (serving_cert.py); otherwise the given files or a generated pair (tls.py).
+        self.serving_cert: ServingCertificate | None = None
+        self._files: ServingFiles
+        if settings.kubelet_serving_cert_mode == serving_csr.MODE_CSR:
+            dns, ips = subject_names(settings.node_address, settings.node_name)
+            self.serving_cert = ServingCertificate(
+                csr_kube(context.informers.local_client),
                 node_name=settings.node_name,
+                dns_names=dns,
+                ip_addresses=ips,
+                approval=settings.kubelet_serving_cert_approval,
+                expiration_seconds=int(settings.kubelet_serving_cert_expiration),
+                rotation_fraction=settings.kubelet_serving_cert_rotation,
             )
-        except TLSSetupError as exc:
-            raise SettingsError(str(exc)) from None
+            self._files = self.serving_cert.files
+        else:
+            try:
+                self._files = serving_files(
+                    settings.kubelet_tls_cert,
+                    settings.kubelet_tls_key,
+                    node_address=settings.node_address,
+                    node_name=settings.node_name,
+                )
+            except TLSSetupError as exc:
+                raise SettingsError(str(exc)) from None
         address = (bind_address(settings), settings.kubelet_port)
         try:
             # A client without a certificate may still connect: it may have a bearer token.
@@ -135,18 +154,24 @@ class KubeletApiLoop:
                 access=access_control(settings, context.informers.local_client),
                 usage=self.usage,
                 limits=settings.kubelet_limits,
+                list_pods=self._local_pods.list,
             )
             self.server = KubeletHTTPServer(address, app, tls)
         except TLSSetupError as exc:
-            self._files.cleanup()
+            self._cleanup_files()
             raise SettingsError(str(exc)) from None
         except OSError as exc:
-            self._files.cleanup()
+            self._cleanup_files()
             raise SettingsError(f"--kubelet-port: cannot listen on {address[0]}:{address[1]}: {exc.strerror or exc}") from None
         self._thread: threading.Thread | None = None
         self._declared = False
         self.features = Controller(name="kubelet-api-features", reconcile=self._reconcile_features, workers=1)
         self.features.watch(self._node)
+
+    def _cleanup_files(self) -> None:
+        self._files.cleanup()
+        if self.serving_cert is not None:
+            self.serving_cert.stop()
 
     @property
     def port(self) -> int:
@@ -162,6 +187,8 @@ class KubeletApiLoop:
         self.features.start()
         self.features.enqueue(self._settings.node_name)
         self.usage.start()
+        if self.serving_cert is not None:
+            self.serving_cert.start()
         log.info("kubelet API serving on https://%s:%d", *self.server.server_address[:2])
         if not self._settings.kubelet_client_ca:
             log.warning(
@@ -177,7 +204,7 @@ class KubeletApiLoop:
             self.server.shutdown()
         self.server.close_streams()
         self.server.server_close()
-        self._files.cleanup()
+        self._cleanup_files()
 
     def resync_all(self) -> None:
         self.features.enqueue(self._settings.node_name)

@@ -5,7 +5,7 @@ ExecLocation, AttachLocation): ``/containerLogs/{ns}/{pod}/{container}``,
 ``/exec/{ns}/{pod}/{container}``, ``/attach/{ns}/{pod}/{container}``; the kubelet also
 accepts ``/exec|attach/{ns}/{pod}/{uid}/{container}`` and ``/portForward/{ns}/{pod}[/{uid}]``.
 metrics-server and ``kubectl get --raw .../proxy/stats/summary`` call ``/metrics/resource``
-and ``/stats/summary``.
+and ``/stats/summary``; ``/pods``, ``/runningpods/`` and ``/healthz`` are read the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ HEALTHZ = "healthz"
 # Resource usage (vkubelet/kubeletapi/stats.py): the Summary API and what metrics-server scrapes.
 STATS_SUMMARY = "stats/summary"
 METRICS_RESOURCE = "metrics/resource"
+# The pods bound to the node, and those running (vkubelet/kubeletapi/podlists.py).
+PODS = "pods"
+RUNNING_PODS = "runningpods"
 
 
 class RequestError(Exception):
@@ -76,8 +79,8 @@ def parse_request_path(raw_path: str) -> KubeletRequest:
     endpoint, args = segments[0], segments[1:]
     if any(not arg for arg in args):
         raise RequestError(404, f"empty path segment in {parts.path}")
-    if endpoint == HEALTHZ and not args:
-        return KubeletRequest(HEALTHZ, query=query)
+    if endpoint in (HEALTHZ, PODS, RUNNING_PODS) and not args:
+        return KubeletRequest(endpoint, query=query)
     if f"{endpoint}/{'/'.join(args)}" in (STATS_SUMMARY, METRICS_RESOURCE):
         return KubeletRequest(f"{endpoint}/{args[0]}", query=query)
     if endpoint == CONTAINER_LOGS and len(args) == 3:

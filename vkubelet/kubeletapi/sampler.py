@@ -33,9 +33,10 @@ from kubernetes import client
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import POD_METRICS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
+from kube_offload.times import parse_time_or_none
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
-from vkubelet.kubeletapi.usage import PodRef, PodSample, SampleError, UsageLedger, UsageSnapshot, pod_sample
+from vkubelet.kubeletapi.usage import PodRef, PodSample, RunningPod, SampleError, UsageLedger, UsageSnapshot, pod_sample
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
@@ -49,6 +50,33 @@ ListMetrics = Callable[[str], Mapping]
 def local_pod_ref(pod: Mapping) -> PodRef:
     meta = pod.get("metadata") or {}
     return PodRef(namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""))
+
+
+def _epoch(text: object) -> float | None:
+    moment = parse_time_or_none(text)
+    return moment.timestamp() if moment is not None else None
+
+
+def running_pods(local_pods: Iterable[Mapping], now: float) -> list[RunningPod]:
+    """The local pods whose status shows a container running, with each running
+    container's start (``state.running.startedAt``, else the pod's ``startTime``, else
+    ``now``): what ``/stats/summary`` lists before their first sample."""
+    found: list[RunningPod] = []
+    for pod in local_pods:
+        status = pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        pod_start = _epoch(status.get("startTime"))
+        containers = []
+        for container in status.get("containerStatuses") or []:
+            running = (container.get("state") or {}).get("running")
+            if running is None:
+                continue
+            start = _epoch(running.get("startedAt")) or pod_start or now
+            containers.append((str(container.get("name") or ""), start))
+        if containers:
+            found.append(RunningPod(local_pod_ref(pod), tuple(containers)))
+    return found
 
 
 def targets(local_pods: Iterable[Mapping], resolve: Resolve) -> dict[str, dict[str, PodRef]]:
@@ -140,9 +168,13 @@ class UsageSampler:
     def enabled(self) -> bool:
         return self.interval > 0
 
-    def snapshot(self) -> UsageSnapshot:
+    def snapshot(self, *, with_unsampled: bool = False) -> UsageSnapshot:
+        """The usage to serve; ``with_unsampled`` adds the running pods without a
+        sample yet, with zeros (``/stats/summary``), read from the informer's cache."""
+        now = self._clock()
+        running = running_pods(self._local_pods.list(), now) if with_unsampled else []
         with self._lock:
-            return self.ledger.snapshot(self._clock())
+            return self.ledger.snapshot(now, running)
 
     def now(self) -> float:
         return self._clock()

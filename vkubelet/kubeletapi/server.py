@@ -24,17 +24,17 @@ import logging
 import socket
 import ssl
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from kubernetes import client
 
 from kube_offload.runtime.https_server import ThreadingHTTPSServer
 from vkubelet.kubeletapi import remote as remote_api
-from vkubelet.kubeletapi import stats
+from vkubelet.kubeletapi import podlists, stats
 from vkubelet.kubeletapi.access import AccessControl
 from vkubelet.kubeletapi.handler import KubeletRequestHandler, OverCapacityHandler
 from vkubelet.kubeletapi.limits import REJECT_TIMEOUT, REJECTING_CONNECTIONS, Slots, StreamLimits
-from vkubelet.kubeletapi.paths import STATS_SUMMARY, KubeletRequest, RequestError
+from vkubelet.kubeletapi.paths import PODS, STATS_SUMMARY, KubeletRequest, RequestError
 from vkubelet.kubeletapi.resolver import PodResolver, RemotePod
 from vkubelet.kubeletapi.sampler import UsageSampler
 from vkubelet.kubeletapi.tls import ServerContext
@@ -57,8 +57,12 @@ class KubeletApi:
         access: AccessControl,
         usage: UsageSampler | None = None,
         limits: StreamLimits | None = None,
+        list_pods: Callable[[], Sequence[Mapping]] | None = None,
     ) -> None:
         self.access = access
+        # The local pods bound to the node, from the vkubelet's informer (no API call
+        # per request): /pods and /runningpods/.
+        self.list_pods = list_pods
         self.usage = usage
         self.resolver = resolver
         self.remote = remote
@@ -80,10 +84,19 @@ class KubeletApi:
                 404, f"/{request.endpoint} is not served: resource metrics are off on this virtual node "
                 "(--kubelet-metrics-interval=0)"
             )
-        snapshot = self.usage.snapshot()
         if request.endpoint == STATS_SUMMARY:
+            # A running pod is listed at once, with zeros until its first sample.
+            snapshot = self.usage.snapshot(with_unsampled=True)
             return stats.JSON_CONTENT_TYPE, stats.summary_json(snapshot, node_name=self.usage.node_name, now=self.usage.now())
-        return stats.PROMETHEUS_CONTENT_TYPE, stats.resource_metrics(snapshot).encode("utf-8")
+        return stats.PROMETHEUS_CONTENT_TYPE, stats.resource_metrics(self.usage.snapshot()).encode("utf-8")
+
+    def pods_document(self, request: KubeletRequest) -> tuple[str, bytes]:
+        """(content type, body) of ``/pods`` or ``/runningpods/`` (podlists.py)."""
+        if self.list_pods is None:
+            raise RequestError(404, f"/{request.endpoint} is not served by this kubelet API")
+        pods = self.list_pods()
+        document = podlists.pod_list(pods) if request.endpoint == PODS else podlists.running_pod_list(pods)
+        return podlists.JSON_CONTENT_TYPE, podlists.encode(document)
 
     def busy_message(self) -> str:
         return (

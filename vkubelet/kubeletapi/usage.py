@@ -32,6 +32,13 @@ every counter ever kept, those of pods that have gone included, so it never decr
 A pod whose samples stop (gone from the remote metrics API) is no longer reported once its
 last new sample is older than ``stale_after`` seconds (local clock), and its counters are
 dropped when the local pod leaves the node.
+
+A pod that runs but has no sample yet (the remote metrics-server samples every 15 s or so,
+we every ``--kubelet-metrics-interval``) is in ``/stats/summary`` at once, as on a kubelet,
+which lists every running pod: :meth:`UsageLedger.snapshot` given the ``running`` pods
+adds those without any counter with zero usage at ``now`` (not to the node's figures, and
+not to ``/metrics/resource``, where metrics-server would read a zero counter as a broken
+pod and drop it).
 """
 
 from __future__ import annotations
@@ -179,6 +186,26 @@ class NodeUsage:
 
 
 @dataclass(frozen=True)
+class RunningPod:
+    """A local pod whose status shows containers running: ``containers`` is
+    ``(name, started at)`` of each."""
+
+    pod: PodRef
+    containers: tuple[tuple[str, float], ...]
+
+
+def unsampled_usage(running: RunningPod, now: float) -> PodUsage:
+    """Zero usage of a running pod without a sample yet, measured ``now``."""
+    return PodUsage(
+        running.pod,
+        tuple(
+            ContainerUsage(name=name, start=start, timestamp=now, cpu_nanocores=0, core_nanoseconds=0, memory_bytes=0)
+            for name, start in sorted(running.containers)
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class UsageSnapshot:
     node: NodeUsage
     pods: tuple[PodUsage, ...]
@@ -234,7 +261,10 @@ class UsageLedger:
         for uid in [u for u in self.pods if u not in keep]:
             del self.pods[uid]
 
-    def snapshot(self, now: float) -> UsageSnapshot:
+    def snapshot(self, now: float, running: Iterable[RunningPod] = ()) -> UsageSnapshot:
+        """The pods with a current sample and the node's sums; plus, with zeros, the
+        ``running`` pods that have no counter at all (a pod whose samples went stale is
+        left out, not reset to zero)."""
         by_pod: dict[str, list[ContainerUsage]] = {}
         for (uid, name), counter in sorted(self.counters.items()):
             if now - counter.updated_at > self.stale_after:
@@ -260,4 +290,8 @@ class UsageLedger:
             core_nanoseconds=self.retired_core_nanoseconds + sum(c.core_nanoseconds for c in self.counters.values()),
             memory_bytes=sum(p.memory_bytes for p in pods),
         )
+        counted = {uid for uid, _ in self.counters}
+        unsampled = [unsampled_usage(r, now) for r in running if r.containers and r.pod.uid not in counted]
+        if unsampled:
+            pods = tuple(sorted((*pods, *unsampled), key=lambda p: (p.pod.namespace, p.pod.name)))
         return UsageSnapshot(node=node, pods=pods, scrape_error=self.scrape_error)

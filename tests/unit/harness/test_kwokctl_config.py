@@ -65,3 +65,26 @@ def test_each_cluster_with_a_real_node_has_a_configuration_file_of_its_own(tmp_p
     shared = _cluster(tmp_path, "remote").kwokctl_config
     assert len(paths) == 2 and shared not in paths
     assert shared.name == "kwokctl-config.yaml"
+
+
+def _flags(cluster: Cluster, component: str) -> dict[str, str]:
+    config = yaml.safe_load(cluster.kwokctl_config.read_text())
+    [patch] = [p for p in config["componentsPatches"] if p["name"] == component]
+    return {arg["key"]: arg["value"] for arg in patch["extraArgs"]}
+
+
+def test_a_cluster_that_verifies_kubelets_signs_kubelet_serving_requests_with_the_ca_it_trusts(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path, "local", real_node_slot=1)
+    cluster.spec.verify_kubelets = True
+    pki = cluster.kwok_workdir / "clusters" / cluster.name / "pki"
+    assert _flags(cluster, "kube-apiserver")["kubelet-certificate-authority"] == str(pki / "ca.crt")
+    kcm = _flags(cluster, "kube-controller-manager")
+    assert (kcm["cluster-signing-cert-file"], kcm["cluster-signing-key-file"]) == (str(pki / "ca.crt"), str(pki / "ca.key"))
+    assert kcm["leader-elect"] == "false"
+
+
+def test_kubelets_stay_unverified_unless_asked(tmp_path: Path) -> None:
+    for role, slot in (("local", -1), ("local", 1), ("remote", 1)):
+        cluster = _cluster(tmp_path, role, real_node_slot=slot, name=f"{role}{slot}")
+        assert "kubelet-certificate-authority" not in _flags(cluster, "kube-apiserver")
+        assert "cluster-signing-cert-file" not in _flags(cluster, "kube-controller-manager")

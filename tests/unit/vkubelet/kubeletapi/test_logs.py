@@ -51,7 +51,7 @@ def test_repeated_query_parameters_are_kept_in_order():
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/containerLogs/demo/web", "/containerLogs/demo//app", "/exec/demo", "/stats/other", "/metrics/cadvisor", "/pods", "/healthz/x"],
+    ["/", "/containerLogs/demo/web", "/containerLogs/demo//app", "/exec/demo", "/stats/other", "/metrics/cadvisor", "/pods/demo", "/healthz/x"],
 )
 def test_other_paths_are_404(path):
     with pytest.raises(RequestError) as info:

@@ -3,12 +3,13 @@ those of the remote pods the resolver says are ours, under the local pod's name,
 failed read shows as ``resource_scrape_error`` with a warning that says what to fix."""
 
 import logging
+from datetime import datetime, timezone
 
 from kube_offload.runtime.kube import ApiError
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import RemotePod
-from vkubelet.kubeletapi.sampler import UsageSampler, explain, samples_from, targets
-from vkubelet.kubeletapi.usage import PodRef
+from vkubelet.kubeletapi.sampler import UsageSampler, explain, running_pods, samples_from, targets
+from vkubelet.kubeletapi.usage import PodRef, RunningPod
 
 NODE = "kube-offload-r1"
 T0 = 1_800_000_000.0
@@ -127,3 +128,23 @@ def test_pods_that_left_the_node_are_dropped():
     pods.pop()
     s.sample_once()
     assert [p.pod.name for p in s.snapshot().pods] == ["web"]
+
+
+def test_running_pods_are_those_whose_status_shows_a_running_container():
+    started = {"running": {"startedAt": "2027-01-15T08:00:10Z"}}
+    web = local_pod("demo", "web", "u1")
+    web["status"].update(startTime="2027-01-15T08:00:00Z", containerStatuses=[
+        {"name": "app", "state": started},
+        {"name": "side", "state": {"running": {}}},  # no startedAt: the pod's start
+        {"name": "init", "state": {"waiting": {}}},
+    ])
+    pending = local_pod("demo", "pending", "u2", phase="Pending")
+    done = local_pod("demo", "done", "u3", phase="Succeeded")
+    done["status"]["containerStatuses"] = [{"name": "app", "state": started}]
+    pod_start = datetime(2027, 1, 15, 8, 0, 0, tzinfo=timezone.utc).timestamp()
+    assert running_pods([web, pending, done], now=0.0) == [
+        RunningPod(PodRef("demo", "web", "u1"), (("app", pod_start + 10), ("side", pod_start))),
+    ]
+    bare = local_pod("demo", "bare", "u4")
+    bare["status"]["containerStatuses"] = [{"name": "app", "state": {"running": {}}}]
+    assert running_pods([bare], now=42.0) == [RunningPod(PodRef("demo", "bare", "u4"), (("app", 42.0),))]

@@ -213,3 +213,25 @@ def test_metrics_off_is_a_404_that_says_so(kubelet_auth):
         app.usage_document(parse_request_path("/stats/summary"))
     assert info.value.status == 404
     assert "--kubelet-metrics-interval=0" in info.value.message
+
+
+def test_stats_summary_lists_a_running_pod_before_its_first_sample(kubelet_auth):
+    fresh = local_pod("fresh", "uid-fresh")
+    fresh["status"]["containerStatuses"] = [{"name": "app", "state": {"running": {"startedAt": "2027-01-15T08:00:00Z"}}}]
+    sampler = UsageSampler(
+        local_pods=Pods([fresh]), resolve=lambda *a: RemotePod("demo-local", "fresh"),
+        list_metrics=lambda ns: {"items": []}, cluster_id="r1", node_name=NODE, interval=15, clock=lambda: T0,
+    )
+    app = KubeletApi(resolver=None, remote=client.ApiClient(), cluster_id="r1",
+                     access=kubelet_auth.access_control(kubelet_auth.Reviews()), usage=sampler)
+    from vkubelet.kubeletapi.paths import parse_request_path
+
+    # No sampling round has run yet: the pod is there, with zeros.
+    doc = json.loads(app.usage_document(parse_request_path("/stats/summary"))[1])
+    assert [p["podRef"] for p in doc["pods"]] == [{"name": "fresh", "namespace": "demo", "uid": "uid-fresh"}]
+    container = doc["pods"][0]["containers"][0]
+    assert (container["name"], container["startTime"]) == ("app", "2027-01-15T08:00:00Z")
+    assert (container["cpu"]["usageNanoCores"], container["cpu"]["usageCoreNanoSeconds"], container["memory"]["workingSetBytes"]) == (0, 0, 0)
+    assert "usageNanoCores" not in doc["node"]["cpu"]  # the node claims no rate without a sample
+    # /metrics/resource does not carry zero counters (metrics-server would drop the pod).
+    assert "fresh" not in app.usage_document(parse_request_path("/metrics/resource"))[1].decode()

@@ -7,6 +7,7 @@ from vkubelet.kubeletapi.usage import (
     ContainerSample,
     PodRef,
     PodSample,
+    RunningPod,
     SampleError,
     UsageLedger,
     parse_window,
@@ -176,3 +177,25 @@ def test_pod_figures_sum_their_containers():
     [pod] = ledger.snapshot(T0).pods
     assert (pod.cpu_nanocores, pod.memory_bytes, pod.core_nanoseconds) == (400, 40, 4000)
     assert [c.name for c in pod.containers] == ["a", "b"]
+
+
+# --- running pods without a sample (/stats/summary at once) -------------------------------------
+def test_a_running_pod_without_a_sample_is_listed_with_zeros_and_not_in_the_node():
+    ledger = UsageLedger(started=T0)
+    ledger.record([sample()], on_node=[WEB.uid, DB.uid], now=T0)
+    running = [RunningPod(WEB, (("app", T0 - 15),)), RunningPod(DB, (("main", T0 - 5), ("side", T0 - 3)))]
+    snap = ledger.snapshot(T0 + 1, running)
+    assert [p.pod for p in snap.pods] == [DB, WEB]
+    db = snap.pods[0]
+    assert [(c.name, c.start, c.timestamp, c.cpu_nanocores, c.core_nanoseconds, c.memory_bytes) for c in db.containers] == [
+        ("main", T0 - 5, T0 + 1, 0, 0, 0), ("side", T0 - 3, T0 + 1, 0, 0, 0),
+    ]
+    # The node's figures are the sampled pods' only: a pod without a sample claims nothing.
+    assert (snap.node.timestamp, snap.node.memory_bytes) == (T0, 64 << 20)
+    assert ledger.snapshot(T0 + 1).pods == snap.pods[1:]  # without `running`: as before
+
+
+def test_a_pod_whose_samples_went_stale_is_not_reset_to_zero():
+    ledger = UsageLedger(started=T0, stale_after=30)
+    ledger.record([sample()], on_node=[WEB.uid], now=T0)
+    assert ledger.snapshot(T0 + 40, [RunningPod(WEB, (("app", T0),))]).pods == ()
