@@ -381,3 +381,8 @@ def test_an_offloaded_pod_reads_its_own_pod_from_its_home_api_server_through_the
     assert answer["own"] == 200 and answer["uid"] == home["metadata"]["uid"], answer
     assert answer["nodeName"] == virtual_node_name(spec.cluster_id), answer
     assert answer["secrets"] == 403, answer
+    # ... and it went through the relay: paired with an uplink, counted on the relay pod.
+    health = next(port["containerPort"] for port in container["ports"] if port["name"] == "health")
+    metrics = remote.kubectl("get", "--raw", f"/api/v1/namespaces/{tenant}/pods/{relay['metadata']['name']}:{health}/proxy/metrics").stdout
+    paired = [line for line in metrics.splitlines() if line.startswith('kube_offload_relay_connections_total{result="paired"}')]
+    assert paired and float(paired[0].rsplit(" ", 1)[1]) >= 2, paired  # two requests, one connection each
