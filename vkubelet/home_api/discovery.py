@@ -89,6 +89,16 @@ class Discovery:
             pods = self.kube.list(kinds.PODS, namespace=self.namespace, label_selector=c.HOME_API_RELAY_SELECTOR)
         except ApiError as exc:
             problem = f"{exc.code} {exc.reason}"
+            if exc.code == 403:
+                # The provider grants the relay's reads only while it runs a relay for us
+                # (remote chart, homeAPIRelay): refused = no relay, not an outage.
+                if problem != self._last_problem:
+                    self._last_problem = problem
+                    log.info("the provider runs no home API relay for us in %s (reading it is forbidden: %s)",
+                             self.namespace, exc.message or exc.reason)
+                with self._lock:
+                    self._view = RelayView(endpoint=None, pods=())
+                    return self._view
             if problem != self._last_problem:
                 self._last_problem = problem
                 log.warning("cannot read the home API relay in %s on the provider: %s (%s); offloaded pods keep "

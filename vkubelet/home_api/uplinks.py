@@ -186,8 +186,11 @@ class Uplinks:
         try:
             while not stop.is_set():
                 if time.monotonic() >= next_refresh:
-                    self.discovery.refresh()
                     next_refresh = time.monotonic() + self.settings.refresh_period
+                    try:
+                        self.discovery.refresh()
+                    except Exception as exc:  # noqa: BLE001 - an odd answer must not stop the vkubelet
+                        self._log_once(f"refresh:{exc.__class__.__name__}", "reading the home API relay failed: %s", exc)
                 self.top_up(self.discovery.pods())
                 self._wake.wait(SELECT_SECONDS)
                 self._wake.clear()
