@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.health import HealthSetupError
     from kube_offload.runtime.https_server import parse_bind
     from kube_offload.runtime.manager import Loop, Manager, serve
+    from kube_offload.runtime.metrics import REGISTRY
     from relay.server import Relay, RelaySettings
 
     setup_logging(args.log_level, json_format=bool(args.log_json))
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-offload relay: {exc}", file=sys.stderr)
         return 2
     try:
-        relay = Relay(settings)
+        # The process registry, which the health port serves (one relay per process).
+        relay = Relay(settings, REGISTRY)
     except OSError as exc:
         manager.health.server_close()
         print(f"kube-offload relay: cannot listen on {settings.serve} or {settings.uplink}: {exc}", file=sys.stderr)
@@ -81,5 +83,4 @@ def run(args: argparse.Namespace) -> int:
     # Ready = listening (the loop started). Not "an uplink is idle": the vkubelet opens
     # uplinks to Ready relay pods only, so that would never become true.
     manager.add_loop(Loop(name="relay", run=serve(relay.start, relay.stop), needs_leader=False, logger=log))
-    manager.add_registry(relay.metrics.registry)
     return manager.run()

@@ -126,3 +126,41 @@ def test_an_uplink_that_closed_while_idle_is_not_used(relay):
     assert wait_for(lambda: relay.pool.idle() == 2, timeout=5)
     socket.create_connection(("127.0.0.1", relay.serve_port))
     assert _recv_exactly(live, 1) == GO
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_command_serves_readiness_and_its_counts_on_the_health_port(tmp_path):
+    """`kube-offload relay` as the chart runs it (loopback here): ready once listening, with
+    its connection counts on /metrics beside the process's own."""
+    import re
+    import subprocess
+    import sys
+    import urllib.request
+
+    uplink_port = _free_port()
+    log = (tmp_path / "relay.log").open("w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kube_offload.cli", "relay", "--serve-bind", "127.0.0.1:0", "--uplink-port", str(uplink_port),
+         "--health-bind", "127.0.0.1:0", "--pair-timeout", "0.2s"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def logged(pattern: str):
+            log.seek(0)
+            return re.search(pattern, log.read())
+
+        health = wait_for(lambda: logged(r"health and metrics on (http://[0-9.:]+)"), timeout=30).group(1)
+        serve_port = int(wait_for(lambda: logged(r"pods on 127\.0\.0\.1:(\d+)"), timeout=30).group(1))
+        assert wait_for(lambda: urllib.request.urlopen(f"{health}/readyz", timeout=5).status == 200, timeout=30)
+        pod = socket.create_connection(("127.0.0.1", serve_port))
+        assert _recv_exactly(pod, 1) == b""  # no uplink: closed after the pair timeout
+        metrics = urllib.request.urlopen(f"{health}/metrics", timeout=5).read().decode()
+        assert 'kube_offload_relay_connections_total{result="no_uplink"} 1.0' in metrics, metrics
+        with socket.create_connection(("127.0.0.1", uplink_port)):  # the uplink port, on loopback
+            pass
+    finally:
+        process.terminate()
+        assert process.wait(15) == 0
