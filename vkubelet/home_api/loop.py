@@ -24,11 +24,12 @@ class HomeAPILoop:
 
     name = "home-api-uplinks"
 
-    def __init__(self, context: LoopContext, settings: HomeAPISettings) -> None:
+    def __init__(self, context: LoopContext, settings: HomeAPISettings, discovery: Discovery | None = None) -> None:
         self.settings = settings
         remote_client = context.informers.remote_client
         local_client = context.informers.local_client
-        self.discovery = Discovery(Kube(remote_client), context.settings.tenant_namespace)
+        # Given when something built before the loops (the pod translation) reads it too.
+        self.discovery = discovery or Discovery(Kube(remote_client), context.settings.tenant_namespace)
         # The home API server: where our own local kube configuration points, nothing else.
         self.uplinks = Uplinks(settings, self.discovery, remote.endpoint_from(remote_client.configuration),
                                home_address(local_client.configuration.host))
@@ -56,8 +57,19 @@ class HomeAPILoop:
         pass  # the loop reads the relay again every refresh period anyway
 
 
-def home_api_loop(settings: HomeAPISettings) -> Callable[[LoopContext], HomeAPILoop]:
+def home_api_loop(settings: HomeAPISettings, discovery: Discovery | None = None) -> Callable[[LoopContext], HomeAPILoop]:
+    """The factory; ``discovery`` (built by the caller with the remote client and the tenant
+    namespace) lets the pod translation share it: see :func:`endpoint_source`."""
+
     def factory(context: LoopContext) -> HomeAPILoop:
-        return HomeAPILoop(context, settings)
+        return HomeAPILoop(context, settings, discovery)
 
     return factory
+
+
+def endpoint_source(settings: HomeAPISettings, discovery: Discovery) -> Callable[[], HomeAPIEndpoint | None]:
+    """What the pod translation asks: the relay's endpoint, None with ``--home-api-uplinks=0``
+    (no uplink would carry the pods' connections)."""
+    if settings.uplinks == 0:
+        return lambda: None
+    return discovery.endpoint
