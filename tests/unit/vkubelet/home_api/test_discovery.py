@@ -41,3 +41,14 @@ def test_ready_relay_pods_keeps_running_ready_pods_not_terminating_sorted():
                       pod("going", deleting=True)]}
     assert ready_relay_pods(pods) == ["relay-a", "relay-b"]
     assert ready_relay_pods({"items": None}) == []
+
+
+def test_endpoint_source_is_none_without_uplinks_and_the_discovery_otherwise():
+    from vkubelet.home_api.discovery import Discovery
+    from vkubelet.home_api.loop import endpoint_source
+    from vkubelet.home_api.settings import HomeAPISettings
+
+    discovery = Discovery(None, "kube-offload-tenant-local")  # type: ignore[arg-type]  # never refreshed here
+    assert discovery.endpoint() is None  # nothing read yet
+    assert endpoint_source(HomeAPISettings(uplinks=4), discovery) == discovery.endpoint
+    assert endpoint_source(HomeAPISettings(uplinks=0), discovery)() is None
