@@ -23,6 +23,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "certs.cli",
     "vkubelet.cli",
     "enforcer.cli",
+    "relay.cli",  # the home API relay (provider side; docs/home-api.md)
     "kube_offload.peer.cli",  # peer, unpeer
     "kubectl_offload.cli",  # explain, status (also the kubectl plugin: kubectl offload ...)
 )

@@ -119,6 +119,10 @@ HOME_API_SERVICE: Final = "kube-offload-home-api"
 HOME_API_SERVICE_PORT: Final = 443
 HOME_API_RELAY_SERVE_PORT: Final = 6443
 HOME_API_RELAY_UPLINK_PORT: Final = 6444
+# The relay pods' app.kubernetes.io/component label (remote chart): the vkubelet finds the
+# pods to hold uplinks to by it, in its tenant namespace.
+HOME_API_RELAY_COMPONENT: Final = "home-api-relay"
+HOME_API_RELAY_SELECTOR: Final = f"app.kubernetes.io/name=kube-offload,app.kubernetes.io/component={HOME_API_RELAY_COMPONENT}"
 # The names the offloaded pod's in-cluster configuration uses for the home API server:
 # every API server's serving certificate carries them, so TLS verifies end to end.
 HOME_API_HOSTNAMES: Final = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")

@@ -21,6 +21,7 @@ from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.settings import Settings, SettingsError, parse_node_labels
 from vkubelet.storage.settings import add_storage_flags, storage_settings_from_args
+from vkubelet.home_api.settings import add_home_api_flags, home_api_settings_from_args
 
 COMPONENT = "vkubelet"
 
@@ -116,6 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_reflection_flags(parser, COMPONENT)
     add_storage_flags(parser, COMPONENT)
     add_remapping_flags(parser, COMPONENT)
+    add_home_api_flags(parser, COMPONENT)
     parser.set_defaults(func=run)
 
 
@@ -187,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     from vkubelet import observability
     from vkubelet.credentials import declare_credentials
     from vkubelet.kubeletapi.loop import kubelet_api_loop
+    from vkubelet.home_api.loop import home_api_loop
     from vkubelet.reflection.loops import reflection_loops
     from vkubelet.storage.virtual import storage_loops
     from vkubelet.runner import VirtualKubelet
@@ -217,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     manager.handle_signals(note=" (the node and the offloaded pods stay)")
     try:
-        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop])
+        vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop,
+                                                            home_api_loop(home_api_settings_from_args(args))])
     except SettingsError as exc:  # e.g. the certificate unreadable
         manager.health.server_close()
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)

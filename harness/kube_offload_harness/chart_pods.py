@@ -52,7 +52,7 @@ KUBELET_CLIENT_CA_DIR = "/etc/kube-offload/kubelet-client-ca"
 KUBELET_CLIENT_CA_KEY = "ca.crt"
 # Sections of each chart's values that place a pod (nodeSelector, tolerations, affinity).
 LOCAL_POD_SECTIONS = ("webhook", "extender", "scheduler", "vkubelet", "certificates")
-REMOTE_POD_SECTIONS = ("enforcer", "certificates")
+REMOTE_POD_SECTIONS = ("enforcer", "certificates", "homeAPIRelay")
 # Deployments of the local chart with a replicas value (the vkubelet's is per remote).
 LOCAL_REPLICATED = ("webhook", "extender", "scheduler", "vkubelet")
 HELM_TIMEOUT_SECONDS = 300

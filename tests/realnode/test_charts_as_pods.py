@@ -18,6 +18,7 @@ the fabric, at the remapped address `kube-offload peer`'s values gave the vkubel
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import time
 from typing import Iterator
@@ -289,3 +290,99 @@ def test_a_local_pod_calls_the_offloaded_pod_through_its_service_at_the_address_
     local_real, local_remapped = ipaddress.ip_network(local_plan.pod_cidr), ipaddress.ip_network(fabric.remapped_pod_cidr(local_plan.slot))
     seen_as = local_remapped.network_address + (int(caller_ip) - int(local_real.network_address))
     assert f"[::ffff:{seen_as}]:" in local.kubectl("logs", "served", "-n", OFFLOADED).stdout
+
+
+# The offloaded pod's side of the home API path (docs/home-api.md), with nothing but the
+# standard service-account files: connect to the relay Service, verify the API server's
+# certificate against the home CA under the name in-cluster clients use, send the token.
+# (Until the pod translation gives pods the relay's address as KUBERNETES_SERVICE_HOST,
+# the address is passed here.)
+HOME_API_CALL = """
+import http.client, json, os, socket, ssl, sys
+ip, port, pod = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+token = open(sa + "token").read().strip()
+namespace = open(sa + "namespace").read().strip()
+context = ssl.create_default_context(cafile=sa + "ca.crt")
+class Relayed(http.client.HTTPSConnection):
+    def connect(self):
+        raw = socket.create_connection((ip, port), timeout=10)
+        self.sock = context.wrap_socket(raw, server_hostname="kubernetes.default.svc")
+def get(path):
+    connection = Relayed("kubernetes.default.svc", 443, context=context, timeout=10)
+    connection.request("GET", path, headers={"Authorization": "Bearer " + token})
+    answer = connection.getresponse()
+    return answer.status, json.loads(answer.read() or b"{}")
+status, own = get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+secrets, _ = get(f"/api/v1/namespaces/{namespace}/secrets")
+print(json.dumps({"namespace": namespace, "own": status, "nodeName": own.get("spec", {}).get("nodeName"),
+                  "uid": own.get("metadata", {}).get("uid"), "secrets": secrets}))
+"""
+
+
+def test_an_offloaded_pod_reads_its_own_pod_from_its_home_api_server_through_the_relay(env: Environment):
+    local, remote = _clusters(env)
+    spec = env.topology().remotes[0]
+    tenant = C.tenant_namespace(env.topology().local.cluster_id)
+    # The consumer's relay runs on the remote's real node, Ready, behind its Service.
+    def relay_pods():
+        pods = remote.kubectl_json("get", "pods", "-n", tenant, "-l", C.HOME_API_RELAY_SELECTOR)["items"]
+        return pods if pods and all(q["status"].get("phase") == "Running" and _ready(q) for q in pods) else None
+
+    [relay] = wait_for(relay_pods, what=f"the home API relay Running and Ready in {tenant}", timeout=120, interval=2)
+    assert relay["spec"]["nodeName"] == env.real_node(spec).plan.node_name
+    assert relay["spec"]["automountServiceAccountToken"] is False
+    [container] = relay["spec"]["containers"]
+    assert container["args"][0] == "relay" and container["image"].startswith(IMAGE)
+    service = remote.kubectl_json("get", "service", C.HOME_API_SERVICE, "-n", tenant)
+    address = service["spec"]["clusterIP"]
+    # The home RBAC: the pod's ServiceAccount may read pods in its namespace, nothing else.
+    if not local.kubectl("get", "namespace", OFFLOADED, check=False).returncode == 0:
+        local.kubectl("create", "namespace", OFFLOADED)
+        local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    local.apply([
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "home-reader", "namespace": OFFLOADED}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "home-reader", "namespace": OFFLOADED},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "home-reader", "namespace": OFFLOADED},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "home-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "home-reader", "namespace": OFFLOADED}]},
+    ])
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "home-api", "namespace": OFFLOADED},
+        "spec": {"serviceAccountName": "home-reader", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": oci_image.PYTHON_IMAGE,
+                                 "command": ["python3", "-c", "import time; time.sleep(3600)"],
+                                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}]},
+    }
+    local.apply(pod)
+    local.kubectl("wait", "--for=condition=Ready", "pod/home-api", "-n", OFFLOADED, "--timeout=180s", timeout=190)
+    home = local.kubectl_json("get", "pod", "home-api", "-n", OFFLOADED)
+    # The standard files are there (service-account reflection, docs/reflection.md).
+    files = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "python3", "-c",
+                          "import os; print(sorted(os.listdir('/var/run/secrets/kubernetes.io/serviceaccount')))",
+                          timeout=60).stdout
+    assert "'ca.crt'" in files and "'namespace'" in files and "'token'" in files, files
+
+    def call():
+        result = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "python3", "-c", HOME_API_CALL,
+                               address, str(C.HOME_API_SERVICE_PORT), "home-api", check=False, timeout=60)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+        if result.returncode == 0 and lines:
+            return lines[-1]
+        print(f"(not yet) {result.stdout}{result.stderr}")  # shown if the wait fails
+        return None
+
+    answer = json.loads(wait_for(call, what="the home API server through the relay", timeout=90, interval=3))
+    # TLS verified against the home CA as kubernetes.default.svc, the token accepted: the
+    # pod reads its HOME Pod (its uid, bound to the virtual node), and the home Role decides.
+    assert answer["namespace"] == OFFLOADED
+    assert answer["own"] == 200 and answer["uid"] == home["metadata"]["uid"], answer
+    assert answer["nodeName"] == virtual_node_name(spec.cluster_id), answer
+    assert answer["secrets"] == 403, answer
+    # ... and it went through the relay: paired with an uplink, counted on the relay pod.
+    health = next(port["containerPort"] for port in container["ports"] if port["name"] == "health")
+    metrics = remote.kubectl("get", "--raw", f"/api/v1/namespaces/{tenant}/pods/{relay['metadata']['name']}:{health}/proxy/metrics").stdout
+    paired = [line for line in metrics.splitlines() if line.startswith('kube_offload_relay_connections_total{result="paired"}')]
+    assert paired and float(paired[0].rsplit(" ", 1)[1]) >= 2, paired  # two requests, one connection each

@@ -533,7 +533,7 @@ def test_container_flags_are_accepted_by_the_component_clis(
         accepted = _option_strings(_component_parser(component))
         assert flags <= accepted, f"{where}: kube-offload {component} does not accept {sorted(flags - accepted)}"
         seen.setdefault(component, set()).update(flags)
-    assert set(seen) == {"webhook", "extender", "vkubelet", "certs secret", "certs patch-ca-bundle", "enforcer"}
+    assert set(seen) == {"webhook", "extender", "vkubelet", "certs secret", "certs patch-ca-bundle", "enforcer", "relay"}
 
 
 def test_certs_secret_helper_args_parse(helm: Helm) -> None:
@@ -805,6 +805,63 @@ def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
+def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any]]) -> None:
+    """docs/home-api.md: the relay Deployment and Service in the consumer's tenant namespace,
+    no API access of its own, the contract's names and ports, and exactly what the consumer's
+    uplinks need in its Role; off globally or per consumer (Role rules included)."""
+    from relay.cli import UPLINK_HOST
+
+    tenant = C.tenant_namespace("local")
+    [deployment] = find(remote_docs, "Deployment", C.HOME_API_RELAY_COMPONENT)
+    [service] = find(remote_docs, "Service", C.HOME_API_RELAY_COMPONENT)
+    [account] = find(remote_docs, "ServiceAccount", C.HOME_API_RELAY_COMPONENT)
+    assert deployment["metadata"]["namespace"] == service["metadata"]["namespace"] == tenant
+    assert service["metadata"]["name"] == C.HOME_API_SERVICE
+    pod = deployment["spec"]["template"]["spec"]
+    # The selector the vkubelet lists relay pods with matches the pods, and the Service too.
+    wanted = dict(item.split("=") for item in C.HOME_API_RELAY_SELECTOR.split(","))
+    assert wanted.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    [port] = service["spec"]["ports"]
+    assert port["port"] == C.HOME_API_SERVICE_PORT and port["targetPort"] == "serve"
+    [container] = pod["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["serve"] == C.HOME_API_RELAY_SERVE_PORT
+    args = parse_component_args(container["args"])
+    assert args.serve_bind == f"0.0.0.0:{C.HOME_API_RELAY_SERVE_PORT}" and args.uplink_port == C.HOME_API_RELAY_UPLINK_PORT
+    assert UPLINK_HOST == "127.0.0.1"  # never a flag: uplinks need a port-forward
+    # No API access: no token mounted, a ServiceAccount of its own that no role names.
+    assert pod["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    bound = [s["name"] for d in remote_docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding") for s in d["subjects"]]
+    assert account["metadata"]["name"] not in bound
+    # The chart's security contexts (the tenant namespace enforces Pod Security "restricted").
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # The consumer's Role: its twin namespace requests, plus the relay's Service (by name),
+    # its pods (to find them) and port-forward (the uplinks); nothing else.
+    [role] = [r for r in remote_docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
+    assert rules_of(role) == {
+        (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"get", "list", "watch", "create", "update", "patch", "delete"},
+        ("", "services"): {"get"},
+        ("", "pods"): {"get", "list"},
+        ("", "pods/portforward"): {"get", "create"},
+    }
+    [services_rule] = [r for r in role["rules"] if r["resources"] == ["services"]]
+    assert services_rule["resourceNames"] == [C.HOME_API_SERVICE]
+    for values in ({"consumers": [{"name": "local", "homeAPIRelay": False}]},
+                   {"consumers": [{"name": "local"}], "homeAPIRelay": {"enabled": False}}):
+        docs = render(helm, REMOTE, values)
+        assert not find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT) and not find(docs, "Service", C.HOME_API_RELAY_COMPONENT)
+        [role] = [r for r in docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
+        assert set(rules_of(role)) == {(C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL)}
+    # Per consumer: a second consumer keeps its relay when the first turns its own off.
+    docs = render(helm, REMOTE, {"consumers": [{"name": "local", "homeAPIRelay": False}, {"name": "other"}]})
+    assert [d["metadata"]["namespace"] for d in find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)] == [
+        C.tenant_namespace("other")]
+
+
 def test_enforcer_webhook_configuration_matches_its_registration(remote_docs: list[dict[str, Any]]) -> None:
     from enforcer.admission import registration
     from kube_offload.webhook_target import ServiceRef, WebhookTarget
@@ -903,7 +960,7 @@ def test_rendered_args_parse_with_the_component_clis(
 ) -> None:
     remote = render(helm, REMOTE, ONE_CONSUMER)
     pairs = our_containers(rendered_local) + our_containers(remote)
-    assert {c["args"][0] for _, c in pairs} == {"webhook", "extender", "vkubelet", "certs", "enforcer"}
+    assert {c["args"][0] for _, c in pairs} == {"webhook", "extender", "vkubelet", "certs", "enforcer", "relay"}
     for doc, container in pairs:
         env = {e["name"] for e in container.get("env", [])}
         for arg in container["args"]:

@@ -28,6 +28,7 @@ COMPONENT_MODULES = (
     "vkubelet.reflection.loops",
     "vkubelet.kubeletapi.loop",
     "vkubelet.storage.virtual",
+    "vkubelet.home_api.loop",
     "enforcer.controller",
     "enforcer.observability",
     "enforcer.admission.webhook_server",

@@ -1,0 +1,187 @@
+"""The relay's two listening sockets and its threads.
+
+- **serve** (``0.0.0.0:6443`` in the relay's pod, behind the consumer's home API Service):
+  offloaded pods connect here. Each connection gets a thread that takes an idle uplink
+  (waiting up to ``pair_timeout``) and pumps bytes; no uplink in time: the pod's
+  connection is closed, which its client sees as a connection reset and retries.
+- **uplink** (``127.0.0.1:6444`` only): reachable from nowhere but the pod's own network
+  namespace, i.e. through a port-forward of the provider's API server, which its RBAC
+  grants to the consumer's identity only (docs/home-api.md, "Trust"). No other pod can
+  pose as an uplink and receive a pod's (encrypted) traffic.
+
+Threads, not asyncio: one per paired connection, blocking on select over two plain
+sockets, as the vkubelet's stream relays do; connections are few (an API client keeps
+one or two open).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from relay.pairing import UplinkPool, close_quietly, pump
+
+log = logging.getLogger("kube_offload.relay")
+
+ACCEPT_BACKLOG = 128
+PRUNE_SECONDS = 5.0
+WARNING_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    serve: tuple[str, int]
+    uplink: tuple[str, int]
+    # How long a pod's connection waits for an idle uplink before it is closed.
+    pair_timeout: float = 10.0
+    # Pod connections served at once; more are closed at once (and counted).
+    max_connections: int = 1024
+
+
+class RelayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.connections = Counter(
+            "kube_offload_relay_connections", "Pod connections to the relay, by result: paired "
+            "(with an uplink), no_uplink (none within the pair timeout), over_limit (at --max-connections)",
+            ["result"], registry=registry)
+        self.uplinks = Counter("kube_offload_relay_uplinks", "Uplinks that arrived on the uplink port", registry=registry)
+        self.idle = Gauge("kube_offload_relay_idle_uplinks", "Uplinks waiting for a pod", registry=registry)
+        self.active = Gauge("kube_offload_relay_active_connections", "Pod connections being piped now", registry=registry)
+        self.bytes = Counter("kube_offload_relay_bytes", "Bytes piped, by direction (to_home: from pods)",
+                             ["direction"], registry=registry)
+        for result in ("paired", "no_uplink", "over_limit"):
+            self.connections.labels(result)
+        for direction in ("to_home", "to_pod"):
+            self.bytes.labels(direction)
+
+
+def listen(address: tuple[str, int]) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(ACCEPT_BACKLOG)
+    return sock
+
+
+class Relay:
+    """Binds both ports when built (a port in use fails at start-up, naming it);
+    :meth:`start` accepts, :meth:`stop` closes everything."""
+
+    def __init__(self, settings: RelaySettings, registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self.metrics = RelayMetrics(registry or CollectorRegistry())
+        self.pool = UplinkPool()
+        self._stop = threading.Event()
+        self._active = 0
+        self._lock = threading.Lock()
+        self._serve = listen(settings.serve)
+        try:
+            self._uplink = listen(settings.uplink)
+        except OSError:
+            self._serve.close()
+            raise
+        self._threads: list[threading.Thread] = []
+        self._last_warning = -WARNING_SECONDS
+
+    @property
+    def serve_port(self) -> int:
+        return int(self._serve.getsockname()[1])
+
+    @property
+    def uplink_port(self) -> int:
+        return int(self._uplink.getsockname()[1])
+
+    def start(self) -> None:
+        for name, target in (("relay-serve", self._accept_pods), ("relay-uplink", self._accept_uplinks),
+                             ("relay-prune", self._prune)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("relay listening: pods on %s:%d, uplinks on %s:%d", self.settings.serve[0], self.serve_port,
+                 self.settings.uplink[0], self.uplink_port)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for sock in (self._serve, self._uplink):
+            close_quietly(sock)
+        self.pool.close()
+
+    def _accept(self, listener: socket.socket) -> socket.socket | None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                if self._stop.is_set():
+                    return None
+                continue
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            return conn
+        return None
+
+    def _accept_uplinks(self) -> None:
+        while (conn := self._accept(self._uplink)) is not None:
+            self.metrics.uplinks.inc()
+            self.pool.add(conn)
+            self.metrics.idle.set(self.pool.idle())
+
+    def _accept_pods(self) -> None:
+        while (conn := self._accept(self._serve)) is not None:
+            with self._lock:
+                over = self._active >= self.settings.max_connections
+                if not over:
+                    self._active += 1
+            if over:
+                self.metrics.connections.labels("over_limit").inc()
+                close_quietly(conn)
+                continue
+            threading.Thread(target=self._serve_pod, args=(conn,), name="relay-pod", daemon=True).start()
+
+    def _serve_pod(self, conn: socket.socket) -> None:
+        try:
+            uplink = self.pool.take(self.settings.pair_timeout)
+            self.metrics.idle.set(self.pool.idle())
+            if uplink is None:
+                self.metrics.connections.labels("no_uplink").inc()
+                if self._warn_no_uplink():
+                    log.warning("no uplink within %.0fs: closed a pod's connection (is the consumer's vkubelet "
+                                "running and allowed to port-forward here?); counted in "
+                                "kube_offload_relay_connections_total{result=\"no_uplink\"}", self.settings.pair_timeout)
+                close_quietly(conn)
+                return
+            self.metrics.connections.labels("paired").inc()
+            self.metrics.active.inc()
+            try:
+                to_home, to_pod = pump(conn, uplink, stop=self._stop)
+            finally:
+                self.metrics.active.dec()
+            self.metrics.bytes.labels("to_home").inc(to_home)
+            self.metrics.bytes.labels("to_pod").inc(to_pod)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def _warn_no_uplink(self) -> bool:
+        """At most one such warning a minute: a consumer without a vkubelet would
+        otherwise log a line per pod connection."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_warning < WARNING_SECONDS:
+                return False
+            self._last_warning = now
+            return True
+
+    def _prune(self) -> None:
+        # Uplinks closed while idle (the vkubelet restarted, the port-forward timed out)
+        # are dropped here too, not only when a pod comes, so the gauge tells the truth.
+        while not self._stop.wait(PRUNE_SECONDS):
+            self.metrics.idle.set(self.pool.prune())
