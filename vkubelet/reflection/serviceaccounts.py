@@ -8,8 +8,8 @@ account, bound to the pod (it dies with the pod), one per audience, and keeps th
 the pod's local namespace in one remote Secret in the twin namespace
 (names.token_secret_name). Translation mounts that Secret where the projected token
 was; the CA comes from the reflected kube-root-ca.crt. Tokens are renewed once 80 % of
-their lifetime has passed, from the Secret's own annotations, so a restart neither
-re-requests fresh tokens nor lets old ones expire.
+their lifetime has passed (--reflect-token-renew-after-fraction), from the Secret's own
+annotations, so a restart neither re-requests fresh tokens nor lets old ones expire.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from vkubelet.reflection.reflector import (
 )
 from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
-from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
+from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS
 from vkubelet.translation import origin_key
 from vkubelet.trim import trim_token_secret
 
@@ -69,6 +69,7 @@ class ServiceAccountTokenReflector:
         self._twins = context.twins
         self._recorder = context.recorder
         self._token_seconds = self.settings.reflection.token_seconds
+        self._renew_fraction = self.settings.reflection.token_renew_fraction
         informers = context.informers
         self._local = Kube(informers.local_client)
         self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource)
@@ -153,9 +154,9 @@ class ServiceAccountTokenReflector:
         now = datetime.now(timezone.utc)
         current = self.remote.get(wanted)
         if current is not None and token_secret_is_current(
-            current, pod, sources, now=now, refresh_fraction=TOKEN_REFRESH_FRACTION
+            current, pod, sources, now=now, refresh_fraction=self._renew_fraction
         ):
-            self._schedule(key, token_refresh_at(current, TOKEN_REFRESH_FRACTION), now)
+            self._schedule(key, token_refresh_at(current, self._renew_fraction), now)
             return
 
         answers = {source.key: self._request_token(pod, source, logger) for source in sources}
@@ -163,7 +164,7 @@ class ServiceAccountTokenReflector:
         expires = min(expiry for _, expiry in answers.values())
         desired = forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires)
         self._apply(pod, desired, current, logger)
-        self._schedule(key, token_refresh_at(desired, TOKEN_REFRESH_FRACTION), now)
+        self._schedule(key, token_refresh_at(desired, self._renew_fraction), now)
 
     def _forge_context(self, twin: str) -> f.ForgeContext:
         return f.ForgeContext(local_cluster_id=self._local_id, remote_namespace=twin, reflector=self.resource)
