@@ -151,6 +151,8 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
 
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    # Read here (the mode just applied); the provider would refuse the kube-offload.io key.
+    annotations.pop(c.ANNOTATION_API_SERVER, None)
     fit = fit_pod(labels, annotations, spec, context.policy)
     spec = fit.spec
     # A class the provider grants but does not have (yet): its admission would refuse

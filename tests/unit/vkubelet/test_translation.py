@@ -492,3 +492,11 @@ def test_remote_is_refused_before_sending_unless_the_provider_grants_it():
     # The other modes never ask for it.
     assert translate_pod(_pod(), HOME_CTX).refused == ()
     assert translate_pod(_pod(), HOME_CTX, api_server=c.API_SERVER_DISABLED).refused == ()
+
+
+def test_the_mode_annotation_is_the_consumers_and_is_not_sent():
+    pod = _pod()
+    pod["metadata"]["annotations"][c.ANNOTATION_API_SERVER] = c.API_SERVER_DISABLED
+    remote = translate_pod(pod, HOME_CTX, api_server=c.API_SERVER_DISABLED)
+    assert remote.annotations == {"note": "kept"}
+    assert remote.adjusted == ()  # not dropped with a policy note: it was never the provider's
