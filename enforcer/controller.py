@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
 
 from kubernetes import client
 
@@ -15,11 +16,13 @@ from enforcer.shadowpods.api import KubeEnforcerApi
 from enforcer.shadowpods.events import EventRecorder
 from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
 from enforcer.consumers.consumer_loops import ConsumerLoops
+from enforcer.consumers.quota import twin_owner
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE,
     LABEL_MANAGED_BY,
     MANAGED_BY_ENFORCER,
 )
+from kube_offload.provider_policy import ProviderPolicyError, parse_policy
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import PODS, SHADOWPODS
@@ -31,6 +34,24 @@ log = logging.getLogger("kube_offload.enforcer")
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY_ENFORCER}"
 # Parts of the manager's grace period (kube_offload/runtime/manager.py), as before it.
 STOP_SECONDS = 2.0
+
+
+class _Objects(Protocol):
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+
+def remote_api_granted(namespace: Mapping[str, Any] | None, consumers: _Objects) -> bool:
+    """Whether the consumer owning twin ``namespace`` is granted the provider's API
+    (``spec.policy.pods.remoteAPIAccess``). Not a twin, no such Consumer, or a policy
+    that does not parse: not granted (the webhook refuses such ShadowPods anyway)."""
+    owner = twin_owner(namespace)
+    consumer = consumers.get(owner) if owner else None
+    if consumer is None:
+        return False
+    try:
+        return parse_policy((consumer.get("spec") or {}).get("policy")).pods.remote_api_access
+    except ProviderPolicyError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -75,6 +96,7 @@ class Enforcer:
             pods=self.pods,
             api=api,
             recorder=self.recorder,
+            remote_api_access=self._remote_api_access,
         )
         self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
         # The echo of the reconcile's own ShadowPod status write is skipped (Reconciler.
@@ -95,6 +117,18 @@ class Enforcer:
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,
             )
+
+    def _remote_api_access(self, namespace: str) -> bool | None:
+        """Whether the consumer owning twin ``namespace`` is granted the provider's API
+        (Consumer ``spec.policy.pods.remoteAPIAccess``), from the consumer loops' caches;
+        None until they have listed. Without them (one namespace watched: no consumers
+        known) nobody is."""
+        loops = self.consumer_loops
+        if loops is None:
+            return False
+        if not (loops.namespaces.has_synced() and loops.consumers.has_synced()):
+            return None
+        return remote_api_granted(loops.namespaces.get(namespace), loops.consumers)
 
     def declare(self, manager: Manager) -> None:
         """Declare the shared informers and the loops to ``manager``, every one needing the

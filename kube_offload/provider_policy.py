@@ -172,6 +172,11 @@ class PodPolicy:
     runtime_classes: tuple[str, ...] = ()
     # Pod label/annotation prefixes denied beyond ALWAYS_DENIED_METADATA_PREFIXES.
     denied_metadata_prefixes: tuple[str, ...] = ()
+    # Pods may ask for a token of the twin namespace's ServiceAccount
+    # (automountServiceAccountToken true: the provider's API server, as that account,
+    # with the provider's RBAC in the twin deciding; the consumer's ``remote`` API
+    # server mode, docs/home-api.md). Off: a consumer's pods have no provider identity.
+    remote_api_access: bool = False
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,7 @@ SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "volumeTypes": ("volume_types", _LIST),
         "runtimeClasses": ("runtime_classes", _LIST),
         "deniedMetadataPrefixes": ("denied_metadata_prefixes", _LIST),
+        "remoteAPIAccess": ("remote_api_access", _BOOL),
     }),
     "twinNamespaces": ("twin_namespaces", {
         "sameNames": ("same_names", _LIST),

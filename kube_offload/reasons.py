@@ -37,6 +37,12 @@ REASON_POLICY_ADJUSTED: Final = "ProviderPolicyAdjusted"
 # The provider's policy refuses the object as it stands and nothing can be dropped to
 # fit it (a volume type, an Ingress host...): it is not sent; one Warning per field.
 REASON_POLICY_REFUSED: Final = "ProviderPolicyRefused"
+# A pod in API server mode "home" offloaded where no relay to the home API server is known
+# (docs/home-api.md): it runs with its home token but the provider's address.
+REASON_HOME_API_UNAVAILABLE: Final = "HomeAPIUnavailable"
+# The kube-offload.io/api-server annotation (pod or namespace) holds an unknown value: the
+# pod runs with no API server access (vkubelet/home_api/pod_access.py).
+REASON_INVALID_API_SERVER_MODE: Final = "InvalidAPIServerMode"
 
 # --- vkubelet: status.reason of local pods ----------------------------------------------------
 # A pod ended (Failed) because its namespace stopped being offloaded to this cluster.

@@ -56,6 +56,7 @@ __all__ = [
     "build_shadowpod",
     "read_pod_template",
     "build_pod",
+    "asks_for_remote_api",
     "pod_update",
     "owner_reference",
     # pods and their owner
@@ -201,14 +202,22 @@ def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
     )
 
 
-def build_pod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
+def asks_for_remote_api(shadowpod: Mapping[str, Any]) -> bool:
+    """Whether the ShadowPod's pod asks for a token of the twin namespace's ServiceAccount
+    (automountServiceAccountToken true: the consumer's API server mode ``remote``)."""
+    spec = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
+    return isinstance(spec, Mapping) and spec.get("automountServiceAccountToken") is True
+
+
+def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False) -> dict[str, Any]:
     """The Pod the enforcer creates for ``shadowpod``.
 
     It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
     instead of making a second pod; the template's labels plus the managed-by label;
     the template's annotations plus the record of what was applied
     (``kube-offload.io/applied-template``); the PodSpec as given but for two fields the
-    provider's policy fixes (:func:`neutralized_spec`); and a controller owner
+    provider's policy fixes (:func:`neutralized_spec`; ``remote_api_access``: whether the
+    consumer's policy grants the provider's API); and a controller owner
     reference, so the garbage collector deletes the pod with its ShadowPod
     (blockOwnerDeletion makes a foreground deletion of the ShadowPod wait for it).
     """
@@ -228,10 +237,11 @@ def build_pod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
         "annotations": annotations,
         "ownerReferences": [owner_reference(shadowpod)],
     }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": neutralized_spec(template.spec)}
+    spec = neutralized_spec(template.spec, remote_api_access=remote_api_access)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def neutralized_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+def neutralized_spec(spec: Mapping[str, Any], *, remote_api_access: bool = False) -> dict[str, Any]:
     """``spec`` with what a consumer never decides set by the provider (docs/security.md
     "Provider policy"), rather than refused: the honest virtual kubelet sends the local
     apiserver's defaults (``imagePullPolicy: IfNotPresent`` for a tagged image), so a
@@ -243,7 +253,11 @@ def neutralized_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
       tenant or the provider pulled onto the node cannot be run by a consumer lacking
       the credentials for it;
     * ``automountServiceAccountToken`` is false: a consumer's pod gets no token of a
-      provider ServiceAccount (the webhook refuses serviceAccountToken projections).
+      provider ServiceAccount (the webhook refuses serviceAccountToken projections),
+      unless the template asks for it AND ``remote_api_access`` says the consumer's
+      policy grants it (``pods.remoteAPIAccess``, read by the enforcer when it makes the
+      pod): then the provider's ServiceAccount admission mounts the twin namespace's
+      account token, the pod's way to the provider's API (docs/home-api.md).
 
     Both fields are immutable on a running pod and not in the applied-template record,
     so in-place updates (:mod:`kube_offload.pod_updates`) never touch them."""
@@ -252,7 +266,7 @@ def neutralized_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
         for container in out.get(field) or []:
             if isinstance(container, dict):
                 container["imagePullPolicy"] = ENFORCED_IMAGE_PULL_POLICY
-    out["automountServiceAccountToken"] = False
+    out["automountServiceAccountToken"] = remote_api_access and spec.get("automountServiceAccountToken") is True
     return out
 
 

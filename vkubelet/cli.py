@@ -108,6 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--kubelet-metrics-interval", default="15s", type=non_negative_duration,
          help="how often the offloaded pods' usage is read from the remote metrics.k8s.io API for "
               "/stats/summary and /metrics/resource (kubectl top); 0: those endpoints are off")
+    flag("--home-cluster-domain", default="cluster.local",
+         help="the LOCAL cluster's Service domain (its kubelets' --cluster-domain): offloaded pods reach their "
+              "home API server as kubernetes.default.svc.<domain> too (docs/home-api.md)")
     flag("--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
@@ -161,6 +164,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         reflection=reflection_settings_from_args(args),
         storage=storage_settings_from_args(args),
         remapping=remapping_settings_from_args(args),
+        home_cluster_domain=args.home_cluster_domain,
     )
     settings.validate()
     if not settings.remote_kubeconfig:

@@ -132,7 +132,23 @@ def fit_pod(labels: Mapping[str, str], annotations: Mapping[str, str], spec: Map
     _fit_topology_spread(sent, policy, adjusted)
     _fit_image_pull_policy(sent, adjusted)
     _check_volumes(sent, policy, refused)
+    _check_remote_api_access(sent, policy, refused)
     return PodFit(kept_labels, kept_annotations, sent, tuple(adjusted), tuple(refused))
+
+
+def _check_remote_api_access(spec: Mapping[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+    """A pod in API server mode ``remote`` asks for the provider's API (a token of the twin
+    namespace's account). Not granted, it is not sent: running it without any API access
+    would break it in a way its owner chose against, and giving it its home API instead
+    would go against the choice too."""
+    if spec.get("automountServiceAccountToken") is not True or policy.pods.remote_api_access:
+        return
+    path = "spec.automountServiceAccountToken"
+    notes.append(Note(path, (
+        f"{path}: the pod asks for the provider's API server ({c.ANNOTATION_API_SERVER}={c.API_SERVER_REMOTE}), "
+        f"which the provider does not grant ({policy_key('pods', 'remoteAPIAccess')}: false); set the annotation to "
+        f"{c.API_SERVER_HOME} or {c.API_SERVER_DISABLED}, or ask the provider for the grant"
+    )))
 
 
 def _fit_metadata(where: str, items: Mapping[str, str], policy: pp.ProviderPolicy, notes: list[Note]) -> dict[str, str]:

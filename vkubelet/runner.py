@@ -27,6 +27,7 @@ from kubernetes import client
 
 from kube_offload.runtime.manager import Loop as ManagedLoop, Manager, Synced
 from vkubelet.events import EventRecorder
+from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from vkubelet.node import VirtualNode
@@ -98,13 +99,22 @@ class VirtualKubelet:
         remote: client.ApiClient,
         *,
         extra_loops: Sequence[LoopFactory] = (),
+        home_api: Callable[[], HomeAPIEndpoint | None] = lambda: None,
     ) -> None:
+        """``home_api``: where the remote cluster's offloaded pods reach their home API
+        server (the consumer's relay Service there; None: not known, the pods keep the
+        provider's address and are told, docs/home-api.md). The seam for the relay's
+        endpoint discovery (vkubelet/home_api/), which cli.run() connects once it exists;
+        a discovery built from this kubelet's own informers is set afterwards on
+        ``self.pods.home_api`` (read at each translation, so any time before start)."""
         self.settings = settings
         self.informers = SharedInformers(settings, local, remote)
         self.recorder = EventRecorder(local, host=settings.node_name)
         self.node = VirtualNode(settings, self.informers)
         self.twins = TwinNamespaces(settings, self.informers, self.recorder, labels=self.node.labels)
-        self.pods = PodOffloader(settings, self.informers, self.twins, self.recorder, reachable=self.node.remote_reachable)
+        self.pods = PodOffloader(
+            settings, self.informers, self.twins, self.recorder, reachable=self.node.remote_reachable, home_api=home_api
+        )
         context = LoopContext(settings, self.informers, self.twins, self.recorder, self.node)
         self.loops: list[Loop] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
         self.loops += [factory(context) for factory in extra_loops]

@@ -114,6 +114,9 @@ class Settings:
     # Pod IP remapping between overlapping pod CIDRs (vkubelet/ip_remapping.py); unset =
     # addresses shown as each cluster assigns them.
     remapping: RemappingSettings = field(default_factory=RemappingSettings)
+    # The LOCAL (home) cluster's Service domain: offloaded pods reach their home API server
+    # under kubernetes.default.svc.<domain> too (docs/home-api.md).
+    home_cluster_domain: str = "cluster.local"
 
     # Not flags: kubelet-like timings nobody should need to change.
     # The Lease is renewed this often and says it is valid this long; the node lifecycle
@@ -199,6 +202,11 @@ class Settings:
             raise SettingsError(problem)
         if not self.node_address:
             raise SettingsError("--node-address is required")
+        if len(self.home_cluster_domain) > 253 or not _DNS_SUBDOMAIN.match(self.home_cluster_domain):
+            raise SettingsError(
+                f"--home-cluster-domain={self.home_cluster_domain!r} must be a DNS domain such as cluster.local "
+                "(the local cluster's Service domain, its kubelets' --cluster-domain)"
+            )
         for problem in self.kubelet_limits.problems():
             raise SettingsError(problem)
         problem = self.reflection.problem()

@@ -24,6 +24,8 @@ from kube_offload import shadowpod
 from kube_offload.provider_policy import DEFAULT_POLICY, ProviderPolicy
 # NodeSelectorTerm semantics live with the rest of node affinity, shared with `kubectl offload explain`.
 from kube_offload.affinity import requirement_matches, term_matches  # noqa: F401  (re-exported)
+from vkubelet.home_api import HomeAPIEndpoint
+from vkubelet.home_api.pod_access import DEFAULT_CLUSTER_DOMAIN, point_at_home_api
 from vkubelet.policy_fit import Note, fit_pod
 from vkubelet.reflection import names as reflection_names
 
@@ -48,6 +50,13 @@ class TranslationContext:
     # the pod's tokens come from the reflected token Secret (tokens of the home API
     # server) and kube-root-ca.crt from its reflected copy (vkubelet/reflection/).
     reflection: bool = False
+    # Where this remote cluster's offloaded pods reach their home API server (the
+    # consumer's relay Service on the provider, docs/home-api.md); None: no relay known.
+    # Used for pods in mode ``home`` with reflection on (pod_access.point_at_home_api).
+    home_api: HomeAPIEndpoint | None = None
+    # The home cluster's Service domain: kubernetes.default.svc.<domain> is one of the
+    # API server's names a pod may use (--home-cluster-domain).
+    home_cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -88,9 +97,11 @@ def origin_uid(obj: Mapping[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_ORIGIN_UID)
 
 
-def build_shadowpod_for(pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict:
+def build_shadowpod_for(
+    pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext, *, api_server: str = c.API_SERVER_HOME
+) -> dict:
     """The ShadowPod (named like the local pod) that runs ``pod`` in ``remote_namespace``."""
-    return shadowpod_of(translate_pod(pod, context), pod, remote_namespace, context)
+    return shadowpod_of(translate_pod(pod, context, api_server=api_server), pod, remote_namespace, context)
 
 
 def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict:
@@ -105,7 +116,9 @@ def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: st
     )
 
 
-def translate_pod(pod: Mapping[str, Any], context: TranslationContext) -> RemotePod:
+def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_server: str = c.API_SERVER_HOME) -> RemotePod:
+    """``pod`` as the remote cluster runs it; ``api_server`` is the pod's API server mode
+    (vkubelet/home_api/pod_access.resolve_mode: home, remote or disabled)."""
     meta = pod.get("metadata") or {}
     spec = copy.deepcopy(dict(pod.get("spec") or {}))
 
@@ -126,13 +139,20 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext) -> Remote
     _drop_virtual_node_toleration(spec)
     _strip_node_selector(spec, context.virtual_node_labels)
     _strip_node_affinity(spec, context.virtual_node_labels, context.virtual_node_name)
-    if context.reflection:
+    if api_server == c.API_SERVER_REMOTE:
+        _use_remote_identity(spec)
+    elif api_server == c.API_SERVER_HOME and context.reflection:
         _use_reflected_identity(spec, str(meta.get("name") or ""))
+        if context.home_api is not None:
+            point_at_home_api(spec, context.home_api, context.home_cluster_domain)
     else:
+        # disabled, or home without reflection (no home token to give): no identity.
         _detach_service_account(spec)
 
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    # Read here (the mode just applied); the provider would refuse the kube-offload.io key.
+    annotations.pop(c.ANNOTATION_API_SERVER, None)
     fit = fit_pod(labels, annotations, spec, context.policy)
     spec = fit.spec
     # A class the provider grants but does not have (yet): its admission would refuse
@@ -262,6 +282,16 @@ def _detach_service_account(spec: dict) -> None:
                 container["volumeMounts"] = mounts
             else:
                 container.pop("volumeMounts", None)
+
+
+def _use_remote_identity(spec: dict) -> None:
+    """Mode ``remote``: the pod runs as the twin namespace's ``default`` account with the
+    token the provider's own admission mounts (automountServiceAccountToken true, which
+    the provider admits only with ``pods.remoteAPIAccess``; policy_fit refuses the pod
+    before it is sent otherwise). Its home token volumes go as without reflection: the
+    provider adds its own standard volume at the same path."""
+    _detach_service_account(spec)
+    spec["automountServiceAccountToken"] = True
 
 
 def _use_reflected_identity(spec: dict, pod_name: str) -> None:

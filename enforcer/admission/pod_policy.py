@@ -23,7 +23,9 @@ grant it). The rules (docs/security.md "Provider policy", docs/enforcer.md):
 
 What is neutralized rather than refused (the pod the enforcer makes,
 :func:`kube_offload.shadowpod.build_pod`): ``imagePullPolicy`` (always ``Always``) and
-``automountServiceAccountToken`` (always false).
+``automountServiceAccountToken`` (false, unless the template asks for true and the
+Consumer grants ``pods.remoteAPIAccess``: then the pod gets the twin namespace's
+ServiceAccount token from the provider's own admission).
 
 Malformed shapes raise :class:`Invalid` (the template is not a PodSpec), as in
 :mod:`enforcer.admission.validation`.

@@ -12,7 +12,7 @@ meets AlreadyExists instead of making a duplicate, and deletions name the pod's 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Callable, Protocol
 
 from enforcer.shadowpods import events
 from enforcer.shadowpods.api import EnforcerApi, pod_message
@@ -27,6 +27,7 @@ from kube_offload.shadowpod import (
     Action,
     InvalidShadowPod,
     PodFate,
+    asks_for_remote_api,
     build_pod,
     controller_ref,
     describe_end,
@@ -52,6 +53,9 @@ STALE_CACHE_RECHECK_SECONDS = 0.5
 UPDATE_REFUSAL_CODES = frozenset({400, 403, 422})
 # A pod of that name that the enforcer does not own blocks the ShadowPod; poll for it to go.
 NAME_TAKEN_RECHECK_SECONDS = 30.0
+# A ShadowPod asking for the provider's API waits this long for the Consumer caches that
+# say whether its consumer is granted it (never guessed: the field is immutable on the pod).
+GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 
 log = logging.getLogger("kube_offload.enforcer")
 
@@ -112,8 +116,12 @@ class Reconciler:
         pods: PodCache,
         api: EnforcerApi,
         recorder: EventRecorder,
+        remote_api_access: Callable[[str], bool | None] = lambda _namespace: False,
     ) -> None:
+        """``remote_api_access``: whether the consumer owning a twin namespace is granted
+        the provider's API (``pods.remoteAPIAccess``); None while not known yet."""
         self._shadowpods = shadowpods
+        self._remote_api_access = remote_api_access
         self._pods = pods
         self._api = api
         self._recorder = recorder
@@ -175,8 +183,14 @@ class Reconciler:
     def _create(self, shadowpod: dict, replaced: dict | None, logger: logging.LoggerAdapter) -> None:
         meta = shadowpod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
+        granted = False
+        if asks_for_remote_api(shadowpod):
+            answer = self._remote_api_access(namespace)
+            if answer is None:
+                raise Requeue(GRANT_UNKNOWN_RECHECK_SECONDS, "waiting for the Consumer caches: is the provider's API granted?")
+            granted = answer
         try:
-            pod = build_pod(shadowpod)
+            pod = build_pod(shadowpod, remote_api_access=granted)
         except InvalidShadowPod as exc:
             self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
             self._write_status(shadowpod, status_without_pod(shadowpod, f"invalid ShadowPod: {exc}"), logger)

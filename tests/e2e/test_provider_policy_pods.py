@@ -10,6 +10,8 @@ kubelet's credentials would, straight into a twin namespace the enforcer made.
 - a priority class is admitted once the provider grants it by patching the Consumer;
 - the Pod the enforcer makes pulls ``Always`` and carries no provider token, whatever
   the ShadowPod asked (and an ordinary pod offloaded by the honest vkubelet runs);
+- a pod gets the twin's ServiceAccount token (API server mode "remote") only once the
+  provider grants ``pods.remoteAPIAccess``;
 - the Consumer shows every policy key with its default;
 - a policy that does not parse refuses as a misconfigured Consumer (403).
 """
@@ -211,6 +213,44 @@ def test_the_pods_the_enforcer_makes_always_pull_and_get_no_provider_token(remot
     token = shadowpod("token", volumes=[{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}])
     refused(create(remote, consumer, twin, token), DENIED, "spec.pod.spec.volumes[0].projected.sources[0].serviceAccountToken",
             "a token of the provider's ServiceAccount")
+
+
+def test_the_providers_api_only_with_the_grant(remote: Cluster, consumer: Path, twin: str, created: list[str], wait) -> None:
+    # API server mode "remote": the pod asks for the twin's default account token. Without
+    # Consumer spec.policy.pods.remoteAPIAccess it is neutralized (no provider identity);
+    # with it, the provider's own ServiceAccount admission mounts the token.
+    created.append("remote-api-denied")
+    denied = shadowpod("remote-api-denied", automountServiceAccountToken=True)
+    assert create(remote, consumer, twin, denied).returncode == 0
+    pod = wait(lambda: remote.kubectl_json("get", "pods", "-n", twin, "-l", "app=remote-api-denied")["items"], timeout=60,
+               what="the enforcer's Pod of ShadowPod remote-api-denied")[0]
+    assert_no_provider_token(pod, denied)
+    try:
+        patch_policy(remote, {"pods": {"remoteAPIAccess": True}})
+        assert the_policy(remote)["pods"]["remoteAPIAccess"] is True
+        created.append("remote-api")
+
+        def made_with_the_grant() -> dict | None:
+            # The enforcer reads the grant from its Consumer cache when it makes the pod, a
+            # moment after the patch: a pod made before is made again.
+            remote.kubectl("delete", "shadowpod", "remote-api", "-n", twin, "--ignore-not-found", "--wait=true",
+                           "--timeout=60s", check=False)
+            assert create(remote, consumer, twin, shadowpod("remote-api", automountServiceAccountToken=True)).returncode == 0
+            made = wait(lambda: remote.kubectl_json("get", "pods", "-n", twin, "-l", "app=remote-api")["items"], timeout=60,
+                        what="the enforcer's Pod of ShadowPod remote-api")[0]
+            return made if made["spec"].get("automountServiceAccountToken") else None
+
+        spec = wait(made_with_the_grant, timeout=120, what="a pod made once the enforcer sees the grant")["spec"]
+        assert spec["automountServiceAccountToken"] is True, spec
+        assert spec.get("serviceAccountName") == "default", spec
+        tokens = [source["serviceAccountToken"] for volume in spec.get("volumes") or []
+                  for source in (volume.get("projected") or {}).get("sources") or [] if "serviceAccountToken" in source]
+        assert tokens, f"no token volume from the provider's ServiceAccount admission: {spec.get('volumes')}"
+        # The grant is the automount, nothing more: a hand-made token projection stays refused.
+        token = shadowpod("token-granted", volumes=[{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}])
+        refused(create(remote, consumer, twin, token), DENIED, "spec.pod.spec.volumes[0].projected.sources[0].serviceAccountToken")
+    finally:
+        patch_policy(remote, {"pods": {"remoteAPIAccess": False}})
 
 
 # --- the Consumer ----------------------------------------------------------------------------------

@@ -375,6 +375,31 @@ def test_token_secret_goes_with_its_pod(t):
     t.until_remote_gone("secret", "kube-offload-token-tokened", timeout=90)
 
 
+def test_opted_out_pods_hold_no_home_token_and_remote_needs_the_grant(t):
+    # kube-offload.io/api-server (docs/home-api.md): "disabled" runs the pod with no token
+    # and mints none; "remote" asks for the provider's API, which the harness's Consumer
+    # does not grant: the pod is not sent and is told why.
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c", "image": IMAGE}]}}
+    _apply(t.local, t.ns, {**pod, "metadata": {"name": "home-twin"}})
+    _apply(t.local, t.ns, {**pod, "metadata": {"name": "opted-out", "annotations": {c.ANNOTATION_API_SERVER: c.API_SERVER_DISABLED}}})
+    _apply(t.local, t.ns, {**pod, "metadata": {"name": "asks-remote", "annotations": {c.ANNOTATION_API_SERVER: c.API_SERVER_REMOTE}}})
+    remote_pod = t.until_remote("pod", "opted-out", lambda o: True, "the opted-out remote pod", timeout=90)
+    spec = remote_pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert not [v for v in spec.get("volumes") or [] if v["name"].startswith("kube-api-access-")], spec.get("volumes")
+    assert c.ANNOTATION_API_SERVER not in (remote_pod["metadata"].get("annotations") or {})
+    # The home pod offloaded beside it got its token: the reflector has been through both.
+    t.until_remote("secret", "kube-offload-token-home-twin", lambda o: _ours(o, "serviceaccounts"), "home pod's token Secret")
+    assert t.remote_obj("secret", "kube-offload-token-opted-out") is None
+
+    refused = t.wait(lambda: t.local_events(**{"involvedObject.name": "asks-remote", "reason": "ProviderPolicyRefused"}),
+                     timeout=TIMEOUT, what="the remote-mode pod told the provider does not grant it")
+    assert "remoteAPIAccess" in refused[0]["message"], refused[0]["message"]
+    assert t.remote_obj("shadowpod", "asks-remote") is None
+    for name in ("home-twin", "opted-out", "asks-remote"):
+        t.local.kubectl("delete", "pod", name, "-n", t.ns, "--wait=false")
+
+
 # --- restarts --------------------------------------------------------------------------------------------------
 def test_restart_after_sigkill_converges(offload_env, local, t):
     for name in ("gone", "changed"):

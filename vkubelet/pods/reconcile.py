@@ -20,6 +20,8 @@ from vkubelet import readiness
 from vkubelet import refusals as rf
 from vkubelet import status as st
 from vkubelet.events import EventRecorder
+from vkubelet.home_api import HomeAPIEndpoint
+from vkubelet.home_api.pod_access import APIServerMode, resolve_mode
 from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
@@ -45,8 +47,12 @@ class PodOffloader:
         recorder: EventRecorder,
         *,
         reachable: Callable[[], bool] | None = None,
+        home_api: Callable[[], HomeAPIEndpoint | None] | None = None,
     ) -> None:
         self.settings = settings
+        # Where this remote cluster's pods reach their home API server (the consumer's relay
+        # Service on the provider), read at each translation; None: no relay known.
+        self.home_api = home_api or (lambda: None)
         self.local = LocalPods(Kube(informers.local_client), settings.node_name)
         self.kube = Kube(informers.remote_client)
         self.twins = twins
@@ -229,7 +235,14 @@ class PodOffloader:
             # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
             # namespace; without it the pod runs with no API identity (translation.py).
             reflection=self.settings.reflection.service_account_tokens,
+            home_api=self.home_api(),
+            home_cluster_domain=self.settings.home_cluster_domain,
         )
+
+    def api_server_mode(self, local: Mapping) -> APIServerMode:
+        """The pod's API server mode (its annotation, else its namespace's, else home)."""
+        namespace = (local.get("metadata") or {}).get("namespace") or ""
+        return resolve_mode(local, self.twins.local_namespaces.get(namespace))
 
     def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
         if rf.terms_eased(old, new):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Mapping
 
+from kube_offload import constants as c
 from kube_offload import shadowpod
 from kube_offload.pod_updates import template_patch
 from kube_offload.runtime.controller import Requeue
@@ -17,7 +18,8 @@ from vkubelet import events as ev
 from vkubelet import policy_fit
 from vkubelet import refusals as rf
 from vkubelet import termination as term
-from vkubelet.translation import shadowpod_of, translate_pod
+from vkubelet.home_api.pod_access import APIServerMode
+from vkubelet.translation import TranslationContext, shadowpod_of, translate_pod
 
 if TYPE_CHECKING:
     from vkubelet.pods.reconcile import PodOffloader
@@ -41,7 +43,8 @@ def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAda
     if wait > 0:
         raise Requeue(wait, "refused by the provider; waiting out the backoff")
     context = loop.context()
-    remote = translate_pod(local, context)
+    mode = loop.api_server_mode(local)
+    remote = translate_pod(local, context, api_server=mode.mode)
     if remote.refused:
         _refused_by_policy(loop, local, remote.refused, logger)
     loop.not_policy_refused(object_key(local))
@@ -66,6 +69,7 @@ def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAda
         raise Requeue(REJECTED_RETRY_SECONDS, message) from exc
     loop.refusals.forget(backoff_key)
     _clear_waiting(loop, local)
+    _tell_api_access(loop, local, mode, context)
     # What the provider's policy took out, on the pod that now runs without it.
     loop.notices.tell(local, adjusted=remote.adjusted)
     logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], loop.settings.cluster_id)
@@ -81,7 +85,7 @@ def sync_template(loop: PodOffloader, local: dict, shp: dict, twin: str, logger:
     the remote pod in place (kube_offload.pod_updates). The rest of the template is
     left as first written."""
     context = loop.context()
-    remote = translate_pod(local, context)
+    remote = translate_pod(local, context, api_server=loop.api_server_mode(local).mode)
     wanted = shadowpod_of(remote, local, twin, context)["spec"]["pod"]
     have = (shp.get("spec") or {}).get("pod") or {}
     patch = template_patch(have, wanted)
@@ -146,6 +150,24 @@ def belongs_to(pod: Mapping, shp: Mapping) -> bool:
     if shadowpod.controller_ref(pod) is None:
         return True
     return shadowpod.is_owned_by(pod, shp)
+
+
+def _tell_api_access(loop: PodOffloader, local: dict, mode: APIServerMode, context: TranslationContext) -> None:
+    """Say on a pod just offloaded what keeps its in-cluster configuration from its
+    home API server: an annotation value that means nothing, or no relay known for this
+    provider (the pod then has its home token but the provider's address, as before
+    relays existed). Recorded when the ShadowPod is created, once per pod (a recreation
+    of the ShadowPod tells it again; the recorder folds repeats)."""
+    if mode.problem:
+        loop.recorder.warning(local, ev.REASON_INVALID_API_SERVER_MODE, mode.problem)
+        return
+    if mode.mode == c.API_SERVER_HOME and context.reflection and context.home_api is None:
+        loop.recorder.warning(local, ev.REASON_HOME_API_UNAVAILABLE, (
+            f"cluster {loop.settings.cluster_id} runs no relay to this cluster's API server for us (no Service "
+            f"{c.HOME_API_SERVICE} in our tenant namespace there): the pod's in-cluster configuration reaches the "
+            f"provider's API server, where its home token is worth nothing. Ask the provider to enable the relay "
+            f"(docs/home-api.md), or set {c.ANNOTATION_API_SERVER}={c.API_SERVER_DISABLED} on the pod or namespace"
+        ))
 
 
 def _refused_by_policy(loop: PodOffloader, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:

@@ -13,6 +13,7 @@ from vkubelet.reflection.settings import (
     EVENTS,
     RESOURCES,
     SERVICEACCOUNTS,
+    TOKEN_REFRESH_FRACTION,
     WITHOUT_POLICY,
     ReflectionSettings,
     ResourceSettings,
@@ -36,6 +37,13 @@ def _seconds(text: str) -> int:
         return int(parse_duration(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number such as 0.8") from None
 
 
 def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> None:
@@ -79,7 +87,16 @@ def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> Non
         default=f"{DEFAULT_TOKEN_SECONDS}s",
         type=_seconds,
         help="lifetime of the service-account tokens requested for offloaded pods (at least 10m); "
-        "renewed at 80%% of it",
+        "renewed at --reflect-token-renew-after-fraction of it",
+    )
+    add_flag(
+        group,
+        component,
+        "--reflect-token-renew-after-fraction",
+        default=TOKEN_REFRESH_FRACTION,
+        type=_fraction,
+        help="share of a service-account token's lifetime after which it is renewed (0 < x < 1; the kubelet's 0.8); "
+        "lower values rotate tokens sooner",
     )
 
 
@@ -96,4 +113,9 @@ def reflection_settings_from_args(args: argparse.Namespace) -> ReflectionSetting
     token_seconds = args.reflect_token_expiration
     if isinstance(token_seconds, str):  # the default, unconverted by argparse
         token_seconds = _seconds(token_seconds)
-    return ReflectionSettings(resources=resources, storage_classes=storage_classes, token_seconds=int(token_seconds))
+    return ReflectionSettings(
+        resources=resources,
+        storage_classes=storage_classes,
+        token_seconds=int(token_seconds),
+        token_renew_fraction=float(args.reflect_token_renew_after_fraction),
+    )

@@ -6,10 +6,12 @@ local pod bound to the virtual node that mounts tokens (projected serviceAccount
 sources), this loop asks the LOCAL TokenRequest API for a token of the pod's service
 account, bound to the pod (it dies with the pod), one per audience, and keeps them with
 the pod's local namespace in one remote Secret in the twin namespace
-(names.token_secret_name). Translation mounts that Secret where the projected token
-was; the CA comes from the reflected kube-root-ca.crt. Tokens are renewed once 80 % of
-their lifetime has passed, from the Secret's own annotations, so a restart neither
-re-requests fresh tokens nor lets old ones expire.
+(names.token_secret_name), for pods in API server mode ``home`` only (an opted-out pod
+holds no home credential on the provider; its token Secret goes when the mode changes).
+Translation mounts that Secret where the projected token was; the CA comes from the
+reflected kube-root-ca.crt. Tokens are renewed once 80 % of their lifetime has passed
+(--reflect-token-renew-after-fraction), from the Secret's own annotations, so a restart
+neither re-requests fresh tokens nor lets old ones expire.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Mapping
 
+from kube_offload.constants import API_SERVER_HOME
 from kube_offload.runtime import kinds
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.cache import Cache
@@ -26,6 +29,7 @@ from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
 from kube_offload.times import parse_time_or_none
+from vkubelet.home_api.pod_access import resolve_mode
 from vkubelet.indexes import BY_ORIGIN
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.forge.serviceaccounts import (
@@ -48,7 +52,7 @@ from vkubelet.reflection.reflector import (
 )
 from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
-from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS, TOKEN_REFRESH_FRACTION
+from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS
 from vkubelet.translation import origin_key
 from vkubelet.trim import trim_token_secret
 
@@ -69,6 +73,7 @@ class ServiceAccountTokenReflector:
         self._twins = context.twins
         self._recorder = context.recorder
         self._token_seconds = self.settings.reflection.token_seconds
+        self._renew_fraction = self.settings.reflection.token_renew_fraction
         informers = context.informers
         self._local = Kube(informers.local_client)
         self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource)
@@ -91,6 +96,8 @@ class ServiceAccountTokenReflector:
         self.controller.watch(self.local_pods, skip=only_status_changed)
         self.controller.watch(self.remote, self._remote_key)
         self.controller.watch(self._twins.requests, self._pods_of_twin)
+        # The API server mode (kube-offload.io/api-server) may come from the pod's namespace.
+        self.controller.watch(self._twins.local_namespaces, self._pods_of_namespace)
 
     # --- the Loop protocol -------------------------------------------------------------------
     def informers(self) -> list[Cache]:
@@ -119,6 +126,16 @@ class ServiceAccountTokenReflector:
             return []
         return [key for key in self.local_pods.keys() if key.startswith(f"{local_ns}/")]
 
+    def _pods_of_namespace(self, namespace: dict) -> list[str]:
+        name = (namespace.get("metadata") or {}).get("name")
+        return [key for key in self.local_pods.keys() if key.startswith(f"{name}/")] if name else []
+
+    def _home_mode(self, pod: Mapping, namespace: str) -> bool:
+        """Only a pod in API server mode ``home`` gets its home token: ``disabled`` and
+        ``remote`` pods (and an unknown value, which runs as disabled) hold no home
+        credential on the provider (vkubelet/home_api/pod_access.py)."""
+        return resolve_mode(pod, self._twins.local_namespaces.get(namespace)).mode == API_SERVER_HOME
+
     # --- reconcile ---------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
         logger = ObjectLogger(log, {"key": f"pod {key}"})
@@ -128,7 +145,7 @@ class ServiceAccountTokenReflector:
         sources: list[TokenSource] = []
         if pod is not None:
             twin, _ = self._twins.pod_twin_for(namespace or "")
-            if twin is not None:
+            if twin is not None and self._home_mode(pod, namespace or ""):
                 sources = token_sources(pod)
         wanted = f"{twin}/{n.token_secret_name(name)}" if sources else None
         for secret in self.remote.by_index(BY_ORIGIN, key):
@@ -153,9 +170,9 @@ class ServiceAccountTokenReflector:
         now = datetime.now(timezone.utc)
         current = self.remote.get(wanted)
         if current is not None and token_secret_is_current(
-            current, pod, sources, now=now, refresh_fraction=TOKEN_REFRESH_FRACTION
+            current, pod, sources, now=now, refresh_fraction=self._renew_fraction
         ):
-            self._schedule(key, token_refresh_at(current, TOKEN_REFRESH_FRACTION), now)
+            self._schedule(key, token_refresh_at(current, self._renew_fraction), now)
             return
 
         answers = {source.key: self._request_token(pod, source, logger) for source in sources}
@@ -163,7 +180,7 @@ class ServiceAccountTokenReflector:
         expires = min(expiry for _, expiry in answers.values())
         desired = forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires)
         self._apply(pod, desired, current, logger)
-        self._schedule(key, token_refresh_at(desired, TOKEN_REFRESH_FRACTION), now)
+        self._schedule(key, token_refresh_at(desired, self._renew_fraction), now)
 
     def _forge_context(self, twin: str) -> f.ForgeContext:
         return f.ForgeContext(local_cluster_id=self._local_id, remote_namespace=twin, reflector=self.resource)

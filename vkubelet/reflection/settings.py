@@ -38,7 +38,8 @@ DEFAULT_WORKERS = 2
 # Kubernetes refuses TokenRequests shorter than 10 minutes.
 MIN_TOKEN_SECONDS = 600
 DEFAULT_TOKEN_SECONDS = 3600
-# A token is renewed once this share of its lifetime has passed (the kubelet's rule).
+# A token is renewed once this share of its lifetime has passed (the kubelet's rule; the
+# default of --reflect-token-renew-after-fraction).
 TOKEN_REFRESH_FRACTION = 0.8
 # Key of the storage-class map that stands for every class not named in it.
 ANY_STORAGE_CLASS = "*"
@@ -67,6 +68,10 @@ class ReflectionSettings:
     storage_classes: Mapping[str, str] = field(default_factory=dict)
     # Lifetime of the service-account tokens requested for offloaded pods.
     token_seconds: int = DEFAULT_TOKEN_SECONDS
+    # A token is renewed once this share of its lifetime has passed. Below the default,
+    # rotations come sooner: a test forces several within seconds, since the API server
+    # issues no token shorter than 10 minutes.
+    token_renew_fraction: float = TOKEN_REFRESH_FRACTION
 
     def of(self, resource: str) -> ResourceSettings:
         if resource not in RESOURCES:
@@ -92,6 +97,11 @@ class ReflectionSettings:
                 return f"--reflect-{name}-workers must be 0 (off) or more"
         if self.token_seconds < MIN_TOKEN_SECONDS:
             return f"--reflect-token-expiration must be at least {MIN_TOKEN_SECONDS}s (the TokenRequest API minimum)"
+        if not 0 < self.token_renew_fraction < 1:
+            return (
+                f"--reflect-token-renew-after-fraction={self.token_renew_fraction} must be between 0 and 1 (exclusive): "
+                "the share of a token's lifetime after which it is renewed, e.g. 0.8"
+            )
         if self.enabled(SERVICEACCOUNTS) and not self.enabled(CONFIGMAPS):
             return (
                 "--reflect-serviceaccounts-workers > 0 needs --reflect-configmaps-workers > 0: the token volume "

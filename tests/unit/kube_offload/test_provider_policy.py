@@ -82,6 +82,14 @@ def test_bad_policy_names_the_key(raw: dict, key: str) -> None:
     assert str(excinfo.value).startswith(key)
 
 
+def test_the_providers_api_is_a_grant_off_by_default() -> None:
+    assert DEFAULT_POLICY.pods.remote_api_access is False
+    assert parse_policy({"pods": {"remoteAPIAccess": True}}).pods.remote_api_access is True
+    assert policy_to_spec(DEFAULT_POLICY)["pods"]["remoteAPIAccess"] is False
+    with pytest.raises(ProviderPolicyError, match=r"^spec.policy.pods.remoteAPIAccess: must be true or false"):
+        parse_policy({"pods": {"remoteAPIAccess": "true"}})
+
+
 def test_patterns() -> None:
     assert key_matches("node-role.kubernetes.io/control-plane", ("node-role.kubernetes.io/",))
     assert not key_matches("node-role.kubernetes.io", ("node-role.kubernetes.io/",))

@@ -19,6 +19,7 @@ from kube_offload.shadowpod import (
     Action,
     InvalidShadowPod,
     PodFate,
+    asks_for_remote_api,
     build_pod,
     build_shadowpod,
     choose_pod,
@@ -153,6 +154,17 @@ def test_the_pod_always_pulls_and_gets_no_provider_token(policy):
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert spec["automountServiceAccountToken"] is True, "the ShadowPod itself is not changed"
     assert pod_update(shp, pod) is None, "the neutralized fields are not template changes to carry"
+
+
+@pytest.mark.parametrize("asked, granted, expected", [(True, True, True), (True, False, False), (False, True, False), (None, True, False)])
+def test_the_providers_token_only_where_asked_and_granted(asked, granted, expected):
+    # Consumer spec.policy.pods.remoteAPIAccess: the pod asks (automount true), the enforcer
+    # says whether its consumer is granted; both are needed.
+    shp = shadowpod()
+    if asked is not None:
+        shp["spec"]["pod"]["spec"]["automountServiceAccountToken"] = asked
+    assert asks_for_remote_api(shp) is (asked is True)
+    assert build_pod(shp, remote_api_access=granted)["spec"]["automountServiceAccountToken"] is expected
 
 
 def test_managed_by_label_cannot_be_overridden_by_the_template():

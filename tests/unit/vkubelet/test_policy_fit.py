@@ -350,3 +350,14 @@ def test_spreading_by_hostname_is_kept_as_the_provider_admits_it():
     assert fit.spec["topologySpreadConstraints"] == spread
     assert fit.spec["affinity"] == anti
     assert fit.adjusted == () and fit.refused == ()
+
+
+# --- the provider's API (API server mode "remote") -----------------------------------------------
+def test_a_pod_asking_for_the_providers_api_is_not_sent_unless_granted():
+    fit = _fit(_spec(automountServiceAccountToken=True))
+    [note] = fit.refused
+    assert note.field == "spec.automountServiceAccountToken"
+    assert "Consumer spec.policy.pods.remoteAPIAccess" in note.message and "kube-offload.io/api-server" in note.message
+    granted = _fit(_spec(automountServiceAccountToken=True), parse_policy({"pods": {"remoteAPIAccess": True}}))
+    assert granted.refused == () and granted.spec["automountServiceAccountToken"] is True
+    assert _fit(_spec(automountServiceAccountToken=False)).refused == ()

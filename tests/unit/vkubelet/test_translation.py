@@ -1,6 +1,7 @@
 """Local pod -> remote pod: what is dropped, what is kept, and the ShadowPod around it."""
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -8,6 +9,7 @@ from kube_offload import constants as c
 from kube_offload.affinity import merge_required_terms, policy_node_terms, virtual_node_toleration
 from kube_offload.policy import policy_from_namespace
 from kube_offload.provider_policy import parse_policy
+from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.translation import (
     TranslationContext,
     build_shadowpod_for,
@@ -413,3 +415,88 @@ def test_what_local_admission_adds_to_every_pod_draws_no_note():
     remote = translate_pod(_pod(), CTX)
     assert remote.adjusted == () and remote.refused == ()
     assert remote.spec["containers"][0]["imagePullPolicy"] == "Always"
+
+
+# --- which API server the pod reaches (vkubelet/home_api/pod_access.py) ---------------------
+RELAY = HomeAPIEndpoint(ip="10.96.12.34", port=443)
+HOME_CTX = dataclasses.replace(CTX, reflection=True, home_api=RELAY, home_cluster_domain="corp.example")
+
+
+def _env_names(container: dict) -> list[str]:
+    return [e["name"] for e in container.get("env") or []]
+
+
+def test_home_with_a_relay_keeps_the_home_token_and_points_the_pod_at_the_relay():
+    spec = translate_pod(_pod(), HOME_CTX).spec
+    # The home identity, as with reflection alone: the reflected token Secret.
+    [volume] = [v for v in spec["volumes"] if v["name"] == "kube-api-access-x7k2p"]
+    assert any("secret" in s for s in volume["projected"]["sources"])
+    assert spec["automountServiceAccountToken"] is False
+    # The in-cluster configuration: the name in the home certificate, the relay's port.
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == "kubernetes.default.svc"
+    assert env["KUBERNETES_SERVICE_PORT"] == "443"
+    assert env["MODE"] == "prod"
+    assert spec["hostAliases"] == [{
+        "ip": "10.96.12.34",
+        "hostnames": ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.corp.example"],
+    }]
+
+
+def test_home_is_the_default_mode():
+    assert translate_pod(_pod(), HOME_CTX) == translate_pod(_pod(), HOME_CTX, api_server=c.API_SERVER_HOME)
+
+
+def test_home_without_a_known_relay_is_todays_pod():
+    without = dataclasses.replace(HOME_CTX, home_api=None)
+    spec = translate_pod(_pod(), without).spec
+    assert _env_names(spec["containers"][0]) == ["MODE"]
+    assert "hostAliases" not in spec
+    assert spec == translate_pod(_pod(), dataclasses.replace(CTX, reflection=True)).spec
+
+
+def test_home_without_reflection_has_no_token_so_no_address_either():
+    spec = translate_pod(_pod(), dataclasses.replace(HOME_CTX, reflection=False)).spec
+    assert _env_names(spec["containers"][0]) == ["MODE"]
+    assert "hostAliases" not in spec
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_disabled_gets_no_token_and_no_address():
+    spec = translate_pod(_pod(), HOME_CTX, api_server=c.API_SERVER_DISABLED).spec
+    assert spec["automountServiceAccountToken"] is False
+    assert [v["name"] for v in spec["volumes"]] == ["data"]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert _env_names(spec["containers"][0]) == ["MODE"]
+    assert "hostAliases" not in spec
+    assert "serviceAccountName" not in spec
+
+
+def test_remote_runs_as_the_twins_default_account_with_the_providers_token():
+    spec = translate_pod(_pod(), HOME_CTX, api_server=c.API_SERVER_REMOTE).spec
+    assert spec["automountServiceAccountToken"] is True
+    assert "serviceAccountName" not in spec and "serviceAccount" not in spec
+    # No home token volume: the provider's admission mounts its own at the standard path.
+    assert [v["name"] for v in spec["volumes"]] == ["data"]
+    assert _env_names(spec["containers"][0]) == ["MODE"]
+    assert "hostAliases" not in spec
+
+
+def test_remote_is_refused_before_sending_unless_the_provider_grants_it():
+    refused = translate_pod(_pod(), HOME_CTX, api_server=c.API_SERVER_REMOTE)
+    [note] = refused.refused
+    assert note.field == "spec.automountServiceAccountToken"
+    assert "remoteAPIAccess" in note.message and c.ANNOTATION_API_SERVER in note.message
+    granted = dataclasses.replace(HOME_CTX, policy=parse_policy({"pods": {"remoteAPIAccess": True}}))
+    assert translate_pod(_pod(), granted, api_server=c.API_SERVER_REMOTE).refused == ()
+    # The other modes never ask for it.
+    assert translate_pod(_pod(), HOME_CTX).refused == ()
+    assert translate_pod(_pod(), HOME_CTX, api_server=c.API_SERVER_DISABLED).refused == ()
+
+
+def test_the_mode_annotation_is_the_consumers_and_is_not_sent():
+    pod = _pod()
+    pod["metadata"]["annotations"][c.ANNOTATION_API_SERVER] = c.API_SERVER_DISABLED
+    remote = translate_pod(pod, HOME_CTX, api_server=c.API_SERVER_DISABLED)
+    assert remote.annotations == {"note": "kept"}
+    assert remote.adjusted == ()  # not dropped with a policy note: it was never the provider's

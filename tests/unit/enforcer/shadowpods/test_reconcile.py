@@ -456,3 +456,40 @@ def test_an_ownerless_pod_without_the_enforcers_marks_is_never_deleted(world):
     }
     world.run()
     assert world.api.pods[KEY]["metadata"]["uid"] == "foreign" and world.api.writes == []
+
+
+# --- the provider's API (Consumer spec.policy.pods.remoteAPIAccess) ------------------------------
+def _asking(world: World) -> None:
+    world.api.shadowpods[KEY]["spec"]["pod"]["spec"]["automountServiceAccountToken"] = True
+
+
+@pytest.mark.parametrize("granted, expected", [(False, False), (True, True)])
+def test_a_pod_asking_for_the_providers_api_gets_it_only_with_the_grant(world, granted, expected):
+    asked: list[str] = []
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder,
+                                 remote_api_access=lambda ns: asked.append(ns) or granted)
+    world.add_shadowpod()
+    _asking(world)
+    world.run()
+    assert world.api.pods[KEY]["spec"]["automountServiceAccountToken"] is expected
+    assert asked == ["ns"]
+
+
+def test_the_grant_is_not_guessed_before_the_consumer_caches_know_it(world):
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder,
+                                 remote_api_access=lambda _ns: None)
+    world.add_shadowpod()
+    _asking(world)
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.api.pods == {}  # the field is immutable on a pod: no pod until the answer is known
+
+
+def test_a_pod_not_asking_never_looks_the_grant_up(world):
+    def lookup(_ns):
+        raise AssertionError("looked up")
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder,
+                                 remote_api_access=lookup)
+    world.add_shadowpod()
+    world.run()
+    assert world.api.pods[KEY]["spec"]["automountServiceAccountToken"] is False

@@ -2,11 +2,19 @@
 the flags that set it (with their environment variables)."""
 
 import argparse
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from kube_offload import constants as c
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
+from vkubelet.reflection.forge import ForgeContext
+from vkubelet.reflection.forge.serviceaccounts import (
+    forge_token_secret,
+    token_refresh_at,
+    token_secret_is_current,
+    token_sources,
+)
 from vkubelet.reflection.policy import (
     BOOTSTRAP_TOKEN_TYPE,
     HELM_RELEASE_TYPE,
@@ -212,3 +220,42 @@ def test_vkubelet_cli_carries_reflection_settings():
     settings = cli.settings_from_args(args)
     assert not settings.reflection.enabled("persistentvolumeclaims")
     assert settings.reflection.enabled("configmaps")
+
+
+# --- when tokens are renewed (--reflect-token-renew-after-fraction) -------------------------------
+def test_the_renewal_point_defaults_to_the_kubelets_and_is_a_flag(monkeypatch):
+    assert _parse([]).token_renew_fraction == 0.8
+    assert _parse(["--reflect-token-renew-after-fraction", "0.01"]).token_renew_fraction == 0.01
+    env = {"KUBE_OFFLOAD_VKUBELET_REFLECT_TOKEN_RENEW_AFTER_FRACTION": "0.5"}
+    assert _parse([], monkeypatch, env).token_renew_fraction == 0.5
+    with pytest.raises(SystemExit):
+        _parse(["--reflect-token-renew-after-fraction", "soon"])
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 1.5, -0.2])
+def test_a_renewal_point_outside_the_lifetime_names_the_flag(fraction):
+    problem = ReflectionSettings(token_renew_fraction=fraction).problem()
+    assert problem is not None and "--reflect-token-renew-after-fraction" in problem and "between 0 and 1" in problem
+    with pytest.raises(SettingsError, match="--reflect-token-renew-after-fraction"):
+        Settings(cluster_id="remote-1", local_cluster_id="local",
+                 reflection=ReflectionSettings(token_renew_fraction=fraction)).validate()
+
+
+def test_the_renewal_schedule_follows_the_flag():
+    # The shortest token the API server issues (10 minutes), renewed after 1 % of it: the
+    # token Secret is due 6 s after it was issued, so a test sees rotations within seconds.
+    settings = _parse(["--reflect-token-expiration", "10m", "--reflect-token-renew-after-fraction", "0.01"])
+    issued = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    pod = {"metadata": {"name": "web", "namespace": "demo", "uid": "u1"},
+           "spec": {"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]}}
+    sources = token_sources(pod)
+    secret = forge_token_secret(
+        pod, ForgeContext(local_cluster_id="local", remote_namespace="demo-local", reflector="serviceaccounts"),
+        tokens={s.key: "jwt" for s in sources}, issued=issued, expires=issued + timedelta(seconds=settings.token_seconds),
+    )
+    fraction = settings.token_renew_fraction
+    assert token_refresh_at(secret, fraction) == issued + timedelta(seconds=6)
+    assert token_secret_is_current(secret, pod, sources, now=issued + timedelta(seconds=5), refresh_fraction=fraction)
+    assert not token_secret_is_current(secret, pod, sources, now=issued + timedelta(seconds=6), refresh_fraction=fraction)
+    # The default keeps the kubelet's 80 %.
+    assert token_refresh_at(secret, _parse([]).token_renew_fraction) == issued + timedelta(minutes=8)

@@ -1,0 +1,96 @@
+"""Token reflection and the API server modes: only a pod in mode ``home`` gets a home
+token minted into its twin namespace; a pod (or namespace) opted out with ``disabled`` or
+``remote`` holds no home credential on the provider, and an opt-out withdraws the token
+Secret a pod already had. No API server: the informers are fed through their cache, the
+local TokenRequest and the remote deletes are replaced by recorders."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from kube_offload import constants as c
+from kube_offload.runtime.informer import ADDED, MODIFIED
+from vkubelet.events import EventRecorder
+from vkubelet.informers import SharedInformers
+from vkubelet.namespaces import TwinNamespaces
+from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
+from vkubelet.runner import LoopContext
+from vkubelet.settings import Settings
+from support import builders
+
+TWIN = "ns-local"
+KEY = "ns/web"
+TOKEN_VOLUME = {"name": "kube-api-access-x", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+
+
+class Minted(Exception):
+    """The fake TokenRequest: raised so the reconcile stops where it would write."""
+
+
+def _namespace(annotations: dict | None = None, rv: str = "1") -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "ns", "resourceVersion": rv, "annotations": annotations or {},
+                         "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}}}
+
+
+@pytest.fixture
+def tokens(monkeypatch) -> ServiceAccountTokenReflector:
+    settings = Settings(cluster_id="remote", local_cluster_id="local")
+    informers = SharedInformers(settings, client.ApiClient(), client.ApiClient())
+    recorder = EventRecorder(client.ApiClient(), host="test")
+    twins = TwinNamespaces(settings, informers, recorder)
+    informers.set_twin_namespaces([TWIN])
+    twins.local_namespaces.apply(ADDED, _namespace())
+    twins.requests.apply(ADDED, {
+        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
+        "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
+                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
+        "spec": {"localNamespace": "ns"},
+        "status": {"phase": c.TWIN_PHASE_READY},
+    })
+    reflector = ServiceAccountTokenReflector(LoopContext(settings, informers, twins, recorder, None))  # type: ignore[arg-type]
+    reflector.deleted = []  # type: ignore[attr-defined]
+
+    def mint(*_args, **_kwargs):
+        raise Minted()
+
+    monkeypatch.setattr(reflector._local, "create", mint)
+    monkeypatch.setattr(reflector.ops, "delete", lambda ns, name, uid=None: reflector.deleted.append(f"{ns}/{name}") or True)  # type: ignore[attr-defined]
+    return reflector
+
+
+def _pod(**annotations: str) -> dict:
+    obj = builders.pod(uid="u1", resourceVersion="1", annotations=annotations, containers=[builders.container("c")],
+                       spec={"nodeName": "kube-offload-remote", "volumes": [TOKEN_VOLUME]})
+    return obj
+
+
+def _existing_token_secret() -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": c.REFLECTED_TOKEN_SECRET_TYPE,
+            "metadata": {"name": "kube-offload-token-web", "namespace": TWIN, "uid": "s1", "resourceVersion": "1",
+                         "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local", "kube-offload.io/reflector": "serviceaccounts"},
+                         "annotations": {c.ANNOTATION_ORIGIN_NAMESPACE: "ns", c.ANNOTATION_ORIGIN_NAME: "web",
+                                         c.ANNOTATION_ORIGIN_UID: "u1"}},
+            "data": {}}
+
+
+def test_a_home_pod_gets_its_token_minted(tokens):
+    tokens.local_pods.apply(ADDED, _pod())
+    with pytest.raises(Minted):
+        tokens.reconcile(KEY)
+
+
+@pytest.mark.parametrize("mode", [c.API_SERVER_DISABLED, c.API_SERVER_REMOTE, "off"])
+def test_an_opted_out_pod_gets_no_home_token(tokens, mode):
+    tokens.local_pods.apply(ADDED, _pod(**{c.ANNOTATION_API_SERVER: mode}))
+    tokens.reconcile(KEY)  # no Minted: nothing requested
+    assert tokens.deleted == []
+
+
+def test_opting_the_namespace_out_withdraws_the_token_secret(tokens):
+    tokens.local_pods.apply(ADDED, _pod())
+    tokens.remote._children[TWIN].apply(ADDED, _existing_token_secret())
+    tokens._twins.local_namespaces.apply(MODIFIED, _namespace({c.ANNOTATION_API_SERVER: c.API_SERVER_DISABLED}, rv="2"))
+    tokens.reconcile(KEY)
+    assert tokens.deleted == [f"{TWIN}/kube-offload-token-web"]
