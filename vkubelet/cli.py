@@ -186,14 +186,15 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so ``kube-offload --help`` does not pay for the runner's imports.
     from kube_offload.runtime.health import HealthSetupError
     from kube_offload.runtime.informer import set_default_page_size
-    from kube_offload.runtime.kube import load_api_client
+    from kube_offload.runtime.kube import Kube, load_api_client
     from kube_offload.runtime.leader_election import LeaderElector, default_namespace
     from kube_offload.runtime.manager import Manager
     from kube_offload.runtime.metrics import CLUSTER_LOCAL, CLUSTER_REMOTE, instrument_api_client
     from vkubelet import observability
     from vkubelet.credentials import declare_credentials
     from vkubelet.kubeletapi.loop import kubelet_api_loop
-    from vkubelet.home_api.loop import home_api_loop
+    from vkubelet.home_api.discovery import Discovery
+    from vkubelet.home_api.loop import endpoint_source, home_api_loop
     from vkubelet.reflection.loops import reflection_loops
     from vkubelet.storage.virtual import storage_loops
     from vkubelet.runner import VirtualKubelet
@@ -224,8 +225,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     manager.handle_signals(note=" (the node and the offloaded pods stay)")
     try:
+        # One reading of the relay, shared: the uplink loop keeps it fresh, the pod
+        # translation points offloaded pods at it (docs/home-api.md).
+        home_api = home_api_settings_from_args(args)
+        relay = Discovery(Kube(remote), settings.tenant_namespace)
         vk = VirtualKubelet(settings, local, remote, extra_loops=[*reflection_loops(settings.reflection), *storage_loops(settings), kubelet_api_loop,
-                                                            home_api_loop(home_api_settings_from_args(args))])
+                                                            home_api_loop(home_api, relay)],
+                            home_api=endpoint_source(home_api, relay))
     except SettingsError as exc:  # e.g. the certificate unreadable
         manager.health.server_close()
         print(f"kube-offload vkubelet: {exc}", file=sys.stderr)

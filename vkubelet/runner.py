@@ -102,11 +102,9 @@ class VirtualKubelet:
         home_api: Callable[[], HomeAPIEndpoint | None] = lambda: None,
     ) -> None:
         """``home_api``: where the remote cluster's offloaded pods reach their home API
-        server (the consumer's relay Service there; None: not known, the pods keep the
-        provider's address and are told, docs/home-api.md). The seam for the relay's
-        endpoint discovery (vkubelet/home_api/), which cli.run() connects once it exists;
-        a discovery built from this kubelet's own informers is set afterwards on
-        ``self.pods.home_api`` (read at each translation, so any time before start)."""
+        server (the consumer's relay Service there, read by vkubelet/home_api/discovery.py;
+        None: not known, the pods keep the provider's address and are told,
+        docs/home-api.md). Read at each translation."""
         self.settings = settings
         self.informers = SharedInformers(settings, local, remote)
         self.recorder = EventRecorder(local, host=settings.node_name)

@@ -293,31 +293,48 @@ def test_a_local_pod_calls_the_offloaded_pod_through_its_service_at_the_address_
 
 
 # The offloaded pod's side of the home API path (docs/home-api.md), with nothing but the
-# standard service-account files: connect to the relay Service, verify the API server's
-# certificate against the home CA under the name in-cluster clients use, send the token.
-# (Until the pod translation gives pods the relay's address as KUBERNETES_SERVICE_HOST,
-# the address is passed here.)
+# standard in-cluster configuration, as client-go's rest.InClusterConfig and the official
+# clients read it: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the server's
+# certificate verified against ca.crt under that host name, the token file as the bearer.
 HOME_API_CALL = """
-import http.client, json, os, socket, ssl, sys
-ip, port, pod = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+import http.client, json, os, ssl, sys
+pod = sys.argv[1]
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], int(os.environ["KUBERNETES_SERVICE_PORT"])
 sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
 token = open(sa + "token").read().strip()
 namespace = open(sa + "namespace").read().strip()
 context = ssl.create_default_context(cafile=sa + "ca.crt")
-class Relayed(http.client.HTTPSConnection):
-    def connect(self):
-        raw = socket.create_connection((ip, port), timeout=10)
-        self.sock = context.wrap_socket(raw, server_hostname="kubernetes.default.svc")
 def get(path):
-    connection = Relayed("kubernetes.default.svc", 443, context=context, timeout=10)
+    connection = http.client.HTTPSConnection(host, port, context=context, timeout=10)
     connection.request("GET", path, headers={"Authorization": "Bearer " + token})
     answer = connection.getresponse()
     return answer.status, json.loads(answer.read() or b"{}")
 status, own = get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
 secrets, _ = get(f"/api/v1/namespaces/{namespace}/secrets")
-print(json.dumps({"namespace": namespace, "own": status, "nodeName": own.get("spec", {}).get("nodeName"),
-                  "uid": own.get("metadata", {}).get("uid"), "secrets": secrets}))
+print(json.dumps({"host": host, "port": port, "namespace": namespace, "own": status,
+                  "nodeName": own.get("spec", {}).get("nodeName"), "uid": own.get("metadata", {}).get("uid"),
+                  "secrets": secrets, "token": token[-16:]}))
 """
+
+
+def _home_api_call(local: Cluster, pod: str) -> dict | None:
+    result = local.kubectl("exec", pod, "-n", OFFLOADED, "--", "python3", "-c", HOME_API_CALL, pod, check=False, timeout=60)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    print(f"(not yet) {result.stdout}{result.stderr}")  # shown if the wait fails
+    return None
+
+
+def _python_pod(name: str, annotations: dict | None = None, service_account: str = "home-reader") -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": OFFLOADED, "annotations": annotations or {}},
+        "spec": {"serviceAccountName": service_account, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": oci_image.PYTHON_IMAGE,
+                                 "command": ["python3", "-c", "import time; time.sleep(3600)"],
+                                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}]},
+    }
 
 
 def test_an_offloaded_pod_reads_its_own_pod_from_its_home_api_server_through_the_relay(env: Environment):
@@ -349,34 +366,25 @@ def test_an_offloaded_pod_reads_its_own_pod_from_its_home_api_server_through_the
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "home-reader"},
          "subjects": [{"kind": "ServiceAccount", "name": "home-reader", "namespace": OFFLOADED}]},
     ])
-    pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "home-api", "namespace": OFFLOADED},
-        "spec": {"serviceAccountName": "home-reader", "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "main", "image": oci_image.PYTHON_IMAGE,
-                                 "command": ["python3", "-c", "import time; time.sleep(3600)"],
-                                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}]},
-    }
-    local.apply(pod)
+    local.apply(_python_pod("home-api"))
     local.kubectl("wait", "--for=condition=Ready", "pod/home-api", "-n", OFFLOADED, "--timeout=180s", timeout=190)
     home = local.kubectl_json("get", "pod", "home-api", "-n", OFFLOADED)
-    # The standard files are there (service-account reflection, docs/reflection.md).
+    # The in-cluster configuration names the home API server: the standard files
+    # (service-account reflection, docs/reflection.md), the environment pointing at
+    # kubernetes.default.svc, and that name (with its short forms) resolving to the relay.
     files = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "python3", "-c",
                           "import os; print(sorted(os.listdir('/var/run/secrets/kubernetes.io/serviceaccount')))",
                           timeout=60).stdout
     assert "'ca.crt'" in files and "'namespace'" in files and "'token'" in files, files
+    hosts = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "cat", "/etc/hosts", timeout=60).stdout
+    aliased = {name for line in hosts.splitlines() if line.split()[:1] == [address] for name in line.split()[1:]}
+    assert {"kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            f"kubernetes.default.svc.{rc.CLUSTER_DOMAIN}"} <= aliased, hosts
 
-    def call():
-        result = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "python3", "-c", HOME_API_CALL,
-                               address, str(C.HOME_API_SERVICE_PORT), "home-api", check=False, timeout=60)
-        lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-        if result.returncode == 0 and lines:
-            return lines[-1]
-        print(f"(not yet) {result.stdout}{result.stderr}")  # shown if the wait fails
-        return None
-
-    answer = json.loads(wait_for(call, what="the home API server through the relay", timeout=90, interval=3))
+    answer = wait_for(lambda: _home_api_call(local, "home-api"), what="the home API server through the relay", timeout=90, interval=3)
     # TLS verified against the home CA as kubernetes.default.svc, the token accepted: the
     # pod reads its HOME Pod (its uid, bound to the virtual node), and the home Role decides.
+    assert (answer["host"], answer["port"]) == ("kubernetes.default.svc", C.HOME_API_SERVICE_PORT), answer
     assert answer["namespace"] == OFFLOADED
     assert answer["own"] == 200 and answer["uid"] == home["metadata"]["uid"], answer
     assert answer["nodeName"] == virtual_node_name(spec.cluster_id), answer
@@ -386,3 +394,43 @@ def test_an_offloaded_pod_reads_its_own_pod_from_its_home_api_server_through_the
     metrics = remote.kubectl("get", "--raw", f"/api/v1/namespaces/{tenant}/pods/{relay['metadata']['name']}:{health}/proxy/metrics").stdout
     paired = [line for line in metrics.splitlines() if line.startswith('kube_offload_relay_connections_total{result="paired"}')]
     assert paired and float(paired[0].rsplit(" ", 1)[1]) >= 2, paired  # two requests, one connection each
+
+
+def test_a_pod_that_opts_out_gets_no_home_token_and_no_home_address(env: Environment):
+    local, _ = _clusters(env)
+    local.apply(_python_pod("no-api", {C.ANNOTATION_API_SERVER: C.API_SERVER_DISABLED}))
+    local.kubectl("wait", "--for=condition=Ready", "pod/no-api", "-n", OFFLOADED, "--timeout=180s", timeout=190)
+    probe = ("import os, json; print(json.dumps({'host': os.environ.get('KUBERNETES_SERVICE_HOST'), "
+             "'token': os.path.exists('/var/run/secrets/kubernetes.io/serviceaccount/token')}))")
+    seen = json.loads(local.kubectl("exec", "no-api", "-n", OFFLOADED, "--", "python3", "-c", probe, timeout=60).stdout)
+    # no token at all, and the address the provider's kubelet gives (its own API server),
+    # which this pod has no credential for
+    assert seen["token"] is False, seen
+    assert seen["host"] != "kubernetes.default.svc" and ipaddress.ip_address(seen["host"]), seen
+    hosts = local.kubectl("exec", "no-api", "-n", OFFLOADED, "--", "cat", "/etc/hosts", timeout=60).stdout
+    assert "kubernetes.default.svc" not in hosts, hosts
+
+
+def test_the_pods_token_rotates_and_the_pod_keeps_reaching_its_home_api_server(env: Environment):
+    local, _ = _clusters(env)
+    # Tokens of 10 minutes (the TokenRequest minimum) renewed after 2 % of it, ~12 s: the
+    # vkubelet Deployment changed as a user would, so its pod restarts with these.
+    [deployment] = local.kubectl_json("get", "deployments", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=vkubelet")["items"]
+    name = deployment["metadata"]["name"]
+    local.kubectl("set", "env", f"deployment/{name}", "-n", NAMESPACE,
+                  "KUBE_OFFLOAD_VKUBELET_REFLECT_TOKEN_EXPIRATION=10m",
+                  "KUBE_OFFLOAD_VKUBELET_REFLECT_TOKEN_RENEW_AFTER_FRACTION=0.02")
+    local.kubectl("rollout", "status", f"deployment/{name}", "-n", NAMESPACE, "--timeout=240s", timeout=250)
+    node = virtual_node_name(env.topology().remotes[0].cluster_id)
+    local.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=180s", timeout=190)
+    first = wait_for(lambda: _home_api_call(local, "home-api"), what="the home API server after the vkubelet restart", timeout=120, interval=3)
+    assert first["own"] == 200, first
+
+    def rotated():
+        answer = _home_api_call(local, "home-api")
+        return answer if answer and answer["token"] != first["token"] else None
+
+    # the remote kubelet refreshes the pod's Secret-backed volume within about a minute
+    after = wait_for(rotated, what="a rotated token in the offloaded pod", timeout=240, interval=5)
+    assert after["own"] == 200 and after["secrets"] == 403, after
+    assert local.kubectl_json("get", "pod", "home-api", "-n", OFFLOADED)["status"]["phase"] == "Running"

@@ -72,8 +72,13 @@ class Discovery:
         self._view = RelayView(endpoint=None, pods=())
         self._lock = threading.Lock()
         self._last_problem = ""
+        self._read_once = False  # set by the first refresh, answered or not
 
     def endpoint(self) -> HomeAPIEndpoint | None:
+        # The first pod may be translated before the uplink loop's first read: read now
+        # rather than tell that pod "no relay" and fix its address for its whole life.
+        if not self._read_once:
+            self.refresh()
         with self._lock:
             return self._view.endpoint
 
@@ -84,6 +89,7 @@ class Discovery:
     def refresh(self) -> RelayView:
         """Read the Service and the relay pods again; on an error keep the last view (the
         relay does not move because the API server blinked) and log the cause once."""
+        self._read_once = True
         try:
             service = self.kube.get_or_none(kinds.SERVICES, c.HOME_API_SERVICE, namespace=self.namespace)
             pods = self.kube.list(kinds.PODS, namespace=self.namespace, label_selector=c.HOME_API_RELAY_SELECTOR)
