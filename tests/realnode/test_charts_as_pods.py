@@ -317,6 +317,9 @@ print(json.dumps({"host": host, "port": port, "namespace": namespace, "own": sta
 """
 
 
+READ_HOSTS = "print(open('/etc/hosts').read())"  # the image has no cat
+
+
 def _home_api_call(local: Cluster, pod: str) -> dict | None:
     result = local.kubectl("exec", pod, "-n", OFFLOADED, "--", "python3", "-c", HOME_API_CALL, pod, check=False, timeout=60)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
@@ -376,7 +379,7 @@ def test_an_offloaded_pod_reads_its_own_pod_from_its_home_api_server_through_the
                           "import os; print(sorted(os.listdir('/var/run/secrets/kubernetes.io/serviceaccount')))",
                           timeout=60).stdout
     assert "'ca.crt'" in files and "'namespace'" in files and "'token'" in files, files
-    hosts = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "cat", "/etc/hosts", timeout=60).stdout
+    hosts = local.kubectl("exec", "home-api", "-n", OFFLOADED, "--", "python3", "-c", READ_HOSTS, timeout=60).stdout
     aliased = {name for line in hosts.splitlines() if line.split()[:1] == [address] for name in line.split()[1:]}
     assert {"kubernetes", "kubernetes.default", "kubernetes.default.svc",
             f"kubernetes.default.svc.{rc.CLUSTER_DOMAIN}"} <= aliased, hosts
@@ -407,7 +410,7 @@ def test_a_pod_that_opts_out_gets_no_home_token_and_no_home_address(env: Environ
     # which this pod has no credential for
     assert seen["token"] is False, seen
     assert seen["host"] != "kubernetes.default.svc" and ipaddress.ip_address(seen["host"]), seen
-    hosts = local.kubectl("exec", "no-api", "-n", OFFLOADED, "--", "cat", "/etc/hosts", timeout=60).stdout
+    hosts = local.kubectl("exec", "no-api", "-n", OFFLOADED, "--", "python3", "-c", READ_HOSTS, timeout=60).stdout
     assert "kubernetes.default.svc" not in hosts, hosts
 
 

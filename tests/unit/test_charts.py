@@ -840,13 +840,14 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # The consumer's Role: its twin namespace requests, plus the relay's Service (by name),
-    # its pods (to find them) and port-forward (the uplinks); nothing else.
+    # its pods (to find them) and port-forward (the uplinks), its own token; nothing else.
     [role] = [r for r in remote_docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
     assert rules_of(role) == {
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"get", "list", "watch", "create", "update", "patch", "delete"},
         ("", "services"): {"get"},
         ("", "pods"): {"get", "list"},
         ("", "pods/portforward"): {"get", "create"},
+        ("", "serviceaccounts/token"): {"create"},  # its own bound token (docs/security.md)
     }
     [services_rule] = [r for r in role["rules"] if r["resources"] == ["services"]]
     assert services_rule["resourceNames"] == [C.HOME_API_SERVICE]
@@ -855,7 +856,7 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
         docs = render(helm, REMOTE, values)
         assert not find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT) and not find(docs, "Service", C.HOME_API_RELAY_COMPONENT)
         [role] = [r for r in docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
-        assert set(rules_of(role)) == {(C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL)}
+        assert set(rules_of(role)) == {(C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), ("", "serviceaccounts/token")}
     # Per consumer: a second consumer keeps its relay when the first turns its own off.
     docs = render(helm, REMOTE, {"consumers": [{"name": "local", "homeAPIRelay": False}, {"name": "other"}]})
     assert [d["metadata"]["namespace"] for d in find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)] == [

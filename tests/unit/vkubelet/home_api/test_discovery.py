@@ -43,12 +43,39 @@ def test_ready_relay_pods_keeps_running_ready_pods_not_terminating_sorted():
     assert ready_relay_pods({"items": None}) == []
 
 
+class _Reads:
+    """Stands in for runtime.kube.Kube's two reads, counting them."""
+
+    def __init__(self, service: dict | None) -> None:
+        self.service, self.calls = service, 0
+
+    def get_or_none(self, resource, name, *, namespace):
+        self.calls += 1
+        return self.service
+
+    def list(self, resource, *, namespace, label_selector):
+        return {"items": []}
+
+
 def test_endpoint_source_is_none_without_uplinks_and_the_discovery_otherwise():
     from vkubelet.home_api.discovery import Discovery
     from vkubelet.home_api.loop import endpoint_source
     from vkubelet.home_api.settings import HomeAPISettings
 
-    discovery = Discovery(None, "kube-offload-tenant-local")  # type: ignore[arg-type]  # never refreshed here
-    assert discovery.endpoint() is None  # nothing read yet
+    reads = _Reads({"spec": {"clusterIP": "10.96.0.9", "ports": [{"port": 443}]}})
+    discovery = Discovery(reads, "kube-offload-tenant-local")  # type: ignore[arg-type]
     assert endpoint_source(HomeAPISettings(uplinks=4), discovery) == discovery.endpoint
     assert endpoint_source(HomeAPISettings(uplinks=0), discovery)() is None
+    assert reads.calls == 0
+
+
+def test_the_first_pod_asking_before_the_loop_read_the_relay_gets_a_fresh_read():
+    from vkubelet.home_api import HomeAPIEndpoint
+    from vkubelet.home_api.discovery import Discovery
+
+    reads = _Reads({"spec": {"clusterIP": "10.96.0.9", "ports": [{"port": 443}]}})
+    discovery = Discovery(reads, "kube-offload-tenant-local")  # type: ignore[arg-type]
+    assert discovery.endpoint() == HomeAPIEndpoint("10.96.0.9", 443)
+    assert discovery.endpoint() == HomeAPIEndpoint("10.96.0.9", 443)
+    assert reads.calls == 1  # then the loop's refreshes keep it fresh
+    assert Discovery(_Reads(None), "kube-offload-tenant-local").endpoint() is None  # type: ignore[arg-type]
