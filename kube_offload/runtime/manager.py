@@ -150,7 +150,6 @@ class Manager:
         self._informers: list[tuple[Startable, bool]] = []
         self._live: list[health.Check] = []
         self._ready: list[health.Check] = []
-        self._registries: list[CollectorRegistry] = [rm.REGISTRY]
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: list[_Running] = []  # in start order
@@ -159,7 +158,7 @@ class Manager:
         self._leading_seen = False
         self._stopping_note = ""
         self._caches_check = health.caches_check(self._readiness_caches)
-        self.health = health.HealthServer(health_bind, live=[], ready=[], registries=self._registries, flag=health_flag)
+        self.health = health.HealthServer(health_bind, live=[], ready=[], registries=[rm.REGISTRY], flag=health_flag)
 
     # --- declarations ------------------------------------------------------------------------
     def add_informer(self, informer: Startable, *, needs_leader: bool = True) -> None:
@@ -182,8 +181,10 @@ class Manager:
         self._ready.append(check)
 
     def add_registry(self, registry: CollectorRegistry) -> None:
-        """Serve ``registry``'s series on ``/metrics`` too (beside the process registry)."""
-        self._registries.append(registry)
+        """Serve ``registry``'s series on ``/metrics`` too (beside the process registry).
+        The health server holds its own list: append there, or a registry added after the
+        manager was built (the enforcer's webhook series) is never served."""
+        self.health.registries.append(registry)
 
     # --- state -------------------------------------------------------------------------------
     @property

@@ -402,3 +402,20 @@ def test_sigterm_and_sigint_stop_the_loops_in_reverse_order_with_exit_code_0(sig
     assert f"received {name}; stopping (the test's note)" in lines
     tail = lines[lines.index(f"received {name}; stopping (the test's note)"):]
     assert tail.index("stopped second") < tail.index("stopped first")
+
+
+# --- metrics --------------------------------------------------------------------------------------
+def test_a_registry_added_after_the_manager_was_built_is_served_on_metrics() -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    registry = CollectorRegistry()
+    Counter("kube_offload_test_added_late_total", "a series of a registry added late", registry=registry).inc()
+    manager = Manager(health_bind=BIND)
+    manager.add_registry(registry)  # the enforcer adds its webhook's registry this way
+    running = Running(manager)
+    try:
+        status, body = get(manager, "/metrics")
+        assert status == 200
+        assert "kube_offload_test_added_late_total 1.0" in body
+    finally:
+        assert running.stop() == EXIT_OK
