@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Callable
 
+from kube_offload.runtime.sockets import close_quietly
+
 # What the relay writes on an uplink when a pod is paired with it: "dial home now". The
 # only byte the relay ever adds; everything after it is the pod's.
 GO = b"\x01"
@@ -33,17 +35,6 @@ def uplink_open(sock: socket.socket) -> bool:
     except OSError:
         return False
     return False  # b"" (closed) or unexpected bytes
-
-
-def close_quietly(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        sock.close()
-    except OSError:
-        pass
 
 
 class UplinkPool:

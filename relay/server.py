@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from relay.pairing import UplinkPool, close_quietly, pump
+from kube_offload.runtime.sockets import close_quietly
+from relay.pairing import UplinkPool, pump
 
 log = logging.getLogger("kube_offload.relay")
 

@@ -12,6 +12,7 @@ import sys
 
 import kube_offload
 from kube_offload import constants as c
+from kube_offload.bound_tokens import DEFAULT_RENEW_FRACTION
 from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, appended, non_negative_duration, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
@@ -48,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
               "--remote-kubeconfig is its mounted copy): the leader renews its bound token there, every replica "
               "follows it without a restart; unset: the token is never renewed")
     flag("--remote-kubeconfig-secret-key", default="kubeconfig", help="key of --remote-kubeconfig-secret holding the kubeconfig")
-    flag("--remote-token-renew-fraction", default=0.8, type=float,
+    flag("--remote-token-renew-fraction", default=DEFAULT_RENEW_FRACTION, type=float,
          help="renew the remote bound token once this share of its lifetime has passed (0 < f < 1; the "
               "kubelet's rule is 0.8)")
     flag("--cluster-id", default="", help="id of the REMOTE cluster; the node is named kube-offload-<id> (required)")

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from kube_offload.runtime.sockets import close_quietly
 from vkubelet.kubeletapi import websocket as ws
 from vkubelet.kubeletapi.paths import ATTACH, EXEC, PORT_FORWARD, RequestError, query_value
 from vkubelet.kubeletapi.remote import RemoteError
@@ -310,18 +311,7 @@ def splice(local: socket.socket, remote: socket.socket, *, leftover: bytes = b""
         return f"connection error: {exc}"
     finally:
         for sock in (local, remote):
-            _close(sock)
-
-
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        sock.close()
-    except OSError:
-        pass
+            close_quietly(sock)
 
 
 def serve_stream(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from kube_offload.bound_tokens import DEFAULT_RENEW_FRACTION
 from kube_offload.runtime.flags import add_flag, appended, non_negative_int
 from vkubelet.reflection.policy import POLICIES, Policy
 from vkubelet.reflection.settings import (
@@ -13,7 +14,6 @@ from vkubelet.reflection.settings import (
     EVENTS,
     RESOURCES,
     SERVICEACCOUNTS,
-    TOKEN_REFRESH_FRACTION,
     WITHOUT_POLICY,
     ReflectionSettings,
     ResourceSettings,
@@ -93,7 +93,7 @@ def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> Non
         group,
         component,
         "--reflect-token-renew-after-fraction",
-        default=TOKEN_REFRESH_FRACTION,
+        default=DEFAULT_RENEW_FRACTION,
         type=_fraction,
         help="share of a service-account token's lifetime after which it is renewed (0 < x < 1; the kubelet's 0.8); "
         "lower values rotate tokens sooner",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from kube_offload.bound_tokens import DEFAULT_RENEW_FRACTION, MIN_EXPIRATION_SECONDS
 from vkubelet.reflection.policy import Policy
 
 CONFIGMAPS = "configmaps"
@@ -35,12 +36,7 @@ RESOURCES: tuple[str, ...] = (
 WITHOUT_POLICY: frozenset[str] = frozenset({SERVICEACCOUNTS})
 
 DEFAULT_WORKERS = 2
-# Kubernetes refuses TokenRequests shorter than 10 minutes.
-MIN_TOKEN_SECONDS = 600
 DEFAULT_TOKEN_SECONDS = 3600
-# A token is renewed once this share of its lifetime has passed (the kubelet's rule; the
-# default of --reflect-token-renew-after-fraction).
-TOKEN_REFRESH_FRACTION = 0.8
 # Key of the storage-class map that stands for every class not named in it.
 ANY_STORAGE_CLASS = "*"
 
@@ -71,7 +67,7 @@ class ReflectionSettings:
     # A token is renewed once this share of its lifetime has passed. Below the default,
     # rotations come sooner: a test forces several within seconds, since the API server
     # issues no token shorter than 10 minutes.
-    token_renew_fraction: float = TOKEN_REFRESH_FRACTION
+    token_renew_fraction: float = DEFAULT_RENEW_FRACTION  # --reflect-token-renew-after-fraction
 
     def of(self, resource: str) -> ResourceSettings:
         if resource not in RESOURCES:
@@ -95,8 +91,8 @@ class ReflectionSettings:
         for name in RESOURCES:
             if self.of(name).workers < 0:
                 return f"--reflect-{name}-workers must be 0 (off) or more"
-        if self.token_seconds < MIN_TOKEN_SECONDS:
-            return f"--reflect-token-expiration must be at least {MIN_TOKEN_SECONDS}s (the TokenRequest API minimum)"
+        if self.token_seconds < MIN_EXPIRATION_SECONDS:
+            return f"--reflect-token-expiration must be at least {MIN_EXPIRATION_SECONDS}s (the TokenRequest API minimum)"
         if not 0 < self.token_renew_fraction < 1:
             return (
                 f"--reflect-token-renew-after-fraction={self.token_renew_fraction} must be between 0 and 1 (exclusive): "
