@@ -13,6 +13,11 @@ its Service, the chart's kube-scheduler calls the extender at its Service name, 
 node is Ready at the pod IP its vkubelet advertises, an offloaded pod's own output
 comes back through `kubectl logs`, and a local pod calls it through a local Service across
 the fabric, at the remapped address `kube-offload peer`'s values gave the vkubelet.
+And the home API path (docs/home-api.md): the remote chart's relay runs on the remote real
+node, an offloaded pod reaches its HOME API server with nothing but the standard in-cluster
+configuration (and its home RBAC decides), through a rotation of its token; a pod that
+opts out gets no token, and one asking for the provider's API gets it only once the
+provider grants it.
 """
 
 from __future__ import annotations
@@ -437,3 +442,43 @@ def test_the_pods_token_rotates_and_the_pod_keeps_reaching_its_home_api_server(e
     after = wait_for(rotated, what="a rotated token in the offloaded pod", timeout=240, interval=5)
     assert after["own"] == 200 and after["secrets"] == 403, after
     assert local.kubectl_json("get", "pod", "home-api", "-n", OFFLOADED)["status"]["phase"] == "Running"
+
+
+# The provider's API, as the twin namespace's default account: its answer names who it took
+# the caller for (a 403 from the provider's RBAC: that account has no role there).
+PROVIDER_API_CALL = """
+import http.client, json, os, ssl
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], int(os.environ["KUBERNETES_SERVICE_PORT"])
+sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+token = open(sa + "token").read().strip()
+namespace = open(sa + "namespace").read().strip()
+connection = http.client.HTTPSConnection(host, port, context=ssl.create_default_context(cafile=sa + "ca.crt"), timeout=10)
+connection.request("GET", f"/api/v1/namespaces/{namespace}/secrets", headers={"Authorization": "Bearer " + token})
+answer = connection.getresponse()
+print(json.dumps({"host": host, "namespace": namespace, "status": answer.status, "message": json.loads(answer.read()).get("message", "")}))
+"""
+
+
+def test_a_pod_asking_for_the_providers_api_gets_it_only_once_the_provider_grants_it(env: Environment):
+    local, remote = _clusters(env)
+    consumer = env.topology().local.cluster_id
+    twin = C.twin_namespace_name(OFFLOADED, consumer)
+    local.apply(_python_pod("provider-api", {C.ANNOTATION_API_SERVER: C.API_SERVER_REMOTE}))
+
+    def refused():
+        events = local.kubectl_json("get", "events", "-n", OFFLOADED, "--field-selector", "involvedObject.name=provider-api")["items"]
+        return [e for e in events if e["reason"] == "ProviderPolicyRefused" and "remoteAPIAccess" in e["message"]] or None
+
+    # Without the grant it is not sent, and the user is told which key the provider lacks.
+    wait_for(refused, what="ProviderPolicyRefused naming remoteAPIAccess", timeout=120, interval=3)
+    assert local.kubectl_json("get", "pod", "provider-api", "-n", OFFLOADED)["status"]["phase"] == "Pending"
+    # The provider grants it (an admin editing the Consumer): the pod runs, with the
+    # provider's address and a token of the twin namespace's default account there.
+    remote.kubectl("patch", f"{C.CONSUMER_PLURAL}.{C.DOMAIN}", consumer, "--type=merge", "-p",
+                   json.dumps({"spec": {"policy": {"pods": {"remoteAPIAccess": True}}}}))
+    local.kubectl("wait", "--for=condition=Ready", "pod/provider-api", "-n", OFFLOADED, "--timeout=240s", timeout=250)
+    result = local.kubectl("exec", "provider-api", "-n", OFFLOADED, "--", "python3", "-c", PROVIDER_API_CALL, timeout=60).stdout
+    answer = json.loads([line for line in result.splitlines() if line.startswith("{")][-1])
+    assert answer["host"] != "kubernetes.default.svc" and ipaddress.ip_address(answer["host"]), answer
+    assert answer["namespace"] == twin, answer
+    assert answer["status"] == 403 and f"system:serviceaccount:{twin}:default" in answer["message"], answer
