@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kube_offload import constants as c
 from kube_offload.constants import LABEL_ORIGIN_CLUSTER_ID
 from kube_offload.shadowpod import build_shadowpod
 
@@ -87,3 +88,16 @@ def namespace(name: str = "demo", *, labels: dict[str, Any] | None = None, annot
     if annotations is not None:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def twin_request(name: str, tenant_namespace: str, local_namespace: str = "ns", *, cluster_id: str = "local",
+                 phase: str = c.TWIN_PHASE_READY) -> dict[str, Any]:
+    """A TwinNamespace request of consumer ``cluster_id`` in its tenant namespace, for the
+    twin ``name`` of ``local_namespace``, in ``phase`` (Ready: the enforcer made the twin)."""
+    return {
+        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
+        "metadata": {"name": name, "namespace": tenant_namespace, "resourceVersion": "1",
+                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: cluster_id}},
+        "spec": {"localNamespace": local_namespace},
+        "status": {"phase": phase},
+    }

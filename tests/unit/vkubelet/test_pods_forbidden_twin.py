@@ -41,13 +41,7 @@ def offloaded_with_a_ready_twin(twins: TwinNamespaces, settings: Settings) -> No
         "metadata": {"name": "ns", "resourceVersion": "1",
                      "labels": {c.LABEL_ENABLED: c.ENABLED_VALUE, c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE}},
     })
-    twins.requests.apply(ADDED, {
-        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-        "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
-                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
-        "spec": {"localNamespace": "ns"},
-        "status": {"phase": c.TWIN_PHASE_READY},
-    })
+    twins.requests.apply(ADDED, builders.twin_request(TWIN, settings.tenant_namespace))
 
 
 @pytest.fixture

@@ -1,9 +1,7 @@
 """``/pods`` and ``/runningpods/`` shaped as a kubelet shapes them (pure), and served over
 real HTTPS by the kubelet API from a pod list (the informer's, in the vkubelet)."""
 
-import http.client
 import json
-import ssl
 import threading
 
 import pytest
@@ -13,6 +11,7 @@ from vkubelet.kubeletapi import podlists
 from vkubelet.kubeletapi.paths import PODS, RUNNING_PODS, RequestError, parse_request_path
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
 from vkubelet.kubeletapi.tls import ServerContext, serving_files
+from support.kubelet_https import get
 
 NODE = "kube-offload-r1"
 
@@ -98,18 +97,6 @@ def served(kubelet_auth):
     srv.shutdown()
     srv.server_close()
     files.cleanup()
-
-
-def get(srv, path, method="GET", token="admin-token"):
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=context, timeout=10)
-    conn.request(method, path, headers={"Authorization": f"Bearer {token}"})
-    response = conn.getresponse()
-    body = response.read()
-    conn.close()
-    return response, body
 
 
 def test_pods_and_runningpods_are_served_as_json(served):

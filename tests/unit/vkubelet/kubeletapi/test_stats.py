@@ -2,9 +2,7 @@
 (vkubelet/kubeletapi/stats.py), read back with a Prometheus text parser, and served over
 real HTTPS by the kubelet API with a sampler fed from remote PodMetrics JSON."""
 
-import http.client
 import json
-import ssl
 import threading
 
 import pytest
@@ -17,6 +15,7 @@ from vkubelet.kubeletapi.resolver import RemotePod
 from vkubelet.kubeletapi.sampler import UsageSampler
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
 from vkubelet.kubeletapi.tls import ServerContext, serving_files
+from support.kubelet_https import get
 from vkubelet.kubeletapi.usage import ContainerSample, PodRef, PodSample, UsageLedger
 
 T0 = 1_800_000_000.0
@@ -167,18 +166,6 @@ def served(kubelet_auth):
     srv.shutdown()
     srv.server_close()
     files.cleanup()
-
-
-def get(srv, path, method="GET"):
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    conn = http.client.HTTPSConnection("127.0.0.1", srv.server_address[1], context=context, timeout=10)
-    conn.request(method, path, headers={"Authorization": "Bearer admin-token"})
-    response = conn.getresponse()
-    body = response.read()
-    conn.close()
-    return response, body
 
 
 def test_metrics_resource_is_served_with_the_offloaded_pod_only(served):

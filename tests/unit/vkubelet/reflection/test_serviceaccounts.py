@@ -42,13 +42,7 @@ def tokens(monkeypatch) -> ServiceAccountTokenReflector:
     twins = TwinNamespaces(settings, informers, recorder)
     informers.set_twin_namespaces([TWIN])
     twins.local_namespaces.apply(ADDED, _namespace())
-    twins.requests.apply(ADDED, {
-        "apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-        "metadata": {"name": TWIN, "namespace": settings.tenant_namespace, "resourceVersion": "1",
-                     "labels": {c.LABEL_ORIGIN_CLUSTER_ID: "local"}},
-        "spec": {"localNamespace": "ns"},
-        "status": {"phase": c.TWIN_PHASE_READY},
-    })
+    twins.requests.apply(ADDED, builders.twin_request(TWIN, settings.tenant_namespace))
     reflector = ServiceAccountTokenReflector(LoopContext(settings, informers, twins, recorder, None))  # type: ignore[arg-type]
     reflector.deleted = []  # type: ignore[attr-defined]
 
