@@ -5,7 +5,7 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
 
     bin/kubernetes-v1.37.2/{kube-apiserver,kube-scheduler,kube-controller-manager,kubectl}
     bin/etcd-v3.7.3/etcd
-    bin/kwok-v0.8.0/{kwok,kwokctl}
+    bin/kwok-v0.8.0-uidsafe1/{kwok,kwokctl}            kwok with kwok_patch applied
     bin/helm-v3.22.0/helm
     bin/metrics-server-v0.9.0/metrics-server
     bin/local-path-provisioner-v0.0.30/local-path-provisioner
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from kube_offload_harness import versions
+from kube_offload_harness import kwok_patch, versions
 
 KUBE_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
 NODE_KUBE_BINARIES = ("kubelet", "kube-proxy")
@@ -125,7 +125,7 @@ def binaries(root: Path | None = None) -> Binaries:
     root = root or cache_root()
     kube = root / "bin" / f"kubernetes-{versions.KUBERNETES}"
     etcd = root / "bin" / f"etcd-{versions.ETCD}"
-    kwok = root / "bin" / f"kwok-{versions.KWOK}"
+    kwok = root / "bin" / kwok_build_name()
     helm = root / "bin" / f"helm-{versions.HELM}"
     metrics_server = root / "bin" / f"metrics-server-{versions.METRICS_SERVER}"
     local_path = root / "bin" / f"local-path-provisioner-{versions.LOCAL_PATH_PROVISIONER}"
@@ -416,20 +416,48 @@ def _build_etcd(root: Path, bins: Binaries, go: str, say: Callable[[str], None])
     _install(work / "out" / "etcd", bins.etcd)
 
 
+def kwok_build_name() -> str:
+    """kwok's cache key: its version and the revision of the harness's patch to it."""
+    return f"kwok-{versions.KWOK}-{kwok_patch.REVISION}"
+
+
 def _build_kwok(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    work = root / "build" / f"kwok-{versions.KWOK}"
+    # Built from a patched copy of the module's source (kwok_patch: deletes by UID, as a
+    # kubelet does); kwok's version comes from its consts package, not the build info, so
+    # building from a directory stamps nothing differently from `go install module@v`.
+    work = root / "build" / kwok_build_name()
     out = work / "out"
     out.mkdir(parents=True, exist_ok=True)
-    env_gobin = ["env", f"GOBIN={out}"]
+    say(f"- kwok {versions.KWOK}: fetching the source and applying the harness's patch (deletes by UID)")
+    module_dir = Path(_downloaded_module(go, "sigs.k8s.io/kwok", versions.KWOK, work)["Dir"])
+    source = work / "src"
+    _writable_tree(source)
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(module_dir, source, copy_function=shutil.copyfile)
+    _writable_tree(source)
+    try:
+        kwok_patch.apply(source)
+    except kwok_patch.PatchError as exc:
+        raise BuildError(str(exc)) from exc
     say(f"- kwok {versions.KWOK}: building kwok and kwokctl")
     _run_step(
         f"build kwok {versions.KWOK}",
-        [*env_gobin, go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
-         f"sigs.k8s.io/kwok/cmd/kwok@{versions.KWOK}", f"sigs.k8s.io/kwok/cmd/kwokctl@{versions.KWOK}"],
-        cwd=work, log_path=work / "build.log", say=say,
+        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out) + "/", "./cmd/kwok", "./cmd/kwokctl"],
+        cwd=source, log_path=work / "build.log", say=say,
     )
     _install(out / "kwok", bins.kwok)
     _install(out / "kwokctl", bins.kwokctl)
+
+
+def _writable_tree(root: Path) -> None:
+    """Make a copy of the (read-only) module cache writable, so it can be patched and,
+    on the next build, removed."""
+    if not root.exists():
+        return
+    for directory, _dirs, files in os.walk(root):
+        os.chmod(directory, 0o755)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o644)
 
 
 def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
