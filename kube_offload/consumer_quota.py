@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kube_offload.provider_policy import ProviderPolicyError, parse_policy
+from kube_offload.provider_policy import QUOTA_MODE_HARD, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, ResourceList, parse_quantity, pod_limits, pod_requests
 
 # --- what a pod is charged, and what a quota key limits -------------------------------------
 LIMITS_PREFIX = "limits."
 REQUESTS_PREFIX = "requests."
 PODS = "pods"
+# The quota modes (spec.policy.quotaMode) under which a plain key bounds requests, and limits.
+MODES_COUNTING_REQUESTS = frozenset({"requests", "both", QUOTA_MODE_HARD})
+MODES_COUNTING_LIMITS = frozenset({"limits", "both", QUOTA_MODE_HARD})
 # Quota keys Kubernetes' ResourceQuota knows that are not a pod's compute resources: object
 # counts and claimed storage. A ShadowPod never adds to them, so the ShadowPod webhook
 # never refuses for them. They bound each twin namespace, not the consumer as a whole:
@@ -85,8 +88,9 @@ def pod_charges(pod: Mapping[str, Any]) -> ResourceList:
 def quota_limits(quota: Mapping[str, Any] | None, mode: str = "requests") -> ResourceList:
     """``spec.quota`` in the names :func:`pod_charges` uses, in milli-units: what the
     webhook compares usage against. ``requests.cpu`` and (in mode ``requests``) ``cpu``
-    limit the requests; ``limits.cpu`` and (mode ``limits``) ``cpu`` the limits; mode
-    ``both`` makes a plain ``cpu`` limit both. ``pods`` and ``count/pods`` the pod count.
+    limit the requests; ``limits.cpu`` and (mode ``limits``) ``cpu`` the limits; modes
+    ``both`` and ``hard`` make a plain ``cpu`` limit both (``hard`` also refuses pods whose
+    limits differ from their requests: enforcer/admission/quota_rules.py). ``pods`` and ``count/pods`` the pod count.
     Object-count and storage keys are kept under their own names (nothing a pod adds).
     Two keys for one figure (``cpu`` and ``requests.cpu``): the lower holds. Raises
     QuantityError naming the key of a quantity that does not parse."""
@@ -114,9 +118,9 @@ def quota_limits(quota: Mapping[str, Any] | None, mode: str = "requests") -> Res
         elif key.startswith(LIMITS_PREFIX):
             put(key, amount)
         else:
-            if mode in ("requests", "both"):
+            if mode in MODES_COUNTING_REQUESTS:
                 put(key, amount)
-            if mode in ("limits", "both"):
+            if mode in MODES_COUNTING_LIMITS:
                 put(LIMITS_PREFIX + key, amount)
     return out
 
@@ -139,3 +143,16 @@ def limited_resources(quota: Mapping[str, int]) -> list[str]:
     """The resources whose limits a quota (:func:`quota_limits` output) counts: a pod must
     then set a limit for each (as ResourceQuota requires), or its limit is unbounded."""
     return sorted(name[len(LIMITS_PREFIX):] for name in quota if name.startswith(LIMITS_PREFIX))
+
+
+def counted_resources(quota: Mapping[str, int]) -> list[str]:
+    """The compute resources a quota (:func:`quota_limits` output) counts in any form
+    (``cpu`` from ``cpu``, ``requests.cpu`` or ``limits.cpu``), sorted; never the pod count
+    nor object-count and storage keys: what quota mode ``hard`` makes every container set
+    limits equal to requests for."""
+    names = set()
+    for name in quota:
+        if name == PODS or is_object_quota_key(name):
+            continue
+        names.add(name[len(LIMITS_PREFIX):] if name.startswith(LIMITS_PREFIX) else name)
+    return sorted(names)

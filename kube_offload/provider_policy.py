@@ -108,7 +108,12 @@ SYSTEM_PRIORITY_PREFIX = "system-"
 ALWAYS_RESERVED_NAMESPACES: tuple[str, ...] = ("default", "kube-*", "kube-offload-*")
 
 DEFAULT_MAX_TWIN_NAMESPACES = 50
-QUOTA_MODES: tuple[str, ...] = ("requests", "limits", "both")
+# What a plain spec.quota key (``cpu``) bounds of each container: its requests (as
+# ResourceQuota reads it), its limits, or both; ``hard`` counts as ``both`` and admits only
+# pods whose containers set limits equal to requests for every resource the quota counts
+# (nothing may burst beyond what is counted; docs/security.md "Quota").
+QUOTA_MODE_HARD = "hard"
+QUOTA_MODES: tuple[str, ...] = ("requests", "limits", "both", QUOTA_MODE_HARD)
 
 
 class ProviderPolicyError(ValueError):
@@ -197,7 +202,8 @@ class ProviderPolicy:
     storage: StoragePolicy = field(default_factory=StoragePolicy)
     pods: PodPolicy = field(default_factory=PodPolicy)
     twin_namespaces: TwinNamespacePolicy = field(default_factory=TwinNamespacePolicy)
-    # What the quota counts of each container: requests, limits or both.
+    # What the quota counts of each container: requests, limits, both, or hard (both, and
+    # limits must equal requests).
     quota_mode: str = "requests"
 
 

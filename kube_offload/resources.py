@@ -440,6 +440,33 @@ def containers_without_limit(pod: Mapping[str, object], resource: str) -> list[s
     return missing
 
 
+def limits_unequal_to_requests(pod: Mapping[str, object], resource: str) -> list[tuple[str, str, int | None, int | None]]:
+    """(field path, container name, request, limit) in milli-units for every container and
+    init container of ``pod`` whose ``resource`` limit is missing or differs from its
+    request, and for pod-level ``spec.resources`` (name "") when it names ``resource`` with
+    the two unequal. A missing request is its limit, as the API server defaults it; a
+    missing limit is None. Ephemeral containers take no resources and are skipped.
+    Raises :class:`QuantityError` on a malformed pod or quantity."""
+    spec = _pod_spec(pod)
+    unequal: list[tuple[str, str, int | None, int | None]] = []
+
+    def check(path: str, name: str, resources: object, *, optional: bool) -> None:
+        limits = _limits_of(resources, path)
+        requests = {**limits, **_requests_of(resources, path)}
+        if optional and resource not in limits and resource not in requests:
+            return
+        limit, request = limits.get(resource), requests.get(resource)
+        if limit is None or limit != request:
+            unequal.append((path, name, request, limit))
+
+    for field in ("initContainers", "containers"):
+        for index, container in enumerate(_containers(spec, field)):
+            check(f"spec.{field}[{index}]", str(container.get("name") or ""), container.get("resources"), optional=False)
+    if spec.get("resources") is not None:
+        check("spec", "", spec.get("resources"), optional=True)
+    return unequal
+
+
 def _limits_of(resources: object, where: str) -> ResourceList:
     if resources is None:
         return {}

@@ -11,7 +11,12 @@ let that count drift from what the provider's nodes actually hold:
   only in what a running pod may change), so a lower figure would count less than runs;
 * when the quota counts **limits** (``limits.<name>``, or a plain key under
   ``spec.policy.quotaMode: limits|both``), every container must set that limit, as
-  Kubernetes' ResourceQuota requires: a pod without one is unbounded.
+  Kubernetes' ResourceQuota requires: a pod without one is unbounded;
+* under ``spec.policy.quotaMode: hard``, every container and init container must set
+  limits **equal** to requests for every resource the quota counts: nothing may burst
+  beyond the figure the quota charged. The rule applies to what is written (CREATE, or an
+  UPDATE of the spec); ShadowPods admitted before the mode changed keep running and keep
+  counting (their limits and requests, as under ``both``) until they are deleted.
 
 Each problem is one line naming the field, why, and what to do.
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from enforcer.consumers.quota import limited_resources, live_shadowpod, pod_charges, twin_owner
+from enforcer.consumers.quota import counted_resources, limited_resources, live_shadowpod, pod_charges, twin_owner
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
 from kube_offload.resources import (
@@ -28,6 +33,7 @@ from kube_offload.resources import (
     ResourceList,
     containers_without_limit,
     format_quantity,
+    limits_unequal_to_requests,
     parse_resource_list,
     resource_sort_key,
     uses_binary_format,
@@ -186,6 +192,43 @@ def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer
                     f"counts limits.{name} (Consumer spec.quota, read under spec.policy.quotaMode), and a container "
                     f"without a {name} limit is unbounded; set a {name} limit"
                 )
+    except QuantityError:
+        return []
+    return problems
+
+
+def unequal_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str) -> list[str]:
+    """Quota mode ``hard``: one problem per container (init containers and pod-level
+    ``spec.resources`` included) whose limit for a resource the quota counts is missing or
+    differs from its request. [] when the quota counts no compute resource, or when the
+    template does not parse (other rules report that)."""
+    resources = counted_resources(quota)
+    pod = (((request.object or {}).get("spec") or {}).get("pod")) or {}
+    if not resources or not isinstance(pod, Mapping):
+        return []
+    why = (
+        f"consumer \"{consumer_id}\" is under quota mode hard (Consumer spec.policy.quotaMode), which admits only "
+        f"pods whose containers set limits equal to requests for every resource its quota counts ({', '.join(resources)})"
+    )
+    problems = []
+    try:
+        for name in resources:
+            binary = uses_binary_format(name)
+            for path, container, requested, limit in limits_unequal_to_requests(pod, name):
+                field = f"spec.pod.{path}.resources.limits.{name}"
+                who = f" (container \"{container}\")" if container else " (pod-level resources)"
+                if limit is None and requested is None:
+                    got, fix = "must be set", f"set requests.{name} and limits.{name} to the same amount"
+                elif limit is None:
+                    got = "must be set"
+                    fix = f"set limits.{name} to the request, {format_quantity(requested, binary=binary)}"
+                else:
+                    got = (
+                        f"must equal requests.{name} (limit {format_quantity(limit, binary=binary)}, "
+                        f"request {format_quantity(requested or 0, binary=binary)})"
+                    )
+                    fix = f"set limits.{name} and requests.{name} to the same amount"
+                problems.append(f"{field}{who}: {got}: {why}; {fix}")
     except QuantityError:
         return []
     return problems

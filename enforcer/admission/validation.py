@@ -23,7 +23,8 @@ one round trip shows everything to fix:
    consumer reflected (labelled with its origin);
 10. the consumer's usage plus what this request adds stays within ``spec.quota`` for every
     resource listed there (absent = unlimited; ``pods`` counts pods; keys and what counts:
-    :mod:`enforcer.consumers.quota`), every container sets the limits the quota counts, and an
+    :mod:`enforcer.consumers.quota`), every container sets the limits the quota counts (equal to
+    its requests under quota mode ``hard``), and an
     update lowers no request or limit (:mod:`enforcer.admission.quota_rules`; the running pod keeps
     its old ones);
 11. a cordoned consumer creates nothing and may not raise requests by an update.
@@ -48,6 +49,7 @@ from enforcer.consumers.quota import live_shadowpod, pod_charges, shadowpod_requ
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 # The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
+from kube_offload.provider_policy import QUOTA_MODE_HARD
 from kube_offload.consumers import ConsumerError, ConsumerTerms, consumer_terms, quota_excess  # noqa: F401  (re-exported)
 from kube_offload.resources import (
     QuantityError,
@@ -159,7 +161,11 @@ def decide(
     except Invalid as exc:
         return _invalid([str(exc)])
 
-    unbounded = quota_rules.missing_limits(request, terms.quota, owner)
+    if terms.policy.quota_mode == QUOTA_MODE_HARD:
+        # Covers a missing limit too, with the message hard mode needs (limit = request).
+        unbounded = quota_rules.unequal_limits(request, terms.quota, owner)
+    else:
+        unbounded = quota_rules.missing_limits(request, terms.quota, owner)
     if unbounded:
         return _forbidden("\n".join(unbounded))
     exceeded = quota_excess(terms.quota, usage, delta)

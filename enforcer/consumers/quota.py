@@ -20,7 +20,8 @@ What counts (docs/security.md "Quota"):
 
 ``spec.quota`` keys (:func:`quota_limits`): ``requests.<name>`` and ``limits.<name>`` as
 in a ResourceQuota; a plain ``<name>`` (``cpu``) is what ``spec.policy.quotaMode`` says:
-the requests (the default, as ResourceQuota reads it), the limits, or both; ``pods`` (or
+the requests (the default, as ResourceQuota reads it), the limits, or both (``both``, or
+``hard``, which also makes limits equal requests); ``pods`` (or
 ``count/pods``) the number of pods.
 
 A ShadowPod counts for consumer ``<id>`` when its *namespace* is a twin of ``<id>``
@@ -56,6 +57,7 @@ from kube_offload.consumer_quota import (  # noqa: F401  (re-exported: the enfor
     quota_limits,
     consumer_quota,
     limited_resources,
+    counted_resources,
 )
 from kube_offload.runtime.informer import DELETED
 from kube_offload.shadowpod import controller_ref

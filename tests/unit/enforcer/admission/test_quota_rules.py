@@ -9,7 +9,13 @@ import copy
 import orjson
 import pytest
 
-from enforcer.admission.quota_rules import added_finalizers, finalizer_problem, lowered_resources, missing_limits
+from enforcer.admission.quota_rules import (
+    added_finalizers,
+    finalizer_problem,
+    lowered_resources,
+    missing_limits,
+    unequal_limits,
+)
 from enforcer.admission.validation import decide, requests_delta
 from kube_offload import constants as c
 from kube_offload.admission import build_review, parse_review
@@ -172,4 +178,104 @@ def test_requests_delta_carries_limits():
 def test_a_policy_that_does_not_parse_is_the_providers_mistake_naming_the_key():
     decision = run(shadowpod({"cpu": "1"}), the_consumer=consumer(quota={"cpu": "1"}, policy={"quotaMode": "often"}))
     assert not decision.allowed and decision.code == 403
-    assert "misconfigured (spec.policy.quotaMode: 'often' is not one of requests, limits, both)" in decision.message
+    assert "misconfigured (spec.policy.quotaMode: 'often' is not one of requests, limits, both, hard)" in decision.message
+
+
+# --- quota mode hard: limits equal requests -------------------------------------------------------
+HARD = consumer(quota={"cpu": "4", "memory": "8Gi", "pods": "10"}, policy={"quotaMode": "hard"})
+
+
+def two_containers(app: dict, init: dict) -> dict:
+    spec = {
+        "initContainers": [{"name": "setup", "image": "busybox", "resources": init}],
+        "containers": [{"name": "app", "image": "nginx", "resources": app}],
+    }
+    return builders.shadowpod("web", NS, spec=spec, origin=CONSUMER, uid="uid-1", generation=1)
+
+
+EQUAL = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "0.5", "memory": "1024Mi"}}
+
+
+@pytest.mark.parametrize(
+    "app, init, field, got",
+    [
+        # a limit above the request: the container could burst beyond what is counted
+        ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}, EQUAL,
+         'spec.pod.spec.containers[0].resources.limits.cpu (container "app")', "must equal requests.cpu (limit 2, request 1)"),
+        # a missing limit, named with the request it must equal
+        ({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1"}}, EQUAL,
+         'spec.pod.spec.containers[0].resources.limits.memory (container "app")', "must be set"),
+        # init containers too
+        (EQUAL, {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}},
+         'spec.pod.spec.initContainers[0].resources.limits.memory (container "setup")',
+         "must equal requests.memory (limit 128Mi, request 64Mi)"),
+        # nothing at all
+        ({}, EQUAL, 'spec.pod.spec.containers[0].resources.limits.cpu (container "app")', "must be set"),
+    ],
+)
+def test_hard_mode_refuses_limits_unequal_to_requests_naming_container_field_and_fix(app, init, field, got):
+    decision = run(two_containers(app, init), the_consumer=HARD)
+    assert not decision.allowed and decision.code == 403
+    first = decision.message.splitlines()[0]
+    assert first.startswith(f"{field}: {got}: "), decision.message
+    assert "quota mode hard (Consumer spec.policy.quotaMode)" in first and "(cpu, memory)" in first
+    assert "; set " in first
+
+
+def test_hard_mode_names_every_offending_container_and_the_fix():
+    app = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+    init = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    problems = unequal_limits(request(two_containers(app, init)), {"cpu": 4000, "limits.cpu": 4000, "memory": 8 * 2**30 * 1000}, CONSUMER)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith('spec.pod.spec.containers[0].resources.limits.cpu (container "app"): must be set')
+    assert problems[0].endswith("set limits.cpu to the request, 1")
+    assert problems[1].startswith('spec.pod.spec.initContainers[0].resources.limits.memory (container "setup"): must equal')
+    assert problems[1].endswith("set limits.memory and requests.memory to the same amount")
+
+
+def test_hard_mode_admits_equal_limits_and_a_limit_alone_which_the_api_server_copies_to_the_request():
+    assert run(two_containers(EQUAL, EQUAL), the_consumer=HARD).allowed
+    only_limits = {"limits": {"cpu": "250m", "memory": "256Mi"}}
+    assert run(two_containers(only_limits, only_limits), the_consumer=HARD).allowed
+
+
+def test_hard_mode_checks_only_the_resources_the_quota_counts():
+    cpu_only = consumer(quota={"requests.cpu": "4"}, policy={"quotaMode": "hard"})
+    # memory is not counted: its limit may differ or be absent; cpu, named as requests.cpu, must be equal
+    free_memory = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    assert run(two_containers(free_memory, {"limits": {"cpu": "1"}}), the_consumer=cpu_only).allowed
+    decision = run(two_containers({"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}, {"limits": {"cpu": "1"}}), the_consumer=cpu_only)
+    assert not decision.allowed and "limits.cpu" in decision.message and "(cpu)" in decision.message
+    # a quota of pods or objects only counts no compute resource: nothing to equal
+    counts_only = consumer(quota={"pods": "3", "services": "2"}, policy={"quotaMode": "hard"})
+    assert run(two_containers({"requests": {"cpu": "1"}}, {}), the_consumer=counts_only).allowed
+
+
+def test_hard_mode_checks_pod_level_resources_when_they_name_a_counted_resource():
+    pod = two_containers(EQUAL, EQUAL)
+    pod["spec"]["pod"]["spec"]["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}
+    decision = run(pod, the_consumer=HARD)
+    assert not decision.allowed
+    assert decision.message.startswith("spec.pod.spec.resources.limits.cpu (pod-level resources): must equal requests.cpu")
+
+
+@pytest.mark.parametrize("limit, allowed", [("4", True), ("5", False)])
+def test_hard_mode_counts_requests_and_limits_as_both_does(limit, allowed):
+    equal = {"requests": {"cpu": limit}, "limits": {"cpu": limit}}
+    decision = run(two_containers(equal, equal), the_consumer=consumer(quota={"cpu": "4"}, policy={"quotaMode": "hard"}))
+    assert decision.allowed is allowed, decision.message
+    if not allowed:
+        assert "exceeded quota" in decision.message and "cpu: requested 5" in decision.message
+
+
+def test_hard_mode_admits_metadata_updates_of_shadowpods_admitted_before_the_mode_changed():
+    # Admitted under "requests" with a limit above the request; the provider then set hard.
+    old = shadowpod({"cpu": "1"}, {"cpu": "2"})
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"].setdefault("labels", {})["team"] = "b"
+    assert run(relabelled, operation="UPDATE", old=old, the_consumer=HARD).allowed
+    # A spec update is judged by the mode in force.
+    changed = copy.deepcopy(old)
+    changed["spec"]["pod"]["spec"]["containers"][0]["image"] = "nginx:2"
+    decision = run(changed, operation="UPDATE", old=old, the_consumer=HARD)
+    assert not decision.allowed and "must equal requests.cpu" in decision.message

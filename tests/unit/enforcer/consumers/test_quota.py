@@ -10,10 +10,10 @@ import pytest
 
 from enforcer.consumers.quota import (
     LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, ConsumerUsage, consumer_usage, live_requests, live_shadowpod,
-    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, consumer_quota, pod_charges, quota_limits,
-    uncounted_charges,
+    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, consumer_quota, counted_resources, pod_charges,
+    quota_limits, uncounted_charges,
 )
-from kube_offload.resources import QuantityError, containers_without_limit, pod_limits
+from kube_offload.resources import QuantityError, containers_without_limit, limits_unequal_to_requests, pod_limits
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
 
@@ -377,16 +377,51 @@ def test_containers_without_limit_name_the_field_unless_the_pod_level_bounds_it(
     ],
 )
 def test_quota_keys(quota, mode, expected):
+    if mode == "both":  # hard counts exactly as both does (it only adds an admission rule)
+        assert quota_limits(quota, "hard") == expected
     assert quota_limits(quota, mode) == expected
 
 
 def test_consumer_quota_reads_the_mode_from_the_policy_and_names_bad_keys():
     assert consumer_quota({"quota": {"cpu": "1"}, "policy": {"quotaMode": "limits"}}) == {"limits.cpu": 1000}
     assert consumer_quota({"quota": {"cpu": "1"}}) == {"cpu": 1000}
+    assert consumer_quota({"quota": {"cpu": "1"}, "policy": {"quotaMode": "hard"}}) == {"cpu": 1000, "limits.cpu": 1000}
     with pytest.raises(QuantityError, match=r"spec.policy.quotaMode"):
         consumer_quota({"quota": {"cpu": "1"}, "policy": {"quotaMode": "sometimes"}})
     with pytest.raises(QuantityError, match=r"^spec.quota: cpu: "):
         consumer_quota({"quota": {"cpu": "lots"}})
+
+
+@pytest.mark.parametrize(
+    "quota, expected",
+    [
+        ({"cpu": 1000, "limits.cpu": 1000, "memory": GI}, ["cpu", "memory"]),
+        ({"limits.nvidia.com/gpu": 1000, "pods": 3000}, ["nvidia.com/gpu"]),
+        ({"pods": 3000, "count/services": 2000, "requests.storage": GI}, []),
+        ({}, []),
+    ],
+)
+def test_counted_resources_are_the_compute_ones_in_any_spelling(quota, expected):
+    assert counted_resources(quota) == expected
+
+
+def test_limits_unequal_to_requests_name_each_container_and_what_it_sets():
+    pod = pod_of(
+        container("same", requests={"cpu": "500m"}, limits={"cpu": "0.5"}),
+        container("only-limit", limits={"cpu": "1"}),  # the API server copies it to the request
+        container("burst", requests={"cpu": "1"}, limits={"cpu": "2"}),
+        container("unbounded", requests={"cpu": "1"}),
+        init=[container("bare")],
+        resources={"requests": {"memory": "1Gi"}},  # pod-level, names no cpu: not judged for cpu
+    )
+    assert limits_unequal_to_requests(pod, "cpu") == [
+        ("spec.initContainers[0]", "bare", None, None),
+        ("spec.containers[2]", "burst", 1000, 2000),
+        ("spec.containers[3]", "unbounded", 1000, None),
+    ]
+    assert limits_unequal_to_requests(pod, "memory")[-1] == ("spec", "", GI, None)
+    with pytest.raises(QuantityError):
+        limits_unequal_to_requests(pod_of(container("x", limits={"cpu": "lots"})), "cpu")
 
 
 # --- pods that count until they are gone -------------------------------------------------------
