@@ -9,7 +9,17 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kube_offload.provider_policy import QUOTA_MODE_HARD, ProviderPolicyError, parse_policy
-from kube_offload.resources import QuantityError, ResourceList, parse_quantity, pod_limits, pod_requests
+from kube_offload.resources import (
+    QuantityError,
+    ResourceList,
+    containers_without_limit,
+    format_quantity,
+    limits_unequal_to_requests,
+    parse_quantity,
+    pod_limits,
+    pod_requests,
+    uses_binary_format,
+)
 
 # --- what a pod is charged, and what a quota key limits -------------------------------------
 LIMITS_PREFIX = "limits."
@@ -156,3 +166,57 @@ def counted_resources(quota: Mapping[str, int]) -> list[str]:
             continue
         names.add(name[len(LIMITS_PREFIX):] if name.startswith(LIMITS_PREFIX) else name)
     return sorted(names)
+
+
+def limit_problems(pod: Mapping[str, Any], quota: Mapping[str, int], mode: str, consumer_id: str, *, field_prefix: str = "") -> list[str]:
+    """Why ``pod`` (a Pod, or a ShadowPod's ``spec.pod``; field paths start with
+    ``field_prefix``) may not run under a consumer's ``quota`` (:func:`quota_limits` output)
+    for its limits, one line per container and resource, naming the field and the fix:
+
+    * a resource whose limit the quota counts (:func:`limited_resources`) needs a limit in
+      every container, as ResourceQuota requires (a container without one is unbounded);
+    * under mode ``hard``, every container and init container (and pod-level resources,
+      when they name it) must set a limit equal to its request for each resource the quota
+      counts in any spelling (:func:`counted_resources`).
+
+    The ShadowPod webhook refuses with these (enforcer/admission/quota_rules.py);
+    ``kubectl offload explain`` shows them. Raises QuantityError on a malformed pod."""
+    if mode == QUOTA_MODE_HARD:
+        return _unequal_limits(pod, quota, consumer_id, field_prefix)
+    problems = []
+    for name in limited_resources(quota):
+        for path in containers_without_limit(pod, name):
+            problems.append(
+                f"{field_prefix}{path}.resources.limits.{name}: must be set: the quota of consumer \"{consumer_id}\" "
+                f"counts limits.{name} (Consumer spec.quota, read under spec.policy.quotaMode), and a container "
+                f"without a {name} limit is unbounded; set a {name} limit"
+            )
+    return problems
+
+
+def _unequal_limits(pod: Mapping[str, Any], quota: Mapping[str, int], consumer_id: str, field_prefix: str) -> list[str]:
+    resources = counted_resources(quota)
+    if not resources:
+        return []
+    why = (
+        f"consumer \"{consumer_id}\" is under quota mode hard (Consumer spec.policy.quotaMode), which admits only "
+        f"pods whose containers set limits equal to requests for every resource its quota counts ({', '.join(resources)})"
+    )
+    problems = []
+    for name in resources:
+        binary = uses_binary_format(name)
+        for path, container, requested, limit in limits_unequal_to_requests(pod, name):
+            who = f" (container \"{container}\")" if container else " (pod-level resources)"
+            if limit is None and requested is None:
+                got, fix = "must be set", f"set requests.{name} and limits.{name} to the same amount"
+            elif limit is None:
+                got = "must be set"
+                fix = f"set limits.{name} to the request, {format_quantity(requested or 0, binary=binary)}"
+            else:
+                got = (
+                    f"must equal requests.{name} (limit {format_quantity(limit, binary=binary)}, "
+                    f"request {format_quantity(requested or 0, binary=binary)})"
+                )
+                fix = f"set limits.{name} and requests.{name} to the same amount"
+            problems.append(f"{field_prefix}{path}.resources.limits.{name}{who}: {got}: {why}; {fix}")
+    return problems

@@ -9,7 +9,8 @@ domain and the contract only, never a component (tests/unit/kubectl_offload/test
 - what the webhook adds: :func:`kube_offload.pod_mutation.decide_pod` (the webhook's own decision);
 - placement, cluster selector, virtual-node readiness and remote fit:
   :func:`kube_offload.node_filter.filter_nodes` (the extender's own filter);
-- the provider's quota and cordon: :func:`kube_offload.consumers.consumer_terms` and
+- the provider's quota and cordon: :func:`kube_offload.consumers.consumer_terms`,
+  :func:`kube_offload.consumer_quota.limit_problems` (the limits its quota mode asks for) and
   :func:`~kube_offload.consumers.quota_excess` (the ShadowPod webhook's own rules);
 - taints, node affinity, cordon and node resources: :mod:`kubectl_offload.scheduling`
   (kube-scheduler's rules).
@@ -39,7 +40,7 @@ from kube_offload import constants as c
 from kube_offload import resources
 from kube_offload import node_filter as extender
 from kube_offload.affinity import virtual_node_toleration
-from kube_offload.consumer_quota import pod_charges
+from kube_offload.consumer_quota import limit_problems, pod_charges
 from kube_offload.consumers import ConsumerError, consumer_terms, quota_excess
 from kube_offload.namespace_policies import evaluate
 from kube_offload.node_filter import evaluate_policy
@@ -266,8 +267,8 @@ def webhook_section(
     return section, patch
 
 
-def _quota_check(requests: Mapping[str, int], view: RemoteView | None, cluster_id: str) -> tuple[str, str]:
-    """("fail"|"note"|"", message) for the provider's quota and cordon."""
+def _quota_check(pod: Mapping, requests: Mapping[str, int], view: RemoteView | None, cluster_id: str) -> tuple[str, str]:
+    """("fail"|"note"|"", message) for the provider's quota (its mode's limit rules too) and cordon."""
     if view is None or view.error:
         why = view.error if view is not None else "no kubeconfig for it"
         return "note", f"provider quota not checked: {why}"
@@ -281,14 +282,21 @@ def _quota_check(requests: Mapping[str, int], view: RemoteView | None, cluster_i
         used = resources.parse_resource_list(_status(view.consumer).get("used"))
     except QuantityError as exc:
         return "note", f"provider quota not checked: Consumer status.used does not parse ({exc})"
-    # In the ShadowPod webhook's order: quota, then cordon.
+    mode = terms.policy.quota_mode
+    # In the ShadowPod webhook's order: the limits the quota mode asks for, quota, then cordon.
+    try:
+        unbounded = limit_problems(pod, terms.quota, mode, terms.consumer_id)
+    except QuantityError:
+        unbounded = []  # the spec does not parse: the webhook refuses it for that, reported elsewhere
+    if unbounded:
+        return "fail", f"refused by provider {cluster_id} (quota mode {mode}): " + "; ".join(unbounded)
     exceeded = quota_excess(terms.quota, used, requests)
     if exceeded:
         details = "; ".join(
             f"{name}: requested {_q(name, more)}, used {_q(name, have)}, quota {_q(name, limit)}"
             for name, more, have, limit in exceeded
         )
-        return "fail", f"exceeds the quota of consumer {terms.consumer_id} on provider {cluster_id}: {details}"
+        return "fail", f"exceeds the quota of consumer {terms.consumer_id} on provider {cluster_id}: {details} (quota mode {mode})"
     if terms.cordoned:
         return "fail", f"consumer {terms.consumer_id} is cordoned by provider {cluster_id}: no new pods are admitted"
     return "", ""
@@ -346,7 +354,7 @@ def node_verdicts(facts: ExplainFacts, pod: Mapping, entry: NamespacePolicy | Po
             notes.append(f"node resources not checked: {exc}")
         if virtual and cluster and name != bound_to:
             # The provider counts limits too (limits.* keys): its own charges, not just requests.
-            outcome, message = _quota_check(_charges(pod, requests), facts.remotes.get(cluster), cluster)
+            outcome, message = _quota_check(pod, _charges(pod, requests), facts.remotes.get(cluster), cluster)
             if outcome == "fail":
                 failures[CHECK_QUOTA] = message
             elif outcome == "note":

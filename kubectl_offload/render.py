@@ -114,7 +114,7 @@ def human_quantity(resource: str, quantity: str) -> str:
         if milli >= _GIB:
             return f"{milli / _GIB:.1f}".rstrip("0").rstrip(".") + "Gi"
         return f"{milli / _MIB:.0f}Mi"
-    if resource == "cpu":
+    if resource in ("cpu", "requests.cpu", "limits.cpu"):  # quota names format as their resource
         return f"{milli}m" if milli < resources.MILLI else f"{milli / resources.MILLI:.2f}".rstrip("0").rstrip(".")
     return str(milli // resources.MILLI)
 
@@ -191,11 +191,13 @@ def _pair(row: Mapping, resource: str) -> str:
     return f"{left}/{right}"
 
 
-def quota_cell(quota: Mapping[str, Mapping[str, str]]) -> str:
+def quota_cell(quota: Mapping[str, Mapping[str, str]], mode: str = "") -> str:
     limited = [(name, q) for name, q in quota.items() if q["limit"]]
     if not limited:
         return "none"
-    return " ".join(f"{name} {human_quantity(name, q['used'])}/{human_quantity(name, q['limit'])}" for name, q in limited)
+    figures = " ".join(f"{name} {human_quantity(name, q['used'])}/{human_quantity(name, q['limit'])}" for name, q in limited)
+    # The mode says what a plain figure bounds (and, for hard, that limits must equal requests).
+    return f"{mode}: {figures}" if mode else figures
 
 
 def counts_cell(counts: Mapping[str, int]) -> str:
@@ -226,7 +228,7 @@ def render_status(doc: Mapping, style: Style) -> str:
         reflected = "?" if row["reflected"] is None else str(sum(row["reflected"].values()))
         rows.append([
             row["cluster"], row["node"], ready, describe_age(row["heartbeatAge"]), ping, api,
-            _pair(row, "cpu"), _pair(row, "memory"), quota_cell(row["quota"]), counts_cell(row["pods"]),
+            _pair(row, "cpu"), _pair(row, "memory"), quota_cell(row["quota"], row.get("quotaMode", "")), counts_cell(row["pods"]),
             twins_cell(row["twins"]), reflected, str(row["reflectionErrors"]), health,
         ])
     lines = [f"Local cluster: {doc['localClusterId'] or 'unknown (pass --local-cluster-id)'}"]

@@ -26,6 +26,8 @@ from typing import Mapping, Sequence
 from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload import resources
+from kube_offload.consumer_quota import consumer_quota
+from kube_offload.provider_policy import ProviderPolicyError, parse_policy
 from kube_offload.remote_resources import CapacityStatusError, decode_capacity_status
 from kube_offload.resources import QuantityError
 from kube_offload.times import parse_time_or_none
@@ -91,6 +93,7 @@ class RemoteStatus:
     remote_free: dict[str, str]  # free on the provider's nodes, summed
     remote_free_source: str  # "provider" (Consumer status) | "annotation" (as last published) | ""
     quota: dict[str, dict[str, str]]  # resource -> {used, limit}
+    quota_mode: str  # the Consumer's spec.policy.quotaMode (requests|limits|both|hard); "" unread
     cordoned: bool | None
     pods: dict[str, int]  # phase -> count of local pods on the virtual node
     twins: list[dict]  # {name, localNamespace, phase, message}
@@ -172,16 +175,22 @@ def _remote_free(facts: RemoteFacts, warnings: list[str]) -> tuple[dict[str, str
     return {}, ""
 
 
-def _quota(consumer: Mapping | None) -> tuple[dict[str, dict[str, str]], bool | None]:
+def _quota(consumer: Mapping | None) -> tuple[dict[str, dict[str, str]], bool | None, str]:
+    """(resource -> {used, limit}, cordoned, quota mode) of the provider's Consumer. The
+    limits are spec.quota as the ShadowPod webhook reads it under spec.policy.quotaMode
+    (a plain ``cpu`` under ``both`` or ``hard`` bounds ``cpu`` and ``limits.cpu``), so each
+    figure stands beside the status.used entry it bounds."""
     if consumer is None:
-        return {}, None
+        return {}, None, ""
     spec = consumer.get("spec") or {}
     status = consumer.get("status") or {}
+    cordoned = spec.get("cordoned") is True
     try:
-        limits = resources.parse_resource_list(spec.get("quota"))
+        mode = parse_policy(spec.get("policy")).quota_mode
+        limits = consumer_quota(spec)
         used = resources.parse_resource_list(status.get("used"))
-    except QuantityError:
-        return {}, spec.get("cordoned") is True
+    except (QuantityError, ProviderPolicyError):
+        return {}, cordoned, ""
     names = sorted(set(limits) | set(used), key=resources.resource_sort_key)
     quota = {}
     for name in names:
@@ -190,7 +199,7 @@ def _quota(consumer: Mapping | None) -> tuple[dict[str, dict[str, str]], bool | 
             "used": resources.format_quantity(used.get(name, 0), binary=binary),
             "limit": resources.format_quantity(limits[name], binary=binary) if name in limits else "",
         }
-    return quota, spec.get("cordoned") is True
+    return quota, cordoned, mode
 
 
 def _pods_by_phase(pods: Sequence[Mapping]) -> dict[str, int]:
@@ -273,7 +282,7 @@ def remote_status(facts: RemoteFacts, now: datetime, local_cluster_id: str | Non
         if facts.reflected_error:
             warnings.append(f"provider {facts.cluster_id}: {facts.reflected_error}")
 
-    quota, cordoned = _quota(facts.consumer)
+    quota, cordoned, quota_mode = _quota(facts.consumer)
     if cordoned:
         warnings.append(f"consumer {local_cluster_id} is cordoned by provider {facts.cluster_id}: no new pods are admitted there")
     twins = _twins(facts.twin_requests)
@@ -303,7 +312,7 @@ def remote_status(facts: RemoteFacts, now: datetime, local_cluster_id: str | Non
         remote_api=facts.remote_state or "unread",
         remote_ping_seconds=None if facts.ping_seconds is None else round(facts.ping_seconds, 3),
         advertised=_advertised(node), remote_free=remote_free, remote_free_source=free_source,
-        quota=quota, cordoned=cordoned, pods=_pods_by_phase(facts.pods), twins=twins,
+        quota=quota, quota_mode=quota_mode, cordoned=cordoned, pods=_pods_by_phase(facts.pods), twins=twins,
         reflected=dict(facts.reflected) if facts.reflected is not None else None,
         reflection_errors=errors,
         health=UNHEALTHY if problems else HEALTHY, problems=problems, warnings=warnings,

@@ -25,15 +25,14 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from enforcer.consumers.quota import counted_resources, limited_resources, live_shadowpod, pod_charges, twin_owner
+from enforcer.consumers.quota import limit_problems, live_shadowpod, pod_charges, twin_owner
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
+from kube_offload.provider_policy import QUOTA_MODE_HARD
 from kube_offload.resources import (
     QuantityError,
     ResourceList,
-    containers_without_limit,
     format_quantity,
-    limits_unequal_to_requests,
     parse_resource_list,
     resource_sort_key,
     uses_binary_format,
@@ -174,61 +173,21 @@ def _list(value: object) -> list:
 
 
 # --- limits a quota counts ------------------------------------------------------------------------
-def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str) -> list[str]:
+def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str, mode: str = "requests") -> list[str]:
     """One problem per container that sets no limit for a resource whose limit the
-    consumer's quota counts (``quota`` as :func:`enforcer.consumers.quota.quota_limits` gives it)."""
-    resources = limited_resources(quota)
-    if not resources:
-        return []
+    consumer's quota counts (``quota`` as :func:`enforcer.consumers.quota.quota_limits` gives
+    it), or, under quota mode ``hard``, whose limit is missing or differs from its request
+    (:func:`kube_offload.consumer_quota.limit_problems`, which ``kubectl offload explain``
+    asks too). [] when the template does not parse (other rules report that)."""
     pod = (((request.object or {}).get("spec") or {}).get("pod")) or {}
     if not isinstance(pod, Mapping):
         return []
-    problems = []
     try:
-        for name in resources:
-            for path in containers_without_limit(pod, name):
-                problems.append(
-                    f"spec.pod.{path}.resources.limits.{name}: must be set: the quota of consumer \"{consumer_id}\" "
-                    f"counts limits.{name} (Consumer spec.quota, read under spec.policy.quotaMode), and a container "
-                    f"without a {name} limit is unbounded; set a {name} limit"
-                )
+        return limit_problems(pod, quota, mode, consumer_id, field_prefix="spec.pod.")
     except QuantityError:
         return []
-    return problems
 
 
 def unequal_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str) -> list[str]:
-    """Quota mode ``hard``: one problem per container (init containers and pod-level
-    ``spec.resources`` included) whose limit for a resource the quota counts is missing or
-    differs from its request. [] when the quota counts no compute resource, or when the
-    template does not parse (other rules report that)."""
-    resources = counted_resources(quota)
-    pod = (((request.object or {}).get("spec") or {}).get("pod")) or {}
-    if not resources or not isinstance(pod, Mapping):
-        return []
-    why = (
-        f"consumer \"{consumer_id}\" is under quota mode hard (Consumer spec.policy.quotaMode), which admits only "
-        f"pods whose containers set limits equal to requests for every resource its quota counts ({', '.join(resources)})"
-    )
-    problems = []
-    try:
-        for name in resources:
-            binary = uses_binary_format(name)
-            for path, container, requested, limit in limits_unequal_to_requests(pod, name):
-                field = f"spec.pod.{path}.resources.limits.{name}"
-                who = f" (container \"{container}\")" if container else " (pod-level resources)"
-                if limit is None and requested is None:
-                    got, fix = "must be set", f"set requests.{name} and limits.{name} to the same amount"
-                elif limit is None:
-                    got = "must be set"
-                    fix = f"set limits.{name} to the request, {format_quantity(requested, binary=binary)}"
-                else:
-                    got = (
-                        f"must equal requests.{name} (limit {format_quantity(limit, binary=binary)}, "
-                        f"request {format_quantity(requested or 0, binary=binary)})"
-                    )
-                    fix = f"set limits.{name} and requests.{name} to the same amount"
-                problems.append(f"{field}{who}: {got}: {why}; {fix}")
-    except QuantityError:
-        return []
-    return problems
+    """Quota mode ``hard``: :func:`missing_limits` under that mode."""
+    return missing_limits(request, quota, consumer_id, QUOTA_MODE_HARD)

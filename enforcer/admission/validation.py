@@ -49,7 +49,6 @@ from enforcer.consumers.quota import live_shadowpod, pod_charges, shadowpod_requ
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 # The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
-from kube_offload.provider_policy import QUOTA_MODE_HARD
 from kube_offload.consumers import ConsumerError, ConsumerTerms, consumer_terms, quota_excess  # noqa: F401  (re-exported)
 from kube_offload.resources import (
     QuantityError,
@@ -161,11 +160,7 @@ def decide(
     except Invalid as exc:
         return _invalid([str(exc)])
 
-    if terms.policy.quota_mode == QUOTA_MODE_HARD:
-        # Covers a missing limit too, with the message hard mode needs (limit = request).
-        unbounded = quota_rules.unequal_limits(request, terms.quota, owner)
-    else:
-        unbounded = quota_rules.missing_limits(request, terms.quota, owner)
+    unbounded = quota_rules.missing_limits(request, terms.quota, owner, terms.policy.quota_mode)
     if unbounded:
         return _forbidden("\n".join(unbounded))
     exceeded = quota_excess(terms.quota, usage, delta)

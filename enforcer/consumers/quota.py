@@ -58,6 +58,7 @@ from kube_offload.consumer_quota import (  # noqa: F401  (re-exported: the enfor
     consumer_quota,
     limited_resources,
     counted_resources,
+    limit_problems,
 )
 from kube_offload.runtime.informer import DELETED
 from kube_offload.shadowpod import controller_ref

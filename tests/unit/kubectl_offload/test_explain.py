@@ -73,10 +73,11 @@ def mutated(p, ns):
     return jsonpatch.apply_patch(p, mutate_pod(p, policy_from_namespace(ns), scheduler_name=None))
 
 
-def consumer(quota=None, used=None, cordoned=False):
-    return {"metadata": {"name": "local"},
-            "spec": {"quota": quota or {}, "cordoned": cordoned},
-            "status": {"used": used or {}}}
+def consumer(quota=None, used=None, cordoned=False, mode=None):
+    spec = {"quota": quota or {}, "cordoned": cordoned}
+    if mode:
+        spec["policy"] = {"quotaMode": mode}
+    return {"metadata": {"name": "local"}, "spec": spec, "status": {"used": used or {}}}
 
 
 def facts(p, ns, *, created=False, nodes=None, remotes=None, chain=None, events=(), other_pods=()):
@@ -167,7 +168,7 @@ def test_node_resources_count_the_pods_already_bound():
     ("view", "fits", "text"),
     [
         (RemoteView("remote-1", consumer=consumer(quota={"cpu": "1"}, used={"cpu": "800m"})), False,
-         "exceeds the quota of consumer local on provider remote-1: cpu: requested 500m, used 800m, quota 1"),
+         "exceeds the quota of consumer local on provider remote-1: cpu: requested 500m, used 800m, quota 1 (quota mode requests)"),
         (RemoteView("remote-1", consumer=consumer(cordoned=True)), False, "cordoned by provider remote-1"),
         (RemoteView("remote-1", consumer=None), False, "admits no consumer"),
         (RemoteView("remote-1", consumer=consumer(quota={"cpu": "4"}, used={"cpu": "1"})), True, ""),
@@ -183,6 +184,31 @@ def test_provider_quota_and_cordon_decide_like_the_shadowpod_webhook(view, fits,
         assert verdict.check == CHECK_QUOTA and text in verdict.reason
     elif text:
         assert text in " ".join(verdict.notes)
+
+
+@pytest.mark.parametrize(
+    ("mode", "limits", "fits", "text"),
+    [
+        # hard: a limit above the request is refused, naming the container, the field and the fix
+        ("hard", {"cpu": "1"}, False, 'refused by provider remote-1 (quota mode hard): spec.containers[0].resources.limits.cpu '
+                                      '(container "app"): must equal requests.cpu (limit 1, request 500m)'),
+        ("hard", None, False, "limits.cpu (container \"app\"): must be set"),
+        ("hard", {"cpu": "500m"}, True, ""),
+        # limits: a missing counted limit is refused, as the webhook does; any figure within the quota passes
+        ("limits", None, False, "refused by provider remote-1 (quota mode limits): spec.containers[0].resources.limits.cpu: must be set"),
+        ("limits", {"cpu": "1"}, True, ""),
+        ("requests", None, True, ""),
+    ],
+)
+def test_the_limits_the_providers_quota_mode_asks_for_are_checked_as_the_webhook_does(mode, limits, fits, text):
+    p = pod(cpu="500m")
+    if limits:
+        p["spec"]["containers"][0]["resources"]["limits"] = limits
+    view = RemoteView("remote-1", consumer=consumer(quota={"cpu": "4"}, mode=mode))
+    verdict = next(v for v in explain(facts(p, namespace(), remotes={"remote-1": view})).nodes if v.name == VNODE)
+    assert verdict.fits is fits, verdict.reason
+    if not fits:
+        assert verdict.check == CHECK_QUOTA and text in verdict.reason, verdict.reason
 
 
 def test_created_pod_missing_the_webhooks_additions_is_flagged():

@@ -75,6 +75,9 @@ def test_quota_cell():
     assert render.quota_cell({}) == "none"
     assert render.quota_cell({"cpu": {"used": "300m", "limit": ""}}) == "none"
     assert render.quota_cell({"cpu": {"used": "300m", "limit": "4"}, "pods": {"used": "3", "limit": "20"}}) == "cpu 300m/4 pods 3/20"
+    both = {"cpu": {"used": "300m", "limit": "4"}, "limits.cpu": {"used": "300m", "limit": "4"}}
+    assert render.quota_cell(both, "hard") == "hard: cpu 300m/4 limits.cpu 300m/4"
+    assert render.quota_cell({}, "hard") == "none"
 
 
 def _document():

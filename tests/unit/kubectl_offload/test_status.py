@@ -66,6 +66,7 @@ def test_a_healthy_remote_row():
     assert (row.remote_free, row.remote_free_source) == ({"cpu": "7500m", "memory": "16Gi"}, "provider")
     assert row.quota == {"cpu": {"used": "300m", "limit": "4"}, "memory": {"used": "64Mi", "limit": ""},
                          "pods": {"used": "3", "limit": "20"}}
+    assert row.quota_mode == "requests"
     assert row.pods == {"Pending": 1, "Running": 2}
     assert row.twins == [{"name": "demo-local", "localNamespace": "demo", "phase": "Ready", "message": ""}]
     assert row.reflected == {"configmaps": 2, "secrets": 1} and row.vkubelet_metrics == "n/a"
@@ -143,3 +144,22 @@ def test_report_is_unhealthy_when_any_remote_is_or_none_exists():
 )
 def test_describe_age_reads_like_kubectl(seconds, text):
     assert describe_age(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("policy", "mode", "limits_cpu"),
+    [
+        ({"quotaMode": "hard"}, "hard", {"used": "600m", "limit": "4"}),  # a plain cpu bounds limits.cpu too
+        ({"quotaMode": "both"}, "both", {"used": "600m", "limit": "4"}),
+        ({}, "requests", {"used": "600m", "limit": ""}),
+        ({"quotaMode": "never"}, "", None),  # the provider's mistake: no figures rather than wrong ones
+    ],
+)
+def test_quota_shows_the_mode_and_each_figure_beside_the_usage_it_bounds(policy, mode, limits_cpu):
+    counted = consumer(policy=policy)
+    counted["status"]["used"]["limits.cpu"] = "600m"
+    row = remote_status(healthy(consumer=counted), NOW, "local")
+    assert row.quota_mode == mode
+    assert row.quota.get("limits.cpu") == limits_cpu
+    if limits_cpu is not None:
+        assert row.quota["cpu"] == {"used": "300m", "limit": "4"}
