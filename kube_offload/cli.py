@@ -32,6 +32,17 @@ SUBCOMMANDS: tuple[str, ...] = (
 COMMANDS_GROUP = "kube_offload.commands"
 
 
+def arrange_argv(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` as each subcommand module's optional ``arrange_argv(parser, argv)`` rewrites
+    it before parsing (the kubectl plugin moves kubectl's global flags written before
+    ``explain``/``status`` after it: argparse only reads a subcommand's flags after it)."""
+    for module_name in SUBCOMMANDS:
+        arrange = getattr(importlib.import_module(module_name), "arrange_argv", None)
+        if arrange is not None:
+            argv = arrange(parser, argv)
+    return argv
+
+
 def build_parser(prog: str = "kube-offload") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -61,7 +72,7 @@ def build_parser(prog: str = "kube-offload") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, *, prog: str = "kube-offload") -> int:
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arrange_argv(parser, sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

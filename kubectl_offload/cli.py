@@ -1,8 +1,9 @@
 """``explain`` and ``status``: the subcommands of ``kubectl offload`` (and ``kube-offload``).
 
 Flags follow kubectl's (``--kubeconfig``, ``--context``, ``-n/--namespace``,
-``-o/--output``, ``--request-timeout``) so the plugin reads like kubectl; the rest are
-ours and, like every kube-offload flag, can come from the environment.
+``-o/--output``, ``--request-timeout``) so the plugin reads like kubectl, and as in kubectl
+they may come anywhere after ``offload`` (:func:`arrange_argv`); the rest are ours and,
+like every kube-offload flag, can come from the environment.
 
 Exit codes: 0 done (``status``: every remote healthy); 1 ``status`` found an unhealthy
 remote; 2 the command could not run (bad flags, a cluster or file it could not read),
@@ -43,6 +44,128 @@ def _kubectl_flags(parser: argparse.ArgumentParser, component: str) -> None:
              help="ID=PATH: a kubeconfig for remote cluster ID, repeatable; unset: read from the local chart's Secrets")
     add_flag(parser, component, "--local-cluster-id", default="",
              help="this cluster's id; unset: from the chart's virtual-kubelet Deployments or the providers")
+
+
+# --- kubectl's flags anywhere after `offload` -----------------------------------------------------
+PLUGIN_COMMANDS = ("explain", "status")
+# kubectl's global flags the plugin does not take, with what to do instead: it reads the
+# cluster, the user and the credentials of one kubeconfig context, as written there.
+_PICK_A_CONTEXT = "pick a kubeconfig context that names the cluster and user you want (--context; kubectl config get-contexts)"
+UNSUPPORTED_KUBECTL_FLAGS: dict[str, str] = {
+    **{flag: _PICK_A_CONTEXT for flag in (
+        "--cluster", "--user", "-s", "--server", "--token", "--username", "--password",
+        "--certificate-authority", "--client-certificate", "--client-key", "--insecure-skip-tls-verify",
+        "--tls-server-name",
+    )},
+    **{flag: "the plugin does not impersonate; use a kubeconfig context whose user has the access you want (--context)"
+       for flag in ("--as", "--as-group", "--as-uid")},
+    **{flag: "the plugin has no log levels; its messages say what went wrong" for flag in ("-v", "--v", "--vmodule")},
+}
+
+
+def arrange_argv(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with the flags of ``explain``/``status`` that came before the subcommand
+    moved after it, and the subcommand's flags before its positionals, so that kubectl's
+    global flags (``--kubeconfig``, ``--context``, ``-n``, ``--request-timeout``...) parse
+    anywhere after ``offload``, as kubectl users write them: ``kubectl offload --kubeconfig K
+    explain pod X`` and ``kubectl offload explain pod -n demo X`` mean what they say.
+
+    Which flags take a value is read from the subcommands' own parsers (no second list).
+    An unknown flag exits 2 through ``parser.error`` naming it, and for a kubectl global
+    flag the plugin does not take, what to do instead. Anything else (other subcommands,
+    ``--help``, ``--`` and what follows it) is left for argparse as it was. Pure: no I/O
+    beyond argparse's own exit on an error."""
+    commands = _subcommand_parsers(parser)
+    plugin = {name: commands[name] for name in PLUGIN_COMMANDS if name in commands}
+    top = {option for action in parser._actions for option in action.option_strings}
+    any_plugin_flag = _arities(*plugin.values())
+    kept: list[str] = []
+    early: list[str] = []
+    early_names: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--" or not token.startswith("-") or token == "-":
+            break
+        if token in top:
+            kept.append(token)
+            index += 1
+            continue
+        taken = _take_flag(parser, argv, index, any_plugin_flag, "before the command")
+        early_names.append(_flag_name(token))
+        early += argv[index:index + taken]
+        index += taken
+    if index >= len(argv) or argv[index] == "--":
+        if early:
+            parser.error(f"{' '.join(early)}: no command after them; write kubectl offload {'|'.join(plugin)} [flags]")
+        return argv
+    command = argv[index]
+    if command not in plugin:
+        if early:
+            parser.error(f"{' '.join(early)} before {command!r}: only {', '.join(plugin)} take these flags")
+        return argv
+    arity = _arities(plugin[command])
+    rest = argv[index + 1:]
+    for name in early_names:
+        if name not in arity:  # explain's -f before status, say
+            parser.error(f"{name}: {command} takes no such flag (its flags: {', '.join(sorted(arity))})")
+    flags: list[str] = []
+    positionals: list[str] = []
+    position = 0
+    while position < len(rest):
+        token = rest[position]
+        if token == "--":
+            positionals += rest[position:]
+            break
+        if token.startswith("-") and token != "-":
+            taken = _take_flag(parser, rest, position, arity, f"for {command}")
+            flags += rest[position:position + taken]
+            position += taken
+        else:
+            positionals.append(token)
+            position += 1
+    return [*kept, command, *early, *flags, *positionals]
+
+
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _arities(*parsers: argparse.ArgumentParser) -> dict[str, bool]:
+    """option string -> whether it takes a value, over ``parsers``."""
+    out: dict[str, bool] = {}
+    for sub in parsers:
+        for action in sub._actions:
+            for option in action.option_strings:
+                out[option] = action.nargs != 0
+    return out
+
+
+def _flag_name(token: str) -> str:
+    if token.startswith("--"):
+        return token.partition("=")[0]
+    return token[:2]  # -n, -ndemo, -n=demo
+
+
+def _take_flag(parser: argparse.ArgumentParser, argv: list[str], index: int, arity: dict[str, bool], where: str) -> int:
+    """How many tokens the flag at ``argv[index]`` spans (1, or 2 with its value); exits
+    through ``parser.error`` for an unknown flag or a missing value."""
+    token = argv[index]
+    name = _flag_name(token)
+    if name not in arity:
+        hint = UNSUPPORTED_KUBECTL_FLAGS.get(name)
+        if hint:
+            parser.error(f"{name} is a kubectl flag {parser.prog} does not take: {hint}")
+        known = ", ".join(sorted(arity))
+        parser.error(f"unknown flag {name} {where}; the flags: {known} (--help says what each does)")
+    if arity[name] and token == name:
+        if index + 1 >= len(argv) or (argv[index + 1].startswith("-") and argv[index + 1] != "-"):
+            parser.error(f"{name} needs a value, e.g. {name} VALUE or {name}=VALUE")
+        return 2
+    return 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -35,6 +35,81 @@ def test_kubectl_flags_parse_like_kubectl(argv, expected):
     assert {key: getattr(args, key) for key in expected} == expected
 
 
+# --- kubectl's flags anywhere after `offload` ----------------------------------------------------
+# (flag tokens, the attribute, its parsed value): every kubectl flag the plugin takes, in each spelling.
+GLOBAL_FLAGS = [
+    (["--kubeconfig", "k.yaml"], "kubeconfig", "k.yaml"),
+    (["--kubeconfig=k.yaml"], "kubeconfig", "k.yaml"),
+    (["--context", "ctx"], "context", "ctx"),
+    (["--context=ctx"], "context", "ctx"),
+    (["-n", "demo"], "namespace", "demo"),
+    (["-ndemo"], "namespace", "demo"),
+    (["--namespace", "demo"], "namespace", "demo"),
+    (["--namespace=demo"], "namespace", "demo"),
+    (["--request-timeout", "3s"], "request_timeout", 3.0),
+    (["--request-timeout=3s"], "request_timeout", 3.0),
+    (["-o", "yaml"], "output", "yaml"),
+    (["--local-cluster-id", "here"], "local_cluster_id", "here"),
+    (["--remote-kubeconfig", "r=r.yaml"], "remote_kubeconfig", ["r=r.yaml"]),
+]
+COMMANDS = [(["explain"], ["pod", "web"], {"target": ["pod", "web"]}), (["status"], [], {})]
+
+
+def parse(argv):
+    parser = cli.build_parser("kubectl offload")
+    return parser.parse_args(cli.arrange_argv(parser, argv))
+
+
+@pytest.mark.parametrize(("command", "positionals", "expected"), COMMANDS, ids=["explain", "status"])
+@pytest.mark.parametrize(("flag", "attribute", "value"), GLOBAL_FLAGS, ids=[" ".join(f[0]) for f in GLOBAL_FLAGS])
+def test_kubectl_flags_parse_before_and_after_the_command(command, positionals, expected, flag, attribute, value):
+    orders = {
+        "before": [*flag, *command, *positionals],  # kubectl offload --kubeconfig K explain pod web
+        "after": [*command, *positionals, *flag],
+        "between": [*command, *positionals[:1], *flag, *positionals[1:]],  # explain pod -n demo web
+    }
+    for order, argv in orders.items():
+        args = parse(argv)
+        assert getattr(args, attribute) == value, (order, argv)
+        assert args.command == command[0] and {key: getattr(args, key) for key in expected} == expected, (order, argv)
+
+
+def test_several_flags_on_both_sides_keep_their_values_and_the_later_wins():
+    args = parse(["--kubeconfig", "k.yaml", "-n", "a", "explain", "-f", "pod.yaml", "--context", "ctx", "-n", "b"])
+    assert (args.kubeconfig, args.context, args.namespace, args.filename, args.target) == ("k.yaml", "ctx", "b", "pod.yaml", [])
+    # A value that happens to be a command's name is still the flag's value.
+    args = parse(["--context", "status", "explain", "web"])
+    assert (args.command, args.context, args.target) == ("explain", "status", ["web"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus", "explain", "pod", "web"], "unknown flag --bogus before the command"),
+        (["explain", "pod", "web", "--bogus"], "unknown flag --bogus for explain"),
+        (["--user", "admin", "explain", "pod", "web"], "--user is a kubectl flag kubectl offload does not take: pick a kubeconfig context"),
+        (["status", "--cluster=prod"], "--cluster is a kubectl flag kubectl offload does not take"),
+        (["status", "--as", "someone"], "does not impersonate"),
+        (["-f", "pod.yaml", "status"], "-f: status takes no such flag"),
+        (["--kubeconfig"], "--kubeconfig needs a value"),
+        (["explain", "web", "-n"], "-n needs a value"),
+        (["--context", "ctx"], "no command after them"),
+        (["--context", "ctx", "webhook"], "before 'webhook': only explain, status take these flags"),
+    ],
+)
+def test_unknown_or_unusable_flags_exit_2_naming_the_flag_and_the_fix(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_other_commands_and_help_are_left_to_argparse():
+    parser = cli.build_parser()
+    for argv in (["--help"], ["webhook", "--port", "9443"], ["peer", "--help"], ["explain", "--", "-web"], []):
+        assert cli.arrange_argv(parser, argv) == argv
+
+
 def test_output_other_than_json_or_yaml_is_refused(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.build_parser().parse_args(["status", "-o", "wide"])
