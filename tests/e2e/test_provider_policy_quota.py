@@ -1,7 +1,8 @@
 """Issue 21, quota and twin plan, end to end under the consumer identity the remote chart
 creates: the quota counts what runs (a ShadowPod counts until its pod is gone, lowered
 requests and consumer finalizers are refused, a pod orphaned by ``--cascade=orphan`` is
-deleted by the enforcer, limits are counted when the provider says so), twin names follow
+deleted by the enforcer, limits are counted when the provider says so, and under quota mode
+hard must equal requests while what ran before keeps running), twin names follow
 the provider's plan (``-<consumer id>``, reserved names, a maximum), and Consumer.status
 names no provider node.
 
@@ -199,6 +200,42 @@ def test_quota_mode_limits_counts_limits_and_requires_them(remote: Cluster, cons
         assert used == "500m"
         delete_shadowpod(remote, consumer, twin, "fits")
     finally:
+        patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
+
+
+def test_quota_mode_hard_admits_only_limits_equal_to_requests_and_keeps_what_ran_before(
+    remote: Cluster, consumer: Path, twin: str, wait
+) -> None:
+    patch_consumer(remote, CONSUMER, {"quota": {"cpu": "2"}})
+    try:
+        # Admitted under the default mode, bursting above its request; then the provider goes hard.
+        before = create(remote, consumer, twin, shadowpod("before", cpu="100m", limits={"cpu": "300m"}))
+        assert before.returncode == 0, before.stderr
+        pod_uid = wait(lambda: (pod_of(remote, twin, "before") or {}).get("metadata", {}).get("uid"),
+                       timeout=SERVE_SECONDS, what="the pod of the ShadowPod admitted before")
+        patch_consumer(remote, CONSUMER, {"policy": {"quotaMode": "hard"}})
+        burst = shadowpod("burst", cpu="100m", limits={"cpu": "200m"})
+        refused = wait(lambda: (r := create(remote, consumer, twin, burst, dry=True)).returncode != 0 and r or None,
+                       timeout=SERVE_SECONDS, what="quota mode hard in force")
+        assert DENIED in refused.stderr
+        assert ('spec.pod.spec.containers[0].resources.limits.cpu (container "app"): must equal requests.cpu '
+                "(limit 200m, request 100m)") in refused.stderr, refused.stderr
+        assert "quota mode hard (Consumer spec.policy.quotaMode)" in refused.stderr
+        assert "set limits.cpu and requests.cpu to the same amount" in refused.stderr
+        unbounded = create(remote, consumer, twin, shadowpod("unbounded", cpu="100m"))
+        assert unbounded.returncode != 0 and 'limits.cpu (container "app"): must be set' in unbounded.stderr
+        equal = create(remote, consumer, twin, shadowpod("equal", cpu="200m", limits={"cpu": "200m"}))
+        assert equal.returncode == 0, equal.stderr
+        # What ran before keeps running, and counts: requests 100m + 200m, limits 300m + 200m.
+        used = wait(lambda: (u := ((find(remote, CONSUMER_KIND, CONSUMER) or {}).get("status") or {}).get("used") or {})
+                    .get("limits.cpu") == "500m" and u.get("cpu") == "300m" and u or None,
+                    timeout=SERVE_SECONDS, what="status.used counting both ShadowPods' requests and limits")
+        assert used["limits.cpu"] == "500m"
+        assert (pod_of(remote, twin, "before") or {}).get("metadata", {}).get("uid") == pod_uid
+        assert find(remote, SHADOWPOD_KIND, "before", "-n", twin) is not None
+    finally:
+        for name in ("before", "equal"):
+            remote.kubectl_as(consumer, "delete", SHADOWPOD_KIND, name, "-n", twin, "--wait=false", "--ignore-not-found")
         patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
 
 
