@@ -7,6 +7,9 @@ Two sources, each saying what the other cannot:
   kubeconfig): every request the apiserver served, by verb, resource, subresource and
   dry-run, *whoever sent it*. It has no client label: it cannot say whether a pod's
   status write came from kwok, the vkubelet or the controller-manager.
+- our components' ``kube_offload_api_requests_total`` (each one's ``/metrics`` on its
+  health port): what each of our processes sent, by cluster (local, remote) and verb; no
+  resource, and nothing about the clients that are not ours.
 - the **audit log** (when the harness started the apiserver with
   :data:`kube_offload_harness.cluster.AUDIT_POLICY`, ``ClusterSpec.audit``): one line per
   request at ResponseComplete with the authenticated user and the User-Agent, so each
@@ -27,12 +30,17 @@ import json
 import math
 import re
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
 REQUEST_METRIC = "apiserver_request_total"
+# Our components' own count of the requests they send (kube_offload/runtime/metrics.py
+# API_REQUESTS), by cluster ("local"/"remote") and verb, no resource: cheap (no audit
+# log), per process, and a check on the audit log's attribution.
+COMPONENT_METRIC = "kube_offload_api_requests_total"
 
 # (verb, resource): verb as the API names it (create, get, list, watch, update, patch,
 # delete, deletecollection, apply, connect), resource with its subresource
@@ -126,6 +134,17 @@ def request_counts(samples: Mapping[tuple[str, Labels], float]) -> Counter[Reque
         key = (metric_verb(label.get("verb", "")),
                resource_name(label.get("resource", ""), label.get("subresource", ""), dry_run=bool(label.get("dry_run"))))
         counts[key] += int(value)
+    return counts
+
+
+def component_counts(samples: Mapping[tuple[str, Labels], float]) -> Counter[tuple[str, str]]:
+    """``kube_offload_api_requests_total`` summed over codes, by (cluster, verb)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for (name, labels), value in samples.items():
+        if name != COMPONENT_METRIC:
+            continue
+        label = dict(labels)
+        counts[(label.get("cluster", ""), metric_verb(label.get("verb", "")))] += int(value)
     return counts
 
 
@@ -241,6 +260,8 @@ class Window:
     requests: dict[str, Counter[RequestKey]]
     clients: dict[str, Counter[ClientKey]] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
+    # our process -> (cluster, verb) -> requests, from its own metrics
+    components: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
 
     def per_pod(self, value: float) -> float:
         return value / self.pods if self.pods else math.nan
@@ -251,6 +272,7 @@ class Window:
             "requests": {c: {f"{v} {r}": n for (v, r), n in sorted(k.items())} for c, k in self.requests.items()},
             "clients": {c: {f"{cl} {v} {r}": n for (cl, v, r), n in sorted(k.items())} for c, k in self.clients.items()},
             "cpu_s": {k: round(v, 3) for k, v in sorted(self.cpu.items())},
+            "components": {p: {f"{c} {v}": n for (c, v), n in sorted(k.items())} for p, k in self.components.items()},
         }
 
 
@@ -327,6 +349,21 @@ def client_table(phases: Mapping[str, Window], *, min_per_pod: float = 0.05) -> 
     return lines
 
 
+def component_table(phases: Mapping[str, Window]) -> list[str]:
+    """Requests per pod each of our processes counted itself, by cluster and verb."""
+    names = list(phases)
+    processes = sorted({p for w in phases.values() for p in w.components})
+    if not processes:
+        return []
+    lines = [f"{'process':<28} {'cluster':<8} {'verb':<17}" + "".join(f" {n:>14}" for n in names)]
+    for process in processes:
+        keys = sorted({k for w in phases.values() for k in w.components.get(process, {})})
+        for key in keys:
+            values = {n: phases[n].components.get(process, Counter())[key] for n in names}
+            lines.append(f"{process:<28} {key[0]:<8} {key[1]:<17}" + "".join(f" {_cell(phases[n], values[n]):>14}" for n in names))
+    return lines
+
+
 def cpu_table(phases: Mapping[str, Window], *, min_ms: float = 0.5) -> list[str]:
     """CPU milliseconds per pod per process (rows under ``min_ms`` everywhere left out),
     and the sums: ours, the kube-apiservers, the rest of the control planes."""
@@ -369,6 +406,7 @@ class Snapshot:
     requests: dict[str, Counter[RequestKey]]
     audit_offsets: dict[str, int]
     cpu: dict[str, float]
+    components: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
 
 
 class Meter:
@@ -376,11 +414,13 @@ class Meter:
     the admin kubeconfig), of the audit logs' lengths and of the CPU of the processes the
     harness and kwokctl started (by PID, /proc/<pid>/stat)."""
 
-    def __init__(self, env, clusters: list) -> None:
+    def __init__(self, env, clusters: list, components: Mapping[str, str] | None = None) -> None:
         import controlplane
 
         self._controlplane = controlplane
         self.clusters = clusters
+        # our process -> the URL of its /metrics (the health port)
+        self.components = dict(components or {})
         # Every process the harness started except its stand-in for local-path-provisioner.
         self.ours = {r.name: r.pid for r in env.processes.load() if r.running() and not r.name.startswith("local-path")}
         self.control = {(c.name, comp): pid for c in clusters for comp, pid in controlplane.control_plane_pids(c).items()}
@@ -397,7 +437,15 @@ class Meter:
             log = audit_log(cluster)
             if log is not None:
                 offsets[cluster.name] = complete_length(log)
-        return Snapshot(time.monotonic(), {c.name: self._requests(c) for c in self.clusters}, offsets, cpu)
+        components = {}
+        for name, url in self.components.items():
+            try:
+                with urllib.request.urlopen(url, timeout=30) as response:
+                    text = response.read().decode()
+            except OSError:
+                continue  # gone (a failover's killed leader): no figures for it
+            components[name] = component_counts(parse_prometheus(text, names=[COMPONENT_METRIC]))
+        return Snapshot(time.monotonic(), {c.name: self._requests(c) for c in self.clusters}, offsets, cpu, components)
 
     def window(self, before: Snapshot, after: Snapshot, pods: int) -> Window:
         clients = {}
@@ -414,6 +462,8 @@ class Meter:
             requests={c: delta(before.requests[c], after.requests[c]) for c in after.requests},
             clients=clients,
             cpu={k: after.cpu[k] - before.cpu.get(k, 0.0) for k in after.cpu},
+            components={p: delta(before.components[p], after.components[p])
+                        for p in after.components if p in before.components},
         )
 
 
@@ -427,6 +477,16 @@ def complete_length(path: Path) -> int:
         data = f.read(size - tail)
     cut = data.rfind(b"\n")
     return tail + cut + 1 if cut >= 0 else tail
+
+
+def component_metrics_urls(topology) -> dict[str, str]:
+    """Each remote's vkubelet and enforcer: their /metrics on the health port (plain HTTP
+    on loopback, docs/observability.md)."""
+    urls = {}
+    for spec in topology.remotes:
+        urls[f"vkubelet-{spec.cluster_id}"] = f"http://127.0.0.1:{spec.vkubelet_health_port}/metrics"
+        urls[f"enforcer-{spec.cluster_id}"] = f"http://127.0.0.1:{spec.enforcer_health_port}/metrics"
+    return urls
 
 
 def audit_log(cluster) -> Path | None:

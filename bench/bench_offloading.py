@@ -106,6 +106,12 @@ def print_work(size: int, phases: dict[str, apirequests.Window], idle: apireques
         print(f"By client (audit log), {size} pods:")
         for line in clients:
             print("  " + line)
+    components = apirequests.component_table(phases)
+    if components:
+        print()
+        print(f"By our process, from its own kube_offload_api_requests_total, {size} pods:")
+        for line in components:
+            print("  " + line)
     print()
     print(f"CPU ms per pod, {size} pods (/proc/<pid>/stat of the processes started for the run):")
     for line in apirequests.cpu_table(phases):
@@ -151,7 +157,8 @@ def main() -> int:
                 pinned = controlplane.pin_cluster(env.cluster(spec), {core})
                 print(f"  pinned {spec.name} to core {core}: " + ", ".join(f"{k} ({n} threads)" for k, n in pinned.items()),
                       file=sys.stderr, flush=True)
-        meter = apirequests.Meter(env, [env.cluster(spec) for spec in topology.clusters()])
+        meter = apirequests.Meter(env, [env.cluster(spec) for spec in topology.clusters()],
+                                  apirequests.component_metrics_urls(topology))
         first = meter.snapshot()
         time.sleep(args.idle)
         idle = meter.window(first, meter.snapshot(), 0)

@@ -155,7 +155,9 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     check 1:1, scale to 0 and check nothing is left, then delete the Deployments (so a
     second burst in the same namespace starts from nothing). With ``driver``, its
     thread kills the leader during the burst."""
-    meter = apirequests.Meter(env, [local, *remotes])
+    topology = env.topology()
+    assert topology is not None
+    meter = apirequests.Meter(env, [local, *remotes], apirequests.component_metrics_urls(topology))
     count = math.ceil(pods / per_deployment)
     sizes = [per_deployment] * (pods // per_deployment)
     if pods % per_deployment:
@@ -332,6 +334,11 @@ def print_work(phases: dict[str, apirequests.Window], local: str) -> None:
     if clients:
         print("By client (audit log):")
         for line in clients:
+            print("  " + line)
+    components = apirequests.component_table(phases)
+    if components:
+        print("By our process, from its own kube_offload_api_requests_total:")
+        for line in components:
             print("  " + line)
     print("CPU ms per offloaded pod:")
     for line in apirequests.cpu_table(phases):

@@ -239,3 +239,25 @@ def test_complete_length_stops_at_the_last_newline(tmp_path: Path) -> None:
     assert ar.complete_length(log) == len(b'{"a":1}\n{"b":2}\n')
     log.write_bytes(b"")
     assert ar.complete_length(log) == 0
+
+
+COMPONENT_METRICS = """\
+# HELP kube_offload_api_requests_total Requests sent to an API server, by cluster (local, remote), verb and HTTP status code ('error': no answer).
+# TYPE kube_offload_api_requests_total counter
+kube_offload_api_requests_total{cluster="remote",code="201",verb="CREATE"} 100.0
+kube_offload_api_requests_total{cluster="remote",code="409",verb="CREATE"} 3.0
+kube_offload_api_requests_total{cluster="local",code="200",verb="PATCH"} 250.0
+kube_offload_api_requests_total{cluster="local",code="200",verb="WATCH"} 4.0
+# HELP kube_offload_api_requests_created Requests sent to an API server, by cluster (local, remote), verb and HTTP status code ('error': no answer).
+# TYPE kube_offload_api_requests_created gauge
+kube_offload_api_requests_created{cluster="remote",code="201",verb="CREATE"} 1.7962e+09
+"""
+
+
+def test_component_counts_by_cluster_and_verb_and_their_table() -> None:
+    counts = ar.component_counts(ar.parse_prometheus(COMPONENT_METRICS))
+    assert counts == Counter({("remote", "create"): 103, ("local", "patch"): 250, ("local", "watch"): 4})
+    window = ar.Window(pods=100, seconds=1, requests={}, components={"vkubelet-remote-1": counts})
+    lines = ar.component_table({"offloaded pod": window})
+    assert ["vkubelet-remote-1", "local", "patch", "2.50"] in [line.split() for line in lines]
+    assert ar.component_table({"offloaded pod": ar.Window(pods=1, seconds=1, requests={})}) == []
