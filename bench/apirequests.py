@@ -191,7 +191,8 @@ def client_of(username: str, user_agent: str) -> str:
         controller = parts[1].split("/", 1)[1] if len(parts) == 2 and "/" in parts[1] else ""
         controller = controller.removeprefix(_KCM_SA_PREFIX)
         return f"control-plane/{program}" + (f"/{controller}" if controller else "")
-    if program == "kwok":
+    # kwokctl's binary runtime runs kwok as "kwok-controller", the User-Agent's program.
+    if program in ("kwok", "kwok-controller"):
         return "kwok"
     if program == "kubectl":
         return "bench/kubectl"

@@ -129,6 +129,7 @@ def test_delta_refuses_a_counter_that_went_down() -> None:
     ("system:kube-scheduler", "kube-scheduler/v1.37.2 (linux/amd64) kubernetes/4b6a2c3/scheduler",
      "control-plane/kube-scheduler/scheduler"),
     ("system:apiserver", "kube-apiserver/v1.37.2 (linux/amd64) kubernetes/4b6a2c3", "control-plane/kube-apiserver"),
+    ("kwok-admin", "kwok-controller/v0.0.0 (linux/amd64) kubernetes/$Format", "kwok"),
     ("kwok-admin", "kwok/v0.8.0 (linux/amd64) kwok/v0.8.0", "kwok"),
     ("kwok-admin", "kubectl/v1.37.2 (linux/amd64) kubernetes/4b6a2c3", "bench/kubectl"),
     ("alice", "curl/8.5.0", "other/alice"),
@@ -160,7 +161,7 @@ def test_audit_counts_by_client_verb_and_resource() -> None:
                "/api/v1/namespaces/t-1/pods?dryRun=All", {"resource": "pods", "namespace": "t-1"}),
         _event("ResponseComplete", ENFORCER, "kube-offload-enforcer/0.1", "create",
                "/api/v1/namespaces/t-1/pods", {"resource": "pods", "namespace": "t-1"}),
-        _event("ResponseComplete", "kwok-admin", "kwok/v0.8.0", "patch",
+        _event("ResponseComplete", "kwok-admin", "kwok-controller/v0.0.0 (linux/amd64) kubernetes/$Format", "patch",
                "/api/v1/namespaces/t-1/pods/p-1/status", {"resource": "pods", "subresource": "status", "name": "p-1"}),
         _event("ResponseComplete", "kwok-admin", "kubectl/v1.37.2", "get", "/readyz", None),
         # A policy keeping other stages would log them too: one request, one count.
