@@ -14,6 +14,14 @@ controller-manager, kwok: the processes kwokctl started) on the first core and t
 cluster's on the second, as separate machines would, so the ratio reflects the offloading
 path rather than two control planes competing for the same cores. Our processes and the
 benchmark stay unpinned.
+
+The work per pod, measured in the same run (bench/apirequests.py; the figures that hold on
+a busy machine): each kube-apiserver's ``apiserver_request_total`` scraped before and after
+each phase (local pods, then offloaded pods), per pod by cluster, verb and resource; with
+the audit log (on by default, ``--no-audit`` for timing alone: it costs the apiservers a
+JSON line per request) the same by client; CPU seconds per pod of every process the
+harness and kwokctl started. An idle window first gives the background rate (leases,
+heartbeats, this script's polling), which the per-pod figures include.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from pathlib import Path
 from kube_offload import constants as C
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
 
+import apirequests
 import controlplane
 
 
@@ -82,6 +91,33 @@ def cleanup(local: Cluster, names: list[str], timeout: float = 300) -> None:
     local.kubectl("delete", "namespace", *names, "--wait=true", f"--timeout={int(timeout)}s", check=False, timeout=timeout + 30)
 
 
+def print_work(size: int, phases: dict[str, apirequests.Window], idle: apirequests.Window, local: str) -> None:
+    print()
+    print(f"API requests per pod, {size} pods (apiserver_request_total after - before each phase):")
+    print(apirequests.background_line(idle, phases))
+    for line in apirequests.totals_table(phases, local):
+        print("  " + line)
+    print()
+    for line in apirequests.request_table(phases):
+        print("  " + line)
+    clients = apirequests.client_table(phases)
+    if clients:
+        print()
+        print(f"By client (audit log), {size} pods:")
+        for line in clients:
+            print("  " + line)
+    components = apirequests.component_table(phases)
+    if components:
+        print()
+        print(f"By our process, from its own kube_offload_api_requests_total, {size} pods:")
+        for line in components:
+            print("  " + line)
+    print()
+    print(f"CPU ms per pod, {size} pods (/proc/<pid>/stat of the processes started for the run):")
+    for line in apirequests.cpu_table(phases):
+        print("  " + line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100,500", help="comma-separated replica counts")
@@ -89,6 +125,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
     parser.add_argument("--pin", action="store_true",
                         help="pin the local control plane to the first core and the remote one to the second")
+    parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=True,
+                        help="write each apiserver's audit log, to count requests by client (default: on)")
+    parser.add_argument("--idle", type=float, default=10, help="seconds of the idle window (background rate)")
+    parser.add_argument("--settle", type=float, default=5,
+                        help="seconds after all pods run before a phase's window closes (its trailing writes)")
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     if args.pin and len(cores) < 2:
@@ -100,7 +141,11 @@ def main() -> int:
     # Big nodes: 2 local and 2 remote nodes with room for 600 pods each.
     topology = default_topology(prefix="bench", remotes=1, local_nodes=2, remote_nodes=2,
                                 node_cpu="64", node_memory="256Gi", node_pods=600)
+    for spec in topology.clusters():
+        spec.audit = args.audit
     rows = []
+    work: dict[int, dict[str, apirequests.Window]] = {}
+    load_before = os.getloadavg()
     try:
         env.up(topology)
         local = env.cluster(topology.local)
@@ -112,11 +157,22 @@ def main() -> int:
                 pinned = controlplane.pin_cluster(env.cluster(spec), {core})
                 print(f"  pinned {spec.name} to core {core}: " + ", ".join(f"{k} ({n} threads)" for k, n in pinned.items()),
                       file=sys.stderr, flush=True)
+        meter = apirequests.Meter(env, [env.cluster(spec) for spec in topology.clusters()],
+                                  apirequests.component_metrics_urls(topology))
+        first = meter.snapshot()
+        time.sleep(args.idle)
+        idle = meter.window(first, meter.snapshot(), 0)
         for size in sizes:
             ns_local = namespace(local, f"bench-local-{size}", C.PLACEMENT_LOCAL)
             ns_remote = namespace(local, f"bench-remote-{size}", C.PLACEMENT_REMOTE)
+            start = meter.snapshot()
             t_local = time_to_running(local, ns_local, size, args.timeout)
+            time.sleep(args.settle)
+            middle = meter.snapshot()
             t_remote = time_to_running(local, ns_remote, size, args.timeout)
+            time.sleep(args.settle)
+            end = meter.snapshot()
+            work[size] = {"local pod": meter.window(start, middle, size), "offloaded pod": meter.window(middle, end, size)}
             rss = rss_mib(vkubelet.pid)
             rows.append((size, t_local, t_remote, t_remote / t_local, rss))
             print(f"  {size} pods: local {t_local:.1f}s, virtual node {t_remote:.1f}s, vkubelet RSS {rss:.0f} MiB",
@@ -128,13 +184,17 @@ def main() -> int:
 
     print()
     print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, "
-          f"{len(cores)} cores; python {platform.python_version()}"
+          f"{len(cores)} cores; python {platform.python_version()}; load {load_before[0]:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after; audit log {'on' if args.audit else 'off'}"
           + ("; control planes pinned: local to core %d, remote to core %d" % (cores[0], cores[1]) if args.pin else ""))
     print(f"vkubelet RSS idle: {rss_idle:.0f} MiB")
     print(f"{'pods':>6} {'local kwok (s)':>15} {'virtual node (s)':>17} {'ratio':>7} {'vkubelet RSS (MiB)':>19}")
     for size, t_local, t_remote, ratio, rss in rows:
         print(f"{size:>6} {t_local:>15.1f} {t_remote:>17.1f} {ratio:>7.2f} {rss:>19.0f}")
-    print(json.dumps({"rows": [dict(zip(("pods", "local_s", "virtual_s", "ratio", "rss_mib"), r, strict=True)) for r in rows]}))
+    for size, phases in work.items():
+        print_work(size, phases, idle, topology.local.name)
+    print(json.dumps({"rows": [dict(zip(("pods", "local_s", "virtual_s", "ratio", "rss_mib"), r, strict=True)) for r in rows],
+                      "work": {size: {name: w.to_json() for name, w in phases.items()} for size, phases in work.items()}}))
     return 0
 
 

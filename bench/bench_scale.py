@@ -22,6 +22,13 @@ processes (each virtual kubelet, enforcer, the webhook's gunicorn arbiter and wo
 extender) and of each cluster's kube-apiserver (the PID kwokctl recorded), over the same
 window; the ratio ours/apiservers is our overhead per offloaded pod in the apiservers'
 own currency.
+
+API requests per offloaded pod (bench/apirequests.py): each kube-apiserver's
+``apiserver_request_total`` before and after, per pod by cluster, verb and resource, for
+the scale-up and for up + down; by client too with ``--audit`` (each apiserver writes an
+audit log: a JSON line per request, ~1 KB, i.e. GBs at 10,000 pods; off by default). The
+local-node baseline of the same figures is bench_offloading.py's (this script offloads
+every pod).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from pathlib import Path
 from kube_offload import constants as C
 from kube_offload_harness.cluster import Cluster, Environment, default_topology
 
+import apirequests
 import controlplane
 import failover
 from bench_offloading import deployment
@@ -53,21 +61,6 @@ POLL_SECONDS = 3.0
 
 def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
-
-
-class Meter:
-    """CPU seconds of our processes and of the kube-apiservers (and the rest of the
-    control planes, for context), sampled at the window's edges."""
-
-    def __init__(self, env: Environment, clusters: list[Cluster]) -> None:
-        # Every process the harness started except its stand-in for local-path-provisioner.
-        self.ours = {r.name: r.pid for r in env.processes.load() if r.running() and not r.name.startswith("local-path")}
-        self.control = {(c.name, comp): pid for c in clusters for comp, pid in controlplane.control_plane_pids(c).items()}
-
-    def sample(self) -> dict[str, float]:
-        sample = {f"ours/{name}": controlplane.cpu_seconds(pid) for name, pid in self.ours.items()}
-        sample.update({f"{cluster}/{comp}": controlplane.cpu_seconds(pid) for (cluster, comp), pid in self.control.items()})
-        return sample
 
 
 def summed(delta: dict[str, float], predicate) -> float:
@@ -162,14 +155,16 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     check 1:1, scale to 0 and check nothing is left, then delete the Deployments (so a
     second burst in the same namespace starts from nothing). With ``driver``, its
     thread kills the leader during the burst."""
-    meter = Meter(env, [local, *remotes])
+    topology = env.topology()
+    assert topology is not None
+    meter = apirequests.Meter(env, [local, *remotes], apirequests.component_metrics_urls(topology))
     count = math.ceil(pods / per_deployment)
     sizes = [per_deployment] * (pods // per_deployment)
     if pods % per_deployment:
         sizes.append(pods % per_deployment)
     problems: list[str] = []
 
-    before = meter.sample()
+    before = meter.snapshot()
     started = time.monotonic()
     log(f"[{label}] applying {count} Deployments ({pods} pods) in {NAMESPACE}")
     local.apply([deployment(f"{label}-{i}", NAMESPACE, size) for i, size in enumerate(sizes)])
@@ -191,7 +186,7 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
             break
         # Listing N pods costs the local apiserver too: poll less often as N grows.
         time.sleep(POLL_SECONDS if pods <= 1000 else 10.0)
-    after_up = meter.sample()
+    after_up = meter.snapshot()
     if driver is not None:
         driver.done.set()
         driver.join(timeout=failover_join_seconds(timeout))
@@ -215,15 +210,16 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
             cleaned = elapsed
             break
         time.sleep(max(POLL_SECONDS, 10.0 if sum(counts.values()) > 3000 else POLL_SECONDS))
-    after_down = meter.sample()
+    after_down = meter.snapshot()
     if cleaned is None:
         problems.append(f"not clean after {timeout}s: {leftovers(local, remotes)}")
     local.kubectl("delete", "deployment", "--all", "-n", NAMESPACE)
     return {
         "converge_s": converged, "pods_per_s": pods / converged if converged else None,
         "scale_down_s": cleaned, "vkubelet_peak_rss_mib": peak,
-        "cpu_up": {k: after_up[k] - before[k] for k in before},
-        "cpu_whole": {k: after_down[k] - before[k] for k in before},
+        "cpu_up": {k: after_up.cpu[k] - before.cpu[k] for k in before.cpu},
+        "cpu_whole": {k: after_down.cpu[k] - before.cpu[k] for k in before.cpu},
+        "work": {"scale up": meter.window(before, after_up, pods), "up + down": meter.window(before, after_down, pods)},
         "problems": problems,
     }
 
@@ -246,6 +242,9 @@ def main() -> int:
     parser.add_argument("--failover-at", type=float, default=0.3,
                         help="kill the leader once this fraction of the pods have ShadowPods (default 0.3)")
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
+    parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=False,
+                        help="write each apiserver's audit log, to count requests by client (default: off, "
+                             "~1 KB per request)")
     args = parser.parse_args()
     if args.pods is None:
         args.pods = 1000 if args.failover else 10_000
@@ -265,6 +264,8 @@ def main() -> int:
     per_node = math.ceil(args.pods / args.remotes * 1.5 / 2) + 50
     topology = default_topology(prefix="scale", remotes=args.remotes, local_nodes=1, remote_nodes=2,
                                 node_cpu="1000", node_memory="4Ti", node_pods=per_node)
+    for spec in topology.clusters():
+        spec.audit = args.audit
     result: dict = {"pods": args.pods, "remotes": args.remotes, "per_deployment": args.per_deployment}
     load_before = os.getloadavg()
     try:
@@ -313,12 +314,35 @@ def main() -> int:
         print("   " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v >= 0.5))
     for key, mib in result["vkubelet_peak_rss_mib"].items():
         print(f"vkubelet {key}: peak RSS {mib:.0f} MiB (idle {result['vkubelet_rss_idle_mib'][key]:.0f} MiB)")
+    work = result.pop("work", None)
+    if work:
+        print_work(work, topology.local.name)
+        result["work"] = {name: window.to_json() for name, window in work.items()}
     if "failover" in result:
         print_failover(result["failover"], baseline_s=result.get("converge_s"), pods=args.pods)
     print(json.dumps(result))
     for problem in problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def print_work(phases: dict[str, apirequests.Window], local: str) -> None:
+    print("API requests per offloaded pod (apiserver_request_total after - before):")
+    for line in apirequests.totals_table(phases, local) + [""] + apirequests.request_table(phases):
+        print("  " + line)
+    clients = apirequests.client_table(phases)
+    if clients:
+        print("By client (audit log):")
+        for line in clients:
+            print("  " + line)
+    components = apirequests.component_table(phases)
+    if components:
+        print("By our process, from its own kube_offload_api_requests_total:")
+        for line in components:
+            print("  " + line)
+    print("CPU ms per offloaded pod:")
+    for line in apirequests.cpu_table(phases):
+        print("  " + line)
 
 
 def print_failover(fo: dict, *, baseline_s: float | None, pods: int) -> None:

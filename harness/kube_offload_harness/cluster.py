@@ -138,6 +138,21 @@ class ClusterSpec:
     # local, real nodes, charts as processes: the apiserver verifies kubelets' serving
     # certificates, which the cluster CA signs (real_node_config.kubelet_verification_flags).
     verify_kubelets: bool = False
+    # The apiserver writes an audit log (AUDIT_POLICY) to kwok/clusters/<name>/logs/audit.log:
+    # the benchmarks attribute requests to clients with it (bench/apirequests.py). Off by
+    # default: a JSON line per request costs the apiserver CPU and disk.
+    audit: bool = False
+
+
+# Every request once, when its response is complete, with who sent it and on what
+# (Metadata: no bodies). Watches are logged when they end, as apiserver_request_total
+# counts them, so the two sources agree over a window.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata"}],
+}
 
 
 @dataclass
@@ -488,6 +503,10 @@ class Cluster:
         ]
         if scheduler_config is not None:
             args += ["--kube-scheduler-config", str(scheduler_config)]
+        if self.spec.audit:
+            policy = self.state_dir / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+            args += ["--kube-audit-policy", str(policy)]
         self.kwokctl(*args, timeout=300)
         source = self.kwok_workdir / "clusters" / self.name / "kubeconfig.yaml"
         if not source.exists():
