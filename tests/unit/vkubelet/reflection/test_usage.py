@@ -4,6 +4,7 @@ object while a pod uses it and withdraws it after."""
 
 from __future__ import annotations
 
+import argparse
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -19,6 +20,7 @@ from vkubelet.namespaces import TwinNamespaces
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.reflection import usage
 from vkubelet.reflection.configmaps import ConfigMapReflector
+from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.reflection.policy import HELM_RELEASE_TYPE, SERVICE_ACCOUNT_TOKEN_TYPE, Policy, decide
 from vkubelet.reflection.secrets import SecretReflector
 from vkubelet.reflection.settings import CONFIGMAPS, SECRETS, ReflectionSettings, ResourceSettings
@@ -400,3 +402,14 @@ def test_a_pod_whose_export_never_comes_goes_after_the_wait(reflector, pod_loop)
     reflector.pods.apply(ADDED, _new_web(seconds_ago=usage.EXPORT_WAIT_SECONDS + 1))
     pod_loop.reconcile("ns/web")  # the remote kubelet waits for a required one itself
     assert [body["kind"] for body in pod_loop.created] == ["ShadowPod"]
+
+
+def test_by_use_is_a_choice_of_the_policy_flags_and_their_environment(monkeypatch):
+    monkeypatch.setenv("KUBE_OFFLOAD_VKUBELET_REFLECT_SECRETS_POLICY", "by-use")
+    parser = argparse.ArgumentParser()
+    add_reflection_flags(parser, "vkubelet")
+    settings = reflection_settings_from_args(parser.parse_args(["--reflect-configmaps-policy", "by-use"]))
+    assert settings.of(CONFIGMAPS).policy is Policy.BY_USE
+    assert settings.of(SECRETS).policy is Policy.BY_USE
+    assert settings.of("services").policy is Policy.DENY_LIST
+    assert settings.problem() is None
