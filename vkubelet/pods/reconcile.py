@@ -116,6 +116,7 @@ class PodOffloader:
         waited = None if created is None else (datetime.now(timezone.utc) - created).total_seconds()
         why = usage.hold_for_exports(pending, waited)
         if why is not None:
+            log.debug("pod %s/%s: %s", local["metadata"].get("namespace"), local["metadata"].get("name"), why)
             raise Requeue(usage.EXPORT_WAIT_RETRY_SECONDS, why)
 
     def informers(self) -> list:
