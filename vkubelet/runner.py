@@ -32,6 +32,7 @@ from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
 from vkubelet.node import VirtualNode
 from vkubelet.pods.reconcile import PodOffloader
+from vkubelet.reflection.reflector import Reflector
 from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet")
@@ -116,6 +117,11 @@ class VirtualKubelet:
         context = LoopContext(settings, self.informers, self.twins, self.recorder, self.node)
         self.loops: list[Loop] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
         self.loops += [factory(context) for factory in extra_loops]
+        # By-use reflection: a new pod's ShadowPod waits for what it references to be
+        # exported (vkubelet/reflection/usage.py).
+        self.pods.export_gates = [
+            loop.export_pending for loop in self.loops if isinstance(loop, Reflector) and loop.pods is not None
+        ]
         # Pods follow the node's readiness; on reconnect the fresh lists are asked for
         # before every loop re-checks everything.
         self.node.on_disconnect(self.pods.remote_lost)

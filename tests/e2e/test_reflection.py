@@ -444,6 +444,33 @@ def test_allow_list_mode_reflects_only_allowed_objects(offload_env, local, t):
     t.until_remote("configmap", "public", lambda o: _ours(o, "configmaps"), "reflected again under the deny-list")
 
 
+def test_by_use_mode_exports_only_what_offloaded_pods_reference(offload_env, local, t):
+    for name in ("used-by-pod", "used-by-none"):
+        t.local.kubectl("create", "configmap", name, "-n", t.ns, f"--from-literal=k={name}")
+    t.until_remote("configmap", "used-by-none", lambda o: _ours(o, "configmaps"), "reflected under the deny-list")
+    try:
+        _restart_vkubelet(offload_env, local, extra_args=["--reflect-configmaps-policy", "by-use"])
+        # No pod uses either: both copies go (withdrawn by the restarted vkubelet).
+        t.until_remote_gone("configmap", "used-by-none")
+        t.until_remote_gone("configmap", "used-by-pod")
+        # An optional reference is the one a pod would start without: its ShadowPod waits.
+        _apply(t.local, t.ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user"}, "spec": {
+            "containers": [{"name": "c", "image": IMAGE,
+                            "envFrom": [{"configMapRef": {"name": "used-by-pod", "optional": True}}]}]}})
+        copy = t.until_remote("configmap", "used-by-pod", lambda o: _ours(o, "configmaps"), "exported for its pod")
+        assert copy["data"] == {"k": "used-by-pod"}
+        shadow = t.until_remote("shadowpod", "user", lambda o: True, "the pod's ShadowPod", timeout=90)
+        assert copy["metadata"]["creationTimestamp"] <= shadow["metadata"]["creationTimestamp"]
+        assert t.remote_obj("configmap", "used-by-none") is None  # no pod references it
+        # The pod goes: what only it used is withdrawn.
+        t.local.kubectl("delete", "pod", "user", "-n", t.ns, "--wait=false")
+        t.until_remote_gone("configmap", "used-by-pod", timeout=90)
+        assert get_or_none(t.local, "configmap", t.ns, "used-by-pod") is not None  # the local one stays
+    finally:
+        _restart_vkubelet(offload_env, local)  # as the harness started it, for later modules
+    t.until_remote("configmap", "used-by-none", lambda o: _ours(o, "configmaps"), "reflected again under the deny-list")
+
+
 def test_namespace_no_longer_offloaded_takes_its_reflections_along(t):
     t.local.kubectl("label", "namespace", t.ns, f"{c.LABEL_ENABLED}-")
     t.wait(lambda: get_or_none(t.remote, "namespace", "", t.twin) is None, timeout=90, what=f"twin {t.twin} deleted")

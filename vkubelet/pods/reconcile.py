@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Callable, Mapping, cast
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kube import Kube, split_key
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.times import parse_time_or_none
 from vkubelet import daemonsets
 from vkubelet import events as ev
 from vkubelet import readiness
@@ -30,6 +32,7 @@ from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
 from vkubelet.policy_events import PolicyNotices
 from vkubelet.provider_terms import PolicyReader
+from vkubelet.reflection import usage
 from vkubelet.settings import Settings
 from vkubelet.translation import TranslationContext, origin_key, origin_uid
 
@@ -53,6 +56,10 @@ class PodOffloader:
         # Where this remote cluster's pods reach their home API server (the consumer's relay
         # Service on the provider), read at each translation; None: no relay known.
         self.home_api = home_api or (lambda: None)
+        # By-use reflection (vkubelet/reflection/usage.py): each says what of its kind a
+        # pod references and is not exported yet; set by the runner once the reflectors
+        # exist. A new pod's ShadowPod waits for them (bounded).
+        self.export_gates: list[Callable[[Mapping], list[str]]] = []
         self.local = LocalPods(Kube(informers.local_client), settings.node_name)
         self.kube = Kube(informers.remote_client)
         self.twins = twins
@@ -98,6 +105,19 @@ class PodOffloader:
         # Our Consumer object on the provider: when its terms ease (quota raised, usage
         # down, uncordoned), refused pods are tried again now, not at their backoff's end.
         twins.consumer.add_handler(self._on_consumer)
+
+    def _wait_for_exports(self, local: dict) -> None:
+        """Hold a new pod's ShadowPod back until what it references is exported
+        (by-use policy): the reflectors were kicked by the same pod event."""
+        if not self.export_gates:
+            return
+        pending = [what for gate in self.export_gates for what in gate(local)]
+        created = parse_time_or_none((local.get("metadata") or {}).get("creationTimestamp"))
+        waited = None if created is None else (datetime.now(timezone.utc) - created).total_seconds()
+        why = usage.hold_for_exports(pending, waited)
+        if why is not None:
+            log.debug("pod %s/%s: %s", local["metadata"].get("namespace"), local["metadata"].get("name"), why)
+            raise Requeue(usage.EXPORT_WAIT_RETRY_SECONDS, why)
 
     def informers(self) -> list:
         """Caches that must be complete before the first reconcile: deciding that a
@@ -203,6 +223,7 @@ class PodOffloader:
         if current is None:
             if blocked:
                 raise Requeue(1.0, "waiting for the previous ShadowPod of this name to go")
+            self._wait_for_exports(local)
             shadowpods.create(self, local, twin, logger)
             return
 

@@ -10,6 +10,7 @@ from kube_offload.runtime.flags import add_flag, appended, non_negative_int
 from vkubelet.reflection.policy import POLICIES, Policy
 from vkubelet.reflection.settings import (
     DEFAULT_TOKEN_SECONDS,
+    BY_USE_RESOURCES,
     DEFAULT_WORKERS,
     EVENTS,
     RESOURCES,
@@ -68,7 +69,13 @@ def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> Non
             help=_POLICY_HELP.get(
                 name,
                 f"which {name} are reflected: deny-list = all but those annotated kube-offload.io/skip-reflection, "
-                "allow-list = only those annotated kube-offload.io/allow-reflection",
+                "allow-list = only those annotated kube-offload.io/allow-reflection"
+                + (
+                    ", by-use = only those an offloaded pod references (env, envFrom, volumes, image pull secrets), "
+                    "withdrawn when none does"
+                    if name in BY_USE_RESOURCES
+                    else " (by-use: configmaps and secrets only)"
+                ),
             ),
         )
     add_flag(

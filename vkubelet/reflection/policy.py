@@ -1,5 +1,5 @@
 """Which local objects are reflected to a provider (pure): what is never exported, then
-the deny-list or allow-list of each resource type.
+the deny-list, allow-list or by-use policy of each resource type.
 
 Order of the rules, first match wins:
 
@@ -10,7 +10,9 @@ Order of the rules, first match wins:
    server; a Helm release holds every rendered manifest of a chart, values included.
 2. The skip annotation ``kube-offload.io/skip-reflection`` (any value but ``false``).
 3. Deny-list (the default): everything else. Allow-list: only objects annotated
-   ``kube-offload.io/allow-reflection`` (any value but ``false``).
+   ``kube-offload.io/allow-reflection`` (any value but ``false``). By-use (ConfigMaps and
+   Secrets only): only objects an offloaded pod references now (usage.py; the caller
+   says whether one does, read from the pod informer's index).
 
 docs/reflection.md ("What is exported to a provider") is written from this module.
 """
@@ -29,6 +31,8 @@ class Policy(str, enum.Enum):
     DENY_LIST = "deny-list"
     # Nothing, except objects annotated kube-offload.io/allow-reflection.
     ALLOW_LIST = "allow-list"
+    # Only ConfigMaps and Secrets an offloaded pod references (usage.py), while it does.
+    BY_USE = "by-use"
 
 
 POLICIES = tuple(p.value for p in Policy)
@@ -77,10 +81,11 @@ def never_reflected(obj: Mapping, kind: str) -> str | None:
     return None
 
 
-def decide(obj: Mapping, policy: Policy, *, kind: str = "") -> Decision:
+def decide(obj: Mapping, policy: Policy, *, kind: str = "", in_use: bool = False) -> Decision:
     """Whether ``obj`` (of ``kind``; "" = no kind-specific rule) is reflected under
-    ``policy``, and why. Under an allow-list a skip annotation still wins, and nothing
-    lifts a never-exported object."""
+    ``policy``, and why. Under an allow-list or by-use a skip annotation still wins, and
+    nothing lifts a never-exported object. ``in_use``: whether an offloaded pod
+    references it now (read only by the by-use policy)."""
     never = never_reflected(obj, kind)
     if never is not None:
         return Decision(False, f"never exported: {never}")
@@ -90,8 +95,12 @@ def decide(obj: Mapping, policy: Policy, *, kind: str = "") -> Decision:
         if _annotated(obj, c.ANNOTATION_ALLOW_REFLECTION):
             return Decision(True, f"annotated {c.ANNOTATION_ALLOW_REFLECTION}")
         return Decision(False, f"the allow-list policy leaves it out (not annotated {c.ANNOTATION_ALLOW_REFLECTION})")
+    if policy is Policy.BY_USE:
+        if in_use:
+            return Decision(True, "an offloaded pod uses it (by-use policy)")
+        return Decision(False, "no offloaded pod uses it (by-use policy)")
     return Decision(True, "the deny-list policy reflects it")
 
 
-def should_reflect(obj: Mapping, policy: Policy, *, kind: str = "") -> bool:
-    return decide(obj, policy, kind=kind).reflect
+def should_reflect(obj: Mapping, policy: Policy, *, kind: str = "", in_use: bool = False) -> bool:
+    return decide(obj, policy, kind=kind, in_use=in_use).reflect

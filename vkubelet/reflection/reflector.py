@@ -48,6 +48,7 @@ from kube_offload.runtime.manager import Synced
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.runtime.informer import Informer
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
 from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
 from vkubelet.indexes import BY_ORIGIN
@@ -57,6 +58,7 @@ from vkubelet.policy_fit import Fit
 from vkubelet.provider_terms import PolicyReader
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
+from vkubelet.reflection import usage
 from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.remote_ops import RemoteOps
@@ -122,13 +124,20 @@ class Reflector(abc.ABC):
         self._policy = PolicyReader(lambda: self._twins.consumer.get(self._local_id))
         self._notices = PolicyNotices(self._recorder)
         self._twins.consumer.add_handler(self._on_consumer)
+        # By-use: which objects the offloaded pods reference, from the pod informer.
+        self.pods: Informer | None = None
+        if self.policy is Policy.BY_USE:
+            self.pods = context.informers.local_pods()
+            self.pods.add_indexer(usage.USES_INDEX[self.kind], usage.index_func(self.kind))
+            self.controller.watch(self.pods, self._keys_used_by, skip=lambda old, new: not usage.use_changed(old, new))
 
     # --- the Loop protocol ------------------------------------------------------------------
     def informers(self) -> list[Synced]:
         # The scope first: it is synced only once the offloaded namespaces are known and
         # listed, which the scoped local informers alone cannot say (an empty set of
         # namespaces is "synced" before the namespaces were even read).
-        return [self.scope, self.local, self.remote, *self._twins.informers(), *self.extra_informers()]
+        pods = [self.pods] if self.pods is not None else []
+        return [self.scope, self.local, self.remote, *pods, *self._twins.informers(), *self.extra_informers()]
 
     def start(self) -> None:
         self.controller.start()
@@ -149,7 +158,14 @@ class Reflector(abc.ABC):
     def selection(self, local: Mapping) -> Decision:
         """Whether ``local`` is reflected (policy.py: never-exported kinds, skip
         annotation, deny-list or allow-list), and why."""
-        return decide(local, self.policy, kind=self.kind)
+        return decide(local, self.policy, kind=self.kind, in_use=self.in_use(object_key(local)))
+
+    def in_use(self, key: str) -> bool:
+        """Whether a running pod bound to the virtual node references local object
+        ``key`` (by-use policy; False under the others, which do not ask)."""
+        if self.pods is None:
+            return False
+        return bool(self.pods.index_keys(usage.USES_INDEX[self.kind], key))
 
     def remote_view(self, current: Mapping) -> Mapping:
         """The remote object without what the remote cluster rightly sets itself."""
@@ -195,6 +211,33 @@ class Reflector(abc.ABC):
 
     def _remote_key(self, obj: dict) -> str | None:
         return origin_key(obj) if self.owns(obj) else None
+
+    def export_pending(self, pod: Mapping) -> list[str]:
+        """By-use: what of this kind ``pod`` references that is to be exported and has
+        no remote copy yet (``ConfigMap name``...). The pod loop holds the pod's ShadowPod
+        back while any is (an optional reference would otherwise start the remote pod
+        without it). Objects that do not exist locally or are not selected are nothing
+        to wait for: the remote kubelet waits for a missing required one itself."""
+        if self.pods is None:
+            return []
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        if not namespace or self._twins.twin_for(namespace)[0] is None:
+            return []
+        pending = []
+        for name in sorted(usage.references(pod).of(self.kind)):
+            key = f"{namespace}/{name}"
+            local = self.local.get(key)
+            if local is None or is_terminating(local) or not self.selection(local).reflect:
+                continue
+            if not self.remote_of(key):
+                pending.append(f"{self.kind} {name}")
+        return pending
+
+    def _keys_used_by(self, pod: dict) -> list[str]:
+        # Every reference, finished pod or not: a pod that finished or dropped a
+        # reference must bring the object back to be withdrawn.
+        namespace = (pod.get("metadata") or {}).get("namespace") or ""
+        return [f"{namespace}/{name}" for name in sorted(usage.references(pod).of(self.kind))] if namespace else []
 
     def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
         if ((old or {}).get("spec") or {}).get("policy") != ((new or {}).get("spec") or {}).get("policy"):

@@ -31,6 +31,8 @@ RESOURCES: tuple[str, ...] = (
     SERVICEACCOUNTS,
     EVENTS,
 )
+# Types whose objects pods reference by name (usage.py): the only ones "by-use" can select.
+BY_USE_RESOURCES: frozenset[str] = frozenset({CONFIGMAPS, SECRETS})
 # Types without a policy of their own: a pod's token follows the pod (opt out with the
 # pod's own automountServiceAccountToken: false).
 WITHOUT_POLICY: frozenset[str] = frozenset({SERVICEACCOUNTS})
@@ -91,6 +93,12 @@ class ReflectionSettings:
         for name in RESOURCES:
             if self.of(name).workers < 0:
                 return f"--reflect-{name}-workers must be 0 (off) or more"
+            if self.of(name).policy is Policy.BY_USE and name not in BY_USE_RESOURCES:
+                return (
+                    f"--reflect-{name}-policy=by-use is only for "
+                    f"{' and '.join(sorted(BY_USE_RESOURCES))} (what pods reference by name); "
+                    f"use deny-list or allow-list for {name}"
+                )
         if self.token_seconds < MIN_EXPIRATION_SECONDS:
             return f"--reflect-token-expiration must be at least {MIN_EXPIRATION_SECONDS}s (the TokenRequest API minimum)"
         if not 0 < self.token_renew_fraction < 1:
