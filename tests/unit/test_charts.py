@@ -638,6 +638,7 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
         ("", "nodes/status"): {"patch"},
         ("", "pods"): {"get", "list", "watch", "delete"},
         ("", "pods/status"): {"patch"},
+        ("", "pods/eviction"): {"create"},  # handback (docs/virtual-kubelet.md#handback)
         ("", "events"): {"get", "create", "patch"},
         ("events.k8s.io", "events"): {"get", "create", "patch"},
         **{("", r): {"list", "watch"} for r in ("configmaps", "secrets", "services")},
