@@ -8,8 +8,8 @@ new pod and the scheduler places it elsewhere; the extender keeps the workload o
 node for a while (kube_offload/handback.py). The I/O is vkubelet/pods/handback.py.
 
 Which refusals are for good is decided conservatively, from the provider API server's
-message as the enforcer reports it in the ShadowPod's ``status.message`` (``creating pod
-NAME failed: ...``):
+message as the enforcer reports it in the ShadowPod's ``status.message``
+(kube_offload.shadowpod.creation_failed_message):
 
 * a ResourceQuota the pod *alone* exceeds (``requested`` above ``limited`` in some
   resource): no other pod ending frees that; a quota exceeded only with what is ``used``
@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload.handback import controller_of
 from kube_offload.resources import QuantityError, parse_quantity
+from kube_offload.shadowpod import creation_failure
 from kube_offload.times import parse_time_or_none
 from vkubelet import status as st
 
@@ -39,9 +40,6 @@ from vkubelet import status as st
 CAUSE_UNSCHEDULABLE = "RemoteUnschedulable"
 CAUSE_REFUSED = "RemoteRefused"
 
-# kube_offload.reasons is where the Event's reason word lives; the enforcer's prefix is
-# written by enforcer/shadowpods/reconcile.py (``creating pod {name} failed: {message}``).
-_CREATION_FAILED = re.compile(r"^creating pod \S+ failed: (?P<message>.*)$", re.DOTALL)
 # k8s.io/apiserver/pkg/admission/plugin/resourcequota: "exceeded quota: %s, requested: %s,
 # used: %s, limited: %s" (each a comma-separated list of name=quantity).
 _QUOTA = re.compile(
@@ -108,14 +106,8 @@ def permanent_refusal(message: str) -> bool:
 def creation_refusal(shadowpod: Mapping[str, Any] | None) -> str | None:
     """The provider's refusal of the remote pod, as the enforcer wrote it in the
     ShadowPod's status, when it is for good; else None."""
-    status = (shadowpod or {}).get("status") or {}
-    if status.get("phase") not in (None, "", "Pending"):
-        return None
-    match = _CREATION_FAILED.match(str(status.get("message") or ""))
-    if match is None:
-        return None
-    inner = match["message"].strip()
-    return inner if permanent_refusal(inner) else None
+    refusal = creation_failure(shadowpod)
+    return refusal if refusal is not None and permanent_refusal(refusal) else None
 
 
 def unschedulable_since(remote: Mapping[str, Any]) -> datetime | None:
