@@ -62,7 +62,8 @@ def refusal_seconds(count: int, *, start: float = REFUSAL_START_SECONDS, cap: fl
     """How long the node is refused after the ``count``-th handback (1-based) in a row."""
     if count < 1:
         return 0.0
-    return min(cap, start * 2 ** min(count - 1, 32))
+    doublings: int = min(count - 1, 32)
+    return min(cap, start * float(2**doublings))
 
 
 @lru_cache(maxsize=64)
@@ -139,7 +140,7 @@ def encode(records: Mapping[str, Record]) -> str:
     )
 
 
-def node_patch(node: Mapping[str, Any], records: Mapping[str, Record]) -> dict | None:
+def node_patch(node: Mapping[str, Any], records: Mapping[str, Record]) -> dict[str, Any] | None:
     """A merge patch writing ``records`` on ``node`` (conditional on the version read, so
     a record written meanwhile by another worker is not lost); None when unchanged."""
     annotations = (node.get("metadata") or {}).get("annotations") or {}

@@ -8,11 +8,11 @@ that ``kubectl offload explain`` asks the very functions the extender (extender/
 2. the namespace's placement and cluster selector (``nodes.placement_allows``, the same
    table the webhook writes as affinity: defence in depth for pods it did not mutate);
 3. a virtual node must be Ready;
-4. a virtual node must not have handed back a pod of the same workload lately (its
+4. a virtual node's remote cluster must have at least one node that fits the pod, per the
+   capacity annotation its virtual kubelet publishes (docs/capacity-annotation.md);
+5. a virtual node must not have handed back a pod of the same workload lately (its
    ``kube-offload.io/handed-back`` record of the pod's controller, kube_offload/handback.py:
-   the remote could not run such a pod; the refusal grows on repeats);
-5. a virtual node's remote cluster must have at least one node that fits the pod, per the
-   capacity annotation its virtual kubelet publishes (docs/capacity-annotation.md).
+   the remote could not run such a pod; the refusal grows on repeats).
 
 ``prioritize`` scores the nodes that passed, 0..10, by a strategy.
 
