@@ -46,7 +46,7 @@ _QUOTA = re.compile(
     r"exceeded quota: [^,]+, requested: (?P<requested>.*?), used: (?P<used>.*?), limited: (?P<limited>[^;\n]*)"
 )
 # plugin/pkg/admission/limitranger: "maximum cpu usage per Container is 1, but limit is 2", and
-# the minimum / ratio forms, per Container, Pod or PersistentVolumeClaim.
+# the minimum and ratio forms, per Container or Pod (a claim's bounds are not the pod's).
 _LIMIT_RANGE = re.compile(r"(maximum|minimum) \S+ usage per (Container|Pod) is |limit to request ratio per (Container|Pod) is ")
 _POD_SECURITY = re.compile(r"violates PodSecurity ")
 _INVALID = re.compile(r'^Pod "[^"]*" is invalid: ')
