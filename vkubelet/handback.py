@@ -8,7 +8,9 @@ new pod and the scheduler places it elsewhere; the extender keeps the workload o
 node for a while (kube_offload/handback.py). The I/O is vkubelet/pods/handback.py.
 
 Which refusals are for good is decided conservatively, from the provider API server's
-message as the enforcer reports it in the ShadowPod's ``status.message``
+message: as the provider's ShadowPod webhook answers the create (it dry-runs the pod, so
+quota and Pod Security refusals usually come back there), or as the enforcer reports a
+pod creation it was refused in the ShadowPod's ``status.message``
 (kube_offload.shadowpod.creation_failed_message):
 
 * a ResourceQuota the pod *alone* exceeds (``requested`` above ``limited`` in some
@@ -49,7 +51,7 @@ _QUOTA = re.compile(
 # the minimum and ratio forms, per Container or Pod (a claim's bounds are not the pod's).
 _LIMIT_RANGE = re.compile(r"(maximum|minimum) \S+ usage per (Container|Pod) is |limit to request ratio per (Container|Pod) is ")
 _POD_SECURITY = re.compile(r"violates PodSecurity ")
-_INVALID = re.compile(r'^Pod "[^"]*" is invalid: ')
+_INVALID = re.compile(r'\bPod "[^"]*" is invalid: ')
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def permanent_refusal(message: str) -> bool:
         quota_alone_exceeded(message)
         or _LIMIT_RANGE.search(message)
         or _POD_SECURITY.search(message)
-        or _INVALID.match(message)
+        or _INVALID.search(message)
     )
 
 
@@ -108,6 +110,15 @@ def creation_refusal(shadowpod: Mapping[str, Any] | None) -> str | None:
     ShadowPod's status, when it is for good; else None."""
     refusal = creation_failure(shadowpod)
     return refusal if refusal is not None and permanent_refusal(refusal) else None
+
+
+def refusal_due(message: str, *, after_seconds: float) -> Due | None:
+    """The provider refused the ShadowPod itself (its webhook dry-runs the pod, so a quota
+    or Pod Security refusal comes back here, in the provider's words): due at once when
+    for good; None otherwise, or when handback is off."""
+    if after_seconds <= 0 or not permanent_refusal(message):
+        return None
+    return Due(CAUSE_REFUSED, message)
 
 
 def unschedulable_since(remote: Mapping[str, Any]) -> datetime | None:

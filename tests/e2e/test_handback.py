@@ -3,8 +3,8 @@ provider refuses for good is evicted from the virtual node, its replacement is k
 that node by the extender and runs on a local node, and no duplicate remains anywhere.
 
 The refusal is a ResourceQuota in the twin namespace that the pod alone exceeds
-(``requested`` above ``limited``): the enforcer's PodCreationFailed, read back by the
-vkubelet from the ShadowPod status. The scheduler's first choice is made the virtual node
+(``requested`` above ``limited``), which the provider's ShadowPod webhook meets when it
+dry-runs the pod: the ShadowPod create is refused with the quota's words. The scheduler's first choice is made the virtual node
 by cordoning the local nodes until the pod is bound there.
 """
 

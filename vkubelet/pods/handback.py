@@ -54,6 +54,20 @@ def consider(
     verdict = hb.decide(remote, shadowpod, now=utc_now(), after_seconds=settings.handback_after)
     if isinstance(verdict, hb.NotYet):
         return False, verdict.recheck
+    return hand_back(pods, local, verdict, logger), None
+
+
+def consider_refusal(pods: "PodOffloader", local: dict, message: str, logger: logging.LoggerAdapter) -> bool:
+    """Hand ``local`` back if the provider's refusal of its ShadowPod (``message``, the
+    provider's words) is for good; True when it was evicted."""
+    due = hb.refusal_due(message, after_seconds=pods.settings.handback_after)
+    return due is not None and hand_back(pods, local, due, logger)
+
+
+def hand_back(pods: "PodOffloader", local: dict, verdict: hb.Due, logger: logging.LoggerAdapter) -> bool:
+    """Record, evict, tell (see the module doc); False when the pod may not be evicted
+    (said in a NotHandedBack Event) or is gone already."""
+    settings = pods.settings
     meta = local["metadata"]
     why_not = hb.ineligible(local, pods.twins.local_namespaces.get(meta["namespace"]))
     if why_not is not None:
@@ -62,18 +76,18 @@ def consider(
             ev.REASON_NOT_HANDED_BACK,
             f"cluster {settings.cluster_id} cannot run the pod ({verdict.message}), but it is not evicted: {why_not}",
         )
-        return False, None
+        return False
     owner = records.controller_of(local)
     refused_seconds = None
     if owner is not None:
         refused_seconds = _record(pods.local.kube, settings.node_name, str(owner["uid"]), meta["uid"], verdict.cause)
     if not _evict(pods.local.kube, local, logger):
-        return False, None
+        return False
     pods.handbacks.add(verdict.cause)
     message = hb.event_message(verdict, settings.cluster_id, settings.node_name, refused_seconds)
     logger.warning("%s", message)
     pods.recorder.warning(local, ev.REASON_HANDED_BACK, message)
-    return True, None
+    return True
 
 
 def _record(kube: Kube, node_name: str, controller_uid: str, pod_uid: str, cause: str) -> float:

@@ -128,3 +128,15 @@ def test_the_event_names_the_remote_reason_and_the_refusal() -> None:
     assert "avoid kube-offload-eu1 for 600s" in text
     refused = hb.event_message(hb.Due(hb.CAUSE_REFUSED, PERMANENT[0]), "eu1", "kube-offload-eu1", None)
     assert "cluster eu1 refused it: " + PERMANENT[0] in refused and "avoid" not in refused
+
+
+def test_a_shadowpod_refusal_for_good_is_due_at_once() -> None:
+    # The provider's ShadowPod webhook dry-runs the pod: its words around the API server's.
+    webhook = ("the provider would refuse this Pod: exceeded quota: small, requested: requests.cpu=500m, "
+               "used: requests.cpu=0, limited: requests.cpu=100m")
+    assert hb.refusal_due(webhook, after_seconds=180) == hb.Due(hb.CAUSE_REFUSED, webhook)
+    assert hb.refusal_due('the provider would refuse this Pod: Pod "web" is invalid: spec', after_seconds=180) is not None
+    assert hb.refusal_due(webhook, after_seconds=0) is None
+    waiting = webhook.replace("used: requests.cpu=0", "used: requests.cpu=100m").replace("requests.cpu=500m", "requests.cpu=50m")
+    assert hb.refusal_due(waiting, after_seconds=180) is None
+    assert hb.refusal_due('exceeded quota of consumer "c": cpu 2 more, used 3 of 4', after_seconds=180) is None
