@@ -4,11 +4,14 @@ that node by the extender and runs on a local node, and no duplicate remains any
 
 The refusal is a ResourceQuota in the twin namespace that the pod alone exceeds
 (``requested`` above ``limited``), which the provider's ShadowPod webhook meets when it
-dry-runs the pod: the ShadowPod create is refused with the quota's words. The scheduler's first choice is made the virtual node
-by cordoning the local nodes until the pod is bound there.
+dry-runs the pod: the ShadowPod create is refused with the quota's words. The scheduler's only choice is made the virtual node by
+cordoning the local nodes until the pod was handed back; its replacement, refused the
+virtual node by the extender, waits for them.
 """
 
 from __future__ import annotations
+
+import time
 
 from kube_offload import constants as c
 from kube_offload import handback
@@ -42,6 +45,7 @@ def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(loc
         for name in physical:
             local.kubectl("cordon", name)
         try:
+            # Local nodes cordoned: the virtual node is the scheduler's only choice.
             local.apply({
                 "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": ns},
                 "spec": {
@@ -53,30 +57,35 @@ def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(loc
                     }},
                 },
             })
-            first = wait(lambda: next((p for p in _pods(local, ns) if p["spec"].get("nodeName") == node), None),
-                         timeout=60, what="the first pod bound to the virtual node")
+
+            # The first pod is evicted (within a second of its refusal) with a Warning Event
+            # naming the provider's refusal...
+            def handed_back_event():
+                events = local.kubectl_json("get", "events", "-n", ns)["items"]
+                return next((e for e in events if e["reason"] == REASON_HANDED_BACK), None)
+
+            event = wait(handed_back_event, timeout=90, what="the HandedBack Event")
+            assert event["type"] == "Warning" and "exceeded quota" in event["message"], event["message"]
+            assert node in event["message"]
+            evicted = event["involvedObject"]["uid"]
+            # ...the workload (its ReplicaSet) is recorded on the virtual node...
+            [replicaset] = local.kubectl_json("get", "replicasets", "-n", ns)["items"]
+            recorded = handback.records_of(local.kubectl_json("get", "node", node))
+            assert recorded[replicaset["metadata"]["uid"]].reason == "RemoteRefused", recorded
+            # ...so its replacement is not placed there again, while no local node is open.
+            replacement = wait(lambda: next((p for p in _pods(local, ns) if p["metadata"]["uid"] != evicted), None),
+                               timeout=60, what="the ReplicaSet's replacement pod")
+            time.sleep(5)
+            current = local.kubectl_json("get", "pod", "-n", ns, replacement["metadata"]["name"])
+            assert current["spec"].get("nodeName") != node, "the replacement went back to the virtual node"
         finally:
             for name in physical:
                 local.kubectl("uncordon", name)
 
-        # Evicted with a Warning Event naming the provider's refusal...
-        def handed_back_event():
-            events = local.kubectl_json("get", "events", "-n", ns, "--field-selector",
-                                        f"involvedObject.name={first['metadata']['name']}")["items"]
-            return next((e for e in events if e["reason"] == REASON_HANDED_BACK), None)
-
-        event = wait(handed_back_event, timeout=90, what="the HandedBack Event")
-        assert event["type"] == "Warning" and "exceeded quota" in event["message"], event["message"]
-        # ...the workload recorded on the virtual node...
-        owner = handback.controller_of(first)
-        assert owner is not None
-        recorded = handback.records_of(local.kubectl_json("get", "node", node))
-        assert str(owner["uid"]) in recorded, recorded
-
         # ...and its replacement runs on a local node; the first pod, its ShadowPod and any remote pod are gone.
         def settled():
             items = _pods(local, ns)
-            if len(items) != 1 or items[0]["metadata"]["uid"] == first["metadata"]["uid"]:
+            if len(items) != 1 or items[0]["metadata"]["uid"] == evicted:
                 return None
             pod = items[0]
             running = pod["spec"].get("nodeName") in physical and pod.get("status", {}).get("phase") == "Running"
@@ -87,6 +96,5 @@ def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(loc
         wait(lambda: remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin(ns))["items"] == []
              and remote.kubectl_json("get", "pods", "-n", twin(ns))["items"] == [],
              timeout=60, what="no ShadowPod or pod left in the twin namespace")
-        assert recorded[str(owner["uid"])].reason == "RemoteRefused"
     finally:
         delete_namespace(local, ns)
