@@ -21,6 +21,7 @@ from kube_offload.node_filter import NodeFailure as NodeFailure
 from kube_offload.node_filter import NodeLookup as NodeLookup
 from kube_offload.node_filter import PolicyLookup as PolicyLookup
 from kube_offload.node_filter import REASON_CAPACITY as REASON_CAPACITY
+from kube_offload.node_filter import REASON_HANDED_BACK as REASON_HANDED_BACK
 from kube_offload.node_filter import REASON_INVALID_POLICY as REASON_INVALID_POLICY
 from kube_offload.node_filter import REASON_NOT_READY as REASON_NOT_READY
 from kube_offload.node_filter import REASON_PLACEMENT as REASON_PLACEMENT

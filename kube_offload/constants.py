@@ -65,6 +65,13 @@ ANNOTATION_REMOTE_CAPACITY: Final = f"{DOMAIN}/remote-capacity"
 # provider suggested them (Consumer.spec.nodeLabels), so it can remove one the provider
 # withdraws without touching labels others put on the node.
 ANNOTATION_PROVIDER_LABELS: Final = f"{DOMAIN}/provider-labels"
+# Set by the virtual kubelet on its Node, read by the scheduler extender: the workloads
+# (controller UIDs) whose pods this node's remote cluster could not run and handed back,
+# each refused here until a time that grows on repeats (kube_offload/handback.py).
+ANNOTATION_HANDED_BACK: Final = f"{DOMAIN}/handed-back"
+# On a namespace, "true": its pods without a controller may be handed back too (evicted,
+# so gone for good unless something recreates them). Unset: only controlled pods are.
+ANNOTATION_HANDBACK_UNCONTROLLED: Final = f"{DOMAIN}/handback-uncontrolled"
 
 DEFAULT_SHARING_PERCENTAGE: Final = 90
 

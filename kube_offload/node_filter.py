@@ -9,7 +9,10 @@ that ``kubectl offload explain`` asks the very functions the extender (extender/
    table the webhook writes as affinity: defence in depth for pods it did not mutate);
 3. a virtual node must be Ready;
 4. a virtual node's remote cluster must have at least one node that fits the pod, per the
-   capacity annotation its virtual kubelet publishes (docs/capacity-annotation.md).
+   capacity annotation its virtual kubelet publishes (docs/capacity-annotation.md);
+5. a virtual node must not have handed back a pod of the same workload lately (its
+   ``kube-offload.io/handed-back`` record of the pod's controller, kube_offload/handback.py:
+   the remote could not run such a pod; the refusal grows on repeats).
 
 ``prioritize`` scores the nodes that passed, 0..10, by a strategy.
 
@@ -32,10 +35,12 @@ from typing import Callable, Container, Mapping, Sequence, Union
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
+from kube_offload import handback
 from kube_offload import resources
 from kube_offload.nodes import is_virtual_node, node_is_ready, node_name, placement_allows, cluster_id_of
 from kube_offload.namespace_policies import evaluate
 from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
+from kube_offload.times import format_time
 
 MAX_EXTENDER_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority
 MIN_EXTENDER_PRIORITY = 0
@@ -55,6 +60,7 @@ REASON_NOT_READY = "not-ready"
 REASON_CAPACITY = "capacity"
 REASON_UNKNOWN_NODE = "unknown-node"
 REASON_INVALID_POLICY = "invalid-policy"
+REASON_HANDED_BACK = "handed-back"
 
 # Why a virtual node was kept without a capacity check (see docs/capacity-annotation.md).
 CAPACITY_MISSING = "missing"
@@ -227,6 +233,8 @@ def filter_nodes(
                 continue
         else:
             failure, unknown = _judge_virtual(node, name, policy, requests, now, capacity_max_age, reader, verdicts)
+            if failure is None:
+                failure = _handback_verdict(node, name, pod, now)
             if failure is not None:
                 failures[name] = failure
                 continue
@@ -300,6 +308,21 @@ def _judge_virtual(
             failure.reason, f"virtual node {name} (cluster {cluster}): {failure.message}", failure.unresolvable
         )
     return failure, unknown
+
+
+def _handback_verdict(node: dict, name: str, pod: Mapping, now: datetime) -> NodeFailure | None:
+    """A virtual node that handed back a pod of this pod's workload, while that lasts."""
+    record = handback.refused_until(node, pod, now)
+    if record is None:
+        return None
+    cluster = cluster_id_of(node) or "unknown"
+    # Unresolvable: preempting pods on the virtual node does not make the remote run it.
+    return NodeFailure(
+        REASON_HANDED_BACK,
+        f"virtual node {name} (cluster {cluster}) handed back a pod of this workload "
+        f"({record.reason}, {record.count} time(s)); refused until {format_time(record.until)}",
+        unresolvable=True,
+    )
 
 
 def _capacity_verdict(

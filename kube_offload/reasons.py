@@ -14,6 +14,12 @@ from typing import Final
 REASON_OFFLOADED: Final = "Offloaded"
 REASON_OFFLOADING_FAILED: Final = "OffloadingFailed"
 REASON_REMOTE_UNSCHEDULABLE: Final = "RemoteUnschedulable"
+# The pod was evicted (handed back) because the remote cluster could not run it: unschedulable
+# there past --handback-after, or refused for good (vkubelet/handback.py). Warning.
+REASON_HANDED_BACK: Final = "HandedBack"
+# It was due for handback but may not be evicted (no controller and its namespace does not
+# ask for it; a DaemonSet pod): it waits on the virtual node. Warning.
+REASON_NOT_HANDED_BACK: Final = "NotHandedBack"
 REASON_TWIN_CONFLICT: Final = "TwinNamespaceConflict"
 REASON_TWIN_REFUSED: Final = "TwinNamespaceRefused"
 # The provider revoked our read access to a Ready twin (its consumer RoleBinding gone):

@@ -488,6 +488,28 @@ def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dic
     )
 
 
+_CREATION_FAILED_PREFIX = "creating pod "
+_CREATION_FAILED_INFIX = " failed: "
+
+
+def creation_failed_message(name: str, message: str) -> str:
+    """The ShadowPod's ``status.message`` when the provider refused to create its pod:
+    the consumer's vkubelet reads the API server's words back with
+    :func:`creation_failure` (a refusal for good hands the pod back)."""
+    return f"{_CREATION_FAILED_PREFIX}{name}{_CREATION_FAILED_INFIX}{message}"
+
+
+def creation_failure(shadowpod: Mapping[str, Any] | None) -> str | None:
+    """The API server's refusal of the ShadowPod's pod, while the status says its
+    creation failed (see :func:`creation_failed_message`); else None."""
+    status = (shadowpod or {}).get("status") or {}
+    text = str(status.get("message") or "")
+    if status.get("phase") not in (None, "", PHASE_PENDING) or not text.startswith(_CREATION_FAILED_PREFIX):
+        return None
+    _name, infix, message = text[len(_CREATION_FAILED_PREFIX):].partition(_CREATION_FAILED_INFIX)
+    return message.strip() if infix and message.strip() else None
+
+
 def status_without_pod(shadowpod: Mapping[str, Any], message: str) -> dict[str, Any]:
     """The status while no pod exists (creation failed, or the old one is still going).
 

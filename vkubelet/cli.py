@@ -109,6 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--kubelet-metrics-interval", default="15s", type=non_negative_duration,
          help="how often the offloaded pods' usage is read from the remote metrics.k8s.io API for "
               "/stats/summary and /metrics/resource (kubectl top); 0: those endpoints are off")
+    flag("--handback-after", default="3m", type=non_negative_duration,
+         help="hand back a pod the remote cluster cannot schedule for this long (or refuses for good): "
+              "evict it so its controller's next pod runs elsewhere (docs/virtual-kubelet.md#handback); 0: never")
     flag("--home-cluster-domain", default="cluster.local",
          help="the LOCAL cluster's Service domain (its kubelets' --cluster-domain): offloaded pods reach their "
               "home API server as kubernetes.default.svc.<domain> too (docs/home-api.md)")
@@ -159,6 +162,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         kubelet_authz_cache_authorized_ttl=float(args.kubelet_authorization_cache_authorized_ttl),
         kubelet_authz_cache_unauthorized_ttl=float(args.kubelet_authorization_cache_unauthorized_ttl),
         kubelet_metrics_interval=float(args.kubelet_metrics_interval),
+        handback_after=float(args.handback_after),
         log_level=args.log_level,
         log_json=bool(args.log_json),
         kubelet_limits=limits_from_args(args),

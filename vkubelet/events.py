@@ -18,9 +18,11 @@ from kube_offload.runtime import events
 from kube_offload.runtime.events import NORMAL, WARNING  # noqa: F401  (re-exported for callers)
 # Reasons: the contract's (docs/virtual-kubelet.md lists them), re-exported for the vkubelet's modules.
 from kube_offload.reasons import (  # noqa: F401
+    REASON_HANDED_BACK,
     REASON_HOME_API_UNAVAILABLE,
     REASON_INVALID_API_SERVER_MODE,
     REASON_NODE_NOT_READY,
+    REASON_NOT_HANDED_BACK,
     REASON_OFFLOADED,
     REASON_OFFLOADING_FAILED,
     REASON_POD_IP_NOT_REMAPPED,

@@ -19,7 +19,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kube_offload.runtime import health
@@ -66,8 +66,16 @@ class VirtualKubeletCollector(Collector):
             "Pods bound to the virtual node (offloaded or about to be), by phase.",
             labels=["cluster_id", "phase"],
         )
+        handed_back = CounterMetricFamily(
+            f"{SUBSYSTEM}_pods_handed_back",
+            "Pods evicted because the remote cluster could not run them (docs/virtual-kubelet.md#handback), "
+            "by cause: RemoteUnschedulable (past --handback-after) or RemoteRefused (refused for good).",
+            labels=["cluster_id", "cause"],
+        )
         for vk in vks:
             settings = vk.settings
+            for cause, count in vk.pods.handbacks.snapshot().items():
+                handed_back.add_metric([settings.cluster_id, cause], float(count))
             info.add_metric([settings.cluster_id, settings.local_cluster_id, settings.node_name], 1.0)
             reachable.add_metric([settings.cluster_id], 1.0 if vk.node.ready else 0.0)
             for phase, count in rm.count_by_phase(vk.pods.local_pods.list()).items():
@@ -75,6 +83,7 @@ class VirtualKubeletCollector(Collector):
         yield info
         yield reachable
         yield pods
+        yield handed_back
 
 
 rm.REGISTRY.register(VirtualKubeletCollector())

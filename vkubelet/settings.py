@@ -102,6 +102,10 @@ class Settings:
     # How often the offloaded pods' usage is read from the remote metrics.k8s.io API
     # (seconds; 0 = /stats/summary and /metrics/resource are off).
     kubelet_metrics_interval: float = 15.0
+    # A pod unschedulable in the remote cluster this long (seconds) is handed back: evicted
+    # so its controller makes a pod the scheduler places elsewhere (vkubelet/handback.py);
+    # 0 = never (nor for a refusal for good).
+    handback_after: float = 180.0
     # Caps and timeouts of the kubelet API's connections and streams
     # (vkubelet/kubeletapi/limits.py).
     kubelet_limits: StreamLimits = field(default_factory=StreamLimits)
@@ -194,6 +198,8 @@ class Settings:
         ):
             if ttl < 0:
                 raise SettingsError(f"{flag} must not be negative (0 turns the cache off)")
+        if self.handback_after < 0:
+            raise SettingsError("--handback-after must not be negative (0 turns handback off)")
         if self.kubelet_metrics_interval < 0:
             raise SettingsError("--kubelet-metrics-interval must not be negative (0 turns the metrics endpoints off)")
         if bool(self.kubelet_tls_cert) != bool(self.kubelet_tls_key):

@@ -30,6 +30,7 @@ from kube_offload.shadowpod import (
     asks_for_remote_api,
     build_pod,
     controller_ref,
+    creation_failed_message,
     describe_end,
     is_owned_by,
     owner_key,
@@ -205,7 +206,7 @@ class Reconciler:
             # Refused for what the pod is or where it would go: quota, LimitRange,
             # PodSecurity, an admission webhook, validation. Say so where the user looks,
             # then let the controller retry with backoff (quota may free up).
-            message = f"creating pod {name} failed: {exc.message}"
+            message = creation_failed_message(name, exc.message)
             self._recorder.record(shadowpod, events.WARNING, events.REASON_CREATE_FAILED, message)
             self._write_status(shadowpod, status_without_pod(shadowpod, message), logger, best_effort=True)
             raise

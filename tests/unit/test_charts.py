@@ -638,6 +638,7 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
         ("", "nodes/status"): {"patch"},
         ("", "pods"): {"get", "list", "watch", "delete"},
         ("", "pods/status"): {"patch"},
+        ("", "pods/eviction"): {"create"},  # handback (docs/virtual-kubelet.md#handback)
         ("", "events"): {"get", "create", "patch"},
         ("events.k8s.io", "events"): {"get", "create", "patch"},
         **{("", r): {"list", "watch"} for r in ("configmaps", "secrets", "services")},
@@ -982,6 +983,7 @@ def test_rendered_vkubelets(rendered_local: list[dict[str, Any]]) -> None:
     assert sorted(args.node_label) == ["example.com/provider=acme", "topology.kubernetes.io/region=eu-west"]
     assert args.node_address == "$(POD_IP)"
     assert args.offload_daemonset_pods is False, "DaemonSet pods stay home unless vkubelet.offloadDaemonSetPods"
+    assert args.handback_after == 180.0, "vkubelet.handbackAfter: 3m"
     pod = first["spec"]["template"]["spec"]
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if args.remote_kubeconfig.startswith(m["mountPath"] + "/"))
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])

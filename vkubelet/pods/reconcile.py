@@ -27,7 +27,7 @@ from vkubelet.home_api.pod_access import APIServerMode, resolve_mode
 from vkubelet.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
-from vkubelet.pods import ending, shadowpods
+from vkubelet.pods import ending, handback, shadowpods
 from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
 from vkubelet.policy_events import PolicyNotices
@@ -65,6 +65,8 @@ class PodOffloader:
         self.twins = twins
         self.recorder = recorder
         self.refusals = rf.RefusalBackoff()
+        # Pods handed back since start, by cause (vkubelet/pods/handback.py; a metric).
+        self.handbacks = handback.HandbackCounts()
         # The provider's policy for us, read from our Consumer's cache at each use.
         self._policy = PolicyReader(lambda: twins.consumer.get(settings.local_cluster_id))
         self.notices = PolicyNotices(recorder)
@@ -232,7 +234,10 @@ class PodOffloader:
         if remote is not None and (not self._is_ours(remote) or not shadowpods.belongs_to(remote, current)):
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
         if remote is None:
-            return  # the enforcer has not made it yet; its creation will bring us back
+            # The enforcer has not made it yet (its creation will bring us back), or the
+            # provider refuses to: for good, the pod is handed back.
+            handback.consider(self, local, None, current, logger)
+            return
         if readiness.needs_fresh_truth(local, self.remote_pods.listed_since(twin, self._reconnected_at)):
             raise Requeue(1.0, "back from an outage: waiting for a fresh list of the remote pods")
         self._sync_status(local, remote, current, logger)
@@ -243,7 +248,11 @@ class PodOffloader:
                 ev.REASON_REMOTE_UNSCHEDULABLE,
                 f"cluster {self.settings.cluster_id} cannot schedule the pod: {unschedulable}",
             )
-            raise Requeue(UNSCHEDULABLE_RETRY_SECONDS, "remote pod unschedulable")
+            handed_back, due_in = handback.consider(self, local, remote, current, logger)
+            if handed_back:
+                return
+            retry = UNSCHEDULABLE_RETRY_SECONDS if due_in is None else min(UNSCHEDULABLE_RETRY_SECONDS, due_in + 0.5)
+            raise Requeue(retry, "remote pod unschedulable")
 
     # --- what the steps share -----------------------------------------------------------------------------
     def context(self) -> TranslationContext:

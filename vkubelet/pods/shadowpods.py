@@ -17,6 +17,7 @@ from kube_offload.runtime.kube import MERGE_PATCH, ApiError, Kube, object_key
 from vkubelet import events as ev
 from vkubelet import policy_fit
 from vkubelet import refusals as rf
+from vkubelet.pods import handback
 from vkubelet import termination as term
 from vkubelet.home_api.pod_access import APIServerMode
 from vkubelet.translation import TranslationContext, shadowpod_of, translate_pod
@@ -62,6 +63,10 @@ def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAda
         if refusal is not None:
             delay = _refused(loop, local, backoff_key, print_, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
             _mark_waiting(loop, local, refusal)
+            # A refusal for good (the provider's dry run of the pod meets a quota it alone
+            # exceeds, Pod Security...): the pod goes elsewhere instead of waiting here.
+            if handback.consider_refusal(loop, local, refusal.message, logger):
+                return
             raise Requeue(delay, f"refused by the provider: {refusal.message}") from exc
         message = f"cluster {loop.settings.cluster_id} refused the ShadowPod {twin}/{local['metadata']['name']}: {exc.message}"
         logger.warning(message)

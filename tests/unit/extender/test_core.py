@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kube_offload import constants as c
+from kube_offload import handback
 from kube_offload.capacity import encode_remote_capacity
 from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
@@ -514,3 +515,51 @@ def test_informer_caches_keep_the_virtual_node_names() -> None:
     deliver("DELETED", virtual, virtual)
     assert set(caches.virtual_node_names()) == set()
     assert InformerCaches(client.ApiClient(), node_cache=False).virtual_node_names() is None
+
+
+# --- handed-back workloads (kube_offload/handback.py) --------------------------------------------
+def handed_back(base: dict, records: dict) -> dict:
+    copy = json.loads(json.dumps(base))
+    copy["metadata"]["annotations"][c.ANNOTATION_HANDED_BACK] = handback.encode(records)
+    return copy
+
+
+def owned_pod(controller_uid: str) -> dict:
+    p = pod()
+    p["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8", "uid": controller_uid, "controller": True}
+    ]
+    return p
+
+
+@pytest.mark.parametrize("mode", ["nodes", "names"])
+def test_a_virtual_node_that_handed_back_the_workload_is_refused_until_its_record_expires(mode: str) -> None:
+    records = handback.with_handback({}, "rs-1", "p-0", "RemoteUnschedulable", NOW - timedelta(seconds=60))
+    virtual = handed_back(NODES["virtual"], records)
+    name = virtual["metadata"]["name"]
+    candidates = [virtual, NODES["physical"]] if mode == "nodes" else [name, "worker-1"]
+
+    def lookup_here(n: str) -> dict | None:
+        return virtual if n == name else lookup(n)
+
+    policy = policy_from_namespace(namespace(placement=c.PLACEMENT_LOCAL_AND_REMOTE))
+
+    def run(p: dict, now: datetime) -> core.FilterResult:
+        return core.filter_nodes(p, candidates, policy, lookup_here, now=now)
+
+    result = run(owned_pod("rs-1"), NOW)
+    assert result.passed == ["worker-1"]
+    failure = result.failures[name]
+    assert failure.reason == core.REASON_HANDED_BACK and failure.unresolvable
+    assert "RemoteUnschedulable" in failure.message and name in failure.message
+    # Another workload, a pod without a controller, and the same one once the record expired: kept.
+    assert run(owned_pod("rs-2"), NOW).passed == [name, "worker-1"]
+    assert run(pod(), NOW).passed == [name, "worker-1"]
+    assert run(owned_pod("rs-1"), records["rs-1"].until).passed == [name, "worker-1"]
+
+
+def test_a_handed_back_workload_passes_untouched_where_the_namespace_is_not_offloaded() -> None:
+    records = handback.with_handback({}, "rs-1", "p-0", "RemoteRefused", NOW)
+    virtual = handed_back(NODES["virtual"], records)
+    result = core.filter_nodes(owned_pod("rs-1"), [virtual], policy_from_namespace(namespace(enabled=False)), lookup, now=NOW)
+    assert result.passthrough and result.passed == [virtual["metadata"]["name"]]

@@ -1,0 +1,100 @@
+"""Handback end to end (docs/virtual-kubelet.md#handback): a Deployment's pod that the
+provider refuses for good is evicted from the virtual node, its replacement is kept off
+that node by the extender and runs on a local node, and no duplicate remains anywhere.
+
+The refusal is a ResourceQuota in the twin namespace that the pod alone exceeds
+(``requested`` above ``limited``), which the provider's ShadowPod webhook meets when it
+dry-runs the pod: the ShadowPod create is refused with the quota's words. The scheduler's only choice is made the virtual node by
+cordoning the local nodes until the pod was handed back; its replacement, refused the
+virtual node by the extender, waits for them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kube_offload import constants as c
+from kube_offload import handback
+from kube_offload.reasons import REASON_HANDED_BACK
+from kube_offload_harness.naming import twin_namespace as twin, unique, virtual_node_name
+from support.clusters import PAUSE_IMAGE, delete_namespace, offloaded_namespace
+
+
+def _pods(cluster, namespace: str) -> list[dict]:
+    return cluster.kubectl_json("get", "pods", "-n", namespace, "-l", "app=big")["items"]
+
+
+def _local_nodes(local) -> list[str]:
+    nodes = local.kubectl_json("get", "nodes", "-l", f"{c.LABEL_TYPE}!={c.TYPE_VIRTUAL_NODE}")["items"]
+    return [n["metadata"]["name"] for n in nodes]
+
+
+def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(local, remote, wait):
+    ns = unique("handback")
+    node = virtual_node_name(remote.spec.cluster_id)
+    physical = _local_nodes(local)
+    assert physical, "the environment has no local node to run the pod"
+    offloaded_namespace(local, ns, c.PLACEMENT_LOCAL_AND_REMOTE)
+    try:
+        wait(lambda: remote.kubectl("get", "namespace", twin(ns), check=False).returncode == 0, timeout=60,
+             what="the twin namespace")
+        remote.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "small", "namespace": twin(ns)},
+                      "spec": {"hard": {"requests.cpu": "100m"}}})
+        wait(lambda: remote.kubectl_json("get", "resourcequota", "small", "-n", twin(ns)).get("status", {}).get("used"),
+             timeout=30, what="the quota's usage computed")
+        for name in physical:
+            local.kubectl("cordon", name)
+        try:
+            # Local nodes cordoned: the virtual node is the scheduler's only choice.
+            local.apply({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": ns},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": "big"}},
+                    "template": {"metadata": {"labels": {"app": "big"}}, "spec": {
+                        "containers": [{"name": "app", "image": PAUSE_IMAGE, "resources": {"requests": {"cpu": "500m"}}}],
+                        "terminationGracePeriodSeconds": 1,
+                    }},
+                },
+            })
+
+            # The first pod is evicted (within a second of its refusal) with a Warning Event
+            # naming the provider's refusal...
+            def handed_back_event():
+                events = local.kubectl_json("get", "events", "-n", ns)["items"]
+                return next((e for e in events if e["reason"] == REASON_HANDED_BACK), None)
+
+            event = wait(handed_back_event, timeout=90, what="the HandedBack Event")
+            assert event["type"] == "Warning" and "exceeded quota" in event["message"], event["message"]
+            assert node in event["message"]
+            evicted = event["involvedObject"]["uid"]
+            # ...the workload (its ReplicaSet) is recorded on the virtual node...
+            [replicaset] = local.kubectl_json("get", "replicasets", "-n", ns)["items"]
+            recorded = handback.records_of(local.kubectl_json("get", "node", node))
+            assert recorded[replicaset["metadata"]["uid"]].reason == "RemoteRefused", recorded
+            # ...so its replacement is not placed there again, while no local node is open.
+            replacement = wait(lambda: next((p for p in _pods(local, ns) if p["metadata"]["uid"] != evicted), None),
+                               timeout=60, what="the ReplicaSet's replacement pod")
+            time.sleep(5)
+            current = local.kubectl_json("get", "pod", "-n", ns, replacement["metadata"]["name"])
+            assert current["spec"].get("nodeName") != node, "the replacement went back to the virtual node"
+        finally:
+            for name in physical:
+                local.kubectl("uncordon", name)
+
+        # ...and its replacement runs on a local node; the first pod, its ShadowPod and any remote pod are gone.
+        def settled():
+            items = _pods(local, ns)
+            if len(items) != 1 or items[0]["metadata"]["uid"] == evicted:
+                return None
+            pod = items[0]
+            running = pod["spec"].get("nodeName") in physical and pod.get("status", {}).get("phase") == "Running"
+            return pod if running else None
+
+        replacement = wait(settled, timeout=120, what="one pod, the replacement, Running on a local node")
+        assert replacement["spec"]["nodeName"] != node
+        wait(lambda: remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin(ns))["items"] == []
+             and remote.kubectl_json("get", "pods", "-n", twin(ns))["items"] == [],
+             timeout=60, what="no ShadowPod or pod left in the twin namespace")
+    finally:
+        delete_namespace(local, ns)
