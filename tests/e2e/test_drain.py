@@ -51,6 +51,8 @@ def test_a_drained_consumer_comes_home_and_undrain_lets_it_offload_again(offload
     vnode = virtual_node_name(remote.spec.cluster_id)
     home = unique("drain-home")  # LocalAndRemote: its pod may run on either side
     away = unique("drain-away")  # Remote only: proves offloading works again after undrain
+    unknown = _kube_offload(remote, "drain", "nobody-here")
+    assert unknown.returncode == 2 and "no Consumer 'nobody-here'" in unknown.stderr and consumer in unknown.stderr, unknown.stderr
     offloaded_namespace(local, home, c.PLACEMENT_LOCAL_AND_REMOTE)
     offloaded_namespace(local, away, c.PLACEMENT_REMOTE)
     try:
