@@ -70,6 +70,7 @@ def drain(args: argparse.Namespace) -> int:
     except co.ConsumerError:
         current = None  # unreadable: replaced by a good record below
     if current is not None and current.grace_seconds == grace:
+        drain_now = current
         say(f"consumer {args.consumer} is already being drained since {format_time(current.started)} "
             f"(grace {grace}s, ends {format_time(current.deadline)})")
     else:
@@ -80,8 +81,7 @@ def drain(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise p.PeeringError(f"--grace: {exc}") from None
         _patch_drain(cluster, args.consumer, record)
-        drain_now = co.read_drain({"drain": record})
-        assert drain_now is not None
+        drain_now = co.Drain(started=started, grace_seconds=grace)
         say(f"consumer {args.consumer}: {co.DRAIN_FIELD} set (started {record[co.DRAIN_STARTED]}, grace {grace}s, "
             f"ends {format_time(drain_now.deadline)})")
         say("  new ShadowPods are refused; the consumer's virtual node gets the taint "
@@ -90,10 +90,10 @@ def drain(args: argparse.Namespace) -> int:
     if not args.wait:
         say(f"not waiting (--no-wait): kubectl get consumer {args.consumer} shows the drain's phase")
         return 0
-    return _wait_drained(cluster, args.consumer, grace + AFTER_GRACE_SECONDS)
+    return _wait_drained(cluster, args.consumer, format_time(drain_now.deadline), grace + AFTER_GRACE_SECONDS)
 
 
-def _wait_drained(cluster: Cluster, name: str, timeout: float) -> int:
+def _wait_drained(cluster: Cluster, name: str, deadline_text: str, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     last = None
     while True:
@@ -102,7 +102,10 @@ def _wait_drained(cluster: Cluster, name: str, timeout: float) -> int:
             say(f"consumer {name} was deleted meanwhile: nothing of it is left to drain")
             return 0
         status = consumer.get("status") or {}
-        phase = (status.get("drain") or {}).get("phase") or "waiting for the enforcer"
+        reported = status.get("drain") or {}
+        # A status of an earlier drain (or none yet) is not this drain's progress.
+        phase = reported.get("phase") if reported.get("deadline") == deadline_text else None
+        phase = phase or "waiting for the enforcer"
         left = status.get("shadowPods")
         line = f"  {phase}: {left if left is not None else '?'} ShadowPod(s) left"
         if line != last:
