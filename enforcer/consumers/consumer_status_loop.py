@@ -25,7 +25,8 @@ from typing import Callable, Protocol
 
 from enforcer.consumers.consumer_status import desired_status, stamped, status_changed
 from enforcer.consumers.quota import ConsumerUsage
-from kube_offload.consumers import ConsumerError, Drain, consumer_name, read_drain, shadowpods_due
+from kube_offload.consumers import DRAIN_PHASE_DRAINED, ConsumerError, Drain, consumer_name, read_drain, shadowpods_due
+from kube_offload.reasons import REASON_DRAIN_GRACE_EXPIRED, REASON_DRAINED
 from enforcer.consumers.consumer_api import ConsumerApi
 from enforcer.consumers.trim import content_changed
 from kube_offload.runtime.kube import ApiError
@@ -48,6 +49,12 @@ class Cache(Protocol):
     def has_synced(self) -> bool: ...
 
 
+class Recorder(Protocol):
+    def normal(self, obj: dict, reason: str, message: str) -> None: ...
+
+    def warning(self, obj: dict, reason: str, message: str) -> None: ...
+
+
 class ConsumerStatusLoop:
     def __init__(
         self,
@@ -62,6 +69,7 @@ class ConsumerStatusLoop:
         period: float = 2.0,
         resync_seconds: float = 300.0,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        recorder: Recorder | None = None,
     ) -> None:
         self._consumers = consumers
         self._shadowpods = shadowpods
@@ -78,6 +86,7 @@ class ConsumerStatusLoop:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._clock = clock
+        self._recorder = recorder
         self._by_namespace = hasattr(shadowpods, "add_indexer")
         if self._by_namespace:
             # A drained consumer's ShadowPods by twin namespace, not by walking every one.
@@ -150,7 +159,7 @@ class ConsumerStatusLoop:
             name = consumer_name(consumer)
             twins = self._usage.twin_namespaces(name)
             drain = self._read_drain(name, consumer)
-            shadowpods_left = self._drain(name, drain, twins, now) if drain else 0
+            shadowpods_left = self._drain(consumer, drain, twins, now) if drain else 0
             desired = desired_status(
                 consumer,
                 used=self._usage.used(name),
@@ -162,6 +171,10 @@ class ConsumerStatusLoop:
             )
             if not status_changed(consumer, desired):
                 continue
+            was = ((consumer.get("status") or {}).get("drain") or {}).get("phase")
+            now_phase = (desired.get("drain") or {}).get("phase")
+            if self._recorder and now_phase == DRAIN_PHASE_DRAINED and was != DRAIN_PHASE_DRAINED:
+                self._recorder.normal(consumer, REASON_DRAINED, f"consumer {name} is drained: none of its ShadowPods is left here")
             try:
                 self._api.replace_consumer_status(name, stamped(desired))
                 self.writes += 1
@@ -187,8 +200,9 @@ class ConsumerStatusLoop:
             log.warning("[%s] drain not carried out: %s", name, exc)
             return None
 
-    def _drain(self, name: str, drain: Drain, twins: list[str], now: datetime) -> int:
+    def _drain(self, consumer: dict, drain: Drain, twins: list[str], now: datetime) -> int:
         """Delete what is due of a drained consumer; the number of its ShadowPods left."""
+        name = consumer_name(consumer)
         if self._by_namespace:
             mine = [sp for twin in twins for sp in self._shadowpods.by_index(SHADOWPODS_BY_NAMESPACE, twin)]  # type: ignore[attr-defined]
         else:
@@ -204,10 +218,11 @@ class ConsumerStatusLoop:
             try:
                 self._api.delete_shadowpod(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
                 self.drain_deletes += 1
-                log.warning(
-                    "[%s] drain grace of %ds over: deleted ShadowPod %s/%s (and its pod)",
-                    name, drain.grace_seconds, meta.get("namespace"), meta.get("name"),
-                )
+                message = (f"the drain's grace of {drain.grace_seconds}s is over: deleted ShadowPod "
+                           f"{meta.get('namespace')}/{meta.get('name')} (and its pod)")
+                log.warning("[%s] %s", name, message)
+                if self._recorder:
+                    self._recorder.warning(consumer, REASON_DRAIN_GRACE_EXPIRED, message)
             except ApiError as exc:
                 log.warning("[%s] drain: could not delete ShadowPod %s/%s: %s; trying again", name, meta.get("namespace"), meta.get("name"), exc)
                 self._dirty.set()

@@ -216,6 +216,17 @@ class DrainApi(RecordingApi):
         self.deleted.append((namespace, name, uid))
 
 
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    def normal(self, obj, reason, message):
+        self.seen.append((obj["metadata"]["name"], "Normal", reason, message))
+
+    def warning(self, obj, reason, message):
+        self.seen.append((obj["metadata"]["name"], "Warning", reason, message))
+
+
 def drained_consumer(name, grace):
     obj = consumer(name)
     obj["spec"]["drain"] = {"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": grace}
@@ -235,10 +246,12 @@ def test_a_drain_deletes_the_consumers_shadowpods_only_once_its_grace_is_over():
     for obj in (ns("demo-local", "local"), ns("demo-other", "other")):
         namespaces.put(obj)
     api = DrainApi()
+    events = Events()
+    consumers = Cache([drained_consumer("local", 60), consumer("other")])
     loop = ConsumerStatusLoop(
-        consumers=Cache([drained_consumer("local", 60), consumer("other")]),
+        consumers=consumers,
         shadowpods=shadowpods, namespaces=namespaces, nodes=Cache([node("n1")]), pods=Cache([]),
-        api=api, clock=lambda: now[0],
+        api=api, clock=lambda: now[0], recorder=events,
     )
     loop.sync_all()
     assert api.deleted == []
@@ -251,6 +264,10 @@ def test_a_drain_deletes_the_consumers_shadowpods_only_once_its_grace_is_over():
     loop.sync_all()
     # Only the drained consumer's, by UID; the other consumer's stays.
     assert sorted(api.deleted) == [("demo-local", "a", "uid-a"), ("demo-local", "b", "uid-b")]
+    assert sorted(events.seen) == [
+        ("local", "Warning", "DrainGraceExpired", "the drain's grace of 60s is over: deleted ShadowPod demo-local/a (and its pod)"),
+        ("local", "Warning", "DrainGraceExpired", "the drain's grace of 60s is over: deleted ShadowPod demo-local/b (and its pod)"),
+    ]
     assert dict(api.writes[2:])["local"]["drain"]["phase"] == "GraceExpired"
 
     shadowpods.pop("demo-local/a")  # gone; b is still terminating
@@ -262,6 +279,7 @@ def test_a_drain_deletes_the_consumers_shadowpods_only_once_its_grace_is_over():
     loop.sync_all()
     assert dict(api.writes)["local"]["drain"]["phase"] == "Drained"
     assert loop.next_drain_deadline is None
+    assert events.seen[-1] == ("local", "Normal", "Drained", "consumer local is drained: none of its ShadowPods is left here")
 
 
 def test_an_unreadable_drain_deletes_nothing():
