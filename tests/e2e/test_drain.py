@@ -113,3 +113,42 @@ def test_a_drained_consumer_comes_home_and_undrain_lets_it_offload_again(offload
         _kube_offload(remote, "undrain", consumer)
         delete_namespace(local, home)
         delete_namespace(local, away)
+
+
+def test_a_pod_that_will_not_leave_is_deleted_on_the_provider_when_the_grace_ends(offload_env, local, remote, wait):
+    # A consumer that does not cooperate: its pod tolerates the drain taint (the toleration
+    # is the user's own; the vkubelet never sends it to the provider), so its own cluster
+    # never evicts it. The provider's enforcer deletes the ShadowPod once the grace ends.
+    consumer = offload_env.topology().local.cluster_id
+    vnode = virtual_node_name(remote.spec.cluster_id)
+    ns = unique("drain-stay")
+    offloaded_namespace(local, ns, c.PLACEMENT_REMOTE)
+    try:
+        local.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stubborn", "namespace": ns},
+                     "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+                              "terminationGracePeriodSeconds": 1,
+                              "tolerations": [{"key": c.TAINT_PROVIDER_DRAINING_KEY, "operator": "Exists", "effect": "NoExecute"}]}})
+        wait(lambda: [p for p in _pods(local, ns) if p["spec"].get("nodeName") == vnode
+                      and p.get("status", {}).get("phase") == "Running"],
+             timeout=TIMEOUT, what="the pod Running on the virtual node")
+        wait(lambda: _items(remote, "shadowpods", twin(ns)), timeout=TIMEOUT, what="its ShadowPod")
+
+        result = _kube_offload(remote, "drain", consumer, "--grace", "20s", "--no-wait")
+        assert result.returncode == 0, result.stderr
+        # Within the grace the pod stays where it is (its toleration), and so does its ShadowPod.
+        wait(lambda: c.TAINT_PROVIDER_DRAINING_KEY in _taint_keys(local, vnode), timeout=TIMEOUT, what="the drain taint")
+        phase = wait(lambda: (remote.kubectl_json("get", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", consumer)
+                              .get("status", {}).get("drain") or {}).get("phase"), timeout=TIMEOUT, what="the drain's phase")
+        assert phase == "Draining"
+        assert _items(remote, "shadowpods", twin(ns))
+
+        wait(lambda: not _items(remote, "shadowpods", twin(ns)) and not _items(remote, "pods", twin(ns)),
+             timeout=TIMEOUT, what="its ShadowPod and pod deleted by the provider after the grace")
+        wait(lambda: (remote.kubectl_json("get", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", consumer)
+                      .get("status", {}).get("drain") or {}).get("phase") == "Drained", timeout=TIMEOUT, what="Drained")
+        events = remote.kubectl_json("get", "events", "-n", "default",
+                                     "--field-selector", f"involvedObject.name={consumer},reason=DrainGraceExpired")["items"]
+        assert any("stubborn" in e.get("message", "") for e in events), events
+    finally:
+        _kube_offload(remote, "undrain", consumer)
+        delete_namespace(local, ns)
