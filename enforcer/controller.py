@@ -116,6 +116,7 @@ class Enforcer:
                 release_namespace=settings.release_namespace,
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,
+                recorder=self.recorder,
             )
 
     def _remote_api_access(self, namespace: str) -> bool | None:

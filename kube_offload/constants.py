@@ -57,6 +57,16 @@ TAINT_EFFECT: Final = "NoExecute"
 # spec.unschedulable, which is the local admin's).
 TAINT_PROVIDER_CORDONED_KEY: Final = f"{DOMAIN}/provider-cordoned"
 TAINT_PROVIDER_CORDONED_EFFECT: Final = "NoSchedule"
+# On a virtual node while the provider drains this consumer (Consumer spec.drain,
+# `kube-offload drain`): NoExecute, so the local taint manager evicts the offloaded pods and
+# their controllers recreate them on local nodes; the provider deletes what is left once
+# the drain's grace period is over. Our webhook never tolerates it (a key-less `Exists`
+# toleration a pod carries itself would: such a pod stays until the grace ends).
+TAINT_PROVIDER_DRAINING_KEY: Final = f"{DOMAIN}/provider-draining"
+TAINT_PROVIDER_DRAINING_EFFECT: Final = "NoExecute"
+# `kube-offload drain`'s grace period when --grace is not given: long enough for the
+# taint manager's evictions and the pods' own termination grace (30s by default).
+DEFAULT_DRAIN_GRACE_SECONDS: Final = 300
 
 # Published by the virtual kubelet on its Node, read by the scheduler extender: the remote
 # cluster's free capacity per remote node (format in docs/capacity-annotation.md).

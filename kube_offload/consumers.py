@@ -11,12 +11,14 @@ never anything the consumer can set.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.consumer_quota import consumer_quota
 from kube_offload.provider_policy import ProviderPolicy, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, ResourceList, resource_sort_key
+from kube_offload.times import format_time, parse_time
 
 ConsumerLookup = Callable[[str], "Mapping[str, Any] | None"]
 """Consumer name -> Consumer object (or None): e.g. a Consumer informer's ``get``."""
@@ -101,6 +103,8 @@ class ConsumerTerms:
     quota: ResourceList  # milli-units; an absent resource is unlimited
     cordoned: bool
     policy: ProviderPolicy  # spec.policy, its defaults where absent
+    # spec.drain is set (kube-offload drain): creates are refused as under a cordon.
+    draining: bool = False
 
 
 class ConsumerError(ValueError):
@@ -131,6 +135,9 @@ def consumer_terms(consumer: Mapping[str, Any]) -> ConsumerTerms:
         quota=quota,
         cordoned=spec.get("cordoned") is True,
         policy=policy,
+        # Present at all, even unreadable: a drain the enforcer cannot time still refuses
+        # new pods (it is the provider's record; the CRD schema keeps it well formed).
+        draining=spec.get("drain") is not None,
     )
 
 
@@ -149,3 +156,72 @@ def quota_excess(
         if used + more > quota[name]:
             exceeded.append((name, more, used, quota[name]))
     return exceeded
+
+
+# --- drain (kube-offload drain; docs/enforcer.md "Draining a consumer") -------------------------
+# spec.drain is the provider's record of a drain: when it started and how long the consumer's
+# pods may take to leave. Its presence refuses new ShadowPods (as spec.cordoned does) and makes
+# the consumer's virtual kubelet taint its node NoExecute; once the grace is over the enforcer
+# deletes the ShadowPods still there. Only the provider writes spec; the consumer reads it.
+DRAIN_FIELD = "spec.drain"
+DRAIN_STARTED = "startedAt"
+DRAIN_GRACE = "gracePeriodSeconds"
+# The CRD's maximum for gracePeriodSeconds (30 days; tests pin the two together).
+DRAIN_MAX_GRACE_SECONDS = 30 * 24 * 3600
+
+DRAIN_PHASE_DRAINING = "Draining"  # within the grace: the consumer's pods are leaving
+DRAIN_PHASE_EXPIRED = "GraceExpired"  # the enforcer deletes the ShadowPods still there
+DRAIN_PHASE_DRAINED = "Drained"  # no ShadowPod of this consumer is left
+
+
+@dataclass(frozen=True)
+class Drain:
+    started: datetime
+    grace_seconds: int
+
+    @property
+    def deadline(self) -> datetime:
+        return self.started + timedelta(seconds=self.grace_seconds)
+
+
+def drain_record(started: datetime, grace_seconds: int) -> dict[str, Any]:
+    """The ``spec.drain`` object ``kube-offload drain`` writes."""
+    if not 0 <= grace_seconds <= DRAIN_MAX_GRACE_SECONDS:
+        raise ValueError(f"{DRAIN_FIELD}.{DRAIN_GRACE} must be 0 to {DRAIN_MAX_GRACE_SECONDS} seconds (30 days), not {grace_seconds}")
+    return {DRAIN_STARTED: format_time(started), DRAIN_GRACE: int(grace_seconds)}
+
+
+def read_drain(spec: Mapping[str, Any]) -> Drain | None:
+    """The drain in a Consumer's ``spec`` (None: not drained); :class:`ConsumerError`
+    naming the field when it is there but unreadable (the CRD schema prevents that; an
+    older schema or an edit without it does not)."""
+    raw = spec.get("drain")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConsumerError(f"{DRAIN_FIELD} must be an object with {DRAIN_STARTED} and {DRAIN_GRACE}; undrain and drain again")
+    try:
+        started = parse_time(str(raw.get(DRAIN_STARTED) or ""))
+    except ValueError:
+        raise ConsumerError(
+            f"{DRAIN_FIELD}.{DRAIN_STARTED}={raw.get(DRAIN_STARTED)!r} is not an RFC 3339 time; undrain and drain again"
+        ) from None
+    grace = raw.get(DRAIN_GRACE)
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise ConsumerError(f"{DRAIN_FIELD}.{DRAIN_GRACE}={grace!r} must be a whole number of seconds, 0 or more")
+    return Drain(started=started, grace_seconds=grace)
+
+
+def drain_phase(drain: Drain, now: datetime, shadowpods_left: int) -> str:
+    if shadowpods_left == 0:
+        return DRAIN_PHASE_DRAINED
+    return DRAIN_PHASE_EXPIRED if now >= drain.deadline else DRAIN_PHASE_DRAINING
+
+
+def shadowpods_due(drain: Drain, shadowpods: Iterable[Mapping[str, Any]], now: datetime) -> list[Mapping[str, Any]]:
+    """The ShadowPods of a drained consumer the provider deletes now: none within the grace
+    (the consumer's pods leave through their own evictions), afterwards every one not
+    already being deleted, whatever the consumer does meanwhile."""
+    if now < drain.deadline:
+        return []
+    return [sp for sp in shadowpods if not (sp.get("metadata") or {}).get("deletionTimestamp")]

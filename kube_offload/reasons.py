@@ -91,3 +91,9 @@ REASON_POD_NAME_TAKEN: Final = "PodNameTaken"
 REASON_INVALID_SHADOWPOD: Final = "InvalidShadowPod"
 REASON_POD_UPDATED: Final = "PodUpdated"
 REASON_POD_UPDATE_REFUSED: Final = "PodUpdateRefused"
+
+# --- enforcer: Events on Consumers (cluster-scoped: in namespace default; docs/enforcer.md) ------
+# A drain's grace ended with ShadowPods of the consumer still here: the enforcer deleted them.
+REASON_DRAIN_GRACE_EXPIRED: Final = "DrainGraceExpired"
+# No ShadowPod of a drained consumer is left.
+REASON_DRAINED: Final = "Drained"

@@ -297,6 +297,9 @@ def _quota_check(pod: Mapping, requests: Mapping[str, int], view: RemoteView | N
             for name, more, have, limit in exceeded
         )
         return "fail", f"exceeds the quota of consumer {terms.consumer_id} on provider {cluster_id}: {details} (quota mode {mode})"
+    if terms.draining:
+        return "fail", (f"consumer {terms.consumer_id} is drained by provider {cluster_id}: no new pods are admitted, "
+                        "and the pods there are sent home (until the provider runs kube-offload undrain)")
     if terms.cordoned:
         return "fail", f"consumer {terms.consumer_id} is cordoned by provider {cluster_id}: no new pods are admitted"
     return "", ""

@@ -76,6 +76,9 @@ def taints_allow(pod: Mapping, node: Mapping) -> tuple[bool, str]:
     if taint.get("key") == c.TAINT_PROVIDER_CORDONED_KEY:
         # Ours, and not to be tolerated: the provider would refuse the pod anyway.
         why += " (the provider cordons this cluster: Consumer spec.cordoned; the pods already there keep running)"
+    elif taint.get("key") == c.TAINT_PROVIDER_DRAINING_KEY:
+        why += (" (the provider drains this cluster: Consumer spec.drain; the pods there are evicted and "
+                "recreated on local nodes, until the provider runs kube-offload undrain)")
     return False, why
 
 

@@ -285,6 +285,9 @@ def remote_status(facts: RemoteFacts, now: datetime, local_cluster_id: str | Non
     quota, cordoned, quota_mode = _quota(facts.consumer)
     if cordoned:
         warnings.append(f"consumer {local_cluster_id} is cordoned by provider {facts.cluster_id}: no new pods are admitted there")
+    if facts.consumer is not None and (facts.consumer.get("spec") or {}).get("drain") is not None:
+        warnings.append(f"consumer {local_cluster_id} is drained by provider {facts.cluster_id}: no new pods are admitted "
+                        "there and the pods there are sent home (until the provider runs kube-offload undrain)")
     twins = _twins(facts.twin_requests)
     for twin in twins:
         if twin["phase"] == "Refused":

@@ -246,6 +246,19 @@ class VirtualNode:
                 )
             else:
                 log.info("the provider lifted its cordon of consumer %s: taint %s removed", self.settings.local_cluster_id, c.TAINT_PROVIDER_CORDONED_KEY)
+        if (previous.draining if previous else False) != fresh.draining:
+            if fresh.draining:
+                log.warning(
+                    "the provider drains consumer %s (Consumer spec.drain): node %s gets the taint %s:%s, so the pods "
+                    "offloaded there are evicted and recreated on other nodes; what is left after the provider's grace "
+                    "it deletes itself",
+                    self.settings.local_cluster_id,
+                    self.settings.node_name,
+                    c.TAINT_PROVIDER_DRAINING_KEY,
+                    c.TAINT_PROVIDER_DRAINING_EFFECT,
+                )
+            else:
+                log.info("the provider ended its drain of consumer %s: taint %s removed", self.settings.local_cluster_id, c.TAINT_PROVIDER_DRAINING_KEY)
         if previous is None or previous.problems != fresh.problems:
             for problem in fresh.problems:
                 log.warning("Consumer %s: %s", self.settings.local_cluster_id, problem)
@@ -293,6 +306,7 @@ class VirtualNode:
         summary = current.summary if current else None
         suggested = current.suggested_labels if current else None
         cordoned = bool(current and current.admitted and current.cordoned)
+        draining = bool(current and current.admitted and current.draining)
         if current is not None and not current.admitted:
             summary = None
         if summary is not None:
@@ -303,7 +317,7 @@ class VirtualNode:
         desired = forge.node_status(self.settings, observation, (node or {}).get("status"), now)
 
         if node is None:
-            body = forge.build_node(self.settings, desired, annotations, suggested, cordoned=cordoned)
+            body = forge.build_node(self.settings, desired, annotations, suggested, cordoned=cordoned, draining=draining)
             try:
                 node = self._local.create(NODES, body)
                 log.info("created virtual node %s", self.settings.node_name)
@@ -313,7 +327,7 @@ class VirtualNode:
                 node = self._local.get(NODES, self.settings.node_name)
             self._written = node
 
-        patch = forge.metadata_patch(node, self.settings, annotations, suggested, cordoned=cordoned)
+        patch = forge.metadata_patch(node, self.settings, annotations, suggested, cordoned=cordoned, draining=draining)
         if patch:
             node = self._local.patch(NODES, self.settings.node_name, patch, content_type=MERGE_PATCH)
             self._written = node

@@ -75,13 +75,22 @@ def provider_cordon_taint() -> dict[str, str]:
     return {"key": c.TAINT_PROVIDER_CORDONED_KEY, "value": "true", "effect": c.TAINT_PROVIDER_CORDONED_EFFECT}
 
 
-def node_taints(current: list[dict] | None, *, cordoned: bool) -> list[dict]:
+def provider_drain_taint() -> dict[str, str]:
+    return {"key": c.TAINT_PROVIDER_DRAINING_KEY, "value": "true", "effect": c.TAINT_PROVIDER_DRAINING_EFFECT}
+
+
+def node_taints(current: list[dict] | None, *, cordoned: bool, draining: bool = False) -> list[dict]:
     """The node's taints as they should be: ours (the virtual-node taint always, the
-    provider-cordon taint while the provider cordons us) in their exact form, everybody
-    else's (the node lifecycle controller's, an admin's) untouched and in their order."""
+    provider-cordon taint while the provider cordons us, the NoExecute drain taint while it
+    drains us) in their exact form, everybody else's (the node lifecycle controller's, an
+    admin's) untouched and in their order."""
     current = [dict(t) for t in current or []]
-    ours = {c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY}
-    wanted = [virtual_node_taint()] + ([provider_cordon_taint()] if cordoned else [])
+    ours = {c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY, c.TAINT_PROVIDER_DRAINING_KEY}
+    wanted = (
+        [virtual_node_taint()]
+        + ([provider_cordon_taint()] if cordoned else [])
+        + ([provider_drain_taint()] if draining else [])
+    )
     if [t for t in current if t.get("key") in ours] == wanted:
         return current  # already right: no write
     return [*(t for t in current if t.get("key") not in ours), *wanted]
@@ -192,6 +201,7 @@ def build_node(
     suggested: Mapping[str, str] | None = None,
     *,
     cordoned: bool = False,
+    draining: bool = False,
 ) -> dict:
     """The Node to create when none exists (status included: the API keeps a Node's
     status on create, as kubelet registration relies on)."""
@@ -206,7 +216,7 @@ def build_node(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": metadata,
-        "spec": {"taints": node_taints(None, cordoned=cordoned)},
+        "spec": {"taints": node_taints(None, cordoned=cordoned, draining=draining)},
         "status": status,
     }
 
@@ -218,11 +228,12 @@ def metadata_patch(
     suggested: Mapping[str, str] | None = None,
     *,
     cordoned: bool = False,
+    draining: bool = False,
 ) -> dict | None:
     """A merge patch that puts our labels, annotations and taints on an existing node, or
     None when they are already there. A label the provider suggested earlier (listed in
     the provider-labels annotation) and no longer does is removed, and so is the
-    provider-cordon taint once the provider lifts its cordon; other labels, annotations
+    provider-cordon and drain taints once the provider lifts them; other labels, annotations
     and taints (kubectl label, the node lifecycle controller's not-ready taint) are left
     alone."""
     meta = node.get("metadata") or {}
@@ -248,7 +259,7 @@ def metadata_patch(
     if changed:
         patch.setdefault("metadata", {})["annotations"] = changed
     taints = list(spec.get("taints") or [])
-    wanted_taints = node_taints(taints, cordoned=cordoned)
+    wanted_taints = node_taints(taints, cordoned=cordoned, draining=draining)
     if wanted_taints != taints:
         # A merge patch replaces the whole list; the resourceVersion makes it fail
         # rather than drop a taint another controller added meanwhile.

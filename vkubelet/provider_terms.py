@@ -3,7 +3,7 @@
 The consumer may not read the provider's nodes and pods. The provider's enforcer
 publishes a summary of them in ``Consumer.status.capacity``, and the provider's own
 terms sit in ``Consumer.spec``: a quota (the ShadowPod webhook refuses what exceeds it,
-so the virtual node must never advertise more), a cordon, and labels it suggests for the
+so the virtual node must never advertise more), a cordon, a drain, and labels it suggests for the
 consumer's virtual node (region, provider...), and its policy (``spec.policy``, what our
 identity may write there: kube_offload/provider_policy.py). This module reads that object;
 node.py and node_forge.py turn it into the virtual node, and policy_fit.py uses the policy
@@ -49,6 +49,9 @@ class ProviderTerms:
     # Per-resource upper bound on the sum of our ShadowPods' requests; absent = unlimited.
     quota: ResourceList = field(default_factory=dict)
     cordoned: bool = False
+    # spec.drain is set: the provider is taking our pods back (kube-offload drain); the node
+    # gets the NoExecute drain taint so they are evicted here and recreated on local nodes.
+    draining: bool = False
     suggested_labels: dict[str, str] = field(default_factory=dict)
     # What our identity may write in our twin namespaces (spec.policy; the defaults when
     # absent or unreadable).
@@ -128,6 +131,9 @@ def read_consumer(consumer: Mapping | None) -> ProviderTerms:
         summary=summary,
         quota=quota,
         cordoned=bool(spec.get("cordoned")),
+        # Present at all: a drain record this consumer cannot read still means "leave" (the
+        # provider deletes what is left after its grace either way).
+        draining=spec.get("drain") is not None,
         suggested_labels=labels,
         policy=policy,
         problems=tuple(problems),

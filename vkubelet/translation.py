@@ -166,9 +166,9 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
 
 # --- scheduling ------------------------------------------------------------------------------
 def _drop_virtual_node_toleration(spec: dict) -> None:
-    """The virtual node's own taints (its NoExecute one, the provider-cordoned one) are
-    local: tolerating them means nothing to the remote nodes."""
-    local_keys = (c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY)
+    """The virtual node's own taints (its NoExecute one, the provider-cordoned and -draining
+    ones) are local: tolerating them means nothing to the remote nodes."""
+    local_keys = (c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY, c.TAINT_PROVIDER_DRAINING_KEY)
     tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") not in local_keys]
     if tolerations:
         spec["tolerations"] = tolerations

@@ -27,7 +27,8 @@ one round trip shows everything to fix:
     its requests under quota mode ``hard``), and an
     update lowers no request or limit (:mod:`enforcer.admission.quota_rules`; the running pod keeps
     its old ones);
-11. a cordoned consumer creates nothing and may not raise requests by an update.
+11. a cordoned or drained consumer (``spec.cordoned``, ``spec.drain``) creates nothing and may not
+    raise requests by an update.
 
 What these rules do not cover (the rest of Pod Security, LimitRanges, ResourceQuotas,
 the Pod's own validation) the provider's API server decides, through a dry-run create of
@@ -174,16 +175,21 @@ def decide(
             f'exceeded quota of consumer "{owner}": {details}; wait until other ShadowPods of this consumer end, '
             "or ask the provider to raise Consumer spec.quota"
         )
-    if terms.cordoned:
+    if terms.cordoned or terms.draining:
+        if terms.draining:
+            state, until = "drained", "the provider undrains it (kube-offload undrain, which removes Consumer spec.drain)"
+        else:
+            state, until = "cordoned", "the provider sets Consumer spec.cordoned=false"
         if request.operation == "CREATE":
+            keep = "existing ones are removed when the drain's grace ends" if terms.draining else "existing ones keep running"
             return _forbidden(
-                f'consumer "{owner}" is cordoned by the provider: no new ShadowPods are admitted '
-                "(existing ones keep running) until the provider sets Consumer spec.cordoned=false"
+                f'consumer "{owner}" is {state} by the provider: no new ShadowPods are admitted '
+                f"({keep}) until {until}"
             )
         raised = sorted((name for name, amount in delta.items() if amount > 0), key=resource_sort_key)
         if raised:
             return _forbidden(
-                f'consumer "{owner}" is cordoned by the provider: an update may not raise requests '
+                f'consumer "{owner}" is {state} by the provider: an update may not raise requests '
                 f"(this one raises {', '.join(raised)})"
             )
     return Decision.allow()

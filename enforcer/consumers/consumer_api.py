@@ -11,7 +11,7 @@ from typing import Protocol
 
 from kubernetes import client
 
-from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, TWIN_NAMESPACES, Resource
+from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, SHADOWPODS, TWIN_NAMESPACES, Resource
 from kube_offload.runtime.kube import ApiError, JSON_PATCH, Kube, MERGE_PATCH
 
 
@@ -41,6 +41,8 @@ class ConsumerApi(Protocol):
     def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None: ...
 
     def replace_consumer_status(self, name: str, status: dict) -> dict: ...
+
+    def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None: ...
 
 
 class KubeConsumerApi:
@@ -111,6 +113,11 @@ class KubeConsumerApi:
         # Replaced whole: a merge patch would keep a node that left the capacity summary.
         body = [{"op": "add", "path": "/status", "value": status}]
         return self._kube.patch(CONSUMERS, name, body, subresource="status", content_type=JSON_PATCH)
+
+    # --- ShadowPods of a drained consumer past its grace (shadowpods: delete) -------------
+    def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly that ShadowPod (its pod goes with it: the pod's owner reference)."""
+        self._delete(SHADOWPODS, namespace, name, uid)
 
     def _delete(self, resource: Resource, namespace: str | None, name: str, uid: str) -> None:
         try:

@@ -13,7 +13,7 @@ import threading
 
 from kubernetes import client
 
-from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop
+from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop, Recorder
 from enforcer.consumers.consumer_api import KubeConsumerApi
 from enforcer.consumers.trim import trim_namespace, trim_node, trim_pod
 from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
@@ -48,6 +48,7 @@ class ConsumerLoops:
         status_period: float,
         resync_seconds: float,
         workers: int = 2,
+        recorder: Recorder | None = None,
     ) -> None:
         kube = Kube(api_client)
 
@@ -122,6 +123,7 @@ class ConsumerLoops:
             api=api,
             period=status_period,
             resync_seconds=resync_seconds,
+            recorder=recorder,  # Events on Consumers: a drain's deletions and its end
         )
         for informer in (self.consumers, shadowpods, self.namespaces, *([managed_pods] if managed_pods else [])):
             informer.add_handler(self.status.on_event)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from kube_offload.times import format_time
 from typing import Mapping
 
+from kube_offload.consumers import Drain, drain_phase
 from kube_offload.remote_resources import RemoteResources, encode_capacity_status
 from kube_offload.resources import MILLI, ResourceList, format_resource_list
 
@@ -28,14 +29,21 @@ def desired_status(
     used: ResourceList,
     twin_namespaces: list[str],
     capacity: RemoteResources,
+    drain: Drain | None = None,
+    shadowpods_left: int = 0,
+    now: datetime | None = None,
 ) -> dict:
-    """The status without its timestamp (see :func:`stamped`)."""
+    """The status without its timestamp (see :func:`stamped`); ``drain`` the consumer's
+    spec.drain as read, ``shadowpods_left`` its ShadowPod objects still there."""
     status: dict = {
         "used": format_resource_list(used),
         "shadowPods": used.get("pods", 0) // MILLI,
         "twinNamespaces": list(twin_namespaces),
         "capacity": encode_capacity_status(capacity),
     }
+    if drain is not None:
+        moment = now or datetime.now(timezone.utc)
+        status["drain"] = {"phase": drain_phase(drain, moment, shadowpods_left), "deadline": format_time(drain.deadline)}
     generation = (consumer.get("metadata") or {}).get("generation")
     if generation is not None:
         status["observedGeneration"] = generation

@@ -8,6 +8,11 @@ fast pods churn (one pass is a sum over the cached objects, no API reads), and w
 only on change keeps a quiet cluster quiet. The pods' requests are parsed once per pass
 for all consumers (:func:`~kube_offload.remote_resources.summarize_many`). The pass runs on its own thread, apart from
 the ShadowPod workers.
+
+The same pass carries out drains (Consumer spec.drain, ``kube-offload drain``): within the
+grace it only reports the phase; once the grace is over it deletes the consumer's ShadowPods
+still there (their pods go with them), whatever the consumer does or whether it is there at
+all, and it wakes itself at the next deadline rather than at the next resync.
 """
 
 from __future__ import annotations
@@ -15,17 +20,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Protocol
+from datetime import datetime, timezone
+from typing import Callable, Protocol
 
 from enforcer.consumers.consumer_status import desired_status, stamped, status_changed
 from enforcer.consumers.quota import ConsumerUsage
-from kube_offload.consumers import consumer_name
+from kube_offload.consumers import DRAIN_PHASE_DRAINED, ConsumerError, Drain, consumer_name, read_drain, shadowpods_due
+from kube_offload.reasons import REASON_DRAIN_GRACE_EXPIRED, REASON_DRAINED
 from enforcer.consumers.consumer_api import ConsumerApi
 from enforcer.consumers.trim import content_changed
 from kube_offload.runtime.kube import ApiError
 from kube_offload.remote_resources import summarize_many
 
 log = logging.getLogger("kube_offload.enforcer.consumers")
+
+SHADOWPODS_BY_NAMESPACE = "drain-namespace"
+
+
+def _namespace_of(obj: dict) -> list[str]:
+    return [str((obj.get("metadata") or {}).get("namespace") or "")]
 
 
 class Cache(Protocol):
@@ -34,6 +47,12 @@ class Cache(Protocol):
     def list(self) -> list[dict]: ...
 
     def has_synced(self) -> bool: ...
+
+
+class Recorder(Protocol):
+    def normal(self, obj: dict, reason: str, message: str) -> None: ...
+
+    def warning(self, obj: dict, reason: str, message: str) -> None: ...
 
 
 class ConsumerStatusLoop:
@@ -49,6 +68,8 @@ class ConsumerStatusLoop:
         api: ConsumerApi,
         period: float = 2.0,
         resync_seconds: float = 300.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        recorder: Recorder | None = None,
     ) -> None:
         self._consumers = consumers
         self._shadowpods = shadowpods
@@ -64,8 +85,17 @@ class ConsumerStatusLoop:
         self._dirty = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._clock = clock
+        self._recorder = recorder
+        self._by_namespace = hasattr(shadowpods, "add_indexer")
+        if self._by_namespace:
+            # A drained consumer's ShadowPods by twin namespace, not by walking every one.
+            shadowpods.add_indexer(SHADOWPODS_BY_NAMESPACE, _namespace_of)  # type: ignore[attr-defined]
+        # Seconds from the last pass to the next drain deadline (None: no drain pending).
+        self._next_deadline: float | None = None
         self.passes = 0
         self.writes = 0
+        self.drain_deletes = 0
 
     # --- informer handlers (on the informer threads: cheap) --------------------------------
     def on_event(self, _event: str, _old: dict | None, _new: dict) -> None:
@@ -99,7 +129,9 @@ class ConsumerStatusLoop:
                 return
         last_pass = float("-inf")
         while not self._stopped.is_set():
-            self._dirty.wait(self._resync)
+            pending = self._next_deadline
+            # A drain's grace ends with no event to wake on: wake for it (a second late at most).
+            self._dirty.wait(self._resync if pending is None else max(0.0, min(self._resync, pending + 1.0)))
             if self._stopped.is_set():
                 return
             wait = last_pass + self._period - time.monotonic()
@@ -121,16 +153,28 @@ class ConsumerStatusLoop:
         consumers = self._consumers.list()
         # One parse of every pod for all consumers, not one per consumer.
         capacities = summarize_many(nodes, pods, [consumer_name(consumer) for consumer in consumers])
+        now = self._clock()
+        self._next_deadline = None
         for consumer in consumers:
             name = consumer_name(consumer)
+            twins = self._usage.twin_namespaces(name)
+            drain = self._read_drain(name, consumer)
+            shadowpods_left = self._drain(consumer, drain, twins, now) if drain else 0
             desired = desired_status(
                 consumer,
                 used=self._usage.used(name),
-                twin_namespaces=self._usage.twin_namespaces(name),
+                twin_namespaces=twins,
                 capacity=capacities[name],
+                drain=drain,
+                shadowpods_left=shadowpods_left,
+                now=now,
             )
             if not status_changed(consumer, desired):
                 continue
+            was = ((consumer.get("status") or {}).get("drain") or {}).get("phase")
+            now_phase = (desired.get("drain") or {}).get("phase")
+            if self._recorder and now_phase == DRAIN_PHASE_DRAINED and was != DRAIN_PHASE_DRAINED:
+                self._recorder.normal(consumer, REASON_DRAINED, f"consumer {name} is drained: none of its ShadowPods is left here")
             try:
                 self._api.replace_consumer_status(name, stamped(desired))
                 self.writes += 1
@@ -140,3 +184,46 @@ class ConsumerStatusLoop:
                     continue  # deleted meanwhile
                 log.warning("[%s] could not write status: %s; trying again in %.0fs", name, exc, self._period)
                 self._dirty.set()
+
+    # --- drains -----------------------------------------------------------------------
+    @property
+    def next_drain_deadline(self) -> float | None:
+        """Seconds from the last pass to the next drain's deadline (None: none pending)."""
+        return self._next_deadline
+
+    @staticmethod
+    def _read_drain(name: str, consumer: dict) -> Drain | None:
+        try:
+            return read_drain(consumer.get("spec") or {})
+        except ConsumerError as exc:
+            # New ShadowPods are refused all the same (admission reads spec.drain's presence).
+            log.warning("[%s] drain not carried out: %s", name, exc)
+            return None
+
+    def _drain(self, consumer: dict, drain: Drain, twins: list[str], now: datetime) -> int:
+        """Delete what is due of a drained consumer; the number of its ShadowPods left."""
+        name = consumer_name(consumer)
+        if self._by_namespace:
+            mine = [sp for twin in twins for sp in self._shadowpods.by_index(SHADOWPODS_BY_NAMESPACE, twin)]  # type: ignore[attr-defined]
+        else:
+            namespaces = set(twins)
+            mine = [sp for sp in self._shadowpods.list() if (sp.get("metadata") or {}).get("namespace") in namespaces]
+        due = shadowpods_due(drain, mine, now)
+        if not due and mine:
+            until = (drain.deadline - now).total_seconds()
+            if until > 0:
+                self._next_deadline = until if self._next_deadline is None else min(self._next_deadline, until)
+        for shadowpod in due:
+            meta = shadowpod.get("metadata") or {}
+            try:
+                self._api.delete_shadowpod(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+                self.drain_deletes += 1
+                message = (f"the drain's grace of {drain.grace_seconds}s is over: deleted ShadowPod "
+                           f"{meta.get('namespace')}/{meta.get('name')} (and its pod)")
+                log.warning("[%s] %s", name, message)
+                if self._recorder:
+                    self._recorder.warning(consumer, REASON_DRAIN_GRACE_EXPIRED, message)
+            except ApiError as exc:
+                log.warning("[%s] drain: could not delete ShadowPod %s/%s: %s; trying again", name, meta.get("namespace"), meta.get("name"), exc)
+                self._dirty.set()
+        return len(mine)

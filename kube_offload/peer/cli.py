@@ -10,7 +10,8 @@ from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload.peer.connect import run_peer
 from kube_offload.peer.disconnect import run_unpeer
-from kube_offload.runtime.flags import add_flag, positive_duration
+from kube_offload.peer.drain import run_drain, run_undrain
+from kube_offload.runtime.flags import add_flag, non_negative_duration, positive_duration
 
 
 def token_expiration(text: str) -> float:
@@ -76,6 +77,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _common_flags(unpeer, "unpeer")
     unpeer.set_defaults(func=run_unpeer)
+
+    drain = subparsers.add_parser(
+        "drain",
+        help="provider side: take every pod of one consumer back (its pods go home), until undrain",
+        description=(
+            "Run against the PROVIDER cluster. Sets Consumer spec.drain: the consumer may create no new "
+            "ShadowPods; its virtual kubelet taints its virtual node "
+            f"{c.TAINT_PROVIDER_DRAINING_KEY}=true:{c.TAINT_PROVIDER_DRAINING_EFFECT}, so the consumer's "
+            "cluster evicts the pods offloaded here and their controllers recreate them on its own nodes; "
+            "when --grace has passed the enforcer deletes the consumer's ShadowPods (and pods) still here, "
+            "whether or not the consumer took part. Waits and reports until nothing of the consumer runs "
+            "here (--no-wait: return at once). Draining again keeps the first start time. "
+            "Undo with kube-offload undrain. See docs/enforcer.md, \"Draining a consumer\"."
+        ),
+    )
+    _provider_flags(drain, "drain")
+    add_flag(drain, "drain", "--grace", default=f"{c.DEFAULT_DRAIN_GRACE_SECONDS}s", type=non_negative_duration,
+             help="how long the consumer's pods may take to leave before the provider deletes them (e.g. 90s, 10m; "
+                  "0: at once; at most 30 days)")
+    drain.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                       help="wait until no ShadowPod of the consumer is left, printing progress (default: wait)")
+    drain.set_defaults(func=run_drain)
+
+    undrain = subparsers.add_parser(
+        "undrain",
+        help="provider side: end a drain; the consumer may offload here again",
+        description=(
+            "Run against the PROVIDER cluster. Removes Consumer spec.drain: new ShadowPods are admitted "
+            "again and the consumer's virtual node loses its drain taint, so new pods may be offloaded here. "
+            "Pods already recreated at home stay there. A cordon the provider set itself (spec.cordoned) stays."
+        ),
+    )
+    _provider_flags(undrain, "undrain")
+    undrain.set_defaults(func=run_undrain)
+
+
+def _provider_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("consumer", metavar="CONSUMER", help="the consumer's cluster id (its Consumer's name: kubectl get consumers)")
+    flag = lambda name, **kw: add_flag(parser, command, name, **kw)  # noqa: E731
+    flag("--kubeconfig", default=None, help="admin kubeconfig of the PROVIDER (remote) cluster; unset: $KUBECONFIG or ~/.kube/config")
+    flag("--context", default=None, help="context of --kubeconfig; unset: its current context")
 
 
 def _common_flags(parser: argparse.ArgumentParser, command: str) -> None:

@@ -730,9 +730,10 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
     [enforcer] = find(remote_docs, "ClusterRole", "enforcer")
     # Exactly what the enforcer's code calls (docs/enforcer.md, "RBAC"; the e2e suite runs
     # it under this role): no ShadowPod update/patch, no pod update, no node or RoleBinding
-    # get, no status update, no events.k8s.io.
+    # get, no status update, no events.k8s.io. ShadowPod delete: a drained consumer's, after
+    # its grace (Consumer spec.drain).
     assert rules_of(enforcer) == {
-        (C.SHADOWPOD_GROUP, C.SHADOWPOD_PLURAL): {"get", "list", "watch"},
+        (C.SHADOWPOD_GROUP, C.SHADOWPOD_PLURAL): {"get", "list", "watch", "delete"},
         (C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/status"): {"patch"},
         (C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/finalizers"): {"update"},
         ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},

@@ -43,3 +43,17 @@ def test_bad_environment_value_is_a_clear_exit(monkeypatch):
     with pytest.raises(SystemExit) as exit_info:
         build_parser()
     assert "KUBE_OFFLOAD_CLUSTER_REMOTES" in str(exit_info.value.code)
+
+
+def test_drain_takes_a_consumer_and_a_grace_and_undrain_a_consumer(capsys):
+    args = build_parser().parse_args(["drain", "team-a", "--grace", "90s", "--no-wait"])
+    assert (args.consumer, args.grace, args.wait) == ("team-a", 90.0, False)
+    assert build_parser().parse_args(["drain", "team-a"]).grace == 300.0  # constants.DEFAULT_DRAIN_GRACE_SECONDS
+    assert build_parser().parse_args(["drain", "team-a", "--grace", "0"]).grace == 0.0
+    assert build_parser().parse_args(["undrain", "team-a"]).consumer == "team-a"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["drain", "team-a", "--grace", "-5s"])
+    assert "--grace" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["drain"])  # the consumer is required
+    assert "CONSUMER" in capsys.readouterr().err

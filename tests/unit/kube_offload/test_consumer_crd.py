@@ -75,3 +75,17 @@ def test_enums_are_the_modules(path, allowed):
         prop = prop["properties"][part]
     enum = prop["items"]["enum"] if prop["type"] == "array" else prop["enum"]
     assert tuple(enum) == tuple(allowed)
+
+
+def test_the_drain_schema_is_what_read_drain_reads():
+    from kube_offload import consumers as co
+
+    crd = yaml.safe_load(CRD.read_text())
+    [version] = crd["spec"]["versions"]
+    drain = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["drain"]
+    assert sorted(drain["required"]) == sorted([co.DRAIN_STARTED, co.DRAIN_GRACE])
+    assert drain["properties"][co.DRAIN_STARTED] == {**drain["properties"][co.DRAIN_STARTED], "type": "string", "format": "date-time"}
+    grace = drain["properties"][co.DRAIN_GRACE]
+    assert (grace["type"], grace["minimum"], grace["maximum"]) == ("integer", 0, co.DRAIN_MAX_GRACE_SECONDS)
+    # Not defaulted: its absence means "not drained".
+    assert "default" not in drain

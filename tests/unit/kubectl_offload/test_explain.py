@@ -73,8 +73,8 @@ def mutated(p, ns):
     return jsonpatch.apply_patch(p, mutate_pod(p, policy_from_namespace(ns), scheduler_name=None))
 
 
-def consumer(quota=None, used=None, cordoned=False, mode=None):
-    spec = {"quota": quota or {}, "cordoned": cordoned}
+def consumer(quota=None, used=None, cordoned=False, mode=None, drain=None):
+    spec = {"quota": quota or {}, "cordoned": cordoned, **({"drain": drain} if drain else {})}
     if mode:
         spec["policy"] = {"quotaMode": mode}
     return {"metadata": {"name": "local"}, "spec": spec, "status": {"used": used or {}}}
@@ -170,6 +170,8 @@ def test_node_resources_count_the_pods_already_bound():
         (RemoteView("remote-1", consumer=consumer(quota={"cpu": "1"}, used={"cpu": "800m"})), False,
          "exceeds the quota of consumer local on provider remote-1: cpu: requested 500m, used 800m, quota 1 (quota mode requests)"),
         (RemoteView("remote-1", consumer=consumer(cordoned=True)), False, "cordoned by provider remote-1"),
+        (RemoteView("remote-1", consumer=consumer(drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})), False,
+         "consumer local is drained by provider remote-1: no new pods are admitted"),
         (RemoteView("remote-1", consumer=None), False, "admits no consumer"),
         (RemoteView("remote-1", consumer=consumer(quota={"cpu": "4"}, used={"cpu": "1"})), True, ""),
         (RemoteView("remote-1", error="unreachable from here"), True, "provider quota not checked: unreachable from here"),

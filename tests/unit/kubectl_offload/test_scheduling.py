@@ -53,6 +53,13 @@ def test_the_provider_cordon_taint_says_what_it_means():
     assert why.startswith(f"untolerated taint {c.TAINT_PROVIDER_CORDONED_KEY}=true:NoSchedule") and "Consumer spec.cordoned" in why
 
 
+def test_the_provider_drain_taint_says_what_it_means():
+    drain = {"key": c.TAINT_PROVIDER_DRAINING_KEY, "value": "true", "effect": "NoExecute"}
+    allowed, why = scheduling.taints_allow(_pod(tolerations=[{"key": c.TAINT_KEY, "operator": "Exists"}]), _node([VIRTUAL_TAINT, drain]))
+    assert not allowed
+    assert why.startswith(f"untolerated taint {c.TAINT_PROVIDER_DRAINING_KEY}=true:NoExecute") and "kube-offload undrain" in why
+
+
 def test_cordoned_node_takes_only_pods_tolerating_unschedulable():
     node = _node(unschedulable=True)
     assert scheduling.unschedulable_allows(_pod(), node)[0] is False

@@ -96,6 +96,7 @@ def test_what_makes_a_remote_unhealthy(overrides, problem):
         ({"remote_state": "unread", "remote_error": "no kubeconfig for remote remote-1", "consumer": None},
          "provider remote-1 not read: no kubeconfig"),
         ({"consumer": consumer(cordoned=True)}, "cordoned by provider remote-1"),
+        ({"consumer": consumer(drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})}, "consumer local is drained by provider remote-1"),
         ({"twin_requests": [{"metadata": {"name": "x-local"}, "spec": {"localNamespace": "x"},
                              "status": {"phase": "Refused", "message": "exists and is not yours"}}]},
          "twin namespace x-local (for x) refused by the provider: exists and is not yours"),

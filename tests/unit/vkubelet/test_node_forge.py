@@ -164,6 +164,35 @@ def test_a_node_created_while_cordoned_has_the_taint_from_the_start():
     assert node["spec"]["taints"] == [forge.virtual_node_taint(), CORDON]
 
 
+DRAIN = {"key": c.TAINT_PROVIDER_DRAINING_KEY, "value": "true", "effect": "NoExecute"}
+
+
+def test_a_provider_drain_taints_the_node_no_execute_and_undrain_removes_only_that():
+    in_sync = {
+        "metadata": {"labels": forge.node_labels(SETTINGS), "resourceVersion": "9"},
+        "spec": {"taints": [{"key": "team", "effect": "NoSchedule"}, forge.virtual_node_taint()]},
+    }
+    patch = forge.metadata_patch(in_sync, SETTINGS, {}, draining=True)
+    # NoExecute: the local taint manager evicts the pods bound here, their controllers
+    # recreate them, and the scheduler sends none back.
+    assert patch["spec"]["taints"] == [{"key": "team", "effect": "NoSchedule"}, forge.virtual_node_taint(), DRAIN]
+    both = forge.metadata_patch(in_sync, SETTINGS, {}, cordoned=True, draining=True)
+    assert both["spec"]["taints"][-2:] == [CORDON, DRAIN]
+    drained = {**in_sync, "spec": {"taints": patch["spec"]["taints"]}}
+    assert forge.metadata_patch(drained, SETTINGS, {}, draining=True) is None
+    undrained = forge.metadata_patch(drained, SETTINGS, {}, draining=False)
+    assert undrained["spec"]["taints"] == [{"key": "team", "effect": "NoSchedule"}, forge.virtual_node_taint()]
+    assert forge.build_node(SETTINGS, {}, {}, draining=True)["spec"]["taints"] == [forge.virtual_node_taint(), DRAIN]
+
+
+def test_the_webhook_toleration_does_not_tolerate_the_drain_taint():
+    from kube_offload.affinity import virtual_node_toleration
+
+    toleration = virtual_node_toleration()
+    assert toleration["key"] == c.TAINT_KEY != c.TAINT_PROVIDER_DRAINING_KEY
+    assert toleration["operator"] == "Equal"  # never a key-less Exists, which would tolerate every taint
+
+
 def test_our_taints_in_another_form_are_rewritten():
     node = {
         "metadata": {"labels": forge.node_labels(SETTINGS)},

@@ -17,8 +17,10 @@ SUMMARY = RemoteResources(
 )
 
 
-def _consumer(*, capacity=SUMMARY, quota=None, labels=None, cordoned=None):
+def _consumer(*, capacity=SUMMARY, quota=None, labels=None, cordoned=None, drain=None):
     spec = {}
+    if drain is not None:
+        spec["drain"] = drain
     if quota is not None:
         spec["quota"] = quota
     if labels is not None:
@@ -107,6 +109,13 @@ def test_which_suggested_labels_a_provider_may_set(key, value, allowed):
 def test_cordon_is_read():
     assert pt.read_consumer(_consumer(cordoned=True)).cordoned
     assert not pt.read_consumer(_consumer()).cordoned
+
+
+def test_drain_is_read_even_when_this_consumer_cannot_parse_it():
+    assert pt.read_consumer(_consumer(drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})).draining
+    assert pt.read_consumer(_consumer(drain={"future": "format"})).draining
+    terms = pt.read_consumer(_consumer())
+    assert not terms.draining and not terms.cordoned
 
 
 def test_a_requests_dot_quota_key_caps_the_resource_like_a_plain_one():

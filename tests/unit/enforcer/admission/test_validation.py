@@ -486,6 +486,16 @@ def test_a_cordoned_consumer_may_update_without_raising_requests():
     refused(run(bigger, operation="UPDATE", old=old, the_consumer=cordoned), 403, "may not raise requests (this one raises memory)")
 
 
+def test_a_drained_consumer_creates_nothing_and_is_told_how_it_ends():
+    drained = consumer(drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})
+    refused(run(shadowpod(), the_consumer=drained), 403, 'consumer "local" is drained by the provider',
+            "existing ones are removed when the drain's grace ends", "kube-offload undrain")
+    old = shadowpod()
+    bigger = copy.deepcopy(old)
+    bigger["spec"]["pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    refused(run(bigger, operation="UPDATE", old=old, the_consumer=drained), 403, "is drained by the provider: an update may not raise requests")
+
+
 def test_quota_is_checked_before_cordon():
     message = refused(run(shadowpod(), the_consumer=consumer(cordoned=True, quota={"pods": "1"}), usage=milli(pods="1")), 403)
     assert message.startswith("exceeded quota")

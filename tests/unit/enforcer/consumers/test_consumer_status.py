@@ -204,3 +204,88 @@ def test_a_failed_write_marks_the_loop_dirty_and_a_deleted_consumer_is_skipped()
     loop._dirty.clear()
     loop.sync_all()
     assert not loop._dirty.is_set()
+
+
+# --- drain: the ShadowPods left when the grace ends are deleted --------------------------------------
+class DrainApi(RecordingApi):
+    def __init__(self):
+        super().__init__()
+        self.deleted = []
+
+    def delete_shadowpod(self, namespace, name, uid):
+        self.deleted.append((namespace, name, uid))
+
+
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    def normal(self, obj, reason, message):
+        self.seen.append((obj["metadata"]["name"], "Normal", reason, message))
+
+    def warning(self, obj, reason, message):
+        self.seen.append((obj["metadata"]["name"], "Warning", reason, message))
+
+
+def drained_consumer(name, grace):
+    obj = consumer(name)
+    obj["spec"]["drain"] = {"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": grace}
+    return obj
+
+
+def test_a_drain_deletes_the_consumers_shadowpods_only_once_its_grace_is_over():
+    from datetime import timedelta
+
+    start = datetime(2026, 11, 27, 3, 0, tzinfo=timezone.utc)
+    now = [start + timedelta(seconds=30)]
+    shadowpods = IndexedCache()
+    for obj in (shadowpod("demo-local", "a"), shadowpod("demo-local", "b"), shadowpod("demo-other", "c")):
+        obj["metadata"]["uid"] = f"uid-{obj['metadata']['name']}"
+        shadowpods.put(obj)
+    namespaces = IndexedCache()
+    for obj in (ns("demo-local", "local"), ns("demo-other", "other")):
+        namespaces.put(obj)
+    api = DrainApi()
+    events = Events()
+    consumers = Cache([drained_consumer("local", 60), consumer("other")])
+    loop = ConsumerStatusLoop(
+        consumers=consumers,
+        shadowpods=shadowpods, namespaces=namespaces, nodes=Cache([node("n1")]), pods=Cache([]),
+        api=api, clock=lambda: now[0], recorder=events,
+    )
+    loop.sync_all()
+    assert api.deleted == []
+    written = dict(api.writes)
+    assert written["local"]["drain"] == {"phase": "Draining", "deadline": "2026-11-27T03:01:00Z"}
+    assert "drain" not in written["other"]
+    assert loop.next_drain_deadline == 30.0  # the loop wakes for the deadline, not at the next resync
+
+    now[0] = start + timedelta(seconds=60)
+    loop.sync_all()
+    # Only the drained consumer's, by UID; the other consumer's stays.
+    assert sorted(api.deleted) == [("demo-local", "a", "uid-a"), ("demo-local", "b", "uid-b")]
+    assert sorted(events.seen) == [
+        ("local", "Warning", "DrainGraceExpired", "the drain's grace of 60s is over: deleted ShadowPod demo-local/a (and its pod)"),
+        ("local", "Warning", "DrainGraceExpired", "the drain's grace of 60s is over: deleted ShadowPod demo-local/b (and its pod)"),
+    ]
+    assert dict(api.writes[2:])["local"]["drain"]["phase"] == "GraceExpired"
+
+    shadowpods.pop("demo-local/a")  # gone; b is still terminating
+    b = shadowpods.get("demo-local/b")
+    shadowpods.put({**b, "metadata": {**b["metadata"], "deletionTimestamp": "2026-11-27T03:01:00Z"}})
+    loop.sync_all()
+    assert len(api.deleted) == 2  # one being deleted is not deleted again
+    shadowpods.pop("demo-local/b")
+    loop.sync_all()
+    assert dict(api.writes)["local"]["drain"]["phase"] == "Drained"
+    assert loop.next_drain_deadline is None
+    assert events.seen[-1] == ("local", "Normal", "Drained", "consumer local is drained: none of its ShadowPods is left here")
+
+
+def test_an_unreadable_drain_deletes_nothing():
+    api = DrainApi()
+    bad = consumer("local")
+    bad["spec"]["drain"] = {"startedAt": "never", "gracePeriodSeconds": 0}
+    loop = make_loop([bad], [shadowpod("demo-local", "a")], api)
+    loop.sync_all()
+    assert api.deleted == [] and "drain" not in dict(api.writes)["local"]
