@@ -389,6 +389,26 @@ def cpu_table(phases: Mapping[str, Window], *, min_ms: float = 0.5) -> list[str]
     return lines
 
 
+def work_report(phases: Mapping[str, Window], local: str, *, per: str, idle: Window | None = None) -> list[str]:
+    """Every table of the work per pod, as the benches print it: ``per`` says per what
+    ("pod, 100 pods"); ``idle`` adds the background line under the heading."""
+
+    def indented(table: list[str]) -> list[str]:
+        return ["  " + line for line in table]
+
+    lines = [f"API requests per {per} (apiserver_request_total after - before each phase):"]
+    if idle is not None:
+        lines.append(background_line(idle, phases))
+    lines += indented(totals_table(phases, local)) + [""] + indented(request_table(phases))
+    for title, table in (("By client (audit log):", client_table(phases)),
+                         ("By our process, from its own kube_offload_api_requests_total:", component_table(phases))):
+        if table:
+            lines += ["", title, *indented(table)]
+    lines += ["", f"CPU ms per {per} (/proc/<pid>/stat of the processes started for the run):",
+              *indented(cpu_table(phases))]
+    return lines
+
+
 def background_line(idle: Window, phases: Mapping[str, Window]) -> str:
     """How much of each phase's per-pod figure the idle rate explains (leases, node
     heartbeats, the benchmark's polling): requests per second when nothing is asked,

@@ -93,29 +93,7 @@ def cleanup(local: Cluster, names: list[str], timeout: float = 300) -> None:
 
 def print_work(size: int, phases: dict[str, apirequests.Window], idle: apirequests.Window, local: str) -> None:
     print()
-    print(f"API requests per pod, {size} pods (apiserver_request_total after - before each phase):")
-    print(apirequests.background_line(idle, phases))
-    for line in apirequests.totals_table(phases, local):
-        print("  " + line)
-    print()
-    for line in apirequests.request_table(phases):
-        print("  " + line)
-    clients = apirequests.client_table(phases)
-    if clients:
-        print()
-        print(f"By client (audit log), {size} pods:")
-        for line in clients:
-            print("  " + line)
-    components = apirequests.component_table(phases)
-    if components:
-        print()
-        print(f"By our process, from its own kube_offload_api_requests_total, {size} pods:")
-        for line in components:
-            print("  " + line)
-    print()
-    print(f"CPU ms per pod, {size} pods (/proc/<pid>/stat of the processes started for the run):")
-    for line in apirequests.cpu_table(phases):
-        print("  " + line)
+    print("\n".join(apirequests.work_report(phases, local, per=f"pod, {size} pods", idle=idle)))
 
 
 def main() -> int:

@@ -327,22 +327,7 @@ def main() -> int:
 
 
 def print_work(phases: dict[str, apirequests.Window], local: str) -> None:
-    print("API requests per offloaded pod (apiserver_request_total after - before):")
-    for line in apirequests.totals_table(phases, local) + [""] + apirequests.request_table(phases):
-        print("  " + line)
-    clients = apirequests.client_table(phases)
-    if clients:
-        print("By client (audit log):")
-        for line in clients:
-            print("  " + line)
-    components = apirequests.component_table(phases)
-    if components:
-        print("By our process, from its own kube_offload_api_requests_total:")
-        for line in components:
-            print("  " + line)
-    print("CPU ms per offloaded pod:")
-    for line in apirequests.cpu_table(phases):
-        print("  " + line)
+    print("\n".join(apirequests.work_report(phases, local, per="offloaded pod")))
 
 
 def print_failover(fo: dict, *, baseline_s: float | None, pods: int) -> None:

@@ -43,7 +43,7 @@ class Cluster:
         if exc.status == 0:
             return Unreachable(f"{self.side}: cannot reach the API server at {self.server}: {exc.message}")
         if exc.status in (401, 403):
-            return CommandError(f"{self.side}: {exc.message} (peer and unpeer need admin credentials on both clusters)")
+            return CommandError(f"{self.side}: {exc.message} (peer and unpeer need admin credentials on both clusters; drain and undrain on the provider)")
         return CommandError(f"{self.side}: {exc}")
 
     def list_items(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,

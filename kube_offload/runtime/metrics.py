@@ -159,10 +159,12 @@ _ITEM_VERBS = {"GET": "GET", "POST": "CREATE", "PUT": "UPDATE", "PATCH": "PATCH"
 
 
 def request_verb(method: str, url: str) -> str:
-    """The API server's verb for an HTTP request, as its own metrics name it: a GET of a
-    collection is LIST (WATCH with ``watch=true``), of one object GET; POST is CREATE,
-    PUT UPDATE; a DELETE of a collection DELETECOLLECTION. Paths that are not resources
-    (``/version``, ``/apis``) keep the method's verb."""
+    """The verb of an HTTP request in the vocabulary of RBAC and the audit log, upper-case:
+    a GET of a collection is LIST (WATCH with ``watch=true``), of one object GET; POST is
+    CREATE, PUT UPDATE; a DELETE of a collection DELETECOLLECTION. (The API server's own
+    ``apiserver_request_total`` says POST and PUT where this says CREATE and UPDATE;
+    bench/apirequests.py reads both.) Paths that are not resources (``/version``,
+    ``/apis``) keep the method's verb."""
     method = method.upper()
     parts = urlsplit(url)
     query = parse_qs(parts.query)

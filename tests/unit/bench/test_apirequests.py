@@ -262,3 +262,19 @@ def test_component_counts_by_cluster_and_verb_and_their_table() -> None:
     lines = ar.component_table({"offloaded pod": window})
     assert ["vkubelet-remote-1", "local", "patch", "2.50"] in [line.split() for line in lines]
     assert ar.component_table({"offloaded pod": ar.Window(pods=1, seconds=1, requests={})}) == []
+
+
+def test_work_report_holds_every_table_and_leaves_out_empty_ones() -> None:
+    offloaded = _window(10, 8, {"remote-1": {("create", "shadowpods"): 10}},
+                        clients={"remote-1": {("ours/vkubelet", "create", "shadowpods"): 10}},
+                        cpu={"ours/enforcer": 0.5})
+    idle = _window(0, 10, {"local": {("get", "leases"): 20}})
+    lines = ar.work_report({"offloaded pod": offloaded}, "local", per="pod, 10 pods", idle=idle)
+    assert lines[0] == "API requests per pod, 10 pods (apiserver_request_total after - before each phase):"
+    assert lines[1].startswith("idle: 2.0 requests/s")
+    assert "By client (audit log):" in lines
+    assert "By our process, from its own kube_offload_api_requests_total:" not in lines  # no component figures
+    cpu = lines.index("CPU ms per pod, 10 pods (/proc/<pid>/stat of the processes started for the run):")
+    assert any(line.split()[0] == "ours/enforcer" and line.split()[-1] == "50.0" for line in lines[cpu + 1:])
+    assert all(line.startswith("  ") for line in lines[cpu + 1:])
+    assert not ar.work_report({"offloaded pod": offloaded}, "local", per="pod")[1].startswith("idle")
