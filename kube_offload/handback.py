@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from kube_offload import constants as c
-from kube_offload.times import format_time, parse_time_or_none
+from kube_offload.times import doubling_delay, format_time, parse_time_or_none
 
 # The first handback refuses the node for 10 minutes; each repeat doubles it, up to 6 hours.
 REFUSAL_START_SECONDS = 600.0
@@ -60,10 +60,7 @@ def controller_of(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def refusal_seconds(count: int, *, start: float = REFUSAL_START_SECONDS, cap: float = REFUSAL_CAP_SECONDS) -> float:
     """How long the node is refused after the ``count``-th handback (1-based) in a row."""
-    if count < 1:
-        return 0.0
-    doublings: int = min(count - 1, 32)
-    return min(cap, start * float(2**doublings))
+    return doubling_delay(count, start=start, cap=cap)
 
 
 @lru_cache(maxsize=64)

@@ -26,6 +26,7 @@ from typing import Callable, Hashable, Mapping
 
 from kube_offload.runtime.kube import ApiError
 from kube_offload.resources import QuantityError, parse_resource_list
+from kube_offload.times import doubling_delay
 # status.reason of a local pod waiting for its provider to accept it; also the reason of
 # its Warning Events (the contract's word).
 from kube_offload.reasons import REASON_PROVIDER_REFUSED  # noqa: F401  (re-exported)
@@ -96,11 +97,7 @@ def refusal_of(error: ApiError) -> Refusal | None:
 def backoff_delay(attempt: int, *, start: float = BACKOFF_START_SECONDS, cap: float = BACKOFF_CAP_SECONDS) -> float:
     """Seconds to wait after the ``attempt``-th refusal in a row (1-based): start,
     2*start, 4*start ... capped."""
-    if attempt < 1:
-        return 0.0
-    # 2**n overflows nothing in Python but would be absurd past the cap: stop doubling.
-    exponent = min(attempt - 1, 32)
-    return min(cap, start * (2**exponent))
+    return doubling_delay(attempt, start=start, cap=cap)
 
 
 def fingerprint(*parts: object) -> str:

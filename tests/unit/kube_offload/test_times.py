@@ -72,3 +72,8 @@ def test_positive_and_non_negative_int_are_distinct_ranges():
         non_negative_int("-1")
     with pytest.raises(argparse.ArgumentTypeError, match="whole number"):
         non_negative_int("many")
+
+
+def test_doubling_delay_doubles_from_start_up_to_the_cap() -> None:
+    assert [times.doubling_delay(n, start=5, cap=60) for n in range(0, 7)] == [0.0, 5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    assert times.doubling_delay(10_000, start=1, cap=300) == 300.0  # no overflow past the cap
