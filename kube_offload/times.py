@@ -126,7 +126,8 @@ def parse_duration(text: str, *, unit_required: bool = False) -> float:
 def doubling_delay(attempt: int, *, start: float, cap: float) -> float:
     """Seconds to wait after the ``attempt``-th failure in a row (1-based): start,
     2*start, 4*start ... capped; 0 before the first. One schedule for every doubling
-    backoff (the vkubelet's refusals, the handback's node refusal)."""
+    backoff (the Kube client's retries, the vkubelet's refusals and twin-namespace requests,
+    the handback's node refusal)."""
     if attempt < 1:
         return 0.0
     # 2**n overflows nothing in Python but would be absurd past the cap: stop doubling.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from kube_offload import constants as c
+from kube_offload.times import doubling_delay
 
 API_VERSION = f"{c.SHADOWPOD_GROUP}/{c.SHADOWPOD_VERSION}"
 
@@ -79,7 +80,7 @@ def usable_twins(requests: Iterable[Mapping], local_cluster_id: str) -> set[str]
 
 def refused_retry_delay(attempt: int) -> float:
     """Seconds before the ``attempt``-th (0-based) new look at a Refused request."""
-    return min(REFUSED_RETRY_MAX_SECONDS, REFUSED_RETRY_FIRST_SECONDS * (2 ** max(0, min(attempt, 16))))
+    return doubling_delay(max(0, attempt) + 1, start=REFUSED_RETRY_FIRST_SECONDS, cap=REFUSED_RETRY_MAX_SECONDS)
 
 
 @dataclass(frozen=True)

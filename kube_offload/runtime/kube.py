@@ -40,6 +40,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.metrics import CODE_ERROR, instrumented_cluster, observe_api_call, request_verb
+from kube_offload.times import doubling_delay
 
 # The patch content types our components send (one place; the API server picks the patch
 # semantics from the Content-Type header alone).
@@ -232,7 +233,7 @@ def retry_delay(error: ApiError, method: str, attempt: int, policy: RetryPolicy 
         return None
     if error.retry_after is not None:
         return min(error.retry_after, policy.max_backoff * 4)
-    delay: float = min(policy.backoff * 2 ** (attempt - 1), policy.max_backoff)
+    delay = doubling_delay(attempt, start=policy.backoff, cap=policy.max_backoff)
     return delay * (0.5 + random.random() / 2)  # jitter: many workers must not retry in step
 
 
