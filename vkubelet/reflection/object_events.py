@@ -4,9 +4,10 @@ failing, a claim waiting for its first consumer or failing to provision, an Ingr
 controller's sync) shows on the local object, in ``kubectl describe`` and ``kubectl get
 events``.
 
-Watched: remote Events with ``involvedObject.kind`` Service, PersistentVolumeClaim or
-Ingress (one field-selected watch per kind whose reflection runs), in the usable twin
-namespaces only. One is considered only if its object is a remote copy **this
+Watched: remote Events whose ``involvedObject.kind`` is neither Pod nor ShadowPod (those
+are events.py's), in the usable twin namespaces only: one watch per twin for the three
+kinds (a field selector takes one value per ``=``, but any number of ``!=``), of which
+those about a kind whose reflection runs are looked at. One is considered only if its object is a remote copy **this
 cluster's reflector of that kind wrote** (origin and reflector labels, from that
 reflector's own cache: no extra watch), with the UID the Event names, standing for a local
 object that exists, is not being deleted and that the ``events`` policy selects.
@@ -28,6 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Mapping
 
+from kube_offload import constants as c
 from kube_offload.runtime import kinds
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kinds import Resource
@@ -51,8 +53,11 @@ from vkubelet.trim import trim_event
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
 
-# Index of the remote Events by the object they are about (namespace/name).
+# Index of the remote Events by the object they are about (kind/namespace/name).
 BY_INVOLVED: Final = "by-involved"
+# Everything events.py does not watch: in practice Services, claims, Ingresses (what else
+# has Events in a twin namespace is rare, and dropped by the key function).
+FIELD_SELECTOR: Final = f"involvedObject.kind!=Pod,involvedObject.kind!={c.SHADOWPOD_KIND}"
 # Local Events (and local objects' budgets) remembered; the oldest are forgotten first
 # (forgetting one costs at most one patch that changes nothing, or one early write).
 _REMEMBERED = 4096
@@ -63,7 +68,9 @@ log = logging.getLogger("kube_offload.vkubelet.reflection.object_events")
 def by_involved(event: dict) -> list[str]:
     involved = event.get("involvedObject") or {}
     namespace = involved.get("namespace") or _meta(event).get("namespace")
-    return [f"{namespace}/{involved['name']}"] if namespace and involved.get("name") else []
+    if not (namespace and involved.get("name") and involved.get("kind")):
+        return []
+    return [f"{involved['kind']}/{namespace}/{involved['name']}"]
 
 
 @dataclass
@@ -72,7 +79,6 @@ class _Kind:
 
     resource: str
     api_kind: Resource
-    events: MultiNamespaceInformer
     remote: MultiNamespaceInformer
     local: MultiNamespaceInformer
 
@@ -98,21 +104,19 @@ class ObjectEventReflector:
         self._informers = informers
         self._local = Kube(informers.local_client)
         self.scope = offloaded_namespaces(informers, context.twins)
+        self.events = shared_informer(informers, "remote", EVENTS, kinds.EVENTS, field_selector=FIELD_SELECTOR, transform=trim_event)
+        self.events.add_indexer(BY_INVOLVED, by_involved)
+        # Kind (involvedObject.kind) -> the caches of the type.
         self._kinds: dict[str, _Kind] = {}
         for resource, api_kind in oe.KINDS.items():
             if not self.settings.reflection.enabled(resource):
                 continue  # nothing of that type is reflected: no copy has Events
-            events = shared_informer(
-                informers, "remote", EVENTS, kinds.EVENTS,
-                field_selector=f"involvedObject.kind={api_kind.kind}", transform=trim_event,
-            )
-            events.add_indexer(BY_INVOLVED, by_involved)
             # The same informers as the reflector of that type (shared by name).
             remote = shared_informer(
                 informers, "remote", resource, api_kind, label_selector=owned_selector(self._local_id, resource)
             )
             local = self.scope.local_informer(resource, api_kind)
-            self._kinds[resource] = _Kind(resource, api_kind, events, remote, local)
+            self._kinds[api_kind.kind] = _Kind(resource, api_kind, remote, local)
         self._lock = threading.Lock()
         # Local Event name -> (what was written, when: monotonic seconds).
         self._written: OrderedDict[str, tuple[tuple, float]] = OrderedDict()
@@ -121,14 +125,13 @@ class ObjectEventReflector:
         # Local object UID -> its budget of new local Events.
         self._budgets: OrderedDict[str, oe.TokenBucket] = OrderedDict()
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=log)
-        for kind in self._kinds.values():
-            self.controller.watch(kind.events, self._keyer(kind.resource))
+        self.controller.watch(self.events, self._key)
 
     # --- the Loop protocol -------------------------------------------------------------------
     def informers(self) -> list:
-        caches: list = [self.scope]
+        caches: list = [self.scope, self.events]
         for kind in self._kinds.values():
-            caches += [kind.events, kind.remote, kind.local]
+            caches += [kind.remote, kind.local]
         return [*caches, *self._twins.informers()]
 
     def start(self) -> None:
@@ -138,29 +141,29 @@ class ObjectEventReflector:
         self.controller.stop()
 
     def resync_all(self) -> None:
-        for kind in self._kinds.values():
-            for involved in set(kind.events.index_values(BY_INVOLVED)):
-                self.controller.enqueue(f"{kind.resource}|{involved}")
+        for involved in set(self.events.index_values(BY_INVOLVED)):
+            if involved.split("/", 1)[0] in self._kinds:
+                self.controller.enqueue(involved)
 
     # --- reconcile ---------------------------------------------------------------------------
-    def _keyer(self, resource: str):
-        def key(event: dict) -> str | None:
-            # The watches are scoped to the twins; a twin that stopped being usable
-            # delivers its Events as deletions, which need no copy.
-            namespace = _meta(event).get("namespace")
-            if not namespace or namespace not in self._informers.twin_namespaces():
-                return None
-            involved = by_involved(event)
-            return f"{resource}|{involved[0]}" if involved else None
-
-        return key
+    def _key(self, event: dict) -> str | None:
+        """``Kind/namespace/name`` of the remote object the Event is about, if it is of a
+        kind whose reflection runs."""
+        # The watches are scoped to the twins; a twin that stopped being usable delivers
+        # its Events as deletions, which need no copy.
+        namespace = _meta(event).get("namespace")
+        if not namespace or namespace not in self._informers.twin_namespaces():
+            return None
+        involved = by_involved(event)
+        return involved[0] if involved and involved[0].split("/", 1)[0] in self._kinds else None
 
     def reconcile(self, key: str) -> None:
-        resource, _, remote_key = key.partition("|")
-        kind = self._kinds.get(resource)
+        kind_name, _, remote_key = key.partition("/")
+        kind = self._kinds.get(kind_name)
         if kind is None:
             return
-        events = kind.events.by_index(BY_INVOLVED, remote_key)
+        resource = kind.resource
+        events = self.events.by_index(BY_INVOLVED, key)
         if not events:
             return
         copy = kind.remote.get(remote_key)

@@ -11,7 +11,7 @@ from vkubelet.reflection import names as n
 from vkubelet.reflection import settings as s
 from vkubelet.reflection.forge import object_events as oe
 from vkubelet.reflection.loops import reflection_loops
-from vkubelet.reflection.object_events import ObjectEventReflector, by_involved
+from vkubelet.reflection.object_events import FIELD_SELECTOR, ObjectEventReflector, by_involved
 
 TWIN, LOCAL_NS = "demo-local", "demo"
 LOCAL_SVC = {"metadata": {"name": "web", "namespace": LOCAL_NS, "uid": "local-svc-uid"}}
@@ -162,10 +162,12 @@ def test_a_written_local_event_is_updated_at_most_once_per_interval():
 
 # --- the loop's pure parts ------------------------------------------------------------------------------
 def test_remote_events_are_indexed_by_the_object_they_are_about():
-    assert by_involved(remote_event()) == [f"{TWIN}/web"]
-    no_namespace = {"metadata": {"namespace": TWIN}, "involvedObject": {"kind": "Service", "name": "web"}}
-    assert by_involved(no_namespace) == [f"{TWIN}/web"]
+    assert by_involved(remote_event()) == [f"Service/{TWIN}/web"]
+    no_namespace = {"metadata": {"namespace": TWIN}, "involvedObject": {"kind": "PersistentVolumeClaim", "name": "data"}}
+    assert by_involved(no_namespace) == [f"PersistentVolumeClaim/{TWIN}/data"]
     assert by_involved({"metadata": {}, "involvedObject": {}}) == []
+    # The one watch selects every kind but those of the pods' Event reflection.
+    assert FIELD_SELECTOR == "involvedObject.kind!=Pod,involvedObject.kind!=ShadowPod"
 
 
 def test_the_object_events_loop_runs_with_events_and_one_of_its_kinds():
