@@ -35,6 +35,7 @@ from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.runtime.manager import Synced
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 from kube_offload.views import metadata as _meta
 from vkubelet import events as vk_events
@@ -128,8 +129,8 @@ class ObjectEventReflector:
         self.controller.watch(self.events, self._key)
 
     # --- the Loop protocol -------------------------------------------------------------------
-    def informers(self) -> list:
-        caches: list = [self.scope, self.events]
+    def informers(self) -> list[Synced]:
+        caches: list[Synced] = [self.scope, self.events]
         for kind in self._kinds.values():
             caches += [kind.remote, kind.local]
         return [*caches, *self._twins.informers()]
