@@ -350,7 +350,7 @@ def _remote_event(t, name: str, involved: dict, reason: str, message: str, type_
                     "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "service-controller"}})
 
 
-def test_remote_events_of_a_reflected_service_and_claim_show_masked_and_aggregated_on_the_local_objects(t):
+def test_remote_events_of_a_reflected_service_and_claim_show_masked_and_aggregated_on_the_local_objects(offload_env, local, t):
     _apply(t.local, t.ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"},
                            "spec": {"selector": {"app": "lb"}, "ports": [{"port": 80}]}})
     # A claim without a class: the remote PV controller (the remote control plane's own
@@ -389,6 +389,14 @@ def test_remote_events_of_a_reflected_service_and_claim_show_masked_and_aggregat
     assert "SyncLoadBalancerFailed" in describe and "kube-offload-vkubelet" in describe
     assert "(x2 over" in describe  # one line, counted
     assert secret_ip not in describe and node not in describe and t.twin not in describe
+
+    # A restart finds the copy by its name and goes on counting on it (create meets
+    # AlreadyExists, then a patch: the vkubelet may not read local Events).
+    _restart_vkubelet(offload_env, local)
+    _remote_event(t, "lb.third", svc, "SyncLoadBalancerFailed", message.format(ip="198.51.100.25", node="provider-worker-9", ns=t.twin))
+    t.wait(lambda: [e for e in copied("lb", "SyncLoadBalancerFailed") if e["count"] == 3] or None,
+           timeout=TIMEOUT, what="the third failure counted on the same local Event after a restart")
+    assert len(copied("lb", "SyncLoadBalancerFailed")) == 1
 
     # The claim: whatever the remote PV controller said about it is on the local claim.
     claim_events = t.wait(lambda: [e for e in t.local_events(**{"involvedObject.name": "evented-claim"})
