@@ -157,8 +157,9 @@ def trim_shadowpod(shadowpod: dict) -> dict:
 
 
 def trim_event(event: dict) -> dict:
-    """Remote Events about Pods and ShadowPods in the twin namespaces, read by Event
-    reflection (vkubelet/reflection/events.py and forge/events.py forge_local_event). Keeps:
+    """Remote Events about Pods and ShadowPods, and about reflected Services, claims and
+    Ingresses, in the twin namespaces, read by Event reflection
+    (vkubelet/reflection/events.py, object_events.py and their forge/ modules). Keeps:
     identity; the involved object's kind, namespace, name, UID and fieldPath; type,
     reason, count, the timestamps, the series' count and last time, the source component
     and reportingComponent; the message up to the 1,024 characters a copy takes."""

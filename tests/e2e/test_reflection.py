@@ -21,6 +21,7 @@ from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.identities import E2E_INGRESS_CLASS
 from support.clusters import get_or_none, offloaded_namespace
+from vkubelet.reflection.names import ANNOTATION_REMOTE_SOURCE
 
 LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 REFLECTOR_LABEL = "kube-offload.io/reflector"
@@ -334,6 +335,80 @@ def test_remote_events_of_an_offloaded_pod_show_on_the_local_pod(t):
     assert event["type"] == "Normal" and event["count"] >= 1
     describe = t.local.kubectl("describe", "pod", "evented", "-n", t.ns).stdout
     assert f"Successfully assigned {t.twin}/evented" in describe
+
+
+# --- remote Events -> local Service / claim ---------------------------------------------------------------
+def _remote_event(t, name: str, involved: dict, reason: str, message: str, type_: str = "Warning") -> None:
+    """An Event about a remote copy, written as the provider's admin (as its service
+    controller or a load-balancer provider would)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t.remote.apply({"apiVersion": "v1", "kind": "Event",
+                    "metadata": {"name": name, "namespace": t.twin},
+                    "involvedObject": {"apiVersion": "v1", "kind": involved["kind"], "namespace": t.twin,
+                                       "name": involved["metadata"]["name"], "uid": involved["metadata"]["uid"]},
+                    "type": type_, "reason": reason, "message": message, "count": 1,
+                    "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "service-controller"}})
+
+
+def test_remote_events_of_a_reflected_service_and_claim_show_masked_and_aggregated_on_the_local_objects(offload_env, local, t):
+    _apply(t.local, t.ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"},
+                           "spec": {"selector": {"app": "lb"}, "ports": [{"port": 80}]}})
+    # A claim without a class: the remote PV controller (the remote control plane's own
+    # kube-controller-manager) says what it makes of it.
+    _apply(t.local, t.ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "evented-claim"},
+                           "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    svc = t.until_remote("service", "lb", lambda o: _ours(o, "services"), "created")
+    local_svc = t.local.kubectl_json("get", "service", "lb", "-n", t.ns)
+
+    # Two failures that differ only in a provider address and node: one local Event.
+    secret_ip, node = "198.51.100.23", "provider-worker-7"
+    message = 'Error syncing load balancer: failed to ensure load balancer: backend {ip} on node "{node}" in {ns} unhealthy'
+    _remote_event(t, "lb.first", svc, "SyncLoadBalancerFailed", message.format(ip=secret_ip, node=node, ns=t.twin))
+    # About the provider's allocator only: never copied.
+    _remote_event(t, "lb.internal", svc, "ClusterIPNotAllocated", f"Cluster IP {secret_ip} is not allocated; repairing")
+
+    def copied(name: str, reason: str):
+        return [e for e in t.local_events(reason=reason, **{"involvedObject.name": name})
+                if (e.get("source") or {}).get("component") == "kube-offload-vkubelet"]
+
+    [event] = t.wait(lambda: copied("lb", "SyncLoadBalancerFailed"), timeout=TIMEOUT,
+                     what="the provider's SyncLoadBalancerFailed copied onto the local Service")
+    assert event["type"] == "Warning" and event["count"] == 1
+    assert event["involvedObject"]["uid"] == local_svc["metadata"]["uid"]
+    assert event["involvedObject"]["kind"] == "Service" and event["involvedObject"]["namespace"] == t.ns
+    assert event["message"] == ('Error syncing load balancer: failed to ensure load balancer: backend <provider address> '
+                                f'on node "<provider node>" in {t.ns} unhealthy')
+    _remote_event(t, "lb.second", svc, "SyncLoadBalancerFailed", message.format(ip="198.51.100.24", node="provider-worker-8", ns=t.twin))
+    # Aggregated: the same local Event, its count updated (at most every 15 s), never a second one.
+    [event] = t.wait(lambda: [e for e in copied("lb", "SyncLoadBalancerFailed") if e["count"] == 2] or None,
+                     timeout=TIMEOUT, what="the second failure counted on the same local Event")
+    assert len(copied("lb", "SyncLoadBalancerFailed")) == 1
+    assert not copied("lb", "ClusterIPNotAllocated")
+
+    describe = t.local.kubectl("describe", "service", "lb", "-n", t.ns).stdout
+    assert "SyncLoadBalancerFailed" in describe and "kube-offload-vkubelet" in describe
+    assert "(x2 over" in describe  # one line, counted
+    assert secret_ip not in describe and node not in describe and t.twin not in describe
+
+    # A restart finds the copy by its name and goes on counting on it (create meets
+    # AlreadyExists, then a patch: the vkubelet may not read local Events).
+    _restart_vkubelet(offload_env, local)
+    _remote_event(t, "lb.third", svc, "SyncLoadBalancerFailed", message.format(ip="198.51.100.25", node="provider-worker-9", ns=t.twin))
+    t.wait(lambda: [e for e in copied("lb", "SyncLoadBalancerFailed") if e["count"] == 3] or None,
+           timeout=TIMEOUT, what="the third failure counted on the same local Event after a restart")
+    assert len(copied("lb", "SyncLoadBalancerFailed")) == 1
+
+    # The claim: whatever the remote PV controller said about it is on the local claim.
+    claim_events = t.wait(lambda: [e for e in t.local_events(**{"involvedObject.name": "evented-claim"})
+                                   if (e.get("source") or {}).get("component") == "kube-offload-vkubelet"],
+                          timeout=90, what="the remote PV controller's Event copied onto the local claim")
+    local_claim = t.local.kubectl_json("get", "pvc", "evented-claim", "-n", t.ns)
+    assert all(e["involvedObject"]["uid"] == local_claim["metadata"]["uid"] for e in claim_events)
+    assert all(e["metadata"]["annotations"][ANNOTATION_REMOTE_SOURCE] == "persistentvolume-controller" for e in claim_events)
+    describe = t.local.kubectl("describe", "pvc", "evented-claim", "-n", t.ns).stdout
+    assert claim_events[0]["reason"] in describe
+    t.local.kubectl("delete", "service", "lb", "-n", t.ns)
+    t.local.kubectl("delete", "pvc", "evented-claim", "-n", t.ns, "--wait=false")
 
 
 # --- service-account tokens ----------------------------------------------------------------------------------

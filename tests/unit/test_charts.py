@@ -639,8 +639,8 @@ def test_local_rbac(local_docs: list[dict[str, Any]]) -> None:
         ("", "pods"): {"get", "list", "watch", "delete"},
         ("", "pods/status"): {"patch"},
         ("", "pods/eviction"): {"create"},  # handback (docs/virtual-kubelet.md#handback)
-        ("", "events"): {"get", "create", "patch"},
-        ("events.k8s.io", "events"): {"get", "create", "patch"},
+        # Copies of remote Events are created, and patched when found (no read first).
+        ("", "events"): {"create", "patch"},
         **{("", r): {"list", "watch"} for r in ("configmaps", "secrets", "services")},
         ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
         ("networking.k8s.io", "ingresses"): {"list", "watch"},
@@ -765,6 +765,10 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
     [twin_role] = [d for d in remote_docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == C.DEFAULT_CONSUMER_TWIN_ROLE]
     metrics_rules = {key: verbs for key, verbs in rules_of(twin_role).items() if key[0] == "metrics.k8s.io"}
     assert metrics_rules == {("metrics.k8s.io", "pods"): {"list"}}
+    # Event reflection (docs/reflection.md#events): core Events listed and watched in the
+    # twin namespaces, nothing else of events (no get, no events.k8s.io, no write).
+    event_rules = {key: verbs for key, verbs in rules_of(twin_role).items() if key[1] == "events"}
+    assert event_rules == {("", "events"): {"list", "watch"}}
     # The twin ResourceQuota bounds the consumer (docs/security.md "Quota: what counts"):
     # none of the consumer's roles may touch it, nor name every resource or verb.
     for role in find(remote_docs, "ClusterRole", "consumer"):

@@ -8,7 +8,7 @@ usable twin namespaces only (namespace-scoped watches: the consumer may read Eve
 nowhere else on the provider); one is copied only if its object is one of ours (origin label) standing for a local pod that
 still exists with the UID it was made for. The copy's name is derived from the remote
 Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
-and at most updates its count; remote Events are never deleted locally (they expire
+and at most patches its count (create, and patch on AlreadyExists: no read); remote Events are never deleted locally (they expire
 with the local cluster's event TTL). The policy is read on the local pod.
 """
 
@@ -27,7 +27,7 @@ from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
-from vkubelet.reflection.forge.events import forge_local_event, local_event_is_current
+from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event
 from vkubelet.reflection import metrics
 from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.caches import shared_informer
@@ -125,7 +125,7 @@ class EventReflector:
         cache = self.remote_pods if involved.get("kind") == "Pod" else self.shadowpods
         owner = cache.get(f"{namespace}/{involved.get('name')}")
         if owner is None:
-            if _age_seconds(event) < YOUNG_EVENT_SECONDS:
+            if event_age_seconds(event) < YOUNG_EVENT_SECONDS:
                 raise Requeue(2.0, "the object of the Event is not in the cache yet")
             return
         if not is_ours(owner, self.settings.local_cluster_id):
@@ -149,29 +149,12 @@ class EventReflector:
 
     def _write(self, desired: dict, logger: logging.LoggerAdapter) -> None:
         name = desired["metadata"]["name"]
-        namespace = desired["metadata"]["namespace"]
-        fingerprint = tuple(desired.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))
+        fingerprint = event_fingerprint(desired)
         with self._lock:
             if self._written.get(name) == fingerprint:
                 return
-        try:
-            self._local.create(kinds.EVENTS, desired, namespace=namespace)
-            metrics.wrote(self.resource, metrics.OPERATION_CREATE)
-            logger.debug("copied remote event %s %s", desired["reason"], name)
-        except ApiError as exc:
-            if not exc.already_exists:
-                if exc.transient or exc.conflict:
-                    raise
-                logger.warning("could not copy remote event %s: %s", desired["reason"], exc)
-                metrics.failed(self.resource, REASON_REFLECTION_FAILED)
-                return
-            current = self._local.get(kinds.EVENTS, name, namespace=namespace)
-            if not local_event_is_current(desired, current):
-                patch = {k: desired[k] for k in ("type", "reason", "message", "count") if k in desired}
-                if desired.get("lastTimestamp"):
-                    patch["lastTimestamp"] = desired["lastTimestamp"]
-                self._local.patch(kinds.EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
-                metrics.wrote(self.resource, metrics.OPERATION_UPDATE)
+        if not write_local_event(self._local, desired, logger, resource=self.resource):
+            return
         with self._lock:
             self._written[name] = fingerprint
             self._written.move_to_end(name)
@@ -179,7 +162,32 @@ class EventReflector:
                 self._written.popitem(last=False)
 
 
-def _age_seconds(event: Mapping) -> float:
+def write_local_event(local: Kube, desired: dict, logger: logging.LoggerAdapter, *, resource: str) -> bool:
+    """Create the local copy ``desired``; if it exists (a restart, a resync, another
+    replica), merge-patch what a copy changes into it instead: no read first, so the
+    vkubelet needs only create and patch on local Events. False when the local API server
+    refused it for good (logged and counted); transient errors raise (the loop retries)."""
+    name = desired["metadata"]["name"]
+    namespace = desired["metadata"]["namespace"]
+    try:
+        local.create(kinds.EVENTS, desired, namespace=namespace)
+        metrics.wrote(resource, metrics.OPERATION_CREATE)
+        logger.debug("copied remote event %s %s", desired["reason"], name)
+        return True
+    except ApiError as exc:
+        if not exc.already_exists:
+            if exc.transient or exc.conflict:
+                raise
+            logger.warning("could not copy remote event %s: %s", desired["reason"], exc)
+            metrics.failed(resource, REASON_REFLECTION_FAILED)
+            return False
+    patch = {k: desired[k] for k in ("type", "reason", "message", "count", "lastTimestamp") if k in desired}
+    local.patch(kinds.EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
+    metrics.wrote(resource, metrics.OPERATION_UPDATE)
+    return True
+
+
+def event_age_seconds(event: Mapping) -> float:
     stamp = None
     for name in ("lastTimestamp", "eventTime", "firstTimestamp"):
         stamp = parse_time_or_none(event.get(name))

@@ -9,7 +9,9 @@ from vkubelet.reflection import settings as s
 from vkubelet.reflection.configmaps import ConfigMapReflector
 from vkubelet.reflection.endpointslices import EndpointSliceReflector
 from vkubelet.reflection.events import EventReflector
+from vkubelet.reflection.forge.object_events import KINDS as OBJECT_EVENT_KINDS
 from vkubelet.reflection.ingresses import IngressReflector
+from vkubelet.reflection.object_events import ObjectEventReflector
 from vkubelet.reflection.pvcs import PersistentVolumeClaimReflector
 from vkubelet.reflection.secrets import SecretReflector
 from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
@@ -31,4 +33,9 @@ REFLECTORS: dict[str, Callable] = {
 def reflection_loops(settings: ReflectionSettings) -> list[Callable]:
     """LoopFactory per enabled type; each reads its workers and policy from
     ``context.settings.reflection`` (the same settings)."""
-    return [REFLECTORS[name] for name in s.RESOURCES if settings.enabled(name)]
+    loops = [REFLECTORS[name] for name in s.RESOURCES if settings.enabled(name)]
+    # Events of reflected Services, claims and Ingresses: under the events settings, and
+    # only while one of those types is reflected (its copies are what they are about).
+    if settings.enabled(s.EVENTS) and any(settings.enabled(name) for name in OBJECT_EVENT_KINDS):
+        loops.append(ObjectEventReflector)
+    return loops

@@ -41,7 +41,7 @@ from vkubelet.reflection.forge.serviceaccounts import (
 )
 from vkubelet.reflection.forge.events import event_count, forge_local_event
 from vkubelet.reflection import names as n
-from vkubelet.reflection.events import _age_seconds
+from vkubelet.reflection.events import event_age_seconds
 from vkubelet.settings import Settings
 from vkubelet.translation import TranslationContext, build_shadowpod_for, origin_key, origin_uid
 
@@ -228,7 +228,7 @@ def test_event_keeps_what_its_local_copy_is_made_of(objects):
         local = objects["local_pod"]
         forged = dict(host=NODE, component="kube-offload-vkubelet", reporting_controller="kube-offload.io/vkubelet")
         assert forge_local_event(trimmed, local, **forged) == forge_local_event(event, local, **forged)
-        assert _age_seconds(trimmed) == pytest.approx(_age_seconds(event), abs=1.0)
+        assert event_age_seconds(trimmed) == pytest.approx(event_age_seconds(event), abs=1.0)
 
 
 def test_event_with_series_source_field_path_and_a_long_message(objects):

@@ -11,7 +11,7 @@ from kube_offload.views import metadata as _meta
 from vkubelet.reflection import names as n
 
 
-def _event_time(event: Mapping, *names: str) -> str | None:
+def event_time(event: Mapping, *names: str) -> str | None:
     """The first of ``names`` the Event has, at second precision (what a core/v1 Event's
     timestamps carry; Events written through events.k8s.io have only eventTime)."""
     for name in names:
@@ -45,8 +45,8 @@ def forge_local_event(remote_event: Mapping, local_pod: Mapping, *, host: str, c
         involved["fieldPath"] = involved_remote["fieldPath"]
     source = remote_event.get("source") or {}
     remote_source = source.get("component") or remote_event.get("reportingComponent") or ""
-    first = _event_time(remote_event, "firstTimestamp", "eventTime")
-    last = _event_time(remote_event, "lastTimestamp", "eventTime") or first
+    first = event_time(remote_event, "firstTimestamp", "eventTime")
+    last = event_time(remote_event, "lastTimestamp", "eventTime") or first
     event = {
         "apiVersion": "v1",
         "kind": "Event",
@@ -71,5 +71,6 @@ def forge_local_event(remote_event: Mapping, local_pod: Mapping, *, host: str, c
     return event
 
 
-def local_event_is_current(desired: Mapping, current: Mapping) -> bool:
-    return all(current.get(k) == desired.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))
+def event_fingerprint(event: Mapping) -> tuple:
+    """What a write of a local copy changes: equal fingerprints, nothing to write."""
+    return tuple(event.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))

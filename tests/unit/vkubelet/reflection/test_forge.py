@@ -29,7 +29,7 @@ from vkubelet.reflection.forge.serviceaccounts import (
     token_secret_is_current,
     token_sources,
 )
-from vkubelet.reflection.forge.events import forge_local_event, local_event_is_current
+from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
 from vkubelet.reflection import names as n
 
@@ -497,8 +497,8 @@ def test_event_name_depends_on_the_remote_event_uid_only():
     again = _local_event(_remote_event(count=4, lastTimestamp="2026-01-01T12:06:00Z"))
     other = _local_event(_remote_event(metadata={"name": "x", "namespace": "demo-local", "uid": "another-uid"}))
     assert first["metadata"]["name"] == again["metadata"]["name"] != other["metadata"]["name"]
-    assert not local_event_is_current(again, first)
-    assert local_event_is_current(first, copy.deepcopy(first))
+    assert event_fingerprint(again) != event_fingerprint(first)
+    assert event_fingerprint(first) == event_fingerprint(copy.deepcopy(first))
 
 
 def test_new_style_event_without_legacy_timestamps_or_count():
