@@ -354,6 +354,33 @@ class Reconciler:
             logger.info("pod %s outlived its ShadowPod", _name(pod))
             self._delete(pod, logger)
 
+    def write_held_back(self, seconds: float) -> int:
+        """On a graceful stop, after the workers: write every status still held back
+        (status_may_wait), so that the next enforcer finds each pod this one created
+        recorded and counts a replacement of it, even of one deleted meanwhile (then the
+        status names it with no pod: Pending). Best effort, for at most ``seconds``;
+        returns how many were written. Only crashes are left to the window the docs
+        describe (docs/enforcer.md, Status writes)."""
+        deadline = self._clock() + seconds
+        written = 0
+        for key, (uid, _due) in list(self._unrecorded.items()):
+            if self._clock() >= deadline:
+                log.warning("stopping with %d ShadowPod statuses not written", len(self._unrecorded))
+                break
+            shadowpod = self._shadowpods.get(key)
+            if shadowpod is None:
+                continue
+            view = self._recorded(key, shadowpod)
+            pod = next((p for p in self._pods.by_index(BY_SHADOWPOD, key) if _uid(p) == uid), None)
+            desired = status_from_pod(view, pod) if pod is not None else status_without_pod(view, "")
+            try:
+                self._write_status(shadowpod, desired, ObjectLogger(log, {"key": key}), best_effort=True)
+            except Exception as exc:  # noqa: BLE001 - stopping: say so and go on with the next
+                log.warning("[%s] could not write the status held back: %s", key, exc)
+                continue
+            written += key not in self._unrecorded
+        return written
+
     def _recorded(self, key: str, shadowpod: dict) -> dict:
         """The ShadowPod as if the status of a pod held back (:attr:`_unrecorded`) had
         been written."""

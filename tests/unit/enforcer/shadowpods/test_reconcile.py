@@ -606,3 +606,41 @@ def test_a_restarted_enforcer_writes_a_pending_pods_status_at_once(coalescing):
     status = world.api.shadowpods[KEY]["status"]
     assert status["phase"] == "Pending" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
     assert status["recreations"] == 0
+
+
+def test_a_graceful_stop_writes_the_statuses_held_back(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.reconcile.write_held_back(2.0) == 1
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["phase"] == "Pending" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
+    assert world.reconcile.write_held_back(2.0) == 0, "nothing held back any more"
+
+
+def test_a_graceful_stop_records_a_held_back_pod_that_is_gone_so_the_next_enforcer_counts_it(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    first_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods.pop(KEY)
+    world.sync_pods()  # deleted while the status was held back, and the enforcer stops
+    assert world.reconcile.write_held_back(2.0) == 1
+    assert world.api.shadowpods[KEY]["status"]["podUID"] == first_uid
+    restarted = World()
+    restarted.api = world.api
+    restarted.reconcile = Reconciler(shadowpods=restarted, pods=restarted.pods, api=world.api,
+                                     recorder=restarted.recorder, status_coalesce_seconds=5.0)
+    restarted.run()
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+
+
+def test_a_graceful_stop_gives_up_at_its_deadline(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.reconcile.write_held_back(0.0) == 0
+    assert "status" not in world.api.shadowpods[KEY]
