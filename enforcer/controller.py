@@ -169,6 +169,11 @@ class Enforcer:
         log.info("caches synced; %d workers reconciling ShadowPods", self.settings.workers)
         stop.wait()
         self.controller.stop()
+        # The statuses of new pods still held back (Reconciler.status_may_wait) are
+        # written now, so that a restart loses no recreation count.
+        written = self.reconciler.write_held_back(STOP_SECONDS)
+        if written:
+            log.info("wrote %d ShadowPod statuses held back", written)
 
     def _run_recorder(self, stop: threading.Event) -> None:
         stop.wait()

@@ -81,7 +81,6 @@ REASON_PROVISIONING_FAILED: Final = "ProvisioningFailed"
 REASON_PROVISIONED_LOCALLY: Final = "ProvisionedLocally"
 
 # --- enforcer: Events on ShadowPods (docs/enforcer.md) ------------------------------------------
-REASON_POD_CREATED: Final = "PodCreated"
 REASON_POD_RECREATED: Final = "PodRecreated"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 REASON_EXTRA_POD_DELETED: Final = "ExtraPodDeleted"

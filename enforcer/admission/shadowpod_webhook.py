@@ -23,8 +23,9 @@ from kube_offload.resources import ResourceList, add
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 
-DryRun = Callable[[str, Mapping], Decision]
-"""(namespace, ShadowPod) -> the API server's verdict on the Pod it stands for."""
+DryRun = Callable[[str, Mapping, bool], Decision]
+"""(namespace, ShadowPod, update) -> the API server's verdict on the Pod it stands for;
+``update``: the ShadowPod exists already (an UPDATE), so a pod of it may be running."""
 
 
 class ShadowPodCache(Protocol):
@@ -65,7 +66,7 @@ class ShadowPodValidator:
             shadowpods=shadowpods,
             caches=caches,
             pods=pods,
-            dry_run=lambda namespace, shadowpod: dry_run.check(api_client, namespace, shadowpod),
+            dry_run=lambda namespace, shadowpod, update: dry_run.check(api_client, namespace, shadowpod, update=update),
         )
 
     def ready(self) -> bool:
@@ -113,7 +114,7 @@ class ShadowPodValidator:
                     requests=validation.requests_delta(request),
                 )
 
-        verdict = self._dry_run(namespace_name, request.object or {})
+        verdict = self._dry_run(namespace_name, request.object or {}, request.operation == "UPDATE")
         if not verdict.allowed:
             self.ledger.release(token)
         return verdict

@@ -19,7 +19,6 @@ from kube_offload.runtime.events import NORMAL, WARNING  # noqa: F401  (re-expor
 # Reasons: the contract's, under the enforcer's short names.
 from kube_offload.reasons import REASON_EXTRA_POD_DELETED as REASON_DELETED_EXTRA  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_INVALID_SHADOWPOD as REASON_INVALID  # noqa: F401  (re-exported)
-from kube_offload.reasons import REASON_POD_CREATED as REASON_CREATED  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_CREATION_FAILED as REASON_CREATE_FAILED  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_NAME_TAKEN as REASON_NAME_TAKEN  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_RECREATED as REASON_RECREATED  # noqa: F401  (re-exported)

@@ -12,6 +12,7 @@ meets AlreadyExists instead of making a duplicate, and deletions name the pod's 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable, Protocol
 
 from enforcer.shadowpods import events
@@ -39,7 +40,9 @@ from kube_offload.shadowpod import (
     pod_update,
     status_changed,
     status_from_pod,
+    status_may_wait,
     status_without_pod,
+    with_recorded_pod,
 )
 
 # How soon to look again at a name still held by a terminating pod. The pod's DELETED
@@ -57,6 +60,11 @@ NAME_TAKEN_RECHECK_SECONDS = 30.0
 # A ShadowPod asking for the provider's API waits this long for the Consumer caches that
 # say whether its consumer is granted it (never guessed: the field is immutable on the pod).
 GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
+# How long the status of a ShadowPod's first pod may wait for that pod to leave Pending,
+# so that creating and starting it is one status write instead of two (or, with the
+# pod's conditions mirrored as before, three or four). A pod still Pending then is
+# written Pending. Recreations, refusals, and anything that ends are written at once.
+STATUS_COALESCE_SECONDS = 5.0
 
 log = logging.getLogger("kube_offload.enforcer")
 
@@ -118,9 +126,13 @@ class Reconciler:
         api: EnforcerApi,
         recorder: EventRecorder,
         remote_api_access: Callable[[str], bool | None] = lambda _namespace: False,
+        status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``remote_api_access``: whether the consumer owning a twin namespace is granted
-        the provider's API (``pods.remoteAPIAccess``); None while not known yet."""
+        the provider's API (``pods.remoteAPIAccess``); None while not known yet.
+        ``status_coalesce_seconds``: see :data:`STATUS_COALESCE_SECONDS` (0: write the
+        status of a new pod as soon as it is created)."""
         self._shadowpods = shadowpods
         self._remote_api_access = remote_api_access
         self._pods = pods
@@ -131,6 +143,14 @@ class Reconciler:
         self._refused_updates: dict[str, str] = {}
         # The resourceVersions our own ShadowPod status writes produced (their echoes).
         self._status_echoes = WriteEchoes()
+        self._coalesce = max(0.0, status_coalesce_seconds)
+        self._clock = clock
+        # ShadowPod key -> (UID, deadline) of the first pod created for it whose status is
+        # held back (status_may_wait). Used only to word and count what follows: a next
+        # pod counts as a recreation of this one (with_recorded_pod). Lost on a restart,
+        # when the pod, if it still exists, is written at once by the next enforcer.
+        # A key is reconciled by one worker at a time, so entries are never raced.
+        self._unrecorded: dict[str, tuple[str, float]] = {}
 
     def __call__(self, key: str) -> None:
         namespace, name = split_key(key)
@@ -142,6 +162,7 @@ class Reconciler:
         if shadowpod is None:
             self._refused_updates.pop(key, None)
             self._status_echoes.forget(key)
+            self._unrecorded.pop(key, None)
             # The garbage collector deletes these through the owner reference; this is
             # the safety net for when it cannot (no kube-controller-manager, say).
             self._delete_orphans(namespace, name, pods, logger)
@@ -166,8 +187,12 @@ class Reconciler:
 
         if decision.action is Action.MIRROR:
             assert decision.pod is not None
-            self._write_status(shadowpod, status_from_pod(shadowpod, decision.pod), logger)
+            wait = self._held_back(key, shadowpod, decision.pod)
+            if not wait:
+                self._write_status(shadowpod, status_from_pod(self._recorded(key, shadowpod), decision.pod), logger)
             self._update_in_place(shadowpod, decision.pod, logger)
+            if wait:
+                raise Requeue(wait, f"status of pod {name} held back while it is Pending")
         elif decision.action is Action.WAIT:
             raise Requeue(TERMINATING_RECHECK_SECONDS, f"pod {name} is still terminating")
         elif decision.action is Action.CREATE:
@@ -190,11 +215,15 @@ class Reconciler:
             if answer is None:
                 raise Requeue(GRANT_UNKNOWN_RECHECK_SECONDS, "waiting for the Consumer caches: is the provider's API granted?")
             granted = answer
+        key = f"{namespace}/{name}"
+        # The status as if it recorded every pod this ShadowPod had: one whose status
+        # write was held back, or one that ended before anything was written.
+        view = with_recorded_pod(self._recorded(key, shadowpod), _uid(replaced))
         try:
             pod = build_pod(shadowpod, remote_api_access=granted)
         except InvalidShadowPod as exc:
             self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
-            self._write_status(shadowpod, status_without_pod(shadowpod, f"invalid ShadowPod: {exc}"), logger)
+            self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)
             raise PermanentError(f"invalid ShadowPod: {exc}") from exc
         try:
             created = self._api.create_pod(namespace, pod)
@@ -208,19 +237,28 @@ class Reconciler:
             # then let the controller retry with backoff (quota may free up).
             message = creation_failed_message(name, exc.message)
             self._recorder.record(shadowpod, events.WARNING, events.REASON_CREATE_FAILED, message)
-            self._write_status(shadowpod, status_without_pod(shadowpod, message), logger, best_effort=True)
+            self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
             raise
 
-        previous_uid = (shadowpod.get("status") or {}).get("podUID")
+        previous_uid = (view.get("status") or {}).get("podUID")
+        if not previous_uid:
+            # The routine create: no Event (the status says it, and the vkubelet would
+            # copy the Event to the local pod, one write more in each cluster), and the
+            # status waits for the pod to leave Pending (status_may_wait).
+            logger.info("created pod %s", name)
+            if self._coalesce and status_may_wait(shadowpod, created):
+                self._unrecorded[key] = (str(_uid(created)), self._clock() + self._coalesce)
+                raise Requeue(self._coalesce, f"status of new pod {name} held back while it is Pending")
+            self._write_status(shadowpod, status_from_pod(shadowpod, created), logger)
+            return
         if replaced is not None:
-            reason, message = events.REASON_RECREATED, f"Created pod {name} to replace one that ended ({describe_end(replaced)})"
-        elif previous_uid:
-            reason, message = events.REASON_RECREATED, f"Created pod {name} to replace pod {previous_uid}, which was deleted"
+            message = f"Created pod {name} to replace one that ended ({describe_end(replaced)})"
         else:
-            reason, message = events.REASON_CREATED, f"Created pod {name}"
+            message = f"Created pod {name} to replace pod {previous_uid}, which was deleted"
         logger.info("%s", message)
-        self._recorder.record(shadowpod, events.NORMAL, reason, message)
-        self._write_status(shadowpod, status_from_pod(shadowpod, created), logger)
+        self._recorder.record(shadowpod, events.NORMAL, events.REASON_RECREATED, message)
+        # Written at once: the count must not wait on anything an enforcer restart loses.
+        self._write_status(shadowpod, status_from_pod(view, created), logger)
 
     def _update_in_place(self, shadowpod: dict, pod: dict, logger: logging.LoggerAdapter) -> None:
         """A changed template (labels, annotations, images, activeDeadlineSeconds,
@@ -282,7 +320,8 @@ class Reconciler:
             raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"deleted pod {name} of an earlier ShadowPod")
         message = f"a pod named {name} exists and is not managed by the enforcer; delete or rename it"
         self._recorder.record(shadowpod, events.WARNING, events.REASON_NAME_TAKEN, message)
-        self._write_status(shadowpod, status_without_pod(shadowpod, message), logger, best_effort=True)
+        view = self._recorded(f"{namespace}/{name}", shadowpod)
+        self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
         raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
 
     def _delete(self, pod: dict, logger: logging.LoggerAdapter, *, grace: int | None = None) -> None:
@@ -315,12 +354,57 @@ class Reconciler:
             logger.info("pod %s outlived its ShadowPod", _name(pod))
             self._delete(pod, logger)
 
+    def write_held_back(self, seconds: float) -> int:
+        """On a graceful stop, after the workers: write every status still held back
+        (status_may_wait), so that the next enforcer finds each pod this one created
+        recorded and counts a replacement of it, even of one deleted meanwhile (then the
+        status names it with no pod: Pending). Best effort, for at most ``seconds``;
+        returns how many were written. Only crashes are left to the window the docs
+        describe (docs/enforcer.md, Status writes)."""
+        deadline = self._clock() + seconds
+        written = 0
+        for key, (uid, _due) in list(self._unrecorded.items()):
+            if self._clock() >= deadline:
+                log.warning("stopping with %d ShadowPod statuses not written", len(self._unrecorded))
+                break
+            shadowpod = self._shadowpods.get(key)
+            if shadowpod is None:
+                continue
+            view = self._recorded(key, shadowpod)
+            pod = next((p for p in self._pods.by_index(BY_SHADOWPOD, key) if _uid(p) == uid), None)
+            desired = status_from_pod(view, pod) if pod is not None else status_without_pod(view, "")
+            try:
+                self._write_status(shadowpod, desired, ObjectLogger(log, {"key": key}), best_effort=True)
+            except Exception as exc:  # noqa: BLE001 - stopping: say so and go on with the next
+                log.warning("[%s] could not write the status held back: %s", key, exc)
+                continue
+            written += key not in self._unrecorded
+        return written
+
+    def _recorded(self, key: str, shadowpod: dict) -> dict:
+        """The ShadowPod as if the status of a pod held back (:attr:`_unrecorded`) had
+        been written."""
+        entry = self._unrecorded.get(key)
+        return dict(with_recorded_pod(shadowpod, entry[0] if entry else None))
+
+    def _held_back(self, key: str, shadowpod: dict, pod: dict) -> float:
+        """Seconds the status write for ``pod`` may still wait (0: write it now): only
+        for the first pod this enforcer created, while it is Pending, until the deadline."""
+        entry = self._unrecorded.get(key)
+        if entry is None or entry[0] != _uid(pod) or not status_may_wait(shadowpod, pod):
+            return 0.0
+        left = entry[1] - self._clock()
+        return left if left > 0 else 0.0
+
     def _write_status(
         self, shadowpod: dict, desired: dict, logger: logging.LoggerAdapter, *, best_effort: bool = False
     ) -> None:
-        if not status_changed(shadowpod, desired):
-            return
         meta = shadowpod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if not status_changed(shadowpod, desired):
+            if desired.get("podUID"):
+                self._unrecorded.pop(key, None)
+            return
         try:
             written = self._api.patch_shadowpod_status(meta["namespace"], meta["name"], desired, meta.get("resourceVersion", ""))
         except ApiError as exc:
@@ -334,12 +418,18 @@ class Reconciler:
             raise
         # Its watch event may come before this line (then it is reconciled, harmlessly).
         self._status_echoes.wrote(written)
+        if desired.get("podUID"):
+            self._unrecorded.pop(key, None)  # the status records a pod now
 
     def own_status_write(self, old: dict | None, new: dict) -> bool:
         """Whether a ShadowPod update is only the echo of our own status write: the
         reconcile reads the ShadowPod's status (recreations, podUID), so someone else's
         status write is reconciled, but what we just wrote needs no second look."""
         return only_status_changed(old, new) and self._status_echoes.is_echo(new)
+
+
+def _uid(pod: dict | None) -> str | None:
+    return (pod or {}).get("metadata", {}).get("uid")
 
 
 def _name(pod: dict) -> str:

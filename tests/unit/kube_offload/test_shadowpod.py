@@ -33,7 +33,9 @@ from kube_offload.shadowpod import (
     run_completed,
     status_changed,
     status_from_pod,
+    status_may_wait,
     status_without_pod,
+    with_recorded_pod,
 )
 from support import builders
 
@@ -337,7 +339,7 @@ def test_plan_evicted_run_of_a_never_pod_is_run_again():
 
 
 # --- status ------------------------------------------------------------------------------------
-def test_status_from_pod_first_pod():
+def test_status_from_pod_first_pod_leaves_the_conditions_to_the_pod():
     shp = shadowpod()
     pod = pod_of(shp, message="hello", conditions=[
         {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": "2025-01-01T00:00:01Z"}])
@@ -347,9 +349,60 @@ def test_status_from_pod_first_pod():
         "podUID": "pod-1",
         "recreations": 0,
         "message": "hello",
-        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:00:01Z"}],
+        "conditions": None,  # a merge patch's null: removes what an older enforcer mirrored
         "observedGeneration": 1,
     }
+
+
+def test_a_condition_change_alone_is_no_status_change():
+    """What made ~3.5 status writes per pod: each condition the pod gained was one."""
+    shp = shadowpod()
+    scheduled = pod_of(shp, phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}])
+    shp["status"] = status_from_pod(shp, scheduled)
+    initialized = pod_of(shp, phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"},
+                                                           {"type": "Initialized", "status": "True"}])
+    assert not status_changed(shp, status_from_pod(shp, initialized))
+    assert status_changed(shp, status_from_pod(shp, pod_of(shp, phase="Running")))
+
+
+def test_conditions_an_older_enforcer_mirrored_are_removed_once():
+    shp = shadowpod(status={"phase": "Running", "podName": "web-0", "podUID": "pod-1", "recreations": 0,
+                            "observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]})
+    desired = status_from_pod(shp, pod_of(shp))
+    assert status_changed(shp, desired)
+    shp["status"] = {k: v for k, v in desired.items() if v is not None}  # what the merge patch leaves
+    assert not status_changed(shp, status_from_pod(shp, pod_of(shp)))
+
+
+def test_with_recorded_pod_counts_the_next_pod_as_a_recreation():
+    shp = shadowpod()
+    view = with_recorded_pod(shp, "pod-1")
+    assert view["status"]["podUID"] == "pod-1" and view["status"]["podName"] == "web-0"
+    assert "status" not in shp, "the ShadowPod itself is not changed"
+    assert status_from_pod(view, pod_of(shp, uid="pod-2"))["recreations"] == 1
+    assert status_from_pod(view, pod_of(shp, uid="pod-1"))["recreations"] == 0
+    assert status_without_pod(view, "creating pod web-0 failed: x")["podUID"] == "pod-1"
+
+
+def test_with_recorded_pod_never_overrides_what_the_status_records():
+    shp = shadowpod(status={"podUID": "pod-7", "podName": "web-0", "recreations": 3})
+    assert with_recorded_pod(shp, "pod-1") is shp
+    assert with_recorded_pod(shp, None) is shp
+    assert with_recorded_pod(shadowpod(), "") == shadowpod()
+
+
+@pytest.mark.parametrize("status,phase,deleting,may_wait", [
+    (None, "Pending", False, True),  # the first pod, not started: Pending and Running can be one write
+    (None, None, False, True),  # no phase yet reads as Pending
+    (None, "Running", False, False),  # it runs: say so now
+    (None, "Succeeded", False, False),  # ended: run_completed reads it
+    (None, "Pending", True, False),  # being deleted
+    ({"phase": "Pending", "message": "creating pod web-0 failed: exceeded quota"}, "Pending", False, False),
+    ({"podUID": "pod-0", "recreations": 1}, "Pending", False, False),  # a recreation: counted at once
+])
+def test_status_may_wait_table(status, phase, deleting, may_wait):
+    shp = shadowpod(status=status)
+    assert status_may_wait(shp, pod_of(shp, phase=phase, deleting=deleting)) is may_wait
 
 
 def test_status_counts_a_new_pod_uid_as_one_recreation_and_is_idempotent():
@@ -367,7 +420,7 @@ def test_status_without_pod_keeps_the_last_pod_so_the_next_counts():
                             "conditions": [{"type": "Ready", "status": "True"}]})
     status = status_without_pod(shp, "creating pod web-0 failed: exceeded quota")
     assert status == {"phase": "Pending", "podName": "web-0", "podUID": "pod-1", "recreations": 1,
-                      "message": "creating pod web-0 failed: exceeded quota", "conditions": [],
+                      "message": "creating pod web-0 failed: exceeded quota", "conditions": None,
                       "observedGeneration": 1}
     shp["status"] = status
     assert status_from_pod(shp, pod_of(shp, uid="pod-2"))["recreations"] == 2
@@ -377,7 +430,7 @@ def test_status_changed_ignores_empty_versus_absent_and_fields_we_do_not_own():
     shp = shadowpod(status={"phase": "Running", "podName": "web-0", "podUID": "pod-1", "recreations": 0,
                             "observedGeneration": 1, "somethingElse": "x"})
     desired = status_from_pod(shp, pod_of(shp))
-    assert desired["message"] == "" and desired["conditions"] == []
+    assert desired["message"] == "" and desired["conditions"] is None
     assert not status_changed(shp, desired)
     assert status_changed(shp, {**desired, "phase": "Pending"})
     assert status_changed(shadowpod(), desired)

@@ -149,8 +149,8 @@ def review(obj: dict, *, operation: str = "CREATE", old: dict | None = None, dry
 def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadowpods: Cache | None = None, clock=time.monotonic):
     calls: list[str] = []
 
-    def fake_dry_run(namespace, obj):
-        calls.append(obj["metadata"]["name"])
+    def fake_dry_run(namespace, obj, update):
+        calls.append(obj["metadata"]["name"] + (" (update)" if update else ""))
         if delay:
             time.sleep(delay)
         return verdict()
@@ -240,10 +240,11 @@ def test_a_finalizer_the_consumer_adds_is_refused_before_the_metadata_shortcut()
 def test_an_update_reserves_only_its_increase_until_the_new_generation_is_cached():
     old = shadowpod("a", cpu="500m")
     cache = CACHE({f"{NS}/a": old})
-    v, _, _ = validator({"cpu": "1"}, shadowpods=cache)
+    v, calls, _ = validator({"cpu": "1"}, shadowpods=cache)
     new = shadowpod("a", cpu="900m")
     new["metadata"]["generation"] = 2
     assert v.review(review(new, operation="UPDATE", old=old)).allowed
+    assert calls == ["a (update)"], "an update's dry run also checks the running pod's update"
     assert v.ledger.pending("local") == {"cpu": 400}
     assert not v.review(review(shadowpod("b", cpu="200m"))).allowed  # 900m + 200m > 1
     cache.objects[f"{NS}/a"] = new
@@ -421,6 +422,18 @@ def test_update_check_dry_runs_the_patch_of_the_running_pod(fake_pods):
     [patch] = fake_pods["patches"]
     assert patch["spec"]["containers"] == [{"name": "app", "image": "forbidden.example/app"}]
     assert "resourceVersion" not in patch["metadata"]
+
+
+def test_a_create_is_not_checked_against_a_running_pod(fake_pods, monkeypatch):
+    """A ShadowPod being created has a new UID: no pod of it can run, so no GET (which was
+    one remote request per offloaded pod). An update still reads and dry-runs it."""
+    monkeypatch.setattr(dry_run, "dry_run_create", lambda *_args: None)
+    reads: list[str] = []
+    monkeypatch.setattr(dry_run, "get_pod", lambda _client, _ns, name: reads.append(name))
+    assert dry_run.check(None, "demo-local", shadowpod("web"), update=False).allowed
+    assert reads == []
+    assert dry_run.check(None, "demo-local", shadowpod("web"), update=True).allowed
+    assert reads == ["web"]
 
 
 def test_update_check_allows_when_nothing_runs_or_nothing_changes(fake_pods):

@@ -109,12 +109,18 @@ class World:
     keeps, with the enforcer's own indexes, refreshed from the API by :meth:`sync_pods`
     (what the informer's list and watch do) and left behind when a test wants it stale."""
 
-    def __init__(self) -> None:
+    def __init__(self, status_coalesce_seconds: float = 0.0) -> None:
+        """``status_coalesce_seconds``: 0 (the status of a new pod written at once) unless
+        a test is about holding it back; then :attr:`now` is the reconcile's clock."""
         self.api = FakeApi()
         self.pods = Indexer(POD_INDEXERS)
         # Events are written by the recorder's own thread: run() and reasons() wait for it.
         self.recorder = EventRecorder(self.api)
-        self.reconcile = Reconciler(shadowpods=self, pods=self.pods, api=self.api, recorder=self.recorder)
+        self.now = 100.0
+        self.reconcile = Reconciler(
+            shadowpods=self, pods=self.pods, api=self.api, recorder=self.recorder,
+            status_coalesce_seconds=status_coalesce_seconds, clock=lambda: self.now,
+        )
         self.frozen_shadowpods: dict[str, dict] | None = None
 
     def get(self, key):  # the ShadowPod cache
@@ -149,15 +155,14 @@ def world() -> World:
     return World()
 
 
-def test_creates_the_pod_records_an_event_and_writes_status(world):
+def test_creates_the_pod_and_writes_status_without_an_event(world):
     world.add_shadowpod()
     world.run()
     pod = world.api.pods[KEY]
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "shp-1"
     status = world.api.shadowpods[KEY]["status"]
     assert status["podUID"] == pod["metadata"]["uid"] and status["recreations"] == 0 and status["phase"] == "Pending"
-    assert world.reasons() == [events.REASON_CREATED]
-    assert world.api.events[0]["involvedObject"]["kind"] == "ShadowPod"
+    assert world.reasons() == [], "the routine create says nothing the status does not"
 
 
 def test_second_reconcile_writes_nothing(world):
@@ -176,7 +181,8 @@ def test_vanished_pod_is_recreated_and_counted(world):
     world.run()
     assert world.api.pods[KEY]["metadata"]["uid"] != first_uid
     assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
-    assert world.reasons() == [events.REASON_CREATED, events.REASON_RECREATED]
+    assert world.reasons() == [events.REASON_RECREATED]
+    assert world.api.events[0]["involvedObject"]["kind"] == "ShadowPod"
 
 
 def test_evicted_pod_is_deleted_and_replaced(world):
@@ -466,7 +472,7 @@ def _asking(world: World) -> None:
 @pytest.mark.parametrize("granted, expected", [(False, False), (True, True)])
 def test_a_pod_asking_for_the_providers_api_gets_it_only_with_the_grant(world, granted, expected):
     asked: list[str] = []
-    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder,
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
                                  remote_api_access=lambda ns: asked.append(ns) or granted)
     world.add_shadowpod()
     _asking(world)
@@ -476,7 +482,7 @@ def test_a_pod_asking_for_the_providers_api_gets_it_only_with_the_grant(world, g
 
 
 def test_the_grant_is_not_guessed_before_the_consumer_caches_know_it(world):
-    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder,
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
                                  remote_api_access=lambda _ns: None)
     world.add_shadowpod()
     _asking(world)
@@ -488,8 +494,153 @@ def test_the_grant_is_not_guessed_before_the_consumer_caches_know_it(world):
 def test_a_pod_not_asking_never_looks_the_grant_up(world):
     def lookup(_ns):
         raise AssertionError("looked up")
-    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder,
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
                                  remote_api_access=lookup)
     world.add_shadowpod()
     world.run()
     assert world.api.pods[KEY]["spec"]["automountServiceAccountToken"] is False
+
+
+# --- the first pod's status held back while it is Pending (STATUS_COALESCE_SECONDS) -----------
+@pytest.fixture
+def coalescing() -> World:
+    return World(status_coalesce_seconds=5.0)
+
+
+def test_a_new_pods_status_waits_and_pending_then_running_is_one_write(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue) as held:
+        world.run()
+    assert held.value.after == 5.0
+    assert world.api.writes == [("create", "web")] and "status" not in world.api.shadowpods[KEY]
+    world.now += 1  # the pod's own events (scheduled, conditions) while it is Pending
+    with pytest.raises(Requeue) as held:
+        world.run()
+    assert held.value.after == pytest.approx(4.0) and "status" not in world.api.shadowpods[KEY]
+    world.api.pods[KEY]["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    world.run()
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["phase"] == "Running" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
+    assert status["recreations"] == 0
+    assert [w for w in world.api.writes if w[0] == "status"] == [("status", "web")], "one status write"
+    assert world.reasons() == []
+
+
+def test_a_pod_still_pending_at_the_deadline_is_written_pending(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    world.now += 5
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["phase"] == "Pending"
+
+
+def test_a_pod_lost_before_its_status_was_written_still_counts(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    first_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods.pop(KEY)  # deleted while its status was held back
+    world.run()  # a recreation is written at once: no Requeue
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["recreations"] == 1 and status["podUID"] != first_uid
+    assert world.reasons() == [events.REASON_RECREATED]
+    assert first_uid in world.api.events[0]["message"]
+
+
+def test_a_pod_killed_before_its_status_was_written_still_counts(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+    assert "Evicted: low on memory" in world.api.events[-1]["message"]
+
+
+def test_a_refused_replacement_keeps_the_unwritten_pod_so_the_next_counts(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    first_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods.pop(KEY)
+    world.api.create_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: exceeded quota: q')
+    with pytest.raises(ApiError):
+        world.run()
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["podUID"] == first_uid and "exceeded quota" in status["message"]
+    world.api.create_error = None
+    world.run()
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+
+
+def test_a_creation_failure_is_cleared_at_once_when_the_pod_is_created(coalescing):
+    """The consumer's vkubelet reads a creation failure from the status (and may hand the
+    pod back): once a pod exists, that must not wait."""
+    world = coalescing
+    world.add_shadowpod()
+    world.api.create_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: exceeded quota: q')
+    with pytest.raises(ApiError):
+        world.run()
+    world.api.create_error = None
+    world.run()
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["message"] == "" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
+
+
+def test_a_restarted_enforcer_writes_a_pending_pods_status_at_once(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    restarted = World(status_coalesce_seconds=5.0)
+    restarted.api = world.api
+    restarted.reconcile = Reconciler(shadowpods=restarted, pods=restarted.pods, api=world.api,
+                                     recorder=restarted.recorder, status_coalesce_seconds=5.0)
+    restarted.run()
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["phase"] == "Pending" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
+    assert status["recreations"] == 0
+
+
+def test_a_graceful_stop_writes_the_statuses_held_back(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.reconcile.write_held_back(2.0) == 1
+    status = world.api.shadowpods[KEY]["status"]
+    assert status["phase"] == "Pending" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
+    assert world.reconcile.write_held_back(2.0) == 0, "nothing held back any more"
+
+
+def test_a_graceful_stop_records_a_held_back_pod_that_is_gone_so_the_next_enforcer_counts_it(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    first_uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods.pop(KEY)
+    world.sync_pods()  # deleted while the status was held back, and the enforcer stops
+    assert world.reconcile.write_held_back(2.0) == 1
+    assert world.api.shadowpods[KEY]["status"]["podUID"] == first_uid
+    restarted = World()
+    restarted.api = world.api
+    restarted.reconcile = Reconciler(shadowpods=restarted, pods=restarted.pods, api=world.api,
+                                     recorder=restarted.recorder, status_coalesce_seconds=5.0)
+    restarted.run()
+    assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
+
+
+def test_a_graceful_stop_gives_up_at_its_deadline(coalescing):
+    world = coalescing
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.reconcile.write_held_back(0.0) == 0
+    assert "status" not in world.api.shadowpods[KEY]
