@@ -2,7 +2,7 @@
 back to 0 with nothing left behind; CPU of our processes per pod against the
 kube-apiservers' in the same run, and each virtual kubelet's peak memory.
 
-    .venv/bin/python bench/bench_scale.py [--pods 10000] [--remotes 3] [--per-deployment 1000]
+    .venv/bin/python bench/bench_scale.py [--pods 10000] [--remotes 3] [--per-deployment 1000] [--no-local-baseline]
     .venv/bin/python bench/bench_scale.py --failover vkubelet|enforcer [--failover-at 0.3]
 
 With --failover (default 1,000 pods on 1 remote) the burst runs twice in the same
@@ -10,6 +10,13 @@ environment: first as the baseline, then with a standby replica of the first rem
 vkubelet or enforcer and a kill -9 of the leader once --failover-at of the pods have
 ShadowPods (bench/failover.py); it prints the handover times, the convergence time
 against the baseline's, and the 1:1 check after the failover.
+
+Local baseline (on by default, not with --failover): before the offloaded burst, the same
+N pods in the same Deployments go to a namespace whose pods stay on the local cluster's
+kwok nodes (placement Local, as in bench_offloading.py), timed the same way (apply ->
+all Running by the same poll), then the namespace is deleted; it prints offloaded
+pods/s, local pods/s and their ratio (the goal: 10,000 pods over 3 remotes at >= 0.85 x
+local). The local kwok nodes are sized to hold all N pods 1.5 times over too.
 
 Not a test: it never fails on time. It exits non-zero only if the pods did not converge
 or the 1:1 check (local pod <-> ShadowPod <-> remote pod, across all remotes) or the
@@ -56,6 +63,8 @@ from bench_offloading import deployment
 from failover import Failover
 
 NAMESPACE = "bench-scale"
+LOCAL_NAMESPACE = "bench-scale-local"  # the local baseline: pods stay on local kwok nodes
+RATIO_GOAL = 0.85  # offloaded pods/s against local pods/s (issue 27)
 POLL_SECONDS = 3.0
 
 
@@ -67,11 +76,41 @@ def summed(delta: dict[str, float], predicate) -> float:
     return sum(v for k, v in delta.items() if predicate(k))
 
 
-def running_pods(local: Cluster) -> tuple[int, int]:
+def deployment_sizes(pods: int, per_deployment: int) -> list[int]:
+    """The replica counts of the Deployments that make ``pods`` pods, ``per_deployment``
+    each, the last one taking the remainder."""
+    if pods < 1 or per_deployment < 1:
+        raise ValueError(f"--pods ({pods}) and --per-deployment ({per_deployment}) must be at least 1")
+    sizes = [per_deployment] * (pods // per_deployment)
+    if pods % per_deployment:
+        sizes.append(pods % per_deployment)
+    return sizes
+
+
+def nodes_capacity(pods: int, nodes: int) -> int:
+    """Pods per kwok node so that ``nodes`` nodes hold ``pods`` 1.5 times over, whatever
+    the scheduler's spread: capacity is never the limit of a burst."""
+    return math.ceil(pods * 1.5 / nodes) + 50
+
+
+def throughput_report(pods: int, offloaded_s: float | None, local_s: float | None) -> tuple[list[str], float | None]:
+    """The lines comparing the offloaded burst with the local baseline, and the ratio
+    offloaded pods/s over local pods/s (None when either did not converge)."""
+    def rate(seconds: float | None) -> str:
+        return f"{pods / seconds:.1f} pods/s ({seconds:.1f}s)" if seconds else "not converged"
+
+    ratio = local_s / offloaded_s if offloaded_s and local_s else None
+    lines = [f"throughput, {pods} pods: offloaded {rate(offloaded_s)}, local kwok nodes {rate(local_s)}",
+             "ratio offloaded/local pods/s: " + (f"{ratio:.2f}" if ratio is not None else "-")
+             + f" (goal >= {RATIO_GOAL:.2f})"]
+    return lines, ratio
+
+
+def running_pods(local: Cluster, namespace: str = NAMESPACE) -> tuple[int, int]:
     """(Running, existing) local pods of the bench. The server-side table (kubectl's default
     output) is the cheapest full list; Deployment status is no use here, the
     controller-manager's client rate limit delays its updates by minutes at this scale."""
-    out = local.kubectl("get", "pods", "-n", NAMESPACE, "--no-headers", "--chunk-size=0", timeout=120).stdout
+    out = local.kubectl("get", "pods", "-n", namespace, "--no-headers", "--chunk-size=0", timeout=120).stdout
     rows = [line.split() for line in out.splitlines() if line.strip()]
     return sum(1 for row in rows if len(row) > 2 and row[2] == "Running"), len(rows)
 
@@ -158,10 +197,8 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     topology = env.topology()
     assert topology is not None
     meter = apirequests.Meter(env, [local, *remotes], apirequests.component_metrics_urls(topology))
-    count = math.ceil(pods / per_deployment)
-    sizes = [per_deployment] * (pods // per_deployment)
-    if pods % per_deployment:
-        sizes.append(pods % per_deployment)
+    sizes = deployment_sizes(pods, per_deployment)
+    count = len(sizes)
     problems: list[str] = []
 
     before = meter.snapshot()
@@ -224,6 +261,46 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     }
 
 
+def local_burst(local: Cluster, *, pods: int, per_deployment: int, timeout: float) -> dict:
+    """The baseline: the same Deployments in a namespace whose pods stay on the local kwok
+    nodes, timed as burst() times the offloaded ones (apply -> all Running by the same
+    poll); then the namespace goes, so the offloaded burst starts on an idle cluster."""
+    local.kubectl("create", "namespace", LOCAL_NAMESPACE)
+    local.kubectl("label", "namespace", LOCAL_NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_LOCAL}")
+    sizes = deployment_sizes(pods, per_deployment)
+    problems: list[str] = []
+    started = time.monotonic()
+    log(f"[local] applying {len(sizes)} Deployments ({pods} pods) in {LOCAL_NAMESPACE}")
+    local.apply([deployment(f"local-{i}", LOCAL_NAMESPACE, size) for i, size in enumerate(sizes)])
+    converged = None
+    last_ready = -1
+    while time.monotonic() - started < timeout:
+        ready, existing = running_pods(local, LOCAL_NAMESPACE)
+        if ready != last_ready:
+            elapsed = time.monotonic() - started
+            log(f"  {elapsed:6.0f}s  {ready}/{pods} Running ({existing} created), {ready / elapsed:.1f} pods/s, "
+                f"load {os.getloadavg()[0]:.1f}")
+            last_ready = ready
+        if ready >= pods:
+            converged = time.monotonic() - started
+            break
+        time.sleep(POLL_SECONDS if pods <= 1000 else 10.0)
+    if converged is None:
+        problems.append(f"local baseline not converged after {timeout}s: {last_ready}/{pods} ready")
+    else:
+        virtual = [row for row in jsonpath_rows(local, "pods", [".spec.nodeName"], "-n", LOCAL_NAMESPACE)
+                   if row and row[0].startswith(C.VIRTUAL_NODE_PREFIX)]
+        if virtual:
+            problems.append(f"local baseline: {len(virtual)} pods on a virtual node, expected none")
+        log(f"[local] converged in {converged:.1f}s: {pods / converged:.1f} pods/s; deleting {LOCAL_NAMESPACE}")
+    deleting = time.monotonic()
+    local.kubectl("delete", "namespace", LOCAL_NAMESPACE, "--wait=true", f"--timeout={int(timeout)}s",
+                  check=False, timeout=timeout + 30)
+    log(f"[local] namespace deleted in {time.monotonic() - deleting:.1f}s")
+    return {"local_converge_s": converged, "local_pods_per_s": pods / converged if converged else None,
+            "local_problems": problems}
+
+
 def failover_join_seconds(timeout: float) -> float:
     # The driver's own waits are bounded (failover.READY_TIMEOUT each); never hang on it.
     return min(timeout, 2 * failover.READY_TIMEOUT)
@@ -242,6 +319,9 @@ def main() -> int:
     parser.add_argument("--failover-at", type=float, default=0.3,
                         help="kill the leader once this fraction of the pods have ShadowPods (default 0.3)")
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
+    parser.add_argument("--local-baseline", action=argparse.BooleanOptionalAction, default=None,
+                        help="first run the same pods on local kwok nodes and print offloaded/local pods/s "
+                             "(default: on, off with --failover)")
     parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=False,
                         help="write each apiserver's audit log, to count requests by client (default: off, "
                              "~1 KB per request)")
@@ -252,6 +332,12 @@ def main() -> int:
         args.remotes = 1 if args.failover else 3
     if not 0 < args.failover_at < 1:
         parser.error("--failover-at must be between 0 and 1 (a fraction of --pods)")
+    if args.local_baseline is None:
+        args.local_baseline = not args.failover
+    try:
+        deployment_sizes(args.pods, args.per_deployment)
+    except ValueError as error:
+        parser.error(str(error))
 
     # Stopped by a signal (also when started in the background, where SIGINT is ignored):
     # leave through the finally below, which tears the environment down.
@@ -261,9 +347,13 @@ def main() -> int:
     env = Environment(state, say=log)
     # Capacity is never the limit: each remote's two kwok nodes hold all of its share 1.5
     # times over, whatever the scheduler's spread.
-    per_node = math.ceil(args.pods / args.remotes * 1.5 / 2) + 50
     topology = default_topology(prefix="scale", remotes=args.remotes, local_nodes=1, remote_nodes=2,
-                                node_cpu="1000", node_memory="4Ti", node_pods=per_node)
+                                node_cpu="1000", node_memory="4Ti",
+                                node_pods=nodes_capacity(math.ceil(args.pods / args.remotes), 2))
+    if args.local_baseline:
+        # The baseline's pods all land on the local cluster: two nodes holding them all.
+        topology.local.nodes = 2
+        topology.local.node_pods = nodes_capacity(args.pods, 2)
     for spec in topology.clusters():
         spec.audit = args.audit
     result: dict = {"pods": args.pods, "remotes": args.remotes, "per_deployment": args.per_deployment}
@@ -277,7 +367,10 @@ def main() -> int:
         local.kubectl("create", "namespace", NAMESPACE)
         local.kubectl("label", "namespace", NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
         sizes = {"pods": args.pods, "per_deployment": args.per_deployment, "timeout": args.timeout}
+        if args.local_baseline:
+            result.update(local_burst(local, **sizes))
         result.update(burst(env, local, remotes, label="baseline" if args.failover else "scale", vkubelets=vkubelets, **sizes))
+        result["problems"] = result.pop("local_problems", []) + result["problems"]
         result.update({"vkubelet_rss_idle_mib": rss_idle, "load_before": load_before, "load_after": os.getloadavg()})
         if args.failover:
             driver = failover.Failover(env, topology, args.failover, pods=args.pods, fraction=args.failover_at,
@@ -301,6 +394,10 @@ def main() -> int:
     print(f"{args.pods} pods, {args.remotes} remotes, {args.per_deployment} per Deployment")
     if result.get("converge_s"):
         print(f"converged in {result['converge_s']:.1f}s: {result['pods_per_s']:.1f} pods/s")
+    if args.local_baseline and "local_converge_s" in result:
+        lines, ratio = throughput_report(args.pods, result.get("converge_s"), result["local_converge_s"])
+        print("\n".join(lines))
+        result["ratio_offloaded_local"] = ratio
     if result.get("scale_down_s") is not None:
         print(f"scaled to 0, nothing left, in {result['scale_down_s']:.1f}s")
     for label, delta in (("scale up", result["cpu_up"]), ("up + down", result["cpu_whole"])):

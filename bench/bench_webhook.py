@@ -19,10 +19,18 @@ one keep-alive HTTPS connection:
    shortfall shows as a lower achieved rate.
 
 The client is pure Python (``http.client`` + ``ssl``, much leaner per request than
-``requests``); it shares the machine's cores with the server, which lowers absolute
-figures on a small machine but affects /echo and /mutate/pods alike.
+``requests``); by default it shares the machine's cores with the server, which lowers
+absolute figures on a small machine but affects /echo and /mutate/pods alike.
+``--server-cpus`` pins the gunicorn arbiter, its workers and all their threads to the
+given CPUs (``sched_setaffinity``, what ``taskset -a`` does; set before gunicorn forks, so
+every worker and thread inherits it, and applied again to the whole process tree once the
+server answers), ``--client-cpus`` pins this script and its client processes: the server
+on a core of its own, away from the load it is measured with. Other processes on the
+machine still run on those CPUs: pinning keeps our clients off the server's core, not the
+neighbours.
 
-Usage: ``.venv/bin/python bench/bench_webhook.py`` (under 60 s; loopback only).
+Usage: ``.venv/bin/python bench/bench_webhook.py [--server-cpus 1 --client-cpus 0]``
+(under 60 s; loopback only).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+import controlplane
 from certs import pki
 from kube_offload import constants as c
 from kube_offload.admission import build_review
@@ -142,7 +151,10 @@ def make_tls(directory: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-def run_server(port: int, cert: Path, key: Path, workers: int, threads: int) -> None:
+def run_server(port: int, cert: Path, key: Path, workers: int, threads: int, cpus: set[int] | None) -> None:
+    if cpus:
+        # Before gunicorn forks: the workers and their threads inherit it from the start.
+        os.sched_setaffinity(0, cpus)
     serve(
         ServerSettings(tls_cert=str(cert), tls_key=str(key), bind=f"{HOST}:{port}", workers=workers,
                        threads=threads, log_level="WARNING", graceful_timeout_seconds=2),
@@ -300,6 +312,17 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({model or platform.processor() or 'unknown CPU'}), Linux {platform.release()}, Python {platform.python_version()}"
 
 
+def cpu_list(cpus: set[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2,5" (taskset's notation)."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{low}" if low == high else f"{low}-{high}" for low, high in ranges)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=4, help="client processes (one keep-alive connection each)")
@@ -314,15 +337,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--low-rate", type=float, default=500.0,
                         help="a second fixed rate for /mutate/pods, below saturation on a small machine")
     parser.add_argument("--rate-seconds", type=float, default=6.0, help="length of each fixed-rate run")
+    parser.add_argument("--server-cpus", default=None,
+                        help="pin the gunicorn arbiter, its workers and their threads to these CPUs (e.g. 1 or 2-3)")
+    parser.add_argument("--client-cpus", default=None,
+                        help="pin this script and its client processes to these CPUs (e.g. 0)")
     args = parser.parse_args(argv)
+    allowed = os.sched_getaffinity(0)
+    try:
+        server_cpus = controlplane.parse_cpus(args.server_cpus, allowed) if args.server_cpus else None
+        client_cpus = controlplane.parse_cpus(args.client_cpus, allowed) if args.client_cpus else None
+    except ValueError as error:
+        parser.error(str(error))
+    if server_cpus and client_cpus and server_cpus & client_cpus:
+        parser.error(f"--server-cpus and --client-cpus share CPU(s) {sorted(server_cpus & client_cpus)}: "
+                     "give the server CPUs of its own")
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     body = json.dumps(build_review(realistic_pod(), uid="6e2b4cb8-7d8e-4c4c-9bd5-2b3f1f4e8a11")).encode()
     with tempfile.TemporaryDirectory(prefix="kube-offload-bench-") as tmp:
         ca, cert, key = make_tls(Path(tmp))
         port = free_port()
-        server = multiprocessing.get_context("fork").Process(target=run_server, args=(port, cert, key, args.workers, args.threads), daemon=True)
+        server = multiprocessing.get_context("fork").Process(target=run_server, args=(port, cert, key, args.workers, args.threads, server_cpus), daemon=True)
         server.start()
+        if client_cpus:
+            # The client processes are forked from this one: they inherit it.
+            os.sched_setaffinity(0, client_cpus)
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -340,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
             connection.request("POST", "/echo", body, HEADERS)
             assert connection.getresponse().read() == body
             connection.close()
+            pinned = ""
+            if server_cpus:
+                # Again, now that the workers run: also whatever started before the first fork.
+                processes, threads = controlplane.pin_tree(server.pid, server_cpus)
+                pinned = f"; server pinned to CPU(s) {cpu_list(server_cpus)} ({processes} processes, {threads} threads)"
+            if client_cpus:
+                pinned += f"; clients pinned to CPU(s) {cpu_list(client_cpus)}"
 
             def closed(path: str, seconds: float) -> Figures:
                 start = time.monotonic() + 0.5
@@ -377,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
             fixed_mutate = fixed("/mutate/pods", args.rate)
             fixed_echo = fixed("/echo", args.rate)
             fixed_low = fixed("/mutate/pods", args.low_rate)
+            if server_cpus:
+                # Every thread of the tree still pinned at the end (a respawned worker inherits it).
+                strays = [int(task.name) for p in controlplane.tree_pids(server.pid)
+                          for task in Path(f"/proc/{p}/task").iterdir()
+                          if os.sched_getaffinity(int(task.name)) != server_cpus]
+                if strays:
+                    raise SystemExit(f"bench: server threads {strays} are not pinned to {sorted(server_cpus)}")
         finally:
             server.terminate()
             server.join(10)
@@ -384,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = totals["/mutate/pods"].rate / totals["/echo"].rate
     cpu_ratio = totals["/echo"].cpu_per_request_us / totals["/mutate/pods"].cpu_per_request_us
     print(f"machine: {machine()}; load average before/after: {load_before} / {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"request body: {len(body)} bytes (AdmissionReview of a Deployment pod); server: {args.workers} worker(s) x {args.threads} gthread threads, TLS")
+    print(f"request body: {len(body)} bytes (AdmissionReview of a Deployment pod); server: {args.workers} worker(s) x {args.threads} gthread threads, TLS{pinned}")
     print(HEADER)
     for figures in (totals["/echo"], totals["/mutate/pods"], fixed_echo, fixed_mutate, fixed_low):
         print(figures.row())

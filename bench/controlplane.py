@@ -102,3 +102,36 @@ def pin_cluster(cluster: Cluster, cpus: set[int]) -> dict[str, int]:
     """Pin all of ``cluster``'s control-plane processes (apiserver, etcd, scheduler,
     controller-manager, kwok) to ``cpus``; component -> threads pinned."""
     return {name: pin(pid, cpus) for name, pid in control_plane_pids(cluster).items()}
+
+
+def parse_cpus(text: str, allowed: set[int]) -> set[int]:
+    """A CPU list as taskset and cpusets write it ("1", "0,2", "0-3,6") -> the set of CPU
+    numbers, each checked against ``allowed`` (this process's affinity: a CPU outside it
+    would be refused by the kernel with a bare EINVAL)."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        try:
+            low, high = int(first), int(last) if dash else int(first)
+        except ValueError:
+            raise ValueError(f"CPU list {text!r}: {part!r} is not a CPU number or a range like 0-3") from None
+        if low < 0 or high < low:
+            raise ValueError(f"CPU list {text!r}: {part!r} is not a range from low to high")
+        cpus.update(range(low, high + 1))
+    if not cpus:
+        raise ValueError(f"CPU list {text!r} is empty: give CPU numbers such as 1 or 0-1")
+    outside = cpus - allowed
+    if outside:
+        raise ValueError(f"CPU list {text!r}: CPU(s) {sorted(outside)} are not among this process's "
+                         f"allowed CPUs {sorted(allowed)}")
+    return cpus
+
+
+def pin_tree(pid: int, cpus: set[int]) -> tuple[int, int]:
+    """Pin ``pid``, its live descendants and all their threads to ``cpus`` (gunicorn's
+    arbiter and its workers); (processes, threads) pinned."""
+    processes = tree_pids(pid)
+    return len(processes), sum(pin(p, cpus) for p in processes)
