@@ -81,6 +81,9 @@ REASON_PROVISIONING_FAILED: Final = "ProvisioningFailed"
 REASON_PROVISIONED_LOCALLY: Final = "ProvisionedLocally"
 
 # --- enforcer: Events on ShadowPods (docs/enforcer.md) ------------------------------------------
+# Written by enforcers before issue 27 (one per pod, repeating the vkubelet's Offloaded):
+# no longer written; the vkubelet still skips it from an older provider's enforcer.
+REASON_POD_CREATED: Final = "PodCreated"
 REASON_POD_RECREATED: Final = "PodRecreated"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
 REASON_EXTRA_POD_DELETED: Final = "ExtraPodDeleted"

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from vkubelet.reflection import names as reflection_names
+from vkubelet.reflection.forge.events import says_something_new
 
 # The object identity every cache keeps: the informer keys objects by namespace/name and
 # compares resourceVersions on a re-list; uid, creationTimestamp and deletionTimestamp
@@ -162,7 +163,16 @@ def trim_event(event: dict) -> dict:
     (vkubelet/reflection/events.py, object_events.py and their forge/ modules). Keeps:
     identity; the involved object's kind, namespace, name, UID and fieldPath; type,
     reason, count, the timestamps, the series' count and last time, the source component
-    and reportingComponent; the message up to the 1,024 characters a copy takes."""
+    and reportingComponent; the message up to the 1,024 characters a copy takes.
+    An Event never copied (the enforcer's routine PodCreated, one per pod:
+    forge.events.ROUTINE_REMOTE_EVENTS) keeps only what says so and what the informer
+    needs: name, namespace, resourceVersion, the involved kind, type and reason."""
+    if not says_something_new(event):
+        stub = _type_meta(event)
+        stub["metadata"] = _pick(event.get("metadata"), ("name", "namespace", "resourceVersion"))
+        stub["involvedObject"] = _pick(event.get("involvedObject"), ("kind",))
+        stub.update(_pick(event, ("type", "reason")))
+        return interned(stub)
     trimmed = _type_meta(event)
     trimmed["metadata"] = _metadata(event)
     trimmed["involvedObject"] = _pick(event.get("involvedObject"), EVENT_INVOLVED)

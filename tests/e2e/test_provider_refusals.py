@@ -110,8 +110,12 @@ def test_refused_pod_gets_the_providers_words_backoff_and_no_shadowpod(offload_e
              what=f"twin namespace {twin}")
         wait(lambda: _policy_enforced(remote, twin), timeout=TIMEOUT, what="the remote apiserver to enforce the policy")
 
+        # No API server access asked: the pod's one offload Event is then the Normal
+        # Offloaded, whatever relay the harness runs (in mode home with no relay the
+        # HomeAPIUnavailable Warning stands in for it: tests/unit/vkubelet/pods/test_shadowpods.py).
         local.apply({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": pod, "namespace": ns, "labels": {"app": "web", REFUSE_LABEL: "true"}},
+                     "metadata": {"name": pod, "namespace": ns, "labels": {"app": "web", REFUSE_LABEL: "true"},
+                                  "annotations": {c.ANNOTATION_API_SERVER: c.API_SERVER_DISABLED}},
                      "spec": {"containers": [{"name": "app", "image": IMAGE}], "terminationGracePeriodSeconds": 1}})
 
         refused = wait(lambda: _events(local, ns, pod, "ProviderRefused"), timeout=TIMEOUT, what="a ProviderRefused Event")

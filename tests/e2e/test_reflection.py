@@ -335,6 +335,17 @@ def test_remote_events_of_an_offloaded_pod_show_on_the_local_pod(t):
     assert event["type"] == "Normal" and event["count"] >= 1
     describe = t.local.kubectl("describe", "pod", "evented", "-n", t.ns).stdout
     assert f"Successfully assigned {t.twin}/evented" in describe
+    # The enforcer's routine PodCreated on the ShadowPod is not copied (the vkubelet's own
+    # offload Event says the same): written on the remote when the pod was created, before
+    # the remote scheduler's Scheduled copied above, so a copy would be here by now.
+    time.sleep(3)
+    copies = [e for e in t.local_events(**{"involvedObject.name": "evented"})
+              if (e.get("source") or {}).get("component") == "kube-offload-vkubelet"]
+    reasons = sorted(e["reason"] for e in copies)
+    assert "PodCreated" not in reasons, reasons
+    # What the vkubelet writes per offloaded pod here: its offload Event (Offloaded, or the
+    # HomeAPIUnavailable Warning in its place when no relay runs) and the copied Scheduled.
+    assert len(reasons) == 2 and "Scheduled" in reasons and ({"Offloaded", "HomeAPIUnavailable"} & set(reasons)), reasons
 
 
 # --- remote Events -> local Service / claim ---------------------------------------------------------------

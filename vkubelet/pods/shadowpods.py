@@ -20,7 +20,7 @@ from vkubelet import refusals as rf
 from vkubelet.pods import handback
 from vkubelet import termination as term
 from vkubelet.home_api.pod_access import APIServerMode
-from vkubelet.translation import TranslationContext, shadowpod_of, translate_pod
+from vkubelet.translation import shadowpod_of, translate_pod
 
 if TYPE_CHECKING:
     from vkubelet.pods.reconcile import PodOffloader
@@ -74,13 +74,15 @@ def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAda
         raise Requeue(REJECTED_RETRY_SECONDS, message) from exc
     loop.refusals.forget(backoff_key)
     _clear_waiting(loop, local)
-    _tell_api_access(loop, local, mode, context)
     # What the provider's policy took out, on the pod that now runs without it.
     loop.notices.tell(local, adjusted=remote.adjusted)
     logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], loop.settings.cluster_id)
-    loop.recorder.normal(
-        local, ev.REASON_OFFLOADED, f"running in cluster {loop.settings.cluster_id} as {twin}/{local['metadata']['name']}"
-    )
+    kind, reason, message = offloaded_event(loop.settings.cluster_id, twin, local["metadata"]["name"], mode,
+                                            relay_missing=bool(context.reflection) and context.home_api is None)
+    if kind == ev.WARNING:
+        loop.recorder.warning(local, reason, message)
+    else:
+        loop.recorder.normal(local, reason, message)
 
 
 def sync_template(loop: PodOffloader, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
@@ -157,22 +159,26 @@ def belongs_to(pod: Mapping, shp: Mapping) -> bool:
     return shadowpod.is_owned_by(pod, shp)
 
 
-def _tell_api_access(loop: PodOffloader, local: dict, mode: APIServerMode, context: TranslationContext) -> None:
-    """Say on a pod just offloaded what keeps its in-cluster configuration from its
-    home API server: an annotation value that means nothing, or no relay known for this
-    provider (the pod then has its home token but the provider's address, as before
-    relays existed). Recorded when the ShadowPod is created, once per pod (a recreation
-    of the ShadowPod tells it again; the recorder folds repeats)."""
+def offloaded_event(cluster_id: str, twin: str, name: str, mode: APIServerMode, *, relay_missing: bool) -> tuple[str, str, str]:
+    """The one Event the vkubelet writes on a pod it has just offloaded: (type, reason,
+    message). Normally ``Offloaded`` (where the pod runs). When the pod's in-cluster
+    configuration is not what it asked for - an annotation value that means nothing, or
+    mode ``home`` where the provider runs no relay to our API server for us - the Warning
+    that says so takes its place and names where the pod runs too: one write per pod,
+    not two (issue 27), and the Warning is what `kubectl get events --field-selector
+    type=Warning` must find. A recreation of the ShadowPod tells it again; the recorder
+    folds repeats."""
+    where = f"running in cluster {cluster_id} as {twin}/{name}"
     if mode.problem:
-        loop.recorder.warning(local, ev.REASON_INVALID_API_SERVER_MODE, mode.problem)
-        return
-    if mode.mode == c.API_SERVER_HOME and context.reflection and context.home_api is None:
-        loop.recorder.warning(local, ev.REASON_HOME_API_UNAVAILABLE, (
-            f"cluster {loop.settings.cluster_id} runs no relay to this cluster's API server for us (no Service "
+        return ev.WARNING, ev.REASON_INVALID_API_SERVER_MODE, f"{where}, but {mode.problem}"
+    if mode.mode == c.API_SERVER_HOME and relay_missing:
+        return ev.WARNING, ev.REASON_HOME_API_UNAVAILABLE, (
+            f"{where}, but cluster {cluster_id} runs no relay to this cluster's API server for us (no Service "
             f"{c.HOME_API_SERVICE} in our tenant namespace there): the pod's in-cluster configuration reaches the "
             f"provider's API server, where its home token is worth nothing. Ask the provider to enable the relay "
             f"(docs/home-api.md), or set {c.ANNOTATION_API_SERVER}={c.API_SERVER_DISABLED} on the pod or namespace"
-        ))
+        )
+    return ev.NORMAL, ev.REASON_OFFLOADED, where
 
 
 def _refused_by_policy(loop: PodOffloader, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:

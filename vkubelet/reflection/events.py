@@ -5,7 +5,8 @@ notes on the ShadowPod) shows on the local pod, in `kubectl describe pod` and
 
 The remote Events watched are those about Pods and ShadowPods (field-selected) in our
 usable twin namespaces only (namespace-scoped watches: the consumer may read Events
-nowhere else on the provider); one is copied only if its object is one of ours (origin label) standing for a local pod that
+nowhere else on the provider); one is copied only if it says something new (not the enforcer's routine PodCreated:
+forge.events.ROUTINE_REMOTE_EVENTS) and its object is one of ours (origin label) standing for a local pod that
 still exists with the UID it was made for. The copy's name is derived from the remote
 Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
 and at most patches its count (create, and patch on AlreadyExists: no read); remote Events are never deleted locally (they expire
@@ -27,7 +28,7 @@ from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from vkubelet import events as vk_events
-from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event
+from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event, says_something_new
 from vkubelet.reflection import metrics
 from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.caches import shared_informer
@@ -107,7 +108,7 @@ class EventReflector:
     def _key_if_relevant(self, event: dict) -> str | None:
         # The watches are scoped to the twins already; a twin that stopped being usable
         # delivers its Events as deletions, which need no copy.
-        if not self._in_twin(event):
+        if not self._in_twin(event) or not says_something_new(event):
             return None
         meta = event.get("metadata") or {}
         return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -39,7 +39,7 @@ from vkubelet.reflection.forge.serviceaccounts import (
     token_secret_is_current,
     token_sources,
 )
-from vkubelet.reflection.forge.events import event_count, forge_local_event
+from vkubelet.reflection.forge.events import event_count, forge_local_event, says_something_new
 from vkubelet.reflection import names as n
 from vkubelet.reflection.events import event_age_seconds
 from vkubelet.settings import Settings
@@ -219,7 +219,9 @@ def test_the_template_update_is_the_same_patch_from_a_trimmed_shadowpod(objects)
 
 # --- Events -------------------------------------------------------------------------------------
 def test_event_keeps_what_its_local_copy_is_made_of(objects):
-    for event in objects["events"]:
+    copied = [event for event in objects["events"] if says_something_new(event)]
+    assert copied, "the fixture has no copied Event"
+    for event in copied:
         trimmed = trim.trim_event(copy.deepcopy(event))
         assert set(trimmed["involvedObject"]) <= set(trim.EVENT_INVOLVED)
         assert "apiVersion" not in trimmed["involvedObject"] and "resourceVersion" not in trimmed["involvedObject"]
@@ -231,8 +233,19 @@ def test_event_keeps_what_its_local_copy_is_made_of(objects):
         assert event_age_seconds(trimmed) == pytest.approx(event_age_seconds(event), abs=1.0)
 
 
+def test_an_event_never_copied_keeps_only_what_says_so(objects):
+    # The fixture's enforcer PodCreated on the ShadowPod: one per pod, never copied.
+    [routine] = [event for event in objects["events"] if not says_something_new(event)]
+    trimmed = trim.trim_event(copy.deepcopy(routine))
+    assert not says_something_new(trimmed)
+    assert set(trimmed["metadata"]) == {"name", "namespace", "resourceVersion"}
+    assert trimmed["metadata"]["name"] == routine["metadata"]["name"]
+    assert trimmed["involvedObject"] == {"kind": "ShadowPod"}
+    assert "message" not in trimmed and "firstTimestamp" not in trimmed
+
+
 def test_event_with_series_source_field_path_and_a_long_message(objects):
-    event = copy.deepcopy(objects["events"][0])
+    event = copy.deepcopy(next(e for e in objects["events"] if says_something_new(e)))
     event.update(
         message="m" * 5000,
         count=None,

@@ -1,7 +1,8 @@
 """The pod loop's create step with the API server modes: the endpoint of the relay comes
 from the ``home_api`` the runner passes in (read at each translation), the mode from the
 pod's or its namespace's annotation, and what keeps a pod from its home API server is
-said on it (InvalidAPIServerMode, HomeAPIUnavailable). No API server: the informers are
+said on it (InvalidAPIServerMode, HomeAPIUnavailable), in place of the Offloaded Event:
+one Event per offloaded pod from the vkubelet (issue 27). No API server: the informers are
 fed through their cache, API calls are replaced by recorders."""
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ class Loop:
         })
         self.created: list[dict] = []
         self.warnings: list[tuple[str, str]] = []
+        self.normals: list[tuple[str, str]] = []
         monkeypatch.setattr(self.offloader.kube, "create", lambda _kind, body, **_kw: self.created.append(body) or body)
         monkeypatch.setattr(self.offloader.local.kube, "patch", lambda *a, **kw: {})
         monkeypatch.setattr(recorder, "warning", lambda obj, reason, message: self.warnings.append((reason, message)))
-        monkeypatch.setattr(recorder, "normal", lambda obj, reason, message: None)
+        monkeypatch.setattr(recorder, "normal", lambda obj, reason, message: self.normals.append((reason, message)))
 
     def create(self, **annotations: str) -> dict:
         local = builders.pod(uid="u1", annotations=annotations,
@@ -64,6 +66,7 @@ def test_a_known_relay_points_the_pod_at_it_and_nothing_is_said(monkeypatch):
     assert spec["hostAliases"][0]["ip"] == RELAY.ip
     assert "kubernetes.default.svc.corp.example" in spec["hostAliases"][0]["hostnames"]
     assert loop.warnings == []
+    assert loop.normals == [(ev.REASON_OFFLOADED, f"running in cluster remote as {TWIN}/web")]
 
 
 def test_the_endpoint_is_read_at_each_translation(monkeypatch):
@@ -80,6 +83,9 @@ def test_no_relay_keeps_todays_pod_and_says_so(monkeypatch):
     [(reason, message)] = loop.warnings
     assert reason == ev.REASON_HOME_API_UNAVAILABLE == "HomeAPIUnavailable"
     assert c.HOME_API_SERVICE in message and f"{c.ANNOTATION_API_SERVER}={c.API_SERVER_DISABLED}" in message
+    # The Warning stands in for Offloaded: it says where the pod runs, and nothing else is written.
+    assert message.startswith(f"running in cluster remote as {TWIN}/")
+    assert loop.normals == []
 
 
 def test_a_namespace_opting_out_gets_no_address_and_no_warning_about_it(monkeypatch):
@@ -87,6 +93,7 @@ def test_a_namespace_opting_out_gets_no_address_and_no_warning_about_it(monkeypa
     spec = loop.create()
     assert spec["automountServiceAccountToken"] is False and "hostAliases" not in spec
     assert loop.warnings == []
+    assert [reason for reason, _ in loop.normals] == [ev.REASON_OFFLOADED]
 
 
 def test_an_unknown_mode_runs_the_pod_with_no_api_access_and_says_which_values_exist(monkeypatch):
@@ -96,3 +103,4 @@ def test_an_unknown_mode_runs_the_pod_with_no_api_access_and_says_which_values_e
     [(reason, message)] = loop.warnings
     assert reason == "InvalidAPIServerMode"
     assert "'off'" in message and "home, remote, disabled" in message
+    assert message.startswith(f"running in cluster remote as {TWIN}/") and loop.normals == []

@@ -29,7 +29,7 @@ from vkubelet.reflection.forge.serviceaccounts import (
     token_secret_is_current,
     token_sources,
 )
-from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event
+from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event, says_something_new
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
 from vkubelet.reflection import names as n
 
@@ -477,6 +477,22 @@ LOCAL_POD = {"metadata": {"name": "web-1", "namespace": "demo", "uid": "local-po
 def _local_event(remote: dict) -> dict:
     return forge_local_event(remote, LOCAL_POD, host=NODE, component="kube-offload-vkubelet",
                                reporting_controller="kube-offload.io/vkubelet")
+
+
+def test_the_enforcers_routine_pod_created_is_not_copied_the_rest_is():
+    # The local pod's own Offloaded Event already says its ShadowPod made a pod.
+    shadowpod = {"kind": "ShadowPod", "namespace": "demo-local", "name": "web-1", "uid": "shp-uid"}
+    assert not says_something_new(_remote_event(involvedObject=shadowpod, type="Normal", reason="PodCreated"))
+    # A recreation, a refusal on the ShadowPod, and a PodCreated Warning say something new.
+    assert says_something_new(_remote_event(involvedObject=shadowpod, type="Normal", reason="PodRecreated"))
+    assert says_something_new(_remote_event(involvedObject=shadowpod, type="Warning", reason="PodCreationFailed"))
+    assert says_something_new(_remote_event(involvedObject=shadowpod, type="Warning", reason="PodCreated"))
+    # What the remote scheduler and kubelet say about the remote pod is what `kubectl describe` shows.
+    for reason in ("Scheduled", "Pulled", "Created", "Started"):
+        assert says_something_new(_remote_event(type="Normal", reason=reason))
+    assert says_something_new(_remote_event())  # a Warning BackOff
+    # A Pod's Event named like the enforcer's is not the enforcer's: copied.
+    assert says_something_new(_remote_event(type="Normal", reason="PodCreated"))
 
 
 def test_remote_event_becomes_an_event_of_the_local_pod():
