@@ -70,15 +70,20 @@ class Controller:
         key_func: Callable[[dict[str, Any]], Iterable[str] | str | None] | None = None,
         *,
         skip: Callable[[dict[str, Any] | None, dict[str, Any]], bool] | None = None,
+        urgent: bool | Callable[[str, dict[str, Any] | None, dict[str, Any]], bool] = False,
     ) -> None:
         """Enqueue the key(s) ``key_func`` maps each event's object to (default: its own key).
         An update for which ``skip(old, new)`` is true enqueues nothing (e.g.
         kube_offload/runtime/predicates.py: a change of status only, for a loop that does
-        not read status); adds, deletes and resyncs are never skipped."""
+        not read status); adds, deletes and resyncs are never skipped. ``urgent`` (a bool,
+        or ``urgent(event, old, new)``): the event's keys go to the queue's fast lane
+        (:class:`WorkQueue`), for the progress of work already done, which must not wait
+        behind a burst of new work."""
 
         def handler(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             if skip is not None and event == MODIFIED and old is not None and old is not new and skip(old, new):
                 return
+            hurry = urgent(event, old, new) if callable(urgent) else urgent
             for obj in (old, new):
                 if obj is None:
                     continue
@@ -86,10 +91,10 @@ class Controller:
                 if keys is None:
                     continue
                 if isinstance(keys, str):
-                    self.queue.add(keys)
+                    self.queue.add(keys, urgent=hurry)
                 else:
                     for key in keys:
-                        self.queue.add(key)
+                        self.queue.add(key, urgent=hurry)
 
         informer.add_handler(handler)
 

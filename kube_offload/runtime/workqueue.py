@@ -7,7 +7,13 @@ Semantics (the ones a level-triggered controller needs):
 - ``add_rate_limited`` retries with per-key exponential backoff, ``forget`` resets it;
 - ``add_after`` delays an add (requeue-after); a key has at most one pending delayed add,
   the earliest asked for (as client-go's delaying queue): a key stuck in retry that keeps
-  receiving events and resyncs does not grow one more timer chain per event.
+  receiving events and resyncs does not grow one more timer chain per event;
+- ``add(key, urgent=True)`` puts the key in a second lane that ``get`` empties first (a
+  key already waiting in the normal lane moves up). A controller uses it for the
+  progress of work it has already done (the vkubelet: a remote pod's status to mirror),
+  so that a burst of new work (5,000 ShadowPods to create) does not hold every status
+  update behind it: one FIFO lane made pods show Running only once the whole burst was
+  created (issue 27). Delayed adds, retries and dirty re-adds keep the lane they had.
 """
 
 from __future__ import annotations
@@ -25,10 +31,15 @@ class ShutDown(Exception):
 
 class WorkQueue:
     def __init__(self, *, base_delay: float = 0.05, max_delay: float = 30.0) -> None:
+        # Two FIFO lanes. _queued maps each waiting key to its lane (True: urgent); an entry
+        # in a lane's deque whose key is no longer waiting in that lane is stale (the key
+        # moved up, or was handed out) and skipped when it surfaces.
         self._queue: deque[str] = deque()
-        self._queued: set[str] = set()
+        self._urgent: deque[str] = deque()
+        self._queued: dict[str, bool] = {}
         self._processing: set[str] = set()
-        self._dirty: set[str] = set()
+        # Keys added while being processed -> whether any of those adds was urgent.
+        self._dirty: dict[str, bool] = {}
         self._failures: dict[str, int] = {}
         # Heap of (deadline, seq, key); an entry is live only while _waiting[key] holds its
         # (deadline, seq): moving a key earlier pushes a new entry and leaves the old one
@@ -41,18 +52,39 @@ class WorkQueue:
         self._cond = threading.Condition()
         self._shutdown = False
 
-    def add(self, key: str) -> None:
+    def add(self, key: str, *, urgent: bool = False) -> None:
         with self._cond:
             if self._shutdown:
                 return
             if key in self._processing:
-                self._dirty.add(key)
+                self._dirty[key] = self._dirty.get(key, False) or urgent
                 return
-            if key in self._queued:
-                return
-            self._queued.add(key)
-            self._queue.append(key)
-            self._cond.notify()
+            self._enqueue(key, urgent)
+
+    def _enqueue(self, key: str, urgent: bool) -> None:
+        """Queue ``key`` in its lane (caller holds the lock; the key is not processing)."""
+        lane = self._queued.get(key)
+        if lane is not None and (lane or not urgent):
+            return  # waiting already, in a lane at least as fast
+        self._queued[key] = urgent
+        (self._urgent if urgent else self._queue).append(key)
+        if len(self._queue) + len(self._urgent) > 2 * len(self._queued) + 64:
+            self._compact_lanes()
+        self._cond.notify()
+
+    def _compact_lanes(self) -> None:
+        self._queue = deque(k for k in self._queue if self._queued.get(k) is False)
+        self._urgent = deque(k for k in self._urgent if self._queued.get(k) is True)
+
+    def _pop_ready(self) -> str | None:
+        """The next waiting key, urgent lane first; stale entries are dropped."""
+        for lane, urgent in ((self._urgent, True), (self._queue, False)):
+            while lane:
+                key = lane.popleft()
+                if self._queued.get(key) is urgent:
+                    del self._queued[key]
+                    return key
+        return None
 
     def add_after(self, key: str, delay: float) -> None:
         if delay <= 0:
@@ -94,9 +126,8 @@ class WorkQueue:
         with self._cond:
             while True:
                 self._promote_due()
-                if self._queue:
-                    key = self._queue.popleft()
-                    self._queued.discard(key)
+                key = self._pop_ready()
+                if key is not None:
                     self._processing.add(key)
                     return key
                 if self._shutdown:
@@ -115,11 +146,7 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
-                self._dirty.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._queue.append(key)
-                    self._cond.notify()
+                self._enqueue(key, self._dirty.pop(key))
 
     def shutdown(self) -> None:
         with self._cond:
@@ -128,12 +155,12 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._queue) + len(self._waiting)
+            return len(self._queued) + len(self._waiting)
 
     def depths(self) -> tuple[int, int]:
         """(keys ready to be handed out, delayed adds not yet due), for metrics."""
         with self._cond:
-            return len(self._queue), len(self._waiting)
+            return len(self._queued), len(self._waiting)
 
     def is_shut_down(self) -> bool:
         with self._cond:
@@ -159,7 +186,6 @@ class WorkQueue:
                 continue  # superseded by an earlier add_after
             del self._waiting[key]
             if key in self._processing:
-                self._dirty.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._queue.append(key)
+                self._dirty.setdefault(key, False)
+            else:
+                self._enqueue(key, False)

@@ -102,7 +102,11 @@ class PodOffloader:
         # what the local pod mirrors, and the ShadowPod's (recreations) goes into the
         # local restart counts.
         self.controller.watch(self.shadowpods, self._local_key_of)
-        self.controller.watch(self.remote_pods, self._local_key_of)
+        # A remote pod's milestone (running, ready, ended, lost) is the progress of a pod
+        # already offloaded: the fast lane, so a burst of new pods to offload does not
+        # hold every "Running" behind the last ShadowPod create. Its other changes wait in
+        # line and fold into one status write (status.worth_hurrying).
+        self.controller.watch(self.remote_pods, self._local_key_of, urgent=st.worth_hurrying)
         self.controller.watch(twins.requests, self._pods_of_twin)
         # Our Consumer object on the provider: when its terms ease (quota raised, usage
         # down, uncordoned), refused pods are tried again now, not at their backoff's end.

@@ -2,7 +2,10 @@
 
 import copy
 
+import pytest
+
 from vkubelet.ip_remapping import RemappingSettings
+from vkubelet import status as st
 from vkubelet.status import desired_status, failed_status, remote_pod_ips, remote_unschedulable, status_patch
 
 HOST = "127.0.0.1"
@@ -230,3 +233,40 @@ def test_a_remote_pod_ending_because_the_local_one_is_deleted_ends_it():
     # and a remote pod that ends by itself (not deleted) still ends the local one
     finished = _remote(phase="Succeeded")
     assert desired_status(_local(phase="Running"), finished, _shadowpod(0), HOST)["phase"] == "Succeeded"
+
+
+# --- which remote pod events go to the work queue's fast lane --------------------------------
+def _pod(phase: str = "Pending", ready: str | None = None, restarts: int | None = None, deleting: bool = False) -> dict:
+    status: dict = {"phase": phase}
+    if ready is not None:
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready}]
+    if restarts is not None:
+        status["containerStatuses"] = [{"name": "app", "restartCount": restarts}]
+    meta: dict = {"name": "web", "namespace": "twin"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-27T07:00:00Z"
+    return {"metadata": meta, "status": status}
+
+
+@pytest.mark.parametrize(
+    "event, old, new, hurry",
+    [
+        ("ADDED", None, _pod("Pending"), False),  # just made: nothing to show yet
+        ("ADDED", None, {"metadata": {}}, False),  # no status at all yet
+        ("ADDED", None, _pod("Running", "True"), True),  # found running (a restart, a relist)
+        ("MODIFIED", _pod("Pending"), _pod("Pending", "False"), False),  # scheduled, initialising
+        ("MODIFIED", _pod("Pending", "False"), _pod("Running", "False"), True),  # running
+        ("MODIFIED", _pod("Running", "False"), _pod("Running", "True"), True),  # ready
+        ("MODIFIED", _pod("Running", "True", 0), _pod("Running", "True", 1), True),  # restarted
+        ("MODIFIED", _pod("Running", "True"), _pod("Running", "True", deleting=True), True),
+        ("MODIFIED", _pod("Running", "True"), _pod("Succeeded", "False"), True),
+        ("DELETED", _pod("Running", "True"), _pod("Running", "True"), True),
+    ],
+)
+def test_worth_hurrying_is_the_milestones_a_user_waits_for(event, old, new, hurry):
+    assert st.worth_hurrying(event, old, new) is hurry
+
+
+def test_a_resync_is_never_hurried():
+    pod = _pod("Running", "True")
+    assert st.worth_hurrying("MODIFIED", pod, pod) is False

@@ -164,3 +164,57 @@ def test_superseded_entries_do_not_accumulate():
         q.add_after("k", 100.0 - i * 0.01)
     assert q.depths() == (0, 1)
     assert len(q._delayed) <= 2 * 1 + 64 + 1
+
+
+# --- the fast lane ---------------------------------------------------------------------------
+def test_urgent_keys_are_handed_out_before_the_waiting_ones_in_order():
+    q = WorkQueue()
+    for key in ("a", "b", "c"):
+        q.add(key)
+    q.add("x", urgent=True)
+    q.add("y", urgent=True)
+    assert [q.get(timeout=1) for _ in range(5)] == ["x", "y", "a", "b", "c"]
+
+
+def test_an_urgent_add_moves_a_waiting_key_up_and_it_is_handed_out_once():
+    q = WorkQueue()
+    for key in ("a", "b", "c"):
+        q.add(key)
+    q.add("c", urgent=True)
+    q.add("c")  # a later normal add does not move it back
+    got = [q.get(timeout=1) for _ in range(3)]
+    assert got == ["c", "a", "b"]
+    assert len(q) == 0
+    with pytest.raises(TimeoutError):
+        q.get(timeout=0.05)
+
+
+def test_an_urgent_add_while_processing_requeues_in_the_fast_lane():
+    q = WorkQueue()
+    q.add("a")
+    q.add("b")
+    assert q.get(timeout=1) == "a"
+    q.add("a", urgent=True)  # while "a" is processed: dirty, and urgent
+    q.done("a")
+    assert q.get(timeout=1) == "a"
+    assert q.get(timeout=1) == "b"
+
+
+def test_depths_count_each_waiting_key_once_across_lanes():
+    q = WorkQueue()
+    for key in ("a", "b"):
+        q.add(key)
+    q.add("a", urgent=True)
+    assert q.depths() == (2, 0)
+    assert len(q) == 2
+
+
+def test_stale_lane_entries_do_not_accumulate():
+    q = WorkQueue()
+    for round_ in range(300):
+        q.add(f"k{round_}")
+        q.add(f"k{round_}", urgent=True)  # leaves a stale entry in the normal lane
+        assert q.get(timeout=1) == f"k{round_}"
+        q.done(f"k{round_}")
+    # compacted once stale entries pass 64 (plus twice the keys waiting): bounded, not 300
+    assert len(q._queue) + len(q._urgent) <= 66
