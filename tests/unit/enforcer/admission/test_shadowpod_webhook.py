@@ -149,7 +149,7 @@ def review(obj: dict, *, operation: str = "CREATE", old: dict | None = None, dry
 def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadowpods: Cache | None = None, clock=time.monotonic):
     calls: list[str] = []
 
-    def fake_dry_run(namespace, obj):
+    def fake_dry_run(namespace, obj, operation, probe):
         calls.append(obj["metadata"]["name"])
         if delay:
             time.sleep(delay)
