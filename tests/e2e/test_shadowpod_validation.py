@@ -58,6 +58,8 @@ ENFORCER_RULES = [
     # the webhook
     {"apiGroups": ["kube-offload.io"], "resources": ["consumers"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts"], "verbs": ["get", "list", "watch"]},
+    # the verdict cache's key (on by default)
+    {"apiGroups": [""], "resources": ["limitranges", "resourcequotas"], "verbs": ["list", "watch"]},
 ]
 # Leader election (docs/enforcer.md, "RBAC"; docs/high-availability.md): the Lease, in
 # the enforcer's own namespace only.
