@@ -369,7 +369,9 @@ def test_pod_security_decides_what_the_static_rules_do_not(provider: Provider) -
     # The second pod of the template is judged by the verdict the first one's dry run left
     # (enforcer/admission/verdict_cache.py): refused with the same words.
     for name in ("host-port", "host-port-2"):
-        refused(provider.create(provider.a, shadowpod(name, **spec)),
+        obj = shadowpod(name, **spec)
+        obj["spec"]["pod"]["metadata"]["labels"]["app"] = "host-port"  # one template
+        refused(provider.create(provider.a, obj),
                 DENIED, "the provider would refuse this Pod: violates PodSecurity", "hostPort")
 
 
