@@ -99,8 +99,9 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
             "ShadowPods admitted and not yet seen by the informer (counted against quota meanwhile).",
             lambda: float(len(validator.ledger)),
         )
-        if validator.verdicts is not None:
-            self.metrics.registry.register(_VerdictCacheCollector(validator.verdicts))
+        verdicts = getattr(validator, "verdicts", None)  # any Validator may stand here (tests)
+        if verdicts is not None:
+            self.metrics.registry.register(_VerdictCacheCollector(verdicts))
         try:
             super().__init__(address, WebhookRequestHandler, tls)
         except OSError as exc:

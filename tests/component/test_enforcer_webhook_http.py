@@ -119,7 +119,7 @@ class Caches:
         return True
 
 
-def dry_run(namespace, shadowpod):
+def dry_run(namespace, shadowpod, operation, probe):
     """Answers as the API server's Pod Security admission would for a baseline namespace."""
     for container in shadowpod["spec"]["pod"]["spec"].get("containers", []):
         if any("hostPort" in port for port in container.get("ports", [])):
