@@ -43,6 +43,7 @@ import orjson
 
 from kube_offload import constants as c
 from kube_offload.admission import Decision
+from kube_offload.consumer_quota import is_object_quota_key
 
 # Placeholders for the per-pod identity. Not valid in a DNS name, so no real value equals them.
 NAME_PLACEHOLDER = "<name>"
@@ -54,34 +55,12 @@ TOKEN_SECRET_PREFIX = "kube-offload-token-"
 DEFAULT_MAX_ENTRIES = c.VERDICT_CACHE_ENTRIES
 DEFAULT_TTL_SECONDS = c.VERDICT_CACHE_TTL_SECONDS
 
-# ResourceQuota keys that no Pod consumes: a quota holding only these does not make the
-# pod's verdict depend on usage. Anything else (pods, count/pods, cpu, memory, requests.*,
-# limits.*, ephemeral-storage, hugepages-*, extended resources, ...) does.
-_NON_POD_QUOTA_KEYS = frozenset(
-    {
-        "configmaps",
-        "persistentvolumeclaims",
-        "replicationcontrollers",
-        "requests.storage",
-        "resourcequotas",
-        "secrets",
-        "services",
-        "services.loadbalancers",
-        "services.nodeports",
-    }
-)
-
-
 def quota_binds_pods(quota: Mapping[str, Any]) -> bool:
     """Whether ResourceQuota ``quota`` can refuse a Pod by what is already used."""
+    # Object counts and claimed storage (the twin quota's keys) never count a Pod; any
+    # other key (pods, count/pods, cpu, requests.*, limits.*, extended resources) may.
     hard = ((quota.get("spec") or {}).get("hard") or {}).keys()
-    return any(_binds_pods(str(key)) for key in hard)
-
-
-def _binds_pods(key: str) -> bool:
-    if key in _NON_POD_QUOTA_KEYS or ".storageclass.storage.k8s.io/" in key:
-        return False
-    return not (key.startswith("count/") and key != "count/pods")
+    return any(not is_object_quota_key(str(key)) for key in hard)
 
 
 def normalised_shadowpod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
