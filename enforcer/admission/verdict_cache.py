@@ -11,7 +11,8 @@ gets it without a request. What the key holds:
   built from the ShadowPod with its identity replaced by placeholders first: its name,
   UID, generateName, the ``origin-name``/``origin-uid`` annotations the vkubelet stamps,
   and the per-pod token Secret (``kube-offload-token-<origin name>``) of a reflected
-  identity. Only these exact fields: a string elsewhere that happens to contain the name
+  identity, and the name of the ``kube-api-access-<random>`` token volume (and its mounts)
+  the local API server gave the pod. Only these exact fields: a string elsewhere that happens to contain the name
   is kept as it is, so no two different templates can meet under one key;
 * the namespace's name, UID and resourceVersion (its labels decide Pod Security
   admission; any change of the namespace misses);
@@ -51,6 +52,8 @@ UID_PLACEHOLDER = "<uid>"
 # The vkubelet's per-pod token Secret (vkubelet/reflection/names.py token_secret_name; the
 # enforcer may not import the vkubelet, the names must agree): prefix + origin pod name.
 TOKEN_SECRET_PREFIX = "kube-offload-token-"
+# The token volume Kubernetes' ServiceAccount admission adds to every pod, with a random suffix.
+API_ACCESS_VOLUME_PREFIX = "kube-api-access-"
 
 DEFAULT_MAX_ENTRIES = c.VERDICT_CACHE_ENTRIES
 DEFAULT_TTL_SECONDS = c.VERDICT_CACHE_TTL_SECONDS
@@ -83,6 +86,7 @@ def normalised_shadowpod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
             annotations[c.ANNOTATION_ORIGIN_NAME] = NAME_PLACEHOLDER
         if c.ANNOTATION_ORIGIN_UID in annotations:
             annotations[c.ANNOTATION_ORIGIN_UID] = UID_PLACEHOLDER
+    _normalise_api_access_volume(pod.get("spec"))
     if origin_name:
         token_secret = TOKEN_SECRET_PREFIX + origin_name
         for volume in (pod.get("spec") or {}).get("volumes") or []:
@@ -91,6 +95,27 @@ def normalised_shadowpod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
                 if isinstance(secret, dict) and secret.get("name") == token_secret:
                     secret["name"] = TOKEN_SECRET_PREFIX + NAME_PLACEHOLDER
     return obj
+
+
+def _normalise_api_access_volume(spec: Any) -> None:
+    """The local API server's ServiceAccount admission names each pod's token volume
+    ``kube-api-access-<5 random characters>``; the name only ties the volume to its mounts.
+    Renamed (volume and mounts) when exactly one volume has that prefix, so two such
+    volumes never merge into one."""
+    if not isinstance(spec, dict):
+        return
+    volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict)]
+    matching = [v for v in volumes if str(v.get("name") or "").startswith(API_ACCESS_VOLUME_PREFIX)]
+    if len(matching) != 1:
+        return
+    old = matching[0]["name"]
+    new = API_ACCESS_VOLUME_PREFIX + NAME_PLACEHOLDER
+    matching[0]["name"] = new
+    for kind in ("initContainers", "containers"):
+        for container in spec.get(kind) or []:
+            for mount in (container or {}).get("volumeMounts") or []:
+                if isinstance(mount, dict) and mount.get("name") == old:
+                    mount["name"] = new
 
 
 def template_key(

@@ -23,12 +23,16 @@ NS = {"metadata": {"name": "twin", "uid": "ns-uid", "resourceVersion": "7",
 
 def replica(name: str, uid: str, *, image: str = "nginx:1.27", **changes) -> dict:
     """A ShadowPod as the vkubelet sends it for local pod ``name`` of a Deployment: the
-    origin annotations and the per-pod token Secret of a reflected identity."""
-    token_volume = {"name": "kube-api-access", "projected": {"sources": [
+    origin annotations, the per-pod token Secret of a reflected identity, in the volume the
+    local ServiceAccount admission named with a random suffix."""
+    volume = f"kube-api-access-{uid[-5:]}"
+    token_volume = {"name": volume, "projected": {"sources": [
         {"secret": {"name": f"{TOKEN_SECRET_PREFIX}{name}", "items": [{"key": "token", "path": "token"}]}},
         {"configMap": {"name": "kube-offload-root-ca.crt"}},
     ]}}
-    spec = {"containers": [builders.container(image=image, requests={"cpu": "100m"})], "volumes": [token_volume]}
+    app = builders.container(image=image, requests={"cpu": "100m"})
+    app["volumeMounts"] = [{"name": volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+    spec = {"containers": [app], "volumes": [token_volume]}
     spec.update(changes)
     return builders.shadowpod(
         name, "twin", spec=spec, pod_labels={"app": "web", "pod-template-hash": "5d4f"}, origin="local",
@@ -65,6 +69,15 @@ def test_anything_admission_may_read_of_the_pod_changes_the_key(change):
     changed = copy.deepcopy(base)
     change(changed)
     assert key(base) != key(changed)
+
+
+def test_two_api_access_volumes_are_not_merged():
+    a, b = replica("web-1", "u1"), replica("web-2", "u2")
+    for shp in (a, b):
+        extra = copy.deepcopy(shp["spec"]["pod"]["spec"]["volumes"][0])
+        extra["name"] = "kube-api-access-other"
+        shp["spec"]["pod"]["spec"]["volumes"].append(extra)
+    assert key(a) != key(b)  # left as they are: each pod its own template
 
 
 def test_the_namespace_and_its_limit_ranges_are_in_the_key():
