@@ -234,3 +234,30 @@ def test_a_shadowpod_dry_run_asks_the_server_and_renews_the_verdict(server):
     assert not dry_run.check(None, "twin", replica("probe", "u1"), operation="CREATE", verdicts=v, fresh=True).allowed
     assert not dry_run.check(None, "twin", replica("web-1", "u2"), operation="CREATE", verdicts=v).allowed
     assert server["creates"] == ["web-0", "probe"]
+
+
+def test_the_vkubelets_shadowpods_of_two_replicas_share_a_key():
+    # The real translation (reflected identity): pins the per-pod fields the key normalises
+    # (origin annotations, token Secret, the local kube-api-access-<random> volume).
+    from vkubelet.translation import TranslationContext, build_shadowpod_for
+
+    ctx = TranslationContext(local_cluster_id="local", virtual_node_labels={"type": "virtual-kubelet"},
+                             virtual_node_name="vk", reflection=True)
+
+    def local_pod(name: str, suffix: str) -> dict:
+        volume = f"kube-api-access-{suffix}"
+        return {"metadata": {"name": name, "namespace": "bench", "uid": f"uid-{suffix}", "generateName": "web-5d4f-",
+                             "labels": {"app": "web", "pod-template-hash": "5d4f"}},
+                "spec": {"nodeName": "vk", "serviceAccountName": "default",
+                         "containers": [{"name": "app", "image": "nginx", "volumeMounts": [
+                             {"name": volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+                         "volumes": [{"name": volume, "projected": {"sources": [
+                             {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                             {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}]}}
+
+    keys = set()
+    for name, suffix in (("web-5d4f-aaaaa", "abcde"), ("web-5d4f-bbbbb", "xyz12")):
+        shp = build_shadowpod_for(local_pod(name, suffix), "bench-local", ctx)
+        shp["metadata"]["uid"] = f"shadow-{suffix}"
+        keys.add(key(shp))
+    assert len(keys) == 1
