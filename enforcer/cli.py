@@ -9,7 +9,9 @@ import argparse
 import logging
 import sys
 
-from kube_offload.constants import DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE
+from kube_offload.constants import (
+    DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE, VERDICT_CACHE_ENTRIES, VERDICT_CACHE_TTL_SECONDS,
+)
 from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
@@ -105,6 +107,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="PEM serving certificate of the ShadowPod webhook (re-read when it changes); unset: no webhook",
     )
     add_flag(parser, COMPONENT, "--webhook-tls-key", default=None, help="PEM private key of --webhook-tls-cert")
+    add_flag(
+        parser,
+        COMPONENT,
+        "--webhook-verdict-cache-ttl",
+        default=VERDICT_CACHE_TTL_SECONDS,
+        type=float,
+        help="seconds the ShadowPod webhook reuses a Pod dry run's verdict for other pods of the same "
+        "template (docs/enforcer.md); 0 turns the cache off: a dry run for every ShadowPod",
+    )
+    add_flag(
+        parser,
+        COMPONENT,
+        "--webhook-verdict-cache-entries",
+        default=VERDICT_CACHE_ENTRIES,
+        type=int,
+        help="pod templates whose dry-run verdict the ShadowPod webhook keeps (least recently used out first)",
+    )
     parser.set_defaults(func=run)
 
     actions = parser.add_subparsers(dest="enforcer_action", metavar="ACTION")
@@ -232,7 +251,18 @@ def _webhook_settings(args: argparse.Namespace):
             "kube-offload enforcer: the ShadowPod webhook needs every ShadowPod of the cluster; "
             "drop --namespace or the --webhook-tls-* flags"
         )
-    return WebhookSettings(bind=args.webhook_bind, tls_cert=args.webhook_tls_cert, tls_key=args.webhook_tls_key)
+    if args.webhook_verdict_cache_ttl < 0 or args.webhook_verdict_cache_entries < 1:
+        raise SystemExit(
+            "kube-offload enforcer: --webhook-verdict-cache-ttl must be >= 0 (0: off) and "
+            "--webhook-verdict-cache-entries >= 1"
+        )
+    return WebhookSettings(
+        bind=args.webhook_bind,
+        tls_cert=args.webhook_tls_cert,
+        tls_key=args.webhook_tls_key,
+        verdict_cache_ttl=args.webhook_verdict_cache_ttl,
+        verdict_cache_entries=args.webhook_verdict_cache_entries,
+    )
 
 
 def print_configuration(args: argparse.Namespace) -> int:

@@ -46,6 +46,10 @@ VIRTUAL_NODE_PREFIX: Final = "kube-offload-"
 # node heartbeat Lease in kube-node-lease) and the enforcer's (its namespace, provider side).
 VKUBELET_LEADER_LEASE_PREFIX: Final = "kube-offload-vkubelet-"
 ENFORCER_LEADER_LEASE: Final = "kube-offload-enforcer"
+# The ShadowPod webhook's cache of Pod dry-run verdicts per template (enforcer/admission/
+# verdict_cache.py): how long a verdict serves, and how many templates are kept.
+VERDICT_CACHE_TTL_SECONDS: Final = 10.0
+VERDICT_CACHE_ENTRIES: Final = 1024
 
 TAINT_KEY: Final = f"{DOMAIN}/virtual-node"
 TAINT_VALUE: Final = "true"

@@ -19,13 +19,14 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, SERVICE_ACCOUNTS, Resource
+from kube_offload.runtime.kinds import CONSUMERS, LIMIT_RANGES, NAMESPACES, RESOURCE_QUOTAS, SERVICE_ACCOUNTS, Resource
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 
 log = logging.getLogger("kube_offload.enforcer.caches")
 
 # A cache miss is answered by one GET inside an admission: keep it short.
 LIVE_GET_TIMEOUT: tuple[float, float] = (1.0, 2.0)
+NAMESPACE_INDEX = "namespace"
 
 
 class ProviderCaches:
@@ -39,7 +40,10 @@ class ProviderCaches:
         namespaces: Informer | None = None,
         consumers: Informer | None = None,
         resync_seconds: float = 300.0,
+        admission_inputs: bool = False,
     ) -> None:
+        """``admission_inputs``: also cache the LimitRanges and ResourceQuotas, what the
+        dry run's verdict cache keys on (enforcer/admission/verdict_cache.py)."""
         # A miss is one short GET inside an admission: no retry, the webhook's time is short.
         self._kube = Kube(api_client, timeout=LIVE_GET_TIMEOUT, retry=NO_RETRY)
         kube = Kube(api_client)
@@ -66,12 +70,26 @@ class ProviderCaches:
             )
         )
 
+        self.limit_ranges: Informer | None = None
+        self.resource_quotas: Informer | None = None
+        if admission_inputs:
+            # Metadata and spec.hard only (what the key reads), indexed by namespace.
+            self.limit_ranges = self._own(
+                Informer(name="limitranges", list_func=kube.list_func(LIMIT_RANGES), resync_seconds=resync_seconds,
+                         transform=_metadata_only, indexers={NAMESPACE_INDEX: _namespace_of})
+            )
+            self.resource_quotas = self._own(
+                Informer(name="resourcequotas", list_func=kube.list_func(RESOURCE_QUOTAS), resync_seconds=resync_seconds,
+                         transform=_quota_hard, indexers={NAMESPACE_INDEX: _namespace_of})
+            )
+
     def _own(self, informer: Informer) -> Informer:
         self._owned.append(informer)
         return informer
 
     def informers(self) -> list[Informer]:
-        return [self.namespaces, self.consumers, self.service_accounts]
+        extra = [i for i in (self.limit_ranges, self.resource_quotas) if i is not None]
+        return [self.namespaces, self.consumers, self.service_accounts, *extra]
 
     def start(self) -> None:
         for informer in self._owned:
@@ -94,6 +112,9 @@ class ProviderCaches:
     def service_account(self, namespace: str, name: str) -> dict | None:
         return self.service_accounts.get(f"{namespace}/{name}") or self._live(SERVICE_ACCOUNTS, namespace, name)
 
+    def in_namespace(self, informer: Informer | None, namespace: str) -> list[dict]:
+        return informer.by_index(NAMESPACE_INDEX, namespace) if informer is not None else []
+
     def _live(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
         try:
             return self._kube.get(resource, name, namespace=namespace)
@@ -108,3 +129,11 @@ def _metadata_only(obj: dict) -> dict:
     keep = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {k: meta[k] for k in keep if k in meta}}
 
+
+
+def _namespace_of(obj: dict) -> list[str]:
+    return [str((obj.get("metadata") or {}).get("namespace") or "")]
+
+
+def _quota_hard(obj: dict) -> dict:
+    return {**_metadata_only(obj), "spec": {"hard": dict(((obj.get("spec") or {}).get("hard") or {}))}}

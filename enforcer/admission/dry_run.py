@@ -13,17 +13,24 @@ a refusal keeps the API server's reason with its own noise stripped and the Pod'
 paths rewritten into the ShadowPod's (``spec.containers[0]`` -> ``spec.pod.spec.containers[0]``);
 a failure of the server or the network refuses with "could not verify" (503) rather than
 admitting what nobody checked.
+
+With a :class:`Verdicts` (the default in the enforcer), the create's verdict is kept per
+pod template (:mod:`enforcer.admission.verdict_cache`) and the next pod of that template
+is judged without a request. The GET of a running pod and the dry run of its update happen
+only for an UPDATE: a ShadowPod being created has a new UID, which owns no pod yet.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
 
 from kubernetes import client
 
 from enforcer.shadowpods.api import pod_message
+from enforcer.admission import verdict_cache
 from kube_offload.admission import Decision
 from kube_offload.runtime.kinds import PODS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY, STRATEGIC_MERGE_PATCH
@@ -68,23 +75,76 @@ def get_pod(api_client: client.ApiClient, namespace: str, name: str) -> dict | N
     return _kube(api_client).get_or_none(PODS, name, namespace=namespace)
 
 
-def check(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any], *, update: bool = True) -> Decision:
-    """The dry run of the Pod ``shadowpod`` stands for, and for an ``update`` of a
-    ShadowPod also of the in-place update of its running pod (:func:`check_update`).
-    A ShadowPod being created has no pod to update: its UID is new, and every pod the
-    enforcer makes is owned by its ShadowPod's UID; so no GET of the pod then (it was
-    one remote request per offloaded pod, docs/performance.md)."""
+@dataclass(frozen=True)
+class Verdicts:
+    """The verdict cache and what its key reads from the enforcer's caches (each
+    ``namespace name -> ...``)."""
+
+    cache: verdict_cache.VerdictCache
+    namespace: Callable[[str], Mapping[str, Any] | None]
+    limit_ranges: Callable[[str], Iterable[Mapping[str, Any]]]
+    resource_quotas: Callable[[str], Iterable[Mapping[str, Any]]]
+
+    def key(self, namespace: str, shadowpod: Mapping[str, Any]) -> str | None:
+        """None: not cacheable here (a ResourceQuota that counts pods)."""
+        if any(verdict_cache.quota_binds_pods(quota) for quota in self.resource_quotas(namespace)):
+            return None
+        pod = pod_for(verdict_cache.normalised_shadowpod(shadowpod))
+        return verdict_cache.template_key(pod, self.namespace(namespace), self.limit_ranges(namespace))
+
+
+def check(
+    api_client: client.ApiClient,
+    namespace: str,
+    shadowpod: Mapping[str, Any],
+    *,
+    operation: str = "UPDATE",
+    verdicts: Verdicts | None = None,
+    fresh: bool = False,
+) -> Decision:
+    """``fresh``: ask the server even when the cache holds a verdict (and keep its answer)."""
     try:
         pod = pod_for(shadowpod)
     except (InvalidShadowPod, KeyError) as exc:
         return Decision.deny(422, "Invalid", f"{exc}")
+    decision = create_verdict(api_client, namespace, shadowpod, pod, verdicts, fresh=fresh)
+    if not decision.allowed or operation == "CREATE":
+        # A new ShadowPod's UID owns no pod: nothing running to update (check_update
+        # would only GET the name to find a pod it does not own).
+        return decision
+    return check_update(api_client, namespace, shadowpod)
+
+
+def create_verdict(
+    api_client: client.ApiClient,
+    namespace: str,
+    shadowpod: Mapping[str, Any],
+    pod: dict,
+    verdicts: Verdicts | None,
+    *,
+    fresh: bool = False,
+) -> Decision:
+    """The provider's verdict on creating ``pod``: from the cache when a pod of the same
+    template was judged within the TTL (unless ``fresh``), else from a dry run (then kept:
+    a fresh answer also renews the template's verdict)."""
+    key = verdicts.key(namespace, shadowpod) if verdicts is not None else None
+    if verdicts is not None and key is not None and not fresh:
+        cached = verdicts.cache.get(key)
+        if cached is not None:
+            verdicts.cache.count("hit")
+            return cached
     try:
         dry_run_create(api_client, namespace, pod)
+        decision = Decision.allow()
     except ApiError as exc:
         decision = verdict(exc)
-        if not decision.allowed:
-            return decision
-    return check_update(api_client, namespace, shadowpod) if update else Decision.allow()
+    if verdicts is not None:
+        if key is not None and verdict_cache.cacheable(decision):
+            verdicts.cache.put(key, decision)
+            verdicts.cache.count("miss")
+        else:
+            verdicts.cache.count("bypass")
+    return decision
 
 
 def check_update(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any]) -> Decision:

@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Protocol
 from enforcer.admission import dry_run, validation
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.ledger import Ledger
+from enforcer.admission.verdict_cache import VerdictCache
 from enforcer.consumers.quota import ConsumerUsage, twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
@@ -23,9 +24,10 @@ from kube_offload.resources import ResourceList, add
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 
-DryRun = Callable[[str, Mapping, bool], Decision]
-"""(namespace, ShadowPod, update) -> the API server's verdict on the Pod it stands for;
-``update``: the ShadowPod exists already (an UPDATE), so a pod of it may be running."""
+DryRun = Callable[[str, Mapping, str, bool], Decision]
+"""(namespace, ShadowPod, operation, probe) -> the API server's verdict on the Pod it stands
+for; ``probe``: the ShadowPod write is itself a dry run (``kubectl --dry-run=server``), a
+question about now, never answered from the verdict cache."""
 
 
 class ShadowPodCache(Protocol):
@@ -45,8 +47,10 @@ class ShadowPodValidator:
         dry_run: DryRun,
         ledger: Ledger | None = None,
         pods: object | None = None,
+        verdicts: VerdictCache | None = None,
     ) -> None:
         self._shadowpods = shadowpods
+        self.verdicts = verdicts  # read for the metrics; ``dry_run`` uses it
         self._caches = caches
         self._dry_run = dry_run
         self.ledger = ledger or Ledger(shadowpods.get)
@@ -60,13 +64,32 @@ class ShadowPodValidator:
 
     @classmethod
     def for_cluster(
-        cls, api_client, *, shadowpods: ShadowPodCache, caches: ProviderCaches, pods: object | None = None
+        cls,
+        api_client,
+        *,
+        shadowpods: ShadowPodCache,
+        caches: ProviderCaches,
+        pods: object | None = None,
+        verdicts: VerdictCache | None = None,
     ) -> "ShadowPodValidator":
+        """``verdicts``: keep the dry run's verdict per pod template (None: a dry run for
+        every ShadowPod); ``caches`` must then have been built with ``admission_inputs``."""
+        judged = None
+        if verdicts is not None:
+            judged = dry_run.Verdicts(
+                cache=verdicts,
+                namespace=caches.namespace,
+                limit_ranges=lambda ns: caches.in_namespace(caches.limit_ranges, ns),
+                resource_quotas=lambda ns: caches.in_namespace(caches.resource_quotas, ns),
+            )
         return cls(
             shadowpods=shadowpods,
             caches=caches,
             pods=pods,
-            dry_run=lambda namespace, shadowpod, update: dry_run.check(api_client, namespace, shadowpod, update=update),
+            verdicts=verdicts,
+            dry_run=lambda namespace, shadowpod, operation, probe: dry_run.check(
+                api_client, namespace, shadowpod, operation=operation, verdicts=judged, fresh=probe
+            ),
         )
 
     def ready(self) -> bool:
@@ -114,7 +137,7 @@ class ShadowPodValidator:
                     requests=validation.requests_delta(request),
                 )
 
-        verdict = self._dry_run(namespace_name, request.object or {}, request.operation == "UPDATE")
+        verdict = self._dry_run(namespace_name, request.object or {}, request.operation, request.dry_run)
         if not verdict.allowed:
             self.ledger.release(token)
         return verdict

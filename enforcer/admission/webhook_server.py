@@ -17,20 +17,23 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import orjson
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from enforcer.admission import endpointslice_webhook
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.shadowpod_webhook import ShadowPodValidator
+from enforcer.admission.verdict_cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS, RESULTS, VerdictCache
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, BadRequest, Decision, error_status, parse_review, review_response
 from kube_offload.runtime.https_server import (
     BackgroundServing, ServerContext, ServingFiles, ThreadingHTTPSServer, TLSSetupError, parse_bind,
 )
 from kube_offload.runtime.http_handler import ResponseWriter
-from kube_offload.runtime.http_metrics import HttpMetrics, exposition, state_gauge
+from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 from kube_offload.runtime.probes import Check, probe_answer
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
@@ -58,6 +61,11 @@ class WebhookSettings:
     """PEM serving certificate (with its chain); re-read when it changes on disk."""
     tls_key: str = ""
     """PEM private key of tls_cert."""
+    verdict_cache_ttl: float = DEFAULT_TTL_SECONDS
+    """Seconds a dry run's verdict serves other pods of its template; 0: a dry run for
+    every ShadowPod (enforcer/admission/verdict_cache.py)."""
+    verdict_cache_entries: int = DEFAULT_MAX_ENTRIES
+    """Templates whose verdict is kept (least recently used out first)."""
 
 
 class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
@@ -91,6 +99,9 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
             "ShadowPods admitted and not yet seen by the informer (counted against quota meanwhile).",
             lambda: float(len(validator.ledger)),
         )
+        verdicts = getattr(validator, "verdicts", None)  # any Validator may stand here (tests)
+        if verdicts is not None:
+            self.metrics.registry.register(_VerdictCacheCollector(verdicts))
         try:
             super().__init__(address, WebhookRequestHandler, tls)
         except OSError as exc:
@@ -218,6 +229,31 @@ class WebhookRequestHandler(ResponseWriter):
         self._json(code, error_status(code, reason, message))
 
 
+class _VerdictCacheCollector(Collector):
+    """The dry run's verdict cache: answers by result (a counter) and its size."""
+
+    def __init__(self, cache: VerdictCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        results = CounterMetricFamily(
+            f"{NAMESPACE}_shadowpod_webhook_verdict_cache",
+            "ShadowPod creates' Pod verdicts, by result: hit (from the cache, no dry run), miss "
+            "(dry-run, then kept), bypass (dry-run, not cacheable: a pod-counting ResourceQuota "
+            "in the namespace, or could not verify).",
+            labels=["result"],
+        )
+        counts = dict(self._cache.counts)
+        for result in RESULTS:
+            results.add_metric([result], float(counts.get(result, 0)))
+        yield results
+        size = GaugeMetricFamily(
+            f"{NAMESPACE}_shadowpod_webhook_verdict_cache_entries", "Pod templates whose verdict is kept."
+        )
+        size.add_metric([], float(len(self._cache)))
+        yield size
+
+
 class ShadowPodWebhook:
     """The webhooks as one of the enforcer's loops: the caches they read beyond the
     ShadowPod informer, the validators and the HTTPS server. ``namespaces``/``consumers``/
@@ -237,8 +273,16 @@ class ShadowPodWebhook:
         nodes: Any = None,
         resync_seconds: float = 300.0,
     ) -> None:
-        self.caches = ProviderCaches(api_client, namespaces=namespaces, consumers=consumers, resync_seconds=resync_seconds)
-        self.validator = ShadowPodValidator.for_cluster(api_client, shadowpods=shadowpods, caches=self.caches, pods=pods)
+        cached = settings.verdict_cache_ttl > 0
+        self.caches = ProviderCaches(
+            api_client, namespaces=namespaces, consumers=consumers, resync_seconds=resync_seconds, admission_inputs=cached
+        )
+        verdicts = (
+            VerdictCache(max_entries=settings.verdict_cache_entries, ttl=settings.verdict_cache_ttl) if cached else None
+        )
+        self.validator = ShadowPodValidator.for_cluster(
+            api_client, shadowpods=shadowpods, caches=self.caches, pods=pods, verdicts=verdicts
+        )
         self.endpointslices: endpointslice_webhook.EndpointSliceValidator | None = None
         self._owned: list[Any] = []
         if pods is not None:

@@ -70,6 +70,7 @@ SECRETS: Final = Resource("", "v1", "Secret", "secrets", True)
 CONFIG_MAPS: Final = Resource("", "v1", "ConfigMap", "configmaps", True)
 SERVICES: Final = Resource("", "v1", "Service", "services", True)
 RESOURCE_QUOTAS: Final = Resource("", "v1", "ResourceQuota", "resourcequotas", True)
+LIMIT_RANGES: Final = Resource("", "v1", "LimitRange", "limitranges", True)
 PERSISTENT_VOLUME_CLAIMS: Final = Resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True)
 PERSISTENT_VOLUMES: Final = Resource("", "v1", "PersistentVolume", "persistentvolumes", False)
 
@@ -112,7 +113,7 @@ TWIN_NAMESPACES: Final = Resource(
 )
 
 ALL: Final[tuple[Resource, ...]] = (
-    PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS,
+    PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS, LIMIT_RANGES,
     PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, REPLICA_SETS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
     ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
     TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS, CERTIFICATE_SIGNING_REQUESTS,

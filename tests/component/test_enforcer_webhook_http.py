@@ -21,6 +21,7 @@ import requests
 
 from enforcer.admission.ledger import Ledger
 from enforcer.admission.shadowpod_webhook import ShadowPodValidator
+from enforcer.admission.verdict_cache import VerdictCache
 from enforcer.admission.webhook_server import MAX_BODY_BYTES, WebhookHTTPServer, WebhookSettings
 from kube_offload import constants as c
 from kube_offload.admission import Decision
@@ -119,7 +120,7 @@ class Caches:
         return True
 
 
-def dry_run(namespace, shadowpod, update):
+def dry_run(namespace, shadowpod, operation, probe):
     """Answers as the API server's Pod Security admission would for a baseline namespace."""
     for container in shadowpod["spec"]["pod"]["spec"].get("containers", []):
         if any("hostPort" in port for port in container.get("ports", [])):
@@ -130,7 +131,8 @@ def dry_run(namespace, shadowpod, update):
 @pytest.fixture(scope="module")
 def served(tls_files):
     shadowpods = Cache()
-    validator = ShadowPodValidator(shadowpods=shadowpods, caches=Caches(), dry_run=dry_run, ledger=Ledger(shadowpods.get))
+    validator = ShadowPodValidator(shadowpods=shadowpods, caches=Caches(), dry_run=dry_run, ledger=Ledger(shadowpods.get),
+                                   verdicts=VerdictCache())
     server = WebhookHTTPServer(
         WebhookSettings(bind="127.0.0.1:0", tls_cert=str(tls_files.cert), tls_key=str(tls_files.key)), validator
     )
@@ -214,6 +216,11 @@ def test_metrics(base_url, session):
     text = session.get(base_url + "/metrics", timeout=5).text
     assert 'kube_offload_shadowpod_webhook_requests_total{endpoint="validate_shadowpods",outcome="allowed"}' in text
     assert "kube_offload_shadowpod_webhook_caches_synced 1.0" in text
+    # The verdict cache's counters, every result present from the start (this fake dry run
+    # does not use it).
+    for result in ("hit", "miss", "bypass"):
+        assert f'kube_offload_shadowpod_webhook_verdict_cache_total{{result="{result}"}} 0.0' in text
+    assert "kube_offload_shadowpod_webhook_verdict_cache_entries 0.0" in text
 
 
 # --- decisions --------------------------------------------------------------------------------------

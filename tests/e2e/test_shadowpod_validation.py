@@ -58,6 +58,8 @@ ENFORCER_RULES = [
     # the webhook
     {"apiGroups": ["kube-offload.io"], "resources": ["consumers"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts"], "verbs": ["get", "list", "watch"]},
+    # the verdict cache's key (on by default)
+    {"apiGroups": [""], "resources": ["limitranges", "resourcequotas"], "verbs": ["list", "watch"]},
 ]
 # Leader election (docs/enforcer.md, "RBAC"; docs/high-availability.md): the Lease, in
 # the enforcer's own namespace only.
@@ -364,8 +366,13 @@ def test_pod_security_decides_what_the_static_rules_do_not(provider: Provider) -
     # hostPort is not among the webhook's own rules: the dry run's Pod Security admission
     # (baseline, from the twin namespace's label) refuses it, and its reason is passed on.
     spec = dict(containers=[{"name": "app", "image": "nginx", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
-    refused(provider.create(provider.a, shadowpod("host-port", **spec)),
-            DENIED, "the provider would refuse this Pod: violates PodSecurity", "hostPort")
+    # The second pod of the template is judged by the verdict the first one's dry run left
+    # (enforcer/admission/verdict_cache.py): refused with the same words.
+    for name in ("host-port", "host-port-2"):
+        obj = shadowpod(name, **spec)
+        obj["spec"]["pod"]["metadata"]["labels"]["app"] = "host-port"  # one template
+        refused(provider.create(provider.a, obj),
+                DENIED, "the provider would refuse this Pod: violates PodSecurity", "hostPort")
 
 
 def test_quota_refuses_then_admits_after_another_goes(provider: Provider, wait) -> None:

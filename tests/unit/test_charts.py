@@ -748,6 +748,7 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, f"{C.TWIN_NAMESPACE_PLURAL}/status"): {"patch"},
         ("", "serviceaccounts"): {"get", "list", "watch"},
         ("networking.k8s.io", "servicecidrs"): {"list", "watch"},
+        ("", "limitranges"): {"list", "watch"},  # the webhook's verdict cache key
         ("", "events"): {"create", "patch"},
     }
     # The API server's addresses: EndpointSlices of namespace default only.

@@ -149,8 +149,8 @@ def review(obj: dict, *, operation: str = "CREATE", old: dict | None = None, dry
 def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadowpods: Cache | None = None, clock=time.monotonic):
     calls: list[str] = []
 
-    def fake_dry_run(namespace, obj, update):
-        calls.append(obj["metadata"]["name"] + (" (update)" if update else ""))
+    def fake_dry_run(namespace, obj, operation, probe):
+        calls.append(obj["metadata"]["name"] + (" (update)" if operation == "UPDATE" else ""))
         if delay:
             time.sleep(delay)
         return verdict()
@@ -430,9 +430,9 @@ def test_a_create_is_not_checked_against_a_running_pod(fake_pods, monkeypatch):
     monkeypatch.setattr(dry_run, "dry_run_create", lambda *_args: None)
     reads: list[str] = []
     monkeypatch.setattr(dry_run, "get_pod", lambda _client, _ns, name: reads.append(name))
-    assert dry_run.check(None, "demo-local", shadowpod("web"), update=False).allowed
+    assert dry_run.check(None, "demo-local", shadowpod("web"), operation="CREATE").allowed
     assert reads == []
-    assert dry_run.check(None, "demo-local", shadowpod("web"), update=True).allowed
+    assert dry_run.check(None, "demo-local", shadowpod("web"), operation="UPDATE").allowed
     assert reads == ["web"]
 
 
