@@ -2,6 +2,7 @@
 Goals: the enforcer's RSS per ShadowPod <= 20 KiB, ShadowPod admission p99 <= 20 ms.
 
     .venv/bin/python bench/bench_provider.py [--shadowpods 2000] [--clients 8]
+    .venv/bin/python bench/bench_provider.py --caches [--shadowpods 2000]   (no cluster, ~1 min)
 
 One local cluster and one remote (provider) cluster from the harness, the enforcer as the
 harness runs it (its chart identity, its webhook registered with the remote apiserver),
@@ -24,6 +25,14 @@ Figures:
   interpolated inside the bucket (the bound of the bucket is printed beside them); the
   client's are exact.
 - the creation rate and the enforcer's CPU per ShadowPod over the create window.
+
+``--caches``: no cluster; what the enforcer's three per-ShadowPod caches (ShadowPods,
+managed pods, the capacity summary's pods) hold, before and after their transforms
+(enforcer/shadowpods/trim.py, enforcer/consumers/trim.py), built from the real objects
+bench_vkubelet_memory.py uses (tests/fixtures/vkubelet_pod_objects.json: a ShadowPod and
+the pod the enforcer made for it, made unique per ShadowPod, parsed one json.loads per
+object as a watch event is), in a fresh subprocess per case: the Python allocations
+(tracemalloc) and the RSS growth, per ShadowPod; profiles ``scale`` and ``app`` as there.
 
 Not a test: it never fails on a figure; it exits non-zero if a create failed or the pods
 did not all run. It brings up its own environment in a temporary state directory and
@@ -251,7 +260,85 @@ def profile_enforcer(pid: int, seconds: int, out: Path) -> subprocess.Popen | No
                              "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# --- --caches: the informers' stores without a cluster -------------------------------------
+CACHE_VARIANTS = ("before", "after")
+
+
+def build_caches(texts: list[dict[str, list[str]]], variant: str) -> dict[str, dict]:
+    """The enforcer's three per-ShadowPod stores, as its informers fill them: managedFields
+    dropped, then the transform (``before``: the ShadowPod and pod whole, the capacity
+    pod trimmed without interning, as they were)."""
+    from enforcer.consumers import trim as consumer_trim
+    from enforcer.shadowpods.trim import keep_shadowpod, trim_managed_pod
+
+    if variant == "before":
+        consumer_trim.interned = lambda value: value  # type: ignore[assignment]
+    keep = keep_shadowpod if variant == "after" else (lambda obj: obj)
+    trim = trim_managed_pod if variant == "after" else (lambda obj: obj)
+    stores: dict[str, dict] = {"shadowpods": {}, "managed-pods": {}, "capacity-pods": {}}
+    for pod in texts:
+        for store, text, transform in (("shadowpods", pod["remote-shadowpods"][0], keep),
+                                       ("managed-pods", pod["remote-pods"][0], trim),
+                                       ("capacity-pods", pod["remote-pods"][0], consumer_trim.trim_pod)):
+            obj = json.loads(text)
+            obj["metadata"].pop("managedFields", None)
+            obj = transform(obj)
+            stores[store][f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+    return stores
+
+
+def cache_case(profile: str, count: int, variant: str, metric: str) -> dict:
+    import gc
+
+    import bench_vkubelet_memory as memory
+
+    objects = memory.load_fixture(profile)
+    texts = [memory.pod_texts(objects, i) for i in range(count)]
+    import enforcer.shadowpods.trim  # noqa: F401  (imported before the baseline is taken)
+
+    gc.collect()
+    if metric == "tracemalloc":
+        import tracemalloc
+
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        stores = build_caches(texts, variant)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        split = {name: memory._deep_size(store) / count for name, store in stores.items()}
+    else:
+        before = memory.rss_bytes()
+        stores = build_caches(texts, variant)
+        gc.collect()
+        after = memory.rss_bytes()
+        split = {}
+    return {"bytes_per_shadowpod": (after - before) / count, "per_cache": split}
+
+
+def caches_report(count: int) -> int:
+    print(f"machine: {platform.machine()}, Linux {platform.release()}, Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs; {count} ShadowPods; load {os.getloadavg()[0]:.1f}")
+    for profile in ("scale", "app"):
+        print(f"\n== profile {profile}: the enforcer's stores per ShadowPod (ShadowPod, managed pod, capacity pod)")
+        for variant in CACHE_VARIANTS:
+            figures = {}
+            for metric in ("tracemalloc", "rss"):
+                out = subprocess.run([sys.executable, __file__, "--cache-case", profile, str(count), variant, metric],
+                                     check=True, capture_output=True, text=True)
+                figures[metric] = json.loads(out.stdout.strip().splitlines()[-1])
+            split = figures["tracemalloc"]["per_cache"]
+            print(f"{variant:<7} tracemalloc {figures['tracemalloc']['bytes_per_shadowpod'] / 1024:5.1f} KiB, "
+                  f"RSS {figures['rss']['bytes_per_shadowpod'] / 1024:5.1f} KiB; deep size by cache: "
+                  + ", ".join(f"{name} {size:.0f} B" for name, size in split.items()))
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 6 and sys.argv[1] == "--cache-case":
+        profile, count, variant, metric = sys.argv[2:]
+        print(json.dumps(cache_case(profile, int(count), variant, metric)))
+        return 0
     from kube_offload_harness import identities
     from kube_offload_harness.cluster import Environment, default_topology
 
@@ -262,7 +349,10 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=15, help="seconds idle before the RSS is read (default 15)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the enforcer over the creates into this file")
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
+    parser.add_argument("--caches", action="store_true", help="no cluster: the caches' bytes per ShadowPod, before/after")
     args = parser.parse_args()
+    if args.caches:
+        return caches_report(args.shadowpods)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda number, frame: sys.exit(128 + number))
 
