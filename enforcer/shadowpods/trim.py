@@ -14,7 +14,8 @@ The enforcer holds every ShadowPod of every consumer and every pod it made for t
   :func:`kube_offload.pod_updates.pod_patch` (the mutable spec fields: each container's
   name and image, ``activeDeadlineSeconds``, tolerations); the quota's
   :func:`kube_offload.resources.pod_requests` (containers' requests and init
-  containers' ``restartPolicy``, pod-level resources, overhead, ``nodeName``).
+  containers' ``restartPolicy``, pod-level resources, overhead, ``nodeName``); the
+  EndpointSlice webhook's index by pod IP (the status).
   Dropped: volumes and mounts, env, ports, probes, security contexts, commands and the
   rest of the spec the API server defaulted, which no reader of this cache looks at.
 """

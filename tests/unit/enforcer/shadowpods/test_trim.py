@@ -1,6 +1,6 @@
 """enforcer/shadowpods/trim.py: the managed-pod cache keeps what its readers use. Each
 reader (the reconcile's plan and status mirror, the in-place update patch, the quota's
-requests and charges, the orphan and owner checks) gives the same answer on the trimmed
+requests and charges, the orphan and owner checks, the EndpointSlice webhook's pod-IP index) gives the same answer on the trimmed
 pod as on the whole one, for the pod the enforcer made in bench_scale's clusters
 (tests/fixtures/vkubelet_pod_objects.json) and for variations of it."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcer.admission.endpointslice_policy import pod_ip_keys
 from enforcer.consumers.quota import uncounted_charges
 from enforcer.shadowpods.reconcile import is_enforcer_orphan, shadowpod_of
 from enforcer.shadowpods.trim import keep_shadowpod, trim_managed_pod
@@ -99,6 +100,7 @@ def test_every_reader_sees_the_same_pod(variant: str) -> None:
     assert describe_end(trimmed) == describe_end(whole)
     assert is_enforcer_orphan(trimmed) == is_enforcer_orphan(whole)
     assert shadowpod_of(trimmed) == shadowpod_of(whole)
+    assert pod_ip_keys(trimmed) == pod_ip_keys(whole) != []  # the EndpointSlice webhook's index
 
 
 def test_the_in_place_update_is_not_empty_and_still_equal() -> None:
