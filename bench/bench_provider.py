@@ -106,12 +106,12 @@ def shadowpod(index: int, *, namespace: str, consumer_id: str, local_namespace: 
     }
 
 
-def histogram(samples: Mapping[tuple[str, tuple], float], name: str, **match: str) -> dict[float, float]:
-    """The cumulative buckets ``le -> count`` of histogram ``name`` (its ``_bucket`` series),
+def histogram(samples: Mapping[tuple[str, tuple], float], metric_name: str, /, **match: str) -> dict[float, float]:
+    """The cumulative buckets ``le -> count`` of histogram ``metric_name`` (its ``_bucket`` series),
     summed over the series whose labels include ``match``."""
     buckets: dict[float, float] = {}
     for (metric, labels), value in samples.items():
-        if metric != f"{name}_bucket":
+        if metric != f"{metric_name}_bucket":
             continue
         label_map = dict(labels)
         if any(label_map.get(k) != v for k, v in match.items()):

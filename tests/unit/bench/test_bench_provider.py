@@ -60,6 +60,12 @@ def test_histogram_keeps_the_matching_series_only() -> None:
     samples = ar.parse_prometheus(EXPOSITION)
     buckets = bp.histogram(samples, bp.ENFORCER_WEBHOOK_METRIC, endpoint="/validate-shadowpods")
     assert buckets == {0.005: 10.0, 0.01: 90.0, 0.025: 100.0, math.inf: 100.0}
+    # The apiserver's series carry a label "name" (the webhook's): it is a label, not an argument.
+    apiserver = {("apiserver_admission_webhook_admission_duration_seconds_bucket",
+                  (("le", "0.005"), ("name", c.SHADOWPOD_WEBHOOK_NAME), ("operation", "CREATE"))): 4.0,
+                 ("apiserver_admission_webhook_admission_duration_seconds_bucket",
+                  (("le", "0.005"), ("name", "other.example.com"), ("operation", "CREATE"))): 9.0}
+    assert bp.histogram(apiserver, bp.APISERVER_WEBHOOK_METRIC, name=c.SHADOWPOD_WEBHOOK_NAME) == {0.005: 4.0}
 
 
 def test_histogram_quantile_interpolates_inside_the_bucket() -> None:
