@@ -66,6 +66,7 @@ import controlplane
 
 LOCAL_NAMESPACE = "bench-provider"
 ENFORCER_WEBHOOK_METRIC = "kube_offload_shadowpod_webhook_request_duration_seconds"
+WEBHOOK_ENDPOINT = "validate_shadowpods"  # the histogram's endpoint label (enforcer/admission/webhook_server.py)
 APISERVER_WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 RSS_GOAL_KIB = 20.0
 ADMISSION_P99_GOAL_S = 0.020
@@ -183,7 +184,7 @@ def admission_figures(env, remote, spec) -> dict[str, dict[float, float]]:
     apiserver = apirequests.parse_prometheus(
         remote.kubectl("get", "--raw", "/metrics", timeout=120).stdout, names=[f"{APISERVER_WEBHOOK_METRIC}_bucket"])
     return {
-        "enforcer": histogram(enforcer, ENFORCER_WEBHOOK_METRIC, endpoint=C.SHADOWPOD_WEBHOOK_PATH),
+        "enforcer": histogram(enforcer, ENFORCER_WEBHOOK_METRIC, endpoint=WEBHOOK_ENDPOINT),
         "apiserver": histogram(apiserver, APISERVER_WEBHOOK_METRIC, name=C.SHADOWPOD_WEBHOOK_NAME),
     }
 

@@ -44,21 +44,21 @@ def test_shadowpod_is_the_consumers_with_a_unique_origin() -> None:
 
 EXPOSITION = """\
 # TYPE kube_offload_shadowpod_webhook_request_duration_seconds histogram
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-shadowpods",le="0.005"} 10.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-shadowpods",le="0.01"} 90.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-shadowpods",le="0.025"} 100.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-shadowpods",le="+Inf"} 100.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-endpointslices",le="0.005"} 5.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-endpointslices",le="0.01"} 5.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-endpointslices",le="0.025"} 5.0
-kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="/validate-endpointslices",le="+Inf"} 5.0
-kube_offload_shadowpod_webhook_request_duration_seconds_count{endpoint="/validate-shadowpods"} 100.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_shadowpods",le="0.005"} 10.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_shadowpods",le="0.01"} 90.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_shadowpods",le="0.025"} 100.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_shadowpods",le="+Inf"} 100.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_endpointslices",le="0.005"} 5.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_endpointslices",le="0.01"} 5.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_endpointslices",le="0.025"} 5.0
+kube_offload_shadowpod_webhook_request_duration_seconds_bucket{endpoint="validate_endpointslices",le="+Inf"} 5.0
+kube_offload_shadowpod_webhook_request_duration_seconds_count{endpoint="validate_shadowpods"} 100.0
 """
 
 
 def test_histogram_keeps_the_matching_series_only() -> None:
     samples = ar.parse_prometheus(EXPOSITION)
-    buckets = bp.histogram(samples, bp.ENFORCER_WEBHOOK_METRIC, endpoint="/validate-shadowpods")
+    buckets = bp.histogram(samples, bp.ENFORCER_WEBHOOK_METRIC, endpoint="validate_shadowpods")
     assert buckets == {0.005: 10.0, 0.01: 90.0, 0.025: 100.0, math.inf: 100.0}
     # The apiserver's series carry a label "name" (the webhook's): it is a label, not an argument.
     apiserver = {("apiserver_admission_webhook_admission_duration_seconds_bucket",
