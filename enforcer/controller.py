@@ -15,6 +15,7 @@ from kubernetes import client
 from enforcer.shadowpods.api import KubeEnforcerApi
 from enforcer.shadowpods.events import EventRecorder
 from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
+from enforcer.shadowpods.trim import keep_shadowpod, trim_managed_pod
 from enforcer.consumers.consumer_loops import ConsumerLoops
 from enforcer.consumers.quota import twin_owner
 from kube_offload.constants import (
@@ -74,9 +75,13 @@ class Settings:
 class Enforcer:
     def __init__(self, api_client: client.ApiClient, settings: Settings) -> None:
         self.settings = settings
+        # Both caches' transforms (enforcer/shadowpods/trim.py) keep what the reconcile,
+        # the admission and the quota read, strings interned: at 10,000 ShadowPods they
+        # are most of the enforcer's memory.
         self.shadowpods = Informer(
             name="shadowpods",
             resync_seconds=settings.resync_seconds,
+            transform=keep_shadowpod,
             **_shadowpod_list(api_client, settings.namespace),
         )
         # Only the enforcer's own pods: the rest of the cluster's pods are none of its
@@ -86,6 +91,7 @@ class Enforcer:
             resync_seconds=settings.resync_seconds,
             # Kept by the informer itself, current before any handler hears of a change.
             indexers=POD_INDEXERS,
+            transform=trim_managed_pod,
             **_pod_list(api_client, settings.namespace),
         )
         api = KubeEnforcerApi(api_client)

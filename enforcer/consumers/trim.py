@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from kube_offload import constants as c
+from kube_offload.runtime.interning import interned
 
 _OUR_ANNOTATION_PREFIX = f"{c.DOMAIN}/"
 
@@ -30,7 +31,7 @@ def trim_pod(pod: dict) -> dict:
     """Name, namespace, the origin label (the summary's "is it the consumer's own?"),
     deletionTimestamp, nodeName, the requests of containers and init containers (with the
     init containers' restartPolicy: sidecars count differently), pod-level resources,
-    overhead and the phase."""
+    overhead and the phase; strings interned (kube_offload/runtime/interning.py)."""
     metadata = _metadata(pod)
     origin = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
     if origin is not None:
@@ -49,7 +50,9 @@ def trim_pod(pod: dict) -> dict:
     phase = (pod.get("status") or {}).get("phase")
     if phase is not None:
         trimmed["status"] = {"phase": phase}
-    return trimmed
+    # Every pod of the provider is held: one copy of each repeated key and value.
+    result: dict = interned(trimmed)
+    return result
 
 
 def _trim_container(container: object) -> object:

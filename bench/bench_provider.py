@@ -1,0 +1,462 @@
+"""Benchmark: one provider cluster holding N ShadowPods of one consumer (issue #27 item 3).
+Goals: the enforcer's RSS per ShadowPod <= 20 KiB, ShadowPod admission p99 <= 20 ms.
+
+    .venv/bin/python bench/bench_provider.py [--shadowpods 2000] [--clients 8]
+    .venv/bin/python bench/bench_provider.py --caches [--shadowpods 2000]   (no cluster, ~1 min)
+
+One local cluster and one remote (provider) cluster from the harness, the enforcer as the
+harness runs it (its chart identity, its webhook registered with the remote apiserver),
+no virtual kubelet: the consumer's identity (the ServiceAccount the remote chart creates
+for consumer ``local``) asks for one twin namespace, then creates N ShadowPods in it from
+``--clients`` threads, as fast as the apiserver and the enforcer's webhook take them.
+The enforcer creates a pod for each; kwok runs them (two kwok nodes big enough for all).
+
+Figures:
+- enforcer RSS (``VmRSS``) before the first create and once every pod runs and the
+  enforcer has been idle a few seconds; the growth over N is the RSS per ShadowPod (it
+  holds N ShadowPods, N managed pods, N trimmed pods of the capacity summary); the peak
+  (``VmHWM``) too.
+- admission latency, three ways: the enforcer's own webhook histogram
+  (``kube_offload_shadowpod_webhook_request_duration_seconds``, on its webhook port's
+  /metrics: the time spent in the webhook); the remote apiserver's
+  ``apiserver_admission_webhook_admission_duration_seconds`` for the ShadowPod webhook (the
+  call as the apiserver sees it: TLS, network, the webhook); the consumer's create call,
+  end to end (apiserver, both admissions, etcd). p50/p99 from the histograms are
+  interpolated inside the bucket (the bound of the bucket is printed beside them); the
+  client's are exact.
+- the creation rate and the enforcer's CPU per ShadowPod over the create window.
+
+``--caches``: no cluster; what the enforcer's three per-ShadowPod caches (ShadowPods,
+managed pods, the capacity summary's pods) hold, before and after their transforms
+(enforcer/shadowpods/trim.py, enforcer/consumers/trim.py), built from the real objects
+bench_vkubelet_memory.py uses (tests/fixtures/vkubelet_pod_objects.json: a ShadowPod and
+the pod the enforcer made for it, made unique per ShadowPod, parsed one json.loads per
+object as a watch event is), in a fresh subprocess per case: the Python allocations
+(tracemalloc) and the RSS growth, per ShadowPod; profiles ``scale`` and ``app`` as there.
+
+Not a test: it never fails on a figure; it exits non-zero if a create failed or the pods
+did not all run. It brings up its own environment in a temporary state directory and
+tears it down at the end, stopping exactly the processes it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from kube_offload import constants as C
+
+import apirequests
+import controlplane
+
+LOCAL_NAMESPACE = "bench-provider"
+ENFORCER_WEBHOOK_METRIC = "kube_offload_shadowpod_webhook_request_duration_seconds"
+WEBHOOK_ENDPOINT = "validate_shadowpods"  # the histogram's endpoint label (enforcer/admission/webhook_server.py)
+APISERVER_WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+RSS_GOAL_KIB = 20.0
+ADMISSION_P99_GOAL_S = 0.020
+
+
+def log(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+# --- pure: objects and figures ----------------------------------------------------------
+def shadowpod(index: int, *, namespace: str, consumer_id: str, local_namespace: str = LOCAL_NAMESPACE,
+              origin_uid: str | None = None) -> dict:
+    """The ShadowPod a vkubelet writes for a one-container Deployment pod (bench_scale's:
+    busybox, 1m CPU / 1Mi requests), without the service-account token volume (the
+    bench makes no token Secrets; automountServiceAccountToken false, as the vkubelet sets)."""
+    name = f"bench-{index:06d}"
+    origin = {
+        C.ANNOTATION_ORIGIN_NAME: name,
+        C.ANNOTATION_ORIGIN_NAMESPACE: local_namespace,
+        C.ANNOTATION_ORIGIN_UID: origin_uid or str(uuid.uuid4()),
+    }
+    return {
+        "apiVersion": f"{C.SHADOWPOD_GROUP}/{C.SHADOWPOD_VERSION}",
+        "kind": C.SHADOWPOD_KIND,
+        "metadata": {"name": name, "namespace": namespace, "annotations": dict(origin),
+                     "labels": {C.LABEL_ORIGIN_CLUSTER_ID: consumer_id}},
+        "spec": {"pod": {
+            "metadata": {"annotations": dict(origin),
+                         "labels": {"app": "bench-provider", C.LABEL_ORIGIN_CLUSTER_ID: consumer_id}},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "Always",
+                                "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}],
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 30,
+            },
+        }},
+    }
+
+
+def histogram(samples: Mapping[tuple[str, tuple], float], metric_name: str, /, **match: str) -> dict[float, float]:
+    """The cumulative buckets ``le -> count`` of histogram ``metric_name`` (its ``_bucket`` series),
+    summed over the series whose labels include ``match``."""
+    buckets: dict[float, float] = {}
+    for (metric, labels), value in samples.items():
+        if metric != f"{metric_name}_bucket":
+            continue
+        label_map = dict(labels)
+        if any(label_map.get(k) != v for k, v in match.items()):
+            continue
+        le = float(label_map["le"])
+        buckets[le] = buckets.get(le, 0.0) + value
+    return buckets
+
+
+def bucket_delta(before: Mapping[float, float], after: Mapping[float, float]) -> dict[float, float]:
+    return {le: after[le] - before.get(le, 0.0) for le in after}
+
+
+def histogram_quantile(buckets: Mapping[float, float], q: float) -> tuple[float, float] | None:
+    """(estimate, upper bound of its bucket) of quantile ``q`` of cumulative ``buckets``,
+    linear inside the bucket as Prometheus' histogram_quantile does; None when empty. A
+    quantile in the +Inf bucket is given as the largest finite bound (with bound +Inf)."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} is not between 0 and 1")
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank = q * buckets[bounds[-1]]
+    lower, below = 0.0, 0.0
+    for le in bounds:
+        count = buckets[le]
+        if count >= rank and count > below:
+            if math.isinf(le):
+                return lower, le
+            return lower + (le - lower) * (rank - below) / (count - below), le
+        lower, below = (le if not math.isinf(le) else lower), count
+    return lower, bounds[-1]
+
+
+def percentile(samples: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile ``q`` (0..1) of ``samples``; None when there are none."""
+    ordered = sorted(samples)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def per_shadowpod_kib(before_kib: float, after_kib: float, count: int) -> float:
+    if count <= 0:
+        raise ValueError("per ShadowPod figures need at least one ShadowPod")
+    return (after_kib - before_kib) / count
+
+
+def verdict(value: float | None, goal: float) -> str:
+    if value is None:
+        return "no figure"
+    return "meets" if value <= goal else "misses"
+
+
+# --- I/O ---------------------------------------------------------------------------------
+def metrics_text(url: str, ca: Path | None) -> str:
+    context = ssl.create_default_context(cafile=str(ca)) if ca and ca.exists() else ssl._create_unverified_context()
+    if ca and ca.exists():
+        context.check_hostname = False  # the harness's certificate names the service, not 127.0.0.1
+    with urllib.request.urlopen(url, timeout=30, context=context) as response:
+        return response.read().decode()
+
+
+def admission_figures(env, remote, spec) -> dict[str, dict[float, float]]:
+    ca = env.pki_dir / "ca.crt"
+    enforcer = apirequests.parse_prometheus(
+        metrics_text(f"https://127.0.0.1:{spec.enforcer_webhook_port}/metrics", ca), names=[f"{ENFORCER_WEBHOOK_METRIC}_bucket"])
+    apiserver = apirequests.parse_prometheus(
+        remote.kubectl("get", "--raw", "/metrics", timeout=120).stdout, names=[f"{APISERVER_WEBHOOK_METRIC}_bucket"])
+    return {
+        "enforcer": histogram(enforcer, ENFORCER_WEBHOOK_METRIC, endpoint=WEBHOOK_ENDPOINT),
+        "apiserver": histogram(apiserver, APISERVER_WEBHOOK_METRIC, name=C.SHADOWPOD_WEBHOOK_NAME),
+    }
+
+
+def tree_kib(pid: int, key: str) -> int:
+    return sum(controlplane.status_kib(p, key) for p in controlplane.tree_pids(pid))
+
+
+def running_count(remote, namespace: str) -> tuple[int, int]:
+    out = remote.kubectl("get", "pods", "-n", namespace, "--no-headers", "--chunk-size=0", timeout=120).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return sum(1 for row in rows if len(row) > 2 and row[2] == "Running"), len(rows)
+
+
+def create_all(kubeconfig: Path, namespace: str, consumer_id: str, count: int, clients: int) -> tuple[list[float], list[str]]:
+    """Create ``count`` ShadowPods from ``clients`` threads, each with its own connection
+    pool; the latency of every create, and the errors."""
+    from kubernetes import client, config
+
+    local = threading.local()
+
+    def api() -> client.CustomObjectsApi:
+        if not hasattr(local, "api"):
+            local.api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
+        return local.api
+
+    def one(index: int) -> tuple[float, str | None]:
+        body = shadowpod(index, namespace=namespace, consumer_id=consumer_id)
+        started = time.perf_counter()
+        try:
+            api().create_namespaced_custom_object(C.SHADOWPOD_GROUP, C.SHADOWPOD_VERSION, namespace, C.SHADOWPOD_PLURAL, body)
+        except Exception as exc:  # noqa: BLE001 (reported, the bench goes on)
+            return time.perf_counter() - started, f"{body['metadata']['name']}: {exc}"[:300]
+        return time.perf_counter() - started, None
+
+    latencies, errors = [], []
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        for done, (seconds, error) in enumerate(pool.map(one, range(count)), 1):
+            latencies.append(seconds)
+            if error:
+                errors.append(error)
+            if done % 500 == 0:
+                log(f"  {done}/{count} created, load {os.getloadavg()[0]:.1f}")
+    return latencies, errors
+
+
+def twin_namespace(env, remote, consumer_kubeconfig: Path, consumer_id: str) -> str:
+    name = C.twin_namespace_name(LOCAL_NAMESPACE, consumer_id)
+    request = {
+        "apiVersion": f"{C.SHADOWPOD_GROUP}/{C.SHADOWPOD_VERSION}", "kind": C.TWIN_NAMESPACE_KIND,
+        "metadata": {"name": name, "namespace": C.tenant_namespace(consumer_id)},
+        "spec": {"localNamespace": LOCAL_NAMESPACE},
+    }
+    made = remote.kubectl_as(consumer_kubeconfig, "apply", "-f", "-", input=json.dumps(request))
+    if made.returncode != 0:
+        raise RuntimeError(f"twin namespace request refused: {made.stderr}")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        phase = remote.kubectl_as(consumer_kubeconfig, "get", "twinnamespace", name, "-n", C.tenant_namespace(consumer_id),
+                                  "-o", "jsonpath={.status.phase}").stdout
+        if phase == C.TWIN_PHASE_READY and remote.kubectl_as(
+                consumer_kubeconfig, "auth", "can-i", "create", "shadowpods.kube-offload.io", "-n", name).stdout.strip() == "yes":
+            return name
+        time.sleep(1)
+    raise RuntimeError(f"twin namespace {name} not ready after 120s")
+
+
+def profile_enforcer(pid: int, seconds: int, out: Path) -> subprocess.Popen | None:
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        log(f"--profile: no {spy} (pip install py-spy)")
+        return None
+    return subprocess.Popen([str(spy), "record", "-p", str(pid), "-d", str(seconds), "-o", str(out), "-f", "speedscope",
+                             "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# --- --caches: the informers' stores without a cluster -------------------------------------
+CACHE_VARIANTS = ("before", "after")
+
+
+def build_caches(texts: list[dict[str, list[str]]], variant: str) -> dict[str, dict]:
+    """The enforcer's three per-ShadowPod stores, as its informers fill them: managedFields
+    dropped, then the transform (``before``: the ShadowPod and pod whole, the capacity
+    pod trimmed without interning, as they were)."""
+    from enforcer.consumers import trim as consumer_trim
+    from enforcer.shadowpods.trim import keep_shadowpod, trim_managed_pod
+
+    if variant == "before":
+        consumer_trim.interned = lambda value: value  # type: ignore[assignment]
+    keep = keep_shadowpod if variant == "after" else (lambda obj: obj)
+    trim = trim_managed_pod if variant == "after" else (lambda obj: obj)
+    stores: dict[str, dict] = {"shadowpods": {}, "managed-pods": {}, "capacity-pods": {}}
+    for pod in texts:
+        for store, text, transform in (("shadowpods", pod["remote-shadowpods"][0], keep),
+                                       ("managed-pods", pod["remote-pods"][0], trim),
+                                       ("capacity-pods", pod["remote-pods"][0], consumer_trim.trim_pod)):
+            obj = json.loads(text)
+            obj["metadata"].pop("managedFields", None)
+            obj = transform(obj)
+            stores[store][f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+    return stores
+
+
+def cache_case(profile: str, count: int, variant: str, metric: str) -> dict:
+    import gc
+
+    import bench_vkubelet_memory as memory
+
+    objects = memory.load_fixture(profile)
+    texts = [memory.pod_texts(objects, i) for i in range(count)]
+    import enforcer.shadowpods.trim  # noqa: F401  (imported before the baseline is taken)
+
+    gc.collect()
+    if metric == "tracemalloc":
+        import tracemalloc
+
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        stores = build_caches(texts, variant)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        split = {name: memory._deep_size(store) / count for name, store in stores.items()}
+    else:
+        before = memory.rss_bytes()
+        stores = build_caches(texts, variant)
+        gc.collect()
+        after = memory.rss_bytes()
+        split = {}
+    return {"bytes_per_shadowpod": (after - before) / count, "per_cache": split}
+
+
+def caches_report(count: int) -> int:
+    print(f"machine: {platform.machine()}, Linux {platform.release()}, Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs; {count} ShadowPods; load {os.getloadavg()[0]:.1f}")
+    for profile in ("scale", "app"):
+        print(f"\n== profile {profile}: the enforcer's stores per ShadowPod (ShadowPod, managed pod, capacity pod)")
+        for variant in CACHE_VARIANTS:
+            figures = {}
+            for metric in ("tracemalloc", "rss"):
+                out = subprocess.run([sys.executable, __file__, "--cache-case", profile, str(count), variant, metric],
+                                     check=True, capture_output=True, text=True)
+                figures[metric] = json.loads(out.stdout.strip().splitlines()[-1])
+            split = figures["tracemalloc"]["per_cache"]
+            print(f"{variant:<7} tracemalloc {figures['tracemalloc']['bytes_per_shadowpod'] / 1024:5.1f} KiB, "
+                  f"RSS {figures['rss']['bytes_per_shadowpod'] / 1024:5.1f} KiB; deep size by cache: "
+                  + ", ".join(f"{name} {size:.0f} B" for name, size in split.items()))
+    return 0
+
+
+def main() -> int:
+    if len(sys.argv) == 6 and sys.argv[1] == "--cache-case":
+        profile, count, variant, metric = sys.argv[2:]
+        print(json.dumps(cache_case(profile, int(count), variant, metric)))
+        return 0
+    from kube_offload_harness import identities
+    from kube_offload_harness.cluster import Environment, default_topology
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shadowpods", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8, help="threads creating ShadowPods (default 8)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds for every pod to run")
+    parser.add_argument("--settle", type=float, default=15, help="seconds idle before the RSS is read (default 15)")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy the enforcer over the creates into this file")
+    parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
+    parser.add_argument("--caches", action="store_true", help="no cluster: the caches' bytes per ShadowPod, before/after")
+    args = parser.parse_args()
+    if args.caches:
+        return caches_report(args.shadowpods)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, frame: sys.exit(128 + number))
+
+    state = Path(tempfile.mkdtemp(prefix="kube-offload-bench-provider-"))
+    env = Environment(state, say=log)
+    per_node = math.ceil(args.shadowpods * 1.5 / 2) + 50
+    topology = default_topology(prefix="prov", remotes=1, local_nodes=1, remote_nodes=2,
+                                node_cpu="1000", node_memory="4Ti", node_pods=per_node)
+    topology.virtual_kubelets = False
+    problems: list[str] = []
+    result: dict = {"shadowpods": args.shadowpods, "clients": args.clients}
+    load_before = os.getloadavg()
+    try:
+        env.up(topology)
+        spec = topology.remotes[0]
+        remote = env.cluster(spec)
+        consumer_id = topology.local.cluster_id
+        consumer = env.identity_kubeconfig(remote, identities.consumer_sa(consumer_id))
+        namespace = twin_namespace(env, remote, consumer, consumer_id)
+        record = env.processes.get(f"enforcer-{spec.cluster_id}")
+        assert record is not None
+        pid = record.pid
+        time.sleep(args.settle)
+        rss_idle = tree_kib(pid, "VmRSS")
+        cpu_before = controlplane.cpu_seconds(pid)
+        hist_before = admission_figures(env, remote, spec)
+        log(f"enforcer PID {pid}: idle RSS {rss_idle / 1024:.1f} MiB; creating {args.shadowpods} ShadowPods in {namespace}")
+        spy = profile_enforcer(pid, 600, args.profile) if args.profile else None
+        started = time.monotonic()
+        latencies, errors = create_all(consumer, namespace, consumer_id, args.shadowpods, args.clients)
+        created_s = time.monotonic() - started
+        cpu_created = controlplane.cpu_seconds(pid)
+        hist_after = admission_figures(env, remote, spec)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+        problems += [f"create failed: {e}" for e in errors[:5]]
+        if len(errors) > 5:
+            problems.append(f"... {len(errors)} creates failed in all")
+        expected = args.shadowpods - len(errors)
+        log(f"created in {created_s:.1f}s ({args.shadowpods / created_s:.1f}/s); waiting for {expected} pods to run")
+        ran = None
+        while time.monotonic() - started < args.timeout:
+            running, existing = running_count(remote, namespace)
+            if running >= expected:
+                ran = time.monotonic() - started
+                break
+            log(f"  {running}/{expected} Running ({existing} exist), enforcer RSS {tree_kib(pid, 'VmRSS') / 1024:.0f} MiB")
+            time.sleep(10)
+        if ran is None:
+            problems.append(f"pods not all running after {args.timeout}s")
+        time.sleep(args.settle)
+        rss_after = tree_kib(pid, "VmRSS")
+        result.update({
+            "created_s": created_s, "ran_s": ran, "errors": len(errors),
+            "rss_idle_kib": rss_idle, "rss_after_kib": rss_after, "rss_peak_kib": tree_kib(pid, "VmHWM"),
+            "cpu_create_s": cpu_created - cpu_before, "cpu_total_s": controlplane.cpu_seconds(pid) - cpu_before,
+            "client_latencies": latencies,
+            "enforcer_buckets": bucket_delta(hist_before["enforcer"], hist_after["enforcer"]),
+            "apiserver_buckets": bucket_delta(hist_before["apiserver"], hist_after["apiserver"]),
+        })
+    finally:
+        if not args.keep:
+            env.down()
+
+    if "rss_after_kib" not in result:
+        print("the environment did not come up", file=sys.stderr)
+        return 1
+    n = args.shadowpods
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print()
+    print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, {os.cpu_count()} cores; "
+          f"python {platform.python_version()}; commit {commit}; load {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(f"{n} ShadowPods of one consumer, {args.clients} client threads: created in {result['created_s']:.1f}s "
+          f"({n / result['created_s']:.1f}/s), all pods Running after {result['ran_s'] or float('nan'):.1f}s; "
+          f"{result['errors']} creates failed")
+    per = per_shadowpod_kib(result["rss_idle_kib"], result["rss_after_kib"], n)
+    print(f"enforcer RSS: idle {result['rss_idle_kib'] / 1024:.1f} MiB, after {result['rss_after_kib'] / 1024:.1f} MiB, "
+          f"peak {result['rss_peak_kib'] / 1024:.1f} MiB -> {per:.1f} KiB per ShadowPod "
+          f"({verdict(per, RSS_GOAL_KIB)} the goal <= {RSS_GOAL_KIB:.0f} KiB)")
+    print(f"enforcer CPU: {result['cpu_create_s'] / n * 1000:.2f} ms per ShadowPod over the creates, "
+          f"{result['cpu_total_s'] / n * 1000:.2f} ms until all ran")
+    rows = [("enforcer webhook (own histogram)", result["enforcer_buckets"]),
+            ("apiserver -> webhook (admission_duration)", result["apiserver_buckets"])]
+    for label, buckets in rows:
+        p50, p99 = histogram_quantile(buckets, 0.5), histogram_quantile(buckets, 0.99)
+        count = max(buckets.values()) if buckets else 0
+        if p50 is None or p99 is None:
+            print(f"{label}: no observations")
+            continue
+        print(f"{label}: {count:.0f} calls, p50 {p50[0] * 1000:.1f} ms (bucket <= {p50[1] * 1000:g}), "
+              f"p99 {p99[0] * 1000:.1f} ms (bucket <= {p99[1] * 1000:g}) -> {verdict(p99[0], ADMISSION_P99_GOAL_S)}")
+    lat = result["client_latencies"]
+    c50, c99 = percentile(lat, 0.5), percentile(lat, 0.99)
+    print(f"consumer create, end to end: p50 {(c50 or 0) * 1000:.1f} ms, p99 {(c99 or 0) * 1000:.1f} ms, "
+          f"max {max(lat) * 1000:.1f} ms")
+    summary = {k: v for k, v in result.items() if k != "client_latencies"}
+    summary.update({"client_p50_s": c50, "client_p99_s": c99, "rss_kib_per_shadowpod": per})
+    print(json.dumps({k: ({str(le): c for le, c in v.items()} if isinstance(v, dict) else v) for k, v in summary.items()}))
+    for problem in problems:
+        print(f"PROBLEM: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
