@@ -22,10 +22,10 @@ strings that are unique (UIDs, timestamps) included.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Mapping
 
 from kube_offload import constants as c
+from kube_offload.runtime.interning import interned  # the caches share it; the bench swaps it here
 from vkubelet.reflection import names as reflection_names
 from vkubelet.reflection.forge.events import says_something_new
 
@@ -69,18 +69,6 @@ EVENT_INVOLVED = ("kind", "namespace", "name", "uid", "fieldPath")
 # forge_local_event copies at most this much of a message; keeping more is never read.
 EVENT_MESSAGE_LIMIT = 1024
 
-
-def interned(value: Any) -> Any:
-    """``value`` with every string in it (dict keys and values) interned: one shared copy
-    of each distinct string in the process. Dicts and lists are rebuilt; other scalars are
-    kept. (Interned strings are freed with their last user: sys.intern makes them mortal.)"""
-    if type(value) is str:
-        return sys.intern(value)
-    if isinstance(value, dict):
-        return {(sys.intern(k) if type(k) is str else k): interned(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interned(item) for item in value]
-    return value
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> dict:
