@@ -562,6 +562,15 @@ def test_a_pod_killed_before_its_status_was_written_still_counts(coalescing):
     assert "Evicted: low on memory" in world.api.events[-1]["message"]
 
 
+def restarted_enforcer(world: "World") -> "World":
+    """A new enforcer (empty memory, the 5 s hold-back) over ``world``'s API objects."""
+    restarted = World(status_coalesce_seconds=5.0)
+    restarted.api = world.api
+    restarted.reconcile = Reconciler(shadowpods=restarted, pods=restarted.pods, api=world.api,
+                                     recorder=restarted.recorder, status_coalesce_seconds=5.0)
+    return restarted
+
+
 def test_a_refused_replacement_keeps_the_unwritten_pod_so_the_next_counts(coalescing):
     world = coalescing
     world.add_shadowpod()
@@ -598,10 +607,7 @@ def test_a_restarted_enforcer_writes_a_pending_pods_status_at_once(coalescing):
     world.add_shadowpod()
     with pytest.raises(Requeue):
         world.run()
-    restarted = World(status_coalesce_seconds=5.0)
-    restarted.api = world.api
-    restarted.reconcile = Reconciler(shadowpods=restarted, pods=restarted.pods, api=world.api,
-                                     recorder=restarted.recorder, status_coalesce_seconds=5.0)
+    restarted = restarted_enforcer(world)
     restarted.run()
     status = world.api.shadowpods[KEY]["status"]
     assert status["phase"] == "Pending" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
@@ -629,10 +635,7 @@ def test_a_graceful_stop_records_a_held_back_pod_that_is_gone_so_the_next_enforc
     world.sync_pods()  # deleted while the status was held back, and the enforcer stops
     assert world.reconcile.write_held_back(2.0) == 1
     assert world.api.shadowpods[KEY]["status"]["podUID"] == first_uid
-    restarted = World()
-    restarted.api = world.api
-    restarted.reconcile = Reconciler(shadowpods=restarted, pods=restarted.pods, api=world.api,
-                                     recorder=restarted.recorder, status_coalesce_seconds=5.0)
+    restarted = restarted_enforcer(world)
     restarted.run()
     assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
 
