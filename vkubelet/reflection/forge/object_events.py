@@ -88,17 +88,11 @@ _NODE = re.compile(
 )
 
 
-def _mask_ipv4(match: re.Match) -> str:
+def _mask_address(match: re.Match) -> str:
+    """The match masked if its address group is a real IP address (a v4 candidate has no
+    colon, a v6 one has colons, so one parser serves both patterns), else as written."""
     try:
-        ipaddress.IPv4Address(match.group(1))
-    except ValueError:
-        return match.group(0)
-    return MASK_ADDRESS
-
-
-def _mask_ipv6(match: re.Match) -> str:
-    try:
-        ipaddress.IPv6Address(match.group(1))
+        ipaddress.ip_address(match.group(1))
     except ValueError:
         return match.group(0)
     return MASK_ADDRESS
@@ -124,8 +118,8 @@ def sanitize_message(message: str, *, twin_namespace: str, local_namespace: str)
     if twin_namespace and twin_namespace != local_namespace:
         text = re.sub(rf"(?<![a-z0-9.\-]){re.escape(twin_namespace)}(?![a-z0-9\-])", local_namespace, text)
     text = _UUID.sub(MASK_UID, text)
-    text = _IPV4.sub(_mask_ipv4, text)
-    text = _IPV6.sub(_mask_ipv6, text)
+    text = _IPV4.sub(_mask_address, text)
+    text = _IPV6.sub(_mask_address, text)
     text = _NODE.sub(_mask_node, text)
     return text[:MESSAGE_LIMIT]
 
