@@ -528,20 +528,14 @@ def test_a_new_pods_status_waits_and_pending_then_running_is_one_write(coalescin
 
 
 def test_a_pod_still_pending_at_the_deadline_is_written_pending(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     world.now += 5
     world.run()
     assert world.api.shadowpods[KEY]["status"]["phase"] == "Pending"
 
 
 def test_a_pod_lost_before_its_status_was_written_still_counts(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     first_uid = world.api.pods[KEY]["metadata"]["uid"]
     world.api.pods.pop(KEY)  # deleted while its status was held back
     world.run()  # a recreation is written at once: no Requeue
@@ -552,14 +546,20 @@ def test_a_pod_lost_before_its_status_was_written_still_counts(coalescing):
 
 
 def test_a_pod_killed_before_its_status_was_written_still_counts(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     world.api.pods[KEY]["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
     world.run()
     assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
     assert "Evicted: low on memory" in world.api.events[-1]["message"]
+
+
+def held_back(world: "World") -> "World":
+    """``world`` after its first reconcile: the pod created, its Pending status held back
+    (the reconcile asks to be called again when the hold-back ends)."""
+    world.add_shadowpod()
+    with pytest.raises(Requeue):
+        world.run()
+    return world
 
 
 def restarted_enforcer(world: "World") -> "World":
@@ -572,10 +572,7 @@ def restarted_enforcer(world: "World") -> "World":
 
 
 def test_a_refused_replacement_keeps_the_unwritten_pod_so_the_next_counts(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     first_uid = world.api.pods[KEY]["metadata"]["uid"]
     world.api.pods.pop(KEY)
     world.api.create_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: exceeded quota: q')
@@ -603,10 +600,7 @@ def test_a_creation_failure_is_cleared_at_once_when_the_pod_is_created(coalescin
 
 
 def test_a_restarted_enforcer_writes_a_pending_pods_status_at_once(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     restarted = restarted_enforcer(world)
     restarted.run()
     status = world.api.shadowpods[KEY]["status"]
@@ -615,10 +609,7 @@ def test_a_restarted_enforcer_writes_a_pending_pods_status_at_once(coalescing):
 
 
 def test_a_graceful_stop_writes_the_statuses_held_back(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     assert world.reconcile.write_held_back(2.0) == 1
     status = world.api.shadowpods[KEY]["status"]
     assert status["phase"] == "Pending" and status["podUID"] == world.api.pods[KEY]["metadata"]["uid"]
@@ -626,10 +617,7 @@ def test_a_graceful_stop_writes_the_statuses_held_back(coalescing):
 
 
 def test_a_graceful_stop_records_a_held_back_pod_that_is_gone_so_the_next_enforcer_counts_it(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     first_uid = world.api.pods[KEY]["metadata"]["uid"]
     world.api.pods.pop(KEY)
     world.sync_pods()  # deleted while the status was held back, and the enforcer stops
@@ -641,9 +629,6 @@ def test_a_graceful_stop_records_a_held_back_pod_that_is_gone_so_the_next_enforc
 
 
 def test_a_graceful_stop_gives_up_at_its_deadline(coalescing):
-    world = coalescing
-    world.add_shadowpod()
-    with pytest.raises(Requeue):
-        world.run()
+    world = held_back(coalescing)
     assert world.reconcile.write_held_back(0.0) == 0
     assert "status" not in world.api.shadowpods[KEY]
