@@ -217,6 +217,33 @@ TWIN_RESOURCEQUOTA_NAME: Final = "kube-offload-consumer"
 # Set on a twin namespace: the TwinNamespace request (<tenant ns>/<name>) it answers.
 ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"
 
+# --- Resource slices (issue 24 item 1; docs/slices.md) ---------------------------------
+# A consumer asks for a share of one provider pool with an OffloadSlice in its tenant
+# namespace (written by the consumer's identity, as a TwinNamespace is). The pools are the
+# provider's: Consumer spec.pools, each a name, the provider nodes it covers (a node
+# selector over the provider's own labels) and the offloading patch the enforcer adds to
+# every pod of a slice of that pool (node selector, tolerations, runtime class). The
+# consumer names a pool, never writes the patch. The enforcer answers in the slice's
+# status: Accepted, PartiallyAccepted (less than asked: the Consumer's quota or the pool's
+# allocatable left) or Refused, with the amounts accepted and why. Each slice is one
+# virtual node in the consumer cluster, sized from status.accepted.
+SLICE_KIND: Final = "OffloadSlice"
+SLICE_PLURAL: Final = "offloadslices"
+SLICE_PHASE_PENDING: Final = "Pending"
+SLICE_PHASE_ACCEPTED: Final = "Accepted"
+SLICE_PHASE_PARTIAL: Final = "PartiallyAccepted"
+SLICE_PHASE_REFUSED: Final = "Refused"
+# On a ShadowPod: the slice (OffloadSlice name in the consumer's tenant namespace) its pod
+# belongs to; the enforcer applies that slice's pool patch and counts it against the
+# slice. On a virtual node: the slice the node stands for.
+LABEL_SLICE: Final = f"{DOMAIN}/slice"
+
+
+def slice_node_name(base_node_name: str, slice_name: str) -> str:
+    """The virtual node of slice ``slice_name`` of the peering whose node is ``base_node_name``."""
+    return f"{base_node_name}-{slice_name}"
+
+
 # Pod Security admission (upstream keys); level per consumer, default baseline.
 LABEL_PSA_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
 LABEL_PSA_ENFORCE_VERSION: Final = "pod-security.kubernetes.io/enforce-version"
