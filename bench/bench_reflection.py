@@ -139,6 +139,22 @@ def exists(_obj: Mapping) -> bool:
     return True
 
 
+def reflected(obj: Mapping) -> bool:
+    """A remote object our reflection wrote (its reflector label): the twin's own
+    ``kube-root-ca.crt``, which the remote cluster publishes, shares a name with the local
+    one and must not pass for its copy."""
+    return C.LABEL_REFLECTOR in ((obj.get("metadata") or {}).get("labels") or {})
+
+
+def reflected_and_ready(obj: Mapping) -> bool:
+    return reflected(obj) and slice_ready(obj)
+
+
+def written(stamps: Mapping[str, float], names: Iterable[str]) -> dict[str, float]:
+    """The local stamps of the objects the bench wrote (not what the namespace had)."""
+    return {n: stamps[n] for n in names if n in stamps}
+
+
 def endpoint_address(index: int) -> str:
     """A distinct address per object in the harness's local pod CIDR (10.0.0.0/16)."""
     if not 0 <= index < 250 * 256:
@@ -320,7 +336,7 @@ def start_profile(directory: Path | None, pid: int, label: str) -> subprocess.Po
     out = directory / f"vkubelet-{label}.txt"
     log(f"  py-spy recording the vkubelet into {out}")
     return subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
-                             "--output", str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--idle", "--output", str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def stop_profile(process: subprocess.Popen | None) -> None:
@@ -361,12 +377,12 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
     offloaded_namespace(local, rk, namespace, twin, args.timeout)
     if kind == CONFIGMAPS:
         watchers = {"local": [Watcher(lk, kinds.CONFIG_MAPS, namespace, {"exists": exists})],
-                    "remote": [Watcher(rk, kinds.CONFIG_MAPS, twin, {"exists": exists})]}
+                    "remote": [Watcher(rk, kinds.CONFIG_MAPS, twin, {"exists": reflected})]}
     else:
         watchers = {"local": [Watcher(lk, kinds.SERVICES, namespace, {"exists": exists}),
                               Watcher(lk, kinds.ENDPOINT_SLICES, namespace, {"exists": exists})],
-                    "remote": [Watcher(rk, kinds.SERVICES, twin, {"exists": exists}),
-                               Watcher(rk, kinds.ENDPOINT_SLICES, twin, {"exists": exists, "ready": slice_ready})]}
+                    "remote": [Watcher(rk, kinds.SERVICES, twin, {"exists": reflected}),
+                               Watcher(rk, kinds.ENDPOINT_SLICES, twin, {"exists": reflected, "ready": reflected_and_ready})]}
     every = watchers["local"] + watchers["remote"]
     for w in every:
         w.start()
@@ -407,18 +423,19 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
     rem = {w.resource.plural: w for w in watchers["remote"]}
     if kind == CONFIGMAPS:
         summaries = {"ConfigMap written -> remote ConfigMap exists":
-                     Summary.of(loc["configmaps"].stamps("exists").snapshot(), rem["configmaps"].stamps("exists").snapshot())}
+                     Summary.of(written(loc["configmaps"].stamps("exists").snapshot(), names), rem["configmaps"].stamps("exists").snapshot())}
     else:
-        local_slices = loc["endpointslices"].stamps("exists").snapshot()
+        local_slices = written(loc["endpointslices"].stamps("exists").snapshot(), slice_names)
+        local_services = written(loc["services"].stamps("exists").snapshot(), names)
         remote_ready = rem["endpointslices"].stamps("ready").snapshot()
         summaries = {
             "Service written -> remote Service exists":
-                Summary.of(loc["services"].stamps("exists").snapshot(), rem["services"].stamps("exists").snapshot()),
+                Summary.of(local_services, rem["services"].stamps("exists").snapshot()),
             "EndpointSlice written -> remote slice exists":
                 Summary.of(local_slices, rem["endpointslices"].stamps("exists").snapshot()),
             "EndpointSlice written -> remote slice ready": Summary.of(local_slices, remote_ready),
             "Service written -> its remote slice ready":
-                Summary.of(loc["services"].stamps("exists").snapshot(), by_service(remote_ready)),
+                Summary.of(local_services, by_service(remote_ready)),
         }
     run = Run(size, kind, write_s, summaries, cpu_s, rss_before, rss_after, meter.window(before, after, size))
     log(f"[{kind} x {size}] " + "; ".join(f"{m}: p50 {s.p50 * 1000:.0f} ms, p99 {s.p99 * 1000:.0f} ms"

@@ -135,3 +135,21 @@ def test_by_service_keys_slice_stamps_by_their_service_earliest_first():
 def test_object_names_sort_in_write_order():
     names = [br.object_name(br.CONFIGMAPS, i) for i in (0, 9, 10, 999, 4999)]
     assert names == sorted(names) and names[0] == "configmap-00000"
+
+
+def test_only_reflected_remote_objects_count_as_copies():
+    from kube_offload import constants as C
+
+    # The twin's own kube-root-ca.crt (published by the remote cluster) has the local
+    # bundle's name but is not a copy of it.
+    assert not br.reflected({"metadata": {"name": "kube-root-ca.crt"}})
+    ours = {"metadata": {"name": "service-00001-1", "labels": {C.LABEL_REFLECTOR: "endpointslices"}},
+            "endpoints": [{"addresses": ["10.200.0.1"], "conditions": {"ready": True}}]}
+    assert br.reflected(ours) and br.reflected_and_ready(ours)
+    assert not br.reflected_and_ready({**ours, "metadata": {"name": "x"}})
+
+
+def test_written_keeps_the_local_stamps_of_what_the_bench_wrote():
+    stamps = {"kube-root-ca.crt": 1.0, "configmap-00000": 2.0, "configmap-00001": 3.0}
+    assert br.written(stamps, ["configmap-00000", "configmap-00001", "configmap-00002"]) == {
+        "configmap-00000": 2.0, "configmap-00001": 3.0}
