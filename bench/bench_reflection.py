@@ -5,7 +5,7 @@ as p50/p99; the virtual kubelet's CPU seconds and RSS per reflected object, and 
 requests per object on both apiservers.
 
     .venv/bin/python bench/bench_reflection.py [--sizes 100,1000] [--kinds configmaps,services]
-        [--writers 8] [--py-spy-dir DIR] [--vkubelet-arg=--reflect-services-workers=4 ...]
+        [--writers 8] [--rate 5] [--py-spy-dir DIR] [--vkubelet-arg=--reflect-services-workers=4 ...]
 
 Not a test: it never fails on time (goal, issue 25: p99 <= 1 s at 1,000 Services on the
 2-core development machine). It brings up its own environment (local + 1 remote cluster,
@@ -21,7 +21,8 @@ polls the API server.
 
 **Load**: each size writes its N objects into a fresh namespace (``bench-refl-<kind>-<N>``,
 placement Remote) with ``--writers`` threads as fast as the local apiserver takes them
-(a burst, the hard case for a work queue), so the tail is the time to drain the burst.
+(a burst, the hard case for a work queue), so the tail is the time to drain the burst;
+``--rate`` paces the writes instead (the latency of one object when reflection keeps up).
 Services have no selector; their EndpointSlice (``<service>-1``, one ready endpoint in
 the harness's local pod CIDR, reflected remapped into the range the harness's provider
 policy grants) is written right after the Service, as a user or a controller would.
@@ -76,6 +77,10 @@ SLICE_MANAGER = "bench.kube-offload.io"  # not the endpointslice controller: it 
 # The harness's local pod CIDR (kwok's, KWOK_POD_CIDR 10.0.0.0/16): the vkubelet remaps
 # it into the range the harness's provider policy grants, so the slices are reflected.
 ENDPOINT_NET = (10, 0)
+# kwokctl's default Service range (10.0.0.0/24) holds 254 cluster IPs: a second range on
+# both clusters (a ServiceCIDR object, Kubernetes >= 1.33) makes room for 5,000 Services.
+# Outside the pod ranges, local and remapped, so no endpoint falls in it.
+EXTRA_SERVICE_CIDR = "10.96.0.0/16"
 
 
 def log(line: str) -> None:
@@ -204,6 +209,35 @@ def by_service(slices: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+DURATION = "apiserver_request_duration_seconds"
+
+
+def create_seconds(samples: Mapping[tuple[str, apirequests.Labels], float]) -> dict[str, tuple[float, float]]:
+    """resource -> (seconds, count) of the creates (POST, not dry run) an apiserver served,
+    from its request-duration histogram's _sum and _count: what one create costs inside the
+    apiserver, admission webhooks and etcd included."""
+    out: dict[str, list[float]] = {}
+    for (name, labels), value in samples.items():
+        if name not in (f"{DURATION}_sum", f"{DURATION}_count"):
+            continue
+        label = dict(labels)
+        if label.get("verb") != "POST" or label.get("subresource") or label.get("dry_run"):
+            continue
+        entry = out.setdefault(label.get("resource", ""), [0.0, 0.0])
+        entry[0 if name.endswith("_sum") else 1] += value
+    return {resource: (total, count) for resource, (total, count) in out.items()}
+
+
+def mean_create_ms(before: Mapping[str, tuple[float, float]], after: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+    """resource -> mean milliseconds of the creates served between two scrapes."""
+    means = {}
+    for resource, (total, count) in after.items():
+        t0, c0 = before.get(resource, (0.0, 0.0))
+        if count - c0 > 0:
+            means[resource] = (total - t0) / (count - c0) * 1000
+    return means
+
+
 def latency_rows(size: int, kind: str, summaries: Mapping[str, Summary], write_s: float) -> list[str]:
     lines = []
     for measure, s in summaries.items():
@@ -291,6 +325,16 @@ class Watcher(threading.Thread):
                 time.sleep(0.5)
 
 
+def service_cidr() -> dict:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": "bench-reflection"},
+            "spec": {"cidrs": [EXTRA_SERVICE_CIDR]}}
+
+
+def scrape_creates(cluster: Cluster) -> dict[str, tuple[float, float]]:
+    text = cluster.kubectl("get", "--raw", "/metrics", timeout=120).stdout
+    return create_seconds(apirequests.parse_prometheus(text, names=[f"{DURATION}_sum", f"{DURATION}_count"]))
+
+
 def admin_kube(cluster: Cluster) -> Kube:
     return Kube(load_api_client(str(cluster.kubeconfig)), timeout=(5.0, 60.0))
 
@@ -312,8 +356,9 @@ def offloaded_namespace(local: Cluster, remote: Kube, name: str, twin: str, time
              lambda: remote.get_or_none(kinds.CONFIG_MAPS, "kube-offload-root-ca.crt", namespace=twin) is not None, timeout)
 
 
-def write_all(kube: Kube, namespace: str, kind: str, size: int, writers: int) -> float:
-    """Write the N objects of ``kind`` with ``writers`` threads; the seconds it took."""
+def write_all(kube: Kube, namespace: str, kind: str, size: int, writers: int, rate: float | None) -> float:
+    """Write the N objects of ``kind`` with ``writers`` threads, object i handed to them
+    at i / ``rate`` seconds (None: all at once, a burst); the seconds it took."""
     def one(index: int) -> None:
         if kind == CONFIGMAPS:
             kube.create(kinds.CONFIG_MAPS, configmap(namespace, index), namespace=namespace)
@@ -323,7 +368,12 @@ def write_all(kube: Kube, namespace: str, kind: str, size: int, writers: int) ->
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=writers) as pool:
-        for future in [pool.submit(one, i) for i in range(size)]:
+        futures = []
+        for i in range(size):
+            if rate:
+                time.sleep(max(0.0, started + i / rate - time.monotonic()))
+            futures.append(pool.submit(one, i))
+        for future in futures:
             future.result()
     return time.monotonic() - started
 
@@ -361,12 +411,16 @@ class Run:
     rss_before_kib: int
     rss_after_kib: int
     work: apirequests.Window
+    # cluster -> resource -> mean ms of one create inside that apiserver, over the window
+    create_ms: dict[str, dict[str, float]]
 
     def to_json(self) -> dict:
         return {"size": self.size, "kind": self.kind, "write_s": round(self.write_s, 3),
                 "latency": {k: s.to_json() for k, s in self.summaries.items()},
                 "vkubelet_cpu_s": round(self.cpu_s, 3), "vkubelet_rss_before_kib": self.rss_before_kib,
-                "vkubelet_rss_after_kib": self.rss_after_kib, "work": self.work.to_json()}
+                "vkubelet_rss_after_kib": self.rss_after_kib,
+                "apiserver_create_ms": {c: {r: round(ms, 1) for r, ms in m.items()} for c, m in self.create_ms.items()},
+                "work": self.work.to_json()}
 
 
 def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: str, size: int, args: argparse.Namespace,
@@ -398,8 +452,9 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
     rss_before = controlplane.status_kib(vkubelet_pid, "VmRSS")
     profile = start_profile(args.py_spy_dir, vkubelet_pid, f"{kind}-{size}")
     before = meter.snapshot()
+    creates_before = {c.name: scrape_creates(c) for c in (local, remote_cluster)}
     log(f"[{kind} x {size}] writing into {namespace} with {args.writers} writers")
-    write_s = write_all(lk, namespace, kind, size, args.writers)
+    write_s = write_all(lk, namespace, kind, size, args.writers, args.rate)
     log(f"[{kind} x {size}] written in {write_s:.1f}s ({size / write_s:.0f}/s); waiting for the remote copies in {twin}")
     deadline = time.monotonic() + args.timeout
     last = -1
@@ -414,6 +469,7 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
     stop_profile(profile)
     time.sleep(args.settle)
     after = meter.snapshot()
+    creates = {c.name: mean_create_ms(creates_before[c.name], scrape_creates(c)) for c in (local, remote_cluster)}
     cpu_s = controlplane.cpu_seconds(vkubelet_pid, children=False) - cpu_before
     rss_after = controlplane.status_kib(vkubelet_pid, "VmRSS")
     for w in every:
@@ -437,7 +493,7 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
             "Service written -> its remote slice ready":
                 Summary.of(local_services, by_service(remote_ready)),
         }
-    run = Run(size, kind, write_s, summaries, cpu_s, rss_before, rss_after, meter.window(before, after, size))
+    run = Run(size, kind, write_s, summaries, cpu_s, rss_before, rss_after, meter.window(before, after, size), creates)
     log(f"[{kind} x {size}] " + "; ".join(f"{m}: p50 {s.p50 * 1000:.0f} ms, p99 {s.p99 * 1000:.0f} ms"
                                           f"{f', {s.missing} LOST' if s.missing else ''}" for m, s in summaries.items())
         + f"; vkubelet {cpu_s:.1f} CPU s, RSS {rss_before / 1024:.0f} -> {rss_after / 1024:.0f} MiB")
@@ -465,6 +521,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="100,1000", help="comma-separated object counts (default 100,1000)")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, among {', '.join(KINDS)}")
     parser.add_argument("--writers", type=int, default=8, help="threads writing the local objects (default 8)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="objects written per second, paced (default: a burst, as fast as the writers go)")
     parser.add_argument("--timeout", type=float, default=900, help="per size and kind, seconds")
     parser.add_argument("--settle", type=float, default=3, help="seconds after the last remote copy before the window closes")
     parser.add_argument("--py-spy-dir", type=Path, default=None, help="record a py-spy profile of the vkubelet per run here")
@@ -483,6 +541,8 @@ def main() -> int:
         parser.error(f"--kinds {args.kinds!r}: choose among {', '.join(KINDS)}")
     if any(not 0 < s <= 250 * 256 for s in sizes):
         parser.error(f"--sizes {args.sizes!r}: each between 1 and {250 * 256}")
+    if args.rate is not None and args.rate <= 0:
+        parser.error("--rate must be a positive number of objects per second")
     if args.writers < 1:
         parser.error("--writers must be at least 1")
 
@@ -502,6 +562,9 @@ def main() -> int:
         assert record is not None
         pid = restart_vkubelet(env, args.vkubelet_arg) if args.vkubelet_arg else record.pid
         rss_idle = controlplane.status_kib(pid, "VmRSS")
+        if SERVICES in chosen and max(sizes) > 200:
+            for cluster in (local, remote):
+                cluster.apply(service_cidr())
         meter = apirequests.Meter(env, [local, remote], {name: f"http://127.0.0.1:{topology.remotes[0].vkubelet_health_port}/metrics"})
         for size in sizes:
             for kind in chosen:
@@ -516,7 +579,7 @@ def main() -> int:
     print()
     print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, {os.cpu_count()} cores; "
           f"python {platform.python_version()}; load {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after; "
-          f"commit {commit}; writers {args.writers}" + (f"; vkubelet {' '.join(args.vkubelet_arg)}" if args.vkubelet_arg else ""))
+          f"commit {commit}; writers {args.writers}; " + (f"paced at {args.rate:g}/s" if args.rate else "burst") + (f"; vkubelet {' '.join(args.vkubelet_arg)}" if args.vkubelet_arg else ""))
     print(f"vkubelet RSS idle: {rss_idle / 1024:.0f} MiB")
     print(LATENCY_HEADER)
     for run in runs:
@@ -526,6 +589,12 @@ def main() -> int:
     for run in runs:
         print(f"{run.size:>6} {run.kind:<11} {run.cpu_s / run.size * 1000:>23.2f} {run.rss_before_kib / 1024:>15.0f} "
               f"{run.rss_after_kib / 1024:>14.0f} {(run.rss_after_kib - run.rss_before_kib) / run.size:>15.1f}")
+    print()
+    print("Mean time of one create inside each apiserver over the window (apiserver_request_duration_seconds), ms:")
+    for run in runs:
+        for cluster, means in run.create_ms.items():
+            shown = ", ".join(f"{r} {ms:.0f}" for r, ms in sorted(means.items()) if r in ("configmaps", "services", "endpointslices", "ipaddresses"))
+            print(f"  {run.size:>6} {run.kind:<11} {cluster:<16} {shown}")
     for run in runs:
         per = "Service (+ its EndpointSlice)" if run.kind == SERVICES else "ConfigMap"
         print()

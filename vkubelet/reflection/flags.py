@@ -11,13 +11,13 @@ from vkubelet.reflection.policy import POLICIES, Policy
 from vkubelet.reflection.settings import (
     DEFAULT_TOKEN_SECONDS,
     BY_USE_RESOURCES,
-    DEFAULT_WORKERS,
     EVENTS,
     RESOURCES,
     SERVICEACCOUNTS,
     WITHOUT_POLICY,
     ReflectionSettings,
     ResourceSettings,
+    default_workers,
     parse_storage_classes,
 )
 from kube_offload.runtime.flags import parse_duration
@@ -54,7 +54,7 @@ def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> Non
             group,
             component,
             f"--reflect-{name}-workers",
-            default=DEFAULT_WORKERS,
+            default=default_workers(name),
             type=non_negative_int,
             help=_WORKERS_HELP.get(name, f"local {name} reflected in parallel; 0: {name} are not reflected"),
         )

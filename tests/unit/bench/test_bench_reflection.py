@@ -153,3 +153,26 @@ def test_written_keeps_the_local_stamps_of_what_the_bench_wrote():
     stamps = {"kube-root-ca.crt": 1.0, "configmap-00000": 2.0, "configmap-00001": 3.0}
     assert br.written(stamps, ["configmap-00000", "configmap-00001", "configmap-00002"]) == {
         "configmap-00000": 2.0, "configmap-00001": 3.0}
+
+
+def test_mean_create_time_comes_from_the_duration_histogram_of_posts_only():
+    metrics = br.apirequests.parse_prometheus
+    before_text = "\n".join([
+        'apiserver_request_duration_seconds_sum{resource="services",subresource="",verb="POST",dry_run=""} 1.0',
+        'apiserver_request_duration_seconds_count{resource="services",subresource="",verb="POST",dry_run=""} 10',
+    ])
+    after_text = "\n".join([
+        'apiserver_request_duration_seconds_sum{resource="services",subresource="",verb="POST",dry_run=""} 31.0',
+        'apiserver_request_duration_seconds_count{resource="services",subresource="",verb="POST",dry_run=""} 110',
+        # a dry run, a GET, a subresource: not creates of the object
+        'apiserver_request_duration_seconds_sum{resource="services",subresource="",verb="POST",dry_run="All"} 99',
+        'apiserver_request_duration_seconds_count{resource="services",subresource="",verb="POST",dry_run="All"} 1',
+        'apiserver_request_duration_seconds_sum{resource="configmaps",subresource="",verb="GET",dry_run=""} 5',
+        'apiserver_request_duration_seconds_count{resource="configmaps",subresource="",verb="GET",dry_run=""} 5',
+        'apiserver_request_duration_seconds_sum{resource="serviceaccounts",subresource="token",verb="POST",dry_run=""} 7',
+        'apiserver_request_duration_seconds_count{resource="serviceaccounts",subresource="token",verb="POST",dry_run=""} 7',
+    ])
+    before, after = br.create_seconds(metrics(before_text)), br.create_seconds(metrics(after_text))
+    assert after == {"services": (31.0, 110.0)}
+    assert br.mean_create_ms(before, after) == {"services": pytest.approx(300.0)}  # 30 s over 100 creates
+    assert br.mean_create_ms(after, after) == {}  # nothing created in between: no mean

@@ -129,8 +129,12 @@ def _parse(argv: list[str], monkeypatch=None, env: dict | None = None) -> Reflec
 
 def test_flag_defaults_reflect_everything_with_deny_list():
     settings = _parse([])
+    # The kinds namespaces hold by the thousand get 8 workers (the reflection rate is
+    # bounded by workers x one remote create: bench/bench_reflection.py), the rest 2.
+    bulk = {"configmaps", "secrets", "services", "endpointslices"}
     for name in RESOURCES:
-        assert settings.of(name) == ResourceSettings(workers=2, policy=Policy.DENY_LIST)
+        assert settings.of(name) == ResourceSettings(workers=8 if name in bulk else 2, policy=Policy.DENY_LIST)
+        assert ReflectionSettings().of(name) == settings.of(name)  # the same defaults without flags
     assert settings.token_seconds == 3600
     assert settings.storage_classes == {}
     assert settings.problem() is None
