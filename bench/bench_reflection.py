@@ -177,11 +177,15 @@ def configmap(namespace: str, index: int) -> dict:
             "data": {"index": str(index), "settings.yaml": "mode: bench\nlevel: 3\n"}}
 
 
-def service(namespace: str, index: int) -> dict:
-    # No selector: the endpoints are the slice written beside it.
+def service(namespace: str, index: int, *, headless: bool = False) -> dict:
+    # No selector: the endpoints are the slice written beside it. Headless: no cluster IP
+    # to allocate (kube-apiserver allocates them one at a time: see --headless).
+    spec: dict = {"ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+    if headless:
+        spec["clusterIP"] = "None"
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": object_name(SERVICES, index), "namespace": namespace, "labels": {"app": "bench"}},
-            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}
+            "spec": spec}
 
 
 def endpointslice(namespace: str, index: int) -> dict:
@@ -236,6 +240,13 @@ def mean_create_ms(before: Mapping[str, tuple[float, float]], after: Mapping[str
         if count - c0 > 0:
             means[resource] = (total - t0) / (count - c0) * 1000
     return means
+
+
+def usable(services: Mapping[str, float], slices: Mapping[str, float]) -> dict[str, float]:
+    """When each remote Service could carry traffic: it exists and its slice is ready,
+    whichever came last (the slice reflector does not wait for the Service's, so a slice
+    may be there first, naming a Service not yet created)."""
+    return {name: max(at, slices[name]) for name, at in services.items() if name in slices}
 
 
 def latency_rows(size: int, kind: str, summaries: Mapping[str, Summary], write_s: float) -> list[str]:
@@ -356,14 +367,15 @@ def offloaded_namespace(local: Cluster, remote: Kube, name: str, twin: str, time
              lambda: remote.get_or_none(kinds.CONFIG_MAPS, "kube-offload-root-ca.crt", namespace=twin) is not None, timeout)
 
 
-def write_all(kube: Kube, namespace: str, kind: str, size: int, writers: int, rate: float | None) -> float:
+def write_all(kube: Kube, namespace: str, kind: str, size: int, writers: int, rate: float | None, *,
+              headless: bool = False) -> float:
     """Write the N objects of ``kind`` with ``writers`` threads, object i handed to them
     at i / ``rate`` seconds (None: all at once, a burst); the seconds it took."""
     def one(index: int) -> None:
         if kind == CONFIGMAPS:
             kube.create(kinds.CONFIG_MAPS, configmap(namespace, index), namespace=namespace)
         else:
-            kube.create(kinds.SERVICES, service(namespace, index), namespace=namespace)
+            kube.create(kinds.SERVICES, service(namespace, index, headless=headless), namespace=namespace)
             kube.create(kinds.ENDPOINT_SLICES, endpointslice(namespace, index), namespace=namespace)
 
     started = time.monotonic()
@@ -454,7 +466,7 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
     before = meter.snapshot()
     creates_before = {c.name: scrape_creates(c) for c in (local, remote_cluster)}
     log(f"[{kind} x {size}] writing into {namespace} with {args.writers} writers")
-    write_s = write_all(lk, namespace, kind, size, args.writers, args.rate)
+    write_s = write_all(lk, namespace, kind, size, args.writers, args.rate, headless=args.headless)
     log(f"[{kind} x {size}] written in {write_s:.1f}s ({size / write_s:.0f}/s); waiting for the remote copies in {twin}")
     deadline = time.monotonic() + args.timeout
     last = -1
@@ -490,8 +502,8 @@ def measure(env: Environment, local: Cluster, remote_cluster: Cluster, *, kind: 
             "EndpointSlice written -> remote slice exists":
                 Summary.of(local_slices, rem["endpointslices"].stamps("exists").snapshot()),
             "EndpointSlice written -> remote slice ready": Summary.of(local_slices, remote_ready),
-            "Service written -> its remote slice ready":
-                Summary.of(local_services, by_service(remote_ready)),
+            "Service written -> remote Service + ready slice":
+                Summary.of(local_services, usable(rem["services"].stamps("exists").snapshot(), by_service(remote_ready))),
         }
     run = Run(size, kind, write_s, summaries, cpu_s, rss_before, rss_after, meter.window(before, after, size), creates)
     log(f"[{kind} x {size}] " + "; ".join(f"{m}: p50 {s.p50 * 1000:.0f} ms, p99 {s.p99 * 1000:.0f} ms"
@@ -523,6 +535,8 @@ def main() -> int:
     parser.add_argument("--writers", type=int, default=8, help="threads writing the local objects (default 8)")
     parser.add_argument("--rate", type=float, default=None,
                         help="objects written per second, paced (default: a burst, as fast as the writers go)")
+    parser.add_argument("--headless", action="store_true",
+                        help="headless Services (clusterIP: None): no cluster IP to allocate on either side")
     parser.add_argument("--timeout", type=float, default=900, help="per size and kind, seconds")
     parser.add_argument("--settle", type=float, default=3, help="seconds after the last remote copy before the window closes")
     parser.add_argument("--py-spy-dir", type=Path, default=None, help="record a py-spy profile of the vkubelet per run here")
@@ -579,7 +593,8 @@ def main() -> int:
     print()
     print(f"machine: {platform.machine()}, {platform.system()} {platform.release()}, {os.cpu_count()} cores; "
           f"python {platform.python_version()}; load {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after; "
-          f"commit {commit}; writers {args.writers}; " + (f"paced at {args.rate:g}/s" if args.rate else "burst") + (f"; vkubelet {' '.join(args.vkubelet_arg)}" if args.vkubelet_arg else ""))
+          f"commit {commit}; writers {args.writers}; " + (f"paced at {args.rate:g}/s" if args.rate else "burst")
+          + ("; headless Services" if args.headless else "") + (f"; vkubelet {' '.join(args.vkubelet_arg)}" if args.vkubelet_arg else ""))
     print(f"vkubelet RSS idle: {rss_idle / 1024:.0f} MiB")
     print(LATENCY_HEADER)
     for run in runs:

@@ -176,3 +176,12 @@ def test_mean_create_time_comes_from_the_duration_histogram_of_posts_only():
     assert after == {"services": (31.0, 110.0)}
     assert br.mean_create_ms(before, after) == {"services": pytest.approx(300.0)}  # 30 s over 100 creates
     assert br.mean_create_ms(after, after) == {}  # nothing created in between: no mean
+
+
+def test_a_remote_service_is_usable_once_it_exists_and_its_slice_is_ready_whichever_is_last():
+    assert br.usable({"a": 5.0, "b": 1.0, "c": 2.0}, {"a": 3.0, "b": 4.0}) == {"a": 5.0, "b": 4.0}  # c: no slice yet
+
+
+def test_headless_services_ask_for_no_cluster_ip():
+    assert br.service("ns", 1, headless=True)["spec"]["clusterIP"] == "None"
+    assert "clusterIP" not in br.service("ns", 1)["spec"]
