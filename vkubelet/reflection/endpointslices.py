@@ -32,6 +32,21 @@ from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
 
+# Local slices by the key (namespace/name) of their Service (label kubernetes.io/service-name),
+# kept by the informer: a Service event finds its slices without scanning every cached
+# slice. The scan made each Service event cost O(slices) in the informer's own thread, and
+# a resync of N Services O(N^2) under the informer's dispatch lock: at 5,000 Services
+# (bench/bench_reflection.py) the resync held that lock for minutes, and new Services
+# waited behind it, unreflected.
+BY_SERVICE = "by-service"
+
+
+def slice_service_key(obj: dict) -> list[str]:
+    """Index function of :data:`BY_SERVICE`: the slice's Service key, if it names one."""
+    service = service_name_of_slice(obj)
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return [f"{namespace}/{service}"] if service and namespace else []
+
 
 class EndpointSliceReflector(Reflector):
     resource = ENDPOINTSLICES
@@ -40,6 +55,7 @@ class EndpointSliceReflector(Reflector):
 
     def __init__(self, context) -> None:
         super().__init__(context)
+        self.local.add_indexer(BY_SERVICE, slice_service_key)
         self.services = self.scope.local_informer(SERVICES, kinds.SERVICES)
         self.controller.watch(self.services, self._slices_of_service)
         # Per slice, the addresses last logged as not remapped: said once, not per resync.
@@ -80,15 +96,4 @@ class EndpointSliceReflector(Reflector):
         return Decision(decision.reflect, f"its Service {service_name}: {decision.why}")
 
     def _slices_of_service(self, service: dict) -> list[str]:
-        key = object_key(service)
-        namespace, name = key.split("/", 1)
-        prefix = f"{namespace}/"
-        if not self._offloaded(key) and not any(k.startswith(prefix) for k in self.reflected_keys()):
-            return []  # nothing of ours in that namespace: spare the scan
-        keys = []
-        for slice_key in self.local.keys():
-            if slice_key.startswith(prefix):
-                slice_ = self.local.get(slice_key)
-                if slice_ is not None and service_name_of_slice(slice_) == name:
-                    keys.append(slice_key)
-        return keys
+        return sorted(self.local.index_keys(BY_SERVICE, object_key(service)))
