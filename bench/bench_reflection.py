@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -523,6 +524,18 @@ def restart_vkubelet(env: Environment, extra: list[str]) -> int:
     env.processes.stop(name)
     env.start_vkubelet(topology, spec, extra)
     env.wait_virtual_node_ready(env.cluster(topology.local), spec)
+    # The node may still show Ready from the old process's last heartbeat: the new one is
+    # ready (caches listed) when its /readyz says so, and only then is its RSS "idle".
+    url = f"http://127.0.0.1:{spec.vkubelet_health_port}/readyz"
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    wait_for(f"the restarted vkubelet's {url}", ready, 120)
     record = env.processes.get(name)
     assert record is not None
     return record.pid
