@@ -1182,6 +1182,7 @@ def test_the_charts_policy_keys_are_the_provider_policy_modules() -> None:
 
     assert _chart_policy_keys() == {section: list(fields) for section, (_attr, fields) in provider_policy.SCHEMA.items()}
     assert f'eq $section "{provider_policy.QUOTA_MODE_KEY}"' in (REMOTE / "templates" / "consumer.yaml").read_text()
+    assert f'eq $section "{provider_policy.CUSTOM_RESOURCES_KEY}"' in (REMOTE / "templates" / "consumer.yaml").read_text()
 
 
 def test_rendered_consumer_policy(helm: Helm) -> None:
