@@ -257,6 +257,12 @@ SHADOWPOD_WEBHOOK_PATH: Final = "/validate-shadowpods"
 # Its second webhook, in the same configuration: the addresses of consumers' EndpointSlices.
 ENDPOINTSLICE_WEBHOOK_NAME: Final = "endpointslices.enforcer.kube-offload.io"
 ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
+# The enforcer's third webhook: custom resource objects consumers write into their twin
+# namespaces, judged against Consumer spec.policy.customResources (enforcer/admission/
+# custom_resource_policy.py). One registration for every custom kind (groups with a dot,
+# not Kubernetes' nor ours): a kind the provider installs later is judged without a new one.
+CUSTOM_RESOURCE_WEBHOOK_NAME: Final = "customresources.enforcer.kube-offload.io"
+CUSTOM_RESOURCE_WEBHOOK_PATH: Final = "/validate-custom-resources"
 
 
 def virtual_node_name(cluster_id: str) -> str:
