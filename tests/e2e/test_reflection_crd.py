@@ -124,7 +124,8 @@ def test_a_widget_goes_out_with_the_configured_fields_and_its_status_comes_back(
     assert copy["spec"] == {"size": 3, "color": "red"}
     labels = copy["metadata"]["labels"]
     assert labels[c.LABEL_ORIGIN_CLUSTER_ID] == LOCAL_ID and labels[c.LABEL_REFLECTOR] == f"widgets.{GROUP}"
-    managers = {m["manager"]: m["operation"] for m in copy["metadata"]["managedFields"]}
+    shown = remote.kubectl_json("get", f"widgets.{GROUP}", "w1", "-n", twin_ns, "--show-managed-fields")
+    managers = {m["manager"]: m["operation"] for m in shown["metadata"]["managedFields"]}
     assert any(name.startswith(MANAGER_PREFIX) and op == "Apply" for name, op in managers.items()), managers
 
     # The provider's controller writes status remotely: only status.phase comes back.

@@ -1416,3 +1416,26 @@ def test_peer_values_give_the_vkubelet_pod_the_fabric_translation(helm: Helm) ->
     expected = fabric.remapping_args(local, remote)
     assert [args.remote_pod_cidr, args.remote_pod_cidr_remapped, args.local_pod_cidr, args.local_pod_cidr_remapped] == \
         expected[1::2]
+
+
+def test_vkubelet_custom_resources_become_flags_and_least_rights(helm: Helm) -> None:
+    from vkubelet.reflection.settings import parse_custom_resource
+
+    widgets = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget",
+               "out": ["spec.size", "spec.color"], "back": ["status.phase"]}
+    gadgets = {"group": "example.org", "version": "v1beta1", "resource": "gadgets", "kind": "Gadget", "back": []}
+    docs = render(helm, LOCAL, {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [widgets, gadgets]}})
+    for deployment in find(docs, "Deployment", "vkubelet"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        flags = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--reflect-custom-resource=")]
+        parsed = [parse_custom_resource(flag) for flag in flags]
+        assert [(p.key, p.out, p.back) for p in parsed] == [
+            ("widgets.example.com", ("spec.size", "spec.color"), ("status.phase",)),
+            ("gadgets.example.org", ("spec",), ()),
+        ]
+    [role] = [d for d in find(docs, "ClusterRole", "vkubelet") if d["metadata"]["name"].endswith("-vkubelet")]
+    for group, resource in (("example.com", "widgets"), ("example.org", "gadgets")):
+        assert rules_of(role)[(group, resource)] == {"get", "list", "watch"}
+        assert rules_of(role)[(group, f"{resource}/status")] == {"patch"}
+    with pytest.raises(Exception, match="needs group, version, resource and kind"):
+        render(helm, LOCAL, {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [{"group": "example.com", "resource": "widgets"}]}})
