@@ -214,6 +214,10 @@ DEFAULT_CONSUMER_TWIN_ROLE: Final = "kube-offload-consumer-twin"
 # ResourceQuota the enforcer keeps in each twin namespace: the object-count and storage
 # keys of the Consumer's spec.quota (enforcer/consumers/quota.py twin_object_quota), per twin.
 TWIN_RESOURCEQUOTA_NAME: Final = "kube-offload-consumer"
+# Role and RoleBinding the enforcer keeps in each twin namespace for the custom resource
+# kinds the Consumer's spec.policy.customResources grants (none granted: neither exists).
+# A Role of its own, not the shared twin ClusterRole: grants differ per consumer.
+TWIN_CUSTOM_RESOURCES_NAME: Final = "kube-offload-custom-resources"
 # Set on a twin namespace: the TwinNamespace request (<tenant ns>/<name>) it answers.
 ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"
 

@@ -2,10 +2,11 @@
 
 A CRD with a status subresource is installed on both clusters; the harness's vkubelet is
 restarted with ``--reflect-custom-resource`` for it. The provider's grant is the Consumer's
-``spec.policy.customResources`` (patched here as the provider's admin) and, standing in
-for the enforcer's twin RBAC of granted kinds (not built yet: docs/reflection.md says so),
-a Role in the twin namespace for the consumer's identity; the local chart's values for the
-kind are likewise a ClusterRole for the vkubelet's local identity. Then:
+``spec.policy.customResources`` (patched here as the provider's admin); the enforcer binds
+it into the twin as a Role it may only write because it holds the kind itself (what the
+remote chart's ``enforcer.customResources`` gives it: a ClusterRole made here). The local
+chart's ``vkubelet.customResources`` is likewise a ClusterRole for the vkubelet's local
+identity. Then:
 
 * a local object goes out with only the configured spec paths, by server-side apply (the
   remote copy's managedFields name the vkubelet's field manager), and a field another
@@ -13,8 +14,9 @@ kind are likewise a ClusterRole for the vkubelet's local identity. Then:
 * status the test writes remotely, as the provider's controller, comes back to the local
   object's status subresource (only the configured path);
 * a spec field the provider does not grant is not sent (ProviderPolicyRefused on the
-  local object); a kind it does not grant is refused by the provider's RBAC, and the
-  vkubelet does not even send it.
+  local object) and the enforcer's webhook refuses it when written anyway; a kind it does
+  not grant is refused by the provider's RBAC, and the vkubelet does not even send it;
+* withdrawing the grant removes the Role and its binding.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import pytest
 
 from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
-from kube_offload_harness.identities import VKUBELET_SA, consumer_sa
+from enforcer.consumers.twin_grants import VERBS as GRANT_VERBS
+from kube_offload_harness.identities import ENFORCER_SA, VKUBELET_SA, consumer_sa
 from support.clusters import get_or_none, offloaded_namespace
 
 LOCAL_ID = "local"
@@ -96,13 +99,20 @@ def twin(offload_env, local, remote, wait):
         {"apiGroups": [GROUP], "resources": ["widgets", "gadgets"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [GROUP], "resources": ["widgets/status", "gadgets/status"], "verbs": ["patch"]},
     ])
+    # The remote chart's enforcer.customResources: the kinds the enforcer may grant, which it
+    # must hold itself to write a Role with them.
+    rbac(remote, "e2e-enforcer-custom-resources", None, ENFORCER_SA, [
+        {"apiGroups": [GROUP], "resources": ["widgets", "gadgets"], "verbs": list(GRANT_VERBS)},
+    ])
     set_grant(remote, [{"group": GROUP, "resource": "widgets", "specFields": ["size", "color"]}])
     offloaded_namespace(local, ns)
     wait(lambda: get_or_none(remote, "namespace", "", twin_ns) is not None, timeout=TIMEOUT, what=f"twin namespace {twin_ns}")
-    # The provider's grant of widgets (only) in the twin, for the consumer's identity.
-    rbac(remote, "e2e-custom-resources", twin_ns, consumer_sa(LOCAL_ID), [
-        {"apiGroups": [GROUP], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-    ])
+    # The enforcer binds the grant into the twin: widgets only, never their status.
+    role = wait(lambda: get_or_none(remote, "role", twin_ns, c.TWIN_CUSTOM_RESOURCES_NAME), timeout=TIMEOUT,
+                what="the enforcer's custom resource Role in the twin")
+    assert role["rules"] == [{"apiGroups": [GROUP], "resources": ["widgets"], "verbs": list(GRANT_VERBS)}]
+    wait(lambda: get_or_none(remote, "rolebinding", twin_ns, c.TWIN_CUSTOM_RESOURCES_NAME), timeout=TIMEOUT,
+         what="the enforcer's custom resource RoleBinding in the twin")
     restart_vkubelet(offload_env, local, tuple(arg for item in FLAG for arg in ("--reflect-custom-resource", item)))
     try:
         yield ns, twin_ns
@@ -111,6 +121,7 @@ def twin(offload_env, local, remote, wait):
         set_grant(remote, [])
         local.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
         local.kubectl("delete", "clusterrolebinding,clusterrole", "e2e-vkubelet-custom-resources", "--ignore-not-found", check=False)
+        remote.kubectl("delete", "clusterrolebinding,clusterrole", "e2e-enforcer-custom-resources", "--ignore-not-found", check=False)
 
 
 def widget(name: str, **spec) -> dict:
@@ -187,3 +198,31 @@ def test_a_kind_not_granted_is_refused(twin, local, remote, wait):
                             "-f", "-", check=False, input=json.dumps(
                                 {"apiVersion": f"{GROUP}/v1", "kind": "Gadget", "metadata": {"name": "g1"}, "spec": {"a": 1}}))
     assert result.returncode != 0 and "forbidden" in result.stderr.lower(), result.stderr
+
+
+def test_the_webhook_refuses_a_field_not_granted_written_directly(twin, remote):
+    _ns, twin_ns = twin
+    account = consumer_sa(LOCAL_ID)
+    body = {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "direct"}, "spec": {"size": 1, "shape": "x"}}
+    result = remote.kubectl("create", "-n", twin_ns, "--as", f"system:serviceaccount:{account.namespace}:{account.name}",
+                            "-f", "-", check=False, input=json.dumps(body))
+    assert result.returncode != 0, result.stdout
+    assert "spec.shape not granted to consumer local" in result.stderr, result.stderr
+    # Granted fields pass, and status stays the provider's.
+    body["spec"] = {"size": 1}
+    remote.kubectl("create", "-n", twin_ns, "--as", f"system:serviceaccount:{account.namespace}:{account.name}",
+                   "-f", "-", input=json.dumps(body))
+    result = remote.kubectl("patch", f"widgets.{GROUP}", "direct", "-n", twin_ns, "--subresource=status", "--type=merge",
+                            "--as", f"system:serviceaccount:{account.namespace}:{account.name}",
+                            "-p", json.dumps({"status": {"phase": "Forged"}}), check=False)
+    assert result.returncode != 0 and "forbidden" in result.stderr.lower(), result.stderr
+    remote.kubectl("delete", f"widgets.{GROUP}", "direct", "-n", twin_ns)
+
+
+def test_withdrawing_the_grant_removes_the_rights(twin, remote, wait):
+    _ns, twin_ns = twin
+    set_grant(remote, [])
+    wait(lambda: get_or_none(remote, "role", twin_ns, c.TWIN_CUSTOM_RESOURCES_NAME) is None, timeout=TIMEOUT,
+         what="the custom resource Role gone from the twin")
+    wait(lambda: get_or_none(remote, "rolebinding", twin_ns, c.TWIN_CUSTOM_RESOURCES_NAME) is None, timeout=TIMEOUT,
+         what="the custom resource RoleBinding gone from the twin")

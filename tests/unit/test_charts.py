@@ -741,6 +741,8 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "update", "delete"},
         ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
+        # The custom resource grant's Role in each twin (enforcer/consumers/twin_grants.py).
+        ("rbac.authorization.k8s.io", "roles"): {"list", "watch", "create", "update", "delete"},
         ("", "resourcequotas"): {"list", "watch", "create", "update", "delete"},
         (C.SHADOWPOD_GROUP, C.CONSUMER_PLURAL): {"get", "list", "watch"},
         (C.SHADOWPOD_GROUP, f"{C.CONSUMER_PLURAL}/status"): {"patch"},
@@ -1439,3 +1441,18 @@ def test_vkubelet_custom_resources_become_flags_and_least_rights(helm: Helm) -> 
         assert rules_of(role)[(group, f"{resource}/status")] == {"patch"}
     with pytest.raises(Exception, match="needs group, version, resource and kind"):
         render(helm, LOCAL, {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [{"group": "example.com", "resource": "widgets"}]}})
+
+
+def test_enforcer_holds_only_the_custom_resources_its_values_list(helm: Helm) -> None:
+    # RBAC lets the enforcer write a Role only with rights it holds (no "escalate"): the
+    # kinds the provider's admin lists are the only ones a Consumer's grant can bind.
+    docs = render(helm, REMOTE, {"enforcer": {"customResources": [{"group": "example.com", "resources": ["widgets", "gadgets"]}]}})
+    [enforcer] = find(docs, "ClusterRole", "enforcer")
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert {key: v for key, v in rules_of(enforcer).items() if key[0] == "example.com"} == {
+        ("example.com", "widgets"): verbs, ("example.com", "gadgets"): verbs}
+    assert not any("escalate" in rule["verbs"] for rule in enforcer["rules"])
+    from enforcer.consumers.twin_grants import VERBS
+    assert set(VERBS) == verbs
+    with pytest.raises(Exception, match="needs group and resources"):
+        render(helm, REMOTE, {"enforcer": {"customResources": [{"group": "example.com"}]}})
