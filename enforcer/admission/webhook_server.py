@@ -1,12 +1,13 @@
 """HTTPS edge of the enforcer's webhooks, inside the enforcer process (so it reads the
 controllers' own informers): ``POST`` :data:`~kube_offload.constants.SHADOWPOD_WEBHOOK_PATH`
-(ShadowPods) or :data:`~kube_offload.constants.ENDPOINTSLICE_WEBHOOK_PATH` (consumers'
-EndpointSlices) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
+(ShadowPods), :data:`~kube_offload.constants.ENDPOINTSLICE_WEBHOOK_PATH` (consumers'
+EndpointSlices) or :data:`~kube_offload.constants.CUSTOM_RESOURCE_WEBHOOK_PATH` (consumers'
+custom resource objects) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
 and ``/metrics``.
 
 The handler only reads the body, parses it (:func:`kube_offload.admission.parse_review`)
 and answers with the path's validator's decision (:meth:`ShadowPodValidator.review`,
-:meth:`EndpointSliceValidator.review`). A client's mistake (not
+:meth:`EndpointSliceValidator.review`, :meth:`CustomResourceValidator.review`). A client's mistake (not
 JSON, not an AdmissionReview v1, a missing uid ...) is a 400 whose Status names it; only a
 bug of ours is a 500, logged here and answered without a stack trace.
 """
