@@ -3,9 +3,11 @@
 A custom resource is an object the consumer writes: the provider's trust rules apply as
 to any other. ``Consumer.spec.policy.customResources`` grants kinds and, per kind, the
 top-level ``spec`` fields the consumer may set (kube_offload/provider_policy.py); a kind
-or field no grant names is refused, and so is anything besides apiVersion, kind,
-metadata and spec (``status`` belongs to the provider's controllers: the consumer reads
-it, never writes it, whether the kind has a status subresource or not).
+no grant names is refused, and so is a write that sets or changes a spec field no grant
+names or anything besides apiVersion, kind, metadata and spec (``status`` belongs to the
+provider's controllers: the consumer reads it, never writes it, whether the kind has a
+status subresource or not). What the write leaves as it was (status the provider wrote,
+a spec field the provider's controller set) is not the consumer's doing and passes.
 
 Only the twin's owner is judged here: the provider's own controllers and admins write
 what they like (they are the ones the grant protects). The decision needs the request,
@@ -55,15 +57,22 @@ def decide(request: AdmissionRequest, *, namespace: Mapping | None, consumer: Ma
     if request.sub_resource:
         return _forbidden(f"{request.kind.kind} {request.name}: the {request.sub_resource} subresource is the provider's to write; "
                           "the consumer reads it")
+    # What this write changes is judged, not what the object holds: on an update the API
+    # server hands over the whole object, with the status the provider's controller wrote
+    # and spec fields another manager set, which the consumer's write leaves as they are.
     obj = request.object or {}
-    extra = sorted(set(obj) - set(ALLOWED_TOP_LEVEL))
+    old = (request.old_object or {}) if request.operation == "UPDATE" else {}
+    extra = sorted(k for k in set(obj) | set(old) if k not in ALLOWED_TOP_LEVEL and obj.get(k) != old.get(k))
     if extra:
         return _forbidden(f"{request.kind.kind} {request.name}: {', '.join(extra)} may not be written by the consumer "
                           f"(only {', '.join(ALLOWED_TOP_LEVEL)}; status is the provider's)")
-    spec = obj.get("spec")
+    spec, old_spec = obj.get("spec"), old.get("spec")
     if spec is not None and not isinstance(spec, Mapping):
         return _forbidden(f"{request.kind.kind} {request.name}: spec must be an object")
-    refused = sorted(set(spec or {}) - set(grant.spec_fields))
+    spec, old_spec = spec or {}, old_spec if isinstance(old_spec, Mapping) else {}
+    refused = sorted(
+        name for name in set(spec) | set(old_spec) if name not in grant.spec_fields and spec.get(name) != old_spec.get(name)
+    )
     if refused:
         fields = ", ".join(f"spec.{name}" for name in refused)
         return _forbidden(f"{request.kind.kind} {request.name}: {fields} not granted to consumer {owner} "

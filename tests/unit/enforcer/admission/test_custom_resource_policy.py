@@ -18,9 +18,9 @@ CONSUMER = {"metadata": {"name": "local"}, "spec": {"policy": {"customResources"
 
 
 def request(obj: dict | None = None, *, user: str = CONSUMER_USER, resource: str = "widgets", operation: str = "CREATE",
-            sub_resource: str = ""):
+            sub_resource: str = "", old: dict | None = None):
     obj = obj if obj is not None else widget(size=1)
-    review = build_review(obj, operation=operation, namespace="demo-local", resource=resource,
+    review = build_review(obj, operation=operation, namespace="demo-local", resource=resource, old_object=old,
                           user_info={"username": user, "groups": ["system:serviceaccounts"]})
     if sub_resource:
         review["request"]["subResource"] = sub_resource
@@ -82,3 +82,17 @@ def test_a_policy_that_does_not_parse_grants_nothing():
     broken = {"metadata": {"name": "local"}, "spec": {"policy": {"customResources": [{"group": "kube-offload.io", "resource": "shadowpods"}]}}}
     decision = decide(request(), namespace=TWIN, consumer=broken)
     assert not decision.allowed and "does not parse" in decision.message
+
+
+def test_an_update_is_judged_on_what_it_changes():
+    # The provider's status and a field its controller set ride along unchanged: allowed.
+    before = {**widget(size=1, tier="gold"), "status": {"phase": "Ready"}}
+    after = {**widget(size=2, tier="gold"), "status": {"phase": "Ready"}}
+    assert decide(request(after, operation="UPDATE", old=before), namespace=TWIN, consumer=CONSUMER).allowed
+    # Changing or removing them is the consumer's doing: refused.
+    changed = {**widget(size=2, tier="silver"), "status": {"phase": "Ready"}}
+    decision = decide(request(changed, operation="UPDATE", old=before), namespace=TWIN, consumer=CONSUMER)
+    assert not decision.allowed and "spec.tier not granted" in decision.message
+    forged = {**widget(size=2, tier="gold"), "status": {"phase": "Forged"}}
+    decision = decide(request(forged, operation="UPDATE", old=before), namespace=TWIN, consumer=CONSUMER)
+    assert not decision.allowed and "status may not be written" in decision.message
