@@ -95,6 +95,9 @@ VALUE_SETS: dict[str, dict[str, dict[str, Any]]] = {
         "extender-http": {"extender": {"tls": False}},
         "extra-sans": {"certificates": {"extraDnsNames": ["extra.example.com"], "extraIpAddresses": ["10.0.0.1"]}},
         "dashboard": {"dashboards": {"enabled": True}},
+        # docs/reflection.md, "Custom resources".
+        "custom-resources": {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [
+            {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget", "out": ["spec.size"]}]}},
     },
     REMOTE.name: {
         "defaults": {},
@@ -1435,10 +1438,16 @@ def test_vkubelet_custom_resources_become_flags_and_least_rights(helm: Helm) -> 
             ("widgets.example.com", ("spec.size", "spec.color"), ("status.phase",)),
             ("gadgets.example.org", ("spec",), ()),
         ]
-    [role] = [d for d in find(docs, "ClusterRole", "vkubelet") if d["metadata"]["name"].endswith("-vkubelet")]
-    for group, resource in (("example.com", "widgets"), ("example.org", "gadgets")):
-        assert rules_of(role)[(group, resource)] == {"get", "list", "watch"}
-        assert rules_of(role)[(group, f"{resource}/status")] == {"patch"}
+    [role] = [d for d in find(docs, "ClusterRole", "vkubelet") if d["metadata"]["name"].endswith("-vkubelet-custom-resources")]
+    assert rules_of(role) == {
+        ("example.com", "widgets"): {"get", "list", "watch"}, ("example.com", "widgets/status"): {"patch"},
+        ("example.org", "gadgets"): {"get", "list", "watch"}, ("example.org", "gadgets/status"): {"patch"},
+    }
+    [binding] = [d for d in find(docs, "ClusterRoleBinding", "vkubelet") if d["metadata"]["name"] == role["metadata"]["name"]]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-vkubelet", "namespace": NAMESPACE}]
+    # No kind opted in: no such role.
+    assert not [d for d in find(render(helm, LOCAL, TWO_REMOTES), "ClusterRole", "vkubelet")
+                if d["metadata"]["name"].endswith("-custom-resources")]
     with pytest.raises(Exception, match="needs group, version, resource and kind"):
         render(helm, LOCAL, {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [{"group": "example.com", "resource": "widgets"}]}})
 
