@@ -180,8 +180,26 @@ class CustomResourceReflector(Reflector):
         return is_up_to_date(desired, current, self.custom)
 
     def reconcile(self, key: str) -> None:
+        if self._refused_kind(key):
+            return
         super().reconcile(key)
         self._status_back(key)
+
+    def _refused_kind(self, key: str) -> bool:
+        """A kind the provider does not grant has no Role in the twin either, so the
+        twin's list is forbidden and the generic loop would only wait on it: the local
+        object is told why instead (ProviderPolicyRefused, once), and nothing is sent.
+        A change of the grant re-checks every object (the base's Consumer handler)."""
+        if self._policy().custom_resource(self.custom.group, self.custom.plural) is not None:
+            return False
+        local = self.local.get(key)
+        if local is None or is_terminating(local) or not self.selection(local).reflect:
+            return False  # the generic loop cleans up what is left
+        twin, _ = self._twins.twin_for(str(_meta(local).get("namespace") or ""))
+        if twin is None:
+            return False
+        self._forge(local, twin, logging.LoggerAdapter(self.log, {"key": f"{self.kind} {key}"}))
+        return True
 
     def _apply(self, local: Mapping, desired: dict, logger: logging.LoggerAdapter) -> None:
         meta = desired["metadata"]
