@@ -165,7 +165,8 @@ class Enforcer:
                     run=serve(loops.start, lambda: loops.stop(STOP_SECONDS)),
                     after=("enforcer",),
                     readiness_informers=(loops.namespaces, loops.consumers, loops.requests, loops.rolebindings,
-                                         loops.resourcequotas, loops.nodes, loops.pods),
+                                         loops.resourcequotas, loops.nodes, loops.pods, loops.grant_roles,
+                                         loops.grant_bindings),
                     logger=log,
                 )
             )

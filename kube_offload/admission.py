@@ -64,6 +64,9 @@ class AdmissionRequest:
     old_object: dict[str, Any] | None
     dry_run: bool
     user_info: UserInfo = UserInfo()
+    # request.resource.resource: the plural the request was made on (``widgets``), what
+    # RBAC and a custom resource grant name; "" when the review does not say.
+    resource: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
         namespace=_field(request, "namespace", "request", str, required=False, default=""),
         name=_field(request, "name", "request", str, required=False, default=""),
         sub_resource=_field(request, "subResource", "request", str, required=False, default=""),
+        resource=_field(_field(request, "resource", "request", dict, required=False, default={}) or {},
+                        "resource", "request.resource", str, required=False, default=""),
         object=obj,
         old_object=old,
         dry_run=bool(_field(request, "dryRun", "request", bool, required=False, default=False)),

@@ -214,6 +214,10 @@ DEFAULT_CONSUMER_TWIN_ROLE: Final = "kube-offload-consumer-twin"
 # ResourceQuota the enforcer keeps in each twin namespace: the object-count and storage
 # keys of the Consumer's spec.quota (enforcer/consumers/quota.py twin_object_quota), per twin.
 TWIN_RESOURCEQUOTA_NAME: Final = "kube-offload-consumer"
+# Role and RoleBinding the enforcer keeps in each twin namespace for the custom resource
+# kinds the Consumer's spec.policy.customResources grants (none granted: neither exists).
+# A Role of its own, not the shared twin ClusterRole: grants differ per consumer.
+TWIN_CUSTOM_RESOURCES_NAME: Final = "kube-offload-custom-resources"
 # Set on a twin namespace: the TwinNamespace request (<tenant ns>/<name>) it answers.
 ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"
 
@@ -257,6 +261,12 @@ SHADOWPOD_WEBHOOK_PATH: Final = "/validate-shadowpods"
 # Its second webhook, in the same configuration: the addresses of consumers' EndpointSlices.
 ENDPOINTSLICE_WEBHOOK_NAME: Final = "endpointslices.enforcer.kube-offload.io"
 ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
+# The enforcer's third webhook: custom resource objects consumers write into their twin
+# namespaces, judged against Consumer spec.policy.customResources (enforcer/admission/
+# custom_resource_policy.py). One registration for every custom kind (groups with a dot,
+# not Kubernetes' nor ours): a kind the provider installs later is judged without a new one.
+CUSTOM_RESOURCE_WEBHOOK_NAME: Final = "customresources.enforcer.kube-offload.io"
+CUSTOM_RESOURCE_WEBHOOK_PATH: Final = "/validate-custom-resources"
 
 
 def virtual_node_name(cluster_id: str) -> str:

@@ -20,6 +20,7 @@ Objects are plain dicts in the API's JSON shape (camelCase), as everywhere in ku
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -114,6 +115,16 @@ DEFAULT_MAX_TWIN_NAMESPACES = 50
 # (nothing may burst beyond what is counted; docs/security.md "Quota").
 QUOTA_MODE_HARD = "hard"
 QUOTA_MODES: tuple[str, ...] = ("requests", "limits", "both", QUOTA_MODE_HARD)
+# API groups whose kinds are never granted as custom resources, whatever a provider writes:
+# the Kubernetes groups (pods, RBAC, webhooks... have their own rules or none at all) and
+# kube-offload's own (a consumer writing ShadowPods or Consumers through this door would
+# skip the enforcer's webhook). Matched as the group itself or a suffix after a dot.
+NEVER_GRANTED_GROUPS: tuple[str, ...] = ("k8s.io", "kubernetes.io", c.DOMAIN)
+# What a custom resource grant may name under spec: top-level field names, as the CRD
+# spells them (a dotted path would grant half a field, which admission cannot tell apart).
+_FIELD_NAME = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$-]*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
 
 
 class ProviderPolicyError(ValueError):
@@ -195,6 +206,24 @@ class TwinNamespacePolicy:
 
 
 @dataclass(frozen=True)
+class CustomResourceGrant:
+    """One custom resource kind the consumer may write into its twin namespaces
+    (``spec.policy.customResources[]``): the enforcer binds RBAC for it there and its
+    webhook refuses a ``spec`` field not in ``spec_fields`` (and any top-level field but
+    apiVersion, kind, metadata and spec: status is the provider's controllers' to write)."""
+
+    group: str
+    resource: str  # the plural, as in the CRD's spec.names.plural
+    # Top-level spec fields the consumer may set; empty: none (an object with an empty spec).
+    spec_fields: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``<resource>.<group>``: the CRD's name, how messages and RBAC name the kind."""
+        return f"{self.resource}.{self.group}"
+
+
+@dataclass(frozen=True)
 class ProviderPolicy:
     services: ServicePolicy = field(default_factory=ServicePolicy)
     endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)
@@ -205,6 +234,12 @@ class ProviderPolicy:
     # What the quota counts of each container: requests, limits, both, or hard (both, and
     # limits must equal requests).
     quota_mode: str = "requests"
+    # Custom resource kinds granted (none by default: a kind no rule says is safe is refused).
+    custom_resources: tuple[CustomResourceGrant, ...] = ()
+
+    def custom_resource(self, group: str, resource: str) -> CustomResourceGrant | None:
+        """The grant of ``resource.group``, or None: not granted."""
+        return next((g for g in self.custom_resources if g.group == group and g.resource == resource), None)
 
 
 DEFAULT_POLICY = ProviderPolicy()
@@ -246,6 +281,9 @@ SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     }),
 }
 QUOTA_MODE_KEY = "quotaMode"
+CUSTOM_RESOURCES_KEY = "customResources"
+# The keys of one spec.policy.customResources[] entry.
+CUSTOM_RESOURCE_KEYS: tuple[str, ...] = ("group", "resource", "specFields")
 
 
 def _key(section: str, name: str) -> str:
@@ -297,15 +335,59 @@ def parse_policy(raw: Mapping[str, Any] | None) -> ProviderPolicy:
             for name, (field_attr, kind) in fields.items()
         }
         sections[attr] = type(default)(**values)
-    unknown = sorted(set(raw) - set(SCHEMA) - {QUOTA_MODE_KEY})
+    unknown = sorted(set(raw) - set(SCHEMA) - {QUOTA_MODE_KEY, CUSTOM_RESOURCES_KEY})
     if unknown:
-        raise ProviderPolicyError(f"{POLICY}: unknown key(s) {', '.join(unknown)}; known: {', '.join([*SCHEMA, QUOTA_MODE_KEY])}")
+        known = ", ".join([*SCHEMA, QUOTA_MODE_KEY, CUSTOM_RESOURCES_KEY])
+        raise ProviderPolicyError(f"{POLICY}: unknown key(s) {', '.join(unknown)}; known: {known}")
     quota_mode = raw.get(QUOTA_MODE_KEY) or DEFAULT_POLICY.quota_mode
     if quota_mode not in QUOTA_MODES:
         raise ProviderPolicyError(f"{POLICY}.{QUOTA_MODE_KEY}: {quota_mode!r} is not one of {', '.join(QUOTA_MODES)}")
-    policy = ProviderPolicy(**sections, quota_mode=quota_mode)
+    policy = ProviderPolicy(**sections, quota_mode=quota_mode,
+                            custom_resources=parse_custom_resources(raw.get(CUSTOM_RESOURCES_KEY)))
     _check(policy)
     return policy
+
+
+def never_granted_group(group: str) -> bool:
+    return any(group == g or group.endswith(f".{g}") for g in NEVER_GRANTED_GROUPS)
+
+
+def parse_custom_resources(raw: Any) -> tuple[CustomResourceGrant, ...]:
+    """``spec.policy.customResources`` (None: no kind granted). Raises ProviderPolicyError
+    naming the entry and key of what does not parse, a Kubernetes or kube-offload group,
+    or a kind granted twice."""
+    where = f"{POLICY}.{CUSTOM_RESOURCES_KEY}"
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ProviderPolicyError(f"{where}: must be a list of {{group, resource, specFields}}")
+    grants: list[CustomResourceGrant] = []
+    for index, entry in enumerate(raw):
+        at = f"{where}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise ProviderPolicyError(f"{at}: must be an object with group, resource and specFields")
+        unknown = sorted(set(entry) - set(CUSTOM_RESOURCE_KEYS))
+        if unknown:
+            raise ProviderPolicyError(f"{at}: unknown key(s) {', '.join(unknown)}; known: {', '.join(CUSTOM_RESOURCE_KEYS)}")
+        group, resource = entry.get("group"), entry.get("resource")
+        if not isinstance(group, str) or not _DNS_SUBDOMAIN.match(group):
+            raise ProviderPolicyError(f"{at}.group: {group!r} is not a custom resource's API group such as example.com")
+        if never_granted_group(group):
+            raise ProviderPolicyError(
+                f"{at}.group: {group} cannot be granted: Kubernetes' and kube-offload's own kinds "
+                f"({', '.join(NEVER_GRANTED_GROUPS)}) have their own rules"
+            )
+        if not isinstance(resource, str) or not _DNS_LABEL.match(resource):
+            raise ProviderPolicyError(f"{at}.resource: {resource!r} is not a resource (plural) name such as widgets")
+        fields = entry.get("specFields")
+        fields = [] if fields is None else fields
+        if not isinstance(fields, list) or not all(isinstance(f, str) and _FIELD_NAME.match(f) for f in fields):
+            raise ProviderPolicyError(f"{at}.specFields: must be a list of top-level spec field names such as size")
+        grant = CustomResourceGrant(group=group, resource=resource, spec_fields=tuple(dict.fromkeys(fields)))
+        if any(g.name == grant.name for g in grants):
+            raise ProviderPolicyError(f"{at}: {grant.name} is granted twice; merge the entries")
+        grants.append(grant)
+    return tuple(grants)
 
 
 def _check(policy: ProviderPolicy) -> None:
@@ -353,6 +435,9 @@ def policy_to_spec(policy: ProviderPolicy) -> dict[str, Any]:
             for value in (getattr(section, field_attr),)
         }
     out[QUOTA_MODE_KEY] = policy.quota_mode
+    out[CUSTOM_RESOURCES_KEY] = [
+        {"group": g.group, "resource": g.resource, "specFields": list(g.spec_fields)} for g in policy.custom_resources
+    ]
     return out
 
 

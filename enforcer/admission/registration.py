@@ -11,6 +11,13 @@ The second webhook judges the addresses of the EndpointSlices consumers write in
 namespaces (enforcer/admission/endpointslice_policy.py), also with ``failurePolicy: Fail``. It
 sees only twin namespaces and only ServiceAccounts' writes, and never the provider's own
 EndpointSlice controllers: they keep working while the enforcer is down.
+
+The third judges the custom resource objects consumers write into twin namespaces
+(enforcer/admission/custom_resource_policy.py), ``failurePolicy: Fail``: every custom kind
+(a group with a dot, neither Kubernetes' nor kube-offload's), written by a ServiceAccount,
+in twin namespaces only. A provider's controller writing custom resources into a twin as
+a ServiceAccount is matched too (and allowed: only the twin's owner is judged), so it
+waits while the enforcer is down.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import yaml
 
 from kube_offload import constants as c
+from kube_offload.provider_policy import NEVER_GRANTED_GROUPS
 from kube_offload.webhook_target import WebhookTarget, check_options
 
 FAILURE_POLICY = "Fail"
@@ -37,6 +45,20 @@ def endpointslice_match_condition() -> dict:
     return {
         "name": "service-accounts-but-the-controllers",
         "expression": f"request.userInfo.username.startsWith('system:serviceaccount:') && !(request.userInfo.username in [{writers}])",
+    }
+
+
+def custom_resource_match_condition() -> dict:
+    """Custom kinds only (a group with a dot that is neither Kubernetes' nor ours: those
+    have their own rules, and core/apps/batch... have no dot), written by a
+    ServiceAccount (a consumer's identity is one)."""
+    never = " && ".join(
+        f"request.resource.group != '{g}' && !request.resource.group.endsWith('.{g}')" for g in NEVER_GRANTED_GROUPS
+    )
+    return {
+        "name": "custom-kinds-by-service-accounts",
+        "expression": "request.userInfo.username.startsWith('system:serviceaccount:') && "
+        f"request.resource.group.contains('.') && {never}",
     }
 
 
@@ -79,6 +101,27 @@ def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DE
                 ],
                 "namespaceSelector": {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}},
                 "matchConditions": [endpointslice_match_condition()],
+                "failurePolicy": FAILURE_POLICY,
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "admissionReviewVersions": ["v1"],
+            },
+            {
+                "name": c.CUSTOM_RESOURCE_WEBHOOK_NAME,
+                "clientConfig": target.client_config(c.CUSTOM_RESOURCE_WEBHOOK_PATH),
+                "rules": [
+                    {
+                        "operations": ["CREATE", "UPDATE"],
+                        "apiGroups": ["*"],
+                        "apiVersions": ["*"],
+                        # The objects and their status: a consumer never writes status.
+                        "resources": ["*", "*/status"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}},
+                "matchConditions": [custom_resource_match_condition()],
                 "failurePolicy": FAILURE_POLICY,
                 "matchPolicy": "Equivalent",
                 "sideEffects": "None",

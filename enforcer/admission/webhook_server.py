@@ -1,12 +1,13 @@
 """HTTPS edge of the enforcer's webhooks, inside the enforcer process (so it reads the
 controllers' own informers): ``POST`` :data:`~kube_offload.constants.SHADOWPOD_WEBHOOK_PATH`
-(ShadowPods) or :data:`~kube_offload.constants.ENDPOINTSLICE_WEBHOOK_PATH` (consumers'
-EndpointSlices) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
+(ShadowPods), :data:`~kube_offload.constants.ENDPOINTSLICE_WEBHOOK_PATH` (consumers'
+EndpointSlices) or :data:`~kube_offload.constants.CUSTOM_RESOURCE_WEBHOOK_PATH` (consumers'
+custom resource objects) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
 and ``/metrics``.
 
 The handler only reads the body, parses it (:func:`kube_offload.admission.parse_review`)
 and answers with the path's validator's decision (:meth:`ShadowPodValidator.review`,
-:meth:`EndpointSliceValidator.review`). A client's mistake (not
+:meth:`EndpointSliceValidator.review`, :meth:`CustomResourceValidator.review`). A client's mistake (not
 JSON, not an AdmissionReview v1, a missing uid ...) is a 400 whose Status names it; only a
 bug of ours is a 500, logged here and answered without a stack trace.
 """
@@ -24,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from enforcer.admission import endpointslice_webhook
+from enforcer.admission.custom_resource_webhook import CustomResourceValidator
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.shadowpod_webhook import ShadowPodValidator
 from enforcer.admission.verdict_cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS, RESULTS, VerdictCache
@@ -45,6 +47,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 IDLE_TIMEOUT = 120.0
 ENDPOINT = "validate_shadowpods"
 ENDPOINTSLICE_ENDPOINT = "validate_endpointslices"
+CUSTOM_RESOURCE_ENDPOINT = "validate_custom_resources"
 
 
 class Validator(Protocol):
@@ -71,7 +74,8 @@ class WebhookSettings:
 class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
     thread_name = "shadowpod-webhook"
 
-    def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator, *, endpointslices: Validator | None = None) -> None:
+    def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator, *, endpointslices: Validator | None = None,
+                 custom_resources: Validator | None = None) -> None:
         if not (settings.tls_cert and settings.tls_key):
             raise TLSSetupError("--webhook-tls-cert and --webhook-tls-key must be given together")
         try:
@@ -84,6 +88,8 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
         self.routes: dict[str, tuple[Validator, str, str]] = {c.SHADOWPOD_WEBHOOK_PATH: (validator, ENDPOINT, "ShadowPod")}
         if endpointslices is not None:
             self.routes[c.ENDPOINTSLICE_WEBHOOK_PATH] = (endpointslices, ENDPOINTSLICE_ENDPOINT, "EndpointSlice")
+        if custom_resources is not None:
+            self.routes[c.CUSTOM_RESOURCE_WEBHOOK_PATH] = (custom_resources, CUSTOM_RESOURCE_ENDPOINT, "custom resource")
         self.metrics = HttpMetrics.create("shadowpod_webhook")
         state_gauge(
             self.metrics.registry,
@@ -289,7 +295,9 @@ class ShadowPodWebhook:
             self.endpointslices, self._owned = endpointslice_webhook.for_cluster(
                 api_client, caches=self.caches, pods=pods, nodes=nodes, resync_seconds=resync_seconds
             )
-        self.server = WebhookHTTPServer(settings, self.validator, endpointslices=self.endpointslices)
+        self.custom_resources = CustomResourceValidator(self.caches)
+        self.server = WebhookHTTPServer(settings, self.validator, endpointslices=self.endpointslices,
+                                        custom_resources=self.custom_resources)
 
     def informers(self) -> list[Any]:
         """Every cache the webhooks read (for /readyz), shared ones included."""

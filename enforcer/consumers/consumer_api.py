@@ -11,8 +11,13 @@ from typing import Protocol
 
 from kubernetes import client
 
-from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, SHADOWPODS, TWIN_NAMESPACES, Resource
+from kube_offload.runtime.kinds import (
+    CONSUMERS, NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SHADOWPODS, TWIN_NAMESPACES, Resource,
+)
 from kube_offload.runtime.kube import ApiError, JSON_PATCH, Kube, MERGE_PATCH
+
+# The kinds of the custom resource grant (enforcer/consumers/twin_grants.py), by plural.
+_GRANT_KINDS: dict[str, Resource] = {"roles": ROLES, "rolebindings": ROLE_BINDINGS}
 
 
 class ConsumerApi(Protocol):
@@ -39,6 +44,12 @@ class ConsumerApi(Protocol):
     def update_resourcequota(self, namespace: str, body: dict) -> dict: ...
 
     def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None: ...
+
+    def create_grant(self, resource: str, namespace: str, body: dict) -> dict: ...
+
+    def update_grant(self, resource: str, namespace: str, body: dict) -> dict: ...
+
+    def delete_grant(self, resource: str, namespace: str, name: str, uid: str) -> None: ...
 
     def replace_consumer_status(self, name: str, status: dict) -> dict: ...
 
@@ -107,6 +118,16 @@ class KubeConsumerApi:
 
     def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None:
         self._delete(RESOURCE_QUOTAS, namespace, name, uid)
+
+    # --- the custom resource grant: Role or RoleBinding ("roles", "rolebindings") ----------
+    def create_grant(self, resource: str, namespace: str, body: dict) -> dict:
+        return self._kube.create(_GRANT_KINDS[resource], body, namespace=namespace)
+
+    def update_grant(self, resource: str, namespace: str, body: dict) -> dict:
+        return self._kube.replace(_GRANT_KINDS[resource], body, namespace=namespace)
+
+    def delete_grant(self, resource: str, namespace: str, name: str, uid: str) -> None:
+        self._delete(_GRANT_KINDS[resource], namespace, name, uid)
 
     # --- Consumer status (consumers/status: patch) ---------------------------------------
     def replace_consumer_status(self, name: str, status: dict) -> dict:

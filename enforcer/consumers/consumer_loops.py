@@ -27,6 +27,7 @@ from kube_offload.runtime.kinds import (
     PODS,
     RESOURCE_QUOTAS,
     ROLE_BINDINGS,
+    ROLES,
     TWIN_NAMESPACES,
     Resource,
 )
@@ -78,12 +79,26 @@ class ConsumerLoops:
             list_kwargs={"field_selector": f"metadata.name={c.TWIN_RESOURCEQUOTA_NAME}"},
             resync_seconds=resync_seconds,
         )
+        # The custom resource grant of each twin: its Role and its RoleBinding (one name).
+        self.grant_roles = Informer(
+            name="twin-custom-resource-roles",
+            list_func=kube.list_func(ROLES),
+            list_kwargs={"field_selector": f"metadata.name={c.TWIN_CUSTOM_RESOURCES_NAME}"},
+            resync_seconds=resync_seconds,
+        )
+        self.grant_bindings = Informer(
+            name="twin-custom-resource-rolebindings",
+            list_func=kube.list_func(ROLE_BINDINGS),
+            list_kwargs={"field_selector": f"metadata.name={c.TWIN_CUSTOM_RESOURCES_NAME}"},
+            resync_seconds=resync_seconds,
+        )
         self.nodes = Informer(name="capacity-nodes", list_func=kube.list_func(NODES), resync_seconds=resync_seconds, transform=trim_node)
         self.pods = Informer(
             name="capacity-pods", list_func=kube.list_func(PODS), resync_seconds=resync_seconds, transform=trim_pod
         )
         self._informers = [
-            self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods
+            self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods,
+            self.grant_roles, self.grant_bindings,
         ]
 
         api = KubeConsumerApi(api_client)
@@ -96,6 +111,8 @@ class ConsumerLoops:
             twin_role=twin_role,
             release_namespace=release_namespace,
             resourcequotas=self.resourcequotas,
+            grant_roles=self.grant_roles,
+            grant_bindings=self.grant_bindings,
         )
         self.twins = Controller(name="twin-namespaces", reconcile=self.reconciler, workers=workers, logger=log)
         self.twins.watch(self.requests)
@@ -108,6 +125,8 @@ class ConsumerLoops:
         self.requests.add_handler(departed)
         self.rolebindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
         self.resourcequotas.add_handler(self._fan_out(self.reconciler.keys_for_resourcequota))
+        self.grant_roles.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
+        self.grant_bindings.add_handler(self._fan_out(self.reconciler.keys_for_rolebinding))
         consumer_keys = self._fan_out(self.reconciler.keys_for_consumer)
         self.consumers.add_handler(
             lambda event, old, new: consumer_keys(event, old, new) if consumer_spec_changed(event, old, new) else None
@@ -152,7 +171,8 @@ class ConsumerLoops:
     def _start_twins(self) -> None:
         # A request served from a half-filled namespace cache could be refused for a
         # namespace not listed yet, or a namespace created twice.
-        caches = (self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas)
+        caches = (self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas,
+                  self.grant_roles, self.grant_bindings)
         waited = 0.0
         while not all(cache.has_synced() for cache in caches):
             if self._stopped.wait(0.2):

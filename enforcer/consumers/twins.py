@@ -14,7 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Mapping, Protocol
 
-from kube_offload.consumers import consumer_name, service_account_of
+from kube_offload.consumers import consumer_name, requesting_consumer, service_account_of
+from enforcer.consumers import twin_grants
+from enforcer.consumers.twin_names import request_key
+from enforcer.consumers.twin_objects import is_ours
 from enforcer.consumers.consumer_api import ConsumerApi
 from enforcer.consumers.twin_objects import ResourceQuotaAction, RoleBindingAction
 from enforcer.consumers.twin_plan import (
@@ -55,6 +58,8 @@ class TwinReconciler:
         twin_role: str,
         release_namespace: str = "",
         resourcequotas: Cache | None = None,
+        grant_roles: Cache | None = None,
+        grant_bindings: Cache | None = None,
     ) -> None:
         self._requests = requests
         self._namespaces = namespaces
@@ -62,6 +67,10 @@ class TwinReconciler:
         self._rolebindings = rolebindings
         # The twin ResourceQuotas (one name, every namespace); None: none are ever seen.
         self._resourcequotas = resourcequotas
+        # The custom resource Role and RoleBinding of each twin (twin_grants.py); None:
+        # never kept (a caller without those informers).
+        self._grant_roles = grant_roles
+        self._grant_bindings = grant_bindings
         self._api = api
         self._twin_role = twin_role
         # The enforcer's own namespace: never a twin (enforcer/consumers/twin_names.py).
@@ -150,7 +159,7 @@ class TwinReconciler:
                 plan = self._plan(request, self._api.get_namespace(name))
                 if plan.create_namespace is not None:
                     raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"namespace {name} appeared and vanished") from exc
-        self._carry_out(request, plan, logger)
+        self._carry_out(request, plan, logger, grants_in=name if not deleting and namespace is not None else None)
 
     def _plan(self, request: dict, namespace: dict | None) -> TwinPlan:
         metadata = request.get("metadata") or {}
@@ -201,7 +210,7 @@ class TwinReconciler:
         }
         logger.debug("finalizer added")
 
-    def _carry_out(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+    def _carry_out(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter, *, grants_in: str | None = None) -> None:
         metadata = request["metadata"]
         request_namespace, name = metadata["namespace"], metadata["name"]
         self._prepare(request, plan, logger)
@@ -214,6 +223,8 @@ class TwinReconciler:
             self._bound(name, plan, logger)
         if plan.rolebinding is not None:
             self._bind(name, plan, logger)
+        if grants_in is not None:
+            self._grant_custom_resources(grants_in, request, logger)
         if plan.delete_namespace_uid is not None:
             self._api.delete_namespace(name, plan.delete_namespace_uid)
             logger.info("deleting namespace %s (uid %s): its request is being deleted", name, plan.delete_namespace_uid)
@@ -262,6 +273,42 @@ class TwinReconciler:
                 raise Requeue(STALE_CACHE_RECHECK_SECONDS, "RoleBinding changed meanwhile") from exc
             raise
 
+
+    def _grant_custom_resources(self, namespace: str, request: dict, logger: logging.LoggerAdapter) -> None:
+        """The Role and RoleBinding of the kinds the Consumer grants (twin_grants.py), in a
+        twin that is ours: created, corrected, or deleted when nothing is granted."""
+        if self._grant_roles is None or self._grant_bindings is None:
+            return
+        metadata = request.get("metadata") or {}
+        consumer, _ = requesting_consumer(metadata.get("namespace") or "", self._namespaces.get(metadata.get("namespace") or ""),
+                                          self._consumers.get)
+        if consumer is None or not is_ours(self._namespaces.get(namespace), consumer_name(consumer), request_key(request)):
+            return
+        key = f"{namespace}/{c.TWIN_CUSTOM_RESOURCES_NAME}"
+        # The Role before its binding when granting, the binding first when withdrawing.
+        steps = [
+            ("roles", self._grant_roles.get(key), twin_grants.desired_role(namespace, request, consumer), "rules"),
+            ("rolebindings", self._grant_bindings.get(key), twin_grants.desired_binding(namespace, request, consumer), "subjects"),
+        ]
+        if steps[0][2] is None:
+            steps.reverse()
+        try:
+            for resource, existing, desired, field in steps:
+                act = twin_grants.action(existing, desired, field=field)
+                if act is twin_grants.GrantAction.CREATE and desired is not None:
+                    self._api.create_grant(resource, namespace, desired)
+                elif act is twin_grants.GrantAction.UPDATE and desired is not None and existing is not None:
+                    body = {**desired, "metadata": {**desired["metadata"], "resourceVersion": existing["metadata"].get("resourceVersion")}}
+                    self._api.update_grant(resource, namespace, body)
+                elif act is twin_grants.GrantAction.DELETE and existing is not None:
+                    self._api.delete_grant(resource, namespace, c.TWIN_CUSTOM_RESOURCES_NAME, existing["metadata"].get("uid", ""))
+                else:
+                    continue
+                logger.info("custom resource grant in %s: %s %s", namespace, resource, act.value)
+        except ApiError as exc:
+            if exc.already_exists or exc.conflict:
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, "custom resource grant changed meanwhile") from exc
+            raise
 
     def _bound(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
         existing = self._twin_resourcequota(namespace)

@@ -82,6 +82,7 @@ ENDPOINT_SLICES: Final = Resource("discovery.k8s.io", "v1", "EndpointSlice", "en
 INGRESSES: Final = Resource("networking.k8s.io", "v1", "Ingress", "ingresses", True)
 SERVICE_CIDRS: Final = Resource("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", False)
 ROLE_BINDINGS: Final = Resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True)
+ROLES: Final = Resource("rbac.authorization.k8s.io", "v1", "Role", "roles", True)
 STORAGE_CLASSES: Final = Resource("storage.k8s.io", "v1", "StorageClass", "storageclasses", False)
 PRIORITY_CLASSES: Final = Resource("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False)
 CUSTOM_RESOURCE_DEFINITIONS: Final = Resource(
@@ -115,7 +116,7 @@ TWIN_NAMESPACES: Final = Resource(
 ALL: Final[tuple[Resource, ...]] = (
     PODS, NAMESPACES, NODES, EVENTS, SERVICE_ACCOUNTS, SECRETS, CONFIG_MAPS, SERVICES, RESOURCE_QUOTAS, LIMIT_RANGES,
     PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, DEPLOYMENTS, REPLICA_SETS, LEASES, ENDPOINT_SLICES, INGRESSES, SERVICE_CIDRS,
-    ROLE_BINDINGS, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
+    ROLE_BINDINGS, ROLES, STORAGE_CLASSES, PRIORITY_CLASSES, CUSTOM_RESOURCE_DEFINITIONS, POD_METRICS, SELF_SUBJECT_REVIEWS,
     TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS, CERTIFICATE_SIGNING_REQUESTS,
     SHADOWPODS, CONSUMERS, TWIN_NAMESPACES, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS,
 )

@@ -95,6 +95,9 @@ VALUE_SETS: dict[str, dict[str, dict[str, Any]]] = {
         "extender-http": {"extender": {"tls": False}},
         "extra-sans": {"certificates": {"extraDnsNames": ["extra.example.com"], "extraIpAddresses": ["10.0.0.1"]}},
         "dashboard": {"dashboards": {"enabled": True}},
+        # docs/reflection.md, "Custom resources".
+        "custom-resources": {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [
+            {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget", "out": ["spec.size"]}]}},
     },
     REMOTE.name: {
         "defaults": {},
@@ -741,6 +744,8 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "update", "delete"},
         ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
+        # The custom resource grant's Role in each twin (enforcer/consumers/twin_grants.py).
+        ("rbac.authorization.k8s.io", "roles"): {"list", "watch", "create", "update", "delete"},
         ("", "resourcequotas"): {"list", "watch", "create", "update", "delete"},
         (C.SHADOWPOD_GROUP, C.CONSUMER_PLURAL): {"get", "list", "watch"},
         (C.SHADOWPOD_GROUP, f"{C.CONSUMER_PLURAL}/status"): {"patch"},
@@ -1182,6 +1187,7 @@ def test_the_charts_policy_keys_are_the_provider_policy_modules() -> None:
 
     assert _chart_policy_keys() == {section: list(fields) for section, (_attr, fields) in provider_policy.SCHEMA.items()}
     assert f'eq $section "{provider_policy.QUOTA_MODE_KEY}"' in (REMOTE / "templates" / "consumer.yaml").read_text()
+    assert f'eq $section "{provider_policy.CUSTOM_RESOURCES_KEY}"' in (REMOTE / "templates" / "consumer.yaml").read_text()
 
 
 def test_rendered_consumer_policy(helm: Helm) -> None:
@@ -1415,3 +1421,47 @@ def test_peer_values_give_the_vkubelet_pod_the_fabric_translation(helm: Helm) ->
     expected = fabric.remapping_args(local, remote)
     assert [args.remote_pod_cidr, args.remote_pod_cidr_remapped, args.local_pod_cidr, args.local_pod_cidr_remapped] == \
         expected[1::2]
+
+
+def test_vkubelet_custom_resources_become_flags_and_least_rights(helm: Helm) -> None:
+    from vkubelet.reflection.settings import parse_custom_resource
+
+    widgets = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget",
+               "out": ["spec.size", "spec.color"], "back": ["status.phase"]}
+    gadgets = {"group": "example.org", "version": "v1beta1", "resource": "gadgets", "kind": "Gadget", "back": []}
+    docs = render(helm, LOCAL, {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [widgets, gadgets]}})
+    for deployment in find(docs, "Deployment", "vkubelet"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        flags = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--reflect-custom-resource=")]
+        parsed = [parse_custom_resource(flag) for flag in flags]
+        assert [(p.key, p.out, p.back) for p in parsed] == [
+            ("widgets.example.com", ("spec.size", "spec.color"), ("status.phase",)),
+            ("gadgets.example.org", ("spec",), ()),
+        ]
+    [role] = [d for d in find(docs, "ClusterRole", "vkubelet") if d["metadata"]["name"].endswith("-vkubelet-custom-resources")]
+    assert rules_of(role) == {
+        ("example.com", "widgets"): {"get", "list", "watch"}, ("example.com", "widgets/status"): {"patch"},
+        ("example.org", "gadgets"): {"get", "list", "watch"}, ("example.org", "gadgets/status"): {"patch"},
+    }
+    [binding] = [d for d in find(docs, "ClusterRoleBinding", "vkubelet") if d["metadata"]["name"] == role["metadata"]["name"]]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-vkubelet", "namespace": NAMESPACE}]
+    # No kind opted in: no such role.
+    assert not [d for d in find(render(helm, LOCAL, TWO_REMOTES), "ClusterRole", "vkubelet")
+                if d["metadata"]["name"].endswith("-custom-resources")]
+    with pytest.raises(Exception, match="needs group, version, resource and kind"):
+        render(helm, LOCAL, {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [{"group": "example.com", "resource": "widgets"}]}})
+
+
+def test_enforcer_holds_only_the_custom_resources_its_values_list(helm: Helm) -> None:
+    # RBAC lets the enforcer write a Role only with rights it holds (no "escalate"): the
+    # kinds the provider's admin lists are the only ones a Consumer's grant can bind.
+    docs = render(helm, REMOTE, {"enforcer": {"customResources": [{"group": "example.com", "resources": ["widgets", "gadgets"]}]}})
+    [enforcer] = find(docs, "ClusterRole", "enforcer")
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert {key: v for key, v in rules_of(enforcer).items() if key[0] == "example.com"} == {
+        ("example.com", "widgets"): verbs, ("example.com", "gadgets"): verbs}
+    assert not any("escalate" in rule["verbs"] for rule in enforcer["rules"])
+    from enforcer.consumers.twin_grants import VERBS
+    assert set(VERBS) == verbs
+    with pytest.raises(Exception, match="needs group and resources"):
+        render(helm, REMOTE, {"enforcer": {"customResources": [{"group": "example.com"}]}})

@@ -11,6 +11,7 @@ from vkubelet.reflection.policy import POLICIES, Policy
 from vkubelet.reflection.settings import (
     DEFAULT_TOKEN_SECONDS,
     BY_USE_RESOURCES,
+    CUSTOM_RESOURCE_FLAG,
     EVENTS,
     RESOURCES,
     SERVICEACCOUNTS,
@@ -18,6 +19,7 @@ from vkubelet.reflection.settings import (
     ReflectionSettings,
     ResourceSettings,
     default_workers,
+    parse_custom_resource,
     parse_storage_classes,
 )
 from kube_offload.runtime.flags import parse_duration
@@ -90,6 +92,18 @@ def add_reflection_flags(parser: argparse.ArgumentParser, component: str) -> Non
     add_flag(
         group,
         component,
+        CUSTOM_RESOURCE_FLAG,
+        default=[],
+        action="append",
+        help="a custom resource kind to reflect, repeatable: PLURAL.VERSION.GROUP:KIND[:out=PATHS][:back=PATHS]"
+        "[:policy=deny-list|allow-list][:workers=N], paths ;-separated, e.g. "
+        "widgets.v1.example.com:Widget:out=spec.size;spec.color:back=status.phase. out (default spec): the spec "
+        "fields sent; back (default status): the remote status fields written to the local object's status. The "
+        "provider must grant the kind and fields (Consumer spec.policy.customResources; docs/reflection.md)",
+    )
+    add_flag(
+        group,
+        component,
         "--reflect-token-expiration",
         default=f"{DEFAULT_TOKEN_SECONDS}s",
         type=_seconds,
@@ -115,6 +129,7 @@ def reflection_settings_from_args(args: argparse.Namespace) -> ReflectionSetting
         resources[name] = ResourceSettings(workers=workers, policy=Policy(policy))
     try:
         storage_classes = parse_storage_classes(appended(args, "--reflect-storage-class"))
+        custom_resources = tuple(parse_custom_resource(item) for item in appended(args, CUSTOM_RESOURCE_FLAG))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     token_seconds = args.reflect_token_expiration
@@ -125,4 +140,5 @@ def reflection_settings_from_args(args: argparse.Namespace) -> ReflectionSetting
         storage_classes=storage_classes,
         token_seconds=int(token_seconds),
         token_renew_fraction=float(args.reflect_token_renew_after_fraction),
+        custom_resources=custom_resources,
     )

@@ -7,6 +7,7 @@ from typing import Callable
 
 from vkubelet.reflection import settings as s
 from vkubelet.reflection.configmaps import ConfigMapReflector
+from vkubelet.reflection.custom_resources import reflector_for
 from vkubelet.reflection.endpointslices import EndpointSliceReflector
 from vkubelet.reflection.events import EventReflector
 from vkubelet.reflection.forge.object_events import KINDS as OBJECT_EVENT_KINDS
@@ -38,4 +39,6 @@ def reflection_loops(settings: ReflectionSettings) -> list[Callable]:
     # only while one of those types is reflected (its copies are what they are about).
     if settings.enabled(s.EVENTS) and any(settings.enabled(name) for name in OBJECT_EVENT_KINDS):
         loops.append(ObjectEventReflector)
+    # Each opted-in custom resource kind: its own reflector (custom_resources.py).
+    loops += [reflector_for(custom) for custom in settings.custom_resources]
     return loops

@@ -1,7 +1,8 @@
 """Reflection's figures, per resource type (bounded: the types reflection knows).
 
 ``kube_offload_reflection_operations_total{resource, operation}`` counts the writes that
-reflection made (remote create / update / delete; for Events, local create / update),
+reflection made (remote create / update / delete; for Events, local create / update; for
+a custom resource kind, also ``status``: a status written back to the local object),
 ``kube_offload_reflection_errors_total{resource, reason}`` the objects it could not
 reflect, by the reason of the Warning Event it recorded (ReflectionConflict: a remote
 object of that name is not ours; ReflectionFailed: unreflectable or refused by the

@@ -5,11 +5,14 @@ default so tests build them directly.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from kube_offload.bound_tokens import DEFAULT_RENEW_FRACTION, MIN_EXPIRATION_SECONDS
-from vkubelet.reflection.policy import Policy
+from kube_offload.provider_policy import NEVER_GRANTED_GROUPS, never_granted_group
+from kube_offload.runtime.kinds import Resource
+from vkubelet.reflection.policy import POLICIES, Policy
 
 CONFIGMAPS = "configmaps"
 SECRETS = "secrets"
@@ -67,6 +70,104 @@ def default_workers(resource: str) -> int:
     return BULK_WORKERS if resource in BULK_RESOURCES else DEFAULT_WORKERS
 
 
+# --- custom resources -----------------------------------------------------------------------
+CUSTOM_RESOURCE_FLAG = "--reflect-custom-resource"
+# Top-level fields an outgoing path may not start with: the metadata reflection forges
+# itself, and status, which comes back and never goes out.
+_NOT_OUT = ("apiVersion", "kind", "metadata", "status")
+_PATH_SEGMENT = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$-]*$")
+_VERSION = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
+_PLURAL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_KIND = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_GROUP = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$")
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """One custom resource kind the consumer's admin opts in to reflection (a
+    ``--reflect-custom-resource`` flag): its local objects go out with only ``out`` (spec
+    paths), and ``back`` (status paths) of the remote copy comes back to the local object's
+    status subresource."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    # Dotted paths copied out, each under spec ("spec" alone: the whole spec).
+    out: tuple[str, ...] = ("spec",)
+    # Dotted paths of the remote status copied back ("status" alone: all of it; empty: none).
+    back: tuple[str, ...] = ("status",)
+    workers: int = DEFAULT_WORKERS
+    policy: Policy = Policy.DENY_LIST
+
+    @property
+    def key(self) -> str:
+        """``<plural>.<group>``: the reflector's name (LABEL_REFLECTOR, metrics, logs)."""
+        return f"{self.plural}.{self.group}"
+
+    @property
+    def api_kind(self) -> Resource:
+        return Resource(self.group, self.version, self.kind, self.plural, True)
+
+
+def _paths(text: str, what: str, item: str) -> tuple[str, ...]:
+    paths = tuple(dict.fromkeys(p.strip() for p in text.split(";") if p.strip()))
+    for path in paths:
+        if not all(_PATH_SEGMENT.match(part) for part in path.split(".")):
+            raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: {what} path {path!r} is not a dotted field path such as spec.size")
+    return paths
+
+
+def parse_custom_resource(item: str) -> CustomResource:
+    """``PLURAL.VERSION.GROUP:KIND[:out=PATH;PATH][:back=PATH;PATH][:policy=P][:workers=N]``,
+    e.g. ``widgets.v1.example.com:Widget:out=spec.size;spec.color:back=status.phase``
+    (the resource as kubectl names it fully, then its kind). Raises ValueError naming the
+    flag and what to write instead."""
+    usage = "write PLURAL.VERSION.GROUP:KIND[:out=spec.a;spec.b][:back=status.x], e.g. widgets.v1.example.com:Widget"
+    parts = item.split(":")
+    if len(parts) < 2:
+        raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: {usage}")
+    plural, _, rest = parts[0].strip().partition(".")
+    version, _, group = rest.partition(".")
+    kind = parts[1].strip()
+    if not _PLURAL.match(plural) or not _VERSION.match(version) or not _GROUP.match(group):
+        raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: {parts[0]!r} is not PLURAL.VERSION.GROUP; {usage}")
+    if never_granted_group(group):
+        raise ValueError(
+            f"{CUSTOM_RESOURCE_FLAG} {item!r}: group {group} is Kubernetes' or kube-offload's own "
+            f"({', '.join(NEVER_GRANTED_GROUPS)}): those kinds have reflectors of their own or are never sent"
+        )
+    if not _KIND.match(kind):
+        raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: {kind!r} is not a kind such as Widget; {usage}")
+    options: dict[str, str] = {}
+    for option in parts[2:]:
+        name, sep, value = option.partition("=")
+        if not sep or name not in ("out", "back", "policy", "workers") or name in options:
+            raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: {option!r} is not one of out=, back=, policy=, workers= (each once)")
+        options[name] = value
+    out = _paths(options.get("out", "spec"), "an out", item)
+    back = _paths(options.get("back", "status"), "a back", item)
+    for path in out:
+        if path.split(".")[0] != "spec":
+            raise ValueError(
+                f"{CUSTOM_RESOURCE_FLAG} {item!r}: out path {path!r} must be under spec (the provider grants spec fields; "
+                f"{', '.join(_NOT_OUT)} are reflection's own)"
+            )
+    if not out:
+        raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: out= names no path; write out=spec for the whole spec")
+    for path in back:
+        if path.split(".")[0] != "status":
+            raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: back path {path!r} must be under status (only status comes back)")
+    policy = options.get("policy", Policy.DENY_LIST.value)
+    if policy not in (Policy.DENY_LIST.value, Policy.ALLOW_LIST.value):
+        raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: policy={policy} must be deny-list or allow-list (of {', '.join(POLICIES)})")
+    workers_text = options.get("workers", str(DEFAULT_WORKERS))
+    if not workers_text.isdigit() or int(workers_text) < 1:
+        raise ValueError(f"{CUSTOM_RESOURCE_FLAG} {item!r}: workers={workers_text} must be a whole number >= 1 (leave the flag out for none)")
+    return CustomResource(group=group, version=version, plural=plural, kind=kind, out=out, back=back,
+                          workers=int(workers_text), policy=Policy(policy))
+
+
 def _defaults() -> dict[str, ResourceSettings]:
     return {name: ResourceSettings(workers=default_workers(name)) for name in RESOURCES}
 
@@ -84,11 +185,20 @@ class ReflectionSettings:
     # rotations come sooner: a test forces several within seconds, since the API server
     # issues no token shorter than 10 minutes.
     token_renew_fraction: float = DEFAULT_RENEW_FRACTION  # --reflect-token-renew-after-fraction
+    # Custom resource kinds opted in (--reflect-custom-resource), each its own reflector.
+    custom_resources: tuple[CustomResource, ...] = ()
 
     def of(self, resource: str) -> ResourceSettings:
+        custom = self.custom_resource(resource)
+        if custom is not None:
+            return ResourceSettings(workers=custom.workers, policy=custom.policy)
         if resource not in RESOURCES:
             raise KeyError(f"unknown reflected resource {resource!r}")
         return self.resources.get(resource) or ResourceSettings(workers=default_workers(resource))
+
+    def custom_resource(self, key: str) -> CustomResource | None:
+        """The opted-in custom resource named ``<plural>.<group>``, or None."""
+        return next((cr for cr in self.custom_resources if cr.key == key), None)
 
     def enabled(self, resource: str) -> bool:
         return self.of(resource).enabled
@@ -113,6 +223,10 @@ class ReflectionSettings:
                     f"{' and '.join(sorted(BY_USE_RESOURCES))} (what pods reference by name); "
                     f"use deny-list or allow-list for {name}"
                 )
+        keys = [cr.key for cr in self.custom_resources]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:
+            return f"{CUSTOM_RESOURCE_FLAG}: {', '.join(twice)} given more than once; one flag per kind"
         if self.token_seconds < MIN_EXPIRATION_SECONDS:
             return f"--reflect-token-expiration must be at least {MIN_EXPIRATION_SECONDS}s (the TokenRequest API minimum)"
         if not 0 < self.token_renew_fraction < 1:

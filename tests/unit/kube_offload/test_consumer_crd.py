@@ -38,7 +38,7 @@ def defaulted(schema: dict) -> object:
 
 def test_the_sections_and_keys_are_the_modules():
     schema = policy_schema()
-    assert set(schema["properties"]) == {*pp.SCHEMA, pp.QUOTA_MODE_KEY}
+    assert set(schema["properties"]) == {*pp.SCHEMA, pp.QUOTA_MODE_KEY, pp.CUSTOM_RESOURCES_KEY}
     for section, (_attr, fields) in pp.SCHEMA.items():
         properties = schema["properties"][section]["properties"]
         assert set(properties) == set(fields), section
@@ -47,6 +47,12 @@ def test_the_sections_and_keys_are_the_modules():
             assert prop["type"] == KIND_TO_SCHEMA[kind], f"{section}.{name}"
             if kind == "list":
                 assert prop["items"]["type"] == "string", f"{section}.{name}"
+
+
+def test_the_custom_resource_entries_are_the_modules():
+    items = policy_schema()["properties"][pp.CUSTOM_RESOURCES_KEY]["items"]
+    assert tuple(items["properties"]) == pp.CUSTOM_RESOURCE_KEYS
+    assert items["required"] == ["group", "resource"]
 
 
 def test_the_defaults_are_the_modules():

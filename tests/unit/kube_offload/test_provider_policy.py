@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kube_offload import provider_policy as pp
+
 from kube_offload.provider_policy import (
     DEFAULT_POLICY,
     NAMESPACED_VOLUME_TYPES,
@@ -99,3 +101,35 @@ def test_patterns() -> None:
     assert name_matches("default", ("default",))
     assert not name_matches("defaults", ("default",))
     assert not name_matches("my-kube-x", ("kube-*",))
+
+
+# --- custom resources ------------------------------------------------------------------------
+def test_custom_resources_none_by_default_and_round_trip():
+    assert pp.DEFAULT_POLICY.custom_resources == ()
+    raw = {"customResources": [{"group": "example.com", "resource": "widgets", "specFields": ["size", "color", "size"]}]}
+    policy = pp.parse_policy(raw)
+    assert policy.custom_resources == (pp.CustomResourceGrant("example.com", "widgets", ("size", "color")),)
+    assert policy.custom_resource("example.com", "widgets") is policy.custom_resources[0]
+    assert policy.custom_resource("example.com", "gadgets") is None
+    assert pp.parse_policy(pp.policy_to_spec(policy)) == policy
+
+
+@pytest.mark.parametrize(
+    "entries, words",
+    [
+        ({"group": "example.com"}, "must be a list"),
+        (["widgets"], "[0]: must be an object"),
+        ([{"group": "example.com", "resource": "widgets", "verbs": ["get"]}], "[0]: unknown key(s) verbs"),
+        ([{"group": "example", "resource": "widgets"}], "[0].group"),
+        ([{"group": "kube-offload.io", "resource": "shadowpods"}], "cannot be granted"),
+        ([{"group": "apps.k8s.io", "resource": "deployments"}], "cannot be granted"),
+        ([{"group": "policy.kubernetes.io", "resource": "things"}], "cannot be granted"),
+        ([{"group": "example.com", "resource": "Widgets"}], "[0].resource"),
+        ([{"group": "example.com", "resource": "widgets", "specFields": ["a.b"]}], "[0].specFields"),
+        ([{"group": "example.com", "resource": "widgets"}, {"group": "example.com", "resource": "widgets"}], "granted twice"),
+    ],
+)
+def test_custom_resources_refused_naming_the_entry(entries, words):
+    with pytest.raises(pp.ProviderPolicyError) as error:
+        pp.parse_policy({"customResources": entries})
+    assert "spec.policy.customResources" in str(error.value) and words in str(error.value)

@@ -27,7 +27,7 @@ def test_the_configuration_by_url():
     config = validating_configuration(WebhookTarget(ca_bundle="Q0E=", url="https://127.0.0.1:9443/"))
     assert config["kind"] == "ValidatingWebhookConfiguration"
     assert config["metadata"]["name"] == c.SHADOWPOD_WEBHOOK_CONFIGURATION
-    webhook, endpointslices = config["webhooks"]
+    webhook, endpointslices, custom = config["webhooks"]
     assert webhook == {
         "name": c.SHADOWPOD_WEBHOOK_NAME,
         "clientConfig": {"url": f"https://127.0.0.1:9443{c.SHADOWPOD_WEBHOOK_PATH}", "caBundle": "Q0E="},
@@ -55,6 +55,29 @@ def test_the_configuration_by_url():
     assert endpointslices["failurePolicy"] == "Fail"
     condition = endpointslices["matchConditions"][0]["expression"]
     assert "system:serviceaccount:kube-system:endpointslice-controller" in condition
+    # Consumers' custom resources: every custom kind and its status, twins only, ServiceAccounts only.
+    assert custom["name"] == c.CUSTOM_RESOURCE_WEBHOOK_NAME
+    assert custom["clientConfig"]["url"] == f"https://127.0.0.1:9443{c.CUSTOM_RESOURCE_WEBHOOK_PATH}"
+    assert custom["rules"][0]["resources"] == ["*", "*/status"]
+    assert custom["namespaceSelector"] == {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}}
+    assert custom["failurePolicy"] == "Fail"
+
+
+@pytest.mark.parametrize(
+    "group, judged",
+    [("example.com", True), ("db.example.org", True), ("", False), ("apps", False), ("discovery.k8s.io", False),
+     ("k8s.io", False), ("policy.kubernetes.io", False), ("kube-offload.io", False), ("x.kube-offload.io", False)],
+)
+def test_the_custom_resource_condition_leaves_out_kubernetes_and_our_groups(group, judged):
+    # The CEL of the match condition, read as the API server would for these groups.
+    from enforcer.admission.registration import custom_resource_match_condition
+    from kube_offload.provider_policy import never_granted_group
+
+    expression = custom_resource_match_condition()["expression"]
+    assert "request.resource.group.contains('.')" in expression
+    assert (("." in group) and not never_granted_group(group)) is judged
+    for never in ("k8s.io", "kubernetes.io", "kube-offload.io"):
+        assert f"request.resource.group != '{never}' && !request.resource.group.endsWith('.{never}')" in expression
 
 
 def test_the_configuration_by_service():
