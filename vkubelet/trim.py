@@ -180,9 +180,8 @@ def trim_event(event: dict) -> dict:
 def trim_token_secret(secret: dict) -> dict:
     """The token Secrets of offloaded pods (service-account reflection), read by
     vkubelet/reflection/serviceaccounts.py: token_secret_is_current (forge/serviceaccounts.py: origin UID,
-    issue and expiry annotations, which data keys exist and the namespace entry) and
-    forge.update_body (the whole metadata goes back in a PUT: finalizers and owner
-    references the remote side added must survive). Keeps the metadata whole, the type,
+    issue and expiry annotations, which data keys exist and the namespace entry) and the
+    ownership check before an apply (labels). Keeps the metadata whole, the type,
     and the data keys with only the namespace entry's value: a token's value (a JWT,
     about 1.5 KiB) is written, never read back, and a renewal replaces all of data."""
     trimmed = _type_meta(secret)

@@ -2,9 +2,11 @@
 provisions a volume of its own for the reflected claim; a pod's data lives where the
 pod runs (docs/reflection.md, "Storage").
 
-A claim's spec is immutable once created except its requests, so an update carries only
-the metadata and the requests (expansion), and an update the remote API refuses is never
-"fixed" by deleting and recreating the claim: that would lose the remote volume's data.
+A claim's spec is immutable once created except its requests, so an apply over an
+existing claim carries the remote claim's own values for the rest (forge/pvcs.py
+pvc_apply_body): only the metadata and the requests (expansion) follow the local claim,
+and a write the remote API refuses is never "fixed" by deleting and recreating the
+claim: that would lose the remote volume's data.
 
 Claims of the virtual storage class (docs/storage.md) live in one cluster only: they are
 reflected by the virtual kubelet whose node the scheduler selected for them
@@ -25,7 +27,7 @@ from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.pvcs import forge_pvc, pvc_is_up_to_date, pvc_update_body
+from vkubelet.reflection.forge.pvcs import forge_pvc, pvc_apply_body
 from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS, ANY_STORAGE_CLASS
@@ -75,8 +77,5 @@ class PersistentVolumeClaimReflector(Reflector):
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return forge_pvc(local, ctx)
 
-    def is_up_to_date(self, desired: Mapping, current: Mapping) -> bool:
-        return pvc_is_up_to_date(desired, current)
-
-    def update_body(self, desired: Mapping, current: Mapping) -> dict:
-        return pvc_update_body(desired, current)
+    def apply_body(self, desired: dict, current: Mapping | None) -> dict:
+        return pvc_apply_body(desired, current)

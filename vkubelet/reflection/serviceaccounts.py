@@ -76,7 +76,8 @@ class ServiceAccountTokenReflector:
         self._renew_fraction = self.settings.reflection.token_renew_fraction
         informers = context.informers
         self._local = Kube(informers.local_client)
-        self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource)
+        self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource,
+                             field_manager=n.field_manager(self.settings.node_name))
         self.local_pods = informers.local_pods()
         self.remote = shared_informer(
             informers, "remote", SECRETS, kinds.SECRETS,
@@ -227,17 +228,10 @@ class ServiceAccountTokenReflector:
         meta = desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         if current is None:
-            try:
-                self.ops.create(namespace, desired)
-                logger.info("created token Secret %s/%s", namespace, name)
-                return
-            except ApiError as exc:
-                if exc.not_found:
-                    raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
-                if not exc.already_exists:
-                    raise
+            # Our cache holds only Secrets with our labels: read before an apply could
+            # take over a Secret of that name that is not ours.
             current = self.ops.read(namespace, name)
-            if not self.owns(current):
+            if current is not None and not self.owns(current):
                 message = (
                     f"the remote Secret {namespace}/{name} was not created by kube-offload and is left alone; "
                     "the pod gets no token"
@@ -247,9 +241,9 @@ class ServiceAccountTokenReflector:
                 metrics.failed(self.resource, REASON_REFLECTION_CONFLICT)
                 raise Requeue(CONFLICT_RETRY_SECONDS, message)
         try:
-            self.ops.replace(namespace, name, f.update_body(desired, current))
-            logger.info("renewed token Secret %s/%s", namespace, name)
+            self.ops.apply(namespace, desired, creates=current is None)
         except ApiError as exc:
             if exc.not_found:
-                raise Requeue(0.5, "the token Secret went away; creating it again") from exc
+                raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
             raise
+        logger.info("%s token Secret %s/%s", "created" if current is None else "renewed", namespace, name)

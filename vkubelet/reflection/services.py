@@ -1,6 +1,6 @@
 """Services local -> remote, with the remote cluster allocating its own cluster IPs and
-node ports (forge/services.py). On update the remote API server keeps the allocations
-of the existing Service for the fields we leave empty.
+node ports (forge/services.py). Reflection never applies those fields, so the remote
+API server keeps the allocations of the existing Service.
 
 The provider's policy for us decides what of a Service's reach outside the cluster it
 admits (policy_fit.fit_service): a NodePort or LoadBalancer type it does not grant is
@@ -16,7 +16,7 @@ from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.services import forge_service, service_remote_view
+from vkubelet.reflection.forge.services import forge_service
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SERVICES
 
@@ -31,6 +31,3 @@ class ServiceReflector(Reflector):
 
     def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
         return forge_service(local, ctx)
-
-    def remote_view(self, current: Mapping) -> Mapping:
-        return service_remote_view(current)

@@ -28,7 +28,6 @@ from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.reflection import names as n
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-_TOP_LEVEL_META = ("apiVersion", "kind", "metadata")
 
 
 class Unreflectable(Exception):
@@ -80,42 +79,7 @@ def is_owned(remote: Mapping, local_cluster_id: str, reflector: str) -> bool:
     return labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == local_cluster_id and labels.get(n.LABEL_REFLECTOR) == reflector
 
 
-# --- comparison and update ----------------------------------------------------------------------------
-def _without(mapping: Mapping | None, foreign: Callable[[str], bool] | None) -> dict:
-    return {k: v for k, v in (mapping or {}).items() if not (foreign and foreign(k))}
-
-
-def is_up_to_date(desired: Mapping, current: Mapping, *, foreign_annotation: Callable[[str], bool] | None = None) -> bool:
-    """Whether ``current`` (the remote object, as comparable: see the reflectors'
-    ``remote_view``) already is ``desired``: labels equal, annotations equal bar those the
-    remote side owns, every other top-level field but status equal (absent, null and
-    empty alike). Both sides were defaulted by an API server, so equality is exact: a
-    field someone added remotely is drift too."""
-    dm, cm = _meta(desired), _meta(current)
-    if (dm.get("labels") or {}) != (cm.get("labels") or {}):
-        return False
-    if _without(dm.get("annotations"), foreign_annotation) != _without(cm.get("annotations"), foreign_annotation):
-        return False
-    keys = (set(desired) | set(current)) - {*_TOP_LEVEL_META, "status"}
-    return all((desired.get(key) or None) == (current.get(key) or None) for key in keys)
-
-
-def update_body(desired: Mapping, current: Mapping, *, foreign_annotation: Callable[[str], bool] | None = None) -> dict:
-    """What to PUT to turn ``current`` into ``desired``: desired's fields and labels and
-    annotations on current's metadata (resourceVersion for optimistic concurrency,
-    finalizers and owner references that remote controllers may have added, and the
-    annotations the remote side owns)."""
-    body = copy.deepcopy(dict(desired))
-    meta = {k: copy.deepcopy(v) for k, v in _meta(current).items() if k != "managedFields"}
-    annotations = dict(_meta(desired).get("annotations") or {})
-    if foreign_annotation:
-        annotations.update({k: v for k, v in (meta.get("annotations") or {}).items() if foreign_annotation(k)})
-    meta["labels"] = dict(_meta(desired).get("labels") or {})
-    meta["annotations"] = annotations
-    body["metadata"] = meta
-    return body
-
-
+# --- copying -----------------------------------------------------------------------------------------
 def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
     """Deep copies: a forged object must never share structure with the informer's cache."""
     for key in keys:

@@ -1,6 +1,6 @@
 """The remote PersistentVolumeClaim for a local one (pure): the claim as the user wrote
 it, for the remote cluster to provision its own volume; and, since a claim's spec is
-immutable but for its requests, how it is compared and updated.
+immutable but for its requests, what is applied over an existing claim.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import copy
 from typing import Mapping
 
 from kube_offload.views import metadata as _meta
-from vkubelet.reflection.forge import ForgeContext, forge_metadata, is_up_to_date, update_body
+from vkubelet.reflection.forge import ForgeContext, forge_metadata
 
 # Annotations the PersistentVolume controller and the scheduler write on claims: they
 # describe one cluster's binding and provisioning, so they are neither copied from the
@@ -57,20 +57,27 @@ def pvc_requests(pvc: Mapping) -> dict:
     return dict(((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {})
 
 
-def pvc_update_body(desired: Mapping, current: Mapping) -> dict:
-    """A claim's spec is immutable but for its requests (expansion): the remote spec is
-    kept, the requests and the metadata follow the local claim."""
-    body = update_body(desired, current, foreign_annotation=is_pvc_controller_annotation)
-    spec = copy.deepcopy(dict(current.get("spec") or {}))
+def pvc_apply_body(desired: Mapping, current: Mapping | None) -> dict:
+    """What to apply for claim ``desired`` over the remote claim ``current`` (None: none
+    yet). A claim's spec is immutable but for its requests (expansion): once the claim
+    exists, every other spec field is applied as the remote claim has it (the same value
+    changes nothing, another would be refused and, for a claim, never "fixed" by
+    recreating it), the requests and the metadata follow the local claim. What the
+    remote cluster set itself (a bound volume, a defaulted class, the PV controller's
+    annotations) is never in what we apply, so it is left alone."""
+    body = copy.deepcopy(dict(desired))
+    if current is None:
+        return body
+    current_spec = current.get("spec") or {}
+    spec = dict(body.get("spec") or {})
+    for key in list(spec):
+        if key != "resources" and key in current_spec:
+            spec[key] = copy.deepcopy(current_spec[key])
+    resources = {k: copy.deepcopy(v) for k, v in (current_spec.get("resources") or {}).items() if k != "requests"}
     requests = pvc_requests(desired)
     if requests:
-        spec.setdefault("resources", {})["requests"] = requests
+        resources["requests"] = requests
+    if resources:
+        spec["resources"] = resources
     body["spec"] = spec
     return body
-
-
-def pvc_is_up_to_date(desired: Mapping, current: Mapping) -> bool:
-    metadata_only = {"metadata": current.get("metadata")}
-    if not is_up_to_date({"metadata": desired.get("metadata")}, metadata_only, foreign_annotation=is_pvc_controller_annotation):
-        return False
-    return pvc_requests(desired) == pvc_requests(current)

@@ -1,5 +1,6 @@
 """The remote Service for a local one (pure): the same, but for what the local cluster
-allocated for it.
+allocated for it. What the remote cluster allocates is never in what reflection applies,
+so server-side apply leaves it alone (no view of the remote object to compare with).
 """
 
 from __future__ import annotations
@@ -32,8 +33,3 @@ def forge_service(local: Mapping, ctx: ForgeContext) -> dict | None:
     remote pods with the same labels (the offloaded ones) back the remote Service."""
     spec = without_allocations(local.get("spec") or {})
     return {"apiVersion": "v1", "kind": "Service", "metadata": forge_metadata(local, ctx), "spec": spec}
-
-
-def service_remote_view(current: Mapping) -> dict:
-    """The remote Service as comparable with a forged one: its allocations left out."""
-    return {**current, "spec": without_allocations(current.get("spec") or {})}
