@@ -9,7 +9,7 @@ from vkubelet.reflection import settings as s
 from vkubelet.reflection.configmaps import ConfigMapReflector
 from vkubelet.reflection.endpointslices import EndpointSliceReflector
 from vkubelet.reflection.events import EventReflector
-from vkubelet.reflection.forge.object_events import KINDS as OBJECT_EVENT_KINDS
+from vkubelet.reflection.object_events import KINDS as OBJECT_EVENT_KINDS
 from vkubelet.reflection.ingresses import IngressReflector
 from vkubelet.reflection.object_events import ObjectEventReflector
 from vkubelet.reflection.pvcs import PersistentVolumeClaimReflector

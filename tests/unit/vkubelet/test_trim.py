@@ -32,13 +32,9 @@ from vkubelet.ip_remapping import NO_REMAPPING, RemappingSettings
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import choose_remote_pod
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.serviceaccounts import (
-    TokenSource,
-    token_refresh_at,
-    token_secret_is_current,
-    token_sources,
-)
-from vkubelet.reflection.forge.events import event_count, forge_local_event, says_something_new
+from vkubelet.reflection.serviceaccounts import TokenSource, token_refresh_at, token_secret_is_current, token_sources
+from vkubelet.reflection.forge import event_count, says_something_new
+from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection import names as n
 from vkubelet.reflection.events import event_age_seconds
 from vkubelet.settings import Settings

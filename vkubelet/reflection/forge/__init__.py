@@ -1,8 +1,9 @@
-"""The remote object reflection wants for a local one, and the checks around it (pure):
-what every kind shares here, what differs in one module per kind beside it
-(``configmaps``, ``secrets``, ``services``, ``endpointslices``, ``ingresses``, ``pvcs``,
-``serviceaccounts`` for the pods' token Secrets, ``events`` for the remote Events copied
-back), named as the reflector modules of vkubelet/reflection/ that use them.
+"""What every reflected kind's forge shares (pure): the metadata of every reflected
+object, the ownership check, copying fields, and the Event helpers both Event reflectors
+and the cache trimmer use. Each kind's own forge sits with its reflector in one module
+per kind (vkubelet/reflection/``configmaps``, ``secrets``, ``services``,
+``endpointslices``, ``ingresses``, ``pvcs``, ``serviceaccounts`` for the pods' token
+Secrets, ``events`` and ``object_events`` for the remote Events copied back).
 
 Every ``forge_*`` takes the local object as the API serves it (a dict) and a
 :class:`ForgeContext`, and returns the desired remote object, or None when this object is
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from kube_offload import constants as c
+from kube_offload.reasons import REASON_POD_CREATED
+from kube_offload.times import format_time, parse_time_or_none
 from kube_offload.views import metadata as _meta
 from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.reflection import names as n
@@ -85,3 +88,42 @@ def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
     for key in keys:
         if key in source and source[key] is not None:
             target[key] = copy.deepcopy(source[key])
+
+
+# --- Events (the two Event reflectors, events.py and object_events.py, and the cache trimmer) ---
+def event_time(event: Mapping, *names: str) -> str | None:
+    """The first of ``names`` the Event has, at second precision (what a core/v1 Event's
+    timestamps carry; Events written through events.k8s.io have only eventTime)."""
+    for name in names:
+        moment = parse_time_or_none(event.get(name))
+        if moment is not None:
+            return format_time(moment)
+    moment = parse_time_or_none((event.get("series") or {}).get("lastObservedTime")) or parse_time_or_none(
+        _meta(event).get("creationTimestamp")
+    )
+    return format_time(moment) if moment is not None else None
+
+
+# Remote Events (involved kind, type, reason) whose copy would tell the local pod nothing
+# it does not say already: PodCreated on a ShadowPod (its first pod was made; today's
+# enforcer no longer writes it, an older provider's still does) repeats the vkubelet's
+# own Offloaded Event, written when the ShadowPod was
+# created. A local Event write per pod for nothing (issue 27). What the provider says
+# beyond the routine is copied: recreations, refusals, updates, the remote scheduler's
+# and kubelet's Events (Scheduled, Pulled, Created, Started, BackOff...).
+ROUTINE_REMOTE_EVENTS = frozenset({(c.SHADOWPOD_KIND, "Normal", REASON_POD_CREATED)})
+
+
+def says_something_new(remote_event: Mapping) -> bool:
+    """Whether a remote Event is worth a local copy (ROUTINE_REMOTE_EVENTS are not)."""
+    involved = remote_event.get("involvedObject") or {}
+    return (involved.get("kind"), remote_event.get("type") or "Normal", remote_event.get("reason")) not in ROUTINE_REMOTE_EVENTS
+
+
+def event_count(event: Mapping) -> int:
+    return int(event.get("count") or (event.get("series") or {}).get("count") or 1)
+
+
+def event_fingerprint(event: Mapping) -> tuple:
+    """What a write of a local copy changes: equal fingerprints, nothing to write."""
+    return tuple(event.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))

@@ -11,26 +11,16 @@ from kube_offload import constants as c
 from kube_offload.times import parse_time_or_none
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.configmaps import forge_configmap
-from vkubelet.reflection.forge.secrets import forge_secret
-from vkubelet.reflection.forge.services import forge_service
-from vkubelet.reflection.forge.ingresses import forge_ingress
-from vkubelet.reflection.forge.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_apply_body
+from vkubelet.reflection.configmaps import forge_configmap
+from vkubelet.reflection.secrets import forge_secret
+from vkubelet.reflection.services import forge_service
+from vkubelet.reflection.ingresses import forge_ingress
+from vkubelet.reflection.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_apply_body
 from vkubelet.reflection.applied import AppliedMemo, fingerprint
-from vkubelet.reflection.forge.endpointslices import (
-    forge_endpointslice,
-    routable_address,
-    unremapped_endpoint_addresses,
-)
-from vkubelet.reflection.forge.serviceaccounts import (
-    TokenSource,
-    forge_token_secret,
-    service_account_name,
-    token_refresh_at,
-    token_secret_is_current,
-    token_sources,
-)
-from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event, says_something_new
+from vkubelet.reflection.endpointslices import forge_endpointslice, routable_address, unremapped_endpoint_addresses
+from vkubelet.reflection.serviceaccounts import TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_sources
+from vkubelet.reflection.forge import event_fingerprint, says_something_new
+from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
 from vkubelet.reflection import names as n
 
