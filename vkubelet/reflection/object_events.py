@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final, Mapping, Callable, Iterable
 
 from kube_offload import constants as c
 from kube_offload.runtime import kinds
-from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.logs import ObjectLogger
@@ -46,9 +46,8 @@ from vkubelet.reflection import forge as f, names as n, settings as s
 from vkubelet.reflection.caches import owned_selector, shared_informer
 from vkubelet.reflection.events import YOUNG_EVENT_SECONDS, event_age_seconds, write_local_event
 from vkubelet.reflection.forge import event_fingerprint, event_count, event_time
-from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import is_terminating
-from vkubelet.reflection.scope import offloaded_namespaces
+from vkubelet.reflection.policy import should_reflect
+from vkubelet.reflection.reflector import ReflectionLoop, is_terminating
 from vkubelet.reflection.settings import EVENTS
 from vkubelet.translation import origin_key
 from vkubelet.trim import trim_event
@@ -336,20 +335,14 @@ def _bounded_put(store: OrderedDict, key: str, value: object) -> None:
         store.popitem(last=False)
 
 
-class ObjectEventReflector:
+class ObjectEventReflector(ReflectionLoop):
     resource = EVENTS
 
     def __init__(self, context: "LoopContext") -> None:
-        self.settings = context.settings
-        self.name = f"reflect-{self.resource}-objects"
-        resource_settings = self.settings.reflection.of(self.resource)
-        self.policy: Policy = resource_settings.policy
-        self._local_id = self.settings.local_cluster_id
-        self._twins = context.twins
+        super().__init__(context, name=f"reflect-{EVENTS}-objects", logger=log)
         informers = context.informers
         self._informers = informers
         self._local = Kube(informers.local_client)
-        self.scope = offloaded_namespaces(informers, context.twins)
         self.events = shared_informer(informers, "remote", EVENTS, kinds.EVENTS, field_selector=FIELD_SELECTOR, transform=trim_event)
         self.events.add_indexer(BY_INVOLVED, by_involved)
         # Kind (involvedObject.kind) -> the caches of the type.
@@ -370,7 +363,6 @@ class ObjectEventReflector:
         self._counts: OrderedDict[str, dict[str, int]] = OrderedDict()
         # Local object UID -> its budget of new local Events.
         self._budgets: OrderedDict[str, TokenBucket] = OrderedDict()
-        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=log)
         self.controller.watch(self.events, self._key)
 
     # --- the Loop protocol -------------------------------------------------------------------
@@ -379,12 +371,6 @@ class ObjectEventReflector:
         for kind in self._kinds.values():
             caches += [kind.remote, kind.local]
         return [*caches, *self._twins.informers()]
-
-    def start(self) -> None:
-        self.controller.start()
-
-    def stop(self) -> None:
-        self.controller.stop()
 
     def resync_all(self) -> None:
         for involved in set(self.events.index_values(BY_INVOLVED)):

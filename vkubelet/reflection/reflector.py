@@ -87,11 +87,42 @@ def is_terminating(obj: Mapping) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-class Reflector(abc.ABC):
-    """Local -> remote reflection of one resource type (subclassed per type)."""
+class ReflectionLoop(abc.ABC):
+    """What every reflection loop over the offloaded namespaces shares: its resource's
+    settings (policy, workers), the twins, the scope of offloaded namespaces, one
+    controller, and the Loop protocol's start and stop. The generic :class:`Reflector`
+    and the Events of reflected objects (object_events.py) are both one."""
 
     # The resource type: settings key, LABEL_REFLECTOR value, flag names.
     resource: ClassVar[str]
+
+    def __init__(self, context: "LoopContext", *, name: str | None = None, logger: logging.Logger | None = None) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.name = name or f"reflect-{self.resource}"
+        resource_settings = self.settings.reflection.of(self.resource)
+        self.policy: Policy = resource_settings.policy
+        self._local_id = self.settings.local_cluster_id
+        self._twins = context.twins
+        self._recorder = context.recorder
+        self.log = logger or logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
+        self.scope = offloaded_namespaces(context.informers, context.twins)
+        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
+
+    @abc.abstractmethod
+    def reconcile(self, key: str) -> None:
+        """Converge the object of ``key``; raise Requeue to look again later."""
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+class Reflector(ReflectionLoop):
+    """Local -> remote reflection of one resource type (subclassed per type)."""
+
     kind: ClassVar[str]
     # The kind in the API (kube_offload.runtime.kinds: CONFIG_MAPS, ENDPOINT_SLICES...).
     api_kind: ClassVar[Resource]
@@ -100,20 +131,11 @@ class Reflector(abc.ABC):
     recreate_on_invalid: ClassVar[bool] = True
 
     def __init__(self, context: "LoopContext") -> None:
-        self.context = context
-        self.settings = context.settings
-        self.name = f"reflect-{self.resource}"
-        resource_settings = self.settings.reflection.of(self.resource)
-        self.policy: Policy = resource_settings.policy
-        self._local_id = self.settings.local_cluster_id
-        self._twins = context.twins
-        self._recorder = context.recorder
-        self.log = logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
+        super().__init__(context)
         informers = context.informers
         self.ops = RemoteOps(Kube(informers.remote_client), self.api_kind, resource=self.resource,
                              field_manager=n.field_manager(self.settings.node_name))
         self._applied = AppliedMemo()
-        self.scope = offloaded_namespaces(informers, context.twins)
         self.local = self.scope.local_informer(self.resource, self.api_kind)
         self.remote = shared_informer(
             informers,
@@ -124,7 +146,6 @@ class Reflector(abc.ABC):
         )
         # Remote objects by local key, kept by the informer before any handler runs.
         self.remote.add_indexer(BY_ORIGIN, owned_by_origin(self._local_id, self.resource))
-        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
         self.controller.watch(self.local, self._local_key)
         self.controller.watch(self.remote, self._remote_key)
         self.controller.watch(self._twins.requests, self._keys_of_twin)
@@ -147,12 +168,6 @@ class Reflector(abc.ABC):
         # namespaces is "synced" before the namespaces were even read).
         pods = [self.pods] if self.pods is not None else []
         return [self.scope, self.local, self.remote, *pods, *self._twins.informers(), *self.extra_informers()]
-
-    def start(self) -> None:
-        self.controller.start()
-
-    def stop(self) -> None:
-        self.controller.stop()
 
     def resync_all(self) -> None:
         keys = {key for key in self.local.keys() if self._offloaded(key)} | set(self.reflected_keys())
