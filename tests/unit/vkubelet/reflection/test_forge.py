@@ -16,7 +16,6 @@ from vkubelet.reflection.secrets import forge_secret
 from vkubelet.reflection.services import forge_service
 from vkubelet.reflection.ingresses import forge_ingress
 from vkubelet.reflection.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_apply_body
-from vkubelet.reflection.applied import AppliedMemo, fingerprint
 from vkubelet.reflection.endpointslices import forge_endpointslice, routable_address, unremapped_endpoint_addresses
 from vkubelet.reflection.serviceaccounts import TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_sources
 from vkubelet.reflection.forge import event_fingerprint, says_something_new
@@ -325,34 +324,6 @@ def test_pvc_apply_body_keeps_the_immutable_spec_as_the_remote_claim_has_it():
     assert "volumeName" not in body["spec"], "the remote binder's field is never ours to apply"
     assert "pv.kubernetes.io/bind-completed" not in body["metadata"]["annotations"]
     assert body["metadata"]["labels"] == grown["metadata"]["labels"]
-
-
-def test_applied_memo_skips_only_the_same_body_over_the_version_it_answered():
-    memo = AppliedMemo()
-    desired = forge_configmap({"metadata": meta(), "data": {"a": "1"}}, ctx())
-    served = _as_served(desired)
-    key = "demo-local/settings"
-    assert not memo.unchanged(key, desired, served), "nothing applied yet (a restart): apply once"
-    memo.remember(key, desired, served)
-    assert memo.unchanged(key, copy.deepcopy(desired), served)
-    assert not memo.unchanged(key, desired, None), "no remote object: apply"
-    changed = forge_configmap({"metadata": meta(), "data": {"a": "2"}}, ctx())
-    assert not memo.unchanged(key, changed, served), "a local change is applied"
-    written = _as_served(desired)
-    written["metadata"]["resourceVersion"] = "8"
-    assert not memo.unchanged(key, desired, written), "someone else wrote it: our fields are applied again"
-    memo.forget(key)
-    assert not memo.unchanged(key, desired, served)
-
-
-def test_fingerprint_ignores_key_order():
-    assert fingerprint({"a": 1, "b": {"c": 2, "d": 3}}) == fingerprint({"b": {"d": 3, "c": 2}, "a": 1})
-    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
-
-
-def test_field_manager_names_the_virtual_node_within_the_api_limit():
-    assert n.field_manager("kube-offload-remote-1") == "kube-offload/kube-offload-remote-1"
-    assert len(n.field_manager("x" * 300)) == n.FIELD_MANAGER_MAX_LENGTH
 
 
 # --- service-account tokens ----------------------------------------------------------------------------
