@@ -80,7 +80,9 @@ def test_configmap_is_applied_by_the_vkubelets_field_manager(t, remote):
     t.local.apply({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": {"name": "cfg", "namespace": t.ns, "labels": {"app": "web", "tier": "gold"}},
                    "data": {"mode": "one", "level": "3"}})
-    cm = t.until_remote("configmap", "cfg", lambda o: o.get("data") == {"mode": "one", "level": "3"}, "created")
+    t.until_remote("configmap", "cfg", lambda o: o.get("data") == {"mode": "one", "level": "3"}, "created")
+    # kubectl hides managedFields unless asked.
+    cm = t.remote.kubectl_json("get", "configmap", "cfg", "-n", t.twin, "--show-managed-fields")
     assert _managers(cm).get(manager) == "Apply", f"{manager} should own the reflected fields: {_managers(cm)}"
     assert manager.startswith(c.REFLECTION_FIELD_MANAGER_PREFIX)
 
