@@ -107,6 +107,12 @@ ANNOTATION_DELETION_GRACE: Final = f"{DOMAIN}/deletion-grace-period-seconds"
 # Set by the enforcer on the pods it makes: the label and annotation keys it set from the
 # ShadowPod template and a digest of what it applied (kube_offload/pod_updates.py), so an
 # update removes only keys it set and never fights the provider's own admission.
+# The field manager prefix of reflection's server-side applies on the provider
+# (vkubelet/reflection/names.field_manager adds the virtual node's name): the fields a
+# consumer's virtual kubelet owns in a reflected object's managedFields, apart from the
+# fields the provider's own controllers and admission set, which reflection never
+# touches (docs/reflection.md "The rules").
+REFLECTION_FIELD_MANAGER_PREFIX: Final = "kube-offload/"
 ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
 
 # --- Reflection ----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload.runtime.interning import interned  # the caches share it; the bench swaps it here
 from vkubelet.reflection import names as reflection_names
-from vkubelet.reflection.forge.events import says_something_new
+from vkubelet.reflection.forge import says_something_new
 
 # The object identity every cache keeps: the informer keys objects by namespace/name and
 # compares resourceVersions on a re-list; uid, creationTimestamp and deletionTimestamp
@@ -55,7 +55,7 @@ REMOTE_POD_STATUS = (
 # sends. The lists are kept whole: a merge patch replaces a list, so the containers and
 # tolerations sent must be the template's own, complete.
 SHADOWPOD_TEMPLATE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
-# Event fields vkubelet/reflection/forge/events.py forge_local_event and events.py read.
+# Event fields vkubelet/reflection/events.py (forge_local_event and its reflector) reads.
 EVENT_FIELDS = (
     "type",
     "reason",
@@ -153,7 +153,7 @@ def trim_event(event: dict) -> dict:
     reason, count, the timestamps, the series' count and last time, the source component
     and reportingComponent; the message up to the 1,024 characters a copy takes.
     An Event never copied (the enforcer's routine PodCreated, one per pod:
-    forge.events.ROUTINE_REMOTE_EVENTS) keeps only what says so and what the informer
+    forge.ROUTINE_REMOTE_EVENTS) keeps only what says so and what the informer
     needs: name, namespace, resourceVersion, the involved kind, type and reason."""
     if not says_something_new(event):
         stub = _type_meta(event)
@@ -179,10 +179,9 @@ def trim_event(event: dict) -> dict:
 
 def trim_token_secret(secret: dict) -> dict:
     """The token Secrets of offloaded pods (service-account reflection), read by
-    vkubelet/reflection/serviceaccounts.py: token_secret_is_current (forge/serviceaccounts.py: origin UID,
-    issue and expiry annotations, which data keys exist and the namespace entry) and
-    forge.update_body (the whole metadata goes back in a PUT: finalizers and owner
-    references the remote side added must survive). Keeps the metadata whole, the type,
+    vkubelet/reflection/serviceaccounts.py: token_secret_is_current (origin UID,
+    issue and expiry annotations, which data keys exist and the namespace entry) and the
+    ownership check before an apply (labels). Keeps the metadata whole, the type,
     and the data keys with only the namespace entry's value: a token's value (a JWT,
     about 1.5 KiB) is written, never read back, and a renewal replaces all of data."""
     trimmed = _type_meta(secret)

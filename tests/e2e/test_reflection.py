@@ -122,8 +122,11 @@ def test_configmap_create_update_drift_delete(t):
     _patch(t.local, "configmap", t.ns, "cfg", {"data": {"mode": "two", "extra": "x"}})
     t.until_remote("configmap", "cfg", lambda o: o.get("data") == {"mode": "two", "extra": "x"}, "updated")
 
+    # Our field taken back; a key someone else added is theirs (server-side apply:
+    # test_reflection_ssa.py).
     _patch(t.remote, "configmap", t.twin, "cfg", {"data": {"mode": "drifted", "foreign": "y"}})
-    t.until_remote("configmap", "cfg", lambda o: o.get("data") == {"mode": "two", "extra": "x"}, "drift overwritten")
+    t.until_remote("configmap", "cfg", lambda o: o.get("data") == {"mode": "two", "extra": "x", "foreign": "y"},
+                   "drift overwritten")
 
     t.local.kubectl("delete", "configmap", "cfg", "-n", t.ns)
     t.until_remote_gone("configmap", "cfg")

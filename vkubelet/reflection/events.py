@@ -6,12 +6,13 @@ notes on the ShadowPod) shows on the local pod, in `kubectl describe pod` and
 The remote Events watched are those about Pods and ShadowPods (field-selected) in our
 usable twin namespaces only (namespace-scoped watches: the consumer may read Events
 nowhere else on the provider); one is copied only if it says something new (not the enforcer's routine PodCreated:
-forge.events.ROUTINE_REMOTE_EVENTS) and its object is one of ours (origin label) standing for a local pod that
+forge.ROUTINE_REMOTE_EVENTS) and its object is one of ours (origin label) standing for a local pod that
 still exists with the UID it was made for. The copy's name is derived from the remote
 Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
 and at most patches its count (create, and patch on AlreadyExists: no read); remote Events are never deleted locally (they expire
 with the local cluster's event TTL). The policy is read on the local pod.
 """
+
 
 from __future__ import annotations
 
@@ -21,27 +22,73 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Mapping
 
-from kube_offload.runtime import kinds
 from kube_offload import constants as c
-from kube_offload.runtime.controller import Controller, Requeue
+from kube_offload.remote_resources import is_ours
+from kube_offload.runtime import kinds
 from kube_offload.runtime.cache import Cache
+from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.times import parse_time_or_none
+from kube_offload.views import metadata as _meta
 from vkubelet import events as vk_events
-from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event, says_something_new
-from vkubelet.reflection import metrics
-from vkubelet.reflection.policy import Policy, should_reflect
+from vkubelet.reflection import metrics, names as n
 from vkubelet.reflection.caches import shared_informer
+from vkubelet.reflection.forge import event_count, event_fingerprint, event_time, says_something_new
+from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
 from vkubelet.reflection.settings import EVENTS
-from kube_offload.remote_resources import is_ours
-from kube_offload.times import parse_time_or_none
 from vkubelet.translation import origin_key, origin_uid
 from vkubelet.trim import trim_event
 
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
 
+# --- the forge (pure): the local Event to write, from the remote ones ------------------------------
+def forge_local_event(remote_event: Mapping, local_pod: Mapping, *, host: str, component: str, reporting_controller: str) -> dict:
+    """The local copy of a remote Event about the remote pod (or ShadowPod) standing for
+    ``local_pod``: same type, reason, message and count, about the local pod; named after
+    the remote Event's UID so it is made once."""
+    pod_meta = _meta(local_pod)
+    involved_remote = remote_event.get("involvedObject") or {}
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": pod_meta.get("namespace"),
+        "name": pod_meta.get("name"),
+        "uid": pod_meta.get("uid"),
+    }
+    if involved_remote.get("kind") == "Pod" and involved_remote.get("fieldPath"):
+        involved["fieldPath"] = involved_remote["fieldPath"]
+    source = remote_event.get("source") or {}
+    remote_source = source.get("component") or remote_event.get("reportingComponent") or ""
+    first = event_time(remote_event, "firstTimestamp", "eventTime")
+    last = event_time(remote_event, "lastTimestamp", "eventTime") or first
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": n.local_event_name(str(pod_meta.get("name") or ""), str(_meta(remote_event).get("uid") or "")),
+            "namespace": pod_meta.get("namespace"),
+            "annotations": {n.ANNOTATION_REMOTE_SOURCE: str(remote_source)},
+        },
+        "involvedObject": {k: v for k, v in involved.items() if v},
+        "type": remote_event.get("type") or "Normal",
+        "reason": remote_event.get("reason") or "",
+        "message": str(remote_event.get("message") or "")[:1024],
+        "count": event_count(remote_event),
+        "source": {"component": component, "host": host},
+        "reportingComponent": reporting_controller,
+        "reportingInstance": host,
+    }
+    if first:
+        event["firstTimestamp"] = first
+    if last:
+        event["lastTimestamp"] = last
+    return event
+
+
+# --- the reflector ------------------------------------------------------------
 # An Event may arrive before the pod it is about reaches our cache; a young one is
 # looked at again for this long.
 YOUNG_EVENT_SECONDS = 60.0

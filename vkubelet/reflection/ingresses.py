@@ -7,19 +7,27 @@ with no host (a catch-all) is not reflected; annotations it does not grant (cont
 configuration) and a default backend beside host rules are dropped; each with a Warning
 Event on the local Ingress."""
 
+
 from __future__ import annotations
 
 from typing import Mapping
 
-from kube_offload.runtime import kinds
 from kube_offload.provider_policy import ProviderPolicy
+from kube_offload.runtime import kinds
 from vkubelet import policy_fit
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.ingresses import forge_ingress
+from vkubelet.reflection.forge import ForgeContext, copy_fields, forge_metadata
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import INGRESSES
 
+# --- the forge (pure): the object to write, from the local one ------------------------------
+def forge_ingress(local: Mapping, ctx: ForgeContext) -> dict | None:
+    desired = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": forge_metadata(local, ctx)}
+    copy_fields(local, desired, ("spec",))
+    return desired
 
+
+# --- the reflector ------------------------------------------------------------
 class IngressReflector(Reflector):
     resource = INGRESSES
     kind = "Ingress"

@@ -10,7 +10,7 @@ from vkubelet.reflection.configmaps import ConfigMapReflector
 from vkubelet.reflection.custom_resources import reflector_for
 from vkubelet.reflection.endpointslices import EndpointSliceReflector
 from vkubelet.reflection.events import EventReflector
-from vkubelet.reflection.forge.object_events import KINDS as OBJECT_EVENT_KINDS
+from vkubelet.reflection.object_events import KINDS as OBJECT_EVENT_KINDS
 from vkubelet.reflection.ingresses import IngressReflector
 from vkubelet.reflection.object_events import ObjectEventReflector
 from vkubelet.reflection.pvcs import PersistentVolumeClaimReflector

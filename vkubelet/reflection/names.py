@@ -23,6 +23,17 @@ ROOT_CA_CONFIGMAP: Final = "kube-root-ca.crt"
 REFLECTED_ROOT_CA_CONFIGMAP: Final = "kube-offload-root-ca.crt"
 ROOT_CA_KEY: Final = "ca.crt"
 
+# The field manager of every remote write of one virtual kubelet's reflection
+# (server-side apply): its prefix is the contract (constants.py), the node name tells two
+# virtual kubelets of one consumer apart in the remote objects' managedFields.
+FIELD_MANAGER_MAX_LENGTH: Final = 128  # the API server refuses longer ones
+
+
+def field_manager(node_name: str) -> str:
+    """``kube-offload/<virtual node name>``, cut to the API's limit."""
+    return f"{c.REFLECTION_FIELD_MANAGER_PREFIX}{node_name}"[:FIELD_MANAGER_MAX_LENGTH]
+
+
 # Service-account token Secrets (one per offloaded pod that mounts a token).
 TOKEN_SECRET_PREFIX: Final = "kube-offload-token-"
 TOKEN_KEY: Final = "token"

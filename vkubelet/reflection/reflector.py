@@ -12,8 +12,13 @@ A reconcile reads the caches and converges:
 * the local object is gone, terminating, not selected by the policy, or its namespace is
   not offloaded here -> every remote object of ours standing for it is deleted (UID
   precondition: never one that replaced it meanwhile);
-* otherwise the desired object is forged (forge/) and created, or written over the
-  remote one when they differ (remote drift is overwritten; equal -> no write).
+* otherwise the desired object is forged (forge/) and server-side applied as this
+  virtual kubelet's field manager (names.field_manager), forced: the local object is the
+  only source of truth for every field it sets (someone else's change to one of them is
+  taken back), a field it stopped setting is removed, and the fields reflection never
+  sets (what the provider's admission defaults, its controllers add) stay as they are.
+  No comparison with the remote object: applied.py remembers what was applied, so an
+  unchanged object costs no request.
 
 Before it is written, the desired object is fitted to the provider's policy for us
 (``Consumer.spec.policy``, vkubelet/policy_fit.py): what its admission would refuse and can
@@ -58,7 +63,9 @@ from vkubelet.policy_fit import Fit
 from vkubelet.provider_terms import PolicyReader
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
+from vkubelet.reflection import names as n
 from vkubelet.reflection import usage
+from vkubelet.reflection.applied import AppliedMemo
 from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.remote_ops import RemoteOps
@@ -80,11 +87,42 @@ def is_terminating(obj: Mapping) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-class Reflector(abc.ABC):
-    """Local -> remote reflection of one resource type (subclassed per type)."""
+class ReflectionLoop(abc.ABC):
+    """What every reflection loop over the offloaded namespaces shares: its resource's
+    settings (policy, workers), the twins, the scope of offloaded namespaces, one
+    controller, and the Loop protocol's start and stop. The generic :class:`Reflector`
+    and the Events of reflected objects (object_events.py) are both one."""
 
     # The resource type: settings key, LABEL_REFLECTOR value, flag names.
     resource: ClassVar[str]
+
+    def __init__(self, context: "LoopContext", *, name: str | None = None, logger: logging.Logger | None = None) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.name = name or f"reflect-{self.resource}"
+        resource_settings = self.settings.reflection.of(self.resource)
+        self.policy: Policy = resource_settings.policy
+        self._local_id = self.settings.local_cluster_id
+        self._twins = context.twins
+        self._recorder = context.recorder
+        self.log = logger or logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
+        self.scope = offloaded_namespaces(context.informers, context.twins)
+        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
+
+    @abc.abstractmethod
+    def reconcile(self, key: str) -> None:
+        """Converge the object of ``key``; raise Requeue to look again later."""
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+class Reflector(ReflectionLoop):
+    """Local -> remote reflection of one resource type (subclassed per type)."""
+
     kind: ClassVar[str]
     # The kind in the API (kube_offload.runtime.kinds: CONFIG_MAPS, ENDPOINT_SLICES...).
     api_kind: ClassVar[Resource]
@@ -93,18 +131,11 @@ class Reflector(abc.ABC):
     recreate_on_invalid: ClassVar[bool] = True
 
     def __init__(self, context: "LoopContext") -> None:
-        self.context = context
-        self.settings = context.settings
-        self.name = f"reflect-{self.resource}"
-        resource_settings = self.settings.reflection.of(self.resource)
-        self.policy: Policy = resource_settings.policy
-        self._local_id = self.settings.local_cluster_id
-        self._twins = context.twins
-        self._recorder = context.recorder
-        self.log = logging.getLogger(f"kube_offload.vkubelet.reflection.{self.resource}")
+        super().__init__(context)
         informers = context.informers
-        self.ops = RemoteOps(Kube(informers.remote_client), self.api_kind, resource=self.resource)
-        self.scope = offloaded_namespaces(informers, context.twins)
+        self.ops = RemoteOps(Kube(informers.remote_client), self.api_kind, resource=self.resource,
+                             field_manager=n.field_manager(self.settings.node_name))
+        self._applied = AppliedMemo()
         self.local = self.scope.local_informer(self.resource, self.api_kind)
         self.remote = shared_informer(
             informers,
@@ -115,7 +146,6 @@ class Reflector(abc.ABC):
         )
         # Remote objects by local key, kept by the informer before any handler runs.
         self.remote.add_indexer(BY_ORIGIN, owned_by_origin(self._local_id, self.resource))
-        self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=self.log)
         self.controller.watch(self.local, self._local_key)
         self.controller.watch(self.remote, self._remote_key)
         self.controller.watch(self._twins.requests, self._keys_of_twin)
@@ -139,12 +169,6 @@ class Reflector(abc.ABC):
         pods = [self.pods] if self.pods is not None else []
         return [self.scope, self.local, self.remote, *pods, *self._twins.informers(), *self.extra_informers()]
 
-    def start(self) -> None:
-        self.controller.start()
-
-    def stop(self) -> None:
-        self.controller.stop()
-
     def resync_all(self) -> None:
         keys = {key for key in self.local.keys() if self._offloaded(key)} | set(self.reflected_keys())
         for key in keys:
@@ -167,15 +191,11 @@ class Reflector(abc.ABC):
             return False
         return bool(self.pods.index_keys(usage.USES_INDEX[self.kind], key))
 
-    def remote_view(self, current: Mapping) -> Mapping:
-        """The remote object without what the remote cluster rightly sets itself."""
-        return current
-
-    def is_up_to_date(self, desired: Mapping, current: Mapping) -> bool:
-        return f.is_up_to_date(desired, self.remote_view(current))
-
-    def update_body(self, desired: Mapping, current: Mapping) -> dict:
-        return f.update_body(desired, current)
+    def apply_body(self, desired: dict, current: Mapping | None) -> dict:
+        """What to apply for ``desired`` over the remote object ``current`` (None: none
+        yet): ``desired`` itself, but for kinds whose remote copy has immutable fields
+        that the local object cannot be followed in (a claim)."""
+        return desired
 
     def extra_informers(self) -> list[Cache]:
         return []
@@ -332,50 +352,50 @@ class Reflector(abc.ABC):
         meta = remote.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return
+        self._applied.forget(f"{meta['namespace']}/{meta['name']}")
         if self.ops.delete(meta["namespace"], meta["name"], meta.get("uid")):
             logger.info("deleted remote %s %s/%s: %s", self.kind, meta["namespace"], meta["name"], why)
 
     def _apply(self, local: Mapping, desired: dict, logger: logging.LoggerAdapter) -> None:
         meta = desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        current = self.remote.get(f"{namespace}/{name}")
+        key = f"{namespace}/{name}"
+        current = self.remote.get(key)
         if current is None:
+            # Our cache holds only objects with our labels: one of that name may be there
+            # that is not ours, and an apply would take it over. Read it first (this is
+            # the one extra request of a creation; a race with a foreign create in
+            # between is the only way we could write over one).
             try:
-                self.ops.create(namespace, desired)
-                logger.info("created remote %s %s/%s", self.kind, namespace, name)
-                return
+                current = self.ops.read(namespace, name)
             except ApiError as exc:
-                if exc.already_exists:
-                    current = self.ops.read(namespace, name)
-                    if current is None:  # created by someone else, and deleted already
-                        raise Requeue(0.5, "the remote object went away; creating it again") from exc
-                elif exc.not_found:
-                    raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
-                elif exc.transient or exc.conflict:
+                if exc.transient or exc.conflict:
                     raise
-                else:
-                    self._refused(local, f"refused {self.kind} {namespace}/{name}: {exc.message}", logger)
-            if not self.owns(current):
+                self._refused(local, f"refused reading {self.kind} {namespace}/{name}: {exc.message}", logger)
+            if current is not None and not self.owns(current):
                 self._conflict(local, current, logger)
-        if self.is_up_to_date(desired, current):
+        body = self.apply_body(desired, current)
+        if self._applied.unchanged(key, body, current):
             return
         try:
-            self.ops.replace(namespace, name, self.update_body(desired, current))
-            logger.info("updated remote %s %s/%s", self.kind, namespace, name)
+            answer = self.ops.apply(namespace, body, creates=current is None)
         except ApiError as exc:
             if exc.not_found:
-                raise Requeue(0.5, "the remote object went away; creating it again") from exc
-            if exc.status == 422 and self.recreate_on_invalid:
+                raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
+            if exc.status == 422 and self.recreate_on_invalid and current is not None:
                 # An immutable field changed locally (an immutable ConfigMap's data, a
                 # Secret's type, a Service's type...): only a new object can follow it.
                 self.ops.delete(namespace, name, (current.get("metadata") or {}).get("uid"))
+                self._applied.forget(key)
                 logger.info(
                     "remote %s %s/%s cannot be updated in place (%s): recreating it", self.kind, namespace, name, exc.message
                 )
                 raise Requeue(0.5, "recreating") from exc
             if exc.transient or exc.conflict:
                 raise
-            self._refused(local, f"refused the update of {self.kind} {namespace}/{name}: {exc.message}", logger)
+            self._refused(local, f"refused {self.kind} {namespace}/{name}: {exc.message}", logger)
+        self._applied.remember(key, body, answer)
+        logger.info("%s remote %s %s/%s", "created" if current is None else "applied", self.kind, namespace, name)
 
     def _conflict(self, local: Mapping, current: Mapping, logger: logging.LoggerAdapter) -> None:
         meta = current.get("metadata") or {}

@@ -1,5 +1,10 @@
-"""Create / read / replace / delete of the remote objects reflection writes, through the
-API layer (kube_offload/runtime/kube.py), every write counted (metrics.py)."""
+"""Apply / read / delete of the remote objects reflection writes, through the API layer
+(kube_offload/runtime/kube.py), every write counted (metrics.py).
+
+Every write is a server-side apply as this virtual kubelet's field manager
+(names.field_manager), forced: the local object is the only source of truth for the
+fields reflection sets, and the fields it does not set (what the provider's admission
+defaults, its controllers add) stay whoever's they are."""
 
 from __future__ import annotations
 
@@ -11,27 +16,42 @@ from vkubelet.reflection import metrics
 
 
 class RemoteOps:
-    """Create / read / replace / delete of one namespaced ``kind`` through the API layer;
-    every write is counted for ``resource`` (vkubelet/reflection/metrics.py)."""
+    """Apply / read / delete of one namespaced ``kind`` through the API layer as
+    ``field_manager``; every write is counted for ``resource``
+    (vkubelet/reflection/metrics.py)."""
 
-    def __init__(self, kube: Kube, kind: Resource, *, resource: str) -> None:
+    def __init__(self, kube: Kube, kind: Resource, *, resource: str, field_manager: str) -> None:
         self._kube = kube
         self._kind = kind
         self._resource = resource
+        self.field_manager = field_manager
 
-    def create(self, namespace: str, body: Mapping) -> dict:
-        created = self._kube.create(self._kind, dict(body), namespace=namespace)
+    def apply(self, namespace: str, body: Mapping, *, creates: bool) -> dict:
+        """Server-side apply of ``body`` (forced); ``creates``: no object of that name was
+        there (counted as a create, else as an update)."""
+        applied = self._kube.apply(self._kind, dict(body), namespace=namespace, force=True, field_manager=self.field_manager)
+        metrics.wrote(self._resource, metrics.OPERATION_CREATE if creates else metrics.OPERATION_UPDATE)
+        return applied
+
+    def create_new(self, namespace: str, body: Mapping) -> dict | None:
+        """POST ``body`` as a new object; None if an object of that name is already there
+        (ours or not: the caller reads it and decides). For objects whose set of fields
+        never changes after creation (token Secrets: the keys follow the pod's
+        audiences, and a pod's volumes are immutable), so the fields this create sets as
+        an Update entry never need removing by a later apply; it saves the read that an
+        apply of a name not in our cache needs (one request per offloaded pod)."""
+        try:
+            created = self._kube.create(self._kind, dict(body), namespace=namespace)
+        except ApiError as exc:
+            if exc.already_exists:
+                return None
+            raise
         metrics.wrote(self._resource, metrics.OPERATION_CREATE)
         return created
 
-    def read(self, namespace: str, name: str) -> dict:
-        return self._kube.get(self._kind, name, namespace=namespace)
-
-    def replace(self, namespace: str, name: str, body: Mapping) -> dict:
-        replaced = self._kube.replace(self._kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}},
-                                      namespace=namespace)
-        metrics.wrote(self._resource, metrics.OPERATION_UPDATE)
-        return replaced
+    def read(self, namespace: str, name: str) -> dict | None:
+        """The object, or None if there is none of that name."""
+        return self._kube.get_or_none(self._kind, name, namespace=namespace)
 
     def delete(self, namespace: str, name: str, uid: str | None) -> bool:
         """Delete if it is still the object with ``uid``; False if already gone or replaced."""

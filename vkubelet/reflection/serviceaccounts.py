@@ -14,44 +14,34 @@ reflected kube-root-ca.crt. Tokens are renewed once 80 % of their lifetime has p
 neither re-requests fresh tokens nor lets old ones expire.
 """
 
+
 from __future__ import annotations
 
+import base64
 import logging
 import threading
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Iterable
 
+from kube_offload import constants as c
 from kube_offload.constants import API_SERVER_HOME
 from kube_offload.runtime import kinds
-from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.cache import Cache
+from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import only_status_changed
-from kube_offload.times import parse_time_or_none
+from kube_offload.times import parse_time_or_none, format_time
+from kube_offload.views import metadata as _meta
 from vkubelet.home_api.pod_access import resolve_mode
 from vkubelet.indexes import BY_ORIGIN
-from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.serviceaccounts import (
-    TokenSource,
-    forge_token_secret,
-    service_account_name,
-    token_refresh_at,
-    token_secret_is_current,
-    token_sources,
-)
-from vkubelet.reflection import metrics
-from vkubelet.reflection import names as n
-from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
-from vkubelet.reflection.reflector import (
-    CONFLICT_RETRY_SECONDS,
-    REASON_REFLECTION_CONFLICT,
-    REASON_REFLECTION_FAILED,
-    REFUSED_RETRY_SECONDS,
-    is_terminating,
-)
-from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
+from vkubelet.reflection import forge as f, metrics, names as n
+from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
+from vkubelet.reflection.forge import ForgeContext
+from vkubelet.reflection.reflector import CONFLICT_RETRY_SECONDS, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED, REFUSED_RETRY_SECONDS, is_terminating
+from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS
 from vkubelet.translation import origin_key
 from vkubelet.trim import trim_token_secret
@@ -59,6 +49,104 @@ from vkubelet.trim import trim_token_secret
 if TYPE_CHECKING:
     from vkubelet.runner import LoopContext
 
+# --- the forge (pure): the object to write, from the local one ------------------------------
+TOKEN_SECRET_TYPE = c.REFLECTED_TOKEN_SECRET_TYPE
+
+
+@dataclass(frozen=True)
+class TokenSource:
+    """One token a pod mounts: the Secret key it is kept under and its audience (None:
+    the API server's own, as in the standard service-account volume)."""
+
+    key: str
+    audience: str | None
+
+
+def service_account_name(pod: Mapping) -> str:
+    spec = pod.get("spec") or {}
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+
+
+def token_sources(pod: Mapping) -> list[TokenSource]:
+    """The tokens ``pod`` mounts (projected serviceAccountToken sources), one per audience."""
+    found: dict[str, TokenSource] = {}
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            token = source.get("serviceAccountToken")
+            if isinstance(token, dict):
+                audience = token.get("audience") or None
+                key = n.token_key(audience)
+                found.setdefault(key, TokenSource(key, audience))
+    return sorted(found.values(), key=lambda s: s.key)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def forge_token_secret(
+    pod: Mapping,
+    ctx: ForgeContext,
+    *,
+    tokens: Mapping[str, str],
+    issued: datetime,
+    expires: datetime,
+) -> dict:
+    """The remote Secret the offloaded pod mounts in place of its projected token:
+    ``tokens`` (key -> JWT of the LOCAL API server), and the pod's LOCAL namespace (the
+    remote pod's own namespace is the twin's name)."""
+    meta = _meta(pod)
+    data = {key: _b64(value) for key, value in tokens.items()}
+    data[n.NAMESPACE_KEY] = _b64(str(meta.get("namespace") or ""))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": TOKEN_SECRET_TYPE,
+        "metadata": {
+            "name": n.token_secret_name(str(meta.get("name") or "")),
+            "namespace": ctx.remote_namespace,
+            "labels": {c.LABEL_ORIGIN_CLUSTER_ID: ctx.local_cluster_id, n.LABEL_REFLECTOR: ctx.reflector},
+            "annotations": {
+                c.ANNOTATION_ORIGIN_NAMESPACE: str(meta.get("namespace") or ""),
+                c.ANNOTATION_ORIGIN_NAME: str(meta.get("name") or ""),
+                c.ANNOTATION_ORIGIN_UID: str(meta.get("uid") or ""),
+                n.ANNOTATION_TOKEN_ISSUED: format_time(issued),
+                n.ANNOTATION_TOKEN_EXPIRES: format_time(expires),
+            },
+        },
+        "data": data,
+    }
+
+
+def token_refresh_at(secret: Mapping, refresh_fraction: float) -> datetime | None:
+    """When the tokens of ``secret`` are due for renewal (None: unknown, now)."""
+    annotations = _meta(secret).get("annotations") or {}
+    issued = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_ISSUED))
+    expires = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_EXPIRES))
+    if issued is None or expires is None or expires <= issued:
+        return None
+    return issued + (expires - issued) * refresh_fraction
+
+
+def token_secret_is_current(
+    secret: Mapping, pod: Mapping, sources: Iterable[TokenSource], *, now: datetime, refresh_fraction: float
+) -> bool:
+    """Whether ``secret`` serves ``pod`` as it is: made for this pod (UID), holds a token
+    for every audience the pod mounts and its namespace, and is not due for renewal."""
+    meta, pod_meta = _meta(secret), _meta(pod)
+    annotations = meta.get("annotations") or {}
+    if annotations.get(c.ANNOTATION_ORIGIN_UID) != pod_meta.get("uid"):
+        return False
+    data = secret.get("data") or {}
+    if data.get(n.NAMESPACE_KEY) != _b64(str(pod_meta.get("namespace") or "")):
+        return False
+    if set(data) != {s.key for s in sources} | {n.NAMESPACE_KEY}:
+        return False
+    refresh_at = token_refresh_at(secret, refresh_fraction)
+    return refresh_at is not None and now < refresh_at
+
+
+# --- the reflector ------------------------------------------------------------
 log = logging.getLogger("kube_offload.vkubelet.reflection.serviceaccounts")
 
 
@@ -76,7 +164,8 @@ class ServiceAccountTokenReflector:
         self._renew_fraction = self.settings.reflection.token_renew_fraction
         informers = context.informers
         self._local = Kube(informers.local_client)
-        self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource)
+        self.ops = RemoteOps(Kube(informers.remote_client), kinds.SECRETS, resource=self.resource,
+                             field_manager=n.field_manager(self.settings.node_name))
         self.local_pods = informers.local_pods()
         self.remote = shared_informer(
             informers, "remote", SECRETS, kinds.SECRETS,
@@ -227,17 +316,19 @@ class ServiceAccountTokenReflector:
         meta = desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         if current is None:
+            # Our cache holds only Secrets with our labels, so a Secret of that name that
+            # is not ours may stand there: a create cannot take it over (409), where an
+            # apply would. One request per pod, the read only when the name is taken.
             try:
-                self.ops.create(namespace, desired)
-                logger.info("created token Secret %s/%s", namespace, name)
-                return
+                if self.ops.create_new(namespace, desired) is not None:
+                    logger.info("created token Secret %s/%s", namespace, name)
+                    return
             except ApiError as exc:
                 if exc.not_found:
                     raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
-                if not exc.already_exists:
-                    raise
+                raise
             current = self.ops.read(namespace, name)
-            if not self.owns(current):
+            if current is not None and not self.owns(current):
                 message = (
                     f"the remote Secret {namespace}/{name} was not created by kube-offload and is left alone; "
                     "the pod gets no token"
@@ -247,9 +338,9 @@ class ServiceAccountTokenReflector:
                 metrics.failed(self.resource, REASON_REFLECTION_CONFLICT)
                 raise Requeue(CONFLICT_RETRY_SECONDS, message)
         try:
-            self.ops.replace(namespace, name, f.update_body(desired, current))
-            logger.info("renewed token Secret %s/%s", namespace, name)
+            self.ops.apply(namespace, desired, creates=current is None)
         except ApiError as exc:
             if exc.not_found:
-                raise Requeue(0.5, "the token Secret went away; creating it again") from exc
+                raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
             raise
+        logger.info("%s token Secret %s/%s", "created" if current is None else "renewed", namespace, name)

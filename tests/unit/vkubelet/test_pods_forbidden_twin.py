@@ -194,11 +194,16 @@ def reflector(monkeypatch):
     reflector.calls = []
     reflector.warnings = []
 
-    def create(namespace, body):
-        reflector.calls.append(("create", namespace, body["metadata"]["name"]))
+    def read(namespace, name):
+        reflector.calls.append(("read", namespace, name))
+        return None
+
+    def apply(namespace, body, *, creates):
+        reflector.calls.append(("apply", namespace, body["metadata"]["name"]))
         raise ApiError(403, "Forbidden", "configmaps is forbidden")
 
-    monkeypatch.setattr(reflector.ops, "create", create)
+    monkeypatch.setattr(reflector.ops, "read", read)
+    monkeypatch.setattr(reflector.ops, "apply", apply)
     monkeypatch.setattr(recorder, "warning", lambda obj, reason, message: reflector.warnings.append((reason, message)))
     return reflector
 
@@ -215,5 +220,5 @@ def test_a_reflector_writes_nothing_to_a_forbidden_twin_and_leaves_the_report_to
 def test_control_a_reflector_with_a_readable_twin_creates_its_copy(reflector):
     with pytest.raises(Requeue):  # the fake API refuses, as a revoked RoleBinding would
         reflector.reconcile("ns/settings")
-    assert reflector.calls == [("create", TWIN, "settings")]
+    assert reflector.calls == [("read", TWIN, "settings"), ("apply", TWIN, "settings")]
     assert [reason for reason, _ in reflector.warnings] == ["ReflectionFailed"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -32,14 +32,9 @@ from vkubelet.ip_remapping import NO_REMAPPING, RemappingSettings
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import choose_remote_pod
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.serviceaccounts import (
-    TokenSource,
-    forge_token_secret,
-    token_refresh_at,
-    token_secret_is_current,
-    token_sources,
-)
-from vkubelet.reflection.forge.events import event_count, forge_local_event, says_something_new
+from vkubelet.reflection.serviceaccounts import TokenSource, token_refresh_at, token_secret_is_current, token_sources
+from vkubelet.reflection.forge import event_count, says_something_new
+from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection import names as n
 from vkubelet.reflection.events import event_age_seconds
 from vkubelet.settings import Settings
@@ -267,7 +262,7 @@ def test_event_with_series_source_field_path_and_a_long_message(objects):
 def test_token_secret_keeps_metadata_whole_and_data_keys_without_the_tokens(objects):
     secret = objects["token_secret"]
     trimmed = trim.trim_token_secret(copy.deepcopy(secret))
-    assert trimmed["metadata"] == secret["metadata"]  # update_body sends it back whole
+    assert trimmed["metadata"] == secret["metadata"]
     assert trimmed["type"] == secret["type"]
     assert set(trimmed["data"]) == set(secret["data"]) == {"token", n.NAMESPACE_KEY}
     assert trimmed["data"]["token"] == "" and trimmed["data"][n.NAMESPACE_KEY] == secret["data"][n.NAMESPACE_KEY]
@@ -289,9 +284,6 @@ def test_token_secret_readers_answer_the_same_from_a_trimmed_secret(objects):
     assert token_secret_is_current(trimmed, pod, sources, now=issued + timedelta(minutes=1), refresh_fraction=0.8)
     assert token_refresh_at(trimmed, 0.8) == token_refresh_at(secret, 0.8)
     assert f.is_owned(trimmed, LOCAL_ID, "serviceaccounts") and origin_key(trimmed) == origin_key(secret)
-    ctx = f.ForgeContext(local_cluster_id=LOCAL_ID, remote_namespace="bench-scale-local", reflector="serviceaccounts")
-    desired = forge_token_secret(pod, ctx, tokens={"token": "jwt"}, issued=datetime.now(timezone.utc), expires=datetime.now(timezone.utc))
-    assert f.update_body(desired, trimmed) == f.update_body(desired, secret)
 
 
 # --- local pods, PriorityClasses, interning ----------------------------------------------------

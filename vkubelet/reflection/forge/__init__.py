@@ -1,8 +1,9 @@
-"""The remote object reflection wants for a local one, and the checks around it (pure):
-what every kind shares here, what differs in one module per kind beside it
-(``configmaps``, ``secrets``, ``services``, ``endpointslices``, ``ingresses``, ``pvcs``,
-``serviceaccounts`` for the pods' token Secrets, ``events`` for the remote Events copied
-back), named as the reflector modules of vkubelet/reflection/ that use them.
+"""What every reflected kind's forge shares (pure): the metadata of every reflected
+object, the ownership check, copying fields, and the Event helpers both Event reflectors
+and the cache trimmer use. Each kind's own forge sits with its reflector in one module
+per kind (vkubelet/reflection/``configmaps``, ``secrets``, ``services``,
+``endpointslices``, ``ingresses``, ``pvcs``, ``serviceaccounts`` for the pods' token
+Secrets, ``events`` and ``object_events`` for the remote Events copied back).
 
 Every ``forge_*`` takes the local object as the API serves it (a dict) and a
 :class:`ForgeContext`, and returns the desired remote object, or None when this object is
@@ -23,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from kube_offload import constants as c
+from kube_offload.reasons import REASON_POD_CREATED
+from kube_offload.times import format_time, parse_time_or_none
 from kube_offload.views import metadata as _meta
 from vkubelet.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.reflection import names as n
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-_TOP_LEVEL_META = ("apiVersion", "kind", "metadata")
 
 
 class Unreflectable(Exception):
@@ -80,44 +82,48 @@ def is_owned(remote: Mapping, local_cluster_id: str, reflector: str) -> bool:
     return labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == local_cluster_id and labels.get(n.LABEL_REFLECTOR) == reflector
 
 
-# --- comparison and update ----------------------------------------------------------------------------
-def _without(mapping: Mapping | None, foreign: Callable[[str], bool] | None) -> dict:
-    return {k: v for k, v in (mapping or {}).items() if not (foreign and foreign(k))}
-
-
-def is_up_to_date(desired: Mapping, current: Mapping, *, foreign_annotation: Callable[[str], bool] | None = None) -> bool:
-    """Whether ``current`` (the remote object, as comparable: see the reflectors'
-    ``remote_view``) already is ``desired``: labels equal, annotations equal bar those the
-    remote side owns, every other top-level field but status equal (absent, null and
-    empty alike). Both sides were defaulted by an API server, so equality is exact: a
-    field someone added remotely is drift too."""
-    dm, cm = _meta(desired), _meta(current)
-    if (dm.get("labels") or {}) != (cm.get("labels") or {}):
-        return False
-    if _without(dm.get("annotations"), foreign_annotation) != _without(cm.get("annotations"), foreign_annotation):
-        return False
-    keys = (set(desired) | set(current)) - {*_TOP_LEVEL_META, "status"}
-    return all((desired.get(key) or None) == (current.get(key) or None) for key in keys)
-
-
-def update_body(desired: Mapping, current: Mapping, *, foreign_annotation: Callable[[str], bool] | None = None) -> dict:
-    """What to PUT to turn ``current`` into ``desired``: desired's fields and labels and
-    annotations on current's metadata (resourceVersion for optimistic concurrency,
-    finalizers and owner references that remote controllers may have added, and the
-    annotations the remote side owns)."""
-    body = copy.deepcopy(dict(desired))
-    meta = {k: copy.deepcopy(v) for k, v in _meta(current).items() if k != "managedFields"}
-    annotations = dict(_meta(desired).get("annotations") or {})
-    if foreign_annotation:
-        annotations.update({k: v for k, v in (meta.get("annotations") or {}).items() if foreign_annotation(k)})
-    meta["labels"] = dict(_meta(desired).get("labels") or {})
-    meta["annotations"] = annotations
-    body["metadata"] = meta
-    return body
-
-
+# --- copying -----------------------------------------------------------------------------------------
 def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
     """Deep copies: a forged object must never share structure with the informer's cache."""
     for key in keys:
         if key in source and source[key] is not None:
             target[key] = copy.deepcopy(source[key])
+
+
+# --- Events (the two Event reflectors, events.py and object_events.py, and the cache trimmer) ---
+def event_time(event: Mapping, *names: str) -> str | None:
+    """The first of ``names`` the Event has, at second precision (what a core/v1 Event's
+    timestamps carry; Events written through events.k8s.io have only eventTime)."""
+    for name in names:
+        moment = parse_time_or_none(event.get(name))
+        if moment is not None:
+            return format_time(moment)
+    moment = parse_time_or_none((event.get("series") or {}).get("lastObservedTime")) or parse_time_or_none(
+        _meta(event).get("creationTimestamp")
+    )
+    return format_time(moment) if moment is not None else None
+
+
+# Remote Events (involved kind, type, reason) whose copy would tell the local pod nothing
+# it does not say already: PodCreated on a ShadowPod (its first pod was made; today's
+# enforcer no longer writes it, an older provider's still does) repeats the vkubelet's
+# own Offloaded Event, written when the ShadowPod was
+# created. A local Event write per pod for nothing (issue 27). What the provider says
+# beyond the routine is copied: recreations, refusals, updates, the remote scheduler's
+# and kubelet's Events (Scheduled, Pulled, Created, Started, BackOff...).
+ROUTINE_REMOTE_EVENTS = frozenset({(c.SHADOWPOD_KIND, "Normal", REASON_POD_CREATED)})
+
+
+def says_something_new(remote_event: Mapping) -> bool:
+    """Whether a remote Event is worth a local copy (ROUTINE_REMOTE_EVENTS are not)."""
+    involved = remote_event.get("involvedObject") or {}
+    return (involved.get("kind"), remote_event.get("type") or "Normal", remote_event.get("reason")) not in ROUTINE_REMOTE_EVENTS
+
+
+def event_count(event: Mapping) -> int:
+    return int(event.get("count") or (event.get("series") or {}).get("count") or 1)
+
+
+def event_fingerprint(event: Mapping) -> tuple:
+    """What a write of a local copy changes: equal fingerprints, nothing to write."""
+    return tuple(event.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))

@@ -1,5 +1,5 @@
 """The pure forges of resource reflection: local object in, desired remote object out,
-and the comparison that decides whether a write is needed."""
+and what is applied over an existing remote object."""
 
 import base64
 import copy
@@ -11,25 +11,15 @@ from kube_offload import constants as c
 from kube_offload.times import parse_time_or_none
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.reflection import forge as f
-from vkubelet.reflection.forge.configmaps import forge_configmap
-from vkubelet.reflection.forge.secrets import forge_secret
-from vkubelet.reflection.forge.services import forge_service, service_remote_view
-from vkubelet.reflection.forge.ingresses import forge_ingress
-from vkubelet.reflection.forge.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_is_up_to_date, pvc_update_body
-from vkubelet.reflection.forge.endpointslices import (
-    forge_endpointslice,
-    routable_address,
-    unremapped_endpoint_addresses,
-)
-from vkubelet.reflection.forge.serviceaccounts import (
-    TokenSource,
-    forge_token_secret,
-    service_account_name,
-    token_refresh_at,
-    token_secret_is_current,
-    token_sources,
-)
-from vkubelet.reflection.forge.events import event_fingerprint, forge_local_event, says_something_new
+from vkubelet.reflection.configmaps import forge_configmap
+from vkubelet.reflection.secrets import forge_secret
+from vkubelet.reflection.services import forge_service
+from vkubelet.reflection.ingresses import forge_ingress
+from vkubelet.reflection.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_apply_body
+from vkubelet.reflection.endpointslices import forge_endpointslice, routable_address, unremapped_endpoint_addresses
+from vkubelet.reflection.serviceaccounts import TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_sources
+from vkubelet.reflection.forge import event_fingerprint, says_something_new
+from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
 from vkubelet.reflection import names as n
 
@@ -290,91 +280,50 @@ def test_pvc_legacy_class_annotation_is_read_and_not_copied():
     assert "volume.beta.kubernetes.io/storage-class" not in desired["metadata"]["annotations"]
 
 
-# --- comparison ---------------------------------------------------------------------------------------
+# --- what is applied ---------------------------------------------------------------------------------
 def _as_served(desired: dict, **server_fields) -> dict:
     """What the remote API server returns for ``desired``: its metadata and defaults added."""
     served = copy.deepcopy(desired)
-    served["metadata"].update(uid="remote-uid", resourceVersion="7", creationTimestamp="2026-01-01T00:00:00Z",
-                              managedFields=[{"manager": "kube-offload-vkubelet"}])
+    served["metadata"].update(uid="remote-uid", resourceVersion="7", creationTimestamp="2026-01-01T00:00:00Z")
     for key, value in server_fields.items():
         served[key] = value
     return served
 
 
-def test_served_service_with_remote_allocations_is_up_to_date():
-    desired = forge_service(_service(), ctx("services"))
-    served = _as_served(desired)
-    served["spec"].update(clusterIP="10.1.0.5", clusterIPs=["10.1.0.5"], ipFamilies=["IPv4"], healthCheckNodePort=32000)
-    served["spec"]["ports"][0]["nodePort"] = 31111
-    served["status"] = {"loadBalancer": {}}
-    assert f.is_up_to_date(desired, service_remote_view(served))
-    assert not f.is_up_to_date(desired, served), "allocations are only ignored through the remote view"
-    assert served["spec"]["clusterIP"] == "10.1.0.5", "the view must not modify the cached object"
+def test_service_forge_never_applies_what_a_cluster_allocates():
+    local = _service()
+    local["spec"].update(clusterIP="10.0.0.9", clusterIPs=["10.0.0.9"], ipFamilies=["IPv4"], healthCheckNodePort=32000)
+    local["spec"]["ports"][0]["nodePort"] = 31111
+    desired = forge_service(local, ctx("services"))
+    for key in ("clusterIP", "clusterIPs", "ipFamilies", "healthCheckNodePort"):
+        assert key not in desired["spec"], key
+    assert all("nodePort" not in port for port in desired["spec"]["ports"])
 
 
-def test_remote_drift_is_detected():
-    desired = forge_service(_service(), ctx("services"))
-    view = lambda obj: service_remote_view(obj)  # noqa: E731
-    drifted = _as_served(desired)
-    drifted["spec"]["sessionAffinity"] = "ClientIP"
-    assert not f.is_up_to_date(desired, view(drifted))
-    added = _as_served(desired)
-    added["spec"]["externalIPs"] = ["192.0.2.1"]  # a field the local Service does not have
-    assert not f.is_up_to_date(desired, view(added))
-    relabelled = _as_served(desired)
-    relabelled["metadata"]["labels"]["extra"] = "x"
-    assert not f.is_up_to_date(desired, view(relabelled))
-    annotated = _as_served(desired)
-    del annotated["metadata"]["annotations"]["note"]
-    assert not f.is_up_to_date(desired, view(annotated))
-    more_ports = _as_served(desired)
-    more_ports["spec"]["ports"].append({"port": 81})
-    assert not f.is_up_to_date(desired, view(more_ports))
+def test_pvc_apply_body_is_the_forged_claim_until_it_exists():
+    desired = forge_pvc(_pvc(), ctx("persistentvolumeclaims"))
+    assert pvc_apply_body(desired, None) == desired
+    assert pvc_apply_body(desired, None) is not desired
 
 
-def test_data_compared_exactly_and_empty_equals_absent():
-    desired = forge_configmap({"metadata": meta(), "data": {"a": "1"}}, ctx())
-    assert f.is_up_to_date(desired, _as_served(desired))
-    assert not f.is_up_to_date(desired, _as_served(desired, data={"a": "1", "b": "2"}))
-    assert not f.is_up_to_date(desired, _as_served(desired, binaryData={"b": "AA=="}))
-    emptied = forge_configmap({"metadata": meta()}, ctx())
-    assert not f.is_up_to_date(emptied, _as_served(emptied, data={"a": "1"}))
-    assert f.is_up_to_date(emptied, _as_served(emptied, data={}))
-    ingress = forge_ingress({"metadata": meta(), "spec": {"rules": [{"host": "a"}]}}, ctx("ingresses"))
-    classed = _as_served(ingress)
-    classed["spec"]["ingressClassName"] = "other"
-    assert not f.is_up_to_date(ingress, classed)
-    assert f.is_up_to_date(ingress, _as_served(ingress, status={"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}))
-
-
-def test_update_body_is_desired_on_the_remote_metadata():
-    desired = forge_configmap({"metadata": meta(), "data": {"a": "2"}}, ctx())
-    current = _as_served(desired, data={"a": "1"})
-    current["metadata"]["finalizers"] = ["remote.example/keep"]
-    body = f.update_body(desired, current)
-    assert body["data"] == {"a": "2"}
-    assert body["metadata"]["resourceVersion"] == "7" and body["metadata"]["uid"] == "remote-uid"
-    assert body["metadata"]["finalizers"] == ["remote.example/keep"]
-    assert "managedFields" not in body["metadata"]
-    assert body["metadata"]["labels"] == desired["metadata"]["labels"]
-
-
-def test_pvc_comparison_and_update_keep_what_the_remote_cluster_owns():
+def test_pvc_apply_body_keeps_the_immutable_spec_as_the_remote_claim_has_it():
     desired = forge_pvc(_pvc(), ctx("persistentvolumeclaims"))
     current = _as_served(desired)
     current["spec"]["volumeName"] = "pvc-remote-9"
     current["spec"]["storageClassName"] = "remote-default"
+    current["spec"]["accessModes"] = ["ReadWriteOnce"]
     current["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
-    assert pvc_is_up_to_date(desired, current)
-
     grown = copy.deepcopy(desired)
     grown["spec"]["resources"]["requests"]["storage"] = "2Gi"
-    assert not pvc_is_up_to_date(grown, current)
-    body = pvc_update_body(grown, current)
-    assert body["spec"]["volumeName"] == "pvc-remote-9"  # immutable: kept as the remote has it
-    assert body["spec"]["storageClassName"] == "remote-default"
-    assert body["spec"]["resources"]["requests"] == {"storage": "2Gi"}
-    assert body["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] == "yes"
+    grown["spec"]["storageClassName"] = "mapped-since"  # a mapping changed after creation
+    grown["spec"]["accessModes"] = ["ReadWriteMany"]
+    body = pvc_apply_body(grown, current)
+    assert body["spec"]["storageClassName"] == "remote-default", "immutable: applied as the remote has it"
+    assert body["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert body["spec"]["resources"]["requests"] == {"storage": "2Gi"}, "expansion follows the local claim"
+    assert "volumeName" not in body["spec"], "the remote binder's field is never ours to apply"
+    assert "pv.kubernetes.io/bind-completed" not in body["metadata"]["annotations"]
+    assert body["metadata"]["labels"] == grown["metadata"]["labels"]
 
 
 # --- service-account tokens ----------------------------------------------------------------------------

@@ -9,12 +9,7 @@ import pytest
 from kube_offload import constants as c
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.reflection.forge import ForgeContext
-from vkubelet.reflection.forge.serviceaccounts import (
-    forge_token_secret,
-    token_refresh_at,
-    token_secret_is_current,
-    token_sources,
-)
+from vkubelet.reflection.serviceaccounts import forge_token_secret, token_refresh_at, token_secret_is_current, token_sources
 from vkubelet.reflection.policy import (
     BOOTSTRAP_TOKEN_TYPE,
     HELM_RELEASE_TYPE,

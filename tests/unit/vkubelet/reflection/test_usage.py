@@ -249,18 +249,19 @@ def reflector(monkeypatch) -> ConfigMapReflector:
     remote._synced.set()
     reflector.writes = []  # type: ignore[attr-defined]
 
-    def create(namespace, body):
-        reflector.writes.append(("create", namespace, body["metadata"]["name"]))  # type: ignore[attr-defined]
-        remote.apply(ADDED, {**body, "metadata": {**body["metadata"], "uid": "r-" + body["metadata"]["name"],
-                                                  "resourceVersion": "1"}})
-        return body
+    def apply(namespace, body, *, creates):
+        reflector.writes.append(("create" if creates else "apply", namespace, body["metadata"]["name"]))  # type: ignore[attr-defined]
+        stored = {**body, "metadata": {**body["metadata"], "uid": "r-" + body["metadata"]["name"], "resourceVersion": "1"}}
+        remote.apply(ADDED, stored)
+        return stored  # as the API server answers: with the version its watch event carries
 
     def delete(namespace, name, uid=None):
         reflector.writes.append(("delete", namespace, name))  # type: ignore[attr-defined]
         remote.apply(DELETED, remote.get(f"{namespace}/{name}"))
         return True
 
-    monkeypatch.setattr(reflector.ops, "create", create)
+    monkeypatch.setattr(reflector.ops, "read", lambda namespace, name: remote.get(f"{namespace}/{name}"))
+    monkeypatch.setattr(reflector.ops, "apply", apply)
     monkeypatch.setattr(reflector.ops, "delete", delete)
     return reflector
 
@@ -355,7 +356,8 @@ def test_a_never_exported_secret_is_not_exported_even_when_used(monkeypatch):
     assert secrets.in_use("ns/legacy") is True
     assert secrets.export_pending(pod) == []  # nothing the pod could wait for
     created = []
-    monkeypatch.setattr(secrets.ops, "create", lambda ns, body: created.append(body))
+    monkeypatch.setattr(secrets.ops, "read", lambda ns, name: None)
+    monkeypatch.setattr(secrets.ops, "apply", lambda ns, body, *, creates: created.append(body))
     secrets.reconcile("ns/legacy")
     assert created == []
 

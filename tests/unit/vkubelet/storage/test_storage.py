@@ -7,7 +7,7 @@ import pytest
 
 from kube_offload import constants as c
 from vkubelet.reflection.pvcs import storage_class_mapping, virtual_claim_selection
-from vkubelet.reflection.forge.pvcs import map_storage_class
+from vkubelet.reflection.pvcs import map_storage_class
 from vkubelet.settings import Settings, SettingsError
 from vkubelet.storage import forge as f
 from vkubelet.storage.settings import StorageSettings

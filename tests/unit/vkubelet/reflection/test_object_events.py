@@ -1,4 +1,4 @@
-"""Events of reflected Services, claims and Ingresses (forge/object_events.py): what
+"""Events of reflected Services, claims and Ingresses (vkubelet/reflection/object_events.py's forge): what
 crosses from the provider, how remote Events aggregate onto one local Event, the rate
 bounds on an explicit clock, and which loops run (loops.py)."""
 
@@ -9,7 +9,7 @@ import pytest
 from kube_offload.runtime import kinds
 from vkubelet.reflection import names as n
 from vkubelet.reflection import settings as s
-from vkubelet.reflection.forge import object_events as oe
+from vkubelet.reflection import object_events as oe
 from vkubelet.reflection.loops import reflection_loops
 from vkubelet.reflection.object_events import FIELD_SELECTOR, ObjectEventReflector, by_involved
 
