@@ -957,10 +957,14 @@ class Environment:
         return path
 
     def _register_webhook(self, topology: Topology, local: Cluster) -> None:
+        from kube_offload.opt_in import runtime_class
         from webhook import registration
 
         target = registration.WebhookTarget(url=f"https://127.0.0.1:{topology.webhook_port}", ca_bundle=self._ca_bundle_b64())
-        local.apply([registration.mutating_configuration(target), registration.validating_configuration(target)])
+        # The per-pod opt-in RuntimeClass too, as the local chart installs it beside the webhook.
+        local.apply([
+            runtime_class(), registration.mutating_configuration(target), registration.validating_configuration(target),
+        ])
 
     def _register_enforcer_webhook(self, spec: ClusterSpec) -> None:
         """The ShadowPod webhook, registered by URL as `kube-offload enforcer configuration`
