@@ -234,7 +234,8 @@ def create_app(
         return outcome, Response(wire.dumps(wire.filter_result(args, result)), mimetype="application/json")
 
     def decide_prioritize(args: wire.ExtenderArgs) -> tuple[str, Response]:
-        policy = caches.namespace_policy(args.namespace)
+        # A pod that opted in with the kube-offload RuntimeClass is not a passthrough.
+        policy = core.pod_lookup(args.pod, caches.namespace_policy(args.namespace))
         scores = core.prioritize(
             args.pod,
             args.candidates,

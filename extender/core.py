@@ -34,4 +34,5 @@ from kube_offload.node_filter import evaluate_policy as evaluate_policy
 from kube_offload.node_filter import filter_nodes as filter_nodes
 from kube_offload.node_filter import is_passthrough as is_passthrough
 from kube_offload.node_filter import policy_lookup as policy_lookup
+from kube_offload.node_filter import pod_lookup as pod_lookup
 from kube_offload.node_filter import prioritize as prioritize

@@ -31,6 +31,16 @@ MAPPING_ENFORCE_SAME_NAME: Final = "EnforceSameName"
 MAPPINGS: Final = (MAPPING_DEFAULT_NAME, MAPPING_ENFORCE_SAME_NAME)
 DEFAULT_MAPPING: Final = MAPPING_DEFAULT_NAME
 
+# Per-pod opt-in (docs/webhook.md, "Per-pod opt-in"): a pod whose spec.runtimeClassName is
+# this RuntimeClass (installed by the local chart) is offloaded whatever its namespace's
+# labels say: Remote placement, its namespace extended to the chosen cluster on demand. The
+# class's handler is a name no real node's container runtime has, so a pod that somehow
+# reached a real kubelet fails to start instead of running locally by accident; the class's
+# scheduling section keeps it off real nodes even if the webhook is not called. The
+# vkubelet strips the class from the ShadowPod: it means nothing to the provider.
+RUNTIME_CLASS_OPT_IN: Final = "kube-offload"
+RUNTIME_CLASS_OPT_IN_HANDLER: Final = "kube-offload-virtual-node"
+
 # --- Kubernetes' own well-known keys we rely on ---------------------------------------------
 ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
 LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"

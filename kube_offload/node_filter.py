@@ -39,6 +39,7 @@ from kube_offload import handback
 from kube_offload import resources
 from kube_offload.nodes import is_virtual_node, node_is_ready, node_name, placement_allows, cluster_id_of
 from kube_offload.namespace_policies import evaluate
+from kube_offload.opt_in import pod_policy
 from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name
 from kube_offload.times import format_time
 
@@ -161,6 +162,15 @@ def _annotation(node: Mapping, key: str) -> object:
     return annotations.get(key) if isinstance(annotations, Mapping) else None
 
 
+def pod_lookup(pod: Mapping, policy: PolicyLookup) -> PolicyLookup:
+    """The policy ``pod`` is held to, its namespace's being ``policy``: a pod that opts in
+    with the kube-offload RuntimeClass gets Remote placement (kube_offload/opt_in.py), as
+    the webhook gave it. Idempotent, so callers may apply it before filter/prioritize."""
+    metadata = pod.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return pod_policy(pod, str(namespace or ""), policy)
+
+
 def is_passthrough(policy: PolicyLookup) -> bool:
     """Pods of namespaces that are not offloaded are none of the extender's business."""
     if policy is None:
@@ -188,6 +198,7 @@ def filter_nodes(
     a pod with malformed requests.
     """
     result = FilterResult()
+    policy = pod_lookup(pod, policy)
     if is_passthrough(policy):
         result.passthrough = True
         for item in nodes_or_names:
@@ -257,8 +268,9 @@ def _physical_verdict(policy: NamespacePolicy | InvalidPolicy) -> NodeFailure | 
         # the text would make thousands of distinct lines in the pod's event.
         return NodeFailure(
             REASON_PLACEMENT,
-            f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}={policy.placement}: "
-            "not a virtual node",
+            (f"the pod opted in with runtimeClassName {c.RUNTIME_CLASS_OPT_IN}: not a virtual node"
+             if policy.opt_in else
+             f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}={policy.placement}: not a virtual node"),
             unresolvable=True,
         )
     return None
@@ -370,6 +382,7 @@ def prioritize(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    policy = pod_lookup(pod, policy)
     resolved: list[tuple[str, dict | None]] = []
     for item in nodes:
         if isinstance(item, str):

@@ -58,6 +58,11 @@ def placement_allows(policy: NamespacePolicy, node: dict[str, Any]) -> tuple[boo
     labels = _labels(node)
     if labels.get(c.LABEL_TYPE) != c.TYPE_VIRTUAL_NODE:
         if policy.enabled and policy.placement == c.PLACEMENT_REMOTE:
+            if policy.opt_in:
+                return False, (
+                    f"the pod opted in with runtimeClassName {c.RUNTIME_CLASS_OPT_IN}: "
+                    f"node {node_name(node)} is not a virtual node"
+                )
             return False, (
                 f"namespace {policy.namespace} has {c.LABEL_POD_PLACEMENT}="
                 f"{c.PLACEMENT_REMOTE}: node {node_name(node)} is not a virtual node"

@@ -21,6 +21,7 @@ from kube_offload.affinity import (
     virtual_node_toleration,
 )
 from kube_offload.admission import Decision
+from kube_offload.opt_in import pod_policy
 from kube_offload.policy import NamespacePolicy, PolicyError
 
 # Kubernetes' own names (not kube-offload's contract): the kubelet marks the API mirror of
@@ -210,6 +211,9 @@ def decide_pod(
                 f"not offloaded: {policy}"
             ]
         )
-    if policy is None or not policy.enabled:
+    # A pod that opts in with the kube-offload RuntimeClass gets Remote placement whatever
+    # the namespace's labels say (kube_offload/opt_in.py).
+    effective = pod_policy(pod, namespace, policy)
+    if effective is None or not effective.enabled:
         return Decision.allow()
-    return Decision.allow(mutate_pod(pod, policy, scheduler_name=scheduler_name))
+    return Decision.allow(mutate_pod(pod, effective, scheduler_name=scheduler_name))

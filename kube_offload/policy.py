@@ -72,6 +72,9 @@ class NamespacePolicy:
     placement: str  # one of constants.PLACEMENTS
     mapping: str  # one of constants.MAPPINGS
     cluster_selector: LabelSelector  # empty = every remote cluster
+    # True: not the namespace's own policy but the one a pod that opted in with the
+    # kube-offload RuntimeClass gets (kube_offload/opt_in.py); messages then say so.
+    opt_in: bool = False
 
 
 def _metadata_map(namespace: dict[str, Any], field: str) -> dict[str, Any]:

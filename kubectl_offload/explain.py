@@ -45,6 +45,7 @@ from kube_offload.consumers import ConsumerError, consumer_terms, quota_excess
 from kube_offload.namespace_policies import evaluate
 from kube_offload.node_filter import evaluate_policy
 from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
+from kube_offload.opt_in import pod_policy
 from kube_offload.pod_mutation import MalformedPod, decide_pod, skip_reason
 from kube_offload.policy import NamespacePolicy, PolicyError
 from kube_offload.resources import QuantityError
@@ -251,9 +252,10 @@ def webhook_section(
             "schedulerName": str(_spec(pod).get("schedulerName") or ""),
         },
     }
+    effective = pod_policy(as_admitted, namespace_name, entry)
     if skipped:
         section["detail"] = f"left alone by the webhook: {skipped}"
-    elif not isinstance(entry, NamespacePolicy) or not entry.enabled:
+    elif not isinstance(effective, NamespacePolicy) or not effective.enabled:
         section["detail"] = "nothing: the namespace is not offloaded"
     elif created and not patch:
         section["detail"] = "already applied: the pod carries everything the webhook adds"
@@ -264,6 +266,9 @@ def webhook_section(
         )
     else:
         section["detail"] = "would add: " + "; ".join(section["changes"]) if patch else "would add nothing"
+    if not skipped and isinstance(effective, NamespacePolicy) and effective.opt_in:
+        # Not the namespace's labels: the pod's own opt-in (kube_offload/opt_in.py).
+        section["optIn"] = f"the pod opts in with runtimeClassName {c.RUNTIME_CLASS_OPT_IN}: placement Remote"
     return section, patch
 
 

@@ -36,6 +36,7 @@ from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kinds import TWIN_NAMESPACES
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
+from kube_offload.opt_in import opts_in, opt_in_policy
 from kube_offload.policy import PolicyError, policy_from_namespace
 from kube_offload.times import now_time
 from vkubelet import events as ev
@@ -71,9 +72,20 @@ class TwinPlan:
     pods: bool = True
 
 
-def plan_twin(namespace: Mapping | None, *, name: str, virtual_node_labels: Mapping[str, str], local_cluster_id: str) -> TwinPlan:
+def plan_twin(
+    namespace: Mapping | None,
+    *,
+    name: str,
+    virtual_node_labels: Mapping[str, str],
+    local_cluster_id: str,
+    opted_in: bool = False,
+) -> TwinPlan:
     """Whether local namespace ``name`` (``namespace`` = its object, None when deleted)
-    is offloaded to the cluster whose virtual node has ``virtual_node_labels``."""
+    is offloaded to the cluster whose virtual node has ``virtual_node_labels``.
+    ``opted_in``: pods of the namespace that opted in with the kube-offload RuntimeClass
+    are bound to this virtual node, which extends the namespace here on demand, under the
+    policy such a pod is held to (kube_offload/opt_in.py: Remote, the namespace's own
+    selector and mapping)."""
     if namespace is None:
         return TwinPlan(None, f"namespace {name} was deleted")
     if (namespace.get("metadata") or {}).get("deletionTimestamp"):
@@ -82,6 +94,8 @@ def plan_twin(namespace: Mapping | None, *, name: str, virtual_node_labels: Mapp
         policy = policy_from_namespace(dict(namespace))
     except PolicyError as exc:
         return TwinPlan(None, str(exc), policy_error=exc)
+    if opted_in:
+        policy = opt_in_policy(name, policy)
     if not policy.enabled:
         return TwinPlan(None, f"namespace {name} is not offloaded ({c.LABEL_ENABLED} is not {c.ENABLED_VALUE})")
     if not policy.cluster_selector.matches(virtual_node_labels):
@@ -95,6 +109,10 @@ def plan_twin(namespace: Mapping | None, *, name: str, virtual_node_labels: Mapp
             f"namespace {name} has {c.LABEL_POD_PLACEMENT}={c.PLACEMENT_LOCAL}: its pods stay in the local "
             "cluster, only its services and the other reflected objects are offloaded",
             pods=False,
+        )
+    if policy.opt_in:
+        return TwinPlan(
+            twin, f"pods of namespace {name} opted in with runtimeClassName {c.RUNTIME_CLASS_OPT_IN}"
         )
     return TwinPlan(twin, "offloaded")
 
@@ -136,6 +154,20 @@ def request_state(request: Mapping | None, *, twin: str, local_namespace: str, l
 
 
 # --- the loop --------------------------------------------------------------------------------
+# Index of the local pods bound to our node: the namespace of each one that opted in.
+OPTED_IN = "opted-in"
+
+
+def _opted_in_namespace(pod: dict) -> list[str]:
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return [namespace] if namespace and opts_in(pod) else []
+
+
+def _opted_in_key(pod: dict) -> str | None:
+    keys = _opted_in_namespace(pod)
+    return keys[0] if keys else None
+
+
 class TwinNamespaces:
     """Reconciles twin requests, and answers the pod loop's question "where do this
     namespace's pods go?" from the same caches and the same rule."""
@@ -166,14 +198,23 @@ class TwinNamespaces:
         # these requests (its handler runs before any controller hears of a change).
         self.requests = informers.remote_twin_requests()
         self.consumer = informers.remote_consumer()
+        # Pods bound to our node that opted in with the kube-offload RuntimeClass extend
+        # their namespace here on demand, labelled or not: the namespaces that have one.
+        self.local_pods = informers.local_pods()
+        self.local_pods.add_indexer(OPTED_IN, _opted_in_namespace)
         self.controller = Controller(name="twin-namespaces", reconcile=self.reconcile, workers=max(1, settings.workers // 2))
         self.controller.watch(self.local_namespaces)
         self.controller.watch(self.requests, self.local_namespace_of)
+        # Added (bound here) or deleted is what counts: a pod's runtime class and node
+        # never change, so updates are skipped.
+        self.controller.watch(self.local_pods, _opted_in_key, skip=lambda _old, _new: True)
 
     def informers(self) -> list[Cache]:
         # The Consumer too: its suggested node labels take part in cluster selectors, and
-        # a plan made without them would delete twins that are wanted.
-        return [self.local_namespaces, self.requests, self.consumer]
+        # a plan made without them would delete twins that are wanted. The local pods too:
+        # a plan made before they are listed would withdraw the twin of a namespace that
+        # only opted-in pods extend here, with those pods running in it.
+        return [self.local_namespaces, self.requests, self.consumer, self.local_pods]
 
     def node_labels(self) -> dict[str, str]:
         return dict(self._labels())
@@ -184,6 +225,7 @@ class TwinNamespaces:
             name=name,
             virtual_node_labels=self._labels(),
             local_cluster_id=self.settings.local_cluster_id,
+            opted_in=bool(self.local_pods.index_keys(OPTED_IN, name)),
         )
 
     def local_namespace_of(self, request: Mapping) -> str | None:

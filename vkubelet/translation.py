@@ -135,6 +135,11 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
     spec.pop("schedulingGates", None)
     # Readiness gates are conditions set by local controllers; nobody sets them remotely.
     spec.pop("readinessGates", None)
+    # The kube-offload RuntimeClass is the local opt-in marker (kube_offload/opt_in.py);
+    # the provider has no such class, and its own runtimeClasses policy still judges any
+    # other class the pod names.
+    if spec.get("runtimeClassName") == c.RUNTIME_CLASS_OPT_IN:
+        spec.pop("runtimeClassName")
 
     _drop_virtual_node_toleration(spec)
     _strip_node_selector(spec, context.virtual_node_labels)

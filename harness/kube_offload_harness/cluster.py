@@ -513,6 +513,28 @@ class Cluster:
             raise ClusterError(f"kwokctl created {self.name} but wrote no kubeconfig at {source}")
         shutil.copyfile(source, self.kubeconfig)
         self.wait_ready()
+        self.wait_controller_manager()
+
+    def wait_controller_manager(self, timeout: float = 60) -> None:
+        """Wait until the controller manager works: its ServiceAccount controller has made
+        ``default/default``. kube-controller-manager gives the apiserver a fixed few
+        seconds to be healthy at start and exits otherwise, which a loaded 2-core machine
+        sees; nobody restarts it, and every new namespace then lacks its ``default``
+        ServiceAccount, so the provider refuses every pod. Restarted once (the whole
+        control plane: kwokctl starts and stops clusters, not components)."""
+        for attempt in (1, 2):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False, timeout=10).returncode == 0:
+                    return
+                time.sleep(1)
+            if attempt == 1:
+                self.stop()
+                self.start()
+        raise ClusterError(
+            f"the kube-controller-manager of {self.name} made no default ServiceAccount in {timeout:.0f}s, "
+            f"even after a restart; see its log under {self.kwok_workdir / 'clusters' / self.name / 'logs'}"
+        )
 
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -957,10 +979,14 @@ class Environment:
         return path
 
     def _register_webhook(self, topology: Topology, local: Cluster) -> None:
+        from kube_offload.opt_in import runtime_class
         from webhook import registration
 
         target = registration.WebhookTarget(url=f"https://127.0.0.1:{topology.webhook_port}", ca_bundle=self._ca_bundle_b64())
-        local.apply([registration.mutating_configuration(target), registration.validating_configuration(target)])
+        # The per-pod opt-in RuntimeClass too, as the local chart installs it beside the webhook.
+        local.apply([
+            runtime_class(), registration.mutating_configuration(target), registration.validating_configuration(target),
+        ])
 
     def _register_enforcer_webhook(self, spec: ClusterSpec) -> None:
         """The ShadowPod webhook, registered by URL as `kube-offload enforcer configuration`

@@ -453,20 +453,39 @@ def test_webhook_configurations_match_webhook_registration(local_docs: list[dict
     }
     for kind, built in expected.items():
         [doc] = find(local_docs, kind)
-        [chart_hook] = doc["webhooks"]
-        [python_hook] = built["webhooks"]
-        # failurePolicy and timeoutSeconds come from values (checked against the same
-        # defaults above); the caBundle is patched in by the hook Job.
-        ignored = ("clientConfig", "failurePolicy", "timeoutSeconds")
-        assert _without(chart_hook, *ignored) == _without(python_hook, *ignored), kind
-        assert chart_hook["clientConfig"]["service"]["path"] == python_hook["clientConfig"]["service"]["path"]
-        assert chart_hook["clientConfig"]["service"]["port"] == 443
-        assert "caBundle" not in chart_hook["clientConfig"]
+        assert len(doc["webhooks"]) == len(built["webhooks"]), kind
+        for chart_hook, python_hook in zip(doc["webhooks"], built["webhooks"], strict=True):
+            # failurePolicy and timeoutSeconds come from values (checked against the same
+            # defaults above); the caBundle is patched in by the hook Job.
+            ignored = ("clientConfig", "failurePolicy", "timeoutSeconds")
+            assert _without(chart_hook, *ignored) == _without(python_hook, *ignored), kind
+            assert chart_hook["clientConfig"]["service"]["path"] == python_hook["clientConfig"]["service"]["path"]
+            assert chart_hook["clientConfig"]["service"]["port"] == 443
+            assert "caBundle" not in chart_hook["clientConfig"]
     [mutating] = find(local_docs, "MutatingWebhookConfiguration")
-    hook = mutating["webhooks"][0]
+    hook, opt_in = mutating["webhooks"]
     assert hook["namespaceSelector"] == {"matchLabels": {C.LABEL_ENABLED: C.ENABLED_VALUE}}
     assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
     assert hook["reinvocationPolicy"] == "IfNeeded"
+    # The opt-in entry: disjoint from the first, never kube-system, only pods naming the class.
+    assert opt_in["namespaceSelector"]["matchExpressions"] == [
+        {"key": C.LABEL_ENABLED, "operator": "NotIn", "values": [C.ENABLED_VALUE]},
+        {"key": C.LABEL_NAMESPACE_NAME, "operator": "NotIn", "values": ["kube-system"]},
+    ]
+    [condition] = opt_in["matchConditions"]
+    assert f"object.spec.runtimeClassName == '{C.RUNTIME_CLASS_OPT_IN}'" in condition["expression"]
+    assert opt_in["clientConfig"]["service"]["path"] == hook["clientConfig"]["service"]["path"]
+
+
+def test_opt_in_runtime_class_matches_the_builder(helm: Helm, local_docs: list[dict[str, Any]]) -> None:
+    from kube_offload.opt_in import runtime_class
+
+    [doc] = find(local_docs, "RuntimeClass")
+    built = runtime_class()
+    assert {k: v for k, v in doc.items() if k != "metadata"} == {k: v for k, v in built.items() if k != "metadata"}
+    assert doc["metadata"]["name"] == built["metadata"]["name"] == C.RUNTIME_CLASS_OPT_IN
+    # Off on request: then the apiserver refuses pods that name the class.
+    assert not find(render(helm, LOCAL, {**TWO_REMOTES, "optIn": {"runtimeClass": False}}), "RuntimeClass")
     [validating] = find(local_docs, "ValidatingWebhookConfiguration")
     assert validating["webhooks"][0]["rules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert validating["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]

@@ -270,3 +270,18 @@ def test_events_are_ordered_by_second_then_by_write_order():
     ]
     assert [e["reason"] for e in last_events(events, NOW)] == ["Oldest", "Earlier", "Later"]
     assert [e["reason"] for e in last_events(events, NOW, limit=1)] == ["Later"]
+
+
+def test_a_pod_that_opts_in_is_explained_as_the_webhook_and_extender_treat_it():
+    # Unlabelled namespace, runtimeClassName kube-offload (kube_offload/opt_in.py): the
+    # webhook's patch and the extender's filter are those of placement Remote.
+    ns = namespace(name="plain", enabled=False, placement=None)
+    p = pod(ns="plain", runtimeClassName=c.RUNTIME_CLASS_OPT_IN)
+    result = explain(facts(p, ns))
+    assert result.webhook["patch"], result.webhook
+    assert result.webhook["detail"].startswith("would add: "), result.webhook["detail"]
+    assert c.RUNTIME_CLASS_OPT_IN in result.webhook["optIn"]
+    assert verdicts(result) == {VNODE: (True, ""), "local-0": (False, CHECK_PLACEMENT)}
+    # The same pod without the class: left to the namespace, which is not offloaded.
+    plain = explain(facts(pod(ns="plain"), ns))
+    assert plain.webhook["detail"] == "nothing: the namespace is not offloaded" and "optIn" not in plain.webhook

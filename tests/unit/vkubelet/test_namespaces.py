@@ -143,3 +143,43 @@ def test_the_request_is_what_the_provider_contract_says():
     }
     assert req["spec"] == {"localNamespace": "demo"}
     assert tr.local_namespace_of(req) == "demo" and tr.is_ours(req, "local") and not tr.is_ours(req, "other")
+
+
+# --- per-pod opt-in: the namespace extended on demand -----------------------------------
+def _plan_opted_in(namespace, name="demo"):
+    return plan_twin(namespace, name=name, virtual_node_labels=NODE_LABELS, local_cluster_id="local", opted_in=True)
+
+
+@pytest.mark.parametrize(
+    "labels, selector, twin",
+    [
+        ({}, None, "demo-local"),  # unlabelled: extended because an opted-in pod is bound here
+        ({c.LABEL_NAMESPACE_MAPPING: c.MAPPING_ENFORCE_SAME_NAME}, None, "demo"),  # its mapping holds
+        (LOCAL_PLACEMENT, None, "demo-local"),  # service offloading, and pods too now
+        ({}, "topology.kubernetes.io/region=us-east", None),  # its selector still says where
+    ],
+)
+def test_opted_in_pods_extend_their_namespace(labels, selector, twin):
+    plan = _plan_opted_in(_ns(labels=labels, selector=selector))
+    assert plan.twin == twin
+    if twin is not None:
+        assert plan.pods is True
+        assert f"runtimeClassName {c.RUNTIME_CLASS_OPT_IN}" in plan.reason
+    # Without such a pod the namespace's own labels decide, as before.
+    assert _plan(_ns(labels=labels, selector=selector)).pods is (labels != LOCAL_PLACEMENT)
+
+
+def test_opt_in_does_not_override_a_deleted_or_invalid_namespace():
+    assert _plan_opted_in(None).twin is None
+    assert _plan_opted_in(_ns(deleting=True)).twin is None
+    invalid = _plan_opted_in(_ns(labels={c.LABEL_ENABLED: "yes"}))
+    assert invalid.twin is None and invalid.policy_error is not None
+
+
+def test_opted_in_index_names_the_namespace_of_opted_in_pods_only():
+    from vkubelet.namespaces import _opted_in_key, _opted_in_namespace
+
+    opted = {"metadata": {"namespace": "demo", "name": "p"}, "spec": {"runtimeClassName": c.RUNTIME_CLASS_OPT_IN}}
+    other = {"metadata": {"namespace": "demo", "name": "q"}, "spec": {"runtimeClassName": "gvisor"}}
+    assert _opted_in_namespace(opted) == ["demo"] and _opted_in_key(opted) == "demo"
+    assert _opted_in_namespace(other) == [] and _opted_in_key(other) is None

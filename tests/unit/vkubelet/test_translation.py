@@ -500,3 +500,14 @@ def test_the_mode_annotation_is_the_consumers_and_is_not_sent():
     remote = translate_pod(pod, HOME_CTX, api_server=c.API_SERVER_DISABLED)
     assert remote.annotations == {"note": "kept"}
     assert remote.adjusted == ()  # not dropped with a policy note: it was never the provider's
+
+
+def test_the_opt_in_runtime_class_is_stripped_other_classes_go_to_the_policy():
+    opted = translate_pod(_pod(runtimeClassName=c.RUNTIME_CLASS_OPT_IN), CTX)
+    assert "runtimeClassName" not in opted.spec
+    # Our own marker: nothing for the user to be told about.
+    assert not [n for n in opted.adjusted if "runtimeClassName" in n.field]
+    # Any other class is the provider policy's to judge (not granted by default: dropped, with a note).
+    other = translate_pod(_pod(runtimeClassName="gvisor"), CTX)
+    assert "runtimeClassName" not in other.spec
+    assert [n for n in other.adjusted if n.field == "spec.runtimeClassName"]
