@@ -237,6 +237,12 @@ SLICE_PHASE_REFUSED: Final = "Refused"
 # belongs to; the enforcer applies that slice's pool patch and counts it against the
 # slice. On a virtual node: the slice the node stands for.
 LABEL_SLICE: Final = f"{DOMAIN}/slice"
+# On a slice's virtual node while its OffloadSlice is not (or no longer, or not yet for its
+# current request) Accepted or PartiallyAccepted: NoSchedule, so no new pod is bound to a
+# node the provider would refuse pods for; pods already there keep running (a slice shrunk
+# or refused later is the provider's business: its admission counts them).
+TAINT_SLICE_NOT_ACCEPTED_KEY: Final = f"{DOMAIN}/slice-not-accepted"
+TAINT_SLICE_NOT_ACCEPTED_EFFECT: Final = "NoSchedule"
 
 
 def slice_node_name(base_node_name: str, slice_name: str) -> str:
