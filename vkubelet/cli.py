@@ -20,7 +20,7 @@ from kube_offload.runtime.leader_election import add_leader_election_flags, timi
 from kube_offload.runtime.logs import LEVELS, setup_logging
 from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
-from kube_offload.slices import SliceError, SliceRequest, parse_slice
+from kube_offload.slice_requests import SliceError, SliceRequest, parse_slice
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.reflection.settings import slice_reflection
 from vkubelet.settings import Settings, SettingsError, parse_node_labels

@@ -31,7 +31,8 @@ from typing import Callable, Mapping
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload import resources, slices
+from kube_offload import resources
+from kube_offload import slice_requests as slices
 from kube_offload.runtime.kinds import LEASES, NODES, OFFLOAD_SLICES
 from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube, MERGE_PATCH
 from vkubelet import node_forge as forge

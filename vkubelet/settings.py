@@ -11,7 +11,7 @@ from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload.runtime.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
-from kube_offload.slices import SliceRequest
+from kube_offload.slice_requests import SliceRequest
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.kubeletapi import serving_csr as sc
 from vkubelet.kubeletapi.limits import StreamLimits
