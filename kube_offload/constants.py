@@ -229,6 +229,10 @@ ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"
 # virtual node in the consumer cluster, sized from status.accepted.
 SLICE_KIND: Final = "OffloadSlice"
 SLICE_PLURAL: Final = "offloadslices"
+SLICE_SHORT_NAME: Final = "kos"
+# A pool's name ends the slice's virtual node name (slice_node_name) and is a label value:
+# a DNS label, kept short so <virtual node>-<slice> stays within a node name's 63.
+POOL_NAME_MAX: Final = 20
 SLICE_PHASE_PENDING: Final = "Pending"
 SLICE_PHASE_ACCEPTED: Final = "Accepted"
 SLICE_PHASE_PARTIAL: Final = "PartiallyAccepted"

@@ -746,6 +746,9 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, f"{C.CONSUMER_PLURAL}/status"): {"patch"},
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"list", "watch", "patch"},
         (C.SHADOWPOD_GROUP, f"{C.TWIN_NAMESPACE_PLURAL}/status"): {"patch"},
+        # Resource slices (docs/slices.md): read, and the decision in status; never spec.
+        (C.SHADOWPOD_GROUP, C.SLICE_PLURAL): {"list", "watch"},
+        (C.SHADOWPOD_GROUP, f"{C.SLICE_PLURAL}/status"): {"patch"},
         ("", "serviceaccounts"): {"get", "list", "watch"},
         ("networking.k8s.io", "servicecidrs"): {"list", "watch"},
         ("", "limitranges"): {"list", "watch"},  # the webhook's verdict cache key
@@ -851,6 +854,8 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
     [role] = [r for r in remote_docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
     assert rules_of(role) == {
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"get", "list", "watch", "create", "update", "patch", "delete"},
+        # Its slices: spec only (no status, no patch of what the enforcer wrote).
+        (C.SHADOWPOD_GROUP, C.SLICE_PLURAL): {"get", "list", "watch", "create", "update", "delete"},
         ("", "services"): {"get"},
         ("", "pods"): {"get", "list"},
         ("", "pods/portforward"): {"get", "create"},
@@ -863,7 +868,8 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
         docs = render(helm, REMOTE, values)
         assert not find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT) and not find(docs, "Service", C.HOME_API_RELAY_COMPONENT)
         [role] = [r for r in docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
-        assert set(rules_of(role)) == {(C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), ("", "serviceaccounts/token")}
+        assert set(rules_of(role)) == {
+            (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), (C.SHADOWPOD_GROUP, C.SLICE_PLURAL), ("", "serviceaccounts/token")}
     # Per consumer: a second consumer keeps its relay when the first turns its own off.
     docs = render(helm, REMOTE, {"consumers": [{"name": "local", "homeAPIRelay": False}, {"name": "other"}]})
     assert [d["metadata"]["namespace"] for d in find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)] == [
@@ -1198,6 +1204,20 @@ def test_rendered_consumer_policy(helm: Helm) -> None:
     # Every key of a fully written policy passes the chart's key check.
     full = provider_policy.policy_to_spec(provider_policy.DEFAULT_POLICY)
     assert one(render(helm, REMOTE, {"consumers": [{"name": "local", "policy": full}]}), C.CONSUMER_KIND, "local")["spec"]["policy"] == full
+
+
+def test_rendered_consumer_pools(helm: Helm) -> None:
+    from kube_offload.pools import parse_pools
+
+    # No pools: no spec.pools (the consumer can ask no slice).
+    assert "pools" not in one(render(helm, REMOTE, ONE_CONSUMER), C.CONSUMER_KIND, "local")["spec"]
+    pools = [{"name": "gpu", "nodeSelector": {"pool": "gpu"}, "runtimeClassName": "nvidia",
+              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+              "nodeLabels": {"accelerator": "a100"}},
+             {"name": "general", "nodeSelector": {"pool": "general"}}]
+    consumer = one(render(helm, REMOTE, {"consumers": [{"name": "local", "pools": pools}]}), C.CONSUMER_KIND, "local")
+    assert consumer["spec"]["pools"] == pools
+    assert list(parse_pools(consumer["spec"])) == ["gpu", "general"]
 
 
 @pytest.mark.parametrize(
