@@ -245,6 +245,10 @@ LABEL_SLICE: Final = f"{DOMAIN}/slice"
 # current request) Accepted or PartiallyAccepted: NoSchedule, so no new pod is bound to a
 # node the provider would refuse pods for; pods already there keep running (a slice shrunk
 # or refused later is the provider's business: its admission counts them).
+# On the pods of a slice's vkubelet Deployment (local chart): the virtual node it serves.
+# Its selector uses it instead of the cluster-id label, so the peering's own Deployment's
+# selector (component + cluster-id) never matches a slice's pods.
+LABEL_SLICE_NODE: Final = f"{DOMAIN}/slice-node"
 TAINT_SLICE_NOT_ACCEPTED_KEY: Final = f"{DOMAIN}/slice-not-accepted"
 TAINT_SLICE_NOT_ACCEPTED_EFFECT: Final = "NoSchedule"
 

@@ -182,7 +182,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         slice=_slice_from_args(args),
     )
     if settings.slice is not None:
-        settings = dataclasses.replace(settings, reflection=slice_reflection(settings.reflection))
+        # A slice's vkubelet reflects only its pods' Events, and so serves no virtual
+        # storage class (its claims are reflected objects, the peering's): docs/slices.md.
+        settings = dataclasses.replace(
+            settings,
+            reflection=slice_reflection(settings.reflection),
+            storage=dataclasses.replace(settings.storage, virtual_class="", local_class=""),
+        )
     settings.validate()
     if not settings.remote_kubeconfig:
         raise SettingsError("--remote-kubeconfig is required")

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 import kube_offload
+from kube_offload.slice_requests import parse_slice
 from kube_offload import constants as C
 from kube_offload_harness import binaries, versions
 
@@ -581,6 +582,46 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
                 "--kubelet-remote-connect-timeout=10s"} <= set(container["args"])
     # --node-label only where the entry has labels (remote-1).
     assert any(a.startswith("--node-label=") for d in deployments for a in next(containers(d))["args"])
+
+
+def test_each_slice_is_a_vkubelet_deployment_of_its_own(helm: Helm) -> None:
+    """docs/slices.md: one Deployment per slice beside the peering's own, named and
+    selected apart (no selector of one matches the other's pods), with --slice in the
+    vkubelet's grammar; the physical storage delegate stays with the peering's own."""
+    values = {
+        "localClusterId": "local",
+        "storage": {"localClass": "standard"},
+        "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig", "slices": [
+            {"name": "gpu", "pool": "a100", "resources": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}},
+            {"name": "web", "pool": "general", "resources": {"cpu": "500m"}},
+        ]}],
+    }
+    deployments = {d["metadata"]["name"]: d for d in find(render(helm, LOCAL, values), "Deployment", "vkubelet")}
+    assert set(deployments) == {f"{RELEASE}-vkubelet-remote-1", f"{RELEASE}-vkubelet-remote-1-gpu", f"{RELEASE}-vkubelet-remote-1-web"}
+    args = {name: next(containers(d))["args"] for name, d in deployments.items()}
+    assert "--slice=gpu=a100:cpu=2,memory=4Gi,nvidia.com/gpu=1" in args[f"{RELEASE}-vkubelet-remote-1-gpu"]
+    assert "--slice=web=general:cpu=500m" in args[f"{RELEASE}-vkubelet-remote-1-web"]
+    assert not any(a.startswith("--slice") for a in args[f"{RELEASE}-vkubelet-remote-1"])
+    # The --slice values parse as the vkubelet parses them.
+    for name in ("gpu", "web"):
+        value = next(a for a in args[f"{RELEASE}-vkubelet-remote-1-{name}"] if a.startswith("--slice="))
+        assert parse_slice(value.split("=", 1)[1]).name == name
+    assert any(a.startswith("--virtual-storage-local-class") for a in args[f"{RELEASE}-vkubelet-remote-1"])
+    assert not any(a.startswith("--virtual-storage-local-class") for a in args[f"{RELEASE}-vkubelet-remote-1-gpu"])
+    for name, deployment in deployments.items():
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        for other, pods in deployments.items():
+            labels = pods["spec"]["template"]["metadata"]["labels"]
+            matches = all(labels.get(k) == v for k, v in selector.items())
+            assert matches == (name == other), f"the selector of {name} matches the pods of {other}: {selector}"
+
+
+def test_a_slice_without_pool_or_resources_is_refused_by_name(helm: Helm) -> None:
+    values = {"localClusterId": "local", "remoteClusters": [
+        {"id": "remote-1", "kubeconfigSecret": "k", "slices": [{"name": "gpu", "pool": "gpu"}]}]}
+    result = helm.run("template", RELEASE, str(LOCAL), "--namespace", NAMESPACE, values=values)
+    assert result.returncode != 0
+    assert "remoteClusters entry remote-1: slice gpu needs pool and resources" in result.stderr
 
 
 def test_unreachable_deletion_margin_is_a_value(helm: Helm) -> None:
