@@ -153,7 +153,8 @@ def render_explain(doc: Mapping, style: Style) -> str:
     for node in doc["nodes"]:
         fits = "bound" if node["bound"] else "yes" if node["fits"] else "no"
         painted = style.ok(fits) if node["fits"] else style.bad(fits)
-        rows.append([node["name"], node["kind"], node["clusterId"] or "-", painted, node["check"] or "-", node["reason"] or "-"])
+        kind = f"slice {node['slice']}" if node.get("slice") else node["kind"]
+        rows.append([node["name"], kind, node["clusterId"] or "-", painted, node["check"] or "-", node["reason"] or "-"])
         notes += [f"  {node['name']}: {note}" for note in node["notes"]]
     lines += table(["NODE", "KIND", "CLUSTER", "FITS", "FIRST FAILING CHECK", "REASON"], rows, indent="  ")
     lines += notes
