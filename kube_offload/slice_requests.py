@@ -212,10 +212,19 @@ def read_answer(obj: Mapping[str, Any] | None) -> SliceAnswer:
     )
 
 
-def node_capacity(answer: SliceAnswer) -> ResourceList:
+def node_capacity(answer: SliceAnswer, *, default_pods: int = 0) -> ResourceList:
     """The slice node's capacity: what the provider accepted, nothing while not usable. A
-    stale answer keeps its accepted amounts out too (the provider may be shrinking it)."""
-    return dict(answer.accepted) if answer.usable else {"pods": 0}
+    stale answer keeps its accepted amounts out too (the provider may be shrinking it).
+
+    A slice that does not ask for ``pods`` leaves the pod count unbounded by the slice (the
+    provider counts pods against it only when accepted lists them), but a node without
+    ``pods`` allocatable takes no pod at all: it then offers ``default_pods`` (milli-units;
+    the caller passes what the peering's own node offers, the Consumer's quota included)."""
+    if not answer.usable:
+        return {"pods": 0}
+    capacity = dict(answer.accepted)
+    capacity.setdefault("pods", default_pods)
+    return capacity
 
 
 def not_accepted_message(name: str, answer: SliceAnswer) -> str:

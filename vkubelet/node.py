@@ -317,7 +317,9 @@ class VirtualNode:
             # A slice's node offers what the provider accepted, never the Consumer's
             # summary of the whole provider (the pool is a part of it).
             answer = self._slice_answer
-            capacity = slices.node_capacity(answer) if answer is not None else None
+            # Pods a slice does not bound: as many as the peering's own node offers.
+            pods = (capacity or {}).get("pods", 0)
+            capacity = slices.node_capacity(answer, default_pods=pods) if answer is not None else None
         return forge.Observation(
             reachable=reachable,
             silent_for=(time.monotonic() - last) if last else None,

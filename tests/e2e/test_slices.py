@@ -162,6 +162,19 @@ def _pod(name: str, namespace: str, slice_name: str, requests: dict[str, str]) -
     }
 
 
+def _bound(local: Cluster, namespace: str, name: str) -> str:
+    """The node local pod ``name`` is bound to; on a timeout the failure shows the pod as
+    ``kubectl describe`` does (the scheduler's message, the Events)."""
+    try:
+        node: str = wait_for(lambda: (find(local, "pod", name, "-n", namespace) or {}).get("spec", {}).get("nodeName"),
+                             what=f"local pod {name} bound", timeout=60)
+        return node
+    except BaseException:
+        described = local.kubectl("describe", "pod", name, "-n", namespace, check=False)
+        nodes = local.kubectl("get", "nodes", "-o", "wide", "--show-labels", check=False)
+        pytest.fail(f"local pod {name} not bound:\n{described.stdout}{described.stderr}\n{nodes.stdout}")
+
+
 def _remote_pod(remote: Cluster, twin: str, name: str) -> dict[str, Any] | None:
     pod = find(remote, "pod", name, "-n", twin)
     return pod if pod and (pod.get("spec") or {}).get("nodeName") else None
@@ -178,9 +191,7 @@ def test_pods_land_on_their_slice_pool(local: Cluster, remote: Cluster) -> None:
         local.apply(_pod("web", namespace, "general", {"cpu": "1", "memory": "1Gi"}))
 
         for name, slice_name in (("trainer", "gpu"), ("web", "general")):
-            bound = wait_for(lambda n=name: (find(local, "pod", n, "-n", namespace) or {}).get("spec", {}).get("nodeName"),
-                             what=f"local pod {name} bound", timeout=60)
-            assert bound == slice_node(slice_name)
+            assert _bound(local, namespace, name) == slice_node(slice_name)
 
         trainer = wait_for(lambda: _remote_pod(remote, twin, "trainer"), what="remote pod trainer scheduled", timeout=90)
         web = wait_for(lambda: _remote_pod(remote, twin, "web"), what="remote pod web scheduled", timeout=90)

@@ -84,13 +84,17 @@ def _slice(phase, accepted=None, *, generation=1, observed=1, labels=None, messa
 def test_an_accepted_slice_sizes_its_node():
     answer = sr.read_answer(_slice(c.SLICE_PHASE_ACCEPTED, {"cpu": "2", "nvidia.com/gpu": "1"}, labels={"gpu": "a100"}))
     assert answer.usable
-    assert sr.node_capacity(answer) == {"cpu": 2000, "nvidia.com/gpu": 1000}
+    # No pods asked: as many as the caller says the peering's node offers (a node without
+    # pods allocatable takes none).
+    assert sr.node_capacity(answer, default_pods=94000) == {"cpu": 2000, "nvidia.com/gpu": 1000, "pods": 94000}
+    asked_pods = sr.read_answer(_slice(c.SLICE_PHASE_ACCEPTED, {"cpu": "2", "pods": "5"}))
+    assert sr.node_capacity(asked_pods, default_pods=94000) == {"cpu": 2000, "pods": 5000}
     assert answer.node_labels == {"gpu": "a100"}
 
 
 def test_a_partly_accepted_slice_offers_what_was_accepted():
     answer = sr.read_answer(_slice(c.SLICE_PHASE_PARTIAL, {"cpu": "1"}, message="cpu: asked 2, accepted 1 (quota cpu)"))
-    assert answer.usable and sr.node_capacity(answer) == {"cpu": 1000}
+    assert answer.usable and sr.node_capacity(answer) == {"cpu": 1000, "pods": 0}
     assert answer.message == "cpu: asked 2, accepted 1 (quota cpu)"
 
 
