@@ -21,7 +21,7 @@ from enforcer.consumers.quota import ConsumerUsage, live_shadowpod, shadowpod_re
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.consumers import service_account_of
-from kube_offload.pools import PoolError, parse_pools
+from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.resources import ResourceList, add
 
 # The ShadowPod informer's index of a resource slice's ShadowPods (by the slice label's value).
@@ -34,10 +34,11 @@ def _slice_index(shadowpod: dict) -> list[str]:
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 
-DryRun = Callable[[str, Mapping, str, bool], Decision]
-"""(namespace, ShadowPod, operation, probe) -> the API server's verdict on the Pod it stands
-for; ``probe``: the ShadowPod write is itself a dry run (``kubectl --dry-run=server``), a
-question about now, never answered from the verdict cache."""
+DryRun = Callable[..., Decision]
+"""(namespace, ShadowPod, operation, probe[, pool=...]) -> the API server's verdict on the Pod
+it stands for; ``probe``: the ShadowPod write is itself a dry run (``kubectl
+--dry-run=server``), a question about now, never answered from the verdict cache;
+``pool``, given for a resource slice's ShadowPod only: the pool whose patch the Pod gets."""
 
 
 class ShadowPodCache(Protocol):
@@ -100,8 +101,8 @@ class ShadowPodValidator:
             caches=caches,
             pods=pods,
             verdicts=verdicts,
-            dry_run=lambda namespace, shadowpod, operation, probe: dry_run.check(
-                api_client, namespace, shadowpod, operation=operation, verdicts=judged, fresh=probe
+            dry_run=lambda namespace, shadowpod, operation, probe, pool=None: dry_run.check(
+                api_client, namespace, shadowpod, operation=operation, verdicts=judged, fresh=probe, pool=pool
             ),
         )
 
@@ -144,8 +145,9 @@ class ShadowPodValidator:
             if not decision.allowed or metadata_only:
                 return decision
             slice_name = slice_rules.slice_of(request.object) if live_shadowpod(request.object or {}) else None
+            pool = None
             if slice_name is not None and owner and consumer is not None:
-                refused = self._slice_decision(request, owner, consumer, slice_name)
+                refused, pool = self._slice_decision(request, owner, consumer, slice_name)
                 if refused is not None:
                     return refused
             token = None
@@ -160,14 +162,18 @@ class ShadowPodValidator:
                     slice_name=slice_name or "",
                 )
 
-        verdict = self._dry_run(namespace_name, request.object or {}, request.operation, request.dry_run)
+        extra = {"pool": pool} if pool is not None else {}  # the Pod judged carries the pool's patch
+        verdict = self._dry_run(namespace_name, request.object or {}, request.operation, request.dry_run, **extra)
         if not verdict.allowed:
             self.ledger.release(token)
         return verdict
 
-    def _slice_decision(self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str) -> Decision | None:
+    def _slice_decision(
+        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str
+    ) -> tuple[Decision | None, Pool | None]:
         """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
-        ``slice_name``, with the ledger's lock held."""
+        ``slice_name``, with the ledger's lock held: the refusal (None: admitted) and the
+        slice's pool."""
         tenant, _ = service_account_of(consumer)
         offload_slice = self._caches.offload_slice(tenant, slice_name)
         pool = None
@@ -175,7 +181,7 @@ class ShadowPodValidator:
             try:
                 pool = parse_pools(consumer.get("spec") or {}).get(str((offload_slice.get("spec") or {}).get("pool") or ""))
             except PoolError as exc:
-                return Decision.deny(403, "Forbidden", f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it')
+                return Decision.deny(403, "Forbidden", f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it'), None
         return slice_rules.decide(
             request,
             slice_name=slice_name,
@@ -186,7 +192,7 @@ class ShadowPodValidator:
             # object is in ``used`` and ``delta`` is new minus old, as for the quota.
             used=add(self.ledger.pending(owner, slice_name), self._slice_used(owner, slice_name)),
             delta=validation.requests_delta(request),
-        )
+        ), pool
 
     def _slice_used(self, owner: str, slice_name: str) -> ResourceList:
         """The requests of the live ShadowPods of ``owner``'s slice ``slice_name``."""

@@ -79,10 +79,10 @@ def review(obj: dict, *, operation: str = "CREATE", old: dict | None = None) -> 
 
 def validator(slices: dict[str, dict], existing: list[dict] | None = None, quota: dict[str, str] | None = None):
     cache = Cache({f"{NS}/{sp['metadata']['name']}": sp for sp in existing or []})
-    dry_runs: list[dict] = []
+    dry_runs: list[tuple[dict, Any]] = []
 
-    def dry_run(namespace: str, obj: dict, operation: str, probe: bool) -> Decision:
-        dry_runs.append(obj)
+    def dry_run(namespace: str, obj: dict, operation: str, probe: bool, pool: Any = None) -> Decision:
+        dry_runs.append((obj, pool))
         return Decision.allow()
 
     v = ShadowPodValidator(shadowpods=cache, caches=Caches(slices, quota), dry_run=dry_run, ledger=Ledger(cache.get))  # type: ignore[arg-type]
@@ -95,7 +95,12 @@ ACCEPTED = {f"{TENANT}/train": offload_slice(cpu="2", pods="2")}
 def test_a_pod_of_an_accepted_slice_within_it_is_admitted() -> None:
     v, dry_runs = validator(ACCEPTED)
     assert v.review(review(shadowpod("a"))).allowed
-    assert len(dry_runs) == 1
+    # The API server's dry run judges the Pod with the pool's patch.
+    [(_, pool)] = dry_runs
+    assert pool.name == "gpu" and pool.runtime_class_name == "nvidia"
+    v, dry_runs = validator({})
+    assert v.review(review(shadowpod("b", slice_name=None))).allowed
+    assert dry_runs[0][1] is None
 
 
 def test_a_pod_beyond_what_the_slice_accepted_is_refused_naming_each_resource() -> None:
@@ -168,3 +173,18 @@ def test_a_field_that_contradicts_the_pool_patch_is_refused() -> None:
 def test_a_pod_without_the_label_is_not_a_slice_pod() -> None:
     v, _ = validator({})
     assert v.review(review(shadowpod("a", slice_name=None))).allowed
+
+
+def test_the_verdict_cache_key_holds_the_slice_and_its_pools_patch() -> None:
+    from enforcer.admission import dry_run, verdict_cache
+    from kube_offload.pools import parse_pools
+
+    pool = parse_pools({"pools": POOLS})["gpu"]
+    verdicts = dry_run.Verdicts(cache=verdict_cache.VerdictCache(), namespace=lambda _ns: None,
+                                limit_ranges=lambda _ns: [], resource_quotas=lambda _ns: [])
+    plain = verdicts.key(NS, shadowpod("a", slice_name=None))
+    in_slice = verdicts.key(NS, shadowpod("a"), pool)
+    other_slice = verdicts.key(NS, shadowpod("a", slice_name="other"), pool)
+    assert len({plain, in_slice, other_slice}) == 3
+    # The Pod judged is the enforcer's, patch included.
+    assert dry_run.pod_for(shadowpod("a"), pool)["spec"]["nodeSelector"] == {"pool": "gpu"}
