@@ -788,7 +788,7 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"list", "watch", "patch"},
         (C.SHADOWPOD_GROUP, f"{C.TWIN_NAMESPACE_PLURAL}/status"): {"patch"},
         # Resource slices (docs/slices.md): read, and the decision in status; never spec.
-        (C.SHADOWPOD_GROUP, C.SLICE_PLURAL): {"list", "watch"},
+        (C.SHADOWPOD_GROUP, C.SLICE_PLURAL): {"get", "list", "watch"},
         (C.SHADOWPOD_GROUP, f"{C.SLICE_PLURAL}/status"): {"patch"},
         ("", "serviceaccounts"): {"get", "list", "watch"},
         ("networking.k8s.io", "servicecidrs"): {"list", "watch"},
