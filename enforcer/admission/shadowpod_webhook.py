@@ -123,7 +123,7 @@ class ShadowPodValidator:
             return Decision.deny(503, "ServiceUnavailable", "could not verify the ShadowPod: the enforcer's caches are not synced yet; retry later")
 
         # Before the metadata-only shortcut: the slice label is metadata, and immutable.
-        relabelled = slice_rules.label_change(request)
+        relabelled = slice_rules.label_change(request) or slice_rules.template_label(request)
         if relabelled is not None:
             return relabelled
         namespace_name = request.namespace

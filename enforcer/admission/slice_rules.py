@@ -56,6 +56,26 @@ def label_change(request: AdmissionRequest) -> Decision | None:
     ))
 
 
+def template_label(request: AdmissionRequest) -> Decision | None:
+    """The pod template may carry the slice label (the consumer's vkubelet selects its
+    remote pods by it) only with the ShadowPod's own value: a pod must never claim a slice
+    its ShadowPod is not counted against."""
+    shadowpod = request.object or {}
+    template = ((shadowpod.get("spec") or {}).get("pod") or {}) if isinstance(shadowpod.get("spec"), Mapping) else {}
+    labels = (template.get("metadata") or {}).get("labels") if isinstance(template, Mapping) else None
+    if not isinstance(labels, Mapping) or c.LABEL_SLICE not in labels:
+        return None
+    value = labels.get(c.LABEL_SLICE)
+    own = slice_of(shadowpod)
+    if value not in (None, "") and str(value) == own:
+        return None
+    return Decision.deny(422, "Invalid", (
+        f"spec.pod.metadata.labels[{c.LABEL_SLICE}]: {_shown(str(value) if value is not None else None)} differs from "
+        f"the ShadowPod's {LABEL_FIELD} ({_shown(own)}): the pod's slice label may only repeat the ShadowPod's; "
+        "remove it or make them equal"
+    ))
+
+
 def _shown(value: str | None) -> str:
     return repr(value) if value is not None else "absent"
 

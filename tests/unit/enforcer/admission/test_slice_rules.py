@@ -188,3 +188,21 @@ def test_the_verdict_cache_key_holds_the_slice_and_its_pools_patch() -> None:
     assert len({plain, in_slice, other_slice}) == 3
     # The Pod judged is the enforcer's, patch included.
     assert dry_run.pod_for(shadowpod("a"), pool)["spec"]["nodeSelector"] == {"pool": "gpu"}
+
+
+def _with_template_slice(sp: dict[str, Any], value: str) -> dict[str, Any]:
+    sp["spec"]["pod"].setdefault("metadata", {}).setdefault("labels", {})[c.LABEL_SLICE] = value
+    return sp
+
+
+def test_the_pod_template_may_repeat_the_shadowpods_slice_and_nothing_else() -> None:
+    """The consumer's vkubelet labels the pod too (it selects its remote pods by it:
+    docs/slices.md); a template claiming another slice, or one its ShadowPod does not
+    name, is refused before any count."""
+    v, _ = validator(ACCEPTED)
+    assert v.review(review(_with_template_slice(shadowpod("a"), "train"))).allowed
+    for sp in (_with_template_slice(shadowpod("b"), "other"), _with_template_slice(shadowpod("c", slice_name=None), "train")):
+        decision = v.review(review(sp))
+        assert not decision.allowed and decision.code == 422
+        assert decision.message.startswith(f"spec.pod.metadata.labels[{c.LABEL_SLICE}]: ")
+        assert "may only repeat the ShadowPod's" in decision.message
