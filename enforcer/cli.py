@@ -206,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
                 consumers=loops.consumers if loops else None,
                 # The EndpointSlice webhook: the nodes' addresses.
                 nodes=loops.nodes if loops else None,
+                # A slice's ShadowPods: its OffloadSlice (docs/slices.md "Admission").
+                slices=loops.slices if loops else None,
                 resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:

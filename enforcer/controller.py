@@ -23,6 +23,8 @@ from kube_offload.constants import (
     LABEL_MANAGED_BY,
     MANAGED_BY_ENFORCER,
 )
+from kube_offload.consumers import service_account_of
+from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.provider_policy import ProviderPolicyError, parse_policy
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
@@ -53,6 +55,25 @@ def remote_api_granted(namespace: Mapping[str, Any] | None, consumers: _Objects)
         return parse_policy((consumer.get("spec") or {}).get("policy")).pods.remote_api_access
     except ProviderPolicyError:
         return False
+
+
+def pool_of_slice(namespace: Mapping[str, Any] | None, consumers: _Objects, slices: _Objects, slice_name: str) -> Pool | None:
+    """The pool of OffloadSlice ``slice_name`` of the consumer owning twin ``namespace``:
+    its tenant namespace's slice, that slice's spec.pool in the Consumer's spec.pools.
+    None when any of them is missing or the pools do not parse."""
+    owner = twin_owner(namespace)
+    consumer = consumers.get(owner) if owner else None
+    if consumer is None:
+        return None
+    tenant, _ = service_account_of(consumer)
+    offload_slice = slices.get(f"{tenant}/{slice_name}")
+    if offload_slice is None:
+        return None
+    try:
+        pools = parse_pools(consumer.get("spec") or {})
+    except PoolError:
+        return None
+    return pools.get(str((offload_slice.get("spec") or {}).get("pool") or ""))
 
 
 @dataclass(frozen=True)
@@ -103,6 +124,7 @@ class Enforcer:
             api=api,
             recorder=self.recorder,
             remote_api_access=self._remote_api_access,
+            slice_pool=self._slice_pool,
         )
         self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
         # The echo of the reconcile's own ShadowPod status write is skipped (Reconciler.
@@ -136,6 +158,15 @@ class Enforcer:
         if not (loops.namespaces.has_synced() and loops.consumers.has_synced()):
             return None
         return remote_api_granted(loops.namespaces.get(namespace), loops.consumers)
+
+    def _slice_pool(self, namespace: str, slice_name: str) -> Pool | None:
+        """The pool of resource slice ``slice_name`` of the consumer owning twin
+        ``namespace``, from the consumer loops' caches (docs/slices.md): None until they
+        have listed, or when the slice, its pool or the Consumer is gone (the pod waits)."""
+        loops = self.consumer_loops
+        if loops is None or not (loops.namespaces.has_synced() and loops.consumers.has_synced() and loops.slices.has_synced()):
+            return None
+        return pool_of_slice(loops.namespaces.get(namespace), loops.consumers, loops.slices, slice_name)
 
     def declare(self, manager: Manager) -> None:
         """Declare the shared informers and the loops to ``manager``, every one needing the

@@ -1,6 +1,6 @@
-"""Install the CRDs shipped in kube_offload/manifests (ShadowPod, Consumer, TwinNamespace)
-where they are missing (``--install-crd``: handy for test clusters; Helm installs them in
-production)."""
+"""Install the CRDs shipped in kube_offload/manifests (ShadowPod, Consumer, TwinNamespace,
+OffloadSlice) where they are missing (``--install-crd``: handy for test clusters; Helm
+installs them in production)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kube_offload.runtime.kinds import CUSTOM_RESOURCE_DEFINITIONS
 from kube_offload.runtime.kube import ApiError, Kube
 
 # Every CRD the enforcer reads; the chart symlinks the same files.
-MANIFESTS = ("shadowpod-crd.yaml", "consumer-crd.yaml", "twinnamespace-crd.yaml")
+MANIFESTS = ("shadowpod-crd.yaml", "consumer-crd.yaml", "twinnamespace-crd.yaml", "offloadslice-crd.yaml")
 
 log = logging.getLogger("kube_offload.enforcer.crd")
 

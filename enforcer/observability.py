@@ -1,7 +1,8 @@
 """What the enforcer tells Prometheus and the kubelet's probes about itself.
 
 Metrics (in the process registry, kube_offload/runtime/metrics.py): ShadowPods by phase,
-read from the enforcer's cache at scrape time; the controllers', work queues' and API
+and each resource slice's phase, accepted amounts and usage, read from the enforcer's
+caches at scrape time; the controllers', work queues' and API
 calls' figures come from the shared runtime, the ShadowPod webhook's from its own
 registry (enforcer/admission/webhook_server.py), served on the same port.
 
@@ -16,12 +17,17 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from enforcer.consumers.quota import live_shadowpod, shadowpod_requests, twin_owner
+from kube_offload import constants as c
+from kube_offload.consumers import tenant_of
+from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.runtime import metrics as rm
+from kube_offload.slices import accepted_of
 from kube_offload.runtime.http_metrics import NAMESPACE
 
 if TYPE_CHECKING:
@@ -47,6 +53,65 @@ class EnforcerCollector(Collector):
         for phase, count in counts.items():
             family.add_metric([phase], float(count))
         yield family
+        yield from slice_families(enforcers)
+
+
+def slice_families(enforcers: "list[Enforcer]") -> Iterator[Metric]:
+    """Per OffloadSlice (docs/slices.md): its phase, what was accepted and what its live
+    ShadowPods request, per resource listed in ``status.accepted`` (in units: cores for
+    cpu, bytes for memory), read from the caches at scrape time."""
+    phase = GaugeMetricFamily(f"{NAMESPACE}_enforcer_slice_phase",
+                              "1 for the phase each OffloadSlice is in (status.phase).", labels=["consumer", "slice", "phase"])
+    accepted = GaugeMetricFamily(f"{NAMESPACE}_enforcer_slice_accepted",
+                                 "What the enforcer accepted of each OffloadSlice (status.accepted), per resource.",
+                                 labels=["consumer", "slice", "pool", "resource"])
+    used = GaugeMetricFamily(f"{NAMESPACE}_enforcer_slice_used",
+                             "The requests of each OffloadSlice's live ShadowPods, per resource it accepted.",
+                             labels=["consumer", "slice", "pool", "resource"])
+    for enforcer in enforcers:
+        loops = enforcer.consumer_loops
+        if loops is None:
+            continue
+        usage = slice_usage(enforcer.shadowpods.list(), _owner_in(loops.namespaces))
+        for offload_slice in loops.slices.list():
+            meta = offload_slice.get("metadata") or {}
+            consumer = tenant_of(loops.namespaces.get(str(meta.get("namespace") or ""))) or ""
+            name = str(meta.get("name") or "")
+            pool = str((offload_slice.get("spec") or {}).get("pool") or "")
+            status = offload_slice.get("status") or {}
+            phase.add_metric([consumer, name, str(status.get("phase") or c.SLICE_PHASE_PENDING)], 1.0)
+            try:
+                granted = accepted_of(offload_slice) or {}
+            except QuantityError:
+                granted = {}
+            mine = usage.get((consumer, name), {})
+            for resource, milli in sorted(granted.items()):
+                accepted.add_metric([consumer, name, pool, resource], milli / 1000)
+                used.add_metric([consumer, name, pool, resource], mine.get(resource, 0) / 1000)
+    yield phase
+    yield accepted
+    yield used
+
+
+def _owner_in(namespaces: "Any") -> "Callable[[str], str | None]":
+    return lambda name: twin_owner(namespaces.get(name))
+
+
+def slice_usage(shadowpods: "list[dict]", owner_of: "Callable[[str], str | None]") -> dict[tuple[str, str], ResourceList]:
+    """(consumer, slice) -> the summed requests of the live ShadowPods labelled with the slice."""
+    usage: dict[tuple[str, str], ResourceList] = {}
+    for shadowpod in shadowpods:
+        meta = shadowpod.get("metadata") or {}
+        name = ((meta.get("labels") or {}).get(c.LABEL_SLICE))
+        if not name or not live_shadowpod(shadowpod):
+            continue
+        owner = owner_of(str(meta.get("namespace") or ""))
+        if owner is None:
+            continue
+        total = usage.setdefault((owner, str(name)), {})
+        for resource, amount in shadowpod_requests(shadowpod).items():
+            total[resource] = total.get(resource, 0) + amount
+    return usage
 
 
 rm.REGISTRY.register(EnforcerCollector())

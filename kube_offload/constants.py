@@ -249,6 +249,10 @@ ANNOTATION_TWIN_REQUEST: Final = f"{DOMAIN}/twin-request"
 # virtual node in the consumer cluster, sized from status.accepted.
 SLICE_KIND: Final = "OffloadSlice"
 SLICE_PLURAL: Final = "offloadslices"
+SLICE_SHORT_NAME: Final = "kos"
+# A pool's name ends the slice's virtual node name (slice_node_name) and is a label value:
+# a DNS label, kept short so <virtual node>-<slice> stays within a node name's 63.
+POOL_NAME_MAX: Final = 20
 SLICE_PHASE_PENDING: Final = "Pending"
 SLICE_PHASE_ACCEPTED: Final = "Accepted"
 SLICE_PHASE_PARTIAL: Final = "PartiallyAccepted"
@@ -257,6 +261,16 @@ SLICE_PHASE_REFUSED: Final = "Refused"
 # belongs to; the enforcer applies that slice's pool patch and counts it against the
 # slice. On a virtual node: the slice the node stands for.
 LABEL_SLICE: Final = f"{DOMAIN}/slice"
+# On a slice's virtual node while its OffloadSlice is not (or no longer, or not yet for its
+# current request) Accepted or PartiallyAccepted: NoSchedule, so no new pod is bound to a
+# node the provider would refuse pods for; pods already there keep running (a slice shrunk
+# or refused later is the provider's business: its admission counts them).
+# On the pods of a slice's vkubelet Deployment (local chart): the virtual node it serves.
+# Its selector uses it instead of the cluster-id label, so the peering's own Deployment's
+# selector (component + cluster-id) never matches a slice's pods.
+LABEL_SLICE_NODE: Final = f"{DOMAIN}/slice-node"
+TAINT_SLICE_NOT_ACCEPTED_KEY: Final = f"{DOMAIN}/slice-not-accepted"
+TAINT_SLICE_NOT_ACCEPTED_EFFECT: Final = "NoSchedule"
 
 
 def slice_node_name(base_node_name: str, slice_name: str) -> str:

@@ -29,6 +29,12 @@ def is_virtual_node(node: dict[str, Any]) -> bool:
     return _labels(node).get(c.LABEL_TYPE) == c.TYPE_VIRTUAL_NODE
 
 
+def slice_of(node: dict[str, Any]) -> str | None:
+    """The slice a virtual node stands for (docs/slices.md); None for a peering's own node."""
+    value = _labels(node).get(c.LABEL_SLICE) if is_virtual_node(node) else None
+    return value if isinstance(value, str) and value else None
+
+
 def cluster_id_of(node: dict[str, Any]) -> str | None:
     """The remote cluster id of a virtual node; None for physical nodes or a missing label."""
     if not is_virtual_node(node):

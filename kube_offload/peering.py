@@ -38,6 +38,7 @@ from kube_offload import constants as c
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.selector import label_key_problem, label_value_problem
+from kube_offload.slice_requests import SliceError, SliceRequest, parse_slices
 
 REMOTE_CHART = "kube-offload-remote"
 LOCAL_CHART = "kube-offload-local"
@@ -124,6 +125,9 @@ class PeerOptions:
     quota: Mapping[str, str] | None = None  # None: keep what the release has
     pod_security_level: str | None = None  # None: keep (chart default baseline)
     node_labels: Mapping[str, str] | None = None  # suggested by the provider; None: keep
+    # The slices asked of this remote (--slice, docs/slices.md): one more virtual node and
+    # vkubelet Deployment each (remoteClusters[].slices); None: keep what the release has.
+    slices: tuple[SliceRequest, ...] | None = None
     # Consumer spec.policy from --policy-file (validated); None: keep what the release has.
     policy: Mapping[str, Any] | None = None
     # (section, key) -> the values of a --grant-* flag, set on top of ``policy`` (or of the
@@ -427,10 +431,27 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     values = deep_merge(current, {k: v for k, v in options.local_values.items() if k != "remoteClusters"})
     remotes = _merge_list(current.get("remoteClusters"), options.local_values.get("remoteClusters"), "id", "--local-values remoteClusters")
     values["localClusterId"] = options.local_cluster_id
-    values["remoteClusters"] = _upsert(
-        remotes, "id", {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
-    )
+    entry: dict[str, Any] = {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
+    if options.slices is not None:
+        entry["slices"] = slice_values(options.slices)
+    values["remoteClusters"] = _upsert(remotes, "id", entry)
     return values
+
+
+def slice_values(slices: Sequence[SliceRequest]) -> list[dict[str, Any]]:
+    """The local chart's remoteClusters[].slices for ``slices``."""
+    return [{"name": s.name, "pool": s.pool, "resources": s.resource_strings()} for s in slices]
+
+
+def parse_slice_flags(values: Sequence[str]) -> tuple[SliceRequest, ...] | None:
+    """Every ``--slice`` of ``kube-offload peer`` (None when none is given: keep the
+    release's); a bad one raises PeeringError naming the flag and the fix."""
+    if not values:
+        return None
+    try:
+        return tuple(parse_slices(list(values), flag="--slice"))
+    except SliceError as exc:
+        raise PeeringError(str(exc)) from None
 
 
 def remote_values_without_consumer(current: Mapping[str, Any], consumer_id: str) -> dict[str, Any]:

@@ -87,6 +87,10 @@ ALWAYS_DENIED_METADATA_PREFIXES: tuple[str, ...] = (
 # checks the cluster id against the namespace's owner.
 CONSUMER_METADATA_KEYS: tuple[str, ...] = (
     c.LABEL_ORIGIN_CLUSTER_ID,
+    # A slice's pods carry their slice (docs/slices.md), so each vkubelet of a peering
+    # selects its own remote pods; only with the ShadowPod's own value
+    # (enforcer/admission/slice_rules.py template_label).
+    c.LABEL_SLICE,
     c.ANNOTATION_ORIGIN_NAMESPACE,
     c.ANNOTATION_ORIGIN_NAME,
     c.ANNOTATION_ORIGIN_UID,

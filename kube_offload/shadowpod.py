@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, cast
 
 from kube_offload import pod_updates
+from kube_offload.pools import Pool, apply_pool_patch
 from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
@@ -211,7 +212,7 @@ def asks_for_remote_api(shadowpod: Mapping[str, Any]) -> bool:
     return isinstance(spec, Mapping) and spec.get("automountServiceAccountToken") is True
 
 
-def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False) -> dict[str, Any]:
+def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False, pool: Pool | None = None) -> dict[str, Any]:
     """The Pod the enforcer creates for ``shadowpod``.
 
     It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
@@ -222,6 +223,9 @@ def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False) 
     consumer's policy grants the provider's API); and a controller owner
     reference, so the garbage collector deletes the pod with its ShadowPod
     (blockOwnerDeletion makes a foreground deletion of the ShadowPod wait for it).
+    ``pool``: the pool of the ShadowPod's resource slice, whose patch (node selector,
+    tolerations, runtime class: :func:`kube_offload.pools.apply_pool_patch`) the pod gets;
+    not in the applied-template record, so in-place updates never take it away.
     """
     template = read_pod_template(shadowpod)
     meta = shadowpod.get("metadata") or {}
@@ -240,6 +244,8 @@ def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False) 
         "ownerReferences": [owner_reference(shadowpod)],
     }
     spec = neutralized_spec(template.spec, remote_api_access=remote_api_access)
+    if pool is not None:
+        spec = apply_pool_patch(spec, pool)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -44,7 +44,7 @@ from kube_offload.consumer_quota import limit_problems, pod_charges
 from kube_offload.consumers import ConsumerError, consumer_terms, quota_excess
 from kube_offload.namespace_policies import evaluate
 from kube_offload.node_filter import evaluate_policy
-from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
+from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name, slice_of
 from kube_offload.opt_in import pod_policy
 from kube_offload.pod_mutation import MalformedPod, decide_pod, skip_reason
 from kube_offload.policy import NamespacePolicy, PolicyError
@@ -123,6 +123,9 @@ class NodeVerdict:
     failures: list[dict] = field(default_factory=list)  # every failing check: {check, reason}
     notes: list[str] = field(default_factory=list)
     bound: bool = False  # the pod is bound to this node
+    # The slice this virtual node stands for (docs/slices.md); None: a peering's own node
+    # or a physical one. Its pods run on that slice's provider pool only.
+    slice: str | None = None
 
 
 @dataclass
@@ -372,10 +375,14 @@ def node_verdicts(facts: ExplainFacts, pod: Mapping, entry: NamespacePolicy | Po
             for check in _ROOM_CHECKS:
                 failures.pop(check, None)
         ordered = [{"check": check, "reason": failures[check]} for check in CHECKS if check in failures]
+        slice_name = slice_of(dict(node))
+        if slice_name:
+            notes.append(f"slice {slice_name} of cluster {cluster}: its pods run on that slice's provider pool; "
+                         "its capacity is what the provider accepted (kubectl offload status shows the slice)")
         verdicts.append(NodeVerdict(
             name=name, kind="virtual" if virtual else "physical", cluster_id=cluster,
             fits=not ordered, check=ordered[0]["check"] if ordered else "",
-            reason=ordered[0]["reason"] if ordered else "", failures=ordered, notes=notes, bound=bound,
+            reason=ordered[0]["reason"] if ordered else "", failures=ordered, notes=notes, bound=bound, slice=slice_name,
         ))
     return verdicts
 

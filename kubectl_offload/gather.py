@@ -17,7 +17,7 @@ from kube_offload import constants as c
 from kube_offload.runtime import kinds
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube
-from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name
+from kube_offload.nodes import cluster_id_of, is_virtual_node, node_name, slice_of
 from kube_offload.policy import NamespacePolicy
 from kube_offload.namespace_policies import evaluate
 from kube_offload.reasons import REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
@@ -255,6 +255,15 @@ def _remote_facts(provider: Provider, local_id: str | None, base: dict) -> Remot
         if (r.get("status") or {}).get("phase") == c.TWIN_PHASE_READY
     ]
     try:
+        listed = provider.get(
+            _list(kinds.OFFLOAD_SLICES, namespace=c.tenant_namespace(local_id),
+                  label_selector=f"{c.LABEL_ORIGIN_CLUSTER_ID}={local_id}"),
+            what="OffloadSlices", missing_ok=True,  # a provider without the slice API has none
+        ) or {}
+        extra["slices"] = list(listed.get("items") or [])
+    except ReadError as exc:
+        extra["slice_error"] = str(exc)
+    try:
         extra["reflected"] = _reflected(provider, local_id, ready_twins)
     except ReadError as exc:
         extra["reflected_error"] = str(exc)
@@ -267,8 +276,13 @@ def status_facts(local: LocalCluster, remotes: Remotes, *, local_cluster_id: str
     say("reading virtual nodes")
     nodes = (_local(local, _list(kinds.NODES, label_selector=f"{c.LABEL_TYPE}={c.TYPE_VIRTUAL_NODE}"),
                     what="nodes") or {}).get("items") or []
-    by_id = {cid: n for n in nodes if (cid := cluster_id_of(n))}
-    cluster_ids = sorted(set(by_id) | set(remotes.flags) | set(remotes.vkubelet_deployments()))
+    # A peering's own node by cluster id; its slices' nodes (same cluster id) apart.
+    by_id = {cid: n for n in nodes if (cid := cluster_id_of(n)) and slice_of(n) is None}
+    slice_nodes: dict[str, dict[str, dict]] = {}
+    for n in nodes:
+        if (cid := cluster_id_of(n)) and (slice_name := slice_of(n)):
+            slice_nodes.setdefault(cid, {})[slice_name] = n
+    cluster_ids = sorted(set(by_id) | set(slice_nodes) | set(remotes.flags) | set(remotes.vkubelet_deployments()))
     local_id = remotes.local_cluster_id(local_cluster_id, cluster_ids)
     warnings = (_local(local, _list(kinds.EVENTS, field_selector="type=Warning"),
                        what="Events") or {}).get("items") or []
@@ -289,6 +303,7 @@ def status_facts(local: LocalCluster, remotes: Remotes, *, local_cluster_id: str
         base = {
             "cluster_id": cluster_id, "node": node, "lease": lease, "pods": pods,
             "reflection_warnings": reflection, "kubeconfig_source": remotes.target(cluster_id).source,
+            "slice_nodes": slice_nodes.get(cluster_id, {}),
         }
         facts.append(_remote_facts(provider, local_id, base))
     return StatusFacts(now=datetime.now(timezone.utc), local_cluster_id=local_id, remotes=facts, notes=tuple(remotes.notes))

@@ -153,7 +153,8 @@ def render_explain(doc: Mapping, style: Style) -> str:
     for node in doc["nodes"]:
         fits = "bound" if node["bound"] else "yes" if node["fits"] else "no"
         painted = style.ok(fits) if node["fits"] else style.bad(fits)
-        rows.append([node["name"], node["kind"], node["clusterId"] or "-", painted, node["check"] or "-", node["reason"] or "-"])
+        kind = f"slice {node['slice']}" if node.get("slice") else node["kind"]
+        rows.append([node["name"], kind, node["clusterId"] or "-", painted, node["check"] or "-", node["reason"] or "-"])
         notes += [f"  {node['name']}: {note}" for note in node["notes"]]
     lines += table(["NODE", "KIND", "CLUSTER", "FITS", "FIRST FAILING CHECK", "REASON"], rows, indent="  ")
     lines += notes
@@ -213,6 +214,10 @@ def twins_cell(twins: Sequence[Mapping] | None) -> str:
     return " ".join(f"{phase}={count}" for phase, count in sorted(phases.items()))
 
 
+def _slice_amounts(amounts: Mapping[str, str]) -> str:
+    return ",".join(f"{name}={human_quantity(name, quantity)}" for name, quantity in amounts.items()) or "-"
+
+
 def render_status(doc: Mapping, style: Style) -> str:
     rows = []
     for row in doc["remotes"]:
@@ -235,6 +240,19 @@ def render_status(doc: Mapping, style: Style) -> str:
     if rows:
         lines += table(["REMOTE", "VIRTUAL NODE", "READY", "HEARTBEAT", "LAST PING", "REMOTE API", "CPU ADV/FREE",
                         "MEMORY ADV/FREE", "QUOTA USED/LIMIT", "PODS", "TWINS", "REFLECTED", "REFL ERRORS", "HEALTH"], rows)
+    slice_rows = []
+    for row in doc["remotes"]:
+        for item in row.get("slices") or []:
+            ready = style.ok(item["ready"]) if item["ready"] == "True" else style.bad(item["ready"])
+            phase = item["phase"]
+            phase = style.ok(phase) if phase == "Accepted" else style.warn(phase) if phase == "PartiallyAccepted" else style.bad(phase)
+            slice_rows.append([
+                row["cluster"], item["name"], item["node"] or "-", ready, item["pool"] or "-", phase,
+                _slice_amounts(item["asked"]), _slice_amounts(item["accepted"]), item["message"] or "-",
+            ])
+    if slice_rows:
+        lines += ["", "Slices:"]
+        lines += table(["REMOTE", "SLICE", "VIRTUAL NODE", "READY", "POOL", "PHASE", "ASKED", "ACCEPTED", "MESSAGE"], slice_rows)
     details = []
     for row in doc["remotes"]:
         details += [f"{row['cluster']}: " + style.bad(f"unhealthy: {p}") for p in row["problems"]]

@@ -14,7 +14,8 @@ warning
   no kubeconfig for the provider (its side is unknown); the provider refused a
   TwinNamespace; the consumer is cordoned; a remote node reports pressure; reflection
   errors (the virtual kubelet's ``ReflectionFailed``/``ReflectionConflict`` Warning
-  Events) seen in the last :data:`RECENT_SECONDS`.
+  Events) seen in the last :data:`RECENT_SECONDS`; a slice (docs/slices.md) the provider
+  refused or accepted only in part, or a slice's node that is missing or not Ready.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class RemoteFacts:
     twin_error: str = ""
     reflected: Mapping[str, int] | None = None  # kind -> objects our reflectors wrote
     reflected_error: str = ""
+    # Resource slices (docs/slices.md): our OffloadSlices on the provider, and the local
+    # virtual node of each slice by slice name.
+    slices: Sequence[Mapping] = ()
+    slice_error: str = ""
+    slice_nodes: Mapping[str, Mapping] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,9 @@ class RemoteStatus:
     health: str = HEALTHY
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Resource slices (docs/slices.md), by name: {name, node, ready, pool, phase, asked,
+    # accepted, advertised, message}.
+    slices: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -222,6 +231,47 @@ def _twins(requests: Sequence[Mapping] | None) -> list[dict]:
     ]
 
 
+def _amounts(raw: object) -> dict[str, str]:
+    try:
+        return _format(resources.parse_resource_list(raw if isinstance(raw, Mapping) else {}))
+    except QuantityError:
+        return {}
+
+
+def _slices(facts: RemoteFacts, problems: list[str], warnings: list[str]) -> list[dict]:
+    """One row per slice, from our OffloadSlice (what was asked, what the provider
+    answered) and its virtual node (what it offers). A slice the provider refused or cut
+    is a warning (the peering works; that slice does not, or less); a slice's node missing
+    or not Ready is a problem, as the peering's own node is."""
+    objects = {str((o.get("metadata") or {}).get("name") or ""): o for o in facts.slices}
+    rows = []
+    for name in sorted(set(objects) | set(facts.slice_nodes)):
+        obj, node = objects.get(name) or {}, facts.slice_nodes.get(name)
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        node_name = str(((node or {}).get("metadata") or {}).get("name") or "")
+        ready = "missing" if node is None else str(_condition(node, "Ready").get("status") or "Unknown")
+        phase = str(status.get("phase") or (c.SLICE_PHASE_PENDING if obj else "unknown"))
+        message = str(status.get("message") or "")
+        rows.append({
+            "name": name, "node": node_name, "ready": ready, "pool": str(spec.get("pool") or ""), "phase": phase,
+            "asked": _amounts(spec.get("resources")), "accepted": _amounts(status.get("accepted")),
+            "advertised": _advertised(node) if node is not None else {}, "message": message,
+        })
+        if node is None:
+            problems.append(f"slice {name} has no virtual node: is its virtual kubelet (--slice {name}=...) running?")
+        elif ready != "True":
+            problems.append(f"slice {name}'s virtual node {node_name} is not Ready ({ready})")
+        if not obj and facts.remote_state == REMOTE_REACHABLE and not facts.slice_error:
+            warnings.append(f"slice {name}: no OffloadSlice {name} on provider {facts.cluster_id} (its virtual kubelet writes it)")
+        elif phase == c.SLICE_PHASE_REFUSED:
+            warnings.append(f"slice {name} refused by provider {facts.cluster_id}: {message or status.get('reason') or 'no reason given'}")
+        elif phase == c.SLICE_PHASE_PARTIAL:
+            warnings.append(f"slice {name} only partly accepted by provider {facts.cluster_id}: {message or status.get('reason') or ''}")
+    if facts.slice_error:
+        warnings.append(f"provider {facts.cluster_id}: {facts.slice_error}")
+    return rows
+
+
 def _recent(events: Sequence[Mapping], now: datetime) -> list[Mapping]:
     recent = []
     for event in events:
@@ -308,6 +358,7 @@ def remote_status(facts: RemoteFacts, now: datetime, local_cluster_id: str | Non
         )
 
     remote_free, free_source = _remote_free(facts, warnings)
+    slices = _slices(facts, problems, warnings)
     return RemoteStatus(
         cluster=facts.cluster_id, node=name, ready=ready_state,
         ready_reason=str(ready.get("reason") or ""),
@@ -318,7 +369,7 @@ def remote_status(facts: RemoteFacts, now: datetime, local_cluster_id: str | Non
         quota=quota, quota_mode=quota_mode, cordoned=cordoned, pods=_pods_by_phase(facts.pods), twins=twins,
         reflected=dict(facts.reflected) if facts.reflected is not None else None,
         reflection_errors=errors,
-        health=UNHEALTHY if problems else HEALTHY, problems=problems, warnings=warnings,
+        health=UNHEALTHY if problems else HEALTHY, problems=problems, warnings=warnings, slices=slices,
     )
 
 

@@ -7,6 +7,7 @@ Only settings and wiring live here; see vkubelet/runner.py for what runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -19,7 +20,9 @@ from kube_offload.runtime.leader_election import add_leader_election_flags, timi
 from kube_offload.runtime.logs import LEVELS, setup_logging
 from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
+from kube_offload.slice_requests import SliceError, SliceRequest, parse_slice
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
+from vkubelet.reflection.settings import slice_reflection
 from vkubelet.settings import Settings, SettingsError, parse_node_labels
 from vkubelet.storage.settings import add_storage_flags, storage_settings_from_args
 from vkubelet.home_api.settings import add_home_api_flags, home_api_settings_from_args
@@ -61,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--node-name", default="", help=f"name of the virtual node; unset: {c.VIRTUAL_NODE_PREFIX}<cluster-id>")
     add_flag(parser, COMPONENT, "--node-label", default=[], action="append",
              help="extra label of the virtual node, key=value, repeatable (region, provider...)")
+    flag("--slice", default="",
+         help="be the virtual node of one slice of this peering (docs/slices.md): NAME=POOL:RESOURCE=QUANTITY,..., "
+              "e.g. gpu=gpu:cpu=2,memory=4Gi,nvidia.com/gpu=1. The process writes OffloadSlice NAME in its tenant "
+              "namespace, names its node kube-offload-<cluster-id>-NAME and sizes it from what the provider "
+              "accepts; resource reflection stays with the peering's own vkubelet (only pod Events here). "
+              "One process per slice; unset: the peering's own node")
     flag("--sharing-percentage", default=c.DEFAULT_SHARING_PERCENTAGE, type=int,
          help="share of the remote cluster's free resources the virtual node offers (1-100)")
     flag("--ping-interval", default="5s", type=positive_duration, help="how often the remote API server is probed")
@@ -170,11 +179,29 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         storage=storage_settings_from_args(args),
         remapping=remapping_settings_from_args(args),
         home_cluster_domain=args.home_cluster_domain,
+        slice=_slice_from_args(args),
     )
+    if settings.slice is not None:
+        # A slice's vkubelet reflects only its pods' Events, and so serves no virtual
+        # storage class (its claims are reflected objects, the peering's): docs/slices.md.
+        settings = dataclasses.replace(
+            settings,
+            reflection=slice_reflection(settings.reflection),
+            storage=dataclasses.replace(settings.storage, virtual_class="", local_class=""),
+        )
     settings.validate()
     if not settings.remote_kubeconfig:
         raise SettingsError("--remote-kubeconfig is required")
     return settings
+
+
+def _slice_from_args(args: argparse.Namespace) -> SliceRequest | None:
+    if not args.slice:
+        return None
+    try:
+        return parse_slice(args.slice)
+    except SliceError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,7 +246,8 @@ def run(args: argparse.Namespace) -> int:
     if args.leader_elect:
         elector = LeaderElector(
             local,
-            name=f"{c.VKUBELET_LEADER_LEASE_PREFIX}{settings.cluster_id}",
+            # One Lease per virtual node: each slice's process elects its own leader.
+            name=f"{c.VKUBELET_LEADER_LEASE_PREFIX}{settings.cluster_id}" + (f"-{settings.slice_name}" if settings.slice else ""),
             namespace=args.leader_elect_namespace or default_namespace(),
             timing=timing,
         )

@@ -21,7 +21,9 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import CONSUMERS, NAMESPACES, NODES, PODS, PRIORITY_CLASSES, SHADOWPODS, TWIN_NAMESPACES
+from kube_offload.runtime.kinds import (
+    CONSUMERS, NAMESPACES, NODES, OFFLOAD_SLICES, PODS, PRIORITY_CLASSES, SHADOWPODS, TWIN_NAMESPACES,
+)
 from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.namespaced_informer import ListForNamespace, MultiNamespaceInformer
 from vkubelet import trim
@@ -241,4 +243,19 @@ class SharedInformers:
         return self.remote_in_twins("remote-shadowpods", list_for, trim.trim_shadowpod, label_selector=self._ours())
 
     def _ours(self) -> str:
-        return f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"
+        """Our pods and ShadowPods: the origin label, and the node's slice. Each virtual
+        node of a peering (the peering's own and one per slice, each its own process:
+        docs/slices.md) sees only the ones it sent, so none takes another's for an orphan."""
+        origin = f"{c.LABEL_ORIGIN_CLUSTER_ID}={self.settings.local_cluster_id}"
+        if self.settings.slice is not None:
+            return f"{origin},{c.LABEL_SLICE}={self.settings.slice.name}"
+        return f"{origin},!{c.LABEL_SLICE}"
+
+    def remote_slice(self) -> Informer:
+        """Our OffloadSlice (slice mode), in our tenant namespace, field-selected by name:
+        the provider's answer sizes the node."""
+        assert self.settings.slice is not None, "remote_slice() is for a slice's vkubelet"
+        tenant = self.settings.tenant_namespace
+        list_slices = Kube(self.remote_client).list_func(OFFLOAD_SLICES, namespace=tenant)
+        selector = f"metadata.name={self.settings.slice.name}"
+        return self.shared("remote-offloadslice", lambda: self._new("remote-offloadslice", list_slices, field_selector=selector))

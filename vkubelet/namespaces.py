@@ -44,7 +44,7 @@ from vkubelet import twin_requests as tr
 from vkubelet.events import EventRecorder
 from vkubelet.informers import SharedInformers
 from vkubelet.naming import twin_namespace_name
-from vkubelet.node_forge import node_labels
+from vkubelet.node_forge import node_labels as default_node_labels
 from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet.namespaces")
@@ -182,6 +182,7 @@ class TwinNamespaces:
         recorder: EventRecorder,
         *,
         labels: Callable[[], Mapping[str, str]] | None = None,
+        node_labels: Callable[[], Mapping[str, str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -189,7 +190,12 @@ class TwinNamespaces:
         self._recorder = recorder
         # The virtual node's labels now (the provider may change the ones it suggests):
         # cluster selectors are matched against exactly what the node carries.
-        self._labels = labels or (lambda: node_labels(settings))
+        self._labels = labels or (lambda: default_node_labels(settings))
+        # The labels of the node pods are bound to (what translation strips from their node
+        # affinity). A slice's node carries its slice's labels on top of the peering's
+        # (``labels``), which alone decide the twins: every node of a peering must agree on
+        # them, or one would delete the twin requests another made (docs/slices.md).
+        self._node_labels = node_labels or self._labels
         self._clock = clock
         self._refusals: dict[str, tr.RefusalBackoff] = {}
         self._refusals_lock = threading.Lock()
@@ -217,7 +223,7 @@ class TwinNamespaces:
         return [self.local_namespaces, self.requests, self.consumer, self.local_pods]
 
     def node_labels(self) -> dict[str, str]:
-        return dict(self._labels())
+        return dict(self._node_labels())
 
     def plan(self, name: str) -> TwinPlan:
         return plan_twin(

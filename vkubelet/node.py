@@ -27,11 +27,13 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Mapping
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload.runtime.kinds import LEASES, NODES
+from kube_offload import resources
+from kube_offload import slice_requests as slices
+from kube_offload.runtime.kinds import LEASES, NODES, OFFLOAD_SLICES
 from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube, MERGE_PATCH
 from vkubelet import node_forge as forge
 from vkubelet.informers import SharedInformers
@@ -104,6 +106,11 @@ class VirtualNode:
 
         self.consumer.add_handler(self._on_consumer_change)
         self.node_informer.add_handler(lambda _kind, _old, _new: self._wake.set())
+        # Slice mode: our OffloadSlice (what we ask for, the provider's answer) sizes the node.
+        self.slice_informer = informers.remote_slice() if settings.slice is not None else None
+        self._slice_answer: slices.SliceAnswer | None = None  # None: not listed yet
+        if self.slice_informer is not None:
+            self.slice_informer.add_handler(self._on_consumer_change)
 
     # --- public ----------------------------------------------------------------------------
     @property
@@ -118,9 +125,33 @@ class VirtualNode:
         return self._terms
 
     def labels(self) -> dict[str, str]:
-        """The virtual node's labels as they are now (what cluster selectors match)."""
+        """The virtual node's labels as they are now (what translation strips from a pod's
+        node affinity: they chose this node)."""
+        return forge.node_labels(self.settings, self._suggested())
+
+    def peering_labels(self) -> dict[str, str]:
+        """The labels of the peering's own node (what namespace cluster selectors match to
+        decide twin namespaces): a slice's node answers as the peering's node would, so
+        every vkubelet of a peering plans the same twins (docs/slices.md)."""
         current = self.terms()
-        return forge.node_labels(self.settings, current.suggested_labels if current else None)
+        labels = forge.node_labels(self.settings, current.suggested_labels if current else None)
+        if self.settings.slice is not None:
+            labels.pop(c.LABEL_SLICE, None)
+            labels[c.LABEL_HOSTNAME] = c.virtual_node_name(self.settings.cluster_id)
+        return labels
+
+    def slice_answer(self) -> slices.SliceAnswer | None:
+        """The provider's answer to our slice as last read (None: not a slice, or not listed yet)."""
+        return self._slice_answer
+
+    def _suggested(self) -> dict[str, str] | None:
+        current = self.terms()
+        suggested = current.suggested_labels if current else None
+        answer = self._slice_answer
+        if answer is None or not answer.node_labels:
+            return suggested
+        merged, _ = forge.slice_suggested(suggested, answer.node_labels)
+        return merged
 
     def on_labels_changed(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` when the provider's suggested labels change: which local
@@ -271,22 +302,83 @@ class VirtualNode:
                     log.exception("label listener failed")
 
     def observe(self) -> forge.Observation:
-        """Re-read the provider's terms if our Consumer changed (once it listed)."""
-        if self._capacity_dirty.is_set() and self.consumer.has_synced():
+        """Re-read the provider's terms if our Consumer (or our slice) changed (once it listed)."""
+        if self._capacity_dirty.is_set() and self.consumer.has_synced() and self._slice_listed():
             self._capacity_dirty.clear()
             self._read_terms()
+            self._read_slice()
         last = max(self._last_answer, self._informers.remote_last_contact())
         with self._lock:
             reachable, version = self._reachable, self._remote_version
         current = self._terms
         summary = current.summary if current else None
+        capacity = terms.node_capacity(current, self.settings.sharing_percentage) if current else None
+        if self.settings.slice is not None and current is not None and current.admitted:
+            # A slice's node offers what the provider accepted, never the Consumer's
+            # summary of the whole provider (the pool is a part of it).
+            answer = self._slice_answer
+            # Pods a slice does not bound: as many as the peering's own node offers.
+            pods = (capacity or {}).get("pods", 0)
+            capacity = slices.node_capacity(answer, default_pods=pods) if answer is not None else None
         return forge.Observation(
             reachable=reachable,
             silent_for=(time.monotonic() - last) if last else None,
-            capacity=terms.node_capacity(current, self.settings.sharing_percentage) if current else None,
+            capacity=capacity,
             pressure=summary.pressure if summary else {},
             remote_version=version,
         )
+
+    # --- slice ----------------------------------------------------------------------------
+    def _slice_listed(self) -> bool:
+        return self.slice_informer is None or self.slice_informer.has_synced()
+
+    def _read_slice(self) -> None:
+        """Re-read our OffloadSlice from its cache; log what the provider's answer changed."""
+        if self.slice_informer is None or self.settings.slice is None:
+            return
+        name = self.settings.slice.name
+        obj = self.slice_informer.get(f"{self.settings.tenant_namespace}/{name}")
+        fresh = slices.read_answer(obj)
+        previous, self._slice_answer = self._slice_answer, fresh
+        if previous is not None and (previous.phase, previous.accepted, previous.message, previous.stale) == (
+            fresh.phase, fresh.accepted, fresh.message, fresh.stale
+        ):
+            return
+        if fresh.usable:
+            log.info(
+                "slice %s is %s: node %s offers %s%s", name, fresh.phase, self.settings.node_name,
+                resources_text(fresh.accepted), f" ({fresh.message})" if fresh.message else "",
+            )
+        elif obj is not None:
+            log.warning(
+                "%s: node %s keeps the taint %s:%s and offers nothing", slices.not_accepted_message(name, fresh),
+                self.settings.node_name, c.TAINT_SLICE_NOT_ACCEPTED_KEY, c.TAINT_SLICE_NOT_ACCEPTED_EFFECT,
+            )
+        for problem in fresh.problems:
+            log.warning("OffloadSlice %s: %s", name, problem)
+
+    def ensure_slice(self) -> None:
+        """Create our OffloadSlice, or update its spec to what --slice asks (the flag is the
+        consumer's source of truth; the provider re-decides on the new generation)."""
+        request = self.settings.slice
+        if request is None or self.slice_informer is None or not self.slice_informer.has_synced():
+            return
+        namespace = self.settings.tenant_namespace
+        current = self.slice_informer.get(f"{namespace}/{request.name}")
+        desired = slices.desired_slice(request, namespace=namespace, local_cluster_id=self.settings.local_cluster_id)
+        if current is None:
+            try:
+                self._remote.create(OFFLOAD_SLICES, desired, namespace=namespace)
+                log.info("asked cluster %s for slice %s: pool %s, %s", self.settings.cluster_id, request.name,
+                         request.pool, resources_text(request.resources))
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+            return
+        if slices.spec_differs(current, request):
+            body = {**current, "spec": desired["spec"]}
+            self._remote.replace(OFFLOAD_SLICES, body, namespace=namespace)
+            log.info("updated slice %s: pool %s, %s", request.name, request.pool, resources_text(request.resources))
 
     def _current_node(self) -> dict | None:
         cached = self.node_informer.get(self.settings.node_name)
@@ -299,15 +391,22 @@ class VirtualNode:
     def sync(self) -> None:
         """Converge the Node once (idempotent)."""
         now = self._clock()
+        self.ensure_slice()
         observation = self.observe()
         node = self._current_node()
         annotations: dict[str, str] = {}
         current = self._terms
         summary = current.summary if current else None
-        suggested = current.suggested_labels if current else None
+        suggested = self._suggested()
         cordoned = bool(current and current.admitted and current.cordoned)
         draining = bool(current and current.admitted and current.draining)
-        if current is not None and not current.admitted:
+        answer = self._slice_answer
+        slice_refused = self.settings.slice is not None and not (answer is not None and answer.usable)
+        if (current is not None and not current.admitted) or self.settings.slice is not None:
+            # A slice's node publishes no remote-capacity summary: the consumer does not
+            # know which provider nodes make its pool, so the Consumer's summary of them all
+            # would let the extender pass pods the pool cannot hold; the node's allocatable
+            # (what the provider accepted) is the bound the scheduler applies.
             summary = None
         if summary is not None:
             fresh = cap.encode_remote_capacity(summary.free_by_node, updated=now)
@@ -317,7 +416,9 @@ class VirtualNode:
         desired = forge.node_status(self.settings, observation, (node or {}).get("status"), now)
 
         if node is None:
-            body = forge.build_node(self.settings, desired, annotations, suggested, cordoned=cordoned, draining=draining)
+            body = forge.build_node(
+                self.settings, desired, annotations, suggested, cordoned=cordoned, draining=draining, slice_refused=slice_refused
+            )
             try:
                 node = self._local.create(NODES, body)
                 log.info("created virtual node %s", self.settings.node_name)
@@ -327,7 +428,9 @@ class VirtualNode:
                 node = self._local.get(NODES, self.settings.node_name)
             self._written = node
 
-        patch = forge.metadata_patch(node, self.settings, annotations, suggested, cordoned=cordoned, draining=draining)
+        patch = forge.metadata_patch(
+            node, self.settings, annotations, suggested, cordoned=cordoned, draining=draining, slice_refused=slice_refused
+        )
         if patch:
             node = self._local.patch(NODES, self.settings.node_name, patch, content_type=MERGE_PATCH)
             self._written = node
@@ -401,6 +504,10 @@ class VirtualNode:
                 log.exception("lease %s: renewal failed", self.settings.node_name)
                 delay = min(2.0, self.settings.lease_renew_seconds)
             self._stop.wait(delay)
+
+
+def resources_text(amounts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in resources.format_resource_list(amounts).items()) or "nothing"
 
 
 def _rv(obj: dict) -> int:

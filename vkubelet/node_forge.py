@@ -16,6 +16,7 @@ from kube_offload import reasons, resources
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.remote_resources import PRESSURE_CONDITIONS
 from kube_offload.times import format_micro_time, format_time, parse_time_or_none
+from vkubelet.provider_terms import suggested_label_problem
 from vkubelet.settings import Settings
 
 READY = "Ready"
@@ -34,12 +35,15 @@ _PRESSURE_REASONS = {
 
 # --- metadata and spec -----------------------------------------------------------------------
 def node_labels(settings: Settings, suggested: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The provider's suggested labels (already filtered: provider_terms.py), then the
-    configured ones (--node-label: the consumer's word wins over the provider's), then
-    the contract labels (which win on any clash: the scheduler, the extender and cluster
-    selectors rely on them)."""
+    """The provider's suggested labels (already filtered: provider_terms.py; for a slice's
+    node the Consumer's and its pool's: :func:`slice_suggested`), then the configured ones
+    (--node-label: the consumer's word wins over the provider's), then the contract labels
+    (which win on any clash: the scheduler, the extender and cluster selectors rely on
+    them; a slice's node also carries kube-offload.io/slice=<slice>)."""
     labels = dict(suggested or {})
     labels.update(settings.node_labels)
+    if settings.slice is not None:
+        labels[c.LABEL_SLICE] = settings.slice.name
     labels.update(
         {
             c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE,
@@ -53,8 +57,26 @@ def node_labels(settings: Settings, suggested: Mapping[str, str] | None = None) 
     return labels
 
 
+def slice_suggested(
+    consumer_suggested: Mapping[str, str] | None, pool_labels: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """A slice node's provider-suggested labels: the Consumer's, then its pool's (the
+    slice's status.nodeLabels: the more specific claim wins), each held to the same rule
+    as the Consumer's (provider_terms.suggested_label_problem); and what was dropped, why."""
+    merged = dict(consumer_suggested or {})
+    dropped: list[str] = []
+    for key, value in sorted(pool_labels.items()):
+        problem = suggested_label_problem(key, value)
+        if problem:
+            dropped.append(f"pool label {key}={value} ignored: {problem}")
+            continue
+        merged[key] = value
+    return merged, dropped
+
+
 def provider_label_keys(settings: Settings, suggested: Mapping[str, str] | None) -> list[str]:
-    """The label keys that are on the node only because the provider suggested them."""
+    """The label keys that are on the node only because the provider suggested them
+    (``suggested``: the Consumer's and, for a slice, its pool's, merged)."""
     own = node_labels(settings)
     return sorted(key for key in (suggested or {}) if key not in own)
 
@@ -65,6 +87,10 @@ def encode_label_keys(keys: list[str]) -> str:
 
 def decode_label_keys(value: str | None) -> list[str]:
     return [key for key in (value or "").split(",") if key]
+
+
+def slice_not_accepted_taint() -> dict[str, str]:
+    return {"key": c.TAINT_SLICE_NOT_ACCEPTED_KEY, "value": "true", "effect": c.TAINT_SLICE_NOT_ACCEPTED_EFFECT}
 
 
 def virtual_node_taint() -> dict[str, str]:
@@ -79,17 +105,21 @@ def provider_drain_taint() -> dict[str, str]:
     return {"key": c.TAINT_PROVIDER_DRAINING_KEY, "value": "true", "effect": c.TAINT_PROVIDER_DRAINING_EFFECT}
 
 
-def node_taints(current: list[dict] | None, *, cordoned: bool, draining: bool = False) -> list[dict]:
+def node_taints(
+    current: list[dict] | None, *, cordoned: bool, draining: bool = False, slice_refused: bool = False
+) -> list[dict]:
     """The node's taints as they should be: ours (the virtual-node taint always, the
     provider-cordon taint while the provider cordons us, the NoExecute drain taint while it
-    drains us) in their exact form, everybody else's (the node lifecycle controller's, an
-    admin's) untouched and in their order."""
+    drains us, the slice-not-accepted taint while a slice's provider has not accepted it)
+    in their exact form, everybody else's (the node lifecycle controller's, an admin's)
+    untouched and in their order."""
     current = [dict(t) for t in current or []]
-    ours = {c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY, c.TAINT_PROVIDER_DRAINING_KEY}
+    ours = {c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY, c.TAINT_PROVIDER_DRAINING_KEY, c.TAINT_SLICE_NOT_ACCEPTED_KEY}
     wanted = (
         [virtual_node_taint()]
         + ([provider_cordon_taint()] if cordoned else [])
         + ([provider_drain_taint()] if draining else [])
+        + ([slice_not_accepted_taint()] if slice_refused else [])
     )
     if [t for t in current if t.get("key") in ours] == wanted:
         return current  # already right: no write
@@ -202,6 +232,7 @@ def build_node(
     *,
     cordoned: bool = False,
     draining: bool = False,
+    slice_refused: bool = False,
 ) -> dict:
     """The Node to create when none exists (status included: the API keeps a Node's
     status on create, as kubelet registration relies on)."""
@@ -216,7 +247,7 @@ def build_node(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": metadata,
-        "spec": {"taints": node_taints(None, cordoned=cordoned, draining=draining)},
+        "spec": {"taints": node_taints(None, cordoned=cordoned, draining=draining, slice_refused=slice_refused)},
         "status": status,
     }
 
@@ -229,6 +260,7 @@ def metadata_patch(
     *,
     cordoned: bool = False,
     draining: bool = False,
+    slice_refused: bool = False,
 ) -> dict | None:
     """A merge patch that puts our labels, annotations and taints on an existing node, or
     None when they are already there. A label the provider suggested earlier (listed in
@@ -259,7 +291,7 @@ def metadata_patch(
     if changed:
         patch.setdefault("metadata", {})["annotations"] = changed
     taints = list(spec.get("taints") or [])
-    wanted_taints = node_taints(taints, cordoned=cordoned, draining=draining)
+    wanted_taints = node_taints(taints, cordoned=cordoned, draining=draining, slice_refused=slice_refused)
     if wanted_taints != taints:
         # A merge patch replaces the whole list; the resourceVersion makes it fail
         # rather than drop a taint another controller added meanwhile.

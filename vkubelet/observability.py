@@ -59,27 +59,29 @@ class VirtualKubeletCollector(Collector):
             f"{SUBSYSTEM}_remote_reachable",
             "1 while the remote API server answers (the virtual node's Ready condition, "
             "re-evaluated every --ping-interval), else 0.",
-            labels=["cluster_id"],
+            labels=["cluster_id", "node"],
         )
         pods = GaugeMetricFamily(
             f"{SUBSYSTEM}_pods",
             "Pods bound to the virtual node (offloaded or about to be), by phase.",
-            labels=["cluster_id", "phase"],
+            labels=["cluster_id", "node", "phase"],
         )
         handed_back = CounterMetricFamily(
             f"{SUBSYSTEM}_pods_handed_back",
             "Pods evicted because the remote cluster could not run them (docs/virtual-kubelet.md#handback), "
             "by cause: RemoteUnschedulable (past --handback-after) or RemoteRefused (refused for good).",
-            labels=["cluster_id", "cause"],
+            labels=["cluster_id", "node", "cause"],
         )
+        # Labelled by node too: a peering has one virtual node per slice (docs/slices.md),
+        # each its own vkubelet, and their series must not collide.
         for vk in vks:
             settings = vk.settings
             for cause, count in vk.pods.handbacks.snapshot().items():
-                handed_back.add_metric([settings.cluster_id, cause], float(count))
+                handed_back.add_metric([settings.cluster_id, settings.node_name, cause], float(count))
             info.add_metric([settings.cluster_id, settings.local_cluster_id, settings.node_name], 1.0)
-            reachable.add_metric([settings.cluster_id], 1.0 if vk.node.ready else 0.0)
+            reachable.add_metric([settings.cluster_id, settings.node_name], 1.0 if vk.node.ready else 0.0)
             for phase, count in rm.count_by_phase(vk.pods.local_pods.list()).items():
-                pods.add_metric([settings.cluster_id, phase], float(count))
+                pods.add_metric([settings.cluster_id, settings.node_name, phase], float(count))
         yield info
         yield reachable
         yield pods

@@ -110,7 +110,9 @@ class VirtualKubelet:
         self.informers = SharedInformers(settings, local, remote)
         self.recorder = EventRecorder(local, host=settings.node_name)
         self.node = VirtualNode(settings, self.informers)
-        self.twins = TwinNamespaces(settings, self.informers, self.recorder, labels=self.node.labels)
+        self.twins = TwinNamespaces(
+            settings, self.informers, self.recorder, labels=self.node.peering_labels, node_labels=self.node.labels
+        )
         self.pods = PodOffloader(
             settings, self.informers, self.twins, self.recorder, reachable=self.node.remote_reachable, home_api=home_api
         )

@@ -11,6 +11,7 @@ from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload.runtime.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
+from kube_offload.slice_requests import SliceRequest
 from vkubelet.ip_remapping import RemappingSettings
 from vkubelet.kubeletapi import serving_csr as sc
 from vkubelet.kubeletapi.limits import StreamLimits
@@ -121,6 +122,10 @@ class Settings:
     # The LOCAL (home) cluster's Service domain: offloaded pods reach their home API server
     # under kubernetes.default.svc.<domain> too (docs/home-api.md).
     home_cluster_domain: str = "cluster.local"
+    # Slice mode (--slice; docs/slices.md): this process is the virtual node of one slice of
+    # the peering, named slice_node_name(kube-offload-<cluster id>, slice), sized from its
+    # OffloadSlice's answer; None: the peering's own node, sized from the Consumer summary.
+    slice: SliceRequest | None = None
 
     # Not flags: kubelet-like timings nobody should need to change.
     # The Lease is renewed this often and says it is valid this long; the node lifecycle
@@ -135,9 +140,15 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not self.node_name:
-            object.__setattr__(self, "node_name", c.virtual_node_name(self.cluster_id))
+            base = c.virtual_node_name(self.cluster_id)
+            object.__setattr__(self, "node_name", c.slice_node_name(base, self.slice.name) if self.slice else base)
         if not self.tenant_namespace and self.local_cluster_id:
             object.__setattr__(self, "tenant_namespace", c.tenant_namespace(self.local_cluster_id))
+
+    @property
+    def slice_name(self) -> str:
+        """The slice this process stands for ('' for the peering's own node)."""
+        return self.slice.name if self.slice else ""
 
     def validate(self) -> None:
         """Raise SettingsError naming the first flag whose value cannot work."""

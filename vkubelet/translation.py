@@ -57,6 +57,8 @@ class TranslationContext:
     # The home cluster's Service domain: kubernetes.default.svc.<domain> is one of the
     # API server's names a pod may use (--home-cluster-domain).
     home_cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    # The slice whose virtual node the pod is bound to ('' for the peering's own node).
+    slice_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,15 @@ class RemotePod:
     refused: tuple[Note, ...] = ()
 
 
-def origin_labels(local_cluster_id: str) -> dict[str, str]:
-    return {c.LABEL_ORIGIN_CLUSTER_ID: local_cluster_id}
+def origin_labels(local_cluster_id: str, slice_name: str = "") -> dict[str, str]:
+    """The labels on a ShadowPod and its pod template. ``slice_name``: the slice whose
+    virtual node the pod is bound to (docs/slices.md); the provider applies that slice's
+    pool patch and counts the pod against it, and each vkubelet of the peering selects
+    its own ShadowPods by it."""
+    labels = {c.LABEL_ORIGIN_CLUSTER_ID: local_cluster_id}
+    if slice_name:
+        labels[c.LABEL_SLICE] = slice_name
+    return labels
 
 
 def origin_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -111,7 +120,7 @@ def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: st
         namespace=remote_namespace,
         pod_metadata={"labels": remote.labels, "annotations": remote.annotations},
         pod_spec=remote.spec,
-        origin_labels=origin_labels(context.local_cluster_id),
+        origin_labels=origin_labels(context.local_cluster_id, context.slice_name),
         origin_annotations=origin_annotations(pod),
     )
 

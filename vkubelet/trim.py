@@ -108,7 +108,7 @@ def trim_remote_pod(pod: dict) -> dict:
     exec name the remote pod, the remote apiserver knows its containers), the other
     labels and annotations (the template's, and the enforcer's applied-template record)."""
     trimmed = _type_meta(pod)
-    metadata = _metadata(pod, labels=(c.LABEL_ORIGIN_CLUSTER_ID,), annotations=_ORIGIN_ANNOTATIONS)
+    metadata = _metadata(pod, labels=(c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_SLICE), annotations=_ORIGIN_ANNOTATIONS)
     owners = (pod.get("metadata") or {}).get("ownerReferences")
     if owners:
         metadata["ownerReferences"] = owners
@@ -121,7 +121,7 @@ def trim_shadowpod(shadowpod: dict) -> dict:
     """The consumer's ShadowPods (remote-shadowpods), read by the pod loop (origin index,
     which one is current, deletion, the termination request, the template update, the
     recreations count in restartCount), the resolver and Event reflection. Keeps:
-    identity; the origin label; the origin annotations and the deletion-grace request
+    identity; the origin and slice labels; the origin annotations and the deletion-grace request
     (termination.grace_request_patch); of the template, its labels and annotations
     whole and the fields a running pod may change (:data:`SHADOWPOD_TEMPLATE_SPEC`,
     whole: pod_updates.template_patch); ``status.recreations``. Drops the rest of the
@@ -130,7 +130,7 @@ def trim_shadowpod(shadowpod: dict) -> dict:
     trimmed = _type_meta(shadowpod)
     trimmed["metadata"] = _metadata(
         shadowpod,
-        labels=(c.LABEL_ORIGIN_CLUSTER_ID,),
+        labels=(c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_SLICE),
         annotations=(*_ORIGIN_ANNOTATIONS, c.ANNOTATION_DELETION_GRACE),
     )
     spec = shadowpod.get("spec")

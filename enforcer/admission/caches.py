@@ -19,7 +19,9 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import Informer
-from kube_offload.runtime.kinds import CONSUMERS, LIMIT_RANGES, NAMESPACES, RESOURCE_QUOTAS, SERVICE_ACCOUNTS, Resource
+from kube_offload.runtime.kinds import (
+    CONSUMERS, LIMIT_RANGES, NAMESPACES, OFFLOAD_SLICES, RESOURCE_QUOTAS, SERVICE_ACCOUNTS, Resource,
+)
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY
 
 log = logging.getLogger("kube_offload.enforcer.caches")
@@ -39,6 +41,7 @@ class ProviderCaches:
         *,
         namespaces: Informer | None = None,
         consumers: Informer | None = None,
+        slices: Informer | None = None,
         resync_seconds: float = 300.0,
         admission_inputs: bool = False,
     ) -> None:
@@ -69,6 +72,11 @@ class ProviderCaches:
                 transform=_metadata_only,
             )
         )
+
+        # Every consumer's OffloadSlices (the consumer loops' informer; None: a live GET
+        # each time). Not a readiness cache: only a slice's ShadowPods read it, and a miss
+        # is asked of the API server.
+        self.slices = slices
 
         self.limit_ranges: Informer | None = None
         self.resource_quotas: Informer | None = None
@@ -108,6 +116,10 @@ class ProviderCaches:
 
     def consumer(self, name: str) -> dict | None:
         return self.consumers.get(name) or self._live(CONSUMERS, None, name)
+
+    def offload_slice(self, namespace: str, name: str) -> dict | None:
+        cached = self.slices.get(f"{namespace}/{name}") if self.slices is not None else None
+        return cached or self._live(OFFLOAD_SLICES, namespace, name)
 
     def service_account(self, namespace: str, name: str) -> dict | None:
         return self.service_accounts.get(f"{namespace}/{name}") or self._live(SERVICE_ACCOUNTS, namespace, name)

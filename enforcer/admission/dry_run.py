@@ -31,7 +31,9 @@ from kubernetes import client
 
 from enforcer.shadowpods.api import pod_message
 from enforcer.admission import verdict_cache
+from kube_offload import constants as c
 from kube_offload.admission import Decision
+from kube_offload.pools import Pool
 from kube_offload.runtime.kinds import PODS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY, STRATEGIC_MERGE_PATCH
 from kube_offload.shadowpod import InvalidShadowPod, PodFate, build_pod, is_owned_by, pod_fate, pod_update
@@ -42,16 +44,17 @@ DRY_RUN_TIMEOUT: tuple[float, float] = (2.0, 6.0)
 _RBAC_PODS = re.compile(r'cannot (?:create|get|patch) resource "pods"')
 
 
-def pod_for(shadowpod: Mapping[str, Any]) -> dict:
-    """The Pod the enforcer would create for ``shadowpod`` (:func:`build_pod`), built
-    from an admission's object. The apiserver has set name and UID before it calls a
-    validating webhook; the placeholders only keep a malformed review from crashing."""
+def pod_for(shadowpod: Mapping[str, Any], pool: Pool | None = None) -> dict:
+    """The Pod the enforcer would create for ``shadowpod`` (:func:`build_pod`; ``pool``:
+    its resource slice's pool, whose patch the pod gets), built from an admission's
+    object. The apiserver has set name and UID before it calls a validating webhook; the
+    placeholders only keep a malformed review from crashing."""
     obj = copy.deepcopy(dict(shadowpod))
     meta = obj.setdefault("metadata", {})
     meta.setdefault("uid", "00000000-0000-0000-0000-000000000000")
     if not meta.get("name"):
         meta["name"] = f"{meta.get('generateName') or 'shadowpod-'}dry-run"
-    return build_pod(obj)
+    return build_pod(obj, pool=pool)
 
 
 def _kube(api_client: client.ApiClient) -> Kube:
@@ -85,12 +88,13 @@ class Verdicts:
     limit_ranges: Callable[[str], Iterable[Mapping[str, Any]]]
     resource_quotas: Callable[[str], Iterable[Mapping[str, Any]]]
 
-    def key(self, namespace: str, shadowpod: Mapping[str, Any]) -> str | None:
+    def key(self, namespace: str, shadowpod: Mapping[str, Any], pool: Pool | None = None) -> str | None:
         """None: not cacheable here (a ResourceQuota that counts pods)."""
         if any(verdict_cache.quota_binds_pods(quota) for quota in self.resource_quotas(namespace)):
             return None
-        pod = pod_for(verdict_cache.normalised_shadowpod(shadowpod))
-        return verdict_cache.template_key(pod, self.namespace(namespace), self.limit_ranges(namespace))
+        pod = pod_for(verdict_cache.normalised_shadowpod(shadowpod), pool)
+        slice_name = str(((shadowpod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_SLICE) or "")
+        return verdict_cache.template_key(pod, self.namespace(namespace), self.limit_ranges(namespace), slice_name)
 
 
 def check(
@@ -101,13 +105,15 @@ def check(
     operation: str = "UPDATE",
     verdicts: Verdicts | None = None,
     fresh: bool = False,
+    pool: Pool | None = None,
 ) -> Decision:
-    """``fresh``: ask the server even when the cache holds a verdict (and keep its answer)."""
+    """``fresh``: ask the server even when the cache holds a verdict (and keep its answer).
+    ``pool``: the pool of the ShadowPod's resource slice: the Pod judged carries its patch."""
     try:
-        pod = pod_for(shadowpod)
+        pod = pod_for(shadowpod, pool)
     except (InvalidShadowPod, KeyError) as exc:
         return Decision.deny(422, "Invalid", f"{exc}")
-    decision = create_verdict(api_client, namespace, shadowpod, pod, verdicts, fresh=fresh)
+    decision = create_verdict(api_client, namespace, shadowpod, pod, verdicts, fresh=fresh, pool=pool)
     if not decision.allowed or operation == "CREATE":
         # A new ShadowPod's UID owns no pod: nothing running to update (check_update
         # would only GET the name to find a pod it does not own).
@@ -123,11 +129,12 @@ def create_verdict(
     verdicts: Verdicts | None,
     *,
     fresh: bool = False,
+    pool: Pool | None = None,
 ) -> Decision:
     """The provider's verdict on creating ``pod``: from the cache when a pod of the same
     template was judged within the TTL (unless ``fresh``), else from a dry run (then kept:
     a fresh answer also renews the template's verdict)."""
-    key = verdicts.key(namespace, shadowpod) if verdicts is not None else None
+    key = verdicts.key(namespace, shadowpod, pool) if verdicts is not None else None
     if verdicts is not None and key is not None and not fresh:
         cached = verdicts.cache.get(key)
         if cached is not None:

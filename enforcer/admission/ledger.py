@@ -42,6 +42,7 @@ class Reservation:
     requests: ResourceList  # what the admission added (positive amounts only)
     expires: float
     token: int = field(default=0)
+    slice: str = ""  # the ShadowPod's resource slice (kube-offload.io/slice), if any
 
 
 class Ledger:
@@ -56,8 +57,9 @@ class Ledger:
         # be called with it held.
         self.lock = threading.RLock()
 
-    def pending(self, consumer_id: str) -> ResourceList:
-        """Sum of the unsettled, unexpired reservations of ``consumer_id``.
+    def pending(self, consumer_id: str, slice_name: str | None = None) -> ResourceList:
+        """Sum of the unsettled, unexpired reservations of ``consumer_id`` (of its slice
+        ``slice_name`` only, when given).
 
         Call this *before* reading the informer: an object that lands in the cache in
         between is then counted twice for one decision (a refusal at worst), never zero
@@ -66,13 +68,15 @@ class Ledger:
         with self.lock:
             self._prune()
             for entry in self._entries.values():
-                if entry.consumer_id != consumer_id:
+                if entry.consumer_id != consumer_id or (slice_name is not None and entry.slice != slice_name):
                     continue
                 for name, amount in entry.requests.items():
                     total[name] = total.get(name, 0) + amount
         return total
 
-    def reserve(self, *, key: str, consumer_id: str, uid: str, generation: int, requests: Mapping[str, int]) -> int | None:
+    def reserve(
+        self, *, key: str, consumer_id: str, uid: str, generation: int, requests: Mapping[str, int], slice_name: str = ""
+    ) -> int | None:
         """Record an admission; returns a token for :meth:`release`, or None when it adds
         nothing (a decrease is not credited before the cache shows it)."""
         positive = {name: amount for name, amount in requests.items() if amount > 0}
@@ -89,6 +93,7 @@ class Ledger:
                 requests=positive,
                 expires=self._clock() + self._ttl,
                 token=token,
+                slice=slice_name,
             )
             return token
 

@@ -13,21 +13,32 @@ from __future__ import annotations
 import logging
 from typing import Callable, Mapping, Protocol
 
-from enforcer.admission import dry_run, validation
+from enforcer.admission import dry_run, slice_rules, validation
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.ledger import Ledger
 from enforcer.admission.verdict_cache import VerdictCache
-from enforcer.consumers.quota import ConsumerUsage, twin_owner
+from enforcer.consumers.quota import ConsumerUsage, live_shadowpod, shadowpod_requests, twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
+from kube_offload.consumers import service_account_of
+from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.resources import ResourceList, add
+
+# The ShadowPod informer's index of a resource slice's ShadowPods (by the slice label's value).
+SLICE_INDEX = "slice"
+
+
+def _slice_index(shadowpod: dict) -> list[str]:
+    name = slice_rules.slice_of(shadowpod)
+    return [name] if name else []
 
 log = logging.getLogger("kube_offload.enforcer.webhook")
 
-DryRun = Callable[[str, Mapping, str, bool], Decision]
-"""(namespace, ShadowPod, operation, probe) -> the API server's verdict on the Pod it stands
-for; ``probe``: the ShadowPod write is itself a dry run (``kubectl --dry-run=server``), a
-question about now, never answered from the verdict cache."""
+DryRun = Callable[..., Decision]
+"""(namespace, ShadowPod, operation, probe[, pool=...]) -> the API server's verdict on the Pod
+it stands for; ``probe``: the ShadowPod write is itself a dry run (``kubectl
+--dry-run=server``), a question about now, never answered from the verdict cache;
+``pool``, given for a resource slice's ShadowPod only: the pool whose patch the Pod gets."""
 
 
 class ShadowPodCache(Protocol):
@@ -61,6 +72,9 @@ class ShadowPodValidator:
         # cache (a plain list in a unit test) is walked whole, the same sum. ``pods``: the
         # enforcer's managed pods, which count until they are gone (quota.py).
         self._usage_of = ConsumerUsage(shadowpods, caches.namespaces, pods)
+        add_indexer = getattr(shadowpods, "add_indexer", None)
+        if add_indexer is not None:  # an Informer: a slice's ShadowPods without walking them all
+            add_indexer(SLICE_INDEX, _slice_index)
 
     @classmethod
     def for_cluster(
@@ -87,8 +101,8 @@ class ShadowPodValidator:
             caches=caches,
             pods=pods,
             verdicts=verdicts,
-            dry_run=lambda namespace, shadowpod, operation, probe: dry_run.check(
-                api_client, namespace, shadowpod, operation=operation, verdicts=judged, fresh=probe
+            dry_run=lambda namespace, shadowpod, operation, probe, pool=None: dry_run.check(
+                api_client, namespace, shadowpod, operation=operation, verdicts=judged, fresh=probe, pool=pool
             ),
         )
 
@@ -108,6 +122,10 @@ class ShadowPodValidator:
         if not self.ready():
             return Decision.deny(503, "ServiceUnavailable", "could not verify the ShadowPod: the enforcer's caches are not synced yet; retry later")
 
+        # Before the metadata-only shortcut: the slice label is metadata, and immutable.
+        relabelled = slice_rules.label_change(request) or slice_rules.template_label(request)
+        if relabelled is not None:
+            return relabelled
         namespace_name = request.namespace
         namespace = self._caches.namespace(namespace_name) if namespace_name else None
         owner = twin_owner(namespace)
@@ -126,6 +144,12 @@ class ShadowPodValidator:
             )
             if not decision.allowed or metadata_only:
                 return decision
+            slice_name = slice_rules.slice_of(request.object) if live_shadowpod(request.object or {}) else None
+            pool = None
+            if slice_name is not None and owner and consumer is not None:
+                refused, pool = self._slice_decision(request, owner, consumer, slice_name)
+                if refused is not None:
+                    return refused
             token = None
             if not request.dry_run:  # a dry-run admission creates nothing to count
                 meta = (request.object or {}).get("metadata") or {}
@@ -135,12 +159,57 @@ class ShadowPodValidator:
                     uid=str(meta.get("uid") or ""),
                     generation=_int(meta.get("generation"), default=1),
                     requests=validation.requests_delta(request),
+                    slice_name=slice_name or "",
                 )
 
-        verdict = self._dry_run(namespace_name, request.object or {}, request.operation, request.dry_run)
+        extra = {"pool": pool} if pool is not None else {}  # the Pod judged carries the pool's patch
+        verdict = self._dry_run(namespace_name, request.object or {}, request.operation, request.dry_run, **extra)
         if not verdict.allowed:
             self.ledger.release(token)
         return verdict
+
+    def _slice_decision(
+        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str
+    ) -> tuple[Decision | None, Pool | None]:
+        """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
+        ``slice_name``, with the ledger's lock held: the refusal (None: admitted) and the
+        slice's pool."""
+        tenant, _ = service_account_of(consumer)
+        offload_slice = self._caches.offload_slice(tenant, slice_name)
+        pool = None
+        if offload_slice is not None:
+            try:
+                pool = parse_pools(consumer.get("spec") or {}).get(str((offload_slice.get("spec") or {}).get("pool") or ""))
+            except PoolError as exc:
+                return Decision.deny(403, "Forbidden", f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it'), None
+        return slice_rules.decide(
+            request,
+            slice_name=slice_name,
+            tenant=tenant,
+            offload_slice=offload_slice,
+            pool=pool,
+            # The ledger first, then the informer: see Ledger.pending. On an UPDATE the old
+            # object is in ``used`` and ``delta`` is new minus old, as for the quota.
+            used=add(self.ledger.pending(owner, slice_name), self._slice_used(owner, slice_name)),
+            delta=validation.requests_delta(request),
+        ), pool
+
+    def _slice_used(self, owner: str, slice_name: str) -> ResourceList:
+        """The requests of the live ShadowPods of ``owner``'s slice ``slice_name``."""
+        by_index = getattr(self._shadowpods, "by_index", None)
+        if by_index is not None:
+            candidates = by_index(SLICE_INDEX, slice_name)
+        else:
+            candidates = [sp for sp in self._shadowpods.list() if slice_rules.slice_of(sp) == slice_name]
+        mine = []
+        for shadowpod in candidates:
+            meta = shadowpod.get("metadata") or {}
+            if not live_shadowpod(shadowpod):
+                continue
+            if twin_owner(self._caches.namespaces.get(str(meta.get("namespace") or ""))) != owner:
+                continue
+            mine.append(shadowpod)
+        return slice_rules.slice_usage(mine, shadowpod_requests)
 
     def _usage(self, consumer_id: str) -> ResourceList:
         # The ledger first, then the informer: see Ledger.pending.

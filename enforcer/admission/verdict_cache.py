@@ -119,11 +119,14 @@ def _normalise_api_access_volume(spec: Any) -> None:
 
 
 def template_key(
-    pod: Mapping[str, Any], namespace: Mapping[str, Any] | None, limit_ranges: Iterable[Mapping[str, Any]]
+    pod: Mapping[str, Any], namespace: Mapping[str, Any] | None, limit_ranges: Iterable[Mapping[str, Any]],
+    slice_name: str = "",
 ) -> str:
     """The cache key of ``pod`` (the enforcer's Pod built from a :func:`normalised_shadowpod`)
     in ``namespace`` with ``limit_ranges``: a digest of everything the provider's
-    admission reads that this process can see."""
+    admission reads that this process can see. ``slice_name``: the ShadowPod's resource
+    slice (its pool's patch is in ``pod`` already; the slice is kept apart too, so a pod of
+    one slice is never answered with another's verdict)."""
     ns_meta = (namespace or {}).get("metadata") or {}
     ranges = sorted(
         (str((lr.get("metadata") or {}).get("name") or ""), str((lr.get("metadata") or {}).get("resourceVersion") or ""))
@@ -134,6 +137,8 @@ def template_key(
         "limitRanges": ranges,
         "pod": pod,
     }
+    if slice_name:
+        material["slice"] = slice_name
     return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 

@@ -263,7 +263,7 @@ class _VerdictCacheCollector(Collector):
 class ShadowPodWebhook:
     """The webhooks as one of the enforcer's loops: the caches they read beyond the
     ShadowPod informer, the validators and the HTTPS server. ``namespaces``/``consumers``/
-    ``nodes``: informers another loop of this process already runs, to share rather than
+    ``nodes``/``slices``: informers another loop of this process already runs, to share rather than
     duplicate; ``pods``: the enforcer's managed pods (without them, no EndpointSlice
     webhook is served)."""
 
@@ -277,11 +277,13 @@ class ShadowPodWebhook:
         namespaces: Any = None,
         consumers: Any = None,
         nodes: Any = None,
+        slices: Any = None,
         resync_seconds: float = 300.0,
     ) -> None:
         cached = settings.verdict_cache_ttl > 0
         self.caches = ProviderCaches(
-            api_client, namespaces=namespaces, consumers=consumers, resync_seconds=resync_seconds, admission_inputs=cached
+            api_client, namespaces=namespaces, consumers=consumers, slices=slices, resync_seconds=resync_seconds,
+            admission_inputs=cached,
         )
         verdicts = (
             VerdictCache(max_entries=settings.verdict_cache_entries, ttl=settings.verdict_cache_ttl) if cached else None

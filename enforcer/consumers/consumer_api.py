@@ -12,7 +12,7 @@ from typing import Protocol
 from kubernetes import client
 
 from kube_offload.runtime.kinds import (
-    CONSUMERS, NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SHADOWPODS, TWIN_NAMESPACES, Resource,
+    CONSUMERS, NAMESPACES, OFFLOAD_SLICES, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SHADOWPODS, TWIN_NAMESPACES, Resource,
 )
 from kube_offload.runtime.kube import ApiError, JSON_PATCH, Kube, MERGE_PATCH
 
@@ -52,6 +52,8 @@ class ConsumerApi(Protocol):
     def delete_grant(self, resource: str, namespace: str, name: str, uid: str) -> None: ...
 
     def replace_consumer_status(self, name: str, status: dict) -> dict: ...
+
+    def replace_slice_status(self, namespace: str, name: str, status: dict) -> dict: ...
 
     def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -134,6 +136,12 @@ class KubeConsumerApi:
         # Replaced whole: a merge patch would keep a node that left the capacity summary.
         body = [{"op": "add", "path": "/status", "value": status}]
         return self._kube.patch(CONSUMERS, name, body, subresource="status", content_type=JSON_PATCH)
+
+    # --- OffloadSlice status (offloadslices/status: patch) --------------------------------
+    def replace_slice_status(self, namespace: str, name: str, status: dict) -> dict:
+        # Replaced whole: a merge patch would keep an accepted resource the slice no longer asks.
+        body = [{"op": "add", "path": "/status", "value": status}]
+        return self._kube.patch(OFFLOAD_SLICES, name, body, namespace=namespace, subresource="status", content_type=JSON_PATCH)
 
     # --- ShadowPods of a drained consumer past its grace (shadowpods: delete) -------------
     def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None:

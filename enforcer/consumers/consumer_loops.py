@@ -1,5 +1,6 @@
-"""Wiring of the enforcer's provider-side loops: the TwinNamespace controller and the
-Consumer status loop, with the cluster-wide informers they read.
+"""Wiring of the enforcer's provider-side loops: the TwinNamespace controller, the
+OffloadSlice controller and the Consumer status loop, with the cluster-wide informers
+they read.
 
 They start after the ShadowPod controller is running and wait for their own caches on
 their own threads, so their initial lists (every pod and node of the cluster) never
@@ -15,7 +16,8 @@ from kubernetes import client
 
 from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop, Recorder
 from enforcer.consumers.consumer_api import KubeConsumerApi
-from enforcer.consumers.trim import trim_namespace, trim_node, trim_pod
+from enforcer.consumers.slices import NAMESPACE_INDEX, SliceReconciler, namespace_of
+from enforcer.consumers.trim import content_changed, trim_namespace, trim_node, trim_pod
 from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller
@@ -24,6 +26,7 @@ from kube_offload.runtime.kinds import (
     CONSUMERS,
     NAMESPACES,
     NODES,
+    OFFLOAD_SLICES,
     PODS,
     RESOURCE_QUOTAS,
     ROLE_BINDINGS,
@@ -96,9 +99,18 @@ class ConsumerLoops:
         self.pods = Informer(
             name="capacity-pods", list_func=kube.list_func(PODS), resync_seconds=resync_seconds, transform=trim_pod
         )
+        # Every consumer's OffloadSlices, by tenant namespace (docs/slices.md). Not among the
+        # readiness caches: an install whose CRD predates slices still serves the rest.
+        self.slices = Informer(
+            name="offloadslices",
+            resync_seconds=resync_seconds,
+            indexers={NAMESPACE_INDEX: namespace_of},
+            **custom_list(OFFLOAD_SLICES),
+        )
         self._informers = [
             self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods,
             self.grant_roles, self.grant_bindings,
+            self.slices,
         ]
 
         api = KubeConsumerApi(api_client)
@@ -131,6 +143,33 @@ class ConsumerLoops:
         self.consumers.add_handler(
             lambda event, old, new: consumer_keys(event, old, new) if consumer_spec_changed(event, old, new) else None
         )
+
+        self.slice_reconciler = SliceReconciler(
+            slices=self.slices, namespaces=self.namespaces, consumers=self.consumers, nodes=self.nodes, api=api
+        )
+        self.slice_controller = Controller(name="offload-slices", reconcile=self.slice_reconciler, workers=1, logger=log)
+        # One key per tenant namespace: its slices are decided together.
+        self.slice_controller.watch(self.slices, lambda obj: namespace_of(obj))
+
+        def slices_of_consumer(event: str, old: dict | None, new: dict) -> None:
+            if consumer_spec_changed(event, old, new):
+                for key in self.slice_reconciler.keys_for_consumer(new):
+                    self.slice_controller.enqueue(key)
+
+        def slices_of_nodes(event: str, old: dict | None, new: dict) -> None:
+            if content_changed(old, new):  # a heartbeat changes nothing the nodes' cache keeps
+                for key in self.slice_reconciler.all_keys():
+                    self.slice_controller.enqueue(key)
+
+        self.consumers.add_handler(slices_of_consumer)
+        self.nodes.add_handler(slices_of_nodes)
+        def slices_of_namespace(event: str, old: dict | None, new: dict) -> None:
+            # A tenant namespace's label decides whose slices they are.
+            name = str((new.get("metadata") or {}).get("name") or "")
+            if self.slices.by_index(NAMESPACE_INDEX, name):
+                self.slice_controller.enqueue(name)
+
+        self.namespaces.add_handler(slices_of_namespace)
 
         self.status = ConsumerStatusLoop(
             consumers=self.consumers,
@@ -185,10 +224,26 @@ class ConsumerLoops:
                             "TwinNamespace CRDs installed?)", missing)
         self.twins.start()
         log.info("caches synced; TwinNamespace controller running")
+        # Slices are decided from a full view of the nodes and of every slice of a tenant:
+        # a half-listed cache would accept more than is there, or shrink nothing it should.
+        slice_caches = (self.namespaces, self.consumers, self.slices, self.nodes)
+        waited = 0.0
+        while not all(cache.has_synced() for cache in slice_caches):
+            if self._stopped.wait(0.2):
+                return
+            waited += 0.2
+            if waited >= 30.0:
+                waited = 0.0
+                log.warning("OffloadSlice controller still waiting for caches: %s (is the OffloadSlice CRD "
+                            "installed? kube_offload/manifests/offloadslice-crd.yaml)",
+                            ", ".join(cache.name for cache in slice_caches if not cache.has_synced()))
+        self.slice_controller.start()
+        log.info("caches synced; OffloadSlice controller running")
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stopped.set()
         self.twins.stop()
+        self.slice_controller.stop()
         self.status.stop()
         # As in Enforcer.stop: closing a quiet watch can block; never hang on it.
         closer = threading.Thread(target=self._stop_informers, name="stop-tenant-informers", daemon=True)

@@ -68,13 +68,12 @@ def _trim_container(container: object) -> object:
 
 
 def trim_node(node: dict) -> dict:
-    """Name, the virtual-node type label, unschedulable, allocatable, the addresses (which
-    no consumer EndpointSlice may name: enforcer/admission/endpointslice_policy.py) and the
-    conditions' type and status (heartbeat times and messages change every few seconds)."""
-    metadata = _metadata(node)
-    node_type = ((node.get("metadata") or {}).get("labels") or {}).get(c.LABEL_TYPE)
-    if node_type is not None:
-        metadata["labels"] = {c.LABEL_TYPE: node_type}
+    """Name, the labels (the virtual-node type label; the pools of resource slices select
+    nodes by any label: kube_offload/pools.py), unschedulable, allocatable, the addresses
+    (which no consumer EndpointSlice may name: enforcer/admission/endpointslice_policy.py)
+    and the conditions' type and status (heartbeat times and messages change every few
+    seconds). Nodes are few: their labels cost little next to the pods'."""
+    metadata = _metadata(node, "labels")
     status = node.get("status") or {}
     trimmed_status: dict = _pick(status, "allocatable")
     addresses = status.get("addresses")

@@ -18,7 +18,8 @@ from typing import Callable, Protocol
 from enforcer.shadowpods import events
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
-from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, MANAGED_BY_ENFORCER
+from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
+from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.kube import ApiError, split_key
 from kube_offload.runtime.logs import ObjectLogger
@@ -60,6 +61,9 @@ NAME_TAKEN_RECHECK_SECONDS = 30.0
 # A ShadowPod asking for the provider's API waits this long for the Consumer caches that
 # say whether its consumer is granted it (never guessed: the field is immutable on the pod).
 GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
+# A resource slice's ShadowPod whose pool is not known (caches still listing, the slice
+# or its pool gone meanwhile): its pod waits, never made without the pool's patch.
+SLICE_POOL_RECHECK_SECONDS = 5.0
 # How long the status of a ShadowPod's first pod may wait for that pod to leave Pending,
 # so that creating and starting it is one status write instead of two (or, with the
 # pod's conditions mirrored as before, three or four). A pod still Pending then is
@@ -126,15 +130,20 @@ class Reconciler:
         api: EnforcerApi,
         recorder: EventRecorder,
         remote_api_access: Callable[[str], bool | None] = lambda _namespace: False,
+        slice_pool: Callable[[str, str], Pool | None] = lambda _namespace, _slice: None,
         status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``remote_api_access``: whether the consumer owning a twin namespace is granted
         the provider's API (``pods.remoteAPIAccess``); None while not known yet.
+        ``slice_pool``: (twin namespace, slice name) -> the pool of that consumer's
+        OffloadSlice, whose patch the pod of a ShadowPod labelled with the slice gets; None
+        while not known (the pod waits).
         ``status_coalesce_seconds``: see :data:`STATUS_COALESCE_SECONDS` (0: write the
         status of a new pod as soon as it is created)."""
         self._shadowpods = shadowpods
         self._remote_api_access = remote_api_access
+        self._slice_pool = slice_pool
         self._pods = pods
         self._api = api
         self._recorder = recorder
@@ -215,12 +224,18 @@ class Reconciler:
             if answer is None:
                 raise Requeue(GRANT_UNKNOWN_RECHECK_SECONDS, "waiting for the Consumer caches: is the provider's API granted?")
             granted = answer
+        pool = None
+        slice_name = (meta.get("labels") or {}).get(LABEL_SLICE)
+        if slice_name:
+            pool = self._slice_pool(namespace, str(slice_name))
+            if pool is None:
+                raise Requeue(SLICE_POOL_RECHECK_SECONDS, f"waiting for the pool of resource slice {slice_name}")
         key = f"{namespace}/{name}"
         # The status as if it recorded every pod this ShadowPod had: one whose status
         # write was held back, or one that ended before anything was written.
         view = with_recorded_pod(self._recorded(key, shadowpod), _uid(replaced))
         try:
-            pod = build_pod(shadowpod, remote_api_access=granted)
+            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool)
         except InvalidShadowPod as exc:
             self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
             self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)

@@ -42,6 +42,7 @@ import kube_offload
 from kube_offload_harness.binaries import Binaries, NodeBinaries, ensure_binaries, ensure_node_binaries
 from kube_offload_harness import identities, storage
 from kube_offload_harness import fabric, metrics_server
+from kube_offload.constants import slice_node_name
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.processes import ProcessTable
 
@@ -110,6 +111,52 @@ class ClusterError(RuntimeError):
     """Bringing up or driving a loopback cluster failed; the message says what and where."""
 
 
+# The provider's node label that makes a pool in the harness's topologies (NodePool): the
+# Consumer's pool selects its nodes by it, as a provider's admin would by any label.
+POOL_LABEL = "pool"
+
+
+@dataclass
+class NodePool:
+    """remote: kwok nodes of one provider pool (docs/slices.md), beside the cluster's
+    ``nodes``, and the pool of that name in the Consumer's spec.pools (selecting them by
+    ``pool=<name>``), so a consumer may ask slices of it."""
+
+    name: str
+    nodes: int = 1
+    # Extra labels of the pool's nodes (the pool label is always there).
+    labels: dict[str, str] = field(default_factory=dict)
+    # Extended resources of each node on top of the cluster's cpu/memory/pods, e.g.
+    # {"nvidia.com/gpu": "4"}.
+    resources: dict[str, str] = field(default_factory=dict)
+    # Labels the pool suggests for its slices' virtual nodes (Consumer spec.pools[].nodeLabels).
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+    def node_names(self, cluster_id: str) -> list[str]:
+        return [f"{cluster_id}-{self.name}-node-{i}" for i in range(self.nodes)]
+
+    def consumer_pool(self) -> dict:
+        """The pool as the remote chart's consumers[].pools[] writes it."""
+        pool: dict = {"name": self.name, "nodeSelector": {POOL_LABEL: self.name}}
+        if self.node_labels:
+            pool["nodeLabels"] = dict(self.node_labels)
+        return pool
+
+
+@dataclass
+class SliceSpec:
+    """remote: one slice the local cluster asks of this remote, served by its own vkubelet
+    process (``kube-offload vkubelet --slice``, docs/slices.md)."""
+
+    value: str  # the --slice value, NAME=POOL:RESOURCE=QUANTITY,...
+    kubelet_port: int = 0  # its virtual node's kubelet API port on 127.0.0.1
+    health_port: int = 0  # its --health-bind port
+
+    @property
+    def name(self) -> str:
+        return self.value.partition("=")[0]
+
+
 @dataclass
 class ClusterSpec:
     name: str  # kwokctl cluster name (also the kubeconfig context, prefixed "kwok-")
@@ -142,6 +189,16 @@ class ClusterSpec:
     # the benchmarks attribute requests to clients with it (bench/apirequests.py). Off by
     # default: a JSON line per request costs the apiserver CPU and disk.
     audit: bool = False
+    # remote: node pools (kwok nodes + the Consumer's spec.pools), the Consumer's quota
+    # (resource -> quantity; empty: none) and the slices the local cluster asks of it.
+    pools: list[NodePool] = field(default_factory=list)
+    quota: dict[str, str] = field(default_factory=dict)
+    slices: list[SliceSpec] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Read back from topology.json as plain objects.
+        self.pools = [p if isinstance(p, NodePool) else NodePool(**p) for p in self.pools]
+        self.slices = [s if isinstance(s, SliceSpec) else SliceSpec(**s) for s in self.slices]
 
 
 # Every request once, when its response is complete, with who sent it and on what
@@ -293,9 +350,10 @@ def free_port() -> int:
     raise ClusterError("no free loopback port that was not handed out already")
 
 
-def kwok_node_manifest(name: str, spec: ClusterSpec) -> dict:
+def kwok_node_manifest(name: str, spec: ClusterSpec, pool: NodePool | None = None) -> dict:
     """A physical node simulated by kwok (kwokctl's controller manages nodes annotated
-    ``kwok.x-k8s.io/node=fake``; our virtual node carries no such annotation)."""
+    ``kwok.x-k8s.io/node=fake``; our virtual node carries no such annotation); a node of
+    ``pool`` carries its labels and extended resources too."""
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -305,6 +363,9 @@ def kwok_node_manifest(name: str, spec: ClusterSpec) -> dict:
     if spec.role == "remote":
         labels.update({k: v for k, v in spec.labels.items() if k == REGION_LABEL})
     resources = {"cpu": spec.node_cpu, "memory": spec.node_memory, "pods": str(spec.node_pods)}
+    if pool is not None:
+        labels.update({**pool.labels, POOL_LABEL: pool.name})
+        resources.update(pool.resources)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -572,8 +633,13 @@ class Cluster:
 
     def add_physical_nodes(self) -> list[str]:
         names = [f"{self.spec.cluster_id}-node-{i}" for i in range(self.spec.nodes)]
-        if names:  # none: a cluster whose only node is a real one (kubectl refuses an empty apply)
-            self.apply([kwok_node_manifest(name, self.spec) for name in names])
+        manifests = [kwok_node_manifest(name, self.spec) for name in names]
+        for pool in self.spec.pools:
+            pool_names = pool.node_names(self.spec.cluster_id)
+            manifests += [kwok_node_manifest(name, self.spec, pool) for name in pool_names]
+            names += pool_names
+        if manifests:  # none: a cluster whose only node is a real one (kubectl refuses an empty apply)
+            self.apply(manifests)
         return names
 
 
@@ -647,6 +713,9 @@ class Environment:
             spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
             spec.vkubelet_health_port = spec.vkubelet_health_port or free_port()
             spec.enforcer_health_port = spec.enforcer_health_port or free_port()
+            for slice_spec in spec.slices:
+                slice_spec.kubelet_port = slice_spec.kubelet_port or free_port()
+                slice_spec.health_port = slice_spec.health_port or free_port()
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
         if topology.real_nodes:
@@ -692,8 +761,9 @@ class Environment:
                 continue
             self.say(f"- {remote.name}: CRDs, enforcer identity and consumer {topology.local.cluster_id!r} from charts/kube-offload-remote (helm template)")
             self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
-                topology.local.cluster_id, node_labels=spec.labels,
-                policy=identities.e2e_policy(local_pods_remapped=[local_pod_cidr_remapped(topology, spec)])))
+                topology.local.cluster_id, node_labels=spec.labels, quota=spec.quota or None,
+                policy=identities.e2e_policy(local_pods_remapped=[local_pod_cidr_remapped(topology, spec)]),
+                pools=[pool.consumer_pool() for pool in spec.pools]))
         if topology.real_nodes and topology.remotes:
             self.connect_fabric(topology)
 
@@ -719,7 +789,12 @@ class Environment:
                 self.start_vkubelet(topology, spec)
         if topology.virtual_kubelets:
             for spec in topology.remotes:
+                for slice_spec in spec.slices:
+                    self.start_slice_vkubelet(topology, spec, slice_spec)
+            for spec in topology.remotes:
                 self.wait_virtual_node_ready(local, spec)
+                for slice_spec in spec.slices:
+                    self.wait_virtual_node_ready(local, spec, slice_spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
 
     def _up_chart_pods(self, topology: Topology, local: Cluster, started: float) -> None:
@@ -1074,7 +1149,10 @@ class Environment:
         ]
         self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
 
-    def vkubelet_argv(self, topology: Topology, spec: ClusterSpec) -> list[str]:
+    def vkubelet_argv(self, topology: Topology, spec: ClusterSpec, slice_spec: SliceSpec | None = None) -> list[str]:
+        """The flags of remote ``spec``'s vkubelet, or of its slice ``slice_spec``'s (its
+        own kubelet and health ports; the virtual storage delegate stays with the
+        peering's own vkubelet: one per cluster)."""
         from kube_offload_harness import real_node_config
 
         local = self.cluster(topology.local)
@@ -1085,18 +1163,20 @@ class Environment:
             "--remote-kubeconfig", str(self.component_kubeconfig(remote, identities.consumer_sa(topology.local.cluster_id))),
             "--cluster-id", spec.cluster_id,
             "--local-cluster-id", topology.local.cluster_id,
-            "--kubelet-port", str(spec.kubelet_port),
+            "--kubelet-port", str(slice_spec.kubelet_port if slice_spec else spec.kubelet_port),
             # An apiserver that verifies kubelets (ClusterSpec.verify_kubelets): a certificate
             # from its CSR API (real_node_config.VKUBELET_SERVING_CERT); elsewhere the harness's.
             *(real_node_config.vkubelet_serving_cert_args() if local.spec.verify_kubelets else [
                 "--kubelet-tls-cert", str(self.pki_dir / "tls.crt"), "--kubelet-tls-key", str(self.pki_dir / "tls.key")]),
             "--kubelet-client-ca", str(self.pki_dir / "kubelet-client-ca.crt"),
             "--kubelet-metrics-interval", metrics_server.VKUBELET_METRICS_INTERVAL,
-            "--health-bind", f"127.0.0.1:{spec.vkubelet_health_port}",
+            "--health-bind", f"127.0.0.1:{slice_spec.health_port if slice_spec else spec.vkubelet_health_port}",
         )
         for key, value in sorted(spec.labels.items()):
             argv += ["--node-label", f"{key}={value}"]
         argv += self.remapping_args(topology, spec)
+        if slice_spec is not None:
+            return argv + ["--slice", slice_spec.value]
         if spec.cluster_id == topology.remotes[0].cluster_id:
             # The physical delegate of the virtual storage class: one vkubelet per cluster.
             argv += ["--virtual-storage-local-class", storage.LOCAL_PATH_CLASS,
@@ -1106,6 +1186,18 @@ class Environment:
     def start_vkubelet(self, topology: Topology, spec: ClusterSpec, extra_args: Iterable[str] = ()) -> None:
         argv = self.vkubelet_argv(topology, spec) + list(extra_args)
         self.processes.start(f"vkubelet-{spec.cluster_id}", argv, log=self.log_path(f"vkubelet-{spec.cluster_id}"), env=self._process_env())
+
+    @staticmethod
+    def slice_process_name(spec: ClusterSpec, slice_spec: SliceSpec) -> str:
+        return f"vkubelet-{spec.cluster_id}-{slice_spec.name}"
+
+    def start_slice_vkubelet(
+        self, topology: Topology, spec: ClusterSpec, slice_spec: SliceSpec, extra_args: Iterable[str] = ()
+    ) -> None:
+        """The vkubelet of one slice of remote ``spec`` (one process per slice's node)."""
+        name = self.slice_process_name(spec, slice_spec)
+        argv = self.vkubelet_argv(topology, spec, slice_spec) + list(extra_args)
+        self.processes.start(name, argv, log=self.log_path(name), env=self._process_env())
 
     def _wait_https_ready(self, name: str, port: int, timeout: float = 60) -> None:
         context = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
@@ -1124,19 +1216,27 @@ class Environment:
             time.sleep(0.3)
         raise ClusterError(f"{name} not ready on 127.0.0.1:{port} after {timeout}s ({last}); see {self.log_path(name)}")
 
-    def wait_virtual_node_ready(self, local: Cluster, spec: ClusterSpec, timeout: float = 90) -> None:
+    def wait_virtual_node_ready(
+        self, local: Cluster, spec: ClusterSpec, slice_spec: SliceSpec | None = None, timeout: float = 90
+    ) -> None:
+        """Until the virtual node of ``spec`` (or of its slice ``slice_spec``) is Ready
+        (a slice's node is Ready while its remote answers, whatever its slice's phase:
+        the phase is a taint)."""
         node = virtual_node_name(spec.cluster_id)
+        name = f"vkubelet-{spec.cluster_id}"
+        if slice_spec is not None:
+            node = slice_node_name(node, slice_spec.name)
+            name = self.slice_process_name(spec, slice_spec)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             result = local.kubectl("get", "node", node, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
             if result.returncode == 0 and result.stdout.strip() == "True":
                 return
-            record = self.processes.get(f"vkubelet-{spec.cluster_id}")
+            record = self.processes.get(name)
             if record is None or not record.running():
-                name = f"vkubelet-{spec.cluster_id}"
                 raise ClusterError(f"{name} exited; see {self.log_path(name)}:\n{_tail(self.log_path(name))}")
             time.sleep(0.5)
-        raise ClusterError(f"virtual node {node} not Ready after {timeout}s; see {self.log_path(f'vkubelet-{spec.cluster_id}')}")
+        raise ClusterError(f"virtual node {node} not Ready after {timeout}s; see {self.log_path(name)}")
 
     # --- status / down -------------------------------------------------------------------
     def status(self) -> list[str]:

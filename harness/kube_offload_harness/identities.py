@@ -179,12 +179,15 @@ def e2e_policy(*, local_pods_remapped: Iterable[str]) -> dict:
 
 
 def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None,
-                  policy: Mapping[str, Any] | None = E2E_POLICY) -> dict:
+                  policy: Mapping[str, Any] | None = E2E_POLICY, pools: list[dict] | None = None) -> dict:
     """The remote chart's values admitting one consumer (what ``kube-offload peer`` does),
-    with the tests' provider policy (None: the chart's, i.e. the safe defaults)."""
+    with the tests' provider policy (None: the chart's, i.e. the safe defaults) and the
+    node pools it may ask slices of (docs/slices.md)."""
     consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False}
     if quota:
         consumer["quota"] = dict(quota)
+    if pools:
+        consumer["pools"] = copy.deepcopy(pools)
     if policy is not None:
         consumer["policy"] = copy.deepcopy(dict(policy))
     return {"nodeLabels": dict(node_labels), "consumers": [consumer]}

@@ -44,6 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          help=f"{' | '.join(c.PSA_LEVELS)}: Pod Security level of the consumer's twin namespaces on the remote; unset: keep (chart default baseline)")
     add_flag(peer, "peer", "--node-label", default=[], action="append",
              help="label the provider suggests for the virtual node, key=value, repeatable (region, provider...)")
+    add_flag(peer, "peer", "--slice", default=[], action="append",
+             help="ask the remote for a slice of one of its pools, NAME=POOL:RESOURCE=QUANTITY,..., e.g. "
+                  "gpu=gpu:cpu=2,memory=4Gi,nvidia.com/gpu=1, repeatable: each slice is one more virtual node "
+                  "(kube-offload-<remote id>-NAME) and vkubelet Deployment, sized from what the provider accepts "
+                  "(docs/slices.md); the provider's admin defines the pools (remote chart consumers[].pools); "
+                  "unset: keep the slices the release has")
     flag("--policy-file", default="",
          help="YAML/JSON file holding the consumer's provider policy (Consumer spec.policy, docs/security.md); "
               "replaces its whole policy; unset: keep (none: the safe defaults)")

@@ -44,6 +44,7 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
         quota=p.parse_quota(args.quota) if args.quota else None,
         pod_security_level=pod_security_level(args.pod_security_level),
         node_labels=p.parse_node_labels(labels) if labels else None,
+        slices=p.parse_slice_flags(appended(args, "--slice")),
         policy=read_policy_file(args.policy_file),
         policy_grants=policy_grants(args),
         local_values=read_values_files(appended(args, "--local-values"), "--local-values"),

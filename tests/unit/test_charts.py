@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 import kube_offload
+from kube_offload.slice_requests import parse_slice
 from kube_offload import constants as C
 from kube_offload_harness import binaries, versions
 
@@ -605,6 +606,46 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
     assert any(a.startswith("--node-label=") for d in deployments for a in next(containers(d))["args"])
 
 
+def test_each_slice_is_a_vkubelet_deployment_of_its_own(helm: Helm) -> None:
+    """docs/slices.md: one Deployment per slice beside the peering's own, named and
+    selected apart (no selector of one matches the other's pods), with --slice in the
+    vkubelet's grammar; the physical storage delegate stays with the peering's own."""
+    values = {
+        "localClusterId": "local",
+        "storage": {"localClass": "standard"},
+        "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig", "slices": [
+            {"name": "gpu", "pool": "a100", "resources": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}},
+            {"name": "web", "pool": "general", "resources": {"cpu": "500m"}},
+        ]}],
+    }
+    deployments = {d["metadata"]["name"]: d for d in find(render(helm, LOCAL, values), "Deployment", "vkubelet")}
+    assert set(deployments) == {f"{RELEASE}-vkubelet-remote-1", f"{RELEASE}-vkubelet-remote-1-gpu", f"{RELEASE}-vkubelet-remote-1-web"}
+    args = {name: next(containers(d))["args"] for name, d in deployments.items()}
+    assert "--slice=gpu=a100:cpu=2,memory=4Gi,nvidia.com/gpu=1" in args[f"{RELEASE}-vkubelet-remote-1-gpu"]
+    assert "--slice=web=general:cpu=500m" in args[f"{RELEASE}-vkubelet-remote-1-web"]
+    assert not any(a.startswith("--slice") for a in args[f"{RELEASE}-vkubelet-remote-1"])
+    # The --slice values parse as the vkubelet parses them.
+    for name in ("gpu", "web"):
+        value = next(a for a in args[f"{RELEASE}-vkubelet-remote-1-{name}"] if a.startswith("--slice="))
+        assert parse_slice(value.split("=", 1)[1]).name == name
+    assert any(a.startswith("--virtual-storage-local-class") for a in args[f"{RELEASE}-vkubelet-remote-1"])
+    assert not any(a.startswith("--virtual-storage-local-class") for a in args[f"{RELEASE}-vkubelet-remote-1-gpu"])
+    for name, deployment in deployments.items():
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        for other, pods in deployments.items():
+            labels = pods["spec"]["template"]["metadata"]["labels"]
+            matches = all(labels.get(k) == v for k, v in selector.items())
+            assert matches == (name == other), f"the selector of {name} matches the pods of {other}: {selector}"
+
+
+def test_a_slice_without_pool_or_resources_is_refused_by_name(helm: Helm) -> None:
+    values = {"localClusterId": "local", "remoteClusters": [
+        {"id": "remote-1", "kubeconfigSecret": "k", "slices": [{"name": "gpu", "pool": "gpu"}]}]}
+    result = helm.run("template", RELEASE, str(LOCAL), "--namespace", NAMESPACE, values=values)
+    assert result.returncode != 0
+    assert "remoteClusters entry remote-1: slice gpu needs pool and resources" in result.stderr
+
+
 def test_unreachable_deletion_margin_is_a_value(helm: Helm) -> None:
     # vkubelet.unreachableDeletionMargin reaches every vkubelet's flag, parsed as the
     # vkubelet parses it (a non-default value, so the flag's own default cannot pass).
@@ -770,6 +811,9 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, f"{C.CONSUMER_PLURAL}/status"): {"patch"},
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"list", "watch", "patch"},
         (C.SHADOWPOD_GROUP, f"{C.TWIN_NAMESPACE_PLURAL}/status"): {"patch"},
+        # Resource slices (docs/slices.md): read, and the decision in status; never spec.
+        (C.SHADOWPOD_GROUP, C.SLICE_PLURAL): {"get", "list", "watch"},
+        (C.SHADOWPOD_GROUP, f"{C.SLICE_PLURAL}/status"): {"patch"},
         ("", "serviceaccounts"): {"get", "list", "watch"},
         ("networking.k8s.io", "servicecidrs"): {"list", "watch"},
         ("", "limitranges"): {"list", "watch"},  # the webhook's verdict cache key
@@ -875,6 +919,8 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
     [role] = [r for r in remote_docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
     assert rules_of(role) == {
         (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL): {"get", "list", "watch", "create", "update", "patch", "delete"},
+        # Its slices: spec only (no status, no patch of what the enforcer wrote).
+        (C.SHADOWPOD_GROUP, C.SLICE_PLURAL): {"get", "list", "watch", "create", "update", "delete"},
         ("", "services"): {"get"},
         ("", "pods"): {"get", "list"},
         ("", "pods/portforward"): {"get", "create"},
@@ -887,7 +933,8 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
         docs = render(helm, REMOTE, values)
         assert not find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT) and not find(docs, "Service", C.HOME_API_RELAY_COMPONENT)
         [role] = [r for r in docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
-        assert set(rules_of(role)) == {(C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), ("", "serviceaccounts/token")}
+        assert set(rules_of(role)) == {
+            (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), (C.SHADOWPOD_GROUP, C.SLICE_PLURAL), ("", "serviceaccounts/token")}
     # Per consumer: a second consumer keeps its relay when the first turns its own off.
     docs = render(helm, REMOTE, {"consumers": [{"name": "local", "homeAPIRelay": False}, {"name": "other"}]})
     assert [d["metadata"]["namespace"] for d in find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)] == [
@@ -1223,6 +1270,20 @@ def test_rendered_consumer_policy(helm: Helm) -> None:
     # Every key of a fully written policy passes the chart's key check.
     full = provider_policy.policy_to_spec(provider_policy.DEFAULT_POLICY)
     assert one(render(helm, REMOTE, {"consumers": [{"name": "local", "policy": full}]}), C.CONSUMER_KIND, "local")["spec"]["policy"] == full
+
+
+def test_rendered_consumer_pools(helm: Helm) -> None:
+    from kube_offload.pools import parse_pools
+
+    # No pools: no spec.pools (the consumer can ask no slice).
+    assert "pools" not in one(render(helm, REMOTE, ONE_CONSUMER), C.CONSUMER_KIND, "local")["spec"]
+    pools = [{"name": "gpu", "nodeSelector": {"pool": "gpu"}, "runtimeClassName": "nvidia",
+              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+              "nodeLabels": {"accelerator": "a100"}},
+             {"name": "general", "nodeSelector": {"pool": "general"}}]
+    consumer = one(render(helm, REMOTE, {"consumers": [{"name": "local", "pools": pools}]}), C.CONSUMER_KIND, "local")
+    assert consumer["spec"]["pools"] == pools
+    assert list(parse_pools(consumer["spec"])) == ["gpu", "general"]
 
 
 @pytest.mark.parametrize(

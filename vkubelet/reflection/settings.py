@@ -251,3 +251,20 @@ def parse_storage_classes(items: list[str]) -> dict[str, str]:
             raise ValueError(f"--reflect-storage-class {item!r} must be local-class=remote-class")
         mapping[local.strip()] = remote.strip()
     return mapping
+
+
+def slice_reflection(settings: ReflectionSettings) -> ReflectionSettings:
+    """What a slice's vkubelet reflects (docs/slices.md): only its pods' Events. Objects of
+    a namespace (ConfigMaps, Services...) are the peering's, reflected once by the
+    peering's own vkubelet: a second writer per slice would fight over the same remote
+    objects and each would delete the others' as orphans. Service-account tokens are per
+    pod but share one remote selector, so they stay off here too (the pods of a slice
+    run without a home API identity: docs/slices.md says so)."""
+    off = ResourceSettings(workers=0)
+    kept = {name: (settings.of(name) if name == EVENTS else off) for name in RESOURCES}
+    return ReflectionSettings(
+        resources=kept,
+        storage_classes=settings.storage_classes,
+        token_seconds=settings.token_seconds,
+        token_renew_fraction=settings.token_renew_fraction,
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from enforcer.controller import remote_api_granted
+from enforcer.controller import pool_of_slice, remote_api_granted
+from kube_offload.pools import Pool
 from kube_offload import constants as c
 
 
@@ -43,3 +44,16 @@ def test_granted_by_the_owners_policy():
 )
 def test_anything_else_is_not_granted(namespace, consumers):
     assert remote_api_granted(namespace, consumers) is False
+
+
+def test_the_pool_of_a_slice_is_its_consumers_pool_of_that_name():
+    tenant = c.tenant_namespace("local")
+    consumers = Consumers({"local": {"metadata": {"name": "local"}, "spec": {
+        "pools": [{"name": "gpu", "nodeSelector": {"pool": "gpu"}}]}}})
+    slices = {f"{tenant}/train": {"spec": {"pool": "gpu"}}, f"{tenant}/old": {"spec": {"pool": "gone"}}}
+    assert pool_of_slice(_twin(), consumers, slices, "train") == Pool(name="gpu", node_selector={"pool": "gpu"})
+    assert pool_of_slice(_twin(), consumers, slices, "old") is None  # its pool is no longer there
+    assert pool_of_slice(_twin(), consumers, slices, "other") is None  # no such slice
+    assert pool_of_slice(_twin(owner="ghost"), consumers, slices, "train") is None  # no such consumer
+    broken = Consumers({"local": {"metadata": {"name": "local"}, "spec": {"pools": [{"name": "gpu"}]}}})
+    assert pool_of_slice(_twin(), broken, slices, "train") is None  # pools that do not parse

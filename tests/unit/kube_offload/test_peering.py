@@ -566,3 +566,25 @@ def test_a_bad_chart_source_is_refused_naming_the_flag(argv, message):
 
     with pytest.raises(p.PeeringError, match=message):
         inputs.chart_refs(build_parser().parse_args(["peer", *argv]))
+
+
+# --- slices (docs/slices.md) ------------------------------------------------------------------
+def test_peer_slices_become_the_remote_entrys_slices_and_unset_keeps_them():
+    slices = p.parse_slice_flags(["gpu=gpu:cpu=2,nvidia.com/gpu=1", "web=general:memory=4Gi"])
+    values = p.local_values_with_remote({}, options(slices=slices))
+    [entry] = values["remoteClusters"]
+    assert entry["slices"] == [
+        {"name": "gpu", "pool": "gpu", "resources": {"cpu": "2", "nvidia.com/gpu": "1"}},
+        {"name": "web", "pool": "general", "resources": {"memory": "4Gi"}},
+    ]
+    # Without --slice, the release's slices stay; with an empty tuple they would go.
+    assert p.parse_slice_flags([]) is None
+    again = p.local_values_with_remote(values, options())
+    assert again["remoteClusters"][0]["slices"] == entry["slices"]
+
+
+def test_a_bad_peer_slice_is_a_peering_error_naming_the_flag():
+    with pytest.raises(p.PeeringError, match=r"--slice='gpu=gpu:cpu=x': cpu='x' is not a quantity"):
+        p.parse_slice_flags(["gpu=gpu:cpu=x"])
+    with pytest.raises(p.PeeringError, match="slice 'gpu' is given twice"):
+        p.parse_slice_flags(["gpu=gpu:cpu=1", "gpu=other:cpu=1"])

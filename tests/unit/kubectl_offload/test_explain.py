@@ -12,9 +12,10 @@ from kube_offload.capacity import encode_remote_capacity
 from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
 from kubectl_offload.explain import (
-    CHECK_PLACEMENT, CHECK_QUOTA, CHECK_REMOTE_CAPACITY, CHECK_RESOURCES, CHECK_TAINTS,
+    CHECK_AFFINITY, CHECK_PLACEMENT, CHECK_QUOTA, CHECK_REMOTE_CAPACITY, CHECK_RESOURCES, CHECK_TAINTS,
     ExplainError, ExplainFacts, RemoteView, explain,
 )
+from kubectl_offload import render
 from kubectl_offload.remote_chain import RemoteChain, last_events
 from webhook.mutation import mutate_pod
 from support import builders
@@ -285,3 +286,39 @@ def test_a_pod_that_opts_in_is_explained_as_the_webhook_and_extender_treat_it():
     # The same pod without the class: left to the namespace, which is not offloaded.
     plain = explain(facts(pod(ns="plain"), ns))
     assert plain.webhook["detail"] == "nothing: the namespace is not offloaded" and "optIn" not in plain.webhook
+
+
+# --- slices (docs/slices.md) ------------------------------------------------------------------
+def slice_vnode(name, allocatable, *, accepted=True, labels=None):
+    node = virtual(capacity=None, allocatable=allocatable)
+    node_name = f"{VNODE}-{name}"
+    node["metadata"]["name"] = node_name
+    node["metadata"]["labels"].update({c.LABEL_HOSTNAME: node_name, c.LABEL_SLICE: name, **(labels or {})})
+    if not accepted:
+        node["spec"]["taints"].append({"key": c.TAINT_SLICE_NOT_ACCEPTED_KEY, "value": "true",
+                                       "effect": c.TAINT_SLICE_NOT_ACCEPTED_EFFECT})
+    return node
+
+
+def test_explain_says_which_slice_node_fits_and_why_the_others_do_not():
+    ns = namespace()
+    gpu_pod = pod(cpu="1", nodeSelector={"accelerator": "a100"})
+    nodes = [
+        virtual(), physical("local-0"),
+        slice_vnode("gpu", {"cpu": "2", "memory": "4Gi", "pods": "10"}, labels={"accelerator": "a100"}),
+        slice_vnode("big", {"cpu": "8", "memory": "8Gi", "pods": "10"}, accepted=False, labels={"accelerator": "a100"}),
+        slice_vnode("web", {"cpu": "4", "memory": "8Gi", "pods": "10"}),
+    ]
+    result = explain(facts(mutated(gpu_pod, ns), ns, created=True, nodes=nodes))
+    assert verdicts(result) == {
+        VNODE: (False, CHECK_AFFINITY), "local-0": (False, CHECK_PLACEMENT),
+        f"{VNODE}-gpu": (True, ""),
+        f"{VNODE}-big": (False, CHECK_TAINTS),  # not accepted (yet): its NoSchedule taint
+        f"{VNODE}-web": (False, CHECK_AFFINITY),
+    }
+    by_name = {v.name: v for v in result.nodes}
+    assert by_name[f"{VNODE}-gpu"].slice == "gpu" and by_name[VNODE].slice is None
+    assert any("slice gpu of cluster remote-1" in note for note in by_name[f"{VNODE}-gpu"].notes)
+    assert c.TAINT_SLICE_NOT_ACCEPTED_KEY in by_name[f"{VNODE}-big"].reason
+    text = render.render_explain(result.to_dict(), render.Style(colour=False))
+    assert any(line.split()[:3] == [f"{VNODE}-gpu", "slice", "gpu"] for line in text.splitlines())

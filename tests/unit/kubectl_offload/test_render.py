@@ -111,3 +111,20 @@ def test_dump_round_trips(output):
     document = _document()
     text = render.dump(document, output)
     assert (json.loads(text) if output == "json" else yaml.safe_load(text)) == document
+
+
+def test_status_lists_each_slice_with_asked_and_accepted():
+    sliced = RemoteFacts(
+        cluster_id="remote-1", remote_state="unread", remote_error="no kubeconfig",
+        slices=[{"metadata": {"name": "web"}, "spec": {"pool": "general", "resources": {"cpu": "8", "memory": "8Gi"}},
+                 "status": {"phase": "PartiallyAccepted", "accepted": {"cpu": "4", "memory": "8Gi"},
+                            "message": "cpu: asked 8, accepted 4 (quota cpu)"}}],
+    )
+    text = render.render_status(report(StatusFacts(NOW, "local", [sliced])).to_dict(), render.Style(colour=False))
+    lines = text.splitlines()
+    start = lines.index("Slices:")
+    assert lines[start + 1].split() == ["REMOTE", "SLICE", "VIRTUAL", "NODE", "READY", "POOL", "PHASE", "ASKED", "ACCEPTED", "MESSAGE"]
+    row = lines[start + 2].split()
+    assert row[:6] == ["remote-1", "web", "-", "missing", "general", "PartiallyAccepted"]
+    assert row[6].startswith("cpu=8,memory=") and row[7].startswith("cpu=4,memory=")
+    assert "cpu: asked 8, accepted 4 (quota cpu)" in lines[start + 2]

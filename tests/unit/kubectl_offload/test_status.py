@@ -164,3 +164,57 @@ def test_quota_shows_the_mode_and_each_figure_beside_the_usage_it_bounds(policy,
     assert row.quota.get("limits.cpu") == limits_cpu
     if limits_cpu is not None:
         assert row.quota["cpu"] == {"used": "300m", "limit": "4"}
+
+
+# --- slices (docs/slices.md) ------------------------------------------------------------------
+def offload_slice(name, pool, asked, phase=None, accepted=None, message=""):
+    obj = {"metadata": {"name": name}, "spec": {"pool": pool, "resources": asked}}
+    if phase:
+        obj["status"] = {"phase": phase, "accepted": accepted or {}, "message": message}
+    return obj
+
+
+def slice_node(name, allocatable, ready="True"):
+    base = node(ready=ready)
+    base["metadata"] = {"name": f"kube-offload-remote-1-{name}", "labels": {c.LABEL_SLICE: name}}
+    base["status"]["allocatable"] = allocatable
+    return base
+
+
+def test_each_slice_shows_asked_accepted_and_its_node():
+    facts = healthy(
+        slices=[
+            offload_slice("gpu", "a100", {"cpu": "2", "nvidia.com/gpu": "1"}, c.SLICE_PHASE_ACCEPTED, {"cpu": "2", "nvidia.com/gpu": "1"}),
+            offload_slice("web", "general", {"cpu": "8"}, c.SLICE_PHASE_PARTIAL, {"cpu": "4"},
+                          "cpu: asked 8, accepted 4 (quota cpu leaves 4)"),
+        ],
+        slice_nodes={"gpu": slice_node("gpu", {"cpu": "2", "nvidia.com/gpu": "1"}), "web": slice_node("web", {"cpu": "4"})},
+    )
+    row = remote_status(facts, NOW, "local")
+    assert row.health == HEALTHY
+    assert [s["name"] for s in row.slices] == ["gpu", "web"]
+    gpu, web = row.slices
+    assert gpu == {"name": "gpu", "node": "kube-offload-remote-1-gpu", "ready": "True", "pool": "a100", "phase": "Accepted",
+                   "asked": {"cpu": "2", "nvidia.com/gpu": "1"}, "accepted": {"cpu": "2", "nvidia.com/gpu": "1"},
+                   "advertised": {"cpu": "2", "nvidia.com/gpu": "1"}, "message": ""}
+    assert web["phase"] == "PartiallyAccepted" and web["asked"] == {"cpu": "8"} and web["accepted"] == {"cpu": "4"}
+    assert row.warnings == ["slice web only partly accepted by provider remote-1: cpu: asked 8, accepted 4 (quota cpu leaves 4)"]
+
+
+@pytest.mark.parametrize(
+    ("slices", "nodes", "problem", "warning"),
+    [
+        ([offload_slice("gpu", "a100", {"cpu": "1"}, c.SLICE_PHASE_REFUSED, message="no pool a100")],
+         {"gpu": slice_node("gpu", {"pods": "0"})}, None, "slice gpu refused by provider remote-1: no pool a100"),
+        ([offload_slice("gpu", "a100", {"cpu": "1"})], {}, "slice gpu has no virtual node", None),
+        ([], {"gpu": slice_node("gpu", {"cpu": "1"}, ready="False")}, "slice gpu's virtual node kube-offload-remote-1-gpu is not Ready",
+         "slice gpu: no OffloadSlice gpu on provider remote-1"),
+    ],
+)
+def test_what_a_slice_makes_unhealthy_or_warns(slices, nodes, problem, warning):
+    row = remote_status(healthy(slices=slices, slice_nodes=nodes), NOW, "local")
+    assert (row.health == UNHEALTHY) == (problem is not None)
+    if problem:
+        assert any(problem in p for p in row.problems), row.problems
+    if warning:
+        assert any(warning in w for w in row.warnings), row.warnings

@@ -7,6 +7,7 @@ import pytest
 
 from kube_offload import constants as c
 from kube_offload.resources import parse_quantity
+from kube_offload.slice_requests import parse_slice
 from vkubelet import node_forge as forge
 from vkubelet.settings import Settings, SettingsError, parse_duration, parse_node_labels
 
@@ -284,3 +285,36 @@ def test_all_suggestions_withdrawn_drops_the_annotation_too():
 def test_suggestions_in_sync_need_no_patch():
     node = forge.build_node(SETTINGS, {}, {}, SUGGESTED)
     assert forge.metadata_patch(node, SETTINGS, {}, SUGGESTED) is None
+
+
+# --- slices (docs/slices.md) ------------------------------------------------------------------
+SLICE_SETTINGS = Settings(cluster_id="remote-1", local_cluster_id="local", slice=parse_slice("gpu=a100:cpu=2"))
+
+
+def test_a_slice_node_is_named_and_labelled_for_its_slice():
+    assert SLICE_SETTINGS.node_name == "kube-offload-remote-1-gpu"
+    labels = forge.node_labels(SLICE_SETTINGS, {c.LABEL_SLICE: "forged", "accelerator": "a100"})
+    assert labels[c.LABEL_SLICE] == "gpu"  # a contract label: no suggestion overrides it
+    assert labels[c.LABEL_HOSTNAME] == "kube-offload-remote-1-gpu"
+    assert labels["accelerator"] == "a100"
+    assert c.LABEL_SLICE not in forge.node_labels(SETTINGS)
+
+
+def test_pool_labels_join_the_consumers_under_the_same_rule():
+    merged, dropped = forge.slice_suggested(
+        {"region": "eu", "accelerator": "none"},
+        {"accelerator": "a100", c.LABEL_TYPE: "forged", "node-role.kubernetes.io/gpu": ""},
+    )
+    assert merged == {"region": "eu", "accelerator": "a100"}  # the pool's word, more specific, wins
+    assert len(dropped) == 2 and all("ignored" in why for why in dropped)
+
+
+def test_a_slice_not_accepted_is_tainted_until_it_is():
+    taint = {"key": c.TAINT_SLICE_NOT_ACCEPTED_KEY, "value": "true", "effect": "NoSchedule"}
+    tainted = forge.node_taints(None, cordoned=False, slice_refused=True)
+    assert taint in tainted and forge.virtual_node_taint() in tainted
+    admin = {"key": "admin", "effect": "NoSchedule"}
+    assert forge.node_taints([admin, *tainted], cordoned=False, slice_refused=False) == [admin, forge.virtual_node_taint()]
+    node = forge.build_node(SLICE_SETTINGS, {}, {}, slice_refused=True)
+    patch = forge.metadata_patch(node, SLICE_SETTINGS, {}, slice_refused=False)
+    assert patch is not None and patch["spec"]["taints"] == [forge.virtual_node_taint()]

@@ -237,6 +237,22 @@ def test_node_selector_keys_of_the_virtual_node_are_dropped_others_kept():
     assert "nodeSelector" not in translate_pod(pod, CTX).spec
 
 
+def test_a_slice_pod_carries_its_slice_and_loses_what_chose_the_slice_node():
+    """docs/slices.md: the slice label on the ShadowPod and its template (the provider
+    applies the pool's patch by it), the slice's node labels stripped like any node label."""
+    node = "kube-offload-remote-1-gpu"
+    labels = {**NODE_LABELS, c.LABEL_HOSTNAME: node, c.LABEL_SLICE: "gpu", "accelerator": "a100"}
+    ctx = dataclasses.replace(CTX, virtual_node_labels=labels, virtual_node_name=node, slice_name="gpu")
+    pod = _pod(nodeSelector={c.LABEL_SLICE: "gpu", "accelerator": "a100", "disktype": "ssd"})
+    pod["spec"]["nodeName"] = node
+    shadowpod = build_shadowpod_for(pod, "demo-local", ctx)
+    assert shadowpod["metadata"]["labels"] == {c.LABEL_ORIGIN_CLUSTER_ID: "local", c.LABEL_SLICE: "gpu"}
+    assert shadowpod["spec"]["pod"]["metadata"]["labels"][c.LABEL_SLICE] == "gpu"
+    assert shadowpod["spec"]["pod"]["spec"]["nodeSelector"] == {"disktype": "ssd"}
+    # The peering's own node sends no slice label.
+    assert c.LABEL_SLICE not in build_shadowpod_for(_pod(), "demo-local", CTX)["metadata"]["labels"]
+
+
 @pytest.mark.parametrize(
     "placement, selector",
     [

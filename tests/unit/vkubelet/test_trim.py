@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 
 from kube_offload import constants as c
+from kube_offload.slice_requests import parse_slice
 from kube_offload import shadowpod as sp
 from kube_offload.pod_updates import template_patch
 from kube_offload.remote_resources import is_ours
@@ -329,7 +330,27 @@ def test_the_shared_informers_use_these_transforms():
     assert informers.remote_pods()._transform is trim.trim_remote_pod
     assert informers.remote_shadowpods()._transform is trim.trim_shadowpod
     assert informers.remote_priority_classes()._transform is trim.trim_to_identity
-    # Scopes: our own remote objects only (origin label), our own node's pods only.
-    assert informers.remote_pods()._list_kwargs == {"label_selector": f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID}"}
-    assert informers.remote_shadowpods()._list_kwargs == {"label_selector": f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID}"}
+    # Scopes: our own remote objects only (origin label, and no slice's: docs/slices.md),
+    # our own node's pods only.
+    ours = f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID},!{c.LABEL_SLICE}"
+    assert informers.remote_pods()._list_kwargs == {"label_selector": ours}
+    assert informers.remote_shadowpods()._list_kwargs == {"label_selector": ours}
     assert informers.local_pods()._list_kwargs == {"field_selector": f"spec.nodeName={settings.node_name}"}
+
+
+def test_a_slice_vkubelet_sees_only_its_slice():
+    settings = Settings(cluster_id="remote-1", local_cluster_id=LOCAL_ID, slice=parse_slice("gpu=gpu:cpu=1"))
+    informers = SharedInformers(settings, client.ApiClient(), client.ApiClient())
+    ours = f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID},{c.LABEL_SLICE}=gpu"
+    assert informers.remote_pods()._list_kwargs == {"label_selector": ours}
+    assert informers.remote_shadowpods()._list_kwargs == {"label_selector": ours}
+    assert settings.node_name == "kube-offload-remote-1-gpu"
+    assert informers.local_pods()._list_kwargs == {"field_selector": "spec.nodeName=kube-offload-remote-1-gpu"}
+    assert informers.remote_slice()._list_kwargs == {"field_selector": "metadata.name=gpu"}
+
+
+def test_the_slice_label_survives_trimming():
+    labels = {c.LABEL_ORIGIN_CLUSTER_ID: LOCAL_ID, c.LABEL_SLICE: "gpu", "app": "x"}
+    for transform in (trim.trim_remote_pod, trim.trim_shadowpod):
+        kept = transform({"metadata": {"name": "p", "namespace": "n", "labels": labels}})["metadata"]["labels"]
+        assert kept == {c.LABEL_ORIGIN_CLUSTER_ID: LOCAL_ID, c.LABEL_SLICE: "gpu"}

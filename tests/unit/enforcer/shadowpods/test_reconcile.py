@@ -14,6 +14,7 @@ from enforcer.shadowpods import events
 from enforcer.shadowpods.events import EventRecorder
 from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler
 from kube_offload import constants as C
+from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
@@ -489,6 +490,44 @@ def test_the_grant_is_not_guessed_before_the_consumer_caches_know_it(world):
     with pytest.raises(Requeue):
         world.run()
     assert world.api.pods == {}  # the field is immutable on a pod: no pod until the answer is known
+
+
+# --- resource slices (docs/slices.md): the pool's patch on the pod ------------------------------
+GPU_POOL = Pool(name="gpu", node_selector={"pool": "gpu"}, runtime_class_name="nvidia",
+                tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
+
+
+def test_a_slices_pod_gets_its_pools_patch(world):
+    asked: list[tuple[str, str]] = []
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
+                                 slice_pool=lambda ns, name: asked.append((ns, name)) or GPU_POOL)
+    world.add_shadowpod()
+    world.api.shadowpods[KEY]["metadata"].setdefault("labels", {})[C.LABEL_SLICE] = "train"
+    world.run()
+    spec = world.api.pods[KEY]["spec"]
+    assert asked == [("ns", "train")]
+    assert spec["nodeSelector"] == {"pool": "gpu"} and spec["runtimeClassName"] == "nvidia"
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_a_slices_pod_waits_while_its_pool_is_unknown(world):
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
+                                 slice_pool=lambda _ns, _name: None)
+    world.add_shadowpod()
+    world.api.shadowpods[KEY]["metadata"].setdefault("labels", {})[C.LABEL_SLICE] = "train"
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.api.pods == {}  # never made without the pool's patch
+
+
+def test_a_pod_of_no_slice_never_looks_a_pool_up(world):
+    def lookup(_ns, _name):
+        raise AssertionError("looked up")
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
+                                 slice_pool=lookup)
+    world.add_shadowpod()
+    world.run()
+    assert "nodeSelector" not in world.api.pods[KEY]["spec"]
 
 
 def test_a_pod_not_asking_never_looks_the_grant_up(world):

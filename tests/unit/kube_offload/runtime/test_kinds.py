@@ -28,8 +28,8 @@ def _crds() -> list[tuple[str, dict]]:
 
 
 def test_every_crd_file_is_read() -> None:
-    assert len(CRD_FILES) == 6
-    assert {doc["spec"]["names"]["plural"] for _, doc in _crds()} == {"shadowpods", "consumers", "twinnamespaces"}
+    assert len(CRD_FILES) == 8
+    assert {doc["spec"]["names"]["plural"] for _, doc in _crds()} == {"shadowpods", "consumers", "twinnamespaces", "offloadslices"}
 
 
 @pytest.mark.parametrize(("where", "crd"), _crds(), ids=lambda v: v if isinstance(v, str) else "")

@@ -75,7 +75,7 @@ def test_custom_resources_match_their_crds():
     manifests = resources.files("kube_offload") / "manifests"
     by_kind = {r.kind: r for r in kinds.ALL}
     crds = [yaml.safe_load(p.read_text()) for p in manifests.iterdir() if p.name.endswith("-crd.yaml")]
-    assert {crd["spec"]["names"]["kind"] for crd in crds} == {"ShadowPod", "Consumer", "TwinNamespace"}
+    assert {crd["spec"]["names"]["kind"] for crd in crds} == {"ShadowPod", "Consumer", "TwinNamespace", "OffloadSlice"}
     for crd in crds:
         spec = crd["spec"]
         resource = by_kind[spec["names"]["kind"]]
