@@ -15,7 +15,8 @@ judge what the consumer wrote):
    the pool sets to another value, or another ``runtimeClassName`` (422);
 5. the requests of the slice's ShadowPods plus what this request adds stay within the
    slice's ``status.accepted``, for each resource listed there (``pods`` counted when it
-   is). As for the quota, a request that adds nothing to a resource is never refused for it.
+   is). As for the quota, a request that adds nothing to a resource is never refused for it,
+   and an update that adds nothing at all passes rules 2-5 (its pod already runs there).
 
 The pool's tolerations and runtime class are the provider's own grant: they are not in
 the ShadowPod, so the provider policy's checks (tolerations, runtimeClasses) never see them.
@@ -97,6 +98,12 @@ def decide(
     ShadowPods (this one's old object included on an UPDATE), in milli-units; ``delta``:
     what this request adds (new minus old on an UPDATE)."""
     where = f'OffloadSlice "{slice_name}" in namespace "{tenant}"'
+    if request.operation == "UPDATE" and not any(amount > 0 for amount in delta.values()):
+        # A running pod's update that adds nothing (an image, a deadline) is never refused for
+        # the slice, as for the quota: the slice may have been shrunk or refused since, and
+        # its pods keep running until they end. The patch cannot be contradicted: the pod's
+        # nodeSelector and runtimeClassName are immutable.
+        return None
     if offload_slice is None:
         return _forbidden(
             f"{LABEL_FIELD}={slice_name!r}: there is no {where}; create the OffloadSlice first (the virtual kubelet "

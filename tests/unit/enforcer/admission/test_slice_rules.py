@@ -148,6 +148,14 @@ def test_a_slice_that_is_missing_or_not_accepted_refuses_naming_the_label() -> N
     assert v.review(review(shadowpod("a", "1"))).allowed
 
 
+def test_an_update_adding_nothing_passes_even_when_the_slice_was_refused_since() -> None:
+    old = shadowpod("a", "1")
+    v, _ = validator({f"{TENANT}/train": offload_slice("Refused")}, existing=[old])
+    assert v.review(review(shadowpod("a", "1", activeDeadlineSeconds=5), operation="UPDATE", old=old)).allowed
+    raised = v.review(review(shadowpod("a", "2"), operation="UPDATE", old=old))
+    assert not raised.allowed and "is Refused" in raised.message
+
+
 def test_the_label_is_immutable() -> None:
     old = shadowpod("a")
     v, _ = validator(ACCEPTED, existing=[old])
