@@ -271,6 +271,7 @@ class PodOffloader:
             reflection=self.settings.reflection.service_account_tokens,
             home_api=self.home_api(),
             home_cluster_domain=self.settings.home_cluster_domain,
+            remote_cluster_id=self.settings.cluster_id,
         )
 
     def api_server_mode(self, local: Mapping) -> APIServerMode:
