@@ -13,7 +13,10 @@ Proven here, in this order (the setting is off first, then turned on):
   logs and exec, through both virtual kubelets);
 * loops are refused naming the chain: c's enforcer refuses a ShadowPod whose chain already
   went through c (c -> b -> c), and b's virtual kubelet does not send on a pod whose chain
-  holds c (c -> a -> b -> c).
+  holds c (c -> a -> b -> c); the shortest loop, a -> b -> a, seen from each side of the
+  a-b peering: a's virtual kubelet does not send back to b a pod that came from b, and b's
+  enforcer refuses a's ShadowPod that says so (b -> a -> b). (A second peering b -> a would
+  add nothing the chain check does not see here: it reads only the chain and its own id.)
 """
 
 from __future__ import annotations
@@ -211,3 +214,33 @@ def test_turning_the_setting_off_takes_the_labels_off(b, namespace, far_pod):
     further_offloading(b, False)
     wait_for(lambda: c.LABEL_ENABLED not in twin_labels(b, twin), timeout=30, what="the offloading labels gone from b's twin")
     assert c.LABEL_POD_PLACEMENT not in twin_labels(b, twin)
+
+
+# --- the shortest loop, a -> b -> a, at both places that refuse it ----------------------------
+def test_a_does_not_send_back_to_b_a_pod_that_came_from_b(a, namespace):
+    """A pod in a that came from b (an enforcer's pod with chain b) is not sent to b again:
+    a's virtual kubelet names b -> a -> b and the pod waits."""
+    a.apply(pod_manifest(namespace, "back", labels={c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER},
+                         annotations={c.ANNOTATION_OFFLOAD_CHAIN: "b"}))
+
+    def loop_event() -> str:
+        events = a.kubectl_json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=back")
+        return next((e["message"] for e in events["items"] if e.get("reason") == REASON_OFFLOADING_LOOP), "")
+
+    assert "b -> a -> b" in wait_for(loop_event, timeout=120, what="an OffloadingLoop Event on a's pod")
+
+
+def test_bs_enforcer_refuses_a_pod_of_a_that_came_from_b(chain, b, far_pod):
+    """a (b's consumer) writes a ShadowPod saying the pod came from b: b's enforcer refuses
+    the loop b -> a -> b."""
+    twin, _ = far_pod
+    body = shadowpod.build_shadowpod(
+        name="back", namespace=twin,
+        pod_metadata={"labels": {"app": "back"}, "annotations": {c.ANNOTATION_OFFLOAD_CHAIN: "b,a"}},
+        pod_spec={"containers": [{"name": CONTAINER, "image": "busybox"}]},
+        origin_labels={c.LABEL_ORIGIN_CLUSTER_ID: "a"},
+        origin_annotations={c.ANNOTATION_ORIGIN_NAMESPACE: "x", c.ANNOTATION_ORIGIN_NAME: "back", c.ANNOTATION_ORIGIN_UID: "u"},
+    )
+    result = b.kubectl_as(chain.identity_kubeconfig(b, identities.consumer_sa("a")), "create", "-f", "-", input=yaml.safe_dump(body))
+    assert result.returncode != 0
+    assert "b -> a -> b" in result.stderr, result.stderr
