@@ -37,12 +37,15 @@ class ChainError(ValueError):
     """The annotation is not a chain of cluster ids; the message names it and the fix."""
 
 
-def parse(value: str | None) -> tuple[str, ...]:
+def parse(value: object) -> tuple[str, ...]:
     """The cluster ids in an annotation value, oldest first; () for None or "".
-    Raises :class:`ChainError` on an empty element, an id that is not a DNS label, or
-    more than :data:`~kube_offload.constants.MAX_OFFLOAD_HOPS` ids."""
-    if not value:
+    Raises :class:`ChainError` on a value that is not a string (a template is the
+    consumer's JSON, never trusted to be well formed), an empty element, an id that is not
+    a DNS label, or more than :data:`~kube_offload.constants.MAX_OFFLOAD_HOPS` ids."""
+    if value is None or value == "":
         return ()
+    if not isinstance(value, str):
+        raise ChainError(f"annotation {c.ANNOTATION_OFFLOAD_CHAIN}: must be a string, got {value!r}")
     ids = tuple(part.strip() for part in value.split(SEPARATOR))
     for cluster_id in ids:
         if not cluster_id or len(cluster_id) > _CLUSTER_ID_MAX or not _CLUSTER_ID.match(cluster_id):
@@ -67,7 +70,7 @@ def describe(chain: Sequence[str]) -> str:
     return " -> ".join(chain)
 
 
-def of(annotations: Mapping[str, str] | None) -> tuple[str, ...]:
+def of(annotations: Mapping[str, object] | None) -> tuple[str, ...]:
     """The chain an object's annotations record (see :func:`parse`)."""
     return parse((annotations or {}).get(c.ANNOTATION_OFFLOAD_CHAIN))
 
@@ -95,7 +98,7 @@ def loop_problem(chain: Sequence[str], next_cluster: str) -> str | None:
     return None
 
 
-def admission_problems(annotations: Mapping[str, str] | None, consumer_id: str, own_cluster_id: str) -> list[str]:
+def admission_problems(annotations: Mapping[str, object] | None, consumer_id: str, own_cluster_id: str) -> list[str]:
     """What the provider ``own_cluster_id`` refuses in the chain of a pod template that
     consumer ``consumer_id`` writes (empty: nothing). An absent chain stands for
     ``[consumer_id]`` (a consumer of a version before chains); ``own_cluster_id`` "" (an

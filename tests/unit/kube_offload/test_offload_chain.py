@@ -87,3 +87,10 @@ def test_admission_without_its_own_id_checks_all_but_the_loop():
     assert oc.admission_problems(chain("a,b"), "b", "") == []
     assert oc.admission_problems(chain("a"), "b", "") != []
     assert "not a cluster id" in oc.admission_problems(chain("a,,b"), "b", "")[0]
+
+
+@pytest.mark.parametrize("value", [3, ["a"], {"a": 1}, True])
+def test_a_value_that_is_not_a_string_is_refused_not_an_error(value):
+    with pytest.raises(oc.ChainError, match="must be a string"):
+        oc.parse(value)
+    assert "must be a string" in oc.admission_problems({c.ANNOTATION_OFFLOAD_CHAIN: value}, "b", "c")[0]
