@@ -95,6 +95,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(
         parser,
         COMPONENT,
+        "--cluster-id",
+        default="",
+        help="this (provider) cluster's own id, as its consumers' virtual kubelets know it: the ShadowPod "
+        "webhook refuses a pod whose offload chain already went through this cluster (a loop of peerings, "
+        "docs/multihop.md); unset: no loop check here (the consumers' virtual kubelets still check)",
+    )
+    add_flag(
+        parser,
+        COMPONENT,
         "--webhook-bind",
         default=DEFAULT_WEBHOOK_BIND,
         help="HOST:PORT the ShadowPod validating webhook serves HTTPS on (only with --webhook-tls-cert)",
@@ -258,13 +267,28 @@ def _webhook_settings(args: argparse.Namespace):
             "kube-offload enforcer: --webhook-verdict-cache-ttl must be >= 0 (0: off) and "
             "--webhook-verdict-cache-entries >= 1"
         )
+    if args.cluster_id and (problem := _cluster_id_problem(args.cluster_id)):
+        raise SystemExit(f"kube-offload enforcer: --cluster-id={args.cluster_id!r} {problem}")
     return WebhookSettings(
+        cluster_id=args.cluster_id,
         bind=args.webhook_bind,
         tls_cert=args.webhook_tls_cert,
         tls_key=args.webhook_tls_key,
         verdict_cache_ttl=args.webhook_verdict_cache_ttl,
         verdict_cache_entries=args.webhook_verdict_cache_entries,
     )
+
+
+def _cluster_id_problem(cluster_id: str) -> str | None:
+    from kube_offload.offload_chain import ChainError, parse
+
+    if "," in cluster_id:
+        return "must be one cluster id (no commas)"
+    try:
+        parse(cluster_id)
+    except ChainError:
+        return "must be lowercase letters, digits and '-', starting and ending with a letter or digit"
+    return None
 
 
 def print_configuration(args: argparse.Namespace) -> int:

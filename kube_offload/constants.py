@@ -124,6 +124,17 @@ ANNOTATION_DELETION_GRACE: Final = f"{DOMAIN}/deletion-grace-period-seconds"
 # touches (docs/reflection.md "The rules").
 REFLECTION_FIELD_MANAGER_PREFIX: Final = "kube-offload/"
 ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
+# Offloading over several hops (docs/multihop.md): on a ShadowPod and in its pod template,
+# so on the pod the enforcer makes, the cluster ids the pod went through, oldest first,
+# comma-separated ("a,b": made in a, offloaded from a to b, now from b to here). Each
+# virtual kubelet appends its own cluster's id when it sends a pod on; a cluster that finds
+# itself in the chain refuses the pod, naming the chain (a -> b -> a), so a loop of
+# peerings never sends a pod round and round. The enforcer checks that the chain ends with
+# the consumer sending it (nobody can hide who it came from) and that it is not in it.
+ANNOTATION_OFFLOAD_CHAIN: Final = f"{DOMAIN}/offload-chain"
+# The longest chain a cluster accepts (the original cluster included): far more hops than
+# any sane topology, and a bound on the annotation and on the latency of logs through it.
+MAX_OFFLOAD_HOPS: Final = 8
 
 # --- Reflection ----------------------------------------------------------------------------
 # The type of the Secrets the vkubelet reflects ServiceAccount tokens as: never

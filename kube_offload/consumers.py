@@ -92,6 +92,27 @@ def requesting_consumer(
     return consumer, ""
 
 
+# --- further offloading (docs/multihop.md) ------------------------------------------------------
+FURTHER_OFFLOADING_FIELD = "spec.furtherOffloading"
+# The placements a provider may give a consumer's twin namespaces when it offloads them
+# further: its own nodes or its providers' (LocalAndRemote), or its providers' only.
+# (Local would be the same as no further offloading.)
+FURTHER_PLACEMENTS = (c.PLACEMENT_LOCAL_AND_REMOTE, c.PLACEMENT_REMOTE)
+
+
+def further_offloading(consumer: Mapping[str, Any]) -> str | None:
+    """The pod placement (a ``kube-offload.io/pod-placement`` value) the provider gives
+    this consumer's twin namespaces when it lets them be offloaded further to its own
+    providers, or None: not offloaded further (the default). Anything this code cannot
+    read counts as None, so a typo never sends a consumer's pods to a third cluster (the
+    CRD's schema names the field to the provider first)."""
+    raw = (consumer.get("spec") or {}).get("furtherOffloading")
+    if not isinstance(raw, Mapping) or raw.get("enabled") is not True:
+        return None
+    placement = raw.get("podPlacement") or c.PLACEMENT_LOCAL_AND_REMOTE
+    return placement if placement in FURTHER_PLACEMENTS else None
+
+
 # --- the terms the ShadowPod webhook enforces ---------------------------------------------------
 @dataclass(frozen=True)
 class ConsumerTerms:

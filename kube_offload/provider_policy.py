@@ -94,6 +94,9 @@ CONSUMER_METADATA_KEYS: tuple[str, ...] = (
     c.ANNOTATION_ORIGIN_NAMESPACE,
     c.ANNOTATION_ORIGIN_NAME,
     c.ANNOTATION_ORIGIN_UID,
+    # the clusters the pod went through (kube_offload/offload_chain.py): the webhook checks
+    # that it ends with the consumer and holds no loop back to this provider.
+    c.ANNOTATION_OFFLOAD_CHAIN,
 )
 # The sources a projected volume may combine: namespaced objects and the pod's own
 # fields. Never serviceAccountToken (a token of the provider's ServiceAccount: the pod

@@ -43,6 +43,10 @@ REASON_POLICY_ADJUSTED: Final = "ProviderPolicyAdjusted"
 # The provider's policy refuses the object as it stands and nothing can be dropped to
 # fit it (a volume type, an Ingress host...): it is not sent; one Warning per field.
 REASON_POLICY_REFUSED: Final = "ProviderPolicyRefused"
+# The pod went through the cluster it would be sent to already (a loop of peerings,
+# docs/multihop.md): not sent; the Warning names the chain (the waiting pod's status says
+# ProviderRefused with the same message, as for every pod not sent).
+REASON_OFFLOADING_LOOP: Final = "OffloadingLoop"
 # A pod in API server mode "home" offloaded where no relay to the home API server is known
 # (docs/home-api.md): it runs with its home token but the provider's address.
 REASON_HOME_API_UNAVAILABLE: Final = "HomeAPIUnavailable"

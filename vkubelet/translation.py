@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kube_offload import constants as c
-from kube_offload import shadowpod
+from kube_offload import offload_chain, shadowpod
 from kube_offload.provider_policy import DEFAULT_POLICY, ProviderPolicy
 # NodeSelectorTerm semantics live with the rest of node affinity, shared with `kubectl offload explain`.
 from kube_offload.affinity import requirement_matches, term_matches  # noqa: F401  (re-exported)
@@ -59,6 +59,9 @@ class TranslationContext:
     home_cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
     # The slice whose virtual node the pod is bound to ('' for the peering's own node).
     slice_name: str = ""
+    # The cluster the pod is sent to (--cluster-id): a pod whose offload chain went through
+    # it already is not sent (kube_offload/offload_chain.py). "": not checked.
+    remote_cluster_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class RemotePod:
     # refuse the pod whatever we drop (non-empty: the pod must not be sent).
     adjusted: tuple[Note, ...] = ()
     refused: tuple[Note, ...] = ()
+    # The clusters the pod went through, this one last (offload_chain.py), and why it must
+    # not go on to the remote cluster ("": it may): a loop, or too many hops.
+    chain: tuple[str, ...] = ()
+    loop: str = ""
 
 
 def origin_labels(local_cluster_id: str, slice_name: str = "") -> dict[str, str]:
@@ -85,13 +92,49 @@ def origin_labels(local_cluster_id: str, slice_name: str = "") -> dict[str, str]
     return labels
 
 
-def origin_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
+def origin_annotations(pod: Mapping[str, Any], chain: tuple[str, ...] = ()) -> dict[str, str]:
     meta = pod.get("metadata") or {}
-    return {
+    annotations = {
         c.ANNOTATION_ORIGIN_NAMESPACE: str(meta.get("namespace") or ""),
         c.ANNOTATION_ORIGIN_NAME: str(meta.get("name") or ""),
         c.ANNOTATION_ORIGIN_UID: str(meta.get("uid") or ""),
     }
+    # A chain of one (a pod made here) is the origin label already, which is how the
+    # provider reads a missing chain: written only from the second hop on, so no running
+    # ShadowPod of a single-hop peering is patched for it after an upgrade.
+    if len(chain) > 1:
+        annotations[c.ANNOTATION_OFFLOAD_CHAIN] = offload_chain.encode(chain)
+    return annotations
+
+
+# The marks a provider's enforcer puts on the pods it makes (kube_offload/constants.py): on
+# a pod that came here from another cluster and is sent on (docs/multihop.md), they
+# describe the previous hop, never this one. They are taken off before the policy fit (so
+# they are no "dropped" notes on every such pod), and this hop writes its own origin
+# marks and the extended chain.
+HOP_LABELS = (c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_MANAGED_BY)
+HOP_ANNOTATIONS = (
+    c.ANNOTATION_ORIGIN_NAMESPACE,
+    c.ANNOTATION_ORIGIN_NAME,
+    c.ANNOTATION_ORIGIN_UID,
+    c.ANNOTATION_APPLIED_TEMPLATE,
+    c.ANNOTATION_OFFLOAD_CHAIN,
+)
+
+
+def previous_hops(labels: Mapping[str, str], annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """The chain a pod arrived with: the one recorded on a pod a provider's enforcer made
+    (``managed-by=enforcer``; that enforcer checked it ends with its consumer), else ()
+    - a pod made here, whatever annotation its author wrote. An unreadable chain on an
+    enforcer's pod counts as its origin cluster alone (still one hop, never none)."""
+    if labels.get(c.LABEL_MANAGED_BY) != c.MANAGED_BY_ENFORCER:
+        return ()
+    try:
+        chain = offload_chain.of(annotations)
+    except offload_chain.ChainError:
+        chain = ()
+    origin = labels.get(c.LABEL_ORIGIN_CLUSTER_ID)
+    return chain or ((origin,) if origin else ())
 
 
 def origin_key(obj: Mapping[str, Any]) -> str | None:
@@ -121,7 +164,7 @@ def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: st
         pod_metadata={"labels": remote.labels, "annotations": remote.annotations},
         pod_spec=remote.spec,
         origin_labels=origin_labels(context.local_cluster_id, context.slice_name),
-        origin_annotations=origin_annotations(pod),
+        origin_annotations=origin_annotations(pod, remote.chain),
     )
 
 
@@ -165,6 +208,12 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
 
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    chain = offload_chain.extend(previous_hops(labels, annotations), context.local_cluster_id)
+    for key in HOP_LABELS:
+        labels.pop(key, None)
+    for key in HOP_ANNOTATIONS:
+        annotations.pop(key, None)
+    loop = offload_chain.loop_problem(chain, context.remote_cluster_id) if context.remote_cluster_id else None
     # Read here (the mode just applied); the provider would refuse the kube-offload.io key.
     annotations.pop(c.ANNOTATION_API_SERVER, None)
     fit = fit_pod(labels, annotations, spec, context.policy)
@@ -174,7 +223,8 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
     if spec.get("priorityClassName") and spec["priorityClassName"] not in context.remote_priority_classes:
         spec.pop("priorityClassName")
     return RemotePod(
-        labels=fit.labels, annotations=fit.annotations, spec=spec, adjusted=fit.adjusted, refused=fit.refused
+        labels=fit.labels, annotations=fit.annotations, spec=spec, adjusted=fit.adjusted, refused=fit.refused,
+        chain=chain, loop=loop or "",
     )
 
 

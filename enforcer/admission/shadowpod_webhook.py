@@ -59,8 +59,10 @@ class ShadowPodValidator:
         ledger: Ledger | None = None,
         pods: object | None = None,
         verdicts: VerdictCache | None = None,
+        cluster_id: str = "",
     ) -> None:
         self._shadowpods = shadowpods
+        self.cluster_id = cluster_id  # ours, for the offload chain's loop check
         self.verdicts = verdicts  # read for the metrics; ``dry_run`` uses it
         self._caches = caches
         self._dry_run = dry_run
@@ -85,6 +87,7 @@ class ShadowPodValidator:
         caches: ProviderCaches,
         pods: object | None = None,
         verdicts: VerdictCache | None = None,
+        cluster_id: str = "",
     ) -> "ShadowPodValidator":
         """``verdicts``: keep the dry run's verdict per pod template (None: a dry run for
         every ShadowPod); ``caches`` must then have been built with ``admission_inputs``."""
@@ -101,6 +104,7 @@ class ShadowPodValidator:
             caches=caches,
             pods=pods,
             verdicts=verdicts,
+            cluster_id=cluster_id,
             dry_run=lambda namespace, shadowpod, operation, probe, pool=None: dry_run.check(
                 api_client, namespace, shadowpod, operation=operation, verdicts=judged, fresh=probe, pool=pool
             ),
@@ -141,6 +145,7 @@ class ShadowPodValidator:
                 consumer=consumer,
                 usage=usage,
                 service_account=lambda name: self._caches.service_account(namespace_name, name),
+                cluster_id=self.cluster_id,
             )
             if not decision.allowed or metadata_only:
                 return decision

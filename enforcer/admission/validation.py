@@ -8,7 +8,10 @@ one round trip shows everything to fix:
 
 1. the namespace is a twin the enforcer made (``managed-by=enforcer``) of a Consumer;
 2. the request's user is that Consumer's ServiceAccount;
-3. ``spec.pod.metadata.labels[origin-cluster-id]`` is that consumer's id;
+3. ``spec.pod.metadata.labels[origin-cluster-id]`` is that consumer's id, and the offload
+   chain annotation (:mod:`kube_offload.offload_chain`) parses, ends with that consumer's id
+   and does not hold this provider's own (``--cluster-id``): a loop of peerings is refused
+   with a message naming the chain (a -> b -> a);
 4. no hostNetwork / hostPID / hostIPC,
 5. no privileged (or Windows HostProcess) container,
 6. no capability added beyond the consumer's Pod Security level - rules 4-6 are the Pod
@@ -48,6 +51,7 @@ from enforcer.admission import pod_policy, quota_rules
 from enforcer.admission.pod_policy import Invalid, field_mapping as _mapping
 from enforcer.consumers.quota import live_shadowpod, pod_charges, shadowpod_requests, twin_owner
 from kube_offload import constants as c
+from kube_offload import offload_chain
 from kube_offload.admission import AdmissionRequest, Decision
 # The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
 from kube_offload.consumers import ConsumerError, ConsumerTerms, consumer_terms, quota_excess  # noqa: F401  (re-exported)
@@ -103,13 +107,15 @@ def decide(
     consumer: Mapping | None,
     usage: Mapping[str, int],
     service_account: ServiceAccountLookup,
+    cluster_id: str = "",
 ) -> Decision:
     """Allow, or refuse with the first failing rule's message (see the module docstring).
 
     ``namespace`` is the request's Namespace object (None: unknown); ``consumer`` the
     Consumer its origin label names (None: none); ``usage`` that consumer's current use in
     milli-units, the old object of an UPDATE included; ``service_account`` looks up a
-    ServiceAccount of the request's namespace by name.
+    ServiceAccount of the request's namespace by name; ``cluster_id`` is this provider's
+    own cluster id ("" when not configured: no loop check, the rest of rule 3 applies).
     """
     if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
         return Decision.allow()
@@ -151,6 +157,12 @@ def decide(
 
     try:
         problems = _origin_problems(new, owner, ns_name)
+        problems += [
+            f"spec.pod.metadata.annotations[{c.ANNOTATION_OFFLOAD_CHAIN}]: {problem}"
+            for problem in offload_chain.admission_problems(
+                _mapping(_pod_metadata(new), "annotations", "spec.pod.metadata"), owner, cluster_id
+            )
+        ]
         spec = _pod_spec(new)
         problems += _spec_problems(spec, terms, ns_name, service_account)
         problems += pod_policy.policy_problems(spec, _pod_metadata(new), terms.policy, terms.consumer_id, ns_name)

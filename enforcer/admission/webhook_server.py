@@ -58,6 +58,9 @@ class Validator(Protocol):
 
 @dataclass(frozen=True)
 class WebhookSettings:
+    cluster_id: str = ""
+    """This provider's own cluster id (--cluster-id): pods whose offload chain holds it are
+    refused (docs/multihop.md); "": no loop check."""
     bind: str = DEFAULT_BIND
     """HOST:PORT to serve HTTPS on."""
     tls_cert: str = ""
@@ -289,7 +292,8 @@ class ShadowPodWebhook:
             VerdictCache(max_entries=settings.verdict_cache_entries, ttl=settings.verdict_cache_ttl) if cached else None
         )
         self.validator = ShadowPodValidator.for_cluster(
-            api_client, shadowpods=shadowpods, caches=self.caches, pods=pods, verdicts=verdicts
+            api_client, shadowpods=shadowpods, caches=self.caches, pods=pods, verdicts=verdicts,
+            cluster_id=settings.cluster_id,
         )
         self.endpointslices: endpointslice_webhook.EndpointSliceValidator | None = None
         self._owned: list[Any] = []

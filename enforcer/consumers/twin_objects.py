@@ -61,12 +61,21 @@ def made_for(namespace: Mapping | None, key: str) -> bool:
     ).get(c.ANNOTATION_TWIN_REQUEST) == key
 
 
-def desired_labels(consumer_id: str, level: str) -> dict[str, str]:
+def desired_labels(consumer_id: str, level: str, further: str | None = None) -> dict[str, str | None]:
+    """The twin's labels; a None value is a label that must be absent. ``further``: the
+    pod placement of Consumer spec.furtherOffloading (kube_offload.consumers.further_offloading),
+    None when the consumer's pods may not be offloaded further. The namespace policy labels
+    are then this cluster's own local components' business (its webhook, extender and
+    virtual kubelets treat the twin as an offloaded namespace, docs/multihop.md); the
+    enforcer owns them on its twins, so a hand-set label does not outlive the Consumer's
+    word either way."""
     return {
         c.LABEL_ORIGIN_CLUSTER_ID: consumer_id,
         c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER,
         c.LABEL_PSA_ENFORCE: level,
         c.LABEL_PSA_ENFORCE_VERSION: "latest",
+        c.LABEL_ENABLED: c.ENABLED_VALUE if further else None,
+        c.LABEL_POD_PLACEMENT: further,
     }
 
 
@@ -77,24 +86,32 @@ def desired_annotations(request: Mapping) -> dict[str, str]:
     }
 
 
-def desired_namespace(request: Mapping, consumer_id: str, level: str) -> dict:
+def desired_namespace(request: Mapping, consumer_id: str, level: str, further: str | None = None) -> dict:
+    labels = {k: v for k, v in desired_labels(consumer_id, level, further).items() if v is not None}
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {
             "name": (request.get("metadata") or {}).get("name"),
-            "labels": desired_labels(consumer_id, level),
+            "labels": labels,
             "annotations": desired_annotations(request),
         },
     }
 
 
-def namespace_patch(namespace: Mapping, request: Mapping, consumer_id: str, level: str) -> dict | None:
+def namespace_patch(
+    namespace: Mapping, request: Mapping, consumer_id: str, level: str, further: str | None = None
+) -> dict | None:
     """A merge patch bringing our namespace's labels and annotations to what they should
-    be (only the keys that differ), or None when they already are."""
+    be (only the keys that differ; null removes a label that must be absent), or None
+    when they already are."""
     metadata = namespace.get("metadata") or {}
     patch: dict = {}
-    for section, desired in (("labels", desired_labels(consumer_id, level)), ("annotations", desired_annotations(request))):
+    sections: tuple[tuple[str, Mapping[str, str | None]], ...] = (
+        ("labels", desired_labels(consumer_id, level, further)),
+        ("annotations", desired_annotations(request)),
+    )
+    for section, desired in sections:
         current = metadata.get(section) or {}
         changed = {k: v for k, v in desired.items() if current.get(k) != v}
         if changed:

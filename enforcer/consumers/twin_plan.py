@@ -31,7 +31,7 @@ from enforcer.consumers.twin_objects import (
     same_hard,
 )
 from kube_offload import constants as c
-from kube_offload.consumers import ConsumerLookup, consumer_name, pod_security_level, requesting_consumer
+from kube_offload.consumers import ConsumerLookup, consumer_name, further_offloading, pod_security_level, requesting_consumer
 from kube_offload.resources import QuantityError
 from kube_offload.views import ObjectMeta
 
@@ -136,6 +136,7 @@ def plan_twin(
         return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, why_not))
     consumer_id = consumer_name(consumer)
     level = pod_security_level(consumer)
+    further = further_offloading(consumer)
 
     # The provider's plan (Consumer spec.policy.twinNamespaces): names and count. A twin
     # already served is never refused by a later policy change (its pods run on; the
@@ -182,7 +183,7 @@ def plan_twin(
         return TwinPlan(
             status=status(request, c.TWIN_PHASE_PENDING, f"creating namespace {name}"),
             add_finalizer=add_finalizer,
-            create_namespace=desired_namespace(request, consumer_id, level),
+            create_namespace=desired_namespace(request, consumer_id, level, further),
             notes=["namespace absent: create it"],
         )
 
@@ -194,7 +195,7 @@ def plan_twin(
             requeue_after=TERMINATING_RECHECK_SECONDS,
         )
 
-    patch = namespace_patch(namespace, request, consumer_id, level)
+    patch = namespace_patch(namespace, request, consumer_id, level, further)
     binding = desired_rolebinding(name, request, consumer, twin_role)
     action = rolebinding_action(rolebinding, binding)
     notes: list[str] = []

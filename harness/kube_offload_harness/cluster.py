@@ -77,9 +77,12 @@ PEERING_CLI = "cli"  # left unconnected by `up`: `kube-offload peer` connects th
 
 
 def remote_pod_cidr_remapped(topology: "Topology", spec: "ClusterSpec") -> str:
-    """Where the local cluster shows the pods of remote ``spec`` (one range per remote)."""
-    index = [remote.cluster_id for remote in topology.remotes].index(spec.cluster_id)
-    return f"10.{100 + index}.0.0/16"
+    """Where the local cluster shows the pods of remote ``spec`` (one range per remote; a
+    further cluster of a chain, Topology.further, in 10.150+.0.0/16, shown by the middle)."""
+    remotes = [remote.cluster_id for remote in topology.remotes]
+    if spec.cluster_id in remotes:
+        return f"10.{100 + remotes.index(spec.cluster_id)}.0.0/16"
+    return f"10.{150 + [f.cluster_id for f in topology.further].index(spec.cluster_id)}.0.0/16"
 
 
 def pods_on_real_node(topology: "Topology", spec: "ClusterSpec") -> bool:
@@ -199,6 +202,10 @@ class ClusterSpec:
         # Read back from topology.json as plain objects.
         self.pools = [p if isinstance(p, NodePool) else NodePool(**p) for p in self.pools]
         self.slices = [s if isinstance(s, SliceSpec) else SliceSpec(**s) for s in self.slices]
+    # The middle cluster of a chain (Topology.further): its own webhook's and scheduler
+    # extender's ports on 127.0.0.1, as the local cluster has in Topology.
+    webhook_port: int = 0
+    extender_port: int = 0
 
 
 # Every request once, when its response is complete, with who sent it and on what
@@ -242,9 +249,21 @@ class Topology:
     # CIDR, as clusters built alike do: the fabric's remapping is what tells them apart
     # (pod_cidr_overlap.py, docs/real-nodes.md "Overlapping pod CIDRs").
     overlapping_pod_cidrs: bool = False
+    # A chain (docs/multihop.md): clusters the first remote offloads to in its turn. Each is
+    # a remote of remotes[0], which then runs the local components too (its webhook, its
+    # scheduler with the extender, one virtual kubelet per further cluster) besides its
+    # enforcer: A (local) -> B (remotes[0]) -> C (further[0]). Each further cluster admits
+    # B as its consumer, with the tests' provider policy; whether B may offload A's pods
+    # further is A's Consumer on B (spec.furtherOffloading, off as everywhere: tests set it).
+    further: list[ClusterSpec] = field(default_factory=list)
 
     def clusters(self) -> list[ClusterSpec]:
-        return [self.local, *self.remotes]
+        return [self.local, *self.remotes, *self.further]
+
+    @property
+    def middle(self) -> ClusterSpec | None:
+        """The cluster that is both a provider (of local) and a consumer (of further)."""
+        return self.remotes[0] if self.further and self.remotes else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -265,6 +284,7 @@ class Topology:
             registry_port=data.get("registry_port", 0),
             chart_pods=data.get("chart_pods", False),
             overlapping_pod_cidrs=data.get("overlapping_pod_cidrs", False),
+            further=[ClusterSpec(**f) for f in data.get("further", [])],
         )
 
 
@@ -294,6 +314,16 @@ def default_topology(
     return Topology(prefix=prefix, local=local, remotes=remote_specs)
 
 
+def chain_topology(*, prefix: str = "chain", nodes: int = 2) -> Topology:
+    """Three clusters in a chain (docs/multihop.md): ``a`` (local) offloads to ``b``, which
+    offloads to ``c``. Every cluster has ``nodes`` kwok nodes; b's and c's virtual nodes
+    carry distinct regions."""
+    local = ClusterSpec(f"{prefix}-a", "a", "local", nodes)
+    middle = ClusterSpec(f"{prefix}-b", "b", "remote", nodes, labels={REGION_LABEL: REMOTE_REGIONS[0]})
+    far = ClusterSpec(f"{prefix}-c", "c", "remote", nodes, labels={REGION_LABEL: REMOTE_REGIONS[1 % len(REMOTE_REGIONS)]})
+    return Topology(prefix=prefix, local=local, remotes=[middle], further=[far])
+
+
 def validate_topology(topology: Topology) -> None:
     """Refuse shapes whose addresses would lie: an untainted real node only on a remote,
     with real nodes on, and alone there (with kwok nodes beside it the remote scheduler
@@ -309,6 +339,10 @@ def validate_topology(topology: Topology) -> None:
         if spec.nodes:
             raise ClusterError(f"{where} needs nodes=0 (it has {spec.nodes} kwok nodes): offloaded pods must all "
                                "land on the real node, whose pod network the fabric joins")
+    if topology.further and (topology.real_nodes or topology.chart_pods or topology.peering != PEERING_HARNESS
+                             or not topology.remotes or not topology.virtual_kubelets):
+        raise ClusterError("a chain (further clusters) is wired by the harness on kwok nodes only: it needs a remote, "
+                           "virtual kubelets and peering=harness, and no real nodes or chart pods")
     if topology.overlapping_pod_cidrs and not any(pods_on_real_node(topology, s) for s in topology.remotes):
         raise ClusterError("overlapping_pod_cidrs needs a remote whose pods run on its real node "
                            "(real_nodes=True, real_node_tainted=False, nodes=0): only their addresses are remapped")
@@ -708,7 +742,7 @@ class Environment:
         if topology.real_nodes:
             self._assign_real_node_slots(topology)
             topology.registry_port = topology.registry_port or free_port()
-        for spec in topology.remotes:
+        for spec in [*topology.remotes, *topology.further]:
             spec.kubelet_port = spec.kubelet_port or free_port()
             spec.enforcer_webhook_port = spec.enforcer_webhook_port or free_port()
             spec.vkubelet_health_port = spec.vkubelet_health_port or free_port()
@@ -716,6 +750,10 @@ class Environment:
             for slice_spec in spec.slices:
                 slice_spec.kubelet_port = slice_spec.kubelet_port or free_port()
                 slice_spec.health_port = slice_spec.health_port or free_port()
+        middle = topology.middle
+        if middle is not None:
+            middle.webhook_port = middle.webhook_port or free_port()
+            middle.extender_port = middle.extender_port or free_port()
         self.topology_path.write_text(topology.to_json())
         self._write_certificates()
         if topology.real_nodes:
@@ -728,7 +766,7 @@ class Environment:
             self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler, controller-manager, kwok)")
             local.create()
         else:
-            scheduler_config = self._write_scheduler_config(topology)
+            scheduler_config = self._write_scheduler_config(topology.extender_port)
             self.say(f"- creating local cluster {local.name} (kube-apiserver, etcd, scheduler with our extender, controller-manager, kwok)")
             local.create(scheduler_config=scheduler_config)
         local.add_physical_nodes()
@@ -752,7 +790,10 @@ class Environment:
         for spec in topology.remotes:
             remote = self.cluster(spec)
             self.say(f"- creating remote cluster {remote.name} ({', '.join(f'{k}={v}' for k, v in spec.labels.items())})")
-            remote.create(extra_configs=[self._remote_kwok_config()])
+            # The middle of a chain schedules with its own extender (as the local cluster does).
+            middle_scheduler = (self._write_scheduler_config(spec.extender_port, f"kube-scheduler-config-{spec.cluster_id}.yaml")
+                                if spec is middle else None)
+            remote.create(scheduler_config=middle_scheduler, extra_configs=[self._remote_kwok_config()])
             remote.add_physical_nodes()
             if topology.real_nodes:
                 self.start_real_node(spec)
@@ -766,6 +807,8 @@ class Environment:
                 pools=[pool.consumer_pool() for pool in spec.pools]))
         if topology.real_nodes and topology.remotes:
             self.connect_fabric(topology)
+        if middle is not None:
+            self._up_further(topology, middle)
 
         self.say(f"- starting webhook on https://127.0.0.1:{topology.webhook_port} and extender on https://127.0.0.1:{topology.extender_port}")
         self.start_webhook(topology, local)
@@ -780,13 +823,16 @@ class Environment:
         if not wired:
             self.say(f"- environment up in {int(time.monotonic() - started)}s; remote clusters not connected yet (kube-offload peer)")
             return
-        for spec in topology.remotes:
+        for spec in [*topology.remotes, *topology.further]:
             self.start_enforcer(spec)
             self._wait_https_ready(f"enforcer-{spec.cluster_id}", spec.enforcer_webhook_port)
             self._register_enforcer_webhook(spec)
         for spec in topology.remotes:
             if topology.virtual_kubelets:
                 self.start_vkubelet(topology, spec)
+        if middle is not None:
+            for spec in topology.further:
+                self.start_vkubelet(topology, spec, local_spec=middle)
         if topology.virtual_kubelets:
             for spec in topology.remotes:
                 for slice_spec in spec.slices:
@@ -795,7 +841,35 @@ class Environment:
                 self.wait_virtual_node_ready(local, spec)
                 for slice_spec in spec.slices:
                     self.wait_virtual_node_ready(local, spec, slice_spec)
+        if middle is not None:
+            for spec in topology.further:
+                self.wait_virtual_node_ready(self.cluster(middle), spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
+
+    def _up_further(self, topology: Topology, middle: ClusterSpec) -> None:
+        """The rest of a chain (Topology.further): the middle cluster gets the local chart's
+        identities and its own webhook and extender (its scheduler already calls the
+        extender), each further cluster is made a remote of the middle one. Enforcers and
+        virtual kubelets start with the others, in ``up``."""
+        b = self.cluster(middle)
+        further_ids = [spec.cluster_id for spec in topology.further]
+        self.say(f"- {b.name}: also a consumer of {', '.join(further_ids)} (local chart identities, webhook, extender)")
+        self.install_identities(b, identities.LOCAL_CHART, identities.local_values(middle.cluster_id, further_ids))
+        self._authorize_apiserver_kubelet_client(b)
+        for spec in topology.further:
+            remote = self.cluster(spec)
+            self.say(f"- creating further cluster {remote.name}, a remote of {b.name}")
+            remote.create(extra_configs=[self._remote_kwok_config()])
+            remote.add_physical_nodes()
+            self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
+                middle.cluster_id, node_labels=spec.labels,
+                policy=identities.e2e_policy(local_pods_remapped=[LOCAL_POD_CIDR_REMAPPED])))
+        suffix = f"-{middle.cluster_id}"
+        self._start_webhook(b, middle.webhook_port, f"webhook{suffix}")
+        self._start_extender(b, middle.extender_port, f"extender{suffix}")
+        self._wait_https_ready(f"webhook{suffix}", middle.webhook_port)
+        self._wait_https_ready(f"extender{suffix}", middle.extender_port)
+        self._register_webhook_at(b, middle.webhook_port)
 
     def _up_chart_pods(self, topology: Topology, local: Cluster, started: float) -> None:
         """The rest of ``up`` when the charts run as pods (chart_pods.py): the local chart
@@ -1042,24 +1116,27 @@ class Environment:
 
         return pki.ca_bundle_b64((self.pki_dir / "ca.crt").read_bytes())
 
-    def _write_scheduler_config(self, topology: Topology) -> Path:
+    def _write_scheduler_config(self, extender_port: int, name: str = "kube-scheduler-config.yaml") -> Path:
         from extender import registration
 
         config = registration.scheduler_configuration(registration.ExtenderRegistration(
-            url=f"https://127.0.0.1:{topology.extender_port}",
+            url=f"https://127.0.0.1:{extender_port}",
             ca_data=(self.pki_dir / "ca.crt").read_bytes(),
         ))
-        path = self.state_dir / "kube-scheduler-config.yaml"
+        path = self.state_dir / name
         path.write_text(yaml.safe_dump(config))
         return path
 
     def _register_webhook(self, topology: Topology, local: Cluster) -> None:
+        self._register_webhook_at(local, topology.webhook_port)
+
+    def _register_webhook_at(self, cluster: Cluster, port: int) -> None:
         from kube_offload.opt_in import runtime_class
         from webhook import registration
 
-        target = registration.WebhookTarget(url=f"https://127.0.0.1:{topology.webhook_port}", ca_bundle=self._ca_bundle_b64())
+        target = registration.WebhookTarget(url=f"https://127.0.0.1:{port}", ca_bundle=self._ca_bundle_b64())
         # The per-pod opt-in RuntimeClass too, as the local chart installs it beside the webhook.
-        local.apply([
+        cluster.apply([
             runtime_class(), registration.mutating_configuration(target), registration.validating_configuration(target),
         ])
 
@@ -1124,18 +1201,24 @@ class Environment:
         return env
 
     def start_webhook(self, topology: Topology, local: Cluster) -> None:
+        self._start_webhook(local, topology.webhook_port, "webhook")
+
+    def _start_webhook(self, cluster: Cluster, port: int, name: str) -> None:
         argv = self._component_argv(
-            "webhook", "--kubeconfig", str(self.component_kubeconfig(local, identities.WEBHOOK_SA)), "--bind", f"127.0.0.1:{topology.webhook_port}",
+            "webhook", "--kubeconfig", str(self.component_kubeconfig(cluster, identities.WEBHOOK_SA)), "--bind", f"127.0.0.1:{port}",
             "--tls-cert", str(self.pki_dir / "tls.crt"), "--tls-key", str(self.pki_dir / "tls.key"),
         )
-        self.processes.start("webhook", argv, log=self.log_path("webhook"), env=self._process_env())
+        self.processes.start(name, argv, log=self.log_path(name), env=self._process_env())
 
     def start_extender(self, topology: Topology, local: Cluster) -> None:
+        self._start_extender(local, topology.extender_port, "extender")
+
+    def _start_extender(self, cluster: Cluster, port: int, name: str) -> None:
         argv = self._component_argv(
-            "extender", "--kubeconfig", str(self.component_kubeconfig(local, identities.EXTENDER_SA)), "--bind", f"127.0.0.1:{topology.extender_port}",
+            "extender", "--kubeconfig", str(self.component_kubeconfig(cluster, identities.EXTENDER_SA)), "--bind", f"127.0.0.1:{port}",
             "--tls-cert", str(self.pki_dir / "tls.crt"), "--tls-key", str(self.pki_dir / "tls.key"),
         )
-        self.processes.start("extender", argv, log=self.log_path("extender"), env=self._process_env())
+        self.processes.start(name, argv, log=self.log_path(name), env=self._process_env())
 
     def start_enforcer(self, spec: ClusterSpec) -> None:
         remote = self.cluster(spec)
@@ -1146,23 +1229,28 @@ class Environment:
             "--webhook-tls-cert", str(self.pki_dir / "tls.crt"),
             "--webhook-tls-key", str(self.pki_dir / "tls.key"),
             "--health-bind", f"127.0.0.1:{spec.enforcer_health_port}",
+            # Its own id: a pod whose offload chain went through it is refused (docs/multihop.md).
+            "--cluster-id", spec.cluster_id,
         ]
         self.processes.start(f"enforcer-{spec.cluster_id}", argv, log=self.log_path(f"enforcer-{spec.cluster_id}"), env=self._process_env())
 
-    def vkubelet_argv(self, topology: Topology, spec: ClusterSpec, slice_spec: SliceSpec | None = None) -> list[str]:
-        """The flags of remote ``spec``'s vkubelet, or of its slice ``slice_spec``'s (its
-        own kubelet and health ports; the virtual storage delegate stays with the
-        peering's own vkubelet: one per cluster)."""
+    def vkubelet_argv(self, topology: Topology, spec: ClusterSpec, *, slice_spec: SliceSpec | None = None,
+                      local_spec: ClusterSpec | None = None) -> list[str]:
+        """The flags of remote ``spec``'s vkubelet in ``local_spec`` (default: the local
+        cluster; the middle of a chain for a further cluster), or of its slice
+        ``slice_spec``'s (its own kubelet and health ports; the virtual storage delegate
+        stays with the peering's own vkubelet: one per cluster)."""
         from kube_offload_harness import real_node_config
 
-        local = self.cluster(topology.local)
+        local_spec = local_spec or topology.local
+        local = self.cluster(local_spec)
         remote = self.cluster(spec)
         argv = self._component_argv(
             "vkubelet",
             "--local-kubeconfig", str(self.component_kubeconfig(local, identities.VKUBELET_SA)),
-            "--remote-kubeconfig", str(self.component_kubeconfig(remote, identities.consumer_sa(topology.local.cluster_id))),
+            "--remote-kubeconfig", str(self.component_kubeconfig(remote, identities.consumer_sa(local_spec.cluster_id))),
             "--cluster-id", spec.cluster_id,
-            "--local-cluster-id", topology.local.cluster_id,
+            "--local-cluster-id", local_spec.cluster_id,
             "--kubelet-port", str(slice_spec.kubelet_port if slice_spec else spec.kubelet_port),
             # An apiserver that verifies kubelets (ClusterSpec.verify_kubelets): a certificate
             # from its CSR API (real_node_config.VKUBELET_SERVING_CERT); elsewhere the harness's.
@@ -1177,14 +1265,15 @@ class Environment:
         argv += self.remapping_args(topology, spec)
         if slice_spec is not None:
             return argv + ["--slice", slice_spec.value]
-        if spec.cluster_id == topology.remotes[0].cluster_id:
+        if local_spec is topology.local and spec.cluster_id == topology.remotes[0].cluster_id:
             # The physical delegate of the virtual storage class: one vkubelet per cluster.
             argv += ["--virtual-storage-local-class", storage.LOCAL_PATH_CLASS,
                      "--virtual-storage-namespace", identities.RELEASE_NAMESPACE]
         return argv
 
-    def start_vkubelet(self, topology: Topology, spec: ClusterSpec, extra_args: Iterable[str] = ()) -> None:
-        argv = self.vkubelet_argv(topology, spec) + list(extra_args)
+    def start_vkubelet(self, topology: Topology, spec: ClusterSpec, extra_args: Iterable[str] = (),
+                       local_spec: ClusterSpec | None = None) -> None:
+        argv = self.vkubelet_argv(topology, spec, local_spec=local_spec) + list(extra_args)
         self.processes.start(f"vkubelet-{spec.cluster_id}", argv, log=self.log_path(f"vkubelet-{spec.cluster_id}"), env=self._process_env())
 
     @staticmethod
@@ -1196,7 +1285,7 @@ class Environment:
     ) -> None:
         """The vkubelet of one slice of remote ``spec`` (one process per slice's node)."""
         name = self.slice_process_name(spec, slice_spec)
-        argv = self.vkubelet_argv(topology, spec, slice_spec) + list(extra_args)
+        argv = self.vkubelet_argv(topology, spec, slice_spec=slice_spec) + list(extra_args)
         self.processes.start(name, argv, log=self.log_path(name), env=self._process_env())
 
     def _wait_https_ready(self, name: str, port: int, timeout: float = 60) -> None:

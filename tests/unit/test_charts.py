@@ -880,6 +880,23 @@ def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
+def test_multihop_values(helm: Helm, remote_docs: list[dict[str, Any]]) -> None:
+    """docs/multihop.md: the enforcer learns its own cluster id only when given (no loop check
+    otherwise), and a consumer is offloaded further only when its entry says so."""
+    [container] = find(remote_docs, "Deployment", "enforcer")[0]["spec"]["template"]["spec"]["containers"]
+    assert not any(arg.startswith("--cluster-id") for arg in container["args"])
+    [consumer] = [d for d in remote_docs if d["kind"] == C.CONSUMER_KIND]
+    assert "furtherOffloading" not in consumer["spec"]
+    further = {"enabled": True, "podPlacement": "Remote"}
+    values = {**ONE_CONSUMER, "clusterId": "provider-1",
+              "consumers": [{**ONE_CONSUMER["consumers"][0], "furtherOffloading": further}]}
+    docs = render(helm, REMOTE, values)
+    [container] = find(docs, "Deployment", "enforcer")[0]["spec"]["template"]["spec"]["containers"]
+    assert "--cluster-id=provider-1" in container["args"]
+    [consumer] = [d for d in docs if d["kind"] == C.CONSUMER_KIND]
+    assert consumer["spec"]["furtherOffloading"] == further
+
+
 def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any]]) -> None:
     """docs/home-api.md: the relay Deployment and Service in the consumer's tenant namespace,
     no API access of its own, the contract's names and ports, and exactly what the consumer's

@@ -272,6 +272,7 @@ class PodOffloader:
             home_api=self.home_api(),
             home_cluster_domain=self.settings.home_cluster_domain,
             slice_name=self.settings.slice_name,
+            remote_cluster_id=self.settings.cluster_id,
         )
 
     def api_server_mode(self, local: Mapping) -> APIServerMode:

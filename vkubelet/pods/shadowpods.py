@@ -46,6 +46,8 @@ def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAda
     context = loop.context()
     mode = loop.api_server_mode(local)
     remote = translate_pod(local, context, api_server=mode.mode)
+    if remote.loop:
+        _refused_loop(loop, local, remote.loop, logger)
     if remote.refused:
         _refused_by_policy(loop, local, remote.refused, logger)
     loop.not_policy_refused(object_key(local))
@@ -191,6 +193,18 @@ def _refused_by_policy(loop: PodOffloader, local: dict, refused: tuple[policy_fi
         logger.warning("%s", refusal.message)
     _mark_waiting(loop, local, refusal)
     raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "refused by the provider's policy: not sent")
+
+
+def _refused_loop(loop: PodOffloader, local: dict, problem: str, logger: logging.LoggerAdapter) -> None:
+    """The pod came through the cluster it would go to (docs/multihop.md): not sent, said
+    on the pod (Event OffloadingLoop, the waiting status), looked at again later. Nothing we
+    can change makes it fit: only the peerings or the providers' furtherOffloading can.
+    (The provider's enforcer refuses it too, when it knows its own cluster id.)"""
+    refusal = rf.Refusal(0, ev.REASON_OFFLOADING_LOOP, f"not sent to cluster {loop.settings.cluster_id}: {problem}")
+    logger.warning("%s", refusal.message)
+    loop.recorder.warning(local, ev.REASON_OFFLOADING_LOOP, refusal.message)
+    _mark_waiting(loop, local, refusal)
+    raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "offloading loop: not sent")
 
 
 def _refused(

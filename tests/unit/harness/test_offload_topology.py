@@ -173,3 +173,34 @@ def test_down_goes_on_past_a_step_that_fails_and_says_so(tmp_path: Path, monkeyp
         env.down()
     assert ran == ["processes"]
     assert env.topology_path.exists()
+
+
+# --- a chain of three clusters (docs/multihop.md) ----------------------------------------------
+def test_a_chain_topology_round_trips_and_names_its_middle():
+    topology = cluster.chain_topology(prefix="t")
+    validate_topology(topology)
+    assert [s.cluster_id for s in topology.clusters()] == ["a", "b", "c"]
+    assert topology.middle is topology.remotes[0]
+    assert topology.further[0].role == "remote"
+    again = cluster.Topology.from_json(topology.to_json())
+    assert [s.cluster_id for s in again.further] == ["c"] and again.middle is not None
+    # without further clusters there is no middle
+    assert default_topology(prefix="t").middle is None
+
+
+def test_a_further_cluster_gets_a_pod_range_of_its_own():
+    topology = cluster.chain_topology(prefix="t")
+    ranges = {cluster.remote_pod_cidr_remapped(topology, s) for s in (*topology.remotes, *topology.further)}
+    assert ranges == {"10.100.0.0/16", "10.150.0.0/16"}
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: setattr(t, "real_nodes", True),
+    lambda t: setattr(t, "peering", cluster.PEERING_CLI),
+    lambda t: setattr(t, "virtual_kubelets", False),
+])
+def test_a_chain_is_wired_by_the_harness_on_kwok_nodes_only(change):
+    topology = cluster.chain_topology(prefix="t")
+    change(topology)
+    with pytest.raises(ClusterError, match="chain"):
+        validate_topology(topology)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kube_offload.consumers import (
+    further_offloading,
     pod_security_level,
     requesting_consumer,
     service_account_of,
@@ -159,3 +160,20 @@ def test_nothing_is_due_within_the_grace_and_everything_not_already_going_after_
 def test_drain_phase(seconds_after, left, phase):
     drain = co.Drain(started=T0, grace_seconds=60)
     assert co.drain_phase(drain, T0 + timedelta(seconds=seconds_after), left) == phase
+
+
+# --- further offloading (docs/multihop.md) ------------------------------------------------------
+@pytest.mark.parametrize(("spec", "placement"), [
+    ({}, None),
+    ({"furtherOffloading": {}}, None),
+    ({"furtherOffloading": {"enabled": False, "podPlacement": "Remote"}}, None),
+    ({"furtherOffloading": {"enabled": True}}, c.PLACEMENT_LOCAL_AND_REMOTE),
+    ({"furtherOffloading": {"enabled": True, "podPlacement": "Remote"}}, c.PLACEMENT_REMOTE),
+    # what this code cannot read never sends pods further
+    ({"furtherOffloading": {"enabled": "true"}}, None),
+    ({"furtherOffloading": True}, None),
+    ({"furtherOffloading": {"enabled": True, "podPlacement": "Local"}}, None),
+    ({"furtherOffloading": {"enabled": True, "podPlacement": "Elsewhere"}}, None),
+])
+def test_further_offloading(spec, placement):
+    assert further_offloading({"metadata": {"name": "a"}, "spec": spec}) == placement

@@ -527,3 +527,57 @@ def test_the_opt_in_runtime_class_is_stripped_other_classes_go_to_the_policy():
     other = translate_pod(_pod(runtimeClassName="gvisor"), CTX)
     assert "runtimeClassName" not in other.spec
     assert [n for n in other.adjusted if n.field == "spec.runtimeClassName"]
+
+
+# --- offloading over several hops (docs/multihop.md) ---------------------------------------------
+def _forwarded_pod() -> dict:
+    """A pod the enforcer of this (middle) cluster made for consumer "first", with the marks
+    of that previous hop."""
+    pod = _pod()
+    pod["metadata"]["labels"] = {"app": "web", c.LABEL_ORIGIN_CLUSTER_ID: "first", c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}
+    pod["metadata"]["annotations"] = {
+        "team": "x",
+        c.ANNOTATION_ORIGIN_NAMESPACE: "demo", c.ANNOTATION_ORIGIN_NAME: "web-0", c.ANNOTATION_ORIGIN_UID: "u-first",
+        c.ANNOTATION_APPLIED_TEMPLATE: "{}", c.ANNOTATION_OFFLOAD_CHAIN: "first",
+    }
+    return pod
+
+
+def test_a_pod_made_here_starts_its_chain_with_this_cluster():
+    assert translate_pod(_pod(), CTX).chain == ("local",)
+    # ... which its origin label says already: no annotation (the provider reads it so)
+    shp = build_shadowpod_for(_pod(), "demo-local", CTX)
+    assert c.ANNOTATION_OFFLOAD_CHAIN not in shp["metadata"]["annotations"]
+    assert c.ANNOTATION_OFFLOAD_CHAIN not in shp["spec"]["pod"]["metadata"]["annotations"]
+
+
+def test_a_chain_written_by_the_pods_author_is_not_believed():
+    pod = _pod()
+    pod["metadata"]["annotations"] = {c.ANNOTATION_OFFLOAD_CHAIN: "remote-1"}
+    remote = translate_pod(pod, dataclasses.replace(CTX, remote_cluster_id="remote-1"))
+    assert remote.chain == ("local",) and remote.loop == ""
+
+
+def test_a_forwarded_pod_extends_its_chain_and_loses_the_previous_hops_marks():
+    remote = translate_pod(_forwarded_pod(), CTX)
+    assert remote.chain == ("first", "local")
+    assert remote.labels == {"app": "web"}
+    assert remote.annotations == {"team": "x"}
+    assert remote.adjusted == ()  # no "dropped" note for marks that were never the user's
+    shp = build_shadowpod_for(_forwarded_pod(), "demo-first-local", CTX)
+    template = shp["spec"]["pod"]["metadata"]
+    assert template["labels"] == {"app": "web", c.LABEL_ORIGIN_CLUSTER_ID: "local"}
+    assert template["annotations"][c.ANNOTATION_OFFLOAD_CHAIN] == "first,local"
+    assert template["annotations"][c.ANNOTATION_ORIGIN_UID] == _forwarded_pod()["metadata"]["uid"]
+
+
+def test_a_forwarded_pod_whose_chain_is_unreadable_still_counts_its_origin():
+    pod = _forwarded_pod()
+    pod["metadata"]["annotations"][c.ANNOTATION_OFFLOAD_CHAIN] = "not,,a chain"
+    assert translate_pod(pod, CTX).chain == ("first", "local")
+
+
+def test_a_pod_is_not_sent_back_to_a_cluster_it_came_through():
+    remote = translate_pod(_forwarded_pod(), dataclasses.replace(CTX, remote_cluster_id="first"))
+    assert "first -> local -> first" in remote.loop
+    assert translate_pod(_forwarded_pod(), dataclasses.replace(CTX, remote_cluster_id="third")).loop == ""

@@ -810,3 +810,40 @@ def test_a_policy_that_does_not_parse_is_the_providers_mistake(policy, fragment)
 def test_consumer_terms_carry_the_policy():
     assert consumer_terms(consumer()).policy == DEFAULT_POLICY
     assert consumer_terms(consumer(policy=GRANTS)).policy.pods.priority_classes == ("high",)
+
+
+# --- the offload chain (docs/multihop.md) -----------------------------------------------------------
+def chained(value: str | None) -> dict:
+    annotations = {c.ANNOTATION_OFFLOAD_CHAIN: value} if value is not None else None
+    return builders.shadowpod("web", NS, spec=pod_spec(), pod_labels={"app": "web"}, pod_annotations=annotations,
+                              origin=CONSUMER)
+
+
+def judge(obj: dict, cluster_id: str):
+    return decide(
+        request(obj),
+        namespace=twin_namespace(),
+        consumer=consumer(),
+        usage={"pods": 0},
+        service_account=SERVICE_ACCOUNTS.get,
+        cluster_id=cluster_id,
+    )
+
+
+@pytest.mark.parametrize("value", [None, CONSUMER, f"far-away,{CONSUMER}"])
+def test_a_chain_ending_with_the_consumer_is_admitted(value):
+    assert judge(chained(value), "provider").allowed
+
+
+def test_a_loop_back_to_this_provider_is_refused_naming_the_chain():
+    refused(judge(chained(f"provider,{CONSUMER}"), "provider"), 422,
+            f"spec.pod.metadata.annotations[{c.ANNOTATION_OFFLOAD_CHAIN}]", f"provider -> {CONSUMER} -> provider")
+
+
+def test_a_chain_that_does_not_end_with_the_consumer_is_refused():
+    refused(judge(chained("someone-else"), "provider"), 422, f"must end with {CONSUMER!r}")
+
+
+def test_without_its_own_cluster_id_the_provider_skips_only_the_loop_check():
+    assert judge(chained(f"provider,{CONSUMER}"), "").allowed
+    refused(judge(chained("a,,b"), ""), 422, "not a cluster id")

@@ -167,6 +167,37 @@ def test_namespace_patch_only_what_differs():
     }
 
 
+# --- further offloading (Consumer spec.furtherOffloading, docs/multihop.md) -----------------
+def test_a_consumer_offloaded_further_gets_twins_its_provider_offloads():
+    labels = desired_namespace(request(), "local", "baseline", c.PLACEMENT_REMOTE)["metadata"]["labels"]
+    assert labels[c.LABEL_ENABLED] == c.ENABLED_VALUE
+    assert labels[c.LABEL_POD_PLACEMENT] == c.PLACEMENT_REMOTE
+    # off (the default): no namespace policy label at all, not even a null one
+    plain = desired_namespace(request(), "local", "baseline")["metadata"]["labels"]
+    assert c.LABEL_ENABLED not in plain and c.LABEL_POD_PLACEMENT not in plain
+
+
+def test_turning_further_offloading_on_and_off_relabels_the_twin():
+    assert namespace_patch(ours(), request(), "local", "baseline", c.PLACEMENT_LOCAL_AND_REMOTE) == {
+        "metadata": {"labels": {c.LABEL_ENABLED: "true", c.LABEL_POD_PLACEMENT: c.PLACEMENT_LOCAL_AND_REMOTE}}
+    }
+    offloaded = ours()
+    offloaded["metadata"]["labels"].update({c.LABEL_ENABLED: "true", c.LABEL_POD_PLACEMENT: c.PLACEMENT_REMOTE})
+    assert namespace_patch(offloaded, request(), "local", "baseline", c.PLACEMENT_REMOTE) is None
+    # off again, or set by hand on a twin of a consumer without the setting: removed (null)
+    assert namespace_patch(offloaded, request(), "local", "baseline") == {
+        "metadata": {"labels": {c.LABEL_ENABLED: None, c.LABEL_POD_PLACEMENT: None}}
+    }
+
+
+def test_the_plan_follows_the_consumer_setting():
+    further = {**CONSUMERS, "local": {"metadata": {"name": "local"},
+                                     "spec": {"furtherOffloading": {"enabled": True, "podPlacement": "Remote"}}}}
+    created = plan(consumers=further).create_namespace
+    assert created is not None and created["metadata"]["labels"][c.LABEL_POD_PLACEMENT] == c.PLACEMENT_REMOTE
+    p = plan(consumers=further, ns=ours())
+    assert p.namespace_patch == {"metadata": {"labels": {c.LABEL_ENABLED: "true", c.LABEL_POD_PLACEMENT: "Remote"}}}
+
 # --- the RoleBinding -----------------------------------------------------------------------
 def test_desired_rolebinding_binds_the_twin_role_to_the_consumer_identity():
     rb = binding()
