@@ -70,6 +70,9 @@ class Settings:
     """Consumer statuses are recomputed at most this often (and written only on change)."""
     release_namespace: str = ""
     """The enforcer's own namespace: never given to a consumer as a twin."""
+    consumer_unreachable_grace_seconds: float = 40.0
+    """A consumer whose heartbeat Lease is older than this is unreachable: the endpoints it
+    reflected here are held not ready until it returns (0: never; docs/reflection.md)."""
 
 
 class Enforcer:
@@ -123,6 +126,7 @@ class Enforcer:
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,
                 recorder=self.recorder,
+                unreachable_grace=settings.consumer_unreachable_grace_seconds,
             )
 
     def _remote_api_access(self, namespace: str) -> bool | None:
@@ -165,7 +169,7 @@ class Enforcer:
                     run=serve(loops.start, lambda: loops.stop(STOP_SECONDS)),
                     after=("enforcer",),
                     readiness_informers=(loops.namespaces, loops.consumers, loops.requests, loops.rolebindings,
-                                         loops.resourcequotas, loops.nodes, loops.pods),
+                                         loops.resourcequotas, loops.nodes, loops.pods, *loops.continuity_informers),
                     logger=log,
                 )
             )
