@@ -129,7 +129,7 @@ def test_partition_holds_endpoints_not_ready_on_both_sides_and_heals(offload_env
                           what="the ConsumerUnreachable Event")
             assert c.CONSUMER_HEARTBEAT_LEASE in events[0]["message"] and events[0]["type"] == "Warning"
             assert metric(port, "kube_offload_enforcer_consumer_reachable", consumer) == 0.0
-            assert metric(port, "kube_offload_enforcer_endpoints_held_not_ready", consumer) == 1.0
+            assert metric(port, "kube_offload_enforcer_endpoints_held_not_ready", consumer) == 2.0  # both recorded
             # A Service of the provider's own in a twin is not the consumer's: its slices are
             # the provider's EndpointSlice controller's, never touched (only labelled ones are).
 
@@ -145,3 +145,40 @@ def test_partition_holds_endpoints_not_ready_on_both_sides_and_heals(offload_env
             assert metric(port, "kube_offload_enforcer_endpoints_held_not_ready", consumer) == 0.0
     finally:
         delete_namespace(local, ns)
+
+
+def test_a_gone_consumers_reflected_endpoints_are_deleted_and_nothing_else(remote, wait):
+    # A twin of a consumer that has no Consumer object (deleted; here: never admitted), as
+    # the provider's admin can set it up: the enforcer's labels on the namespace, one slice
+    # as that consumer's reflector writes it, and one as the provider's own EndpointSlice
+    # controller writes it for a Service (the origin label copied, no reflector label).
+    ghost = unique("ghost")
+    ns = f"demo-{ghost}"
+    labels = {"kubernetes.io/service-name": "web", c.LABEL_ORIGIN_CLUSTER_ID: ghost}
+
+    def endpoint_slice(name: str, extra: dict) -> dict:
+        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "namespace": ns, "labels": {**labels, **extra}},
+                "addressType": "IPv4", "endpoints": [{"addresses": ["10.200.9.1"], "conditions": {"ready": True}}],
+                "ports": [{"port": 80, "protocol": "TCP"}]}
+
+    remote.apply([
+        {"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": ns, "labels": {c.LABEL_ORIGIN_CLUSTER_ID: ghost, c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}}},
+    ])
+    try:
+        remote.apply([
+            endpoint_slice("reflected", {c.LABEL_REFLECTOR: c.REFLECTOR_ENDPOINTSLICES,
+                                         "endpointslice.kubernetes.io/managed-by": "vkubelet.kube-offload.io"}),
+            endpoint_slice("providers-own", {"endpointslice.kubernetes.io/managed-by": "e2e-provider"}),
+        ])
+
+        def names() -> set[str]:
+            return {s["metadata"]["name"] for s in remote.kubectl_json("get", "endpointslices", "-n", ns)["items"]}
+
+        wait(lambda: names() == {"providers-own"}, timeout=30, interval=1,
+             what="the gone consumer's reflected slice deleted, the provider's own kept")
+        time.sleep(3)  # a later pass must not take the provider's slice either
+        assert names() == {"providers-own"}
+    finally:
+        remote.kubectl("delete", "namespace", ns, "--wait=false")
