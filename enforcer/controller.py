@@ -168,8 +168,11 @@ class Enforcer:
                     name="tenants",
                     run=serve(loops.start, lambda: loops.stop(STOP_SECONDS)),
                     after=("enforcer",),
+                    # Not the service continuity caches: a provider whose RBAC lacks them (an
+                    # image newer than its chart) must still serve ShadowPods; that loop
+                    # waits for its own caches and says so.
                     readiness_informers=(loops.namespaces, loops.consumers, loops.requests, loops.rolebindings,
-                                         loops.resourcequotas, loops.nodes, loops.pods, *loops.continuity_informers),
+                                         loops.resourcequotas, loops.nodes, loops.pods),
                     logger=log,
                 )
             )

@@ -23,7 +23,11 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from prometheus_client import Counter
+
 from kube_offload import constants as c
+from kube_offload.runtime import metrics as rm
+from kube_offload.runtime.http_metrics import NAMESPACE
 from kube_offload.runtime.kinds import LEASES
 from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube
 from kube_offload.times import format_micro_time
@@ -32,6 +36,15 @@ log = logging.getLogger("kube_offload.vkubelet.heartbeat")
 
 # After a refusal (RBAC missing: an older provider chart), the next try.
 FORBIDDEN_RETRY_SECONDS = 60.0
+
+RENEWALS = Counter(
+    "vkubelet_provider_heartbeats",
+    "Renewals of this consumer's heartbeat Lease on the provider, by result: ok, forbidden (the provider's chart "
+    "grants no Lease: its enforcer cannot tell when this consumer is unreachable), error (the provider did not answer).",
+    ["result"],
+    namespace=NAMESPACE,
+    registry=rm.REGISTRY,
+)
 
 
 def heartbeat_lease(tenant_namespace: str, holder: str, duration_seconds: int) -> dict[str, Any]:
@@ -96,8 +109,10 @@ class ProviderHeartbeat:
             delay = self._period
             try:
                 self.renew()
+                RENEWALS.labels("ok").inc()
                 self._forbidden_said = False
             except ApiError as exc:
+                RENEWALS.labels("forbidden" if exc.code == 403 else "error").inc()
                 if exc.code == 403:
                     if not self._forbidden_said:
                         log.warning(
@@ -111,6 +126,7 @@ class ProviderHeartbeat:
                     log.debug("heartbeat Lease %s/%s: renewal failed (%s)", self._namespace, c.CONSUMER_HEARTBEAT_LEASE, exc)
                     delay = min(2.0, self._period)
             except Exception:
+                RENEWALS.labels("error").inc()
                 log.exception("heartbeat Lease %s/%s: renewal failed", self._namespace, c.CONSUMER_HEARTBEAT_LEASE)
                 delay = min(2.0, self._period)
             stop.wait(delay)

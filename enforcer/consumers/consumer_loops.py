@@ -137,7 +137,6 @@ class ConsumerLoops:
         # Service continuity (continuity_loop.py): the consumers' heartbeat Leases (one name,
         # every tenant namespace) and the EndpointSlices consumers reflected (by label).
         self.continuity: ContinuityLoop | None = None
-        self.continuity_informers: tuple[Informer, ...] = ()
         if unreachable_grace > 0:
             leases = Informer(
                 name="consumer-heartbeats",
@@ -162,7 +161,6 @@ class ConsumerLoops:
                 resync_seconds=resync_seconds,
                 recorder=recorder,
             )
-            self.continuity_informers = (leases, slices)
             self._informers += [leases, slices]
             for informer in (self.consumers, self.namespaces, leases, slices):
                 informer.add_handler(self.continuity.on_event)

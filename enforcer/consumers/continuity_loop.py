@@ -127,9 +127,15 @@ class ContinuityLoop:
 
     def _run(self) -> None:
         # A consumer missing from a half-filled cache would look gone: its slices deleted.
+        waited = 0.0
         while not self.has_synced():
             if self._stopped.wait(0.2):
                 return
+            waited += 0.2
+            if waited >= 30.0:
+                waited = 0.0
+                log.warning("service continuity still waiting for its caches (the Leases and EndpointSlices: does the "
+                            "enforcer's ClusterRole grant list/watch on them? docs/enforcer.md, RBAC)")
         last_pass = float("-inf")
         while not self._stopped.is_set():
             pending = self._next_deadline
