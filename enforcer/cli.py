@@ -12,7 +12,7 @@ import sys
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE, VERDICT_CACHE_ENTRIES, VERDICT_CACHE_TTL_SECONDS,
 )
-from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, positive_duration, positive_int
+from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, non_negative_duration, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.runtime.kube import load_api_client
@@ -86,6 +86,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="2s",
         type=positive_duration,
         help="recompute Consumer statuses (usage, capacity) at most this often; written only when changed",
+    )
+    add_flag(
+        parser,
+        COMPONENT,
+        "--consumer-unreachable-grace",
+        default="40s",
+        type=non_negative_duration,
+        help="a consumer whose heartbeat Lease (renewed by its virtual kubelet) is older than this is unreachable: "
+        "the endpoints it reflected into its twin namespaces are marked not ready until it renews it again "
+        "(docs/reflection.md, Service continuity); 0 turns this off",
     )
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
@@ -176,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace or None,
         consumer_twin_role=args.consumer_twin_role,
         consumer_status_seconds=float(args.consumer_status_period),
+        consumer_unreachable_grace_seconds=float(args.consumer_unreachable_grace),
         release_namespace=args.leader_elect_namespace or default_namespace(),
     )
     webhook_settings = _webhook_settings(args)

@@ -91,6 +91,9 @@ class Settings:
     """Consumer statuses are recomputed at most this often (and written only on change)."""
     release_namespace: str = ""
     """The enforcer's own namespace: never given to a consumer as a twin."""
+    consumer_unreachable_grace_seconds: float = 40.0
+    """A consumer whose heartbeat Lease is older than this is unreachable: the endpoints it
+    reflected here are held not ready until it returns (0: never; docs/reflection.md)."""
 
 
 class Enforcer:
@@ -145,6 +148,7 @@ class Enforcer:
                 status_period=settings.consumer_status_seconds,
                 resync_seconds=settings.resync_seconds,
                 recorder=self.recorder,
+                unreachable_grace=settings.consumer_unreachable_grace_seconds,
             )
 
     def _remote_api_access(self, namespace: str) -> bool | None:
@@ -195,6 +199,9 @@ class Enforcer:
                     name="tenants",
                     run=serve(loops.start, lambda: loops.stop(STOP_SECONDS)),
                     after=("enforcer",),
+                    # Not the service continuity caches: a provider whose RBAC lacks them (an
+                    # image newer than its chart) must still serve ShadowPods; that loop
+                    # waits for its own caches and says so.
                     readiness_informers=(loops.namespaces, loops.consumers, loops.requests, loops.rolebindings,
                                          loops.resourcequotas, loops.nodes, loops.pods, loops.grant_roles,
                                          loops.grant_bindings),

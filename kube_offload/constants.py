@@ -309,6 +309,22 @@ ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
 CUSTOM_RESOURCE_WEBHOOK_NAME: Final = "customresources.enforcer.kube-offload.io"
 CUSTOM_RESOURCE_WEBHOOK_PATH: Final = "/validate-custom-resources"
 
+# --- Service continuity (issue 25 item 4; docs/reflection.md "Service continuity") ----------
+# The consumer's heartbeat a provider can see: a Lease in the consumer's tenant namespace
+# that its virtual kubelet renews (vkubelet/heartbeat.py). The provider cannot ask a
+# consumer anything (it holds no credentials there), so silence on this Lease is how it
+# learns a consumer is unreachable; a consumer that never wrote one (older vkubelet) is
+# left alone rather than guessed dead.
+CONSUMER_HEARTBEAT_LEASE: Final = "kube-offload-consumer-heartbeat"
+# Set by the enforcer on a consumer's reflected EndpointSlice whose endpoints it turned not
+# ready because the consumer is unreachable: JSON {"<addresses>": {"ready": .., "serving": ..}}
+# of the conditions it overwrote (null: absent), so the return restores exactly those and
+# nothing the consumer itself had marked not ready (enforcer/consumers/continuity.py).
+ANNOTATION_HELD_NOT_READY: Final = f"{DOMAIN}/held-not-ready"
+# The LABEL_REFLECTOR value of the EndpointSlices a consumer reflects (the vkubelet's
+# reflector resource name): the slices whose endpoints are that consumer's pods.
+REFLECTOR_ENDPOINTSLICES: Final = "endpointslices"
+
 
 def virtual_node_name(cluster_id: str) -> str:
     """The virtual node that stands for remote cluster ``cluster_id`` (its default name:

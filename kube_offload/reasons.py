@@ -103,3 +103,7 @@ REASON_POD_UPDATE_REFUSED: Final = "PodUpdateRefused"
 REASON_DRAIN_GRACE_EXPIRED: Final = "DrainGraceExpired"
 # No ShadowPod of a drained consumer is left.
 REASON_DRAINED: Final = "Drained"
+# Service continuity (docs/reflection.md): the consumer's heartbeat Lease went silent past
+# the grace, so the endpoints it reflected here are held not ready; and its return.
+REASON_CONSUMER_UNREACHABLE: Final = "ConsumerUnreachable"
+REASON_CONSUMER_REACHABLE: Final = "ConsumerReachable"

@@ -118,6 +118,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     flag("--kubelet-metrics-interval", default="15s", type=non_negative_duration,
          help="how often the offloaded pods' usage is read from the remote metrics.k8s.io API for "
               "/stats/summary and /metrics/resource (kubectl top); 0: those endpoints are off")
+    flag("--provider-heartbeat-period", default="10s", type=non_negative_duration,
+         help="renew this consumer's heartbeat Lease in its tenant namespace on the provider this often; the "
+              "provider holds the endpoints reflected there not ready once it stops (docs/reflection.md, Service "
+              "continuity); 0: no heartbeat")
     flag("--handback-after", default="3m", type=non_negative_duration,
          help="hand back a pod the remote cluster cannot schedule for this long (or refuses for good): "
               "evict it so its controller's next pod runs elsewhere (docs/virtual-kubelet.md#handback); 0: never")
@@ -172,6 +176,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         kubelet_authz_cache_unauthorized_ttl=float(args.kubelet_authorization_cache_unauthorized_ttl),
         kubelet_metrics_interval=float(args.kubelet_metrics_interval),
         handback_after=float(args.handback_after),
+        provider_heartbeat_period=float(args.provider_heartbeat_period),
         log_level=args.log_level,
         log_json=bool(args.log_json),
         kubelet_limits=limits_from_args(args),

@@ -26,10 +26,12 @@ from typing import Callable, Protocol, Sequence
 from kubernetes import client
 
 from kube_offload.runtime.manager import Loop as ManagedLoop, Manager, Synced
+from kube_offload.runtime.kube import Kube
 from vkubelet.events import EventRecorder
 from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.informers import SharedInformers
 from vkubelet.namespaces import TwinNamespaces
+from vkubelet.heartbeat import ProviderHeartbeat
 from vkubelet.node import VirtualNode
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.reflection.reflector import Reflector
@@ -141,6 +143,10 @@ class VirtualKubelet:
         manager.add_informer(self.informers)
         manager.add_loop(ManagedLoop(name="node", run=self._run_node, logger=log))
         manager.add_loop(ManagedLoop(name="event-recorder", run=self._run_recorder, logger=log))
+        if self.settings.provider_heartbeat_period > 0:
+            heartbeat = ProviderHeartbeat(Kube(self.informers.remote_client), tenant_namespace=self.settings.tenant_namespace,
+                                          holder=self.settings.node_name, period_seconds=self.settings.provider_heartbeat_period)
+            manager.add_loop(ManagedLoop(name="provider-heartbeat", run=heartbeat.run, logger=log))
         for loop in self.loops:
             manager.add_loop(ManagedLoop(name=loop.name, run=self._runner(loop), informers=loop.informers(), logger=log))
 

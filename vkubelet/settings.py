@@ -107,6 +107,10 @@ class Settings:
     # so its controller makes a pod the scheduler places elsewhere (vkubelet/handback.py);
     # 0 = never (nor for a refusal for good).
     handback_after: float = 180.0
+    # How often our heartbeat Lease in the tenant namespace is renewed (seconds; 0 = not
+    # at all): the provider's enforcer holds our reflected endpoints not ready once it goes
+    # silent (vkubelet/heartbeat.py).
+    provider_heartbeat_period: float = 10.0
     # Caps and timeouts of the kubelet API's connections and streams
     # (vkubelet/kubeletapi/limits.py).
     kubelet_limits: StreamLimits = field(default_factory=StreamLimits)
@@ -209,6 +213,8 @@ class Settings:
         ):
             if ttl < 0:
                 raise SettingsError(f"{flag} must not be negative (0 turns the cache off)")
+        if self.provider_heartbeat_period < 0:
+            raise SettingsError("--provider-heartbeat-period must not be negative (0 turns the heartbeat off)")
         if self.handback_after < 0:
             raise SettingsError("--handback-after must not be negative (0 turns handback off)")
         if self.kubelet_metrics_interval < 0:

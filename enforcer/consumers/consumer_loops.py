@@ -16,6 +16,7 @@ from kubernetes import client
 
 from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop, Recorder
 from enforcer.consumers.consumer_api import KubeConsumerApi
+from enforcer.consumers.continuity_loop import ContinuityLoop
 from enforcer.consumers.slices import NAMESPACE_INDEX, SliceReconciler, namespace_of
 from enforcer.consumers.trim import content_changed, trim_namespace, trim_node, trim_pod
 from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
@@ -24,6 +25,8 @@ from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import (
     CONSUMERS,
+    ENDPOINT_SLICES,
+    LEASES,
     NAMESPACES,
     NODES,
     OFFLOAD_SLICES,
@@ -53,6 +56,7 @@ class ConsumerLoops:
         resync_seconds: float,
         workers: int = 2,
         recorder: Recorder | None = None,
+        unreachable_grace: float = 0.0,
     ) -> None:
         kube = Kube(api_client)
 
@@ -188,6 +192,37 @@ class ConsumerLoops:
         for informer in (self.nodes, self.pods):
             informer.add_handler(self.status.on_trimmed_event)
 
+        # Service continuity (continuity_loop.py): the consumers' heartbeat Leases (one name,
+        # every tenant namespace) and the EndpointSlices consumers reflected (by label).
+        self.continuity: ContinuityLoop | None = None
+        if unreachable_grace > 0:
+            leases = Informer(
+                name="consumer-heartbeats",
+                list_func=kube.list_func(LEASES),
+                list_kwargs={"field_selector": f"metadata.name={c.CONSUMER_HEARTBEAT_LEASE}"},
+                resync_seconds=resync_seconds,
+            )
+            slices = Informer(
+                name="reflected-endpointslices",
+                list_func=kube.list_func(ENDPOINT_SLICES),
+                list_kwargs={"label_selector": f"{c.LABEL_REFLECTOR}={c.REFLECTOR_ENDPOINTSLICES},{c.LABEL_ORIGIN_CLUSTER_ID}"},
+                resync_seconds=resync_seconds,
+            )
+            self.continuity = ContinuityLoop(
+                kube=kube,
+                consumers=self.consumers,
+                namespaces=self.namespaces,
+                leases=leases,
+                endpoint_slices=slices,
+                grace_seconds=unreachable_grace,
+                period=status_period,
+                resync_seconds=resync_seconds,
+                recorder=recorder,
+            )
+            self._informers += [leases, slices]
+            for informer in (self.consumers, self.namespaces, leases, slices):
+                informer.add_handler(self.continuity.on_event)
+
         self._stopped = threading.Event()
         self._starter: threading.Thread | None = None
 
@@ -204,6 +239,8 @@ class ConsumerLoops:
         for informer in self._informers:
             informer.start()
         self.status.start()
+        if self.continuity is not None:
+            self.continuity.start()
         self._starter = threading.Thread(target=self._start_twins, name="twin-namespaces-start", daemon=True)
         self._starter.start()
 
@@ -245,6 +282,8 @@ class ConsumerLoops:
         self.twins.stop()
         self.slice_controller.stop()
         self.status.stop()
+        if self.continuity is not None:
+            self.continuity.stop()
         # As in Enforcer.stop: closing a quiet watch can block; never hang on it.
         closer = threading.Thread(target=self._stop_informers, name="stop-tenant-informers", daemon=True)
         closer.start()

@@ -818,7 +818,13 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         ("networking.k8s.io", "servicecidrs"): {"list", "watch"},
         ("", "limitranges"): {"list", "watch"},  # the webhook's verdict cache key
         ("", "events"): {"create", "patch"},
+        # Service continuity (docs/reflection.md): the consumers' heartbeat Leases (by name
+        # only) and their reflected EndpointSlices, held not ready / restored / deleted.
+        ("coordination.k8s.io", "leases"): {"list", "watch"},
+        ("discovery.k8s.io", "endpointslices"): {"list", "watch", "patch", "delete"},
     }
+    [heartbeats] = [r for r in enforcer["rules"] if r["resources"] == ["leases"]]
+    assert heartbeats["resourceNames"] == [C.CONSUMER_HEARTBEAT_LEASE]
     # The API server's addresses: EndpointSlices of namespace default only.
     [api_server_role] = [r for r in find(remote_docs, "Role", "enforcer") if r["metadata"]["namespace"] == "default"]
     assert rules_of(api_server_role) == {("discovery.k8s.io", "endpointslices"): {"list", "watch"}}
@@ -942,16 +948,25 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
         ("", "pods"): {"get", "list"},
         ("", "pods/portforward"): {"get", "create"},
         ("", "serviceaccounts/token"): {"create"},  # its own bound token (docs/security.md)
+        # Its heartbeat Lease (vkubelet/heartbeat.py): created, then patched by name only.
+        ("coordination.k8s.io", "leases"): {"create", "patch"},
     }
     [services_rule] = [r for r in role["rules"] if r["resources"] == ["services"]]
     assert services_rule["resourceNames"] == [C.HOME_API_SERVICE]
+    lease_rules = [r for r in role["rules"] if r["resources"] == ["leases"]]
+    assert lease_rules == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [C.CONSUMER_HEARTBEAT_LEASE],
+         "verbs": ["patch"]},
+    ]
     for values in ({"consumers": [{"name": "local", "homeAPIRelay": False}]},
                    {"consumers": [{"name": "local"}], "homeAPIRelay": {"enabled": False}}):
         docs = render(helm, REMOTE, values)
         assert not find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT) and not find(docs, "Service", C.HOME_API_RELAY_COMPONENT)
         [role] = [r for r in docs if r["kind"] == "Role" and r["metadata"]["namespace"] == tenant]
         assert set(rules_of(role)) == {
-            (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), (C.SHADOWPOD_GROUP, C.SLICE_PLURAL), ("", "serviceaccounts/token")}
+            (C.SHADOWPOD_GROUP, C.TWIN_NAMESPACE_PLURAL), (C.SHADOWPOD_GROUP, C.SLICE_PLURAL), ("", "serviceaccounts/token"),
+            ("coordination.k8s.io", "leases")}
     # Per consumer: a second consumer keeps its relay when the first turns its own off.
     docs = render(helm, REMOTE, {"consumers": [{"name": "local", "homeAPIRelay": False}, {"name": "other"}]})
     assert [d["metadata"]["namespace"] for d in find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)] == [
