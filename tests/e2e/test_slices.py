@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,6 +32,7 @@ from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, Node
 from kube_offload_harness.naming import unique
 from support.clusters import delete_namespace, find, keep_logs, offloaded_namespace
 from support.waiting import wait_for
+from vkubelet.reflection import names as reflection_names
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "e2e-logs"
@@ -210,5 +212,21 @@ def test_pods_land_on_their_slice_pool(local: Cluster, remote: Cluster) -> None:
         for name in ("trainer", "web"):
             wait_for(lambda n=name: (find(local, "pod", n, "-n", namespace) or {}).get("status", {}).get("phase") == "Running",
                      what=f"local pod {name} Running", timeout=90)
+
+        # Each slice's vkubelet reflects its own pods' service-account tokens, labelled
+        # with the slice, and selects only its own: neither (nor the peering's own
+        # vkubelet) deletes the other's as an orphan (docs/slices.md).
+        def token_secrets() -> dict[str, str]:
+            found = {}
+            for name in ("trainer", "web"):
+                secret = find(remote, "secret", reflection_names.token_secret_name(name), "-n", twin)
+                if secret:
+                    found[name] = secret["metadata"]["labels"].get(c.LABEL_SLICE, "")
+            return found
+
+        expected = {"trainer": "gpu", "web": "general"}
+        wait_for(lambda: token_secrets() == expected, what="the token Secrets of both slices' pods", timeout=60)
+        time.sleep(5)  # a deletion by another process would follow its watch event at once
+        assert token_secrets() == expected
     finally:
         delete_namespace(local, namespace)

@@ -26,28 +26,13 @@ class RemoteOps:
         self._resource = resource
         self.field_manager = field_manager
 
-    def apply(self, namespace: str, body: Mapping, *, creates: bool) -> dict:
-        """Server-side apply of ``body`` (forced); ``creates``: no object of that name was
-        there (counted as a create, else as an update)."""
-        applied = self._kube.apply(self._kind, dict(body), namespace=namespace, force=True, field_manager=self.field_manager)
+    def apply(self, namespace: str, body: Mapping, *, creates: bool, force: bool = True) -> dict:
+        """Server-side apply of ``body`` (forced unless ``force`` is False: then a field
+        another manager holds with another value is a 409); ``creates``: no object of that
+        name was known (counted as a create, else as an update)."""
+        applied = self._kube.apply(self._kind, dict(body), namespace=namespace, force=force, field_manager=self.field_manager)
         metrics.wrote(self._resource, metrics.OPERATION_CREATE if creates else metrics.OPERATION_UPDATE)
         return applied
-
-    def create_new(self, namespace: str, body: Mapping) -> dict | None:
-        """POST ``body`` as a new object; None if an object of that name is already there
-        (ours or not: the caller reads it and decides). For objects whose set of fields
-        never changes after creation (token Secrets: the keys follow the pod's
-        audiences, and a pod's volumes are immutable), so the fields this create sets as
-        an Update entry never need removing by a later apply; it saves the read that an
-        apply of a name not in our cache needs (one request per offloaded pod)."""
-        try:
-            created = self._kube.create(self._kind, dict(body), namespace=namespace)
-        except ApiError as exc:
-            if exc.already_exists:
-                return None
-            raise
-        metrics.wrote(self._resource, metrics.OPERATION_CREATE)
-        return created
 
     def read(self, namespace: str, name: str) -> dict | None:
         """The object, or None if there is none of that name."""

@@ -91,11 +91,17 @@ def forge_token_secret(
     tokens: Mapping[str, str],
     issued: datetime,
     expires: datetime,
+    slice_name: str = "",
 ) -> dict:
     """The remote Secret the offloaded pod mounts in place of its projected token:
     ``tokens`` (key -> JWT of the LOCAL API server), and the pod's LOCAL namespace (the
-    remote pod's own namespace is the twin's name)."""
+    remote pod's own namespace is the twin's name). ``slice_name``: the slice whose node
+    the pod is bound to, labelled so that each slice's vkubelet selects only its own
+    pods' Secrets (:func:`token_secret_selector`)."""
     meta = _meta(pod)
+    labels = {c.LABEL_ORIGIN_CLUSTER_ID: ctx.local_cluster_id, n.LABEL_REFLECTOR: ctx.reflector}
+    if slice_name:
+        labels[c.LABEL_SLICE] = slice_name
     data = {key: _b64(value) for key, value in tokens.items()}
     data[n.NAMESPACE_KEY] = _b64(str(meta.get("namespace") or ""))
     return {
@@ -105,7 +111,7 @@ def forge_token_secret(
         "metadata": {
             "name": n.token_secret_name(str(meta.get("name") or "")),
             "namespace": ctx.remote_namespace,
-            "labels": {c.LABEL_ORIGIN_CLUSTER_ID: ctx.local_cluster_id, n.LABEL_REFLECTOR: ctx.reflector},
+            "labels": labels,
             "annotations": {
                 c.ANNOTATION_ORIGIN_NAMESPACE: str(meta.get("namespace") or ""),
                 c.ANNOTATION_ORIGIN_NAME: str(meta.get("name") or ""),
@@ -116,6 +122,15 @@ def forge_token_secret(
         },
         "data": data,
     }
+
+
+def token_secret_selector(local_cluster_id: str, slice_name: str) -> str:
+    """The remote token Secrets one vkubelet owns: a slice's process (docs/slices.md) those
+    of its slice, the peering's own process those of no slice. Each process knows only the
+    pods bound to its own node, and deletes the token Secrets of pods it does not know as
+    orphans: with one selector for all, each would delete the others'."""
+    owned = owned_selector(local_cluster_id, SERVICEACCOUNTS)
+    return f"{owned},{c.LABEL_SLICE}={slice_name}" if slice_name else f"{owned},!{c.LABEL_SLICE}"
 
 
 def token_refresh_at(secret: Mapping, refresh_fraction: float) -> datetime | None:
@@ -169,7 +184,7 @@ class ServiceAccountTokenReflector:
         self.local_pods = informers.local_pods()
         self.remote = shared_informer(
             informers, "remote", SECRETS, kinds.SECRETS,
-            label_selector=owned_selector(self._local_id, self.resource),
+            label_selector=token_secret_selector(self._local_id, self.settings.slice_name),
             transform=trim_token_secret,  # the tokens themselves are never read back
         )
         # Token Secrets by the local pod they serve, kept by the informer.
@@ -267,7 +282,8 @@ class ServiceAccountTokenReflector:
         answers = {source.key: self._request_token(pod, source, logger) for source in sources}
         tokens = {key: token for key, (token, _) in answers.items()}
         expires = min(expiry for _, expiry in answers.values())
-        desired = forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires)
+        desired = forge_token_secret(pod, self._forge_context(twin), tokens=tokens, issued=now, expires=expires,
+                                     slice_name=self.settings.slice_name)
         self._apply(pod, desired, current, logger)
         self._schedule(key, token_refresh_at(desired, self._renew_fraction), now)
 
@@ -317,16 +333,22 @@ class ServiceAccountTokenReflector:
         namespace, name = meta["namespace"], meta["name"]
         if current is None:
             # Our cache holds only Secrets with our labels, so a Secret of that name that
-            # is not ours may stand there: a create cannot take it over (409), where an
-            # apply would. One request per pod, the read only when the name is taken.
+            # is not ours may stand there. The first write is an apply WITHOUT force, and
+            # no read before it (one request per offloaded pod): it cannot take over a
+            # Secret that is not ours, since every field it sets, the Secret's type
+            # (REFLECTED_TOKEN_SECRET_TYPE, ours alone, and immutable) first, would be
+            # another manager's with another value: a 409 Conflict or a 422, after which
+            # the Secret is read and judged. A Secret of ours the cache has not shown yet
+            # is simply applied again (same manager, no conflict).
             try:
-                if self.ops.create_new(namespace, desired) is not None:
-                    logger.info("created token Secret %s/%s", namespace, name)
-                    return
+                self.ops.apply(namespace, desired, creates=True, force=False)
+                logger.info("created token Secret %s/%s", namespace, name)
+                return
             except ApiError as exc:
                 if exc.not_found:
                     raise Requeue(2.0, f"twin namespace {namespace} not found yet") from exc
-                raise
+                if not (exc.conflict or exc.status == 422):
+                    raise
             current = self.ops.read(namespace, name)
             if current is not None and not self.owns(current):
                 message = (

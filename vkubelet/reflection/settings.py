@@ -254,14 +254,14 @@ def parse_storage_classes(items: list[str]) -> dict[str, str]:
 
 
 def slice_reflection(settings: ReflectionSettings) -> ReflectionSettings:
-    """What a slice's vkubelet reflects (docs/slices.md): only its pods' Events. Objects of
-    a namespace (ConfigMaps, Services...) are the peering's, reflected once by the
+    """What a slice's vkubelet reflects (docs/slices.md): only what is its own pods': their
+    Events and their service-account token Secrets (each process selects the token
+    Secrets of its own slice: serviceaccounts.token_secret_selector). Objects of a
+    namespace (ConfigMaps, Services...) are the peering's, reflected once by the
     peering's own vkubelet: a second writer per slice would fight over the same remote
-    objects and each would delete the others' as orphans. Service-account tokens are per
-    pod but share one remote selector, so they stay off here too (the pods of a slice
-    run without a home API identity: docs/slices.md says so)."""
+    objects and each would delete the others' as orphans."""
     off = ResourceSettings(workers=0)
-    kept = {name: (settings.of(name) if name == EVENTS else off) for name in RESOURCES}
+    kept = {name: (settings.of(name) if name in (EVENTS, SERVICEACCOUNTS) else off) for name in RESOURCES}
     return ReflectionSettings(
         resources=kept,
         storage_classes=settings.storage_classes,

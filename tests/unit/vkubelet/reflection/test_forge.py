@@ -17,7 +17,10 @@ from vkubelet.reflection.services import forge_service
 from vkubelet.reflection.ingresses import forge_ingress
 from vkubelet.reflection.pvcs import forge_pvc, is_pvc_controller_annotation, pvc_apply_body
 from vkubelet.reflection.endpointslices import forge_endpointslice, routable_address, unremapped_endpoint_addresses
-from vkubelet.reflection.serviceaccounts import TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_sources
+from vkubelet.reflection.serviceaccounts import (
+    TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_secret_selector,
+    token_sources,
+)
 from vkubelet.reflection.forge import event_fingerprint, says_something_new
 from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
@@ -361,6 +364,19 @@ def _token_secret(issued: datetime, *, lifetime: timedelta = timedelta(hours=1))
     return forge_token_secret(
         _pod([SA_VOLUME]), ctx("serviceaccounts"), tokens={"token": "jwt"}, issued=issued, expires=issued + lifetime
     )
+
+
+def test_a_slice_pods_token_secret_is_labelled_with_its_slice_and_selected_by_that_slice_only():
+    # docs/slices.md: one vkubelet per slice, each deleting the token Secrets of pods it
+    # does not know; the label and the selectors keep their sets apart.
+    issued = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    secret = forge_token_secret(_pod([SA_VOLUME]), ctx("serviceaccounts"), tokens={"token": "jwt"}, issued=issued,
+                                expires=issued + timedelta(hours=1), slice_name="gpu")
+    assert secret["metadata"]["labels"][c.LABEL_SLICE] == "gpu"
+    assert token_secret_selector("local", "gpu") == (
+        f"{c.LABEL_ORIGIN_CLUSTER_ID}=local,{n.LABEL_REFLECTOR}=serviceaccounts,{c.LABEL_SLICE}=gpu")
+    assert token_secret_selector("local", "") == (
+        f"{c.LABEL_ORIGIN_CLUSTER_ID}=local,{n.LABEL_REFLECTOR}=serviceaccounts,!{c.LABEL_SLICE}")
 
 
 def test_token_secret_holds_tokens_and_the_local_namespace():

@@ -258,3 +258,12 @@ def test_the_renewal_schedule_follows_the_flag():
     assert not token_secret_is_current(secret, pod, sources, now=issued + timedelta(seconds=6), refresh_fraction=fraction)
     # The default keeps the kubelet's 80 %.
     assert token_refresh_at(secret, _parse([]).token_renew_fraction) == issued + timedelta(minutes=8)
+
+
+def test_a_slice_vkubelet_reflects_only_its_own_pods_events_and_tokens():
+    # docs/slices.md: namespace objects are the peering's (its own vkubelet reflects them
+    # once); a slice's process reflects what is its pods' alone.
+    from vkubelet.reflection.settings import EVENTS, RESOURCES, SERVICEACCOUNTS, slice_reflection
+
+    kept = slice_reflection(ReflectionSettings())
+    assert {name for name in RESOURCES if kept.enabled(name)} == {EVENTS, SERVICEACCOUNTS}
