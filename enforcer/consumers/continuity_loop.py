@@ -17,10 +17,11 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Callable
 
 from prometheus_client import Gauge
 
+from enforcer.consumers.consumer_status_loop import Cache, Recorder
 from enforcer.consumers.continuity import (
     GONE,
     REACHABLE,
@@ -59,20 +60,6 @@ ENDPOINTS_HELD = Gauge(
     namespace=NAMESPACE,
     registry=rm.REGISTRY,
 )
-
-
-class Cache(Protocol):
-    def get(self, key: str) -> dict | None: ...
-
-    def list(self) -> list[dict]: ...
-
-    def has_synced(self) -> bool: ...
-
-
-class Recorder(Protocol):
-    def normal(self, obj: dict, reason: str, message: str) -> None: ...
-
-    def warning(self, obj: dict, reason: str, message: str) -> None: ...
 
 
 class ContinuityLoop:

@@ -84,21 +84,27 @@ def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(loc
                 local.kubectl("uncordon", name)
 
         # ...and its replacement runs on a local node; the first pod, its ShadowPod and any remote pod are gone.
-        def settled():
-            items = _pods(local, ns)
-            if len(items) != 1 or items[0]["metadata"]["uid"] == evicted:
-                return None
-            pod = items[0]
-            running = pod["spec"].get("nodeName") in physical and pod.get("status", {}).get("phase") == "Running"
-            return pod if running else None
-
-        replacement = wait(settled, timeout=120, what="one pod, the replacement, Running on a local node")
-        assert replacement["spec"]["nodeName"] != node
-        wait(lambda: remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin(ns))["items"] == []
-             and remote.kubectl_json("get", "pods", "-n", twin(ns))["items"] == [],
-             timeout=60, what="no ShadowPod or pod left in the twin namespace")
+        _only_the_replacement_runs_locally(local, remote, ns, evicted=evicted, physical=physical, node=node, wait=wait)
     finally:
         delete_namespace(local, ns)
+
+
+def _only_the_replacement_runs_locally(local, remote, ns: str, *, evicted: str, physical: list[str], node: str, wait) -> None:
+    """One pod left, the replacement (not the evicted UID), Running on a local node; no
+    ShadowPod or pod left in the twin namespace: nothing duplicated, nothing left."""
+    def settled():
+        items = _pods(local, ns)
+        if len(items) != 1 or items[0]["metadata"]["uid"] == evicted:
+            return None
+        pod = items[0]
+        running = pod["spec"].get("nodeName") in physical and pod.get("status", {}).get("phase") == "Running"
+        return pod if running else None
+
+    replacement = wait(settled, timeout=120, what="one pod, the replacement, Running on a local node")
+    assert replacement["spec"]["nodeName"] != node
+    wait(lambda: remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin(ns))["items"] == []
+         and remote.kubectl_json("get", "pods", "-n", twin(ns))["items"] == [],
+         timeout=60, what="no ShadowPod or pod left in the twin namespace")
 
 
 def _restart_vkubelet(env, local, extra_args=()) -> None:
@@ -191,19 +197,7 @@ def test_a_pod_the_remote_scheduler_cannot_place_is_handed_back_after_the_time_a
             for name in remote_nodes:
                 remote.kubectl("label", "node", name, f"{key}-", check=False)
 
-        def settled():
-            items = _pods(local, ns)
-            if len(items) != 1 or items[0]["metadata"]["uid"] == evicted:
-                return None
-            pod = items[0]
-            running = pod["spec"].get("nodeName") in physical and pod.get("status", {}).get("phase") == "Running"
-            return pod if running else None
-
-        replacement = wait(settled, timeout=120, what="one pod, the replacement, Running on a local node")
-        assert replacement["spec"]["nodeName"] != node
-        wait(lambda: remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", twin(ns))["items"] == []
-             and remote.kubectl_json("get", "pods", "-n", twin(ns))["items"] == [],
-             timeout=60, what="no ShadowPod or pod left in the twin namespace")
+        _only_the_replacement_runs_locally(local, remote, ns, evicted=evicted, physical=physical, node=node, wait=wait)
     finally:
         delete_namespace(local, ns)
         _restart_vkubelet(offload_env, local)  # back to the session's default settings
