@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Callable, Protocol
 
@@ -29,6 +28,7 @@ from kube_offload.consumers import DRAIN_PHASE_DRAINED, ConsumerError, Drain, co
 from kube_offload.reasons import REASON_DRAIN_GRACE_EXPIRED, REASON_DRAINED
 from enforcer.consumers.consumer_api import ConsumerApi
 from enforcer.consumers.trim import content_changed
+from enforcer.consumers.passes import run_passes
 from kube_offload.runtime.kube import ApiError
 from kube_offload.remote_resources import summarize_many
 
@@ -127,23 +127,9 @@ class ConsumerStatusLoop:
         while not self._synced():
             if self._stopped.wait(0.2):
                 return
-        last_pass = float("-inf")
-        while not self._stopped.is_set():
-            pending = self._next_deadline
-            # A drain's grace ends with no event to wake on: wake for it (a second late at most).
-            self._dirty.wait(self._resync if pending is None else max(0.0, min(self._resync, pending + 1.0)))
-            if self._stopped.is_set():
-                return
-            wait = last_pass + self._period - time.monotonic()
-            if wait > 0 and self._stopped.wait(wait):
-                return
-            self._dirty.clear()
-            last_pass = time.monotonic()
-            try:
-                self.sync_all()
-            except Exception:  # a bug in one pass must not end the loop
-                log.exception("consumer status pass failed")
-                self._dirty.set()
+        # A drain's grace ends with no event to wake on: wake for it (a second late at most).
+        run_passes(stopped=self._stopped, dirty=self._dirty, sync=self.sync_all, period=self._period, resync=self._resync,
+                   next_deadline=lambda: self._next_deadline, slack=1.0, log=log, what="consumer status")
 
     def sync_all(self) -> None:
         """One pass over every Consumer (also called directly by tests)."""

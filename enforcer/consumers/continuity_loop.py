@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -33,6 +32,7 @@ from enforcer.consumers.continuity import (
     reflected_owner,
     release_patch,
 )
+from enforcer.consumers.passes import run_passes
 from kube_offload import constants as c
 from kube_offload.consumers import service_account_of
 from kube_offload.reasons import REASON_CONSUMER_REACHABLE, REASON_CONSUMER_UNREACHABLE
@@ -123,22 +123,8 @@ class ContinuityLoop:
                 waited = 0.0
                 log.warning("service continuity still waiting for its caches (the Leases and EndpointSlices: does the "
                             "enforcer's ClusterRole grant list/watch on them? docs/enforcer.md, RBAC)")
-        last_pass = float("-inf")
-        while not self._stopped.is_set():
-            pending = self._next_deadline
-            self._dirty.wait(self._resync if pending is None else max(0.0, min(self._resync, pending + 0.5)))
-            if self._stopped.is_set():
-                return
-            wait = last_pass + self._period - time.monotonic()
-            if wait > 0 and self._stopped.wait(wait):
-                return
-            self._dirty.clear()
-            last_pass = time.monotonic()
-            try:
-                self.sync_all()
-            except Exception:  # a bug in one pass must not end the loop
-                log.exception("service continuity pass failed")
-                self._dirty.set()
+        run_passes(stopped=self._stopped, dirty=self._dirty, sync=self.sync_all, period=self._period, resync=self._resync,
+                   next_deadline=lambda: self._next_deadline, slack=0.5, log=log, what="service continuity")
 
     def _state_of(self, consumer_id: str, now: datetime) -> tuple[Reachability, dict | None]:
         consumer = self._consumers.get(consumer_id)

@@ -3,33 +3,14 @@ remote watch timestamps, what counts as a ready slice, the objects the bench wri
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[3] / "bench"
+from support.bench_scripts import load_bench_script
 
-
-def _load():
-    # The script imports its sibling modules (apirequests, controlplane) by name, as it
-    # does when run: sys.path[0] is bench/ then.
-    sys.path.insert(0, str(_BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_reflection_for_tests", _BENCH / "bench_reflection.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(_BENCH))
-
-
-br = _load()
+br = load_bench_script("bench_reflection.py")
 
 
 @pytest.mark.parametrize(

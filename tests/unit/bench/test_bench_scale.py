@@ -3,31 +3,12 @@ capacity, the offloaded/local throughput lines and ratio)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-_BENCH = Path(__file__).resolve().parents[3] / "bench"
+from support.bench_scripts import load_bench_script
 
-
-def _load():
-    # The script imports its sibling modules (apirequests, controlplane, ...) by name, as it
-    # does when run: sys.path[0] is bench/ then.
-    sys.path.insert(0, str(_BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_scale_for_tests", _BENCH / "bench_scale.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(_BENCH))
-
-
-bs = _load()
+bs = load_bench_script("bench_scale.py")
 
 
 @pytest.mark.parametrize(
