@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
 
 import pytest
 
@@ -21,12 +20,11 @@ from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.identities import E2E_INGRESS_CLASS
 from support.clusters import get_or_none, offloaded_namespace
+from support.reflection_twin import LOCAL_ID, TIMEOUT, Twin
 from vkubelet.reflection.names import ANNOTATION_REMOTE_SOURCE
 
-LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
 REFLECTOR_LABEL = "kube-offload.io/reflector"
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
-TIMEOUT = 45  # seconds for one reflection to show; generous for a loaded 2-core machine
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -52,41 +50,9 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-class Twin:
-    """The module's offloaded namespace and its twin, with waits on the remote side."""
-
-    def __init__(self, local: Cluster, remote: Cluster, wait) -> None:
-        self.local, self.remote, self.wait = local, remote, wait
-        self.ns = f"refl-{uuid.uuid4().hex[:6]}"
-        self.twin = f"{self.ns}-{LOCAL_ID}"
-
-    def remote_obj(self, kind: str, name: str) -> dict | None:
-        return get_or_none(self.remote, kind, self.twin, name)
-
-    def until_remote(self, kind: str, name: str, check, what: str, timeout: float = TIMEOUT) -> dict:
-        def probe():
-            obj = self.remote_obj(kind, name)
-            return obj if obj is not None and check(obj) else None
-
-        return self.wait(probe, timeout=timeout, what=f"remote {kind} {self.twin}/{name}: {what}")
-
-    def until_remote_gone(self, kind: str, name: str, timeout: float = TIMEOUT) -> None:
-        self.wait(lambda: self.remote_obj(kind, name) is None, timeout=timeout, what=f"remote {kind} {self.twin}/{name} deleted")
-
-    def local_events(self, **match) -> list[dict]:
-        items = self.local.kubectl_json("get", "events", "-n", self.ns)["items"]
-        return [e for e in items if all(_dig(e, k) == v for k, v in match.items())]
-
-
-def _dig(obj: dict, dotted: str):
-    for part in dotted.split("."):
-        obj = (obj or {}).get(part)
-    return obj
-
-
 @pytest.fixture(scope="module")
 def t(local, remote, wait):
-    twin = Twin(local, remote, wait)
+    twin = Twin(local, remote, wait, prefix="refl")
     offloaded_namespace(local, twin.ns)
     wait(lambda: get_or_none(remote, "namespace", "", twin.twin) is not None, timeout=TIMEOUT, what=f"twin namespace {twin.twin}")
     yield twin

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
 
@@ -24,10 +23,9 @@ from kube_offload import constants as c
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.naming import virtual_node_name
 from support.clusters import get_or_none, offloaded_namespace
+from support.reflection_twin import TIMEOUT, Twin
 from vkubelet.reflection.names import field_manager
 
-LOCAL_ID = "local"  # the harness's local cluster id (default_topology)
-TIMEOUT = 45  # seconds for one reflection to show; generous for a loaded 2-core machine
 PROVIDER = "provider-controller"  # the field manager the test plays the provider's controller as
 PROVIDER_ANNOTATION = "provider.example/audited"
 PROVIDER_LABEL = "provider.example/zone"
@@ -49,26 +47,9 @@ def _managers(obj: dict) -> dict[str, str]:
     return {entry["manager"]: entry["operation"] for entry in obj["metadata"].get("managedFields") or []}
 
 
-class Twin:
-    def __init__(self, local: Cluster, remote: Cluster, wait) -> None:
-        self.local, self.remote, self.wait = local, remote, wait
-        self.ns = f"ssa-{uuid.uuid4().hex[:6]}"
-        self.twin = f"{self.ns}-{LOCAL_ID}"
-
-    def remote_obj(self, kind: str, name: str) -> dict | None:
-        return get_or_none(self.remote, kind, self.twin, name)
-
-    def until_remote(self, kind: str, name: str, check, what: str) -> dict:
-        def probe():
-            obj = self.remote_obj(kind, name)
-            return obj if obj is not None and check(obj) else None
-
-        return self.wait(probe, timeout=TIMEOUT, what=f"remote {kind} {self.twin}/{name}: {what}")
-
-
 @pytest.fixture(scope="module")
 def t(local, remote, wait):
-    twin = Twin(local, remote, wait)
+    twin = Twin(local, remote, wait, prefix="ssa")
     offloaded_namespace(local, twin.ns)
     wait(lambda: get_or_none(remote, "namespace", "", twin.twin) is not None, timeout=TIMEOUT, what=f"twin namespace {twin.twin}")
     yield twin
