@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from kube_offload import constants as c
+from kube_offload.opt_in import runtime_class
 from kube_offload_harness.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,11 +172,19 @@ def test_local_chart_installs_into_the_local_cluster(local: Cluster, tmp_path: P
         # no release and would be left alone (storageclass.yaml).
         "storage": {"virtualClass": {"name": f"{release}-class"}},
     }
-    objects = _install_check_uninstall(local, LOCAL_CHART, values, release, tmp_path)
+    # The per-pod opt-in RuntimeClass has a fixed name (pods name it: kube_offload/opt_in.py),
+    # so one local chart per cluster holds it; the session's is the harness's, made as the
+    # chart makes it. It is lent to the release for the test and put back after, whatever
+    # happened (no other e2e test runs meanwhile: the session runs them one by one).
+    local.kubectl("delete", "runtimeclass", c.RUNTIME_CLASS_OPT_IN, "--ignore-not-found")
+    try:
+        objects = _install_check_uninstall(local, LOCAL_CHART, values, release, tmp_path)
+    finally:
+        local.apply([runtime_class()])
     kinds = {o["kind"] for o in objects}
     assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
             "ConfigMap", "CronJob", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-            "StorageClass"} <= kinds
+            "StorageClass", "RuntimeClass"} <= kinds
     deployments = {o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"}
     fullname = f"{release}-kube-offload"
     assert {f"{fullname}-webhook", f"{fullname}-extender", f"{fullname}-scheduler",
