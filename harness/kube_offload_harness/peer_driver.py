@@ -47,6 +47,10 @@ LOCAL_VALUES = {
     "extender": {"enabled": False},
     "scheduler": {"enabled": False},
     "certificates": {"renewal": {"enabled": False}},
+    # The per-pod opt-in RuntimeClass goes with the webhook, which the harness runs as a
+    # process: `up` applied the class beside the webhook's registration, and the class's
+    # name is fixed (pods name it), so this release must not claim it.
+    "optIn": {"runtimeClass": False},
 }
 POLL_SECONDS = 1.0
 PEER_TIMEOUT_SECONDS = 420  # peer's own waits are 5 minutes each at most (--timeout)

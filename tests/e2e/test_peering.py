@@ -92,6 +92,9 @@ class Pair:
             # The session's harness already applied the chart's cluster-wide virtual
             # StorageClass, which a second release must not claim.
             "storage": {"virtualClass": {"create": False}},
+            # ... and the per-pod opt-in RuntimeClass (a fixed name: pods name it), applied
+            # with the harness's webhook registration.
+            "optIn": {"runtimeClass": False},
             "vkubelet": {"remoteTokenRenewFraction": RENEW_FRACTION},
         }))
         self.stop_watching = threading.Event()
