@@ -187,6 +187,10 @@ class ReflectionSettings:
     token_renew_fraction: float = DEFAULT_RENEW_FRACTION  # --reflect-token-renew-after-fraction
     # Custom resource kinds opted in (--reflect-custom-resource), each its own reflector.
     custom_resources: tuple[CustomResource, ...] = ()
+    # A slice's vkubelet (docs/slices.md): the twins' ConfigMaps, kube-root-ca.crt among
+    # them, are reflected by the peering's own vkubelet, so token reflection here does not
+    # need ConfigMap reflection of its own.
+    configmaps_by_peering: bool = False
 
     def of(self, resource: str) -> ResourceSettings:
         custom = self.custom_resource(resource)
@@ -234,7 +238,7 @@ class ReflectionSettings:
                 f"--reflect-token-renew-after-fraction={self.token_renew_fraction} must be between 0 and 1 (exclusive): "
                 "the share of a token's lifetime after which it is renewed, e.g. 0.8"
             )
-        if self.enabled(SERVICEACCOUNTS) and not self.enabled(CONFIGMAPS):
+        if self.enabled(SERVICEACCOUNTS) and not (self.enabled(CONFIGMAPS) or self.configmaps_by_peering):
             return (
                 "--reflect-serviceaccounts-workers > 0 needs --reflect-configmaps-workers > 0: the token volume "
                 "of an offloaded pod mounts the reflected kube-root-ca.crt"
@@ -267,4 +271,5 @@ def slice_reflection(settings: ReflectionSettings) -> ReflectionSettings:
         storage_classes=settings.storage_classes,
         token_seconds=settings.token_seconds,
         token_renew_fraction=settings.token_renew_fraction,
+        configmaps_by_peering=settings.enabled(CONFIGMAPS),
     )

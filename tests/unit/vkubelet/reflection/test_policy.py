@@ -267,3 +267,10 @@ def test_a_slice_vkubelet_reflects_only_its_own_pods_events_and_tokens():
 
     kept = slice_reflection(ReflectionSettings())
     assert {name for name in RESOURCES if kept.enabled(name)} == {EVENTS, SERVICEACCOUNTS}
+    # Tokens mount the twin's reflected kube-root-ca.crt, which the peering's own vkubelet
+    # reflects: a slice's settings are valid without ConfigMap reflection of their own...
+    assert kept.problem() is None
+    # ... but not when the peering's own reflects no ConfigMaps either.
+    no_configmaps = ReflectionSettings(resources={"configmaps": ResourceSettings(workers=0),
+                                                  "serviceaccounts": ResourceSettings(workers=2)})
+    assert "needs --reflect-configmaps-workers" in (slice_reflection(no_configmaps).problem() or "")
