@@ -837,6 +837,11 @@ class Environment:
             for spec in topology.remotes:
                 for slice_spec in spec.slices:
                     self.start_slice_vkubelet(topology, spec, slice_spec)
+                    # One at a time, in the topology's order: the provider decides a
+                    # consumer's slices oldest first (creationTimestamp, in whole seconds,
+                    # then name), so slices asked at once would be decided in name order,
+                    # not in the order the topology (and a test) lists them.
+                    self._wait_slice_asked(topology, spec, slice_spec)
             for spec in topology.remotes:
                 self.wait_virtual_node_ready(local, spec)
                 for slice_spec in spec.slices:
@@ -845,6 +850,26 @@ class Environment:
             for spec in topology.further:
                 self.wait_virtual_node_ready(self.cluster(middle), spec)
         self.say(f"- environment up in {int(time.monotonic() - started)}s")
+
+    def _wait_slice_asked(self, topology: Topology, spec: ClusterSpec, slice_spec: SliceSpec,
+                          timeout: float = 90) -> None:
+        """Until remote ``spec`` holds the OffloadSlice of ``slice_spec``, then one second
+        more, so that the next slice's creationTimestamp is a later second."""
+        from kube_offload import constants as c
+
+        remote = self.cluster(spec)
+        deadline = time.monotonic() + timeout
+        while remote.kubectl("get", f"{c.SLICE_PLURAL}.{c.DOMAIN}", slice_spec.name, "-n",
+                             c.tenant_namespace(topology.local.cluster_id), check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"slice {slice_spec.name} was not asked of {spec.cluster_id} within {timeout:.0f}s; "
+                                   f"see {self.log_path(self.slice_process_name(spec, slice_spec))}")
+            name = self.slice_process_name(spec, slice_spec)
+            record = self.processes.get(name)
+            if record is None or not record.running():
+                raise ClusterError(f"{name} exited; see {self.log_path(name)}:\n{_tail(self.log_path(name))}")
+            time.sleep(0.5)
+        time.sleep(1.1)
 
     def _up_further(self, topology: Topology, middle: ClusterSpec) -> None:
         """The rest of a chain (Topology.further): the middle cluster gets the local chart's
