@@ -17,6 +17,7 @@ from kubernetes import client
 from enforcer.consumers.consumer_status_loop import ConsumerStatusLoop, Recorder
 from enforcer.consumers.consumer_api import KubeConsumerApi
 from enforcer.consumers.continuity_loop import ContinuityLoop
+from enforcer.consumers.passes import wait_synced
 from enforcer.consumers.slices import NAMESPACE_INDEX, SliceReconciler, namespace_of
 from enforcer.consumers.trim import content_changed, trim_namespace, trim_node, trim_pod
 from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
@@ -249,31 +250,20 @@ class ConsumerLoops:
         # namespace not listed yet, or a namespace created twice.
         caches = (self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas,
                   self.grant_roles, self.grant_bindings)
-        waited = 0.0
-        while not all(cache.has_synced() for cache in caches):
-            if self._stopped.wait(0.2):
-                return
-            waited += 0.2
-            if waited >= 30.0:
-                waited = 0.0
-                missing = ", ".join(cache.name for cache in caches if not cache.has_synced())
-                log.warning("TwinNamespace controller still waiting for caches: %s (are the Consumer and "
-                            "TwinNamespace CRDs installed?)", missing)
+        if not wait_synced(self._stopped, lambda: all(cache.has_synced() for cache in caches), lambda: log.warning(
+                "TwinNamespace controller still waiting for caches: %s (are the Consumer and TwinNamespace CRDs "
+                "installed?)", ", ".join(cache.name for cache in caches if not cache.has_synced()))):
+            return
         self.twins.start()
         log.info("caches synced; TwinNamespace controller running")
         # Slices are decided from a full view of the nodes and of every slice of a tenant:
         # a half-listed cache would accept more than is there, or shrink nothing it should.
         slice_caches = (self.namespaces, self.consumers, self.slices, self.nodes)
-        waited = 0.0
-        while not all(cache.has_synced() for cache in slice_caches):
-            if self._stopped.wait(0.2):
-                return
-            waited += 0.2
-            if waited >= 30.0:
-                waited = 0.0
-                log.warning("OffloadSlice controller still waiting for caches: %s (is the OffloadSlice CRD "
-                            "installed? kube_offload/manifests/offloadslice-crd.yaml)",
-                            ", ".join(cache.name for cache in slice_caches if not cache.has_synced()))
+        if not wait_synced(self._stopped, lambda: all(cache.has_synced() for cache in slice_caches), lambda: log.warning(
+                "OffloadSlice controller still waiting for caches: %s (is the OffloadSlice CRD installed? "
+                "kube_offload/manifests/offloadslice-crd.yaml)",
+                ", ".join(cache.name for cache in slice_caches if not cache.has_synced()))):
+            return
         self.slice_controller.start()
         log.info("caches synced; OffloadSlice controller running")
 

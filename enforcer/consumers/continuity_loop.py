@@ -32,7 +32,7 @@ from enforcer.consumers.continuity import (
     reflected_owner,
     release_patch,
 )
-from enforcer.consumers.passes import run_passes
+from enforcer.consumers.passes import run_passes, wait_synced
 from kube_offload import constants as c
 from kube_offload.consumers import service_account_of
 from kube_offload.reasons import REASON_CONSUMER_REACHABLE, REASON_CONSUMER_UNREACHABLE
@@ -114,15 +114,10 @@ class ContinuityLoop:
 
     def _run(self) -> None:
         # A consumer missing from a half-filled cache would look gone: its slices deleted.
-        waited = 0.0
-        while not self.has_synced():
-            if self._stopped.wait(0.2):
-                return
-            waited += 0.2
-            if waited >= 30.0:
-                waited = 0.0
-                log.warning("service continuity still waiting for its caches (the Leases and EndpointSlices: does the "
-                            "enforcer's ClusterRole grant list/watch on them? docs/enforcer.md, RBAC)")
+        if not wait_synced(self._stopped, self.has_synced, lambda: log.warning(
+                "service continuity still waiting for its caches (the Leases and EndpointSlices: does the "
+                "enforcer's ClusterRole grant list/watch on them? docs/enforcer.md, RBAC)")):
+            return
         run_passes(stopped=self._stopped, dirty=self._dirty, sync=self.sync_all, period=self._period, resync=self._resync,
                    next_deadline=lambda: self._next_deadline, slack=0.5, log=log, what="service continuity")
 

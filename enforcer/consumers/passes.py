@@ -43,3 +43,19 @@ def run_passes(
         except Exception:
             log.exception("%s pass failed", what)
             dirty.set()
+
+
+def wait_synced(stopped: threading.Event, synced: Callable[[], bool], still_waiting: Callable[[], None],
+                *, warn_every: float = 30.0) -> bool:
+    """Until ``synced()``, checking every 0.2 s and calling ``still_waiting()`` (a warning
+    that says what is missing) every ``warn_every`` seconds; False if ``stopped`` first.
+    A loop that decided from half-listed caches would act on what is not listed yet."""
+    waited = 0.0
+    while not synced():
+        if stopped.wait(0.2):
+            return False
+        waited += 0.2
+        if waited >= warn_every:
+            waited = 0.0
+            still_waiting()
+    return True
