@@ -70,15 +70,8 @@ def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(loc
             assert node in event["message"]
             evicted = event["involvedObject"]["uid"]
             # ...the workload (its ReplicaSet) is recorded on the virtual node...
-            [replicaset] = local.kubectl_json("get", "replicasets", "-n", ns)["items"]
-            recorded = handback.records_of(local.kubectl_json("get", "node", node))
-            assert recorded[replicaset["metadata"]["uid"]].reason == "RemoteRefused", recorded
             # ...so its replacement is not placed there again, while no local node is open.
-            replacement = wait(lambda: next((p for p in _pods(local, ns) if p["metadata"]["uid"] != evicted), None),
-                               timeout=60, what="the ReplicaSet's replacement pod")
-            time.sleep(5)
-            current = local.kubectl_json("get", "pod", "-n", ns, replacement["metadata"]["name"])
-            assert current["spec"].get("nodeName") != node, "the replacement went back to the virtual node"
+            _recorded_and_kept_off(local, ns, node, evicted=evicted, reason="RemoteRefused", wait=wait)
         finally:
             for name in physical:
                 local.kubectl("uncordon", name)
@@ -87,6 +80,19 @@ def test_a_pod_the_provider_refuses_for_good_is_handed_back_and_runs_locally(loc
         _only_the_replacement_runs_locally(local, remote, ns, evicted=evicted, physical=physical, node=node, wait=wait)
     finally:
         delete_namespace(local, ns)
+
+
+def _recorded_and_kept_off(local, ns: str, node: str, *, evicted: str, reason: str, wait) -> None:
+    """The workload (its ReplicaSet) is recorded on the virtual node with ``reason``, and
+    its replacement is not placed there again while no local node is open."""
+    [replicaset] = local.kubectl_json("get", "replicasets", "-n", ns)["items"]
+    recorded = handback.records_of(local.kubectl_json("get", "node", node))
+    assert recorded[replicaset["metadata"]["uid"]].reason == reason, recorded
+    replacement = wait(lambda: next((p for p in _pods(local, ns) if p["metadata"]["uid"] != evicted), None),
+                       timeout=60, what="the ReplicaSet's replacement pod")
+    time.sleep(5)
+    current = local.kubectl_json("get", "pod", "-n", ns, replacement["metadata"]["name"])
+    assert current["spec"].get("nodeName") != node, "the replacement went back to the virtual node"
 
 
 def _only_the_replacement_runs_locally(local, remote, ns: str, *, evicted: str, physical: list[str], node: str, wait) -> None:
@@ -183,14 +189,7 @@ def test_a_pod_the_remote_scheduler_cannot_place_is_handed_back_after_the_time_a
             assert f"cluster {remote.spec.cluster_id} could not schedule it" in event["message"], event["message"]
             assert "affinity" in event["message"], event["message"]
             evicted = event["involvedObject"]["uid"]
-            [replicaset] = local.kubectl_json("get", "replicasets", "-n", ns)["items"]
-            recorded = handback.records_of(local.kubectl_json("get", "node", node))
-            assert recorded[replicaset["metadata"]["uid"]].reason == "RemoteUnschedulable", recorded
-            replacement = wait(lambda: next((p for p in _pods(local, ns) if p["metadata"]["uid"] != evicted), None),
-                               timeout=60, what="the ReplicaSet's replacement pod")
-            time.sleep(5)
-            current = local.kubectl_json("get", "pod", "-n", ns, replacement["metadata"]["name"])
-            assert current["spec"].get("nodeName") != node, "the replacement went back to the virtual node"
+            _recorded_and_kept_off(local, ns, node, evicted=evicted, reason="RemoteUnschedulable", wait=wait)
         finally:
             for name in physical:
                 local.kubectl("uncordon", name)
