@@ -58,7 +58,8 @@ from kube_offload import constants as c
 from kube_offload.admission import build_review
 from webhook.namespace_cache import StaticNamespaceSource
 from webhook.server import serve
-from webhook.settings import DEFAULT_THREADS, DEFAULT_WORKERS, ServerSettings, WebhookSettings
+from kube_offload.runtime.serving import WORKER_CLASSES
+from webhook.settings import DEFAULT_THREADS, DEFAULT_WORKER_CLASS, DEFAULT_WORKERS, ServerSettings, WebhookSettings
 
 HOST = "127.0.0.1"
 NAMESPACE = {
@@ -151,13 +152,15 @@ def make_tls(directory: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-def run_server(port: int, cert: Path, key: Path, workers: int, threads: int, cpus: set[int] | None) -> None:
+def run_server(port: int, cert: Path, key: Path, workers: int, threads: int, worker_class: str,
+               cpus: set[int] | None) -> None:
     if cpus:
         # Before gunicorn forks: the workers and their threads inherit it from the start.
         os.sched_setaffinity(0, cpus)
     serve(
         ServerSettings(tls_cert=str(cert), tls_key=str(key), bind=f"{HOST}:{port}", workers=workers,
-                       threads=threads, log_level="WARNING", graceful_timeout_seconds=2),
+                       threads=threads, worker_class=worker_class, log_level="WARNING",
+                       graceful_timeout_seconds=2),
         WebhookSettings(enable_echo=True),
         functools.partial(StaticNamespaceSource, [NAMESPACE]),
     )
@@ -329,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
                         help=f"server worker processes (production default: {DEFAULT_WORKERS})")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="server gthread threads per worker")
+    parser.add_argument("--worker-class", default=DEFAULT_WORKER_CLASS,
+                        help=f"server worker class(es), comma-separated, run one after the other in this "
+                             f"invocation (A/B): {', '.join(WORKER_CLASSES)}; default {DEFAULT_WORKER_CLASS}")
     parser.add_argument("--rounds", type=int, default=4,
                         help="closed-loop rounds per route, alternating routes (more, shorter rounds "
                              "spread the neighbours' load bursts over both routes)")
@@ -352,12 +358,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--server-cpus and --client-cpus share CPU(s) {sorted(server_cpus & client_cpus)}: "
                      "give the server CPUs of its own")
 
+    classes = [name.strip() for name in args.worker_class.split(",") if name.strip()]
+    unknown = [name for name in classes if name not in WORKER_CLASSES]
+    if unknown or not classes:
+        parser.error(f"--worker-class: use one or more of {', '.join(WORKER_CLASSES)} (comma-separated)")
+    for worker_class in classes:
+        bench_one(args, worker_class, server_cpus, client_cpus)
+    return 0
+
+
+def bench_one(args: argparse.Namespace, worker_class: str, server_cpus: set[int] | None,
+              client_cpus: set[int] | None) -> None:
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     body = json.dumps(build_review(realistic_pod(), uid="6e2b4cb8-7d8e-4c4c-9bd5-2b3f1f4e8a11")).encode()
     with tempfile.TemporaryDirectory(prefix="kube-offload-bench-") as tmp:
         ca, cert, key = make_tls(Path(tmp))
         port = free_port()
-        server = multiprocessing.get_context("fork").Process(target=run_server, args=(port, cert, key, args.workers, args.threads, server_cpus), daemon=True)
+        server = multiprocessing.get_context("fork").Process(target=run_server, args=(port, cert, key, args.workers, args.threads, worker_class, server_cpus), daemon=True)
         server.start()
         if client_cpus:
             # The client processes are forked from this one: they inherit it.
@@ -437,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = totals["/mutate/pods"].rate / totals["/echo"].rate
     cpu_ratio = totals["/echo"].cpu_per_request_us / totals["/mutate/pods"].cpu_per_request_us
     print(f"machine: {machine()}; load average before/after: {load_before} / {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"request body: {len(body)} bytes (AdmissionReview of a Deployment pod); server: {args.workers} worker(s) x {args.threads} gthread threads, TLS{pinned}")
+    threads = f" x {args.threads} gthread threads" if worker_class == "gthread" else f" ({worker_class})"
+    print(f"request body: {len(body)} bytes (AdmissionReview of a Deployment pod); server: {args.workers} worker(s){threads}, TLS{pinned}")
     print(HEADER)
     for figures in (totals["/echo"], totals["/mutate/pods"], fixed_echo, fixed_mutate, fixed_low):
         print(figures.row())
@@ -450,7 +468,6 @@ def main(argv: list[str] | None = None) -> int:
           f"mean {statistics.fmean(fixed_mutate.latencies) * 1000:.2f} ms")
     print(f"fixed-rate p99 of /mutate/pods at {args.low_rate:.0f} req/s: {fixed_low.percentile(0.99):.2f} ms; "
           f"achieved {fixed_low.rate:.0f} req/s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import sys
 from kube_offload.runtime.body_limit import budget_too_small, parse_budget_help
 from kube_offload.runtime.flags import add_flag, byte_size, positive_int
 from kube_offload.runtime.logs import LEVELS, setup_logging
+from kube_offload.runtime.serving import WORKER_CLASSES
 from kube_offload.webhook_target import add_target_flags, target_from_args
 from webhook import registration as reg
 from webhook.settings import (
@@ -22,6 +23,7 @@ from webhook.settings import (
     DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
     DEFAULT_PARSE_MEMORY_BUDGET,
     DEFAULT_THREADS,
+    DEFAULT_WORKER_CLASS,
     DEFAULT_WORKERS,
 )
 
@@ -53,8 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
              help="gunicorn worker processes (each uses one core at most); each watches namespaces "
                   "for its own cache, while /readyz and /metrics speak for all of them")
+    add_flag(parser, COMPONENT, "--worker-class", default=DEFAULT_WORKER_CLASS, choices=sorted(WORKER_CLASSES),
+             help="asyncio: one event loop per worker, the app called in it (the default; docs/webhook.md, "
+                  "'Workers'); gthread: gunicorn's threads, --threads per worker")
     add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
-             help="request threads per worker")
+             help="request threads per worker (--worker-class gthread only)")
     add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
              help="largest AdmissionReview accepted, in bytes or with Ki/Mi (413 above); the default is "
                   "kube-apiserver's own request limit, so every Pod it accepts can be admitted "
@@ -108,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         bind=args.bind,
         workers=args.workers,
         threads=args.threads,
+        worker_class=args.worker_class,
         log_level=args.log_level,
     )
     check_tls_files(server)

@@ -49,7 +49,12 @@ class WebhookServer(GunicornServer):
         self._source: Any = None
         self._workers = workers
         self._stopping = threading.Event()
-        super().__init__(server, proc_name="kube-offload-webhook")
+        super().__init__(
+            server,
+            proc_name="kube-offload-webhook",
+            worker_class=server.worker_class,
+            max_body_bytes=app_settings.max_body_bytes,
+        )
 
     def load(self) -> Any:
         # Before the app creates its metrics: they must write to the shared directory.

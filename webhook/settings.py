@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from kube_offload.runtime.body_limit import APISERVER_MAX_REQUEST_BODY_BYTES, MIB, worker_parse_budget
 
 DEFAULT_BIND = "0.0.0.0:8443"
-# Several processes (one is one core at most), each with threads: see webhook/server.py.
+# Several processes (one is one core at most), each one event loop: see webhook/server.py.
 DEFAULT_WORKERS = 2
+# kube_offload/runtime/serving.py WORKER_CLASSES: "asyncio" or "gthread" (then with threads).
+DEFAULT_WORKER_CLASS = "asyncio"
 DEFAULT_THREADS = 8
 # Largest request body read (413 above): the apiserver's own request limit, so every Pod
 # it accepts can be admitted. Memory is bounded by the parse budget below, not by this.
@@ -63,7 +65,8 @@ class ServerSettings:
     tls_key: str
     bind: str = DEFAULT_BIND
     workers: int = DEFAULT_WORKERS
-    threads: int = DEFAULT_THREADS
+    threads: int = DEFAULT_THREADS  # gthread only
+    worker_class: str = DEFAULT_WORKER_CLASS
     log_level: str = "INFO"
     # The apiserver keeps connections to webhooks alive and reuses them; closing idle ones
     # quickly only costs it new TLS handshakes.

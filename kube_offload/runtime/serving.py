@@ -1,7 +1,9 @@
 """Serve a Flask app with gunicorn, started from Python (no gunicorn CLI): the process
 model shared by the webhook and the extender.
 
-gthread workers; the app (and the cache it reads) is built in each worker after the fork
+The worker class is one of :data:`WORKER_CLASSES`: ``gthread`` (gunicorn's threads; the
+extender's) or ``asyncio`` (:mod:`kube_offload.runtime.asyncio_worker`: one event loop,
+the app called inline; the webhook's). Either way the app (and the cache it reads) is built in each worker after the fork
 (``preload_app`` off), because threads - a watch, say - do not survive ``fork()``. A
 subclass says how to build the app (:meth:`load`) and what to stop at worker exit.
 """
@@ -40,10 +42,30 @@ class ServerOptions(Protocol):
     def graceful_timeout_seconds(self) -> int: ...
 
 
+# What a server may name as its worker class: gunicorn's spelling of each.
+WORKER_CLASSES = {
+    "gthread": "gthread",
+    "asyncio": "kube_offload.runtime.asyncio_worker.AsyncioWorker",
+}
+
+
 class GunicornServer(BaseApplication):
-    def __init__(self, server: ServerOptions, *, proc_name: str) -> None:
+    def __init__(
+        self,
+        server: ServerOptions,
+        *,
+        proc_name: str,
+        worker_class: str = "gthread",
+        max_body_bytes: int | None = None,
+    ) -> None:
+        if worker_class not in WORKER_CLASSES:
+            raise ValueError(f"worker class {worker_class!r}: use one of {', '.join(WORKER_CLASSES)}")
         self._server = server
         self._proc_name = proc_name
+        self._worker_class = worker_class
+        # The app's request body limit: the asyncio worker does not read a body announced
+        # over it (the app answers 413 from the length).
+        self.max_body_bytes = max_body_bytes
         super().__init__()
 
     def load_config(self) -> None:
@@ -52,7 +74,7 @@ class GunicornServer(BaseApplication):
             "bind": [server.bind],
             "workers": server.workers,
             "threads": server.threads,
-            "worker_class": "gthread",
+            "worker_class": WORKER_CLASSES[self._worker_class],
             "certfile": server.tls_cert or None,
             "keyfile": server.tls_key or None,
             "loglevel": server.log_level.lower(),
