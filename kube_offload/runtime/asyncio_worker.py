@@ -168,6 +168,10 @@ class TlsContexts:
 @dataclass
 class _Connection:
     idle: bool = True  # waiting for the first byte of its next request
+    # Loop time by which the current wait (next request, rest of a request, the answer
+    # going out) must be over; the ticker cancels the connection's task past it.
+    deadline: float = float("inf")
+    expired: bool = False  # cancelled by the ticker, not by the graceful stop
 
 
 class _Dates:
@@ -194,6 +198,17 @@ class AsyncioWorker(Worker):
         self._stopping: asyncio.Event | None = None
         self._dates = _Dates()
         self._tls: TlsContexts | None = None
+        # gunicorn's settings, read once (its Config looks each one up per access).
+        cfg = self.cfg
+        self._limits = {
+            "max_line": cfg.limit_request_line or MAX_HEAD,
+            "max_fields": cfg.limit_request_fields,
+            "max_field_size": cfg.limit_request_field_size or MAX_HEAD,
+        }
+        self._keepalive = cfg.keepalive
+        self._max_connections = cfg.worker_connections
+        self._url_scheme = "https" if cfg.is_ssl else "http"
+        self._multiprocess = cfg.workers > 1
         max_body = getattr(self.app, "max_body_bytes", None)
         self.max_body = int(max_body) if max_body else DEFAULT_MAX_BODY
         # Two bodies at the limit, or many small ones, at a time.
@@ -245,6 +260,7 @@ class AsyncioWorker(Worker):
             self._stopping.set()
 
     async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             self.notify()
             if self.ppid != os.getppid():
@@ -252,23 +268,29 @@ class AsyncioWorker(Worker):
                 self._stop()
             if not self.alive:
                 self._stop()
+            # Timeouts are enforced here, to the tick (a second): no timer per read.
+            now = loop.time()
+            for task, connection in list(self._connections.items()):
+                if connection.deadline < now and not connection.expired:
+                    connection.expired = True
+                    task.cancel()
             await asyncio.sleep(TICK_SECONDS)
 
     # --- one connection ---------------------------------------------------------------------
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= self.cfg.worker_connections or (self._stopping and self._stopping.is_set()):
+        if len(self._connections) >= self._max_connections or (self._stopping and self._stopping.is_set()):
             writer.transport.abort()
             return
         connection = _Connection()
         self._connections[task] = connection
         try:
             await self._requests(reader, writer, connection)
-        except (ConnectionError, ssl.SSLError, TimeoutError, OSError):
+        except (ConnectionError, ssl.SSLError, OSError):
             pass
         except asyncio.CancelledError:
-            pass  # the graceful stop closes idle and, after the timeout, late connections
+            pass  # timed out, or the graceful stop closing idle and, after it, late connections
         except Exception:
             self.log.exception("connection failed unexpectedly")
         finally:
@@ -280,14 +302,15 @@ class AsyncioWorker(Worker):
         loop = asyncio.get_running_loop()
         server = _address(writer.get_extra_info("sockname"))
         client = _address(writer.get_extra_info("peername"))
-        cfg = self.cfg
+        limits = self._limits
+        keepalive = self._keepalive
         buffer = bytearray()
         stopping = self._stopping
         assert stopping is not None
         while True:
             # --- the head: idle until its first byte, then READ_TIMEOUT for the whole request
             connection.idle = True
-            deadline = loop.time() + cfg.keepalive
+            connection.deadline = loop.time() + keepalive
             while True:
                 while buffer[:2] == b"\r\n":  # empty lines before a request are ignored
                     del buffer[:2]
@@ -296,68 +319,66 @@ class AsyncioWorker(Worker):
                     break
                 if len(buffer) > MAX_HEAD:
                     return await self._refuse(writer, HttpError(431, f"request head over {MAX_HEAD} bytes"))
-                if buffer:
-                    connection.idle = False
-                elif stopping.is_set():
+                if not buffer and stopping.is_set():
                     return
                 try:
-                    async with asyncio.timeout_at(deadline):
-                        data = await reader.read(READ_SIZE)
-                except TimeoutError:
-                    if buffer:
+                    data = await reader.read(READ_SIZE)
+                except asyncio.CancelledError:
+                    if connection.expired and buffer:
                         return await self._refuse(writer, HttpError(408, "request not received in time"))
-                    return  # idle keep-alive connection
+                    raise
                 if not data:
                     return
                 if connection.idle:
                     connection.idle = False
-                    deadline = loop.time() + READ_TIMEOUT
+                    connection.deadline = loop.time() + READ_TIMEOUT
                 buffer += data
+            connection.idle = False
             try:
-                head = parse_head(
-                    bytes(buffer[:end]),
-                    max_line=cfg.limit_request_line or MAX_HEAD,
-                    max_fields=cfg.limit_request_fields,
-                    max_field_size=cfg.limit_request_field_size or MAX_HEAD,
-                )
+                head = parse_head(bytes(buffer[:end]), **limits)
                 framing = body_framing(head)
             except HttpError as exc:
                 return await self._refuse(writer, exc)
             del buffer[:end + 4]
-            connection.idle = False
-            keep_alive = framing.keep_alive and cfg.keepalive > 0
+            keep_alive = framing.keep_alive and keepalive > 0
 
             # --- the body
             held = 0
+            length = framing.length
             try:
-                if framing.length is not None and framing.length > self.max_body:
+                if length is not None and length > self.max_body:
                     body = b""  # not read: the app answers 413 from the length alone
                     keep_alive = False
-                elif framing.length is not None:
-                    held = framing.length
-                    await self._budget.acquire(held)
-                    if framing.expect_continue and len(buffer) < framing.length:
-                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    async with asyncio.timeout_at(deadline):
-                        while len(buffer) < framing.length:
-                            data = await reader.read(max(READ_SIZE, framing.length - len(buffer)))
+                elif length is not None:
+                    if len(buffer) >= length:  # the usual case: it came with the head
+                        body = bytes(buffer[:length])
+                        del buffer[:length]
+                    else:
+                        held = length
+                        await self._budget.acquire(held)
+                        if framing.expect_continue:
+                            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        while len(buffer) < length:
+                            data = await reader.read(max(READ_SIZE, length - len(buffer)))
                             if not data:
                                 return
                             buffer += data
-                    body = bytes(buffer[:framing.length])
-                    del buffer[:framing.length]
+                        body = bytes(buffer[:length])
+                        del buffer[:length]
                 else:
                     held = self.max_body + 1
                     await self._budget.acquire(held)
                     if framing.expect_continue:
                         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    body, rest, complete = await self._read_chunked(reader, buffer, deadline)
+                    body, rest, complete = await self._read_chunked(reader, buffer)
                     buffer = bytearray(rest)
                     if not complete:  # over the limit: the app says 413 ("chunked"); the rest is not read
                         keep_alive = False
-            except TimeoutError:
+            except asyncio.CancelledError:
                 self._budget.release(held)
-                return await self._refuse(writer, HttpError(408, "request body not received in time"))
+                if connection.expired:
+                    return await self._refuse(writer, HttpError(408, "request body not received in time"))
+                raise
             except HttpError as exc:
                 self._budget.release(held)
                 return await self._refuse(writer, exc)
@@ -368,8 +389,8 @@ class AsyncioWorker(Worker):
             # --- the app, inline
             try:
                 environ = wsgi_environ(
-                    head, io.BytesIO(body), content_length=framing.length, server=server, client=client,
-                    url_scheme="https" if cfg.is_ssl else "http", multiprocess=cfg.workers > 1,
+                    head, io.BytesIO(body), content_length=length, server=server, client=client,
+                    url_scheme=self._url_scheme, multiprocess=self._multiprocess,
                 )
                 body = b""
                 status, headers, chunks = self._call_app(environ)
@@ -387,26 +408,26 @@ class AsyncioWorker(Worker):
             except ValueError as exc:
                 self.log.error("%s %s: the app's response is not valid HTTP: %s", head.method, head.target, exc)
                 return await self._refuse(writer, HttpError(500, "the server failed to form an answer"))
-            writer.write(answer + out if len(out) < 65536 else answer)
-            if len(out) >= 65536:
+            if len(out) < 65536:
+                writer.write(answer + out)
+            else:
+                writer.write(answer)
                 writer.write(out)
-            async with asyncio.timeout(WRITE_TIMEOUT):
-                await writer.drain()
+            connection.deadline = loop.time() + WRITE_TIMEOUT
+            await writer.drain()
             if not keep_alive:
                 return
 
-    async def _read_chunked(self, reader: asyncio.StreamReader, buffer: bytearray,
-                            deadline: float) -> tuple[bytes, bytes, bool]:
+    async def _read_chunked(self, reader: asyncio.StreamReader, buffer: bytearray) -> tuple[bytes, bytes, bool]:
         """The decoded body, what followed it, and whether it ended within the limit (else
         the first ``max_body + 1`` bytes, and the rest of the stream is left unread)."""
         decoder = ChunkedDecoder()
         body = bytearray(decoder.feed(bytes(buffer)))
-        async with asyncio.timeout_at(deadline):
-            while not decoder.done and len(body) <= self.max_body:
-                data = await reader.read(READ_SIZE)
-                if not data:
-                    raise ConnectionResetError("client closed during a chunked body")
-                body += decoder.feed(data)
+        while not decoder.done and len(body) <= self.max_body:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                raise ConnectionResetError("client closed during a chunked body")
+            body += decoder.feed(data)
         if len(body) > self.max_body:
             return bytes(body[:self.max_body + 1]), b"", False
         return bytes(body), decoder.rest, True
