@@ -45,11 +45,13 @@ import platform
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from array import array
 from dataclasses import dataclass
+from typing import Iterable
 from pathlib import Path
 
 import controlplane
@@ -303,6 +305,77 @@ HEADER = ("| run                                  | req/s  | p50 ms | p99 ms  | 
           "|--------------------------------------|--------|--------|---------|----------|---------|-------------------|")
 
 
+# --- py-spy profiles (--py-spy-dir) --------------------------------------------------------
+
+# Where a sample's time goes: the innermost frame that belongs to one of these layers names
+# it (first match from the leaf up; a frame matches by file path fragment).
+PROFILE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("TLS", ("(ssl.py", "sslproto.py", "SSLSocket.", "SSLObject.")),
+    ("metrics (prometheus_client)", ("prometheus_client/",)),
+    ("admission work", ("webhook/review.py", "kube_offload/admission.py", "kube_offload/pod_mutation",
+                        "kube_offload/affinity", "kube_offload/policy", "kube_offload/selector",
+                        "kube_offload/namespace_policies", "webhook/namespace_cache.py")),
+    ("route code (webhook/app.py, body read, metrics calls)", ("webhook/app.py", "kube_offload/runtime/body_limit",
+                                                              "kube_offload/runtime/http_metrics")),
+    ("Flask/Werkzeug", ("flask/", "werkzeug/")),
+    ("asyncio worker: HTTP parse, environ, answer", ("runtime/http11.py", "runtime/asyncio_worker.py")),
+    ("gthread: hand-off to and from the pool", ("PollableMethodQueue", "concurrent/futures", "queue.py",
+                                                "threading.py")),
+    ("gunicorn HTTP parse and WSGI", ("gunicorn/",)),
+    ("asyncio loop and transports", ("asyncio/",)),
+]
+# A sample whose leaf is one of these is waiting, not working.
+IDLE_LEAVES = ("Selector.select (selectors.py", "select (selectors.py", "wait (threading.py", "_worker (concurrent")
+
+
+def summarise_profile(lines: Iterable[str]) -> tuple[int, int, dict[str, int]]:
+    """py-spy ``--format raw`` lines (``frame;frame;... count``): total samples, busy
+    samples (not waiting in the selector or the thread pool), busy samples per layer of
+    :data:`PROFILE_LAYERS` ("other" for the rest)."""
+    total = busy = 0
+    layers: dict[str, int] = {}
+    for line in lines:
+        stack, _, count_text = line.rstrip("\n").rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = stack.split(";")
+        if any(frames[-1].startswith(idle) or idle in frames[-1] for idle in IDLE_LEAVES):
+            continue
+        busy += count
+        layer = next((name for frame in reversed(frames) for name, marks in PROFILE_LAYERS
+                      if any(mark in frame for mark in marks)), "other")
+        layers[layer] = layers.get(layer, 0) + count
+    return total, busy, layers
+
+
+def start_profiles(directory: Path, server_pid: int, label: str, seconds: float) -> list[subprocess.Popen]:
+    """py-spy recording each worker (children of the arbiter) for ``seconds``."""
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        raise SystemExit(f"bench: --py-spy-dir needs {spy} (pip install -e '.[bench]')")
+    directory.mkdir(parents=True, exist_ok=True)
+    # The server process is gunicorn's arbiter; its children are the workers.
+    workers = [int(pid) for pid in Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()]
+    return [subprocess.Popen([str(spy), "record", "--nonblocking", "--rate", "200", "--duration", str(int(seconds)),
+                              "--format", "raw", "--output", str(directory / f"{label}-{pid}.txt"), "--pid", str(pid)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for pid in workers]
+
+
+def profile_report(directory: Path, label: str) -> str:
+    lines: list[str] = []
+    for path in sorted(directory.glob(f"{label}-*.txt")):
+        lines.extend(path.read_text().splitlines())
+    total, busy, layers = summarise_profile(lines)
+    if not busy:
+        return f"py-spy ({label}): no busy samples in {directory}"
+    parts = ", ".join(f"{name} {100 * count / busy:.0f} %" for name, count in
+                      sorted(layers.items(), key=lambda item: -item[1]))
+    return f"py-spy ({label}, {total} samples, {busy} busy, files {directory}/{label}-*.txt): {parts}"
+
+
 def machine() -> str:
     model = ""
     try:
@@ -347,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="pin the gunicorn arbiter, its workers and their threads to these CPUs (e.g. 1 or 2-3)")
     parser.add_argument("--client-cpus", default=None,
                         help="pin this script and its client processes to these CPUs (e.g. 0)")
+    parser.add_argument("--py-spy-dir", type=Path, default=None,
+                        help="record each server worker with py-spy (raw format) during the closed-loop "
+                             "rounds into DIR/<worker class>-<pid>.txt, and print where the busy samples go")
     args = parser.parse_args(argv)
     allowed = os.sched_getaffinity(0)
     try:
@@ -428,9 +504,13 @@ def bench_one(args: argparse.Namespace, worker_class: str, server_cpus: set[int]
             closed("/echo", 1.0)  # warm-up (imports, caches, branch predictors)
             closed("/mutate/pods", 1.0)
             rounds: dict[str, list[Figures]] = {"/echo": [], "/mutate/pods": []}
+            spies = (start_profiles(args.py_spy_dir, server.pid, worker_class, args.rounds * 2 * args.seconds)
+                     if args.py_spy_dir else [])
             for _ in range(args.rounds):  # alternate, so drift (thermal, neighbours) hits both alike
                 for path in rounds:
                     rounds[path].append(closed(path, args.seconds))
+            for spy in spies:
+                spy.wait(30)
             totals = {
                 path: Figures(f"{path} closed loop, {args.clients} conns", sum(f.requests for f in figs),
                               sum(f.seconds for f in figs), [x for f in figs for x in f.latencies],
@@ -468,6 +548,8 @@ def bench_one(args: argparse.Namespace, worker_class: str, server_cpus: set[int]
           f"mean {statistics.fmean(fixed_mutate.latencies) * 1000:.2f} ms")
     print(f"fixed-rate p99 of /mutate/pods at {args.low_rate:.0f} req/s: {fixed_low.percentile(0.99):.2f} ms; "
           f"achieved {fixed_low.rate:.0f} req/s")
+    if args.py_spy_dir:
+        print(profile_report(args.py_spy_dir, worker_class))
 
 
 if __name__ == "__main__":
