@@ -31,6 +31,9 @@ MAX_FIELD_SIZE = 8190
 MAX_CHUNK_LINE = 4096
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# One header field line: a token name, a colon, the value (RFC 9110 field-value: visible
+# characters, spaces and tabs, obs-text) without the whitespace around it.
+_FIELD = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*((?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?)[ \t]*")
 _VERSION = re.compile(rb"HTTP/(\d)\.(\d)")
 # Visible characters, spaces and tabs (RFC 9110 field-value), plus obs-text.
 _FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
@@ -61,7 +64,7 @@ class HttpError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestHead:
     method: str
     target: str  # as sent (latin-1), e.g. "/mutate/pods?timeout=10s"
@@ -105,22 +108,20 @@ def parse_head(
     if len(lines) - 1 > max_fields:
         raise HttpError(431, f"more than {max_fields} header fields")
     fields: list[tuple[str, str]] = []
+    field = _FIELD.fullmatch
     for line in lines[1:]:
         if len(line) > max_field_size:
             raise HttpError(431, f"a header field longer than {max_field_size} bytes")
-        if line[:1] in (b" ", b"\t"):
-            raise HttpError(400, "obsolete line folding in the header")
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
+        match = field(line)
+        if match is None:
+            if line[:1] in (b" ", b"\t"):
+                raise HttpError(400, "obsolete line folding in the header")
             raise HttpError(400, "malformed header field")
-        value = value.strip(b" \t")
-        if not _FIELD_VALUE.fullmatch(value):
-            raise HttpError(400, "invalid character in a header field value")
-        fields.append((name.decode("ascii").lower(), value.decode("latin-1")))
+        fields.append((match.group(1).decode("ascii").lower(), match.group(2).decode("latin-1")))
     return RequestHead(method.decode("ascii"), target.decode("ascii"), (major, minor), fields)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Framing:
     """How a request's body is delimited and what follows it."""
 
@@ -148,10 +149,13 @@ def body_framing(head: RequestHead) -> Framing:
             raise HttpError(501, f"transfer coding {codings!r} is not supported (chunked only)")
         length: int | None = None
     elif lengths:
-        values = {part.strip() for value in lengths for part in value.split(",")}
-        if len(values) != 1:
-            raise HttpError(400, "conflicting Content-Length values")
-        (raw,) = values
+        if len(lengths) == 1 and "," not in lengths[0]:
+            raw = lengths[0]
+        else:
+            values = {part.strip() for value in lengths for part in value.split(",")}
+            if len(values) != 1:
+                raise HttpError(400, "conflicting Content-Length values")
+            (raw,) = values
         if not raw.isdigit() or not raw.isascii():
             raise HttpError(400, f"Content-Length {raw!r} is not a number of bytes")
         length = int(raw)
@@ -252,7 +256,7 @@ def wsgi_environ(
         "REQUEST_METHOD": head.method,
         "SCRIPT_NAME": "",
         # WSGI: PATH_INFO is percent-decoded bytes as latin-1.
-        "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+        "PATH_INFO": unquote_to_bytes(path).decode("latin-1") if "%" in path else path,
         "QUERY_STRING": query,
         "RAW_URI": head.target,
         "SERVER_NAME": server[0],
