@@ -1,14 +1,19 @@
 """Serve the webhook app with gunicorn over TLS, started from Python (no gunicorn CLI).
 
-Process model: several worker processes (2 by default), each with gthread threads. One
-worker is one core at most (the GIL), and the TLS and HTTP stack costs more CPU per
-admission than the admission itself, so one worker saturates below the rates a busy
-apiserver sends (docs/performance.md). Each worker holds its own namespace cache (a
-watch on every namespace: small), but the pod still has one readiness and one set of
-metrics (:mod:`kube_offload.runtime.workers`): ``/readyz`` answers 200 only once every worker's
-cache has synced, and ``/metrics`` merges the counters of all workers through
-prometheus-client's multiprocess mode, whichever worker answers the scrape. Threads
-cover the rare blocking moment (a GET on a cache miss).
+Process model: several worker processes (2 by default), each running one asyncio event
+loop (:mod:`kube_offload.runtime.asyncio_worker`, ``--worker-class asyncio``) that parses
+each request and calls the Flask app inline: no hand-off to a thread per request, which
+took more of gunicorn gthread's CPU than TLS or the admission (docs/performance.md,
+"Webhook"). One worker is one core at most (the GIL). While the app runs, its worker
+serves nothing else: the one blocking call, the namespace cache's fallback GET on a miss,
+is bounded (``FALLBACK_TIMEOUT``, 1 s + 2 s) and rare, and holds up only that worker.
+``--worker-class gthread`` (with ``--threads``) is the thread model of before.
+
+Each worker holds its own namespace cache (a watch on every namespace: small), but the
+pod still has one readiness and one set of metrics (:mod:`kube_offload.runtime.workers`):
+``/readyz`` answers 200 only once every worker's cache has synced, and ``/metrics``
+merges the counters of all workers through prometheus-client's multiprocess mode,
+whichever worker answers the scrape.
 
 The cache is created and started inside each worker, after the fork (``load`` runs there
 because the app is not preloaded): threads do not survive ``fork()``, so a watch started

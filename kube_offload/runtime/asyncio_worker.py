@@ -20,7 +20,8 @@ on request), heads within gunicorn's ``limit_request_*`` and :data:`MAX_HEAD` by
 (:attr:`GunicornServer.max_body_bytes`) is not read: the app sees the length and an empty
 stream, answers its own 413, and the connection is closed. Timeouts: ``keepalive`` seconds
 for an idle connection's next request, then :data:`READ_TIMEOUT` for the rest of that
-request (head and body, against slowloris), :data:`WRITE_TIMEOUT` to get an answer out.
+request (head and body, against slowloris), :data:`WRITE_TIMEOUT` to get an answer out;
+the heartbeat ticker enforces them, to the second (no timer per read).
 Bodies are read whole before the app is called; all connections' bodies together are
 bounded by :class:`ByteBudget` (a connection whose body does not fit waits).
 
