@@ -402,9 +402,14 @@ class AsyncioWorker(Worker):
                 self.log.info("Autorestarting worker after current request.")
                 self._stop()
             keep_alive = keep_alive and self.alive and not stopping.is_set()
-            out = b"".join(chunks) if head.method != "HEAD" else b""
+            out = b"".join(chunks)
+            body_length = len(out)
+            if head.method == "HEAD":  # the length of the body a GET would get, without it
+                declared = next((value for name, value in headers if name.lower() == "content-length"), "")
+                body_length = int(declared) if declared.isdigit() else body_length
+                out = b""
             try:
-                answer = response_head(status, headers, body_length=len(out), keep_alive=keep_alive,
+                answer = response_head(status, headers, body_length=body_length, keep_alive=keep_alive,
                                        date=self._dates.now())
             except ValueError as exc:
                 self.log.error("%s %s: the app's response is not valid HTTP: %s", head.method, head.target, exc)

@@ -104,7 +104,7 @@ class Responses:
         self.buffer += data
         return bool(data)
 
-    def next(self) -> tuple[int, dict[str, str], bytes]:
+    def next(self, *, head_request: bool = False) -> tuple[int, dict[str, str], bytes]:
         while b"\r\n\r\n" not in self.buffer:
             if not self._fill():
                 raise ConnectionError(f"closed before a response; got {self.buffer!r}")
@@ -112,7 +112,7 @@ class Responses:
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split(" ")[1])
         headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        length = int(headers.get("content-length", "0"))
+        length = 0 if head_request else int(headers.get("content-length", "0"))
         while len(self.buffer) < length:
             if not self._fill():
                 raise ConnectionError("closed within a response body")
@@ -150,6 +150,11 @@ def test_keep_alive_serves_many_requests_on_one_connection_pipelined_too(serve_w
         # Three requests in one write: three answers, in order.
         sock.sendall(request("POST", "/echo", b'{"n":1}') + request("GET", "/healthz") + request("POST", "/echo", b'{"n":3}'))
         assert [responses.next()[2] for _ in range(3)] == [b'{"n":1}', b"ok\n", b'{"n":3}']
+        # HEAD: the length a GET would get, no body; the connection goes on.
+        sock.sendall(request("HEAD", "/healthz") + request("GET", "/healthz"))
+        status, headers, body = responses.next(head_request=True)
+        assert (status, headers["content-length"], body) == (200, "3", b"")
+        assert responses.next()[2] == b"ok\n"
         # Connection: close is honoured.
         sock.sendall(request("GET", "/healthz", headers={"Connection": "close"}))
         status, headers, _ = responses.next()
