@@ -355,8 +355,8 @@ class AsyncioWorker(Worker):
                         body = bytes(buffer[:length])
                         del buffer[:length]
                     else:
-                        held = length
-                        await self._budget.acquire(held)
+                        await self._budget.acquire(length)
+                        held = length  # only once taken: a cancelled wait took nothing
                         if framing.expect_continue:
                             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                         while len(buffer) < length:
@@ -367,8 +367,8 @@ class AsyncioWorker(Worker):
                         body = bytes(buffer[:length])
                         del buffer[:length]
                 else:
+                    await self._budget.acquire(self.max_body + 1)
                     held = self.max_body + 1
-                    await self._budget.acquire(held)
                     if framing.expect_continue:
                         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                     body, rest, complete = await self._read_chunked(reader, buffer)

@@ -308,3 +308,28 @@ def test_renewed_certificate_files_are_used_by_new_connections(serve_webhook, tm
         assert Responses(sock).next()[0] == 200
     with pytest.raises(ssl.SSLCertVerificationError):
         connect(tls, port)
+
+
+def test_bodies_wait_for_room_in_the_byte_budget_and_time_out_cleanly(serve_webhook) -> None:
+    _, tls, port = serve_webhook(read_timeout=1.0, workers=1)
+    big = DEFAULT_MAX_BODY_BYTES
+    # Two bodies at the limit, never finished, fill the worker's budget (twice the limit);
+    # a third waits for room, and all three end in 408 when their request time is up.
+    holders = [connect(tls, port) for _ in range(3)]
+    for sock in holders:
+        sock.sendall(f"POST /echo HTTP/1.1\r\nContent-Length: {big}\r\n\r\n{{".encode())
+        time.sleep(0.1)
+    for sock in holders:
+        status, _, _ = Responses(sock).next()
+        assert status == 408
+        sock.close()
+    # Everything they held (or waited for) is back: two full bodies fit at once again.
+    payload = b"[" + b"0," * ((big - 3) // 2) + b"0]"
+    assert len(payload) <= big
+    senders = [connect(tls, port) for _ in range(2)]
+    for sock in senders:
+        sock.sendall(request("POST", "/echo", payload))
+    for sock in senders:
+        status, _, body = Responses(sock).next()
+        assert status == 200 and body == payload
+        sock.close()
