@@ -25,7 +25,8 @@ heartbeats, this script's polling), which the per-pod figures include.
 
 --profile DIR: where that CPU goes (bench/profiles.py). During each phase, back-to-back
 5 s Go CPU profiles of each kube-apiserver (``/debug/pprof/profile`` with the admin
-kubeconfig) and ``py-spy record --nonblocking`` of each vkubelet and enforcer; after the
+kubeconfig; the other control-plane components too where reachable, it says which are
+not) and ``py-spy record --nonblocking`` of each vkubelet and enforcer; after the
 run, CPU ms per pod by category (the profile's shares of each process's /proc CPU over
 the phase), local phase against offloaded phase. The profiles and ``pprof -top`` texts
 stay under DIR. Profiling costs CPU itself (the samplers and py-spy): time a run without it.
@@ -174,7 +175,9 @@ def main() -> int:
         meter = apirequests.Meter(env, [env.cluster(spec) for spec in topology.clusters()],
                                   apirequests.component_metrics_urls(topology))
         if args.profile is not None:
-            profiler = profiles.for_environment(env, [env.cluster(spec) for spec in topology.clusters()], args.profile)
+            clusters = [env.cluster(spec) for spec in topology.clusters()]
+            profiler = profiles.for_environment(env, clusters, args.profile, say=lambda line: print(line, file=sys.stderr),
+                                                control_plane={c.name: controlplane.control_plane_pids(c) for c in clusters})
         first = meter.snapshot()
         time.sleep(args.idle)
         idle = meter.window(first, meter.snapshot(), 0)

@@ -394,7 +394,8 @@ def main() -> int:
         local.kubectl("label", "namespace", NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
         sizes = {"pods": args.pods, "per_deployment": args.per_deployment, "timeout": args.timeout}
         if args.profile is not None:
-            profiler = profiles.for_environment(env, [local, *remotes], args.profile, say=log)
+            profiler = profiles.for_environment(env, [local, *remotes], args.profile, say=log,
+                                                control_plane={c.name: controlplane.control_plane_pids(c) for c in [local, *remotes]})
         if args.local_baseline:
             meter = apirequests.Meter(env, [local, *remotes]) if profiler is not None else None
             result.update(local_burst(local, profiler=profiler, meter=meter, **sizes))

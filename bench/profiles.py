@@ -29,7 +29,9 @@ leaf (:func:`python_caller_category`: which of our modules caused the work).
 The parsing and grouping are pure functions, unit-tested in
 tests/unit/bench/test_profiles.py; :class:`Profiler` is the thin I/O: back-to-back
 ``/debug/pprof/profile?seconds=N`` chunks through ``kubectl get --raw`` with the admin
-kubeconfig, and ``py-spy record --nonblocking -f raw`` per process, stopped with SIGINT.
+kubeconfig (the kube-controller-manager, kube-scheduler and etcd too where their flags
+say pprof is served, over HTTPS with the admin certificate; the bench says which were
+not and why), and ``py-spy record --nonblocking -f raw`` per process, stopped with SIGINT.
 """
 
 from __future__ import annotations
@@ -553,11 +555,101 @@ def profile_report(phases: Mapping[str, Mapping[str, ProcessProfile]], cpu: Mapp
     return lines
 
 
-def for_environment(env, clusters: list, out: Path, *, say: Callable[[str], None] = print) -> Profiler:
+def flag_values(argv: Iterable[str]) -> dict[str, str]:
+    """``--name=value`` and ``--name value`` flags of a command line; a bare ``--flag``
+    is "true"."""
+    values: dict[str, str] = {}
+    args = list(argv)
+    for index, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg[2:].partition("=")
+        if eq:
+            values[name] = value
+        elif index + 1 < len(args) and not args[index + 1].startswith("--"):
+            values[name] = args[index + 1]
+        else:
+            values[name] = "true"
+    return values
+
+
+def pprof_url(component: str, flags: Mapping[str, str]) -> tuple[str | None, str]:
+    """Where a control-plane component serves its CPU profile, from its flags, or None
+    and why not: kube-controller-manager and kube-scheduler on their secure port unless
+    --profiling=false; etcd on its client URL with --enable-pprof only."""
+    if component in ("kube-controller-manager", "kube-scheduler"):
+        if flags.get("profiling", "true") == "false":
+            return None, "--profiling=false"
+        port = flags.get("secure-port")
+        if not port or port == "0":
+            return None, "no --secure-port"
+        host = flags.get("bind-address", "127.0.0.1")
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        return f"https://{host}:{port}/debug/pprof/profile", ""
+    if component == "etcd":
+        if flags.get("enable-pprof", "false") != "true":
+            return None, "etcd runs without --enable-pprof"
+        url = flags.get("listen-client-urls", flags.get("advertise-client-urls", "")).split(",")[0]
+        if not url:
+            return None, "no client URL"
+        return url.rstrip("/") + "/debug/pprof/profile", ""
+    return None, "not a Go component with pprof"
+
+
+def https_target(name: str, url: str, cert: Path, key: Path) -> GoTarget:
+    """A component's pprof over HTTPS with the admin client certificate (its serving
+    certificate is self-signed: not verified, loopback only)."""
+    import ssl
+    import urllib.request
+
+    def fetch(seconds: int) -> bytes:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        if url.startswith("https:"):
+            context.load_cert_chain(str(cert), str(key))
+        with urllib.request.urlopen(f"{url}?seconds={seconds}", timeout=seconds + 60,
+                                    context=context if url.startswith("https:") else None) as response:
+            return response.read()
+
+    return GoTarget(name, fetch)
+
+
+def control_plane_targets(cluster, pids: Mapping[str, int], say: Callable[[str], None]) -> list[GoTarget]:
+    """The control-plane components of ``cluster`` (but the apiserver) whose pprof is
+    reachable, each checked with a 1 s profile; says which are not and why."""
+    pki = cluster.kwok_workdir / "clusters" / cluster.name / "pki"
+    targets = []
+    for component, pid in sorted(pids.items()):
+        if component in ("kube-apiserver", "kwok-controller"):
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        url, why = pprof_url(component, flag_values(argv[1:]))
+        if url is None:
+            say(f"  profile: {cluster.name}/{component} not profiled: {why}")
+            continue
+        target = https_target(f"{cluster.name}/{component}", url, pki / "admin.crt", pki / "admin.key")
+        try:
+            target.fetch(1)
+        except OSError as error:
+            say(f"  profile: {cluster.name}/{component} not profiled: {url}: {error}")
+            continue
+        targets.append(target)
+    return targets
+
+
+def for_environment(env, clusters: list, out: Path, *, say: Callable[[str], None] = print,
+                    control_plane: Mapping[str, Mapping[str, int]] | None = None) -> Profiler:
     """A Profiler of every cluster's kube-apiserver (named as apirequests.Meter names its
-    CPU, "<cluster>/kube-apiserver") and of each vkubelet and enforcer the harness started
-    ("ours/<name>")."""
+    CPU, "<cluster>/kube-apiserver"), of the other control-plane components whose pprof is
+    reachable (``control_plane``: cluster name -> component -> PID), and of each vkubelet
+    and enforcer the harness started ("ours/<name>")."""
     go = [apiserver_target(f"{c.name}/kube-apiserver", c.bins.kubectl, c.kubeconfig, c.env()) for c in clusters]
+    for cluster in clusters:
+        go += control_plane_targets(cluster, (control_plane or {}).get(cluster.name, {}), say)
     python = {f"ours/{r.name}": r.pid for r in env.processes.load()
               if r.running() and r.name.startswith(("vkubelet-", "enforcer-"))}
     return Profiler(out, go, python, say=say)

@@ -236,3 +236,20 @@ def test_profile_report_separates_go_from_python():
     go_block = text.split("Go processes, by path")[0]
     assert "vkubelet" not in go_block and "JSON" in go_block
     assert not math.isnan(float(lines[3].split()[-1]))
+
+
+def test_flag_values_reads_both_spellings():
+    assert pr.flag_values(["--secure-port=10257", "--bind-address", "127.0.0.1", "--enable-pprof", "--v=2"]) == {
+        "secure-port": "10257", "bind-address": "127.0.0.1", "enable-pprof": "true", "v": "2"}
+
+
+@pytest.mark.parametrize(("component", "flags", "url", "why"), [
+    ("kube-scheduler", {"secure-port": "10259", "bind-address": "0.0.0.0"}, "https://127.0.0.1:10259/debug/pprof/profile", ""),
+    ("kube-controller-manager", {"secure-port": "10257", "profiling": "false"}, None, "--profiling=false"),
+    ("kube-controller-manager", {}, None, "no --secure-port"),
+    ("etcd", {"listen-client-urls": "http://127.0.0.1:2379"}, None, "etcd runs without --enable-pprof"),
+    ("etcd", {"enable-pprof": "true", "listen-client-urls": "http://127.0.0.1:2379,http://[::1]:2379"},
+     "http://127.0.0.1:2379/debug/pprof/profile", ""),
+])
+def test_pprof_url(component, flags, url, why):
+    assert pr.pprof_url(component, flags) == (url, why)
