@@ -21,7 +21,8 @@ Go (``go tool pprof -traces``: every sample with its whole stack), two views:
   handler (create, update, patch, get, list, delete), the filters before it (authn,
   authz, APF, audit), etcd, connection handling, background GC.
 
-Python (py-spy's ``raw`` output: collapsed stacks, idle threads left out by py-spy), two
+Python (py-spy's ``raw`` output: collapsed stacks; samples of a waiting thread, whose
+leaf is a wait in :data:`IDLE_LEAVES`, left out), two
 views: by the leaf frame's package (:func:`python_work_category`: our module, a
 third-party package, a standard library module) and by the frame of ours nearest the
 leaf (:func:`python_caller_category`: which of our modules caused the work).
@@ -267,6 +268,26 @@ def top_packages(samples: Iterable[Sample], categorize: Callable[[tuple[str, ...
 _PY_FRAME = re.compile(r"^(?P<function>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _OURS = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "relay")
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+# Leaf functions where a thread waits (py-spy's --nonblocking sampling does not always see
+# that a thread is idle): blocking reads, selectors, locks, condition variables, queues.
+IDLE_LEAVES = frozenset({
+    "Condition.wait", "Event.wait", "Thread.join", "Queue.get", "SimpleQueue.get", "sleep",
+    "select", "_PollLikeSelector.select", "EpollSelector.select", "PollSelector.select", "SelectSelector.select",
+    "SocketIO.readinto", "SSLSocket.read", "SSLSocket.recv_into", "SSLSocket.recv", "socket.accept", "accept",
+    "_wait_for_tstate_lock", "Semaphore.acquire", "Lock.acquire", "RLock.acquire", "poll", "serve_forever",
+})
+
+
+def is_idle(stack: tuple[str, ...]) -> bool:
+    """A sample of a thread waiting (its leaf function is a wait of :data:`IDLE_LEAVES`)."""
+    match = _PY_FRAME.match(stack[0]) if stack else None
+    return match is not None and match.group("function") in IDLE_LEAVES
+
+
+def busy(samples: Iterable[Sample]) -> list[Sample]:
+    return [s for s in samples if not is_idle(s.stack)]
 
 
 def parse_collapsed(text: str) -> list[Sample]:
@@ -527,7 +548,7 @@ class Profiler:
             if not raw.exists():
                 self.problems.append(f"{phase}: no py-spy output for {name} (see {raw.with_suffix('.py-spy.log')})")
                 continue
-            samples = parse_collapsed(raw.read_text())
+            samples = busy(parse_collapsed(raw.read_text()))
             profiles[name] = ProcessProfile({"work": tally(samples, python_work_category),
                                              "path": tally(samples, python_caller_category)})
         return profiles

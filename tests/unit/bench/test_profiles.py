@@ -253,3 +253,12 @@ def test_flag_values_reads_both_spellings():
 ])
 def test_pprof_url(component, flags, url, why):
     assert pr.pprof_url(component, flags) == (url, why)
+
+
+def test_busy_drops_the_samples_of_waiting_threads():
+    samples = pr.parse_collapsed(
+        "run (threading.py:982);LeaderElector._run (kube_offload/runtime/leader_election.py:277);"
+        "Event.wait (threading.py:629);Condition.wait (threading.py:331) 16\n"
+        "resp_lines (kubernetes/watch/watch.py:57);SSLSocket.read (ssl.py:1167) 7\n"
+        "sync (kube_offload/vkubelet/pods.py:140);dumps (json/__init__.py:231) 3\n")
+    assert [s.value for s in pr.busy(samples)] == [3]
