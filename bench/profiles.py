@@ -15,7 +15,8 @@ Go (``go tool pprof -traces``: every sample with its whole stack), two views:
   TLS/crypto, JSON, protobuf, conversion/defaulting/deep copy, managed fields, etcd
   client/grpc, watch cache, admission, validation, authn/authz, audit, flow control,
   metrics, logging, HTTP/2 & net. Allocation and GC assists are charged to the code that
-  allocates; only the background GC workers and the scheduler are "GC/runtime".
+  allocates; stacks of the runtime alone are "GC (background)" (the mark workers, the
+  sweeper) or "Go scheduler & runtime" (finding work, netpoll, timers).
 - **path** (:func:`go_path_category`): on whose behalf, from markers anywhere in the
   stack: the admission webhook calls out, watch serving and the watch cache, each request
   handler (create, update, patch, get, list, delete), the filters before it (authn,
@@ -182,7 +183,9 @@ GO_WORK_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "k8s.io/apiserver/pkg/endpoints/handlers/responsewriters", "k8s.io/apimachinery/pkg/util/net")),
 )
 _PROTOBUF_METHOD = re.compile(r"\.(?:Unmarshal|Marshal|MarshalTo|MarshalToSizedBuffer|Size|XXX_\w+|sov\w*|skip\w*|encodeVarint\w*)$")
-GC_RUNTIME = "GC/runtime"
+GC_RUNTIME = "Go scheduler & runtime"
+GC_BACKGROUND = "GC (background)"
+_GC_BACKGROUND = ("runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart")
 OTHER = "other"
 TLS_HANDSHAKE = "TLS handshake"
 
@@ -208,13 +211,15 @@ def go_work_category(stack: tuple[str, ...]) -> str:
             if frame.startswith(prefixes):
                 return category
         return OTHER
+    if any(frame.startswith(_GC_BACKGROUND) for frame in stack):
+        return GC_BACKGROUND
     return GC_RUNTIME
 
 
 # (category, substrings of a frame), first rule with a matching frame anywhere in the
 # stack wins: the more specific purposes first.
 GO_PATH_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("GC (background)", ("runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart")),
+    (GC_BACKGROUND, _GC_BACKGROUND),
     ("admission webhooks (calls out)", ("k8s.io/apiserver/pkg/admission/plugin/webhook",)),
     ("watch: cache and dispatch", ("k8s.io/apiserver/pkg/storage/cacher",)),
     ("watch: serving", ("k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer)", "k8s.io/apiserver/pkg/endpoints/handlers.serveWatch")),

@@ -122,7 +122,7 @@ def test_go_package(frame, package):
 
 def test_go_work_categories_walk_past_generic_frames_to_the_work():
     categories = [pr.go_work_category(s.stack) for s in pr.parse_traces(TRACES)]
-    assert categories == ["JSON", "TLS/crypto", "TLS handshake", "GC/runtime", "protobuf", "HTTP/2 & net", "other"]
+    assert categories == ["JSON", "TLS/crypto", "TLS handshake", "GC (background)", "protobuf", "HTTP/2 & net", "other"]
 
 
 @pytest.mark.parametrize(("stack", "category"), [
@@ -134,7 +134,7 @@ def test_go_work_categories_walk_past_generic_frames_to_the_work():
     (("k8s.io/api/core/v1.(*PodSpec).MarshalToSizedBuffer",), "protobuf"),
     (("k8s.io/apiserver/pkg/audit.LogRequestObject",), "audit"),
     (("k8s.io/apiserver/pkg/authorization/union.unionAuthzHandler.Authorize",), "authn/authz"),
-    (("runtime.futex", "runtime.findRunnable", "runtime.schedule"), "GC/runtime"),
+    (("runtime.futex", "runtime.findRunnable", "runtime.schedule"), "Go scheduler & runtime"),
 ])
 def test_go_work_category_rules(stack, category):
     assert pr.go_work_category(stack) == category
