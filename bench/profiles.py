@@ -156,7 +156,8 @@ GO_WORK_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "k8s.io/apimachinery/pkg/runtime/serializer/protobuf")),
     ("managed fields (server-side apply)", ("sigs.k8s.io/structured-merge-diff/", "k8s.io/apimachinery/pkg/util/managedfields",
                                             "k8s.io/apiserver/pkg/endpoints/handlers/fieldmanager")),
-    ("etcd client/grpc", ("go.etcd.io/", "google.golang.org/grpc", "k8s.io/apiserver/pkg/storage/etcd3")),
+    ("etcd client/grpc", ("go.etcd.io/", "google.golang.org/grpc", "k8s.io/apiserver/pkg/storage/etcd3",
+                          "k8s.io/apiserver/pkg/storage/cacher.(*CacheDelegator)")),
     ("watch cache & dispatch", ("k8s.io/apiserver/pkg/storage/cacher", "k8s.io/apimachinery/pkg/watch",
                                 "k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer)",
                                 "k8s.io/apiserver/pkg/endpoints/handlers.serveWatch")),
@@ -221,15 +222,18 @@ def go_work_category(stack: tuple[str, ...]) -> str:
 GO_PATH_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (GC_BACKGROUND, _GC_BACKGROUND),
     ("admission webhooks (calls out)", ("k8s.io/apiserver/pkg/admission/plugin/webhook",)),
-    ("watch: cache and dispatch", ("k8s.io/apiserver/pkg/storage/cacher",)),
-    ("watch: serving", ("k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer)", "k8s.io/apiserver/pkg/endpoints/handlers.serveWatch")),
     ("create requests", ("k8s.io/apiserver/pkg/endpoints/handlers.createHandler", "k8s.io/apiserver/pkg/endpoints/handlers.CreateResource",
                          "k8s.io/apiserver/pkg/endpoints/handlers.CreateNamedResource")),
     ("update requests", ("k8s.io/apiserver/pkg/endpoints/handlers.UpdateResource",)),
-    ("patch requests", ("k8s.io/apiserver/pkg/endpoints/handlers.PatchResource",)),
+    ("patch requests", ("k8s.io/apiserver/pkg/endpoints/handlers.PatchResource", "k8s.io/apiserver/pkg/endpoints/handlers.(*patcher)")),
     ("delete requests", ("k8s.io/apiserver/pkg/endpoints/handlers.DeleteResource", "k8s.io/apiserver/pkg/endpoints/handlers.DeleteCollection")),
     ("get requests", ("k8s.io/apiserver/pkg/endpoints/handlers.GetResource", "k8s.io/apiserver/pkg/endpoints/handlers.getResourceHandler")),
     ("list requests", ("k8s.io/apiserver/pkg/endpoints/handlers.ListResource",)),
+    # After the requests: every write goes through the cacher's CacheDelegator to etcd.
+    ("watch: cache and dispatch", ("k8s.io/apiserver/pkg/storage/cacher.(*Cacher)", "k8s.io/apiserver/pkg/storage/cacher.(*cacheWatcher)",
+                                   "k8s.io/apiserver/pkg/storage/cacher.(*watchCache)", "k8s.io/apiserver/pkg/storage/cacher.(*cachingObject)",
+                                   "k8s.io/apiserver/pkg/storage/cacher.(*watcherBookmarkTimeBuckets)")),
+    ("watch: serving", ("k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer)", "k8s.io/apiserver/pkg/endpoints/handlers.serveWatch")),
     ("audit", ("k8s.io/apiserver/pkg/audit", "k8s.io/apiserver/plugin/pkg/audit")),
     ("filters: authn, authz, APF", ("k8s.io/apiserver/pkg/endpoints/filters", "k8s.io/apiserver/pkg/server/filters",
                                     "k8s.io/apiserver/pkg/util/flowcontrol")),
@@ -306,6 +310,8 @@ def parse_collapsed(text: str) -> list[Sample]:
         if not line:
             continue
         stack_text, _, count = line.rpartition(" ")
+        if not stack_text.strip() and count.isdigit():
+            continue  # a thread sampled without a Python frame (py-spy writes " <count>")
         if not stack_text or not count.isdigit():
             raise ProfileFormatError(f"line {number} is not 'stack count': {line[:120]!r}")
         samples.append(Sample(float(count), tuple(reversed(stack_text.split(";")))))

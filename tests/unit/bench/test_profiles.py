@@ -140,6 +140,17 @@ def test_go_work_category_rules(stack, category):
     assert pr.go_work_category(stack) == category
 
 
+def test_go_path_a_write_through_the_cache_delegator_is_its_request_not_the_watch_cache():
+    stack = ("k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate",
+             "k8s.io/apiserver/pkg/storage/cacher.(*CacheDelegator).GuaranteedUpdate",
+             "k8s.io/apiserver/pkg/registry/generic/registry.(*Store).Update",
+             "k8s.io/apiserver/pkg/endpoints/handlers.(*patcher).patchResource.func3",
+             "k8s.io/apiserver/pkg/endpoints/handlers.finishRequest.func1")
+    assert pr.go_path_category(stack) == "patch requests"
+    assert pr.go_work_category(stack) == "etcd client/grpc"
+    assert pr.go_path_category(("k8s.io/apiserver/pkg/storage/cacher.(*Cacher).dispatchEvent",)) == "watch: cache and dispatch"
+
+
 def test_go_path_categories_by_stack_markers():
     categories = [pr.go_path_category(s.stack) for s in pr.parse_traces(TRACES)]
     assert categories == ["watch: serving", "connections: HTTP/2, TLS I/O", "TLS handshakes", "GC (background)",
@@ -167,6 +178,10 @@ def test_parse_collapsed_reads_counts_and_reverses_the_stack():
     assert [s.value for s in samples] == [7, 3, 2, 1]
     assert samples[0].stack[0] == "send (ssl.py:1210)"
     assert samples[0].stack[-1] == "<module> (kube_offload/vkubelet/__main__.py:12)"
+
+
+def test_parse_collapsed_skips_a_sample_without_frames():
+    assert [s.value for s in pr.parse_collapsed("a (b.py:1) 4\n 1\n")] == [4]
 
 
 def test_parse_collapsed_refuses_a_line_without_a_count():
