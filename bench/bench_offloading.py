@@ -2,7 +2,7 @@
 kwok nodes, in the same run on the same loopback environment; plus the virtual kubelet's
 resident memory at that scale.
 
-    .venv/bin/python bench/bench_offloading.py [--sizes 100,500] [--pin] [--keep]
+    .venv/bin/python bench/bench_offloading.py [--sizes 100,500] [--pin] [--keep] [--profile DIR]
 
 Prints a table and the ratio virtual/local for each size (goal: <= 1.5). Not a test: it
 never fails on time. It brings up its own environment (local + 1 remote cluster, large
@@ -22,6 +22,14 @@ the audit log (on by default, ``--no-audit`` for timing alone: it costs the apis
 JSON line per request) the same by client; CPU seconds per pod of every process the
 harness and kwokctl started. An idle window first gives the background rate (leases,
 heartbeats, this script's polling), which the per-pod figures include.
+
+--profile DIR: where that CPU goes (bench/profiles.py). During each phase, back-to-back
+5 s Go CPU profiles of each kube-apiserver (``/debug/pprof/profile`` with the admin
+kubeconfig; the other control-plane components too where reachable, it says which are
+not) and ``py-spy record --nonblocking`` of each vkubelet and enforcer; after the
+run, CPU ms per pod by category (the profile's shares of each process's /proc CPU over
+the phase), local phase against offloaded phase. The profiles and ``pprof -top`` texts
+stay under DIR. Profiling costs CPU itself (the samplers and py-spy): time a run without it.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from kube_offload_harness.cluster import Cluster, Environment, default_topology
 
 import apirequests
 import controlplane
+import profiles
 
 
 def deployment(name: str, namespace: str, replicas: int) -> dict:
@@ -91,9 +100,31 @@ def cleanup(local: Cluster, names: list[str], timeout: float = 300) -> None:
     local.kubectl("delete", "namespace", *names, "--wait=true", f"--timeout={int(timeout)}s", check=False, timeout=timeout + 30)
 
 
+def profiled(profiler: profiles.Profiler | None, phase: str, settle: float, cluster: Cluster, namespace: str,
+             replicas: int, timeout: float) -> float:
+    """time_to_running(), profiled when asked, then the settle time: the profiles' last
+    chunk ends inside it."""
+    if profiler is not None:
+        profiler.start(phase)
+    try:
+        result = time_to_running(cluster, namespace, replicas, timeout)
+    finally:
+        stopping = time.monotonic()
+        if profiler is not None:
+            profiler.stop()
+    time.sleep(max(0.0, settle - (time.monotonic() - stopping)))
+    return result
+
+
 def print_work(size: int, phases: dict[str, apirequests.Window], idle: apirequests.Window, local: str) -> None:
     print()
     print("\n".join(apirequests.work_report(phases, local, per=f"pod, {size} pods", idle=idle)))
+
+
+def print_profiles(size: int, phases: dict[str, apirequests.Window], found: dict[str, dict]) -> None:
+    cpu = {name: window.cpu for name, window in phases.items()}
+    pods = {name: window.pods for name, window in phases.items()}
+    print("\n".join(profiles.profile_report(found, cpu, pods, per=f"pod, {size} pods")))
 
 
 def main() -> int:
@@ -108,7 +139,12 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10, help="seconds of the idle window (background rate)")
     parser.add_argument("--settle", type=float, default=5,
                         help="seconds after all pods run before a phase's window closes (its trailing writes)")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="profile the kube-apiservers (pprof) and the vkubelet and enforcer (py-spy) during each "
+                             "phase, keep the profiles in DIR and print CPU ms per pod by category")
     args = parser.parse_args()
+    if args.profile is not None and args.settle < profiles.CHUNK_SECONDS:
+        parser.error(f"--profile needs --settle >= {profiles.CHUNK_SECONDS}: a phase's last profile must end in its window")
     cores = sorted(os.sched_getaffinity(0))
     if args.pin and len(cores) < 2:
         parser.error(f"--pin needs two cores, this process may use {cores}")
@@ -123,6 +159,7 @@ def main() -> int:
         spec.audit = args.audit
     rows = []
     work: dict[int, dict[str, apirequests.Window]] = {}
+    profiler: profiles.Profiler | None = None
     load_before = os.getloadavg()
     try:
         env.up(topology)
@@ -137,6 +174,10 @@ def main() -> int:
                       file=sys.stderr, flush=True)
         meter = apirequests.Meter(env, [env.cluster(spec) for spec in topology.clusters()],
                                   apirequests.component_metrics_urls(topology))
+        if args.profile is not None:
+            clusters = [env.cluster(spec) for spec in topology.clusters()]
+            profiler = profiles.for_environment(env, clusters, args.profile, say=lambda line: print(line, file=sys.stderr),
+                                                control_plane={c.name: controlplane.control_plane_pids(c) for c in clusters})
         first = meter.snapshot()
         time.sleep(args.idle)
         idle = meter.window(first, meter.snapshot(), 0)
@@ -144,11 +185,9 @@ def main() -> int:
             ns_local = namespace(local, f"bench-local-{size}", C.PLACEMENT_LOCAL)
             ns_remote = namespace(local, f"bench-remote-{size}", C.PLACEMENT_REMOTE)
             start = meter.snapshot()
-            t_local = time_to_running(local, ns_local, size, args.timeout)
-            time.sleep(args.settle)
+            t_local = profiled(profiler, f"{size}-local", args.settle, local, ns_local, size, args.timeout)
             middle = meter.snapshot()
-            t_remote = time_to_running(local, ns_remote, size, args.timeout)
-            time.sleep(args.settle)
+            t_remote = profiled(profiler, f"{size}-offloaded", args.settle, local, ns_remote, size, args.timeout)
             end = meter.snapshot()
             work[size] = {"local pod": meter.window(start, middle, size), "offloaded pod": meter.window(middle, end, size)}
             rss = rss_mib(vkubelet.pid)
@@ -171,6 +210,11 @@ def main() -> int:
         print(f"{size:>6} {t_local:>15.1f} {t_remote:>17.1f} {ratio:>7.2f} {rss:>19.0f}")
     for size, phases in work.items():
         print_work(size, phases, idle, topology.local.name)
+        if profiler is not None:
+            print_profiles(size, phases, {"local pod": profiler.summarise(f"{size}-local"),
+                                          "offloaded pod": profiler.summarise(f"{size}-offloaded")})
+    if profiler is not None:
+        print(f"\nprofiles under {args.profile}" + "".join(f"\nPROFILE PROBLEM: {p}" for p in profiler.problems))
     print(json.dumps({"rows": [dict(zip(("pods", "local_s", "virtual_s", "ratio", "rss_mib"), r, strict=True)) for r in rows],
                       "work": {size: {name: w.to_json() for name, w in phases.items()} for size, phases in work.items()}}))
     return 0

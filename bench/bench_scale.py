@@ -3,6 +3,7 @@ back to 0 with nothing left behind; CPU of our processes per pod against the
 kube-apiservers' in the same run, and each virtual kubelet's peak memory.
 
     .venv/bin/python bench/bench_scale.py [--pods 10000] [--remotes 3] [--per-deployment 1000] [--no-local-baseline]
+                                          [--profile DIR]
     .venv/bin/python bench/bench_scale.py --failover vkubelet|enforcer [--failover-at 0.3]
 
 With --failover (default 1,000 pods on 1 remote) the burst runs twice in the same
@@ -36,6 +37,11 @@ the scale-up and for up + down; by client too with ``--audit`` (each apiserver w
 audit log: a JSON line per request, ~1 KB, i.e. GBs at 10,000 pods; off by default). The
 local-node baseline of the same figures is bench_offloading.py's (this script offloads
 every pod).
+
+--profile DIR (bench/profiles.py, as in bench_offloading.py): Go CPU profiles of each
+kube-apiserver and py-spy of each vkubelet and enforcer during the local baseline (until
+all its pods run) and during the offloaded scale-up (likewise), then CPU ms per pod by
+category for both.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from kube_offload_harness.cluster import Cluster, Environment, default_topology
 import apirequests
 import controlplane
 import failover
+import profiles
 from bench_offloading import deployment
 from failover import Failover
 
@@ -189,7 +196,8 @@ def leftovers(local: Cluster, remotes: list[Cluster]) -> dict[str, int]:
 
 
 def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: str, pods: int, per_deployment: int,
-          timeout: float, vkubelets: dict[str, int], driver: Failover | None = None) -> dict:
+          timeout: float, vkubelets: dict[str, int], driver: Failover | None = None,
+          profiler: profiles.Profiler | None = None) -> dict:
     """Apply ``pods`` pods in Deployments named ``<label>-<i>``, wait until they all run,
     check 1:1, scale to 0 and check nothing is left, then delete the Deployments (so a
     second burst in the same namespace starts from nothing). With ``driver``, its
@@ -202,6 +210,8 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     problems: list[str] = []
 
     before = meter.snapshot()
+    if profiler is not None:
+        profiler.start(f"{label}-offloaded")
     started = time.monotonic()
     log(f"[{label}] applying {count} Deployments ({pods} pods) in {NAMESPACE}")
     local.apply([deployment(f"{label}-{i}", NAMESPACE, size) for i, size in enumerate(sizes)])
@@ -223,6 +233,8 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
             break
         # Listing N pods costs the local apiserver too: poll less often as N grows.
         time.sleep(POLL_SECONDS if pods <= 1000 else 10.0)
+    if profiler is not None:
+        profiler.stop()
     after_up = meter.snapshot()
     if driver is not None:
         driver.done.set()
@@ -261,14 +273,19 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     }
 
 
-def local_burst(local: Cluster, *, pods: int, per_deployment: int, timeout: float) -> dict:
+def local_burst(local: Cluster, *, pods: int, per_deployment: int, timeout: float,
+                profiler: profiles.Profiler | None = None, meter: apirequests.Meter | None = None) -> dict:
     """The baseline: the same Deployments in a namespace whose pods stay on the local kwok
     nodes, timed as burst() times the offloaded ones (apply -> all Running by the same
-    poll); then the namespace goes, so the offloaded burst starts on an idle cluster."""
+    poll); then the namespace goes, so the offloaded burst starts on an idle cluster.
+    With ``profiler`` (and ``meter``), the phase is profiled and its window returned."""
     local.kubectl("create", "namespace", LOCAL_NAMESPACE)
     local.kubectl("label", "namespace", LOCAL_NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_LOCAL}")
     sizes = deployment_sizes(pods, per_deployment)
     problems: list[str] = []
+    before = meter.snapshot() if profiler is not None and meter is not None else None
+    if profiler is not None:
+        profiler.start("local")
     started = time.monotonic()
     log(f"[local] applying {len(sizes)} Deployments ({pods} pods) in {LOCAL_NAMESPACE}")
     local.apply([deployment(f"local-{i}", LOCAL_NAMESPACE, size) for i, size in enumerate(sizes)])
@@ -285,6 +302,11 @@ def local_burst(local: Cluster, *, pods: int, per_deployment: int, timeout: floa
             converged = time.monotonic() - started
             break
         time.sleep(POLL_SECONDS if pods <= 1000 else 10.0)
+    window = None
+    if profiler is not None:
+        profiler.stop()
+        if meter is not None and before is not None:
+            window = meter.window(before, meter.snapshot(), pods)
     if converged is None:
         problems.append(f"local baseline not converged after {timeout}s: {last_ready}/{pods} ready")
     else:
@@ -298,7 +320,7 @@ def local_burst(local: Cluster, *, pods: int, per_deployment: int, timeout: floa
                   check=False, timeout=timeout + 30)
     log(f"[local] namespace deleted in {time.monotonic() - deleting:.1f}s")
     return {"local_converge_s": converged, "local_pods_per_s": pods / converged if converged else None,
-            "local_problems": problems}
+            "local_problems": problems, "local_window": window}
 
 
 def failover_join_seconds(timeout: float) -> float:
@@ -325,6 +347,9 @@ def main() -> int:
     parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=False,
                         help="write each apiserver's audit log, to count requests by client (default: off, "
                              "~1 KB per request)")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="profile the kube-apiservers (pprof) and the vkubelets and enforcers (py-spy) during the "
+                             "local baseline and the offloaded scale-up; print CPU ms per pod by category")
     args = parser.parse_args()
     if args.pods is None:
         args.pods = 1000 if args.failover else 10_000
@@ -357,6 +382,7 @@ def main() -> int:
     for spec in topology.clusters():
         spec.audit = args.audit
     result: dict = {"pods": args.pods, "remotes": args.remotes, "per_deployment": args.per_deployment}
+    profiler: profiles.Profiler | None = None
     load_before = os.getloadavg()
     try:
         env.up(topology)
@@ -367,9 +393,14 @@ def main() -> int:
         local.kubectl("create", "namespace", NAMESPACE)
         local.kubectl("label", "namespace", NAMESPACE, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
         sizes = {"pods": args.pods, "per_deployment": args.per_deployment, "timeout": args.timeout}
+        if args.profile is not None:
+            profiler = profiles.for_environment(env, [local, *remotes], args.profile, say=log,
+                                                control_plane={c.name: controlplane.control_plane_pids(c) for c in [local, *remotes]})
         if args.local_baseline:
-            result.update(local_burst(local, **sizes))
-        result.update(burst(env, local, remotes, label="baseline" if args.failover else "scale", vkubelets=vkubelets, **sizes))
+            meter = apirequests.Meter(env, [local, *remotes]) if profiler is not None else None
+            result.update(local_burst(local, profiler=profiler, meter=meter, **sizes))
+        result.update(burst(env, local, remotes, label="baseline" if args.failover else "scale", vkubelets=vkubelets,
+                            profiler=profiler, **sizes))
         result["problems"] = result.pop("local_problems", []) + result["problems"]
         result.update({"vkubelet_rss_idle_mib": rss_idle, "load_before": load_before, "load_after": os.getloadavg()})
         if args.failover:
@@ -412,9 +443,12 @@ def main() -> int:
     for key, mib in result["vkubelet_peak_rss_mib"].items():
         print(f"vkubelet {key}: peak RSS {mib:.0f} MiB (idle {result['vkubelet_rss_idle_mib'][key]:.0f} MiB)")
     work = result.pop("work", None)
+    local_window = result.pop("local_window", None)
     if work:
         print_work(work, topology.local.name)
         result["work"] = {name: window.to_json() for name, window in work.items()}
+        if profiler is not None:
+            print_profiles(profiler, work["scale up"], local_window, label="baseline" if args.failover else "scale")
     if "failover" in result:
         print_failover(result["failover"], baseline_s=result.get("converge_s"), pods=args.pods)
     print(json.dumps(result))
@@ -425,6 +459,17 @@ def main() -> int:
 
 def print_work(phases: dict[str, apirequests.Window], local: str) -> None:
     print("\n".join(apirequests.work_report(phases, local, per="offloaded pod")))
+
+
+def print_profiles(profiler: profiles.Profiler, offloaded: apirequests.Window, local: apirequests.Window | None, *,
+                   label: str) -> None:
+    phases = {"offloaded pod": (offloaded, profiler.summarise(f"{label}-offloaded"))}
+    if local is not None:
+        phases = {"local pod": (local, profiler.summarise("local")), **phases}
+    print("\n".join(profiles.profile_report({n: found for n, (_, found) in phases.items()},
+                                             {n: w.cpu for n, (w, _) in phases.items()},
+                                             {n: w.pods for n, (w, _) in phases.items()}, per="pod")))
+    print(f"profiles under {profiler.out}" + "".join(f"\nPROFILE PROBLEM: {p}" for p in profiler.problems))
 
 
 def print_failover(fo: dict, *, baseline_s: float | None, pods: int) -> None:
