@@ -2,7 +2,7 @@
 and the body limits that follow (a script, not a test: it prints figures).
 
 Each case runs in a fresh subprocess and sends one body through the component's real
-Flask app (``wsgi_app``: werkzeug reads the body, ``parse_review`` / ``wire`` parse it
+WSGI app (the webhook's own, the extender's Flask app: the app reads the body, ``parse_review`` / ``wire`` parse it
 with orjson, the route decides and answers), the body waiting in an in-memory
 ``wsgi.input`` as gunicorn's would. Two figures per case:
 
@@ -83,7 +83,7 @@ CHART = ROOT / "charts" / "kube-offload-local" / "values.yaml"
 # --- bodies ------------------------------------------------------------------------------
 
 def wsgi_post(app, path: str, body: bytes) -> str:
-    """POST ``body`` to ``path`` through the Flask app's WSGI entry, as gunicorn hands a
+    """POST ``body`` to ``path`` through the app's WSGI entry, as gunicorn hands a
     request over (body in ``wsgi.input``); returns the status code as text."""
     status: list[str] = []
     environ = {
@@ -92,7 +92,7 @@ def wsgi_post(app, path: str, body: bytes) -> str:
         "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
         "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
     }
-    b"".join(app.wsgi_app(environ, lambda s, h, e=None: status.append(s)))
+    b"".join(app(environ, lambda s, h, e=None: status.append(s)))
     return status[0][:3]
 
 def _pad_pod(pod: dict, size: int, dense: bool) -> dict:
@@ -515,7 +515,7 @@ def reserve_cost() -> tuple[float, float]:
             "wsgi.input_terminated": True, "wsgi.errors": sys.stderr,
             "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(small)),
         }
-        b"".join(app.wsgi_app(environ, lambda s, h, e=None: None))
+        b"".join(app(environ, lambda s, h, e=None: None))
     request = (time.perf_counter() - began) / calls * 1e6
     return pair, request
 

@@ -1,7 +1,7 @@
 """Benchmark of the admission webhook over HTTPS (a script, not a test: it never fails on
 time, it prints figures).
 
-It starts the production server stack (gunicorn, gthread workers, TLS, the default number
+It starts the production server stack (gunicorn, the default worker class, TLS, the default number
 of worker processes with shared metrics and readiness) with the bench-only ``POST /echo``
 route enabled and a static in-memory namespace source
 holding one offloaded namespace, then drives it from separate client processes, each with
@@ -315,8 +315,9 @@ PROFILE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("admission work", ("webhook/review.py", "kube_offload/admission.py", "kube_offload/pod_mutation",
                         "kube_offload/affinity", "kube_offload/policy", "kube_offload/selector",
                         "kube_offload/namespace_policies", "webhook/namespace_cache.py")),
-    ("route code (webhook/app.py, body read, metrics calls)", ("webhook/app.py", "kube_offload/runtime/body_limit",
-                                                              "kube_offload/runtime/http_metrics")),
+    ("route code (webhook/app.py, runtime/wsgi.py, body read, metrics calls)", (
+        "webhook/app.py", "kube_offload/runtime/wsgi.py", "kube_offload/runtime/body_limit",
+        "kube_offload/runtime/http_metrics")),
     ("Flask/Werkzeug", ("flask/", "werkzeug/")),
     ("asyncio worker: HTTP parse, environ, answer", ("runtime/http11.py", "runtime/asyncio_worker.py")),
     ("gthread: hand-off to and from the pool", ("PollableMethodQueue", "concurrent/futures", "queue.py",

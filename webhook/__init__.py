@@ -4,6 +4,6 @@ labels of namespaces.
 
 Modules: ``admission`` (AdmissionReview envelope), ``mutation`` (the pod patch, pure),
 ``review`` (per-route decisions), ``namespace_cache`` (where policies come from), ``app``
-(Flask routes), ``server`` (gunicorn over TLS), ``registration`` (webhook configurations),
+(the WSGI routes), ``server`` (gunicorn over TLS), ``registration`` (webhook configurations),
 ``cli`` (``kube-offload webhook``). See docs/webhook.md.
 """

@@ -1,4 +1,7 @@
-"""The webhook's Flask app: thin routes over :mod:`webhook.review`.
+"""The webhook's WSGI app: thin routes over :mod:`webhook.review`, with no web framework
+(:mod:`kube_offload.runtime.wsgi`: a table of paths and methods, handlers that return the
+whole answer); Flask's envelope cost more than the admission (docs/performance.md,
+"Webhook").
 
 Every admission route does the same four things: read the body, parse the review, ask
 the route's decision function, answer. A client's mistake is a 400 with a Status body
@@ -14,11 +17,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import orjson
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+from wsgiref.types import StartResponse, WSGIEnvironment
 
 from kube_offload.runtime.body_limit import (
     OverParseBudget,
@@ -29,9 +32,9 @@ from kube_offload.runtime.body_limit import (
     too_large_message,
 )
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
-from kube_offload.runtime.flask_probes import add_probe_routes
 from kube_offload.runtime.probes import Check
 from kube_offload.runtime.workers import FunctionGauge, WorkerGroup
+from kube_offload.runtime.wsgi import Handler, Reply, Routes, probe_routes, send
 from kube_offload.admission import (
     AdmissionRequest,
     BadRequest,
@@ -51,12 +54,56 @@ UNAVAILABLE = "unavailable"
 ERROR = "error"
 
 
-def _json(status: int, body: Any) -> Response:
-    return Response(orjson.dumps(body), status=status, mimetype="application/json")
+JSON = "application/json"
 
 
-def _status(code: int, reason: str, message: str) -> Response:
+def _json(status: int, body: Any) -> Reply:
+    return Reply(status, orjson.dumps(body), JSON)
+
+
+def _status(code: int, reason: str, message: str) -> Reply:
     return _json(code, error_status(code, reason, message))
+
+
+def _http_error(exc: HTTPException) -> Reply:
+    """A werkzeug HTTP error as a Status body (the 400 of a bad Content-Length, 404, 405)."""
+    code = exc.code or 500
+    return _status(code, exc.name.replace(" ", ""), exc.description or exc.name)
+
+
+NOT_FOUND = _http_error(NotFound())
+INTERNAL_ERROR = _status(500, "InternalError", "the webhook failed unexpectedly; see its log")
+
+
+def dispatch(routes: Routes, environ: WSGIEnvironment) -> Reply:
+    """The answer of the route for the request's path and method: 404 for a path not
+    routed, 405 (with ``Allow``) for a method the path does not take."""
+    methods = routes.get(environ.get("PATH_INFO", ""))
+    if methods is None:
+        return NOT_FOUND
+    handler = methods.get(environ.get("REQUEST_METHOD", ""))
+    if handler is None:
+        refused = _http_error(MethodNotAllowed())
+        return Reply(refused.status, refused.body, refused.content_type, (("Allow", ", ".join(sorted(methods))),))
+    return handler(environ)
+
+
+class WebhookApp:
+    """The WSGI callable of one worker process: its routes, and its metrics and parse
+    budget (which tests and benchmarks look at)."""
+
+    def __init__(self, routes: Routes, *, metrics: HttpMetrics, parse_budget: ParseBudget) -> None:
+        self.routes = routes
+        self.metrics = metrics
+        self.parse_budget = parse_budget
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            reply = dispatch(self.routes, environ)
+        except Exception:  # the admission routes catch their own; this is for the rest
+            log.exception("%s %s: unexpected failure", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
+            reply = INTERNAL_ERROR
+        return send(start_response, reply)
 
 
 SYNCED_DOC = "1 once the namespace cache has synced (in every worker: the webhook is ready), else 0."
@@ -64,11 +111,9 @@ SYNCED_DOC = "1 once the namespace cache has synced (in every worker: the webhoo
 
 def create_app(
     settings: WebhookSettings, *, namespace_source: NamespaceSource, workers: WorkerGroup | None = None
-) -> Flask:
+) -> WebhookApp:
     """The app of one process; with ``workers`` (the server's worker group) readiness and
     metrics are those of every worker of the server together."""
-    app = Flask("kube-offload-webhook")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     metrics = HttpMetrics.create("webhook")
     # One per worker process: create_app runs in each worker after the fork.
     budget = ParseBudget(
@@ -101,11 +146,18 @@ def create_app(
         def metrics_text() -> tuple[bytes, str]:
             return workers.exposition([synced])
 
-    def answer(endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> tuple[str, Response]:
+    def too_large(content_length: int | None) -> Reply:
+        return _status(
+            413, "RequestEntityTooLarge", too_large_message("webhook", settings.max_body_bytes, content_length)
+        )
+
+    def answer(
+        environ: WSGIEnvironment, endpoint: str, decide: Callable[[AdmissionRequest], Decision]
+    ) -> tuple[str, Reply]:
         # Everything parsed from the body lives in this frame, so it is freed when this
         # returns: before admit() gives the reservation back and another request parses.
         try:
-            review = parse_review(read_body(request.environ, settings.max_body_bytes))
+            review = parse_review(read_body(environ, settings.max_body_bytes))
             decision = decide(review)
         except BadRequest as exc:
             log.info("%s: bad request: %s", endpoint, exc)
@@ -119,14 +171,22 @@ def create_app(
             )
         return decision.outcome, _json(200, review_response(review, decision))
 
-    def admit(endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> Response:
+    def admit(environ: WSGIEnvironment, endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> Reply:
         started = time.perf_counter()
         outcome = ERROR
         try:
             try:
-                with budget.reserve(body_length(request.environ)):
-                    outcome, response = answer(endpoint, decide)
-                return response
+                length = body_length(environ)
+            except HTTPException as exc:  # a Content-Length that is not a number of bytes
+                outcome = BAD_REQUEST
+                return _http_error(exc)
+            try:
+                with budget.reserve(length):
+                    outcome, reply = answer(environ, endpoint, decide)
+                return reply
+            except RequestEntityTooLarge:  # over --max-body-bytes, announced or while reading
+                outcome = BAD_REQUEST
+                return too_large(length)
             except OverParseBudget as exc:
                 outcome = BAD_REQUEST
                 return _status(413, "RequestEntityTooLarge", str(exc))
@@ -134,62 +194,48 @@ def create_app(
                 outcome = UNAVAILABLE
                 log.warning("%s: %s", endpoint, exc)
                 busy = _status(503, "ServiceUnavailable", str(exc))
-                busy.headers["Retry-After"] = "1"
-                return busy
-            except HTTPException:
-                outcome = BAD_REQUEST  # e.g. 413 body too large: Flask answers it
-                raise
+                return Reply(busy.status, busy.body, busy.content_type, (("Retry-After", "1"),))
             except Exception:
                 outcome = ERROR
                 log.exception("%s: unexpected failure", endpoint)
-                return _status(
-                    500, "InternalError", "the webhook failed unexpectedly; see its log"
-                )
+                return INTERNAL_ERROR
         finally:
             metrics.observe(endpoint, outcome, time.perf_counter() - started)
 
-    @app.post("/mutate/pods")
-    def mutate_pods() -> Response:
+    def mutate_pods(environ: WSGIEnvironment) -> Reply:
         return admit(
+            environ,
             "mutate_pods",
-            lambda review: review_pod(
-                review, source=namespace_source, scheduler_name=settings.scheduler_name
-            ),
+            lambda review: review_pod(review, source=namespace_source, scheduler_name=settings.scheduler_name),
         )
 
-    @app.post("/validate/namespaces")
-    def validate_namespaces() -> Response:
-        return admit("validate_namespaces", review_namespace)
+    def validate_namespaces(environ: WSGIEnvironment) -> Reply:
+        return admit(environ, "validate_namespaces", review_namespace)
 
-    # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
-    add_probe_routes(
-        app, ready=[Check("namespace-cache", lambda: None if ready() else "not synced yet")], exposition=metrics_text
-    )
+    routes: dict[str, dict[str, Handler]] = {
+        "/mutate/pods": {"POST": mutate_pods},
+        "/validate/namespaces": {"POST": validate_namespaces},
+        # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
+        **probe_routes(
+            ready=[Check("namespace-cache", lambda: None if ready() else "not synced yet")], exposition=metrics_text
+        ),
+    }
 
     if settings.enable_echo:
 
-        @app.post("/echo")
-        def echo() -> Response:
+        def echo(environ: WSGIEnvironment) -> Reply:
             # Same envelope as the admission routes (body read, metrics, JSON response)
             # minus the admission work: the benchmark's baseline.
             started = time.perf_counter()
             try:
-                return Response(request.get_data(cache=False), mimetype="application/json")
+                return Reply(200, read_body(environ, settings.max_body_bytes), JSON)
+            except RequestEntityTooLarge:
+                return too_large(body_length(environ))
+            except HTTPException as exc:
+                return _http_error(exc)
             finally:
                 metrics.observe("echo", "echoed", time.perf_counter() - started)
 
-    @app.errorhandler(RequestEntityTooLarge)
-    def too_large(exc: RequestEntityTooLarge) -> Response:
-        return _status(
-            413, "RequestEntityTooLarge",
-            too_large_message("webhook", settings.max_body_bytes, request.content_length),
-        )
+        routes["/echo"] = {"POST": echo}
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        code = exc.code or 500
-        return _status(code, exc.name.replace(" ", ""), exc.description or exc.name)
-
-    app.extensions["kube_offload_metrics"] = metrics
-    app.extensions["kube_offload_parse_budget"] = budget
-    return app
+    return WebhookApp(routes, metrics=metrics, parse_budget=budget)

@@ -2,7 +2,7 @@
 
 These functions hold the decisions (which kinds and operations each route acts on, when to
 deny, what to patch); :mod:`kube_offload.admission` handles the envelope and
-:mod:`kube_offload.pod_mutation` the patch itself and the decision for a pod, so the Flask routes stay one line each.
+:mod:`kube_offload.pod_mutation` the patch itself and the decision for a pod, so the routes stay one line each.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Process model: several worker processes (2 by default), each running one asyncio event
 loop (:mod:`kube_offload.runtime.asyncio_worker`, ``--worker-class asyncio``) that parses
-each request and calls the Flask app inline: no hand-off to a thread per request, which
+each request and calls the WSGI app inline: no hand-off to a thread per request, which
 took more of gunicorn gthread's CPU than TLS or the admission (docs/performance.md,
 "Webhook"). One worker is one core at most (the GIL). While the app runs, its worker
 serves nothing else: the one blocking call, the namespace cache's fallback GET on a miss,
@@ -71,7 +71,7 @@ class WebhookServer(GunicornServer):
         self._source = source
         self._workers.mark_ready_when(source.ready, self._stopping)
         app = create_app(self._app_settings, namespace_source=source, workers=self._workers)
-        # Everything allocated so far (Flask, the kubernetes client's models ...) lives as
+        # Everything allocated so far (the app, the kubernetes client's models ...) lives as
         # long as the worker: keep it out of the collector's full passes, whose pause
         # would otherwise land on some admission's latency.
         gc.freeze()

@@ -40,7 +40,7 @@ DEFAULT_PARSE_BUDGET_WAIT_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """Behaviour of the Flask app."""
+    """Behaviour of the app (webhook/app.py)."""
 
     # Set spec.schedulerName of mutated pods to this (when they use the default scheduler);
     # None leaves it alone.

@@ -1,4 +1,5 @@
-"""/healthz, /readyz and /metrics on a Flask app (the webhook's and the extender's), answered
+"""/healthz, /readyz and /metrics on a Flask app (the extender's; the webhook's
+WSGI app has :func:`kube_offload.runtime.wsgi.probe_routes`), answered
 by :func:`kube_offload.runtime.probes.probe_answer` like every other server of ours."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Serve a Flask app with gunicorn, started from Python (no gunicorn CLI): the process
-model shared by the webhook and the extender.
+"""Serve a WSGI app (the webhook's own, the extender's Flask app) with gunicorn, started
+from Python (no gunicorn CLI): the process model shared by the webhook and the extender.
 
 The worker class is one of :data:`WORKER_CLASSES`: ``gthread`` (gunicorn's threads; the
 extender's) or ``asyncio`` (:mod:`kube_offload.runtime.asyncio_worker`: one event loop,

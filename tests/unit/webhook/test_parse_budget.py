@@ -1,5 +1,5 @@
 """The parse memory budget (kube_offload/runtime/body_limit.py, ParseBudget): what a request
-reserves, waiting for room, the 503 when none comes, the 413s, and how the webhook's Flask
+reserves, waiting for room, the 503 when none comes, the 413s, and how the webhook's WSGI
 app answers each (through its WSGI interface, no socket: the HTTP tier is in
 tests/component/test_webhook_http.py)."""
 
@@ -11,6 +11,7 @@ import time
 import orjson
 import pytest
 from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.test import Client
 
 from kube_offload.admission import build_review
 from kube_offload.cli import build_parser
@@ -182,8 +183,8 @@ def _review(uid: str) -> bytes:
 
 def test_the_webhook_answers_503_with_retry_after_while_its_budget_is_taken() -> None:
     app = _app(parse_budget_wait_seconds=0.05)
-    parse: ParseBudget = app.extensions["kube_offload_parse_budget"]
-    client = app.test_client()
+    parse: ParseBudget = app.parse_budget
+    client = Client(app)
     with parse.reserve(DEFAULT_MAX_BODY_BYTES):  # one AdmissionReview at the hard cap in flight
         # ... leaves room for small ones,
         assert client.post("/mutate/pods", data=_review("small")).status_code == 200
@@ -201,7 +202,7 @@ def test_the_webhook_answers_503_with_retry_after_while_its_budget_is_taken() ->
 
 
 def test_the_webhook_answers_413_for_a_body_its_whole_budget_cannot_parse() -> None:
-    client = _app(parse_memory_budget=MIB).test_client()
+    client = Client(_app(parse_memory_budget=MIB))
     body = _review("over") + b" " * (64 * KIB)  # 64 KiB x 37 > 1 MiB
     response = client.post("/mutate/pods", data=body)
     assert response.status_code == 413
