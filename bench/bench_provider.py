@@ -34,7 +34,9 @@ runs and the enforcer has idled ``--settle`` s, ``--probe-count`` more creates a
 fixed rate, open loop (the i-th starts at i/R s, from ``--probe-workers`` warmed
 threads, so a slow create delays no other; the lag behind schedule is reported), each
 timed end to end (exact p50/p99/max), with the enforcer's and the apiserver's admission
-histograms diffed over the probe's window only, and the enforcer's CPU per create. Between
+histograms diffed over the probe's window only, the enforcer's CPU per create and its
+garbage collector's pauses over the window (``kube_offload_python_gc_pause_seconds`` on its
+health port: how many full collections, how long). Between
 probes the bench waits for the probe's pods to run and the enforcer to idle.
 ``--probe-profile DIR`` repeats each probe with py-spy on the enforcer, twice at once:
 ``--idle`` (wall time: a webhook request waiting for the GIL or a socket counts) and
@@ -87,6 +89,7 @@ LOCAL_NAMESPACE = "bench-provider"
 ENFORCER_WEBHOOK_METRIC = "kube_offload_shadowpod_webhook_request_duration_seconds"
 WEBHOOK_ENDPOINT = "validate_shadowpods"  # the histogram's endpoint label (enforcer/admission/webhook_server.py)
 APISERVER_WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+GC_PAUSE_METRIC = "kube_offload_python_gc_pause_seconds"  # kube_offload/runtime/metrics.py, on the health port
 RSS_GOAL_KIB = 20.0
 ADMISSION_P99_GOAL_S = 0.020
 
@@ -188,6 +191,15 @@ def histogram_sum(samples: Mapping[tuple[str, tuple], float], metric_name: str, 
         elif metric == f"{metric_name}_count":
             count += value
     return total, count
+
+
+def max_bound(buckets: Mapping[float, float]) -> float | None:
+    """The bound of the bucket of the largest observation of cumulative ``buckets``: the
+    smallest bound that counts them all; None when empty."""
+    total = max(buckets.values(), default=0.0)
+    if total <= 0:
+        return None
+    return min(le for le, count in buckets.items() if count >= total)
 
 
 def parse_rates(text: str) -> list[float]:
@@ -309,11 +321,21 @@ def admission_figures(env, remote, spec) -> dict:
     apiserver = apirequests.parse_prometheus(
         remote.kubectl("get", "--raw", "/metrics", timeout=120).stdout,
         names=[f"{APISERVER_WEBHOOK_METRIC}_{part}" for part in ("bucket", "sum", "count")])
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{spec.enforcer_health_port}/metrics", timeout=30) as response:
+            process = apirequests.parse_prometheus(response.read().decode(), names=[f"{GC_PAUSE_METRIC}_{part}" for part in
+                                                                                      ("bucket", "sum", "count")])
+    except OSError as exc:
+        log(f"enforcer /metrics on the health port: {exc}")
+        process = {}
     return {
+        "gc_full": histogram(process, GC_PAUSE_METRIC, generation="2"),
         "enforcer": histogram(enforcer, ENFORCER_WEBHOOK_METRIC, endpoint=WEBHOOK_ENDPOINT),
         "apiserver": histogram(apiserver, APISERVER_WEBHOOK_METRIC, name=C.SHADOWPOD_WEBHOOK_NAME),
         "sums": {"enforcer": histogram_sum(enforcer, ENFORCER_WEBHOOK_METRIC, endpoint=WEBHOOK_ENDPOINT),
-                 "apiserver": histogram_sum(apiserver, APISERVER_WEBHOOK_METRIC, name=C.SHADOWPOD_WEBHOOK_NAME)},
+                 "apiserver": histogram_sum(apiserver, APISERVER_WEBHOOK_METRIC, name=C.SHADOWPOD_WEBHOOK_NAME),
+                 "gc_full": histogram_sum(process, GC_PAUSE_METRIC, generation="2"),
+                 "gc_all": histogram_sum(process, GC_PAUSE_METRIC)},
     }
 
 
@@ -450,6 +472,7 @@ def probe_once(env, remote, spec, consumer: Path, namespace: str, consumer_id: s
         "errors": [error for _, _, error in creates if error],
         "enforcer_buckets": bucket_delta(before["enforcer"], after["enforcer"]),
         "apiserver_buckets": bucket_delta(before["apiserver"], after["apiserver"]),
+        "gc_full_buckets": bucket_delta(before["gc_full"], after["gc_full"]),
         "sums": {name: tuple(a - b for a, b in zip(after["sums"][name], before["sums"][name], strict=True)) for name in after["sums"]},
         "profiles": profiles,
     }
@@ -583,6 +606,11 @@ def print_probe(probe: dict) -> None:
               f"p50 {ms(p50[0])} (bucket <= {p50[1] * 1000:g}), p99 {ms(p99[0])} (bucket <= {p99[1] * 1000:g}) "
               f"-> {verdict(p99[0], ADMISSION_P99_GOAL_S)}")
     print(f"consumer create, end to end: p50 {ms(client['p50'])}, p99 {ms(client['p99'])}, max {ms(client['max'])}")
+    full_s, full = probe["sums"]["gc_full"]
+    all_s, collections = probe["sums"]["gc_all"]
+    longest = max_bound(probe["gc_full_buckets"])
+    print(f"enforcer's garbage collector: {collections:.0f} collections, {ms(all_s)} in all; {full:.0f} full, "
+          f"{ms(full_s)}" + (f", the longest <= {longest * 1000:g} ms" if longest is not None and full else ""))
     for kind, summary in probe["profiles"].items():
         interval = summary["interval_s"] or 0.01
         per_call = summary["within"] * interval / n

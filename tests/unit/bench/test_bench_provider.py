@@ -199,3 +199,10 @@ def test_speedscope_summary_top_and_empty() -> None:
     assert summary["inclusive"] == [("ShadowPodValidator.review (shadowpod_webhook.py)", 5)]
     empty = bp.speedscope_summary({"shared": {"frames": []}, "profiles": []})
     assert empty == {"threads": {}, "within": 0, "inclusive": [], "self": [], "interval_s": 0.0}
+
+
+def test_max_bound_is_the_bucket_of_the_largest() -> None:
+    assert bp.max_bound({0.01: 1.0, 0.1: 3.0, 0.5: 4.0, math.inf: 4.0}) == 0.5
+    assert bp.max_bound({0.01: 1.0, math.inf: 2.0}) == math.inf
+    assert bp.max_bound({0.01: 0.0, math.inf: 0.0}) is None
+    assert bp.max_bound({}) is None
