@@ -161,6 +161,7 @@ def _speedscope() -> dict:
         {"name": "Worker.run", "file": "/x/enforcer/shadowpods/controller.py", "line": 10},           # 7
         {"name": "do_POST", "file": "/x/other/webhook_server.py", "line": 3},                         # 8: not ours
         {"name": "WebhookRequestHandler.do_POST", "file": "/x/enforcer/admission/webhook_server.py", "line": 161},  # 9
+        {"name": "SSLContext.wrap_socket", "file": "/usr/lib/python3.11/ssl.py", "line": 517},       # 10
     ]
     return {
         "shared": {"frames": frames},
@@ -169,7 +170,7 @@ def _speedscope() -> dict:
              "samples": [[0, 1, 2, 6], [0, 1, 3, 4, 5], [0, 1, 3, 4, 5], [0, 9, 3, 4], [0]],
              "weights": [0.01] * 5},
             {"type": "sampled", "name": 'Thread 12 "Thread-4 (process_request_thread)"', "unit": "seconds",
-             "samples": [[0, 9, 2, 6]], "weights": [0.01]},
+             "samples": [[0, 9, 2, 6], [0, 10]], "weights": [0.01] * 2},
             {"type": "sampled", "name": 'Thread 13 "shadowpod-worker-1"', "unit": "seconds",
              "samples": [[0, 7], [0, 7], [0, 8, 4]], "weights": [0.01] * 3},
         ],
@@ -178,7 +179,11 @@ def _speedscope() -> dict:
 
 def test_speedscope_summary_counts_the_samples_inside_a_webhook_request() -> None:
     summary = bp.speedscope_summary(_speedscope())
-    assert summary["threads"] == {"Thread-N (process_request_thread)": 6, "shadowpod-worker-N": 3}
+    assert summary["threads"] == {"Thread-N (process_request_thread)": 7, "shadowpod-worker-N": 3}
+    assert summary["thread_count"] == {"Thread-N (process_request_thread)": 2, "shadowpod-worker-N": 1}
+    assert summary["ticks"] == 5  # the most samples of one thread
+    # Marks count anywhere in the process: the worker's dry run too (frame 4 under another do_POST).
+    assert summary["marks"] == {"tls handshake": 1, "dry run": 0}
     # Inside do_POST (either line of it): 5 samples; not the worker's, not another file's do_POST.
     assert summary["within"] == 5
     inclusive = dict(summary["inclusive"])
@@ -198,7 +203,10 @@ def test_speedscope_summary_top_and_empty() -> None:
     summary = bp.speedscope_summary(_speedscope(), top=1)
     assert summary["inclusive"] == [("ShadowPodValidator.review (shadowpod_webhook.py)", 5)]
     empty = bp.speedscope_summary({"shared": {"frames": []}, "profiles": []})
-    assert empty == {"threads": {}, "within": 0, "inclusive": [], "self": [], "interval_s": 0.0}
+    assert empty == {"threads": {}, "thread_count": {}, "ticks": 0, "marks": {"tls handshake": 0, "dry run": 0}, "within": 0,
+                     "inclusive": [], "self": [], "interval_s": 0.0}
+    marked = bp.speedscope_summary(_speedscope(), marks={"checks": ("check", "dry_run.py")})
+    assert marked["marks"] == {"checks": 4}
 
 
 def test_max_bound_is_the_bucket_of_the_largest() -> None:
