@@ -83,6 +83,12 @@ class PodRequestsMemo:
         self._last, self._this = self._this, {}
 
 
+def _accumulate(total: ResourceList, requests: Mapping[str, int]) -> None:
+    """``total += requests`` in place (a pass adds 10,000 pods: no new dict per pod)."""
+    for name, amount in requests.items():
+        total[name] = total.get(name, 0) + amount
+
+
 def summarize_many(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
@@ -121,11 +127,10 @@ def summarize_many(
             requests = requests_of(pod)
         except QuantityError:
             continue  # the apiserver validated it; a parse failure is our limitation
-        used_all[bound_to] = resources.add(used_all[bound_to], requests)
+        _accumulate(used_all[bound_to], requests)
         origin = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
         if origin in used_own:
-            own = used_own[origin]
-            own[bound_to] = resources.add(own.get(bound_to, {}), requests)
+            _accumulate(used_own[origin].setdefault(bound_to, {}), requests)
 
     free_by_node: dict[str, ResourceList] = {}
     for name, amounts in allocatable.items():
