@@ -56,31 +56,39 @@ class PodRequestsMemo:
     """:func:`~kube_offload.resources.pod_requests` of the pods of one pass, kept for the
     next pass for the pods that are the very same objects (an informer replaces an object
     when it changes and hands out the same one until then): a pass over 10,000 unchanged
-    pods then parses no quantity. Call :meth:`next_pass` after each pass: what the pass
-    did not ask for is forgotten (the memo holds one pass's pods, no more). The requests
-    handed out are shared: callers must not change them (:func:`summarize_many` does not).
-    Not thread-safe: one pass at a time."""
+    pods then parses no quantity, and allocates nothing (a new container per pod per pass
+    would be promoted to the collector's oldest generation and bring its full passes
+    sooner). Call :meth:`next_pass` after each pass: what the pass did not ask for is
+    forgotten. The requests handed out are shared: callers must not change them
+    (:func:`summarize_many` does not). Not thread-safe: one pass at a time."""
 
     def __init__(self, requests_of: Callable[[Mapping[str, Any]], ResourceList] = resources.pod_requests) -> None:
         self._requests_of = requests_of
-        # id(pod) -> (pod, its requests); the pod is held so its id is not reused meanwhile
-        self._last: dict[int, tuple[Mapping[str, Any], ResourceList]] = {}
-        self._this: dict[int, tuple[Mapping[str, Any], ResourceList]] = {}
+        # id(pod) -> [pod, its requests, the pass that last asked]; the pod is held so its
+        # id is not reused meanwhile; the entry is a list so a hit only updates it
+        self._known: dict[int, list[Any]] = {}
+        self._pass = 0
         self.parsed = 0
 
     def __call__(self, pod: Mapping[str, Any]) -> ResourceList:
-        key = id(pod)
-        known = self._this.get(key) or self._last.get(key)
+        known = self._known.get(id(pod))
         if known is not None and known[0] is pod:
-            requests = known[1]
-        else:
-            requests = self._requests_of(pod)  # QuantityError: not kept, raised again next time
-            self.parsed += 1
-        self._this[key] = (pod, requests)
+            known[2] = self._pass
+            requests: ResourceList = known[1]
+            return requests
+        requests = self._requests_of(pod)  # QuantityError: not kept, raised again next time
+        self.parsed += 1
+        self._known[id(pod)] = [pod, requests, self._pass]
         return requests
 
     def next_pass(self) -> None:
-        self._last, self._this = self._this, {}
+        gone = [key for key, entry in self._known.items() if entry[2] != self._pass]
+        for key in gone:
+            del self._known[key]
+        self._pass += 1
+
+    def __len__(self) -> int:
+        return len(self._known)
 
 
 def _accumulate(total: ResourceList, requests: Mapping[str, int]) -> None:

@@ -207,3 +207,28 @@ def resources_error():
     from kube_offload.resources import QuantityError
 
     return QuantityError
+
+
+def test_pod_requests_memo_allocates_no_container_for_an_unchanged_pod():
+    import gc
+
+    from kube_offload.remote_resources import PodRequestsMemo
+
+    memo = PodRequestsMemo()
+    pods = [_pod(f"p{i}", "1") for i in range(2000)]
+    for pod in pods:
+        memo(pod)
+    memo.next_pass()
+    assert len(memo) == 2000
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        for pod in pods:
+            memo(pod)
+        memo.next_pass()
+        allocated = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert memo.parsed == 2000 and len(memo) == 2000
+    assert allocated < 50  # not one per pod
