@@ -15,7 +15,7 @@ Two different numbers come out of the same data, on purpose:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload import resources
@@ -52,12 +52,63 @@ def summarize(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
     return summarize_many(nodes, pods, [local_cluster_id])[local_cluster_id]
 
 
+class PodRequestsMemo:
+    """:func:`~kube_offload.resources.pod_requests` of the pods of one pass, kept for the
+    next pass for the pods that are the very same objects (an informer replaces an object
+    when it changes and hands out the same one until then): a pass over 10,000 unchanged
+    pods then parses no quantity, and allocates nothing (a new container per pod per pass
+    would be promoted to the collector's oldest generation and bring its full passes
+    sooner). Call :meth:`next_pass` after each pass: what the pass did not ask for is
+    forgotten. The requests handed out are shared: callers must not change them
+    (:func:`summarize_many` does not). Not thread-safe: one pass at a time."""
+
+    def __init__(self, requests_of: Callable[[Mapping[str, Any]], ResourceList] = resources.pod_requests) -> None:
+        self._requests_of = requests_of
+        # id(pod) -> [pod, its requests, the pass that last asked]; the pod is held so its
+        # id is not reused meanwhile; the entry is a list so a hit only updates it
+        self._known: dict[int, list[Any]] = {}
+        self._pass = 0
+        self.parsed = 0
+
+    def __call__(self, pod: Mapping[str, Any]) -> ResourceList:
+        known = self._known.get(id(pod))
+        if known is not None and known[0] is pod:
+            known[2] = self._pass
+            requests: ResourceList = known[1]
+            return requests
+        requests = self._requests_of(pod)  # QuantityError: not kept, raised again next time
+        self.parsed += 1
+        self._known[id(pod)] = [pod, requests, self._pass]
+        return requests
+
+    def next_pass(self) -> None:
+        gone = [key for key, entry in self._known.items() if entry[2] != self._pass]
+        for key in gone:
+            del self._known[key]
+        self._pass += 1
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+def _accumulate(total: ResourceList, requests: Mapping[str, int]) -> None:
+    """``total += requests`` in place (a pass adds 10,000 pods: no new dict per pod)."""
+    for name, amount in requests.items():
+        total[name] = total.get(name, 0) + amount
+
+
 def summarize_many(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], consumer_ids: Iterable[str]
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    consumer_ids: Iterable[str],
+    *,
+    requests_of: Callable[[Mapping[str, Any]], ResourceList] = resources.pod_requests,
 ) -> dict[str, RemoteResources]:
     """:func:`summarize` for several consumers at once (the provider's enforcer publishes
     one summary per Consumer): every pod's requests are parsed once, not once per
-    consumer, and each consumer's "foreign" use is everyone's minus its own."""
+    consumer, and each consumer's "foreign" use is everyone's minus its own.
+    ``requests_of``: a pod's requests (a :class:`PodRequestsMemo` to parse only the pods
+    that changed since the last pass); never changed here."""
     node_list = list(nodes)
     # Every resource any remote node reports stays on the virtual node, at zero if need
     # be, so a resource does not vanish and reappear as nodes come and go.
@@ -81,14 +132,13 @@ def summarize_many(
         if bound_to not in allocatable or resources.pod_is_terminated(pod):
             continue
         try:
-            requests = resources.pod_requests(pod)
+            requests = requests_of(pod)
         except QuantityError:
             continue  # the apiserver validated it; a parse failure is our limitation
-        used_all[bound_to] = resources.add(used_all[bound_to], requests)
+        _accumulate(used_all[bound_to], requests)
         origin = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
         if origin in used_own:
-            own = used_own[origin]
-            own[bound_to] = resources.add(own.get(bound_to, {}), requests)
+            _accumulate(used_own[origin].setdefault(bound_to, {}), requests)
 
     free_by_node: dict[str, ResourceList] = {}
     for name, amounts in allocatable.items():

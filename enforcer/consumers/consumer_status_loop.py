@@ -6,7 +6,8 @@ marks the loop dirty; one thread then recomputes every Consumer's status at most
 per ``period`` and writes those that changed. Coalescing keeps the cost bounded however
 fast pods churn (one pass is a sum over the cached objects, no API reads), and writing
 only on change keeps a quiet cluster quiet. The pods' requests are parsed once per pass
-for all consumers (:func:`~kube_offload.remote_resources.summarize_many`). The pass runs on its own thread, apart from
+for all consumers (:func:`~kube_offload.remote_resources.summarize_many`), and only those that
+changed since the last pass (:class:`~kube_offload.remote_resources.PodRequestsMemo`). The pass runs on its own thread, apart from
 the ShadowPod workers.
 
 The same pass carries out drains (Consumer spec.drain, ``kube-offload drain``): within the
@@ -30,7 +31,7 @@ from enforcer.consumers.consumer_api import ConsumerApi
 from enforcer.consumers.trim import content_changed
 from enforcer.consumers.passes import run_passes
 from kube_offload.runtime.kube import ApiError
-from kube_offload.remote_resources import summarize_many
+from kube_offload.remote_resources import PodRequestsMemo, summarize_many
 
 log = logging.getLogger("kube_offload.enforcer.consumers")
 
@@ -80,6 +81,11 @@ class ConsumerStatusLoop:
         # The same running sums the ShadowPod webhook reads: a pass costs O(consumers x
         # their twin namespaces), not O(consumers x every ShadowPod).
         self._usage = ConsumerUsage(shadowpods, namespaces, managed_pods)
+        # A pass parses only the pods that changed since the last one: with 10,000 pods
+        # held, parsing them all every period kept this thread on the CPU, holding the
+        # GIL the webhook's requests wait for (docs/performance.md, "Admission at a fixed
+        # rate, holding 10,000").
+        self._pod_requests = PodRequestsMemo()
         self._period = period
         self._resync = resync_seconds
         self._dirty = threading.Event()
@@ -138,7 +144,9 @@ class ConsumerStatusLoop:
         pods = self._pods.list()
         consumers = self._consumers.list()
         # One parse of every pod for all consumers, not one per consumer.
-        capacities = summarize_many(nodes, pods, [consumer_name(consumer) for consumer in consumers])
+        capacities = summarize_many(nodes, pods, [consumer_name(consumer) for consumer in consumers],
+                                    requests_of=self._pod_requests)
+        self._pod_requests.next_pass()
         now = self._clock()
         self._next_deadline = None
         for consumer in consumers:

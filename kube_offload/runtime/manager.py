@@ -159,6 +159,7 @@ class Manager:
         self._stopping_note = ""
         self._caches_check = health.caches_check(self._readiness_caches)
         self.health = health.HealthServer(health_bind, live=[], ready=[], registries=[rm.REGISTRY], flag=health_flag)
+        rm.track_gc_pauses()
 
     # --- declarations ------------------------------------------------------------------------
     def add_informer(self, informer: Startable, *, needs_leader: bool = True) -> None:

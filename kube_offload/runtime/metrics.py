@@ -18,13 +18,16 @@ never an object's name or namespace.
 
 from __future__ import annotations
 
+import bisect
+import gc
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kube_offload.runtime.http_metrics import NAMESPACE
@@ -284,6 +287,72 @@ def count_by_phase(objects: Iterable[Mapping[str, Any]], phases: tuple[str, ...]
         phase = (obj.get("status") or {}).get("phase") or phases[0]
         counts[phase if phase in counts else phases[-1]] += 1
     return counts
+
+
+# --- the cyclic garbage collector's pauses ----------------------------------------------------
+# A young collection takes microseconds; a full one walks every container alive, which in
+# a process holding tens of thousands of cached objects is hundreds of milliseconds, and
+# every thread of the process (the enforcer's webhook requests among them) waits for it.
+GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+GC_GENERATIONS = (0, 1, 2)
+
+
+class GcPauses(Collector):
+    """Times every collection of Python's cyclic garbage collector (a ``gc.callbacks``
+    hook), served as ``kube_offload_python_gc_pause_seconds{generation}``. The hook takes
+    no lock and allocates no container: it runs inside the collection, with the GIL, and
+    collections never overlap, so plain counters suffice; a scrape reads a snapshot."""
+
+    def __init__(self, buckets: tuple[float, ...] = GC_PAUSE_BUCKETS, clock: Any = time.perf_counter) -> None:
+        self.bounds = buckets
+        self._clock = clock
+        self._started = 0.0
+        # per generation: counts per bucket (the last: above every bound), sum of seconds
+        self.counts = {generation: [0] * (len(buckets) + 1) for generation in GC_GENERATIONS}
+        self.sums = dict.fromkeys(GC_GENERATIONS, 0.0)
+
+    def __call__(self, phase: str, info: Mapping[str, Any]) -> None:
+        if phase == "start":
+            self._started = self._clock()
+            return
+        generation = info.get("generation")
+        if phase != "stop" or generation not in self.sums:
+            return
+        seconds = self._clock() - self._started
+        self.counts[generation][bisect.bisect_left(self.bounds, seconds)] += 1
+        self.sums[generation] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            f"{NAMESPACE}_python_gc_pause_seconds",
+            "Time each collection of Python's cyclic garbage collector took, by generation (2: a "
+            "full pass over every container alive); every thread of the process waits for it.",
+            labels=["generation"],
+        )
+        for generation in GC_GENERATIONS:
+            counts, total = list(self.counts[generation]), self.sums[generation]
+            cumulative, running = [], 0
+            for bound, count in zip((*map(str, self.bounds), "+Inf"), counts, strict=True):
+                running += count
+                cumulative.append((bound, float(running)))
+            family.add_metric([str(generation)], cumulative, total)
+        yield family
+
+
+_gc_pauses: GcPauses | None = None
+_gc_lock = threading.Lock()
+
+
+def track_gc_pauses() -> GcPauses:
+    """Time the collector's pauses in this process's metrics from now on (idempotent: one
+    hook per process, whoever asks)."""
+    global _gc_pauses
+    with _gc_lock:
+        if _gc_pauses is None:
+            _gc_pauses = GcPauses()
+            gc.callbacks.append(_gc_pauses)
+            REGISTRY.register(_gc_pauses)
+        return _gc_pauses
 
 
 def exported_names(registry: CollectorRegistry) -> set[str]:

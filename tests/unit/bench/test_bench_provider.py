@@ -104,3 +104,113 @@ def test_per_shadowpod_and_verdict() -> None:
     with pytest.raises(ValueError, match="at least one"):
         bp.per_shadowpod_kib(1, 2, 0)
     assert bp.verdict(20.0, 20.0) == "meets" and bp.verdict(20.1, 20.0) == "misses" and bp.verdict(None, 1.0) == "no figure"
+
+
+def test_histogram_sum_is_sum_and_count_of_the_matching_series() -> None:
+    samples = ar.parse_prometheus(EXPOSITION + """\
+kube_offload_shadowpod_webhook_request_duration_seconds_sum{endpoint="validate_shadowpods"} 0.75
+kube_offload_shadowpod_webhook_request_duration_seconds_sum{endpoint="validate_endpointslices"} 9.0
+kube_offload_shadowpod_webhook_request_duration_seconds_count{endpoint="validate_endpointslices"} 5.0
+""")
+    assert bp.histogram_sum(samples, bp.ENFORCER_WEBHOOK_METRIC, endpoint="validate_shadowpods") == (0.75, 100.0)
+    assert bp.histogram_sum(samples, bp.ENFORCER_WEBHOOK_METRIC) == (9.75, 105.0)
+    assert bp.histogram_sum(samples, bp.ENFORCER_WEBHOOK_METRIC, endpoint="nothing") == (0.0, 0.0)
+
+
+def test_parse_rates() -> None:
+    assert bp.parse_rates("5,10, 20,40") == [5.0, 10.0, 20.0, 40.0]
+    assert bp.parse_rates("2.5") == [2.5]
+    for bad in ("", "0", "5,-1", "nan", "inf"):
+        with pytest.raises(ValueError, match="positive"):
+            bp.parse_rates(bad)
+    with pytest.raises(ValueError):
+        bp.parse_rates("ten")
+
+
+def test_probe_schedule_is_open_loop_at_the_rate() -> None:
+    assert bp.probe_schedule(4, 5) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert bp.probe_schedule(10, 0) == []
+    offsets = bp.probe_schedule(10, 500)
+    assert len(offsets) == 500 and offsets[-1] == pytest.approx(49.9)
+    with pytest.raises(ValueError):
+        bp.probe_schedule(0, 5)
+
+
+def test_latency_summary_is_exact() -> None:
+    figures = bp.latency_summary(float(i) for i in range(1, 201))
+    assert figures == {"n": 200, "p50": 100.0, "p99": 198.0, "max": 200.0}
+    assert bp.latency_summary([]) == {"n": 0, "p50": None, "p99": None, "max": None}
+
+
+def test_thread_group_folds_numbers() -> None:
+    assert bp.thread_group('Thread 7036 "Thread-12 (process_request_thread)"') == "Thread-N (process_request_thread)"
+    assert bp.thread_group('Thread 7034 "MainThread"') == "MainThread"
+    assert bp.thread_group("Thread 7040") == "Thread N"
+
+
+def _speedscope() -> dict:
+    """A py-spy speedscope document: frames shared, samples root first, leaf last."""
+    frames = [
+        {"name": "Thread._bootstrap", "file": "/usr/lib/python3.11/threading.py", "line": 1002},       # 0
+        {"name": "WebhookRequestHandler.do_POST", "file": "/x/enforcer/admission/webhook_server.py", "line": 150},  # 1
+        {"name": "ShadowPodValidator.review", "file": "/x/enforcer/admission/shadowpod_webhook.py", "line": 139},  # 2
+        {"name": "ShadowPodValidator.review", "file": "/x/enforcer/admission/shadowpod_webhook.py", "line": 171},  # 3
+        {"name": "check", "file": "/x/enforcer/admission/dry_run.py", "line": 40},                    # 4
+        {"name": "SSLSocket.recv_into", "file": "/usr/lib/python3.11/ssl.py", "line": 1311},         # 5
+        {"name": "Ledger.pending", "file": "/x/enforcer/admission/ledger.py", "line": 68},            # 6
+        {"name": "Worker.run", "file": "/x/enforcer/shadowpods/controller.py", "line": 10},           # 7
+        {"name": "do_POST", "file": "/x/other/webhook_server.py", "line": 3},                         # 8: not ours
+        {"name": "WebhookRequestHandler.do_POST", "file": "/x/enforcer/admission/webhook_server.py", "line": 161},  # 9
+        {"name": "SSLContext.wrap_socket", "file": "/usr/lib/python3.11/ssl.py", "line": 517},       # 10
+    ]
+    return {
+        "shared": {"frames": frames},
+        "profiles": [
+            {"type": "sampled", "name": 'Thread 11 "Thread-3 (process_request_thread)"', "unit": "seconds",
+             "samples": [[0, 1, 2, 6], [0, 1, 3, 4, 5], [0, 1, 3, 4, 5], [0, 9, 3, 4], [0]],
+             "weights": [0.01] * 5},
+            {"type": "sampled", "name": 'Thread 12 "Thread-4 (process_request_thread)"', "unit": "seconds",
+             "samples": [[0, 9, 2, 6], [0, 10]], "weights": [0.01] * 2},
+            {"type": "sampled", "name": 'Thread 13 "shadowpod-worker-1"', "unit": "seconds",
+             "samples": [[0, 7], [0, 7], [0, 8, 4]], "weights": [0.01] * 3},
+        ],
+    }
+
+
+def test_speedscope_summary_counts_the_samples_inside_a_webhook_request() -> None:
+    summary = bp.speedscope_summary(_speedscope())
+    assert summary["threads"] == {"Thread-N (process_request_thread)": 7, "shadowpod-worker-N": 3}
+    assert summary["thread_count"] == {"Thread-N (process_request_thread)": 2, "shadowpod-worker-N": 1}
+    assert summary["ticks"] == 5  # the most samples of one thread
+    # Marks count anywhere in the process: the worker's dry run too (frame 4 under another do_POST).
+    assert summary["marks"] == {"tls handshake": 1, "dry run": 0}
+    # Inside do_POST (either line of it): 5 samples; not the worker's, not another file's do_POST.
+    assert summary["within"] == 5
+    inclusive = dict(summary["inclusive"])
+    # review counted once per sample although two of its lines are frames.
+    assert inclusive["ShadowPodValidator.review (shadowpod_webhook.py)"] == 5
+    assert inclusive["check (dry_run.py)"] == 3
+    assert inclusive["SSLSocket.recv_into (ssl.py)"] == 2
+    assert inclusive["Ledger.pending (ledger.py)"] == 2
+    assert "Thread._bootstrap (threading.py)" not in inclusive  # above the anchor
+    assert "WebhookRequestHandler.do_POST (webhook_server.py)" not in inclusive
+    assert summary["self"] == [("Ledger.pending (ledger.py)", 2), ("SSLSocket.recv_into (ssl.py)", 2),
+                               ("check (dry_run.py)", 1)]
+    assert summary["interval_s"] == 0.01
+
+
+def test_speedscope_summary_top_and_empty() -> None:
+    summary = bp.speedscope_summary(_speedscope(), top=1)
+    assert summary["inclusive"] == [("ShadowPodValidator.review (shadowpod_webhook.py)", 5)]
+    empty = bp.speedscope_summary({"shared": {"frames": []}, "profiles": []})
+    assert empty == {"threads": {}, "thread_count": {}, "ticks": 0, "marks": {"tls handshake": 0, "dry run": 0}, "within": 0,
+                     "inclusive": [], "self": [], "interval_s": 0.0}
+    marked = bp.speedscope_summary(_speedscope(), marks={"checks": ("check", "dry_run.py")})
+    assert marked["marks"] == {"checks": 4}
+
+
+def test_max_bound_is_the_bucket_of_the_largest() -> None:
+    assert bp.max_bound({0.01: 1.0, 0.1: 3.0, 0.5: 4.0, math.inf: 4.0}) == 0.5
+    assert bp.max_bound({0.01: 1.0, math.inf: 2.0}) == math.inf
+    assert bp.max_bound({0.01: 0.0, math.inf: 0.0}) is None
+    assert bp.max_bound({}) is None

@@ -145,3 +145,90 @@ def test_summarize_many_equals_one_summary_per_consumer():
     assert together["a"].shareable["cpu"] == 2000 - 1250 + 1000 - 100
     assert together["b"].shareable["cpu"] == 2000 - 750 + 0
     assert together["a"].free_by_node == together["b"].free_by_node
+
+
+def _pod(name, cpu, node_name="n1"):
+    return {"metadata": {"name": name, "labels": {}},
+            "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_pod_requests_memo_parses_a_pod_object_once_across_passes():
+    from kube_offload import resources
+    from kube_offload.remote_resources import PodRequestsMemo, summarize_many
+
+    asked = []
+
+    def counting(pod):
+        asked.append(pod["metadata"]["name"])
+        return resources.pod_requests(pod)
+
+    memo = PodRequestsMemo(counting)
+    nodes = [{"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "pods": "10"},
+                                                     "conditions": [{"type": "Ready", "status": "True"}]}}]
+    a, b = _pod("a", "500m"), _pod("b", "1")
+    first = summarize_many(nodes, [a, b], ["x"], requests_of=memo)
+    memo.next_pass()
+    assert asked == ["a", "b"] and memo.parsed == 2
+    # The same objects: nothing parsed; the same figures as without the memo.
+    again = summarize_many(nodes, [a, b], ["x"], requests_of=memo)
+    memo.next_pass()
+    assert asked == ["a", "b"] and again == first == summarize_many(nodes, [a, b], ["x"])
+    # b replaced by the informer (an equal-looking object with other requests): parsed again.
+    b2 = _pod("b", "2")
+    changed = summarize_many(nodes, [a, b2], ["x"], requests_of=memo)
+    memo.next_pass()
+    assert asked == ["a", "b", "b"]
+    assert changed == summarize_many(nodes, [a, b2], ["x"])
+    assert changed["x"].shareable["cpu"] == 4000 - 500 - 2000  # neither pod is x's: both foreign
+
+
+def test_pod_requests_memo_forgets_what_a_pass_did_not_ask_for():
+    from kube_offload.remote_resources import PodRequestsMemo
+
+    memo = PodRequestsMemo()
+    a, b = _pod("a", "1"), _pod("b", "2")
+    assert memo(a) == {"cpu": 1000, "pods": 1000} and memo(b)["cpu"] == 2000
+    memo.next_pass()
+    memo(a)
+    memo.next_pass()  # b not asked in that pass: dropped, not held any longer
+    assert memo.parsed == 2
+    memo(b)
+    assert memo.parsed == 3
+    # A malformed pod is not kept: raised each time it is asked.
+    bad = _pod("bad", "lots")
+    for _ in range(2):
+        with pytest.raises(resources_error()):
+            memo(bad)
+    assert memo.parsed == 3
+
+
+def resources_error():
+    from kube_offload.resources import QuantityError
+
+    return QuantityError
+
+
+def test_pod_requests_memo_allocates_no_container_for_an_unchanged_pod():
+    import gc
+
+    from kube_offload.remote_resources import PodRequestsMemo
+
+    memo = PodRequestsMemo()
+    pods = [_pod(f"p{i}", "1") for i in range(2000)]
+    for pod in pods:
+        memo(pod)
+    memo.next_pass()
+    assert len(memo) == 2000
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.get_count()[0]
+        for pod in pods:
+            memo(pod)
+        memo.next_pass()
+        allocated = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert memo.parsed == 2000 and len(memo) == 2000
+    assert allocated < 50  # not one per pod
