@@ -3,28 +3,16 @@ tables. The texts below are shaped as kube-apiserver 1.37 writes them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[3] / "bench" / "apirequests.py"
+from support.bench_scripts import load_bench_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_apirequests_for_tests", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-ar = _load()
+ar = load_bench_script("apirequests.py")
 
 METRICS_BEFORE = """\
 # HELP apiserver_request_duration_seconds [STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.

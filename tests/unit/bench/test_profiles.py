@@ -4,27 +4,14 @@ py-spy 0.4 write them; the function names are kube-apiserver 1.37's."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[3] / "bench" / "profiles.py"
+from support.bench_scripts import load_bench_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_profiles_for_tests", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-pr = _load()
+pr = load_bench_script("profiles.py")
 
 TRACES = """\
 File: kube-apiserver
