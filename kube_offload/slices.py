@@ -3,8 +3,10 @@ decided").
 
 An OffloadSlice asks for resources from one of the Consumer's pools (kube_offload/pools.py).
 :func:`decide_slices` decides every slice of one consumer together, oldest first
-(creationTimestamp, then name), so a slice created later never shrinks one decided before
-it: each slice gets, per resource it asks for, the least of
+(creationTimestamp; within the same second, one that already holds an acceptance first,
+then by name: the timestamp has whole seconds, and a slice created moments after another
+was accepted must not take its place), so a slice created later never shrinks one decided
+before it: each slice gets, per resource it asks for, the least of
 
 * what it asks,
 * what the Consumer's ``spec.quota`` leaves after the consumer's earlier slices (every
@@ -63,6 +65,13 @@ class SliceRequest:
     created: str = ""
     generation: int = 0
     problem: str = ""
+    # Its status holds an acceptance (Accepted or PartiallyAccepted) already.
+    holds_acceptance: bool = False
+
+    def order(self) -> tuple[str, bool, str]:
+        """Oldest first; in the same second, a slice holding an acceptance before one that
+        does not, then by name (module docstring)."""
+        return (self.created, not self.holds_acceptance, self.name)
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,13 @@ def read_slice(obj: Mapping[str, Any]) -> SliceRequest:
     name = str(meta.get("name") or "")
     created = str(meta.get("creationTimestamp") or "")
     generation = int(meta.get("generation") or 0)
+    phase = (obj.get("status") or {}).get("phase")
+    holds = phase in (c.SLICE_PHASE_ACCEPTED, c.SLICE_PHASE_PARTIAL)
     pool = spec.get("pool") if isinstance(spec, Mapping) else None
     raw = spec.get("resources") if isinstance(spec, Mapping) else None
 
     def bad(problem: str) -> SliceRequest:
-        return SliceRequest(name, str(pool or ""), {}, created, generation, problem)
+        return SliceRequest(name, str(pool or ""), {}, created, generation, problem, holds)
 
     if not isinstance(pool, str) or not pool:
         return bad("spec.pool is required: the name of one of the provider's pools (kubectl get consumer -o yaml: spec.pools)")
@@ -105,7 +116,7 @@ def read_slice(obj: Mapping[str, Any]) -> SliceRequest:
         if amount < 0:
             return bad(f"spec.resources[{key}]: {value!r} is negative; ask for 0 or more")
         resources[key] = amount
-    return SliceRequest(name, pool, resources, created, generation)
+    return SliceRequest(name, pool, resources, created, generation, holds_acceptance=holds)
 
 
 def _whole(resource: str, amount: int) -> int:
@@ -149,7 +160,7 @@ def decide_slices(
 ) -> dict[str, SliceDecision]:
     """Every slice of one consumer (its OffloadSlices, from its tenant namespace), decided
     against the Consumer and the provider's nodes; by slice name."""
-    requests = sorted((read_slice(s) for s in slices), key=lambda r: (r.created, r.name))
+    requests = sorted((read_slice(s) for s in slices), key=SliceRequest.order)
     if consumer is None:
         return {r.name: SliceDecision(c.SLICE_PHASE_PENDING, REASON_NO_CONSUMER,
                                       "no Consumer object for this tenant: the provider has not admitted this consumer") for r in requests}

@@ -95,6 +95,26 @@ def test_earlier_slices_take_first_and_a_later_one_never_shrinks_them() -> None:
     assert tie["x"].phase == c.SLICE_PHASE_ACCEPTED and tie["y"].phase == c.SLICE_PHASE_REFUSED
 
 
+def test_in_the_same_second_a_slice_already_accepted_keeps_its_place() -> None:
+    # creationTimestamp has whole seconds: "train" accepted, then "big" created within the
+    # same second. By name "big" would come first and shrink "train" (seen in CI).
+    quota = consumer({"cpu": "2"})
+    train = offload_slice("train", "general", cpu="1")
+    train["status"] = {"phase": c.SLICE_PHASE_ACCEPTED, "accepted": {"cpu": "1"}}
+    big = offload_slice("big", "general", cpu="5")
+    decisions = decide_slices([big, train], quota, NODES)
+    assert decisions["train"].phase == c.SLICE_PHASE_ACCEPTED and decisions["train"].accepted == {"cpu": 1000}
+    assert decisions["big"].phase == c.SLICE_PHASE_PARTIAL and decisions["big"].accepted == {"cpu": 1000}
+    # A partly accepted one holds an acceptance too; a refused one does not.
+    train["status"] = {"phase": c.SLICE_PHASE_PARTIAL}
+    assert decide_slices([big, train], quota, NODES)["train"].accepted == {"cpu": 1000}
+    train["status"] = {"phase": c.SLICE_PHASE_REFUSED}
+    assert decide_slices([big, train], quota, NODES)["big"].accepted == {"cpu": 2000}
+    # An earlier second still comes first, whatever the other holds.
+    earlier = offload_slice("zzz", "general", created="2026-11-27T08:59:59Z", cpu="2")
+    assert decide_slices([earlier, train], quota, NODES)["zzz"].accepted == {"cpu": 2000}
+
+
 def test_the_pool_left_is_per_pool_and_the_quota_left_across_pools() -> None:
     decisions = decide_slices([offload_slice("a", "general", created="1", cpu="6"),
                                offload_slice("b", "general", created="2", cpu="6"),
