@@ -62,6 +62,7 @@ from typing import Any, Callable
 from gunicorn import sock as gunicorn_sock
 from gunicorn.workers.base import Worker
 
+from kube_offload.runtime.body_limit import APISERVER_MAX_REQUEST_BODY_BYTES
 from kube_offload.runtime.http11 import (
     ChunkedDecoder,
     HttpError,
@@ -79,8 +80,9 @@ READ_SIZE = 64 * 1024
 READ_TIMEOUT = 10.0
 WRITE_TIMEOUT = 10.0
 HANDSHAKE_TIMEOUT = 10.0
-# When the app declares no body limit (GunicornServer.max_body_bytes None).
-DEFAULT_MAX_BODY = 3 * 1024 * 1024
+# When the app declares no body limit (GunicornServer.max_body_bytes None): the
+# apiserver's own request limit, the project's default everywhere (body_limit.py).
+DEFAULT_MAX_BODY = APISERVER_MAX_REQUEST_BODY_BYTES
 # How often the loop tells the arbiter it is alive and looks at its parent.
 TICK_SECONDS = 1.0
 CERT_CHECK_SECONDS = 1.0
