@@ -3,10 +3,10 @@ decided").
 
 An OffloadSlice asks for resources from one of the Consumer's pools (kube_offload/pools.py).
 :func:`decide_slices` decides every slice of one consumer together, oldest first
-(creationTimestamp; within the same second, one that already holds an acceptance first,
-then by name: the timestamp has whole seconds, and a slice created moments after another
-was accepted must not take its place), so a slice created later never shrinks one decided
-before it: each slice gets, per resource it asks for, the least of
+(creationTimestamp; within the same second, by ``status.firstDecided``, the microsecond
+the enforcer first decided it, an undecided slice last; then by name), so a slice created
+later never shrinks one decided before it: each slice gets, per resource it asks for, the
+least of
 
 * what it asks,
 * what the Consumer's ``spec.quota`` leaves after the consumer's earlier slices (every
@@ -18,6 +18,13 @@ before it: each slice gets, per resource it asks for, the least of
 All of it: Accepted; some: PartiallyAccepted, the message naming each cut resource, what
 was asked, what was accepted and the bound that cut it; nothing: Refused. Whole units for
 every resource but cpu (a node's pods or GPUs are never fractional).
+
+Why ``firstDecided``: creationTimestamp has whole seconds, so two slices created within one
+second tie. Ordering the tie by anything the decision itself changes (such as "holds an
+acceptance already") is not a fixed point: once both hold one, the next pass orders them by
+name and the later slice takes the earlier one's share. ``firstDecided`` is written once,
+by the enforcer alone (the consumer cannot write the status subresource), and carried over
+on every later decision, so the order it gives never changes.
 """
 
 from __future__ import annotations
@@ -65,13 +72,13 @@ class SliceRequest:
     created: str = ""
     generation: int = 0
     problem: str = ""
-    # Its status holds an acceptance (Accepted or PartiallyAccepted) already.
-    holds_acceptance: bool = False
+    # status.firstDecided (metav1.MicroTime text), "" while never decided.
+    first_decided: str = ""
 
-    def order(self) -> tuple[str, bool, str]:
-        """Oldest first; in the same second, a slice holding an acceptance before one that
-        does not, then by name (module docstring)."""
-        return (self.created, not self.holds_acceptance, self.name)
+    def order(self) -> tuple[str, bool, str, str]:
+        """Oldest first; in the same second, by when first decided, a slice never decided
+        after every decided one; then by name (module docstring)."""
+        return (self.created, not self.first_decided, self.first_decided, self.name)
 
 
 @dataclass(frozen=True)
@@ -92,13 +99,12 @@ def read_slice(obj: Mapping[str, Any]) -> SliceRequest:
     name = str(meta.get("name") or "")
     created = str(meta.get("creationTimestamp") or "")
     generation = int(meta.get("generation") or 0)
-    phase = (obj.get("status") or {}).get("phase")
-    holds = phase in (c.SLICE_PHASE_ACCEPTED, c.SLICE_PHASE_PARTIAL)
+    first_decided = first_decided_of(obj)
     pool = spec.get("pool") if isinstance(spec, Mapping) else None
     raw = spec.get("resources") if isinstance(spec, Mapping) else None
 
     def bad(problem: str) -> SliceRequest:
-        return SliceRequest(name, str(pool or ""), {}, created, generation, problem, holds)
+        return SliceRequest(name, str(pool or ""), {}, created, generation, problem, first_decided)
 
     if not isinstance(pool, str) or not pool:
         return bad("spec.pool is required: the name of one of the provider's pools (kubectl get consumer -o yaml: spec.pools)")
@@ -116,7 +122,7 @@ def read_slice(obj: Mapping[str, Any]) -> SliceRequest:
         if amount < 0:
             return bad(f"spec.resources[{key}]: {value!r} is negative; ask for 0 or more")
         resources[key] = amount
-    return SliceRequest(name, pool, resources, created, generation, holds_acceptance=holds)
+    return SliceRequest(name, pool, resources, created, generation, first_decided=first_decided)
 
 
 def _whole(resource: str, amount: int) -> int:
@@ -226,9 +232,16 @@ def consumer_name(consumer: Mapping[str, Any]) -> str:
     return str((consumer.get("metadata") or {}).get("name") or "")
 
 
-def slice_status(decision: SliceDecision, generation: int) -> dict[str, Any]:
+def first_decided_of(obj: Mapping[str, Any]) -> str:
+    """An OffloadSlice's ``status.firstDecided``, "" when never decided."""
+    value = (obj.get("status") or {}).get("firstDecided")
+    return value if isinstance(value, str) else ""
+
+
+def slice_status(decision: SliceDecision, generation: int, first_decided: str) -> dict[str, Any]:
     """The OffloadSlice ``status`` for ``decision`` (compared with the stored one: the loop
-    writes only on change)."""
+    writes only on change). ``first_decided``: the stored ``status.firstDecided`` when there
+    is one, else now (metav1.MicroTime): it orders slices created in the same second."""
     status: dict[str, Any] = {
         "phase": decision.phase,
         "reason": decision.reason,
@@ -236,6 +249,7 @@ def slice_status(decision: SliceDecision, generation: int) -> dict[str, Any]:
         "accepted": format_resource_list(decision.accepted),
         "nodeLabels": dict(decision.node_labels),
         "observedGeneration": generation,
+        "firstDecided": first_decided,
     }
     return status
 

@@ -19,7 +19,8 @@ from enforcer.consumers.consumer_api import ConsumerApi
 from kube_offload import constants as c
 from kube_offload.consumers import requesting_consumer, service_account_of
 from kube_offload.runtime.kube import ApiError
-from kube_offload.slices import REASON_NO_CONSUMER, SliceDecision, decide_slices, slice_status
+from kube_offload.slices import REASON_NO_CONSUMER, SliceDecision, decide_slices, first_decided_of, slice_status
+from kube_offload.times import format_micro_time, utc_now
 
 log = logging.getLogger("kube_offload.enforcer.slices")
 
@@ -59,11 +60,14 @@ class SliceReconciler:
                 c.SLICE_PHASE_PENDING, REASON_NO_CONSUMER, why) for s in objects}
         else:
             decisions = decide_slices(objects, consumer, self._nodes.list())
+        # One stamp for every slice first decided in this pass: they tie on it and their
+        # names order them, now and in every later pass (kube_offload/slices.py).
+        now = format_micro_time(utc_now())
         for obj in objects:
             meta = obj.get("metadata") or {}
             name = str(meta.get("name") or "")
             decision = decisions[name]
-            status = slice_status(decision, int(meta.get("generation") or 0))
+            status = slice_status(decision, int(meta.get("generation") or 0), first_decided_of(obj) or now)
             if obj.get("status") != status:
                 try:
                     self._api.replace_slice_status(tenant, name, status)

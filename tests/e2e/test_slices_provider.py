@@ -142,6 +142,11 @@ def test_slices_are_accepted_partly_accepted_under_the_quota_or_refused(remote: 
     nowhere = decided(remote, "nowhere", wait)
     assert nowhere["phase"] == c.SLICE_PHASE_REFUSED and nowhere["reason"] == "UnknownPool"
     assert "no pool 'fpga' for this consumer (pools: gpu)" in nowhere["message"]
+    # Every pass since (each write's echo, then "nowhere") kept the order, though "train"
+    # and "big" may share a creationTimestamp second: their firstDecided stamps order them.
+    train, big = slice_status(remote, "train"), slice_status(remote, "big")
+    assert (train["accepted"], big["accepted"]) == ({"cpu": "1", "pods": "3"}, {"cpu": "1"}), (train, big)
+    assert train["firstDecided"] < big["firstDecided"], (train, big)
 
 
 def test_the_consumer_cannot_write_a_slices_status(remote: Cluster, consumer: Path, twin: str) -> None:

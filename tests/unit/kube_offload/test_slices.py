@@ -20,6 +20,7 @@ from kube_offload.slices import (
     REASON_UNKNOWN_POOL,
     accepted_of,
     decide_slices,
+    first_decided_of,
     quota_bounds,
     slice_status,
 )
@@ -54,7 +55,7 @@ def test_a_slice_within_quota_and_pool_is_accepted_in_full_with_the_pool_labels(
     [(name, decision)] = decide_slices([offload_slice("train", "gpu", cpu="2", memory="8Gi")], consumer(), NODES).items()
     assert name == "train" and decision.phase == c.SLICE_PHASE_ACCEPTED and decision.reason == REASON_ACCEPTED
     assert decision.accepted == {"cpu": 2000, "memory": 8 * 2**30 * 1000}
-    status = slice_status(decision, 1)
+    status = slice_status(decision, 1, "")
     assert status["accepted"] == {"cpu": "2", "memory": "8Gi"} and status["nodeLabels"] == {"accelerator": "a100"}
     assert status["phase"] == "Accepted" and status["observedGeneration"] == 1
 
@@ -95,24 +96,31 @@ def test_earlier_slices_take_first_and_a_later_one_never_shrinks_them() -> None:
     assert tie["x"].phase == c.SLICE_PHASE_ACCEPTED and tie["y"].phase == c.SLICE_PHASE_REFUSED
 
 
-def test_in_the_same_second_a_slice_already_accepted_keeps_its_place() -> None:
-    # creationTimestamp has whole seconds: "train" accepted, then "big" created within the
+def test_in_the_same_second_the_slice_decided_first_keeps_its_place() -> None:
+    # creationTimestamp has whole seconds: "train" decided, then "big" created within the
     # same second. By name "big" would come first and shrink "train" (seen in CI).
     quota = consumer({"cpu": "2"})
     train = offload_slice("train", "general", cpu="1")
-    train["status"] = {"phase": c.SLICE_PHASE_ACCEPTED, "accepted": {"cpu": "1"}}
+    train["status"] = {"phase": c.SLICE_PHASE_ACCEPTED, "accepted": {"cpu": "1"}, "firstDecided": "2026-11-27T09:00:00.100000Z"}
     big = offload_slice("big", "general", cpu="5")
     decisions = decide_slices([big, train], quota, NODES)
     assert decisions["train"].phase == c.SLICE_PHASE_ACCEPTED and decisions["train"].accepted == {"cpu": 1000}
     assert decisions["big"].phase == c.SLICE_PHASE_PARTIAL and decisions["big"].accepted == {"cpu": 1000}
-    # A partly accepted one holds an acceptance too; a refused one does not.
-    train["status"] = {"phase": c.SLICE_PHASE_PARTIAL}
-    assert decide_slices([big, train], quota, NODES)["train"].accepted == {"cpu": 1000}
-    train["status"] = {"phase": c.SLICE_PHASE_REFUSED}
-    assert decide_slices([big, train], quota, NODES)["big"].accepted == {"cpu": 2000}
-    # An earlier second still comes first, whatever the other holds.
+    # Once both are decided, the stamps still order them, whatever each now holds (an
+    # order by "holds an acceptance" fell back to the name here and flipped them).
+    big["status"] = {"phase": c.SLICE_PHASE_PARTIAL, "accepted": {"cpu": "1"}, "firstDecided": "2026-11-27T09:00:00.700000Z"}
+    again = decide_slices([big, train], quota, NODES)
+    assert again["train"].accepted == {"cpu": 1000} and again["big"].accepted == {"cpu": 1000}
+    # A stamp orders only within the second: an earlier second comes first, stamped or not.
     earlier = offload_slice("zzz", "general", created="2026-11-27T08:59:59Z", cpu="2")
     assert decide_slices([earlier, train], quota, NODES)["zzz"].accepted == {"cpu": 2000}
+
+
+def test_a_slice_status_carries_its_first_decision_time() -> None:
+    [decision] = decide_slices([offload_slice("a", "general", cpu="1")], consumer(), NODES).values()
+    assert slice_status(decision, 3, "2026-11-27T09:00:00.000001Z")["firstDecided"] == "2026-11-27T09:00:00.000001Z"
+    assert first_decided_of({"status": {"firstDecided": "2026-11-27T09:00:00.000001Z"}}) == "2026-11-27T09:00:00.000001Z"
+    assert first_decided_of({}) == "" and first_decided_of({"status": {"firstDecided": 7}}) == ""
 
 
 def test_the_pool_left_is_per_pool_and_the_quota_left_across_pools() -> None:
@@ -125,7 +133,7 @@ def test_the_pool_left_is_per_pool_and_the_quota_left_across_pools() -> None:
 def test_a_resource_the_pool_lacks_is_cut_to_nothing() -> None:
     [decision] = decide_slices([offload_slice("a", "general", cpu="1", **{"nvidia_com/gpu": "1"})], consumer(), NODES).values()
     assert decision.phase == c.SLICE_PHASE_PARTIAL and decision.accepted == {"cpu": 1000, "nvidia.com/gpu": 0}
-    assert slice_status(decision, 1)["accepted"] == {"cpu": "1", "nvidia.com/gpu": "0"}
+    assert slice_status(decision, 1, "")["accepted"] == {"cpu": "1", "nvidia.com/gpu": "0"}
 
 
 def test_whole_units_for_every_resource_but_cpu() -> None:

@@ -5,6 +5,7 @@ is not a consumer's; the decision itself is tests/unit/kube_offload/test_slices.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from enforcer.consumers.slices import NAMESPACE_INDEX, SliceReconciler, namespace_of
@@ -14,6 +15,7 @@ from kube_offload.runtime.kube import ApiError
 from tests.support.informers import drain, offline_informer
 
 TENANT = c.tenant_namespace("local")
+MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
 class FakeApi:
@@ -73,7 +75,9 @@ def test_the_decision_is_written_once_and_the_echo_writes_nothing() -> None:
     reconciler(TENANT)
     [(namespace, name, status)] = api.writes
     assert (namespace, name) == (TENANT, "a")
-    assert status == {"phase": "Accepted", "reason": "Accepted", "message": "accepted in full from pool general",
+    first_decided = status["firstDecided"]
+    assert MICRO_TIME.fullmatch(first_decided), first_decided
+    assert {k: v for k, v in status.items() if k != "firstDecided"} == {"phase": "Accepted", "reason": "Accepted", "message": "accepted in full from pool general",
                       "accepted": {"cpu": "2"}, "nodeLabels": {"tier": "std"}, "observedGeneration": 1}
     assert drain(controller) == [TENANT]  # the loop's own write comes back as an event...
     reconciler(TENANT)
@@ -91,6 +95,35 @@ def test_a_later_slice_gets_what_is_left_and_a_quota_change_redecides_both() -> 
     api.writes.clear()
     reconciler(TENANT)
     assert [(name, status["phase"], status["accepted"]) for _, name, status in api.writes] == [("b", "Accepted", {"cpu": "2"})]
+
+
+def settle(reconciler: SliceReconciler, controller: Controller) -> None:
+    """Reconcile until the loop's own writes come back as events that write nothing, as
+    the enforcer's workers would."""
+    for _ in range(10):
+        keys = drain(controller)
+        if not keys:
+            return
+        for key in keys:
+            reconciler(key)
+    raise AssertionError("the slice loop never settled: it keeps rewriting statuses")
+
+
+def test_a_slice_created_in_the_same_second_after_another_was_decided_never_takes_its_share() -> None:
+    # Seen in CI: "train" accepted, "big" created 0.7 s later (the same creationTimestamp
+    # second). Each pass's writes come back as events and are decided again; the order must
+    # hold through every pass, not only the first.
+    reconciler, (slices, _ns, consumers, _nodes), api, controller = setup()
+    consumers.apply("MODIFIED", dict(consumer({"cpu": "2"}), metadata={"name": "local", "generation": 2, "resourceVersion": "2"}))
+    slices.apply("ADDED", offload_slice("train", "1"))
+    settle(reconciler, controller)
+    slices.apply("ADDED", offload_slice("big", "5"))
+    settle(reconciler, controller)
+    train, big = (slices.get(f"{TENANT}/{name}")["status"] for name in ("train", "big"))
+    assert (train["phase"], train["accepted"]) == ("Accepted", {"cpu": "1"})
+    assert (big["phase"], big["reason"], big["accepted"]) == ("PartiallyAccepted", "QuotaExceeded", {"cpu": "1"})
+    assert train["firstDecided"] < big["firstDecided"]
+    assert [name for _, name, _ in api.writes] == ["train", "big"]  # each written once, then left alone
 
 
 def test_a_tenant_that_is_no_consumers_leaves_its_slices_pending_saying_why() -> None:
