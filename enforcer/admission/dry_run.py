@@ -135,22 +135,34 @@ def create_verdict(
     template was judged within the TTL (unless ``fresh``), else from a dry run (then kept:
     a fresh answer also renews the template's verdict)."""
     key = verdicts.key(namespace, shadowpod, pool) if verdicts is not None else None
+    leading = False
     if verdicts is not None and key is not None and not fresh:
         cached = verdicts.cache.get(key)
+        if cached is None:
+            flight = verdicts.cache.lead(key)
+            leading = flight is None
+            if flight is not None:
+                # Another admission of this template is dry-running: its answer is ours.
+                flight.wait(sum(DRY_RUN_TIMEOUT))
+                cached = verdicts.cache.get(key)
         if cached is not None:
             verdicts.cache.count("hit")
             return cached
     try:
-        dry_run_create(api_client, namespace, pod)
-        decision = Decision.allow()
-    except ApiError as exc:
-        decision = verdict(exc)
-    if verdicts is not None:
-        if key is not None and verdict_cache.cacheable(decision):
-            verdicts.cache.put(key, decision)
-            verdicts.cache.count("miss")
-        else:
-            verdicts.cache.count("bypass")
+        try:
+            dry_run_create(api_client, namespace, pod)
+            decision = Decision.allow()
+        except ApiError as exc:
+            decision = verdict(exc)
+        if verdicts is not None:
+            if key is not None and verdict_cache.cacheable(decision):
+                verdicts.cache.put(key, decision)
+                verdicts.cache.count("miss")
+            else:
+                verdicts.cache.count("bypass")
+    finally:
+        if leading and verdicts is not None and key is not None:
+            verdicts.cache.landed(key)
     return decision
 
 

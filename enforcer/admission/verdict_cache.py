@@ -29,6 +29,13 @@ by the webhook, and at once by the real create, which runs the full admission an
 
 Refusals are cached too (4xx: the provider's word about the Pod); "could not verify"
 (503, the server or the network) never is.
+
+One dry run per template at a time (:meth:`VerdictCache.lead`): when a template's verdict
+is missing or has expired, the first admission of it dry-runs and the others of that
+template arriving meanwhile wait for its answer instead of each sending their own (at
+40 creates/s a verdict's expiry sent a burst of identical dry runs, each on a new TLS
+connection, docs/performance.md). A waiter that finds no verdict after (a 503, or the
+leader's time ran out) dry-runs itself.
 """
 
 from __future__ import annotations
@@ -148,7 +155,8 @@ def cacheable(decision: Decision) -> bool:
 
 
 RESULTS = ("hit", "miss", "bypass")
-"""hit: answered from the cache; miss: dry-run, then kept; bypass: dry-run, not cacheable
+"""hit: answered from the cache (also after waiting for the dry run another admission of
+the same template had in flight); miss: dry-run, then kept; bypass: dry-run, not cacheable
 (a namespace with a pod-counting ResourceQuota, a 503, an update of a running pod)."""
 
 
@@ -170,6 +178,8 @@ class VerdictCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[float, Decision]] = OrderedDict()
+        # Templates with a dry run in flight: set when its leader is done.
+        self._in_flight: dict[str, threading.Event] = {}
         self.counts: dict[str, int] = dict.fromkeys(RESULTS, 0)
 
     def __len__(self) -> int:
@@ -185,6 +195,23 @@ class VerdictCache:
                 return None
             self._entries.move_to_end(key)
             return entry[1]
+
+    def lead(self, key: str) -> threading.Event | None:
+        """None: the caller leads ``key``'s dry run and must call :meth:`landed` once it
+        has put (or not) the answer. Else the Event the leader in flight sets: wait on it,
+        then :meth:`get`."""
+        with self._lock:
+            flight = self._in_flight.get(key)
+            if flight is None:
+                self._in_flight[key] = threading.Event()
+            return flight
+
+    def landed(self, key: str) -> None:
+        """The leader of ``key``'s dry run is done: release its waiters."""
+        with self._lock:
+            flight = self._in_flight.pop(key, None)
+        if flight is not None:
+            flight.set()
 
     def put(self, key: str, decision: Decision) -> None:
         if not cacheable(decision):

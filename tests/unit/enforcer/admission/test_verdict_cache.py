@@ -5,6 +5,7 @@ may read changes it; bounded in size and time; refusals kept, "could not verify"
 from __future__ import annotations
 
 import copy
+import threading
 
 import pytest
 
@@ -215,6 +216,74 @@ def test_could_not_verify_is_asked_again(server):
     server["refuse"] = None
     assert dry_run.check(None, "twin", replica("web-1", "u1"), operation="CREATE", verdicts=v).allowed
     assert server["creates"] == ["web-0", "web-1"]
+
+
+def concurrent_creates(server, v, count: int, answer: ApiError | None) -> list:
+    """``count`` admissions of one template at once; the first one's dry run is held until
+    every other has found it in flight, then answered with ``answer`` (None: accepted)."""
+    started, release = threading.Event(), threading.Event()
+    server_create = dry_run.dry_run_create
+    waiting: list[threading.Event] = []
+    lead = v.cache.lead
+
+    def counted_lead(key):
+        flight = lead(key)
+        if flight is not None:
+            waiting.append(flight)
+        return flight
+
+    def create(client, namespace, pod):
+        if not started.is_set():
+            started.set()
+            assert release.wait(5)
+            server["refuse"] = answer
+            try:
+                server_create(client, namespace, pod)
+            finally:
+                server["refuse"] = None
+        else:
+            server_create(client, namespace, pod)
+
+    dry_run.dry_run_create = create
+    v.cache.lead = counted_lead
+    results: list = [None] * count
+
+    def admit(i: int) -> None:
+        results[i] = dry_run.check(None, "twin", replica(f"web-{i}", f"u{i}"), operation="CREATE", verdicts=v)
+
+    threads = [threading.Thread(target=admit, args=(i,)) for i in range(count)]
+    threads[0].start()
+    assert started.wait(5)
+    for t in threads[1:]:
+        t.start()
+    for _ in range(500):
+        if len(waiting) == count - 1:
+            break
+        threading.Event().wait(0.01)
+    assert len(waiting) == count - 1, "every other admission should find the leader's dry run in flight"
+    release.set()
+    for t in threads:
+        t.join(10)
+    return results
+
+
+def test_admissions_of_one_template_at_once_share_one_dry_run(server, monkeypatch):
+    monkeypatch.setattr(dry_run, "dry_run_create", dry_run.dry_run_create)  # restored after
+    v = verdicts()
+    results = concurrent_creates(server, v, 4, None)
+    assert all(r is not None and r.allowed for r in results)
+    assert server["creates"] == ["web-0"]  # the others waited for its answer
+    assert v.cache.counts == {"hit": 3, "miss": 1, "bypass": 0} and v.cache._in_flight == {}
+
+
+def test_waiters_on_an_unverified_dry_run_ask_themselves(server, monkeypatch):
+    monkeypatch.setattr(dry_run, "dry_run_create", dry_run.dry_run_create)
+    v = verdicts()
+    results = concurrent_creates(server, v, 3, ApiError(503, "ServiceUnavailable", "etcd timeout"))
+    assert results[0].code == 503 and results[1].allowed and results[2].allowed
+    # A 503 is no verdict to share: the waiters dry-run (the second may find the first's).
+    assert server["creates"][0] == "web-0" and len(server["creates"]) in (2, 3)
+    assert v.cache.counts["bypass"] == 1 and v.cache._in_flight == {}
 
 
 def test_without_the_cache_every_create_is_dry_run_and_an_update_still_reads_the_pod(server):
