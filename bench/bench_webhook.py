@@ -540,7 +540,10 @@ def bench_one(args: argparse.Namespace, worker_class: str, server_cpus: set[int]
     print(HEADER)
     for figures in (totals["/echo"], totals["/mutate/pods"], fixed_echo, fixed_mutate, fixed_low):
         print(figures.row())
-    print(f"throughput ratio mutate/echo: {ratio:.2f} (goal >= 0.90); "
+    # The ratio's old goal (>= 0.90) was set when /echo cost what a gthread request costs;
+    # the asyncio worker made /echo far cheaper, so the ratio now measures that, not a slower
+    # admission (docs/performance.md "On a quiet machine"). The goal is the fixed-rate p99.
+    print(f"throughput ratio mutate/echo: {ratio:.2f} (no goal: how much admission adds to an empty request); "
           f"server CPU per request echo/mutate: {cpu_ratio:.2f}")
     print("  per round (mutate/echo req/s): " + ", ".join(
         f"{m.rate / e.rate:.2f}" for e, m in zip(rounds["/echo"], rounds["/mutate/pods"], strict=True)))
