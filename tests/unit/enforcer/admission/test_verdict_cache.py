@@ -218,7 +218,7 @@ def test_could_not_verify_is_asked_again(server):
     assert server["creates"] == ["web-0", "web-1"]
 
 
-def concurrent_creates(server, v, count: int, answer: ApiError | None) -> list:
+def concurrent_creates(server, monkeypatch, v, count: int, answer: ApiError | None) -> list:
     """``count`` admissions of one template at once; the first one's dry run is held until
     every other has found it in flight, then answered with ``answer`` (None: accepted)."""
     started, release = threading.Event(), threading.Event()
@@ -233,19 +233,18 @@ def concurrent_creates(server, v, count: int, answer: ApiError | None) -> list:
         return flight
 
     def create(client, namespace, pod):
-        if not started.is_set():
-            started.set()
-            assert release.wait(5)
-            server["refuse"] = answer
-            try:
-                server_create(client, namespace, pod)
-            finally:
-                server["refuse"] = None
-        else:
-            server_create(client, namespace, pod)
+        if started.is_set():  # a waiter's own dry run
+            return server_create(client, namespace, pod)
+        started.set()
+        assert release.wait(5)
+        server["refuse"] = answer
+        try:
+            return server_create(client, namespace, pod)
+        finally:
+            server["refuse"] = None
 
-    dry_run.dry_run_create = create
-    v.cache.lead = counted_lead
+    monkeypatch.setattr(dry_run, "dry_run_create", create)
+    monkeypatch.setattr(v.cache, "lead", counted_lead)
     results: list = [None] * count
 
     def admit(i: int) -> None:
@@ -268,18 +267,16 @@ def concurrent_creates(server, v, count: int, answer: ApiError | None) -> list:
 
 
 def test_admissions_of_one_template_at_once_share_one_dry_run(server, monkeypatch):
-    monkeypatch.setattr(dry_run, "dry_run_create", dry_run.dry_run_create)  # restored after
     v = verdicts()
-    results = concurrent_creates(server, v, 4, None)
+    results = concurrent_creates(server, monkeypatch, v, 4, None)
     assert all(r is not None and r.allowed for r in results)
     assert server["creates"] == ["web-0"]  # the others waited for its answer
     assert v.cache.counts == {"hit": 3, "miss": 1, "bypass": 0} and v.cache._in_flight == {}
 
 
 def test_waiters_on_an_unverified_dry_run_ask_themselves(server, monkeypatch):
-    monkeypatch.setattr(dry_run, "dry_run_create", dry_run.dry_run_create)
     v = verdicts()
-    results = concurrent_creates(server, v, 3, ApiError(503, "ServiceUnavailable", "etcd timeout"))
+    results = concurrent_creates(server, monkeypatch, v, 3, ApiError(503, "ServiceUnavailable", "etcd timeout"))
     assert results[0].code == 503 and results[1].allowed and results[2].allowed
     # A 503 is no verdict to share: the waiters dry-run (the second may find the first's).
     assert server["creates"][0] == "web-0" and len(server["creates"]) in (2, 3)
