@@ -86,8 +86,8 @@ def test_the_import_contracts_pass_on_the_unmodified_copy(tree: Path):
     ("module", "line", "broken"),
     [
         ("kube_offload/selector.py", "from kube_offload.runtime import kube", "Layers"),
-        ("kube_offload/runtime/workqueue.py", "import vkubelet.naming", "Layers"),
-        ("webhook/app.py", "import vkubelet.naming", "Layers"),
+        ("kube_offload/runtime/workqueue.py", "import vkubelet.twins.naming", "Layers"),
+        ("webhook/app.py", "import vkubelet.twins.naming", "Layers"),
         ("kube_offload/policy.py", "import subprocess", "The domain does no I/O"),
         ("certs/pki.py", "import kube_offload_harness", "never imports the development harness"),
         ("kubectl_offload/status.py", "import enforcer.consumers.quota", "never on a component"),

@@ -14,11 +14,11 @@ from kube_offload.reasons import REASON_NOT_OFFLOADED
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kube import object_key
 from kube_offload.times import now_time, parse_time_or_none
-from vkubelet import daemonsets
-from vkubelet import events as ev
-from vkubelet import readiness
-from vkubelet import status as st
-from vkubelet import termination as term
+from vkubelet.pods import daemonsets
+from vkubelet.shared import events as ev
+from vkubelet.pods import readiness
+from vkubelet.pods import status as st
+from vkubelet.pods import termination as term
 from vkubelet.pods import shadowpods
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def not_placeable(loop: PodOffloader, local: dict, why: str, shadows: list[dict]
 
 
 def keep_home(loop: PodOffloader, local: dict, daemonset: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
-    """A DaemonSet pod is not offloaded (vkubelet/daemonsets.py): Pending with a
+    """A DaemonSet pod is not offloaded (vkubelet/pods/daemonsets.py): Pending with a
     reason, so that its DaemonSet controller neither deletes nor recreates it; a pod
     offloaded before is stopped remotely first, then ends."""
     text = daemonsets.message(daemonset, loop.settings.cluster_id, loop.settings.node_name)

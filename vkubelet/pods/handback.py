@@ -1,4 +1,4 @@
-"""Handing a pod back (the I/O around vkubelet/handback.py): the workload's record on the
+"""Handing a pod back (the I/O around vkubelet/pods/handback_rules.py): the workload's record on the
 virtual Node first (so its next pod is already kept off this node when the scheduler
 sees it), then the eviction of the local pod through the Eviction API (so its
 PodDisruptionBudgets apply: a refused eviction is tried again later), then a Warning
@@ -10,13 +10,13 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Mapping
 
-from kube_offload import handback as records
+from kube_offload import handed_back as records
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import NODES, PODS
 from kube_offload.runtime.kube import MERGE_PATCH, NO_RETRY, ApiError, Kube
 from kube_offload.times import utc_now
-from vkubelet import events as ev
-from vkubelet import handback as hb
+from vkubelet.shared import events as ev
+from vkubelet.pods import handback_rules as hb
 
 if TYPE_CHECKING:
     from vkubelet.pods.reconcile import PodOffloader

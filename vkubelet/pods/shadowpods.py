@@ -14,13 +14,13 @@ from kube_offload.pod_updates import template_patch
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import SHADOWPODS
 from kube_offload.runtime.kube import MERGE_PATCH, ApiError, Kube, object_key
-from vkubelet import events as ev
-from vkubelet import policy_fit
-from vkubelet import refusals as rf
+from vkubelet.shared import events as ev
+from vkubelet.shared import policy_fit
+from vkubelet.pods import refusals as rf
 from vkubelet.pods import handback
-from vkubelet import termination as term
+from vkubelet.pods import termination as term
 from vkubelet.home_api.pod_access import APIServerMode
-from vkubelet.translation import shadowpod_of, translate_pod
+from vkubelet.pods.translation import shadowpod_of, translate_pod
 
 if TYPE_CHECKING:
     from vkubelet.pods.reconcile import PodOffloader
