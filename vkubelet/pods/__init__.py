@@ -53,7 +53,8 @@ refusal and its backoff), ``ending`` (a pod that ends: terminating, remote clust
 unreachable, namespace no longer offloaded, DaemonSet pod), ``handback`` (a pod the
 remote cluster cannot run, evicted), ``forbidden`` (a twin we may not read), ``local``
 (the writes to the local pod: status with its echoes, the final delete, the orphan check
-against the API server). The decisions are pure modules beside them:
+against the API server). The steps are handed the services they use
+(``step_context.StepContext``), not the loop. The decisions are pure modules beside them:
 ``translation`` (local pod -> the pod the remote cluster runs), ``status`` (remote
 status -> local), ``termination``, ``readiness``, ``refusals``, ``daemonsets``,
 ``handback_rules`` (when a pod is handed back). What the pod loop shares with the other
