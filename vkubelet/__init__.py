@@ -21,7 +21,8 @@ package per loop:
 
 over :mod:`vkubelet.shared` (the informers, the origin marks, the Event recorder, the
 provider's terms and policy fit, what a loop is handed), which imports no loop. A
-package imports only those listed after it; type-only names aside, nothing runs back
-up. See docs/virtual-kubelet.md and docs/architecture.md. What the remote cluster can offer is
+package imports only those listed after it, and type-only names aside, nothing runs
+back up: the import contract ``vkubelet-packages`` in pyproject.toml. See
+docs/virtual-kubelet.md and docs/architecture.md. What the remote cluster can offer is
 computed by :mod:`kube_offload.remote_resources`, shared with the enforcer.
 """

@@ -1,5 +1,5 @@
 """What the virtual kubelet's loops share: the bottom of vkubelet, importing no loop
-(see vkubelet/__init__.py).
+(the import contract ``vkubelet-packages`` in pyproject.toml).
 
 * ``informers`` - the one informer of each kind per process, asked for by every loop;
   ``trim`` - what each cache keeps of an object; ``indexes`` - remote objects by the
