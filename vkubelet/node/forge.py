@@ -1,6 +1,6 @@
 """The virtual Node and its Lease as the API wants them (pure: time is passed in).
 
-``node.py`` reads the world and calls these; everything that decides what the node says
+``virtual_node.py`` reads the world and calls these; everything that decides what the node says
 lives here and is tested on its own.
 """
 
@@ -38,7 +38,7 @@ _PRESSURE_REASONS = {
 
 # --- metadata and spec -----------------------------------------------------------------------
 def node_labels(settings: Settings, suggested: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The provider's suggested labels (already filtered: provider_terms.py; for a slice's
+    """The provider's suggested labels (already filtered: vkubelet/shared/provider_terms.py; for a slice's
     node the Consumer's and its pool's: :func:`slice_suggested`), then the configured ones
     (--node-label: the consumer's word wins over the provider's), then the contract labels
     (which win on any clash: the scheduler, the extender and cluster selectors rely on
@@ -373,7 +373,7 @@ def build_lease(settings: Settings, node_uid: str | None) -> dict:
 
 
 def lease_renewal(settings: Settings, now: datetime) -> dict:
-    """A merge patch renewing the lease (sent as raw JSON: see node.py on MicroTime)."""
+    """A merge patch renewing the lease (sent as raw JSON: see virtual_node.py on MicroTime)."""
     return {
         "spec": {
             "holderIdentity": settings.node_name,

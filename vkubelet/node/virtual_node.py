@@ -13,7 +13,7 @@ node Unknown, whatever the reason):
 * lease: renews ``kube-node-lease/<node>`` every ``lease_renew_seconds``.
 
 Capacity, pressure and the remote-capacity annotation come from the provider's summary in
-our ``Consumer`` object (provider_terms.py): the consumer may not read the provider's nodes
+our ``Consumer`` object (vkubelet/shared/provider_terms.py): the consumer may not read the provider's nodes
 or pods. Capacity is capped by the Consumer's quota, and the labels the provider suggests
 go on the node under the configured ones.
 

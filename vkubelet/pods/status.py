@@ -11,7 +11,7 @@ the facts that belong to the local cluster kept local:
 * PodScheduled stays the local scheduler's (the pod *is* bound to the virtual node;
   remote scheduling trouble is reported as a RemoteUnschedulable Event);
 * pod IPs are translated into the remote pod CIDR as the local cluster sees it when a
-  remapping is configured (ip_remapping.py; an address outside it is kept as it is);
+  remapping is configured (vkubelet/shared/ip_remapping.py; an address outside it is kept as it is);
 * hostIP is the virtual node's address (the node the pod is bound to, and an address the
   local cluster can reach, unlike the remote node's), qosClass and startTime stay as
   first set;

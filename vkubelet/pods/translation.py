@@ -6,7 +6,7 @@ node's labels, a local scheduler) means nothing, or something else, in the remot
 and what the local apiserver's admission added (service-account token volume, priority
 number, RuntimeClass overhead) would be added again - or refused - by the remote one.
 Then the provider's policy for us (``Consumer.spec.policy``) takes out what its admission
-would refuse (policy_fit.py: a priority class or toleration it does not grant, node
+would refuse (vkubelet/shared/policy_fit.py: a priority class or toleration it does not grant, node
 selection on keys it reserves...), with a note per change for the local pod's Events; a
 pod it would refuse whatever is dropped (a volume type not granted) carries the notes
 that say so, and is not sent. Everything else is the user's and is kept as written.
@@ -44,7 +44,7 @@ class TranslationContext:
     virtual_node_name: str = ""
     # PriorityClasses that exist in the remote cluster; others are dropped.
     remote_priority_classes: frozenset[str] = frozenset()
-    # The provider's policy for us: what it does not grant is taken out (policy_fit.py).
+    # The provider's policy for us: what it does not grant is taken out (vkubelet/shared/policy_fit.py).
     # The default is the strictest, as for a Consumer without one.
     policy: ProviderPolicy = DEFAULT_POLICY
     # Service-account token reflection is on (settings.reflection.service_account_tokens):

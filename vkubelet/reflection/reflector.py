@@ -201,7 +201,7 @@ class Reflector(ReflectionLoop):
         return []
 
     def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
-        """``desired`` as the provider's policy admits it (policy_fit.py); kinds the
+        """``desired`` as the provider's policy admits it (vkubelet/shared/policy_fit.py); kinds the
         policy says nothing about are sent as forged."""
         return Fit(desired)
 

@@ -6,7 +6,7 @@ terms sit in ``Consumer.spec``: a quota (the ShadowPod webhook refuses what exce
 so the virtual node must never advertise more), a cordon, a drain, and labels it suggests for the
 consumer's virtual node (region, provider...), and its policy (``spec.policy``, what our
 identity may write there: kube_offload/provider_policy.py). This module reads that object;
-node.py and node_forge.py turn it into the virtual node, and policy_fit.py uses the policy
+vkubelet/node/virtual_node.py and node/forge.py turn it into the virtual node, and policy_fit.py uses the policy
 to drop what the provider would refuse before anything is sent.
 
 A policy that does not parse (a provider's typo, or a newer provider's key this consumer
@@ -182,6 +182,6 @@ class PolicyReader:
         cached_version, policy = self._cached  # one read: another thread may replace it
         if cached_version == version:
             return policy
-        policy, _problem = read_policy(consumer.get("spec") or {})  # logged by node.py
+        policy, _problem = read_policy(consumer.get("spec") or {})  # logged by node/virtual_node.py
         self._cached = (version, policy)
         return policy
