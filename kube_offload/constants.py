@@ -91,7 +91,7 @@ ANNOTATION_REMOTE_CAPACITY: Final = f"{DOMAIN}/remote-capacity"
 ANNOTATION_PROVIDER_LABELS: Final = f"{DOMAIN}/provider-labels"
 # Set by the virtual kubelet on its Node, read by the scheduler extender: the workloads
 # (controller UIDs) whose pods this node's remote cluster could not run and handed back,
-# each refused here until a time that grows on repeats (kube_offload/handback.py).
+# each refused here until a time that grows on repeats (kube_offload/handed_back.py).
 ANNOTATION_HANDED_BACK: Final = f"{DOMAIN}/handed-back"
 # On a namespace, "true": its pods without a controller may be handed back too (evicted,
 # so gone for good unless something recreates them). Unset: only controlled pods are.
@@ -311,7 +311,7 @@ CUSTOM_RESOURCE_WEBHOOK_PATH: Final = "/validate-custom-resources"
 
 # --- Service continuity (issue 25 item 4; docs/reflection.md "Service continuity") ----------
 # The consumer's heartbeat a provider can see: a Lease in the consumer's tenant namespace
-# that its virtual kubelet renews (vkubelet/heartbeat.py). The provider cannot ask a
+# that its virtual kubelet renews (vkubelet/node/heartbeat.py). The provider cannot ask a
 # consumer anything (it holds no credentials there), so silence on this Lease is how it
 # learns a consumer is unreachable; a consumer that never wrote one (older vkubelet) is
 # left alone rather than guessed dead.

@@ -11,7 +11,7 @@ that ``kubectl offload explain`` asks the very functions the extender (extender/
 4. a virtual node's remote cluster must have at least one node that fits the pod, per the
    capacity annotation its virtual kubelet publishes (docs/capacity-annotation.md);
 5. a virtual node must not have handed back a pod of the same workload lately (its
-   ``kube-offload.io/handed-back`` record of the pod's controller, kube_offload/handback.py:
+   ``kube-offload.io/handed-back`` record of the pod's controller, kube_offload/handed_back.py:
    the remote could not run such a pod; the refusal grows on repeats).
 
 ``prioritize`` scores the nodes that passed, 0..10, by a strategy.
@@ -35,7 +35,7 @@ from typing import Callable, Container, Mapping, Sequence, Union
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload import handback
+from kube_offload import handed_back
 from kube_offload import resources
 from kube_offload.nodes import is_virtual_node, node_is_ready, node_name, placement_allows, cluster_id_of
 from kube_offload.namespace_policies import evaluate
@@ -324,7 +324,7 @@ def _judge_virtual(
 
 def _handback_verdict(node: dict, name: str, pod: Mapping, now: datetime) -> NodeFailure | None:
     """A virtual node that handed back a pod of this pod's workload, while that lasts."""
-    record = handback.refused_until(node, pod, now)
+    record = handed_back.refused_until(node, pod, now)
     if record is None:
         return None
     cluster = cluster_id_of(node) or "unknown"

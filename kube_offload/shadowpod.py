@@ -472,7 +472,7 @@ def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Pla
 def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
     """The ShadowPod status that mirrors ``pod``: its phase, name, UID and message, and
     the recreations. Not the pod's conditions: nobody reads them from the ShadowPod (the
-    vkubelet mirrors the remote pod itself, vkubelet/status.py), and mirroring them cost a
+    vkubelet mirrors the remote pod itself, vkubelet/pods/status.py), and mirroring them cost a
     status write at every condition change, about 3.5 writes per pod instead of 1
     (docs/performance.md). ``conditions`` is written as null, which the merge patch turns
     into removing what an older enforcer wrote.

@@ -18,7 +18,7 @@ from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, append
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.runtime.logs import LEVELS, setup_logging
-from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
+from vkubelet.shared.ip_remapping import add_remapping_flags, remapping_settings_from_args
 from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
 from kube_offload.slice_requests import SliceError, SliceRequest, parse_slice
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args

@@ -56,7 +56,7 @@ from kube_offload.consumer_quota import is_object_quota_key
 # Placeholders for the per-pod identity. Not valid in a DNS name, so no real value equals them.
 NAME_PLACEHOLDER = "<name>"
 UID_PLACEHOLDER = "<uid>"
-# The vkubelet's per-pod token Secret (vkubelet/reflection/names.py token_secret_name; the
+# The vkubelet's per-pod token Secret (vkubelet/shared/names.py token_secret_name; the
 # enforcer may not import the vkubelet, the names must agree): prefix + origin pod name.
 TOKEN_SECRET_PREFIX = "kube-offload-token-"
 # The token volume Kubernetes' ServiceAccount admission adds to every pod, with a random suffix.

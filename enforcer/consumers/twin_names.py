@@ -62,7 +62,7 @@ def plan_name_problem(
     """Why the provider's plan has no room for twin ``name`` of ``consumer_id``, or "".
 
     A twin is either a DefaultName twin, ending in ``-<consumer id>`` (what the virtual
-    kubelet asks for by default: vkubelet/naming.py), or a name the provider grants as it
+    kubelet asks for by default: vkubelet/twins/naming.py), or a name the provider grants as it
     is (EnforceSameName) in ``sameNames``; never a reserved name (``default``, ``kube-*``,
     ``kube-offload-*``, the enforcer's own namespace, and ``reserved``), whatever is
     granted; and never a DefaultName twin of another consumer whose id ends in this one's

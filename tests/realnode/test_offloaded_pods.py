@@ -35,7 +35,7 @@ from kube_offload_harness import fabric, metrics_server
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
-from vkubelet.naming import twin_namespace_name
+from vkubelet.twins.naming import twin_namespace_name
 
 from support.waiting import wait_for
 

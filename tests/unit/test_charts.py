@@ -948,7 +948,7 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
         ("", "pods"): {"get", "list"},
         ("", "pods/portforward"): {"get", "create"},
         ("", "serviceaccounts/token"): {"create"},  # its own bound token (docs/security.md)
-        # Its heartbeat Lease (vkubelet/heartbeat.py): created, then patched by name only.
+        # Its heartbeat Lease (vkubelet/node/heartbeat.py): created, then patched by name only.
         ("coordination.k8s.io", "leases"): {"create", "patch"},
     }
     [services_rule] = [r for r in role["rules"] if r["resources"] == ["services"]]

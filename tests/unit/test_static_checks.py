@@ -82,29 +82,47 @@ def test_the_import_contracts_pass_on_the_unmodified_copy(tree: Path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def _lint_imports_with(tree: Path, module: str, lines: str) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the copy with ``lines`` appended to ``module``, then restored."""
+    path = tree / module
+    original = path.read_text()
+    path.write_text(f"{original}\n{lines}\n")
+    try:
+        return _run(BIN / "lint-imports", "--no-cache", "--no-logo", cwd=tree)
+    finally:
+        path.write_text(original)
+
+
 @pytest.mark.parametrize(
     ("module", "line", "broken"),
     [
         ("kube_offload/selector.py", "from kube_offload.runtime import kube", "Layers"),
-        ("kube_offload/runtime/workqueue.py", "import vkubelet.naming", "Layers"),
-        ("webhook/app.py", "import vkubelet.naming", "Layers"),
+        ("kube_offload/runtime/workqueue.py", "import vkubelet.twins.naming", "Layers"),
+        ("webhook/app.py", "import vkubelet.twins.naming", "Layers"),
         ("kube_offload/policy.py", "import subprocess", "The domain does no I/O"),
         ("certs/pki.py", "import kube_offload_harness", "never imports the development harness"),
         ("kubectl_offload/status.py", "import enforcer.consumers.quota", "never on a component"),
         ("enforcer/consumers/trim.py", "import enforcer.shadowpods.api", "The enforcer: process wiring"),
         ("enforcer/shadowpods/reconcile.py", "import enforcer.admission.dry_run", "The enforcer: process wiring"),
+        # the vkubelet: the bottom imports no loop, a loop no higher one, two siblings not each other
+        ("vkubelet/shared/informers.py", "import vkubelet.pods.reconcile", "The virtual kubelet: process wiring"),
+        ("vkubelet/reflection/scope.py", "import vkubelet.pods.translation", "The virtual kubelet: process wiring"),
+        ("vkubelet/kubeletapi/paths.py", "import vkubelet.twins.namespaces", "The virtual kubelet: process wiring"),
+        ("vkubelet/pods/status.py", "import vkubelet.runner", "The virtual kubelet: process wiring"),
     ],
 )
 def test_the_import_contracts_catch(tree: Path, module: str, line: str, broken: str):
-    path = tree / module
-    original = path.read_text()
-    path.write_text(f"{original}\n{line}\n")
-    try:
-        checked = _run(BIN / "lint-imports", "--no-cache", "--no-logo", cwd=tree)
-    finally:
-        path.write_text(original)
+    checked = _lint_imports_with(tree, module, line)
     assert checked.returncode != 0, checked.stdout
     assert re.search(rf"{re.escape(broken)}.* BROKEN", checked.stdout), checked.stdout
+
+
+def test_an_import_for_the_type_checker_only_is_not_a_layer_violation(tree: Path):
+    """A loop names the wiring's Settings under ``if TYPE_CHECKING`` (it never runs): the
+    vkubelet contract counts what runs (exclude_type_checking_imports)."""
+    checked = _lint_imports_with(tree, "vkubelet/shared/trim.py",
+                                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vkubelet.runner")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,8 @@ from kube_offload.remote_resources import is_ours
 from kube_offload.shadowpod import is_owned_by
 from kube_offload.views import metadata as _meta
 from vkubelet.kubeletapi.paths import RequestError
-from vkubelet.indexes import BY_ORIGIN, ours_by_origin
-from vkubelet.translation import origin_key, origin_uid
+from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
+from vkubelet.shared.origin import origin_key, origin_uid
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class RemotePod:
 
 
 class TwinRule(Protocol):
-    """The twin-namespace rule (vkubelet/namespaces.py ``TwinNamespaces``)."""
+    """The twin-namespace rule (vkubelet/twins/namespaces.py ``TwinNamespaces``)."""
 
     def twin_for(self, name: str) -> tuple[str | None, str]: ...
 

@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 from kube_offload.reasons import REASON_NOT_OFFLOADED
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kube import object_key
 from kube_offload.times import now_time, parse_time_or_none
-from vkubelet import daemonsets
-from vkubelet import events as ev
-from vkubelet import readiness
-from vkubelet import status as st
-from vkubelet import termination as term
+from vkubelet.pods import daemonsets
+from vkubelet.shared import events as ev
+from vkubelet.pods import readiness
+from vkubelet.pods import status as st
+from vkubelet.pods import termination as term
 from vkubelet.pods import shadowpods
-
-if TYPE_CHECKING:
-    from vkubelet.pods.reconcile import PodOffloader
+from vkubelet.pods.step_context import StepContext
 
 # A pod arriving together with its namespace's first offloading may find the twin not
 # created yet; only warn when that lasts.
@@ -32,7 +29,7 @@ NOT_OFFLOADED_RETRY_SECONDS = 30.0
 TERMINATION_POLL_SECONDS = 2.0
 
 
-def terminate(loop: PodOffloader, local: dict, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+def terminate(loop: StepContext, local: dict, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
     """The local pod is being deleted (termination.py): its grace period reaches the
     remote pod through the ShadowPod; the local pod goes once the remote side has."""
     key = object_key(local)
@@ -58,7 +55,7 @@ def terminate(loop: PodOffloader, local: dict, shadows: list[dict], logger: logg
     loop.local.delete(local, logger, "remote pod gone: deleted the local pod")
 
 
-def _terminate_unreachable(loop: PodOffloader, local: dict, logger: logging.LoggerAdapter) -> None:
+def _terminate_unreachable(loop: StepContext, local: dict, logger: logging.LoggerAdapter) -> None:
     """Nothing can be asked of the remote cluster nor confirmed by it: the local pod
     goes after its grace period plus the margin, with a Warning Event."""
     mark_unreachable(loop, local, logger)
@@ -73,7 +70,7 @@ def _terminate_unreachable(loop: PodOffloader, local: dict, logger: logging.Logg
     loop.local.delete(local, logger, "remote cluster unreachable: deleted the local pod after its grace period")
 
 
-def mark_unreachable(loop: PodOffloader, local: dict, logger: logging.LoggerAdapter) -> None:
+def mark_unreachable(loop: StepContext, local: dict, logger: logging.LoggerAdapter) -> None:
     """Ready and ContainersReady false while the remote cluster does not answer
     (readiness.py); written once, not at every reconcile."""
     message = readiness.unreachable_message(loop.settings.node_name, loop.settings.cluster_id)
@@ -85,7 +82,7 @@ def mark_unreachable(loop: PodOffloader, local: dict, logger: logging.LoggerAdap
     loop.recorder.warning(local, ev.REASON_NODE_NOT_READY, message)
 
 
-def not_placeable(loop: PodOffloader, local: dict, why: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+def not_placeable(loop: StepContext, local: dict, why: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
     meta = local["metadata"]
     plan = loop.twins.plan(meta["namespace"])
     if plan.twin is not None and plan.pods:
@@ -119,8 +116,8 @@ def not_placeable(loop: PodOffloader, local: dict, why: str, shadows: list[dict]
         loop.local.patch_status(local, patch)
 
 
-def keep_home(loop: PodOffloader, local: dict, daemonset: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
-    """A DaemonSet pod is not offloaded (vkubelet/daemonsets.py): Pending with a
+def keep_home(loop: StepContext, local: dict, daemonset: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+    """A DaemonSet pod is not offloaded (vkubelet/pods/daemonsets.py): Pending with a
     reason, so that its DaemonSet controller neither deletes nor recreates it; a pod
     offloaded before is stopped remotely first, then ends."""
     text = daemonsets.message(daemonset, loop.settings.cluster_id, loop.settings.node_name)

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
-from vkubelet import events as ev
-from vkubelet.events import EventRecorder
-from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS, TwinNamespaces
-from vkubelet.settings import Settings
+from vkubelet.shared import events as ev
+from vkubelet.shared.events import EventRecorder
+from vkubelet.twins.namespaces import FORBIDDEN_RETRY_SECONDS, TwinNamespaces
+
+if TYPE_CHECKING:
+    # The process's settings (the wiring's): handed in, named here for the type checker only.
+    from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet.pods")
 

@@ -1,4 +1,4 @@
-"""Handing a pod back (the I/O around vkubelet/handback.py): the workload's record on the
+"""Handing a pod back (the I/O around vkubelet/pods/handback_rules.py): the workload's record on the
 virtual Node first (so its next pod is already kept off this node when the scheduler
 sees it), then the eviction of the local pod through the Eviction API (so its
 PodDisruptionBudgets apply: a refused eviction is tried again later), then a Warning
@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-from kube_offload import handback as records
+from kube_offload import handed_back as records
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import NODES, PODS
 from kube_offload.runtime.kube import MERGE_PATCH, NO_RETRY, ApiError, Kube
 from kube_offload.times import utc_now
-from vkubelet import events as ev
-from vkubelet import handback as hb
-
-if TYPE_CHECKING:
-    from vkubelet.pods.reconcile import PodOffloader
+from vkubelet.shared import events as ev
+from vkubelet.pods import handback_rules as hb
+from vkubelet.pods.step_context import StepContext
 
 # A PodDisruptionBudget that refuses the eviction (429): asked again this often.
 EVICTION_BLOCKED_RETRY_SECONDS = 30.0
@@ -42,7 +40,7 @@ class HandbackCounts:
 
 
 def consider(
-    pods: "PodOffloader",
+    pods: StepContext,
     local: dict,
     remote: Mapping[str, Any] | None,
     shadowpod: Mapping[str, Any] | None,
@@ -57,14 +55,14 @@ def consider(
     return hand_back(pods, local, verdict, logger), None
 
 
-def consider_refusal(pods: "PodOffloader", local: dict, message: str, logger: logging.LoggerAdapter) -> bool:
+def consider_refusal(pods: StepContext, local: dict, message: str, logger: logging.LoggerAdapter) -> bool:
     """Hand ``local`` back if the provider's refusal of its ShadowPod (``message``, the
     provider's words) is for good; True when it was evicted."""
     due = hb.refusal_due(message, after_seconds=pods.settings.handback_after)
     return due is not None and hand_back(pods, local, due, logger)
 
 
-def hand_back(pods: "PodOffloader", local: dict, verdict: hb.Due, logger: logging.LoggerAdapter) -> bool:
+def hand_back(pods: StepContext, local: dict, verdict: hb.Due, logger: logging.LoggerAdapter) -> bool:
     """Record, evict, tell (see the module doc); False when the pod may not be evicted
     (said in a NotHandedBack Event) or is gone already."""
     settings = pods.settings

@@ -10,7 +10,7 @@ from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import PODS
 from kube_offload.runtime.kube import MERGE_PATCH, ApiError, Kube, split_key
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
-from vkubelet.translation import origin_uid
+from vkubelet.shared.origin import origin_uid
 
 
 class LocalPods:

@@ -9,32 +9,36 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Callable, Mapping, cast
+from typing import TYPE_CHECKING, Callable, Mapping, cast
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kube import Kube, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
-from vkubelet import daemonsets
-from vkubelet import events as ev
-from vkubelet import readiness
-from vkubelet import refusals as rf
-from vkubelet import status as st
-from vkubelet.events import EventRecorder
+from vkubelet.pods import daemonsets
+from vkubelet.shared import events as ev
+from vkubelet.pods import readiness
+from vkubelet.pods import refusals as rf
+from vkubelet.pods import status as st
+from vkubelet.shared.events import EventRecorder
 from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.home_api.pod_access import APIServerMode, resolve_mode
-from vkubelet.indexes import BY_ORIGIN, ours_by_origin
-from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import TwinNamespaces
+from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
+from vkubelet.shared.informers import SharedInformers
+from vkubelet.twins.namespaces import TwinNamespaces
 from vkubelet.pods import ending, handback, shadowpods
 from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
-from vkubelet.policy_events import PolicyNotices
-from vkubelet.provider_terms import PolicyReader
+from vkubelet.shared.policy_events import PolicyNotices
+from vkubelet.shared.provider_terms import PolicyReader
 from vkubelet.reflection import usage
-from vkubelet.settings import Settings
-from vkubelet.translation import TranslationContext, origin_key, origin_uid
+from vkubelet.pods.translation import TranslationContext
+from vkubelet.shared.origin import origin_key, origin_uid
+
+if TYPE_CHECKING:
+    # The process's settings (the wiring's): handed in, named here for the type checker only.
+    from vkubelet.settings import Settings
 
 UNSCHEDULABLE_RETRY_SECONDS = 30.0
 
@@ -83,7 +87,7 @@ class PodOffloader:
         self.shadowpods = informers.remote_shadowpods()
         self.remote_pods = informers.remote_pods()
         self.priority_classes = informers.remote_priority_classes()
-        # Remote ShadowPods and pods by the local pod they stand for (vkubelet/indexes.py),
+        # Remote ShadowPods and pods by the local pod they stand for (vkubelet/shared/indexes.py),
         # kept by the informers themselves: current before any handler hears of a change.
         by_origin = ours_by_origin(settings.local_cluster_id)
         self.shadowpods.add_indexer(BY_ORIGIN, by_origin)

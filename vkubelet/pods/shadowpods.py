@@ -6,7 +6,7 @@ pod a per-pod exponential backoff (refusals.py) and says so on the pod."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from kube_offload import constants as c
 from kube_offload import shadowpod
@@ -14,16 +14,14 @@ from kube_offload.pod_updates import template_patch
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import SHADOWPODS
 from kube_offload.runtime.kube import MERGE_PATCH, ApiError, Kube, object_key
-from vkubelet import events as ev
-from vkubelet import policy_fit
-from vkubelet import refusals as rf
+from vkubelet.shared import events as ev
+from vkubelet.shared import policy_fit
+from vkubelet.pods import refusals as rf
 from vkubelet.pods import handback
-from vkubelet import termination as term
+from vkubelet.pods import termination as term
 from vkubelet.home_api.pod_access import APIServerMode
-from vkubelet.translation import shadowpod_of, translate_pod
-
-if TYPE_CHECKING:
-    from vkubelet.pods.reconcile import PodOffloader
+from vkubelet.pods.translation import shadowpod_of, translate_pod
+from vkubelet.pods.step_context import StepContext
 
 REJECTED_RETRY_SECONDS = 30.0
 # A pod the provider's policy refuses is looked at again this often (and at once when
@@ -37,7 +35,7 @@ UPDATE = "update"
 _UPDATABLE_FIELDS = ("metadata.labels", "metadata.annotations", "spec.tolerations")
 
 
-def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
     backoff_key = (object_key(local), CREATE)
     print_ = rf.pod_fingerprint(local)
     wait = loop.refusals.wait(backoff_key, print_)
@@ -87,7 +85,7 @@ def create(loop: PodOffloader, local: dict, twin: str, logger: logging.LoggerAda
         loop.recorder.normal(local, reason, message)
 
 
-def sync_template(loop: PodOffloader, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+def sync_template(loop: StepContext, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
     """What a running pod may change - labels and annotations (a controller adopting
     or releasing it, `kubectl label`), container images, activeDeadlineSeconds,
     tolerations - follows into the ShadowPod's template; the enforcer then patches
@@ -125,7 +123,7 @@ def sync_template(loop: PodOffloader, local: dict, shp: dict, twin: str, logger:
     logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
 
 
-def request_termination(loop: PodOffloader, shp: dict, grace: int, logger: logging.LoggerAdapter) -> None:
+def request_termination(loop: StepContext, shp: dict, grace: int, logger: logging.LoggerAdapter) -> None:
     meta = shp["metadata"]
     patch = term.grace_request_patch(shp, grace)
     if patch is None or meta.get("deletionTimestamp"):
@@ -183,7 +181,7 @@ def offloaded_event(cluster_id: str, twin: str, name: str, mode: APIServerMode, 
     return ev.NORMAL, ev.REASON_OFFLOADED, where
 
 
-def _refused_by_policy(loop: PodOffloader, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:
+def _refused_by_policy(loop: StepContext, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:
     """The provider's policy refuses the pod whatever we drop: not sent, said on the
     pod (Events, once per note; status.reason ProviderRefused), looked at again
     later or when the policy changes."""
@@ -195,7 +193,7 @@ def _refused_by_policy(loop: PodOffloader, local: dict, refused: tuple[policy_fi
     raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "refused by the provider's policy: not sent")
 
 
-def _refused_loop(loop: PodOffloader, local: dict, problem: str, logger: logging.LoggerAdapter) -> None:
+def _refused_loop(loop: StepContext, local: dict, problem: str, logger: logging.LoggerAdapter) -> None:
     """The pod came through the cluster it would go to (docs/multihop.md): not sent, said
     on the pod (Event OffloadingLoop, the waiting status), looked at again later. Nothing we
     can change makes it fit: only the peerings or the providers' furtherOffloading can.
@@ -208,7 +206,7 @@ def _refused_loop(loop: PodOffloader, local: dict, problem: str, logger: logging
 
 
 def _refused(
-    loop: PodOffloader, local: dict, backoff_key: tuple, print_: str, refusal: rf.Refusal, what: str,
+    loop: StepContext, local: dict, backoff_key: tuple, print_: str, refusal: rf.Refusal, what: str,
     logger: logging.LoggerAdapter,
 ) -> float:
     """Count one refusal: log it, tell the pod's Events, return the backoff delay.
@@ -223,13 +221,13 @@ def _refused(
     return delay
 
 
-def _mark_waiting(loop: PodOffloader, local: dict, refusal: rf.Refusal) -> None:
+def _mark_waiting(loop: StepContext, local: dict, refusal: rf.Refusal) -> None:
     patch = rf.waiting_status_patch(local, loop.settings.cluster_id, refusal)
     if patch is not None:
         loop.local.patch_status(local, patch)
 
 
-def _clear_waiting(loop: PodOffloader, local: dict) -> None:
+def _clear_waiting(loop: StepContext, local: dict) -> None:
     patch = rf.clear_waiting_patch(local)
     if patch is not None:
         try:

@@ -39,14 +39,14 @@ from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kube import ApiError, Kube, object_key
 from kube_offload.views import metadata as _meta
-from vkubelet.policy_fit import Fit, Note
+from vkubelet.shared.policy_fit import Fit, Note
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
 from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, Reflector, is_terminating
 from vkubelet.reflection.settings import CustomResource
 
 if TYPE_CHECKING:
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.loops import LoopContext
 
 _MISSING = object()
 # How a remote write of a custom resource names itself: one manager per virtual node, so

@@ -25,8 +25,9 @@ from kube_offload.runtime import kinds
 from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.kube import object_key
 from kube_offload.views import metadata as _meta
-from vkubelet import policy_fit
-from vkubelet.reflection import forge as f, names as n
+from vkubelet.shared import policy_fit
+from vkubelet.reflection import forge as f
+from vkubelet.shared import names as n
 from vkubelet.reflection.forge import ForgeContext, copy_fields, forge_metadata
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.reflector import Reflector

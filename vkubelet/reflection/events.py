@@ -6,7 +6,7 @@ notes on the ShadowPod) shows on the local pod, in `kubectl describe pod` and
 The remote Events watched are those about Pods and ShadowPods (field-selected) in our
 usable twin namespaces only (namespace-scoped watches: the consumer may read Events
 nowhere else on the provider); one is copied only if it says something new (not the enforcer's routine PodCreated:
-forge.ROUTINE_REMOTE_EVENTS) and its object is one of ours (origin label) standing for a local pod that
+shared/remote_events.py) and its object is one of ours (origin label) standing for a local pod that
 still exists with the UID it was made for. The copy's name is derived from the remote
 Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
 and at most patches its count (create, and patch on AlreadyExists: no read); remote Events are never deleted locally (they expire
@@ -31,18 +31,20 @@ from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
 from kube_offload.views import metadata as _meta
-from vkubelet import events as vk_events
-from vkubelet.reflection import metrics, names as n
+from vkubelet.shared import events as vk_events
+from vkubelet.reflection import metrics
+from vkubelet.shared import names as n
 from vkubelet.reflection.caches import shared_informer
-from vkubelet.reflection.forge import event_count, event_fingerprint, event_time, says_something_new
+from vkubelet.reflection.forge import event_count, event_fingerprint, event_time
+from vkubelet.shared.remote_events import says_something_new
 from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
 from vkubelet.reflection.settings import EVENTS
-from vkubelet.translation import origin_key, origin_uid
-from vkubelet.trim import trim_event
+from vkubelet.shared.origin import origin_key, origin_uid
+from vkubelet.shared.trim import trim_event
 
 if TYPE_CHECKING:
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.loops import LoopContext
 
 # --- the forge (pure): the local Event to write, from the remote ones ------------------------------
 def forge_local_event(remote_event: Mapping, local_pod: Mapping, *, host: str, component: str, reporting_controller: str) -> dict:

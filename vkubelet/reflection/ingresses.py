@@ -14,7 +14,7 @@ from typing import Mapping
 
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime import kinds
-from vkubelet import policy_fit
+from vkubelet.shared import policy_fit
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.forge import ForgeContext, copy_fields, forge_metadata
 from vkubelet.reflection.reflector import Reflector

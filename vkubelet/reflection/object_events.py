@@ -41,19 +41,20 @@ from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.manager import Synced
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 from kube_offload.views import metadata as _meta
-from vkubelet import events as vk_events
-from vkubelet.reflection import forge as f, names as n, settings as s
+from vkubelet.shared import events as vk_events
+from vkubelet.reflection import forge as f, settings as s
+from vkubelet.shared import names as n
 from vkubelet.reflection.caches import owned_selector, shared_informer
 from vkubelet.reflection.events import YOUNG_EVENT_SECONDS, event_age_seconds, write_local_event
 from vkubelet.reflection.forge import event_fingerprint, event_count, event_time
 from vkubelet.reflection.policy import should_reflect
 from vkubelet.reflection.reflector import ReflectionLoop, is_terminating
 from vkubelet.reflection.settings import EVENTS
-from vkubelet.translation import origin_key
-from vkubelet.trim import trim_event
+from vkubelet.shared.origin import origin_key
+from vkubelet.shared.trim import trim_event
 
 if TYPE_CHECKING:
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.loops import LoopContext
 
 # --- the forge (pure): the local Event to write, from the remote ones ------------------------------
 # The reflected types whose remote Events come back, and their kind in the API. The kind is

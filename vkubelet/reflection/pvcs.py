@@ -28,13 +28,13 @@ from typing import Mapping
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime import kinds
 from kube_offload.views import metadata as _meta
-from vkubelet import policy_fit
+from vkubelet.shared import policy_fit
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.forge import ForgeContext, forge_metadata
 from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS, ANY_STORAGE_CLASS
-from vkubelet.storage import forge as storage
+from vkubelet.shared.claims import is_virtual_claim, selected_node
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
 # Annotations the PersistentVolume controller and the scheduler write on claims: they
@@ -113,9 +113,9 @@ def pvc_apply_body(desired: Mapping, current: Mapping | None) -> dict:
 def virtual_claim_selection(local: Mapping, *, virtual_class: str, node_name: str) -> Decision | None:
     """For a claim of the virtual class: reflected only when selected for ``node_name``;
     None for every other claim (the ordinary policy decides)."""
-    if not storage.is_virtual_claim(local, virtual_class):
+    if not is_virtual_claim(local, virtual_class):
         return None
-    selected = storage.selected_node(local)
+    selected = selected_node(local)
     if selected == node_name:
         return None
     where = f"node {selected}" if selected else "no node yet"

@@ -4,7 +4,7 @@ Per type: an informer on the local objects of the offloaded namespaces only (sco
 namespace-scoped watches started and stopped as namespaces opt in and out), one on the
 remote objects this cluster's reflector of that type wrote (label-selected: origin +
 reflector labels, so nobody else's objects are even cached) with its index remote ->
-local key (vkubelet/indexes.py, kept by the informer), and a
+local key (vkubelet/shared/indexes.py, kept by the informer), and a
 :class:`~kube_offload.runtime.controller.Controller` keyed by the local ``namespace/name``. What is never exported, and the deny/allow-list, is policy.py.
 
 A reconcile reads the caches and converges:
@@ -21,13 +21,13 @@ A reconcile reads the caches and converges:
   unchanged object costs no request.
 
 Before it is written, the desired object is fitted to the provider's policy for us
-(``Consumer.spec.policy``, vkubelet/policy_fit.py): what its admission would refuse and can
+(``Consumer.spec.policy``, vkubelet/shared/policy_fit.py): what its admission would refuse and can
 be taken out is (a Service type, external IPs, Ingress annotations), each change one
 Warning Event ``ProviderPolicyAdjusted`` on the local object; an object it would refuse
 whatever is dropped (an ExternalName Service, an Ingress host or class, a claim's class)
 is not reflected, with ``ProviderPolicyRefused`` Events naming the fields (a claim
 already reflected is left as it is: deleting it would lose its data). Each note is told
-once per object (vkubelet/policy_events.py); a change of the policy re-checks every object.
+once per object (vkubelet/shared/policy_events.py); a change of the policy re-checks every object.
 
 A remote object of that name that does not carry our labels is never touched: the
 local object gets a Warning Event and the loop looks again later. Restart safety: the
@@ -56,24 +56,24 @@ from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.informer import Informer
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
 from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
-from vkubelet.indexes import BY_ORIGIN
-from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
-from vkubelet.policy_events import PolicyNotices
-from vkubelet.policy_fit import Fit
-from vkubelet.provider_terms import PolicyReader
+from vkubelet.shared.indexes import BY_ORIGIN
+from vkubelet.twins.namespaces import FORBIDDEN_RETRY_SECONDS
+from vkubelet.shared.policy_events import PolicyNotices
+from vkubelet.shared.policy_fit import Fit
+from vkubelet.shared.provider_terms import PolicyReader
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
-from vkubelet.reflection import names as n
+from vkubelet.shared import names as n
 from vkubelet.reflection import usage
 from vkubelet.reflection.applied import AppliedMemo
 from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.reflection.scope import offloaded_namespaces
-from vkubelet.translation import origin_key
+from vkubelet.shared.origin import origin_key
 
 if TYPE_CHECKING:
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.loops import LoopContext
 
 # How soon to look again at an object whose remote name is held by an object not ours,
 # or that the remote API server refused.
@@ -201,7 +201,7 @@ class Reflector(ReflectionLoop):
         return []
 
     def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
-        """``desired`` as the provider's policy admits it (policy_fit.py); kinds the
+        """``desired`` as the provider's policy admits it (vkubelet/shared/policy_fit.py); kinds the
         policy says nothing about are sent as forged."""
         return Fit(desired)
 

@@ -29,8 +29,8 @@ from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 
 if TYPE_CHECKING:
-    from vkubelet.informers import SharedInformers
-    from vkubelet.namespaces import TwinNamespaces
+    from vkubelet.shared.informers import SharedInformers
+    from vkubelet.twins.namespaces import TwinNamespaces
 
 REGISTRY_NAME = "local-offloaded-namespaces"
 

@@ -10,7 +10,8 @@ from typing import Mapping
 
 from kube_offload.runtime import kinds
 from kube_offload.views import metadata as _meta
-from vkubelet.reflection import forge as f, names as n
+from vkubelet.reflection import forge as f
+from vkubelet.shared import names as n
 from vkubelet.reflection.forge import ForgeContext, Unreflectable, copy_fields, forge_metadata
 from vkubelet.reflection.policy import never_reflected
 from vkubelet.reflection.reflector import Reflector

@@ -35,19 +35,20 @@ from kube_offload.runtime.predicates import only_status_changed
 from kube_offload.times import parse_time_or_none, format_time
 from kube_offload.views import metadata as _meta
 from vkubelet.home_api.pod_access import resolve_mode
-from vkubelet.indexes import BY_ORIGIN
-from vkubelet.namespaces import FORBIDDEN_RETRY_SECONDS
-from vkubelet.reflection import forge as f, metrics, names as n
+from vkubelet.shared.indexes import BY_ORIGIN
+from vkubelet.twins.namespaces import FORBIDDEN_RETRY_SECONDS
+from vkubelet.reflection import forge as f, metrics
+from vkubelet.shared import names as n
 from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.forge import ForgeContext
 from vkubelet.reflection.reflector import CONFLICT_RETRY_SECONDS, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED, REFUSED_RETRY_SECONDS, is_terminating
 from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS
-from vkubelet.translation import origin_key
-from vkubelet.trim import trim_token_secret
+from vkubelet.shared.origin import origin_key
+from vkubelet.shared.trim import trim_token_secret
 
 if TYPE_CHECKING:
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.loops import LoopContext
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
 TOKEN_SECRET_TYPE = c.REFLECTED_TOKEN_SECRET_TYPE

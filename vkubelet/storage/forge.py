@@ -25,29 +25,15 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload.resources import parse_quantity
 from kube_offload.views import metadata as _meta, spec as _spec
+from vkubelet.shared.claims import ANNOTATION_SELECTED_NODE, storage_class_of
 
-ANNOTATION_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANNOTATION_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
-LEGACY_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 STORAGE = "storage"
 
 
 def claim_key(claim: Mapping) -> str:
     return f"{_meta(claim).get('namespace')}/{_meta(claim).get('name')}"
-
-
-def storage_class_of(claim: Mapping) -> str:
-    """The claim's class (the legacy annotation counts, as for the PV controller)."""
-    return _spec(claim).get("storageClassName") or (_meta(claim).get("annotations") or {}).get(LEGACY_CLASS_ANNOTATION) or ""
-
-
-def is_virtual_claim(claim: Mapping | None, virtual_class: str) -> bool:
-    return bool(claim) and bool(virtual_class) and storage_class_of(claim) == virtual_class  # type: ignore[arg-type]
-
-
-def selected_node(claim: Mapping) -> str:
-    return (_meta(claim).get("annotations") or {}).get(ANNOTATION_SELECTED_NODE) or ""
 
 
 def is_terminating(obj: Mapping | None) -> bool:

@@ -27,11 +27,12 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from kube_offload.runtime.kube import ApiError, Kube
 from kube_offload.reasons import REASON_PROVISIONED_LOCALLY as REASON_PROVISIONED
+from vkubelet.shared.claims import is_virtual_claim, selected_node
 from vkubelet.storage import forge as f
 from vkubelet.storage.virtual import read_claim, standin_volumes, storage_classes, volume_for
 
 if TYPE_CHECKING:
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.loops import LoopContext
 
 log = logging.getLogger("kube_offload.vkubelet.storage.physical")
 
@@ -64,7 +65,7 @@ class PhysicalDelegate:
         meta = claim.get("metadata") or {}
         if meta.get("namespace") == self._namespace and f.real_claim_origin(claim):
             return f.real_claim_origin(claim)
-        return f.claim_key(claim) if f.is_virtual_claim(claim, self._class) else None
+        return f.claim_key(claim) if is_virtual_claim(claim, self._class) else None
 
     # --- the Loop protocol ---------------------------------------------------------------------
     def informers(self) -> list:
@@ -91,9 +92,9 @@ class PhysicalDelegate:
                 self._release(volume)
             return
         self._collect_orphans(key, claim)
-        if claim is None or f.is_terminating(claim) or not f.is_virtual_claim(claim, self._class):
+        if claim is None or f.is_terminating(claim) or not is_virtual_claim(claim, self._class):
             return
-        node_name = f.selected_node(claim)
+        node_name = selected_node(claim)
         if (claim.get("spec") or {}).get("volumeName") or not node_name or not self._is_physical(node_name):
             return
         uid = (claim.get("metadata") or {}).get("uid")

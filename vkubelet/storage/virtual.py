@@ -40,12 +40,13 @@ from kube_offload.reasons import REASON_WAITING_FOR_REMOTE_CLAIM as REASON_WAITI
 from vkubelet.reflection.caches import owned_selector, shared_informer
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
+from vkubelet.shared.claims import is_virtual_claim, selected_node
 from vkubelet.storage import forge as f
-from vkubelet.translation import origin_key
+from vkubelet.shared.origin import origin_key
 
 if TYPE_CHECKING:
-    from vkubelet.informers import SharedInformers
-    from vkubelet.runner import LoopContext
+    from vkubelet.shared.informers import SharedInformers
+    from vkubelet.shared.loops import LoopContext
 
 
 log = logging.getLogger("kube_offload.vkubelet.storage")
@@ -73,7 +74,7 @@ def volume_for(volumes: Informer, key: str) -> dict | None:
 
 
 class VirtualNodeStorage:
-    """The Loop (vkubelet.runner) provisioning claims selected for this virtual node."""
+    """The loop (a vkubelet.shared.loops.Runnable) provisioning claims selected for this virtual node."""
 
     def __init__(self, context: "LoopContext") -> None:
         self.name = "virtual-storage"
@@ -127,9 +128,9 @@ class VirtualNodeStorage:
             else:
                 self._follow_remote(volume, claim)
             return
-        if claim is None or f.is_terminating(claim) or not f.is_virtual_claim(claim, self._class):
+        if claim is None or f.is_terminating(claim) or not is_virtual_claim(claim, self._class):
             return
-        if (claim.get("spec") or {}).get("volumeName") or f.selected_node(claim) != self._node:
+        if (claim.get("spec") or {}).get("volumeName") or selected_node(claim) != self._node:
             return
         namespace, name = split_key(key)
         twin, why = self._twins.twin_for(namespace or "")
@@ -189,7 +190,7 @@ class VirtualNodeStorage:
 
 
 def storage_loops(settings) -> list:
-    """Loop factories for vkubelet.runner (nothing when the virtual class is off)."""
+    """Loop factories (vkubelet.shared.loops) for vkubelet.runner (nothing when the virtual class is off)."""
     from vkubelet.storage.physical import PhysicalDelegate
 
     loops: list = []

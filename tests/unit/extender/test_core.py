@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kube_offload import constants as c
-from kube_offload import handback
+from kube_offload import handed_back as handback
 from kube_offload.capacity import encode_remote_capacity
 from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
@@ -517,7 +517,7 @@ def test_informer_caches_keep_the_virtual_node_names() -> None:
     assert InformerCaches(client.ApiClient(), node_cache=False).virtual_node_names() is None
 
 
-# --- handed-back workloads (kube_offload/handback.py) --------------------------------------------
+# --- handed-back workloads (kube_offload/handed_back.py) --------------------------------------------
 def handed_back(base: dict, records: dict) -> dict:
     copy = json.loads(json.dumps(base))
     copy["metadata"]["annotations"][c.ANNOTATION_HANDED_BACK] = handback.encode(records)

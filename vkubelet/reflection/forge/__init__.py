@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from kube_offload import constants as c
-from kube_offload.reasons import REASON_POD_CREATED
 from kube_offload.times import format_time, parse_time_or_none
 from kube_offload.views import metadata as _meta
-from vkubelet.ip_remapping import NO_REMAPPING, Remapping
-from vkubelet.reflection import names as n
+from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
+from vkubelet.shared import names as n
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -102,22 +101,6 @@ def event_time(event: Mapping, *names: str) -> str | None:
         _meta(event).get("creationTimestamp")
     )
     return format_time(moment) if moment is not None else None
-
-
-# Remote Events (involved kind, type, reason) whose copy would tell the local pod nothing
-# it does not say already: PodCreated on a ShadowPod (its first pod was made; today's
-# enforcer no longer writes it, an older provider's still does) repeats the vkubelet's
-# own Offloaded Event, written when the ShadowPod was
-# created. A local Event write per pod for nothing (issue 27). What the provider says
-# beyond the routine is copied: recreations, refusals, updates, the remote scheduler's
-# and kubelet's Events (Scheduled, Pulled, Created, Started, BackOff...).
-ROUTINE_REMOTE_EVENTS = frozenset({(c.SHADOWPOD_KIND, "Normal", REASON_POD_CREATED)})
-
-
-def says_something_new(remote_event: Mapping) -> bool:
-    """Whether a remote Event is worth a local copy (ROUTINE_REMOTE_EVENTS are not)."""
-    involved = remote_event.get("involvedObject") or {}
-    return (involved.get("kind"), remote_event.get("type") or "Normal", remote_event.get("reason")) not in ROUTINE_REMOTE_EVENTS
 
 
 def event_count(event: Mapping) -> int:

@@ -740,7 +740,7 @@ def test_the_keys_ordinary_workloads_carry_pass():
 
 def test_what_the_honest_virtual_kubelet_sends_is_admitted():
     # A Deployment's pod as the local apiserver stores it, translated as the vkubelet does.
-    from vkubelet.translation import TranslationContext, build_shadowpod_for
+    from vkubelet.pods.translation import TranslationContext, build_shadowpod_for
 
     local_pod = {
         "metadata": {"name": "web-5d8f-abcde", "namespace": "demo", "uid": "u1",

@@ -13,11 +13,11 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import ADDED
-from vkubelet import events as ev
-from vkubelet.events import EventRecorder
+from vkubelet.shared import events as ev
+from vkubelet.shared.events import EventRecorder
 from vkubelet.home_api import HomeAPIEndpoint
-from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import TwinNamespaces
+from vkubelet.shared.informers import SharedInformers
+from vkubelet.twins.namespaces import TwinNamespaces
 from vkubelet.pods import shadowpods
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.settings import Settings

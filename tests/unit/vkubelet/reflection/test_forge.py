@@ -9,7 +9,7 @@ import pytest
 
 from kube_offload import constants as c
 from kube_offload.times import parse_time_or_none
-from vkubelet.ip_remapping import RemappingSettings
+from vkubelet.shared.ip_remapping import RemappingSettings
 from vkubelet.reflection import forge as f
 from vkubelet.reflection.configmaps import forge_configmap
 from vkubelet.reflection.secrets import forge_secret
@@ -21,10 +21,11 @@ from vkubelet.reflection.serviceaccounts import (
     TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_secret_selector,
     token_sources,
 )
-from vkubelet.reflection.forge import event_fingerprint, says_something_new
+from vkubelet.reflection.forge import event_fingerprint
+from vkubelet.shared.remote_events import says_something_new
 from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
-from vkubelet.reflection import names as n
+from vkubelet.shared import names as n
 
 NODE = "kube-offload-remote-1"
 

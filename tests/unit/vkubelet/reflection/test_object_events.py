@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kube_offload.runtime import kinds
-from vkubelet.reflection import names as n
+from vkubelet.shared import names as n
 from vkubelet.reflection import settings as s
 from vkubelet.reflection import object_events as oe
 from vkubelet.reflection.loops import reflection_loops

@@ -11,11 +11,11 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import ADDED, MODIFIED
-from vkubelet.events import EventRecorder
-from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import TwinNamespaces
+from vkubelet.shared.events import EventRecorder
+from vkubelet.shared.informers import SharedInformers
+from vkubelet.twins.namespaces import TwinNamespaces
 from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
-from vkubelet.runner import LoopContext
+from vkubelet.shared.loops import LoopContext
 from vkubelet.settings import Settings
 from support import builders
 
