@@ -47,7 +47,8 @@ from kube_offload.capacity import encode_remote_capacity
 from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.resources import parse_quantity as q
 
-from extender import core, wire
+from extender import wire
+from kube_offload import node_filter
 from extender.caches import StaticCaches
 
 NAMESPACE = {
@@ -206,7 +207,7 @@ def bench_in_process(nodes: list[dict], runs: int) -> dict:
         def run() -> bytes:
             with collector_paused():
                 args = wire.parse_extender_args(payload)
-                result = core.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace),
+                result = node_filter.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace),
                                            caches.node, virtual_names=caches.virtual_node_names())
                 return wire.dumps(wire.filter_result(args, result))
         return run
@@ -214,8 +215,8 @@ def bench_in_process(nodes: list[dict], runs: int) -> dict:
     def prioritize_call() -> bytes:
         with collector_paused():
             args = wire.parse_extender_args(nodes_payload)
-            scores = core.prioritize(args.pod, args.candidates, caches.namespace_policy(args.namespace),
-                                     core.STRATEGY_MOST_FREE_REMOTE)
+            scores = node_filter.prioritize(args.pod, args.candidates, caches.namespace_policy(args.namespace),
+                                     node_filter.STRATEGY_MOST_FREE_REMOTE)
             return wire.dumps(wire.host_priority_list(scores))
 
     base_nodes, filter_nodes = measure_pair(baseline(nodes_payload), filter_call(nodes_payload), runs)

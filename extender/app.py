@@ -1,4 +1,4 @@
-"""The extender's Flask app: thin routes over :mod:`extender.wire` and :mod:`extender.core`.
+"""The extender's Flask app: thin routes over :mod:`extender.wire` and :mod:`kube_offload.node_filter`.
 
 Each verb reads the body, parses ExtenderArgs, looks the namespace policy up, asks the
 core and answers. What kube-scheduler sees:
@@ -42,7 +42,8 @@ from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition
 from kube_offload.runtime.flask_probes import add_probe_routes
 from kube_offload.runtime.probes import Check
 
-from extender import core, wire
+from extender import wire
+from kube_offload import node_filter
 from extender.caches import ExtenderCaches
 from extender.settings import ExtenderSettings
 
@@ -57,14 +58,14 @@ ERROR = "error"
 UNAVAILABLE = "unavailable"  # the parse memory budget stayed taken: 503, retried by kube-scheduler
 
 FAILURE_REASONS = (
-    core.REASON_PLACEMENT,
-    core.REASON_NOT_READY,
-    core.REASON_CAPACITY,
-    core.REASON_UNKNOWN_NODE,
-    core.REASON_INVALID_POLICY,
-    core.REASON_HANDED_BACK,
+    node_filter.REASON_PLACEMENT,
+    node_filter.REASON_NOT_READY,
+    node_filter.REASON_CAPACITY,
+    node_filter.REASON_UNKNOWN_NODE,
+    node_filter.REASON_INVALID_POLICY,
+    node_filter.REASON_HANDED_BACK,
 )
-CAPACITY_UNKNOWN_REASONS = (core.CAPACITY_MISSING, core.CAPACITY_STALE, core.CAPACITY_INVALID)
+CAPACITY_UNKNOWN_REASONS = (node_filter.CAPACITY_MISSING, node_filter.CAPACITY_STALE, node_filter.CAPACITY_INVALID)
 
 
 class _Rejected(Exception):
@@ -107,7 +108,7 @@ class ExtenderMetrics:
             lambda: 1.0 if caches.synced() else 0.0,
         )
 
-    def count_filter(self, result: core.FilterResult) -> None:
+    def count_filter(self, result: node_filter.FilterResult) -> None:
         counts: dict[str, int] = {}
         for failure in result.failures.values():
             counts[failure.reason] = counts.get(failure.reason, 0) + 1
@@ -127,8 +128,8 @@ def create_app(
     registry: CollectorRegistry | None = None,
 ) -> Flask:
     settings = settings or ExtenderSettings()
-    if settings.strategy not in core.STRATEGIES:
-        raise ValueError(f"unknown strategy {settings.strategy!r}; use one of {', '.join(core.STRATEGIES)}")
+    if settings.strategy not in node_filter.STRATEGIES:
+        raise ValueError(f"unknown strategy {settings.strategy!r}; use one of {', '.join(node_filter.STRATEGIES)}")
     app = Flask("kube-offload-extender")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     metrics = ExtenderMetrics(registry, caches)
@@ -215,7 +216,7 @@ def create_app(
 
     def decide_filter(args: wire.ExtenderArgs) -> tuple[str, Response]:
         policy = caches.namespace_policy(args.namespace)
-        result = core.filter_nodes(
+        result = node_filter.filter_nodes(
             args.pod,
             args.candidates,
             policy,
@@ -235,8 +236,8 @@ def create_app(
 
     def decide_prioritize(args: wire.ExtenderArgs) -> tuple[str, Response]:
         # A pod that opted in with the kube-offload RuntimeClass is not a passthrough.
-        policy = core.pod_lookup(args.pod, caches.namespace_policy(args.namespace))
-        scores = core.prioritize(
+        policy = node_filter.pod_lookup(args.pod, caches.namespace_policy(args.namespace))
+        scores = node_filter.prioritize(
             args.pod,
             args.candidates,
             policy,
@@ -244,7 +245,7 @@ def create_app(
             node_lookup=caches.node,
             capacity_max_age=settings.capacity_max_age,
         )
-        outcome = PASSTHROUGH if core.is_passthrough(policy) else OK
+        outcome = PASSTHROUGH if node_filter.is_passthrough(policy) else OK
         return outcome, Response(wire.dumps(wire.host_priority_list(scores)), mimetype="application/json")
 
     @app.post("/filter")

@@ -14,7 +14,7 @@ from kube_offload.runtime.body_limit import budget_too_small, parse_budget_help
 from kube_offload.runtime.flags import add_flag, byte_size, non_negative_seconds, positive_int
 from kube_offload.runtime.logs import LEVELS, setup_logging
 
-from extender import core
+from kube_offload import node_filter
 from extender import registration as reg
 from extender.settings import (
     BASELINE_BYTES,
@@ -50,9 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_flag(parser, COMPONENT, "--node-cache-capable", default=False, type=bool,
              help="keep a node cache so kube-scheduler may send node names only "
                   "(must match nodeCacheCapable in the scheduler configuration)")
-    add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
+    add_flag(parser, COMPONENT, "--strategy", default=node_filter.DEFAULT_STRATEGY, choices=node_filter.STRATEGIES,
              help="how prioritize scores nodes: prefer-local, prefer-remote or most-free-remote")
-    add_flag(parser, COMPONENT, "--capacity-max-age", default=core.DEFAULT_CAPACITY_MAX_AGE, type=non_negative_seconds,
+    add_flag(parser, COMPONENT, "--capacity-max-age", default=node_filter.DEFAULT_CAPACITY_MAX_AGE, type=non_negative_seconds,
              help="seconds after which a virtual node's remote-capacity annotation is stale and "
                   "ignored (the node is then kept without a capacity check); 0: never stale")
     add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,

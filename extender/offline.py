@@ -29,7 +29,7 @@ from typing import Iterator
 
 from kube_offload.runtime.flags import add_flag, byte_size
 
-from extender import core
+from kube_offload import node_filter
 from extender.caches import StaticCaches
 from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET, ExtenderSettings, ServerSettings
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     add_flag(parser, COMPONENT, "--tls-key", default=None, help="PEM private key of --tls-cert")
     add_flag(parser, COMPONENT, "--node-cache-capable", default=True, type=bool,
              help="answer NodeNames requests from the snapshot's nodes")
-    add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
+    add_flag(parser, COMPONENT, "--strategy", default=node_filter.DEFAULT_STRATEGY, choices=node_filter.STRATEGIES,
              help="prioritize strategy")
     add_flag(parser, COMPONENT, "--sync-gate", default=None,
              help="report caches not synced until this file exists")

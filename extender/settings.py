@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.core import DEFAULT_CAPACITY_MAX_AGE, DEFAULT_STRATEGY
+from kube_offload.node_filter import DEFAULT_CAPACITY_MAX_AGE, DEFAULT_STRATEGY
 from kube_offload.runtime.body_limit import MIB, largest_parseable_body, worker_parse_budget
 
 DEFAULT_BIND = "0.0.0.0:8080"

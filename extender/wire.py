@@ -23,7 +23,7 @@ was most of the filter's cost (docs/performance.md). So each Node is kept twice,
   unparsed for the nodes kept;
 - as a *view*: a plain dict holding only the fields the extender reads
   (:class:`NodeView`: name, labels, annotations, condition types and statuses,
-  allocatable), which is what ``extender.core`` and ``kube_offload.nodes`` get.
+  allocatable), which is what ``kube_offload.node_filter`` and ``kube_offload.nodes`` get.
 
 The Pod (a few KiB) is decoded whole. A body the typed decoder refuses is walked again,
 as plain JSON (orjson), by :func:`_explain`, whose messages name the field and the node;
@@ -47,7 +47,7 @@ import orjson
 
 from kube_offload import resources
 
-from extender.core import FilterResult
+from kube_offload.node_filter import FilterResult
 
 
 class WireError(ValueError):
@@ -55,7 +55,7 @@ class WireError(ValueError):
 
 
 # --- what the extender reads of a Node -----------------------------------------------------
-# Every field extender.core and kube_offload.nodes read, with the type they read it as
+# Every field kube_offload.node_filter and kube_offload.nodes read, with the type they read it as
 # (and nothing else: msgspec skips the rest of each Node without building it). A field
 # read anywhere in the extender must be added here, or the core will not see it.
 # TypedDicts decode to plain dicts, so the core reads views exactly as full Nodes.
