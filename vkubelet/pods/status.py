@@ -29,25 +29,16 @@ import copy
 from typing import Any, Mapping
 
 from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
+from vkubelet.shared.trim import REMOTE_POD_STATUS
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 CONDITION_SCHEDULED = "PodScheduled"
 # Conditions a kubelet owns: taken from the remote pod, never kept from a stale local copy.
 KUBELET_CONDITIONS = frozenset({"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"})
-# The status fields written here; anything else under status is left alone.
-MANAGED_FIELDS = (
-    "phase",
-    "conditions",
-    "containerStatuses",
-    "initContainerStatuses",
-    "podIP",
-    "podIPs",
-    "hostIP",
-    "hostIPs",
-    "startTime",
-    "reason",
-    "message",
-)
+# The status fields written here; anything else under status is left alone: those taken
+# from the remote pod (one list with what the remote pods' cache keeps of their status,
+# vkubelet/shared/trim.py), and the local facts.
+MANAGED_FIELDS = (*REMOTE_POD_STATUS, "hostIP", "hostIPs")
 # Removed when the remote pod no longer has them. Other fields are left as last seen
 # while the remote pod has none (a recreated pod has no IP or container statuses for a
 # moment; blanking them would only make the local pod flicker).

@@ -117,8 +117,8 @@ def forge_token_secret(
                 c.ANNOTATION_ORIGIN_NAMESPACE: str(meta.get("namespace") or ""),
                 c.ANNOTATION_ORIGIN_NAME: str(meta.get("name") or ""),
                 c.ANNOTATION_ORIGIN_UID: str(meta.get("uid") or ""),
-                n.ANNOTATION_TOKEN_ISSUED: format_time(issued),
-                n.ANNOTATION_TOKEN_EXPIRES: format_time(expires),
+                c.ANNOTATION_TOKEN_ISSUED_AT: format_time(issued),
+                c.ANNOTATION_TOKEN_EXPIRES_AT: format_time(expires),
             },
         },
         "data": data,
@@ -137,8 +137,8 @@ def token_secret_selector(local_cluster_id: str, slice_name: str) -> str:
 def token_refresh_at(secret: Mapping, refresh_fraction: float) -> datetime | None:
     """When the tokens of ``secret`` are due for renewal (None: unknown, now)."""
     annotations = _meta(secret).get("annotations") or {}
-    issued = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_ISSUED))
-    expires = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_EXPIRES))
+    issued = parse_time_or_none(annotations.get(c.ANNOTATION_TOKEN_ISSUED_AT))
+    expires = parse_time_or_none(annotations.get(c.ANNOTATION_TOKEN_EXPIRES_AT))
     if issued is None or expires is None or expires <= issued:
         return None
     return issued + (expires - issued) * refresh_fraction

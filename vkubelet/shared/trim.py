@@ -38,8 +38,10 @@ _IDENTITY = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
 _ORIGIN_ANNOTATIONS = (c.ANNOTATION_ORIGIN_NAMESPACE, c.ANNOTATION_ORIGIN_NAME, c.ANNOTATION_ORIGIN_UID)
 
 # Remote pod status: what vkubelet/pods/status.py desired_status / remote_pod_ips /
-# remote_unschedulable read. Entries are kept whole (container statuses are copied
-# to the local pod as they are).
+# remote_unschedulable read, and so the status fields the local pod takes from the remote
+# one (status.MANAGED_FIELDS is this list and the local facts: one list, so the two
+# cannot drift). Entries are kept whole (container statuses are copied to the local pod
+# as they are).
 REMOTE_POD_STATUS = (
     "phase",
     "conditions",
