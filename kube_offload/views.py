@@ -81,3 +81,11 @@ class ObjectMeta:
     def deleting(self) -> bool:
         """Whether the object is being deleted (a deletionTimestamp is set)."""
         return self.deletion_timestamp is not None
+
+
+# --- ShadowPod ------------------------------------------------------------------------------
+def pod_template(shadowpod: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``spec.pod`` of a ShadowPod: the pod's metadata and PodSpec, as the vkubelet sent them
+    (kube_offload/shadowpod.py build_shadowpod); {} when absent or not an object. The one
+    reader of the template: every component asks it rather than walk ``spec.pod`` by hand."""
+    return _section(spec(shadowpod), "pod")

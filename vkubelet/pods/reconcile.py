@@ -33,7 +33,8 @@ from vkubelet.pods.local import LocalPods
 from vkubelet.shared.policy_events import PolicyNotices
 from vkubelet.shared.provider_terms import PolicyReader
 from vkubelet.reflection import usage
-from vkubelet.pods.translation import TranslationContext
+from vkubelet.pods.step_context import Desired
+from vkubelet.pods.translation import TranslationContext, shadowpod_of, translate_pod
 from vkubelet.shared.origin import origin_key, origin_uid
 
 if TYPE_CHECKING:
@@ -234,10 +235,20 @@ class PodOffloader:
             if blocked:
                 raise Requeue(1.0, "waiting for the previous ShadowPod of this name to go")
             self._wait_for_exports(local)
-            shadowpods.create(self, local, twin, logger)
+            attempt = self.refusals.attempt((key, shadowpods.CREATE), local)
+            if attempt.wait > 0:
+                raise Requeue(attempt.wait, "refused by the provider; waiting out the backoff")
+            desired = self.desired(local, twin)
+            if not desired.remote.loop:
+                # A pod the provider's policy refuses is tried again when the policy changes.
+                if desired.remote.refused:
+                    self.policy_refused(key)
+                else:
+                    self.not_policy_refused(key)
+            shadowpods.create(self, local, twin, desired, attempt, logger)
             return
 
-        shadowpods.sync_template(self, local, current, twin, logger)
+        shadowpods.sync_template(self, local, current, self.desired(local, twin), logger)
         remote = self.remote_pods.get(f"{twin}/{name}")
         if remote is not None and (not self._is_ours(remote) or not shadowpods.belongs_to(remote, current)):
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
@@ -262,7 +273,20 @@ class PodOffloader:
             retry = UNSCHEDULABLE_RETRY_SECONDS if due_in is None else min(UNSCHEDULABLE_RETRY_SECONDS, due_in + 0.5)
             raise Requeue(retry, "remote pod unschedulable")
 
-    # --- what the steps share -----------------------------------------------------------------------------
+    # --- what the steps are handed ---------------------------------------------------------------------
+    def desired(self, local: dict, twin: str) -> Desired:
+        """The pod as the remote cluster should run it and its ShadowPod in ``twin``, from
+        the inputs read once here (the translation context, the pod's API server mode)."""
+        context = self.context()
+        mode = self.api_server_mode(local)
+        remote = translate_pod(local, context, api_server=mode.mode)
+        return Desired(
+            remote=remote,
+            shadowpod=shadowpod_of(remote, local, twin, context),
+            mode=mode,
+            relay_missing=bool(context.reflection) and context.home_api is None,
+        )
+
     def context(self) -> TranslationContext:
         return TranslationContext(
             local_cluster_id=self.settings.local_cluster_id,

@@ -114,6 +114,16 @@ def pod_fingerprint(pod: Mapping) -> str:
     return fingerprint(meta.get("uid"), meta.get("labels"), meta.get("annotations"), pod.get("spec"))
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One request about to be sent under its backoff: what :meth:`RefusalBackoff.refused`
+    and :meth:`RefusalBackoff.accepted` need of it afterwards."""
+
+    key: Hashable
+    fingerprint: str  # of the pod as it is now (pod_fingerprint)
+    wait: float  # seconds until the request may be sent; 0: now
+
+
 @dataclass
 class _State:
     fingerprint: str
@@ -152,6 +162,19 @@ class RefusalBackoff:
                 del self._states[key]  # the pod or the provider's terms changed: try now
                 return 0.0
             return max(0.0, state.next_at - self._clock())
+
+    def attempt(self, key: Hashable, pod: Mapping) -> Attempt:
+        """Whether ``pod``'s request ``key`` may be sent now (:meth:`wait` on its
+        fingerprint), as one value for the step that sends it."""
+        print_ = pod_fingerprint(pod)
+        return Attempt(key, print_, self.wait(key, print_))
+
+    def accepted(self, key: Hashable, pod: Mapping) -> dict | None:
+        """The provider accepted ``pod``'s request ``key``: its backoff is forgotten; the
+        status patch that clears the pod's waiting status, if it says it waits
+        (:func:`clear_waiting_patch`)."""
+        self.forget(key)
+        return clear_waiting_patch(pod)
 
     def refused(self, key: Hashable, print_: str) -> tuple[int, float]:
         with self._lock:

@@ -10,6 +10,7 @@ from typing import Mapping
 
 from kube_offload import constants as c
 from kube_offload import shadowpod
+from kube_offload import views
 from kube_offload.pod_updates import template_patch
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import SHADOWPODS
@@ -20,8 +21,7 @@ from vkubelet.pods import refusals as rf
 from vkubelet.pods import handback
 from vkubelet.pods import termination as term
 from vkubelet.home_api.pod_access import APIServerMode
-from vkubelet.pods.translation import shadowpod_of, translate_pod
-from vkubelet.pods.step_context import StepContext
+from vkubelet.pods.step_context import Desired, StepContext
 
 REJECTED_RETRY_SECONDS = 30.0
 # A pod the provider's policy refuses is looked at again this often (and at once when
@@ -35,23 +35,19 @@ UPDATE = "update"
 _UPDATABLE_FIELDS = ("metadata.labels", "metadata.annotations", "spec.tolerations")
 
 
-def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
-    backoff_key = (object_key(local), CREATE)
-    print_ = rf.pod_fingerprint(local)
-    wait = loop.refusals.wait(backoff_key, print_)
-    if wait > 0:
-        raise Requeue(wait, "refused by the provider; waiting out the backoff")
-    context = loop.context()
-    mode = loop.api_server_mode(local)
-    remote = translate_pod(local, context, api_server=mode.mode)
+def create(
+    loop: StepContext, local: dict, twin: str, desired: Desired, attempt: rf.Attempt, logger: logging.LoggerAdapter
+) -> None:
+    """Send ``desired``'s ShadowPod. The reconcile translated the pod (``desired``) and found
+    its backoff over (``attempt``); a pod the provider's policy refuses, or that would loop
+    back to a cluster it came through, is not sent but said on the pod."""
+    remote = desired.remote
     if remote.loop:
         _refused_loop(loop, local, remote.loop, logger)
     if remote.refused:
         _refused_by_policy(loop, local, remote.refused, logger)
-    loop.not_policy_refused(object_key(local))
-    body = shadowpod_of(remote, local, twin, context)
     try:
-        loop.kube.create(SHADOWPODS, body, namespace=twin)
+        loop.kube.create(SHADOWPODS, desired.shadowpod, namespace=twin)
     except ApiError as exc:
         if exc.already_exists:
             raise Requeue(0.5, "ShadowPod exists but is not in the cache yet") from exc
@@ -61,7 +57,7 @@ def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdap
             raise Requeue(2.0, f"twin namespace {twin} not found yet") from exc
         refusal = rf.refusal_of(exc)
         if refusal is not None:
-            delay = _refused(loop, local, backoff_key, print_, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
+            delay = _refused(loop, local, attempt, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
             _mark_waiting(loop, local, refusal)
             # A refusal for good (the provider's dry run of the pod meets a quota it alone
             # exceeds, Pod Security...): the pod goes elsewhere instead of waiting here.
@@ -72,36 +68,30 @@ def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdap
         logger.warning(message)
         loop.recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
         raise Requeue(REJECTED_RETRY_SECONDS, message) from exc
-    loop.refusals.forget(backoff_key)
-    _clear_waiting(loop, local)
+    _clear_waiting(loop, local, loop.refusals.accepted(attempt.key, local))
     # What the provider's policy took out, on the pod that now runs without it.
     loop.notices.tell(local, adjusted=remote.adjusted)
     logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], loop.settings.cluster_id)
-    kind, reason, message = offloaded_event(loop.settings.cluster_id, twin, local["metadata"]["name"], mode,
-                                            relay_missing=bool(context.reflection) and context.home_api is None)
+    kind, reason, message = offloaded_event(loop.settings.cluster_id, twin, local["metadata"]["name"], desired.mode,
+                                            relay_missing=desired.relay_missing)
     if kind == ev.WARNING:
         loop.recorder.warning(local, reason, message)
     else:
         loop.recorder.normal(local, reason, message)
 
 
-def sync_template(loop: StepContext, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+def sync_template(loop: StepContext, local: dict, shp: dict, desired: Desired, logger: logging.LoggerAdapter) -> None:
     """What a running pod may change - labels and annotations (a controller adopting
     or releasing it, `kubectl label`), container images, activeDeadlineSeconds,
     tolerations - follows into the ShadowPod's template; the enforcer then patches
     the remote pod in place (kube_offload.pod_updates). The rest of the template is
     left as first written."""
-    context = loop.context()
-    remote = translate_pod(local, context, api_server=loop.api_server_mode(local).mode)
-    wanted = shadowpod_of(remote, local, twin, context)["spec"]["pod"]
-    have = (shp.get("spec") or {}).get("pod") or {}
-    patch = template_patch(have, wanted)
+    patch = template_patch(views.pod_template(shp), views.pod_template(desired.shadowpod))
     if not patch:
         return
     meta = shp["metadata"]
-    backoff_key = (object_key(local), UPDATE)
-    print_ = rf.pod_fingerprint(local)
-    if loop.refusals.wait(backoff_key, print_) > 0:
+    attempt = loop.refusals.attempt((object_key(local), UPDATE), local)
+    if attempt.wait > 0:
         return  # refused before and nothing changed since; a timer brings us back
     try:
         loop.kube.patch(
@@ -113,13 +103,13 @@ def sync_template(loop: StepContext, local: dict, shp: dict, twin: str, logger: 
             raise
         # The pod runs on; only its new labels/annotations wait. The status sync
         # of this reconcile must still happen, so no Requeue: a timer instead.
-        delay = _refused(loop, local, backoff_key, print_, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
+        delay = _refused(loop, local, attempt, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
         loop.controller.enqueue_after(object_key(local), delay)
         return
-    loop.refusals.forget(backoff_key)
+    loop.refusals.forget(attempt.key)
     # What the policy took out of what a running pod may change (labels,
     # annotations, tolerations); the rest of the template was told at creation.
-    loop.notices.tell(local, adjusted=[n for n in remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
+    loop.notices.tell(local, adjusted=[n for n in desired.remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
     logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
 
 
@@ -184,8 +174,7 @@ def offloaded_event(cluster_id: str, twin: str, name: str, mode: APIServerMode, 
 def _refused_by_policy(loop: StepContext, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:
     """The provider's policy refuses the pod whatever we drop: not sent, said on the
     pod (Events, once per note; status.reason ProviderRefused), looked at again
-    later or when the policy changes."""
-    loop.policy_refused(object_key(local))
+    later or when the policy changes (the reconcile keeps the pods it refuses)."""
     refusal = rf.policy_refusal(loop.settings.cluster_id, [note.message for note in refused])
     if loop.notices.tell(local, refused=refused):
         logger.warning("%s", refusal.message)
@@ -206,16 +195,16 @@ def _refused_loop(loop: StepContext, local: dict, problem: str, logger: logging.
 
 
 def _refused(
-    loop: StepContext, local: dict, backoff_key: tuple, print_: str, refusal: rf.Refusal, what: str,
-    logger: logging.LoggerAdapter,
+    loop: StepContext, local: dict, attempt: rf.Attempt, refusal: rf.Refusal, what: str, logger: logging.LoggerAdapter,
 ) -> float:
     """Count one refusal: log it, tell the pod's Events, return the backoff delay.
     The recorder folds repeats (min_interval), so a refusal repeated at every step
     adds to one Event's count rather than writing Events faster than the steps."""
-    attempt, delay = loop.refusals.refused(backoff_key, print_)
+    count, delay = loop.refusals.refused(attempt.key, attempt.fingerprint)
+    operation = attempt.key[1] if isinstance(attempt.key, tuple) else attempt.key
     logger.warning(
         "cluster %s refused %s %s (HTTP %d, refusal %d in a row, next attempt in %.0fs): %s",
-        loop.settings.cluster_id, backoff_key[1], what, refusal.status, attempt, delay, refusal.message,
+        loop.settings.cluster_id, operation, what, refusal.status, count, delay, refusal.message,
     )
     loop.recorder.warning(local, ev.REASON_PROVIDER_REFUSED, refusal.message)
     return delay
@@ -227,8 +216,7 @@ def _mark_waiting(loop: StepContext, local: dict, refusal: rf.Refusal) -> None:
         loop.local.patch_status(local, patch)
 
 
-def _clear_waiting(loop: StepContext, local: dict) -> None:
-    patch = rf.clear_waiting_patch(local)
+def _clear_waiting(loop: StepContext, local: dict, patch: dict | None) -> None:
     if patch is not None:
         try:
             loop.local.patch_status(local, patch)

@@ -73,6 +73,30 @@ def is_usable(request: Mapping, local_cluster_id: str) -> bool:
     return bool(name) and granted in (None, "", name)
 
 
+@dataclass(frozen=True)
+class TwinRequest:
+    """A cached TwinNamespace request as the consumer reads it (the functions above, read
+    once): whose it is, which local namespace it twins, where the provider's answer stands."""
+
+    ours: bool
+    local_namespace: str | None
+    deleting: bool
+    phase: str
+    message: str
+    usable: bool
+
+    @classmethod
+    def of(cls, request: Mapping, local_cluster_id: str) -> TwinRequest:
+        return cls(
+            ours=is_ours(request, local_cluster_id),
+            local_namespace=local_namespace_of(request),
+            deleting=is_deleting(request),
+            phase=phase(request),
+            message=message(request),
+            usable=is_usable(request, local_cluster_id),
+        )
+
+
 def usable_twins(requests: Iterable[Mapping], local_cluster_id: str) -> set[str]:
     """The provider namespaces the consumer may use (and watch) now."""
     return {r["metadata"]["name"] for r in requests if is_usable(r, local_cluster_id)}

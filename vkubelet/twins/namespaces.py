@@ -135,23 +135,23 @@ def request_state(request: Mapping | None, *, twin: str, local_namespace: str, l
     """The state of ``request`` (the cached TwinNamespace named ``twin``; None: none)."""
     if request is None:
         return RequestState(False, f"twin namespace {twin} not requested from cluster {cluster_id} yet", waiting=True)
-    if not tr.is_ours(request, local_cluster_id) or tr.local_namespace_of(request) != local_namespace:
-        other = tr.local_namespace_of(request)
+    read = tr.TwinRequest.of(request, local_cluster_id)
+    if not read.ours or read.local_namespace != local_namespace:
+        other = read.local_namespace
         return RequestState(
             False,
             f"cannot offload to cluster {cluster_id}: twin namespace {twin} is already requested "
-            + (f"for local namespace {other}" if other and tr.is_ours(request, local_cluster_id) else "by someone else")
+            + (f"for local namespace {other}" if other and read.ours else "by someone else")
             + "; it is never taken over (use another name or the DefaultName mapping)",
             conflict=True,
         )
-    if tr.is_deleting(request):
+    if read.deleting:
         return RequestState(False, f"twin namespace {twin} is being deleted in cluster {cluster_id}", waiting=True)
-    phase = tr.phase(request)
-    if phase == c.TWIN_PHASE_REFUSED:
-        detail = tr.message(request) or "no reason given"
+    if read.phase == c.TWIN_PHASE_REFUSED:
+        detail = read.message or "no reason given"
         return RequestState(False, f"cluster {cluster_id} refused twin namespace {twin}: {detail}", refused=True)
-    if not tr.is_usable(request, local_cluster_id):
-        return RequestState(False, f"twin namespace {twin} is {phase} in cluster {cluster_id}", waiting=True)
+    if not read.usable:
+        return RequestState(False, f"twin namespace {twin} is {read.phase} in cluster {cluster_id}", waiting=True)
     return RequestState(True, "")
 
 
@@ -256,13 +256,7 @@ class TwinNamespaces:
         take them (offloaded here, requested, and the provider's answer is Ready); else
         None and why (the provider's refusal message included). Pods ask
         :meth:`pod_twin_for`."""
-        plan = self.plan(name)
-        if plan.twin is None:
-            return None, plan.reason
-        state = self._state(name, plan.twin)
-        if not state.usable:
-            return None, state.reason
-        return plan.twin, ""
+        return self._usable_twin(name, self.plan(name))
 
     def pod_twin_for(self, name: str) -> tuple[str | None, str]:
         """Like :meth:`twin_for`, for the namespace's pods: None (and why) as well when the
@@ -270,7 +264,15 @@ class TwinNamespaces:
         plan = self.plan(name)
         if plan.twin is not None and not plan.pods:
             return None, plan.reason
-        return self.twin_for(name)
+        return self._usable_twin(name, plan)
+
+    def _usable_twin(self, name: str, plan: TwinPlan) -> tuple[str | None, str]:
+        if plan.twin is None:
+            return None, plan.reason
+        state = self._state(name, plan.twin)
+        if not state.usable:
+            return None, state.reason
+        return plan.twin, ""
 
     def resync_all(self) -> None:
         for name in self.local_namespaces.keys():

@@ -51,7 +51,8 @@ class Loop:
     def create(self, **annotations: str) -> dict:
         local = builders.pod(uid="u1", annotations=annotations,
                              containers=[{"name": "app", "image": "nginx"}], spec={"nodeName": "kube-offload-remote"})
-        shadowpods.create(self.offloader, local, TWIN, LOG)
+        attempt = self.offloader.refusals.attempt(("ns/web", shadowpods.CREATE), local)
+        shadowpods.create(self.offloader, local, TWIN, self.offloader.desired(local, TWIN), attempt, LOG)
         return self.created[-1]["spec"]["pod"]["spec"]
 
 
