@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 import jsonpatch
+from kubernetes import client
 
 from kube_offload.runtime.kinds import PODS, Resource
 from kube_offload.runtime.kube import (
@@ -149,7 +150,7 @@ class RecordingKube(Kube):
 
     def __init__(self) -> None:
         # No API server behind it: the official client's configuration is never read.
-        super().__init__(api_client=None, cluster="test")  # never used: see request()
+        super().__init__(client.ApiClient(), cluster="test")  # its connection is never used: see request()
         self.writes: list[Write] = []
         self.reads: list[tuple[Resource, str, str | None]] = []
         self._store: dict[_Key, dict[str, Any]] = {}

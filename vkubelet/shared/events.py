@@ -15,6 +15,7 @@ from typing import Callable
 from kubernetes import client
 
 from kube_offload.runtime import events
+from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.events import NORMAL, WARNING  # noqa: F401  (re-exported for callers)
 # Reasons: the contract's (docs/virtual-kubelet.md lists them), re-exported for the vkubelet's modules.
 from kube_offload.reasons import (  # noqa: F401
@@ -45,7 +46,8 @@ REPORTING_CONTROLLER = "kube-offload.io/vkubelet"
 class EventRecorder(events.EventRecorder):
     def __init__(
         self,
-        api_client: client.ApiClient,
+        # The local cluster's client; or a Kube that writes the Events (a test's recording one).
+        api_client: client.ApiClient | Kube,
         *,
         host: str,
         min_interval: float = 30.0,
