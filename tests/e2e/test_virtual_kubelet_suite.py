@@ -9,6 +9,11 @@ against the session's environment: the local cluster's API server, the virtual n
 remote ``remote-1``, kwok nodes running the remote pods (the suite's images are
 placeholder names, which kwok never pulls).
 
+The suite reads ``/pods`` and ``/runningpods/`` through the apiserver's node proxy, which
+refuses the session's loopback node address: for the module's length the virtual node
+moves to an address on a link of the harness's own (kube_offload_harness/node_proxy_link.py,
+root), and back.
+
 The suite creates its pods with ``spec.nodeName`` set: they pass by the scheduler and by
 our webhook (which leaves a pod that names its node alone), so nothing adds the virtual
 node's toleration, and the NoExecute taint would have the taint manager evict them at
@@ -16,8 +21,8 @@ once. The namespace therefore gets what a user who binds pods by hand gives them
 MutatingAdmissionPolicy, bound to that namespace only, that adds the toleration. The
 namespace is labelled for offloading, so the virtual kubelet serves it.
 
-Every test that applies must pass; with ``CI=true`` a suite that cannot be built fails
-instead of skipping. The pass/skip/fail count is printed whatever the outcome.
+Every test that applies must pass; with ``CI=true`` a suite that cannot be built, or a
+machine where the link cannot be made, fails instead of skipping. The pass/skip/fail count is printed whatever the outcome.
 """
 
 from __future__ import annotations
