@@ -37,13 +37,8 @@ SERVERS = {"web": "nginx:alpine", "web-debian": "nginx"}  # Deployment and Servi
 
 
 @pytest.fixture(scope="module")
-def env(offload_real_env: Environment) -> Environment:
-    return offload_real_env
-
-
-@pytest.fixture(scope="module")
-def local(env: Environment) -> Cluster:
-    return env.cluster(env.topology().local)
+def local(offload_real_env: Environment) -> Cluster:
+    return offload_real_env.cluster(offload_real_env.topology().local)
 
 
 def _deployment(name: str, image: str, namespace: str, *, placement: bool) -> list[dict]:
@@ -204,18 +199,18 @@ def test_debian_and_ubuntu_run_bash_with_coreutils_and_glibc_resolution(local):
 
 # --- through the virtual node ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def offloaded(env: Environment, local: Cluster) -> str:
+def offloaded(offload_real_env: Environment, local: Cluster) -> str:
     """A namespace offloaded to the remote: nginx:alpine serving there behind a Service."""
     local.kubectl("create", "namespace", OFFLOADED)
     local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
     local.apply(_deployment("web", "nginx:alpine", OFFLOADED, placement=False))
     local.kubectl("rollout", "status", "-n", OFFLOADED, "deployment/web", "--timeout=150s", timeout=160)
     [pod] = local.kubectl_json("get", "pods", "-n", OFFLOADED, "-l", "app=web")["items"]
-    assert pod["spec"]["nodeName"] == virtual_node_name(env.topology().remotes[0].cluster_id)
+    assert pod["spec"]["nodeName"] == virtual_node_name(offload_real_env.topology().remotes[0].cluster_id)
     return OFFLOADED
 
 
-def test_an_offloaded_busybox_resolves_names_from_the_remote_cluster_dns(env, local, offloaded):
+def test_an_offloaded_busybox_resolves_names_from_the_remote_cluster_dns(local, offloaded):
     """`kubectl run` in the offloaded namespace: the pod runs on the remote's real node and
     its nslookup and wget ask the remote's cluster DNS, which knows the reflected Service
     by its short name (the namespace there is the twin's)."""
