@@ -34,6 +34,7 @@ NAMESPACE = f"standins-{RUN}"  # local pods, on the local real node
 OFFLOADED = f"standins-off-{RUN}"  # offloaded: on the remote's real node through the virtual node
 WELCOME = "Welcome to nginx!"  # the default page of both nginx stand-ins (Debian's nginx-common)
 SERVERS = {"web": "nginx:alpine", "web-debian": "nginx"}  # Deployment and Service name -> image
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff")  # an image the registry does not serve: fail at once
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,12 @@ def _run(cluster: Cluster, image: str, *args: str, namespace: str = "default", l
     cluster.kubectl(*argv, "--", *args)
 
     def finished() -> str | None:
-        phase = cluster.kubectl("get", "pod", "-n", namespace, name, "-o", "jsonpath={.status.phase}", check=False).stdout
+        pod = json.loads(cluster.kubectl("get", "pod", "-n", namespace, name, "-o", "json").stdout)
+        status = pod.get("status") or {}
+        waiting = [s["state"]["waiting"] for s in status.get("containerStatuses") or [] if "waiting" in s["state"]]
+        if any(w.get("reason") in PULL_FAILURES for w in waiting):
+            pytest.fail(f"{image}: {waiting[0]['reason']}: {waiting[0].get('message', '')}")
+        phase = status.get("phase")
         return phase if phase in ("Succeeded", "Failed") else None
 
     phase = wait_for(finished, what=f"{image} {' '.join(args)} to finish", timeout=150, interval=1)
@@ -93,10 +99,6 @@ def _ok(cluster: Cluster, image: str, *args: str, **kwargs) -> str:
     phase, logs = _run(cluster, image, *args, **kwargs)
     assert phase == "Succeeded", f"{image} {' '.join(args)}: {phase}\n{logs}"
     return logs
-
-
-def _address_of(cluster: Cluster, namespace: str, service: str) -> str:
-    return cluster.kubectl_json("get", "service", "-n", namespace, service)["spec"]["clusterIP"]
 
 
 def _answer(nslookup_output: str) -> list[str]:
