@@ -8,7 +8,8 @@ gzipped tar; every image's config and manifest; all of it one OCI image layout d
 blob is there once, ``standins.json`` lists each layer's packages with their versions).
 ``<key>`` is the digest of the four modules that decide the content (the recipe, this
 one, debian_packages.py, oci_image.py), so a change to any of them rebuilds and a warm run
-only reads the directory. ``KUBE_OFFLOAD_IMAGE_REFRESH=1`` (as for build-image.sh's bases)
+only reads the directory; the three most recently used builds stay (checkouts of other
+versions on the machine keep theirs). ``KUBE_OFFLOAD_IMAGE_REFRESH=1`` (as for build-image.sh's bases)
 rebuilds anyway, to take Debian's updates. Needs root (mmdebstrap's root mode, a chroot to
 ask busybox for its applets), as the real nodes do.
 """
@@ -37,6 +38,7 @@ from kube_offload_harness.standin_recipe import LAYERS, SKIP, STANDINS, Context,
 Say = Callable[[str], None]
 REFRESH = "KUBE_OFFLOAD_IMAGE_REFRESH"
 SUMMARY = "standins.json"
+KEEP = 3  # builds of other recipes kept (the most recently used)
 # Level 1: 77 MB of layers in 2 s to 30 MB; level 6 took 6 s for 27 MB (measured here, loaded).
 GZIP_LEVEL = 1
 
@@ -104,6 +106,7 @@ def build(say: Say, *, root: Path | None = None) -> Path:
     directory = root / f"standins-{key}"
     refresh = os.environ.get(REFRESH) == "1"
     if (directory / "index.json").exists() and not refresh:
+        os.utime(directory)  # in use: the last to be pruned
         return directory
     root.mkdir(parents=True, exist_ok=True)
     with _lock(root / "standins.lock", say):
@@ -121,9 +124,9 @@ def build(say: Say, *, root: Path | None = None) -> Path:
             os.rename(layout, directory)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        for stale in root.glob("standins-*"):
-            if stale != directory:
-                shutil.rmtree(stale, ignore_errors=True)
+        # Checkouts of other versions (worktrees, branches) keep theirs: only the oldest go.
+        for stale in sorted(root.glob("standins-*"), key=lambda path: path.stat().st_mtime)[:-KEEP]:
+            shutil.rmtree(stale, ignore_errors=True)
         say(f"- stand-in images: built in {time.monotonic() - started:.0f}s, {_size(directory) / 1e6:.0f} MB in {directory}")
     return directory
 

@@ -270,3 +270,24 @@ def test_a_cached_layout_is_used_without_building(tmp_path, monkeypatch):
     monkeypatch.delenv(standin_images.REFRESH, raising=False)
     monkeypatch.setattr(standin_images, "_build", lambda *args: pytest.fail("built although cached"))
     assert standin_images.build(print, root=tmp_path) == directory
+
+
+def test_a_build_keeps_the_most_recently_used_other_builds(tmp_path, monkeypatch):
+    import os
+
+    for age, key in enumerate(["old1", "old2", "old3", "old4"]):
+        (tmp_path / f"standins-{key}").mkdir()
+        os.utime(tmp_path / f"standins-{key}", (1000 + age, 1000 + age))
+
+    def build(work, key, say):
+        layout = work / "layout"
+        layout.mkdir()
+        (layout / "index.json").write_text("{}")
+        (layout / standin_images.SUMMARY).write_text("{}")
+        return layout
+
+    monkeypatch.setattr(standin_images, "_build", build)
+    built = standin_images.build(lambda line: None, root=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("standins-*")) == sorted([built.name, "standins-old3", "standins-old4"])
+    assert json.loads((built / standin_images.SUMMARY).read_text())["built_seconds"] >= 0
+    assert not list(tmp_path.glob(".standins-*"))  # the work directory is gone
