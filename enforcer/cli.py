@@ -247,6 +247,9 @@ def run(args: argparse.Namespace) -> int:
             )
         except TLSSetupError as exc:
             raise SystemExit(f"kube-offload enforcer: {exc}") from None
+        # Every pod the enforcer makes (the first and each recreation) is judged by the
+        # admission's own rules against the Consumer as it is then (docs/enforcer.md).
+        enforcer.judge_pods_with(webhook.validator.judge_pod)
         # A standby serves no webhook (its port is bound, not answered; the chart's
         # Service only sends to the Ready leader). It listens at once when leading:
         # /readyz is 503 until its caches sync.

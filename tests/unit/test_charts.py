@@ -313,6 +313,7 @@ def test_crd_schema(crd: dict[str, Any]) -> None:
         "message": "string",
         "observedGeneration": "integer",
         "conditions": "array",
+        "runCompleted": "boolean",
     }
     assert status["conditions"]["items"]["type"] == "object"
 
