@@ -12,6 +12,11 @@ namespaces (enforcer/admission/endpointslice_policy.py), also with ``failurePoli
 sees only twin namespaces and only ServiceAccounts' writes, and never the provider's own
 EndpointSlice controllers: they keep working while the enforcer is down.
 
+The fourth judges the TokenRequests (``serviceaccounts/token``) a consumer's identity makes
+in its tenant namespace (enforcer/admission/token_policy.py), ``failurePolicy: Fail``:
+while the enforcer is down the consumer cannot renew its token (its virtual kubelet renews
+at 80 % of the lifetime, so it has hours), and nobody else's token request is matched.
+
 The third judges the custom resource objects consumers write into twin namespaces
 (enforcer/admission/custom_resource_policy.py), ``failurePolicy: Fail``: every custom kind
 (a group with a dot, neither Kubernetes' nor kube-offload's), written by a ServiceAccount,
@@ -59,6 +64,16 @@ def custom_resource_match_condition() -> dict:
         "name": "custom-kinds-by-service-accounts",
         "expression": "request.userInfo.username.startsWith('system:serviceaccount:') && "
         f"request.resource.group.contains('.') && {never}",
+    }
+
+
+def token_match_condition() -> dict:
+    """A consumer is a ServiceAccount of its tenant namespace: the provider's admins (who
+    mint the consumer's first token with kube-offload peer) and the kubelet of the relay's
+    pod are not judged, and never wait on the enforcer."""
+    return {
+        "name": "service-accounts-of-the-namespace",
+        "expression": "request.userInfo.username.startsWith('system:serviceaccount:' + request.namespace + ':')",
     }
 
 
@@ -122,6 +137,28 @@ def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DE
                 ],
                 "namespaceSelector": {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}},
                 "matchConditions": [custom_resource_match_condition()],
+                "failurePolicy": FAILURE_POLICY,
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "admissionReviewVersions": ["v1"],
+            },
+            {
+                "name": c.TOKEN_WEBHOOK_NAME,
+                "clientConfig": target.client_config(c.TOKEN_WEBHOOK_PATH),
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["serviceaccounts/token"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                # The consumers' tenant namespaces only: every other token request of the
+                # cluster (kubelets mounting tokens, controllers) never waits on the enforcer.
+                "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
+                "matchConditions": [token_match_condition()],
                 "failurePolicy": FAILURE_POLICY,
                 "matchPolicy": "Equivalent",
                 "sideEffects": "None",
