@@ -49,6 +49,11 @@ IDENTITY_KINDS = frozenset({
     # tests meet the same CEL a provider runs (templates/admission-policies.yaml).
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    # The bounds and fences of a tenant namespace (templates/consumer.yaml,
+    # home-api-relay.yaml): what the API server counts and the network policy a provider's
+    # network plugin enforces, applied as rendered so the tests meet them.
+    "ResourceQuota",
+    "NetworkPolicy",
 })
 
 # Tokens last as long as a demo environment may be left running; the apiserver caps them

@@ -991,7 +991,8 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
     from kube_offload.provider_policy import METADATA_ADDRESSES
 
     docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}, {"name": "beta", "policy": {"services": {"types": ["NodePort"]}}}]})
-    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"
+                and d["metadata"]["name"] != "kube-offload-tenant-leases"}  # no parameter: its own test below
     kinds = {"services", "endpointslices", "ingresses", "persistentvolumeclaims", "secrets"}
     assert set(policies) == {f"kube-offload-consumer-{k}" for k in kinds}
     for policy in policies.values():
@@ -1008,7 +1009,7 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
     endpoint_variables = {v["name"]: v["expression"] for v in policies["kube-offload-consumer-endpointslices"]["spec"]["variables"]}
     for address in METADATA_ADDRESSES:
         assert f"'{address}'" in endpoint_variables["metadata"]
-    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding" and d["metadata"]["name"] != "kube-offload-tenant-leases"]
     assert {b["metadata"]["name"] for b in bindings} == {f"kube-offload-consumer-{k}-{n}" for k in kinds for n in ("alpha", "beta")}
     for binding in bindings:
         consumer = binding["spec"]["paramRef"]["name"]
@@ -1020,6 +1021,58 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
     consumers = {d["metadata"]["name"]: d for d in docs if d["kind"] == C.CONSUMER_KIND}
     assert "policy" not in consumers["alpha"]["spec"]  # absent: the safe defaults
     assert consumers["beta"]["spec"]["policy"] == {"services": {"types": ["NodePort"]}}
+
+
+def test_the_pvc_policy_reads_an_empty_largest_claim_as_the_default(helm: Helm) -> None:
+    from kube_offload.provider_policy import DEFAULT_MAX_CLAIM_SIZE
+
+    docs = render(helm, REMOTE, ONE_CONSUMER)
+    policy = one(docs, "ValidatingAdmissionPolicy", "kube-offload-consumer-persistentvolumeclaims")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert f"'{DEFAULT_MAX_CLAIM_SIZE}'" in variables["maxSize"]
+
+
+def test_a_tenant_namespace_bounds_what_the_consumer_stores_there(helm: Helm) -> None:
+    docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"},
+                                               {"name": "beta", "tenantQuota": {"count/offloadslices.kube-offload.io": "3"}}]})
+    quotas = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "ResourceQuota"}
+    assert set(quotas) == {C.tenant_namespace("alpha"), C.tenant_namespace("beta")}
+    # None unlimited by default: every kind the consumer's tenant Role lets it create is counted.
+    assert quotas[C.tenant_namespace("alpha")]["spec"]["hard"] == {
+        f"count/{C.TWIN_NAMESPACE_PLURAL}.{C.SHADOWPOD_GROUP}": "100",
+        f"count/{C.SLICE_PLURAL}.{C.SHADOWPOD_GROUP}": "20",
+        "count/leases.coordination.k8s.io": "1",
+    }
+    assert quotas[C.tenant_namespace("beta")]["spec"]["hard"][f"count/{C.SLICE_PLURAL}.{C.SHADOWPOD_GROUP}"] == "3"
+    [role] = [r for r in docs if r["kind"] == "Role" and r["metadata"]["namespace"] == C.tenant_namespace("alpha")]
+    creatable = {f"count/{r}.{g}" if g else f"count/{r}" for rule in role["rules"] if "create" in rule["verbs"]
+                 for g in rule["apiGroups"] for r in rule["resources"] if "/" not in r}
+    assert creatable <= set(quotas[C.tenant_namespace("alpha")]["spec"]["hard"])
+    # Leases: only the heartbeat's name, for the tenant namespace's own ServiceAccounts.
+    policy = one(docs, "ValidatingAdmissionPolicy", "kube-offload-tenant-leases")
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [f"object.metadata.name == '{C.CONSUMER_HEARTBEAT_LEASE}'"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["leases"]
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "kube-offload-tenant-leases")
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": C.LABEL_TENANT, "operator": "Exists"}]}
+
+
+def test_only_the_consumers_own_pods_reach_its_relay(helm: Helm) -> None:
+    docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}, {"name": "beta", "homeAPIRelay": False}]})
+    [policy] = find(docs, "NetworkPolicy", C.HOME_API_RELAY_COMPONENT)  # none where no relay runs
+    assert policy["metadata"]["namespace"] == C.tenant_namespace("alpha")
+    [relay] = find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)
+    assert policy["spec"]["podSelector"]["matchLabels"] == relay["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    serve, health = policy["spec"]["ingress"]
+    assert serve["from"] == [{
+        "namespaceSelector": {"matchLabels": {C.LABEL_ORIGIN_CLUSTER_ID: "alpha", C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}},
+        "podSelector": {"matchLabels": {C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}},
+    }]
+    assert serve["ports"] == [{"port": C.HOME_API_RELAY_SERVE_PORT, "protocol": "TCP"}]
+    assert "from" not in health and health["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    args = relay["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--max-connections=1024", "--max-connections-per-source=64", "--max-uplinks=256"} <= set(args)
 
 
 # --- rendered objects: wiring across templates ---------------------------------------
