@@ -932,3 +932,41 @@ def test_an_ephemeral_volume_claims_no_more_than_the_largest_claim():
             "spec.policy.storage.maxClaimSize")
     bigger = consumer(policy={"storage": {"classes": ["standard"], "maxClaimSize": "2Ei"}})
     assert run(ephemeral("1Ei"), the_consumer=bigger).allowed
+
+
+# --- sidecars (restartable init containers) count and are limited like containers, in every mode ------------
+def sidecar_pod(sidecar_resources: dict) -> dict:
+    app = {"name": "app", "image": "x", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}
+    sidecar = {"name": "proxy", "image": "y", "restartPolicy": "Always", "resources": sidecar_resources}
+    return shadowpod(pod_spec(containers=[app], initContainers=[sidecar]))
+
+
+@pytest.mark.parametrize("mode, quota", [
+    ("requests", {"cpu": "1"}), ("limits", {"cpu": "1"}), ("both", {"cpu": "1"}), ("hard", {"cpu": "1"}),
+    ("requests", {"requests.cpu": "1"}), ("requests", {"limits.cpu": "1"}),
+])
+def test_a_sidecar_counts_against_the_quota_in_every_mode(mode, quota):
+    the_consumer = consumer(quota=quota, policy={"quotaMode": mode})
+    within = sidecar_pod({"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}})
+    assert run(within, the_consumer=the_consumer).allowed
+    # The app alone fits; with its sidecar, the pod holds 1500m: over.
+    over = sidecar_pod({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})
+    message = refused(run(over, the_consumer=the_consumer), 403)
+    assert "exceeded quota" in message and "1500m" in message, message
+
+
+@pytest.mark.parametrize("mode, quota, fragment", [
+    ("limits", {"cpu": "1"}, "spec.pod.spec.initContainers[0].resources.limits.cpu: must be set"),
+    ("both", {"cpu": "1"}, "spec.pod.spec.initContainers[0].resources.limits.cpu: must be set"),
+    ("requests", {"limits.cpu": "1"}, "spec.pod.spec.initContainers[0].resources.limits.cpu: must be set"),
+    ("hard", {"cpu": "1"}, 'spec.pod.spec.initContainers[0].resources.limits.cpu (container "proxy"): must equal requests.cpu'),
+])
+def test_a_sidecar_must_set_the_limits_the_quota_counts(mode, quota, fragment):
+    the_consumer = consumer(quota=quota, policy={"quotaMode": mode})
+    unlimited = sidecar_pod({"requests": {"cpu": "100m"}} if mode != "hard" else {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}})
+    refused(run(unlimited, the_consumer=the_consumer), 403, fragment)
+
+
+def test_a_sidecar_is_judged_when_its_pod_is_made_too():
+    over = sidecar_pod({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})
+    refused(judged(over, the_consumer=consumer(quota={"cpu": "1"})), 403, "exceeded quota")
