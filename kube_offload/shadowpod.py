@@ -300,9 +300,8 @@ def capped_grace(grace: Any, max_grace_seconds: int) -> int:
     """A termination grace period (a pod's ``terminationGracePeriodSeconds``, or a
     deletion's) cut to ``max_grace_seconds``; one not set (or not a whole number >= 0)
     counts as the API's default, 30 s."""
-    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
-        grace = DEFAULT_GRACE_SECONDS
-    return min(grace, max(0, max_grace_seconds))
+    seconds = grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else DEFAULT_GRACE_SECONDS
+    return min(seconds, max(0, max_grace_seconds))
 
 
 def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -57,6 +57,8 @@ class ConsumerApi(Protocol):
 
     def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None: ...
 
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_period_seconds: int) -> None: ...
+
 
 class KubeConsumerApi:
     """:class:`ConsumerApi` over a kubernetes ``ApiClient`` (the API layer,
@@ -156,9 +158,8 @@ class KubeConsumerApi:
 
     def _delete(self, resource: Resource, namespace: str | None, name: str, uid: str, *,
                 grace_period_seconds: int | None = None) -> None:
-        options = {} if grace_period_seconds is None else {"grace_period_seconds": grace_period_seconds}
         try:
-            self._kube.delete(resource, name, namespace=namespace, uid=uid, **options)
+            self._kube.delete(resource, name, namespace=namespace, uid=uid, grace_period_seconds=grace_period_seconds)
         except ApiError as exc:
             if exc.not_found or exc.conflict:  # gone, or that UID is gone (precondition failed)
                 return

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from enforcer.consumers.consumer_status import desired_status, stamped, status_changed
 from enforcer.consumers.quota import ConsumerUsage
@@ -183,7 +183,7 @@ class ConsumerStatusLoop:
                 self._dirty.set()
 
     # --- drains -----------------------------------------------------------------------
-    def _delete_pod_of(self, shadowpod: dict, consumer: dict) -> None:
+    def _delete_pod_of(self, shadowpod: Mapping[str, Any], consumer: Mapping[str, Any]) -> None:
         """The drained ShadowPod's pod, deleted with an explicit grace (its own, cut to the
         consumer's pods.maxTerminationGracePeriodSeconds) rather than left to the garbage
         collector, which would wait the pod's own grace: a pod made before the bound existed
