@@ -241,8 +241,10 @@ def run(args: argparse.Namespace) -> int:
                 consumers=loops.consumers if loops else None,
                 # The EndpointSlice webhook: the nodes' addresses.
                 nodes=loops.nodes if loops else None,
-                # A slice's ShadowPods: its OffloadSlice (docs/slices.md "Admission").
+                # A slice's ShadowPods: its OffloadSlice (docs/slices.md "Admission"); and how
+                # many slices and TwinNamespace requests a consumer keeps.
                 slices=loops.slices if loops else None,
+                twin_requests=loops.requests if loops else None,
                 resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:

@@ -116,6 +116,11 @@ SYSTEM_PRIORITY_PREFIX = "system-"
 ALWAYS_RESERVED_NAMESPACES: tuple[str, ...] = ("default", "kube-*", "kube-offload-*")
 
 DEFAULT_MAX_TWIN_NAMESPACES = 50
+# What a consumer may keep in its tenant namespace, whatever it is served: TwinNamespace
+# requests (those past twinNamespaces.maxCount are kept, Refused, until a place frees) and
+# OffloadSlices. Each is etcd storage and enforcer work: never unbounded.
+DEFAULT_MAX_TWIN_REQUESTS = 100
+DEFAULT_MAX_SLICES = 20
 # No bound is unlimited by default (docs/security.md "Provider policy"): a consumer admitted
 # with the defaults holds a provider's node at most this long after its pod is told to stop
 # (the pod's terminationGracePeriodSeconds, and every deletion's grace, are cut to it), and
@@ -237,6 +242,14 @@ class TwinNamespacePolicy:
     # Names (exact, or prefixes ending in "*") reserved beyond ALWAYS_RESERVED_NAMESPACES.
     reserved: tuple[str, ...] = ()
     max_count: int = DEFAULT_MAX_TWIN_NAMESPACES
+    # TwinNamespace requests the consumer may hold in its tenant namespace, served or not.
+    max_requests: int = DEFAULT_MAX_TWIN_REQUESTS
+
+
+@dataclass(frozen=True)
+class SlicePolicy:
+    # OffloadSlices the consumer may hold in its tenant namespace, accepted or not.
+    max_count: int = DEFAULT_MAX_SLICES
 
 
 @dataclass(frozen=True)
@@ -266,6 +279,7 @@ class ProviderPolicy:
     pods: PodPolicy = field(default_factory=PodPolicy)
     twin_namespaces: TwinNamespacePolicy = field(default_factory=TwinNamespacePolicy)
     tokens: TokenPolicy = field(default_factory=TokenPolicy)
+    slices: SlicePolicy = field(default_factory=SlicePolicy)
     # What the quota counts of each container: requests, limits, both, or hard (both, and
     # limits must equal requests).
     quota_mode: str = "requests"
@@ -313,6 +327,10 @@ SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "twinNamespaces": ("twin_namespaces", {
         "sameNames": ("same_names", _LIST),
         "reserved": ("reserved", _LIST),
+        "maxCount": ("max_count", _INT),
+        "maxRequests": ("max_requests", _INT),
+    }),
+    "slices": ("slices", {
         "maxCount": ("max_count", _INT),
     }),
     "tokens": ("tokens", {

@@ -17,6 +17,11 @@ in its tenant namespace (enforcer/admission/token_policy.py), ``failurePolicy: F
 while the enforcer is down the consumer cannot renew its token (its virtual kubelet renews
 at 80 % of the lifetime, so it has hours), and nobody else's token request is matched.
 
+The fifth counts what a consumer keeps in its tenant namespace: a CREATE of a TwinNamespace
+request or an OffloadSlice by that namespace's own ServiceAccounts past Consumer
+spec.policy twinNamespaces.maxRequests or slices.maxCount (enforcer/admission/tenant_objects.py),
+``failurePolicy: Fail`` (the enforcer serves neither while it is down anyway).
+
 The third judges the custom resource objects consumers write into twin namespaces
 (enforcer/admission/custom_resource_policy.py), ``failurePolicy: Fail``: every custom kind
 (a group with a dot, neither Kubernetes' nor kube-offload's), written by a ServiceAccount,
@@ -69,8 +74,8 @@ def custom_resource_match_condition() -> dict:
 
 def token_match_condition() -> dict:
     """A consumer is a ServiceAccount of its tenant namespace: the provider's admins (who
-    mint the consumer's first token with kube-offload peer) and the kubelet of the relay's
-    pod are not judged, and never wait on the enforcer."""
+    mint the consumer's first token with kube-offload peer) are not judged, and never wait
+    on the enforcer (the TokenRequest and the tenant-objects webhooks)."""
     return {
         "name": "service-accounts-of-the-namespace",
         "expression": "request.userInfo.username.startsWith('system:serviceaccount:' + request.namespace + ':')",
@@ -157,6 +162,26 @@ def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DE
                 ],
                 # The consumers' tenant namespaces only: every other token request of the
                 # cluster (kubelets mounting tokens, controllers) never waits on the enforcer.
+                "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
+                "matchConditions": [token_match_condition()],
+                "failurePolicy": FAILURE_POLICY,
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "admissionReviewVersions": ["v1"],
+            },
+            {
+                "name": c.TENANT_OBJECTS_WEBHOOK_NAME,
+                "clientConfig": target.client_config(c.TENANT_OBJECTS_WEBHOOK_PATH),
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [c.SHADOWPOD_GROUP],
+                        "apiVersions": [c.SHADOWPOD_VERSION],
+                        "resources": [c.TWIN_NAMESPACE_PLURAL, c.SLICE_PLURAL],
+                        "scope": "Namespaced",
+                    }
+                ],
                 "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
                 "matchConditions": [token_match_condition()],
                 "failurePolicy": FAILURE_POLICY,

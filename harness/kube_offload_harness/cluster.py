@@ -1192,25 +1192,6 @@ class Environment:
             names = [f"crd/{o['metadata']['name']}" for o in crds]
             cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")
         cluster.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
-        self._wait_quotas_counted(cluster, [o for o in objects if o["kind"] == "ResourceQuota"])
-
-    @staticmethod
-    def _wait_quotas_counted(cluster: Cluster, quotas: list[dict], timeout: float = 60) -> None:
-        """Until the quota controller has counted each ResourceQuota: before that the API
-        server refuses every create of a kind it counts ("status unknown for quota"), which
-        a test creating at once would meet (a tenant namespace's, templates/consumer.yaml)."""
-        deadline = time.monotonic() + timeout
-        for quota in quotas:
-            meta = quota["metadata"]
-            while True:
-                result = cluster.kubectl("get", "resourcequota", meta["name"], "-n", meta["namespace"],
-                                         "-o", "jsonpath={.status.hard}", check=False)
-                if result.returncode == 0 and result.stdout.strip() not in ("", "{}"):
-                    break
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"ResourceQuota {meta['namespace']}/{meta['name']} was not counted within "
-                                       f"{timeout:.0f}s: is kube-controller-manager's resourcequota controller running?")
-                time.sleep(0.3)
 
     def identity_kubeconfig(self, cluster: Cluster, account: identities.ServiceAccountRef) -> Path:
         """A kubeconfig for ``account`` on ``cluster`` from a TokenRequest token (made once

@@ -49,10 +49,8 @@ IDENTITY_KINDS = frozenset({
     # tests meet the same CEL a provider runs (templates/admission-policies.yaml).
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
-    # The bounds and fences of a tenant namespace (templates/consumer.yaml,
-    # home-api-relay.yaml): what the API server counts and the network policy a provider's
-    # network plugin enforces, applied as rendered so the tests meet them.
-    "ResourceQuota",
+    # The fence of a consumer's relay (templates/home-api-relay.yaml): what a provider's
+    # network plugin enforces, applied as rendered so the tests meet the stored policy.
     "NetworkPolicy",
 })
 

@@ -18,7 +18,7 @@ plays the kubelet (a pod's loss, a pod's end). Tests run in file order.
 - the pod made gets at most the consumer's largest grace (300 s by default);
 - a consumer admitted with the defaults cannot claim a 1Ei volume (a claim, or a pod's
   ephemeral volume), mint itself an 8-day token or a token for another audience, create a
-  Lease other than its heartbeat, or store OffloadSlices without end;
+  Lease other than its heartbeat, or keep OffloadSlices without end;
 - only the consumer's own offloaded pods are selected by its relay's NetworkPolicy (what
   the real API server stores; whether packets are dropped is the provider's network
   plugin's job, and this harness runs none that enforces NetworkPolicy);
@@ -280,8 +280,9 @@ def test_a_tenant_namespace_holds_a_bounded_number_of_the_consumers_objects(remo
             results.append(remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(body)))
         assert all(r.returncode == 0 for r in results[:-1]), [r.stderr for r in results if r.returncode]
         assert results[-1].returncode != 0, "a 21st OffloadSlice was admitted"
-        assert "exceeded quota: kube-offload-tenant" in results[-1].stderr, results[-1].stderr
-        assert f"count/{c.SLICE_PLURAL}.{c.DOMAIN}" in results[-1].stderr
+        assert f'admission webhook "{c.TENANT_OBJECTS_WEBHOOK_NAME}" denied the request' in results[-1].stderr, results[-1].stderr
+        assert f'consumer "{CONSUMER}" holds 20 OffloadSlices' in results[-1].stderr
+        assert "Consumer spec.policy.slices.maxCount: 20" in results[-1].stderr
     finally:
         remote.kubectl("delete", SLICE_KIND, *names, "-n", TENANT, "--ignore-not-found", "--wait=false", check=False)
 

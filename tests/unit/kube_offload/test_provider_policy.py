@@ -78,6 +78,9 @@ def test_round_trip_through_the_consumer_spec() -> None:
         ({"tokens": {"maxExpirationSeconds": 1.5}}, "spec.policy.tokens.maxExpirationSeconds"),
         ({"tokens": {"audiences": "vault"}}, "spec.policy.tokens.audiences"),
         ({"tokens": {"lifetime": 600}}, "spec.policy.tokens"),
+        ({"twinNamespaces": {"maxRequests": -1}}, "spec.policy.twinNamespaces.maxRequests"),
+        ({"slices": {"maxCount": "20"}}, "spec.policy.slices.maxCount"),
+        ({"slices": {"max": 1}}, "spec.policy.slices"),
         ({"twinNamespaces": {"maxCount": True}}, "spec.policy.twinNamespaces.maxCount"),
         ({"quotaMode": "everything"}, "spec.policy.quotaMode"),
         ({"services": {"typo": []}}, "spec.policy.services"),
@@ -106,6 +109,7 @@ def test_no_bound_is_unlimited_by_default() -> None:
     assert DEFAULT_POLICY.pods.max_termination_grace_seconds == 300
     assert DEFAULT_POLICY.tokens.max_expiration_seconds == 24 * 3600
     assert DEFAULT_POLICY.tokens.audiences == ()
+    assert DEFAULT_POLICY.twin_namespaces.max_requests == 100 and DEFAULT_POLICY.slices.max_count == 20
     # A Consumer stored when an empty maxClaimSize meant "no limit" gets the bound.
     assert parse_policy({"storage": {"maxClaimSize": ""}}).storage.max_claim_size == "100Gi"
     assert parse_policy({"storage": {"maxClaimSize": "1Ti"}}).storage.max_claim_size == "1Ti"
