@@ -72,6 +72,27 @@ def custom_resource_match_condition() -> dict:
     }
 
 
+def tenant_webhook(target: WebhookTarget, name: str, path: str, *, group: str, version: str, resources: list[str],
+                   timeout_seconds: int) -> dict:
+    """A webhook on CREATE of ``resources`` in the consumers' tenant namespaces (label
+    kube-offload.io/tenant), by those namespaces' own ServiceAccounts: every other request of
+    the cluster (kubelets mounting tokens, controllers, the provider's admins) never waits on
+    the enforcer."""
+    return {
+        "name": name,
+        "clientConfig": target.client_config(path),
+        "rules": [{"operations": ["CREATE"], "apiGroups": [group], "apiVersions": [version], "resources": resources,
+                   "scope": "Namespaced"}],
+        "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
+        "matchConditions": [token_match_condition()],
+        "failurePolicy": FAILURE_POLICY,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "admissionReviewVersions": ["v1"],
+    }
+
+
 def token_match_condition() -> dict:
     """A consumer is a ServiceAccount of its tenant namespace: the provider's admins (who
     mint the consumer's first token with kube-offload peer) are not judged, and never wait
@@ -148,48 +169,11 @@ def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DE
                 "timeoutSeconds": timeout_seconds,
                 "admissionReviewVersions": ["v1"],
             },
-            {
-                "name": c.TOKEN_WEBHOOK_NAME,
-                "clientConfig": target.client_config(c.TOKEN_WEBHOOK_PATH),
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["serviceaccounts/token"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                # The consumers' tenant namespaces only: every other token request of the
-                # cluster (kubelets mounting tokens, controllers) never waits on the enforcer.
-                "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
-                "matchConditions": [token_match_condition()],
-                "failurePolicy": FAILURE_POLICY,
-                "matchPolicy": "Equivalent",
-                "sideEffects": "None",
-                "timeoutSeconds": timeout_seconds,
-                "admissionReviewVersions": ["v1"],
-            },
-            {
-                "name": c.TENANT_OBJECTS_WEBHOOK_NAME,
-                "clientConfig": target.client_config(c.TENANT_OBJECTS_WEBHOOK_PATH),
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [c.SHADOWPOD_GROUP],
-                        "apiVersions": [c.SHADOWPOD_VERSION],
-                        "resources": [c.TWIN_NAMESPACE_PLURAL, c.SLICE_PLURAL],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
-                "matchConditions": [token_match_condition()],
-                "failurePolicy": FAILURE_POLICY,
-                "matchPolicy": "Equivalent",
-                "sideEffects": "None",
-                "timeoutSeconds": timeout_seconds,
-                "admissionReviewVersions": ["v1"],
-            },
+            tenant_webhook(target, c.TOKEN_WEBHOOK_NAME, c.TOKEN_WEBHOOK_PATH, group="", version="v1",
+                           resources=["serviceaccounts/token"], timeout_seconds=timeout_seconds),
+            tenant_webhook(target, c.TENANT_OBJECTS_WEBHOOK_NAME, c.TENANT_OBJECTS_WEBHOOK_PATH, group=c.SHADOWPOD_GROUP,
+                           version=c.SHADOWPOD_VERSION, resources=[c.TWIN_NAMESPACE_PLURAL, c.SLICE_PLURAL],
+                           timeout_seconds=timeout_seconds),
         ],
     }
 

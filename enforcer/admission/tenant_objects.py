@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from enforcer.admission.tenant_requests import by_consumer
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
-from kube_offload.consumers import ConsumerError, consumer_terms
 
 # resource (the plural the request names) -> (kind, policy key, how the limit is read)
 LIMITED = {
@@ -49,18 +49,12 @@ def decide(request: AdmissionRequest, *, namespace: Mapping[str, Any] | None, co
     ``namespace`` when its consumer already holds ``held`` of them there."""
     if request.operation != "CREATE" or request.sub_resource or request.resource not in LIMITED:
         return Decision.allow()
-    owner = (((namespace or {}).get("metadata") or {}).get("labels") or {}).get(c.LABEL_TENANT)
-    if not owner or consumer is None:
-        return Decision.allow()  # not a consumer's tenant namespace (any more): the enforcer refuses to serve it
     kind, key = LIMITED[request.resource]
-    try:
-        terms = consumer_terms(consumer)
-    except ConsumerError as exc:
-        if request.user_info.username.startswith(f"system:serviceaccount:{request.namespace}:"):
-            return _forbidden(f'Consumer "{owner}" is misconfigured ({exc}); no {kind} is taken until the provider fixes it')
-        return Decision.allow()
-    if request.user_info.username != terms.username:
-        return Decision.allow()
+    who = by_consumer(request, namespace, consumer, f"{kind} is taken")
+    if who.verdict is not None:
+        return who.verdict
+    owner, terms = who.owner, who.terms
+    assert terms is not None
     most = limit_of(terms.policy, request.resource)
     if held < most:
         return Decision.allow()

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from enforcer.admission.tenant_requests import by_consumer
 from kube_offload import bound_tokens
-from kube_offload import constants as c
 from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
-from kube_offload.consumers import ConsumerError, consumer_terms
 
 _KEY = f"Consumer {pp.POLICY}.tokens"
 
@@ -59,18 +58,11 @@ def decide(
     peer`` among them, mint what they like)."""
     if request.operation != "CREATE" or request.sub_resource != "token":
         return Decision.allow()
-    tenant_of = ((namespace or {}).get("metadata") or {}).get("labels") or {}
-    owner = tenant_of.get(c.LABEL_TENANT)
-    if not owner or consumer is None:
-        return Decision.allow()  # not a consumer's tenant namespace (any more): RBAC decides
-    try:
-        terms = consumer_terms(consumer)
-    except ConsumerError as exc:
-        if request.user_info.username.startswith(f"system:serviceaccount:{request.namespace}:"):
-            return _forbidden(f'Consumer "{owner}" is misconfigured ({exc}); no token is issued to it until the provider fixes it')
-        return Decision.allow()
-    if request.user_info.username != terms.username:
-        return Decision.allow()
+    who = by_consumer(request, namespace, consumer, "token is issued to it")
+    if who.verdict is not None:
+        return who.verdict
+    owner, terms = who.owner, who.terms
+    assert terms is not None
     spec = (request.object or {}).get("spec") or {}
     problems = []
     tokens = terms.policy.tokens
