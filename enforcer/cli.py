@@ -241,12 +241,17 @@ def run(args: argparse.Namespace) -> int:
                 consumers=loops.consumers if loops else None,
                 # The EndpointSlice webhook: the nodes' addresses.
                 nodes=loops.nodes if loops else None,
-                # A slice's ShadowPods: its OffloadSlice (docs/slices.md "Admission").
+                # A slice's ShadowPods: its OffloadSlice (docs/slices.md "Admission"); and how
+                # many slices and TwinNamespace requests a consumer keeps.
                 slices=loops.slices if loops else None,
+                twin_requests=loops.requests if loops else None,
                 resync_seconds=settings.resync_seconds,
             )
         except TLSSetupError as exc:
             raise SystemExit(f"kube-offload enforcer: {exc}") from None
+        # Every pod the enforcer makes (the first and each recreation) is judged by the
+        # admission's own rules against the Consumer as it is then (docs/enforcer.md).
+        enforcer.judge_pods_with(webhook.validator.judge_pod)
         # A standby serves no webhook (its port is bound, not answered; the chart's
         # Service only sends to the Ready leader). It listens at once when leading:
         # /readyz is 503 until its caches sync.

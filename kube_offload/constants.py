@@ -311,6 +311,15 @@ ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
 # not Kubernetes' nor ours): a kind the provider installs later is judged without a new one.
 CUSTOM_RESOURCE_WEBHOOK_NAME: Final = "customresources.enforcer.kube-offload.io"
 CUSTOM_RESOURCE_WEBHOOK_PATH: Final = "/validate-custom-resources"
+# The fourth: the TokenRequests a consumer's identity makes in its tenant namespace
+# (serviceaccounts/token), bounded by Consumer spec.policy.tokens (enforcer/admission/token_policy.py).
+TOKEN_WEBHOOK_NAME: Final = "tokenrequests.enforcer.kube-offload.io"
+TOKEN_WEBHOOK_PATH: Final = "/validate-tokenrequests"
+# The fifth: how many TwinNamespace requests and OffloadSlices a consumer keeps in its tenant
+# namespace (Consumer spec.policy twinNamespaces.maxRequests, slices.maxCount;
+# enforcer/admission/tenant_objects.py).
+TENANT_OBJECTS_WEBHOOK_NAME: Final = "tenantobjects.enforcer.kube-offload.io"
+TENANT_OBJECTS_WEBHOOK_PATH: Final = "/validate-tenant-objects"
 
 # --- Service continuity (issue 25 item 4; docs/reflection.md "Service continuity") ----------
 # The consumer's heartbeat a provider can see: a Lease in the consumer's tenant namespace

@@ -391,8 +391,21 @@ def _merge_list(current: Any, extra: Any, key: str, where: str) -> list[dict[str
 def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions) -> dict[str, Any]:
     """The remote release's values admitting consumer ``options.local_cluster_id``:
     the release's current values, the --remote-values files on top, then this consumer
-    upserted into ``consumers`` (other consumers kept, its own other fields kept)."""
+    upserted into ``consumers`` (other consumers kept, its own other fields kept), and the
+    provider's own ``clusterId`` (``--remote-cluster-id``: what its consumers call it, so
+    its enforcer refuses a pod whose offload chain already went through it, docs/multihop.md)."""
+    rid = options.remote_cluster_id
+    existing_id = current.get("clusterId")
+    if existing_id and existing_id != rid:
+        raise PeeringError(
+            f"the remote release {options.remote_release!r} already has clusterId {existing_id!r} (another peering named "
+            f"this cluster so); pass --remote-cluster-id {existing_id} (one cluster has one id)"
+        )
+    extra_id = options.remote_values.get("clusterId")
+    if extra_id and extra_id != rid:
+        raise PeeringError(f"--remote-values sets clusterId {extra_id!r} but --remote-cluster-id is {rid!r}")
     values = deep_merge(current, {k: v for k, v in options.remote_values.items() if k != "consumers"})
+    values["clusterId"] = rid
     consumers = _merge_list(current.get("consumers"), options.remote_values.get("consumers"), "name", "--remote-values consumers")
     entry: dict[str, Any] = {"name": options.local_cluster_id}
     if options.pod_security_level is not None:
@@ -413,7 +426,23 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
         if admitted.get("name") == options.local_cluster_id:
             # An older peer asked for a long-lived token Secret; the chart makes none now.
             admitted.pop("createTokenSecret", None)
+            _check_token_fits(admitted.get("policy"), options)
     return values
+
+
+def _check_token_fits(policy: Any, options: PeerOptions) -> None:
+    """The virtual kubelet renews its token for the lifetime peer gave it: a lifetime
+    beyond the consumer's ``tokens.maxExpirationSeconds`` would have every renewal refused."""
+    try:
+        most = parse_policy(policy).tokens.max_expiration_seconds
+    except ProviderPolicyError as exc:
+        raise PeeringError(f"consumer {options.local_cluster_id} {POLICY}: {exc}") from None
+    if options.token_expiration_seconds > most:
+        raise PeeringError(
+            f"--token-expiration {options.token_expiration_seconds}s is longer than consumer {options.local_cluster_id} may "
+            f"renew its token for ({POLICY}.tokens.maxExpirationSeconds: {most}s): the virtual kubelet's renewals would be "
+            f"refused; lower --token-expiration, or raise the key with --policy-file"
+        )
 
 
 def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -> dict[str, Any]:

@@ -90,6 +90,10 @@ REASON_PROVISIONED_LOCALLY: Final = "ProvisionedLocally"
 REASON_POD_CREATED: Final = "PodCreated"
 REASON_POD_RECREATED: Final = "PodRecreated"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
+# The provider's rules, judged again when the enforcer makes a pod (its first or any later
+# one), refuse it against the Consumer as it is now (a grant withdrawn, a lowered quota, a
+# drain): no pod is made until they admit it (docs/enforcer.md "Every pod is judged").
+REASON_POD_REFUSED: Final = "PodRefused"
 REASON_EXTRA_POD_DELETED: Final = "ExtraPodDeleted"
 # The ShadowPod's local pod is being deleted: its pod is deleted with that grace period.
 REASON_POD_TERMINATING: Final = "PodTerminating"

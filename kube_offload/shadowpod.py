@@ -72,6 +72,7 @@ __all__ = [
     "describe_end",
     "run_completed",
     "deletion_grace",
+    "capped_grace",
     "Action",
     "Plan",
     "plan",
@@ -95,6 +96,8 @@ PHASE_FAILED = "Failed"
 TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
 RESTART_ALWAYS = "Always"
+# The API's terminationGracePeriodSeconds when a pod sets none.
+DEFAULT_GRACE_SECONDS = 30
 
 # Pod-level ``status.reason`` values with which the kubelet or the control plane ends a
 # pod that did not finish on its own. "DeadlineExceeded" is deliberately absent: the
@@ -118,7 +121,7 @@ KILLED_REASON_PREFIX = "OutOf"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 
 # The status fields the enforcer owns; anything else under ``status`` is left alone.
-STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration")
+STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration", "runCompleted")
 
 
 class InvalidShadowPod(ValueError):
@@ -212,7 +215,13 @@ def asks_for_remote_api(shadowpod: Mapping[str, Any]) -> bool:
     return isinstance(spec, Mapping) and spec.get("automountServiceAccountToken") is True
 
 
-def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False, pool: Pool | None = None) -> dict[str, Any]:
+def build_pod(
+    shadowpod: Mapping[str, Any],
+    *,
+    remote_api_access: bool = False,
+    pool: Pool | None = None,
+    max_grace_seconds: int | None = None,
+) -> dict[str, Any]:
     """The Pod the enforcer creates for ``shadowpod``.
 
     It has the ShadowPod's name, so a create retried after a crash meets AlreadyExists
@@ -220,7 +229,8 @@ def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False, 
     the template's annotations plus the record of what was applied
     (``kube-offload.io/applied-template``); the PodSpec as given but for two fields the
     provider's policy fixes (:func:`neutralized_spec`; ``remote_api_access``: whether the
-    consumer's policy grants the provider's API); and a controller owner
+    consumer's policy grants the provider's API; ``max_grace_seconds``: its largest
+    termination grace); and a controller owner
     reference, so the garbage collector deletes the pod with its ShadowPod
     (blockOwnerDeletion makes a foreground deletion of the ShadowPod wait for it).
     ``pool``: the pool of the ShadowPod's resource slice, whose patch (node selector,
@@ -243,13 +253,15 @@ def build_pod(shadowpod: Mapping[str, Any], *, remote_api_access: bool = False, 
         "annotations": annotations,
         "ownerReferences": [owner_reference(shadowpod)],
     }
-    spec = neutralized_spec(template.spec, remote_api_access=remote_api_access)
+    spec = neutralized_spec(template.spec, remote_api_access=remote_api_access, max_grace_seconds=max_grace_seconds)
     if pool is not None:
         spec = apply_pool_patch(spec, pool)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def neutralized_spec(spec: Mapping[str, Any], *, remote_api_access: bool = False) -> dict[str, Any]:
+def neutralized_spec(
+    spec: Mapping[str, Any], *, remote_api_access: bool = False, max_grace_seconds: int | None = None
+) -> dict[str, Any]:
     """``spec`` with what a consumer never decides set by the provider (docs/security.md
     "Provider policy"), rather than refused: the honest virtual kubelet sends the local
     apiserver's defaults (``imagePullPolicy: IfNotPresent`` for a tagged image), so a
@@ -265,9 +277,13 @@ def neutralized_spec(spec: Mapping[str, Any], *, remote_api_access: bool = False
       unless the template asks for it AND ``remote_api_access`` says the consumer's
       policy grants it (``pods.remoteAPIAccess``, read by the enforcer when it makes the
       pod): then the provider's ServiceAccount admission mounts the twin namespace's
-      account token, the pod's way to the provider's API (docs/home-api.md).
+      account token, the pod's way to the provider's API (docs/home-api.md);
+    * with ``max_grace_seconds`` (the consumer's ``pods.maxTerminationGracePeriodSeconds``),
+      ``terminationGracePeriodSeconds`` is at most that (the API's default of 30 s counts
+      when the template sets none): a stopped pod never holds the provider's node longer,
+      so a drain or an unpeer takes it back in bounded time.
 
-    Both fields are immutable on a running pod and not in the applied-template record,
+    The fields are immutable on a running pod and not in the applied-template record,
     so in-place updates (:mod:`kube_offload.pod_updates`) never touch them."""
     out = copy.deepcopy(dict(spec))
     for field in ("initContainers", "containers"):
@@ -275,7 +291,17 @@ def neutralized_spec(spec: Mapping[str, Any], *, remote_api_access: bool = False
             if isinstance(container, dict):
                 container["imagePullPolicy"] = ENFORCED_IMAGE_PULL_POLICY
     out["automountServiceAccountToken"] = remote_api_access and spec.get("automountServiceAccountToken") is True
+    if max_grace_seconds is not None:
+        out["terminationGracePeriodSeconds"] = capped_grace(spec.get("terminationGracePeriodSeconds"), max_grace_seconds)
     return out
+
+
+def capped_grace(grace: Any, max_grace_seconds: int) -> int:
+    """A termination grace period (a pod's ``terminationGracePeriodSeconds``, or a
+    deletion's) cut to ``max_grace_seconds``; one not set (or not a whole number >= 0)
+    counts as the API's default, 30 s."""
+    seconds = grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else DEFAULT_GRACE_SECONDS
+    return min(seconds, max(0, max_grace_seconds))
 
 
 def pod_update(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -383,10 +409,21 @@ def describe_end(pod: Mapping[str, Any]) -> str:
 
 def run_completed(shadowpod: Mapping[str, Any]) -> bool:
     """True once the ShadowPod's status records a pod that finished its own run: from
-    then on a vanished pod is not replaced (it would run the workload a second time)."""
-    phase = (shadowpod.get("status") or {}).get("phase")
-    if phase not in TERMINAL_PHASES:
+    then on a vanished pod is not replaced (it would run the workload a second time).
+
+    Read from what the status recorded of the pod that ran (``runCompleted``, written by
+    :func:`status_from_pod` from that pod's own fate), never from the template: the
+    template is the consumer's to edit, and reading its restartPolicy let a finished pod
+    come back, uncounted, once its spec said Always. A status written by an enforcer
+    before ``runCompleted`` existed holds a terminal phase only for such a run too; the
+    template is read then, as it was (its spec can no longer change once the status is
+    terminal: the webhook refuses it)."""
+    status = shadowpod.get("status") or {}
+    if status.get("phase") not in TERMINAL_PHASES:
         return False
+    recorded = status.get("runCompleted")
+    if isinstance(recorded, bool):
+        return recorded
     pod = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
     return (pod.get("restartPolicy") or RESTART_ALWAYS) != RESTART_ALWAYS
 
@@ -434,8 +471,10 @@ def _needs_termination(pod: Mapping[str, Any], grace: int) -> bool:
     return current is not None and int(current) > grace
 
 
-def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
+def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, max_grace_seconds: int | None = None) -> Plan:
     """Decide a reconcile from the ShadowPod and the pods it controls (same owner UID).
+    ``max_grace_seconds``: the consumer's largest termination grace, which the grace its
+    local pod's deletion asks for is cut to (None: not cut).
 
     Terminating pods are out of the running: they are going away whatever happens, and
     keeping one over a healthy younger pod would delete the healthy one. Only a
@@ -446,6 +485,8 @@ def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Pla
         return Plan(Action.NOTHING)
     pods = list(pods)
     grace = deletion_grace(shadowpod)
+    if grace is not None and max_grace_seconds is not None:
+        grace = capped_grace(grace, max_grace_seconds)
     if grace is not None:
         # Its local pod is being deleted: the pods end with that pod's grace period and
         # none replaces them; the vkubelet deletes the ShadowPod once they are gone.
@@ -490,13 +531,18 @@ def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dic
     previous_uid = current.get("podUID")
     if previous_uid and uid and previous_uid != uid:
         recreations += 1
+    phase = str(pod_status.get("phase") or PHASE_PENDING)
+    # Said only of a pod that ended (so the status of a running pod is written as before):
+    # True for a run that finished on its own, False for a pod the system stopped.
+    completed = (pod_fate(pod) is PodFate.COMPLETED) if phase in TERMINAL_PHASES else None
     return _status(
         shadowpod,
-        phase=str(pod_status.get("phase") or PHASE_PENDING),
+        phase=phase,
         pod_name=str(pod_meta.get("name") or ""),
         pod_uid=uid,
         recreations=recreations,
         message=str(pod_status.get("message") or ""),
+        run_completed=completed,
     )
 
 
@@ -583,6 +629,7 @@ def _status(
     pod_uid: str,
     recreations: int,
     message: str,
+    run_completed: bool | None = None,
 ) -> dict[str, Any]:
     status: dict[str, Any] = {
         "phase": phase,
@@ -592,6 +639,9 @@ def _status(
         "message": message,
         # Not mirrored any more (status_from_pod); null removes an older enforcer's copy.
         "conditions": None,
+        # Whether the pod recorded, which ended, finished its own run (run_completed reads
+        # it); null (removed) while it has not ended.
+        "runCompleted": run_completed,
     }
     generation = _meta(shadowpod).get("generation")
     if generation is not None:

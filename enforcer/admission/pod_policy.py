@@ -14,7 +14,7 @@ grant it). The rules (docs/security.md "Provider policy", docs/enforcer.md):
   lifecycle keys, plus ``pods.reservedNodeLabelKeys``); no ``matchFields`` (they name
   nodes); pod (anti-)affinity only within the pod's own namespace;
 * volume kinds from ``pods.volumeTypes``; a generic ephemeral volume only with a class
-  from ``storage.classes``; projected volumes only of configMap, secret and downwardAPI
+  from ``storage.classes`` and a claim no larger than ``storage.maxClaimSize``; projected volumes only of configMap, secret and downwardAPI
   sources (never a serviceAccountToken: the provider's identity);
 * ``runtimeClassName`` from ``pods.runtimeClasses``;
 * pod label and annotation keys: none under a denied prefix (the provider's controllers'
@@ -37,6 +37,7 @@ from typing import Any, Iterator, Mapping
 
 from kube_offload import provider_policy as pp
 from kube_offload.provider_policy import ProviderPolicy
+from kube_offload.resources import QuantityError, parse_quantity
 
 POD_SPEC = "spec.pod.spec"
 POD_METADATA = "spec.pod.metadata"
@@ -229,12 +230,31 @@ def _ephemeral_problems(field: str, name: Any, ephemeral: Any, policy: ProviderP
         return [f"{field}.volumeClaimTemplate.spec.volumeName: a claim may not name a PersistentVolume (it could bind "
                 "someone else's data); never granted; remove volumeName"]
     if storage_class in policy.storage.classes:
-        return []
+        return _claim_size_problems(field, name, claim, policy, who)
     if not storage_class:
         return [f'{class_field}: volume "{name}" names no storage class (the provider\'s default); name one granted to '
                 f"{who}: {_granted_list(policy.storage.classes)}; {_grant('storage.classes')}"]
     return [f'{class_field}: storage class {storage_class!r} is not granted to {who} '
             f"(granted: {_granted_list(policy.storage.classes)}); {_grant('storage.classes')}"]
+
+
+def _claim_size_problems(field: str, name: Any, claim: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+    """A generic ephemeral volume's claim is made by the provider's own controller, which
+    the PVC admission policy does not judge: its size is bounded here, by the same key."""
+    size_field = f"{field}.volumeClaimTemplate.spec.resources.requests.storage"
+    requests = field_mapping(field_mapping(claim, "resources", f"{field}.volumeClaimTemplate.spec"), "requests",
+                             f"{field}.volumeClaimTemplate.spec.resources")
+    size = requests.get("storage")
+    if size is None:
+        return []
+    try:
+        too_big = parse_quantity(size) > parse_quantity(policy.storage.max_claim_size)
+    except QuantityError as exc:
+        raise Invalid(f"{size_field}: {exc}") from None
+    if not too_big:
+        return []
+    return [f'{size_field}: volume "{name}" claims {size}, more than the {policy.storage.max_claim_size} {who} may claim '
+            f"at once; {_grant('storage.maxClaimSize')} (default {pp.DEFAULT_MAX_CLAIM_SIZE}), or claim less"]
 
 
 def _projected_problems(field: str, name: Any, projected: Any) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Protocol
 from kubernetes import client
 
 from kube_offload.runtime.kinds import (
-    CONSUMERS, NAMESPACES, OFFLOAD_SLICES, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SHADOWPODS, TWIN_NAMESPACES, Resource,
+    CONSUMERS, NAMESPACES, OFFLOAD_SLICES, PODS, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SHADOWPODS, TWIN_NAMESPACES, Resource,
 )
 from kube_offload.runtime.kube import ApiError, JSON_PATCH, Kube, MERGE_PATCH
 
@@ -56,6 +56,8 @@ class ConsumerApi(Protocol):
     def replace_slice_status(self, namespace: str, name: str, status: dict) -> dict: ...
 
     def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None: ...
+
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_period_seconds: int) -> None: ...
 
 
 class KubeConsumerApi:
@@ -148,9 +150,16 @@ class KubeConsumerApi:
         """Delete exactly that ShadowPod (its pod goes with it: the pod's owner reference)."""
         self._delete(SHADOWPODS, namespace, name, uid)
 
-    def _delete(self, resource: Resource, namespace: str | None, name: str, uid: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_period_seconds: int) -> None:
+        """Delete exactly that pod with an explicit grace (a drained ShadowPod's, whose
+        garbage collection would otherwise wait the pod's own grace, however long an older
+        enforcer let it be)."""
+        self._delete(PODS, namespace, name, uid, grace_period_seconds=grace_period_seconds)
+
+    def _delete(self, resource: Resource, namespace: str | None, name: str, uid: str, *,
+                grace_period_seconds: int | None = None) -> None:
         try:
-            self._kube.delete(resource, name, namespace=namespace, uid=uid)
+            self._kube.delete(resource, name, namespace=namespace, uid=uid, grace_period_seconds=grace_period_seconds)
         except ApiError as exc:
             if exc.not_found or exc.conflict:  # gone, or that UID is gone (precondition failed)
                 return

@@ -68,9 +68,11 @@ class ConsumerLoops:
             name="namespaces", list_func=kube.list_func(NAMESPACES), resync_seconds=resync_seconds, transform=trim_namespace
         )
         self.consumers = Informer(name="consumers", resync_seconds=resync_seconds, **custom_list(CONSUMERS))
+        # By tenant namespace too: the tenant-objects webhook counts a consumer's requests.
         self.requests = Informer(
             name="twinnamespaces",
             resync_seconds=resync_seconds,
+            indexers={NAMESPACE_INDEX: namespace_of},
             **custom_list(TWIN_NAMESPACES),
         )
         # Only the twin RoleBindings (one name, every namespace), not all of them.

@@ -22,6 +22,7 @@ from kube_offload.reasons import REASON_INVALID_SHADOWPOD as REASON_INVALID  # n
 from kube_offload.reasons import REASON_POD_CREATION_FAILED as REASON_CREATE_FAILED  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_NAME_TAKEN as REASON_NAME_TAKEN  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_RECREATED as REASON_RECREATED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POD_REFUSED as REASON_REFUSED  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_TERMINATING as REASON_TERMINATING  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_UPDATE_REFUSED as REASON_UPDATE_REFUSED  # noqa: F401  (re-exported)
 from kube_offload.reasons import REASON_POD_UPDATED as REASON_UPDATED  # noqa: F401  (re-exported)

@@ -12,12 +12,14 @@ meets AlreadyExists instead of making a duplicate, and deletions name the pod's 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 from enforcer.shadowpods import events
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
+from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
 from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
@@ -31,8 +33,10 @@ from kube_offload.shadowpod import (
     PodFate,
     asks_for_remote_api,
     build_pod,
+    capped_grace,
     controller_ref,
     creation_failed_message,
+    deletion_grace,
     describe_end,
     is_owned_by,
     owner_key,
@@ -64,6 +68,10 @@ GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 # A resource slice's ShadowPod whose pool is not known (caches still listing, the slice
 # or its pool gone meanwhile): its pod waits, never made without the pool's patch.
 SLICE_POOL_RECHECK_SECONDS = 5.0
+# A pod the provider's rules refuse to create (the ShadowPod's Consumer changed since it was
+# admitted: a grant withdrawn, the quota lowered, a drain) is judged again this often, and at
+# once when its Consumer changes (Enforcer: the Consumer informer's handler).
+REFUSED_RECHECK_SECONDS = 30.0
 # How long the status of a ShadowPod's first pod may wait for that pod to leave Pending,
 # so that creating and starting it is one status write instead of two (or, with the
 # pod's conditions mirrored as before, three or four). A pod still Pending then is
@@ -121,6 +129,19 @@ class PodCache(Cache, Protocol):
     def by_index(self, name: str, value: str) -> list[dict]: ...
 
 
+Judge = Callable[[Mapping], Decision]
+"""ShadowPod -> may the enforcer create its pod now? (enforcer/admission/shadowpod_webhook.py
+``judge_pod``: the admission's own rules against the Consumer as it is now). A 503 means
+"could not verify yet" (caches still listing): the pod waits; any other refusal is the
+provider's no, written where the consumer reads it."""
+
+
+def admit_every_pod(_shadowpod: Mapping) -> Decision:
+    """The judge of an enforcer that serves no ShadowPod webhook (none configured): it has
+    none of the admission's caches, so nothing is judged here either (as at admission)."""
+    return Decision.allow()
+
+
 class Reconciler:
     def __init__(
         self,
@@ -131,6 +152,8 @@ class Reconciler:
         recorder: EventRecorder,
         remote_api_access: Callable[[str], bool | None] = lambda _namespace: False,
         slice_pool: Callable[[str, str], Pool | None] = lambda _namespace, _slice: None,
+        max_grace: Callable[[str], int | None] = lambda _namespace: None,
+        judge: Judge = admit_every_pod,
         status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -139,11 +162,23 @@ class Reconciler:
         ``slice_pool``: (twin namespace, slice name) -> the pool of that consumer's
         OffloadSlice, whose patch the pod of a ShadowPod labelled with the slice gets; None
         while not known (the pod waits).
+        ``max_grace``: twin namespace -> its consumer's largest termination grace
+        (``pods.maxTerminationGracePeriodSeconds``), which every pod made is cut to and
+        every deletion passes explicitly; None: not cut (no Consumer known).
+        ``judge``: whether a pod may be created now (:data:`Judge`), asked before every
+        create, the first and each recreation.
         ``status_coalesce_seconds``: see :data:`STATUS_COALESCE_SECONDS` (0: write the
         status of a new pod as soon as it is created)."""
         self._shadowpods = shadowpods
         self._remote_api_access = remote_api_access
         self._slice_pool = slice_pool
+        self._max_grace = max_grace
+        self._judge = judge
+        # ShadowPod key -> the refusal its pod met at the last create (judge): judged again
+        # when its Consumer changes (refused_keys, read by an informer's thread: hence the
+        # lock) and every REFUSED_RECHECK_SECONDS.
+        self._refused: dict[str, str] = {}
+        self._refused_lock = threading.Lock()
         self._pods = pods
         self._api = api
         self._recorder = recorder
@@ -169,6 +204,7 @@ class Reconciler:
         shadowpod = self._shadowpods.get(key)
         pods = self._pods.by_index(BY_SHADOWPOD, key)
         if shadowpod is None:
+            self._forget_refusal(key)
             self._refused_updates.pop(key, None)
             self._status_echoes.forget(key)
             self._unrecorded.pop(key, None)
@@ -182,8 +218,13 @@ class Reconciler:
             # Pods of an earlier ShadowPod of the same name, not yet collected.
             self._delete_orphans(namespace, name, orphans, logger)
 
-        decision = plan(shadowpod, mine)
+        # The consumer's largest grace, looked up only when the local pod's deletion asks
+        # for one (the plan cuts it); every other deletion reads it in _delete.
+        cap = self._max_grace(namespace) if deletion_grace(shadowpod) is not None else None
+        decision = plan(shadowpod, mine, max_grace_seconds=cap)
         logger.debug("%s (pods: %d, deleting: %d)", decision.action.value, len(mine), len(decision.delete))
+        if decision.action is not Action.CREATE:
+            self._forget_refusal(key)
         for pod in decision.delete:
             self._delete(pod, logger, grace=decision.grace)
             if pod is not decision.replaced and decision.action is not Action.TERMINATE:
@@ -215,9 +256,53 @@ class Reconciler:
             )
 
     # --- actions -----------------------------------------------------------------------
+    def set_judge(self, judge: Judge) -> None:
+        """Judge every pod with ``judge`` from now on (the webhook is built after this)."""
+        self._judge = judge
+
+    def refused_keys(self) -> list[str]:
+        """The ShadowPods whose pod the provider's rules refused at the last create: what a
+        change of their Consumer should have judged again."""
+        with self._refused_lock:
+            return list(self._refused)
+
+    def _forget_refusal(self, key: str) -> str | None:
+        with self._refused_lock:
+            return self._refused.pop(key, None)
+
+    def _judged(self, shadowpod: dict, view: Mapping, logger: logging.LoggerAdapter) -> None:
+        """Ask the judge whether the pod may be made now; raises Requeue when not (yet)."""
+        meta = shadowpod["metadata"]
+        key, name = f"{meta['namespace']}/{meta['name']}", meta["name"]
+        verdict = self._judge(shadowpod)
+        if verdict.allowed:
+            if self._forget_refusal(key) is not None:
+                logger.info("pod %s is admitted again by the provider's rules", name)
+            return
+        if verdict.code == 503:
+            raise Requeue(GRANT_UNKNOWN_RECHECK_SECONDS, f"could not judge pod {name} yet: {verdict.message}")
+        again = "again " if (view.get("status") or {}).get("podUID") else ""
+        message = creation_failed_message(
+            name, f"the provider's rules refuse to run it {again}now (every pod is judged against the Consumer as it "
+                  f"is when the pod is made): {verdict.message}"
+        )
+        with self._refused_lock:
+            known = self._refused.get(key)
+            self._refused[key] = verdict.message
+        if known != verdict.message:
+            logger.warning("%s", message)
+            self._recorder.record(shadowpod, events.WARNING, events.REASON_REFUSED, message)
+        self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
+        raise Requeue(REFUSED_RECHECK_SECONDS, f"pod {name} refused by the provider's rules")
+
     def _create(self, shadowpod: dict, replaced: dict | None, logger: logging.LoggerAdapter) -> None:
         meta = shadowpod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
+        key = f"{namespace}/{name}"
+        # The status as if it recorded every pod this ShadowPod had: one whose status
+        # write was held back, or one that ended before anything was written.
+        view = with_recorded_pod(self._recorded(key, shadowpod), _uid(replaced))
+        self._judged(shadowpod, view, logger)
         granted = False
         if asks_for_remote_api(shadowpod):
             answer = self._remote_api_access(namespace)
@@ -230,12 +315,8 @@ class Reconciler:
             pool = self._slice_pool(namespace, str(slice_name))
             if pool is None:
                 raise Requeue(SLICE_POOL_RECHECK_SECONDS, f"waiting for the pool of resource slice {slice_name}")
-        key = f"{namespace}/{name}"
-        # The status as if it recorded every pod this ShadowPod had: one whose status
-        # write was held back, or one that ended before anything was written.
-        view = with_recorded_pod(self._recorded(key, shadowpod), _uid(replaced))
         try:
-            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool)
+            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool, max_grace_seconds=self._max_grace(namespace))
         except InvalidShadowPod as exc:
             self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
             self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)
@@ -340,13 +421,23 @@ class Reconciler:
         raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
 
     def _delete(self, pod: dict, logger: logging.LoggerAdapter, *, grace: int | None = None) -> None:
+        """Delete ``pod`` (by UID) with an explicit grace: ``grace``, or the pod's own cut to
+        its consumer's largest (a pod made before the bound, or by hand, may ask for more)."""
         meta = pod["metadata"]
+        if grace is None:
+            grace = self._pod_grace(pod)
         if grace is None:
             logger.info("deleting pod %s (uid %s)", meta["name"], meta.get("uid"))
             self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"])
             return
         logger.info("deleting pod %s (uid %s) with a grace period of %ds", meta["name"], meta.get("uid"), grace)
         self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"], grace_period_seconds=grace)
+
+    def _pod_grace(self, pod: dict) -> int | None:
+        cap = self._max_grace(str(pod["metadata"].get("namespace") or ""))
+        if cap is None:
+            return None
+        return capped_grace((pod.get("spec") or {}).get("terminationGracePeriodSeconds"), cap)
 
     def _delete_orphans(self, namespace: str, name: str, pods: list[dict], logger: logging.LoggerAdapter) -> None:
         """Delete the pods whose owning ShadowPod no longer exists, after checking with the

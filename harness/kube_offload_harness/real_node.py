@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from kube_offload_harness import netns, oci_image, pod_cidr_overlap
+from kube_offload_harness import netns, pod_cidr_overlap
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.binaries import NodeBinaries
 from kube_offload_harness.processes import ProcessTable
@@ -171,8 +171,9 @@ def preflight() -> list[str]:
     for tool in ("ip", "nsenter", "iptables"):
         if shutil.which(tool) is None:
             problems.append(f"`{tool}` on PATH: install iproute2, util-linux, iptables")
-    if not oci_image.BUSYBOX_STATIC.exists():
-        problems.append(f"{oci_image.BUSYBOX_STATIC}: install Debian's busybox-static")
+    for tool in ("mmdebstrap", "dpkg-deb"):  # the stand-in images (standin_images.py)
+        if shutil.which(tool) is None:
+            problems.append(f"`{tool}` on PATH: install Debian's mmdebstrap (scripts/bootstrap.sh does, as root)")
     return problems
 
 

@@ -32,7 +32,8 @@ import pytest
 
 from kube_offload import constants as C
 from kube_offload import peering as p
-from kube_offload_harness import chart_pods, fabric, oci_image
+from kube_offload_harness import chart_pods, fabric
+from kube_offload_harness.standin_recipe import BUSYBOX_IMAGE, PYTHON_IMAGE
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, default_topology
 from kube_offload_harness.naming import virtual_node_name
@@ -170,7 +171,7 @@ def _offloaded_pod(name: str, command: str) -> dict:
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "main",
-                "image": oci_image.BUSYBOX_IMAGE,
+                "image": BUSYBOX_IMAGE,
                 "command": ["sh", "-c", command],
                 "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
             }],
@@ -339,7 +340,7 @@ def _python_pod(name: str, annotations: dict | None = None, service_account: str
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": OFFLOADED, "annotations": annotations or {}},
         "spec": {"serviceAccountName": service_account, "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "main", "image": oci_image.PYTHON_IMAGE,
+                 "containers": [{"name": "main", "image": PYTHON_IMAGE,
                                  "command": ["python3", "-c", "import time; time.sleep(3600)"],
                                  "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}]},
     }

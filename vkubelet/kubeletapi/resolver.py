@@ -150,3 +150,13 @@ class PodResolver:
             local_cluster_id=self._local_cluster_id,
             pod_uid=pod_uid,
         )
+
+    def remote_pod_of(self, local_pod: Mapping) -> dict | None:
+        """The remote pod :meth:`resolve` names for ``local_pod``, as the remote pod cache
+        holds it (the cache the status sync reads), or None when there is none."""
+        meta = _meta(local_pod)
+        try:
+            found = self.resolve(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        except RequestError:
+            return None
+        return self._pods.get(str(found))

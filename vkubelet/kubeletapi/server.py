@@ -95,7 +95,11 @@ class KubeletApi:
         if self.list_pods is None:
             raise RequestError(404, f"/{request.endpoint} is not served by this kubelet API")
         pods = self.list_pods()
-        document = podlists.pod_list(pods) if request.endpoint == PODS else podlists.running_pod_list(pods)
+        if request.endpoint == PODS:
+            document = podlists.pod_list(pods)
+        else:
+            # The runtime's view is the remote pods, as the status sync reads them (podlists.py).
+            document = podlists.running_pod_list(pods, self.resolver.remote_pod_of)
         return podlists.JSON_CONTENT_TYPE, podlists.encode(document)
 
     def busy_message(self) -> str:

@@ -588,3 +588,32 @@ def test_a_bad_peer_slice_is_a_peering_error_naming_the_flag():
         p.parse_slice_flags(["gpu=gpu:cpu=x"])
     with pytest.raises(p.PeeringError, match="slice 'gpu' is given twice"):
         p.parse_slice_flags(["gpu=gpu:cpu=1", "gpu=other:cpu=1"])
+
+
+# --- the provider's own cluster id (issue 37, item 7) ----------------------------------------------------
+def test_peer_sets_the_providers_cluster_id_so_its_enforcer_refuses_loops():
+    values = p.remote_values_with_consumer({}, options())
+    assert values["clusterId"] == "remote-2"
+    # A second consumer peering with the same provider under the same name keeps it.
+    again = p.remote_values_with_consumer(values, options(local_cluster_id="team-b"))
+    assert again["clusterId"] == "remote-2" and [e["name"] for e in again["consumers"]] == ["local", "team-b"]
+    # A peering made before peer set it: the next peer plans the upgrade that sets it.
+    older = {k: v for k, v in values.items() if k != "clusterId"}
+    steps = p.plan_peer(peered_state(options(), remote_values=older), options())
+    assert steps[0].action == p.REMOTE_RELEASE and steps[0].data["values"]["clusterId"] == "remote-2"
+
+
+def test_one_cluster_has_one_id():
+    values = p.remote_values_with_consumer({}, options())
+    with pytest.raises(p.PeeringError, match=r"already has clusterId 'remote-2'.*pass --remote-cluster-id remote-2"):
+        p.remote_values_with_consumer(values, options(local_cluster_id="team-b", remote_cluster_id="provider"))
+    with pytest.raises(p.PeeringError, match=r"--remote-values sets clusterId 'x' but --remote-cluster-id is 'remote-2'"):
+        p.remote_values_with_consumer({}, options(remote_values={"clusterId": "x"}))
+
+
+def test_the_token_peer_grants_must_be_renewable_under_the_consumers_policy():
+    with pytest.raises(p.PeeringError, match=r"--token-expiration 172800s is longer than consumer local may renew its token for "
+                                               r"\(spec.policy.tokens.maxExpirationSeconds: 86400s\)"):
+        p.remote_values_with_consumer({}, options(token_expiration_seconds=2 * 86400))
+    allowed = options(token_expiration_seconds=2 * 86400, policy={"tokens": {"maxExpirationSeconds": 2 * 86400}})
+    assert p.remote_values_with_consumer({}, allowed)["consumers"][0]["policy"]["tokens"]["maxExpirationSeconds"] == 2 * 86400

@@ -30,6 +30,7 @@ from vkubelet.pods import termination as term
 from vkubelet.shared import trim
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.shared.ip_remapping import NO_REMAPPING, RemappingSettings
+from vkubelet.kubeletapi import podlists
 from vkubelet.kubeletapi.paths import RequestError
 from vkubelet.kubeletapi.resolver import choose_remote_pod
 from vkubelet.reflection import forge as f
@@ -101,6 +102,14 @@ def test_status_sync_reads_the_same_from_a_trimmed_remote_pod(objects):
         assert st.remote_pod_ips(trimmed) == st.remote_pod_ips(pod)
         assert st.remote_unschedulable(trimmed) == st.remote_unschedulable(pod)
     assert st.remote_unschedulable(trim.trim_remote_pod(_status_variants(objects["remote_pod"])[1])) == "0/3 nodes"
+
+
+def test_runningpods_reads_the_same_from_a_trimmed_remote_pod(objects):
+    local = objects["local_pod"]
+    for pod in _status_variants(objects["remote_pod"]):
+        trimmed = trim.trim_remote_pod(copy.deepcopy(pod))
+        assert podlists.running_pod(local, trimmed) == podlists.running_pod(local, pod)
+    assert podlists.running_pod(local, trim.trim_remote_pod(copy.deepcopy(objects["remote_pod"]))) is not None
 
 
 def test_origin_and_ownership_read_the_same_from_trimmed_remote_objects(objects):
