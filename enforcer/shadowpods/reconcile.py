@@ -16,13 +16,14 @@ import threading
 import time
 from typing import Callable, Mapping, Protocol
 
-from enforcer.shadowpods import events
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
+from kube_offload import reasons
 from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
 from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
+from kube_offload.runtime.events import NORMAL, WARNING
 from kube_offload.runtime.kube import ApiError, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
@@ -230,8 +231,8 @@ class Reconciler:
             if pod is not decision.replaced and decision.action is not Action.TERMINATE:
                 self._recorder.record(
                     shadowpod,
-                    events.NORMAL,
-                    events.REASON_DELETED_EXTRA,
+                    NORMAL,
+                    reasons.REASON_EXTRA_POD_DELETED,
                     f"Deleted pod {_name(pod)}: only one pod may run for a ShadowPod",
                 )
 
@@ -250,8 +251,8 @@ class Reconciler:
         elif decision.action is Action.TERMINATE and decision.delete:
             self._recorder.record(
                 shadowpod,
-                events.NORMAL,
-                events.REASON_TERMINATING,
+                NORMAL,
+                reasons.REASON_POD_TERMINATING,
                 f"Deleting pod {name} with a grace period of {decision.grace}s: its local pod is being deleted",
             )
 
@@ -291,7 +292,7 @@ class Reconciler:
             self._refused[key] = verdict.message
         if known != verdict.message:
             logger.warning("%s", message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_REFUSED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_REFUSED, message)
         self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
         raise Requeue(REFUSED_RECHECK_SECONDS, f"pod {name} refused by the provider's rules")
 
@@ -318,7 +319,7 @@ class Reconciler:
         try:
             pod = build_pod(shadowpod, remote_api_access=granted, pool=pool, max_grace_seconds=self._max_grace(namespace))
         except InvalidShadowPod as exc:
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_INVALID_SHADOWPOD, str(exc))
             self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)
             raise PermanentError(f"invalid ShadowPod: {exc}") from exc
         try:
@@ -332,7 +333,7 @@ class Reconciler:
             # PodSecurity, an admission webhook, validation. Say so where the user looks,
             # then let the controller retry with backoff (quota may free up).
             message = creation_failed_message(name, exc.message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_CREATE_FAILED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_CREATION_FAILED, message)
             self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
             raise
 
@@ -352,7 +353,7 @@ class Reconciler:
         else:
             message = f"Created pod {name} to replace pod {previous_uid}, which was deleted"
         logger.info("%s", message)
-        self._recorder.record(shadowpod, events.NORMAL, events.REASON_RECREATED, message)
+        self._recorder.record(shadowpod, NORMAL, reasons.REASON_POD_RECREATED, message)
         # Written at once: the count must not wait on anything an enforcer restart loses.
         self._write_status(shadowpod, status_from_pod(view, created), logger)
 
@@ -392,11 +393,11 @@ class Reconciler:
                 "the pod keeps running as it was"
             )
             logger.warning("%s", message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_UPDATE_REFUSED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_UPDATE_REFUSED, message)
             return
         self._refused_updates.pop(key, None)
         logger.info("updated pod %s in place: %s", meta["name"], what)
-        self._recorder.record(shadowpod, events.NORMAL, events.REASON_UPDATED, f"Updated pod {meta['name']} in place: {what}")
+        self._recorder.record(shadowpod, NORMAL, reasons.REASON_POD_UPDATED, f"Updated pod {meta['name']} in place: {what}")
 
     def _name_taken(self, shadowpod: dict, logger: logging.LoggerAdapter) -> None:
         """The create met a pod of the same name that the cache does not show as ours
@@ -415,7 +416,7 @@ class Reconciler:
             self._delete_orphans(namespace, name, [existing], logger)
             raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"deleted pod {name} of an earlier ShadowPod")
         message = f"a pod named {name} exists and is not managed by the enforcer; delete or rename it"
-        self._recorder.record(shadowpod, events.WARNING, events.REASON_NAME_TAKEN, message)
+        self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_NAME_TAKEN, message)
         view = self._recorded(f"{namespace}/{name}", shadowpod)
         self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
         raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
