@@ -26,7 +26,7 @@ COMPONENT = "extender"
 CONFIG_COMPONENT = "extender-scheduler-config"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "extender",
         help="serve the scheduler extender (filter and prioritize nodes for offloaded pods)",

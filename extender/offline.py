@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from dataclasses import replace
 
@@ -46,7 +46,7 @@ class SnapshotCaches(StaticCaches):
     """Static caches that report "not synced" until ``gate`` exists (when given): lets a
     test watch /readyz and the filter before and after the sync."""
 
-    def __init__(self, *, gate: str | None = None, **kwargs) -> None:
+    def __init__(self, *, gate: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._gate = gate
 
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @contextmanager

@@ -21,7 +21,7 @@ COMPONENT = "webhook"
 CONFIGURATION_COMPONENT = "webhook-configuration"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "webhook",
         help="serve the admission webhook (pod mutation, namespace policy validation)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import base64
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 import yaml
 
@@ -75,7 +75,7 @@ def request_token(remote: Cluster, consumer_id: str, expiration_seconds: int) ->
         raise CommandError(f"remote: {exc}") from None
 
 
-def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict | None]:
+def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict[str, Any] | None]:
     secret = local.get(kinds.SECRETS, p.kubeconfig_secret_name(remote_cluster_id), namespace=namespace)
     if secret is None:
         return False, None
@@ -86,7 +86,7 @@ def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: st
         return True, None  # not a kubeconfig: rewrite it
 
 
-def node_is_ready(node: dict | None) -> bool:
+def node_is_ready(node: dict[str, Any] | None) -> bool:
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
     return any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in conditions)
 

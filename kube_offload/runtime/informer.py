@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from kube_offload.runtime.flags import DEFAULT_LIST_PAGE_SIZE

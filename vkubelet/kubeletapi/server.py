@@ -57,7 +57,7 @@ class KubeletApi:
         access: AccessControl,
         usage: UsageSampler | None = None,
         limits: StreamLimits | None = None,
-        list_pods: Callable[[], Sequence[Mapping]] | None = None,
+        list_pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.access = access
         # The local pods bound to the node, from the vkubelet's informer (no API call

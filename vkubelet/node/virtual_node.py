@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Any, Callable, Mapping, TYPE_CHECKING
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
@@ -102,7 +102,7 @@ class VirtualNode:
         self._terms: ProviderTerms | None = None  # None: our Consumer not listed yet
         self._terms_lock = threading.Lock()  # read from the status thread and the controllers
         self._label_listeners: list[Callable[[], None]] = []
-        self._written: dict | None = None  # the Node as our last write returned it
+        self._written: dict[str, Any] | None = None  # the Node as our last write returned it
         self._ready_listeners: list[Callable[[], None]] = []
         self._lost_listeners: list[Callable[[], None]] = []
         self._threads: list[threading.Thread] = []
@@ -246,7 +246,7 @@ class VirtualNode:
             self._stop.wait(max(0.0, self.settings.ping_interval - (time.monotonic() - started)))
 
     # --- status -----------------------------------------------------------------------------
-    def _on_consumer_change(self, _kind: str, _old: dict | None, _new: dict) -> None:
+    def _on_consumer_change(self, _kind: str, _old: dict[str, Any] | None, _new: dict[str, Any]) -> None:
         self._capacity_dirty.set()
         self._wake.set()
 
@@ -383,7 +383,7 @@ class VirtualNode:
             self._remote.replace(OFFLOAD_SLICES, body, namespace=namespace)
             log.info("updated slice %s: pool %s, %s", request.name, request.pool, resources_text(request.resources))
 
-    def _current_node(self) -> dict | None:
+    def _current_node(self) -> dict[str, Any] | None:
         cached = self.node_informer.get(self.settings.node_name)
         written = self._written
         if cached is None or written is None:
@@ -513,7 +513,7 @@ def resources_text(amounts: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in resources.format_resource_list(amounts).items()) or "nothing"
 
 
-def _rv(obj: dict) -> int:
+def _rv(obj: dict[str, Any]) -> int:
     try:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:

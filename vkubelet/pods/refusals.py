@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 from kube_offload.runtime.kube import ApiError
 from kube_offload.resources import QuantityError, parse_resource_list
@@ -107,7 +107,7 @@ def fingerprint(*parts: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def pod_fingerprint(pod: Mapping) -> str:
+def pod_fingerprint(pod: Mapping[str, Any]) -> str:
     """What of a pod a provider judges: its labels, annotations and spec (not its status,
     which the virtual kubelet itself writes, nor its resourceVersion)."""
     meta = pod.get("metadata") or {}
@@ -163,13 +163,13 @@ class RefusalBackoff:
                 return 0.0
             return max(0.0, state.next_at - self._clock())
 
-    def attempt(self, key: Hashable, pod: Mapping) -> Attempt:
+    def attempt(self, key: Hashable, pod: Mapping[str, Any]) -> Attempt:
         """Whether ``pod``'s request ``key`` may be sent now (:meth:`wait` on its
         fingerprint), as one value for the step that sends it."""
         print_ = pod_fingerprint(pod)
         return Attempt(key, print_, self.wait(key, print_))
 
-    def accepted(self, key: Hashable, pod: Mapping) -> dict | None:
+    def accepted(self, key: Hashable, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """The provider accepted ``pod``'s request ``key``: its backoff is forgotten; the
         status patch that clears the pod's waiting status, if it says it waits
         (:func:`clear_waiting_patch`)."""
@@ -242,7 +242,7 @@ def not_sent_message(refusal: Refusal) -> str:
     return refusal.message[:MAX_STATUS_MESSAGE]
 
 
-def waiting_status_patch(pod: Mapping, cluster_id: str, refusal: Refusal) -> dict | None:
+def waiting_status_patch(pod: Mapping[str, Any], cluster_id: str, refusal: Refusal) -> dict[str, Any] | None:
     """A pods/status merge patch saying the pod waits for the provider (``kubectl get``
     shows ``ProviderRefused`` as its STATUS, ``kubectl describe`` the message); None when
     it already says so, or when the pod is past Pending (a running pod whose update was
@@ -258,7 +258,7 @@ def waiting_status_patch(pod: Mapping, cluster_id: str, refusal: Refusal) -> dic
     return {"status": {"reason": REASON_PROVIDER_REFUSED, "message": message}}
 
 
-def clear_waiting_patch(pod: Mapping) -> dict | None:
+def clear_waiting_patch(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Undo :func:`waiting_status_patch` once the provider accepted the pod."""
     status = pod.get("status") or {}
     if status.get("reason") != REASON_PROVIDER_REFUSED:
@@ -267,14 +267,14 @@ def clear_waiting_patch(pod: Mapping) -> dict | None:
 
 
 # --- when the provider's terms ease ------------------------------------------------------------
-def _used(consumer: Mapping | None) -> dict[str, int] | None:
+def _used(consumer: Mapping[str, Any] | None) -> dict[str, int] | None:
     try:
         return parse_resource_list(((consumer or {}).get("status") or {}).get("used") or {})
     except QuantityError:
         return None  # unreadable: says nothing either way
 
 
-def terms_eased(old: Mapping | None, new: Mapping | None) -> bool:
+def terms_eased(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
     """Whether a change of our Consumer object (provider side) is worth trying refused
     pods again at once: its quota, cordon or Pod Security level changed, or the usage
     the provider counts for us went down in some resource (another pod of ours ended)."""

@@ -58,7 +58,7 @@ def desired_status(
     shadowpod: Mapping[str, Any] | None,
     host_ip: str,
     pod_ips: Remapping = NO_REMAPPING,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The managed status fields the local pod should have; None to leave it as it is.
     ``pod_ips`` translates remote pod addresses into what the local cluster sees."""
     current = local.get("status") or {}
@@ -104,7 +104,7 @@ def remote_pod_ips(remote: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(str(a) for a in addresses if a))
 
 
-def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) -> dict | None:
+def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A merge patch for pods/status turning the local status into ``desired``; None
     when they already agree."""
     if desired is None:
@@ -125,7 +125,7 @@ def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) ->
     return {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": changes}
 
 
-def failed_status(local: Mapping[str, Any], reason: str, message: str, now: str) -> dict | None:
+def failed_status(local: Mapping[str, Any], reason: str, message: str, now: str) -> dict[str, Any] | None:
     """The managed status fields of a pod that cannot run here any more (its namespace
     stopped being offloaded to this cluster and its remote pod is gone), as a kubelet
     rejects a pod it cannot admit: phase Failed, containers terminated, not ready. Its
@@ -148,7 +148,7 @@ def failed_status(local: Mapping[str, Any], reason: str, message: str, now: str)
     return status
 
 
-def _terminated(container: Mapping[str, Any], reason: str, now: str) -> dict:
+def _terminated(container: Mapping[str, Any], reason: str, now: str) -> dict[str, Any]:
     state = container.get("state") or {}
     if "terminated" in state:
         return copy.deepcopy(dict(container))
@@ -171,7 +171,7 @@ def remote_unschedulable(remote: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _conditions(local: list[dict], remote: list[dict]) -> list[dict]:
+def _conditions(local: list[dict[str, Any]], remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
     result = [copy.deepcopy(cond) for cond in local if cond.get("type") == CONDITION_SCHEDULED]
     remote_types = set()
     for cond in remote:
@@ -188,7 +188,7 @@ def _conditions(local: list[dict], remote: list[dict]) -> list[dict]:
     return result
 
 
-def _container_statuses(local: list[dict], remote: list[dict], recreations: int) -> list[dict]:
+def _container_statuses(local: list[dict[str, Any]], remote: list[dict[str, Any]], recreations: int) -> list[dict[str, Any]]:
     before = {status.get("name"): status for status in local}
     result = []
     for status in remote:
@@ -209,7 +209,7 @@ def _normal(value: Any) -> Any:
     return None if value == "" else value
 
 
-def _milestones(pod: Mapping[str, Any]) -> tuple:
+def _milestones(pod: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a user waits for on a pod: its phase, whether it is ready, whether it is
     going, and how often its containers restarted."""
     status = pod.get("status") or {}

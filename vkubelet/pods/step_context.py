@@ -115,6 +115,6 @@ class StepContext(Protocol):
         """Whether the remote cluster answers (the virtual node's Ready rule)."""
         ...
 
-    def remote_pods_of(self, key: str) -> list[dict]:
+    def remote_pods_of(self, key: str) -> list[dict[str, Any]]:
         """Our remote pods standing for local pod ``key``."""
         ...

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.remote_resources import is_ours
@@ -38,7 +38,7 @@ from vkubelet.reflection.caches import shared_informer
 from vkubelet.reflection.forge import event_count, event_fingerprint, event_time
 from vkubelet.shared.remote_events import says_something_new
 from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
+from kube_offload.reasons import REASON_REFLECTION_FAILED
 from vkubelet.reflection.settings import EVENTS
 from vkubelet.shared.origin import origin_key, origin_uid
 from vkubelet.shared.trim import trim_event
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from vkubelet.shared.loops import LoopContext
 
 # --- the forge (pure): the local Event to write, from the remote ones ------------------------------
-def forge_local_event(remote_event: Mapping, local_pod: Mapping, *, host: str, component: str, reporting_controller: str) -> dict:
+def forge_local_event(remote_event: Mapping[str, Any], local_pod: Mapping[str, Any], *, host: str, component: str, reporting_controller: str) -> dict[str, Any]:
     """The local copy of a remote Event about the remote pod (or ShadowPod) standing for
     ``local_pod``: same type, reason, message and count, about the local pod; named after
     the remote Event's UID so it is made once."""
@@ -124,7 +124,7 @@ class EventReflector:
         self.local_pods = informers.local_pods()
         self._lock = threading.Lock()
         # Local Event name -> what was last written (or found) there.
-        self._written: OrderedDict[str, tuple] = OrderedDict()
+        self._written: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=log)
         self.controller.watch(self.pod_events, self._key_if_relevant)
         self.controller.watch(self.shadowpod_events, self._key_if_relevant)
@@ -150,11 +150,11 @@ class EventReflector:
                     self.controller.enqueue(key)
 
     # --- reconcile ---------------------------------------------------------------------------
-    def _in_twin(self, event: Mapping) -> bool:
+    def _in_twin(self, event: Mapping[str, Any]) -> bool:
         namespace = (event.get("metadata") or {}).get("namespace")
         return bool(namespace) and namespace in self._informers.twin_namespaces()
 
-    def _key_if_relevant(self, event: dict) -> str | None:
+    def _key_if_relevant(self, event: dict[str, Any]) -> str | None:
         # The watches are scoped to the twins already; a twin that stopped being usable
         # delivers its Events as deletions, which need no copy.
         if not self._in_twin(event) or not says_something_new(event):
@@ -162,7 +162,7 @@ class EventReflector:
         meta = event.get("metadata") or {}
         return f"{meta.get('namespace')}/{meta.get('name')}"
 
-    def _event(self, key: str) -> dict | None:
+    def _event(self, key: str) -> dict[str, Any] | None:
         return self.pod_events.get(key) or self.shadowpod_events.get(key)
 
     def reconcile(self, key: str) -> None:
@@ -197,7 +197,7 @@ class EventReflector:
         )
         self._write(desired, ObjectLogger(log, {"key": f"pod {local_key}"}))
 
-    def _write(self, desired: dict, logger: logging.LoggerAdapter) -> None:
+    def _write(self, desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         name = desired["metadata"]["name"]
         fingerprint = event_fingerprint(desired)
         with self._lock:
@@ -212,7 +212,7 @@ class EventReflector:
                 self._written.popitem(last=False)
 
 
-def write_local_event(local: Kube, desired: dict, logger: logging.LoggerAdapter, *, resource: str) -> bool:
+def write_local_event(local: Kube, desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], *, resource: str) -> bool:
     """Create the local copy ``desired``; if it exists (a restart, a resync, another
     replica), merge-patch what a copy changes into it instead: no read first, so the
     vkubelet needs only create and patch on local Events. False when the local API server
@@ -237,7 +237,7 @@ def write_local_event(local: Kube, desired: dict, logger: logging.LoggerAdapter,
     return True
 
 
-def event_age_seconds(event: Mapping) -> float:
+def event_age_seconds(event: Mapping[str, Any]) -> float:
     stamp = None
     for name in ("lastTimestamp", "eventTime", "firstTimestamp"):
         stamp = parse_time_or_none(event.get(name))

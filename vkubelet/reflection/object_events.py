@@ -30,7 +30,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Mapping, Callable, Iterable
+from typing import Any, Callable, Final, Iterable, Mapping, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.runtime import kinds
@@ -111,7 +111,7 @@ _NODE = re.compile(
 )
 
 
-def _mask_address(match: re.Match) -> str:
+def _mask_address(match: re.Match[str]) -> str:
     """The match masked if its address group is a real IP address (a v4 candidate has no
     colon, a v6 one has colons, so one parser serves both patterns), else as written."""
     try:
@@ -121,7 +121,7 @@ def _mask_address(match: re.Match) -> str:
     return MASK_ADDRESS
 
 
-def _mask_node(match: re.Match) -> str:
+def _mask_node(match: re.Match[str]) -> str:
     quoted = match.group("quoted")
     if quoted is None:
         bare = match.group("bare")
@@ -147,7 +147,7 @@ def sanitize_message(message: str, *, twin_namespace: str, local_namespace: str)
     return text[:MESSAGE_LIMIT]
 
 
-def copied(event: Mapping) -> bool:
+def copied(event: Mapping[str, Any]) -> bool:
     """Whether a remote Event about one of our remote copies is copied at all."""
     return bool(event.get("reason")) and event.get("reason") not in INTERNAL_REASONS
 
@@ -170,7 +170,7 @@ class Aggregate:
         return sum(self.counts.values())
 
 
-def aggregate(events: Iterable[Mapping], sanitize: Callable[[str], str]) -> dict[tuple[str, str, str], Aggregate]:
+def aggregate(events: Iterable[Mapping[str, Any]], sanitize: Callable[[str], str]) -> dict[tuple[str, str, str], Aggregate]:
     """The remote Events about one remote copy, grouped by (type, reason, masked message);
     those not :func:`copied` left out."""
     groups: dict[tuple[str, str, str], Aggregate] = {}
@@ -220,14 +220,14 @@ def local_object_event_name(obj_name: str, kind: str, obj_uid: str, type_: str, 
 
 def forge_object_event(
     group: Aggregate,
-    local_obj: Mapping,
+    local_obj: Mapping[str, Any],
     api_kind: Resource,
     *,
     count: int,
     host: str,
     component: str,
     reporting_controller: str,
-) -> dict:
+) -> dict[str, Any]:
     """The local Event of ``group`` about ``local_obj`` (a Service, claim or Ingress of
     kind ``api_kind``), with ``count`` (the aggregate's, as remembered)."""
     meta = _meta(local_obj)
@@ -311,7 +311,7 @@ _REMEMBERED = 4096
 log = logging.getLogger("kube_offload.vkubelet.reflection.object_events")
 
 
-def by_involved(event: dict) -> list[str]:
+def by_involved(event: dict[str, Any]) -> list[str]:
     involved = event.get("involvedObject") or {}
     namespace = involved.get("namespace") or _meta(event).get("namespace")
     if not (namespace and involved.get("name") and involved.get("kind")):
@@ -329,7 +329,7 @@ class _Kind:
     local: MultiNamespaceInformer
 
 
-def _bounded_put(store: OrderedDict, key: str, value: object) -> None:
+def _bounded_put(store: OrderedDict[str, Any], key: str, value: object) -> None:
     store[key] = value
     store.move_to_end(key)
     while len(store) > _REMEMBERED:
@@ -359,7 +359,7 @@ class ObjectEventReflector(ReflectionLoop):
             self._kinds[api_kind.kind] = _Kind(resource, api_kind, remote, local)
         self._lock = threading.Lock()
         # Local Event name -> (what was written, when: monotonic seconds).
-        self._written: OrderedDict[str, tuple[tuple, float]] = OrderedDict()
+        self._written: OrderedDict[str, tuple[tuple[Any, ...], float]] = OrderedDict()
         # Local Event name -> remote Event UID -> count (remember_counts).
         self._counts: OrderedDict[str, dict[str, int]] = OrderedDict()
         # Local object UID -> its budget of new local Events.
@@ -379,7 +379,7 @@ class ObjectEventReflector(ReflectionLoop):
                 self.controller.enqueue(involved)
 
     # --- reconcile ---------------------------------------------------------------------------
-    def _key(self, event: dict) -> str | None:
+    def _key(self, event: dict[str, Any]) -> str | None:
         """``Kind/namespace/name`` of the remote object the Event is about, if it is of a
         kind whose reflection runs."""
         # The watches are scoped to the twins; a twin that stopped being usable delivers
@@ -425,7 +425,7 @@ class ObjectEventReflector(ReflectionLoop):
         if wait > 0:
             raise Requeue(wait, "local Events of this object are rate-bounded")
 
-    def _converge(self, group: Aggregate, local: Mapping, api_kind: Resource, logger: logging.LoggerAdapter) -> float:
+    def _converge(self, group: Aggregate, local: Mapping[str, Any], api_kind: Resource, logger: logging.LoggerAdapter[logging.Logger]) -> float:
         """Write the local Event of ``group`` if it changed and its bounds allow; else
         the seconds until they do (0: nothing to wait for)."""
         meta = _meta(local)

@@ -24,7 +24,7 @@ type, as the NodeRestriction admission allows a kubelet) are dropped with a warn
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
@@ -75,7 +75,7 @@ def suggested_label_problem(key: str, value: str) -> str | None:
     return None
 
 
-def read_policy(spec: Mapping) -> tuple[pp.ProviderPolicy, str | None]:
+def read_policy(spec: Mapping[str, Any]) -> tuple[pp.ProviderPolicy, str | None]:
     """The policy in a Consumer's ``spec`` and, when it does not parse, why (then the
     strictest: :data:`~kube_offload.provider_policy.DEFAULT_POLICY`)."""
     try:
@@ -84,7 +84,7 @@ def read_policy(spec: Mapping) -> tuple[pp.ProviderPolicy, str | None]:
         return pp.DEFAULT_POLICY, f"spec.policy ignored, the defaults (the strictest) apply: {exc}"
 
 
-def read_consumer(consumer: Mapping | None) -> ProviderTerms:
+def read_consumer(consumer: Mapping[str, Any] | None) -> ProviderTerms:
     """The terms in ``consumer`` (None: no Consumer object of ours on the provider)."""
     if consumer is None:
         return NOT_ADMITTED
@@ -170,7 +170,7 @@ class PolicyReader:
     the object): what the pod and reflection loops fit objects to before sending them.
     ``consumer`` returns our Consumer from the informer's cache (None: not there)."""
 
-    def __init__(self, consumer: Callable[[], Mapping | None]) -> None:
+    def __init__(self, consumer: Callable[[], Mapping[str, Any] | None]) -> None:
         self._consumer = consumer
         self._cached: tuple[object, pp.ProviderPolicy] = (object(), pp.DEFAULT_POLICY)
 

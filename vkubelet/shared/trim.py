@@ -73,13 +73,13 @@ EVENT_MESSAGE_LIMIT = 1024
 
 
 
-def _pick(source: Any, keys: tuple[str, ...]) -> dict:
+def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(source, Mapping):
         return {}
     return {k: source[k] for k in keys if source.get(k) is not None}
 
 
-def _metadata(obj: Mapping, *, labels: tuple[str, ...] = (), annotations: tuple[str, ...] = ()) -> dict:
+def _metadata(obj: Mapping[str, Any], *, labels: tuple[str, ...] = (), annotations: tuple[str, ...] = ()) -> dict[str, Any]:
     source = obj.get("metadata") or {}
     metadata = _pick(source, _IDENTITY)
     picked_labels = _pick(source.get("labels"), labels)
@@ -91,16 +91,16 @@ def _metadata(obj: Mapping, *, labels: tuple[str, ...] = (), annotations: tuple[
     return metadata
 
 
-def _type_meta(obj: Mapping) -> dict:
+def _type_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return _pick(obj, ("apiVersion", "kind"))
 
 
-def keep_whole(obj: dict) -> dict:
+def keep_whole(obj: dict[str, Any]) -> dict[str, Any]:
     """For the local pods: everything (managedFields are already gone), keys interned."""
     return interned(obj)
 
 
-def trim_remote_pod(pod: dict) -> dict:
+def trim_remote_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The consumer's remote pods (remote-pods), read by the pod loop (vkubelet/pods/:
     origin index, owner check, status sync, termination), the kubelet API's resolver
     (vkubelet/kubeletapi/resolver.py) and Event reflection. Keeps: identity; the origin
@@ -119,7 +119,7 @@ def trim_remote_pod(pod: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_shadowpod(shadowpod: dict) -> dict:
+def trim_shadowpod(shadowpod: dict[str, Any]) -> dict[str, Any]:
     """The consumer's ShadowPods (remote-shadowpods), read by the pod loop (origin index,
     which one is current, deletion, the termination request, the template update, the
     recreations count in restartCount), the resolver and Event reflection. Keeps:
@@ -138,7 +138,7 @@ def trim_shadowpod(shadowpod: dict) -> dict:
     spec = shadowpod.get("spec")
     template = spec.get("pod") if isinstance(spec, Mapping) else None
     if isinstance(template, Mapping):
-        kept: dict = {"metadata": _pick(template.get("metadata"), ("labels", "annotations"))}
+        kept: dict[str, Any] = {"metadata": _pick(template.get("metadata"), ("labels", "annotations"))}
         kept["spec"] = _pick(template.get("spec"), SHADOWPOD_TEMPLATE_SPEC)
         trimmed["spec"] = {"pod": kept}
     status = _pick(shadowpod.get("status"), ("recreations",))
@@ -147,7 +147,7 @@ def trim_shadowpod(shadowpod: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_event(event: dict) -> dict:
+def trim_event(event: dict[str, Any]) -> dict[str, Any]:
     """Remote Events about Pods and ShadowPods, and about reflected Services, claims and
     Ingresses, in the twin namespaces, read by Event reflection
     (vkubelet/reflection/events.py, object_events.py and their forge/ modules). Keeps:
@@ -179,7 +179,7 @@ def trim_event(event: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_token_secret(secret: dict) -> dict:
+def trim_token_secret(secret: dict[str, Any]) -> dict[str, Any]:
     """The token Secrets of offloaded pods (service-account reflection), read by
     vkubelet/reflection/serviceaccounts.py: token_secret_is_current (origin UID,
     issue and expiry annotations, which data keys exist and the namespace entry) and the
@@ -196,7 +196,7 @@ def trim_token_secret(secret: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_to_identity(obj: dict) -> dict:
+def trim_to_identity(obj: dict[str, Any]) -> dict[str, Any]:
     """Objects of which only the name is read (the remote PriorityClasses: the
     translation keeps a pod's priorityClassName only if one of that name exists)."""
     trimmed = _type_meta(obj)

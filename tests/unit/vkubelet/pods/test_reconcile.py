@@ -41,7 +41,7 @@ from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.pods import refusals
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.settings import Settings
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.shared.events import EventRecorder
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.twins.namespaces import TwinNamespaces
@@ -142,7 +142,7 @@ def test_a_new_pod_gets_one_shadowpod_in_its_twin_and_no_second(loop: Loop) -> N
     assert create.body["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID] == "u-web"
     # Nothing to say on the pod but where it runs; its status is the remote pod's to give.
     assert loop.local.of(PATCH, PODS) == []
-    assert loop.events() == [("Normal", ev.REASON_OFFLOADED)]
+    assert loop.events() == [("Normal", reasons.REASON_OFFLOADED)]
 
     loop.reconcile()  # the ShadowPod is in the cache now (the watch of the provider)
     assert len(loop.remote.writes) == 1
@@ -210,8 +210,8 @@ def test_a_provider_refusal_backs_off_and_is_not_a_hot_loop(loop: Loop) -> None:
     assert refused.error is not None and refused.error.status == 403
     # Said on the pod, in the provider's own words.
     status = loop.local.stored(PODS, "web", "ns")["status"]
-    assert status["reason"] == ev.REASON_PROVIDER_REFUSED and words in status["message"]
-    assert loop.events() == [("Warning", ev.REASON_PROVIDER_REFUSED)]
+    assert status["reason"] == reasons.REASON_PROVIDER_REFUSED and words in status["message"]
+    assert loop.events() == [("Warning", reasons.REASON_PROVIDER_REFUSED)]
 
     # Reconciles before the backoff ends (events, resyncs) send nothing.
     for _ in range(3):
@@ -229,4 +229,4 @@ def test_a_forbidden_twin_gets_nothing_written_but_a_warning(loop: Loop) -> None
         loop.reconcile()
     assert loop.remote.writes == []
     assert [w for w in loop.local.writes if w.resource != EVENTS] == []
-    assert loop.events() == [("Warning", ev.REASON_TWIN_FORBIDDEN)]
+    assert loop.events() == [("Warning", reasons.REASON_TWIN_FORBIDDEN)]
