@@ -42,12 +42,11 @@ from kube_offload.pools import Pool, apply_pool_patch
 from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
-    ANNOTATION_DELETION_GRACE,
     SHADOWPOD_GROUP,
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
 )
-from kube_offload.views import metadata as _meta
+from kube_offload.views import ShadowPodView, metadata as _meta, pod_template
 
 __all__ = [
     # building and reading (the virtual kubelet writes ShadowPods with build_shadowpod)
@@ -190,8 +189,8 @@ def build_shadowpod(
 def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
     """The pod template of a ShadowPod (copies); raises InvalidShadowPod when
     ``spec.pod.spec`` is missing or not an object."""
-    pod = (shadowpod.get("spec") or {}).get("pod")
-    if not isinstance(pod, Mapping):
+    pod = pod_template(shadowpod)
+    if pod is None:
         raise InvalidShadowPod("spec.pod is missing or not an object")
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
@@ -211,8 +210,7 @@ def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
 def asks_for_remote_api(shadowpod: Mapping[str, Any]) -> bool:
     """Whether the ShadowPod's pod asks for a token of the twin namespace's ServiceAccount
     (automountServiceAccountToken true: the consumer's API server mode ``remote``)."""
-    spec = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
-    return isinstance(spec, Mapping) and spec.get("automountServiceAccountToken") is True
+    return ShadowPodView(shadowpod).template_spec.get("automountServiceAccountToken") is True
 
 
 def build_pod(
@@ -418,14 +416,13 @@ def run_completed(shadowpod: Mapping[str, Any]) -> bool:
     before ``runCompleted`` existed holds a terminal phase only for such a run too; the
     template is read then, as it was (its spec can no longer change once the status is
     terminal: the webhook refuses it)."""
-    status = shadowpod.get("status") or {}
-    if status.get("phase") not in TERMINAL_PHASES:
+    view = ShadowPodView(shadowpod)
+    if view.phase not in TERMINAL_PHASES:
         return False
-    recorded = status.get("runCompleted")
-    if isinstance(recorded, bool):
+    recorded = view.run_completed
+    if recorded is not None:
         return recorded
-    pod = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
-    return (pod.get("restartPolicy") or RESTART_ALWAYS) != RESTART_ALWAYS
+    return (view.template_spec.get("restartPolicy") or RESTART_ALWAYS) != RESTART_ALWAYS
 
 
 # --- the decision --------------------------------------------------------------------------
@@ -453,7 +450,7 @@ def deletion_grace(shadowpod: Mapping[str, Any]) -> int | None:
     annotation ``kube-offload.io/deletion-grace-period-seconds``), or None: not asked, or
     not a non-negative integer (then the ShadowPod is treated as not terminating, and the
     vkubelet's own deletion of it, later, ends the pod with its default grace)."""
-    value = (_meta(shadowpod).get("annotations") or {}).get(ANNOTATION_DELETION_GRACE)
+    value = ShadowPodView(shadowpod).deletion_grace_request
     try:
         grace = int(str(value).strip()) if value is not None else None
     except ValueError:

@@ -38,6 +38,7 @@ from kube_offload.resources import (
     resource_sort_key,
     uses_binary_format,
 )
+from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -137,8 +138,7 @@ def _lowered_message(field: str, name: str, was: int, now: int | None, kind: str
 
 
 def _pod_spec(shadowpod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    pod = (shadowpod.get("spec") or {}).get("pod")
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    spec = (pod_template(shadowpod) or {}).get("spec")
     return spec if isinstance(spec, Mapping) else None
 
 
@@ -180,9 +180,7 @@ def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer
     it), or, under quota mode ``hard``, whose limit is missing or differs from its request
     (:func:`kube_offload.consumer_quota.limit_problems`, which ``kubectl offload explain``
     asks too). [] when the template does not parse (other rules report that)."""
-    pod = (((request.object or {}).get("spec") or {}).get("pod")) or {}
-    if not isinstance(pod, Mapping):
-        return []
+    pod = pod_template(request.object) or {}
     try:
         return limit_problems(pod, quota, mode, consumer_id, field_prefix="spec.pod.")
     except QuantityError:

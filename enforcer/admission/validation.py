@@ -68,6 +68,7 @@ from kube_offload.resources import (
     resource_sort_key,
     uses_binary_format,
 )
+from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
 POD_LABELS = "spec.pod.metadata.labels"
@@ -326,7 +327,7 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
     delta: ResourceList = {}
     if live_shadowpod(new):
         try:
-            delta = pod_charges((new.get("spec") or {}).get("pod") or {})
+            delta = pod_charges(pod_template(new) or {})
         except QuantityError as exc:
             raise Invalid(f"{POD_SPEC}: {exc}") from None
     old = request.old_object

@@ -50,6 +50,7 @@ from kube_offload.consumer_quota import (
 )
 from kube_offload.runtime.informer import DELETED
 from kube_offload.shadowpod import controller_ref
+from kube_offload.views import pod_template
 
 log = logging.getLogger("kube_offload.enforcer.quota")
 
@@ -121,7 +122,7 @@ def shadowpod_requests(shadowpod: Mapping[str, Any]) -> ResourceList:
 
 
 def _compute_requests(shadowpod: Mapping[str, Any]) -> ResourceList:
-    pod = (shadowpod.get("spec") or {}).get("pod") or {}
+    pod = pod_template(shadowpod) or {}
     try:
         return pod_charges(pod)
     except QuantityError as exc:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Hashable, Mapping
 from kube_offload.runtime.kube import ApiError
 from kube_offload.resources import QuantityError, parse_resource_list
 from kube_offload.times import doubling_delay
+from kube_offload.views import ConsumerView
 # status.reason of a local pod waiting for its provider to accept it; also the reason of
 # its Warning Events (the contract's word).
 from kube_offload.reasons import REASON_PROVIDER_REFUSED  # noqa: F401  (re-exported)
@@ -269,7 +270,7 @@ def clear_waiting_patch(pod: Mapping[str, Any]) -> dict[str, Any] | None:
 # --- when the provider's terms ease ------------------------------------------------------------
 def _used(consumer: Mapping[str, Any] | None) -> dict[str, int] | None:
     try:
-        return parse_resource_list(((consumer or {}).get("status") or {}).get("used") or {})
+        return parse_resource_list(ConsumerView(consumer).used or {})
     except QuantityError:
         return None  # unreadable: says nothing either way
 
@@ -280,7 +281,7 @@ def terms_eased(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) ->
     the provider counts for us went down in some resource (another pod of ours ended)."""
     if old is None or new is None:
         return new is not None
-    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_spec, new_spec = ConsumerView(old).spec, ConsumerView(new).spec
     if any(old_spec.get(field) != new_spec.get(field) for field in TERMS_FIELDS):
         return True
     before, after = _used(old), _used(new)

@@ -87,7 +87,7 @@ def sync_template(loop: StepContext, local: dict[str, Any], shp: dict[str, Any],
     tolerations - follows into the ShadowPod's template; the enforcer then patches
     the remote pod in place (kube_offload.pod_updates). The rest of the template is
     left as first written."""
-    patch = template_patch(views.pod_template(shp), views.pod_template(desired.shadowpod))
+    patch = template_patch(views.pod_template(shp) or {}, views.pod_template(desired.shadowpod) or {})
     if not patch:
         return
     meta = shp["metadata"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from kube_offload.views import ShadowPodView
 from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
 from vkubelet.shared.trim import REMOTE_POD_STATUS
 
@@ -46,10 +47,7 @@ CLEARABLE_FIELDS = frozenset({"reason", "message"})
 
 
 def recreations_of(shadowpod: Mapping[str, Any] | None) -> int:
-    try:
-        return max(0, int(((shadowpod or {}).get("status") or {}).get("recreations") or 0))
-    except (TypeError, ValueError):
-        return 0
+    return ShadowPodView(shadowpod).recreations
 
 
 def desired_status(

@@ -32,6 +32,7 @@ from kube_offload import resources
 from kube_offload.remote_resources import CapacityStatusError, RemoteResources, decode_capacity_status, virtual_node_capacity
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.selector import label_key_problem, label_value_problem
+from kube_offload.views import ConsumerView
 
 # Kubernetes-reserved label prefixes a provider may still suggest (what a kubelet may set
 # on its own node under NodeRestriction).
@@ -88,19 +89,19 @@ def read_consumer(consumer: Mapping[str, Any] | None) -> ProviderTerms:
     """The terms in ``consumer`` (None: no Consumer object of ours on the provider)."""
     if consumer is None:
         return NOT_ADMITTED
-    spec = consumer.get("spec") or {}
-    status = consumer.get("status") or {}
+    view = ConsumerView(consumer)
+    spec = view.spec
     problems: list[str] = []
 
     summary = None
-    if status.get("capacity") is not None:
+    if view.capacity is not None:
         try:
-            summary = decode_capacity_status(status.get("capacity"))
+            summary = decode_capacity_status(view.capacity)
         except CapacityStatusError as exc:
             problems.append(f"capacity summary ignored: {exc}")
 
     quota: ResourceList = {}
-    raw_quota = spec.get("quota") or {}
+    raw_quota = view.quota or {}
     if isinstance(raw_quota, Mapping):
         for name, value in raw_quota.items():
             try:
@@ -111,7 +112,7 @@ def read_consumer(consumer: Mapping[str, Any] | None) -> ProviderTerms:
         problems.append("spec.quota ignored: it must be an object of resource -> quantity")
 
     labels: dict[str, str] = {}
-    raw_labels = spec.get("nodeLabels") or {}
+    raw_labels = view.node_labels or {}
     if isinstance(raw_labels, Mapping):
         for key, value in sorted(raw_labels.items()):
             problem = suggested_label_problem(str(key), str(value))
@@ -130,10 +131,10 @@ def read_consumer(consumer: Mapping[str, Any] | None) -> ProviderTerms:
         admitted=True,
         summary=summary,
         quota=quota,
-        cordoned=bool(spec.get("cordoned")),
+        cordoned=view.cordoned,
         # Present at all: a drain record this consumer cannot read still means "leave" (the
         # provider deletes what is left after its grace either way).
-        draining=spec.get("drain") is not None,
+        draining=view.drain is not None,
         suggested_labels=labels,
         policy=policy,
         problems=tuple(problems),

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kube_offload import constants as c
+from kube_offload.views import pod_template
 from kube_offload.runtime.interning import interned  # the caches share it; the bench swaps it here
 from vkubelet.shared import names as reflection_names
 from vkubelet.shared.remote_events import says_something_new
@@ -135,9 +136,8 @@ def trim_shadowpod(shadowpod: dict[str, Any]) -> dict[str, Any]:
         labels=(c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_SLICE),
         annotations=(*_ORIGIN_ANNOTATIONS, c.ANNOTATION_DELETION_GRACE),
     )
-    spec = shadowpod.get("spec")
-    template = spec.get("pod") if isinstance(spec, Mapping) else None
-    if isinstance(template, Mapping):
+    template = pod_template(shadowpod)
+    if template is not None:
         kept: dict[str, Any] = {"metadata": _pick(template.get("metadata"), ("labels", "annotations"))}
         kept["spec"] = _pick(template.get("spec"), SHADOWPOD_TEMPLATE_SPEC)
         trimmed["spec"] = {"pod": kept}
