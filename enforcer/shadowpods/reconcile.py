@@ -36,7 +36,6 @@ from kube_offload.shadowpod import (
     build_pod,
     capped_grace,
     controller_ref,
-    creation_failed_message,
     deletion_grace,
     describe_end,
     is_owned_by,
@@ -44,6 +43,9 @@ from kube_offload.shadowpod import (
     plan,
     pod_fate,
     pod_update,
+)
+from kube_offload.shadowpod_status import (
+    creation_failed_message,
     status_changed,
     status_from_pod,
     status_may_wait,

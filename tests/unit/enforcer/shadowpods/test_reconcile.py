@@ -19,7 +19,7 @@ from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
-from kube_offload.shadowpod import creation_failure
+from kube_offload.shadowpod_status import creation_failure
 from support import builders
 
 KEY = "ns/web"
