@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping
 
 import kube_offload
+from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload import reasons, resources
 from kube_offload.resources import QuantityError, ResourceList
@@ -381,3 +382,28 @@ def lease_renewal(settings: Settings, now: datetime) -> dict[str, Any]:
             "renewTime": format_micro_time(now),
         }
     }
+
+
+def annotation_due(current: str | None, fresh: str, now: datetime, refresh_seconds: float) -> bool:
+    """Whether to write ``fresh`` over ``current``: when what it says changed, or when
+    ``current`` is older than ``refresh_seconds`` (the extender ignores stale summaries,
+    so an unchanged one must still be re-stamped now and then)."""
+    if not current:
+        return True
+    try:
+        old = cap.decode_remote_capacity(current)
+        new = cap.decode_remote_capacity(fresh)
+    except cap.CapacityError:
+        return True
+    if (old.shapes, dict(old.total), old.remote_nodes, old.omitted) != (
+        new.shapes,
+        dict(new.total),
+        new.remote_nodes,
+        new.omitted,
+    ):
+        return True
+    return old.age_seconds(now) >= refresh_seconds
+
+
+def resources_text(amounts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in resources.format_resource_list(amounts).items()) or "nothing"
