@@ -42,7 +42,6 @@ from kube_offload.runtime.wsgi import (
     ERROR,
     Handler,
     Reply,
-    Routes,
     WsgiApp,
     probe_routes,
     within_parse_budget,
@@ -129,14 +128,8 @@ class ExtenderMetrics:
             self.unchecked[reason].inc(count)
 
 
-class ExtenderApp(WsgiApp):
-    """The WSGI callable of one worker process: its routes, and its metrics and parse
-    budget (which tests and benchmarks look at)."""
-
-    def __init__(self, routes: Routes, *, metrics: ExtenderMetrics, parse_budget: ParseBudget) -> None:
-        super().__init__(routes, component=COMPONENT, error=_error)
-        self.metrics = metrics
-        self.parse_budget = parse_budget
+# The extender's WSGI app (one per worker process): its errors are {"Error": ...} bodies.
+ExtenderApp = WsgiApp[ExtenderMetrics]
 
 
 def create_app(
@@ -294,4 +287,4 @@ def create_app(
 
         routes["/bench/passthrough"] = {"POST": bench_passthrough}
 
-    return ExtenderApp(routes, metrics=metrics, parse_budget=budget)
+    return ExtenderApp(routes, component=COMPONENT, error=_error, metrics=metrics, parse_budget=budget)

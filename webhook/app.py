@@ -75,14 +75,11 @@ def dispatch(routes: Routes, environ: WSGIEnvironment) -> Reply:
     return wsgi.dispatch(routes, environ, _status)
 
 
-class WebhookApp(WsgiApp):
-    """The WSGI callable of one worker process: its routes, and its metrics and parse
-    budget (which tests and benchmarks look at)."""
+class WebhookApp(WsgiApp[HttpMetrics]):
+    """The webhook's WSGI app (one per worker process): its errors are Status bodies."""
 
     def __init__(self, routes: Routes, *, metrics: HttpMetrics, parse_budget: ParseBudget) -> None:
-        super().__init__(routes, component=COMPONENT, error=_status)
-        self.metrics = metrics
-        self.parse_budget = parse_budget
+        super().__init__(routes, component=COMPONENT, error=_status, metrics=metrics, parse_budget=parse_budget)
 
 
 SYNCED_DOC = "1 once the namespace cache has synced (in every worker: the webhook is ready), else 0."

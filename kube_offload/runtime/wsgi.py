@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Generic, Iterable, Mapping, Sequence, TypeVar
 from wsgiref.types import StartResponse, WSGIEnvironment
 
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
@@ -27,6 +27,8 @@ from kube_offload.runtime.body_limit import OverParseBudget, ParseBudget, ParseB
 from kube_offload.runtime.probes import HEALTHZ, METRICS, READYZ, Check, probe_answer
 
 log = logging.getLogger("kube_offload.runtime.wsgi")
+
+M = TypeVar("M")  # a component's metrics
 
 # "200 OK", "404 Not Found" ... by code, as WSGI's start_response wants the status.
 STATUS_LINES = {status.value: f"{status.value} {status.phrase}" for status in HTTPStatus}
@@ -98,14 +100,18 @@ def dispatch(routes: Routes, environ: WSGIEnvironment, error: ErrorReply) -> Rep
     return handler(environ)
 
 
-class WsgiApp:
-    """The WSGI callable of one worker process: its routes, and its component's words for
-    an error. A route catches its own failures; one that escapes is logged and answered
-    500, never a dead worker."""
+class WsgiApp(Generic[M]):
+    """The WSGI callable of one worker process: its routes, its component's words for an
+    error, and its metrics and parse budget (which tests and benchmarks look at). A route
+    catches its own failures; one that escapes is logged and answered 500, never a dead
+    worker."""
 
-    def __init__(self, routes: Routes, *, component: str, error: ErrorReply) -> None:
+    def __init__(self, routes: Routes, *, component: str, error: ErrorReply, metrics: M,
+                 parse_budget: ParseBudget) -> None:
         self.routes = routes
         self.error = error
+        self.metrics = metrics
+        self.parse_budget = parse_budget
         self.internal_error = error(500, "InternalError", f"the {component} failed unexpectedly; see its log")
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
