@@ -58,6 +58,8 @@ _STATE_FIELDS = ("state", "lastState")
 
 def truncate_utf8(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` bytes of UTF-8, never inside a character."""
+    if len(text) * 4 <= limit:
+        return text  # at most 4 bytes a character: no need to encode (the common case)
     encoded = text.encode("utf-8", errors="replace")
     if len(encoded) <= limit:
         return text
