@@ -48,6 +48,8 @@ EVENT_TYPES: Final = frozenset({"Normal", "Warning"})
 # The local Events, counts and budgets a ledger remembers; the oldest are forgotten first
 # (forgetting one costs at most one patch that changes nothing, or one early write).
 REMEMBERED: Final = 4096
+# What stands for the message in the name of a combined Event (Aggregate.combined).
+COMBINED_KEY: Final = "(combined)"
 # The remote sources named in a copy's annotation, at most.
 SOURCES_SHOWN: Final = 4
 
@@ -70,13 +72,15 @@ def event_type_and_reason(event: Mapping) -> tuple[str, str] | None:
 @dataclass
 class Aggregate:
     """One local Event: every remote Event about one local object with this type, reason,
-    message (and, for a pod, the container it is about: ``field_path``). ``counts``:
-    remote Event UID -> its count."""
+    message (and, for a pod, the container it is about: ``field_path``), or with this type
+    and reason whatever their message (``combined``: its message is the latest one's, which
+    changes while its name does not). ``counts``: remote Event UID -> its count."""
 
     type: str
     reason: str
     message: str
     field_path: str = ""
+    combined: bool = False
     counts: dict[str, int] = field(default_factory=dict)
     first: str | None = None
     last: str | None = None
@@ -131,6 +135,15 @@ def local_object_event_name(obj_name: str, kind: str, obj_uid: str, type_: str, 
     return n.local_event_name(obj_name, "\x00".join(key))
 
 
+def aggregate_event_name(local_obj: Mapping, kind: str, group: Aggregate) -> str:
+    """The name of ``group``'s local Event about ``local_obj`` (of ``kind``)."""
+    meta = _meta(local_obj)
+    # A combined Event's key is its type and reason: no container's fieldPath looks like this.
+    message, field_path = ("", COMBINED_KEY) if group.combined else (group.message, group.field_path)
+    return local_object_event_name(str(meta.get("name") or ""), kind, str(meta.get("uid") or ""), group.type,
+                                   group.reason, message, field_path)
+
+
 def forge_object_event(
     group: Aggregate,
     local_obj: Mapping,
@@ -152,10 +165,7 @@ def forge_object_event(
         "uid": meta.get("uid"),
         "fieldPath": group.field_path,
     }
-    name = local_object_event_name(
-        str(meta.get("name") or ""), api_kind.kind, str(meta.get("uid") or ""), group.type, group.reason, group.message,
-        group.field_path,
-    )
+    name = aggregate_event_name(local_obj, api_kind.kind, group)
     event = {
         "apiVersion": "v1",
         "kind": "Event",

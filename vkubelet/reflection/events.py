@@ -62,8 +62,8 @@ from vkubelet.reflection.event_copies import (
     converge,
     event_age_seconds,
     event_type_and_reason,
+    aggregate_event_name,
     forge_object_event,
-    local_object_event_name,
 )
 from vkubelet.reflection.policy import Policy, should_reflect
 from vkubelet.reflection.settings import EVENTS
@@ -147,7 +147,8 @@ def pod_event_groups(events: Iterable[Mapping], containers: frozenset[str]) -> l
         result += alone
         if combined:
             latest = max(combined, key=lambda g: (g.last or "", g.message))
-            merged = Aggregate(type_, reason, truncate_utf8(COMBINED_PREFIX + latest.message, EVENT_MESSAGE_BYTES))
+            merged = Aggregate(type_, reason, truncate_utf8(COMBINED_PREFIX + latest.message, EVENT_MESSAGE_BYTES),
+                               combined=True)
             for group in combined:
                 merged.merge(group)
             result.append(merged)
@@ -155,9 +156,7 @@ def pod_event_groups(events: Iterable[Mapping], containers: frozenset[str]) -> l
 
 
 def pod_event_name(pod: Mapping, group: Aggregate) -> str:
-    meta = _meta(pod)
-    return local_object_event_name(str(meta.get("name") or ""), kinds.PODS.kind, str(meta.get("uid") or ""),
-                                   group.type, group.reason, group.message, group.field_path)
+    return aggregate_event_name(pod, kinds.PODS.kind, group)
 
 
 def involved_key(event: Mapping) -> str | None:

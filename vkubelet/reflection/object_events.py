@@ -48,8 +48,8 @@ from vkubelet.reflection.event_copies import (
     converge,
     event_age_seconds,
     event_type_and_reason,
+    aggregate_event_name,
     forge_object_event,
-    local_object_event_name,
 )
 from vkubelet.reflection.policy import should_reflect
 from vkubelet.reflection.reflector import ReflectionLoop, is_terminating
@@ -286,9 +286,7 @@ class ObjectEventReflector(ReflectionLoop):
         """Write the local Event of ``group`` if it changed and its bounds allow; else
         the seconds until they do (0: nothing to wait for)."""
         meta = _meta(local)
-        name = local_object_event_name(
-            str(meta.get("name") or ""), api_kind.kind, str(meta.get("uid") or ""), group.type, group.reason, group.message
-        )
+        name = aggregate_event_name(local, api_kind.kind, group)
 
         def forge(count: int) -> dict:
             return forge_object_event(

@@ -122,6 +122,12 @@ def test_from_the_tenth_distinct_message_of_one_reason_they_are_combined():
     assert combined["message"] == COMBINED_PREFIX + "probe failed: 14"  # the latest
     assert combined["count"] == 6 and "fieldPath" not in combined["involvedObject"]
     assert combined["firstTimestamp"] == "2026-01-01T12:09:00Z" and combined["lastTimestamp"] == "2026-01-01T12:14:00Z"
+    # A later message changes the combined Event's message and count, never its name.
+    [later] = [e for e in local_events(chatty + [remote_event("c15", reason="Unhealthy", message="probe failed: 15",
+                                                              count=1, first="2026-01-01T12:15:00Z", last="2026-01-01T12:15:00Z")])
+               if e["message"].startswith(COMBINED_PREFIX)]
+    assert later["message"] == COMBINED_PREFIX + "probe failed: 15" and later["count"] == 7
+    assert later["metadata"]["name"] == combined["metadata"]["name"]
     # Nine distinct messages stay alone; another reason is counted on its own.
     assert not any(e["message"].startswith(COMBINED_PREFIX) for e in local_events(chatty[:9]))
     assert len(local_events(chatty[:9] + [remote_event("x", reason="Other")])) == 10
