@@ -263,6 +263,16 @@ class Topology:
     # B as its consumer, with the tests' provider policy; whether B may offload A's pods
     # further is A's Consumer on B (spec.furtherOffloading, off as everywhere: tests set it).
     further: list[ClusterSpec] = field(default_factory=list)
+    # The charts as pods: more values for each chart, merged over chart_pods' own:
+    # {"local": {...}, "remote": {...}}, e.g. the charts' default two replicas and the
+    # vkubelet's CSR serving certificate (which makes the local apiserver verify kubelets:
+    # chart_pods.verifies_kubelets), as tests/realnode/test_day2.py asks.
+    chart_values: dict = field(default_factory=dict)
+    # The charts as pods: install first the previous release made from this git revision
+    # ("" none; previous_release.py: its image and charts), for a test to upgrade.
+    previous_release: str = ""
+    # Set by up: the version both charts were installed at ("" the checkout's).
+    chart_version: str = ""
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes, *self.further]
@@ -292,6 +302,9 @@ class Topology:
             chart_pods=data.get("chart_pods", False),
             overlapping_pod_cidrs=data.get("overlapping_pod_cidrs", False),
             further=[ClusterSpec(**f) for f in data.get("further", [])],
+            chart_values=data.get("chart_values", {}),
+            previous_release=data.get("previous_release", ""),
+            chart_version=data.get("chart_version", ""),
         )
 
 
@@ -640,7 +653,8 @@ class Cluster:
             except (OSError, ValueError):
                 continue
             name = f"{self.name}/{pid_file.stem}"
-            if self.control_planes.adopt(name, pid, log=str(pid_file.with_name(pid_file.stem + ".log"))):
+            log = self.pids_dir.parent / "logs" / f"{pid_file.stem}.log"  # kwokctl's
+            if self.control_planes.adopt(name, pid, log=str(log)):
                 recorded.append(name)
         return recorded
 
@@ -1016,6 +1030,15 @@ class Environment:
         try:
             registry.start(binary=self.node_bins.registry, processes=self.processes, log=self.log_path(reg.PROCESS_NAME))
             reg.fill(registry, nbins=self.node_bins, helm=self.bins.helm, say=self.say)
+            if topology.previous_release:
+                from kube_offload_harness import previous_release
+
+                try:
+                    topology.chart_version = previous_release.push(
+                        registry, helm=self.bins.helm, commit=topology.previous_release, say=self.say)
+                except previous_release.PreviousReleaseError as exc:
+                    raise ClusterError(str(exc)) from None
+                self.topology_path.write_text(topology.to_json())
         except reg.RegistryError as exc:
             raise ClusterError(str(exc)) from None
 
@@ -1048,8 +1071,11 @@ class Environment:
                 if not self.real_node(spec).reserve_slot():
                     spec.real_node_slot = -1
         # The charts as pods run a vkubelet pod whose certificate comes from the chart's
-        # default (self-signed): that environment keeps kubelets unverified.
-        topology.local.verify_kubelets = not topology.chart_pods
+        # default (self-signed): that environment keeps kubelets unverified, unless its
+        # values ask for a certificate from the CSR API (chart_pods.verifies_kubelets).
+        from kube_offload_harness import chart_pods
+
+        topology.local.verify_kubelets = not topology.chart_pods or chart_pods.verifies_kubelets(topology.chart_values)
         if topology.overlapping_pod_cidrs:
             for spec in topology.remotes:
                 if pods_on_real_node(topology, spec):
