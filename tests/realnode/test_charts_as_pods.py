@@ -34,10 +34,10 @@ from kube_offload import constants as C
 from kube_offload import peering as p
 from kube_offload_harness import chart_pods, fabric, oci_image
 from kube_offload_harness import real_node_config as rc
-from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, default_topology
+from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
 
-from .conftest import environment
+from .conftest import charts_as_pods_topology, environment, local_and_remote
 from support.waiting import wait_for
 
 NAMESPACE = chart_pods.NAMESPACE
@@ -53,38 +53,10 @@ COMPONENT_COMMANDS = {"webhook", "extender", "vkubelet", "enforcer"}
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, request) -> Iterator[Environment]:
-    # `cluster up --real-nodes true`'s shape, the demo's (cluster_cli.up_topology): the
-    # remote's only node is its real node, untainted, joined to the local one by the fabric,
-    # with the local node's pod CIDR
-    topology = default_topology(prefix="cp", remotes=1, local_nodes=1, remote_nodes=0)
-    topology.chart_pods = True
-    topology.remotes[0].real_node_tainted = False
-    topology.overlapping_pod_cidrs = True  # both real nodes hand out the same pod addresses
-    topology.peering = PEERING_HARNESS  # up runs `kube-offload peer` for the remote
-    for env in environment(tmp_path_factory, request, topology):
-        try:
-            yield env
-        finally:
-            if request.session.testsfailed:
-                _print_chart_pods(env)
+    yield from environment(tmp_path_factory, request, charts_as_pods_topology("cp"))
 
 
-def _print_chart_pods(env: Environment) -> None:
-    topology = env.topology()
-    if topology is None:
-        return
-    for spec in topology.clusters():
-        cluster = env.cluster(spec)
-        if cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0:
-            print(f"\n--- {cluster.name}: pods of {NAMESPACE}\n{chart_pods.describe_pods(cluster)}")
-            for pod in chart_pods.pods(cluster):
-                logs = cluster.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], "--tail=30", check=False)
-                print(f"--- logs of {pod['metadata']['name']}:\n{logs.stdout}{logs.stderr}")
-
-
-def _clusters(env: Environment) -> tuple[Cluster, Cluster]:
-    topology = env.topology()
-    return env.cluster(topology.local), env.cluster(topology.remotes[0])
+_clusters = local_and_remote
 
 
 def _component_pods(cluster: Cluster, component: str) -> list[dict]:
