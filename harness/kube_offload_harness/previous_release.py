@@ -138,6 +138,8 @@ def image_archive(commit: str, say: Say, repo: Path = REPO) -> Path:
         partial = target.with_name(target.name + ".tmp")
         shutil.move(str(built[0]), partial)
         os.replace(partial, target)
+        # The archive is what is kept: the tag in buildah's storage would pile up, one per commit.
+        subprocess.run(["buildah", "rmi", env["KUBE_OFFLOAD_IMAGE"]], capture_output=True, check=False, timeout=120)
         say(f"  built in {int(time.monotonic() - started)}s: {target}")
     return target
 
