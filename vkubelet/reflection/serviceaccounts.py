@@ -243,7 +243,7 @@ class ServiceAccountTokenReflector:
         return resolve_mode(pod, self._twins.local_namespaces.get(namespace)).mode == API_SERVER_HOME
 
     # --- the pod loop's gate ------------------------------------------------------------------
-    def export_pending(self, pod: Mapping) -> list[str]:
+    def export_pending(self, pod: Mapping[str, Any]) -> list[str]:
         """The token Secret ``pod`` mounts, while the remote cache has none made for it (this
         UID). The pod loop holds the pod's ShadowPod back meanwhile (bounded, as for by-use
         exports: usage.hold_for_exports): the same pod event started the mint here, and a
