@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, TYPE_CHECKING, cast
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.kube import Kube, split_key
+from kube_offload.runtime.kube import Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
 from vkubelet.pods import addresses, daemonsets
@@ -28,6 +28,7 @@ from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.twins.namespaces import TwinNamespaces
 from vkubelet.pods import ending, handback, shadowpods
+from vkubelet.pods.first_status import FirstWriteHolds
 from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
 from vkubelet.shared.policy_events import PolicyNotices
@@ -77,6 +78,9 @@ class PodOffloader:
         self.notices = PolicyNotices(recorder)
         # Pods told that an address their provider reports is not shown (once each).
         self.outside_addresses = addresses.OutsideAddresses()
+        # The first status write of a pod whose remote pod is Pending waits a moment, so
+        # that its start is one write, not two (status.first_write_may_wait).
+        self.first_writes = FirstWriteHolds(st.FIRST_WRITE_HOLD_SECONDS)
         # Pods not sent because the policy refuses them: tried again when it changes.
         self._policy_refused: set[str] = set()
         self._policy_refused_lock = threading.Lock()
@@ -187,6 +191,7 @@ class PodOffloader:
         shadows = self._shadows_of(key)
         if local is None:
             self.local.status_echoes.forget(key)
+            self.first_writes.forget(key)
         if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
             self.refusals.forget_prefix(key)
             self.not_policy_refused(key)
@@ -345,6 +350,15 @@ class PodOffloader:
             self.recorder.warning(local, reasons.REASON_POD_IP_NOT_REMAPPED, message)
         desired = st.desired_status(local, remote, shp, self.settings.node_address, pod_ips)
         patch = st.status_patch(local, desired)
-        if patch is not None:
-            self.local.patch_status(local, patch)
-            logger.debug("status updated: phase %s", (desired or {}).get("phase"))
+        if patch is None:
+            return
+        key = object_key(local)
+        if st.first_write_may_wait(local, remote):
+            wait = self.first_writes.left(key)
+            if wait > 0:
+                # No Requeue: the reconcile goes on to what follows the status sync.
+                self.controller.enqueue_after(key, wait)
+                return
+        self.first_writes.forget(key)
+        self.local.patch_status(local, patch)
+        logger.debug("status updated: phase %s", (desired or {}).get("phase"))
