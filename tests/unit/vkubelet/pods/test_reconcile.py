@@ -267,3 +267,46 @@ def test_a_remote_pod_pending_past_the_hold_is_mirrored_pending(loop: Loop) -> N
     [write] = loop.local.of(PATCH, PODS)
     assert write.body["status"]["hostIP"] == loop.settings.node_address
     assert write.body["status"]["message"] == "pulling"
+
+
+def test_a_running_pods_reconciles_translate_it_again_only_when_an_input_changed(loop: Loop, monkeypatch) -> None:
+    """Issue 39: a running pod's remote events, echoes and resyncs change neither pod, nor
+    the translation context: the template sync's answer is remembered, not recomputed; a
+    new version of the local pod, or a new context (the provider's policy, the node's
+    labels, the relay), is translated and carried again."""
+    pod = loop.add_local(bound_pod())
+    shp = offloaded(loop, pod)
+    loop.pods.remote_pods.apply(ADDED, remote_pod(shp, podIP="10.20.0.7"))
+    loop.reconcile()  # the status written
+    loop.pods.local_pods.apply(MODIFIED, loop.local.stored(PODS, "web", "ns"))  # and its echo
+    translated = []
+    desired = loop.pods.desired
+    monkeypatch.setattr(loop.pods, "desired", lambda *a, **k: translated.append(1) or desired(*a, **k))
+    loop.reconcile()
+    assert len(translated) == 1
+    for rv in ("51", "52", "53"):  # remote pod events; a resync
+        loop.pods.remote_pods.apply(MODIFIED, {**remote_pod(shp, podIP="10.20.0.7"),
+                                               "metadata": {**remote_pod(shp)["metadata"], "resourceVersion": rv}})
+        loop.reconcile()
+    assert len(translated) == 1 and loop.remote.of(PATCH, SHADOWPODS) == []
+
+    # `kubectl label`: a new version of the local pod, translated and carried.
+    stored = loop.local.stored(PODS, "web", "ns")
+    relabelled = {**stored, "metadata": {**stored["metadata"], "resourceVersion": "99",
+                                         "labels": {**(stored["metadata"].get("labels") or {}), "tier": "gold"}}}
+    loop.add_local(relabelled)
+    loop.reconcile()
+    assert len(translated) == 2
+    [carried] = loop.remote.of(PATCH, SHADOWPODS)
+    assert carried.body["spec"]["pod"]["metadata"]["labels"]["tier"] == "gold"
+
+    # A new translation context (here: the relay moved) is looked at again too.
+    shp_now = loop.remote.stored(SHADOWPODS, "web", TWIN)
+    loop.pods.shadowpods.apply(MODIFIED, shp_now)
+    loop.reconcile()
+    count = len(translated)
+    loop.reconcile()
+    assert len(translated) == count  # in sync, remembered
+    loop.pods.home_api = lambda: HomeAPIEndpoint(ip="10.96.99.99", port=443)
+    loop.reconcile()
+    assert len(translated) == count + 1
