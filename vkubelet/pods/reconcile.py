@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, TYPE_CHECKING, cast
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.kube import Kube, split_key
+from kube_offload.runtime.kube import Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
 from vkubelet.pods import addresses, daemonsets
@@ -28,6 +28,7 @@ from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.twins.namespaces import TwinNamespaces
 from vkubelet.pods import ending, handback, shadowpods
+from vkubelet.pods.first_status import FirstWriteHolds
 from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
 from vkubelet.shared.policy_events import PolicyNotices
@@ -77,6 +78,13 @@ class PodOffloader:
         self.notices = PolicyNotices(recorder)
         # Pods told that an address their provider reports is not shown (once each).
         self.outside_addresses = addresses.OutsideAddresses()
+        # The first status write of a pod whose remote pod is Pending waits a moment, so
+        # that its start is one write, not two (status.first_write_may_wait).
+        self.first_writes = FirstWriteHolds(st.FIRST_WRITE_HOLD_SECONDS)
+        # Per pod key, the inputs of the last template sync that found nothing to carry
+        # (_sync_template): the same inputs give the same answer, so the translation is
+        # not done again for each remote pod event, status echo and resync.
+        self._templates_in_sync: dict[str, tuple[Any, ...]] = {}
         # Pods not sent because the policy refuses them: tried again when it changes.
         self._policy_refused: set[str] = set()
         self._policy_refused_lock = threading.Lock()
@@ -187,6 +195,8 @@ class PodOffloader:
         shadows = self._shadows_of(key)
         if local is None:
             self.local.status_echoes.forget(key)
+            self.first_writes.forget(key)
+            self._templates_in_sync.pop(key, None)
         if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
             self.refusals.forget_prefix(key)
             self.not_policy_refused(key)
@@ -250,7 +260,7 @@ class PodOffloader:
             shadowpods.create(self, local, twin, desired, attempt, logger)
             return
 
-        shadowpods.sync_template(self, local, current, self.desired(local, twin), logger)
+        self._sync_template(key, local, current, twin, logger)
         remote = self.remote_pods.get(f"{twin}/{name}")
         if remote is not None and (not self._is_ours(remote) or not shadowpods.belongs_to(remote, current)):
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
@@ -275,12 +285,33 @@ class PodOffloader:
             retry = UNSCHEDULABLE_RETRY_SECONDS if due_in is None else min(UNSCHEDULABLE_RETRY_SECONDS, due_in + 0.5)
             raise Requeue(retry, "remote pod unschedulable")
 
-    # --- what the steps are handed ---------------------------------------------------------------------
-    def desired(self, local: dict[str, Any], twin: str) -> Desired:
-        """The pod as the remote cluster should run it and its ShadowPod in ``twin``, from
-        the inputs read once here (the translation context, the pod's API server mode)."""
+    def _sync_template(self, key: str, local: dict[str, Any], shp: dict[str, Any], twin: str,
+                       logger: logging.LoggerAdapter[logging.Logger]) -> None:
+        """shadowpods.sync_template, skipped when its every input is what it was at the
+        last sync that found the template in sync: the local pod and the ShadowPod (their
+        resourceVersions: any change of either is a new version), the translation context
+        (the provider's policy, the node's labels, the relay...) and the pod's API server
+        mode. A running pod's reconciles are mostly remote pod events and echoes, which
+        change none of these; the translation (a deep copy of the spec, the policy fit,
+        the ShadowPod built) was most of such a reconcile's CPU (issue 39)."""
         context = self.context()
         mode = self.api_server_mode(local)
+        inputs = (_version(local), shp["metadata"].get("uid"), _version(shp), twin, context, mode)
+        if self._templates_in_sync.get(key) == inputs:
+            return
+        if shadowpods.sync_template(self, local, shp, self.desired(local, twin, context=context, mode=mode), logger):
+            self._templates_in_sync[key] = inputs
+        else:
+            self._templates_in_sync.pop(key, None)
+
+    # --- what the steps are handed ---------------------------------------------------------------------
+    def desired(self, local: dict[str, Any], twin: str, *, context: TranslationContext | None = None,
+                mode: APIServerMode | None = None) -> Desired:
+        """The pod as the remote cluster should run it and its ShadowPod in ``twin``, from
+        the inputs read once here (the translation context, the pod's API server mode;
+        read now unless the caller just read them)."""
+        context = context or self.context()
+        mode = mode or self.api_server_mode(local)
         remote = translate_pod(local, context, api_server=mode.mode)
         return Desired(
             remote=remote,
@@ -345,6 +376,19 @@ class PodOffloader:
             self.recorder.warning(local, reasons.REASON_POD_IP_NOT_REMAPPED, message)
         desired = st.desired_status(local, remote, shp, self.settings.node_address, pod_ips)
         patch = st.status_patch(local, desired)
-        if patch is not None:
-            self.local.patch_status(local, patch)
-            logger.debug("status updated: phase %s", (desired or {}).get("phase"))
+        if patch is None:
+            return
+        key = object_key(local)
+        if st.first_write_may_wait(local, remote):
+            wait = self.first_writes.left(key)
+            if wait > 0:
+                # No Requeue: the reconcile goes on to what follows the status sync.
+                self.controller.enqueue_after(key, wait)
+                return
+        self.first_writes.forget(key)
+        self.local.patch_status(local, patch)
+        logger.debug("status updated: phase %s", (desired or {}).get("phase"))
+
+
+def _version(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")

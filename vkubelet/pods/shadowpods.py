@@ -81,19 +81,20 @@ def create(
         loop.recorder.normal(local, reason, message)
 
 
-def sync_template(loop: StepContext, local: dict[str, Any], shp: dict[str, Any], desired: Desired, logger: logging.LoggerAdapter[logging.Logger]) -> None:
+def sync_template(loop: StepContext, local: dict[str, Any], shp: dict[str, Any], desired: Desired, logger: logging.LoggerAdapter[logging.Logger]) -> bool:
     """What a running pod may change - labels and annotations (a controller adopting
     or releasing it, `kubectl label`), container images, activeDeadlineSeconds,
     tolerations - follows into the ShadowPod's template; the enforcer then patches
     the remote pod in place (kube_offload.pod_updates). The rest of the template is
-    left as first written."""
+    left as first written. True when the template was in sync already (nothing to
+    carry): the only answer the reconcile may remember for the same inputs."""
     patch = template_patch(views.pod_template(shp) or {}, views.pod_template(desired.shadowpod) or {})
     if not patch:
-        return
+        return True
     meta = shp["metadata"]
     attempt = loop.refusals.attempt((object_key(local), UPDATE), local)
     if attempt.wait > 0:
-        return  # refused before and nothing changed since; a timer brings us back
+        return False  # refused before and nothing changed since; a timer brings us back
     try:
         loop.kube.patch(
             SHADOWPODS, meta["name"], {"spec": {"pod": patch}}, namespace=meta["namespace"], content_type=MERGE_PATCH
@@ -106,12 +107,13 @@ def sync_template(loop: StepContext, local: dict[str, Any], shp: dict[str, Any],
         # of this reconcile must still happen, so no Requeue: a timer instead.
         delay = _refused(loop, local, attempt, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
         loop.controller.enqueue_after(object_key(local), delay)
-        return
+        return False
     loop.refusals.forget(attempt.key)
     # What the policy took out of what a running pod may change (labels,
     # annotations, tolerations); the rest of the template was told at creation.
     loop.notices.tell(local, adjusted=[n for n in desired.remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
     logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
+    return False
 
 
 def request_termination(loop: StepContext, shp: dict[str, Any], grace: int, logger: logging.LoggerAdapter[logging.Logger]) -> None:

@@ -51,6 +51,11 @@ MANAGED_FIELDS = (*REMOTE_POD_STATUS, "hostIP", "hostIPs")
 # while the remote pod has none (a recreated pod has no IP or container statuses for a
 # moment; blanking them would only make the local pod flicker).
 CLEARABLE_FIELDS = frozenset({"reason", "message"})
+# How long the first status write of a local pod may wait while its remote pod is Pending
+# (first_write_may_wait): on a quick provider the remote pod is created, bound and started
+# within it, and the local pod gets one pods/status write instead of two (issue 39). A
+# remote pod still Pending then is mirrored Pending, as before, 5 s later.
+FIRST_WRITE_HOLD_SECONDS = 5.0
 
 
 def recreations_of(shadowpod: Mapping[str, Any] | None) -> int:
@@ -104,6 +109,21 @@ def desired_status(
         if theirs.get(field):
             status[field] = bounds.truncate_utf8(str(theirs[field]), limit)
     return status
+
+
+def first_write_may_wait(local: Mapping[str, Any], remote: Mapping[str, Any]) -> bool:
+    """Whether the local pod's status write may be held back a moment
+    (:data:`FIRST_WRITE_HOLD_SECONDS`) so that its remote pod's creation, binding and start
+    become one write (Running) instead of two (Pending with the virtual node's address,
+    then Running): nothing is mirrored on the local pod yet (no ``hostIP``: every mirror
+    write sets it), the remote pod is still Pending, and neither pod is being deleted.
+    Anything else - a pod that runs, ended, or is going, and every later change - is
+    written at once; the hold only ever delays a Pending pod's first mirror."""
+    if (local.get("status") or {}).get("hostIP"):
+        return False
+    if (local.get("metadata") or {}).get("deletionTimestamp") or (remote.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return ((remote.get("status") or {}).get("phase") or "Pending") == "Pending"
 
 
 def _deleted_behind_our_back(local: Mapping[str, Any], remote: Mapping[str, Any]) -> bool:

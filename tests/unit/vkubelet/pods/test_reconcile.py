@@ -30,7 +30,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload import views
 from kube_offload.runtime.controller import Requeue
-from kube_offload.runtime.informer import ADDED, DELETED
+from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
 from kube_offload.runtime.kinds import EVENTS, PODS, SHADOWPODS
 from kube_offload.runtime.kube import MERGE_PATCH
 from kube_offload.times import format_time, utc_now
@@ -39,6 +39,7 @@ from support.informers import answered_403, listed
 from support.recording_kube import CREATE, DELETE, PATCH, RecordingKube, forbidden
 from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.pods import refusals
+from vkubelet.pods.first_status import FirstWriteHolds
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.settings import Settings
 from kube_offload import reasons
@@ -230,3 +231,82 @@ def test_a_forbidden_twin_gets_nothing_written_but_a_warning(loop: Loop) -> None
     assert loop.remote.writes == []
     assert [w for w in loop.local.writes if w.resource != EVENTS] == []
     assert loop.events() == [("Warning", reasons.REASON_TWIN_FORBIDDEN)]
+
+
+def test_a_remote_pod_created_then_started_is_one_local_status_write(loop: Loop) -> None:
+    """Issue 39: the remote pod's creation, binding and start fold into one pods/status
+    write while it is Pending (at most FIRST_WRITE_HOLD_SECONDS); a pod still Pending
+    then is mirrored Pending."""
+    clock = [100.0]
+    loop.pods.first_writes = FirstWriteHolds(5.0, lambda: clock[0])
+    pod = loop.add_local(bound_pod())
+    shp = offloaded(loop, pod)
+    pending = remote_pod(shp, phase="Pending")
+    loop.pods.remote_pods.apply(ADDED, pending)
+    loop.reconcile()
+    clock[0] += 1
+    loop.reconcile()  # bound, initialised...: still Pending, still held
+    assert loop.local.of(PATCH, PODS) == []
+    loop.pods.remote_pods.apply(MODIFIED, remote_pod(shp, phase="Running", podIP="10.20.0.7"))
+    loop.reconcile()
+    [write] = loop.local.of(PATCH, PODS)
+    assert write.body["status"]["phase"] == "Running" and write.body["status"]["hostIP"] == loop.settings.node_address
+    assert len(loop.pods.first_writes) == 0
+
+
+def test_a_remote_pod_pending_past_the_hold_is_mirrored_pending(loop: Loop) -> None:
+    clock = [100.0]
+    loop.pods.first_writes = FirstWriteHolds(5.0, lambda: clock[0])
+    pod = loop.add_local(bound_pod())
+    shp = offloaded(loop, pod)
+    loop.pods.remote_pods.apply(ADDED, remote_pod(shp, phase="Pending", message="pulling"))
+    loop.reconcile()
+    assert loop.local.of(PATCH, PODS) == []
+    clock[0] += 5
+    loop.reconcile()
+    [write] = loop.local.of(PATCH, PODS)
+    assert write.body["status"]["hostIP"] == loop.settings.node_address
+    assert write.body["status"]["message"] == "pulling"
+
+
+def test_a_running_pods_reconciles_translate_it_again_only_when_an_input_changed(loop: Loop, monkeypatch) -> None:
+    """Issue 39: a running pod's remote events, echoes and resyncs change neither pod, nor
+    the translation context: the template sync's answer is remembered, not recomputed; a
+    new version of the local pod, or a new context (the provider's policy, the node's
+    labels, the relay), is translated and carried again."""
+    pod = loop.add_local(bound_pod())
+    shp = offloaded(loop, pod)
+    loop.pods.remote_pods.apply(ADDED, remote_pod(shp, podIP="10.20.0.7"))
+    loop.reconcile()  # the status written
+    loop.pods.local_pods.apply(MODIFIED, loop.local.stored(PODS, "web", "ns"))  # and its echo
+    translated = []
+    desired = loop.pods.desired
+    monkeypatch.setattr(loop.pods, "desired", lambda *a, **k: translated.append(1) or desired(*a, **k))
+    loop.reconcile()
+    assert len(translated) == 1
+    for rv in ("51", "52", "53"):  # remote pod events; a resync
+        loop.pods.remote_pods.apply(MODIFIED, {**remote_pod(shp, podIP="10.20.0.7"),
+                                               "metadata": {**remote_pod(shp)["metadata"], "resourceVersion": rv}})
+        loop.reconcile()
+    assert len(translated) == 1 and loop.remote.of(PATCH, SHADOWPODS) == []
+
+    # `kubectl label`: a new version of the local pod, translated and carried.
+    stored = loop.local.stored(PODS, "web", "ns")
+    relabelled = {**stored, "metadata": {**stored["metadata"], "resourceVersion": "99",
+                                         "labels": {**(stored["metadata"].get("labels") or {}), "tier": "gold"}}}
+    loop.add_local(relabelled)
+    loop.reconcile()
+    assert len(translated) == 2
+    [carried] = loop.remote.of(PATCH, SHADOWPODS)
+    assert carried.body["spec"]["pod"]["metadata"]["labels"]["tier"] == "gold"
+
+    # A new translation context (here: the relay moved) is looked at again too.
+    shp_now = loop.remote.stored(SHADOWPODS, "web", TWIN)
+    loop.pods.shadowpods.apply(MODIFIED, shp_now)
+    loop.reconcile()
+    count = len(translated)
+    loop.reconcile()
+    assert len(translated) == count  # in sync, remembered
+    loop.pods.home_api = lambda: HomeAPIEndpoint(ip="10.96.99.99", port=443)
+    loop.reconcile()
+    assert len(translated) == count + 1

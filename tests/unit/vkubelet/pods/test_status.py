@@ -352,3 +352,31 @@ def test_container_statuses_only_of_the_local_pods_containers_one_each():
 
 def test_a_phase_the_api_does_not_define_leaves_the_local_phase():
     assert "phase" not in desired_status(_local(phase="Running"), _remote(phase="Hacked"), None, HOST)
+
+
+# --- the first write held back while the remote pod is Pending (issue 39) ---------------------
+def test_the_first_write_may_wait_while_the_remote_pod_is_pending():
+    assert st.first_write_may_wait(_local(), _remote(phase="Pending"))
+    assert st.first_write_may_wait(_local(), {"metadata": {}, "status": {}})  # just created: no phase yet
+
+
+@pytest.mark.parametrize("why, local, remote", [
+    ("the remote pod runs", _local(), _remote()),
+    ("the remote pod ended", _local(), _remote(phase="Failed")),
+    ("something is mirrored already", _local(hostIP=HOST), _remote(phase="Pending")),
+    ("the local pod is going", {**_local(), "metadata": {"deletionTimestamp": "2026-01-01T00:01:00Z"}},
+     _remote(phase="Pending")),
+    ("the remote pod is going", _local(), {**_remote(phase="Pending"),
+                                            "metadata": {"deletionTimestamp": "2026-01-01T00:01:00Z"}}),
+])
+def test_the_first_write_never_waits_for_anything_but_a_pending_remote_pod(why, local, remote):
+    assert not st.first_write_may_wait(local, remote), why
+
+
+def test_a_mirror_write_always_sets_what_ends_the_hold():
+    # The hold's "nothing mirrored yet" is the absence of hostIP: every write sets it.
+    desired = desired_status(_local(), _remote(phase="Pending"), None, HOST)
+    patch = status_patch(_local(), desired)
+    assert patch is not None and patch["status"]["hostIP"] == HOST
+    merged = _local(**patch["status"])
+    assert not st.first_write_may_wait(merged, _remote(phase="Pending"))
