@@ -336,18 +336,45 @@ def _kubernetes_work(root: Path) -> Path:
     return root / "build" / f"kubernetes-{versions.KUBERNETES}"
 
 
-def _control_plane_list(ctx: Context) -> dict[str, str]:
-    """Write the control plane's wrapper module; the versions its build uses."""
-    work = _kubernetes_work(ctx.root)
-    ctx.say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
-    go_mod_path = Path(downloaded_module(ctx.go, "k8s.io/kubernetes", versions.KUBERNETES, work)["GoMod"])
-    (work / "go.mod").write_text(kubernetes_wrapper_go_mod(versions.KUBERNETES, staging_modules(go_mod_path.read_text())))
+def _list_modules(ctx: Context, work: Path) -> dict[str, str]:
     listing = subprocess.run([ctx.go, "list", "-m", "-f", go_wrapper.LIST_FORMAT, "all"], cwd=work, env=go_env(),
                              capture_output=True, text=True, check=False)
     if listing.returncode != 0:
         raise BuildError(f"step 'list the modules of kubernetes {versions.KUBERNETES}' failed: "
                          f"{listing.stderr.strip()[-800:]}\nWhat to try: check that the Go module proxy is reachable (GOPROXY).")
     return go_wrapper.build_list(listing.stdout)
+
+
+def _control_plane_list(ctx: Context) -> dict[str, str]:
+    """Write the control plane's wrapper module; the versions its build uses, which the
+    programs built in its graph require ({} if that graph cannot be shared).
+
+    First the wrapper that replaces each staging module (k8s.io/kubernetes requires them at
+    v0.0.0) gives the build list; then the wrapper is rewritten to require every module of
+    that list at its version instead, which selects the same versions (checked; otherwise
+    the first wrapper stays) under the names a program's graph can select too
+    (go_wrapper: Go's build cache keys a package by its module's selected version)."""
+    work = _kubernetes_work(ctx.root)
+    ctx.say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
+    go_mod_path = Path(downloaded_module(ctx.go, "k8s.io/kubernetes", versions.KUBERNETES, work)["GoMod"])
+    replacing = kubernetes_wrapper_go_mod(versions.KUBERNETES, staging_modules(go_mod_path.read_text()))
+    (work / "go.mod").write_text(replacing)
+    build_list = _list_modules(ctx, work)
+    requiring = go_wrapper.go_mod("kubernetes", {
+        "k8s.io/kubernetes": versions.KUBERNETES,
+        **go_wrapper.control_plane_requirements(build_list, program_module="k8s.io/kubernetes"),
+    })
+    (work / "go.mod").write_text(requiring)
+    try:
+        changed = go_wrapper.off_the_graph(_list_modules(ctx, work), build_list)
+    except BuildError as exc:
+        changed = [str(exc).splitlines()[0]]
+    if changed:
+        ctx.say(f"- kubernetes {versions.KUBERNETES}: requiring its build list changes it ({', '.join(changed)}): "
+                "built with the staging modules replaced, as before, and no program shares its graph")
+        (work / "go.mod").write_text(replacing)
+        return {}
+    return build_list
 
 
 def _kubernetes_step(ctx: Context, targets: dict[str, Path]) -> Step:

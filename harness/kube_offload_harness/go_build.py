@@ -290,45 +290,65 @@ class ProgramBuild:
     def step(self) -> Step:
         return Step(self.program.title, self.prepare, self.compile)
 
-    def _wrapper(self, directory: Path, pins: Mapping[str, str] | None, local: Mapping[str, Path]) -> None:
-        program = self.program
+    def _wrapper(self, directory: Path, requires: Mapping[str, str], local: Mapping[str, Path]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "go.mod").write_text(go_wrapper.go_mod(program.name, {program.module: program.version},
-                                                            pins=pins, directories=local))
-        if program.main:
-            (directory / "main.go").write_text(program.main.source())
+        (directory / "go.mod").write_text(go_wrapper.go_mod(self.program.name, requires, directories=local))
+        if self.program.main:
+            (directory / "main.go").write_text(self.program.main.source())
 
     def _packages(self) -> list[str]:
         return list(self.program.packages) or ["."]
+
+    def _list_deps(self, graph: Path) -> bool:
+        # `go list -deps` loads every package the build will compile: it downloads exactly
+        # their modules and compiles nothing.
+        return self.ctx.quiet([self.ctx.go, "list", "-deps", *self._packages()], cwd=graph,
+                              log_path=graph / "prepare.log")
 
     def prepare(self) -> None:
         program = self.program
         record = downloaded_module(self.ctx.go, program.module, program.version, self.work)
         self.ldflags = program.stamp(Path(record["GoMod"]).read_text())
+        source = Path(record["Dir"])
         local: dict[str, Path] = {}
         if program.patch:
-            source = self.work / "src"
-            writable_tree(source)
-            shutil.rmtree(source, ignore_errors=True)
-            shutil.copytree(record["Dir"], source, copy_function=shutil.copyfile)
-            writable_tree(source)
+            source = _fresh_copy(source, self.work / "src")
             program.patch(source)
             local[program.module] = source
-        self._wrapper(self.work, None, local)
-        graph = self.work
+        self._wrapper(self.work, {program.module: program.version}, local)
         if program.shared:
-            pins = go_wrapper.control_plane_pins(self.ctx.control_plane_build_list(), program_module=program.module)
-            graph = self.work / "shared"
-            self._wrapper(graph, pins, local)
-        # `go list -deps` loads every package the build will compile: it downloads exactly
-        # their modules and compiles nothing.
-        log = graph / "prepare.log"
-        if not self.ctx.quiet([self.ctx.go, "list", "-deps", *self._packages()], cwd=graph, log_path=log):
-            if not program.shared:
-                return  # the build will say what is wrong
-            self.shared_problem = f"it does not load there ({log})"
-            self.ctx.quiet([self.ctx.go, "list", "-deps", *self._packages()], cwd=self.work,
-                           log_path=self.work / "prepare.log")
+            self._prepare_shared(source)
+            if not self.shared_problem:
+                return
+        self._list_deps(self.work)  # on failure, the build will say what is wrong
+
+    def _prepare_shared(self, source: Path) -> None:
+        """The wrapper in the control plane's graph (go_wrapper): the program from a copy of
+        its source whose go.mod asks for the control plane's versions."""
+        program = self.program
+        control_plane = self.ctx.control_plane_build_list()
+        if not control_plane:
+            self.shared_problem = "the control plane's wrapper has no build list to share"
+            return
+        graph = self.work / "shared"
+        copy = _fresh_copy(source, graph / "src")
+        go_mod = copy / "go.mod"
+        go_mod.write_text(go_wrapper.pin_requirements(go_mod.read_text(), control_plane))
+        (copy / "go.sum").unlink(missing_ok=True)  # a dependency's go.sum is not read; stale anyway
+        requires = {program.module: program.version,
+                    **go_wrapper.control_plane_requirements(control_plane, program_module=program.module)}
+        self._wrapper(graph, requires, {program.module: copy})
+        if not self._list_deps(graph):
+            self.shared_problem = f"it does not load there ({graph / 'prepare.log'})"
+            return
+        listing = subprocess.run([self.ctx.go, "list", "-m", "-f", go_wrapper.LIST_FORMAT, "all"], cwd=graph,
+                                 env=go_env(), capture_output=True, text=True, check=False)
+        off = go_wrapper.off_the_graph(go_wrapper.build_list(listing.stdout), control_plane) if listing.returncode == 0 else []
+        if off:
+            # Whatever imports them (for golang.org/x/text: nearly all of client-go) would be
+            # compiled anew: little to gain for versions other than its own, so as released.
+            self.shared_problem = (f"a dependency needs newer {', '.join(off[:4])}{' ...' if len(off) > 4 else ''} "
+                                   f"than the control plane's ({graph / 'go.mod'})")
 
     def _build(self, graph: Path, what: str) -> None:
         program = self.program
@@ -358,4 +378,13 @@ class ProgramBuild:
             self.ctx.say(f"- {self.program.title}: not in {SHARED_GRAPH}: {self.shared_problem}; "
                          f"building it in {OWN_GRAPH}, as released")
         self._build(self.work, OWN_GRAPH)
-        return f"{OWN_GRAPH} ({SHARED_GRAPH}: {self.shared_problem.split(' (')[0]})" if self.shared_problem else ""
+        return f"{OWN_GRAPH}: {self.shared_problem.split(' (')[0]}" if self.shared_problem else ""
+
+
+def _fresh_copy(source: Path, copy: Path) -> Path:
+    """A writable copy of a module's source (the module cache is read-only), made anew."""
+    writable_tree(copy)
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(source, copy, copy_function=shutil.copyfile)
+    writable_tree(copy)
+    return copy

@@ -3,12 +3,22 @@ from which the binary builder (binaries.py) compiles a released Go program.
 
 A wrapper requires the program's module at its release. On its own, its build list is the
 release's (the program's go.mod decides every version, what ``go install module@version``
-builds): its **own graph**. Pinned, it is the **control plane's graph**: every module that
-the Kubernetes control plane's build also uses is replaced by the version that build uses,
-so the packages the two have in common (client-go, apimachinery, apiserver, grpc, ...) are
-the same source over the same dependencies and Go's build cache compiles them once for all.
-A program whose code does not compile against those versions falls back to its own graph
-(binaries.py says which was used).
+builds): its **own graph**. In the **control plane's graph**, every module that the
+Kubernetes control plane's build also uses is at the version that build uses, so the
+packages the two have in common (client-go, apimachinery, apiserver, grpc, ...) are the
+same packages to Go's build cache, which then compiles them once for all.
+
+Same version means *selected* at that version. Go's cache key for a compiled package
+names its module's selected version, and a ``replace`` directive does not change which
+version is selected (``replace X => X v1`` while the graph asks for v2 compiles v1's source
+under v2's name), so pinning by ``replace`` shares nothing. Hence: the control plane's own
+wrapper requires every module of its build list at its version (no replace, the build list
+unchanged: checked), and a program's wrapper requires the same list and builds the program
+from a copy of its source whose go.mod requires the control plane's versions of the
+modules they share (:func:`pin_requirements`): a tool that asks for cbor v2.9.2 where the
+control plane has v2.9.1 would otherwise move every package above cbor, i.e. most of
+client-go, out of the shared cache. A program that does not compile that way falls back to
+its own graph (binaries.py says which was used).
 
 Everything here is pure: text in, text out.
 """
@@ -16,6 +26,7 @@ Everything here is pure: text in, text out.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Mapping
@@ -37,10 +48,11 @@ def cache_key(name: str, version: str, revision: str = "") -> str:
 
 def go_mod(name: str, requires: Mapping[str, str], *, pins: Mapping[str, str] | None = None,
            directories: Mapping[str, Path] | None = None) -> str:
-    """The wrapper's go.mod. ``requires``: module -> version; ``pins``: module -> the version
-    to use whatever the graph asks for; ``directories``: module -> a local copy of its
-    source (kwok, patched). Its module path ends in ``name``, which is what ``go build``
-    names a small main's binary."""
+    """The wrapper's go.mod. ``requires``: module -> version; ``pins``: module -> the source
+    of that version whatever the graph asks for (only for Kubernetes' staging modules, which
+    k8s.io/kubernetes requires at v0.0.0); ``directories``: module -> a local copy of its
+    source. Its module path ends in ``name``, which is what ``go build`` names a small
+    main's binary."""
     lines = [
         f"module {MODULE_PREFIX}{name}",
         "",
@@ -67,13 +79,43 @@ def build_list(listing: str) -> dict[str, str]:
     return found
 
 
-def control_plane_pins(control_plane: Mapping[str, str], *, program_module: str) -> dict[str, str]:
-    """The pins of the control plane's graph for one program: every module of the control
-    plane's build list at its version there, except k8s.io/kubernetes itself (no program
-    imports it) and the program's own module (always built at its release)."""
+def control_plane_requirements(control_plane: Mapping[str, str], *, program_module: str) -> dict[str, str]:
+    """What a program's wrapper requires besides the program to build in the control plane's
+    graph: every module of the control plane's build list at its version there, except
+    k8s.io/kubernetes itself (no program imports it) and the program's own module."""
     skip = {"k8s.io/kubernetes", program_module}
     return {module: version for module, version in control_plane.items()
             if module not in skip and not module.startswith(MODULE_PREFIX)}
+
+
+_REQUIREMENT = re.compile(r"^(\s*(?:require\s+)?)(\S+)(\s+)(v\S+)", re.MULTILINE)
+
+
+def pin_requirements(go_mod_text: str, versions: Mapping[str, str]) -> str:
+    """A program's go.mod with each requirement of a module in ``versions`` set to that
+    version (up or down); other lines as they were. Only ``require`` lines and the lines of
+    a ``require ( ... )`` block are touched: replace/exclude directives of a dependency are
+    ignored by Go anyway."""
+    out, in_block = [], False
+    for line in go_mod_text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped.startswith("require ("):
+            in_block = True
+        elif in_block and stripped.startswith(")"):
+            in_block = False
+        elif in_block or stripped.startswith("require "):
+            line = _REQUIREMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{versions.get(m.group(2), m.group(4))}",
+                                    line, count=1)
+        out.append(line)
+    return "".join(out)
+
+
+def off_the_graph(selected: Mapping[str, str], control_plane: Mapping[str, str]) -> list[str]:
+    """Modules of the control plane's build list that a program's graph selects at another
+    version (something it needs asks for a newer one): the packages above them are compiled
+    anew for the program."""
+    return sorted(module for module, version in control_plane.items()
+                  if module in selected and selected[module] != version and not module.startswith(MODULE_PREFIX))
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,50 @@ def test_the_build_list_keeps_versions_and_skips_the_main_module_and_directories
         go_wrapper.build_list("a b c\n")
 
 
-def test_the_shared_graph_pins_everything_but_kubernetes_and_the_program_itself():
+def test_the_shared_graph_requires_everything_but_kubernetes_and_the_program_itself():
     control_plane = {"k8s.io/kubernetes": "v1.37.2", "k8s.io/client-go": "v0.37.2", "github.com/coredns/caddy": "v1.1.1",
                      "kube-offload.local/build/kubernetes": "v0.0.0"}
-    pins = go_wrapper.control_plane_pins(control_plane, program_module="github.com/coredns/caddy")
-    assert pins == {"k8s.io/client-go": "v0.37.2"}
+    requires = go_wrapper.control_plane_requirements(control_plane, program_module="github.com/coredns/caddy")
+    assert requires == {"k8s.io/client-go": "v0.37.2"}
+
+
+PROGRAM_GO_MOD = """module sigs.k8s.io/metrics-server
+
+go 1.26.4
+
+require (
+\tgithub.com/fxamacker/cbor/v2 v2.9.2 // indirect
+\tk8s.io/client-go v0.36.2
+\tsigs.k8s.io/logtools v0.9.0
+)
+
+require k8s.io/api v0.36.2
+
+replace k8s.io/api => ../api
+
+tool sigs.k8s.io/logtools/logcheck
+"""
+
+
+def test_a_programs_requirements_are_set_to_the_control_planes_versions_up_or_down():
+    pinned = go_wrapper.pin_requirements(PROGRAM_GO_MOD, {
+        "github.com/fxamacker/cbor/v2": "v2.9.1", "k8s.io/client-go": "v0.37.2", "k8s.io/api": "v0.37.2",
+        "sigs.k8s.io/metrics-server": "v9.9.9",
+    })
+    assert "\tgithub.com/fxamacker/cbor/v2 v2.9.1 // indirect\n" in pinned  # down, comment kept
+    assert "\tk8s.io/client-go v0.37.2\n" in pinned  # up
+    assert "\tsigs.k8s.io/logtools v0.9.0\n" in pinned  # not the control plane's: as it was
+    assert "require k8s.io/api v0.37.2\n" in pinned
+    # Only requirements change: the module line, replace and tool directives stay.
+    assert pinned.startswith("module sigs.k8s.io/metrics-server\n")
+    assert "replace k8s.io/api => ../api\n" in pinned and "tool sigs.k8s.io/logtools/logcheck\n" in pinned
+
+
+def test_modules_a_program_needs_newer_than_the_control_plane_are_named():
+    control_plane = {"k8s.io/client-go": "v0.37.2", "golang.org/x/text": "v0.40.0", "kube-offload.local/build/kubernetes": ""}
+    selected = {"k8s.io/client-go": "v0.37.2", "golang.org/x/text": "v0.41.0", "helm.sh/helm/v3": "v3.22.0"}
+    assert go_wrapper.off_the_graph(selected, control_plane) == ["golang.org/x/text"]
+    assert go_wrapper.off_the_graph(control_plane, control_plane) == []
 
 
 def test_a_cache_key_carries_version_and_revision():
