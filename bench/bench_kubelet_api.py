@@ -38,7 +38,7 @@ from kube_offload_harness import kwok_sim
 from kube_offload_harness.cluster import Environment, default_topology
 from vkubelet.kubeletapi import remote as remote_api
 from vkubelet.kubeletapi import streams
-from vkubelet.naming import twin_namespace_name
+from vkubelet.twins.naming import twin_namespace_name
 
 POD = "bench"
 CONTAINER = "app"

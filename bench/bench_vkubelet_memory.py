@@ -1,4 +1,4 @@
-"""Memory the virtual kubelet's caches hold per offloaded pod, trimmed (vkubelet/trim.py)
+"""Memory the virtual kubelet's caches hold per offloaded pod, trimmed (vkubelet/shared/trim.py)
 vs whole (the baseline, measured in the same run). A script, not a test: it prints figures.
 
 No cluster: the objects one offloaded pod costs a vkubelet are real ones, dumped from the
@@ -20,9 +20,9 @@ local pod, the ShadowPod's template and the remote pod alike.
 
 Variants: ``baseline`` (what the caches held before: the objects whole, managedFields
 dropped); ``whole, strings interned`` (no trimming, only ``trim.interned``);
-``trimmed, nothing interned`` and ``trimmed, keys interned`` (vkubelet/trim.py with
+``trimmed, nothing interned`` and ``trimmed, keys interned`` (vkubelet/shared/trim.py with
 ``interned`` replaced by a no-op, or by one that interns dict keys only); ``trimmed``
-(vkubelet/trim.py as shipped: trimmed, keys and string values interned). The
+(vkubelet/shared/trim.py as shipped: trimmed, keys and string values interned). The
 tracemalloc figure includes the interpreter's table of interned strings (the cost of
 interning strings that are unique, UIDs and timestamps).
 
@@ -145,7 +145,7 @@ def _shift(minute: int, second: int, by: int) -> str:
 
 # --- the transforms -----------------------------------------------------------------------------
 def transforms(variant: str) -> dict:
-    from vkubelet import trim
+    from vkubelet.shared import trim
 
     if variant == "baseline":
         return {cache: None for cache in CACHES}
@@ -214,7 +214,7 @@ def rss_bytes() -> int:
 def run_case(profile: str, pods: int, variant: str, metric: str, parse: str) -> dict:
     objects = load_fixture(profile)
     texts = [pod_texts(objects, i) for i in range(pods)]
-    import vkubelet.trim  # noqa: F401  (imported before the baseline is taken)
+    import vkubelet.shared.trim  # noqa: F401  (imported before the baseline is taken)
 
     gc.collect()
     cpu = 0.0

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from enforcer.shadowpods.api import KubeEnforcerApi
 from enforcer.shadowpods.events import EventRecorder
-from enforcer.shadowpods.reconcile import POD_INDEXERS, Reconciler, shadowpod_of
+from enforcer.shadowpods.reconcile import POD_INDEXERS, Judge, Reconciler, shadowpod_of
 from enforcer.shadowpods.trim import keep_shadowpod, trim_managed_pod
 from enforcer.consumers.consumer_loops import ConsumerLoops
 from enforcer.consumers.quota import twin_owner
@@ -25,7 +25,7 @@ from kube_offload.constants import (
 )
 from kube_offload.consumers import service_account_of
 from kube_offload.pools import Pool, PoolError, parse_pools
-from kube_offload.provider_policy import ProviderPolicyError, parse_policy
+from kube_offload.provider_policy import DEFAULT_POLICY, ProviderPolicy, ProviderPolicyError, parse_policy
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import PODS, SHADOWPODS
@@ -43,18 +43,34 @@ class _Objects(Protocol):
     def get(self, key: str) -> dict[str, Any] | None: ...
 
 
+def consumer_policy(namespace: Mapping[str, Any] | None, consumers: _Objects) -> ProviderPolicy | None:
+    """The provider policy of the consumer owning twin ``namespace``: None when it is not
+    a twin or has no Consumer; the defaults when the policy does not parse (the safe
+    terms: the webhook and the pod judge refuse such a consumer's pods anyway)."""
+    owner = twin_owner(namespace)
+    consumer = consumers.get(owner) if owner else None
+    if consumer is None:
+        return None
+    try:
+        return parse_policy((consumer.get("spec") or {}).get("policy"))
+    except ProviderPolicyError:
+        return DEFAULT_POLICY
+
+
 def remote_api_granted(namespace: Mapping[str, Any] | None, consumers: _Objects) -> bool:
     """Whether the consumer owning twin ``namespace`` is granted the provider's API
     (``spec.policy.pods.remoteAPIAccess``). Not a twin, no such Consumer, or a policy
     that does not parse: not granted (the webhook refuses such ShadowPods anyway)."""
-    owner = twin_owner(namespace)
-    consumer = consumers.get(owner) if owner else None
-    if consumer is None:
-        return False
-    try:
-        return parse_policy((consumer.get("spec") or {}).get("policy")).pods.remote_api_access
-    except ProviderPolicyError:
-        return False
+    policy = consumer_policy(namespace, consumers)
+    return policy is not None and policy.pods.remote_api_access
+
+
+def max_grace_of(namespace: Mapping[str, Any] | None, consumers: _Objects) -> int:
+    """The largest termination grace of the consumer owning twin ``namespace``
+    (``spec.policy.pods.maxTerminationGracePeriodSeconds``); the default bound when that
+    is not known (not a twin, no Consumer): never unbounded."""
+    policy = consumer_policy(namespace, consumers) or DEFAULT_POLICY
+    return policy.pods.max_termination_grace_seconds
 
 
 def pool_of_slice(namespace: Mapping[str, Any] | None, consumers: _Objects, slices: _Objects, slice_name: str) -> Pool | None:
@@ -128,6 +144,7 @@ class Enforcer:
             recorder=self.recorder,
             remote_api_access=self._remote_api_access,
             slice_pool=self._slice_pool,
+            max_grace=self._max_grace,
         )
         self.controller = Controller(name="enforcer", reconcile=self.reconciler, workers=settings.workers, logger=log)
         # The echo of the reconcile's own ShadowPod status write is skipped (Reconciler.
@@ -150,6 +167,36 @@ class Enforcer:
                 recorder=self.recorder,
                 unreachable_grace=settings.consumer_unreachable_grace_seconds,
             )
+            # A Consumer changed (a grant given back, the quota raised, a drain ended): the
+            # ShadowPods whose pod its rules refused are judged again at once.
+            self.consumer_loops.consumers.add_handler(self._consumer_changed)
+
+    def judge_pods_with(self, judge: Judge) -> None:
+        """Judge every pod before it is made with ``judge`` (the ShadowPod webhook's
+        ``judge_pod``: the admission's rules and caches). Without it (no webhook served,
+        so none of its caches), pods are made as their ShadowPods were admitted."""
+        self.reconciler.set_judge(judge)
+
+    def _consumer_changed(self, _event: str, _old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
+        loops = self.consumer_loops
+        if loops is None:
+            return
+        name = str((new.get("metadata") or {}).get("name") or "")
+        for key in self.reconciler.refused_keys():
+            namespace = key.split("/", 1)[0]
+            if twin_owner(loops.namespaces.get(namespace)) == name:
+                self.controller.enqueue(key)
+
+    def _max_grace(self, namespace: str) -> int | None:
+        """The largest termination grace of the consumer owning twin ``namespace``, from the
+        consumer loops' caches (the default bound until they have listed, or for a twin of
+        no known Consumer). Without them (one namespace watched) nothing is cut."""
+        loops = self.consumer_loops
+        if loops is None:
+            return None
+        if not (loops.namespaces.has_synced() and loops.consumers.has_synced()):
+            return DEFAULT_POLICY.pods.max_termination_grace_seconds
+        return max_grace_of(loops.namespaces.get(namespace), loops.consumers)
 
     def _remote_api_access(self, namespace: str) -> bool | None:
         """Whether the consumer owning twin ``namespace`` is granted the provider's API
@@ -225,11 +272,11 @@ class Enforcer:
         self.recorder.stop(STOP_SECONDS)
 
 
-def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
+def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict[str, Any]:
     return {"list_func": Kube(api_client).list_func(SHADOWPODS, namespace=namespace or None)}
 
 
-def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
+def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict[str, Any]:
     return {
         "list_func": Kube(api_client).list_func(PODS, namespace=namespace or None),
         "list_kwargs": {"label_selector": MANAGED_SELECTOR},

@@ -91,7 +91,7 @@ ANNOTATION_REMOTE_CAPACITY: Final = f"{DOMAIN}/remote-capacity"
 ANNOTATION_PROVIDER_LABELS: Final = f"{DOMAIN}/provider-labels"
 # Set by the virtual kubelet on its Node, read by the scheduler extender: the workloads
 # (controller UIDs) whose pods this node's remote cluster could not run and handed back,
-# each refused here until a time that grows on repeats (kube_offload/handback.py).
+# each refused here until a time that grows on repeats (kube_offload/handed_back.py).
 ANNOTATION_HANDED_BACK: Final = f"{DOMAIN}/handed-back"
 # On a namespace, "true": its pods without a controller may be handed back too (evicted,
 # so gone for good unless something recreates them). Unset: only controlled pods are.
@@ -229,9 +229,12 @@ TENANT_NAMESPACE_PREFIX: Final = "kube-offload-tenant-"
 LABEL_TENANT: Final = f"{DOMAIN}/tenant"
 # The ServiceAccount (in the tenant namespace) a consumer's virtual kubelet runs as.
 CONSUMER_SERVICE_ACCOUNT: Final = "consumer"
-# On the local kubeconfig Secret of a remote cluster: when its bound token (TokenRequest)
-# was issued and when it expires (RFC 3339), written by `kube-offload peer` and by the
-# virtual kubelet that renews it (kube_offload/bound_tokens.py, docs/security.md).
+# When the bound tokens (TokenRequest) in a Secret were issued and when the first of them
+# expires (RFC 3339): on the local kubeconfig Secret of a remote cluster, written by
+# `kube-offload peer` and by the virtual kubelet that renews it (kube_offload/bound_tokens.py,
+# docs/security.md); on the service-account token Secrets the vkubelet reflects, so that it
+# refreshes them before they expire without asking the API server
+# (vkubelet/reflection/serviceaccounts.py).
 ANNOTATION_TOKEN_ISSUED_AT: Final = f"{DOMAIN}/token-issued-at"
 ANNOTATION_TOKEN_EXPIRES_AT: Final = f"{DOMAIN}/token-expires-at"
 # RoleBinding the enforcer writes into each twin namespace, binding the consumer's
@@ -308,10 +311,19 @@ ENDPOINTSLICE_WEBHOOK_PATH: Final = "/validate-endpointslices"
 # not Kubernetes' nor ours): a kind the provider installs later is judged without a new one.
 CUSTOM_RESOURCE_WEBHOOK_NAME: Final = "customresources.enforcer.kube-offload.io"
 CUSTOM_RESOURCE_WEBHOOK_PATH: Final = "/validate-custom-resources"
+# The fourth: the TokenRequests a consumer's identity makes in its tenant namespace
+# (serviceaccounts/token), bounded by Consumer spec.policy.tokens (enforcer/admission/token_policy.py).
+TOKEN_WEBHOOK_NAME: Final = "tokenrequests.enforcer.kube-offload.io"
+TOKEN_WEBHOOK_PATH: Final = "/validate-tokenrequests"
+# The fifth: how many TwinNamespace requests and OffloadSlices a consumer keeps in its tenant
+# namespace (Consumer spec.policy twinNamespaces.maxRequests, slices.maxCount;
+# enforcer/admission/tenant_objects.py).
+TENANT_OBJECTS_WEBHOOK_NAME: Final = "tenantobjects.enforcer.kube-offload.io"
+TENANT_OBJECTS_WEBHOOK_PATH: Final = "/validate-tenant-objects"
 
 # --- Service continuity (issue 25 item 4; docs/reflection.md "Service continuity") ----------
 # The consumer's heartbeat a provider can see: a Lease in the consumer's tenant namespace
-# that its virtual kubelet renews (vkubelet/heartbeat.py). The provider cannot ask a
+# that its virtual kubelet renews (vkubelet/node/heartbeat.py). The provider cannot ask a
 # consumer anything (it holds no credentials there), so silence on this Lease is how it
 # learns a consumer is unreachable; a consumer that never wrote one (older vkubelet) is
 # left alone rather than guessed dead.

@@ -3,7 +3,7 @@
 namespace's labels say (issue #24 item 2; docs/webhook.md, "Per-pod opt-in").
 
 The webhook (pod_mutation.decide_pod), the scheduler extender (node_filter) and the
-virtual kubelet's twin-namespace loop (vkubelet/namespaces.py) all ask :func:`pod_policy`
+virtual kubelet's twin-namespace loop (vkubelet/twins/namespaces.py) all ask :func:`pod_policy`
 for the policy such a pod is held to, so the three agree:
 
 * placement ``Remote``: the pod asked for offloading, and the class's handler exists on

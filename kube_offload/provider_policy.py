@@ -116,6 +116,22 @@ SYSTEM_PRIORITY_PREFIX = "system-"
 ALWAYS_RESERVED_NAMESPACES: tuple[str, ...] = ("default", "kube-*", "kube-offload-*")
 
 DEFAULT_MAX_TWIN_NAMESPACES = 50
+# What a consumer may keep in its tenant namespace, whatever it is served: TwinNamespace
+# requests (those past twinNamespaces.maxCount are kept, Refused, until a place frees) and
+# OffloadSlices. Each is etcd storage and enforcer work: never unbounded.
+DEFAULT_MAX_TWIN_REQUESTS = 100
+DEFAULT_MAX_SLICES = 20
+# No bound is unlimited by default (docs/security.md "Provider policy"): a consumer admitted
+# with the defaults holds a provider's node at most this long after its pod is told to stop
+# (the pod's terminationGracePeriodSeconds, and every deletion's grace, are cut to it), and
+# claims at most this much storage in one claim (a PVC, or a pod's generic ephemeral volume).
+DEFAULT_MAX_TERMINATION_GRACE_SECONDS = 300
+DEFAULT_MAX_CLAIM_SIZE = "100Gi"
+# The consumer's own tokens (TokenRequest on its ServiceAccount in its tenant namespace, what
+# its virtual kubelet renews its identity with): at most this long (kube-offload peer's
+# default --token-expiration), and never shorter than the TokenRequest API's minimum.
+DEFAULT_MAX_TOKEN_EXPIRATION_SECONDS = 24 * 3600
+MIN_TOKEN_EXPIRATION_SECONDS = 600
 # What a plain spec.quota key (``cpu``) bounds of each container: its requests (as
 # ResourceQuota reads it), its limits, or both; ``hard`` counts as ``both`` and admits only
 # pods whose containers set limits equal to requests for every resource the quota counts
@@ -176,8 +192,9 @@ class StoragePolicy:
     # default class is granted by its name like any other; with no default class, no class
     # at all would bind pre-provisioned volumes, and is refused.
     classes: tuple[str, ...] = ()
-    # The largest storage request of one claim ("" : no limit beyond the quota).
-    max_claim_size: str = ""
+    # The largest storage request of one claim (a PVC or a generic ephemeral volume's
+    # template); "" when read is the default: no consumer claims without a bound.
+    max_claim_size: str = DEFAULT_MAX_CLAIM_SIZE
 
 
 @dataclass(frozen=True)
@@ -200,6 +217,21 @@ class PodPolicy:
     # with the provider's RBAC in the twin deciding; the consumer's ``remote`` API
     # server mode, docs/home-api.md). Off: a consumer's pods have no provider identity.
     remote_api_access: bool = False
+    # The longest terminationGracePeriodSeconds of a pod the enforcer makes (a longer one is
+    # cut to it, none is this): how long a stopped pod may keep a provider's node; drain and
+    # unpeer take the resources back within it.
+    max_termination_grace_seconds: int = DEFAULT_MAX_TERMINATION_GRACE_SECONDS
+
+
+@dataclass(frozen=True)
+class TokenPolicy:
+    # The longest token the consumer may ask for its own ServiceAccount (TokenRequest
+    # expirationSeconds, in its tenant namespace): a leaked token lives at most this long.
+    max_expiration_seconds: int = DEFAULT_MAX_TOKEN_EXPIRATION_SECONDS
+    # Audiences such a token may name besides the provider API server's own (the default a
+    # request naming none gets); empty: only those. Another audience is a token for another
+    # service that trusts this cluster's issuer (a cloud's workload identity, a vault).
+    audiences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,6 +242,14 @@ class TwinNamespacePolicy:
     # Names (exact, or prefixes ending in "*") reserved beyond ALWAYS_RESERVED_NAMESPACES.
     reserved: tuple[str, ...] = ()
     max_count: int = DEFAULT_MAX_TWIN_NAMESPACES
+    # TwinNamespace requests the consumer may hold in its tenant namespace, served or not.
+    max_requests: int = DEFAULT_MAX_TWIN_REQUESTS
+
+
+@dataclass(frozen=True)
+class SlicePolicy:
+    # OffloadSlices the consumer may hold in its tenant namespace, accepted or not.
+    max_count: int = DEFAULT_MAX_SLICES
 
 
 @dataclass(frozen=True)
@@ -238,6 +278,8 @@ class ProviderPolicy:
     storage: StoragePolicy = field(default_factory=StoragePolicy)
     pods: PodPolicy = field(default_factory=PodPolicy)
     twin_namespaces: TwinNamespacePolicy = field(default_factory=TwinNamespacePolicy)
+    tokens: TokenPolicy = field(default_factory=TokenPolicy)
+    slices: SlicePolicy = field(default_factory=SlicePolicy)
     # What the quota counts of each container: requests, limits, both, or hard (both, and
     # limits must equal requests).
     quota_mode: str = "requests"
@@ -280,11 +322,20 @@ SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "runtimeClasses": ("runtime_classes", _LIST),
         "deniedMetadataPrefixes": ("denied_metadata_prefixes", _LIST),
         "remoteAPIAccess": ("remote_api_access", _BOOL),
+        "maxTerminationGracePeriodSeconds": ("max_termination_grace_seconds", _INT),
     }),
     "twinNamespaces": ("twin_namespaces", {
         "sameNames": ("same_names", _LIST),
         "reserved": ("reserved", _LIST),
         "maxCount": ("max_count", _INT),
+        "maxRequests": ("max_requests", _INT),
+    }),
+    "slices": ("slices", {
+        "maxCount": ("max_count", _INT),
+    }),
+    "tokens": ("tokens", {
+        "maxExpirationSeconds": ("max_expiration_seconds", _INT),
+        "audiences": ("audiences", _LIST),
     }),
 }
 QUOTA_MODE_KEY = "quotaMode"
@@ -299,7 +350,9 @@ def _key(section: str, name: str) -> str:
 
 def _read(section: str, name: str, kind: str, raw: Any, default: Any) -> Any:
     where = _key(section, name)
-    if raw is None:
+    if raw is None or (kind == _STR and raw == "" and default):
+        # A string key written empty reads as its default (storage.maxClaimSize: a Consumer
+        # stored when "" meant "no limit" gets the bound, never unlimited).
         return default
     if kind == _LIST:
         if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
@@ -423,11 +476,19 @@ def _check(policy: ProviderPolicy) -> None:
     for volume in policy.pods.volume_types:
         if volume in NEVER_VOLUME_TYPES:
             raise ProviderPolicyError(f"{_key('pods', 'volumeTypes')}: {volume!r} mounts the node's files and cannot be granted")
-    if policy.storage.max_claim_size:
-        try:
-            parse_quantity(policy.storage.max_claim_size)
-        except QuantityError as exc:
-            raise ProviderPolicyError(f"{_key('storage', 'maxClaimSize')}: {exc}") from None
+    try:
+        claim = parse_quantity(policy.storage.max_claim_size)
+    except QuantityError as exc:
+        raise ProviderPolicyError(f"{_key('storage', 'maxClaimSize')}: {exc}") from None
+    if claim <= 0:
+        raise ProviderPolicyError(f"{_key('storage', 'maxClaimSize')}: {policy.storage.max_claim_size!r} admits no claim; "
+                                  f"give the largest claim, such as {DEFAULT_MAX_CLAIM_SIZE}")
+    if policy.tokens.max_expiration_seconds < MIN_TOKEN_EXPIRATION_SECONDS:
+        raise ProviderPolicyError(
+            f"{_key('tokens', 'maxExpirationSeconds')}: {policy.tokens.max_expiration_seconds} is below the TokenRequest "
+            f"API's minimum of {MIN_TOKEN_EXPIRATION_SECONDS} s, so the consumer could never renew its identity; "
+            f"give at least {MIN_TOKEN_EXPIRATION_SECONDS} (default {DEFAULT_MAX_TOKEN_EXPIRATION_SECONDS})"
+        )
 
 
 def policy_to_spec(policy: ProviderPolicy) -> dict[str, Any]:

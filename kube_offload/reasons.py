@@ -15,7 +15,7 @@ REASON_OFFLOADED: Final = "Offloaded"
 REASON_OFFLOADING_FAILED: Final = "OffloadingFailed"
 REASON_REMOTE_UNSCHEDULABLE: Final = "RemoteUnschedulable"
 # The pod was evicted (handed back) because the remote cluster could not run it: unschedulable
-# there past --handback-after, or refused for good (vkubelet/handback.py). Warning.
+# there past --handback-after, or refused for good (vkubelet/pods/handback_rules.py). Warning.
 REASON_HANDED_BACK: Final = "HandedBack"
 # It was due for handback but may not be evicted (no controller and its namespace does not
 # ask for it; a DaemonSet pod): it waits on the virtual node. Warning.
@@ -32,10 +32,10 @@ REASON_NODE_NOT_READY: Final = "NodeNotReady"
 # A pod deleted while the remote cluster was unreachable, deleted locally after its grace
 # period plus the margin without its remote pod seen to stop.
 REASON_TERMINATION_UNCONFIRMED: Final = "RemoteTerminationUnconfirmed"
-# A remote pod address outside the configured remapping (vkubelet/ip_remapping.py): shown as is.
+# A remote pod address outside the configured remapping (vkubelet/shared/ip_remapping.py): shown as is.
 REASON_POD_IP_NOT_REMAPPED: Final = "PodIPNotRemapped"
 # The provider refused a ShadowPod create/update: the Warning Event carries the provider's
-# message, and the same word is the waiting pod's status.reason (vkubelet/refusals.py).
+# message, and the same word is the waiting pod's status.reason (vkubelet/pods/refusals.py).
 REASON_PROVIDER_REFUSED: Final = "ProviderRefused"
 # The provider's policy (Consumer spec.policy) made us change a field before sending the
 # object (dropped a priority class, a Service type...): one Warning per field.
@@ -62,7 +62,7 @@ REASON_DAEMONSET_NOT_OFFLOADED: Final = "DaemonSetNotOffloaded"
 
 # --- vkubelet: the virtual node's Ready condition ----------------------------------------------
 REASON_REMOTE_REACHABLE: Final = "RemoteClusterReachable"
-# Also the reason of the pods' Ready=False while their node is not Ready (vkubelet/readiness.py).
+# Also the reason of the pods' Ready=False while their node is not Ready (vkubelet/pods/readiness.py).
 REASON_REMOTE_UNREACHABLE: Final = "RemoteClusterUnreachable"
 
 # --- vkubelet: Events on the virtual node about its remote credentials (docs/security.md) ------
@@ -90,6 +90,10 @@ REASON_PROVISIONED_LOCALLY: Final = "ProvisionedLocally"
 REASON_POD_CREATED: Final = "PodCreated"
 REASON_POD_RECREATED: Final = "PodRecreated"
 REASON_POD_CREATION_FAILED: Final = "PodCreationFailed"
+# The provider's rules, judged again when the enforcer makes a pod (its first or any later
+# one), refuse it against the Consumer as it is now (a grant withdrawn, a lowered quota, a
+# drain): no pod is made until they admit it (docs/enforcer.md "Every pod is judged").
+REASON_POD_REFUSED: Final = "PodRefused"
 REASON_EXTRA_POD_DELETED: Final = "ExtraPodDeleted"
 # The ShadowPod's local pod is being deleted: its pod is deleted with that grace period.
 REASON_POD_TERMINATING: Final = "PodTerminating"

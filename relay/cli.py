@@ -45,7 +45,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_flag(parser, COMPONENT, "--pair-timeout", default="10s", type=positive_duration,
              help="how long a pod's connection waits for an idle uplink before it is closed")
     add_flag(parser, COMPONENT, "--max-connections", default=1024, type=positive_int,
-             help="pod connections piped at once; more are closed at once")
+             help="pod connections piped at once (this relay serves one consumer: its pods' bound here); more are "
+             "closed at once, counted and logged")
+    add_flag(parser, COMPONENT, "--max-connections-per-source", default=64, type=positive_int,
+             help="pod connections piped at once from one address (one pod), so one pod cannot take the relay from "
+             "the consumer's others; more are closed at once, counted and logged")
+    add_flag(parser, COMPONENT, "--max-uplinks", default=256, type=positive_int,
+             help="idle uplinks kept (the consumer's virtual kubelet holds --home-api-uplinks, 4, per relay pod); "
+             "more are closed on arrival")
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
@@ -66,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-offload relay: --serve-bind: {exc}", file=sys.stderr)
         return 2
     settings = RelaySettings(serve=serve_bind, uplink=(UPLINK_HOST, args.uplink_port),
-                             pair_timeout=float(args.pair_timeout), max_connections=args.max_connections)
+                             pair_timeout=float(args.pair_timeout), max_connections=args.max_connections,
+                             max_connections_per_source=args.max_connections_per_source, max_uplinks=args.max_uplinks)
     try:
         manager = Manager(health_bind=args.health_bind, elector=None, logger=log)
     except HealthSetupError as exc:

@@ -32,6 +32,9 @@ log = logging.getLogger("kube_offload.relay")
 ACCEPT_BACKLOG = 128
 PRUNE_SECONDS = 5.0
 WARNING_SECONDS = 60.0
+# The outcomes of a pod's connection (the metric's label values).
+PAIRED, NO_UPLINK, OVER_LIMIT, OVER_SOURCE_LIMIT = "paired", "no_uplink", "over_limit", "over_source_limit"
+RESULTS = (PAIRED, NO_UPLINK, OVER_LIMIT, OVER_SOURCE_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,17 @@ class RelaySettings:
     uplink: tuple[str, int]
     # How long a pod's connection waits for an idle uplink before it is closed.
     pair_timeout: float = 10.0
-    # Pod connections served at once; more are closed at once (and counted).
+    # Pod connections served at once: the relay is one consumer's, so this bounds what the
+    # consumer's pods hold of the provider here (per relay pod); more are closed at once,
+    # counted and logged.
     max_connections: int = 1024
+    # Pod connections served at once from one source address (one pod): a pod that opens
+    # connections without end cannot take the relay from the consumer's other pods.
+    max_connections_per_source: int = 64
+    # Idle uplinks kept: the consumer's virtual kubelet holds a few per relay pod
+    # (--home-api-uplinks, 4); an uplink past this is closed, so a consumer cannot pile up
+    # sockets (and port-forward streams through the provider's API server) here.
+    max_uplinks: int = 256
 
 
 class RelayMetrics:
@@ -49,14 +61,17 @@ class RelayMetrics:
         self.registry = registry
         self.connections = Counter(
             "kube_offload_relay_connections", "Pod connections to the relay, by result: paired "
-            "(with an uplink), no_uplink (none within the pair timeout), over_limit (at --max-connections)",
+            "(with an uplink), no_uplink (none within the pair timeout), over_limit (at --max-connections), "
+            "over_source_limit (at --max-connections-per-source from that address)",
             ["result"], registry=registry)
         self.uplinks = Counter("kube_offload_relay_uplinks", "Uplinks that arrived on the uplink port", registry=registry)
+        self.uplinks_refused = Counter("kube_offload_relay_uplinks_refused",
+                                       "Uplinks closed on arrival: --max-uplinks were idle already", registry=registry)
         self.idle = Gauge("kube_offload_relay_idle_uplinks", "Uplinks waiting for a pod", registry=registry)
         self.active = Gauge("kube_offload_relay_active_connections", "Pod connections being piped now", registry=registry)
         self.bytes = Counter("kube_offload_relay_bytes", "Bytes piped, by direction (to_home: from pods)",
                              ["direction"], registry=registry)
-        for result in ("paired", "no_uplink", "over_limit"):
+        for result in RESULTS:
             self.connections.labels(result)
         for direction in ("to_home", "to_pod"):
             self.bytes.labels(direction)
@@ -84,6 +99,7 @@ class Relay:
         self.pool = UplinkPool()
         self._stop = threading.Event()
         self._active = 0
+        self._by_source: dict[str, int] = {}
         self._lock = threading.Lock()
         self._serve = listen(settings.serve)
         try:
@@ -92,7 +108,8 @@ class Relay:
             self._serve.close()
             raise
         self._threads: list[threading.Thread] = []
-        self._last_warning = -WARNING_SECONDS
+        # When each kind of trouble was last logged (at most one line a minute each).
+        self._last_warning: dict[str, float] = {}
 
     @property
     def serve_port(self) -> int:
@@ -117,49 +134,93 @@ class Relay:
             close_quietly(sock)
         self.pool.close()
 
-    def _accept(self, listener: socket.socket) -> socket.socket | None:
+    def _accept(self, listener: socket.socket) -> tuple[socket.socket, str] | None:
         while not self._stop.is_set():
             try:
-                conn, _ = listener.accept()
+                conn, address = listener.accept()
             except OSError:
                 if self._stop.is_set():
                     return None
                 continue
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            return conn
+            return conn, str(address[0]) if isinstance(address, tuple) and address else ""
         return None
 
     def _accept_uplinks(self) -> None:
-        while (conn := self._accept(self._uplink)) is not None:
+        while (accepted := self._accept(self._uplink)) is not None:
+            conn, _ = accepted
             self.metrics.uplinks.inc()
+            if self.pool.idle() >= self.settings.max_uplinks:
+                self.metrics.uplinks_refused.inc()
+                if self._warn("uplinks"):
+                    log.warning("refused an uplink: %d are idle already (--max-uplinks); the consumer's virtual kubelet "
+                                "opens more than it needs (its --home-api-uplinks); counted in "
+                                "kube_offload_relay_uplinks_refused_total", self.settings.max_uplinks)
+                close_quietly(conn)
+                continue
             self.pool.add(conn)
             self.metrics.idle.set(self.pool.idle())
 
+    def admit(self, source: str) -> str:
+        """Take a slot for a pod's connection from ``source``: :data:`PAIRED` when one is
+        free (give it back with :meth:`release`), else why not (:data:`OVER_LIMIT`,
+        :data:`OVER_SOURCE_LIMIT`)."""
+        with self._lock:
+            if self._active >= self.settings.max_connections:
+                return OVER_LIMIT
+            if self._by_source.get(source, 0) >= self.settings.max_connections_per_source:
+                return OVER_SOURCE_LIMIT
+            self._active += 1
+            self._by_source[source] = self._by_source.get(source, 0) + 1
+            return PAIRED
+
+    def release(self, source: str) -> None:
+        with self._lock:
+            self._active -= 1
+            left = self._by_source.get(source, 0) - 1
+            if left > 0:
+                self._by_source[source] = left
+            else:
+                self._by_source.pop(source, None)
+
     def _accept_pods(self) -> None:
-        while (conn := self._accept(self._serve)) is not None:
-            with self._lock:
-                over = self._active >= self.settings.max_connections
-                if not over:
-                    self._active += 1
-            if over:
-                self.metrics.connections.labels("over_limit").inc()
+        while (accepted := self._accept(self._serve)) is not None:
+            conn, source = accepted
+            verdict = self.admit(source)
+            if verdict != PAIRED:
+                self.metrics.connections.labels(verdict).inc()
+                self._refused(verdict, source)
                 close_quietly(conn)
                 continue
-            threading.Thread(target=self._serve_pod, args=(conn,), name="relay-pod", daemon=True).start()
+            threading.Thread(target=self._serve_pod, args=(conn, source), name="relay-pod", daemon=True).start()
 
-    def _serve_pod(self, conn: socket.socket) -> None:
+    def _refused(self, verdict: str, source: str) -> None:
+        """Say why a pod's connection was closed at once (its client sees only a reset: the
+        stream is TLS end to end, the relay cannot answer inside it), once a minute."""
+        if not self._warn(verdict):
+            return
+        if verdict == OVER_LIMIT:
+            log.warning("refused a pod's connection from %s: %d connections of this consumer's pods are open already "
+                        "(--max-connections); counted in kube_offload_relay_connections_total{result=\"%s\"}",
+                        source, self.settings.max_connections, verdict)
+        else:
+            log.warning("refused a pod's connection from %s: %d connections from that address are open already "
+                        "(--max-connections-per-source); counted in kube_offload_relay_connections_total{result=\"%s\"}",
+                        source, self.settings.max_connections_per_source, verdict)
+
+    def _serve_pod(self, conn: socket.socket, source: str = "") -> None:
         try:
             uplink = self.pool.take(self.settings.pair_timeout)
             self.metrics.idle.set(self.pool.idle())
             if uplink is None:
-                self.metrics.connections.labels("no_uplink").inc()
-                if self._warn_no_uplink():
+                self.metrics.connections.labels(NO_UPLINK).inc()
+                if self._warn(NO_UPLINK):
                     log.warning("no uplink within %.0fs: closed a pod's connection (is the consumer's vkubelet "
                                 "running and allowed to port-forward here?); counted in "
                                 "kube_offload_relay_connections_total{result=\"no_uplink\"}", self.settings.pair_timeout)
                 close_quietly(conn)
                 return
-            self.metrics.connections.labels("paired").inc()
+            self.metrics.connections.labels(PAIRED).inc()
             self.metrics.active.inc()
             try:
                 to_home, to_pod = pump(conn, uplink, stop=self._stop)
@@ -168,17 +229,16 @@ class Relay:
             self.metrics.bytes.labels("to_home").inc(to_home)
             self.metrics.bytes.labels("to_pod").inc(to_pod)
         finally:
-            with self._lock:
-                self._active -= 1
+            self.release(source)
 
-    def _warn_no_uplink(self) -> bool:
-        """At most one such warning a minute: a consumer without a vkubelet would
-        otherwise log a line per pod connection."""
+    def _warn(self, kind: str) -> bool:
+        """At most one warning a minute of each kind: a consumer without a vkubelet, or a
+        pod opening connections without end, would otherwise log a line per connection."""
         now = time.monotonic()
         with self._lock:
-            if now - self._last_warning < WARNING_SECONDS:
+            if now - self._last_warning.get(kind, -WARNING_SECONDS) < WARNING_SECONDS:
                 return False
-            self._last_warning = now
+            self._last_warning[kind] = now
             return True
 
     def _prune(self) -> None:

@@ -17,10 +17,11 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 fi
 
 # The real-node tier (docs/real-nodes.md) needs root and, from Debian: runc (containerd's
-# runtime), iptables and conntrack (CNI portmap, kube-proxy), busybox-static (the busybox
-# image), gcc and libc6-dev (Kubernetes' pause.c, static), iproute2 (namespaces, veths).
+# runtime), iptables and conntrack (CNI portmap, kube-proxy), mmdebstrap (the stand-in
+# images: busybox, alpine, python, nginx, debian, made from Debian packages), gcc and
+# libc6-dev (Kubernetes' pause.c, static), iproute2 (namespaces, veths).
 # Without root it is skipped (it fails under CI=true), and so is its build.
-REAL_NODE_PACKAGES="runc iptables conntrack busybox-static gcc libc6-dev iproute2"
+REAL_NODE_PACKAGES="runc iptables conntrack mmdebstrap gcc libc6-dev iproute2"
 build_args=(build)
 if [ "$(id -u)" = 0 ]; then
   missing=""

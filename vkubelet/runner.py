@@ -9,33 +9,34 @@ manager stops them in the reverse order: the controllers, then the Event recorde
 they recorded is written until its deadline), then the node, then the informers.
 
 Extension point: other loops - resource reflection (``vkubelet/reflection/``), the
-kubelet API (``vkubelet/kubeletapi/loop.py``) - plug in as :class:`Loop` factories passed to
-:class:`VirtualKubelet`. A factory receives the :class:`LoopContext` (settings, shared
-informers, the twin-namespace rule, the Event recorder, the node), registers the
-informers it needs there, and returns a loop the manager starts after those informers
-have synced and stops on shutdown.
+virtual storage class, the kubelet API (``vkubelet/kubeletapi/loop.py``), the home API
+access - plug in as factories passed to :class:`VirtualKubelet`
+(vkubelet/shared/loops.py: what a factory receives and returns). Each is declared to the
+manager as its own :class:`~kube_offload.runtime.manager.Loop`, as the enforcer declares
+its loops.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from kubernetes import client
 
-from kube_offload.runtime.manager import Loop as ManagedLoop, Manager, Synced
+from kube_offload.runtime.manager import Loop, Manager, Synced, serve
 from kube_offload.runtime.kube import Kube
-from vkubelet.events import EventRecorder
+from vkubelet.shared.events import EventRecorder
 from vkubelet.home_api import HomeAPIEndpoint
-from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import TwinNamespaces
-from vkubelet.heartbeat import ProviderHeartbeat
-from vkubelet.node import VirtualNode
+from vkubelet.shared.informers import SharedInformers
+from vkubelet.twins.namespaces import TwinNamespaces
+from vkubelet.node.heartbeat import ProviderHeartbeat
+from vkubelet.node.virtual_node import VirtualNode
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.reflection.reflector import Reflector
+from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
 from vkubelet.settings import Settings
+from vkubelet.shared.loops import LoopContext, LoopFactory, Runnable
 
 log = logging.getLogger("kube_offload.vkubelet")
 
@@ -44,38 +45,9 @@ RECORDER_STOP_SECONDS = 2.0
 NODE_STOP_SECONDS = 5.0
 
 
-class Loop(Protocol):
-    """One unit of work of the virtual kubelet (a controller, a server...)."""
-
-    name: str
-
-    def informers(self) -> Sequence[Synced]:
-        """The caches that must have listed before :meth:`start`."""
-        ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def resync_all(self) -> None:
-        """Re-check everything (called when the remote cluster is reachable again)."""
-        ...
-
-
-@dataclass
-class LoopContext:
-    settings: Settings
-    informers: SharedInformers
-    twins: TwinNamespaces
-    recorder: EventRecorder
-    node: VirtualNode
-
-
-LoopFactory = Callable[[LoopContext], Loop]
-
-
 class ControllerLoop:
-    """A :class:`kube_offload.runtime.controller.Controller`-based reconciler as a :class:`Loop`."""
+    """A :class:`kube_offload.runtime.controller.Controller`-based reconciler as a
+    :class:`~vkubelet.shared.loops.Runnable`."""
 
     def __init__(self, name: str, owner: TwinNamespaces | PodOffloader) -> None:
         self.name = name
@@ -119,12 +91,13 @@ class VirtualKubelet:
             settings, self.informers, self.twins, self.recorder, reachable=self.node.remote_reachable, home_api=home_api
         )
         context = LoopContext(settings, self.informers, self.twins, self.recorder, self.node)
-        self.loops: list[Loop] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
+        self.loops: list[Runnable] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
         self.loops += [factory(context) for factory in extra_loops]
         # By-use reflection: a new pod's ShadowPod waits for what it references to be
-        # exported (vkubelet/reflection/usage.py).
+        # exported (vkubelet/reflection/usage.py); and for its service-account token Secret.
         self.pods.export_gates = [
-            loop.export_pending for loop in self.loops if isinstance(loop, Reflector) and loop.pods is not None
+            loop.export_pending for loop in self.loops
+            if (isinstance(loop, Reflector) and loop.pods is not None) or isinstance(loop, ServiceAccountTokenReflector)
         ]
         # Pods follow the node's readiness; on reconnect the fresh lists are asked for
         # before every loop re-checks everything.
@@ -133,7 +106,7 @@ class VirtualKubelet:
         self.node.on_reconnect(self._resync_all)
         # The provider's suggested labels take part in cluster selectors.
         self.node.on_labels_changed(self.twins.resync_all)
-        self._started: list[Loop] = []
+        self._started: list[Runnable] = []
         self._lock = threading.Lock()
 
     def declare(self, manager: Manager) -> None:
@@ -141,14 +114,15 @@ class VirtualKubelet:
         leader Lease (a standby starts nothing: no informer, no node heartbeat, no
         kubelet API serving)."""
         manager.add_informer(self.informers)
-        manager.add_loop(ManagedLoop(name="node", run=self._run_node, logger=log))
-        manager.add_loop(ManagedLoop(name="event-recorder", run=self._run_recorder, logger=log))
+        manager.add_loop(Loop(name="node", run=self._run_node, logger=log))
+        manager.add_loop(Loop(name="event-recorder", run=self._run_recorder, logger=log))
         if self.settings.provider_heartbeat_period > 0:
             heartbeat = ProviderHeartbeat(Kube(self.informers.remote_client), tenant_namespace=self.settings.tenant_namespace,
                                           holder=self.settings.node_name, period_seconds=self.settings.provider_heartbeat_period)
-            manager.add_loop(ManagedLoop(name="provider-heartbeat", run=heartbeat.run, logger=log))
+            manager.add_loop(Loop(name="provider-heartbeat", run=heartbeat.run, logger=log))
         for loop in self.loops:
-            manager.add_loop(ManagedLoop(name=loop.name, run=self._runner(loop), informers=loop.informers(), logger=log))
+            manager.add_loop(Loop(name=loop.name, run=serve(self._starter(loop), self._stopper(loop)),
+                                  informers=loop.informers(), logger=log))
 
     def _run_node(self, stop: threading.Event) -> None:
         self.node.start()
@@ -161,17 +135,23 @@ class VirtualKubelet:
         stop.wait()
         self.recorder.stop(RECORDER_STOP_SECONDS)
 
-    def _runner(self, loop: Loop) -> Callable[[threading.Event], None]:
-        def run(stop: threading.Event) -> None:
+    def _starter(self, loop: Runnable) -> Callable[[], None]:
+        def start() -> None:
             with self._lock:
                 loop.start()
                 self._started.append(loop)
-            stop.wait()
+
+        return start
+
+    def _stopper(self, loop: Runnable) -> Callable[[], None]:
+        """Out of the re-check list first, then stopped."""
+
+        def stop() -> None:
             with self._lock:
                 self._started.remove(loop)
             loop.stop()
 
-        return run
+        return stop
 
     def _resync_all(self) -> None:
         with self._lock:

@@ -1,5 +1,9 @@
 """Settings of one virtual kubelet (one remote cluster), read from flags/environment in
 vkubelet/cli.py only; every tunable has a default so tests build them directly.
+
+They compose each loop's own settings (the kubelet API's limits, reflection's, the
+virtual storage class's, the IP remapping), so they sit with the wiring, above the
+loops: a loop is handed them and names their type for the type checker only.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from kube_offload import constants as c
 from kube_offload.runtime.flags import parse_duration  # noqa: F401  (re-exported: settings speak durations)
 from kube_offload.selector import label_key_problem, label_value_problem
 from kube_offload.slice_requests import SliceRequest
-from vkubelet.ip_remapping import RemappingSettings
+from vkubelet.shared.ip_remapping import RemappingSettings
+from vkubelet.shared.settings_error import SettingsError
 from vkubelet.kubeletapi import serving_csr as sc
 from vkubelet.kubeletapi.limits import StreamLimits
 from vkubelet.reflection.settings import ReflectionSettings
@@ -23,10 +28,6 @@ from vkubelet.storage.settings import StorageSettings
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 CLUSTER_ID_MAX = 63 - len(c.VIRTUAL_NODE_PREFIX)
-
-
-class SettingsError(ValueError):
-    """A setting that cannot work; the message names the flag."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,13 @@ class Settings:
     ping_interval: float = 5.0
     ping_timeout: float = 20.0
     # A pod deleted while the remote cluster is unreachable is deleted locally (grace 0)
-    # this long after its grace period ended (vkubelet/termination.py).
+    # this long after its grace period ended (vkubelet/pods/termination.py).
     unreachable_deletion_margin: float = 30.0
     # Full resync of every informer (level-triggered safety net).
     resync_period: float = 300.0
     workers: int = 4
     # DaemonSet pods bound to the virtual node are left Pending, not offloaded
-    # (vkubelet/daemonsets.py); True offloads them like any pod.
+    # (vkubelet/pods/daemonsets.py); True offloads them like any pod.
     offload_daemonset_pods: bool = False
     # InternalIP and Hostname of the virtual node: where the API server reaches the
     # kubelet endpoint (kubectl logs/exec, added later).
@@ -104,12 +105,12 @@ class Settings:
     # (seconds; 0 = /stats/summary and /metrics/resource are off).
     kubelet_metrics_interval: float = 15.0
     # A pod unschedulable in the remote cluster this long (seconds) is handed back: evicted
-    # so its controller makes a pod the scheduler places elsewhere (vkubelet/handback.py);
+    # so its controller makes a pod the scheduler places elsewhere (vkubelet/pods/handback_rules.py);
     # 0 = never (nor for a refusal for good).
     handback_after: float = 180.0
     # How often our heartbeat Lease in the tenant namespace is renewed (seconds; 0 = not
     # at all): the provider's enforcer holds our reflected endpoints not ready once it goes
-    # silent (vkubelet/heartbeat.py).
+    # silent (vkubelet/node/heartbeat.py).
     provider_heartbeat_period: float = 10.0
     # Caps and timeouts of the kubelet API's connections and streams
     # (vkubelet/kubeletapi/limits.py).
@@ -120,7 +121,7 @@ class Settings:
     reflection: ReflectionSettings = field(default_factory=ReflectionSettings)
     # The virtual storage class (vkubelet/storage/settings.py, docs/storage.md).
     storage: StorageSettings = field(default_factory=StorageSettings)
-    # Pod IP remapping between overlapping pod CIDRs (vkubelet/ip_remapping.py); unset =
+    # Pod IP remapping between overlapping pod CIDRs (vkubelet/shared/ip_remapping.py); unset =
     # addresses shown as each cluster assigns them.
     remapping: RemappingSettings = field(default_factory=RemappingSettings)
     # The LOCAL (home) cluster's Service domain: offloaded pods reach their home API server

@@ -12,6 +12,16 @@ namespaces (enforcer/admission/endpointslice_policy.py), also with ``failurePoli
 sees only twin namespaces and only ServiceAccounts' writes, and never the provider's own
 EndpointSlice controllers: they keep working while the enforcer is down.
 
+The fourth judges the TokenRequests (``serviceaccounts/token``) a consumer's identity makes
+in its tenant namespace (enforcer/admission/token_policy.py), ``failurePolicy: Fail``:
+while the enforcer is down the consumer cannot renew its token (its virtual kubelet renews
+at 80 % of the lifetime, so it has hours), and nobody else's token request is matched.
+
+The fifth counts what a consumer keeps in its tenant namespace: a CREATE of a TwinNamespace
+request or an OffloadSlice by that namespace's own ServiceAccounts past Consumer
+spec.policy twinNamespaces.maxRequests or slices.maxCount (enforcer/admission/tenant_objects.py),
+``failurePolicy: Fail`` (the enforcer serves neither while it is down anyway).
+
 The third judges the custom resource objects consumers write into twin namespaces
 (enforcer/admission/custom_resource_policy.py), ``failurePolicy: Fail``: every custom kind
 (a group with a dot, neither Kubernetes' nor kube-offload's), written by a ServiceAccount,
@@ -21,6 +31,8 @@ waits while the enforcer is down.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import yaml
 
@@ -38,7 +50,7 @@ PROVIDER_ENDPOINTSLICE_WRITERS: tuple[str, ...] = (
 )
 
 
-def endpointslice_match_condition() -> dict:
+def endpointslice_match_condition() -> dict[str, Any]:
     """A consumer is a ServiceAccount (Consumer spec.serviceAccount); users such as
     system:kube-controller-manager and the provider's admins are not judged."""
     writers = ", ".join(f"'{w}'" for w in PROVIDER_ENDPOINTSLICE_WRITERS)
@@ -48,7 +60,7 @@ def endpointslice_match_condition() -> dict:
     }
 
 
-def custom_resource_match_condition() -> dict:
+def custom_resource_match_condition() -> dict[str, Any]:
     """Custom kinds only (a group with a dot that is neither Kubernetes' nor ours: those
     have their own rules, and core/apps/batch... have no dot), written by a
     ServiceAccount (a consumer's identity is one)."""
@@ -62,7 +74,38 @@ def custom_resource_match_condition() -> dict:
     }
 
 
-def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict:
+def tenant_webhook(target: WebhookTarget, name: str, path: str, *, group: str, version: str, resources: list[str],
+                   timeout_seconds: int) -> dict[str, Any]:
+    """A webhook on CREATE of ``resources`` in the consumers' tenant namespaces (label
+    kube-offload.io/tenant), by those namespaces' own ServiceAccounts: every other request of
+    the cluster (kubelets mounting tokens, controllers, the provider's admins) never waits on
+    the enforcer."""
+    return {
+        "name": name,
+        "clientConfig": target.client_config(path),
+        "rules": [{"operations": ["CREATE"], "apiGroups": [group], "apiVersions": [version], "resources": resources,
+                   "scope": "Namespaced"}],
+        "namespaceSelector": {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]},
+        "matchConditions": [token_match_condition()],
+        "failurePolicy": FAILURE_POLICY,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "admissionReviewVersions": ["v1"],
+    }
+
+
+def token_match_condition() -> dict[str, Any]:
+    """A consumer is a ServiceAccount of its tenant namespace: the provider's admins (who
+    mint the consumer's first token with kube-offload peer) are not judged, and never wait
+    on the enforcer (the TokenRequest and the tenant-objects webhooks)."""
+    return {
+        "name": "service-accounts-of-the-namespace",
+        "expression": "request.userInfo.username.startsWith('system:serviceaccount:' + request.namespace + ':')",
+    }
+
+
+def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
     check_options(FAILURE_POLICY, timeout_seconds)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -128,6 +171,11 @@ def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DE
                 "timeoutSeconds": timeout_seconds,
                 "admissionReviewVersions": ["v1"],
             },
+            tenant_webhook(target, c.TOKEN_WEBHOOK_NAME, c.TOKEN_WEBHOOK_PATH, group="", version="v1",
+                           resources=["serviceaccounts/token"], timeout_seconds=timeout_seconds),
+            tenant_webhook(target, c.TENANT_OBJECTS_WEBHOOK_NAME, c.TENANT_OBJECTS_WEBHOOK_PATH, group=c.SHADOWPOD_GROUP,
+                           version=c.SHADOWPOD_VERSION, resources=[c.TWIN_NAMESPACE_PLURAL, c.SLICE_PLURAL],
+                           timeout_seconds=timeout_seconds),
         ],
     }
 

@@ -11,7 +11,7 @@ after it, and a refusal there gives the reservation back.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, SupportsIndex, SupportsInt
 
 from enforcer.admission import dry_run, slice_rules, validation
 from enforcer.admission.caches import ProviderCaches
@@ -22,13 +22,16 @@ from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.consumers import service_account_of
 from kube_offload.pools import Pool, PoolError, parse_pools
-from kube_offload.resources import ResourceList, add
+from kube_offload.resources import ResourceList, add, subtract
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 # The ShadowPod informer's index of a resource slice's ShadowPods (by the slice label's value).
 SLICE_INDEX = "slice"
 
 
-def _slice_index(shadowpod: dict) -> list[str]:
+def _slice_index(shadowpod: dict[str, Any]) -> list[str]:
     name = slice_rules.slice_of(shadowpod)
     return [name] if name else []
 
@@ -42,9 +45,9 @@ it stands for; ``probe``: the ShadowPod write is itself a dry run (``kubectl
 
 
 class ShadowPodCache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
-    def list(self) -> list[dict]: ...
+    def list(self) -> list[dict[str, Any]]: ...
 
     def has_synced(self) -> bool: ...
 
@@ -81,7 +84,7 @@ class ShadowPodValidator:
     @classmethod
     def for_cluster(
         cls,
-        api_client,
+        api_client: client.ApiClient,
         *,
         shadowpods: ShadowPodCache,
         caches: ProviderCaches,
@@ -173,12 +176,45 @@ class ShadowPodValidator:
             self.ledger.release(token)
         return verdict
 
+    def judge_pod(self, shadowpod: Mapping[str, Any]) -> Decision:
+        """Whether the enforcer may create a pod for ``shadowpod`` now, its first or any
+        later one: :func:`enforcer.admission.validation.judge_pod_create` and the slice rules
+        (enforcer/admission/slice_rules.py), from the same caches, usage and ledger as an
+        admission, with this ShadowPod's own charges judged against the rest of the
+        consumer's (and of its slice's) use. 503 while the caches are not synced."""
+        if not self.ready():
+            return Decision.deny(503, "ServiceUnavailable", "the enforcer's caches are not synced yet")
+        meta = shadowpod.get("metadata") or {}
+        namespace_name = str(meta.get("namespace") or "")
+        namespace = self._caches.namespace(namespace_name) if namespace_name else None
+        owner = twin_owner(namespace)
+        consumer = self._caches.consumer(owner) if owner else None
+        counted = live_shadowpod(shadowpod)
+        own = shadowpod_requests(shadowpod) if counted else {}
+        with self.ledger.lock:
+            usage = subtract(self._usage(owner), own) if owner and consumer is not None else {}
+            decision = validation.judge_pod_create(
+                shadowpod,
+                namespace=namespace,
+                consumer=consumer,
+                usage=usage,
+                service_account=lambda name: self._caches.service_account(namespace_name, name),
+                cluster_id=self.cluster_id,
+            )
+            slice_name = slice_rules.slice_of(shadowpod)
+            if not decision.allowed or slice_name is None or not owner or consumer is None:
+                return decision
+            request = validation.pod_create_request(shadowpod)
+            refused, _pool = self._slice_decision(request, owner, consumer, slice_name, own=own)
+            return refused if refused is not None else decision
+
     def _slice_decision(
-        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str
+        self, request: AdmissionRequest, owner: str, consumer: Mapping[str, Any], slice_name: str, *, own: ResourceList | None = None
     ) -> tuple[Decision | None, Pool | None]:
         """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
         ``slice_name``, with the ledger's lock held: the refusal (None: admitted) and the
-        slice's pool."""
+        slice's pool. ``own``: what the slice's use counts of this very ShadowPod already
+        (judging its pod: left out, as its charges are the request judged)."""
         tenant, _ = service_account_of(consumer)
         offload_slice = self._caches.offload_slice(tenant, slice_name)
         pool = None
@@ -195,7 +231,7 @@ class ShadowPodValidator:
             pool=pool,
             # The ledger first, then the informer: see Ledger.pending. On an UPDATE the old
             # object is in ``used`` and ``delta`` is new minus old, as for the quota.
-            used=add(self.ledger.pending(owner, slice_name), self._slice_used(owner, slice_name)),
+            used=subtract(add(self.ledger.pending(owner, slice_name), self._slice_used(owner, slice_name)), own or {}),
             delta=validation.requests_delta(request),
         ), pool
 
@@ -223,7 +259,9 @@ class ShadowPodValidator:
 
 
 def _int(value: object, *, default: int) -> int:
+    if not isinstance(value, (str, bytes, bytearray, SupportsInt, SupportsIndex)):
+        return default
     try:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     except (TypeError, ValueError):
         return default

@@ -1,9 +1,10 @@
 """Whether a consumer may write this ShadowPod here: the static half of the ShadowPod
 validating webhook, as pure functions (no I/O, table-tested in tests/unit).
 
-The checks, in order (docs/enforcer.md "ShadowPod validation"), after one that comes
-before all: the consumer may not add finalizers (:mod:`enforcer.admission.quota_rules`); the first that fails
-decides, except the spec rules (3-9), which are all reported at once (one line each) so
+The checks, in order (docs/enforcer.md "ShadowPod validation"), after two that come
+before all: the consumer may not add finalizers (:mod:`enforcer.admission.quota_rules`),
+and nobody may change the spec of a ShadowPod whose status is terminal (its run ended:
+:func:`terminal_spec_change`); the first that fails decides, except the spec rules (3-9), which are all reported at once (one line each) so
 one round trip shows everything to fix:
 
 1. the namespace is a twin the enforcer made (``managed-by=enforcer``) of a Consumer;
@@ -33,6 +34,9 @@ one round trip shows everything to fix:
 11. a cordoned or drained consumer (``spec.cordoned``, ``spec.drain``) creates nothing and may not
     raise requests by an update.
 
+The same rules 3-11 judge every pod the enforcer creates, the first and each recreation,
+against the Consumer as it is then (:func:`judge_pod_create`).
+
 What these rules do not cover (the rest of Pod Security, LimitRanges, ResourceQuotas,
 the Pod's own validation) the provider's API server decides, through a dry-run create of
 the very Pod the enforcer would make (:mod:`enforcer.admission.dry_run`).
@@ -45,26 +49,30 @@ the field and says how to fix it.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from enforcer.admission import pod_policy, quota_rules
 from enforcer.admission.pod_policy import Invalid, field_mapping as _mapping
-from enforcer.consumers.quota import live_shadowpod, pod_charges, shadowpod_requests, twin_owner
+from enforcer.consumers.quota import live_shadowpod, shadowpod_requests, twin_owner
+from kube_offload.consumer_quota import pod_charges
 from kube_offload import constants as c
 from kube_offload import offload_chain
-from kube_offload.admission import AdmissionRequest, Decision
+from kube_offload.admission import AdmissionRequest, Decision, GroupVersionKind, UserInfo
 # The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
 from kube_offload.consumers import ConsumerError, ConsumerTerms, consumer_terms, quota_excess  # noqa: F401  (re-exported)
 from kube_offload.resources import (
+    TERMINATED_PHASES,
     QuantityError,
     ResourceList,
     format_quantity,
     resource_sort_key,
     uses_binary_format,
 )
+from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
 POD_LABELS = "spec.pod.metadata.labels"
+SHADOWPOD_GVK = GroupVersionKind(group=c.SHADOWPOD_GROUP, version=c.SHADOWPOD_VERSION, kind=c.SHADOWPOD_KIND)
 
 LEVEL_PRIVILEGED, LEVEL_BASELINE, LEVEL_RESTRICTED = c.PSA_LEVELS
 # Pod Security Standards: the capabilities a container may add at each level
@@ -95,7 +103,7 @@ HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 DEFAULT_SERVICE_ACCOUNT = "default"
 
-ServiceAccountLookup = Callable[[str], "Mapping | None"]
+ServiceAccountLookup = Callable[[str], "Mapping[str, Any] | None"]
 """ServiceAccount name -> that ServiceAccount in the request's namespace, or None."""
 
 
@@ -103,8 +111,8 @@ ServiceAccountLookup = Callable[[str], "Mapping | None"]
 def decide(
     request: AdmissionRequest,
     *,
-    namespace: Mapping | None,
-    consumer: Mapping | None,
+    namespace: Mapping[str, Any] | None,
+    consumer: Mapping[str, Any] | None,
     usage: Mapping[str, int],
     service_account: ServiceAccountLookup,
     cluster_id: str = "",
@@ -130,23 +138,15 @@ def decide(
         # Pod is made from, and blocking these would leave deletions hanging.
         return Decision.allow()
 
+    terminal = terminal_spec_change(request)
+    if terminal:
+        return _invalid([terminal])
+
     ns_name = request.namespace or str((new.get("metadata") or {}).get("namespace") or "")
-    owner = twin_owner(namespace)
-    if owner is None:
-        return _forbidden(
-            f'namespace "{ns_name}" is not a twin namespace made by the enforcer (no label '
-            f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER} and {c.LABEL_ORIGIN_CLUSTER_ID}); ShadowPods are "
-            "admitted only in twin namespaces, which a consumer asks for with a TwinNamespace in its tenant namespace"
-        )
-    if consumer is None:
-        return _forbidden(
-            f'namespace "{ns_name}" is a twin of consumer "{owner}", which this provider does not admit '
-            f'(no Consumer "{owner}"); ask the provider to create it'
-        )
-    try:
-        terms = consumer_terms(consumer)
-    except ConsumerError as exc:
-        return _forbidden(f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it before ShadowPods are admitted')
+    owner, terms, refused = _terms(namespace, consumer, ns_name)
+    if refused is not None:
+        return refused
+    assert owner is not None and terms is not None
 
     username = request.user_info.username
     if username != terms.username:
@@ -154,7 +154,109 @@ def decide(
             f'user "{username}" may not write ShadowPods in namespace "{ns_name}": it belongs to consumer '
             f'"{owner}", and only that consumer\'s identity may'
         )
+    return _template_decision(request, terms=terms, owner=owner, ns_name=ns_name, usage=usage,
+                              service_account=service_account, cluster_id=cluster_id, new_shadowpod=True)
 
+
+def judge_pod_create(
+    shadowpod: Mapping[str, Any],
+    *,
+    namespace: Mapping[str, Any] | None,
+    consumer: Mapping[str, Any] | None,
+    usage: Mapping[str, int],
+    service_account: ServiceAccountLookup,
+    cluster_id: str = "",
+) -> Decision:
+    """Whether the enforcer may create a pod for ``shadowpod`` now, its first or any later
+    one (docs/enforcer.md "Every pod is judged"): the rules :func:`decide` applies to a
+    CREATE of the ShadowPod by its consumer (3-11), against the Consumer as it is now, so
+    a grant the provider took back since the ShadowPod was admitted (a toleration, a
+    priority class, a runtime class, a volume kind, a lowered quota, a drain) is not
+    brought back by the next recreation, which the consumer can trigger at will.
+
+    Unlike an admission: nobody writes anything (no user, finalizer or lowering rule), and
+    a cordon refuses nothing (the ShadowPod exists; a cordon stops new ones, and its pod
+    runs on); a drain does (drain takes the provider's resources back). ``usage`` is the
+    consumer's use *without* this ShadowPod: its own charges are what is judged."""
+    meta = shadowpod.get("metadata") or {}
+    ns_name = str(meta.get("namespace") or "")
+    owner, terms, refused = _terms(namespace, consumer, ns_name)
+    if refused is not None:
+        return refused
+    assert owner is not None and terms is not None
+    request = pod_create_request(shadowpod, terms.username)
+    return _template_decision(request, terms=terms, owner=owner, ns_name=ns_name, usage=usage,
+                              service_account=service_account, cluster_id=cluster_id, new_shadowpod=False)
+
+
+def pod_create_request(shadowpod: Mapping[str, Any], username: str = "") -> AdmissionRequest:
+    """The CREATE of ``shadowpod`` by ``username``, as it stands and live (its status, which
+    may record an earlier pod, is not what is judged): how the rules that read a request
+    judge the pod the enforcer is about to make."""
+    meta = shadowpod.get("metadata") or {}
+    live = {key: value for key, value in shadowpod.items() if key != "status"}
+    return AdmissionRequest(
+        uid="", api_version="admission.k8s.io/v1", kind=SHADOWPOD_GVK, operation="CREATE",
+        namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), sub_resource="",
+        object=live, old_object=None, dry_run=False, user_info=UserInfo(username=username),
+    )
+
+
+def terminal_spec_change(request: AdmissionRequest) -> str:
+    """Why an UPDATE may not change the spec of a ShadowPod whose status is terminal, or
+    "": its run ended (the status records the pod that ran), it holds and is charged
+    nothing, and a new spec would be judged against nothing (no usage to compare, no
+    request to lower) yet could be run again by the enforcer. A new run is a new ShadowPod."""
+    old = request.old_object
+    if request.operation != "UPDATE" or old is None or spec_unchanged(request):
+        return ""
+    phase = (old.get("status") or {}).get("phase")
+    if phase not in TERMINATED_PHASES:
+        return ""
+    return (
+        f"spec: immutable once the ShadowPod's status.phase is {phase} (its pod finished its run; a finished "
+        "ShadowPod holds and is charged nothing, so a changed spec could never be judged against the quota); "
+        "to run it again, delete the ShadowPod and create a new one"
+    )
+
+
+def _terms(namespace: Mapping[str, Any] | None, consumer: Mapping[str, Any] | None, ns_name: str) -> tuple[str | None, ConsumerTerms | None, Decision | None]:
+    """Rule 1 and the Consumer's terms: (owner, terms, None), or the refusal."""
+    owner = twin_owner(namespace)
+    if owner is None:
+        return None, None, _forbidden(
+            f'namespace "{ns_name}" is not a twin namespace made by the enforcer (no label '
+            f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER} and {c.LABEL_ORIGIN_CLUSTER_ID}); ShadowPods are "
+            "admitted only in twin namespaces, which a consumer asks for with a TwinNamespace in its tenant namespace"
+        )
+    if consumer is None:
+        return owner, None, _forbidden(
+            f'namespace "{ns_name}" is a twin of consumer "{owner}", which this provider does not admit '
+            f'(no Consumer "{owner}"); ask the provider to create it'
+        )
+    try:
+        terms = consumer_terms(consumer)
+    except ConsumerError as exc:
+        return owner, None, _forbidden(
+            f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it before ShadowPods are admitted'
+        )
+    return owner, terms, None
+
+
+def _template_decision(
+    request: AdmissionRequest,
+    *,
+    terms: ConsumerTerms,
+    owner: str,
+    ns_name: str,
+    usage: Mapping[str, int],
+    service_account: ServiceAccountLookup,
+    cluster_id: str,
+    new_shadowpod: bool,
+) -> Decision:
+    """Rules 3-11 for the ShadowPod ``request`` writes (or, ``new_shadowpod`` False, whose
+    pod the enforcer is about to create: then a cordon refuses nothing)."""
+    new = request.object or {}
     try:
         problems = _origin_problems(new, owner, ns_name)
         problems += [
@@ -187,12 +289,17 @@ def decide(
             f'exceeded quota of consumer "{owner}": {details}; wait until other ShadowPods of this consumer end, '
             "or ask the provider to raise Consumer spec.quota"
         )
-    if terms.cordoned or terms.draining:
+    if terms.draining or (terms.cordoned and new_shadowpod):
         if terms.draining:
             state, until = "drained", "the provider undrains it (kube-offload undrain, which removes Consumer spec.drain)"
         else:
             state, until = "cordoned", "the provider sets Consumer spec.cordoned=false"
         if request.operation == "CREATE":
+            if not new_shadowpod:
+                return _forbidden(
+                    f'consumer "{owner}" is {state} by the provider: no pod is made for its ShadowPods '
+                    f"(the drain takes the provider's resources back) until {until}"
+                )
             keep = "existing ones are removed when the drain's grace ends" if terms.draining else "existing ones keep running"
             return _forbidden(
                 f'consumer "{owner}" is {state} by the provider: no new ShadowPods are admitted '
@@ -220,7 +327,7 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
     delta: ResourceList = {}
     if live_shadowpod(new):
         try:
-            delta = pod_charges((new.get("spec") or {}).get("pod") or {})
+            delta = pod_charges(pod_template(new) or {})
         except QuantityError as exc:
             raise Invalid(f"{POD_SPEC}: {exc}") from None
     old = request.old_object
@@ -231,7 +338,7 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
 
 
 # --- the rules ----------------------------------------------------------------------------------
-def _origin_problems(shadowpod: Mapping, owner: str, ns_name: str) -> list[str]:
+def _origin_problems(shadowpod: Mapping[str, Any], owner: str, ns_name: str) -> list[str]:
     problems = []
     pod = _mapping((shadowpod.get("spec") or {}), "pod", "spec")
     labels = _mapping(_mapping(pod, "metadata", "spec.pod"), "labels", "spec.pod.metadata")
@@ -247,7 +354,7 @@ def _origin_problems(shadowpod: Mapping, owner: str, ns_name: str) -> list[str]:
     return problems
 
 
-def _pod_spec(shadowpod: Mapping) -> Mapping:
+def _pod_spec(shadowpod: Mapping[str, Any]) -> Mapping[str, Any]:
     pod = _mapping(shadowpod.get("spec") or {}, "pod", "spec")
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
@@ -255,11 +362,11 @@ def _pod_spec(shadowpod: Mapping) -> Mapping:
     return spec
 
 
-def _pod_metadata(shadowpod: Mapping) -> Mapping:
+def _pod_metadata(shadowpod: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(_mapping(shadowpod.get("spec") or {}, "pod", "spec"), "metadata", "spec.pod")
 
 
-def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_account: ServiceAccountLookup) -> list[str]:
+def _spec_problems(spec: Mapping[str, Any], terms: ConsumerTerms, ns_name: str, service_account: ServiceAccountLookup) -> list[str]:
     problems: list[str] = []
     level = terms.level
     who = f'consumer "{terms.consumer_id}" (Pod Security level {level})'
@@ -332,7 +439,7 @@ def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_ac
 
 
 # --- reading the template ------------------------------------------------------------------------
-def _containers(spec: Mapping) -> Iterator[tuple[str, Mapping]]:
+def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for field in CONTAINER_FIELDS:
         items = spec.get(field)
         if items is None:
@@ -346,11 +453,11 @@ def _containers(spec: Mapping) -> Iterator[tuple[str, Mapping]]:
             yield path, container
 
 
-def _windows_options(owner: Mapping, path: str) -> Mapping:
+def _windows_options(owner: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     return _mapping(_mapping(owner, "securityContext", path), "windowsOptions", f"{path}.securityContext")
 
 
-def _flag(parent: Mapping, key: str, path: str) -> bool:
+def _flag(parent: Mapping[str, Any], key: str, path: str) -> bool:
     """True only for a JSON ``true``; anything but a boolean is refused, so a string
     ``"true"`` cannot slip past a check the Pod's own validation would then read."""
     value = parent.get(key)

@@ -1,8 +1,10 @@
 """HTTPS edge of the enforcer's webhooks, inside the enforcer process (so it reads the
 controllers' own informers): ``POST`` :data:`~kube_offload.constants.SHADOWPOD_WEBHOOK_PATH`
 (ShadowPods), :data:`~kube_offload.constants.ENDPOINTSLICE_WEBHOOK_PATH` (consumers'
-EndpointSlices) or :data:`~kube_offload.constants.CUSTOM_RESOURCE_WEBHOOK_PATH` (consumers'
-custom resource objects) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
+EndpointSlices), :data:`~kube_offload.constants.CUSTOM_RESOURCE_WEBHOOK_PATH` (consumers'
+custom resource objects), :data:`~kube_offload.constants.TOKEN_WEBHOOK_PATH` (consumers'
+TokenRequests) or :data:`~kube_offload.constants.TENANT_OBJECTS_WEBHOOK_PATH` (what consumers
+keep in their tenant namespaces) with an AdmissionReview, ``GET /healthz``, ``/readyz`` (caches synced)
 and ``/metrics``.
 
 The handler only reads the body, parses it (:func:`kube_offload.admission.parse_review`)
@@ -28,6 +30,8 @@ from enforcer.admission import endpointslice_webhook
 from enforcer.admission.custom_resource_webhook import CustomResourceValidator
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.shadowpod_webhook import ShadowPodValidator
+from enforcer.admission.token_webhook import TokenRequestValidator, api_audiences
+from enforcer.admission.tenant_objects_webhook import TenantObjectValidator
 from enforcer.admission.verdict_cache import DEFAULT_MAX_ENTRIES, DEFAULT_TTL_SECONDS, RESULTS, VerdictCache
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, BadRequest, Decision, error_status, parse_review, review_response
@@ -48,6 +52,8 @@ IDLE_TIMEOUT = 120.0
 ENDPOINT = "validate_shadowpods"
 ENDPOINTSLICE_ENDPOINT = "validate_endpointslices"
 CUSTOM_RESOURCE_ENDPOINT = "validate_custom_resources"
+TOKEN_ENDPOINT = "validate_tokenrequests"
+TENANT_OBJECTS_ENDPOINT = "validate_tenant_objects"
 
 
 class Validator(Protocol):
@@ -78,7 +84,8 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
     thread_name = "shadowpod-webhook"
 
     def __init__(self, settings: WebhookSettings, validator: ShadowPodValidator, *, endpointslices: Validator | None = None,
-                 custom_resources: Validator | None = None) -> None:
+                 custom_resources: Validator | None = None, tokens: Validator | None = None,
+                 tenant_objects: Validator | None = None) -> None:
         if not (settings.tls_cert and settings.tls_key):
             raise TLSSetupError("--webhook-tls-cert and --webhook-tls-key must be given together")
         try:
@@ -93,6 +100,10 @@ class WebhookHTTPServer(BackgroundServing, ThreadingHTTPSServer):
             self.routes[c.ENDPOINTSLICE_WEBHOOK_PATH] = (endpointslices, ENDPOINTSLICE_ENDPOINT, "EndpointSlice")
         if custom_resources is not None:
             self.routes[c.CUSTOM_RESOURCE_WEBHOOK_PATH] = (custom_resources, CUSTOM_RESOURCE_ENDPOINT, "custom resource")
+        if tokens is not None:
+            self.routes[c.TOKEN_WEBHOOK_PATH] = (tokens, TOKEN_ENDPOINT, "TokenRequest")
+        if tenant_objects is not None:
+            self.routes[c.TENANT_OBJECTS_WEBHOOK_PATH] = (tenant_objects, TENANT_OBJECTS_ENDPOINT, "tenant object")
         self.metrics = HttpMetrics.create("shadowpod_webhook")
         state_gauge(
             self.metrics.registry,
@@ -281,6 +292,7 @@ class ShadowPodWebhook:
         consumers: Any = None,
         nodes: Any = None,
         slices: Any = None,
+        twin_requests: Any = None,
         resync_seconds: float = 300.0,
     ) -> None:
         cached = settings.verdict_cache_ttl > 0
@@ -302,8 +314,15 @@ class ShadowPodWebhook:
                 api_client, caches=self.caches, pods=pods, nodes=nodes, resync_seconds=resync_seconds
             )
         self.custom_resources = CustomResourceValidator(self.caches)
+        self.tokens = TokenRequestValidator(self.caches, api_audiences(api_client))
+        # Without the consumer loops' informers (one namespace watched) there is nothing to count.
+        self.tenant_objects = (
+            TenantObjectValidator(self.caches, {c.TWIN_NAMESPACE_PLURAL: twin_requests, c.SLICE_PLURAL: slices})
+            if twin_requests is not None and slices is not None else None
+        )
         self.server = WebhookHTTPServer(settings, self.validator, endpointslices=self.endpointslices,
-                                        custom_resources=self.custom_resources)
+                                        custom_resources=self.custom_resources, tokens=self.tokens,
+                                        tenant_objects=self.tenant_objects)
 
     def informers(self) -> list[Any]:
         """Every cache the webhooks read (for /readyz), shared ones included."""

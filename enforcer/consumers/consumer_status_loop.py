@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from enforcer.consumers.consumer_status import desired_status, stamped, status_changed
 from enforcer.consumers.quota import ConsumerUsage
@@ -31,6 +31,8 @@ from enforcer.consumers.consumer_api import ConsumerApi
 from enforcer.consumers.trim import content_changed
 from enforcer.consumers.passes import run_passes
 from kube_offload.runtime.kube import ApiError
+from kube_offload.provider_policy import DEFAULT_POLICY, ProviderPolicyError, parse_policy
+from kube_offload.shadowpod import capped_grace, controller_ref
 from kube_offload.remote_resources import PodRequestsMemo, summarize_many
 
 log = logging.getLogger("kube_offload.enforcer.consumers")
@@ -38,22 +40,22 @@ log = logging.getLogger("kube_offload.enforcer.consumers")
 SHADOWPODS_BY_NAMESPACE = "drain-namespace"
 
 
-def _namespace_of(obj: dict) -> list[str]:
+def _namespace_of(obj: dict[str, Any]) -> list[str]:
     return [str((obj.get("metadata") or {}).get("namespace") or "")]
 
 
 class Cache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
-    def list(self) -> list[dict]: ...
+    def list(self) -> list[dict[str, Any]]: ...
 
     def has_synced(self) -> bool: ...
 
 
 class Recorder(Protocol):
-    def normal(self, obj: dict, reason: str, message: str) -> None: ...
+    def normal(self, obj: dict[str, Any], reason: str, message: str) -> None: ...
 
-    def warning(self, obj: dict, reason: str, message: str) -> None: ...
+    def warning(self, obj: dict[str, Any], reason: str, message: str) -> None: ...
 
 
 class ConsumerStatusLoop:
@@ -74,6 +76,7 @@ class ConsumerStatusLoop:
     ) -> None:
         self._consumers = consumers
         self._shadowpods = shadowpods
+        self._managed_pods = managed_pods
         self._namespaces = namespaces
         self._nodes = nodes
         self._pods = pods
@@ -104,10 +107,10 @@ class ConsumerStatusLoop:
         self.drain_deletes = 0
 
     # --- informer handlers (on the informer threads: cheap) --------------------------------
-    def on_event(self, _event: str, _old: dict | None, _new: dict) -> None:
+    def on_event(self, _event: str, _old: dict[str, Any] | None, _new: dict[str, Any]) -> None:
         self._dirty.set()
 
-    def on_trimmed_event(self, _event: str, old: dict | None, new: dict) -> None:
+    def on_trimmed_event(self, _event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         """For nodes and pods: a heartbeat or a condition changes only the
         resourceVersion of the trimmed object, and is nothing to recompute for."""
         if old is None or old is new or content_changed(old, new):
@@ -180,13 +183,34 @@ class ConsumerStatusLoop:
                 self._dirty.set()
 
     # --- drains -----------------------------------------------------------------------
+    def _delete_pod_of(self, shadowpod: Mapping[str, Any], consumer: Mapping[str, Any]) -> None:
+        """The drained ShadowPod's pod, deleted with an explicit grace (its own, cut to the
+        consumer's pods.maxTerminationGracePeriodSeconds) rather than left to the garbage
+        collector, which would wait the pod's own grace: a pod made before the bound existed
+        may ask for days, and the drain is the provider taking its resources back."""
+        if self._managed_pods is None:
+            return
+        meta = shadowpod.get("metadata") or {}
+        pod = self._managed_pods.get(f"{meta.get('namespace')}/{meta.get('name')}")
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        if (controller_ref(pod) or {}).get("uid") != meta.get("uid"):
+            return  # not this ShadowPod's pod
+        try:
+            cap = parse_policy((consumer.get("spec") or {}).get("policy")).pods.max_termination_grace_seconds
+        except ProviderPolicyError:
+            cap = DEFAULT_POLICY.pods.max_termination_grace_seconds
+        grace = capped_grace((pod.get("spec") or {}).get("terminationGracePeriodSeconds"), cap)
+        pod_meta = pod.get("metadata") or {}
+        self._api.delete_pod(str(pod_meta.get("namespace")), str(pod_meta.get("name")), str(pod_meta.get("uid")), grace)
+
     @property
     def next_drain_deadline(self) -> float | None:
         """Seconds from the last pass to the next drain's deadline (None: none pending)."""
         return self._next_deadline
 
     @staticmethod
-    def _read_drain(name: str, consumer: dict) -> Drain | None:
+    def _read_drain(name: str, consumer: dict[str, Any]) -> Drain | None:
         try:
             return read_drain(consumer.get("spec") or {})
         except ConsumerError as exc:
@@ -194,7 +218,7 @@ class ConsumerStatusLoop:
             log.warning("[%s] drain not carried out: %s", name, exc)
             return None
 
-    def _drain(self, consumer: dict, drain: Drain, twins: list[str], now: datetime) -> int:
+    def _drain(self, consumer: dict[str, Any], drain: Drain, twins: list[str], now: datetime) -> int:
         """Delete what is due of a drained consumer; the number of its ShadowPods left."""
         name = consumer_name(consumer)
         if self._by_namespace:
@@ -211,6 +235,7 @@ class ConsumerStatusLoop:
             meta = shadowpod.get("metadata") or {}
             try:
                 self._api.delete_shadowpod(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+                self._delete_pod_of(shadowpod, consumer)
                 self.drain_deletes += 1
                 message = (f"the drain's grace of {drain.grace_seconds}s is over: deleted ShadowPod "
                            f"{meta.get('namespace')}/{meta.get('name')} (and its pod)")

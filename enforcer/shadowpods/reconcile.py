@@ -12,15 +12,18 @@ meets AlreadyExists instead of making a duplicate, and deletions name the pod's 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
-from enforcer.shadowpods import events
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
+from kube_offload import reasons
+from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
 from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
+from kube_offload.runtime.events import NORMAL, WARNING
 from kube_offload.runtime.kube import ApiError, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
@@ -31,14 +34,18 @@ from kube_offload.shadowpod import (
     PodFate,
     asks_for_remote_api,
     build_pod,
+    capped_grace,
     controller_ref,
-    creation_failed_message,
+    deletion_grace,
     describe_end,
     is_owned_by,
     owner_key,
     plan,
     pod_fate,
     pod_update,
+)
+from kube_offload.shadowpod_status import (
+    creation_failed_message,
     status_changed,
     status_from_pod,
     status_may_wait,
@@ -64,6 +71,10 @@ GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 # A resource slice's ShadowPod whose pool is not known (caches still listing, the slice
 # or its pool gone meanwhile): its pod waits, never made without the pool's patch.
 SLICE_POOL_RECHECK_SECONDS = 5.0
+# A pod the provider's rules refuse to create (the ShadowPod's Consumer changed since it was
+# admitted: a grant withdrawn, the quota lowered, a drain) is judged again this often, and at
+# once when its Consumer changes (Enforcer: the Consumer informer's handler).
+REFUSED_RECHECK_SECONDS = 30.0
 # How long the status of a ShadowPod's first pod may wait for that pod to leave Pending,
 # so that creating and starting it is one status write instead of two (or, with the
 # pod's conditions mirrored as before, three or four). A pod still Pending then is
@@ -81,7 +92,7 @@ log = logging.getLogger("kube_offload.enforcer")
 BY_SHADOWPOD = "by-shadowpod"
 
 
-def shadowpod_of(pod: dict) -> str | None:
+def shadowpod_of(pod: dict[str, Any]) -> str | None:
     """The index function of :data:`BY_SHADOWPOD` (and the pod informer's key function
     for the controller): the ShadowPod controlling the pod; for a pod the enforcer made
     that has no controller at all any more, the ShadowPod it was made for, which has the
@@ -95,7 +106,7 @@ def shadowpod_of(pod: dict) -> str | None:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def is_enforcer_orphan(pod: dict) -> bool:
+def is_enforcer_orphan(pod: dict[str, Any]) -> bool:
     """A pod the enforcer made (its label and its applied-template record, which only
     ``build_pod`` writes) that no controller owns any more. Such a pod belongs to no live
     ShadowPod (every pod is created with a controller reference to its ShadowPod), so it
@@ -112,13 +123,26 @@ POD_INDEXERS = {BY_SHADOWPOD: shadowpod_of}
 
 
 class Cache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
 
 class PodCache(Cache, Protocol):
     """The managed pods, with the :data:`POD_INDEXERS` (an Informer, or in tests an Indexer)."""
 
-    def by_index(self, name: str, value: str) -> list[dict]: ...
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]: ...
+
+
+Judge = Callable[[Mapping[str, Any]], Decision]
+"""ShadowPod -> may the enforcer create its pod now? (enforcer/admission/shadowpod_webhook.py
+``judge_pod``: the admission's own rules against the Consumer as it is now). A 503 means
+"could not verify yet" (caches still listing): the pod waits; any other refusal is the
+provider's no, written where the consumer reads it."""
+
+
+def admit_every_pod(_shadowpod: Mapping[str, Any]) -> Decision:
+    """The judge of an enforcer that serves no ShadowPod webhook (none configured): it has
+    none of the admission's caches, so nothing is judged here either (as at admission)."""
+    return Decision.allow()
 
 
 class Reconciler:
@@ -131,6 +155,8 @@ class Reconciler:
         recorder: EventRecorder,
         remote_api_access: Callable[[str], bool | None] = lambda _namespace: False,
         slice_pool: Callable[[str, str], Pool | None] = lambda _namespace, _slice: None,
+        max_grace: Callable[[str], int | None] = lambda _namespace: None,
+        judge: Judge = admit_every_pod,
         status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -139,11 +165,23 @@ class Reconciler:
         ``slice_pool``: (twin namespace, slice name) -> the pool of that consumer's
         OffloadSlice, whose patch the pod of a ShadowPod labelled with the slice gets; None
         while not known (the pod waits).
+        ``max_grace``: twin namespace -> its consumer's largest termination grace
+        (``pods.maxTerminationGracePeriodSeconds``), which every pod made is cut to and
+        every deletion passes explicitly; None: not cut (no Consumer known).
+        ``judge``: whether a pod may be created now (:data:`Judge`), asked before every
+        create, the first and each recreation.
         ``status_coalesce_seconds``: see :data:`STATUS_COALESCE_SECONDS` (0: write the
         status of a new pod as soon as it is created)."""
         self._shadowpods = shadowpods
         self._remote_api_access = remote_api_access
         self._slice_pool = slice_pool
+        self._max_grace = max_grace
+        self._judge = judge
+        # ShadowPod key -> the refusal its pod met at the last create (judge): judged again
+        # when its Consumer changes (refused_keys, read by an informer's thread: hence the
+        # lock) and every REFUSED_RECHECK_SECONDS.
+        self._refused: dict[str, str] = {}
+        self._refused_lock = threading.Lock()
         self._pods = pods
         self._api = api
         self._recorder = recorder
@@ -169,6 +207,7 @@ class Reconciler:
         shadowpod = self._shadowpods.get(key)
         pods = self._pods.by_index(BY_SHADOWPOD, key)
         if shadowpod is None:
+            self._forget_refusal(key)
             self._refused_updates.pop(key, None)
             self._status_echoes.forget(key)
             self._unrecorded.pop(key, None)
@@ -182,15 +221,20 @@ class Reconciler:
             # Pods of an earlier ShadowPod of the same name, not yet collected.
             self._delete_orphans(namespace, name, orphans, logger)
 
-        decision = plan(shadowpod, mine)
+        # The consumer's largest grace, looked up only when the local pod's deletion asks
+        # for one (the plan cuts it); every other deletion reads it in _delete.
+        cap = self._max_grace(namespace) if deletion_grace(shadowpod) is not None else None
+        decision = plan(shadowpod, mine, max_grace_seconds=cap)
         logger.debug("%s (pods: %d, deleting: %d)", decision.action.value, len(mine), len(decision.delete))
+        if decision.action is not Action.CREATE:
+            self._forget_refusal(key)
         for pod in decision.delete:
             self._delete(pod, logger, grace=decision.grace)
             if pod is not decision.replaced and decision.action is not Action.TERMINATE:
                 self._recorder.record(
                     shadowpod,
-                    events.NORMAL,
-                    events.REASON_DELETED_EXTRA,
+                    NORMAL,
+                    reasons.REASON_EXTRA_POD_DELETED,
                     f"Deleted pod {_name(pod)}: only one pod may run for a ShadowPod",
                 )
 
@@ -209,15 +253,59 @@ class Reconciler:
         elif decision.action is Action.TERMINATE and decision.delete:
             self._recorder.record(
                 shadowpod,
-                events.NORMAL,
-                events.REASON_TERMINATING,
+                NORMAL,
+                reasons.REASON_POD_TERMINATING,
                 f"Deleting pod {name} with a grace period of {decision.grace}s: its local pod is being deleted",
             )
 
     # --- actions -----------------------------------------------------------------------
-    def _create(self, shadowpod: dict, replaced: dict | None, logger: logging.LoggerAdapter) -> None:
+    def set_judge(self, judge: Judge) -> None:
+        """Judge every pod with ``judge`` from now on (the webhook is built after this)."""
+        self._judge = judge
+
+    def refused_keys(self) -> list[str]:
+        """The ShadowPods whose pod the provider's rules refused at the last create: what a
+        change of their Consumer should have judged again."""
+        with self._refused_lock:
+            return list(self._refused)
+
+    def _forget_refusal(self, key: str) -> str | None:
+        with self._refused_lock:
+            return self._refused.pop(key, None)
+
+    def _judged(self, shadowpod: dict[str, Any], view: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
+        """Ask the judge whether the pod may be made now; raises Requeue when not (yet)."""
+        meta = shadowpod["metadata"]
+        key, name = f"{meta['namespace']}/{meta['name']}", meta["name"]
+        verdict = self._judge(shadowpod)
+        if verdict.allowed:
+            if self._forget_refusal(key) is not None:
+                logger.info("pod %s is admitted again by the provider's rules", name)
+            return
+        if verdict.code == 503:
+            raise Requeue(GRANT_UNKNOWN_RECHECK_SECONDS, f"could not judge pod {name} yet: {verdict.message}")
+        again = "again " if (view.get("status") or {}).get("podUID") else ""
+        message = creation_failed_message(
+            name, f"the provider's rules refuse to run it {again}now (every pod is judged against the Consumer as it "
+                  f"is when the pod is made): {verdict.message}"
+        )
+        with self._refused_lock:
+            known = self._refused.get(key)
+            self._refused[key] = verdict.message
+        if known != verdict.message:
+            logger.warning("%s", message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_REFUSED, message)
+        self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
+        raise Requeue(REFUSED_RECHECK_SECONDS, f"pod {name} refused by the provider's rules")
+
+    def _create(self, shadowpod: dict[str, Any], replaced: dict[str, Any] | None, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = shadowpod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
+        key = f"{namespace}/{name}"
+        # The status as if it recorded every pod this ShadowPod had: one whose status
+        # write was held back, or one that ended before anything was written.
+        view = with_recorded_pod(self._recorded(key, shadowpod), _uid(replaced))
+        self._judged(shadowpod, view, logger)
         granted = False
         if asks_for_remote_api(shadowpod):
             answer = self._remote_api_access(namespace)
@@ -230,14 +318,10 @@ class Reconciler:
             pool = self._slice_pool(namespace, str(slice_name))
             if pool is None:
                 raise Requeue(SLICE_POOL_RECHECK_SECONDS, f"waiting for the pool of resource slice {slice_name}")
-        key = f"{namespace}/{name}"
-        # The status as if it recorded every pod this ShadowPod had: one whose status
-        # write was held back, or one that ended before anything was written.
-        view = with_recorded_pod(self._recorded(key, shadowpod), _uid(replaced))
         try:
-            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool)
+            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool, max_grace_seconds=self._max_grace(namespace))
         except InvalidShadowPod as exc:
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_INVALID_SHADOWPOD, str(exc))
             self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)
             raise PermanentError(f"invalid ShadowPod: {exc}") from exc
         try:
@@ -251,7 +335,7 @@ class Reconciler:
             # PodSecurity, an admission webhook, validation. Say so where the user looks,
             # then let the controller retry with backoff (quota may free up).
             message = creation_failed_message(name, exc.message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_CREATE_FAILED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_CREATION_FAILED, message)
             self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
             raise
 
@@ -271,11 +355,11 @@ class Reconciler:
         else:
             message = f"Created pod {name} to replace pod {previous_uid}, which was deleted"
         logger.info("%s", message)
-        self._recorder.record(shadowpod, events.NORMAL, events.REASON_RECREATED, message)
+        self._recorder.record(shadowpod, NORMAL, reasons.REASON_POD_RECREATED, message)
         # Written at once: the count must not wait on anything an enforcer restart loses.
         self._write_status(shadowpod, status_from_pod(view, created), logger)
 
-    def _update_in_place(self, shadowpod: dict, pod: dict, logger: logging.LoggerAdapter) -> None:
+    def _update_in_place(self, shadowpod: dict[str, Any], pod: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """A changed template (labels, annotations, images, activeDeadlineSeconds,
         tolerations: what a running pod may change) reaches the running pod by a patch,
         never by recreating it (kube_offload.pod_updates). A provider that refuses the
@@ -311,13 +395,13 @@ class Reconciler:
                 "the pod keeps running as it was"
             )
             logger.warning("%s", message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_UPDATE_REFUSED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_UPDATE_REFUSED, message)
             return
         self._refused_updates.pop(key, None)
         logger.info("updated pod %s in place: %s", meta["name"], what)
-        self._recorder.record(shadowpod, events.NORMAL, events.REASON_UPDATED, f"Updated pod {meta['name']} in place: {what}")
+        self._recorder.record(shadowpod, NORMAL, reasons.REASON_POD_UPDATED, f"Updated pod {meta['name']} in place: {what}")
 
-    def _name_taken(self, shadowpod: dict, logger: logging.LoggerAdapter) -> None:
+    def _name_taken(self, shadowpod: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """The create met a pod of the same name that the cache does not show as ours
         (yet). Always raises: what to do depends on whose pod it is."""
         meta = shadowpod["metadata"]
@@ -334,13 +418,17 @@ class Reconciler:
             self._delete_orphans(namespace, name, [existing], logger)
             raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"deleted pod {name} of an earlier ShadowPod")
         message = f"a pod named {name} exists and is not managed by the enforcer; delete or rename it"
-        self._recorder.record(shadowpod, events.WARNING, events.REASON_NAME_TAKEN, message)
+        self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_NAME_TAKEN, message)
         view = self._recorded(f"{namespace}/{name}", shadowpod)
         self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
         raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
 
-    def _delete(self, pod: dict, logger: logging.LoggerAdapter, *, grace: int | None = None) -> None:
+    def _delete(self, pod: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], *, grace: int | None = None) -> None:
+        """Delete ``pod`` (by UID) with an explicit grace: ``grace``, or the pod's own cut to
+        its consumer's largest (a pod made before the bound, or by hand, may ask for more)."""
         meta = pod["metadata"]
+        if grace is None:
+            grace = self._pod_grace(pod)
         if grace is None:
             logger.info("deleting pod %s (uid %s)", meta["name"], meta.get("uid"))
             self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"])
@@ -348,7 +436,13 @@ class Reconciler:
         logger.info("deleting pod %s (uid %s) with a grace period of %ds", meta["name"], meta.get("uid"), grace)
         self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"], grace_period_seconds=grace)
 
-    def _delete_orphans(self, namespace: str, name: str, pods: list[dict], logger: logging.LoggerAdapter) -> None:
+    def _pod_grace(self, pod: dict[str, Any]) -> int | None:
+        cap = self._max_grace(str(pod["metadata"].get("namespace") or ""))
+        if cap is None:
+            return None
+        return capped_grace((pod.get("spec") or {}).get("terminationGracePeriodSeconds"), cap)
+
+    def _delete_orphans(self, namespace: str, name: str, pods: list[dict[str, Any]], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """Delete the pods whose owning ShadowPod no longer exists, after checking with the
         API server itself: a cache that lags must never cost a live pod."""
         candidates = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -396,13 +490,13 @@ class Reconciler:
             written += key not in self._unrecorded
         return written
 
-    def _recorded(self, key: str, shadowpod: dict) -> dict:
+    def _recorded(self, key: str, shadowpod: dict[str, Any]) -> dict[str, Any]:
         """The ShadowPod as if the status of a pod held back (:attr:`_unrecorded`) had
         been written."""
         entry = self._unrecorded.get(key)
         return dict(with_recorded_pod(shadowpod, entry[0] if entry else None))
 
-    def _held_back(self, key: str, shadowpod: dict, pod: dict) -> float:
+    def _held_back(self, key: str, shadowpod: dict[str, Any], pod: dict[str, Any]) -> float:
         """Seconds the status write for ``pod`` may still wait (0: write it now): only
         for the first pod this enforcer created, while it is Pending, until the deadline."""
         entry = self._unrecorded.get(key)
@@ -412,7 +506,7 @@ class Reconciler:
         return left if left > 0 else 0.0
 
     def _write_status(
-        self, shadowpod: dict, desired: dict, logger: logging.LoggerAdapter, *, best_effort: bool = False
+        self, shadowpod: dict[str, Any], desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], *, best_effort: bool = False
     ) -> None:
         meta = shadowpod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
@@ -436,16 +530,17 @@ class Reconciler:
         if desired.get("podUID"):
             self._unrecorded.pop(key, None)  # the status records a pod now
 
-    def own_status_write(self, old: dict | None, new: dict) -> bool:
+    def own_status_write(self, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
         """Whether a ShadowPod update is only the echo of our own status write: the
         reconcile reads the ShadowPod's status (recreations, podUID), so someone else's
         status write is reconciled, but what we just wrote needs no second look."""
         return only_status_changed(old, new) and self._status_echoes.is_echo(new)
 
 
-def _uid(pod: dict | None) -> str | None:
-    return (pod or {}).get("metadata", {}).get("uid")
+def _uid(pod: dict[str, Any] | None) -> str | None:
+    uid: str | None = (pod or {}).get("metadata", {}).get("uid")
+    return uid
 
 
-def _name(pod: dict) -> str:
+def _name(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name"))

@@ -12,7 +12,8 @@ The enforcer holds every ShadowPod of every consumer and every pod it made for t
   and deletion timestamps, the deletion grace period; ``restartPolicy``; the status,
   whole: phase, reason, message, conditions are mirrored into the ShadowPod);
   :func:`kube_offload.pod_updates.pod_patch` (the mutable spec fields: each container's
-  name and image, ``activeDeadlineSeconds``, tolerations); the quota's
+  name and image, ``activeDeadlineSeconds``, tolerations); the explicit grace of every
+  deletion (``terminationGracePeriodSeconds``); the quota's
   :func:`kube_offload.resources.pod_requests` (containers' requests and init
   containers' ``restartPolicy``, pod-level resources, overhead, ``nodeName``); the
   EndpointSlice webhook's index by pod IP (the status).
@@ -29,6 +30,7 @@ from kube_offload.runtime.interning import interned
 # The pod spec fields a reader of the managed-pod cache uses (see the module docstring).
 POD_SPEC_FIELDS = (
     "nodeName", "restartPolicy", "activeDeadlineSeconds", "tolerations", "overhead", "resources", "priority",
+    "terminationGracePeriodSeconds",
 )
 CONTAINER_FIELDS = ("name", "image", "restartPolicy", "resources")
 CONTAINER_LISTS = ("containers", "initContainers")

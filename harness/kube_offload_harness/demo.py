@@ -45,8 +45,8 @@ from kube_offload.runtime.flags import add_flag
 COMPONENT = "demo"
 SERVICE = "hello"
 CLIENT, CLIENT_NAMESPACE = "demo-client", "default"  # a pod of the local cluster, not offloaded
-# docker.io's names: containerd pulls them through the environment's registry. The client
-# is Python's: Debian's static busybox resolves no names (static glibc has no NSS).
+# docker.io's names: containerd pulls them through the environment's registry, which
+# serves stand-ins made from Debian packages (standin_recipe.py).
 BUSYBOX, PYTHON = "busybox:1.36", "python:3.11-slim"
 CALL = "import urllib.request as u; print(u.urlopen('http://{url}', timeout=5).read().decode(), end='')"
 

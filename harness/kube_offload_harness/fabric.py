@@ -2,7 +2,7 @@
 
 Two clusters that share pods need their pod networks joined, and, when the clusters were
 built alike, their pod addresses translated (Liqo does it with a gateway and NAT; the
-virtual kubelet only *shows* the translated addresses, vkubelet/ip_remapping.py). On one
+virtual kubelet only *shows* the translated addresses, vkubelet/shared/ip_remapping.py). On one
 machine the harness joins two real nodes' network namespaces directly, never through the
 machine's own namespace (whose forwarding stays off):
 

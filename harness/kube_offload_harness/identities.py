@@ -49,6 +49,9 @@ IDENTITY_KINDS = frozenset({
     # tests meet the same CEL a provider runs (templates/admission-policies.yaml).
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    # The fence of a consumer's relay (templates/home-api-relay.yaml): what a provider's
+    # network plugin enforces, applied as rendered so the tests meet the stored policy.
+    "NetworkPolicy",
 })
 
 # Tokens last as long as a demo environment may be left running; the apiserver caps them

@@ -2,9 +2,10 @@
 tar ``buildah push oci-archive:`` and :mod:`oci_image` write), push it over the OCI
 distribution API (blob HEAD, blob upload, manifest PUT) with urllib.
 
-Pure: :func:`read_oci_archive`, :func:`add_layer`, :func:`mirror_repository`,
-:func:`upload_url`. Thin: :class:`RegistryClient` (HTTP, never through a proxy: the
-registry is on the machine's loopback).
+Pure: :func:`read_oci_archive`, :func:`mirror_repository`, :func:`upload_url`. Thin:
+:func:`read_oci_layout` (a layout directory of many images: the stand-ins),
+:class:`RegistryClient` (HTTP, never through a proxy: the registry is on the machine's
+loopback).
 
 The manifest and every blob are pushed byte for byte, so an image keeps the digests its
 archive gave it; layers may be gzipped (``...layer.v1.tar+gzip``, buildah's) or plain
@@ -20,9 +21,10 @@ import tarfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urljoin
 
-from kube_offload_harness.oci_image import INDEX_MEDIA_TYPE, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, sha256
+from kube_offload_harness.oci_image import IMAGE_NAME_ANNOTATION, INDEX_MEDIA_TYPE, sha256
 
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 # containerd's default registry and the repository prefix a one-word name gets there
@@ -55,6 +57,37 @@ class OciImage:
 def _platform_ok(descriptor: dict) -> bool:
     platform = descriptor.get("platform")
     return platform is None or (platform.get("os"), platform.get("architecture")) == ("linux", "amd64")
+
+
+def read_oci_layout(directory: Path) -> list[tuple[str, OciImage]]:
+    """Every image an OCI image layout directory names (``index.json`` entries annotated
+    with ``io.containerd.image.name``), each blob read once and checked against its digest."""
+    what = str(directory)
+    if not (directory / "index.json").exists():
+        raise ImageError(f"{what}: no index.json; not an OCI image layout")
+    blobs: dict[str, bytes] = {}
+
+    def blob(digest: str) -> bytes:
+        if digest not in blobs:
+            algorithm, _, hexdigest = digest.partition(":")
+            path = directory / "blobs" / algorithm / hexdigest
+            if not path.exists():
+                raise ImageError(f"{what}: blob {digest} named but missing")
+            blobs[digest] = path.read_bytes()
+            if sha256(blobs[digest]) != digest:
+                raise ImageError(f"{what}: blob {digest} does not match its digest")
+        return blobs[digest]
+
+    images = []
+    for entry in json.loads((directory / "index.json").read_text())["manifests"]:
+        name = (entry.get("annotations") or {}).get(IMAGE_NAME_ANNOTATION)
+        if not name:
+            raise ImageError(f"{what}: index.json entry {entry['digest']} has no {IMAGE_NAME_ANNOTATION} annotation")
+        manifest = blob(entry["digest"])
+        body = json.loads(manifest)
+        images.append((name, OciImage(manifest=manifest, media_type=body.get("mediaType") or entry["mediaType"],
+                                      blobs={d["digest"]: blob(d["digest"]) for d in [body["config"], *body["layers"]]})))
+    return images
 
 
 def read_oci_archive(data: bytes, *, what: str = "archive") -> OciImage:
@@ -91,24 +124,6 @@ def read_oci_archive(data: bytes, *, what: str = "archive") -> OciImage:
     media_type = body.get("mediaType") or candidates[0]["mediaType"]
     blobs = {d["digest"]: blob(d["digest"]) for d in [body["config"], *body["layers"]]}
     return OciImage(manifest=manifest, media_type=media_type, blobs=blobs)
-
-
-def add_layer(image: OciImage, layer: bytes, *, created_by: str) -> OciImage:
-    """``image`` with one more (uncompressed) layer on top: the config's diff_ids and
-    history and the manifest follow, so the result is a valid image of its own digest."""
-    body = json.loads(image.manifest)
-    config = json.loads(image.blobs[body["config"]["digest"]])
-    config.setdefault("rootfs", {"type": "layers", "diff_ids": []})["diff_ids"].append(sha256(layer))
-    if "history" in config:  # one entry per layer that is not marked empty_layer
-        config["history"].append({"created_by": created_by})
-    config_blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-    body["config"] = {**body["config"], "digest": sha256(config_blob), "size": len(config_blob)}
-    body["layers"] = [*body["layers"], {"mediaType": LAYER_MEDIA_TYPE, "digest": sha256(layer), "size": len(layer)}]
-    manifest = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    blobs = {d["digest"]: image.blobs[d["digest"]] for d in json.loads(image.manifest)["layers"]}
-    blobs[sha256(config_blob)] = config_blob
-    blobs[sha256(layer)] = layer
-    return OciImage(manifest=manifest, media_type=body.get("mediaType") or MANIFEST_MEDIA_TYPE, blobs=blobs)
 
 
 def split_reference(image: str) -> tuple[str, str, str]:
@@ -189,15 +204,29 @@ class RegistryClient:
             raise ImageError(f"putting the manifest {repository}:{reference}: HTTP {status} {body[:300]!r}")
         return headers.get("Docker-Content-Digest", sha256(manifest))
 
-    def push(self, image: OciImage, repository: str, tag: str) -> int:
+    def mount_blob(self, repository: str, digest: str, source: str) -> bool:
+        """Cross-repository mount: ``digest`` of ``source`` becomes ``repository``'s too,
+        no bytes sent (a layer the stand-ins share). False if the registry would rather
+        take an upload (it then opened one, which is left to expire)."""
+        status, _, _ = self._request("POST", f"{self.base_url}/v2/{repository}/blobs/uploads/?mount={digest}&from={source}")
+        return status == 201
+
+    def push(self, image: OciImage, repository: str, tag: str, *, pushed: dict[str, str] | None = None) -> int:
         """Blobs first (those the registry lacks), then the manifest under ``tag``;
-        returns how many bytes were uploaded."""
+        returns how many bytes were uploaded. ``pushed`` (digest -> repository, kept by
+        the caller across pushes) lets a blob already in another repository be mounted."""
+        pushed = {} if pushed is None else pushed
         sent = 0
         for descriptor in image.descriptors():
             digest = descriptor["digest"]
-            if not self.has_blob(repository, digest):
+            if self.has_blob(repository, digest):
+                pass
+            elif digest in pushed and self.mount_blob(repository, digest, pushed[digest]):
+                pass
+            else:
                 self.upload_blob(repository, digest, image.blobs[digest])
                 sent += len(image.blobs[digest])
+            pushed.setdefault(digest, repository)
         self.put_manifest(repository, tag, image.manifest, image.media_type)
         return sent
 

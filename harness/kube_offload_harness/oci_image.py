@@ -1,22 +1,24 @@
 """Container images as OCI archives, written here without a registry or a daemon.
 
 The harness pushes them to the environment's local registry (registry.py) under the names
-a manifest uses (``docker.io/library/busybox:1.36``, ``registry.k8s.io/pause:3.10.2``), and
+a manifest uses (``registry.k8s.io/pause:3.10.2``, ``docker.io/library/busybox:1.36``), and
 the real nodes' containerd pulls them from there through its mirrors, so a pod that names
 a public image runs with nothing fetched from outside. Archives are deterministic (every
-mtime 0, owner root) so the same inputs give the same digests.
+mtime 0, owner root unless an entry says otherwise) so the same inputs give the same digests.
 
-The pure part builds bytes (:func:`layer_tar`, :func:`oci_archive`); the thin part reads the
-machine's busybox-static, the pause binary and CoreDNS (:func:`busybox_image`,
-:func:`pause_image`, :func:`coredns_image`).
+The pure part builds bytes (:func:`layer_tar`, :func:`image_config_json`,
+:func:`image_manifest`, :func:`oci_archive`); the thin part reads the pause binary and
+CoreDNS (:func:`pause_image`, :func:`coredns_image`). The everyday images users name
+(busybox, alpine, python, nginx, debian) are stand-ins made from Debian packages
+(standin_images.py), written with the same functions.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
-import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,20 +27,17 @@ from typing import Iterable
 from kube_offload_harness import versions
 
 # The names manifests use; the pause one is also containerd's pinned sandbox image.
-BUSYBOX_IMAGE = "docker.io/library/busybox:1.36"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"  # containerd 2.4's default pinned sandbox image
 COREDNS_IMAGE = f"registry.k8s.io/coredns/coredns:{versions.COREDNS}"
-# Debian's Python 3.11 (the project image's runtime base, scripts/build-image.sh) under the
-# name manifests use for python.org's; registry.py adds the `python3` link it lacks.
-PYTHON_IMAGE = "docker.io/library/python:3.11-slim"
 IMAGE_NAME_ANNOTATION = "io.containerd.image.name"  # what `ctr images import` names the image by
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"
+GZIP_LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
-BUSYBOX_STATIC = Path("/bin/busybox")  # Debian's busybox-static (scripts/bootstrap.sh installs it)
+OCI_LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'  # the ``oci-layout`` file of an image layout
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,22 @@ class ImageConfig:
     env: list[str] = field(default_factory=lambda: [DEFAULT_PATH])
     user: str = ""
     workdir: str = "/"
+    exposed_ports: list[str] = field(default_factory=list)  # ["80/tcp"]
+    stop_signal: str = ""  # "SIGQUIT": what containerd sends on stop instead of SIGTERM
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer as the registry stores it (``blob``, maybe gzipped) and as the image config
+    names it (``diff_id``: the digest of the uncompressed tar)."""
+
+    blob: bytes
+    diff_id: str
+    media_type: str = LAYER_MEDIA_TYPE
+
+    def descriptor(self) -> dict:
+        return {"mediaType": self.media_type, "digest": sha256(self.blob), "size": len(self.blob)}
 
 
 def sha256(data: bytes) -> str:
@@ -91,7 +106,17 @@ def layer_tar(entries: Iterable[Entry]) -> bytes:
     return buffer.getvalue()
 
 
-def image_config_json(config: ImageConfig, layers: list[bytes]) -> bytes:
+def plain_layer(tar: bytes) -> Layer:
+    return Layer(tar, sha256(tar))
+
+
+def gzip_layer(tar: bytes, *, level: int = 6) -> Layer:
+    """Gzipped as buildah and docker push them: no name and mtime 0 in the gzip header, so
+    the same tar always gives the same blob."""
+    return Layer(gzip.compress(tar, compresslevel=level, mtime=0), sha256(tar), GZIP_LAYER_MEDIA_TYPE)
+
+
+def image_config_json(config: ImageConfig, diff_ids: list[str]) -> bytes:
     body = {
         "architecture": "amd64",
         "os": "linux",
@@ -100,41 +125,59 @@ def image_config_json(config: ImageConfig, layers: list[bytes]) -> bytes:
             for key, value in {
                 "Entrypoint": config.entrypoint, "Cmd": config.cmd, "Env": config.env,
                 "User": config.user, "WorkingDir": config.workdir,
+                "ExposedPorts": {port: {} for port in config.exposed_ports},
+                "StopSignal": config.stop_signal, "Labels": config.labels,
             }.items()
             if value
         },
-        "rootfs": {"type": "layers", "diff_ids": [sha256(layer) for layer in layers]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def oci_archive(name: str, layers: list[bytes], config: ImageConfig) -> bytes:
-    """An OCI image layout as a tar, the form ``ctr images import`` reads; the index
-    annotation names the image (``docker.io/library/busybox:1.36``)."""
-    if ":" not in name.rsplit("/", 1)[-1]:
-        raise ValueError(f"image name {name!r} needs a tag")
-    config_blob = image_config_json(config, layers)
-    manifest = json.dumps({
+def image_manifest(config_blob: bytes, layers: list[Layer]) -> bytes:
+    return json.dumps({
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,
         "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": sha256(config_blob), "size": len(config_blob)},
-        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": sha256(layer), "size": len(layer)} for layer in layers],
+        "layers": [layer.descriptor() for layer in layers],
     }, sort_keys=True, separators=(",", ":")).encode()
-    index = json.dumps({
-        "schemaVersion": 2,
-        "mediaType": INDEX_MEDIA_TYPE,
-        "manifests": [{
-            "mediaType": MANIFEST_MEDIA_TYPE, "digest": sha256(manifest), "size": len(manifest),
-            "platform": {"architecture": "amd64", "os": "linux"},
-            "annotations": {IMAGE_NAME_ANNOTATION: name, REF_NAME_ANNOTATION: name.rsplit(":", 1)[1]},
-        }],
-    }, sort_keys=True, separators=(",", ":")).encode()
-    files: dict[str, bytes] = {"oci-layout": b'{"imageLayoutVersion":"1.0.0"}', "index.json": index}
+
+
+def index_entry(manifest: bytes, name: str) -> dict:
+    """``index.json``'s descriptor of one image, annotated with its full name (what
+    ``ctr images import`` and registry.py name it by) and its tag."""
+    if ":" not in name.rsplit("/", 1)[-1]:
+        raise ValueError(f"image name {name!r} needs a tag")
+    return {
+        "mediaType": MANIFEST_MEDIA_TYPE, "digest": sha256(manifest), "size": len(manifest),
+        "platform": {"architecture": "amd64", "os": "linux"},
+        "annotations": {IMAGE_NAME_ANNOTATION: name, REF_NAME_ANNOTATION: name.rsplit(":", 1)[1]},
+    }
+
+
+def index_json(entries: list[dict]) -> bytes:
+    return json.dumps({"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": entries},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def oci_archive(name: str, layers: list[bytes], config: ImageConfig) -> bytes:
+    """An OCI image layout as a tar, the form ``ctr images import`` reads; the index
+    annotation names the image (``registry.k8s.io/pause:3.10.2``)."""
+    plain = [plain_layer(layer) for layer in layers]
+    config_blob = image_config_json(config, [layer.diff_id for layer in plain])
+    manifest = image_manifest(config_blob, plain)
+    files: dict[str, bytes] = {"oci-layout": OCI_LAYOUT, "index.json": index_json([index_entry(manifest, name)])}
     for blob in (config_blob, manifest, *layers):
-        files["blobs/sha256/" + sha256(blob).split(":", 1)[1]] = blob
+        files[blob_path(blob)] = blob
     entries = [Entry("blobs", "dir", mode=0o755), Entry("blobs/sha256", "dir", mode=0o755)]
     entries += [Entry(path, data=data) for path, data in files.items()]
     return layer_tar(entries)
+
+
+def blob_path(blob: bytes) -> str:
+    """Where an OCI image layout keeps ``blob``: ``blobs/sha256/<hex>``."""
+    return "blobs/sha256/" + sha256(blob).split(":", 1)[1]
 
 
 def base_directories() -> list[Entry]:
@@ -147,23 +190,7 @@ def base_directories() -> list[Entry]:
     return entries
 
 
-def busybox_entries(busybox: bytes, applets: Iterable[str]) -> list[Entry]:
-    """busybox at /bin/busybox and one symlink per applet (``busybox --list-full`` paths)."""
-    entries = base_directories() + [Entry("bin/busybox", data=busybox, mode=0o755)]
-    for applet in applets:
-        applet = applet.strip().strip("/")
-        if applet and applet != "bin/busybox":
-            entries.append(Entry(applet, "symlink", target="/bin/busybox", mode=0o777))
-    return entries
-
-
 # --- thin I/O ---------------------------------------------------------------------------------
-def busybox_image(busybox: Path = BUSYBOX_STATIC) -> bytes:
-    applets = subprocess.run([str(busybox), "--list-full"], capture_output=True, text=True, check=True).stdout.split()
-    layer = layer_tar(busybox_entries(busybox.read_bytes(), applets))
-    return oci_archive(BUSYBOX_IMAGE, [layer], ImageConfig(cmd=["sh"]))
-
-
 def pause_image(pause: Path) -> bytes:
     """The sandbox image: Kubernetes' own pause.c, built by binaries.py; run as 65535 as
     upstream's image does."""

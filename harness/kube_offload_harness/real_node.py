@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from kube_offload_harness import netns, oci_image, pod_cidr_overlap
+from kube_offload_harness import netns, pod_cidr_overlap
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.binaries import NodeBinaries
 from kube_offload_harness.processes import ProcessTable
@@ -171,15 +171,20 @@ def preflight() -> list[str]:
     for tool in ("ip", "nsenter", "iptables"):
         if shutil.which(tool) is None:
             problems.append(f"`{tool}` on PATH: install iproute2, util-linux, iptables")
-    if not oci_image.BUSYBOX_STATIC.exists():
-        problems.append(f"{oci_image.BUSYBOX_STATIC}: install Debian's busybox-static")
+    for tool in ("mmdebstrap", "dpkg-deb"):  # the stand-in images (standin_images.py)
+        if shutil.which(tool) is None:
+            problems.append(f"`{tool}` on PATH: install Debian's mmdebstrap (scripts/bootstrap.sh does, as root)")
     return problems
 
 
 class RealNode:
     def __init__(self, plan: rc.NodePlan, *, nbins: NodeBinaries, processes: ProcessTable, log_dir: Path,
-                 say: Say | None = None) -> None:
+                 say: Say | None = None, slot_record: Path | None = None) -> None:
+        """``slot_record``: where the inode of the slot's namespace is kept (an
+        environment's run directory, outside its state dir: run_records.py); default
+        the node's state dir."""
         self.plan = plan
+        self._slot_record = slot_record or plan.state_dir / "netns-inode"
         self.nbins = nbins
         self.processes = processes
         self.log_dir = log_dir
@@ -254,10 +259,6 @@ class RealNode:
             log=self.log_path("kube-proxy"), env=self._env(), netns=ns_path,
         )
 
-    @property
-    def _slot_record(self) -> Path:
-        return self.plan.state_dir / "netns-inode"
-
     def _claim_slot(self) -> None:
         """Create the slot's namespace first: `ip netns add` fails when it exists, so two
         environments that chose the same free slot at once (slots are picked from `ip netns
@@ -283,6 +284,7 @@ class RealNode:
         self._record_slot()
 
     def _record_slot(self) -> None:
+        self._slot_record.parent.mkdir(parents=True, exist_ok=True)
         self._slot_record.write_text(str(os.stat(netns.netns_path(self.plan.netns)).st_ino))
 
     def reserve_slot(self) -> bool:

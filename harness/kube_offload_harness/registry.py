@@ -8,9 +8,11 @@ own namespace's loopback through a forwarder (real_node.py), and containerd mirr
 docker.io, registry.k8s.io, ghcr.io and quay.io to it (real_node_config.registry_hosts_toml):
 an upstream's repositories live under its name (``docker.io/library/busybox``).
 
-Filled at ``up`` with the images the tiers and the charts name (:func:`image_archives`),
-every one built on this machine, and with the two charts (``helm push`` to
-``oci://127.0.0.1:<port>/charts``; :func:`chart_reference` is what to install from).
+Filled at ``up`` (:func:`fill`) with every image the tiers and the charts name, each built
+on this machine: the sandbox and CoreDNS images, the project image, and the stand-ins for
+the everyday public images users' manifests name (standin_images.py); and with the two
+charts (``helm push`` to ``oci://127.0.0.1:<port>/charts``; :func:`chart_reference` is
+what to install from).
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import yaml
 
-from kube_offload_harness import oci_image
-from kube_offload_harness.binaries import NodeBinaries, cache_root
-from kube_offload_harness.oci_distribution import RegistryClient, add_layer, mirror_repository, read_oci_archive
+from kube_offload_harness import oci_image, standin_images
+from kube_offload_harness.binaries import NodeBinaries
+from kube_offload_harness.oci_distribution import RegistryClient, mirror_repository, read_oci_archive
 from kube_offload_harness.processes import ProcessTable
 
 Say = Callable[[str], None]
@@ -35,7 +38,6 @@ PROCESS_NAME = "registry"
 REPO = Path(__file__).resolve().parents[2]
 CHARTS = ("kube-offload-local", "kube-offload-remote")
 CHART_REPOSITORY = "charts"  # oci://127.0.0.1:<port>/charts/<chart>
-PYTHON_BASE = "localhost/kube-offload-base:runtime-bookworm"  # scripts/build-image.sh's runtime base
 BUILD_IMAGE = REPO / "scripts" / "build-image.sh"
 # What decides the project image's content (scripts/build-image.sh builds the Dockerfile
 # over the product's packages; harness/, tests/ and docs/ are not in it).
@@ -115,12 +117,6 @@ def product_packages(pyproject: dict) -> list[str]:
     return sorted({name.split(".", 1)[0] for name in include})
 
 
-def python3_link_layer() -> bytes:
-    """What python.org's python:3.11-slim has and Debian's python3.11-minimal alone does
-    not: a ``python3`` on PATH (Debian's python3-minimal package would bring it, with dpkg)."""
-    return oci_image.layer_tar([oci_image.Entry("usr/bin/python3", "symlink", target="python3.11", mode=0o777)])
-
-
 # --- the process ----------------------------------------------------------------------------
 @dataclass
 class Registry:
@@ -183,25 +179,40 @@ class Registry:
         return found
 
     # --- filling it ----------------------------------------------------------------------
-    def push_archive(self, image: str, archive: bytes, *, python3_link: bool = False) -> int:
-        parsed = read_oci_archive(archive, what=image)
-        if python3_link:
-            parsed = add_layer(parsed, python3_link_layer(), created_by="kube-offload: python3 -> python3.11")
+    def push_archive(self, image: str, archive: bytes) -> int:
         repository, tag = mirror_repository(image)
-        return self.client().push(parsed, repository, tag)
+        return self.client().push(read_oci_archive(archive, what=image), repository, tag)
 
-    def push_charts(self, *, helm: Path, work: Path, say: Say) -> dict[str, str]:
-        """``helm package`` each chart and ``helm push`` it here; {chart: oci:// reference}."""
+    def push_standins(self, layout: Path, say: Say) -> None:
+        """Every stand-in under each of its names; a layer two images share is uploaded
+        once and mounted into the other's repository."""
+        client = self.client()
+        pushed: dict[str, str] = {}  # digest -> a repository that has it
+        sent: dict[str, int] = {}  # per manifest: the names of one image on one line
+        names: dict[str, list[str]] = {}
+        for name, image in standin_images.load(layout):
+            repository, tag = mirror_repository(name)
+            sent[image.digest] = sent.get(image.digest, 0) + client.push(image, repository, tag, pushed=pushed)
+            names.setdefault(image.digest, []).append(name.removeprefix("docker.io/library/"))
+        for digest, tags in names.items():
+            say(f"- registry: {', '.join(tags)} (stand-in, {sent[digest] / 1e6:.1f} MB uploaded)")
+
+    def push_charts(self, *, helm: Path, work: Path, say: Say, charts_dir: Path = REPO / "charts",
+                    version: str | None = None) -> dict[str, str]:
+        """``helm package`` each chart of ``charts_dir`` (at ``version``: default, its
+        Chart.yaml's) and ``helm push`` it here; {chart: oci:// reference}."""
         work.mkdir(parents=True, exist_ok=True)
         references = {}
         for chart in CHARTS:
-            chart_dir = REPO / "charts" / chart
-            _run([str(helm), "package", str(chart_dir), "--destination", str(work)], what=f"helm package {chart}")
-            package = work / f"{chart}-{chart_version(chart_dir)}.tgz"
+            chart_dir = charts_dir / chart
+            packaged = version or chart_version(chart_dir)
+            pinned = ["--version", version, "--app-version", version] if version else []
+            _run([str(helm), "package", str(chart_dir), "--destination", str(work), *pinned], what=f"helm package {chart}")
+            package = work / f"{chart}-{packaged}.tgz"
             _run([str(helm), "push", str(package), f"oci://127.0.0.1:{self.port}/{CHART_REPOSITORY}", "--plain-http"],
                  what=f"helm push {package.name}", env=_helm_env(work))
             references[chart] = chart_reference(self.port, chart)
-        say(f"- registry: charts {', '.join(references.values())} (version {chart_version(REPO / 'charts' / CHARTS[0])})")
+        say(f"- registry: charts {', '.join(references.values())} (version {version or chart_version(charts_dir / CHARTS[0])})")
         return references
 
 
@@ -246,25 +257,6 @@ def project_image_archive(say: Say, repo: Path = REPO) -> Path:
     return archive
 
 
-def python_base_archive(say: Say) -> Path:
-    """Debian's Python 3.11 (the project image's runtime base) as an OCI archive, cached by
-    the base image's id (scripts/build-image.sh makes the base, so the project image is
-    built first)."""
-    image_id = subprocess.run(["buildah", "images", "--quiet", "--no-trunc", PYTHON_BASE], capture_output=True,
-                              text=True, check=False).stdout.strip().removeprefix("sha256:")
-    if not image_id:
-        raise RegistryError(f"{PYTHON_BASE} is not in buildah's storage: run scripts/build-image.sh (make image)")
-    archive = cache_root() / "images" / f"python-base-{image_id[:16]}.oci.tar"
-    if not archive.exists():
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        partial = archive.with_name(archive.name + ".tmp")
-        partial.unlink(missing_ok=True)
-        _run(["buildah", "push", "--quiet", PYTHON_BASE, f"oci-archive:{partial}"], what=f"buildah push {PYTHON_BASE}")
-        os.replace(partial, archive)
-        say(f"- {PYTHON_BASE} exported to {archive}")
-    return archive
-
-
 def project_image_name_from_chart(repo: Path = REPO) -> str:
     return project_image_name(yaml.safe_load((repo / "charts" / CHARTS[0] / "values.yaml").read_text()))
 
@@ -272,17 +264,21 @@ def project_image_name_from_chart(repo: Path = REPO) -> str:
 def fill(registry: Registry, *, nbins: NodeBinaries, helm: Path, say: Say) -> dict[str, str]:
     """Every image the real nodes run, and the charts; returns the charts' references."""
     started = time.monotonic()
-    project = project_image_archive(say)  # first: it also makes the Python base
-    images: list[tuple[str, bytes, bool]] = [
-        (oci_image.BUSYBOX_IMAGE, oci_image.busybox_image(), False),
-        (oci_image.PAUSE_IMAGE, oci_image.pause_image(nbins.pause), False),
-        (oci_image.COREDNS_IMAGE, oci_image.coredns_image(nbins.coredns), False),
-        (oci_image.PYTHON_IMAGE, python_base_archive(say).read_bytes(), True),
-        (project_image_name_from_chart(), project.read_bytes(), False),
+    # Both may be cold on a fresh machine (build-image.sh: minutes; the stand-ins: about half
+    # a minute, most of it mmdebstrap's download): side by side.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        standins = pool.submit(standin_images.build, say)
+        project = project_image_archive(say)
+        layout = standins.result()
+    images = [
+        (oci_image.PAUSE_IMAGE, oci_image.pause_image(nbins.pause)),
+        (oci_image.COREDNS_IMAGE, oci_image.coredns_image(nbins.coredns)),
+        (project_image_name_from_chart(), project.read_bytes()),
     ]
-    for name, archive, python3_link in images:
-        sent = registry.push_archive(name, archive, python3_link=python3_link)
+    for name, archive in images:
+        sent = registry.push_archive(name, archive)
         say(f"- registry: {name} ({sent / 1e6:.1f} MB uploaded)")
+    registry.push_standins(layout, say)
     references = registry.push_charts(helm=helm, work=registry.directory / "charts", say=say)
     say(f"- registry filled in {int(time.monotonic() - started)}s")
     return references

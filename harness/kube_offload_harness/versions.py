@@ -30,4 +30,7 @@ CNI_PLUGINS: Final = "v1.10.0"
 REGISTRY: Final = "v3.1.2"
 # Cluster DNS of the real nodes (and its image, registry.k8s.io/coredns/coredns).
 COREDNS: Final = "v1.15.0"
+# virtual-kubelet's own e2e suite (tests/e2e/test_virtual_kubelet_suite.py) is pinned in its
+# wrapper module, tests/vk-e2e/go.mod, with go.sum beside it: a Go module of its own, read
+# by vk_suite.py; its Kubernetes modules are KUBERNETES's (tests/unit/harness/test_vk_suite.py).
 GO_MINIMUM: Final = (1, 26)

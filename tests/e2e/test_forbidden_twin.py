@@ -33,7 +33,7 @@ from support.clusters import offloaded_namespace
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 POLICY = "e2e-keep-twin-rolebinding-revoked"
 POLICY_WORDS = "e2e: the consumer's access to this twin is revoked"
-# Reason of the Warning Event a pod of a forbidden twin gets (vkubelet/events.py).
+# Reason of the Warning Event a pod of a forbidden twin gets (vkubelet/shared/events.py).
 REASON_TWIN_FORBIDDEN = "TwinNamespaceForbidden"
 REASON_REFLECTION_FAILED = "ReflectionFailed"
 

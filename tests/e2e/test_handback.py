@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from kube_offload import constants as c
-from kube_offload import handback
+from kube_offload import handed_back as handback
 from kube_offload.reasons import REASON_HANDED_BACK
 from kube_offload_harness.naming import twin_namespace as twin, unique, virtual_node_name
 from support.clusters import PAUSE_IMAGE, delete_namespace, offloaded_namespace

@@ -19,7 +19,7 @@ import pytest
 
 from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
-from vkubelet.naming import twin_namespace_name
+from vkubelet.twins.naming import twin_namespace_name
 from support.clusters import offloaded_namespace, running_on
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"

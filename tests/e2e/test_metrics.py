@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kube_offload import constants as C
 from kube_offload.resources import parse_quantity
 from kube_offload_harness import metrics_server
-from vkubelet.naming import twin_namespace_name
+from vkubelet.twins.naming import twin_namespace_name
 from support.clusters import offloaded_namespace
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"

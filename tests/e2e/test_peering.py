@@ -55,6 +55,7 @@ import yaml
 
 from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
+from kube_offload import shadowpod
 from kube_offload_harness import chart_processes
 from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, free_port
 from support.clusters import offloaded_namespace
@@ -347,6 +348,33 @@ def test_peer_makes_the_virtual_node_ready_and_a_pod_offloads(pair: Pair, wait):
     assert len(shadowpods) == 1
     remote_pods = pair.remote.kubectl_json("get", "pods", "-n", TWIN, "-l", f"{c.LABEL_ORIGIN_CLUSTER_ID}={LOCAL_ID}")["items"]
     assert len(remote_pods) == 1
+
+
+def test_peer_tells_the_provider_its_own_id_so_a_loop_is_refused(pair: Pair):
+    """Issue 37, item 7: peer sets the remote chart's clusterId, so the enforcer (run from the
+    chart's own Deployment arguments) refuses a pod whose offload chain already went through
+    this provider, as the consumer writes it with the identity peer gave it."""
+    values = json.loads(subprocess.run(
+        [str(pair.env.bins.helm), "--kubeconfig", str(pair.remote.kubeconfig), "-n", NAMESPACE, "get", "values",
+         REMOTE_RELEASE, "-o", "json"], capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert values["clusterId"] == REMOTE_ID
+    args = chart_processes.pod_template(pair.remote, NAMESPACE, "kube-offload-enforcer")["containers"][0]["args"]
+    assert f"--cluster-id={REMOTE_ID}" in args, args
+    _, kubeconfig = stored_kubeconfig(pair.local)
+    consumer = as_kubeconfig(pair, kubeconfig, "consumer-loop")
+    body = shadowpod.build_shadowpod(
+        name="loop", namespace=TWIN,
+        pod_metadata={"labels": {"app": "loop"}, "annotations": {c.ANNOTATION_OFFLOAD_CHAIN: f"{REMOTE_ID},{LOCAL_ID}"}},
+        pod_spec={"containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "10m"}}}]},
+        origin_labels={c.LABEL_ORIGIN_CLUSTER_ID: LOCAL_ID},
+    )
+    refused = pair.remote.kubectl_as(consumer, "create", "--dry-run=server", "-f", "-", input=json.dumps(body))
+    assert refused.returncode != 0, refused.stdout
+    assert f"{REMOTE_ID} -> {LOCAL_ID} -> {REMOTE_ID}" in refused.stderr, refused.stderr
+    honest = json.loads(json.dumps(body))
+    del honest["spec"]["pod"]["metadata"]["annotations"][c.ANNOTATION_OFFLOAD_CHAIN]
+    admitted = pair.remote.kubectl_as(consumer, "create", "--dry-run=server", "-f", "-", input=json.dumps(honest))
+    assert admitted.returncode == 0, admitted.stderr
 
 
 def test_a_second_peer_changes_nothing(pair: Pair):

@@ -1,7 +1,7 @@
 """The honest side of the provider's policy, end to end (issue #21, item 6): the virtual
 kubelet drops what the provider's policy for it (``Consumer.spec.policy``) would refuse
 before sending it, and tells the local user on the LOCAL object with a Warning Event
-naming the field, what was dropped and the policy key (vkubelet/policy_fit.py).
+naming the field, what was dropped and the policy key (vkubelet/shared/policy_fit.py).
 
 On the shared loopback environment (conftest.py): a real local control plane and a
 real remote one (every Kubernetes cluster has the system-node-critical PriorityClass

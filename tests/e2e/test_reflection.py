@@ -21,7 +21,7 @@ from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.identities import E2E_INGRESS_CLASS
 from support.clusters import get_or_none, offloaded_namespace
 from support.reflection_twin import LOCAL_ID, TIMEOUT, Twin
-from vkubelet.reflection.names import ANNOTATION_REMOTE_SOURCE
+from vkubelet.shared.names import ANNOTATION_REMOTE_SOURCE
 
 REFLECTOR_LABEL = "kube-offload.io/reflector"
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it

@@ -24,7 +24,7 @@ from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.naming import virtual_node_name
 from support.clusters import get_or_none, offloaded_namespace
 from support.reflection_twin import TIMEOUT, Twin
-from vkubelet.reflection.names import field_manager
+from vkubelet.shared.names import field_manager
 
 PROVIDER = "provider-controller"  # the field manager the test plays the provider's controller as
 PROVIDER_ANNOTATION = "provider.example/audited"

@@ -10,7 +10,7 @@ loopback environment (conftest.py; docs/reflection.md "Service continuity").
   mark is gone.
 * **Consumer side.** A local Service backed by an offloaded pod: its local endpoint turns
   not ready once the provider has been unreachable past ``--ping-timeout`` (the pods of a
-  NotReady virtual node are marked not Ready: vkubelet/readiness.py), and ready again on
+  NotReady virtual node are marked not Ready: vkubelet/pods/readiness.py), and ready again on
   heal.
 
 The partition is kube_offload_harness.partition's narrow one: the session's vkubelet

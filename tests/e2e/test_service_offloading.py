@@ -65,7 +65,7 @@ def reflected(obj: dict, reflector: str) -> bool:
 
 def moved(address: str, source: str, target: str) -> str:
     """``address`` of network ``source`` at the same offset in ``target`` (the test's own
-    arithmetic, independent of vkubelet/ip_remapping.py)."""
+    arithmetic, independent of vkubelet/shared/ip_remapping.py)."""
     src, dst = ipaddress.ip_network(source), ipaddress.ip_network(target)
     ip = ipaddress.ip_address(address)
     assert ip in src, f"{address} is not in {source}"

@@ -32,7 +32,7 @@ from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, Node
 from kube_offload_harness.naming import unique
 from support.clusters import delete_namespace, find, keep_logs, offloaded_namespace
 from support.waiting import wait_for
-from vkubelet.reflection import names as reflection_names
+from vkubelet.shared import names as reflection_names
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "e2e-logs"

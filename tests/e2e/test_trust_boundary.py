@@ -64,7 +64,7 @@ def events_of(local: Cluster, namespace: str, name: str) -> list[dict]:
 def refused_message(local: Cluster, namespace: str, name: str) -> str:
     """The provider's refusal as the local pod tells it: ProviderRefused (the provider
     said no), or ProviderPolicyRefused (the vkubelet did not send what the provider's
-    policy refuses, e.g. a hostPath volume: vkubelet/policy_fit.py)."""
+    policy refuses, e.g. a hostPath volume: vkubelet/shared/policy_fit.py)."""
     for event in events_of(local, namespace, name):
         if event.get("reason") in ("ProviderRefused", "ProviderPolicyRefused"):
             return event.get("message") or ""

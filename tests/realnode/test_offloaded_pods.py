@@ -35,7 +35,7 @@ from kube_offload_harness import fabric, metrics_server
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
-from vkubelet.naming import twin_namespace_name
+from vkubelet.twins.naming import twin_namespace_name
 
 from support.waiting import wait_for
 
@@ -319,9 +319,8 @@ def test_ready_follows_the_real_readiness_probe_both_ways(local, workload):
 # --- the fabric and the remapping, for real ------------------------------------------------------------
 def _http_by_name(name: str, port: int) -> str:
     """A shell line for busybox: resolve ``name`` with its own DNS client (nslookup asks the
-    pod's nameserver, the cluster DNS; busybox-static's nc cannot resolve names itself:
-    static glibc without NSS), then a GET to the answer. Stdin stays open a little, or nc
-    may exit at its EOF before the reply arrives."""
+    pod's nameserver, the cluster DNS) and print the answer, then a GET to that address.
+    Stdin stays open a little, or nc may exit at its EOF before the reply arrives."""
     return (f"ip=$(nslookup {name} | sed -n 's/^Address: *//p' | tail -n 1); echo resolved $ip; "
             f'(printf "GET / HTTP/1.0\\r\\n\\r\\n"; sleep 2) | nc -w 5 $ip {port}')
 

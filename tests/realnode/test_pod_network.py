@@ -18,6 +18,7 @@ import tempfile
 import yaml
 
 from kube_offload_harness import cluster_dns, oci_image
+from kube_offload_harness.standin_recipe import BUSYBOX_IMAGE
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.real_node import apiserver_port
@@ -35,7 +36,7 @@ def _pod(name: str, command: str, labels: dict[str, str] | None = None) -> dict:
             "tolerations": [{"key": rc.REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 1,
             "containers": [{
-                "name": "main", "image": oci_image.BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
+                "name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "IfNotPresent",
                 "command": ["sh", "-c", command],
             }],
         },

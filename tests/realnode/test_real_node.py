@@ -20,6 +20,7 @@ from kube_offload_harness import netns, oci_image, real_node
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness import registry as reg
 from kube_offload_harness.cluster import Environment
+from kube_offload_harness.standin_recipe import BUSYBOX_IMAGE
 
 POD = "hello-real"
 GREETING = "kube-offload real container says hello"
@@ -91,7 +92,7 @@ def test_a_service_reaches_a_pod_on_the_real_node_through_kube_proxy(real_env: E
     cluster.apply([web, service])
     cluster.kubectl("wait", "--for=condition=Ready", "pod/web", f"pod/{POD}", "--timeout=120s", timeout=130)
     cluster_ip = cluster.kubectl_json("get", "service", "web")["spec"]["clusterIP"]
-    # (busybox-static's wget crashes without NSS modules; nc speaks HTTP/1.0 well enough)
+    # by address, with nc: the kube-proxy path alone (name resolution: test_standin_images.py)
     request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 5 {cluster_ip} 80'
     deadline = time.monotonic() + 30
     answer = ""
@@ -120,7 +121,7 @@ def test_images_are_pulled_through_the_mirror_from_the_local_registry(real_env: 
     # containerd's own list (the CRI's namespace), under the names the manifests use
     listed = real_env.real_node(topology.local).ctr("images", "list", "--quiet")
     assert listed.returncode == 0, listed.stderr
-    assert {oci_image.BUSYBOX_IMAGE, oci_image.PAUSE_IMAGE} <= set(listed.stdout.split())
+    assert {BUSYBOX_IMAGE, oci_image.PAUSE_IMAGE} <= set(listed.stdout.split())
 
 
 def test_python_slim_runs_python3(real_env: Environment):

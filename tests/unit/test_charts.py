@@ -313,6 +313,7 @@ def test_crd_schema(crd: dict[str, Any]) -> None:
         "message": "string",
         "observedGeneration": "integer",
         "conditions": "array",
+        "runCompleted": "boolean",
     }
     assert status["conditions"]["items"]["type"] == "object"
 
@@ -589,9 +590,10 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
     deployments = find(local_docs, "Deployment", "vkubelet")
     assert len(deployments) == len(TWO_REMOTES["remoteClusters"])
     for deployment in deployments:
-        # Two replicas, one leading (docs/high-availability.md); replaced one at a time.
+        # Two replicas, one leading (docs/high-availability.md); replaced all at once, since
+        # only a leader is Ready (one at a time would wait for ever: tests/realnode/test_day2.py).
         assert deployment["spec"]["replicas"] == 2
-        assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+        assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
                 "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"} <= set(container["args"])
@@ -872,9 +874,9 @@ def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:
 
 def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     [deployment] = find(remote_docs, "Deployment", "enforcer")
-    # Two replicas, one leading (docs/high-availability.md); replaced one at a time.
+    # Two replicas, one leading (docs/high-availability.md); replaced all at once.
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "enforcer"
     assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
@@ -948,7 +950,7 @@ def test_home_api_relay_per_consumer(helm: Helm, remote_docs: list[dict[str, Any
         ("", "pods"): {"get", "list"},
         ("", "pods/portforward"): {"get", "create"},
         ("", "serviceaccounts/token"): {"create"},  # its own bound token (docs/security.md)
-        # Its heartbeat Lease (vkubelet/heartbeat.py): created, then patched by name only.
+        # Its heartbeat Lease (vkubelet/node/heartbeat.py): created, then patched by name only.
         ("coordination.k8s.io", "leases"): {"create", "patch"},
     }
     [services_rule] = [r for r in role["rules"] if r["resources"] == ["services"]]
@@ -990,7 +992,8 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
     from kube_offload.provider_policy import METADATA_ADDRESSES
 
     docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}, {"name": "beta", "policy": {"services": {"types": ["NodePort"]}}}]})
-    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"
+                and d["metadata"]["name"] != "kube-offload-tenant-leases"}  # no parameter: its own test below
     kinds = {"services", "endpointslices", "ingresses", "persistentvolumeclaims", "secrets"}
     assert set(policies) == {f"kube-offload-consumer-{k}" for k in kinds}
     for policy in policies.values():
@@ -1007,7 +1010,7 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
     endpoint_variables = {v["name"]: v["expression"] for v in policies["kube-offload-consumer-endpointslices"]["spec"]["variables"]}
     for address in METADATA_ADDRESSES:
         assert f"'{address}'" in endpoint_variables["metadata"]
-    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding" and d["metadata"]["name"] != "kube-offload-tenant-leases"]
     assert {b["metadata"]["name"] for b in bindings} == {f"kube-offload-consumer-{k}-{n}" for k in kinds for n in ("alpha", "beta")}
     for binding in bindings:
         consumer = binding["spec"]["paramRef"]["name"]
@@ -1019,6 +1022,48 @@ def test_consumer_admission_policies_and_their_bindings(helm: Helm) -> None:
     consumers = {d["metadata"]["name"]: d for d in docs if d["kind"] == C.CONSUMER_KIND}
     assert "policy" not in consumers["alpha"]["spec"]  # absent: the safe defaults
     assert consumers["beta"]["spec"]["policy"] == {"services": {"types": ["NodePort"]}}
+
+
+def test_the_pvc_policy_reads_an_empty_largest_claim_as_the_default(helm: Helm) -> None:
+    from kube_offload.provider_policy import DEFAULT_MAX_CLAIM_SIZE
+
+    docs = render(helm, REMOTE, ONE_CONSUMER)
+    policy = one(docs, "ValidatingAdmissionPolicy", "kube-offload-consumer-persistentvolumeclaims")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert f"'{DEFAULT_MAX_CLAIM_SIZE}'" in variables["maxSize"]
+
+
+def test_a_tenant_namespace_admits_one_lease_name(helm: Helm) -> None:
+    docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}]})
+    # Leases: only the heartbeat's name, for the tenant namespace's own ServiceAccounts (so at
+    # most one: names are unique). TwinNamespace requests and slices are counted by the
+    # enforcer's tenant-objects webhook (a ResourceQuota on a custom kind refuses every create
+    # for minutes after an install: enforcer/admission/tenant_objects.py).
+    policy = one(docs, "ValidatingAdmissionPolicy", "kube-offload-tenant-leases")
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [f"object.metadata.name == '{C.CONSUMER_HEARTBEAT_LEASE}'"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["leases"]
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "kube-offload-tenant-leases")
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": C.LABEL_TENANT, "operator": "Exists"}]}
+    assert not find(docs, "ResourceQuota")
+
+
+def test_only_the_consumers_own_pods_reach_its_relay(helm: Helm) -> None:
+    docs = render(helm, REMOTE, {"consumers": [{"name": "alpha"}, {"name": "beta", "homeAPIRelay": False}]})
+    [policy] = find(docs, "NetworkPolicy", C.HOME_API_RELAY_COMPONENT)  # none where no relay runs
+    assert policy["metadata"]["namespace"] == C.tenant_namespace("alpha")
+    [relay] = find(docs, "Deployment", C.HOME_API_RELAY_COMPONENT)
+    assert policy["spec"]["podSelector"]["matchLabels"] == relay["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    serve, health = policy["spec"]["ingress"]
+    assert serve["from"] == [{
+        "namespaceSelector": {"matchLabels": {C.LABEL_ORIGIN_CLUSTER_ID: "alpha", C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}},
+        "podSelector": {"matchLabels": {C.LABEL_MANAGED_BY: C.MANAGED_BY_ENFORCER}},
+    }]
+    assert serve["ports"] == [{"port": C.HOME_API_RELAY_SERVE_PORT, "protocol": "TCP"}]
+    assert "from" not in health and health["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    args = relay["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--max-connections=1024", "--max-connections-per-source=64", "--max-uplinks=256"} <= set(args)
 
 
 # --- rendered objects: wiring across templates ---------------------------------------

@@ -1,4 +1,4 @@
-"""The home API access as a :data:`vkubelet.runner.LoopFactory`: endpoint discovery and
+"""The home API access as a :data:`vkubelet.shared.loops.LoopFactory`: endpoint discovery and
 the uplink pool of this vkubelet's remote cluster (docs/home-api.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from vkubelet.home_api.discovery import Discovery
 from vkubelet.home_api.settings import HomeAPISettings
 from vkubelet.home_api.uplinks import Uplinks, home_address
 from vkubelet.kubeletapi import remote
-from vkubelet.runner import LoopContext
+from vkubelet.shared.loops import LoopContext
 
 STOP_SECONDS = 5.0
 

@@ -2,7 +2,7 @@
 
 The mode comes from the annotation ``kube-offload.io/api-server`` on the pod, else on
 its local namespace, else ``home`` (constants.API_SERVER_MODES; docs/home-api.md "Which
-API server a pod reaches"). Translation (vkubelet/translation.py) applies it:
+API server a pod reaches"). Translation (vkubelet/pods/translation.py) applies it:
 
 * ``home``: the pod keeps its LOCAL identity (the reflected token and CA) and its
   in-cluster configuration is pointed at the consumer's relay on the provider

@@ -4,8 +4,9 @@ Every request is authenticated and authorized (vkubelet/kubeletapi/access.py) be
 method or path is looked at, as on a kubelet. Then each endpoint is served by its module:
 ``containerLogs`` by vkubelet/kubeletapi/logs.py, ``exec``/``attach``/``portForward`` by
 vkubelet/kubeletapi/upgrades.py, ``stats/summary`` and ``metrics/resource`` from the
-sampled usage (vkubelet/kubeletapi/stats.py), ``pods`` and ``runningpods`` from the local
-pod informer (vkubelet/kubeletapi/podlists.py), ``healthz`` here. Errors are answered here:
+sampled usage (vkubelet/kubeletapi/stats.py), ``pods`` from the local pod informer and
+``runningpods`` from the remote pods of those (vkubelet/kubeletapi/podlists.py),
+``healthz`` here. Errors are answered here:
 plain text, or a metav1.Status where a client expects a refused upgrade.
 """
 
@@ -157,7 +158,7 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
     def leave_http(self) -> socket.socket:
         """The connection stops being HTTP (an upgrade is answered next): blocking from
         here on, kept alive by TCP, never answered with an HTTP error nor reused."""
-        sock = self.connection
+        sock: socket.socket = self.connection
         sock.settimeout(None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._responded = True

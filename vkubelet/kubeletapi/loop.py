@@ -1,7 +1,7 @@
 """The kubelet API of the virtual node as a virtual-kubelet loop (``kubectl logs``,
 ``exec`` and ``attach`` on offloaded pods; ``kubectl top`` through metrics-server).
 
-:func:`kubelet_api_loop` is the :data:`vkubelet.runner.LoopFactory`. It binds the HTTPS
+:func:`kubelet_api_loop` is the :data:`vkubelet.shared.loops.LoopFactory`. It binds the HTTPS
 port at once (a port in use or an unreadable certificate stops the vkubelet at start-up,
 not silently later), serves once the pod caches have listed, and keeps
 ``ExtendWebSocketsToKubelet`` in the node's ``status.declaredFeatures``: that is what
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 from kubernetes import client
 
@@ -34,8 +34,12 @@ from vkubelet.kubeletapi import serving_csr
 from vkubelet.kubeletapi.server import KubeletApi, KubeletHTTPServer
 from vkubelet.kubeletapi.serving_cert import ServingCertificate, csr_kube
 from vkubelet.kubeletapi.tls import ServerContext, ServingFiles, TLSSetupError, serving_files, subject_names
-from vkubelet.runner import LoopContext
-from vkubelet.settings import Settings, SettingsError
+from vkubelet.shared.loops import LoopContext
+from vkubelet.shared.settings_error import SettingsError
+
+if TYPE_CHECKING:
+    # The process's settings (the wiring's): handed in, named here for the type checker only.
+    from vkubelet.settings import Settings
 
 log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 
@@ -48,7 +52,7 @@ WEBSOCKET_FEATURE = "ExtendWebSocketsToKubelet"
 TOKEN_DENIED_TTL = 30.0
 
 
-def declared_features_patch(node: Mapping | None, feature: str = WEBSOCKET_FEATURE) -> dict | None:
+def declared_features_patch(node: Mapping[str, Any] | None, feature: str = WEBSOCKET_FEATURE) -> dict[str, Any] | None:
     """The nodes/status merge patch adding ``feature`` to ``status.declaredFeatures``, or
     None when it is there (or the node does not exist yet). A merge patch replaces the
     whole list, so the others are kept; the API wants it sorted and without duplicates."""
@@ -229,5 +233,5 @@ class KubeletApiLoop:
 
 
 def kubelet_api_loop(context: LoopContext) -> KubeletApiLoop:
-    """The :data:`vkubelet.runner.LoopFactory` of the kubelet API."""
+    """The :data:`vkubelet.shared.loops.LoopFactory` of the kubelet API."""
     return KubeletApiLoop(context)

@@ -21,15 +21,15 @@ pods owned by them, so the chain above cannot be forged by another tenant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from kube_offload.runtime.cache import Cache
 from kube_offload.remote_resources import is_ours
 from kube_offload.shadowpod import is_owned_by
 from kube_offload.views import metadata as _meta
 from vkubelet.kubeletapi.paths import RequestError
-from vkubelet.indexes import BY_ORIGIN, ours_by_origin
-from vkubelet.translation import origin_key, origin_uid
+from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
+from vkubelet.shared.origin import origin_key, origin_uid
 
 
 @dataclass(frozen=True)
@@ -42,19 +42,19 @@ class RemotePod:
 
 
 class TwinRule(Protocol):
-    """The twin-namespace rule (vkubelet/namespaces.py ``TwinNamespaces``)."""
+    """The twin-namespace rule (vkubelet/twins/namespaces.py ``TwinNamespaces``)."""
 
     def twin_for(self, name: str) -> tuple[str | None, str]: ...
 
 
-def _stands_for(obj: Mapping, *, key: str, uid: str, local_cluster_id: str) -> bool:
+def _stands_for(obj: Mapping[str, Any], *, key: str, uid: str, local_cluster_id: str) -> bool:
     return is_ours(obj, local_cluster_id) and origin_key(obj) == key and origin_uid(obj) == uid
 
 
 def choose_remote_pod(
-    local_pod: Mapping | None,
-    shadowpods: Sequence[Mapping],
-    pods: Sequence[Mapping],
+    local_pod: Mapping[str, Any] | None,
+    shadowpods: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     *,
     twin: str | None,
     twin_problem: str = "",
@@ -150,3 +150,13 @@ class PodResolver:
             local_cluster_id=self._local_cluster_id,
             pod_uid=pod_uid,
         )
+
+    def remote_pod_of(self, local_pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The remote pod :meth:`resolve` names for ``local_pod``, as the remote pod cache
+        holds it (the cache the status sync reads), or None when there is none."""
+        meta = _meta(local_pod)
+        try:
+            found = self.resolve(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        except RequestError:
+            return None
+        return self._pods.get(str(found))

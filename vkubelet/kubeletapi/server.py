@@ -2,7 +2,7 @@
 (vkubelet/kubeletapi/handler.py) serves from.
 
 Built on :class:`kube_offload.runtime.https_server.ThreadingHTTPSServer` (shared with the
-enforcer's ShadowPod webhook). Why not Flask/gunicorn like the local webhook: an exec
+enforcer's ShadowPod webhook). Why not gunicorn and WSGI like the local webhook: an exec
 turns the HTTP connection into a WebSocket, and the relay needs the raw TLS socket after
 the ``101`` - the standard library hands it over as ``self.connection``, a WSGI server
 does not (WSGI has no upgrade). A followed log is one long response per request, which a
@@ -57,7 +57,7 @@ class KubeletApi:
         access: AccessControl,
         usage: UsageSampler | None = None,
         limits: StreamLimits | None = None,
-        list_pods: Callable[[], Sequence[Mapping]] | None = None,
+        list_pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.access = access
         # The local pods bound to the node, from the vkubelet's informer (no API call
@@ -95,7 +95,11 @@ class KubeletApi:
         if self.list_pods is None:
             raise RequestError(404, f"/{request.endpoint} is not served by this kubelet API")
         pods = self.list_pods()
-        document = podlists.pod_list(pods) if request.endpoint == PODS else podlists.running_pod_list(pods)
+        if request.endpoint == PODS:
+            document = podlists.pod_list(pods)
+        else:
+            # The runtime's view is the remote pods, as the status sync reads them (podlists.py).
+            document = podlists.running_pod_list(pods, self.resolver.remote_pod_of)
         return podlists.JSON_CONTENT_TYPE, podlists.encode(document)
 
     def busy_message(self) -> str:

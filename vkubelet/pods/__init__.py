@@ -22,7 +22,7 @@ ShadowPod(s), its remote pod and its twin namespace; it reads only caches and co
   into its template, and from there the enforcer patches the remote pod in place
   (kube_offload/pod_updates.py); the remote pod's status is copied back when it differs.
 
-Deterministic names (same pod name, twin namespace from naming.py) are what make a crash
+Deterministic names (same pod name, twin namespace from vkubelet/twins/naming.py) are what make a crash
 at any point safe: a second create meets AlreadyExists instead of making a duplicate.
 
 A provider may also revoke our access to one Ready twin (its RoleBinding
@@ -40,18 +40,25 @@ with a per-pod exponential backoff (refusals.py); every reconcile in between (in
 events, resyncs, our own status write) is answered without a request.
 
 Before sending, the provider's policy for us (``Consumer.spec.policy``) takes out what its
-admission would refuse (translation.py, policy_fit.py): each field changed gets one Warning
+admission would refuse (translation.py, vkubelet/shared/policy_fit.py): each field changed gets one Warning
 Event ``ProviderPolicyAdjusted`` on the local pod once the ShadowPod is created. A pod the
 policy refuses whatever is dropped (a volume type it does not grant) is not sent: Warning
 Events ``ProviderPolicyRefused`` name the fields, the pod stays Pending with
 ``status.reason`` ``ProviderRefused``, and it is looked at again when it or the policy
-changes. Each note is told once per pod (policy_events.py), not at every resync.
+changes. Each note is told once per pod (vkubelet/shared/policy_events.py), not at every resync.
 
 The package, by step: ``reconcile`` (the loop: its watches, the reconcile that picks a
 step, status mirroring), ``shadowpods`` (create, update, delete a ShadowPod; a provider's
 refusal and its backoff), ``ending`` (a pod that ends: terminating, remote cluster
-unreachable, namespace no longer offloaded, DaemonSet pod), ``forbidden`` (a twin we may
-not read), ``local`` (the writes to the local pod: status with its echoes, the final
-delete, the orphan check against the API server). The decisions are pure modules beside
-the package (translation, status, termination, readiness, refusals, daemonsets).
+unreachable, namespace no longer offloaded, DaemonSet pod), ``handback`` (a pod the
+remote cluster cannot run, evicted), ``forbidden`` (a twin we may not read), ``local``
+(the writes to the local pod: status with its echoes, the final delete, the orphan check
+against the API server). The steps are handed the services they use
+(``step_context.StepContext``), not the loop. The decisions are pure modules beside them:
+``translation`` (local pod -> the pod the remote cluster runs), ``status`` (remote
+status -> local, bounded as vkubelet/shared/provider_bounds.py says), ``addresses`` (the
+Warning about an address outside the remote pod range, once per pod), ``termination``, ``readiness``, ``refusals``, ``daemonsets``,
+``handback_rules`` (when a pod is handed back). What the pod loop shares with the other
+loops (the origin marks, the provider's policy fit and its notes, the informers) is in
+vkubelet/shared/.
 """

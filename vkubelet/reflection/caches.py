@@ -7,7 +7,7 @@ storage class (vkubelet/storage/virtual.py)."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable, Literal, overload
+from typing import Any, Callable, Literal, TYPE_CHECKING, overload
 
 from kube_offload import constants as c
 from kube_offload.runtime.indexer import IndexFunc
@@ -15,12 +15,12 @@ from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
-from vkubelet.indexes import by_origin
+from vkubelet.shared.indexes import by_origin
 from vkubelet.reflection import forge as f
-from vkubelet.reflection import names as n
+from vkubelet.shared import names as n
 
 if TYPE_CHECKING:
-    from vkubelet.informers import SharedInformers
+    from vkubelet.shared.informers import SharedInformers
 
 
 # The side says which class comes back: the remote side is always namespace-scoped.
@@ -33,7 +33,7 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Informer: ...
 
 
@@ -46,7 +46,7 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> MultiNamespaceInformer: ...
 
 
@@ -58,13 +58,13 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Informer | MultiNamespaceInformer:
     """The process-wide informer on ``resource`` of one side (``local``: every
     namespace; ``remote``: the usable twin namespaces only, the one place the consumer
     may read), optionally selected; registered once by name, so every loop asking for
     the same selection shares one list+watch (and the first one's ``transform``: what
-    its cache keeps of each object, vkubelet/trim.py)."""
+    its cache keeps of each object, vkubelet/shared/trim.py)."""
     api_client = informers.local_client if side == "local" else informers.remote_client
     kube = Kube(api_client)
     selection = ",".join(filter(None, [label_selector, field_selector]))
@@ -91,7 +91,7 @@ def shared_informer(
 
 @functools.lru_cache(maxsize=None)
 def owned_by_origin(local_cluster_id: str, resource: str) -> IndexFunc:
-    """:data:`~vkubelet.indexes.BY_ORIGIN` over the remote objects the ``resource``
+    """:data:`~vkubelet.shared.indexes.BY_ORIGIN` over the remote objects the ``resource``
     reflector of ``local_cluster_id`` wrote (one function object per pair, so a loop made
     again on the same shared informer registers the same index)."""
     return by_origin(lambda obj: f.is_owned(obj, local_cluster_id, resource))

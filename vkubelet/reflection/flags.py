@@ -23,7 +23,7 @@ from vkubelet.reflection.settings import (
     parse_storage_classes,
 )
 from kube_offload.runtime.flags import parse_duration
-from vkubelet.settings import SettingsError
+from vkubelet.shared.settings_error import SettingsError
 
 _WORKERS_HELP = {
     SERVICEACCOUNTS: "offloaded pods whose service-account token is requested and refreshed in parallel; "

@@ -27,7 +27,7 @@ reclaim policy decides about the remote volume) or kept (``Retain``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from kube_offload.runtime import kinds
 from kube_offload import constants as c
@@ -40,12 +40,15 @@ from kube_offload.reasons import REASON_WAITING_FOR_REMOTE_CLAIM as REASON_WAITI
 from vkubelet.reflection.caches import owned_selector, shared_informer
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS
+from vkubelet.shared.claims import is_virtual_claim, selected_node
 from vkubelet.storage import forge as f
-from vkubelet.translation import origin_key
+from vkubelet.shared.origin import origin_key
 
 if TYPE_CHECKING:
-    from vkubelet.informers import SharedInformers
-    from vkubelet.runner import LoopContext
+    # The process's settings (the wiring's): handed in, named here for the type checker only.
+    from vkubelet.settings import Settings
+    from vkubelet.shared.informers import SharedInformers
+    from vkubelet.shared.loops import LoopContext
 
 
 log = logging.getLogger("kube_offload.vkubelet.storage")
@@ -68,12 +71,12 @@ def standin_volumes(informers: "SharedInformers", selector: str) -> Informer:
         resync_seconds=informers.settings.resync_period))
 
 
-def volume_for(volumes: Informer, key: str) -> dict | None:
+def volume_for(volumes: Informer, key: str) -> dict[str, Any] | None:
     return next((v for v in volumes.list() if f.claim_ref_key(v) == key), None)
 
 
 class VirtualNodeStorage:
-    """The Loop (vkubelet.runner) provisioning claims selected for this virtual node."""
+    """The loop (a vkubelet.shared.loops.Runnable) provisioning claims selected for this virtual node."""
 
     def __init__(self, context: "LoopContext") -> None:
         self.name = "virtual-storage"
@@ -101,7 +104,7 @@ class VirtualNodeStorage:
         self.controller.watch(self.volumes, f.claim_ref_key)
 
     # --- the Loop protocol ---------------------------------------------------------------------
-    def informers(self) -> list:
+    def informers(self) -> list[Any]:
         return [self._scope, self.claims, self.remote, self.volumes, self.classes, *self._twins.informers()]
 
     def start(self) -> None:
@@ -127,9 +130,9 @@ class VirtualNodeStorage:
             else:
                 self._follow_remote(volume, claim)
             return
-        if claim is None or f.is_terminating(claim) or not f.is_virtual_claim(claim, self._class):
+        if claim is None or f.is_terminating(claim) or not is_virtual_claim(claim, self._class):
             return
-        if (claim.get("spec") or {}).get("volumeName") or f.selected_node(claim) != self._node:
+        if (claim.get("spec") or {}).get("volumeName") or selected_node(claim) != self._node:
             return
         namespace, name = split_key(key)
         twin, why = self._twins.twin_for(namespace or "")
@@ -156,7 +159,7 @@ class VirtualNodeStorage:
             f"pods using this claim run on {self._node} only",
         )
 
-    def _release(self, volume: dict) -> None:
+    def _release(self, volume: dict[str, Any]) -> None:
         meta = volume.get("metadata") or {}
         if meta.get("deletionTimestamp") or f.reclaim_policy({"reclaimPolicy": (volume.get("spec") or {}).get(
                 "persistentVolumeReclaimPolicy")}) != "Delete":
@@ -168,7 +171,7 @@ class VirtualNodeStorage:
             if not (exc.not_found or exc.conflict):
                 raise
 
-    def _follow_remote(self, volume: dict, claim: dict | None) -> None:
+    def _follow_remote(self, volume: dict[str, Any], claim: dict[str, Any] | None) -> None:
         """Expansion done remotely: the stand-in and the local claim's status follow."""
         if claim is None:
             return
@@ -188,11 +191,11 @@ class VirtualNodeStorage:
         log.info("[%s/%s] remote claim grew to %s: stand-in %s follows", namespace, name, grown, vname)
 
 
-def storage_loops(settings) -> list:
-    """Loop factories for vkubelet.runner (nothing when the virtual class is off)."""
+def storage_loops(settings: Settings) -> list[Any]:
+    """Loop factories (vkubelet.shared.loops) for vkubelet.runner (nothing when the virtual class is off)."""
     from vkubelet.storage.physical import PhysicalDelegate
 
-    loops: list = []
+    loops: list[Any] = []
     if settings.storage.enabled:
         loops.append(VirtualNodeStorage)
     if settings.storage.physical_delegate:
@@ -200,7 +203,7 @@ def storage_loops(settings) -> list:
     return loops
 
 
-def read_claim(kube: Kube, key: str) -> dict | None:
+def read_claim(kube: Kube, key: str) -> dict[str, Any] | None:
     """The claim as the API server has it (None once it is gone): the caches hold offloaded
     namespaces only, and a namespace that stops being offloaded, or a claim made again under
     the same name, must not cost a bound claim its volume."""

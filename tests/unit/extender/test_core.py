@@ -9,12 +9,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kube_offload import constants as c
-from kube_offload import handback
+from kube_offload import handed_back as handback
 from kube_offload.capacity import encode_remote_capacity
 from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
 
-from extender import core, registration, wire
+from extender import registration, wire
+from kube_offload import node_filter as core
 from extender.caches import StaticCaches, evaluate_policy
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -517,7 +518,7 @@ def test_informer_caches_keep_the_virtual_node_names() -> None:
     assert InformerCaches(client.ApiClient(), node_cache=False).virtual_node_names() is None
 
 
-# --- handed-back workloads (kube_offload/handback.py) --------------------------------------------
+# --- handed-back workloads (kube_offload/handed_back.py) --------------------------------------------
 def handed_back(base: dict, records: dict) -> dict:
     copy = json.loads(json.dumps(base))
     copy["metadata"]["annotations"][c.ANNOTATION_HANDED_BACK] = handback.encode(records)

@@ -9,7 +9,7 @@ import pytest
 from kube_offload_harness import fabric
 import argparse
 
-from vkubelet.ip_remapping import add_remapping_flags, remapping_settings_from_args
+from vkubelet.shared.ip_remapping import add_remapping_flags, remapping_settings_from_args
 
 A = fabric.Member("kon-0", 0, "172.31.0.0/24")
 B = fabric.Member("kon-1", 1, "172.31.1.0/24")

@@ -237,14 +237,6 @@ def test_image_names_need_a_tag():
         oci_image.oci_archive("localhost:5000/busybox", [], oci_image.ImageConfig())
 
 
-def test_busybox_entries_link_every_applet_to_busybox():
-    entries = {e.path: e for e in oci_image.busybox_entries(b"ELF", ["bin/sh", "/usr/bin/hostname", "bin/busybox"])}
-    assert entries["bin/busybox"].data == b"ELF" and entries["bin/busybox"].mode == 0o755
-    assert entries["bin/sh"].kind == "symlink" and entries["bin/sh"].target == "/bin/busybox"
-    assert entries["usr/bin/hostname"].target == "/bin/busybox"
-    assert entries["tmp"].mode == 0o1777
-
-
 # --- binaries ------------------------------------------------------------------------------------
 def test_node_binaries_live_beside_the_control_plane_keyed_by_version(tmp_path):
     nbins = binaries.node_binaries(tmp_path)

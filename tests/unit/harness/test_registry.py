@@ -14,7 +14,7 @@ import pytest
 
 from kube_offload_harness import oci_image, registry
 from kube_offload_harness.oci_distribution import (
-    ImageError, add_layer, mirror_repository, read_oci_archive, split_reference, upload_url,
+    ImageError, mirror_repository, read_oci_archive, read_oci_layout, split_reference, upload_url,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -82,24 +82,38 @@ def test_an_archive_without_index_json_is_refused_with_what_to_do():
         read_oci_archive(_layout({"manifest.json": b"[]"}))
 
 
-def test_add_layer_appends_to_manifest_and_config_consistently():
-    image = read_oci_archive(_gzipped_layout()[0])
-    extra = registry.python3_link_layer()
-    result = add_layer(image, extra, created_by="link")
-    body = json.loads(result.manifest)
-    assert body["layers"][-1] == {"mediaType": oci_image.LAYER_MEDIA_TYPE, "digest": oci_image.sha256(extra), "size": len(extra)}
-    assert body["layers"][0] == json.loads(image.manifest)["layers"][0]  # the gzipped one untouched
-    config = json.loads(result.blobs[body["config"]["digest"]])
-    assert config["rootfs"]["diff_ids"][-1] == oci_image.sha256(extra)
-    assert config["history"][-1] == {"created_by": "link"}
-    assert oci_image.sha256(result.blobs[body["config"]["digest"]]) == body["config"]["digest"]
-    assert set(result.blobs) == {d["digest"] for d in result.descriptors()}
+def _write_layout(directory: Path, images: dict[str, list[bytes]]) -> None:
+    """A layout directory of several images by name (layers given as plain tars)."""
+    directory.joinpath("blobs", "sha256").mkdir(parents=True)
+    entries = []
+    for name, tars in images.items():
+        layers = [oci_image.plain_layer(tar) for tar in tars]
+        config = oci_image.image_config_json(oci_image.ImageConfig(), [layer.diff_id for layer in layers])
+        manifest = oci_image.image_manifest(config, layers)
+        for blob in (config, manifest, *tars):
+            (directory / oci_image.blob_path(blob)).write_bytes(blob)
+        entries.append(oci_image.index_entry(manifest, name))
+    (directory / "index.json").write_bytes(oci_image.index_json(entries))
 
 
-def test_the_python3_link_points_at_debians_python():
-    with tarfile.open(fileobj=io.BytesIO(registry.python3_link_layer())) as tar:
-        (member,) = tar.getmembers()
-    assert (member.name, member.issym(), member.linkname) == ("usr/bin/python3", True, "python3.11")
+def test_a_layout_directory_gives_every_named_image_with_shared_blobs(tmp_path):
+    shared = oci_image.layer_tar([oci_image.Entry("lib", data=b"shared")])
+    own = oci_image.layer_tar([oci_image.Entry("bin", data=b"own")])
+    _write_layout(tmp_path, {"docker.io/library/a:1": [shared], "docker.io/library/b:1": [shared, own]})
+    images = dict(read_oci_layout(tmp_path))
+    assert set(images) == {"docker.io/library/a:1", "docker.io/library/b:1"}
+    assert images["docker.io/library/a:1"].blobs[oci_image.sha256(shared)] == shared
+    assert [d["digest"] for d in images["docker.io/library/b:1"].descriptors()[1:]] == [oci_image.sha256(shared), oci_image.sha256(own)]
+
+
+def test_a_layout_blob_that_does_not_match_its_digest_is_refused(tmp_path):
+    layer = oci_image.layer_tar([oci_image.Entry("x", data=b"x")])
+    _write_layout(tmp_path, {"docker.io/library/a:1": [layer]})
+    (tmp_path / oci_image.blob_path(layer)).write_bytes(layer[:10])
+    with pytest.raises(ImageError, match="does not match its digest"):
+        read_oci_layout(tmp_path)
+    with pytest.raises(ImageError, match="not an OCI image layout"):
+        read_oci_layout(tmp_path / "elsewhere")
 
 
 # --- references ---------------------------------------------------------------------------

@@ -71,6 +71,16 @@ def test_round_trip_through_the_consumer_spec() -> None:
         ({"pods": {"tolerations": [""]}}, "spec.policy.pods.tolerations"),
         ({"storage": {"maxClaimSize": "ten gigs"}}, "spec.policy.storage.maxClaimSize"),
         ({"twinNamespaces": {"maxCount": -1}}, "spec.policy.twinNamespaces.maxCount"),
+        ({"storage": {"maxClaimSize": "0"}}, "spec.policy.storage.maxClaimSize"),
+        ({"pods": {"maxTerminationGracePeriodSeconds": -1}}, "spec.policy.pods.maxTerminationGracePeriodSeconds"),
+        ({"pods": {"maxTerminationGracePeriodSeconds": "300"}}, "spec.policy.pods.maxTerminationGracePeriodSeconds"),
+        ({"tokens": {"maxExpirationSeconds": 60}}, "spec.policy.tokens.maxExpirationSeconds"),
+        ({"tokens": {"maxExpirationSeconds": 1.5}}, "spec.policy.tokens.maxExpirationSeconds"),
+        ({"tokens": {"audiences": "vault"}}, "spec.policy.tokens.audiences"),
+        ({"tokens": {"lifetime": 600}}, "spec.policy.tokens"),
+        ({"twinNamespaces": {"maxRequests": -1}}, "spec.policy.twinNamespaces.maxRequests"),
+        ({"slices": {"maxCount": "20"}}, "spec.policy.slices.maxCount"),
+        ({"slices": {"max": 1}}, "spec.policy.slices"),
         ({"twinNamespaces": {"maxCount": True}}, "spec.policy.twinNamespaces.maxCount"),
         ({"quotaMode": "everything"}, "spec.policy.quotaMode"),
         ({"services": {"typo": []}}, "spec.policy.services"),
@@ -90,6 +100,30 @@ def test_the_providers_api_is_a_grant_off_by_default() -> None:
     assert policy_to_spec(DEFAULT_POLICY)["pods"]["remoteAPIAccess"] is False
     with pytest.raises(ProviderPolicyError, match=r"^spec.policy.pods.remoteAPIAccess: must be true or false"):
         parse_policy({"pods": {"remoteAPIAccess": "true"}})
+
+
+def test_no_bound_is_unlimited_by_default() -> None:
+    # A consumer admitted with the defaults cannot claim a 1Ei volume, an 8-day grace or an
+    # 8-day token (docs/security.md "Provider policy").
+    assert DEFAULT_POLICY.storage.max_claim_size == "100Gi"
+    assert DEFAULT_POLICY.pods.max_termination_grace_seconds == 300
+    assert DEFAULT_POLICY.tokens.max_expiration_seconds == 24 * 3600
+    assert DEFAULT_POLICY.tokens.audiences == ()
+    assert DEFAULT_POLICY.twin_namespaces.max_requests == 100 and DEFAULT_POLICY.slices.max_count == 20
+    # A Consumer stored when an empty maxClaimSize meant "no limit" gets the bound.
+    assert parse_policy({"storage": {"maxClaimSize": ""}}).storage.max_claim_size == "100Gi"
+    assert parse_policy({"storage": {"maxClaimSize": "1Ti"}}).storage.max_claim_size == "1Ti"
+    assert parse_policy({"pods": {"maxTerminationGracePeriodSeconds": 0}}).pods.max_termination_grace_seconds == 0
+    granted = parse_policy({"tokens": {"maxExpirationSeconds": 600, "audiences": ["vault"]}})
+    assert granted.tokens == pp.TokenPolicy(max_expiration_seconds=600, audiences=("vault",))
+    assert parse_policy(policy_to_spec(granted)) == granted
+
+
+def test_a_bad_bound_is_refused_with_what_to_give() -> None:
+    with pytest.raises(ProviderPolicyError, match=r"below the TokenRequest API's minimum of 600 s.*give at least 600"):
+        parse_policy({"tokens": {"maxExpirationSeconds": 599}})
+    with pytest.raises(ProviderPolicyError, match=r"maxClaimSize: '0' admits no claim; give the largest claim, such as 100Gi"):
+        parse_policy({"storage": {"maxClaimSize": "0"}})
 
 
 def test_patterns() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
+    ANNOTATION_DELETION_GRACE,
     ANNOTATION_ORIGIN_NAME,
     LABEL_MANAGED_BY,
     LABEL_ORIGIN_CLUSTER_ID,
@@ -22,6 +23,7 @@ from kube_offload.shadowpod import (
     asks_for_remote_api,
     build_pod,
     build_shadowpod,
+    capped_grace,
     choose_pod,
     controller_ref,
     is_owned_by,
@@ -31,6 +33,8 @@ from kube_offload.shadowpod import (
     pod_update,
     read_pod_template,
     run_completed,
+)
+from kube_offload.shadowpod_status import (
     status_changed,
     status_from_pod,
     status_may_wait,
@@ -262,6 +266,42 @@ def test_run_completed_only_for_terminal_status_of_a_pod_that_does_not_restart()
     assert not run_completed(shadowpod(restart_policy="Never"))
 
 
+def test_run_completed_is_read_from_the_pod_that_ran_not_the_template():
+    # The pod ran with restartPolicy Never and finished: the status says so, whatever the
+    # template says since (an edit to Always must not bring the finished pod back).
+    ran = shadowpod(restart_policy="Never")
+    ended = status_from_pod(ran, pod_of(ran, phase="Succeeded"))
+    assert ended["runCompleted"] is True
+    edited = shadowpod(restart_policy="Always", status=ended)
+    assert run_completed(edited)
+    assert plan(edited, []).action is Action.NOTHING
+    # A pod the system stopped is recorded as not completed, whatever the template says.
+    evicted = status_from_pod(ran, pod_of(ran, phase="Failed", reason="Evicted"))
+    assert evicted["runCompleted"] is False
+    assert not run_completed(shadowpod(restart_policy="Never", status=evicted))
+    # A running pod's status says nothing of it (written as before: no extra status write).
+    assert status_from_pod(ran, pod_of(ran, phase="Running"))["runCompleted"] is None
+
+
+def test_the_grace_of_a_pod_and_of_a_deletion_is_cut_to_the_consumers_largest():
+    long = shadowpod()
+    long["spec"]["pod"]["spec"]["terminationGracePeriodSeconds"] = 8 * 24 * 3600
+    assert build_pod(long, max_grace_seconds=300)["spec"]["terminationGracePeriodSeconds"] == 300
+    # Not cut without a bound; a short grace is kept; none set counts as the API's 30 s.
+    assert build_pod(long)["spec"]["terminationGracePeriodSeconds"] == 8 * 24 * 3600
+    short = shadowpod()
+    short["spec"]["pod"]["spec"]["terminationGracePeriodSeconds"] = 5
+    assert build_pod(short, max_grace_seconds=300)["spec"]["terminationGracePeriodSeconds"] == 5
+    assert build_pod(shadowpod(), max_grace_seconds=10)["spec"]["terminationGracePeriodSeconds"] == 10
+    assert build_pod(shadowpod(), max_grace_seconds=300)["spec"]["terminationGracePeriodSeconds"] == 30
+    assert capped_grace("600", 300) == 30 and capped_grace(True, 300) == 30 and capped_grace(-1, 300) == 30
+    # The local pod's deletion asks for a grace: the plan cuts it too.
+    deleting = shadowpod(annotations={ANNOTATION_DELETION_GRACE: str(8 * 24 * 3600)})
+    terminate = plan(deleting, [pod_of(deleting)], max_grace_seconds=300)
+    assert terminate.action is Action.TERMINATE and terminate.grace == 300
+    assert plan(deleting, [pod_of(deleting)]).grace == 8 * 24 * 3600
+
+
 def uids(pods) -> list[str]:
     return [p["metadata"]["uid"] for p in pods]
 
@@ -351,6 +391,7 @@ def test_status_from_pod_first_pod_leaves_the_conditions_to_the_pod():
         "message": "hello",
         "conditions": None,  # a merge patch's null: removes what an older enforcer mirrored
         "observedGeneration": 1,
+        "runCompleted": None,  # said only once the pod has ended
     }
 
 
@@ -421,7 +462,7 @@ def test_status_without_pod_keeps_the_last_pod_so_the_next_counts():
     status = status_without_pod(shp, "creating pod web-0 failed: exceeded quota")
     assert status == {"phase": "Pending", "podName": "web-0", "podUID": "pod-1", "recreations": 1,
                       "message": "creating pod web-0 failed: exceeded quota", "conditions": None,
-                      "observedGeneration": 1}
+                      "observedGeneration": 1, "runCompleted": None}
     shp["status"] = status
     assert status_from_pod(shp, pod_of(shp, uid="pod-2"))["recreations"] == 2
 

@@ -164,3 +164,45 @@ def test_the_command_serves_readiness_and_its_counts_on_the_health_port(tmp_path
     finally:
         process.terminate()
         assert process.wait(15) == 0
+
+
+def test_connections_past_the_consumers_bound_are_refused_and_logged(caplog):
+    relay = Relay(RelaySettings(serve=("127.0.0.1", 0), uplink=("127.0.0.1", 0), pair_timeout=5, max_connections=2))
+    relay.start()
+    try:
+        held = [socket.create_connection(("127.0.0.1", relay.serve_port)) for _ in range(2)]
+        assert wait_for(lambda: relay._active == 2, timeout=5)  # both wait for an uplink, holding their slots
+        third = socket.create_connection(("127.0.0.1", relay.serve_port))
+        assert _recv_exactly(third, 1, timeout=5) == b""  # closed at once, not after the pair timeout
+        assert relay.metrics.connections.labels("over_limit")._value.get() == 1
+        assert "refused a pod's connection from 127.0.0.1: 2 connections of this consumer's pods are open already " \
+               "(--max-connections)" in caplog.text
+        for sock in held:
+            sock.close()
+    finally:
+        relay.stop()
+
+
+def test_one_pod_cannot_take_every_slot():
+    relay = Relay(RelaySettings(serve=("127.0.0.1", 0), uplink=("127.0.0.1", 0), max_connections=10, max_connections_per_source=2))
+    assert relay.admit("10.0.0.7") == "paired" and relay.admit("10.0.0.7") == "paired"
+    assert relay.admit("10.0.0.7") == "over_source_limit"
+    assert relay.admit("10.0.0.8") == "paired"  # another pod still gets in
+    relay.release("10.0.0.7")
+    assert relay.admit("10.0.0.7") == "paired"
+    relay.stop()
+
+
+def test_uplinks_past_the_bound_are_closed_on_arrival():
+    relay = Relay(RelaySettings(serve=("127.0.0.1", 0), uplink=("127.0.0.1", 0), max_uplinks=2))
+    relay.start()
+    try:
+        kept = [socket.create_connection(("127.0.0.1", relay.uplink_port)) for _ in range(2)]
+        assert wait_for(lambda: relay.pool.idle() == 2, timeout=5)
+        extra = socket.create_connection(("127.0.0.1", relay.uplink_port))
+        assert _recv_exactly(extra, 1, timeout=5) == b""
+        assert relay.pool.idle() == 2 and relay.metrics.uplinks_refused._value.get() == 1
+        for sock in kept:
+            sock.close()
+    finally:
+        relay.stop()

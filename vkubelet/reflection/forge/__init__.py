@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
-from kube_offload.reasons import REASON_POD_CREATED
 from kube_offload.times import format_time, parse_time_or_none
 from kube_offload.views import metadata as _meta
-from vkubelet.ip_remapping import NO_REMAPPING, Remapping
-from vkubelet.reflection import names as n
+from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
+from vkubelet.shared import names as n
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -54,8 +53,8 @@ class ForgeContext:
 
 # --- metadata -------------------------------------------------------------------------------
 def forge_metadata(
-    local: Mapping, ctx: ForgeContext, *, name: str | None = None, drop_annotation: Callable[[str], bool] | None = None
-) -> dict:
+    local: Mapping[str, Any], ctx: ForgeContext, *, name: str | None = None, drop_annotation: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
     meta = _meta(local)
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     labels[c.LABEL_ORIGIN_CLUSTER_ID] = ctx.local_cluster_id
@@ -75,7 +74,7 @@ def forge_metadata(
     }
 
 
-def is_owned(remote: Mapping, local_cluster_id: str, reflector: str) -> bool:
+def is_owned(remote: Mapping[str, Any], local_cluster_id: str, reflector: str) -> bool:
     """Written by this cluster's reflector of this type: the only remote objects a
     reflector ever updates or deletes."""
     labels = _meta(remote).get("labels") or {}
@@ -83,7 +82,7 @@ def is_owned(remote: Mapping, local_cluster_id: str, reflector: str) -> bool:
 
 
 # --- copying -----------------------------------------------------------------------------------------
-def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
+def copy_fields(source: Mapping[str, Any], target: dict[str, Any], keys: Iterable[str]) -> None:
     """Deep copies: a forged object must never share structure with the informer's cache."""
     for key in keys:
         if key in source and source[key] is not None:
@@ -91,7 +90,7 @@ def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
 
 
 # --- Events (the two Event reflectors, events.py and object_events.py, and the cache trimmer) ---
-def event_time(event: Mapping, *names: str) -> str | None:
+def event_time(event: Mapping[str, Any], *names: str) -> str | None:
     """The first of ``names`` the Event has, at second precision (what a core/v1 Event's
     timestamps carry; Events written through events.k8s.io have only eventTime)."""
     for name in names:
@@ -104,26 +103,10 @@ def event_time(event: Mapping, *names: str) -> str | None:
     return format_time(moment) if moment is not None else None
 
 
-# Remote Events (involved kind, type, reason) whose copy would tell the local pod nothing
-# it does not say already: PodCreated on a ShadowPod (its first pod was made; today's
-# enforcer no longer writes it, an older provider's still does) repeats the vkubelet's
-# own Offloaded Event, written when the ShadowPod was
-# created. A local Event write per pod for nothing (issue 27). What the provider says
-# beyond the routine is copied: recreations, refusals, updates, the remote scheduler's
-# and kubelet's Events (Scheduled, Pulled, Created, Started, BackOff...).
-ROUTINE_REMOTE_EVENTS = frozenset({(c.SHADOWPOD_KIND, "Normal", REASON_POD_CREATED)})
-
-
-def says_something_new(remote_event: Mapping) -> bool:
-    """Whether a remote Event is worth a local copy (ROUTINE_REMOTE_EVENTS are not)."""
-    involved = remote_event.get("involvedObject") or {}
-    return (involved.get("kind"), remote_event.get("type") or "Normal", remote_event.get("reason")) not in ROUTINE_REMOTE_EVENTS
-
-
-def event_count(event: Mapping) -> int:
+def event_count(event: Mapping[str, Any]) -> int:
     return int(event.get("count") or (event.get("series") or {}).get("count") or 1)
 
 
-def event_fingerprint(event: Mapping) -> tuple:
+def event_fingerprint(event: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a write of a local copy changes: equal fingerprints, nothing to write."""
     return tuple(event.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))

@@ -27,7 +27,7 @@ def test_the_configuration_by_url():
     config = validating_configuration(WebhookTarget(ca_bundle="Q0E=", url="https://127.0.0.1:9443/"))
     assert config["kind"] == "ValidatingWebhookConfiguration"
     assert config["metadata"]["name"] == c.SHADOWPOD_WEBHOOK_CONFIGURATION
-    webhook, endpointslices, custom = config["webhooks"]
+    webhook, endpointslices, custom, tokens, tenant = config["webhooks"]
     assert webhook == {
         "name": c.SHADOWPOD_WEBHOOK_NAME,
         "clientConfig": {"url": f"https://127.0.0.1:9443{c.SHADOWPOD_WEBHOOK_PATH}", "caBundle": "Q0E="},
@@ -61,6 +61,22 @@ def test_the_configuration_by_url():
     assert custom["rules"][0]["resources"] == ["*", "*/status"]
     assert custom["namespaceSelector"] == {"matchLabels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER}}
     assert custom["failurePolicy"] == "Fail"
+    # Consumers' TokenRequests: in tenant namespaces only, by their own ServiceAccounts only.
+    assert tokens["name"] == c.TOKEN_WEBHOOK_NAME
+    assert tokens["clientConfig"]["url"] == f"https://127.0.0.1:9443{c.TOKEN_WEBHOOK_PATH}"
+    assert tokens["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                "resources": ["serviceaccounts/token"], "scope": "Namespaced"}]
+    assert tokens["namespaceSelector"] == {"matchExpressions": [{"key": c.LABEL_TENANT, "operator": "Exists"}]}
+    assert tokens["matchConditions"][0]["expression"] == (
+        "request.userInfo.username.startsWith('system:serviceaccount:' + request.namespace + ':')")
+    assert tokens["failurePolicy"] == "Fail"
+    # What consumers keep in their tenant namespaces: counted, by the same condition.
+    assert tenant["name"] == c.TENANT_OBJECTS_WEBHOOK_NAME
+    assert tenant["clientConfig"]["url"] == f"https://127.0.0.1:9443{c.TENANT_OBJECTS_WEBHOOK_PATH}"
+    assert tenant["rules"] == [{"operations": ["CREATE"], "apiGroups": [c.SHADOWPOD_GROUP], "apiVersions": [c.SHADOWPOD_VERSION],
+                                "resources": [c.TWIN_NAMESPACE_PLURAL, c.SLICE_PLURAL], "scope": "Namespaced"}]
+    assert tenant["namespaceSelector"] == tokens["namespaceSelector"]
+    assert tenant["matchConditions"] == tokens["matchConditions"] and tenant["failurePolicy"] == "Fail"
 
 
 @pytest.mark.parametrize(

@@ -446,3 +446,34 @@ def test_update_check_allows_when_nothing_runs_or_nothing_changes(fake_pods):
     other["spec"]["pod"]["spec"]["containers"][0]["image"] = "x"
     assert dry_run.check_update(None, "demo-local", other).allowed
     assert fake_pods["patches"] == []
+
+
+# --- judging the pod the enforcer is about to make (judge_pod) ----------------------------------------
+def test_a_pod_is_judged_against_the_rest_of_the_consumers_use():
+    # Two slots, both taken: ShadowPod a's own pod is lost and made again. Its own charges
+    # are what is judged, against the rest (b): it fits. A third ShadowPod c (admitted while
+    # a's status said its pod ended, say) would not: only one slot is left beside b.
+    a, b = shadowpod("a"), shadowpod("b")
+    v, calls, cache = validator({"pods": "2"}, shadowpods=CACHE({f"{NS}/a": a, f"{NS}/b": b}))
+    assert v.judge_pod(a).allowed
+    c_ = shadowpod("c")
+    cache.objects[f"{NS}/c"] = c_
+    refused = v.judge_pod(c_)
+    assert not refused.allowed and refused.code == 403
+    assert 'exceeded quota of consumer "local": pods: requested 1, used 2, quota 2' in refused.message
+    assert calls == []  # no dry run: the real create is the API server's judgement
+
+
+def test_a_finished_shadowpod_counts_nothing_so_its_pod_is_judged_whole():
+    a = shadowpod("a")
+    a["status"] = {"phase": "Failed"}  # not live: the usage does not count it
+    b = shadowpod("b")
+    v, _, _ = validator({"pods": "1"}, shadowpods=CACHE({f"{NS}/a": a, f"{NS}/b": b}))
+    assert not v.judge_pod(a).allowed
+
+
+def test_no_pod_is_judged_before_the_caches_are_synced():
+    v, _, cache = validator({"pods": "10"})
+    cache.synced = False
+    verdict = v.judge_pod(shadowpod("a"))
+    assert not verdict.allowed and verdict.code == 503

@@ -14,6 +14,7 @@ from enforcer.admission.validation import (
     ConsumerError,
     consumer_terms,
     decide,
+    judge_pod_create,
     quota_excess,
     requests_delta,
 )
@@ -740,7 +741,7 @@ def test_the_keys_ordinary_workloads_carry_pass():
 
 def test_what_the_honest_virtual_kubelet_sends_is_admitted():
     # A Deployment's pod as the local apiserver stores it, translated as the vkubelet does.
-    from vkubelet.translation import TranslationContext, build_shadowpod_for
+    from vkubelet.pods.translation import TranslationContext, build_shadowpod_for
 
     local_pod = {
         "metadata": {"name": "web-5d8f-abcde", "namespace": "demo", "uid": "u1",
@@ -847,3 +848,125 @@ def test_a_chain_that_does_not_end_with_the_consumer_is_refused():
 def test_without_its_own_cluster_id_the_provider_skips_only_the_loop_check():
     assert judge(chained(f"provider,{CONSUMER}"), "").allowed
     refused(judge(chained("a,,b"), ""), 422, "not a cluster id")
+
+
+# --- a ShadowPod whose run ended ---------------------------------------------------------------------
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_the_spec_of_a_finished_shadowpod_is_immutable(phase):
+    old = shadowpod(pod_spec(restartPolicy="Never"))
+    old["status"] = {"phase": phase, "runCompleted": True}
+    rewritten = copy.deepcopy(old)
+    rewritten["spec"]["pod"]["spec"]["restartPolicy"] = "Always"
+    rewritten["spec"]["pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    refused(run(rewritten, operation="UPDATE", old=old), 422, f"spec: immutable once the ShadowPod's status.phase is {phase}",
+            "delete the ShadowPod and create a new one")
+    # Metadata stays writable (the garbage collector and the vkubelet's deletion write it).
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {**relabelled["metadata"].get("labels", {}), "x": "y"}
+    assert run(relabelled, operation="UPDATE", old=old).allowed
+    # A running one's spec is judged as before.
+    running = copy.deepcopy(old)
+    running["status"] = {"phase": "Running"}
+    image = copy.deepcopy(running)
+    image["spec"]["pod"]["spec"]["containers"][0]["image"] = "nginx:2"
+    assert run(image, operation="UPDATE", old=running).allowed
+
+
+# --- every pod the enforcer makes is judged (judge_pod_create) -----------------------------------------
+def judged(obj: dict, *, the_consumer: dict | None = None, usage: dict | None = None, namespace: dict | None | str = "twin"):
+    if namespace == "twin":
+        namespace = twin_namespace()
+    return judge_pod_create(
+        obj,
+        namespace=namespace,  # type: ignore[arg-type]
+        consumer=the_consumer if the_consumer is not None else consumer(quota={"cpu": "4", "pods": "10"}),
+        usage=usage or {"pods": 0},
+        service_account=SERVICE_ACCOUNTS.get,
+    )
+
+
+def test_a_pod_is_judged_against_the_consumer_as_it_is_now():
+    tolerating = shadowpod(pod_spec(tolerations=[{"key": "gpu", "operator": "Exists"}]))
+    granted = consumer(policy={"pods": {"tolerations": ["gpu"]}})
+    assert judged(tolerating, the_consumer=granted).allowed
+    # The provider took the toleration back since the ShadowPod was admitted: no new pod.
+    refused(judged(tolerating, the_consumer=consumer()), 422, "spec.pod.spec.tolerations[0].key: toleration of taint 'gpu' is not granted",
+            "spec.policy.pods.tolerations")
+    # The status that records an earlier pod is not what is judged.
+    ran = copy.deepcopy(tolerating)
+    ran["status"] = {"phase": "Running", "podUID": "p-1"}
+    refused(judged(ran, the_consumer=consumer()), 422, "tolerations[0].key")
+
+
+def test_a_pod_is_judged_against_the_quota_without_its_own_shadowpod():
+    obj = shadowpod()  # 500m cpu, 1 pod
+    assert judged(obj, the_consumer=consumer(quota={"pods": "1"}), usage=milli(pods="0")).allowed
+    message = refused(judged(obj, the_consumer=consumer(quota={"cpu": "1"}), usage=milli(cpu="800m")), 403)
+    assert message.startswith('exceeded quota of consumer "local": cpu: requested 500m, used 800m, quota 1'), message
+
+
+def test_a_drain_refuses_a_pod_but_a_cordon_does_not():
+    drained = consumer(drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})
+    refused(judged(shadowpod(), the_consumer=drained), 403, 'consumer "local" is drained by the provider: no pod is made')
+    # A cordon stops new ShadowPods; an existing one's pod runs on (recreated if lost).
+    assert judged(shadowpod(), the_consumer=consumer(cordoned=True)).allowed
+
+
+def test_a_pod_of_a_namespace_or_consumer_gone_is_refused():
+    refused(judged(shadowpod(), namespace=None), 403, "is not a twin namespace")
+    assert not judged(shadowpod(), the_consumer={"metadata": {"name": CONSUMER}, "spec": {"policy": {"pods": {"priorityClasses": ["system-x"]}}}}).allowed
+
+
+def test_an_ephemeral_volume_claims_no_more_than_the_largest_claim():
+    def ephemeral(size: str) -> dict:
+        claim = {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+        return shadowpod(pod_spec(volumes=[{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": claim}}}]))
+
+    granted = consumer(policy={"storage": {"classes": ["standard"]}})
+    assert run(ephemeral("100Gi"), the_consumer=granted).allowed
+    # The provider's ephemeral volume controller makes this claim, which the PVC policy
+    # (the consumer's writes only) never sees: the default bound holds here.
+    refused(run(ephemeral("1Ei"), the_consumer=granted), 422,
+            "spec.pod.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.resources.requests.storage: "
+            'volume "scratch" claims 1Ei, more than the 100Gi consumer "local" may claim at once',
+            "spec.policy.storage.maxClaimSize")
+    bigger = consumer(policy={"storage": {"classes": ["standard"], "maxClaimSize": "2Ei"}})
+    assert run(ephemeral("1Ei"), the_consumer=bigger).allowed
+
+
+# --- sidecars (restartable init containers) count and are limited like containers, in every mode ------------
+def sidecar_pod(sidecar_resources: dict) -> dict:
+    app = {"name": "app", "image": "x", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}}}
+    sidecar = {"name": "proxy", "image": "y", "restartPolicy": "Always", "resources": sidecar_resources}
+    return shadowpod(pod_spec(containers=[app], initContainers=[sidecar]))
+
+
+@pytest.mark.parametrize("mode, quota", [
+    ("requests", {"cpu": "1"}), ("limits", {"cpu": "1"}), ("both", {"cpu": "1"}), ("hard", {"cpu": "1"}),
+    ("requests", {"requests.cpu": "1"}), ("requests", {"limits.cpu": "1"}),
+])
+def test_a_sidecar_counts_against_the_quota_in_every_mode(mode, quota):
+    the_consumer = consumer(quota=quota, policy={"quotaMode": mode})
+    within = sidecar_pod({"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}})
+    assert run(within, the_consumer=the_consumer).allowed
+    # The app alone fits; with its sidecar, the pod holds 1500m: over.
+    over = sidecar_pod({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})
+    message = refused(run(over, the_consumer=the_consumer), 403)
+    assert "exceeded quota" in message and "1500m" in message, message
+
+
+@pytest.mark.parametrize("mode, quota, fragment", [
+    ("limits", {"cpu": "1"}, "spec.pod.spec.initContainers[0].resources.limits.cpu: must be set"),
+    ("both", {"cpu": "1"}, "spec.pod.spec.initContainers[0].resources.limits.cpu: must be set"),
+    ("requests", {"limits.cpu": "1"}, "spec.pod.spec.initContainers[0].resources.limits.cpu: must be set"),
+    ("hard", {"cpu": "1"}, 'spec.pod.spec.initContainers[0].resources.limits.cpu (container "proxy"): must equal requests.cpu'),
+])
+def test_a_sidecar_must_set_the_limits_the_quota_counts(mode, quota, fragment):
+    the_consumer = consumer(quota=quota, policy={"quotaMode": mode})
+    unlimited = sidecar_pod({"requests": {"cpu": "100m"}} if mode != "hard" else {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}})
+    refused(run(unlimited, the_consumer=the_consumer), 403, fragment)
+
+
+def test_a_sidecar_is_judged_when_its_pod_is_made_too():
+    over = sidecar_pod({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})
+    refused(judged(over, the_consumer=consumer(quota={"cpu": "1"})), 403, "exceeded quota")

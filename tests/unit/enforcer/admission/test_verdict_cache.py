@@ -305,7 +305,7 @@ def test_a_shadowpod_dry_run_asks_the_server_and_renews_the_verdict(server):
 def test_the_vkubelets_shadowpods_of_two_replicas_share_a_key():
     # The real translation (reflected identity): pins the per-pod fields the key normalises
     # (origin annotations, token Secret, the local kube-api-access-<random> volume).
-    from vkubelet.translation import TranslationContext, build_shadowpod_for
+    from vkubelet.pods.translation import TranslationContext, build_shadowpod_for
 
     ctx = TranslationContext(local_cluster_id="local", virtual_node_labels={"type": "virtual-kubelet"},
                              virtual_node_name="vk", reflection=True)

@@ -289,3 +289,41 @@ def test_an_unreadable_drain_deletes_nothing():
     loop = make_loop([bad], [shadowpod("demo-local", "a")], api)
     loop.sync_all()
     assert api.deleted == [] and "drain" not in dict(api.writes)["local"]
+
+
+def test_a_drained_shadowpods_pod_goes_with_an_explicit_bounded_grace():
+    from datetime import timedelta
+
+    start = datetime(2026, 11, 27, 3, 0, tzinfo=timezone.utc)
+    shadowpods = IndexedCache()
+    mine = shadowpod("demo-local", "a")
+    mine["metadata"]["uid"] = "uid-a"
+    shadowpods.put(mine)
+    namespaces = IndexedCache()
+    namespaces.put(ns("demo-local", "local"))
+
+    def pod(name: str, owner_uid: str, grace: int | None) -> dict:
+        spec = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+        return {"metadata": {"name": name, "namespace": "demo-local", "uid": f"pod-{name}",
+                             "ownerReferences": [{"apiVersion": "kube-offload.io/v1alpha1", "kind": "ShadowPod", "name": name,
+                                                  "uid": owner_uid, "controller": True}]}, "spec": spec}
+
+    managed = Indexer()
+    managed.put(pod("a", "uid-a", 8 * 24 * 3600))  # made by an older enforcer: 8 days of grace
+
+    class PodDrainApi(DrainApi):
+        def __init__(self):
+            super().__init__()
+            self.pods = []
+
+        def delete_pod(self, namespace, name, uid, grace_period_seconds):
+            self.pods.append((namespace, name, uid, grace_period_seconds))
+
+    api = PodDrainApi()
+    drained = drained_consumer("local", 60)
+    drained["spec"]["policy"] = {"pods": {"maxTerminationGracePeriodSeconds": 120}}
+    loop = ConsumerStatusLoop(consumers=Cache([drained]), shadowpods=shadowpods, namespaces=namespaces, managed_pods=managed,
+                              nodes=Cache([node("n1")]), pods=Cache([]), api=api, clock=lambda: start + timedelta(seconds=61))
+    loop.sync_all()
+    assert api.deleted == [("demo-local", "a", "uid-a")]
+    assert api.pods == [("demo-local", "a", "pod-a", 120)]

@@ -10,7 +10,7 @@ from enforcer.consumers.twin_names import count_problem, plan_name_problem, requ
 from enforcer.consumers.twin_plan import plan_twin
 from kube_offload import constants as c
 from kube_offload.provider_policy import TwinNamespacePolicy
-from vkubelet.naming import twin_namespace_name
+from vkubelet.twins.naming import twin_namespace_name
 
 TENANT = c.tenant_namespace("local")
 CONSUMERS = {

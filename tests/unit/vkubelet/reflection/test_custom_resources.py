@@ -19,7 +19,7 @@ from vkubelet.reflection.custom_resources import (
     status_back,
 )
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
-from vkubelet.reflection.names import LABEL_REFLECTOR
+from vkubelet.shared.names import LABEL_REFLECTOR
 from vkubelet.reflection.policy import Policy
 from vkubelet.reflection.settings import CustomResource, ReflectionSettings, parse_custom_resource
 from vkubelet.settings import SettingsError

@@ -11,8 +11,8 @@ from kubernetes import client
 from kube_offload.runtime import kinds
 from kube_offload import constants as c
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
-from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import plan_twin
+from vkubelet.shared.informers import SharedInformers
+from vkubelet.twins.namespaces import plan_twin
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.settings import Settings
 from support.informers import never_listed

@@ -14,9 +14,9 @@ from kube_offload import constants as c
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED
-from vkubelet.events import EventRecorder
-from vkubelet.informers import SharedInformers
-from vkubelet.namespaces import TwinNamespaces
+from vkubelet.shared.events import EventRecorder
+from vkubelet.shared.informers import SharedInformers
+from vkubelet.twins.namespaces import TwinNamespaces
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.reflection import usage
 from vkubelet.reflection.configmaps import ConfigMapReflector
@@ -24,7 +24,7 @@ from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_
 from vkubelet.reflection.policy import HELM_RELEASE_TYPE, SERVICE_ACCOUNT_TOKEN_TYPE, Policy, decide
 from vkubelet.reflection.secrets import SecretReflector
 from vkubelet.reflection.settings import CONFIGMAPS, SECRETS, ReflectionSettings, ResourceSettings
-from vkubelet.runner import LoopContext
+from vkubelet.shared.loops import LoopContext
 from vkubelet.settings import Settings
 from support import builders
 from support.informers import drain
