@@ -6,6 +6,7 @@
 #      modules into ~/.cache/kube-offload (or $KUBE_OFFLOAD_CACHE); only what is missing;
 #   3. as root: the Debian packages of the real-node tier, and its kubelet, kube-proxy,
 #      containerd, CNI plugins, pause binary, image registry and CoreDNS (docs/real-nodes.md).
+# The Debian packages come first; then 2 and 3 build in the background while 1 installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,27 +16,13 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
   exit 2
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  echo "kube-offload: creating virtualenv .venv"
-  "$PYTHON" -m venv .venv
-fi
-stamp=.venv/.kube-offload-installed
-# The product, then the development harness (its own distribution, harness/, never in the
-# product's wheel); either pyproject changing (entry points, dependencies) means re-install.
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ harness/pyproject.toml -nt "$stamp" ]; then
-  echo "kube-offload: installing Python dependencies into .venv"
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test,lint]'
-  .venv/bin/python -m pip install --quiet -e harness
-  touch "$stamp"
-fi
-
 # The real-node tier (docs/real-nodes.md) needs root and, from Debian: runc (containerd's
 # runtime), iptables and conntrack (CNI portmap, kube-proxy), mmdebstrap (the stand-in
 # images: busybox, alpine, python, nginx, debian, made from Debian packages), gcc and
 # libc6-dev (Kubernetes' pause.c, static), iproute2 (namespaces, veths).
 # Without root it is skipped (it fails under CI=true), and so is its build.
 REAL_NODE_PACKAGES="runc iptables conntrack mmdebstrap gcc libc6-dev iproute2"
+build_args=(build)
 if [ "$(id -u)" = 0 ]; then
   missing=""
   for package in $REAL_NODE_PACKAGES; do
@@ -46,8 +33,36 @@ if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
   fi
-  .venv/bin/kube-offload binaries build --real-node
+  build_args+=(--real-node)
 else
   echo "kube-offload: not root: the real-node tier (tests/realnode, docs/real-nodes.md) will be skipped" >&2
-  .venv/bin/kube-offload binaries build
 fi
+
+# The binaries (Go, tens of minutes cold, seconds when cached) and the virtualenv (pip,
+# minutes cold) do not depend on each other: the builder needs only the standard library,
+# so it starts now, from the checkout, and compiles while pip downloads and installs.
+PYTHONPATH=harness "$PYTHON" -m kube_offload_harness.binaries_cli "${build_args[@]}" &
+build_pid=$!
+# If this script stops early (pip failed, Ctrl-C), the build stops too (it stops its Go
+# processes on SIGTERM) rather than carrying on behind the user's prompt.
+trap 'kill "$build_pid" 2>/dev/null || true' EXIT
+
+if [ ! -x .venv/bin/python ]; then
+  echo "kube-offload: creating virtualenv .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.kube-offload-installed
+# The product, then the development harness (its own distribution, harness/, never in the
+# product's wheel); either pyproject changing (entry points, dependencies) means re-install.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ harness/pyproject.toml -nt "$stamp" ]; then
+  echo "kube-offload: installing Python dependencies into .venv"
+  pip_started=$SECONDS
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  # One resolution for both distributions (the harness requires the product).
+  .venv/bin/python -m pip install --quiet -e '.[test,lint]' -e harness
+  touch "$stamp"
+  echo "kube-offload: Python dependencies installed in $((SECONDS - pip_started))s"
+fi
+
+wait "$build_pid"
+trap - EXIT

@@ -13,10 +13,16 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/containerd-v2.4.2/{containerd,containerd-shim-runc-v2,ctr}
     bin/cni-plugins-v1.10.0/{bridge,host-local,loopback,portmap}
     bin/pause-v1.37.2/pause                              Kubernetes' pause.c, gcc -static
-    bin/registry-v3.1.2/registry                         the real nodes' OCI registry
-    bin/coredns-v1.15.0/coredns                          cluster DNS (and its image)
-    build/<same names>/   wrapper go.mod, build logs
+    bin/registry-v3.1.2-<digest>/registry                the real nodes' OCI registry (a small main)
+    bin/coredns-v1.15.0-<digest>/coredns                 cluster DNS and its image (a small main)
+    build/<same names>/   wrapper modules (go_wrapper.py; shared/: in the control plane's
+                          module graph), prepare and build logs
     build.lock            one build at a time
+
+How (go_build.py): the programs that use the Kubernetes libraries are built in the control
+plane's module graph when they compile there (they then reuse what it compiled), CoreDNS
+and the registry from small mains with only the plugins used, and each step's modules are
+downloaded in the background while an earlier step compiles.
 
 Only what is missing is built; a finished binary is moved into ``bin/`` atomically, so an
 interrupted build never leaves a half-written binary that looks cached.
@@ -25,19 +31,21 @@ interrupted build never leaves a half-written binary that looks cached.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence
 
-from kube_offload_harness import kwok_patch, versions
+from kube_offload_harness import go_wrapper, kwok_patch, versions
+from kube_offload_harness.go_build import (
+    BuildError, Context, GoProgram, ProgramBuild, Say, Step, check_go, downloaded_module, go_env, install, run_plan,
+    run_step,
+)
 
 KUBE_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
 NODE_KUBE_BINARIES = ("kubelet", "kube-proxy")
@@ -48,10 +56,6 @@ CNI_PLUGINS = {"bridge": "main", "loopback": "main", "host-local": "ipam", "port
 # containerd without the snapshotters that cannot work here (btrfs needs cgo and a btrfs
 # disk; no devmapper pool; no zfs): less to compile.
 CONTAINERD_BUILD_TAGS = "no_btrfs no_devmapper no_zfs"
-
-
-class BuildError(RuntimeError):
-    """A build step failed; the message says which step and what to try."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +159,11 @@ def node_binaries(root: Path | None = None) -> NodeBinaries:
         ctr=containerd / "ctr",
         cni_bin_dir=root / "bin" / f"cni-plugins-{versions.CNI_PLUGINS}",
         pause=root / "bin" / f"pause-{versions.KUBERNETES}" / "pause",
-        registry=root / "bin" / f"registry-{versions.REGISTRY}" / "registry",
-        coredns=root / "bin" / f"coredns-{versions.COREDNS}" / "coredns",
+        # Small mains of ours (go_wrapper): their plugin set is part of the key.
+        registry=root / "bin" / go_wrapper.cache_key("registry", versions.REGISTRY, go_wrapper.registry_main().digest())
+        / "registry",
+        coredns=root / "bin" / go_wrapper.cache_key("coredns", versions.COREDNS, go_wrapper.coredns_main().digest())
+        / "coredns",
     )
 
 
@@ -179,16 +186,8 @@ def staging_version(kubernetes_version: str) -> str:
 
 def kubernetes_wrapper_go_mod(kubernetes_version: str, modules: list[str]) -> str:
     staging = staging_version(kubernetes_version)
-    lines = [
-        "module kube-offload.local/build/kubernetes",
-        "",
-        f"go {versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]}.0",
-        "",
-        f"require k8s.io/kubernetes {kubernetes_version}",
-        "",
-    ]
-    lines += [f"replace {module} => {module} {staging}" for module in modules]
-    return "\n".join(lines) + "\n"
+    return go_wrapper.go_mod("kubernetes", {"k8s.io/kubernetes": kubernetes_version},
+                             pins={module: staging for module in modules})
 
 
 def version_ldflags(kubernetes_version: str) -> str:
@@ -274,237 +273,163 @@ def coredns_ldflags(version: str) -> str:
     return "-s -w"
 
 
-def parse_go_version(output: str) -> tuple[int, int] | None:
-    match = re.search(r"go(\d+)\.(\d+)", output)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+# --- what to build ---------------------------------------------------------------------------
+def _stamped(ldflags: str) -> Callable[[str], str]:
+    return lambda _go_mod: ldflags
 
 
-# --- I/O -------------------------------------------------------------------------------------
-def go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
-    return env
-
-
-def check_go() -> str:
-    go = shutil.which("go")
-    if not go:
-        raise BuildError(
-            "the Go toolchain is not on PATH: install Go >= "
-            f"{versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]} (https://go.dev/dl) and retry"
-        )
-    output = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout
-    found = parse_go_version(output)
-    if found is None or found < versions.GO_MINIMUM:
-        raise BuildError(
-            f"{output.strip() or 'go version failed'}: Kubernetes {versions.KUBERNETES} needs Go >= "
-            f"{versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]} with GOTOOLCHAIN=local; install a newer Go"
-        )
-    return go
-
-
-def _run_step(step: str, cmd: list[str], *, cwd: Path, log_path: Path, say: Callable[[str], None]) -> None:
-    """Run one long Go command, logging everything to ``log_path`` and printing a heartbeat
-    with the number of packages compiled so far (go build -v prints one per line)."""
-    started = time.monotonic()
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(cmd, cwd=cwd, env=go_env(), stdout=log, stderr=subprocess.STDOUT)
-        done = threading.Event()
-
-        def heartbeat() -> None:
-            while not done.wait(30):
-                try:
-                    packages = sum(1 for _ in open(log_path))
-                except OSError:
-                    packages = 0
-                say(f"  ... {step}: {int(time.monotonic() - started)}s elapsed, {packages} packages compiled so far")
-
-        thread = threading.Thread(target=heartbeat, daemon=True)
-        thread.start()
-        try:
-            code = process.wait()
-        except BaseException:
-            process.terminate()
-            raise
-        finally:
-            done.set()
-    if code != 0:
-        tail = "".join(open(log_path).readlines()[-15:])
-        raise BuildError(
-            f"step '{step}' failed (exit {code}); full log: {log_path}\n{tail}\n"
-            "What to try: check that the Go module proxy is reachable (GOPROXY), retry with "
-            "GOSUMDB=off if the checksum database is unreachable, and make sure there are a few GB "
-            "of free disk for the module and build caches."
-        )
-    say(f"  {step}: done in {int(time.monotonic() - started)}s")
-
-
-def _install(built: Path, target: Path) -> None:
-    """Move the fresh binary into bin/ (a rename: atomic, and no second ~100 MB copy is
-    left behind in build/)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(built, target)
-    except OSError:  # build/ and bin/ on different filesystems
-        temp = target.with_name(target.name + ".tmp")
-        shutil.copy2(built, temp)
-        os.replace(temp, target)
-        built.unlink(missing_ok=True)
-
-
-def _downloaded_module(go: str, module: str, version: str, work: Path) -> dict:
-    """Download ``module@version`` into the module cache; `go mod download -json`'s record
-    (``GoMod``: its go.mod; ``Dir``: the extracted source)."""
-    download = subprocess.run(
-        [go, "mod", "download", "-json", f"{module}@{version}"],
-        cwd=work, env=go_env(), capture_output=True, text=True, check=False,
-    )
-    if download.returncode != 0:
-        raise BuildError(
-            f"step 'download {module}@{version}' failed: {download.stderr.strip()[-800:]}\n"
-            "What to try: check that the Go module proxy is reachable (GOPROXY)."
-        )
-    return json.loads(download.stdout)
-
-
-def _downloaded_go_mod(go: str, module: str, version: str, work: Path) -> Path:
-    """The go.mod of ``module@version`` (read for the staging modules of Kubernetes, or the
-    client-go version helm stamps)."""
-    return Path(_downloaded_module(go, module, version, work)["GoMod"])
-
-
-def _build_kubernetes(root: Path, targets: dict[str, Path], go: str, say: Callable[[str], None]) -> None:
-    """Build the ``k8s.io/kubernetes/cmd/<name>`` binaries named in ``targets`` (control
-    plane or node: one wrapper module and one build cache for both)."""
-    work = root / "build" / f"kubernetes-{versions.KUBERNETES}"
-    work.mkdir(parents=True, exist_ok=True)
-    say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
-    go_mod_path = _downloaded_go_mod(go, "k8s.io/kubernetes", versions.KUBERNETES, work)
-    modules = staging_modules(go_mod_path.read_text())
-    (work / "go.mod").write_text(kubernetes_wrapper_go_mod(versions.KUBERNETES, modules))
-    out = work / "out"
-    out.mkdir(exist_ok=True)
-    names = list(targets)
-    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in names]
-    say(f"- kubernetes {versions.KUBERNETES}: building {', '.join(names)} "
-        "(the first build takes tens of minutes on 2 cores)")
-    _run_step(
-        f"build kubernetes {versions.KUBERNETES} ({', '.join(names)})",
-        [go, "build", "-v", "-trimpath", "-ldflags", version_ldflags(versions.KUBERNETES), "-o", str(out) + "/", *packages],
-        cwd=work, log_path=work / f"build-{'-'.join(names)}.log", say=say,
-    )
-    for name, target in targets.items():
-        _install(out / name, target)
-
-
-def _build_etcd(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    # `go install go.etcd.io/etcd/server/v3@...` fails on the monorepo's replace directives;
-    # a wrapper module that requires the server module (itself a main package) works.
-    work = root / "build" / f"etcd-{versions.ETCD}"
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "go.mod").write_text(
-        "module kube-offload.local/build/etcd\n\n"
-        f"go {versions.GO_MINIMUM[0]}.{versions.GO_MINIMUM[1]}.0\n\n"
-        f"require go.etcd.io/etcd/server/v3 {versions.ETCD}\n"
-    )
-    say(f"- etcd {versions.ETCD}: building")
-    _run_step(
-        f"build etcd {versions.ETCD}",
-        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(work / "out" / "etcd"), "go.etcd.io/etcd/server/v3"],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    _install(work / "out" / "etcd", bins.etcd)
-
-
-def kwok_build_name() -> str:
-    """kwok's cache key: its version and the revision of the harness's patch to it."""
-    return f"kwok-{versions.KWOK}-{kwok_patch.REVISION}"
-
-
-def _build_kwok(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    # Built from a patched copy of the module's source (kwok_patch: deletes by UID, as a
-    # kubelet does); kwok's version comes from its consts package, not the build info, so
-    # building from a directory stamps nothing differently from `go install module@v`.
-    work = root / "build" / kwok_build_name()
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- kwok {versions.KWOK}: fetching the source and applying the harness's patch (deletes by UID)")
-    module_dir = Path(_downloaded_module(go, "sigs.k8s.io/kwok", versions.KWOK, work)["Dir"])
-    source = work / "src"
-    _writable_tree(source)
-    shutil.rmtree(source, ignore_errors=True)
-    shutil.copytree(module_dir, source, copy_function=shutil.copyfile)
-    _writable_tree(source)
+def _patch_kwok(source: Path) -> None:
     try:
         kwok_patch.apply(source)
     except kwok_patch.PatchError as exc:
         raise BuildError(str(exc)) from exc
-    say(f"- kwok {versions.KWOK}: building kwok and kwokctl")
-    _run_step(
-        f"build kwok {versions.KWOK}",
-        [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out) + "/", "./cmd/kwok", "./cmd/kwokctl"],
-        cwd=source, log_path=work / "build.log", say=say,
-    )
-    _install(out / "kwok", bins.kwok)
-    _install(out / "kwokctl", bins.kwokctl)
 
 
-def _writable_tree(root: Path) -> None:
-    """Make a copy of the (read-only) module cache writable, so it can be patched and,
-    on the next build, removed."""
-    if not root.exists():
-        return
-    for directory, _dirs, files in os.walk(root):
-        os.chmod(directory, 0o755)
-        for name in files:
-            os.chmod(os.path.join(directory, name), 0o644)
+def programs(bins: Binaries, nbins: NodeBinaries) -> list[GoProgram]:
+    """Every Go program besides Kubernetes itself, in build order: first those that share
+    the control plane's module graph (built after it, they mostly find its packages in the
+    build cache), then those built as released. ``outputs`` name each binary as ``go build``
+    does (after the last element of the package path, a major-version suffix skipped)."""
+    coredns, registry = go_wrapper.coredns_main(), go_wrapper.registry_main()
+    return [
+        # sigs.k8s.io/metrics-server: for `kubectl top` in the loopback clusters (docs/metrics.md).
+        GoProgram("metrics-server", "sigs.k8s.io/metrics-server", versions.METRICS_SERVER,
+                  ("sigs.k8s.io/metrics-server/cmd/metrics-server",), {"metrics-server": bins.metrics_server},
+                  stamp=_stamped(metrics_server_ldflags(versions.METRICS_SERVER)), shared=True),
+        GoProgram("local-path-provisioner", "github.com/rancher/local-path-provisioner",
+                  versions.LOCAL_PATH_PROVISIONER, ("github.com/rancher/local-path-provisioner",),
+                  {"local-path-provisioner": bins.local_path_provisioner}, shared=True),
+        # Built from a patched copy of the module's source (kwok_patch: deletes by UID, as a
+        # kubelet does); kwok's version comes from its consts package, not the build info.
+        GoProgram("kwok", "sigs.k8s.io/kwok", versions.KWOK, ("sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
+                  {"kwok": bins.kwok, "kwokctl": bins.kwokctl}, shared=True, patch=_patch_kwok,
+                  revision=kwok_patch.REVISION),
+        # Stamped from its own go.mod's client-go, as Helm's Makefile does.
+        GoProgram("helm", "helm.sh/helm/v3", versions.HELM, ("helm.sh/helm/v3/cmd/helm",), {"helm": bins.helm},
+                  stamp=lambda go_mod: helm_ldflags(versions.HELM, go_mod), shared=True),
+        GoProgram("coredns", "github.com/coredns/coredns", versions.COREDNS, (), {"coredns": nbins.coredns},
+                  stamp=_stamped(coredns_ldflags(versions.COREDNS)), shared=True, main=coredns,
+                  revision=coredns.digest()),
+        # The server module is itself the main package (`go build` names it after "server").
+        GoProgram("etcd", "go.etcd.io/etcd/server/v3", versions.ETCD, ("go.etcd.io/etcd/server/v3",), {"server": bins.etcd}),
+        # Static (CGO_ENABLED=0), as containerd's Makefile builds the shim.
+        GoProgram("containerd", "github.com/containerd/containerd/v2", versions.CONTAINERD,
+                  tuple(f"github.com/containerd/containerd/v2/cmd/{name}" for name in CONTAINERD_BINARIES),
+                  {name: nbins.all()[name] for name in CONTAINERD_BINARIES},
+                  stamp=_stamped(containerd_ldflags(versions.CONTAINERD)), tags=CONTAINERD_BUILD_TAGS),
+        GoProgram("registry", "github.com/distribution/distribution/v3", versions.REGISTRY, (), {"registry": nbins.registry},
+                  stamp=_stamped(registry_ldflags(versions.REGISTRY)), main=registry, revision=registry.digest()),
+        GoProgram("cni-plugins", "github.com/containernetworking/plugins", versions.CNI_PLUGINS,
+                  tuple(f"github.com/containernetworking/plugins/plugins/{kind}/{name}" for name, kind in CNI_PLUGINS.items()),
+                  {name: nbins.cni_bin_dir / name for name in CNI_PLUGINS},
+                  stamp=_stamped(cni_plugins_ldflags(versions.CNI_PLUGINS))),
+    ]
 
 
-def _build_helm(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    # helm.sh/helm/v3 has no replace directives: `go install module@version` builds it as
-    # released; its go.mod is read first for the Kubernetes version to stamp.
-    work = root / "build" / f"helm-{versions.HELM}"
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- helm {versions.HELM}: reading helm.sh/helm/v3's go.mod")
-    ldflags = helm_ldflags(versions.HELM, _downloaded_go_mod(go, "helm.sh/helm/v3", versions.HELM, work).read_text())
-    say(f"- helm {versions.HELM}: building")
-    _run_step(
-        f"build helm {versions.HELM}",
-        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", ldflags,
-         f"helm.sh/helm/v3/cmd/helm@{versions.HELM}"],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    _install(out / "helm", bins.helm)
+def kwok_build_name() -> str:
+    """kwok's cache key: its version and the revision of the harness's patch to it."""
+    return go_wrapper.cache_key("kwok", versions.KWOK, kwok_patch.REVISION)
 
 
-def _go_install(root: Path, go: str, package: str, version: str, ldflags: str, dest: Path,
-                say: Callable[[str], None]) -> None:
-    """``go install package@version`` into the cache, for modules without replace
-    directives: they build as released (go install ignores a vendor/ directory)."""
-    name = package.rsplit("/", 1)[-1]
-    work = root / "build" / f"{name}-{version}"
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- {name} {version}: building")
-    _run_step(
-        f"build {name} {version}",
-        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    _install(out / name, dest)
+# --- I/O -------------------------------------------------------------------------------------
+def _kubernetes_work(root: Path) -> Path:
+    return root / "build" / f"kubernetes-{versions.KUBERNETES}"
 
 
-def _build_local_path_provisioner(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    _go_install(root, go, "github.com/rancher/local-path-provisioner", versions.LOCAL_PATH_PROVISIONER, "-s -w",
-                bins.local_path_provisioner, say)
+def _list_modules(ctx: Context, work: Path) -> dict[str, str]:
+    listing = subprocess.run([ctx.go, "list", "-m", "-f", go_wrapper.LIST_FORMAT, "all"], cwd=work, env=go_env(),
+                             capture_output=True, text=True, check=False)
+    if listing.returncode != 0:
+        raise BuildError(f"step 'list the modules of kubernetes {versions.KUBERNETES}' failed: "
+                         f"{listing.stderr.strip()[-800:]}\nWhat to try: check that the Go module proxy is reachable (GOPROXY).")
+    return go_wrapper.build_list(listing.stdout)
 
 
-def build_metrics_server(root: Path, bins: Binaries, go: str, say: Callable[[str], None]) -> None:
-    # docs/metrics.md runs it in the loopback clusters; the ldflags stamp its version.
-    version = versions.METRICS_SERVER
-    _go_install(root, go, "sigs.k8s.io/metrics-server/cmd/metrics-server", version, metrics_server_ldflags(version),
-                bins.metrics_server, say)
+def _control_plane_list(ctx: Context) -> dict[str, str]:
+    """Write the control plane's wrapper module; the versions its build uses, which the
+    programs built in its graph require ({} if that graph cannot be shared).
+
+    First the wrapper that replaces each staging module (k8s.io/kubernetes requires them at
+    v0.0.0) gives the build list; then the wrapper is rewritten to require every module of
+    that list at its version instead, which selects the same versions (checked; otherwise
+    the first wrapper stays) under the names a program's graph can select too
+    (go_wrapper: Go's build cache keys a package by its module's selected version)."""
+    work = _kubernetes_work(ctx.root)
+    ctx.say(f"- kubernetes {versions.KUBERNETES}: reading the staging modules from k8s.io/kubernetes' go.mod")
+    go_mod_path = Path(downloaded_module(ctx.go, "k8s.io/kubernetes", versions.KUBERNETES, work)["GoMod"])
+    replacing = kubernetes_wrapper_go_mod(versions.KUBERNETES, staging_modules(go_mod_path.read_text()))
+    (work / "go.mod").write_text(replacing)
+    build_list = _list_modules(ctx, work)
+    requiring = go_wrapper.go_mod("kubernetes", {
+        "k8s.io/kubernetes": versions.KUBERNETES,
+        **go_wrapper.control_plane_requirements(build_list, program_module="k8s.io/kubernetes"),
+    })
+    (work / "go.mod").write_text(requiring)
+    try:
+        changed = go_wrapper.off_the_graph(_list_modules(ctx, work), build_list)
+    except BuildError as exc:
+        changed = [str(exc).splitlines()[0]]
+    if changed:
+        ctx.say(f"- kubernetes {versions.KUBERNETES}: requiring its build list changes it ({', '.join(changed)}): "
+                "built with the staging modules replaced, as before, and no program shares its graph")
+        (work / "go.mod").write_text(replacing)
+        return {}
+    return build_list
+
+
+def _kubernetes_step(ctx: Context, targets: dict[str, Path]) -> Step:
+    """The ``k8s.io/kubernetes/cmd/<name>`` binaries named in ``targets`` (control plane and
+    node together when both are missing: one `go build` shares its work between them)."""
+    work = _kubernetes_work(ctx.root)
+    names = list(targets)
+    title = f"kubernetes {versions.KUBERNETES} ({', '.join(names)})"
+
+    def compile() -> str:
+        out = work / "out"
+        out.mkdir(exist_ok=True)
+        ctx.say(f"- kubernetes {versions.KUBERNETES}: building {', '.join(names)} "
+                "(the first build takes tens of minutes on 2 cores)")
+        run_step(
+            f"build {title}",
+            [ctx.go, "build", "-v", "-trimpath", "-ldflags", version_ldflags(versions.KUBERNETES), "-o", str(out) + "/",
+             *[f"k8s.io/kubernetes/cmd/{name}" for name in names]],
+            cwd=work, log_path=work / f"build-{'-'.join(names)}.log", say=ctx.say,
+        )
+        for name, target in targets.items():
+            install(out / name, target)
+        return ""
+
+    def prepare() -> None:
+        ctx.control_plane_build_list()
+
+    return Step(title, prepare, compile)
+
+
+def _pause_step(ctx: Context, target: Path) -> Step:
+    """The sandbox (pause) container's binary from the same source as registry.k8s.io/pause:
+    build/pause/linux/pause.c of the k8s.io/kubernetes module, static as upstream builds it."""
+    work = ctx.root / "build" / f"pause-{versions.KUBERNETES}"
+    source: list[Path] = []
+
+    def prepare() -> None:
+        module_dir = Path(downloaded_module(ctx.go, "k8s.io/kubernetes", versions.KUBERNETES, work)["Dir"])
+        source.append(module_dir / "build" / "pause" / "linux" / "pause.c")
+
+    def compile() -> str:
+        if not source[0].exists():
+            raise BuildError(f"pause.c not found at {source[0]}: k8s.io/kubernetes {versions.KUBERNETES} moved it?")
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if not cc:
+            raise BuildError("no C compiler for the pause binary: install gcc (and libc6-dev) and retry")
+        ctx.say(f"- pause ({versions.KUBERNETES}): compiling {source[0].name}")
+        run_step("build pause",
+                 [cc, "-Os", "-Wall", "-Werror", "-static", f"-DVERSION={versions.KUBERNETES}", "-o", str(work / "pause"),
+                  str(source[0])],
+                 cwd=work, log_path=work / "build.log", say=ctx.say)
+        install(work / "pause", target)
+        return ""
+
+    return Step(f"pause {versions.KUBERNETES}", prepare, compile)
 
 
 @dataclass
@@ -522,134 +447,72 @@ class _Lock:
         self._fd.close()
 
 
-_B = TypeVar("_B", Binaries, NodeBinaries)
-# A build step: which missing names it builds, and how (root, the binaries, go, say).
-_Step = tuple[Callable[[str], bool], Callable[[Path, Any, str, Callable[[str], None]], None]]
+def _missing(wanted: Sequence[Binaries | NodeBinaries]) -> dict[str, Path]:
+    return {name: path for bins in wanted for name, path in bins.all().items() if not os.access(path, os.X_OK)}
 
 
-def _ensure(bins: _B, steps: list[_Step], *, whose: str, kind: str, root: Path,
-            say: Callable[[str], None]) -> _B:
-    """Run the steps whose names are missing, under the machine's one build lock (parallel
-    callers wait, then find them built), and check that nothing is missing afterwards."""
-    if not bins.missing():
-        return bins
+def _plan(ctx: Context, missing: dict[str, Path]) -> list[Step]:
+    """The steps that build what is missing: Kubernetes first (the longest, and the graph
+    the shared programs reuse), then each program with a missing output, then pause."""
+    kube = {name: path for name, path in missing.items() if name in KUBE_BINARIES + NODE_KUBE_BINARIES}
+    steps = [_kubernetes_step(ctx, kube)] if kube else []
+    paths = set(missing.values())
+    for program in programs(binaries(ctx.root), node_binaries(ctx.root)):
+        if paths & set(program.outputs.values()):
+            steps.append(ProgramBuild(program, ctx).step())
+    if "pause" in missing:
+        steps.append(_pause_step(ctx, missing["pause"]))
+    return steps
+
+
+def _ensure(wanted: Sequence[Binaries | NodeBinaries], *, kind: str, root: Path, say: Say) -> None:
+    """Build what is missing of ``wanted`` under the machine's one build lock (parallel
+    callers wait, then find it built), print each step's time, and check that nothing is
+    missing afterwards."""
+    if not _missing(wanted):
+        return
     with _Lock(root / "build.lock"):
-        missing = bins.missing()
+        missing = _missing(wanted)
         if not missing:
-            return bins
-        say(f"kube-offload: building {whose}{', '.join(missing)} into {root / 'bin'} (cached for next time)")
-        go = check_go()
+            return
+        say(f"kube-offload: building {', '.join(missing)} into {root / 'bin'} (cached for next time)")
         started = time.monotonic()
-        for builds, build in steps:
-            if any(builds(name) for name in missing):
-                build(root, bins, go, say)
-        say(f"kube-offload: {kind}binaries ready in {int(time.monotonic() - started)}s")
-    still = bins.missing()
+        ctx = Context(root=root, go=check_go(), say=say, control_plane_list=_control_plane_list)
+        results = run_plan(_plan(ctx, missing), ctx)
+        say(f"kube-offload: {kind}binaries ready in {int(time.monotonic() - started)}s; compile time of each step "
+            "(its modules were downloaded beforehand, in the background while an earlier step compiled):")
+        for result in results:
+            say(f"  {result.seconds:>5}s  {result.title}" + (f"  [{result.how}]" if result.how else ""))
+    still = _missing(wanted)
     if still:
         raise BuildError(f"after building, these {kind}binaries are still missing: {', '.join(still)}")
+
+
+def ensure_binaries(*, say: Say | None = None, root: Path | None = None) -> Binaries:
+    """Build whatever is missing (under a lock, so parallel callers wait), return paths."""
+    root = root or cache_root()
+    bins = binaries(root)
+    _ensure([bins], kind="", root=root, say=say or _say_on_stderr)
     return bins
 
 
-def _kubernetes_step(names: tuple[str, ...]) -> _Step:
-    def build(root: Path, bins: Any, go: str, say: Callable[[str], None]) -> None:
-        _build_kubernetes(root, {name: bins.all()[name] for name in names}, go, say)
-    return names.__contains__, build
-
-
-def ensure_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> Binaries:
-    """Build whatever is missing (under a lock, so parallel callers wait), return paths."""
-    root = root or cache_root()
-    return _ensure(binaries(root), [
-        _kubernetes_step(KUBE_BINARIES),
-        ("etcd".__eq__, _build_etcd),
-        (("kwok", "kwokctl").__contains__, _build_kwok),
-        ("helm".__eq__, _build_helm),
-        ("metrics-server".__eq__, build_metrics_server),
-        ("local-path-provisioner".__eq__, _build_local_path_provisioner),
-    ], whose="", kind="", root=root, say=say or _say_on_stderr)
-
-
-def _build_containerd(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
-    # No replace directives in containerd/v2's go.mod: `go install module/cmd/...@version`
-    # builds it as released; static (CGO_ENABLED=0), as its Makefile builds the shim.
-    version = versions.CONTAINERD
-    work = root / "build" / f"containerd-{version}"
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- containerd {version}: building {', '.join(CONTAINERD_BINARIES)}")
-    _run_step(
-        f"build containerd {version}",
-        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-tags", CONTAINERD_BUILD_TAGS,
-         "-ldflags", containerd_ldflags(version),
-         *[f"github.com/containerd/containerd/v2/cmd/{name}@{version}" for name in CONTAINERD_BINARIES]],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    for name in CONTAINERD_BINARIES:
-        _install(out / name, nbins.all()[name])
-
-
-def _build_cni_plugins(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
-    version = versions.CNI_PLUGINS
-    work = root / "build" / f"cni-plugins-{version}"
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- CNI plugins {version}: building {', '.join(CNI_PLUGINS)}")
-    _run_step(
-        f"build cni-plugins {version}",
-        ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", cni_plugins_ldflags(version),
-         *[f"github.com/containernetworking/plugins/plugins/{kind}/{name}@{version}" for name, kind in CNI_PLUGINS.items()]],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    for name in CNI_PLUGINS:
-        _install(out / name, nbins.cni_bin_dir / name)
-
-
-def _build_pause(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
-    """The sandbox (pause) container's binary from the same source as registry.k8s.io/pause:
-    build/pause/linux/pause.c of the k8s.io/kubernetes module, static as upstream builds it."""
-    work = root / "build" / f"pause-{versions.KUBERNETES}"
-    work.mkdir(parents=True, exist_ok=True)
-    module_dir = Path(_downloaded_module(go, "k8s.io/kubernetes", versions.KUBERNETES, work)["Dir"])
-    source = module_dir / "build" / "pause" / "linux" / "pause.c"
-    if not source.exists():
-        raise BuildError(f"pause.c not found at {source}: k8s.io/kubernetes {versions.KUBERNETES} moved it?")
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise BuildError("no C compiler for the pause binary: install gcc (and libc6-dev) and retry")
-    say(f"- pause ({versions.KUBERNETES}): compiling {source.name}")
-    _run_step(
-        "build pause",
-        [cc, "-Os", "-Wall", "-Werror", "-static", f"-DVERSION={versions.KUBERNETES}", "-o", str(work / "pause"), str(source)],
-        cwd=work, log_path=work / "build.log", say=say,
-    )
-    _install(work / "pause", nbins.pause)
-
-
-def _build_registry(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
-    # github.com/distribution/distribution/v3 has no replace directives: built as released.
-    _go_install(root, go, "github.com/distribution/distribution/v3/cmd/registry", versions.REGISTRY,
-                registry_ldflags(versions.REGISTRY), nbins.registry, say)
-
-
-def _build_coredns(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
-    # The module root is the main package; no replace directives.
-    _go_install(root, go, "github.com/coredns/coredns", versions.COREDNS, coredns_ldflags(versions.COREDNS),
-                nbins.coredns, say)
-
-
-def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> NodeBinaries:
+def ensure_node_binaries(*, say: Say | None = None, root: Path | None = None) -> NodeBinaries:
     """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause,
     the registry its images come from, CoreDNS),
     under the same lock as ensure_binaries: one Go build at a time on the machine."""
     root = root or cache_root()
-    return _ensure(node_binaries(root), [
-        _kubernetes_step(NODE_KUBE_BINARIES),
-        (CONTAINERD_BINARIES.__contains__, _build_containerd),
-        (lambda name: name.startswith("cni-"), _build_cni_plugins),
-        ("pause".__eq__, _build_pause),
-        ("registry".__eq__, _build_registry),
-        ("coredns".__eq__, _build_coredns),
-    ], whose="the real node's ", kind="real-node ", root=root, say=say or _say_on_stderr)
+    nbins = node_binaries(root)
+    _ensure([nbins], kind="real-node ", root=root, say=say or _say_on_stderr)
+    return nbins
+
+
+def ensure_all(*, real_node: bool, say: Say | None = None, root: Path | None = None) -> tuple[Binaries, NodeBinaries]:
+    """ensure_binaries and, with ``real_node``, ensure_node_binaries as one build: kubelet
+    and kube-proxy in the control plane's `go build`, every download ahead of its step."""
+    root = root or cache_root()
+    bins, nbins = binaries(root), node_binaries(root)
+    _ensure([bins, nbins] if real_node else [bins], kind="", root=root, say=say or _say_on_stderr)
+    return bins, nbins
 
 
 def _say_on_stderr(line: str) -> None:

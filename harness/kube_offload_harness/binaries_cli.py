@@ -1,8 +1,13 @@
-"""``kube-offload binaries``: build, locate and inspect the cached control-plane binaries."""
+"""``kube-offload binaries``: build, locate and inspect the cached control-plane binaries.
+
+Also runnable as ``python -m kube_offload_harness.binaries_cli`` with only the standard
+library (the builder needs nothing else): scripts/bootstrap.sh starts the build that way
+before the virtualenv exists, so the Go build and the pip install overlap."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from kube_offload_harness import binaries, versions
@@ -32,8 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     try:
-        bins = binaries.ensure_binaries()
-        nbins = binaries.ensure_node_binaries() if args.real_node else binaries.node_binaries()
+        bins, nbins = binaries.ensure_all(real_node=args.real_node)
     except binaries.BuildError as exc:
         print(f"kube-offload: {exc}", file=sys.stderr)
         return 1
@@ -48,3 +52,17 @@ def _status(_args: argparse.Namespace) -> int:
         print(line)
     # the real node's binaries are optional (built with `build --real-node`)
     return 0 if not bins.missing() else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    # bootstrap.sh stops a background build with SIGTERM: raise, so that the Go processes
+    # it started are stopped too (go_build.run_step, go_build.Context.cancel).
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+    parser = argparse.ArgumentParser(prog="kube-offload")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["binaries", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kube_offload_harness import binaries
-from kube_offload_harness.binaries import BuildError
+from kube_offload_harness import binaries, go_build
+from kube_offload_harness.go_build import BuildError
 
 MODULE = "github.com/virtual-kubelet/virtual-kubelet"
 SUITE_PACKAGE = f"{MODULE}/test/e2e"
@@ -88,7 +88,7 @@ def ensure_suite_binary(directory: Path, *, say: Callable[[str], None], root: Pa
     with binaries._Lock(root / "build.lock"):
         if os.access(target, os.X_OK):
             return target
-        go = binaries.check_go()
+        go = go_build.check_go()
         work = root / "build" / name
         shutil.rmtree(work, ignore_errors=True)
         (work / "out").mkdir(parents=True)
@@ -99,11 +99,11 @@ def ensure_suite_binary(directory: Path, *, say: Callable[[str], None], root: Pa
         # First the suite's package and everything under it, one line per package (the
         # heartbeat counts them), then the test binary, which then only links.
         common = ["-trimpath", "-mod=readonly"]
-        binaries._run_step(f"build virtual-kubelet {version} e2e suite", [go, "build", "-v", *common, SUITE_PACKAGE],
-                           cwd=work, log_path=work / "build.log", say=say)
-        binaries._run_step(f"link {BINARY}", [go, "test", "-c", *common, "-ldflags", "-s -w", "-o", str(work / "out" / BINARY), "."],
-                           cwd=work, log_path=work / "link.log", say=say)
-        binaries._install(work / "out" / BINARY, target)
+        go_build.run_step(f"build virtual-kubelet {version} e2e suite", [go, "build", "-v", *common, SUITE_PACKAGE],
+                          cwd=work, log_path=work / "build.log", say=say)
+        go_build.run_step(f"link {BINARY}", [go, "test", "-c", *common, "-ldflags", "-s -w", "-o", str(work / "out" / BINARY), "."],
+                          cwd=work, log_path=work / "link.log", say=say)
+        go_build.install(work / "out" / BINARY, target)
     return target
 
 

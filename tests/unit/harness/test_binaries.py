@@ -43,11 +43,6 @@ def test_unsupported_versions_are_refused(bad):
         binaries.staging_version(bad)
 
 
-def test_go_version_parsing():
-    assert binaries.parse_go_version("go version go1.26.8 linux/amd64") == (1, 26)
-    assert binaries.parse_go_version("bash: go: command not found") is None
-
-
 def test_missing_binaries_are_listed(tmp_path):
     bins = binaries.binaries(tmp_path)
     assert set(bins.missing()) == set(bins.all())

@@ -7,7 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from kube_offload_harness import binaries, cluster_dns, oci_image
+from kube_offload_harness import binaries, cluster_dns, go_wrapper, oci_image
 from kube_offload_harness import real_node_config as rc
 
 
@@ -78,7 +78,7 @@ def test_coredns_image_has_the_binary_at_slash_coredns_as_entrypoint(tmp_path: P
     assert member.mode == 0o755 and files.extractfile(member).read() == binary.read_bytes()
 
 
-def test_coredns_is_a_cached_node_binary_keyed_by_its_version(tmp_path: Path):
+def test_coredns_is_a_cached_node_binary_keyed_by_its_version_and_plugins(tmp_path: Path):
     nbins = binaries.node_binaries(tmp_path)
-    assert nbins.coredns == tmp_path / "bin" / "coredns-v1.15.0" / "coredns"
+    assert nbins.coredns == tmp_path / "bin" / f"coredns-v1.15.0-{go_wrapper.coredns_main().digest()}" / "coredns"
     assert "coredns" in nbins.missing()
