@@ -14,9 +14,16 @@ what makes one ours, and what brings each to what it should be
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
-from enforcer.consumers.twin_names import consumer_twin_policy, count_problem, name_problem, plan_name_problem, request_key
+from enforcer.consumers.twin_names import (
+    consumer_twin_policy,
+    count_problem,
+    name_problem,
+    older_consumer_ids,
+    plan_name_problem,
+    request_key,
+)
 from enforcer.consumers.twin_objects import (
     ResourceQuotaAction,
     RoleBindingAction,
@@ -111,13 +118,15 @@ def plan_twin(
     siblings: Callable[[Mapping], list[Mapping]] = lambda _consumer: [],
     namespace_of: Callable[[str], Mapping | None] = lambda _name: None,
     release_namespace: str = "",
+    every_consumer: Callable[[], Iterable[Mapping]] = lambda: (),
 ) -> TwinPlan:
     """The plan for ``request`` given the tenant namespace it lives in, the Consumers,
     the namespace it asks for, that namespace's twin RoleBinding and its twin
     ResourceQuota (each None if absent).
     ``siblings(consumer)``: that consumer's TwinNamespaces (for its maximum);
     ``namespace_of``: a namespace by name (whether a sibling is served already);
-    ``release_namespace``: the enforcer's own namespace (never a twin)."""
+    ``release_namespace``: the enforcer's own namespace (never a twin);
+    ``every_consumer``: the Consumers (a consumer whose id clashes with an older one's gets no twin)."""
     if _terminating(request):
         return _plan_deletion(request, namespace)
 
@@ -157,7 +166,9 @@ def plan_twin(
             other_name = str((other.get("metadata") or {}).get("name") or "")
             return is_ours(namespace_of(other_name), consumer_id, request_key(other))
 
-        problem = plan_name_problem(name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers)
+        older = older_consumer_ids(consumer, every_consumer())
+        problem = plan_name_problem(name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers,
+                                    older_consumers=older)
         if not problem:
             problem = count_problem(
                 request, siblings(consumer), max_count=policy.max_count, eligible=fits_plan, served=is_served

@@ -270,6 +270,7 @@ class PodOffloader:
             virtual_node_name=self.settings.node_name,
             remote_priority_classes=frozenset(self.priority_classes.keys()),
             policy=self._policy(),
+            quota=self._policy.quota(),
             # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
             # namespace; without it the pod runs with no API identity (translation.py).
             reflection=self.settings.reflection.service_account_tokens,

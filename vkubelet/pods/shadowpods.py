@@ -43,7 +43,7 @@ def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdap
         raise Requeue(wait, "refused by the provider; waiting out the backoff")
     context = loop.context()
     mode = loop.api_server_mode(local)
-    remote = translate_pod(local, context, api_server=mode.mode)
+    remote = translate_pod(local, context, api_server=mode.mode, remote_namespace=twin)
     if remote.loop:
         _refused_loop(loop, local, remote.loop, logger)
     if remote.refused:
@@ -92,7 +92,7 @@ def sync_template(loop: StepContext, local: dict, shp: dict, twin: str, logger: 
     the remote pod in place (kube_offload.pod_updates). The rest of the template is
     left as first written."""
     context = loop.context()
-    remote = translate_pod(local, context, api_server=loop.api_server_mode(local).mode)
+    remote = translate_pod(local, context, api_server=loop.api_server_mode(local).mode, remote_namespace=twin)
     wanted = shadowpod_of(remote, local, twin, context)["spec"]["pod"]
     have = (shp.get("spec") or {}).get("pod") or {}
     patch = template_patch(have, wanted)
