@@ -17,10 +17,14 @@ from enforcer.admission import dry_run, slice_rules, validation
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.ledger import Ledger
 from enforcer.admission.verdict_cache import VerdictCache
+from enforcer.consumers.consumer_status_loop import SHADOWPODS_BY_NAMESPACE, namespace_of
 from enforcer.consumers.quota import ConsumerUsage, live_shadowpod, shadowpod_requests, twin_owner
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
-from kube_offload.consumers import service_account_of
+from kube_offload.consumers import ConsumerError, consumer_terms, service_account_of
+from kube_offload.policy_rules import Context, Kind
+from kube_offload.rule_book import check
 from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.resources import ResourceList, add, subtract
 
@@ -75,8 +79,9 @@ class ShadowPodValidator:
         # enforcer's managed pods, which count until they are gone (quota.py).
         self._usage_of = ConsumerUsage(shadowpods, caches.namespaces, pods)
         add_indexer = getattr(shadowpods, "add_indexer", None)
-        if add_indexer is not None:  # an Informer: a slice's ShadowPods without walking them all
+        if add_indexer is not None:  # an Informer: a slice's (a twin's) ShadowPods without walking them all
             add_indexer(SLICE_INDEX, _slice_index)
+            add_indexer(SHADOWPODS_BY_NAMESPACE, namespace_of)
 
     @classmethod
     def for_cluster(
@@ -149,6 +154,9 @@ class ShadowPodValidator:
             )
             if not decision.allowed or metadata_only:
                 return decision
+            too_many = self._count_decision(request, owner, consumer)
+            if too_many is not None:
+                return too_many
             slice_name = slice_rules.slice_of(request.object) if live_shadowpod(request.object or {}) else None
             pool = None
             if slice_name is not None and owner and consumer is not None:
@@ -204,6 +212,31 @@ class ShadowPodValidator:
             request = validation.pod_create_request(shadowpod)
             refused, _pool = self._slice_decision(request, owner, consumer, slice_name, own=own)
             return refused if refused is not None else decision
+
+    def _count_decision(self, request: AdmissionRequest, owner: str | None, consumer: Mapping | None) -> Decision | None:
+        """A CREATE past the ShadowPods a consumer may keep in one twin (``twinNamespaces.maxObjects``
+        of ShadowPods, the rule book's count row; finished ones count: each is etcd storage):
+        the refusal, else None. Counted here, with the ledger's lock held, not by a
+        ResourceQuota: one on a custom kind refuses every create until the quota controller's
+        next full resync. The ledger's unsettled admissions count (concurrent creates)."""
+        if request.operation != "CREATE" or not owner or consumer is None:
+            return None
+        try:
+            terms = consumer_terms(consumer)
+        except ConsumerError:
+            return None  # validation.decide refused it already
+        name = str(((request.object or {}).get("metadata") or {}).get("name") or request.name)
+        pending = self.ledger.pending_names(request.namespace)
+        by_index = getattr(self._shadowpods, "by_index", None)
+        cached = by_index(SHADOWPODS_BY_NAMESPACE, request.namespace) if by_index is not None else [
+            sp for sp in self._shadowpods.list() if namespace_of(sp) == [request.namespace]]
+        held = ({str((sp.get("metadata") or {}).get("name") or "") for sp in cached} | pending) - {name}
+        ctx = Context(policy=terms.policy, consumer_id=owner, namespace=request.namespace)
+        subject = {"counted": "twinNamespaces.maxObjects", "kind": pp.SHADOWPOD_COUNT_KIND, "held": len(held)}
+        violations = check(Kind.TENANT_COUNT, subject, ctx)
+        if not violations:
+            return None
+        return Decision.deny(403, "Forbidden", "; ".join(f"{v.problem}; {v.fix}" for v in violations))
 
     def _slice_decision(
         self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str, *, own: ResourceList | None = None
