@@ -43,6 +43,7 @@ from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
     ANNOTATION_DELETION_GRACE,
+    ANNOTATION_SLICE_POOL,
     SHADOWPOD_GROUP,
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
@@ -121,7 +122,8 @@ KILLED_REASON_PREFIX = "OutOf"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 
 # The status fields the enforcer owns; anything else under ``status`` is left alone.
-STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration", "runCompleted")
+STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration", "runCompleted",
+                 "slicePool")
 
 
 class InvalidShadowPod(ValueError):
@@ -256,6 +258,7 @@ def build_pod(
     spec = neutralized_spec(template.spec, remote_api_access=remote_api_access, max_grace_seconds=max_grace_seconds)
     if pool is not None:
         spec = apply_pool_patch(spec, pool)
+        annotations[ANNOTATION_SLICE_POOL] = pool.name  # status.slicePool: later pods keep it
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -543,6 +546,7 @@ def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dic
         recreations=recreations,
         message=str(pod_status.get("message") or ""),
         run_completed=completed,
+        slice_pool=str((pod_meta.get("annotations") or {}).get(ANNOTATION_SLICE_POOL) or "") or None,
     )
 
 
@@ -630,7 +634,9 @@ def _status(
     recreations: int,
     message: str,
     run_completed: bool | None = None,
+    slice_pool: str | None = None,
 ) -> dict[str, Any]:
+    current = shadowpod.get("status") or {}
     status: dict[str, Any] = {
         "phase": phase,
         "podName": pod_name,
@@ -643,6 +649,10 @@ def _status(
         # it); null (removed) while it has not ended.
         "runCompleted": run_completed,
     }
+    # A resource slice's pool, from the first pod made (its annotation), kept ever after.
+    pool = current.get("slicePool") or slice_pool
+    if pool:
+        status["slicePool"] = pool
     generation = _meta(shadowpod).get("generation")
     if generation is not None:
         status["observedGeneration"] = generation

@@ -160,7 +160,8 @@ class ShadowPodValidator:
             slice_name = slice_rules.slice_of(request.object) if live_shadowpod(request.object or {}) else None
             pool = None
             if slice_name is not None and owner and consumer is not None:
-                refused, pool = self._slice_decision(request, owner, consumer, slice_name)
+                recorded = _slice_pool_of(request.old_object) if request.operation == "UPDATE" else ""
+                refused, pool = self._slice_decision(request, owner, consumer, slice_name, recorded_pool=recorded)
                 if refused is not None:
                     return refused
             token = None
@@ -210,7 +211,8 @@ class ShadowPodValidator:
             if not decision.allowed or slice_name is None or not owner or consumer is None:
                 return decision
             request = validation.pod_create_request(shadowpod)
-            refused, _pool = self._slice_decision(request, owner, consumer, slice_name, own=own)
+            refused, _pool = self._slice_decision(request, owner, consumer, slice_name, own=own,
+                                                  recorded_pool=_slice_pool_of(shadowpod))
             return refused if refused is not None else decision
 
     def _count_decision(self, request: AdmissionRequest, owner: str | None, consumer: Mapping | None) -> Decision | None:
@@ -239,18 +241,21 @@ class ShadowPodValidator:
         return Decision.deny(403, "Forbidden", "; ".join(f"{v.problem}; {v.fix}" for v in violations))
 
     def _slice_decision(
-        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str, *, own: ResourceList | None = None
+        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str, *, own: ResourceList | None = None,
+        recorded_pool: str = "",
     ) -> tuple[Decision | None, Pool | None]:
         """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
         ``slice_name``, with the ledger's lock held: the refusal (None: admitted) and the
-        slice's pool. ``own``: what the slice's use counts of this very ShadowPod already
-        (judging its pod: left out, as its charges are the request judged)."""
+        pool its pod gets (``recorded_pool``, its status.slicePool, once its first pod was
+        made; else the slice's). ``own``: what the slice's use counts of this very ShadowPod
+        already (judging its pod: left out, as its charges are the request judged)."""
         tenant, _ = service_account_of(consumer)
         offload_slice = self._caches.offload_slice(tenant, slice_name)
         pool = None
         if offload_slice is not None:
             try:
-                pool = parse_pools(consumer.get("spec") or {}).get(str((offload_slice.get("spec") or {}).get("pool") or ""))
+                named = recorded_pool or str((offload_slice.get("spec") or {}).get("pool") or "")
+                pool = parse_pools(consumer.get("spec") or {}).get(named)
             except PoolError as exc:
                 return Decision.deny(403, "Forbidden", f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it'), None
         return slice_rules.decide(
@@ -263,6 +268,7 @@ class ShadowPodValidator:
             # object is in ``used`` and ``delta`` is new minus old, as for the quota.
             used=subtract(add(self.ledger.pending(owner, slice_name), self._slice_used(owner, slice_name)), own or {}),
             delta=validation.requests_delta(request),
+            recorded_pool=recorded_pool,
         ), pool
 
     def _slice_used(self, owner: str, slice_name: str) -> ResourceList:
@@ -286,6 +292,11 @@ class ShadowPodValidator:
         # The ledger first, then the informer: see Ledger.pending.
         pending = self.ledger.pending(consumer_id)
         return add(self._usage_of.used(consumer_id), pending)
+
+
+def _slice_pool_of(shadowpod: Mapping | None) -> str:
+    """The pool a ShadowPod's first pod was made on (status.slicePool), "" before it was."""
+    return str(((shadowpod or {}).get("status") or {}).get("slicePool") or "")
 
 
 def _int(value: object, *, default: int) -> int:
