@@ -1313,6 +1313,10 @@ def test_rendered_remote_chart(helm: Helm) -> None:
     with pytest.raises(RenderError, match=r"consumers\[local\]\.createTokenSecret: the chart makes no long-lived token Secret"):
         render(helm, REMOTE, {"consumers": [{"name": "local", "createTokenSecret": True}]})
     render(helm, REMOTE, {"consumers": [{"name": "local", "createTokenSecret": False}]})  # the harness's old value
+    # Two consumers whose DefaultName twins could take each other's names: one provider admits one.
+    with pytest.raises(RenderError, match=r'consumers\[eu-prod\] and consumers\[prod\]: the id "eu-prod" ends in "-prod"'):
+        render(helm, REMOTE, {"consumers": [{"name": "prod"}, {"name": "eu-prod"}]})
+    render(helm, REMOTE, {"consumers": [{"name": "prod"}, {"name": "euprod"}]})
 
 
 def _chart_policy_keys() -> dict[str, list[str]]:
