@@ -91,7 +91,7 @@ def twin(remote: Cluster, consumer: Path, wait) -> Iterator[str]:
     wait(lambda: find(remote, "serviceaccount", "default", "-n", name), timeout=60, what=f"ServiceAccount {name}/default")
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, CONSUMER, {"quota": None, "policy": identities.E2E_POLICY})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "policy": identities.E2E_POLICY})
 
 
 def create(remote: Cluster, consumer: Path, twin: str, obj: dict) -> subprocess.CompletedProcess:
@@ -168,10 +168,10 @@ def test_a_lowered_quota_holds_when_a_pod_is_made_again(remote: Cluster, consume
                        timeout=REACT_SECONDS, what="the recreation refused for the quota")
         assert f'exceeded quota of consumer "{CONSUMER}": cpu: requested 200m' in message, message
         assert find(remote, "pod", "counted", "-n", twin) is None
-        patch_consumer(remote, CONSUMER, {"quota": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
         wait(lambda: find(remote, "pod", "counted", "-n", twin), timeout=REACT_SECONDS, what="the pod made again once it fits")
     finally:
-        patch_consumer(remote, CONSUMER, {"quota": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
         delete_shadowpod(remote, consumer, twin, "counted")
 
 
@@ -302,7 +302,7 @@ def test_a_sidecar_counts_against_the_quota_like_a_container(remote: Cluster, co
         assert refused is not None and refused.returncode != 0, "a pod whose sidecar takes it over the quota was admitted"
         assert f'exceeded quota of consumer "{CONSUMER}": cpu: requested 150m' in refused.stderr, refused.stderr
     finally:
-        patch_consumer(remote, CONSUMER, {"quota": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
 
 
 # --- item 5: only the consumer's own pods reach its relay ------------------------------------------------

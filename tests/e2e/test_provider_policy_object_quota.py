@@ -74,7 +74,7 @@ def twin(remote: Cluster, consumer: Path, wait) -> str:
          what=f"twin {name} Ready")
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, CONSUMER, {"quota": None})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
 
 
 def test_the_twin_gets_the_resourcequota_with_object_keys_only(remote: Cluster, twin: str) -> None:

@@ -87,7 +87,7 @@ def pools(remote: Cluster, consumer: Path, pool_node: str) -> Iterator[None]:
     })
     yield
     remote.kubectl("delete", SLICE_KIND, "--all", "-n", TENANT, "--wait=false", check=False)
-    patch_consumer(remote, CONSUMER, {"quota": None, "pools": None})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "pools": None})
 
 
 @pytest.fixture(scope="module")

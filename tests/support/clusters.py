@@ -131,8 +131,18 @@ def find(cluster: Cluster, *args: str) -> dict[str, Any] | None:
 
 
 def patch_consumer(remote: Cluster, consumer: str, spec: dict[str, Any]) -> None:
-    """Merge ``spec`` into Consumer ``consumer``'s spec, as the provider's admin would."""
-    remote.kubectl("patch", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", consumer, "--type=merge", "-p", json.dumps({"spec": spec}))
+    """Merge ``spec`` into Consumer ``consumer``'s spec, as the provider's admin would; but
+    ``quota``, which replaces the consumer's quota whole (a merge would keep the keys it does
+    not name, and a Consumer cannot be without one: the CRD refuses)."""
+    spec = dict(spec)
+    kind = f"{c.CONSUMER_PLURAL}.{c.DOMAIN}"
+    if "quota" in spec:
+        quota = spec.pop("quota")
+        assert quota, "a Consumer cannot be without a quota (the CRD refuses): give the tests' default"
+        remote.kubectl("patch", kind, consumer, "--type=json", "-p",
+                       json.dumps([{"op": "add", "path": "/spec/quota", "value": quota}]))
+    if spec:
+        remote.kubectl("patch", kind, consumer, "--type=merge", "-p", json.dumps({"spec": spec}))
 
 
 def twin_status(remote: Cluster, consumer: str, name: str) -> dict[str, Any]:
