@@ -133,6 +133,7 @@ class Context:
     other_consumer: Callable[[str], bool] = lambda _name: False
     release_namespace: str = ""
     older_consumers: tuple[str, ...] = ()  # the ids of the consumers admitted before this one
+    newer_consumers: tuple[str, ...] = ()  # and after it
     # Custom resources: the kind written (group, plural) and, on an update, the object before.
     group: str = ""
     resource: str = ""

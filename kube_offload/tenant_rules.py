@@ -90,7 +90,10 @@ def twin_same_names(request: Mapping[str, Any], ctx: Context) -> list[Violation]
         return []  # twin_reserved's
     suffix = f"-{ctx.consumer_id}"
     if name.endswith(suffix) and len(name) > len(suffix):
-        other = default_name_owner(name, ctx.consumer_id, ctx.other_consumer)
+        # A consumer admitted after this one whose id clashes with it gets no twin at all
+        # (consumer_id_clash): the name stays this one's.
+        other = default_name_owner(name, ctx.consumer_id,
+                                   lambda candidate: ctx.other_consumer(candidate) and candidate not in ctx.newer_consumers)
         if other is None:
             return []
         return [Violation(

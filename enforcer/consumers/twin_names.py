@@ -53,6 +53,7 @@ def plan_name_problem(
     release_namespace: str = "",
     consumers: ConsumerLookup = lambda _name: None,
     older_consumers: Iterable[str] = (),
+    newer_consumers: Iterable[str] = (),
 ) -> str:
     """Why the provider's plan has no room for twin ``name`` of ``consumer_id``, or "": the
     rule book's twin rows (:mod:`kube_offload.tenant_rules`). A twin is either a DefaultName
@@ -63,9 +64,11 @@ def plan_name_problem(
     of another consumer whose id ends in this one's (consumer ``b`` may not take ``web-a-b``,
     which is consumer ``a-b``'s twin of ``web``); and none at all for a consumer whose id
     clashes so with one admitted before it (``older_consumers``): it could find every twin
-    it asks for taken."""
+    it asks for taken (and so a name such a newer one would want, ``newer_consumers``, stays
+    this one's)."""
     ctx = Context(policy=ProviderPolicy(twin_namespaces=policy), consumer_id=consumer_id, release_namespace=release_namespace,
-                  other_consumer=lambda other: consumers(other) is not None, older_consumers=tuple(older_consumers))
+                  other_consumer=lambda other: consumers(other) is not None, older_consumers=tuple(older_consumers),
+                  newer_consumers=tuple(newer_consumers))
     try:
         violations = check(Kind.TWIN_REQUEST, {"metadata": {"name": name}}, ctx)
     except Malformed as exc:
@@ -77,14 +80,21 @@ def plan_name_problem(
     return f"{where}{v.problem}; {v.fix}" if v.fix else f"{where}{v.problem}"
 
 
-def older_consumer_ids(consumer: Mapping, every: Iterable[Mapping]) -> list[str]:
-    """The ids of the consumers admitted before ``consumer`` (by creationTimestamp, then name)."""
+def consumers_around(consumer: Mapping, every: Iterable[Mapping]) -> tuple[list[str], list[str]]:
+    """The ids of the consumers admitted before ``consumer`` and after it (by
+    creationTimestamp, then name)."""
     def order(obj: Mapping) -> tuple[str, str]:
         meta = obj.get("metadata") or {}
         return (str(meta.get("creationTimestamp") or "~"), str(meta.get("name") or ""))
 
     mine = order(consumer)
-    return [order(other)[1] for other in every if order(other) < mine]
+    older, newer = [], []
+    for other in every:
+        if order(other) < mine:
+            older.append(order(other)[1])
+        elif order(other) > mine:
+            newer.append(order(other)[1])
+    return older, newer
 
 
 def count_problem(

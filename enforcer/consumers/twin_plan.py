@@ -18,9 +18,9 @@ from typing import Callable, Iterable, Mapping
 
 from enforcer.consumers.twin_names import (
     consumer_twin_policy,
+    consumers_around,
     count_problem,
     name_problem,
-    older_consumer_ids,
     plan_name_problem,
     request_key,
 )
@@ -166,9 +166,9 @@ def plan_twin(
             other_name = str((other.get("metadata") or {}).get("name") or "")
             return is_ours(namespace_of(other_name), consumer_id, request_key(other))
 
-        older = older_consumer_ids(consumer, every_consumer())
+        older, newer = consumers_around(consumer, every_consumer())
         problem = plan_name_problem(name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers,
-                                    older_consumers=older)
+                                    older_consumers=older, newer_consumers=newer)
         if not problem:
             problem = count_problem(
                 request, siblings(consumer), max_count=policy.max_count, eligible=fits_plan, served=is_served

@@ -108,6 +108,9 @@ def test_the_twin_plan_refuses_the_newer_of_two_clashing_consumers():
     assert refused.create_namespace is None
     served = plan_for("b", "web-b")
     assert served.status["phase"] == c.TWIN_PHASE_PENDING and served.create_namespace is not None
+    # The older one keeps the name the newer one would have wanted: the newer gets no twin.
+    kept = plan_for("b", "web-a-b")
+    assert kept.status["phase"] == c.TWIN_PHASE_PENDING and kept.create_namespace is not None
 
 
 # --- the maximum ---------------------------------------------------------------------------------
