@@ -235,8 +235,11 @@ def test_a_pod_keeps_the_pool_it_was_first_made_on(remote: Cluster, consumer: Pa
     remote.kubectl("label", "node", other, f"{POOL_LABEL}=cpu", "--overwrite")
     consumer_obj = remote.kubectl_json("get", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", CONSUMER)
     pools = consumer_obj["spec"]["pools"]
-    patch_consumer(remote, CONSUMER, {"quota": {"cpu": "4", "pods": "10"},
+    # Room in the quota once the earlier slices ("big" asks 5 cpu) took theirs.
+    patch_consumer(remote, CONSUMER, {"quota": {"cpu": "10", "pods": "20"},
                                       "pools": [*pools, {"name": "cpu", "nodeSelector": {POOL_LABEL: "cpu"}}]})
+    # The earlier test's "big" took what the gpu pool's node had left: it goes.
+    remote.kubectl("delete", SLICE_KIND, "big", "-n", TENANT, "--ignore-not-found", "--wait=true", check=False)
     try:
         made = create(remote, consumer, offload_slice("mover", "gpu", cpu="1", pods="2"))
         assert made.returncode == 0, made.stderr
@@ -250,11 +253,16 @@ def test_a_pod_keeps_the_pool_it_was_first_made_on(remote: Cluster, consumer: Pa
         wait(lambda: ((find(remote, SHADOWPOD_KIND, "keeper", "-n", twin) or {}).get("status") or {}).get("slicePool") == "gpu",
              timeout=SERVE_SECONDS, what="the ShadowPod's status recording the pool")
 
-        # The consumer points the slice at the cpu pool (its Role may update its slices), the
-        # provider accepts it there, and the pod is lost.
-        moved = remote.kubectl_as(consumer, "patch", SLICE_KIND, "mover", "-n", TENANT, "--type=merge",
-                                  "-p", json.dumps({"spec": {"pool": "cpu"}}))
-        assert moved.returncode == 0, moved.stderr
+        def repoint(pool: str) -> None:
+            """The consumer points its slice at ``pool`` (its Role may update its slices)."""
+            current = json.loads(remote.kubectl_as(consumer, "get", SLICE_KIND, "mover", "-n", TENANT, "-o", "json").stdout)
+            current["spec"]["pool"] = pool
+            replaced = remote.kubectl_as(consumer, "replace", "-f", "-", input=json.dumps(current))
+            assert replaced.returncode == 0, replaced.stderr
+
+        # The consumer points the slice at the cpu pool, the provider accepts it there, and
+        # the pod is lost.
+        repoint("cpu")
         wait(lambda: (s := slice_status(remote, "mover")).get("phase") == c.SLICE_PHASE_ACCEPTED
              and s.get("observedGeneration") == (find(remote, SLICE_KIND, "mover", "-n", TENANT) or {})["metadata"]["generation"],
              timeout=SERVE_SECONDS, what="the slice accepted on its new pool")
@@ -268,9 +276,7 @@ def test_a_pod_keeps_the_pool_it_was_first_made_on(remote: Cluster, consumer: Pa
         assert again is None or again["metadata"]["uid"] == uid, f"the pod came back on another pool: {again['spec']}"
 
         # The slice names the gpu pool again: the pod is made again, on that pool.
-        back = remote.kubectl_as(consumer, "patch", SLICE_KIND, "mover", "-n", TENANT, "--type=merge",
-                                 "-p", json.dumps({"spec": {"pool": "gpu"}}))
-        assert back.returncode == 0, back.stderr
+        repoint("gpu")
         remade = wait(lambda: (p := find(remote, "pod", "keeper", "-n", twin)) and p["metadata"]["uid"] != uid and p,
                       timeout=SERVE_SECONDS, what="the pod made again on its own pool")
         assert remade["spec"]["nodeSelector"] == {POOL_LABEL: "gpu"}
