@@ -34,6 +34,7 @@ from vkubelet.node.heartbeat import ProviderHeartbeat
 from vkubelet.node.virtual_node import VirtualNode
 from vkubelet.pods.reconcile import PodOffloader
 from vkubelet.reflection.reflector import Reflector
+from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
 from vkubelet.settings import Settings
 from vkubelet.shared.loops import LoopContext, LoopFactory, Runnable
 
@@ -93,9 +94,10 @@ class VirtualKubelet:
         self.loops: list[Runnable] = [ControllerLoop("twin-namespaces", self.twins), ControllerLoop("pods", self.pods)]
         self.loops += [factory(context) for factory in extra_loops]
         # By-use reflection: a new pod's ShadowPod waits for what it references to be
-        # exported (vkubelet/reflection/usage.py).
+        # exported (vkubelet/reflection/usage.py); and for its service-account token Secret.
         self.pods.export_gates = [
-            loop.export_pending for loop in self.loops if isinstance(loop, Reflector) and loop.pods is not None
+            loop.export_pending for loop in self.loops
+            if (isinstance(loop, Reflector) and loop.pods is not None) or isinstance(loop, ServiceAccountTokenReflector)
         ]
         # Pods follow the node's readiness; on reconnect the fresh lists are asked for
         # before every loop re-checks everything.

@@ -10,7 +10,8 @@ the pure functions below say which and why:
 
 - every pod (hook Jobs included) selects the real node and tolerates its taint: kwok's
   nodes would only pretend to run them;
-- one replica of each Deployment: two cores for everything on this machine;
+- one replica of each Deployment: two cores for everything on this machine (a topology's
+  ``chart_values`` may ask for the charts' default two, as the day-2 tests do);
 - the vkubelet trusts the CA of the apiserver's kubelet client certificate (the harness
   signs it with a CA of its own, kwokctl gives it none) from a ConfigMap it mounts, where
   kubeadm clusters use the cluster CA the chart's default names;
@@ -33,7 +34,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
@@ -71,9 +72,13 @@ def real_node_placement() -> dict[str, Any]:
     }
 
 
-def local_values(local_cluster_id: str) -> dict[str, Any]:
+def local_values(local_cluster_id: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The local chart's values for pods on the real node (merged by ``peer`` with the
-    remoteClusters entries it adds)."""
+    remoteClusters entries it adds), ``overrides`` (Topology.chart_values["local"]) on top."""
+    return p.deep_merge(_local_values(local_cluster_id), overrides or {})
+
+
+def _local_values(local_cluster_id: str) -> dict[str, Any]:
     values: dict[str, Any] = {"localClusterId": local_cluster_id}
     for section in LOCAL_POD_SECTIONS:
         values[section] = dict(real_node_placement())
@@ -102,11 +107,21 @@ def remapping_values(remote_cluster_id: str, local: "fabric.Member", remote: "fa
     }
 
 
-def remote_values() -> dict[str, Any]:
-    """The remote chart's values for pods on the real node."""
+def remote_values(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The remote chart's values for pods on the real node, ``overrides``
+    (Topology.chart_values["remote"]) on top."""
     values: dict[str, Any] = {section: dict(real_node_placement()) for section in REMOTE_POD_SECTIONS}
     values["enforcer"]["replicas"] = 1
-    return values
+    return p.deep_merge(values, overrides or {})
+
+
+def verifies_kubelets(chart_values: Mapping[str, Any]) -> bool:
+    """Whether the local apiserver verifies kubelets (``--kubelet-certificate-authority``):
+    only when the vkubelet pods get a certificate the cluster CA signs, i.e. the local
+    chart's ``vkubelet.servingCert.mode`` is ``csr``; the chart's default (self-signed)
+    would be refused."""
+    serving = ((chart_values.get("local") or {}).get("vkubelet") or {}).get("servingCert") or {}
+    return serving.get("mode") == "csr"
 
 
 def kube_scheduler_image_entries(binary: bytes) -> list[oci_image.Entry]:
@@ -152,7 +167,7 @@ def values_file(env: "Environment", name: str, values: dict[str, Any]) -> Path:
 
 
 def local_values_file(env: "Environment", topology: "Topology") -> Path:
-    return values_file(env, "local", local_values(topology.local.cluster_id))
+    return values_file(env, "local", local_values(topology.local.cluster_id, topology.chart_values.get("local")))
 
 
 def peer_local_values_file(env: "Environment", topology: "Topology", spec: "ClusterSpec") -> Path:
@@ -162,15 +177,15 @@ def peer_local_values_file(env: "Environment", topology: "Topology", spec: "Clus
 
     if not pods_on_real_node(topology, spec):
         return local_values_file(env, topology)
-    values = local_values(topology.local.cluster_id)
+    values = local_values(topology.local.cluster_id, topology.chart_values.get("local"))
     remapping = remapping_values(spec.cluster_id, env.fabric_member(topology.local), env.fabric_member(spec))
     values["vkubelet"].update(remapping["vkubelet"])
     values["remoteClusters"] = remapping["remoteClusters"]
     return values_file(env, f"local-peer-{spec.cluster_id}", values)
 
 
-def remote_values_file(env: "Environment") -> Path:
-    return values_file(env, "remote", remote_values())
+def remote_values_file(env: "Environment", topology: "Topology") -> Path:
+    return values_file(env, "remote", remote_values(topology.chart_values.get("remote")))
 
 
 def install_local_chart(env: "Environment", topology: "Topology", local: "Cluster") -> None:
@@ -178,7 +193,7 @@ def install_local_chart(env: "Environment", topology: "Topology", local: "Cluste
     its hook Jobs and Deployments; the release is the one ``peer`` upgrades later."""
     local.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
                  kubelet_client_ca_configmap((env.pki_dir / "kubelet-client-ca.crt").read_bytes())])
-    chart = chart_source(env, p.LOCAL_CHART)
+    chart = chart_source(env, p.LOCAL_CHART, installed_version(topology))
     argv = [str(env.bins.helm), "--kubeconfig", str(local.kubeconfig), "--namespace", NAMESPACE,
             "upgrade", "--install", RELEASE, *chart, "--values", str(local_values_file(env, topology)),
             "--wait", "--timeout", f"{HELM_TIMEOUT_SECONDS}s"]
@@ -193,24 +208,32 @@ def install_local_chart(env: "Environment", topology: "Topology", local: "Cluste
             f"({int(time.monotonic() - started)}s): {', '.join(pod_summary(local))}")
 
 
-def chart_source(env: "Environment", chart: str) -> list[str]:
+def chart_source(env: "Environment", chart: str, version: str | None = None) -> list[str]:
     """The chart argument(s) of ``helm upgrade``: the chart as ``up`` pushed it to the
-    environment's registry, as users install it (peer: :func:`peer_chart_flags`)."""
+    environment's registry, as users install it (peer: :func:`peer_flags`), at
+    ``version`` (default: the checkout's)."""
     from kube_offload.peer import helm
 
-    return helm.chart_args(env.chart_reference(chart), chart_version(), plain_http=True)
+    return helm.chart_args(env.chart_reference(chart), version or chart_version(), plain_http=True)
 
 
 def chart_version() -> str:
+    """The checkout's charts' version."""
     from kube_offload_harness import registry
 
     return registry.chart_version(registry.REPO / "charts" / p.LOCAL_CHART)
 
 
-def peer_flags(env: "Environment") -> list[tuple[str, str]]:
+def installed_version(topology: "Topology") -> str:
+    """The version ``up`` installs both charts at: the previous release's when the topology
+    asks for one (previous_release.py), else the checkout's."""
+    return topology.chart_version or chart_version()
+
+
+def peer_flags(env: "Environment", topology: "Topology") -> list[tuple[str, str]]:
     """``kube-offload peer``'s flags to install both charts from the registry."""
     repository = env.chart_reference(p.LOCAL_CHART).rsplit("/", 1)[0]
-    return [("--chart-repository", repository), ("--chart-version", chart_version()), ("--plain-http", "true")]
+    return [("--chart-repository", repository), ("--chart-version", installed_version(topology)), ("--plain-http", "true")]
 
 
 def pods(cluster: "Cluster", namespace: str = NAMESPACE) -> list[dict]:

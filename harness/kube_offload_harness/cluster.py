@@ -15,7 +15,14 @@ Everything lives under one state directory (``--state-dir``, default
     pki/                                   CA + serving certificate for 127.0.0.1; the local
                                            apiserver's kubelet client certificate and its CA
     logs/<component>.log                   our components' logs
-    processes.json                         PIDs of the processes we started
+    environment-id                         names the run directory below
+
+and what ``down`` needs to stop it, in a run directory OUTSIDE the state directory
+(run_records.py: ``/run/kube-offload/environments/<id>/`` as root), so that an environment
+whose state directory vanished (pytest's basetemp rotated away, deleted by hand) is torn
+down by the next ``up`` (or ``kube-offload cluster reap``) instead of orphaned::
+
+    processes.json, control-planes.json    PIDs of the processes we and kwokctl started
     topology.json                          what `up` created, for `status` and `down`
 
 Nothing listens on anything but loopback, and the user's ~/.kube/config is never touched.
@@ -39,8 +46,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 import yaml
 
 import kube_offload
-from kube_offload_harness.binaries import Binaries, NodeBinaries, ensure_binaries, ensure_node_binaries
-from kube_offload_harness import identities, storage
+from kube_offload_harness.binaries import Binaries, NodeBinaries, binaries, ensure_binaries, ensure_node_binaries
+from kube_offload_harness import identities, run_records, storage
 from kube_offload_harness import fabric, metrics_server
 from kube_offload.constants import slice_node_name
 from kube_offload_harness.naming import virtual_node_name
@@ -256,6 +263,16 @@ class Topology:
     # B as its consumer, with the tests' provider policy; whether B may offload A's pods
     # further is A's Consumer on B (spec.furtherOffloading, off as everywhere: tests set it).
     further: list[ClusterSpec] = field(default_factory=list)
+    # The charts as pods: more values for each chart, merged over chart_pods' own:
+    # {"local": {...}, "remote": {...}}, e.g. the charts' default two replicas and the
+    # vkubelet's CSR serving certificate (which makes the local apiserver verify kubelets:
+    # chart_pods.verifies_kubelets), as tests/realnode/test_day2.py asks.
+    chart_values: dict = field(default_factory=dict)
+    # The charts as pods: install first the previous release made from this git revision
+    # ("" none; previous_release.py: its image and charts), for a test to upgrade.
+    previous_release: str = ""
+    # Set by up: the version both charts were installed at ("" the checkout's).
+    chart_version: str = ""
 
     def clusters(self) -> list[ClusterSpec]:
         return [self.local, *self.remotes, *self.further]
@@ -285,6 +302,9 @@ class Topology:
             chart_pods=data.get("chart_pods", False),
             overlapping_pod_cidrs=data.get("overlapping_pod_cidrs", False),
             further=[ClusterSpec(**f) for f in data.get("further", [])],
+            chart_values=data.get("chart_values", {}),
+            previous_release=data.get("previous_release", ""),
+            chart_version=data.get("chart_version", ""),
         )
 
 
@@ -420,10 +440,15 @@ def kwok_node_manifest(name: str, spec: ClusterSpec, pool: NodePool | None = Non
 class Cluster:
     """A handle on one running kwokctl cluster: kubectl, apply, stop/start."""
 
-    def __init__(self, spec: ClusterSpec, *, state_dir: Path, bins: Binaries) -> None:
+    def __init__(self, spec: ClusterSpec, *, state_dir: Path, bins: Binaries,
+                 control_planes: ProcessTable | None = None) -> None:
         self.spec = spec
         self.state_dir = state_dir
         self.bins = bins
+        # Where the PIDs of this cluster's control-plane processes are recorded as well as
+        # in kwokctl's pid files (under the state dir): an Environment's run directory
+        # (run_records.py), so that they can be stopped when the state dir is gone.
+        self.control_planes = control_planes
 
     @property
     def name(self) -> str:
@@ -607,8 +632,39 @@ class Cluster:
         if not source.exists():
             raise ClusterError(f"kwokctl created {self.name} but wrote no kubeconfig at {source}")
         shutil.copyfile(source, self.kubeconfig)
+        self.record_control_plane()
         self.wait_ready()
         self.wait_controller_manager()
+
+    @property
+    def pids_dir(self) -> Path:
+        """kwokctl's pid files of this cluster's components (``<component>.pid``)."""
+        return self.kwok_workdir / "clusters" / self.name / "pids"
+
+    def record_control_plane(self) -> list[str]:
+        """Record the PIDs kwokctl wrote for this cluster's components (etcd, kube-apiserver,
+        ...) in ``control_planes``, under ``<cluster>/<component>``; returns the names."""
+        if self.control_planes is None or not self.pids_dir.is_dir():
+            return []
+        recorded = []
+        for pid_file in sorted(self.pids_dir.glob("*.pid")):
+            try:
+                pid = int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            name = f"{self.name}/{pid_file.stem}"
+            log = self.pids_dir.parent / "logs" / f"{pid_file.stem}.log"  # kwokctl's
+            if self.control_planes.adopt(name, pid, log=str(log)):
+                recorded.append(name)
+        return recorded
+
+    def stop_control_plane(self) -> list[str]:
+        """Stop this cluster's recorded control-plane processes by PID (each only while it
+        runs the recorded command line): what is left to do when kwokctl's own records went
+        with the state dir."""
+        if self.control_planes is None:
+            return []
+        return self.control_planes.stop_prefixed(f"{self.name}/")
 
     def wait_controller_manager(self, timeout: float = 60) -> None:
         """Wait until the controller manager works: its ServiceAccount controller has made
@@ -651,6 +707,7 @@ class Cluster:
 
     def start(self) -> None:
         self.kwokctl("start", "cluster", "--name", self.name, timeout=180)
+        self.record_control_plane()
         self.wait_ready()
         # A restarted kwok controller does not take over the leases its previous run held
         # until they expire (minutes), leaving its nodes' pods Pending meanwhile; the
@@ -663,6 +720,7 @@ class Cluster:
 
     def delete(self) -> None:
         self.kwokctl("delete", "cluster", "--name", self.name, timeout=180, check=False)
+        self.stop_control_plane()  # whatever kwokctl did not stop; forgets the records
         self.kubeconfig.unlink(missing_ok=True)
 
     def add_physical_nodes(self) -> list[str]:
@@ -680,17 +738,37 @@ class Cluster:
 class Environment:
     """The whole loopback setup: clusters, certificates and our processes."""
 
-    def __init__(self, state_dir: Path | None = None, *, say: Say | None = None, bins: Binaries | None = None) -> None:
+    def __init__(self, state_dir: Path | None = None, *, say: Say | None = None, bins: Binaries | None = None,
+                 records: run_records.Records | None = None) -> None:
+        """``records``: the run directory of an environment whose state dir is gone
+        (reap_orphans); otherwise found through the state dir, or made by ``up``."""
         self.state_dir = (state_dir or default_state_dir()).resolve()
         self.say: Say = say or (lambda line: print(line, flush=True))
         self._bins = bins
         self._node_bins: NodeBinaries | None = None
-        self.processes = ProcessTable(self.state_dir / "processes.json")
+        self._records = records
+        self._processes: ProcessTable | None = None
 
     # --- state ------------------------------------------------------------------------
     @property
+    def records(self) -> run_records.Records:
+        """Where this environment's records are (run_records.py). Once known, kept: the
+        state dir may vanish under a running environment, and its ``down`` must still
+        find what to stop."""
+        if self._records is None or self._records.legacy:
+            self._records = run_records.records_of(self.state_dir)
+        return self._records
+
+    @property
+    def processes(self) -> ProcessTable:
+        path = self.records.processes
+        if self._processes is None or self._processes.path != path:
+            self._processes = ProcessTable(path)
+        return self._processes
+
+    @property
     def topology_path(self) -> Path:
-        return self.state_dir / "topology.json"
+        return self.records.topology
 
     def topology(self) -> Topology | None:
         if not self.topology_path.exists():
@@ -704,7 +782,8 @@ class Environment:
         return self._bins
 
     def cluster(self, spec: ClusterSpec) -> Cluster:
-        return Cluster(spec, state_dir=self.state_dir, bins=self.bins)
+        return Cluster(spec, state_dir=self.state_dir, bins=self.bins,
+                       control_planes=ProcessTable(self.records.control_planes))
 
     @property
     def pki_dir(self) -> Path:
@@ -737,6 +816,10 @@ class Environment:
         self.bins  # noqa: B018 (a cached property: build before anything else, with progress)
         if topology.real_nodes:
             self.node_bins  # noqa: B018 (a cached property: built here, with progress)
+        # Environments whose state dir vanished first (their slots and processes), then
+        # this one's records, outside its state dir, before it starts or takes anything.
+        reap_orphans(say=self.say, bins=self.bins)
+        self._records = run_records.create(self.state_dir)
         topology.webhook_port = topology.webhook_port or free_port()
         topology.extender_port = topology.extender_port or free_port()
         if topology.real_nodes:
@@ -947,6 +1030,15 @@ class Environment:
         try:
             registry.start(binary=self.node_bins.registry, processes=self.processes, log=self.log_path(reg.PROCESS_NAME))
             reg.fill(registry, nbins=self.node_bins, helm=self.bins.helm, say=self.say)
+            if topology.previous_release:
+                from kube_offload_harness import previous_release
+
+                try:
+                    topology.chart_version = previous_release.push(
+                        registry, helm=self.bins.helm, commit=topology.previous_release, say=self.say)
+                except previous_release.PreviousReleaseError as exc:
+                    raise ClusterError(str(exc)) from None
+                self.topology_path.write_text(topology.to_json())
         except reg.RegistryError as exc:
             raise ClusterError(str(exc)) from None
 
@@ -979,8 +1071,11 @@ class Environment:
                 if not self.real_node(spec).reserve_slot():
                     spec.real_node_slot = -1
         # The charts as pods run a vkubelet pod whose certificate comes from the chart's
-        # default (self-signed): that environment keeps kubelets unverified.
-        topology.local.verify_kubelets = not topology.chart_pods
+        # default (self-signed): that environment keeps kubelets unverified, unless its
+        # values ask for a certificate from the CSR API (chart_pods.verifies_kubelets).
+        from kube_offload_harness import chart_pods
+
+        topology.local.verify_kubelets = not topology.chart_pods or chart_pods.verifies_kubelets(topology.chart_values)
         if topology.overlapping_pod_cidrs:
             for spec in topology.remotes:
                 if pods_on_real_node(topology, spec):
@@ -999,7 +1094,8 @@ class Environment:
         from kube_offload_harness.binaries import node_binaries
 
         return real_node.RealNode(plan, nbins=self._node_bins or node_binaries(), processes=self.processes,
-                                  log_dir=self.state_dir / "logs", say=self.say)
+                                  log_dir=self.state_dir / "logs", say=self.say,
+                                  slot_record=self.records.slot_record(spec.name))
 
     def start_real_node(self, spec: ClusterSpec) -> None:
         """containerd + kubelet in a namespace of their own, registered with ``spec``'s
@@ -1072,7 +1168,7 @@ class Environment:
 
     @property
     def kernel_tunables_record(self) -> Path:
-        return self.state_dir / "real-nodes" / "kernel-tunables-before.json"
+        return self.records.kernel_tunables
 
     def stop_real_nodes(self, topology: Topology) -> None:
         from kube_offload_harness import real_node
@@ -1413,10 +1509,17 @@ class Environment:
                 if cluster.exists():
                     self.say(f"- deleting cluster {spec.name}")
                     step(f"deleting cluster {spec.name}", cluster.delete)
+                else:
+                    # kwokctl's workdir went with the state dir: its processes by their PIDs
+                    stopped = cluster.stop_control_plane()
+                    if stopped:
+                        self.say(f"- cluster {spec.name}: its state is gone; stopped {', '.join(stopped)}")
         if failures:
-            raise ClusterError("`down` left something behind (" + "; ".join(failures) + "); the topology is kept, "
-                               f"so `kube-offload cluster down --state-dir {self.state_dir}` retries")
-        self.topology_path.unlink(missing_ok=True)
+            retry = (f"`kube-offload cluster down --state-dir {self.state_dir}`" if self.records.alive()
+                     else "`kube-offload cluster reap`")
+            raise ClusterError("`down` left something behind (" + "; ".join(failures) + "); the records are kept, "
+                               f"so {retry} retries")
+        run_records.forget(self.records)
         self._forget_credentials()
 
     def _forget_credentials(self) -> None:
@@ -1426,6 +1529,37 @@ class Environment:
         shutil.rmtree(self.state_dir / "identities", ignore_errors=True)
         for stale in self.state_dir.glob("*-kubeconfig.yaml"):
             stale.unlink(missing_ok=True)
+
+
+REAP_LOCK = ".reap.lock"
+
+
+def reap_orphans(*, say: Say | None = None, bins: Binaries | None = None) -> list[str]:
+    """Tear down every environment whose state directory vanished (run_records.orphans):
+    its real nodes, registry, processes and control planes, found by its run directory
+    alone. Returns the state dirs of those torn down; one that cannot be is reported and
+    kept for the next try. One reaper at a time on the machine (a lock in the runs dir)."""
+    import fcntl
+
+    say = say or (lambda line: print(line, flush=True))
+    base = run_records.runs_dir()
+    if not base.is_dir():
+        return []
+    reaped = []
+    with open(base / REAP_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for records in run_records.orphans():
+            say(f"- environment {records.env_id}: its state dir {records.state_dir} is gone; tearing down what it started")
+            # the binaries' paths only, never a build: the orphan was made with them
+            env = Environment(records.state_dir, say=lambda line: say("  " + line), bins=bins or binaries(),
+                              records=records)
+            try:
+                env.down()
+            except ClusterError as exc:
+                say(f"  not all of it: {exc}")
+                continue
+            reaped.append(str(records.state_dir))
+    return reaped
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kube_offload_harness.binaries import BuildError
 from kube_offload_harness import metrics_server
-from kube_offload_harness.cluster import ClusterError, Environment, Topology, default_state_dir, default_topology
+from kube_offload_harness.cluster import ClusterError, Environment, Topology, default_state_dir, default_topology, reap_orphans
 from kube_offload.runtime.flags import add_flag
 
 COMPONENT = "cluster"
@@ -56,6 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down = actions.add_parser("down", help="stop our processes and delete the clusters")
     _add_state_dir(down)
     down.set_defaults(func=_down)
+    reap = actions.add_parser(
+        "reap", help="tear down every environment whose state directory vanished",
+        description=("Each environment keeps the records of what it started (PIDs, real-node slots, its topology) "
+                     "outside its state directory, in a run directory of its own (as root under "
+                     "/run/kube-offload/environments/; KUBE_OFFLOAD_RUNS_DIR overrides). An environment whose state "
+                     "directory was deleted (by hand, or a pytest basetemp rotated away) is torn down from those "
+                     "records alone: its real nodes, registry, processes and control planes. Every `cluster up` does "
+                     "this first; this command does only that."))
+    reap.set_defaults(func=_reap)
     status = actions.add_parser("status", help="say what runs where")
     _add_state_dir(status)
     status.set_defaults(func=_status)
@@ -124,6 +133,18 @@ def _start_metrics_servers(env: Environment, topology: Topology) -> None:
 def _down(args: argparse.Namespace) -> int:
     _env(args).down()
     return 0
+
+
+def _reap(args: argparse.Namespace) -> int:
+    from kube_offload_harness import run_records
+
+    reaped = reap_orphans()
+    print(f"{len(reaped)} orphaned environment(s) torn down" if reaped else "no orphaned environment to tear down")
+    left = run_records.orphans()
+    for records in left:
+        print(f"kube-offload: environment {records.env_id} (state dir {records.state_dir}) could not be torn down "
+              f"completely; its records are in {records.directory}", file=sys.stderr)
+    return 1 if left else 0
 
 
 def _status(args: argparse.Namespace) -> int:

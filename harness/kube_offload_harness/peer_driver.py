@@ -94,7 +94,7 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
         flags.append(("--grant-tolerations", REAL_NODE_KEY, REAL_NODE_KEY))
         from kube_offload_harness import chart_pods
 
-        flags += [(flag, value, value) for flag, value in chart_pods.peer_flags(env)]
+        flags += [(flag, value, value) for flag, value in chart_pods.peer_flags(env, topology)]
     flags.append(("--helm", helm, helm.replace(home, "~", 1)))
     return flags
 
@@ -119,7 +119,7 @@ def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -
         from kube_offload_harness import chart_pods
 
         flags = peer_flags(env, topology, spec, chart_pods.peer_local_values_file(env, topology, spec),
-                           chart_pods.remote_values_file(env))
+                           chart_pods.remote_values_file(env, topology))
     else:
         flags = peer_flags(env, topology, spec, local_values_file(env))
     say("$ kube-offload peer " + " ".join(f"{flag} {shown}" for flag, _, shown in flags))

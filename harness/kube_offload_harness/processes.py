@@ -23,6 +23,15 @@ class ProcessRecord:
         return _same_process(self.pid, self.argv)
 
 
+def command_line(pid: int) -> list[str]:
+    """``pid``'s command line, [] when it runs nothing (gone, or a zombie)."""
+    try:
+        parts = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in parts if part]
+
+
 def _same_process(pid: int, argv: list[str]) -> bool:
     """True if ``pid`` is alive and still runs ``argv`` (guards against PID reuse)."""
     try:
@@ -88,6 +97,26 @@ class ProcessTable:
 
     def get(self, name: str) -> ProcessRecord | None:
         return next((r for r in self.load() if r.name == name), None)
+
+    def adopt(self, name: str, pid: int, *, log: str = "") -> ProcessRecord | None:
+        """Record a running process someone else started (kwokctl's control planes), with
+        the command line it runs now, so that it can be stopped like ours; None if ``pid``
+        runs nothing (it exited meanwhile)."""
+        argv = command_line(pid)
+        if not argv:
+            return None
+        record = ProcessRecord(name=name, pid=pid, argv=argv, log=log)
+        self._save([r for r in self.load() if r.name != name] + [record])
+        return record
+
+    def stop_prefixed(self, prefix: str) -> list[str]:
+        """Stop every recorded process whose name starts with ``prefix``; returns the names
+        of those that were running."""
+        stopped = []
+        for record in reversed(self.load()):
+            if record.name.startswith(prefix) and self.stop(record.name):
+                stopped.append(record.name)
+        return stopped
 
     def stop(self, name: str, *, sig: int = signal.SIGTERM, timeout: float = 10.0) -> bool:
         """Stop the named process; SIGKILL after ``timeout``. Returns whether it was running."""

@@ -179,8 +179,12 @@ def preflight() -> list[str]:
 
 class RealNode:
     def __init__(self, plan: rc.NodePlan, *, nbins: NodeBinaries, processes: ProcessTable, log_dir: Path,
-                 say: Say | None = None) -> None:
+                 say: Say | None = None, slot_record: Path | None = None) -> None:
+        """``slot_record``: where the inode of the slot's namespace is kept (an
+        environment's run directory, outside its state dir: run_records.py); default
+        the node's state dir."""
         self.plan = plan
+        self._slot_record = slot_record or plan.state_dir / "netns-inode"
         self.nbins = nbins
         self.processes = processes
         self.log_dir = log_dir
@@ -255,10 +259,6 @@ class RealNode:
             log=self.log_path("kube-proxy"), env=self._env(), netns=ns_path,
         )
 
-    @property
-    def _slot_record(self) -> Path:
-        return self.plan.state_dir / "netns-inode"
-
     def _claim_slot(self) -> None:
         """Create the slot's namespace first: `ip netns add` fails when it exists, so two
         environments that chose the same free slot at once (slots are picked from `ip netns
@@ -284,6 +284,7 @@ class RealNode:
         self._record_slot()
 
     def _record_slot(self) -> None:
+        self._slot_record.parent.mkdir(parents=True, exist_ok=True)
         self._slot_record.write_text(str(os.stat(netns.netns_path(self.plan.netns)).st_ino))
 
     def reserve_slot(self) -> bool:

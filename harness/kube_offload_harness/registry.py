@@ -197,18 +197,22 @@ class Registry:
         for digest, tags in names.items():
             say(f"- registry: {', '.join(tags)} (stand-in, {sent[digest] / 1e6:.1f} MB uploaded)")
 
-    def push_charts(self, *, helm: Path, work: Path, say: Say) -> dict[str, str]:
-        """``helm package`` each chart and ``helm push`` it here; {chart: oci:// reference}."""
+    def push_charts(self, *, helm: Path, work: Path, say: Say, charts_dir: Path = REPO / "charts",
+                    version: str | None = None) -> dict[str, str]:
+        """``helm package`` each chart of ``charts_dir`` (at ``version``: default, its
+        Chart.yaml's) and ``helm push`` it here; {chart: oci:// reference}."""
         work.mkdir(parents=True, exist_ok=True)
         references = {}
         for chart in CHARTS:
-            chart_dir = REPO / "charts" / chart
-            _run([str(helm), "package", str(chart_dir), "--destination", str(work)], what=f"helm package {chart}")
-            package = work / f"{chart}-{chart_version(chart_dir)}.tgz"
+            chart_dir = charts_dir / chart
+            packaged = version or chart_version(chart_dir)
+            pinned = ["--version", version, "--app-version", version] if version else []
+            _run([str(helm), "package", str(chart_dir), "--destination", str(work), *pinned], what=f"helm package {chart}")
+            package = work / f"{chart}-{packaged}.tgz"
             _run([str(helm), "push", str(package), f"oci://127.0.0.1:{self.port}/{CHART_REPOSITORY}", "--plain-http"],
                  what=f"helm push {package.name}", env=_helm_env(work))
             references[chart] = chart_reference(self.port, chart)
-        say(f"- registry: charts {', '.join(references.values())} (version {chart_version(REPO / 'charts' / CHARTS[0])})")
+        say(f"- registry: charts {', '.join(references.values())} (version {version or chart_version(charts_dir / CHARTS[0])})")
         return references
 
 

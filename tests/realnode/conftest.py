@@ -18,9 +18,9 @@ from typing import Iterator
 
 import pytest
 
-from kube_offload_harness import real_node, real_node_config
+from kube_offload_harness import chart_pods, real_node, real_node_config
 from kube_offload_harness.binaries import node_binaries
-from kube_offload_harness.cluster import Environment, Topology, default_topology, real_pods_topology
+from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, Topology, default_topology, real_pods_topology
 from support.clusters import keep_logs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +58,8 @@ def environment(tmp_path_factory, request, topology: Topology,
         env.up(topology)
         yield env
     finally:
+        if request.session.testsfailed and topology.chart_pods:
+            print_chart_pods(env)
         if request.session.testsfailed or os.environ.get("KUBE_OFFLOAD_KEEP_LOGS"):
             _keep_logs(env)
         env.down()
@@ -81,6 +83,42 @@ def offload_real_env(tmp_path_factory, request) -> Iterator[Environment]:
     topology = real_pods_topology(prefix="op")
     topology.chart_pods = False
     yield from environment(tmp_path_factory, request, topology, "kube-offload-offload")
+
+
+def charts_as_pods_topology(prefix: str) -> Topology:
+    """`cluster up --real-nodes true`'s shape, the demo's (cluster_cli.up_topology): the
+    charts as pods, the remote's only node its real node, untainted, joined to the local one
+    by the fabric, with the local node's pod CIDR; `up` runs `kube-offload peer`."""
+    topology = default_topology(prefix=prefix, remotes=1, local_nodes=1, remote_nodes=0)
+    topology.chart_pods = True
+    topology.remotes[0].real_node_tainted = False
+    topology.overlapping_pod_cidrs = True  # both real nodes hand out the same pod addresses
+    topology.peering = PEERING_HARNESS
+    return topology
+
+
+def local_and_remote(env: Environment) -> tuple[Cluster, Cluster]:
+    """The local cluster and the (first) remote of ``env``."""
+    topology = env.topology()
+    return env.cluster(topology.local), env.cluster(topology.remotes[0])
+
+
+def print_chart_pods(env: Environment) -> None:
+    """What a person looks at when a test of the charts' pods failed: each cluster's pods,
+    Leases and logs of the release namespace."""
+    topology = env.topology()
+    if topology is None:
+        return
+    for spec in topology.clusters():
+        cluster = env.cluster(spec)
+        if cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0:
+            print(f"\n--- {cluster.name}: pods of {chart_pods.NAMESPACE}\n{chart_pods.describe_pods(cluster)}")
+            leases = cluster.kubectl("get", "leases", "-n", chart_pods.NAMESPACE, "-o", "wide", check=False).stdout
+            print(f"--- leases:\n{leases}")
+            for pod in chart_pods.pods(cluster):
+                logs = cluster.kubectl("logs", "-n", chart_pods.NAMESPACE, pod["metadata"]["name"], "--all-containers",
+                                       "--tail=30", check=False)
+                print(f"--- logs of {pod['metadata']['name']}:\n{logs.stdout}{logs.stderr}")
 
 
 def _keep_logs(env: Environment) -> None:

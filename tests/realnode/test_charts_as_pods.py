@@ -35,10 +35,10 @@ from kube_offload import peering as p
 from kube_offload_harness import chart_pods, fabric
 from kube_offload_harness.standin_recipe import BUSYBOX_IMAGE, PYTHON_IMAGE
 from kube_offload_harness import real_node_config as rc
-from kube_offload_harness.cluster import PEERING_HARNESS, Cluster, Environment, default_topology
+from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
 
-from .conftest import environment
+from .conftest import charts_as_pods_topology, environment, local_and_remote
 from support.waiting import wait_for
 
 NAMESPACE = chart_pods.NAMESPACE
@@ -54,38 +54,10 @@ COMPONENT_COMMANDS = {"webhook", "extender", "vkubelet", "enforcer"}
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, request) -> Iterator[Environment]:
-    # `cluster up --real-nodes true`'s shape, the demo's (cluster_cli.up_topology): the
-    # remote's only node is its real node, untainted, joined to the local one by the fabric,
-    # with the local node's pod CIDR
-    topology = default_topology(prefix="cp", remotes=1, local_nodes=1, remote_nodes=0)
-    topology.chart_pods = True
-    topology.remotes[0].real_node_tainted = False
-    topology.overlapping_pod_cidrs = True  # both real nodes hand out the same pod addresses
-    topology.peering = PEERING_HARNESS  # up runs `kube-offload peer` for the remote
-    for env in environment(tmp_path_factory, request, topology):
-        try:
-            yield env
-        finally:
-            if request.session.testsfailed:
-                _print_chart_pods(env)
+    yield from environment(tmp_path_factory, request, charts_as_pods_topology("cp"))
 
 
-def _print_chart_pods(env: Environment) -> None:
-    topology = env.topology()
-    if topology is None:
-        return
-    for spec in topology.clusters():
-        cluster = env.cluster(spec)
-        if cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=5).returncode == 0:
-            print(f"\n--- {cluster.name}: pods of {NAMESPACE}\n{chart_pods.describe_pods(cluster)}")
-            for pod in chart_pods.pods(cluster):
-                logs = cluster.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], "--tail=30", check=False)
-                print(f"--- logs of {pod['metadata']['name']}:\n{logs.stdout}{logs.stderr}")
-
-
-def _clusters(env: Environment) -> tuple[Cluster, Cluster]:
-    topology = env.topology()
-    return env.cluster(topology.local), env.cluster(topology.remotes[0])
+_clusters = local_and_remote
 
 
 def _component_pods(cluster: Cluster, component: str) -> list[dict]:
@@ -483,3 +455,45 @@ def test_a_pod_asking_for_the_providers_api_gets_it_only_once_the_provider_grant
     assert answer["host"] != "kubernetes.default.svc" and ipaddress.ip_address(answer["host"]), answer
     assert answer["namespace"] == twin, answer
     assert answer["status"] == 403 and f"system:serviceaccount:{twin}:default" in answer["message"], answer
+
+
+def test_an_offloaded_pods_token_secret_is_there_before_its_pod_no_failed_mount(env: Environment):
+    """The service-account token of an offloaded pod is a Secret the vkubelet writes into
+    the twin namespace (docs/reflection.md); the pod's ShadowPod waits for it, so the
+    remote kubelet finds every volume at once: no FailedMount Warning on the provider,
+    nor reflected back to the local pod. The first pods of a namespace just offloaded are
+    the ones that raced their token (seen on every offloaded pod before)."""
+    local, remote = _clusters(env)
+    namespace = "mounts"
+    local.kubectl("create", "namespace", namespace)
+    local.kubectl("label", "namespace", namespace, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
+    wait_for(lambda: local.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
+             what=f"the default ServiceAccount of {namespace}", timeout=60)
+    names = ("mounted-0", "mounted-1")
+    for name in names:
+        pod = _offloaded_pod(name, "echo mounted; exec sleep 3600")
+        pod["metadata"]["namespace"] = namespace
+        local.apply(pod)
+    for name in names:
+        local.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "-n", namespace, "--timeout=180s", timeout=190)
+    twin = C.twin_namespace_name(namespace, env.topology().local.cluster_id)
+    for name in names:
+        mounted = remote.kubectl_json("get", "pod", name, "-n", twin)
+        assert any((v.get("secret") or {}).get("secretName", "").startswith("kube-offload-token")
+                   or any((s.get("secret") or {}).get("name", "").startswith("kube-offload-token")
+                          for s in (v.get("projected") or {}).get("sources") or [])
+                   for v in mounted["spec"]["volumes"]), mounted["spec"]["volumes"]
+    # the token is there, as the pod's own files
+    files = local.kubectl("exec", names[0], "-n", namespace, "--", "ls", "/var/run/secrets/kubernetes.io/serviceaccount",
+                          timeout=60).stdout.split()
+    assert "token" in files, files
+    time.sleep(5)  # Events are written (and reflected) after the fact
+    remote_events = remote.kubectl_json("get", "events", "-n", twin)["items"]
+    local_events = local.kubectl_json("get", "events", "-n", namespace)["items"]
+    failed = [f"{where}: {e['involvedObject'].get('name')}: {e['message']}"
+              for where, events in (("remote", remote_events), ("local", local_events))
+              for e in events if e["reason"] == "FailedMount"]
+    assert failed == [], failed
+    # (the check can fail: the Events are there, of other reasons)
+    assert any(e["reason"] == "Started" and e["involvedObject"].get("name") in names for e in remote_events), \
+        [e["reason"] for e in remote_events]

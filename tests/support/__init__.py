@@ -9,6 +9,8 @@ pyproject.toml's pytest settings; docs/testing.md#the-support-package).
   (offloaded namespaces, a Deployment, reads of the provider's objects, the logs of a
   failed session) and a bare control plane of a module's own; it imports the harness,
   so only the cluster tiers import it.
+- :mod:`support.metrics`: a harness-run component's health port and what its
+  ``/metrics`` says (for the e2e modules that check a figure moved).
 
 Nothing here fakes the API server: the informers are the product's own, fed the events a
 watch would deliver, and the e2e helpers drive real clusters.

@@ -608,9 +608,10 @@ def test_vkubelet_deployment_per_remote_cluster(local_docs: list[dict[str, Any]]
     deployments = find(local_docs, "Deployment", "vkubelet")
     assert len(deployments) == len(TWO_REMOTES["remoteClusters"])
     for deployment in deployments:
-        # Two replicas, one leading (docs/high-availability.md); replaced one at a time.
+        # Two replicas, one leading (docs/high-availability.md); replaced all at once, since
+        # only a leader is Ready (one at a time would wait for ever: tests/realnode/test_day2.py).
         assert deployment["spec"]["replicas"] == 2
-        assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+        assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
                 "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"} <= set(container["args"])
@@ -891,9 +892,9 @@ def test_consumer_identity_template(remote_docs: list[dict[str, Any]]) -> None:
 
 def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     [deployment] = find(remote_docs, "Deployment", "enforcer")
-    # Two replicas, one leading (docs/high-availability.md); replaced one at a time.
+    # Two replicas, one leading (docs/high-availability.md); replaced all at once.
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}}
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "enforcer"
     assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",

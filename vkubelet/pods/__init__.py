@@ -56,7 +56,8 @@ remote cluster cannot run, evicted), ``forbidden`` (a twin we may not read), ``l
 against the API server). The steps are handed the services they use
 (``step_context.StepContext``), not the loop. The decisions are pure modules beside them:
 ``translation`` (local pod -> the pod the remote cluster runs), ``status`` (remote
-status -> local), ``termination``, ``readiness``, ``refusals``, ``daemonsets``,
+status -> local, bounded as vkubelet/shared/provider_bounds.py says), ``addresses`` (the
+Warning about an address outside the remote pod range, once per pod), ``termination``, ``readiness``, ``refusals``, ``daemonsets``,
 ``handback_rules`` (when a pod is handed back). What the pod loop shares with the other
 loops (the origin marks, the provider's policy fit and its notes, the informers) is in
 vkubelet/shared/.

@@ -16,7 +16,7 @@ from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kube import Kube, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
-from vkubelet.pods import daemonsets
+from vkubelet.pods import addresses, daemonsets
 from vkubelet.shared import events as ev
 from vkubelet.pods import readiness
 from vkubelet.pods import refusals as rf
@@ -74,6 +74,8 @@ class PodOffloader:
         # The provider's policy for us, read from our Consumer's cache at each use.
         self._policy = PolicyReader(lambda: twins.consumer.get(settings.local_cluster_id))
         self.notices = PolicyNotices(recorder)
+        # Pods told that an address their provider reports is not shown (once each).
+        self.outside_addresses = addresses.OutsideAddresses()
         # Pods not sent because the policy refuses them: tried again when it changes.
         self._policy_refused: set[str] = set()
         self._policy_refused_lock = threading.Lock()
@@ -312,13 +314,10 @@ class PodOffloader:
     def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
         pod_ips = self.settings.remapping.remote_pod_ips
         outside = pod_ips.outside(st.remote_pod_ips(remote))
-        if outside:
-            # Shown as they are (a host-network pod's node address, a CIDR left out of
-            # --remote-pod-cidr): the local cluster may not reach them.
-            message = (
-                f"pod IP {', '.join(outside)} is outside --remote-pod-cidr={self.settings.remapping.remote_pod_cidr}: "
-                "shown as the remote cluster assigned it, not remapped"
-            )
+        if self.outside_addresses.first_time(local, outside):
+            # Not shown (status.py): the provider chose them, and no honest provider's pod
+            # has one (the enforcer refuses hostNetwork), or the range was set too narrow.
+            message = addresses.outside_message(outside, self.settings.remapping.remote_pod_cidr, self.settings.cluster_id)
             logger.warning(message)
             self.recorder.warning(local, ev.REASON_POD_IP_NOT_REMAPPED, message)
         desired = st.desired_status(local, remote, shp, self.settings.node_address, pod_ips)

@@ -11,7 +11,11 @@ the facts that belong to the local cluster kept local:
 * PodScheduled stays the local scheduler's (the pod *is* bound to the virtual node;
   remote scheduling trouble is reported as a RemoteUnschedulable Event);
 * pod IPs are translated into the remote pod CIDR as the local cluster sees it when a
-  remapping is configured (vkubelet/shared/ip_remapping.py; an address outside it is kept as it is);
+  remapping is configured (vkubelet/shared/ip_remapping.py); an address outside that range
+  is not shown (the reconcile says so once in a Warning Event);
+* what the provider writes is bounded (vkubelet/shared/provider_bounds.py): messages and
+  reasons in size, conditions to the kubelet's types, container statuses to the local
+  pod's containers;
 * hostIP is the virtual node's address (the node the pod is bound to, and an address the
   local cluster can reach, unlike the remote node's), qosClass and startTime stay as
   first set;
@@ -28,12 +32,15 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from vkubelet.shared import provider_bounds as bounds
 from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# The phases the Pod API defines; a remote pod reporting another leaves the local phase.
+PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 CONDITION_SCHEDULED = "PodScheduled"
 # Conditions a kubelet owns: taken from the remote pod, never kept from a stale local copy.
-KUBELET_CONDITIONS = frozenset({"PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"})
+KUBELET_CONDITIONS = bounds.COPIED_CONDITIONS
 # The status fields written here; anything else under status is left alone.
 MANAGED_FIELDS = (
     "phase",
@@ -75,28 +82,38 @@ def desired_status(
         return None
     theirs = remote.get("status") or {}
     recreations = recreations_of(shadowpod)
+    spec = local.get("spec") or {}
     status: dict[str, Any] = {}
 
-    if theirs.get("phase") and not (theirs["phase"] in TERMINAL_PHASES and _deleted_behind_our_back(local, remote)):
-        status["phase"] = theirs["phase"]
+    phase = theirs.get("phase")
+    if phase in PHASES and not (phase in TERMINAL_PHASES and _deleted_behind_our_back(local, remote)):
+        status["phase"] = phase
     status["conditions"] = _conditions(current.get("conditions") or [], theirs.get("conditions") or [])
-    for field in ("containerStatuses", "initContainerStatuses"):
-        if theirs.get(field):
-            status[field] = _container_statuses(current.get(field) or [], theirs[field], recreations)
-    if theirs.get("podIP"):
-        status["podIP"] = pod_ips.translate(theirs["podIP"])
-        status["podIPs"] = [
-            {**copy.deepcopy(entry), "ip": pod_ips.translate(str(entry.get("ip") or ""))}
-            for entry in theirs.get("podIPs") or [{"ip": theirs["podIP"]}]
-        ]
+    # The kubelet's share of its termination messages: 12 KiB over every container.
+    message_bytes = bounds.container_message_bytes(
+        sum(len(spec.get(field) or []) for field in ("containers", "initContainers", "ephemeralContainers"))
+    )
+    for field, declared in (("containerStatuses", "containers"), ("initContainerStatuses", "initContainers")):
+        copied = bounds.copied_container_statuses(theirs.get(field) or [], spec.get(declared) or [], message_bytes)
+        if copied:
+            status[field] = _container_statuses(current.get(field) or [], copied, recreations)
+    reported = remote_pod_ips(remote)
+    shown, _outside = bounds.shown_pod_ips(reported, pod_ips)
+    if shown:
+        status["podIP"] = shown[0]
+        status["podIPs"] = [{"ip": address} for address in shown]
+    elif reported:
+        # Only addresses the local pod must not show: none, rather than the last good one
+        # (which the provider may have given another pod since).
+        status["podIP"] = status["podIPs"] = None
     status["hostIP"] = host_ip
     status["hostIPs"] = [{"ip": host_ip}]
     start = current.get("startTime") or theirs.get("startTime")
     if start:
         status["startTime"] = start
-    for field in ("reason", "message"):
+    for field, limit in (("reason", bounds.REASON_BYTES), ("message", bounds.STATUS_MESSAGE_BYTES)):
         if theirs.get(field):
-            status[field] = theirs[field]
+            status[field] = bounds.truncate_utf8(str(theirs[field]), limit)
     return status
 
 
@@ -183,9 +200,9 @@ def remote_unschedulable(remote: Mapping[str, Any]) -> str | None:
 def _conditions(local: list[dict], remote: list[dict]) -> list[dict]:
     result = [copy.deepcopy(cond) for cond in local if cond.get("type") == CONDITION_SCHEDULED]
     remote_types = set()
-    for cond in remote:
-        if cond.get("type") == CONDITION_SCHEDULED:
-            continue
+    # The kubelet's conditions only: any other type the provider sets (posing as a local
+    # readiness gate, or a DisruptionTarget of a pod the enforcer recreates) is not ours.
+    for cond in bounds.copied_conditions(remote):
         remote_types.add(cond.get("type"))
         # observedGeneration counts the remote pod's generations, not the local pod's.
         result.append({k: v for k, v in cond.items() if k != "observedGeneration"})

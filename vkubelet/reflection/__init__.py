@@ -9,6 +9,9 @@ only what the kinds share (metadata, ownership, the Event helpers of both Event
 reflectors); ``reflector.py`` is the one generic reconcile loop, reading through
 ``caches.py`` (the shared informers, our remote objects' selector and index) and writing
 through ``remote_ops.py`` (server-side apply) with ``applied.py`` (what was applied);
-``loops.py`` turns the settings into the runner's loop factories.
+``loops.py`` turns the settings into the runner's loop factories. The two reflectors of
+remote Events (``events.py`` for offloaded pods, ``object_events.py`` for Services,
+claims and Ingresses) share ``event_copies.py``: the aggregate a local Event stands for,
+its forge, and the ledger of their budgets.
 docs/reflection.md is the user's view.
 """

@@ -5,96 +5,170 @@ notes on the ShadowPod) shows on the local pod, in `kubectl describe pod` and
 
 The remote Events watched are those about Pods and ShadowPods (field-selected) in our
 usable twin namespaces only (namespace-scoped watches: the consumer may read Events
-nowhere else on the provider); one is copied only if it says something new (not the enforcer's routine PodCreated:
-shared/remote_events.py) and its object is one of ours (origin label) standing for a local pod that
-still exists with the UID it was made for. The copy's name is derived from the remote
-Event's UID (names.local_event_name), so a restart or a resync finds the copy it made
-and at most patches its count (create, and patch on AlreadyExists: no read); remote Events are never deleted locally (they expire
-with the local cluster's event TTL). The policy is read on the local pod.
+nowhere else on the provider); one is copied only if it says something new (not the
+enforcer's routine PodCreated: shared/remote_events.py) and its object is one of ours
+(origin label) standing for a local pod that still exists with the UID it was made for.
+The policy is read on the local pod.
+
+Whoever administers the provider writes those Events, so they cross bounded, as the
+Events a kubelet writes about its own pods are (client-go's EventCorrelator): the forge
+part of this module and event_copies.py, docs/reflection.md#events.
+
+- **Aggregated.** The work queue is keyed by the remote pod (its Events and its
+  ShadowPod's, one reconcile for a burst). One local Event per local pod, container, type,
+  reason and message, its count the sum of the remote counts behind it, named after that
+  key (a restart finds it and patches it, never makes a second); remote Events of one type
+  and reason that differ only in their message stand alone up to nine messages, and from
+  the tenth on are one Event "(combined from similar events): <latest message>", as
+  client-go's EventAggregator does.
+- **Bounded.** A local Event is updated at most every 15 s; a new one spends a token of
+  its pod's budget (client-go's spam filter: 25 at once, then here one a minute) and of
+  the remote cluster's (a kubelet's default event budget: 100 at once, 50 a second). One
+  that a budget refuses is dropped: counted in
+  ``kube_offload_reflection_events_dropped_total{bound}``, said once per pod in the log
+  (the remote's budget: at most once a minute); a later remote Event of the same key is
+  written when the budget allows again.
+- **Sized.** Reason and message as an Event's API bounds them (128 and 1,024 bytes),
+  the container's fieldPath kept only when it names a container of the local pod.
 """
 
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
 from collections import OrderedDict
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Final, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime import kinds
 from kube_offload.runtime.cache import Cache
 from kube_offload.runtime.controller import Controller, Requeue
-from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH
+from kube_offload.runtime.event_correlator import COMBINED_PREFIX, SIMILAR_MAX, SPAM_BURST
+from kube_offload.runtime.kube import Kube
 from kube_offload.runtime.logs import ObjectLogger
-from kube_offload.times import parse_time_or_none
 from kube_offload.views import metadata as _meta
-from vkubelet.shared import events as vk_events
 from vkubelet.reflection import metrics
-from vkubelet.shared import names as n
 from vkubelet.reflection.caches import shared_informer
-from vkubelet.reflection.forge import event_count, event_fingerprint, event_time
-from vkubelet.shared.remote_events import says_something_new
+from vkubelet.reflection.event_copies import (
+    BOUND_OBJECT,
+    YOUNG_EVENT_SECONDS,
+    Aggregate,
+    CopyLedger,
+    TokenBucket,
+    converge,
+    event_age_seconds,
+    event_type_and_reason,
+    aggregate_event_name,
+    forge_object_event,
+)
 from vkubelet.reflection.policy import Policy, should_reflect
-from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
 from vkubelet.reflection.settings import EVENTS
+from vkubelet.shared import events as vk_events
 from vkubelet.shared.origin import origin_key, origin_uid
+from vkubelet.shared.provider_bounds import EVENT_MESSAGE_BYTES, truncate_utf8
+from vkubelet.shared.remote_events import says_something_new
 from vkubelet.shared.trim import trim_event
 
 if TYPE_CHECKING:
     from vkubelet.shared.loops import LoopContext
 
-# --- the forge (pure): the local Event to write, from the remote ones ------------------------------
-def forge_local_event(remote_event: Mapping, local_pod: Mapping, *, host: str, component: str, reporting_controller: str) -> dict:
-    """The local copy of a remote Event about the remote pod (or ShadowPod) standing for
-    ``local_pod``: same type, reason, message and count, about the local pod; named after
-    the remote Event's UID so it is made once."""
-    pod_meta = _meta(local_pod)
-    involved_remote = remote_event.get("involvedObject") or {}
-    involved = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "namespace": pod_meta.get("namespace"),
-        "name": pod_meta.get("name"),
-        "uid": pod_meta.get("uid"),
-    }
-    if involved_remote.get("kind") == "Pod" and involved_remote.get("fieldPath"):
-        involved["fieldPath"] = involved_remote["fieldPath"]
-    source = remote_event.get("source") or {}
-    remote_source = source.get("component") or remote_event.get("reportingComponent") or ""
-    first = event_time(remote_event, "firstTimestamp", "eventTime")
-    last = event_time(remote_event, "lastTimestamp", "eventTime") or first
-    event = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": n.local_event_name(str(pod_meta.get("name") or ""), str(_meta(remote_event).get("uid") or "")),
-            "namespace": pod_meta.get("namespace"),
-            "annotations": {n.ANNOTATION_REMOTE_SOURCE: str(remote_source)},
-        },
-        "involvedObject": {k: v for k, v in involved.items() if v},
-        "type": remote_event.get("type") or "Normal",
-        "reason": remote_event.get("reason") or "",
-        "message": str(remote_event.get("message") or "")[:1024],
-        "count": event_count(remote_event),
-        "source": {"component": component, "host": host},
-        "reportingComponent": reporting_controller,
-        "reportingInstance": host,
-    }
-    if first:
-        event["firstTimestamp"] = first
-    if last:
-        event["lastTimestamp"] = last
-    return event
+# --- the forge (pure): the local Events of one pod, from the remote ones ------------------------------
+# A pod's budget of new local Events: client-go's spam filter's burst (a kubelet's Events
+# about one pod come through it), then one a minute (as for reflected objects' Events:
+# the pod's remote Events come from several sources, the kubelet's, the scheduler's and the
+# enforcer's, which a remote spam filter budgets each on its own).
+POD_EVENT_BURST: Final = SPAM_BURST
+POD_EVENT_REFILL_SECONDS: Final = 60.0
+# The remote cluster's budget, shared by all its pods: a kubelet's default event budget
+# (KubeletConfiguration eventBurst 100, eventRecordQPS 50).
+REMOTE_EVENT_BURST: Final = 100
+REMOTE_EVENT_REFILL_SECONDS: Final = 1 / 50
+# Dropped Events of the remote's budget are logged at most this often (the metric has each).
+REMOTE_DROP_LOG_SECONDS: Final = 60.0
+
+# What a copy's fieldPath may say: a container of the local pod (the kubelet's form).
+_CONTAINER_PATH = re.compile(r"^spec\.(?:containers|initContainers|ephemeralContainers)\{([^}]*)\}$")
+
+
+def container_names(pod: Mapping) -> frozenset[str]:
+    spec = pod.get("spec") or {}
+    return frozenset(
+        str(container.get("name"))
+        for field in ("containers", "initContainers", "ephemeralContainers")
+        for container in spec.get(field) or []
+        if isinstance(container, Mapping)
+    )
+
+
+def copied_field_path(event: Mapping, containers: frozenset[str]) -> str:
+    """The remote Event's fieldPath if it names a container of the local pod, else none."""
+    involved = event.get("involvedObject") or {}
+    path = str(involved.get("fieldPath") or "")
+    match = _CONTAINER_PATH.match(path) if involved.get("kind") == "Pod" else None
+    return path if match and match.group(1) in containers else ""
+
+
+def pod_event_groups(events: Iterable[Mapping], containers: frozenset[str]) -> list[Aggregate]:
+    """The local Events that the remote Events about one offloaded pod (its remote pod's
+    and its ShadowPod's) make, for a local pod with ``containers``: one per container,
+    type, reason and message (texts bounded); per type and reason, the tenth distinct
+    message and those after it (in the order they first happened) combined into one, its
+    message the latest of them behind :data:`COMBINED_PREFIX`."""
+    groups: dict[tuple[str, str, str, str], Aggregate] = {}
+    for event in events:
+        kind = event_type_and_reason(event)
+        if kind is None or not says_something_new(event):
+            continue
+        message = truncate_utf8(str(event.get("message") or ""), EVENT_MESSAGE_BYTES)
+        key = (*kind, message, copied_field_path(event, containers))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Aggregate(kind[0], kind[1], message, field_path=key[3])
+        group.add(event)
+    by_reason: dict[tuple[str, str], list[Aggregate]] = {}
+    for group in groups.values():
+        by_reason.setdefault((group.type, group.reason), []).append(group)
+    result: list[Aggregate] = []
+    for (type_, reason), similar in by_reason.items():
+        similar.sort(key=lambda g: (g.first or "", g.message, g.field_path))
+        alone: list[Aggregate] = []
+        combined: list[Aggregate] = []
+        messages: set[str] = set()
+        for group in similar:
+            if group.message in messages or len(messages) < SIMILAR_MAX - 1:
+                messages.add(group.message)
+                alone.append(group)
+            else:
+                combined.append(group)
+        result += alone
+        if combined:
+            latest = max(combined, key=lambda g: (g.last or "", g.message))
+            merged = Aggregate(type_, reason, truncate_utf8(COMBINED_PREFIX + latest.message, EVENT_MESSAGE_BYTES),
+                               combined=True)
+            for group in combined:
+                merged.merge(group)
+            result.append(merged)
+    return result
+
+
+def pod_event_name(pod: Mapping, group: Aggregate) -> str:
+    return aggregate_event_name(pod, kinds.PODS.kind, group)
+
+
+def involved_key(event: Mapping) -> str | None:
+    """``namespace/name`` of the remote pod (or its ShadowPod, of the same name) an Event
+    is about: the work queue's key."""
+    involved = event.get("involvedObject") or {}
+    namespace = involved.get("namespace") or _meta(event).get("namespace")
+    return f"{namespace}/{involved['name']}" if namespace and involved.get("name") else None
 
 
 # --- the reflector ------------------------------------------------------------
-# An Event may arrive before the pod it is about reaches our cache; a young one is
-# looked at again for this long.
-YOUNG_EVENT_SECONDS = 60.0
-_REMEMBERED = 4096
+BY_INVOLVED: Final = "by-involved"
 
 log = logging.getLogger("kube_offload.vkubelet.reflection.events")
 
@@ -119,12 +193,19 @@ class EventReflector:
             informers, "remote", EVENTS, kinds.EVENTS, field_selector=f"involvedObject.kind={c.SHADOWPOD_KIND}",
             transform=trim_event,
         )
+        for informer in (self.pod_events, self.shadowpod_events):
+            informer.add_indexer(BY_INVOLVED, lambda event: [key] if (key := involved_key(event)) else [])
         self.remote_pods = informers.remote_pods()
         self.shadowpods = informers.remote_shadowpods()
         self.local_pods = informers.local_pods()
-        self._lock = threading.Lock()
-        # Local Event name -> what was last written (or found) there.
-        self._written: OrderedDict[str, tuple] = OrderedDict()
+        self._ledger = CopyLedger(
+            POD_EVENT_BURST, POD_EVENT_REFILL_SECONDS, drop=True,
+            shared=TokenBucket(REMOTE_EVENT_BURST, REMOTE_EVENT_REFILL_SECONDS, time.monotonic()),
+        )
+        self._log_lock = threading.Lock()
+        # Pods whose dropped Events were said in the log (by UID; bounded, oldest out).
+        self._said: OrderedDict[str, None] = OrderedDict()
+        self._remote_said_at = float("-inf")
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=resource_settings.workers, logger=log)
         self.controller.watch(self.pod_events, self._key_if_relevant)
         self.controller.watch(self.shadowpod_events, self._key_if_relevant)
@@ -144,9 +225,8 @@ class EventReflector:
 
     def resync_all(self) -> None:
         for informer in (self.pod_events, self.shadowpod_events):
-            for event in informer.list():
-                key = self._key_if_relevant(event)
-                if key:
+            for key in set(informer.index_values(BY_INVOLVED)):
+                if key.split("/", 1)[0] in self._informers.twin_namespaces():
                     self.controller.enqueue(key)
 
     # --- reconcile ---------------------------------------------------------------------------
@@ -159,91 +239,83 @@ class EventReflector:
         # delivers its Events as deletions, which need no copy.
         if not self._in_twin(event) or not says_something_new(event):
             return None
-        meta = event.get("metadata") or {}
-        return f"{meta.get('namespace')}/{meta.get('name')}"
+        return involved_key(event)
 
-    def _event(self, key: str) -> dict | None:
-        return self.pod_events.get(key) or self.shadowpod_events.get(key)
+    def _events_of_pod(self, key: str) -> dict[str, tuple[dict, list[dict]]]:
+        """The remote Events behind ``key`` (the remote pod's and the ShadowPod's), by the
+        local pod they are about (its UID): (the local pod, its Events). Events whose
+        object is not ours, an earlier object of that name, or stands for no local pod
+        are left out; raises Requeue while a young Event's object is not cached yet."""
+        by_pod: dict[str, tuple[dict, list[dict]]] = {}
+        for informer, owners in ((self.pod_events, self.remote_pods), (self.shadowpod_events, self.shadowpods)):
+            events = [e for e in informer.by_index(BY_INVOLVED, key) if self._in_twin(e)]
+            if not events:
+                continue
+            owner = owners.get(key)
+            if owner is None:
+                if min(event_age_seconds(e) for e in events) < YOUNG_EVENT_SECONDS:
+                    raise Requeue(2.0, "the object of the Event is not in the cache yet")
+                continue
+            if not is_ours(owner, self.settings.local_cluster_id):
+                continue
+            owner_uid = _meta(owner).get("uid")
+            local_key = origin_key(owner)
+            pod = self.local_pods.get(local_key) if local_key else None
+            if pod is None or _meta(pod).get("uid") != origin_uid(owner) or not should_reflect(pod, self.policy):
+                continue
+            # Not about an earlier object of that name.
+            mine = [e for e in events if (e.get("involvedObject") or {}).get("uid") in (None, "", owner_uid)]
+            entry = by_pod.setdefault(str(_meta(pod).get("uid")), (pod, []))
+            entry[1].extend(mine)
+        return by_pod
 
     def reconcile(self, key: str) -> None:
-        event = self._event(key)
-        if event is None or not self._in_twin(event):
-            return
-        meta = event.get("metadata") or {}
-        involved = event.get("involvedObject") or {}
-        namespace = involved.get("namespace") or meta.get("namespace")
-        cache = self.remote_pods if involved.get("kind") == "Pod" else self.shadowpods
-        owner = cache.get(f"{namespace}/{involved.get('name')}")
-        if owner is None:
-            if event_age_seconds(event) < YOUNG_EVENT_SECONDS:
-                raise Requeue(2.0, "the object of the Event is not in the cache yet")
-            return
-        if not is_ours(owner, self.settings.local_cluster_id):
-            return
-        if involved.get("uid") and (owner.get("metadata") or {}).get("uid") != involved["uid"]:
-            return  # about an earlier object of that name
-        local_key = origin_key(owner)
-        pod = self.local_pods.get(local_key) if local_key else None
-        if pod is None or (pod.get("metadata") or {}).get("uid") != origin_uid(owner):
-            return
-        if not should_reflect(pod, self.policy):
-            return
-        desired = forge_local_event(
-            event,
-            pod,
-            host=self.settings.node_name,
-            component=vk_events.COMPONENT,
-            reporting_controller=vk_events.REPORTING_CONTROLLER,
-        )
-        self._write(desired, ObjectLogger(log, {"key": f"pod {local_key}"}))
+        waits = []
+        for uid, (pod, events) in self._events_of_pod(key).items():
+            logger = ObjectLogger(log, {"key": f"pod {_meta(pod).get('namespace')}/{_meta(pod).get('name')}"})
+            for group in pod_event_groups(events, container_names(pod)):
+                waits.append(self._converge(group, pod, uid, logger))
+        wait = min((w for w in waits if w > 0), default=0.0)
+        if wait > 0:
+            raise Requeue(wait, "local Events of this pod are rate-bounded")
 
-    def _write(self, desired: dict, logger: logging.LoggerAdapter) -> None:
-        name = desired["metadata"]["name"]
-        fingerprint = event_fingerprint(desired)
-        with self._lock:
-            if self._written.get(name) == fingerprint:
-                return
-        if not write_local_event(self._local, desired, logger, resource=self.resource):
-            return
-        with self._lock:
-            self._written[name] = fingerprint
-            self._written.move_to_end(name)
-            while len(self._written) > _REMEMBERED:
-                self._written.popitem(last=False)
+    def _converge(self, group: Aggregate, pod: Mapping, uid: str, logger: logging.LoggerAdapter) -> float:
+        """Write the local Event of ``group`` if it changed and its bounds allow; else the
+        seconds until they do (0: nothing to wait for, or dropped)."""
+        name = pod_event_name(pod, group)
 
+        def forge(count: int) -> dict:
+            return forge_object_event(
+                group, pod, kinds.PODS, count=count, host=self.settings.node_name,
+                component=vk_events.COMPONENT, reporting_controller=vk_events.REPORTING_CONTROLLER,
+            )
 
-def write_local_event(local: Kube, desired: dict, logger: logging.LoggerAdapter, *, resource: str) -> bool:
-    """Create the local copy ``desired``; if it exists (a restart, a resync, another
-    replica), merge-patch what a copy changes into it instead: no read first, so the
-    vkubelet needs only create and patch on local Events. False when the local API server
-    refused it for good (logged and counted); transient errors raise (the loop retries)."""
-    name = desired["metadata"]["name"]
-    namespace = desired["metadata"]["namespace"]
-    try:
-        local.create(kinds.EVENTS, desired, namespace=namespace)
-        metrics.wrote(resource, metrics.OPERATION_CREATE)
-        logger.debug("copied remote event %s %s", desired["reason"], name)
-        return True
-    except ApiError as exc:
-        if not exc.already_exists:
-            if exc.transient or exc.conflict:
-                raise
-            logger.warning("could not copy remote event %s: %s", desired["reason"], exc)
-            metrics.failed(resource, REASON_REFLECTION_FAILED)
-            return False
-    patch = {k: desired[k] for k in ("type", "reason", "message", "count", "lastTimestamp") if k in desired}
-    local.patch(kinds.EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
-    metrics.wrote(resource, metrics.OPERATION_UPDATE)
-    return True
+        decision = converge(self._ledger, self._local, name, group.counts, forge, owner=uid, logger=logger,
+                            resource=self.resource)
+        if decision.dropped:
+            self._dropped(decision.dropped, decision.bound, uid, logger)
+        return decision.wait
 
-
-def event_age_seconds(event: Mapping) -> float:
-    stamp = None
-    for name in ("lastTimestamp", "eventTime", "firstTimestamp"):
-        stamp = parse_time_or_none(event.get(name))
-        if stamp:
-            break
-    stamp = stamp or parse_time_or_none((event.get("metadata") or {}).get("creationTimestamp"))
-    if stamp is None:
-        return 0.0
-    return (datetime.now(timezone.utc) - stamp).total_seconds()
+    def _dropped(self, count: int, bound: str, uid: str, logger: logging.LoggerAdapter) -> None:
+        """Count what a budget dropped; say it once per pod (the remote's budget: at most
+        once a minute, whichever pod it was)."""
+        metrics.dropped_events(bound, count)
+        now = time.monotonic()
+        with self._log_lock:
+            if bound == BOUND_OBJECT:
+                if uid in self._said:
+                    return
+                self._said[uid] = None
+                while len(self._said) > 4096:
+                    self._said.popitem(last=False)
+                why = (f"the pod's budget ({POD_EVENT_BURST} new Events at once, then one every "
+                       f"{POD_EVENT_REFILL_SECONDS:.0f}s) is spent; said once per pod")
+            else:
+                if now - self._remote_said_at < REMOTE_DROP_LOG_SECONDS:
+                    return
+                self._remote_said_at = now
+                why = (f"the remote cluster's budget ({REMOTE_EVENT_BURST} new Events at once, then "
+                       f"{1 / REMOTE_EVENT_REFILL_SECONDS:.0f} a second, all pods together) is spent; "
+                       f"said at most every {REMOTE_DROP_LOG_SECONDS:.0f}s")
+        logger.warning("dropped %d remote Event(s) about this pod: %s; every one is counted in "
+                       "kube_offload_reflection_events_dropped_total", count, why)

@@ -7,7 +7,9 @@ a custom resource kind, also ``status``: a status written back to the local obje
 reflect, by the reason of the Warning Event it recorded (ReflectionConflict: a remote
 object of that name is not ours; ReflectionFailed: unreflectable or refused by the
 remote API server; ProviderPolicyRefused: the provider's policy for us refuses it, so it
-is not sent). Failed reconciles (an unreachable API server...) are counted per
+is not sent), ``kube_offload_reflection_events_dropped_total{bound}`` the remote Events
+about offloaded pods dropped because a budget was spent (``object``: the pod's own,
+``remote``: the remote cluster's). Failed reconciles (an unreachable API server...) are counted per
 controller by the runtime (``kube_offload_reconciles_total{controller="reflect-..."}``).
 """
 
@@ -45,3 +47,15 @@ def wrote(resource: str, operation: str) -> None:
 
 def failed(resource: str, reason: str) -> None:
     ERRORS.labels(resource=resource, reason=reason).inc()
+EVENTS_DROPPED = Counter(
+    "reflection_events_dropped",
+    "Remote Events about offloaded pods not copied because a budget was spent (docs/reflection.md#events): "
+    "bound=object, the pod's own; bound=remote, the remote cluster's, all its pods together.",
+    ["bound"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+
+
+def dropped_events(bound: str, count: int) -> None:
+    EVENTS_DROPPED.labels(bound=bound).inc(count)

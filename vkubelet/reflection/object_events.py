@@ -26,10 +26,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-import threading
-import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Mapping, Callable, Iterable
 
 from kube_offload import constants as c
@@ -43,14 +40,22 @@ from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 from kube_offload.views import metadata as _meta
 from vkubelet.shared import events as vk_events
 from vkubelet.reflection import forge as f, settings as s
-from vkubelet.shared import names as n
 from vkubelet.reflection.caches import owned_selector, shared_informer
-from vkubelet.reflection.events import YOUNG_EVENT_SECONDS, event_age_seconds, write_local_event
-from vkubelet.reflection.forge import event_fingerprint, event_count, event_time
+from vkubelet.reflection.event_copies import (
+    YOUNG_EVENT_SECONDS,
+    Aggregate,
+    CopyLedger,
+    converge,
+    event_age_seconds,
+    event_type_and_reason,
+    aggregate_event_name,
+    forge_object_event,
+)
 from vkubelet.reflection.policy import should_reflect
 from vkubelet.reflection.reflector import ReflectionLoop, is_terminating
 from vkubelet.reflection.settings import EVENTS
 from vkubelet.shared.origin import origin_key
+from vkubelet.shared.provider_bounds import EVENT_MESSAGE_BYTES, truncate_utf8
 from vkubelet.shared.trim import trim_event
 
 if TYPE_CHECKING:
@@ -85,12 +90,10 @@ MASK_ADDRESS: Final = "<provider address>"
 MASK_NODE: Final = "<provider node>"
 MASK_UID: Final = "<uid>"
 
-MESSAGE_LIMIT: Final = 1024
+MESSAGE_LIMIT: Final = EVENT_MESSAGE_BYTES
 
 # Rate bounds (docs/reflection.md#events-of-services-claims-and-ingresses): a local Event
-# already written is updated (its count) at most once per this many seconds; the loop
-# looks again when the interval is over, so the last count always lands.
-UPDATE_INTERVAL_SECONDS: Final = 15.0
+# already written is updated (its count) at most every 15 s (event_copies.py).
 # New local Events per local object: a burst of this many, then one per
 # NEW_EVENT_REFILL_SECONDS (a controller that puts a changing text in every message
 # cannot flood a local namespace; what waits is written later, not dropped).
@@ -135,7 +138,7 @@ def _mask_node(match: re.Match) -> str:
 def sanitize_message(message: str, *, twin_namespace: str, local_namespace: str) -> str:
     """The provider's ``message`` as the consumer's users may read it: the twin namespace
     named as the local one, UUIDs, addresses and node names masked, at most
-    :data:`MESSAGE_LIMIT` characters. Deterministic: the same remote text always gives the
+    :data:`MESSAGE_LIMIT` bytes. Deterministic: the same remote text always gives the
     same local text (the aggregation key)."""
     text = str(message or "")
     if twin_namespace and twin_namespace != local_namespace:
@@ -144,7 +147,7 @@ def sanitize_message(message: str, *, twin_namespace: str, local_namespace: str)
     text = _IPV4.sub(_mask_address, text)
     text = _IPV6.sub(_mask_address, text)
     text = _NODE.sub(_mask_node, text)
-    return text[:MESSAGE_LIMIT]
+    return truncate_utf8(text, MESSAGE_LIMIT)
 
 
 def copied(event: Mapping) -> bool:
@@ -152,150 +155,20 @@ def copied(event: Mapping) -> bool:
     return bool(event.get("reason")) and event.get("reason") not in INTERNAL_REASONS
 
 
-@dataclass
-class Aggregate:
-    """One local Event: every remote Event about one remote copy with this type, reason
-    and masked message. ``counts``: remote Event UID -> its count."""
-
-    type: str
-    reason: str
-    message: str
-    counts: dict[str, int] = field(default_factory=dict)
-    first: str | None = None
-    last: str | None = None
-    sources: set[str] = field(default_factory=set)
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts.values())
-
-
 def aggregate(events: Iterable[Mapping], sanitize: Callable[[str], str]) -> dict[tuple[str, str, str], Aggregate]:
     """The remote Events about one remote copy, grouped by (type, reason, masked message);
     those not :func:`copied` left out."""
     groups: dict[tuple[str, str, str], Aggregate] = {}
     for event in events:
-        if not copied(event):
+        kind = event_type_and_reason(event)
+        if kind is None or not copied(event):
             continue
-        type_ = str(event.get("type") or "Normal")
-        reason = str(event.get("reason"))
-        message = sanitize(str(event.get("message") or ""))
-        key = (type_, reason, message)
+        key = (*kind, sanitize(str(event.get("message") or "")))
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Aggregate(type_, reason, message)
-        uid = str(_meta(event).get("uid") or f"{_meta(event).get('namespace')}/{_meta(event).get('name')}")
-        group.counts[uid] = max(group.counts.get(uid, 0), event_count(event))
-        first = event_time(event, "firstTimestamp", "eventTime")
-        last = event_time(event, "lastTimestamp", "eventTime") or first
-        # RFC 3339 in UTC at second precision (format_time): they sort as text.
-        if first and (group.first is None or first < group.first):
-            group.first = first
-        if last and (group.last is None or last > group.last):
-            group.last = last
-        component = (event.get("source") or {}).get("component") or event.get("reportingComponent")
-        if component:
-            group.sources.add(str(component))
+            group = groups[key] = Aggregate(*key)
+        group.add(event)
     return groups
-
-
-def remember_counts(previous: Mapping[str, int], current: Mapping[str, int], limit: int = 64) -> dict[str, int]:
-    """The counts behind one local Event: what was seen before (a remote Event that has
-    expired since still counted) updated by what is seen now, never lower per remote
-    Event; at most ``limit`` remote Events remembered (the oldest first out)."""
-    merged = dict(previous)
-    for uid, count in current.items():
-        merged.pop(uid, None)
-        merged[uid] = max(previous.get(uid, 0), count)
-    while len(merged) > limit:
-        merged.pop(next(iter(merged)))
-    return merged
-
-
-def local_object_event_name(obj_name: str, kind: str, obj_uid: str, type_: str, reason: str, message: str) -> str:
-    """The one local Event of an aggregate: a function of the local object (kind, UID) and
-    the aggregation key only, so a restart or a resync finds it instead of making another."""
-    return n.local_event_name(obj_name, "\x00".join((kind, obj_uid, type_, reason, message)))
-
-
-def forge_object_event(
-    group: Aggregate,
-    local_obj: Mapping,
-    api_kind: Resource,
-    *,
-    count: int,
-    host: str,
-    component: str,
-    reporting_controller: str,
-) -> dict:
-    """The local Event of ``group`` about ``local_obj`` (a Service, claim or Ingress of
-    kind ``api_kind``), with ``count`` (the aggregate's, as remembered)."""
-    meta = _meta(local_obj)
-    involved = {
-        "apiVersion": api_kind.api_version,
-        "kind": api_kind.kind,
-        "namespace": meta.get("namespace"),
-        "name": meta.get("name"),
-        "uid": meta.get("uid"),
-    }
-    name = local_object_event_name(
-        str(meta.get("name") or ""), api_kind.kind, str(meta.get("uid") or ""), group.type, group.reason, group.message
-    )
-    event = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": name,
-            "namespace": meta.get("namespace"),
-            "annotations": {n.ANNOTATION_REMOTE_SOURCE: ",".join(sorted(group.sources))},
-        },
-        "involvedObject": {k: v for k, v in involved.items() if v},
-        "type": group.type,
-        "reason": group.reason,
-        "message": group.message,
-        "count": max(1, count),
-        "source": {"component": component, "host": host},
-        "reportingComponent": reporting_controller,
-        "reportingInstance": host,
-    }
-    if group.first:
-        event["firstTimestamp"] = group.first
-    if group.last or group.first:
-        event["lastTimestamp"] = group.last or group.first
-    return event
-
-
-class TokenBucket:
-    """A token bucket on an explicit clock: ``burst`` tokens, one more every
-    ``refill_seconds``. :meth:`wait` says how long until a token is there (0: now),
-    :meth:`take` spends one."""
-
-    def __init__(self, burst: int, refill_seconds: float, now: float) -> None:
-        self.burst = burst
-        self.refill_seconds = refill_seconds
-        self.tokens = float(burst)
-        self.stamp = now
-
-    def _refill(self, now: float) -> None:
-        if now > self.stamp:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) / self.refill_seconds)
-            self.stamp = now
-
-    def wait(self, now: float) -> float:
-        self._refill(now)
-        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) * self.refill_seconds
-
-    def take(self, now: float) -> None:
-        self._refill(now)
-        self.tokens = max(0.0, self.tokens - 1.0)
-
-
-def update_wait(last_written: float | None, now: float, interval: float = UPDATE_INTERVAL_SECONDS) -> float:
-    """Seconds until a local Event last written at ``last_written`` may be written again
-    (0: now; never written: now)."""
-    if last_written is None:
-        return 0.0
-    return max(0.0, last_written + interval - now)
 
 
 # --- the reflector ------------------------------------------------------------
@@ -304,10 +177,6 @@ BY_INVOLVED: Final = "by-involved"
 # Everything events.py does not watch: in practice Services, claims, Ingresses (what else
 # has Events in a twin namespace is rare, and dropped by the key function).
 FIELD_SELECTOR: Final = f"involvedObject.kind!=Pod,involvedObject.kind!={c.SHADOWPOD_KIND}"
-# Local Events (and local objects' budgets) remembered; the oldest are forgotten first
-# (forgetting one costs at most one patch that changes nothing, or one early write).
-_REMEMBERED = 4096
-
 log = logging.getLogger("kube_offload.vkubelet.reflection.object_events")
 
 
@@ -327,13 +196,6 @@ class _Kind:
     api_kind: Resource
     remote: MultiNamespaceInformer
     local: MultiNamespaceInformer
-
-
-def _bounded_put(store: OrderedDict, key: str, value: object) -> None:
-    store[key] = value
-    store.move_to_end(key)
-    while len(store) > _REMEMBERED:
-        store.popitem(last=False)
 
 
 class ObjectEventReflector(ReflectionLoop):
@@ -357,13 +219,8 @@ class ObjectEventReflector(ReflectionLoop):
             )
             local = self.scope.local_informer(resource, api_kind)
             self._kinds[api_kind.kind] = _Kind(resource, api_kind, remote, local)
-        self._lock = threading.Lock()
-        # Local Event name -> (what was written, when: monotonic seconds).
-        self._written: OrderedDict[str, tuple[tuple, float]] = OrderedDict()
-        # Local Event name -> remote Event UID -> count (remember_counts).
-        self._counts: OrderedDict[str, dict[str, int]] = OrderedDict()
-        # Local object UID -> its budget of new local Events.
-        self._budgets: OrderedDict[str, TokenBucket] = OrderedDict()
+        # What was written, the counts behind it, each local object's budget of new ones.
+        self._ledger = CopyLedger(NEW_EVENT_BURST, NEW_EVENT_REFILL_SECONDS)
         self.controller.watch(self.events, self._key)
 
     # --- the Loop protocol -------------------------------------------------------------------
@@ -429,38 +286,13 @@ class ObjectEventReflector(ReflectionLoop):
         """Write the local Event of ``group`` if it changed and its bounds allow; else
         the seconds until they do (0: nothing to wait for)."""
         meta = _meta(local)
-        name = local_object_event_name(
-            str(meta.get("name") or ""), api_kind.kind, str(meta.get("uid") or ""), group.type, group.reason, group.message
-        )
-        now = time.monotonic()
-        with self._lock:
-            counts = remember_counts(self._counts.get(name, {}), group.counts)
-            _bounded_put(self._counts, name, counts)
-            written = self._written.get(name)
-        desired = forge_object_event(
-            group, local, api_kind, count=sum(counts.values()), host=self.settings.node_name,
-            component=vk_events.COMPONENT, reporting_controller=vk_events.REPORTING_CONTROLLER,
-        )
-        fingerprint = event_fingerprint(desired)
-        if written is not None and written[0] == fingerprint:
-            return 0.0
-        budget: TokenBucket | None = None
-        if written is not None:
-            wait = update_wait(written[1], now)
-        else:
-            owner = str(meta.get("uid") or "")
-            with self._lock:
-                budget = self._budgets.get(owner)
-                if budget is None:
-                    budget = TokenBucket(NEW_EVENT_BURST, NEW_EVENT_REFILL_SECONDS, now)
-                _bounded_put(self._budgets, owner, budget)
-                wait = budget.wait(now)
-                if wait == 0:
-                    budget.take(now)
-        if wait > 0:
-            return wait
-        if not write_local_event(self._local, desired, logger, resource=self.resource):
-            return 0.0
-        with self._lock:
-            _bounded_put(self._written, name, (fingerprint, now))
-        return 0.0
+        name = aggregate_event_name(local, api_kind.kind, group)
+
+        def forge(count: int) -> dict:
+            return forge_object_event(
+                group, local, api_kind, count=count, host=self.settings.node_name,
+                component=vk_events.COMPONENT, reporting_controller=vk_events.REPORTING_CONTROLLER,
+            )
+
+        return converge(self._ledger, self._local, name, group.counts, forge, owner=str(meta.get("uid") or ""),
+                        logger=logger, resource=self.resource).wait

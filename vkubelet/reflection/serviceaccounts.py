@@ -241,6 +241,25 @@ class ServiceAccountTokenReflector:
         credential on the provider (vkubelet/home_api/pod_access.py)."""
         return resolve_mode(pod, self._twins.local_namespaces.get(namespace)).mode == API_SERVER_HOME
 
+    # --- the pod loop's gate ------------------------------------------------------------------
+    def export_pending(self, pod: Mapping) -> list[str]:
+        """The token Secret ``pod`` mounts, while the remote cache has none made for it (this
+        UID). The pod loop holds the pod's ShadowPod back meanwhile (bounded, as for by-use
+        exports: usage.hold_for_exports): the same pod event started the mint here, and a
+        remote pod started first waits for its volume, its kubelet recording a FailedMount
+        Warning that comes back to the local pod (seen on every offloaded pod on a real node)."""
+        meta = _meta(pod)
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if not namespace or not token_sources(pod):
+            return []
+        twin, _ = self._twins.pod_twin_for(namespace)
+        if twin is None or not self._home_mode(pod, namespace):
+            return []
+        secret = self.remote.get(f"{twin}/{n.token_secret_name(name)}")
+        if secret is not None and (_meta(secret).get("annotations") or {}).get(c.ANNOTATION_ORIGIN_UID) == meta.get("uid"):
+            return []
+        return [f"token Secret {n.token_secret_name(name)}"]
+
     # --- reconcile ---------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
         logger = ObjectLogger(log, {"key": f"pod {key}"})

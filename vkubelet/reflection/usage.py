@@ -168,4 +168,4 @@ def hold_for_exports(pending: list[str], waited_seconds: float | None, limit: fl
     (None: unknown, so no waiting)."""
     if not pending or waited_seconds is None or waited_seconds >= limit:
         return None
-    return f"waiting for {', '.join(pending)} to be exported (by-use policy, at most {limit:g}s)"
+    return f"waiting for {', '.join(pending)} to be exported (by-use policy, service-account tokens; at most {limit:g}s)"

@@ -13,6 +13,8 @@
 * ``provider_terms`` - what the provider grants us (its Consumer: admitted, quota,
   cordoned, policy); ``policy_fit`` - what its policy takes out of what we send (pods and
   reflected objects); ``policy_events`` - each of those notes told once per object;
+* ``provider_bounds`` - what we take back from the provider, and how much: the sizes and
+  counts of a remote pod's status and of remote Events, the pod IPs shown;
 * ``events`` - the Event recorder; ``ip_remapping`` - pod IPs between overlapping CIDRs;
   ``settings_error`` - the error of a setting that cannot work;
 * ``loops`` - what a loop factory is handed (``LoopContext``) and gives back.

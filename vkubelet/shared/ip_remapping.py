@@ -16,9 +16,11 @@ job, configured with the same four CIDRs (docs/virtual-kubelet.md, "Pod IP remap
 
 Both CIDRs of a mapping are given (a real CIDR and its remapped one, same family, same
 prefix length), one mapping per address family; nothing given = no remapping (addresses
-shown as they are). An address outside every real CIDR (a host-network pod's node IP, an
-endpoint of a pod running in a third cluster) is left as it is and reported by
-:meth:`Remapping.outside`, so that callers can say so.
+shown as they are). An address outside every real CIDR (a pod IP the provider chose out
+of range, an endpoint of a pod running in a third cluster) is left as it is by
+:meth:`Remapping.translate` and named by :meth:`Remapping.outside`, so that callers decide:
+the pod loop does not show such a pod IP (provider_bounds.shown_pod_ips), reflection logs
+such an endpoint.
 """
 
 from __future__ import annotations
@@ -223,7 +225,8 @@ def add_remapping_flags(parser: argparse.ArgumentParser, component: str) -> None
     group = parser.add_argument_group("pod IP remapping (docs/virtual-kubelet.md, \"Pod IP remapping\")")
     add_flag(group, component, REMOTE_POD_CIDR_FLAG, default="",
              help="the remote cluster's pod CIDR as its network plugin assigns it (one per address family, "
-                  "comma-separated); with --remote-pod-cidr-remapped")
+                  "comma-separated); with --remote-pod-cidr-remapped (the same CIDR there: checked, not "
+                  "translated). A remote pod IP outside it is not shown on the local pod")
     add_flag(group, component, REMOTE_POD_CIDR_REMAPPED_FLAG, default="",
              help="the remote pod CIDR as the local cluster reaches it (its external CIDR, same prefix length): "
                   "offloaded pods' podIP/podIPs are shown in it; unset: shown as the remote cluster assigns them")

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload.runtime.interning import interned  # the caches share it; the bench swaps it here
 from vkubelet.shared import names as reflection_names
+from vkubelet.shared.provider_bounds import EVENT_MESSAGE_BYTES, REASON_BYTES, bounded_status_texts, truncate_utf8
 from vkubelet.shared.remote_events import says_something_new
 
 # The object identity every cache keeps: the informer keys objects by namespace/name and
@@ -38,8 +39,8 @@ _IDENTITY = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
 _ORIGIN_ANNOTATIONS = (c.ANNOTATION_ORIGIN_NAMESPACE, c.ANNOTATION_ORIGIN_NAME, c.ANNOTATION_ORIGIN_UID)
 
 # Remote pod status: what vkubelet/pods/status.py desired_status / remote_pod_ips /
-# remote_unschedulable read. Entries are kept whole (container statuses are copied
-# to the local pod as they are).
+# remote_unschedulable read. Entries are kept whole, their texts bounded as the local pod
+# will show them (provider_bounds.py): a provider's 1 MB message costs no memory here.
 REMOTE_POD_STATUS = (
     "phase",
     "conditions",
@@ -55,7 +56,7 @@ REMOTE_POD_STATUS = (
 # sends. The lists are kept whole: a merge patch replaces a list, so the containers and
 # tolerations sent must be the template's own, complete.
 SHADOWPOD_TEMPLATE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
-# Event fields vkubelet/reflection/events.py (forge_local_event and its reflector) reads.
+# Event fields vkubelet/reflection/events.py (pod_event_groups and its reflector) reads.
 EVENT_FIELDS = (
     "type",
     "reason",
@@ -66,8 +67,6 @@ EVENT_FIELDS = (
     "reportingComponent",
 )
 EVENT_INVOLVED = ("kind", "namespace", "name", "uid", "fieldPath")
-# forge_local_event copies at most this much of a message; keeping more is never read.
-EVENT_MESSAGE_LIMIT = 1024
 
 
 
@@ -113,7 +112,7 @@ def trim_remote_pod(pod: dict) -> dict:
     if owners:
         metadata["ownerReferences"] = owners
     trimmed["metadata"] = metadata
-    trimmed["status"] = _pick(pod.get("status"), REMOTE_POD_STATUS)
+    trimmed["status"] = bounded_status_texts(_pick(pod.get("status"), REMOTE_POD_STATUS))
     return interned(trimmed)
 
 
@@ -150,8 +149,9 @@ def trim_event(event: dict) -> dict:
     Ingresses, in the twin namespaces, read by Event reflection
     (vkubelet/reflection/events.py, object_events.py and their forge/ modules). Keeps:
     identity; the involved object's kind, namespace, name, UID and fieldPath; type,
-    reason, count, the timestamps, the series' count and last time, the source component
-    and reportingComponent; the message up to the 1,024 characters a copy takes.
+    reason (up to the 128 bytes a copy takes), count, the timestamps, the series' count and
+    last time, the source component and reportingComponent; the message up to the 1,024
+    bytes a copy takes.
     An Event never copied (the enforcer's routine PodCreated, one per pod:
     remote_events.ROUTINE_REMOTE_EVENTS) keeps only what says so and what the informer
     needs: name, namespace, resourceVersion, the involved kind, type and reason."""
@@ -165,9 +165,12 @@ def trim_event(event: dict) -> dict:
     trimmed["metadata"] = _metadata(event)
     trimmed["involvedObject"] = _pick(event.get("involvedObject"), EVENT_INVOLVED)
     trimmed.update(_pick(event, EVENT_FIELDS))
+    # A copy takes no more of them (provider_bounds.py); keeping more is never read.
+    if isinstance(trimmed.get("reason"), str):
+        trimmed["reason"] = truncate_utf8(trimmed["reason"], REASON_BYTES)
     message = event.get("message")
     if message is not None:
-        trimmed["message"] = str(message)[:EVENT_MESSAGE_LIMIT]
+        trimmed["message"] = truncate_utf8(str(message), EVENT_MESSAGE_BYTES)
     series = _pick(event.get("series"), ("count", "lastObservedTime"))
     if series:
         trimmed["series"] = series

@@ -16,6 +16,7 @@ MESSAGE = readiness.unreachable_message("kube-offload-remote-1", "remote-1")
 def running_pod(**status_extra) -> dict:
     return {
         "metadata": {"name": "web", "namespace": "demo", "resourceVersion": "7"},
+        "spec": {"containers": [{"name": "app"}], "initContainers": [{"name": "init"}]},
         "status": {
             "phase": "Running",
             "podIP": "10.0.0.5",

@@ -18,7 +18,12 @@ def _local(**status) -> dict:
         "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
     }
     base.update(status)
-    return {"metadata": {"name": "web-1", "namespace": "demo", "uid": "u1", "resourceVersion": "42"}, "status": base}
+    return {
+        "metadata": {"name": "web-1", "namespace": "demo", "uid": "u1", "resourceVersion": "42"},
+        "spec": {"containers": [{"name": "app", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                 "initContainers": [{"name": "init"}]},
+        "status": base,
+    }
 
 
 def _remote(restarts: int = 0, **status) -> dict:
@@ -194,11 +199,29 @@ def test_pod_ips_are_shown_in_the_remote_cidr_as_the_local_cluster_sees_it():
     assert remote["status"]["podIP"] == "10.0.3.7"
 
 
-def test_a_pod_ip_outside_the_remote_pod_cidr_is_kept_and_reported():
-    remote = _remote(podIP="192.168.5.5", podIPs=[{"ip": "192.168.5.5"}])  # e.g. a host-network pod
-    desired = desired_status(_local(), remote, _shadowpod(0), HOST, _remapping())
-    assert desired["podIP"] == "192.168.5.5" and desired["podIPs"] == [{"ip": "192.168.5.5"}]
+def test_a_pod_ip_outside_the_remote_pod_cidr_is_not_shown():
+    """The provider chose it (no honest provider's pod has one: the enforcer refuses
+    hostNetwork): a local client would reach whatever it is."""
+    remote = _remote(podIP="192.168.5.5", podIPs=[{"ip": "192.168.5.5"}])
+    local = _local(podIP="10.100.0.7", podIPs=[{"ip": "10.100.0.7"}])
+    desired = desired_status(local, remote, _shadowpod(0), HOST, _remapping())
+    # Cleared rather than kept: the last good address may be another pod's by now.
+    assert desired["podIP"] is None and desired["podIPs"] is None
+    assert status_patch(local, desired)["status"]["podIP"] is None
     assert _remapping().outside(remote_pod_ips(remote)) == ["192.168.5.5"]
+    # One family inside, one outside: the one inside is shown.
+    dual = _remote(podIP="10.0.3.7", podIPs=[{"ip": "10.0.3.7"}, {"ip": "fd00:77::7"}])
+    desired = desired_status(_local(), dual, _shadowpod(0), HOST, _remapping())
+    assert desired["podIP"] == "10.100.3.7" and desired["podIPs"] == [{"ip": "10.100.3.7"}]
+
+
+def test_pod_ips_are_valid_addresses_one_per_family():
+    remote = _remote(podIP="10.0.3.7", podIPs=[{"ip": "10.0.3.7"}, {"ip": "10.0.3.8"}, {"ip": "not-an-ip"}, {"ip": "fd00:10::7"}])
+    desired = desired_status(_local(), remote, _shadowpod(0), HOST, _remapping())
+    assert desired["podIPs"] == [{"ip": "10.100.3.7"}, {"ip": "fd00:99::7"}]
+    # With no range configured, every valid address is shown as it is.
+    desired = desired_status(_local(), remote, _shadowpod(0), HOST)
+    assert desired["podIP"] == "10.0.3.7" and desired["podIPs"] == [{"ip": "10.0.3.7"}, {"ip": "fd00:10::7"}]
 
 
 def test_without_remapping_pod_ips_are_the_remote_ones():
@@ -270,3 +293,62 @@ def test_worth_hurrying_is_the_milestones_a_user_waits_for(event, old, new, hurr
 def test_a_resync_is_never_hurried():
     pod = _pod("Running", "True")
     assert st.worth_hurrying("MODIFIED", pod, pod) is False
+
+
+# --- what the provider writes is bounded (vkubelet/shared/provider_bounds.py) -----------------------
+def test_messages_and_reasons_the_provider_writes_are_cut_at_their_bounds():
+    remote = _remote(message="m" * 100_000, reason="Q" * 1000)
+    remote["status"]["conditions"][2].update(message="r" * 100_000, reason="R" * 1000)
+    remote["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "T" * 1000, "message": "t" * 100_000}}
+    remote["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "W" * 1000, "message": "w" * 100_000}}
+    desired = desired_status(_local(), remote, _shadowpod(0), HOST)
+    assert desired["message"] == "m" * 4096 and desired["reason"] == "Q" * 128
+    ready = next(c for c in desired["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == "r" * 4096 and ready["reason"] == "R" * 128
+    [app] = desired["containerStatuses"]
+    # Two containers (app, init): each gets the kubelet's 4 KiB, within 12 KiB for the pod.
+    assert app["lastState"]["terminated"] == {"exitCode": 1, "reason": "T" * 128, "message": "t" * 4096}
+    assert app["state"]["waiting"] == {"reason": "W" * 128, "message": "w" * 4096}
+
+
+def test_many_containers_share_twelve_kib_of_state_messages():
+    local = _local()
+    local["spec"]["containers"] = [{"name": f"c{i}"} for i in range(6)]
+    statuses = [{"name": f"c{i}", "restartCount": 0, "state": {"terminated": {"exitCode": 1, "message": "x" * 10_000}}}
+                for i in range(6)]
+    desired = desired_status(local, _remote(containerStatuses=statuses), _shadowpod(0), HOST)
+    # 7 containers with the init one: 12288 // 7 bytes each, as the kubelet's normalizeStatus divides it.
+    assert [len(s["state"]["terminated"]["message"]) for s in desired["containerStatuses"]] == [12288 // 7] * 6
+
+
+def test_only_the_kubelets_conditions_come_from_the_remote_pod_each_once():
+    remote = _remote()
+    remote["status"]["conditions"] += [
+        {"type": "example.com/provider-says", "status": "True", "message": "trust me"},
+        {"type": "target-health.example.com/lb", "status": "True"},  # posing as a local readiness gate
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},  # the enforcer recreates it
+        {"type": "Ready", "status": "False", "reason": "Second"},
+    ]
+    types = [c["type"] for c in desired_status(_local(), remote, None, HOST)["conditions"]]
+    assert types == ["PodScheduled", "Initialized", "Ready", "ContainersReady"]
+    ready = next(c for c in desired_status(_local(), remote, None, HOST)["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"  # the first Ready, not the one after it
+
+
+def test_container_statuses_only_of_the_local_pods_containers_one_each():
+    app = _remote()["status"]["containerStatuses"][0]
+    mounts = [{"name": f"m{i}", "mountPath": f"/m{i}"} for i in range(50)]
+    statuses = [{**app, "volumeMounts": mounts}, {**app, "name": "ghost"}, {**app, "restartCount": 99}]
+    desired = desired_status(_local(), _remote(containerStatuses=statuses, initContainerStatuses=[
+        {"name": "init", "restartCount": 0, "state": {}}, {"name": "app", "restartCount": 0, "state": {}}]), None, HOST)
+    [status] = desired["containerStatuses"]
+    assert status["name"] == "app" and status["restartCount"] == 0  # the first one
+    assert len(status["volumeMounts"]) == 1  # the local container mounts one volume
+    assert [s["name"] for s in desired["initContainerStatuses"]] == ["init"]
+    # Nothing of a container the pod does not have: the field is left as it was.
+    assert "containerStatuses" not in desired_status(_local(), _remote(containerStatuses=[{**app, "name": "ghost"}]), None, HOST)
+
+
+def test_a_phase_the_api_does_not_define_leaves_the_local_phase():
+    assert "phase" not in desired_status(_local(phase="Running"), _remote(phase="Hacked"), None, HOST)

@@ -21,9 +21,7 @@ from vkubelet.reflection.serviceaccounts import (
     TokenSource, forge_token_secret, service_account_name, token_refresh_at, token_secret_is_current, token_secret_selector,
     token_sources,
 )
-from vkubelet.reflection.forge import event_fingerprint
 from vkubelet.shared.remote_events import says_something_new
-from vkubelet.reflection.events import forge_local_event
 from vkubelet.reflection.policy import SERVICE_ACCOUNT_TOKEN_TYPE
 from vkubelet.shared import names as n
 
@@ -437,14 +435,6 @@ def _remote_event(**extra) -> dict:
     return event
 
 
-LOCAL_POD = {"metadata": {"name": "web-1", "namespace": "demo", "uid": "local-pod-uid"}}
-
-
-def _local_event(remote: dict) -> dict:
-    return forge_local_event(remote, LOCAL_POD, host=NODE, component="kube-offload-vkubelet",
-                               reporting_controller="kube-offload.io/vkubelet")
-
-
 def test_the_enforcers_routine_pod_created_is_not_copied_the_rest_is():
     # The local pod's own Offloaded Event already says its ShadowPod made a pod.
     shadowpod = {"kind": "ShadowPod", "namespace": "demo-local", "name": "web-1", "uid": "shp-uid"}
@@ -459,39 +449,6 @@ def test_the_enforcers_routine_pod_created_is_not_copied_the_rest_is():
     assert says_something_new(_remote_event())  # a Warning BackOff
     # A Pod's Event named like the enforcer's is not the enforcer's: copied.
     assert says_something_new(_remote_event(type="Normal", reason="PodCreated"))
-
-
-def test_remote_event_becomes_an_event_of_the_local_pod():
-    event = _local_event(_remote_event())
-    assert event["metadata"]["namespace"] == "demo"
-    assert event["metadata"]["name"] == n.local_event_name("web-1", "remote-event-uid")
-    assert event["metadata"]["annotations"] == {n.ANNOTATION_REMOTE_SOURCE: "kubelet"}
-    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "demo", "name": "web-1",
-                                       "uid": "local-pod-uid", "fieldPath": "spec.containers{c}"}
-    assert (event["type"], event["reason"], event["count"]) == ("Warning", "BackOff", 3)
-    assert event["message"] == "Back-off restarting failed container"
-    assert event["source"] == {"component": "kube-offload-vkubelet", "host": NODE}
-    assert (event["firstTimestamp"], event["lastTimestamp"]) == ("2026-01-01T12:00:00Z", "2026-01-01T12:05:00Z")
-
-
-def test_event_name_depends_on_the_remote_event_uid_only():
-    first = _local_event(_remote_event())
-    again = _local_event(_remote_event(count=4, lastTimestamp="2026-01-01T12:06:00Z"))
-    other = _local_event(_remote_event(metadata={"name": "x", "namespace": "demo-local", "uid": "another-uid"}))
-    assert first["metadata"]["name"] == again["metadata"]["name"] != other["metadata"]["name"]
-    assert event_fingerprint(again) != event_fingerprint(first)
-    assert event_fingerprint(first) == event_fingerprint(copy.deepcopy(first))
-
-
-def test_new_style_event_without_legacy_timestamps_or_count():
-    remote = _remote_event(firstTimestamp=None, lastTimestamp=None, count=None, source={},
-                           eventTime="2026-01-01T12:00:01.654321Z", reportingComponent="default-scheduler")
-    remote["involvedObject"] = {"kind": "ShadowPod", "namespace": "demo-local", "name": "web-1"}
-    event = _local_event(remote)
-    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-01-01T12:00:01Z"
-    assert event["count"] == 1
-    assert "fieldPath" not in event["involvedObject"] and event["involvedObject"]["kind"] == "Pod"
-    assert event["metadata"]["annotations"][n.ANNOTATION_REMOTE_SOURCE] == "default-scheduler"
 
 
 # --- names ------------------------------------------------------------------------------------------------

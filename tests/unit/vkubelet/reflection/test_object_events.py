@@ -1,6 +1,7 @@
-"""Events of reflected Services, claims and Ingresses (vkubelet/reflection/object_events.py's forge): what
-crosses from the provider, how remote Events aggregate onto one local Event, the rate
-bounds on an explicit clock, and which loops run (loops.py)."""
+"""Events of reflected Services, claims and Ingresses (vkubelet/reflection/object_events.py's forge,
+and what it shares with the pods' Events in event_copies.py): what crosses from the provider, how
+remote Events aggregate onto one local Event, the rate bounds on an explicit clock, and which loops
+run (loops.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from kube_offload.runtime import kinds
 from vkubelet.shared import names as n
 from vkubelet.reflection import settings as s
+from vkubelet.reflection import event_copies as ec
 from vkubelet.reflection import object_events as oe
 from vkubelet.reflection.loops import reflection_loops
 from vkubelet.reflection.object_events import FIELD_SELECTOR, ObjectEventReflector, by_involved
@@ -104,44 +106,44 @@ def test_remote_events_differing_only_in_what_is_masked_add_up_on_one_local_even
 
 def test_the_local_event_is_about_the_local_object_and_named_by_its_key():
     [group] = oe.aggregate([remote_event(count=4)], sanitize).values()
-    event = oe.forge_object_event(group, LOCAL_SVC, kinds.SERVICES, count=4, host="vk-remote", component="kube-offload-vkubelet",
+    event = ec.forge_object_event(group, LOCAL_SVC, kinds.SERVICES, count=4, host="vk-remote", component="kube-offload-vkubelet",
                                   reporting_controller="kube-offload.io/vkubelet")
     # What `kubectl describe service web` selects by: kind, name, namespace, UID.
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Service", "namespace": LOCAL_NS, "name": "web", "uid": "local-svc-uid"}
     assert event["metadata"]["namespace"] == LOCAL_NS
-    assert event["metadata"]["name"] == oe.local_object_event_name("web", "Service", "local-svc-uid", group.type, group.reason, group.message)
+    assert event["metadata"]["name"] == ec.local_object_event_name("web", "Service", "local-svc-uid", group.type, group.reason, group.message)
     assert event["metadata"]["name"].startswith("web.ko")
     assert event["metadata"]["annotations"] == {n.ANNOTATION_REMOTE_SOURCE: "service-controller"}
     assert (event["type"], event["reason"], event["count"]) == ("Warning", "SyncLoadBalancerFailed", 4)
     assert event["source"] == {"component": "kube-offload-vkubelet", "host": "vk-remote"}
     assert (event["firstTimestamp"], event["lastTimestamp"]) == ("2026-11-27T06:00:00Z", "2026-11-27T06:01:00Z")
-    ingress = oe.forge_object_event(group, LOCAL_INGRESS, kinds.INGRESSES, count=1, host="vk", component="c", reporting_controller="r")
+    ingress = ec.forge_object_event(group, LOCAL_INGRESS, kinds.INGRESSES, count=1, host="vk", component="c", reporting_controller="r")
     assert ingress["involvedObject"]["apiVersion"] == "networking.k8s.io/v1" and ingress["involvedObject"]["kind"] == "Ingress"
 
 
 def test_one_name_per_object_and_key_whatever_the_remote_event():
     key = ("Service", "local-svc-uid", "Warning", "SyncLoadBalancerFailed", "m")
-    name = oe.local_object_event_name("web", *key)
-    assert name == oe.local_object_event_name("web", *key)
-    assert name != oe.local_object_event_name("web", "Service", "local-svc-uid", "Warning", "SyncLoadBalancerFailed", "other")
+    name = ec.local_object_event_name("web", *key)
+    assert name == ec.local_object_event_name("web", *key)
+    assert name != ec.local_object_event_name("web", "Service", "local-svc-uid", "Warning", "SyncLoadBalancerFailed", "other")
     # The same name re-created locally (another UID) gets Events of its own.
-    assert name != oe.local_object_event_name("web", "Service", "new-uid", "Warning", "SyncLoadBalancerFailed", "m")
+    assert name != ec.local_object_event_name("web", "Service", "new-uid", "Warning", "SyncLoadBalancerFailed", "m")
 
 
 def test_counts_are_remembered_past_the_remote_events_expiry_and_never_go_down():
-    first = oe.remember_counts({}, {"e1": 5})
+    first = ec.remember_counts({}, {"e1": 5})
     # e1 expired remotely (event TTL); e2 says the same thing again: the local count goes on.
-    again = oe.remember_counts(first, {"e2": 1})
+    again = ec.remember_counts(first, {"e2": 1})
     assert sum(again.values()) == 6
     # A stale cache answer (a lower count for a known Event) does not lower it.
-    assert oe.remember_counts(again, {"e2": 0}) == {"e1": 5, "e2": 1}
-    bounded = oe.remember_counts({f"e{i}": 1 for i in range(64)}, {"new": 1}, limit=64)
+    assert ec.remember_counts(again, {"e2": 0}) == {"e1": 5, "e2": 1}
+    bounded = ec.remember_counts({f"e{i}": 1 for i in range(64)}, {"new": 1}, limit=64)
     assert len(bounded) == 64 and "new" in bounded and "e0" not in bounded
 
 
 # --- rate bounds ---------------------------------------------------------------------------------------
 def test_new_local_events_per_object_come_in_a_burst_then_one_per_refill():
-    bucket = oe.TokenBucket(burst=3, refill_seconds=60.0, now=1000.0)
+    bucket = ec.TokenBucket(burst=3, refill_seconds=60.0, now=1000.0)
     for _ in range(3):
         assert bucket.wait(1000.0) == 0.0
         bucket.take(1000.0)
@@ -155,9 +157,9 @@ def test_new_local_events_per_object_come_in_a_burst_then_one_per_refill():
 
 
 def test_a_written_local_event_is_updated_at_most_once_per_interval():
-    assert oe.update_wait(None, 100.0) == 0.0
-    assert oe.update_wait(100.0, 105.0, interval=15.0) == pytest.approx(10.0)
-    assert oe.update_wait(100.0, 115.0, interval=15.0) == 0.0
+    assert ec.update_wait(None, 100.0) == 0.0
+    assert ec.update_wait(100.0, 105.0, interval=15.0) == pytest.approx(10.0)
+    assert ec.update_wait(100.0, 115.0, interval=15.0) == 0.0
 
 
 # --- the loop's pure parts ------------------------------------------------------------------------------

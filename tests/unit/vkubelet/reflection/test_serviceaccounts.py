@@ -45,6 +45,7 @@ def tokens(monkeypatch) -> ServiceAccountTokenReflector:
     twins.requests.apply(ADDED, builders.twin_request(TWIN, settings.tenant_namespace))
     reflector = ServiceAccountTokenReflector(LoopContext(settings, informers, twins, recorder, None))  # type: ignore[arg-type]
     reflector.deleted = []  # type: ignore[attr-defined]
+    reflector.shared = informers  # type: ignore[attr-defined]  (the pod loop's, in the gate's test)
 
     def mint(*_args, **_kwargs):
         raise Minted()
@@ -88,3 +89,50 @@ def test_opting_the_namespace_out_withdraws_the_token_secret(tokens):
     tokens._twins.local_namespaces.apply(MODIFIED, _namespace({c.ANNOTATION_API_SERVER: c.API_SERVER_DISABLED}, rv="2"))
     tokens.reconcile(KEY)
     assert tokens.deleted == [f"{TWIN}/kube-offload-token-web"]
+
+
+# --- the pod loop waits for the token Secret (no FailedMount on the provider) -----------------
+def test_a_pod_waits_for_its_token_secret_made_for_its_uid(tokens):
+    pod = _pod()
+    assert tokens.export_pending(pod) == ["token Secret kube-offload-token-web"]
+    other = _existing_token_secret()
+    other["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID] = "u0"  # an older pod of that name
+    tokens.remote._children[TWIN].apply(ADDED, other)
+    assert tokens.export_pending(pod) == ["token Secret kube-offload-token-web"]
+    tokens.remote._children[TWIN].apply(MODIFIED, {**_existing_token_secret(),
+                                                   "metadata": {**_existing_token_secret()["metadata"], "resourceVersion": "2"}})
+    assert tokens.export_pending(pod) == []
+
+
+@pytest.mark.parametrize("mode", [c.API_SERVER_DISABLED, c.API_SERVER_REMOTE])
+def test_a_pod_with_no_home_token_waits_for_nothing(tokens, mode):
+    assert tokens.export_pending(_pod(**{c.ANNOTATION_API_SERVER: mode})) == []
+    untokened = _pod()
+    untokened["spec"]["volumes"] = []
+    assert tokens.export_pending(untokened) == []
+
+
+def test_the_shadowpod_is_created_once_the_token_secret_is_there(tokens, monkeypatch):
+    from datetime import datetime, timezone
+
+    from kube_offload.runtime.controller import Requeue
+    from vkubelet.pods.reconcile import PodOffloader
+
+    loop = PodOffloader(tokens.settings, tokens.shared, tokens._twins, tokens._recorder)
+    loop.export_gates = [tokens.export_pending]  # as the runner wires it
+    for informer in (loop.shadowpods, loop.remote_pods):
+        informer._children[TWIN]._synced.set()
+    created: list[dict] = []
+    monkeypatch.setattr(loop.kube, "create", lambda kind, body, namespace=None: created.append(body) or body)
+    monkeypatch.setattr(loop.local.kube, "patch", lambda *args, **kwargs: {})
+    monkeypatch.setattr(tokens._recorder, "normal", lambda obj, reason, message: None)
+    monkeypatch.setattr(tokens._recorder, "warning", lambda obj, reason, message: None)
+    pod = _pod()
+    pod["metadata"]["creationTimestamp"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tokens.local_pods.apply(ADDED, pod)
+    with pytest.raises(Requeue, match="token Secret kube-offload-token-web"):
+        loop.reconcile(KEY)
+    assert created == []
+    tokens.remote._children[TWIN].apply(ADDED, _existing_token_secret())  # the reflector's write, seen
+    loop.reconcile(KEY)
+    assert [body["kind"] for body in created] == ["ShadowPod"]

@@ -24,6 +24,7 @@ from kube_offload import shadowpod as sp
 from kube_offload.pod_updates import template_patch
 from kube_offload.remote_resources import is_ours
 from kube_offload.provider_policy import parse_policy
+from kube_offload.runtime import kinds
 from kube_offload.times import parse_time_or_none
 from vkubelet.pods import status as st
 from vkubelet.pods import termination as term
@@ -37,9 +38,9 @@ from vkubelet.reflection import forge as f
 from vkubelet.reflection.serviceaccounts import TokenSource, token_refresh_at, token_secret_is_current, token_sources
 from vkubelet.reflection.forge import event_count
 from vkubelet.shared.remote_events import says_something_new
-from vkubelet.reflection.events import forge_local_event
 from vkubelet.shared import names as n
-from vkubelet.reflection.events import event_age_seconds
+from vkubelet.reflection.event_copies import event_age_seconds, forge_object_event
+from vkubelet.reflection.events import container_names, pod_event_groups
 from vkubelet.settings import Settings
 from vkubelet.pods.translation import TranslationContext, build_shadowpod_for
 from vkubelet.shared.origin import origin_key, origin_uid
@@ -226,6 +227,12 @@ def test_the_template_update_is_the_same_patch_from_a_trimmed_shadowpod(objects)
 
 
 # --- Events -------------------------------------------------------------------------------------
+def _copies(events: list[dict], local: dict, **forged: str) -> list[dict]:
+    """The local Events the pods' Event reflection makes of ``events`` (events.py)."""
+    return [forge_object_event(group, local, kinds.PODS, count=group.count, **forged)
+            for group in pod_event_groups(events, container_names(local))]
+
+
 def test_event_keeps_what_its_local_copy_is_made_of(objects):
     copied = [event for event in objects["events"] if says_something_new(event)]
     assert copied, "the fixture has no copied Event"
@@ -237,7 +244,7 @@ def test_event_keeps_what_its_local_copy_is_made_of(objects):
         assert set(trimmed["metadata"]) == _identity_keys(event)
         local = objects["local_pod"]
         forged = dict(host=NODE, component="kube-offload-vkubelet", reporting_controller="kube-offload.io/vkubelet")
-        assert forge_local_event(trimmed, local, **forged) == forge_local_event(event, local, **forged)
+        assert _copies([trimmed], local, **forged) == _copies([event], local, **forged)
         assert event_age_seconds(trimmed) == pytest.approx(event_age_seconds(event), abs=1.0)
 
 
@@ -252,22 +259,27 @@ def test_an_event_never_copied_keeps_only_what_says_so(objects):
     assert "message" not in trimmed and "firstTimestamp" not in trimmed
 
 
-def test_event_with_series_source_field_path_and_a_long_message(objects):
+def test_event_with_series_source_field_path_and_a_long_reason_and_message(objects):
     event = copy.deepcopy(next(e for e in objects["events"] if says_something_new(e)))
     event.update(
-        message="m" * 5000,
+        reason="R" * 500,
+        message="é" * 5000,
         count=None,
         series={"count": 7, "lastObservedTime": "2026-11-23T22:00:00.000000Z"},
         source={"component": "kubelet", "host": "node-1"},
         lastTimestamp=None,
         firstTimestamp="2026-11-23T21:00:00Z",
     )
-    event["involvedObject"]["fieldPath"] = "spec.containers{c}"
+    container = objects["local_pod"]["spec"]["containers"][0]["name"]
+    event["involvedObject"]["fieldPath"] = f"spec.containers{{{container}}}"
     trimmed = trim.trim_event(copy.deepcopy(event))
-    assert len(trimmed["message"]) == trim.EVENT_MESSAGE_LIMIT
+    # No more than a copy takes, in bytes (provider_bounds.py).
+    assert trimmed["message"] == "é" * 512 and trimmed["reason"] == "R" * 128
     assert trimmed["source"] == {"component": "kubelet"}
     forged = dict(host=NODE, component="x", reporting_controller="y")
-    assert forge_local_event(trimmed, objects["local_pod"], **forged) == forge_local_event(event, objects["local_pod"], **forged)
+    [copied] = _copies([trimmed], objects["local_pod"], **forged)
+    assert [copied] == _copies([event], objects["local_pod"], **forged)
+    assert copied["involvedObject"]["fieldPath"] == f"spec.containers{{{container}}}"
     assert event_count(trimmed) == 7
 
 
