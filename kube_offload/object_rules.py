@@ -217,16 +217,19 @@ def host_granted(host: str, domains: tuple[str, ...]) -> bool:
     return any(name == d or name.endswith(f".{d}") for d in (d.lstrip(".").rstrip(".") for d in domains))
 
 
+def _class_not_granted(key: str, field: str, shown: str, classes: tuple[str, ...], ctx: Context) -> list[Violation]:
+    """A class (``shown``: its name, or what no name means) the provider does not grant: not sent."""
+    return [Violation(key, field, f"{shown} is not granted to {ctx.who} (granted: {granted_list(classes)}); {grant(key)}",
+                      "name a granted class")]
+
+
 def ingress_classes(ing: Mapping[str, Any], ctx: Context) -> list[Violation]:
     name = text(mapping(ing, "spec", ""), "ingressClassName", "spec")
     classes = ctx.policy.ingress.classes
     if name and name in classes:
         return []
     shown = repr(name) if name else "none given (the provider's default class would serve it)"
-    return [Violation(
-        "ingress.classes", "spec.ingressClassName",
-        f"{shown} is not granted to {ctx.who} (granted: {granted_list(classes)}); {grant('ingress.classes')}",
-        "name a granted class")]
+    return _class_not_granted("ingress.classes", "spec.ingressClassName", shown, classes, ctx)
 
 
 def ingress_hosts(ing: Mapping[str, Any], ctx: Context) -> list[Violation]:
@@ -290,10 +293,7 @@ def claim_classes(pvc: Mapping[str, Any], ctx: Context) -> list[Violation]:
     if name in classes or (not name and classes):
         return []  # no class: the provider's default class, judged by its name there
     shown = repr(name) if name else "none (the provider's default class)"
-    return [Violation(
-        "storage.classes", "spec.storageClassName",
-        f"{shown} is not granted to {ctx.who} (granted: {granted_list(classes)}); {grant('storage.classes')}",
-        "name a granted class")]
+    return _class_not_granted("storage.classes", "spec.storageClassName", shown, classes, ctx)
 
 
 def claim_size(pvc: Mapping[str, Any], ctx: Context) -> list[Violation]:

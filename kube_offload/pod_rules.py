@@ -70,43 +70,40 @@ def _drop(*path: str | int) -> tuple[Edit, ...]:
 
 
 # --- names: priority class, runtime class, scheduler -------------------------------------------------
+def _name_not_granted(pod: Mapping[str, Any], ctx: Context, field: str, key: str, what: str, granted: tuple[str, ...],
+                      fix: str, why: str = "") -> list[Violation]:
+    """A name field (``spec.<field>``) whose value is not in ``granted``: dropped, so the
+    provider's default applies."""
+    name = text(_spec(pod), field, "spec")
+    if not name or name in granted:
+        return []
+    return [Violation(
+        key, f"spec.{field}",
+        f"{what} {name!r} is not granted to {ctx.who}{why} (granted: {granted_list(granted)}); {grant(key)}",
+        f"or remove {field}{fix}", _drop("spec", field))]
+
+
 def priority_classes(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
     name = text(_spec(pod), "priorityClassName", "spec")
-    if not name or (name in ctx.policy.pods.priority_classes and not name.startswith(pp.SYSTEM_PRIORITY_PREFIX)):
-        return []
     if name.startswith(pp.SYSTEM_PRIORITY_PREFIX):
         return [Violation(
             "", "spec.priorityClassName",
             f"{name!r} is a system priority class, which preempts the provider's own components and is never granted to "
             f"a consumer ({pp.POLICY}.pods.priorityClasses cannot hold system-* classes)",
             "remove priorityClassName", _drop("spec", "priorityClassName"))]
-    return [Violation(
-        "pods.priorityClasses", "spec.priorityClassName",
-        f"priority class {name!r} is not granted to {ctx.who} (granted: {granted_list(ctx.policy.pods.priority_classes)}); "
-        f"{grant('pods.priorityClasses')}",
-        "or remove priorityClassName", _drop("spec", "priorityClassName"))]
+    return _name_not_granted(pod, ctx, "priorityClassName", "pods.priorityClasses", "priority class",
+                             ctx.policy.pods.priority_classes, "")
 
 
 def runtime_classes(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
-    name = text(_spec(pod), "runtimeClassName", "spec")
-    if not name or name in ctx.policy.pods.runtime_classes:
-        return []
-    return [Violation(
-        "pods.runtimeClasses", "spec.runtimeClassName",
-        f"runtime class {name!r} is not granted to {ctx.who} (granted: {granted_list(ctx.policy.pods.runtime_classes)}); "
-        f"{grant('pods.runtimeClasses')}",
-        "or remove runtimeClassName (the provider's default runtime)", _drop("spec", "runtimeClassName"))]
+    return _name_not_granted(pod, ctx, "runtimeClassName", "pods.runtimeClasses", "runtime class",
+                             ctx.policy.pods.runtime_classes, " (the provider's default runtime)")
 
 
 def scheduler_names(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
-    name = text(_spec(pod), "schedulerName", "spec")
-    if name in ("", pp.DEFAULT_SCHEDULER) or name in ctx.policy.pods.scheduler_names:
-        return []
-    return [Violation(
-        "pods.schedulerNames", "spec.schedulerName",
-        f"scheduler {name!r} is not granted to {ctx.who}: the provider's default scheduler places its pods unless it "
-        f"grants another (granted: {granted_list(ctx.policy.pods.scheduler_names)}); {grant('pods.schedulerNames')}",
-        "or remove schedulerName", _drop("spec", "schedulerName"))]
+    granted = (pp.DEFAULT_SCHEDULER, *ctx.policy.pods.scheduler_names)
+    return _name_not_granted(pod, ctx, "schedulerName", "pods.schedulerNames", "scheduler", granted, "",
+                             ": the provider's default scheduler places its pods unless it grants another")
 
 
 # --- tolerations ------------------------------------------------------------------------------------
