@@ -52,7 +52,7 @@ def policy_problems(spec: Mapping[str, Any], metadata: Mapping[str, Any], policy
 
 
 # --- reading the template ------------------------------------------------------------------------
-def field_mapping(parent: Mapping, key: str, path: str) -> Mapping:
+def field_mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
     """``parent[key]`` as an object ({} when absent), or Invalid naming ``path.key``
     (enforcer.admission.validation reads the same template)."""
     value = parent.get(key)

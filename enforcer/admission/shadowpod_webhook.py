@@ -11,7 +11,7 @@ after it, and a refusal there gives the reservation back.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, SupportsIndex, SupportsInt
 
 from enforcer.admission import dry_run, slice_rules, validation
 from enforcer.admission.caches import ProviderCaches
@@ -28,11 +28,14 @@ from kube_offload.rule_book import check
 from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.resources import ResourceList, add, subtract
 
+if TYPE_CHECKING:
+    from kubernetes import client
+
 # The ShadowPod informer's index of a resource slice's ShadowPods (by the slice label's value).
 SLICE_INDEX = "slice"
 
 
-def _slice_index(shadowpod: dict) -> list[str]:
+def _slice_index(shadowpod: dict[str, Any]) -> list[str]:
     name = slice_rules.slice_of(shadowpod)
     return [name] if name else []
 
@@ -46,9 +49,9 @@ it stands for; ``probe``: the ShadowPod write is itself a dry run (``kubectl
 
 
 class ShadowPodCache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
-    def list(self) -> list[dict]: ...
+    def list(self) -> list[dict[str, Any]]: ...
 
     def has_synced(self) -> bool: ...
 
@@ -86,7 +89,7 @@ class ShadowPodValidator:
     @classmethod
     def for_cluster(
         cls,
-        api_client,
+        api_client: client.ApiClient,
         *,
         shadowpods: ShadowPodCache,
         caches: ProviderCaches,
@@ -182,7 +185,7 @@ class ShadowPodValidator:
             self.ledger.release(token)
         return verdict
 
-    def judge_pod(self, shadowpod: Mapping) -> Decision:
+    def judge_pod(self, shadowpod: Mapping[str, Any]) -> Decision:
         """Whether the enforcer may create a pod for ``shadowpod`` now, its first or any
         later one: :func:`enforcer.admission.validation.judge_pod_create` and the slice rules
         (enforcer/admission/slice_rules.py), from the same caches, usage and ledger as an
@@ -215,7 +218,7 @@ class ShadowPodValidator:
                                                   recorded_pool=_slice_pool_of(shadowpod))
             return refused if refused is not None else decision
 
-    def _count_decision(self, request: AdmissionRequest, owner: str | None, consumer: Mapping | None) -> Decision | None:
+    def _count_decision(self, request: AdmissionRequest, owner: str | None, consumer: Mapping[str, Any] | None) -> Decision | None:
         """A CREATE past the ShadowPods a consumer may keep in one twin (``twinNamespaces.maxObjects``
         of ShadowPods, the rule book's count row; finished ones count: each is etcd storage):
         the refusal, else None. Counted here, with the ledger's lock held, not by a
@@ -241,7 +244,7 @@ class ShadowPodValidator:
         return Decision.deny(403, "Forbidden", "; ".join(f"{v.problem}; {v.fix}" for v in violations))
 
     def _slice_decision(
-        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str, *, own: ResourceList | None = None,
+        self, request: AdmissionRequest, owner: str, consumer: Mapping[str, Any], slice_name: str, *, own: ResourceList | None = None,
         recorded_pool: str = "",
     ) -> tuple[Decision | None, Pool | None]:
         """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
@@ -294,13 +297,15 @@ class ShadowPodValidator:
         return add(self._usage_of.used(consumer_id), pending)
 
 
-def _slice_pool_of(shadowpod: Mapping | None) -> str:
+def _slice_pool_of(shadowpod: Mapping[str, Any] | None) -> str:
     """The pool a ShadowPod's first pod was made on (status.slicePool), "" before it was."""
     return str(((shadowpod or {}).get("status") or {}).get("slicePool") or "")
 
 
 def _int(value: object, *, default: int) -> int:
+    if not isinstance(value, (str, bytes, bytearray, SupportsInt, SupportsIndex)):
+        return default
     try:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     except (TypeError, ValueError):
         return default
