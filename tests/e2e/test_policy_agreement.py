@@ -33,7 +33,7 @@ from kube_offload.policy_rules import Context, Kind, refusal_lines
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
-from support.clusters import find, patch_consumer, twin_status
+from support.clusters import ask_twin, find, patch_consumer, serve_twin, twin_request, twin_status
 from support.policy_cases import CASES, PRIORITY_CLASS, RUNTIME_CLASS, TERMS, Case, substituted
 
 CONSUMERS = {"default": "agree-d", "granted": "agree-g", "hard": "agree-h"}
@@ -41,6 +41,19 @@ SERVE_SECONDS = 90
 TWIN_KIND = f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}"
 SLICE_KIND = f"{c.SLICE_PLURAL}.{c.DOMAIN}"
 SERVED = [case for case in CASES if case.server]
+# The rows whose verdict is not an admission of one object, and the e2e test that runs the
+# rule book's side and the provider's alike for each (test_every_rule_reaches_the_provider
+# keeps this and the rule book in step: a new key needs a served case or a line here).
+APART = {
+    "slices.maxCount": "tests/e2e/test_policy_agreement.py::test_counts_agree",
+    "twinNamespaces.maxRequests": "tests/e2e/test_policy_agreement.py::test_counts_agree",
+    "twinNamespaces.maxObjects": "tests/e2e/test_policy_agreement.py::test_counts_agree",
+    "twinNamespaces.maxCount": "tests/e2e/test_policy_agreement.py::test_counts_agree",
+    "twinNamespaces.sameNames": "tests/e2e/test_policy_agreement.py::test_twin_names_agree",
+    "twinNamespaces.reserved": "tests/e2e/test_policy_agreement.py::test_twin_names_agree",
+    "never.consumerIdClash": "tests/e2e/test_provider_judges_the_rest.py::test_a_consumer_whose_id_clashes_with_an_older_ones_gets_no_twin",
+    "customResources": "tests/e2e/test_reflection_crd.py::test_a_kind_not_granted_is_refused",
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,7 @@ class Admitted:
 
 
 @pytest.fixture(scope="module")
-def admitted(offload_env: Environment, remote: Cluster, wait) -> Iterator[dict[str, Admitted]]:
+def admitted(offload_env: Environment, remote: Cluster) -> Iterator[dict[str, Admitted]]:
     remote.apply([
         {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": PRIORITY_CLASS}, "value": 10},
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": RUNTIME_CLASS}, "handler": "runc"},
@@ -69,16 +82,8 @@ def admitted(offload_env: Environment, remote: Cluster, wait) -> Iterator[dict[s
             consumer_id, node_labels={}, quota=quota, policy=policy or None))
         kubeconfig = offload_env.identity_kubeconfig(remote, identities.consumer_sa(consumer_id))
         twin = f"{unique('agree')}-{consumer_id}"
-        request = {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-                   "metadata": {"name": twin, "namespace": c.tenant_namespace(consumer_id)}, "spec": {"localNamespace": twin}}
-        made = remote.kubectl_as(kubeconfig, "create", "-f", "-", input=json.dumps(request))
-        assert made.returncode == 0, made.stderr
+        serve_twin(remote, kubeconfig, consumer_id, twin, timeout=SERVE_SECONDS)
         out[terms] = Admitted(consumer_id, kubeconfig, twin)
-    for one in out.values():
-        wait(lambda: twin_status(remote, one.consumer_id, one.twin).get("phase") == c.TWIN_PHASE_READY,  # noqa: B023
-             timeout=SERVE_SECONDS, what=f"twin {one.twin} Ready")
-        wait(lambda: find(remote, "serviceaccount", "default", "-n", one.twin), timeout=60,  # noqa: B023
-             what=f"ServiceAccount {one.twin}/default")
     yield out
     for one in out.values():
         remote.kubectl("delete", TWIN_KIND, "--all", "-n", one.tenant, "--wait=true", "--timeout=120s", check=False, timeout=150)
@@ -147,6 +152,21 @@ def test_the_api_server_the_check_and_the_fit_agree(remote: Cluster, admitted: d
     assert sent.returncode == 0, f"the object the fit sends is refused: {sent.stderr}"
 
 
+def test_every_rule_reaches_the_provider() -> None:
+    """Every key of Consumer spec.policy and every row of the rule book is judged against the
+    real provider here: by a served case of the table, or by the test :data:`APART` names
+    (which must exist). Fails when a key is added with unit cases only."""
+    keys = {*rule_book.policy_keys(), *(rule.key for rule in rule_book.RULES)}
+    served = {case.key for case in SERVED}
+    missing = sorted(keys - served - APART.keys())
+    assert not missing, f"rules no e2e test submits to the provider (add a served case, or name the test in APART): {missing}"
+    root = Path(__file__).resolve().parents[2]
+    for key, where in APART.items():
+        path, _, name = where.partition("::")
+        assert f"def {name}(" in (root / path).read_text(), f"{key}: {where} does not exist"
+    assert not sorted(APART.keys() - keys), "APART names a rule the rule book does not have"
+
+
 # --- what is not an admission: asked for, and answered in a status or by a count -------------------------
 def held(remote: Cluster, kind: str, namespace: str) -> int:
     return len(remote.kubectl_json("get", kind, "-n", namespace)["items"])
@@ -159,11 +179,13 @@ def check_count(counted: str, held_now: int, one: Admitted, policy: dict[str, An
 
 
 def test_counts_agree(remote: Cluster, admitted: dict[str, Admitted], wait) -> None:
-    """slices.maxCount and twinNamespaces.maxRequests (the tenant-objects webhook) and
-    twinNamespaces.maxObjects (the twin's ResourceQuota): the n-th object admitted, the next
+    """slices.maxCount and twinNamespaces.maxRequests (the tenant-objects webhook),
+    twinNamespaces.maxObjects (the twin's ResourceQuota) and twinNamespaces.maxCount (the twin
+    loop: a request past it is kept, Refused): the n-th object admitted or served, the next
     refused, as the rule book says for the count held."""
     one = admitted["default"]
-    policy = {"slices": {"maxCount": 1}, "twinNamespaces": {"maxRequests": 1, "maxObjects": {"configmaps": 2}}}
+    policy = {"slices": {"maxCount": 1},
+              "twinNamespaces": {"maxCount": 1, "maxRequests": 2, "maxObjects": {"configmaps": 2}}}
     patch_consumer(remote, one.consumer_id, {"policy": policy})
     try:
         # The enforcer follows the Consumer (its ResourceQuota, its webhooks' caches) within a moment.
@@ -185,11 +207,20 @@ def test_counts_agree(remote: Cluster, admitted: dict[str, Admitted], wait) -> N
                       timeout=30, what="the second OffloadSlice refused")
         assert "spec.policy.slices.maxCount: 1" in second.stderr, second.stderr
 
-        request = {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-                   "metadata": {"name": f"more-{one.consumer_id}", "namespace": one.tenant}, "spec": {"localNamespace": "more"}}
-        assert held(remote, TWIN_KIND, one.tenant) == 1 and check_count("twinNamespaces.maxRequests", 1, one, policy)
-        refused = remote.kubectl_as(one.kubeconfig, "create", "--dry-run=server", "-f", "-", input=json.dumps(request))
-        assert refused.returncode != 0 and "spec.policy.twinNamespaces.maxRequests: 1" in refused.stderr, refused.stderr
+        # One twin served (the fixture's): a second request is admitted (maxRequests 2) but
+        # not served (maxCount 1); a third is not admitted.
+        second_twin = f"more-{one.consumer_id}"
+        assert held(remote, TWIN_KIND, one.tenant) == 1 and check_count("twinNamespaces.maxCount", 1, one, policy)
+        assert not check_count("twinNamespaces.maxRequests", 1, one, policy)
+        made = ask_twin(remote, one.kubeconfig, one.consumer_id, second_twin)
+        assert made.returncode == 0, made.stderr
+        status = wait(lambda: (s := twin_status(remote, one.consumer_id, second_twin)).get("phase") in (
+            c.TWIN_PHASE_REFUSED, c.TWIN_PHASE_READY) and s, timeout=SERVE_SECONDS, what=f"twin request {second_twin} answered")
+        assert status["phase"] == c.TWIN_PHASE_REFUSED and "twinNamespaces.maxCount" in str(status.get("message")), status
+        assert check_count("twinNamespaces.maxRequests", 2, one, policy)
+        refused = remote.kubectl_as(one.kubeconfig, "create", "--dry-run=server", "-f", "-",
+                                    input=json.dumps(twin_request(one.consumer_id, f"third-{one.consumer_id}")))
+        assert refused.returncode != 0 and "spec.policy.twinNamespaces.maxRequests: 2" in refused.stderr, refused.stderr
 
         count = held(remote, "configmaps", one.twin)  # kube-root-ca.crt, which Kubernetes puts in every namespace
         for name in ("one", "two"):
@@ -201,6 +232,8 @@ def test_counts_agree(remote: Cluster, admitted: dict[str, Admitted], wait) -> N
         assert expected, "the last ConfigMap must have met the bound"
     finally:
         remote.kubectl("delete", SLICE_KIND, "--all", "-n", one.tenant, "--wait=false", check=False)
+        remote.kubectl("delete", TWIN_KIND, f"more-{one.consumer_id}", "-n", one.tenant, "--ignore-not-found",
+                       "--wait=true", "--timeout=120s", check=False, timeout=150)
         remote.kubectl("delete", "configmap", "one", "two", "-n", one.twin, "--ignore-not-found", check=False)
         patch_consumer(remote, one.consumer_id, {"policy": None})
 
@@ -215,9 +248,7 @@ def test_twin_names_agree(remote: Cluster, admitted: dict[str, Admitted], wait, 
     policy, _quota = TERMS["granted"]
     ctx = Context(policy=pp.parse_policy(policy), consumer_id=one.consumer_id)
     refused = bool(rule_book.check(Kind.TWIN_REQUEST, {"metadata": {"name": name}}, ctx))
-    request = {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-               "metadata": {"name": name, "namespace": one.tenant}, "spec": {"localNamespace": name}}
-    made = remote.kubectl_as(one.kubeconfig, "create", "-f", "-", input=json.dumps(request))
+    made = ask_twin(remote, one.kubeconfig, one.consumer_id, name)
     try:
         assert made.returncode == 0, made.stderr
         status = wait(lambda: (s := twin_status(remote, one.consumer_id, name)).get("phase") in (

@@ -25,7 +25,7 @@ from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.identities import IdentityError
 from kube_offload_harness.naming import unique
-from support.clusters import find, patch_consumer, twin_status
+from support.clusters import ask_twin, find, patch_consumer, serve_twin, twin_status
 
 CONSUMER = "e2e-rest"
 TENANT = c.tenant_namespace(CONSUMER)
@@ -55,20 +55,10 @@ def consumer(offload_env: Environment, remote: Cluster) -> Path:
     return offload_env.identity_kubeconfig(remote, identities.consumer_sa(CONSUMER))
 
 
-def ask_twin(remote: Cluster, kubeconfig: Path, consumer_id: str, name: str) -> subprocess.CompletedProcess:
-    request = {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-               "metadata": {"name": name, "namespace": c.tenant_namespace(consumer_id)}, "spec": {"localNamespace": name}}
-    return remote.kubectl_as(kubeconfig, "create", "-f", "-", input=json.dumps(request))
-
-
 @pytest.fixture(scope="module")
-def twin(remote: Cluster, consumer: Path, wait) -> Iterator[str]:
+def twin(remote: Cluster, consumer: Path) -> Iterator[str]:
     name = f"{unique('rest')}-{CONSUMER}"
-    made = ask_twin(remote, consumer, CONSUMER, name)
-    assert made.returncode == 0, made.stderr
-    wait(lambda: twin_status(remote, CONSUMER, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
-         what=f"twin {name} Ready")
-    wait(lambda: find(remote, "serviceaccount", "default", "-n", name), timeout=60, what=f"ServiceAccount {name}/default")
+    serve_twin(remote, consumer, CONSUMER, name, timeout=SERVE_SECONDS)
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
     patch_consumer(remote, CONSUMER, {"policy": None})
