@@ -73,10 +73,14 @@ def max_grace_of(namespace: Mapping[str, Any] | None, consumers: _Objects) -> in
     return policy.pods.max_termination_grace_seconds
 
 
-def pool_of_slice(namespace: Mapping[str, Any] | None, consumers: _Objects, slices: _Objects, slice_name: str) -> Pool | None:
+def pool_of_slice(namespace: Mapping[str, Any] | None, consumers: _Objects, slices: _Objects, slice_name: str,
+                  recorded: str = "") -> Pool | None:
     """The pool of OffloadSlice ``slice_name`` of the consumer owning twin ``namespace``:
-    its tenant namespace's slice, that slice's spec.pool in the Consumer's spec.pools.
-    None when any of them is missing or the pools do not parse."""
+    its tenant namespace's slice, that slice's spec.pool in the Consumer's spec.pools; or,
+    ``recorded`` (the ShadowPod's status.slicePool, from its first pod), that pool as the
+    Consumer defines it now: a pod keeps the pool it was first made on (the judge refuses
+    it while the slice names another). None when any of them is missing or the pools do
+    not parse."""
     owner = twin_owner(namespace)
     consumer = consumers.get(owner) if owner else None
     if consumer is None:
@@ -89,7 +93,7 @@ def pool_of_slice(namespace: Mapping[str, Any] | None, consumers: _Objects, slic
         pools = parse_pools(consumer.get("spec") or {})
     except PoolError:
         return None
-    return pools.get(str((offload_slice.get("spec") or {}).get("pool") or ""))
+    return pools.get(recorded or str((offload_slice.get("spec") or {}).get("pool") or ""))
 
 
 @dataclass(frozen=True)
@@ -210,14 +214,15 @@ class Enforcer:
             return None
         return remote_api_granted(loops.namespaces.get(namespace), loops.consumers)
 
-    def _slice_pool(self, namespace: str, slice_name: str) -> Pool | None:
+    def _slice_pool(self, namespace: str, slice_name: str, recorded: str = "") -> Pool | None:
         """The pool of resource slice ``slice_name`` of the consumer owning twin
-        ``namespace``, from the consumer loops' caches (docs/slices.md): None until they
-        have listed, or when the slice, its pool or the Consumer is gone (the pod waits)."""
+        ``namespace`` (``recorded``: the one its ShadowPod's first pod was made on), from the
+        consumer loops' caches (docs/slices.md): None until they have listed, or when the
+        slice, its pool or the Consumer is gone (the pod waits)."""
         loops = self.consumer_loops
         if loops is None or not (loops.namespaces.has_synced() and loops.consumers.has_synced() and loops.slices.has_synced()):
             return None
-        return pool_of_slice(loops.namespaces.get(namespace), loops.consumers, loops.slices, slice_name)
+        return pool_of_slice(loops.namespaces.get(namespace), loops.consumers, loops.slices, slice_name, recorded)
 
     def declare(self, manager: Manager) -> None:
         """Declare the shared informers and the loops to ``manager``, every one needing the

@@ -275,6 +275,10 @@ SLICE_PHASE_REFUSED: Final = "Refused"
 # belongs to; the enforcer applies that slice's pool patch and counts it against the
 # slice. On a virtual node: the slice the node stands for.
 LABEL_SLICE: Final = f"{DOMAIN}/slice"
+# On a pod the enforcer made for a resource slice's ShadowPod: the pool whose patch it got.
+# The ShadowPod's status records it (status.slicePool) from its first pod, and every later
+# pod is made on that pool, never on the one the slice names by then (docs/slices.md).
+ANNOTATION_SLICE_POOL: Final = f"{DOMAIN}/slice-pool"
 # On a slice's virtual node while its OffloadSlice is not (or no longer, or not yet for its
 # current request) Accepted or PartiallyAccepted: NoSchedule, so no new pod is bound to a
 # node the provider would refuse pods for; pods already there keep running (a slice shrunk

@@ -84,6 +84,24 @@ def twin_object_quota(quota: Mapping[str, Any] | None) -> dict[str, str]:
     return hard
 
 
+def twin_count_quota(quota: Mapping[str, Any] | None, max_objects: Mapping[str, int]) -> dict[str, str]:
+    """:func:`twin_object_quota` with the provider policy's per-twin object bounds
+    (``twinNamespaces.maxObjects``) added as ``count/<kind>`` for every built-in kind: no kind
+    the consumer writes into a twin is unbounded by default. A kind ``spec.quota`` bounds
+    too keeps the lower figure; custom kinds (ShadowPods) are left out, counted by the
+    enforcer's webhook (a ResourceQuota on a custom kind refuses every create until the
+    quota controller's next full resync). Raises QuantityError as :func:`twin_object_quota`."""
+    hard = twin_object_quota(quota)
+    for kind, most in max_objects.items():
+        if "." in kind and not kind.endswith(".k8s.io"):
+            continue  # a custom kind: not the API server's to count
+        key = f"count/{kind}"
+        written = hard.get(key)
+        if written is None or parse_quantity(written) > most * 1000:
+            hard[key] = str(most)
+    return hard
+
+
 def pod_charges(pod: Mapping[str, Any]) -> ResourceList:
     """What ``pod`` (a Pod, or a ShadowPod's ``spec.pod`` template) is charged: its
     requests under the plain resource names (``pods`` = 1000), its limits under

@@ -427,6 +427,12 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
             # An older peer asked for a long-lived token Secret; the chart makes none now.
             admitted.pop("createTokenSecret", None)
             _check_token_fits(admitted.get("policy"), options)
+            if not admitted.get("quota"):
+                # No default fits every provider: the remote chart refuses a consumer without one.
+                raise PeeringError(
+                    f"--quota is required: consumer {options.local_cluster_id} has none on the remote release, and a "
+                    "provider bounds what a consumer's pods hold (e.g. --quota cpu=8,memory=16Gi,pods=50; docs/security.md)"
+                )
     return values
 
 

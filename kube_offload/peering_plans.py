@@ -90,7 +90,7 @@ def _release_verb(release: Release | None, chart: ChartRef, namespace: str, name
 def _describe_consumer(entry: Mapping[str, Any]) -> str:
     parts = [f"pod security {entry.get('podSecurityLevel') or c.DEFAULT_PSA_LEVEL}"]
     quota = entry.get("quota") or {}
-    parts.append("quota " + (", ".join(f"{k}={v}" for k, v in sorted(quota.items())) if quota else "none (unlimited)"))
+    parts.append("quota " + (", ".join(f"{k}={v}" for k, v in sorted(quota.items())) if quota else "none"))
     labels = entry.get("nodeLabels") or {}
     if labels:
         parts.append("node labels " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))

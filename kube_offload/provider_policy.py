@@ -112,10 +112,40 @@ ENFORCED_IMAGE_PULL_POLICY = "Always"
 METADATA_ADDRESSES: tuple[str, ...] = ("fd00:ec2::254/128", "100.100.100.200/32")
 # Priority class prefix the provider's system pods use: never grantable.
 SYSTEM_PRIORITY_PREFIX = "system-"
+# The scheduler every pod has unless it names another (the API server's default): always
+# allowed; any other schedulerName only when granted (pods.schedulerNames).
+DEFAULT_SCHEDULER = "default-scheduler"
+# pods.imageRegistries: the entry that admits every registry, and the default. The provider's
+# nodes pull a consumer's images with their own credentials (kubelet credential providers,
+# a node-level pull secret, the cloud's node identity): imagePullPolicy Always does not stop
+# that, only a registry the consumer's images may not come from does (docs/security.md
+# "Images and the nodes' credentials").
+ANY_REGISTRY = "*"
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_ALIASES = ("index.docker.io", "registry-1.docker.io")
 # Twin namespace names the provider always keeps for itself.
 ALWAYS_RESERVED_NAMESPACES: tuple[str, ...] = ("default", "kube-*", "kube-offload-*")
 
 DEFAULT_MAX_TWIN_NAMESPACES = 50
+# What a consumer may keep in each of its twin namespaces, kind by kind (twinNamespaces.maxObjects,
+# keys as a ResourceQuota's count/<resource> names them): each object is etcd storage and work
+# for the provider's controllers, so none is unbounded by default. The built-in kinds are
+# bounded by a ResourceQuota the enforcer keeps in each twin (the API server checks it on every
+# create, whoever writes); ShadowPods, a custom kind, by the enforcer's ShadowPod webhook
+# (a ResourceQuota on a custom kind refuses every create until the quota controller's next
+# full resync). Secrets outnumber pods: each offloaded pod's token is one.
+SHADOWPOD_COUNT_KIND = f"{c.SHADOWPOD_PLURAL}.{c.DOMAIN}"
+DEFAULT_MAX_OBJECTS: tuple[tuple[str, int], ...] = (
+    ("configmaps", 200),
+    ("secrets", 600),
+    ("services", 100),
+    ("endpointslices.discovery.k8s.io", 300),
+    ("persistentvolumeclaims", 50),
+    ("serviceaccounts", 100),
+    ("ingresses.networking.k8s.io", 50),
+    (SHADOWPOD_COUNT_KIND, 500),
+)
+OBJECT_COUNT_KINDS: tuple[str, ...] = tuple(kind for kind, _ in DEFAULT_MAX_OBJECTS)
 # What a consumer may keep in its tenant namespace, whatever it is served: TwinNamespace
 # requests (those past twinNamespaces.maxCount are kept, Refused, until a place frees) and
 # OffloadSlices. Each is etcd storage and enforcer work: never unbounded.
@@ -221,6 +251,11 @@ class PodPolicy:
     # cut to it, none is this): how long a stopped pod may keep a provider's node; drain and
     # unpeer take the resources back within it.
     max_termination_grace_seconds: int = DEFAULT_MAX_TERMINATION_GRACE_SECONDS
+    # schedulerName values allowed besides the default scheduler; empty: that one only.
+    scheduler_names: tuple[str, ...] = ()
+    # Where the consumer's images may come from: registries ("registry.example.com",
+    # "docker.io"), or name prefixes ending in "/" ("docker.io/library/"); "*": anywhere.
+    image_registries: tuple[str, ...] = (ANY_REGISTRY,)
 
 
 @dataclass(frozen=True)
@@ -244,6 +279,12 @@ class TwinNamespacePolicy:
     max_count: int = DEFAULT_MAX_TWIN_NAMESPACES
     # TwinNamespace requests the consumer may hold in its tenant namespace, served or not.
     max_requests: int = DEFAULT_MAX_TWIN_REQUESTS
+    # The most objects of each kind (OBJECT_COUNT_KINDS) in one twin: (kind, count) pairs.
+    max_objects_counts: tuple[tuple[str, int], ...] = DEFAULT_MAX_OBJECTS
+
+    @property
+    def max_objects(self) -> dict[str, int]:
+        return dict(self.max_objects_counts)
 
 
 @dataclass(frozen=True)
@@ -295,7 +336,7 @@ DEFAULT_POLICY = ProviderPolicy()
 
 # The schema: section -> (camelCase key -> (dataclass attribute, kind)). One table for the
 # parser, the serializer and the tests that pin the CRD and the chart to this module.
-_LIST, _BOOL, _STR, _INT = "list", "bool", "string", "int"
+_LIST, _BOOL, _STR, _INT, _COUNTS = "list", "bool", "string", "int", "counts"
 SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "services": ("services", {
         "types": ("types", _LIST),
@@ -323,12 +364,15 @@ SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "deniedMetadataPrefixes": ("denied_metadata_prefixes", _LIST),
         "remoteAPIAccess": ("remote_api_access", _BOOL),
         "maxTerminationGracePeriodSeconds": ("max_termination_grace_seconds", _INT),
+        "schedulerNames": ("scheduler_names", _LIST),
+        "imageRegistries": ("image_registries", _LIST),
     }),
     "twinNamespaces": ("twin_namespaces", {
         "sameNames": ("same_names", _LIST),
         "reserved": ("reserved", _LIST),
         "maxCount": ("max_count", _INT),
         "maxRequests": ("max_requests", _INT),
+        "maxObjects": ("max_objects_counts", _COUNTS),
     }),
     "slices": ("slices", {
         "maxCount": ("max_count", _INT),
@@ -366,6 +410,19 @@ def _read(section: str, name: str, kind: str, raw: Any, default: Any) -> Any:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
             raise ProviderPolicyError(f"{where}: must be a whole number >= 0")
         return raw
+    if kind == _COUNTS:
+        # Kinds not written keep their default: a provider raising one bound keeps the others.
+        if not isinstance(raw, Mapping):
+            raise ProviderPolicyError(f"{where}: must be an object of kind -> count, e.g. {{secrets: 1000}}")
+        counts = dict(default)
+        for name, count in raw.items():
+            if name not in OBJECT_COUNT_KINDS:
+                raise ProviderPolicyError(f"{where}.{name}: not a kind bounded per twin namespace; known: "
+                                          f"{', '.join(OBJECT_COUNT_KINDS)}")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ProviderPolicyError(f"{where}.{name}: must be a whole number >= 0")
+            counts[name] = count
+        return tuple((name, counts[name]) for name in OBJECT_COUNT_KINDS)
     if not isinstance(raw, str):
         raise ProviderPolicyError(f"{where}: must be a string")
     return raw
@@ -473,6 +530,17 @@ def _check(policy: ProviderPolicy) -> None:
                 f"{_key('pods', 'priorityClasses')}: {name!r} cannot be granted: system-* classes "
                 "preempt the provider's own components"
             )
+    if not policy.pods.image_registries:
+        raise ProviderPolicyError(
+            f"{_key('pods', 'imageRegistries')}: [] admits no image, so every pod of the consumer would be refused; list "
+            f"the registries its images may come from (e.g. docker.io/library/, registry.example.com), or {ANY_REGISTRY!r}"
+        )
+    for entry in policy.pods.image_registries:
+        if entry != ANY_REGISTRY and (ANY_REGISTRY in entry or entry.startswith("/") or " " in entry):
+            raise ProviderPolicyError(
+                f"{_key('pods', 'imageRegistries')}: {entry!r} is not a registry (registry.example.com), an image name "
+                f"prefix ending in / (docker.io/library/) or {ANY_REGISTRY!r} (every registry)"
+            )
     for volume in policy.pods.volume_types:
         if volume in NEVER_VOLUME_TYPES:
             raise ProviderPolicyError(f"{_key('pods', 'volumeTypes')}: {volume!r} mounts the node's files and cannot be granted")
@@ -498,8 +566,8 @@ def policy_to_spec(policy: ProviderPolicy) -> dict[str, Any]:
     for key, (attr, fields) in SCHEMA.items():
         section = getattr(policy, attr)
         out[key] = {
-            name: list(value) if isinstance(value, tuple) else value
-            for name, (field_attr, _kind) in fields.items()
+            name: dict(value) if kind == _COUNTS else list(value) if isinstance(value, tuple) else value
+            for name, (field_attr, kind) in fields.items()
             for value in (getattr(section, field_attr),)
         }
     out[QUOTA_MODE_KEY] = policy.quota_mode
@@ -540,3 +608,42 @@ def denied_metadata_key(key: str, policy: ProviderPolicy) -> bool:
     the provider's own controllers): the always-denied prefixes plus the provider's
     ``pods.deniedMetadataPrefixes``."""
     return key_matches(key, (*ALWAYS_DENIED_METADATA_PREFIXES, *policy.pods.denied_metadata_prefixes))
+
+
+def image_name(image: str) -> str:
+    """An image reference's full name, registry first, without tag or digest, as a container
+    runtime resolves it: ``nginx:1.27`` is ``docker.io/library/nginx``, ``quay.io/a/b@sha256:..``
+    is ``quay.io/a/b``, ``localhost:5000/x`` is itself."""
+    name = image.split("@", 1)[0]
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        name = name[:colon]  # the tag
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, repository = first, rest
+    else:
+        registry, repository = DOCKER_HUB, name
+    if registry in _DOCKER_HUB_ALIASES:
+        registry = DOCKER_HUB
+    if registry == DOCKER_HUB and "/" not in repository:
+        repository = f"library/{repository}"
+    return f"{registry}/{repository}"
+
+
+def image_allowed(image: str, allowed: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``image`` comes from one of ``allowed`` (``pods.imageRegistries``): ``*``, a
+    registry (the image's registry is it), or a name prefix (``docker.io/library/``; without
+    the final ``/`` the name itself or what lies under it)."""
+    name = image_name(image)
+    registry = name.split("/", 1)[0]
+    for entry in allowed:
+        if entry == ANY_REGISTRY:
+            return True
+        head, slash, tail = entry.partition("/")
+        entry = f"{DOCKER_HUB if head in _DOCKER_HUB_ALIASES else head}{slash}{tail}"
+        if not slash:
+            if registry == entry:
+                return True
+        elif name.startswith(entry) if entry.endswith("/") else (name == entry or name.startswith(f"{entry}/")):
+            return True
+    return False

@@ -43,6 +43,7 @@ from kube_offload.pools import Pool, apply_pool_patch
 from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
+    ANNOTATION_SLICE_POOL,
     SHADOWPOD_GROUP,
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
@@ -116,7 +117,8 @@ KILLED_REASON_PREFIX = "OutOf"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 
 # The status fields the enforcer owns; anything else under ``status`` is left alone.
-STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration", "runCompleted")
+STATUS_FIELDS = ("phase", "podName", "podUID", "recreations", "message", "conditions", "observedGeneration", "runCompleted",
+                 "slicePool")
 
 
 class InvalidShadowPod(ValueError):
@@ -250,6 +252,7 @@ def build_pod(
     spec = neutralized_spec(template.spec, remote_api_access=remote_api_access, max_grace_seconds=max_grace_seconds)
     if pool is not None:
         spec = apply_pool_patch(spec, pool)
+        annotations[ANNOTATION_SLICE_POOL] = pool.name  # status.slicePool: later pods keep it
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -16,6 +16,7 @@ from kube_offload.shadowpod import (
     TERMINAL_PHASES,
     pod_fate,
 )
+from kube_offload.constants import ANNOTATION_SLICE_POOL
 from kube_offload.views import metadata as _meta
 
 __all__ = ["status_from_pod", "with_recorded_pod", "status_may_wait", "creation_failed_message", "creation_failure", "status_without_pod", "status_changed"]
@@ -54,6 +55,7 @@ def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dic
         recreations=recreations,
         message=str(pod_status.get("message") or ""),
         run_completed=completed,
+        slice_pool=str((pod_meta.get("annotations") or {}).get(ANNOTATION_SLICE_POOL) or "") or None,
     )
 
 
@@ -141,7 +143,9 @@ def _status(
     recreations: int,
     message: str,
     run_completed: bool | None = None,
+    slice_pool: str | None = None,
 ) -> dict[str, Any]:
+    current = shadowpod.get("status") or {}
     status: dict[str, Any] = {
         "phase": phase,
         "podName": pod_name,
@@ -154,6 +158,10 @@ def _status(
         # it); null (removed) while it has not ended.
         "runCompleted": run_completed,
     }
+    # A resource slice's pool, from the first pod made (its annotation), kept ever after.
+    pool = current.get("slicePool") or slice_pool
+    if pool:
+        status["slicePool"] = pool
     generation = _meta(shadowpod).get("generation")
     if generation is not None:
         status["observedGeneration"] = generation

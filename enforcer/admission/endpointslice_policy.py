@@ -10,10 +10,12 @@ consumer's slice may name only
   ``spec.policy.endpoints.cidrs``: typically the consumer's remapped local pod range),
 
 and never, whatever is granted, a provider node, the Service range, the API server, nor
-a loopback, link-local (cloud metadata), unspecified or multicast address. The stateless
-part of this is also the chart's EndpointSlice ValidatingAdmissionPolicy (it holds while
-the enforcer is down); what needs the cluster's state is only here. The facts come from
-the webhook's caches (:mod:`enforcer.admission.endpointslice_webhook`); this module only decides.
+a loopback, link-local (cloud metadata), unspecified or multicast address. The rule is the
+rule book's (:func:`kube_offload.object_rules.endpoint_addresses`, which the consumer's
+virtual kubelet fits its slices with, knowing none of the provider's facts); its stateless
+part is also the chart's EndpointSlice ValidatingAdmissionPolicy (it holds while the
+enforcer is down). Here it is given the cluster's state: the facts come from the webhook's
+caches (:mod:`enforcer.admission.endpointslice_webhook`); this module only decides.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from typing import Any, Callable, Iterable, Mapping
 from enforcer.consumers.quota import twin_owner
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest, Decision
-from kube_offload.provider_policy import METADATA_ADDRESSES, ProviderPolicyError, parse_policy
+from kube_offload.policy_rules import Context, EndpointFacts, Kind, Malformed
+from kube_offload.provider_policy import ProviderPolicyError, parse_policy
+from kube_offload.rule_book import rules_for
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 CIDRS_KEY = "spec.policy.endpoints.cidrs"
-_METADATA_NETWORKS: tuple[Network, ...] = tuple(ipaddress.ip_network(n) for n in METADATA_ADDRESSES)
 
 
 @dataclass(frozen=True)
@@ -50,20 +53,8 @@ PodAt = Callable[[str, str], "str | None"]
 """(namespace, address) -> the name of an enforcer-made pod there with that IP, or None."""
 
 
-def never_reason(address: Address, provider: ProviderAddresses) -> str | None:
-    """Why ``address`` can never be an endpoint of a consumer's Service, or None."""
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_link_local:
-        return "a link-local address (where cloud metadata services answer)"
-    if any(address in network for network in _METADATA_NETWORKS):
-        return "a cloud metadata address"
-    if address.is_unspecified:
-        return "the unspecified address"
-    if address.is_multicast:
-        return "a multicast address"
-    if address.version == 4 and address == ipaddress.IPv4Address("255.255.255.255"):
-        return "the broadcast address"
+def provider_never(address: Address, provider: ProviderAddresses) -> str | None:
+    """Why ``address`` is one of the provider's own, which no consumer route may lead to, or None."""
     text = str(address)
     if text in provider.api_servers:
         return "an address of the provider's API server"
@@ -76,30 +67,18 @@ def never_reason(address: Address, provider: ProviderAddresses) -> str | None:
     return None
 
 
-def check_address(
-    text: str,
-    *,
-    namespace: str,
-    granted: tuple[Network, ...],
-    provider: ProviderAddresses,
-    pod_at: PodAt,
-) -> str | None:
-    """Why address ``text`` is refused in a slice of twin ``namespace``, or None."""
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return "not an IP address"
-    reason = never_reason(address, provider)
-    if reason is not None:
-        return f"{reason}: never admitted, whatever Consumer {CIDRS_KEY} grants"
-    if any(address.version == network.version and address in network for network in granted):
-        return None
-    if pod_at(namespace, str(address)) is not None:
-        return None
-    return (
-        f"neither a pod of namespace {namespace} nor inside a range granted to the consumer; "
-        f"the provider grants ranges with Consumer {CIDRS_KEY}"
-    )
+def facts(namespace: str, provider: ProviderAddresses, pod_at: PodAt) -> EndpointFacts:
+    """What the provider knows of addresses in a slice of twin ``namespace``, for the rule book."""
+    def never(text: str) -> str | None:
+        try:
+            return provider_never(ipaddress.ip_address(text), provider)
+        except ValueError:
+            return None
+
+    def own_pod(text: str) -> bool:
+        return pod_at(namespace, _canonical(text)) is not None
+
+    return EndpointFacts(never=never, own_pod=own_pod)
 
 
 def slice_addresses(endpoint_slice: Mapping[str, Any]) -> list[str]:
@@ -137,34 +116,22 @@ def decide(
         )
     if request.user_info.username != service_account_username(consumer):
         return Decision.allow()
-    endpoint_slice = request.object or {}
-    if endpoint_slice.get("addressType") == "FQDN":
-        return Decision.allow()  # names, not addresses: the ValidatingAdmissionPolicy's (services.externalName)
     try:
         policy = parse_policy((consumer.get("spec") or {}).get("policy"))
     except ProviderPolicyError as exc:
         return Decision.deny(403, "Forbidden", f"Consumer {owner} has an invalid policy, so nothing is granted: {exc}")
-    granted = tuple(ipaddress.ip_network(cidr, strict=False) for cidr in policy.endpoints.cidrs)
-    refused = _refusals(slice_addresses(endpoint_slice), request.namespace, granted, provider, pod_at)
+    ctx = Context(policy=policy, consumer_id=owner, namespace=request.namespace,
+                  endpoint_facts=facts(request.namespace, provider, pod_at))
+    # The addresses only: FQDN slices (services.externalName) are the admission policy's.
+    try:
+        refused = [v for rule in rules_for(Kind.ENDPOINT_SLICE) if rule.key == "endpoints.cidrs"
+                   for v in rule.check(request.object or {}, ctx)]
+    except Malformed as exc:
+        return Decision.deny(403, "Forbidden", f'EndpointSlice of consumer "{owner}": {exc}')
     if not refused:
         return Decision.allow()
-    listed = "; ".join(f"{address} is {why}" for address, why in refused)
+    listed = "; ".join(dict.fromkeys(v.problem for v in refused))
     return Decision.deny(403, "Forbidden", f'endpoints[].addresses of consumer "{owner}": {listed}')
-
-
-def _refusals(
-    addresses: Iterable[str], namespace: str, granted: tuple[Network, ...], provider: ProviderAddresses, pod_at: PodAt
-) -> list[tuple[str, str]]:
-    refused: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for text in addresses:
-        if text in seen:
-            continue
-        seen.add(text)
-        why = check_address(text, namespace=namespace, granted=granted, provider=provider, pod_at=pod_at)
-        if why is not None:
-            refused.append((text, why))
-    return refused
 
 
 # --- the facts, from the objects the webhook caches ---------------------------------------

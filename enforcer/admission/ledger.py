@@ -74,6 +74,13 @@ class Ledger:
                     total[name] = total.get(name, 0) + amount
         return total
 
+    def pending_names(self, namespace: str) -> set[str]:
+        """The names of the ShadowPods of ``namespace`` admitted but not settled yet (a
+        create the informer does not show yet counts as held: call this before reading it)."""
+        with self.lock:
+            self._prune()
+            return {entry.key.split("/", 1)[1] for entry in self._entries.values() if entry.key.startswith(f"{namespace}/")}
+
     def reserve(
         self, *, key: str, consumer_id: str, uid: str, generation: int, requests: Mapping[str, int], slice_name: str = ""
     ) -> int | None:

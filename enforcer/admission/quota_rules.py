@@ -23,13 +23,16 @@ Each problem is one line naming the field, why, and what to do.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
 from enforcer.consumers.quota import live_shadowpod, twin_owner
-from kube_offload.consumer_quota import limit_problems, pod_charges
+from kube_offload.consumer_quota import pod_charges
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
-from kube_offload.provider_policy import QUOTA_MODE_HARD
+from kube_offload.policy_rules import Context, Kind, Malformed, refusal_lines
+from kube_offload.provider_policy import DEFAULT_POLICY, QUOTA_MODE_HARD, QUOTA_MODE_KEY
+from kube_offload.rule_book import rules_for
 from kube_offload.resources import (
     QuantityError,
     ResourceList,
@@ -177,14 +180,17 @@ def _list(value: object) -> list[Any]:
 def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str, mode: str = "requests") -> list[str]:
     """One problem per container that sets no limit for a resource whose limit the
     consumer's quota counts (``quota`` as :func:`kube_offload.consumer_quota.quota_limits` gives
-    it), or, under quota mode ``hard``, whose limit is missing or differs from its request
-    (:func:`kube_offload.consumer_quota.limit_problems`, which ``kubectl offload explain``
-    asks too). [] when the template does not parse (other rules report that)."""
+    it), or, under quota mode ``hard``, whose limit is missing or differs from its request:
+    the rule book's ``quotaMode`` row (:func:`kube_offload.pod_rules.quota_limits`, over
+    :func:`kube_offload.consumer_quota.limit_problems`, which ``kubectl offload explain`` asks
+    too). [] when the template does not parse (other rules report that)."""
     pod = pod_template(request.object) or {}
+    ctx = Context(policy=replace(DEFAULT_POLICY, quota_mode=mode), quota=quota, consumer_id=consumer_id)
     try:
-        return limit_problems(pod, quota, mode, consumer_id, field_prefix="spec.pod.")
-    except QuantityError:
+        violations = [v for rule in rules_for(Kind.POD) if rule.key == QUOTA_MODE_KEY for v in rule.check(pod, ctx)]
+    except Malformed:
         return []
+    return refusal_lines(violations, "spec.pod.")
 
 
 def unequal_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str) -> list[str]:

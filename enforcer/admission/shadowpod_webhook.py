@@ -17,10 +17,14 @@ from enforcer.admission import dry_run, slice_rules, validation
 from enforcer.admission.caches import ProviderCaches
 from enforcer.admission.ledger import Ledger
 from enforcer.admission.verdict_cache import VerdictCache
+from enforcer.consumers.consumer_status_loop import SHADOWPODS_BY_NAMESPACE, namespace_of
 from enforcer.consumers.quota import ConsumerUsage, live_shadowpod, shadowpod_requests, twin_owner
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
-from kube_offload.consumers import service_account_of
+from kube_offload.consumers import ConsumerError, consumer_terms, service_account_of
+from kube_offload.policy_rules import Context, Kind
+from kube_offload.rule_book import check
 from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.resources import ResourceList, add, subtract
 
@@ -78,8 +82,9 @@ class ShadowPodValidator:
         # enforcer's managed pods, which count until they are gone (quota.py).
         self._usage_of = ConsumerUsage(shadowpods, caches.namespaces, pods)
         add_indexer = getattr(shadowpods, "add_indexer", None)
-        if add_indexer is not None:  # an Informer: a slice's ShadowPods without walking them all
+        if add_indexer is not None:  # an Informer: a slice's (a twin's) ShadowPods without walking them all
             add_indexer(SLICE_INDEX, _slice_index)
+            add_indexer(SHADOWPODS_BY_NAMESPACE, namespace_of)
 
     @classmethod
     def for_cluster(
@@ -152,10 +157,14 @@ class ShadowPodValidator:
             )
             if not decision.allowed or metadata_only:
                 return decision
+            too_many = self._count_decision(request, owner, consumer)
+            if too_many is not None:
+                return too_many
             slice_name = slice_rules.slice_of(request.object) if live_shadowpod(request.object or {}) else None
             pool = None
             if slice_name is not None and owner and consumer is not None:
-                refused, pool = self._slice_decision(request, owner, consumer, slice_name)
+                recorded = _slice_pool_of(request.old_object) if request.operation == "UPDATE" else ""
+                refused, pool = self._slice_decision(request, owner, consumer, slice_name, recorded_pool=recorded)
                 if refused is not None:
                     return refused
             token = None
@@ -205,22 +214,51 @@ class ShadowPodValidator:
             if not decision.allowed or slice_name is None or not owner or consumer is None:
                 return decision
             request = validation.pod_create_request(shadowpod)
-            refused, _pool = self._slice_decision(request, owner, consumer, slice_name, own=own)
+            refused, _pool = self._slice_decision(request, owner, consumer, slice_name, own=own,
+                                                  recorded_pool=_slice_pool_of(shadowpod))
             return refused if refused is not None else decision
 
+    def _count_decision(self, request: AdmissionRequest, owner: str | None, consumer: Mapping[str, Any] | None) -> Decision | None:
+        """A CREATE past the ShadowPods a consumer may keep in one twin (``twinNamespaces.maxObjects``
+        of ShadowPods, the rule book's count row; finished ones count: each is etcd storage):
+        the refusal, else None. Counted here, with the ledger's lock held, not by a
+        ResourceQuota: one on a custom kind refuses every create until the quota controller's
+        next full resync. The ledger's unsettled admissions count (concurrent creates)."""
+        if request.operation != "CREATE" or not owner or consumer is None:
+            return None
+        try:
+            terms = consumer_terms(consumer)
+        except ConsumerError:
+            return None  # validation.decide refused it already
+        name = str(((request.object or {}).get("metadata") or {}).get("name") or request.name)
+        pending = self.ledger.pending_names(request.namespace)
+        by_index = getattr(self._shadowpods, "by_index", None)
+        cached = by_index(SHADOWPODS_BY_NAMESPACE, request.namespace) if by_index is not None else [
+            sp for sp in self._shadowpods.list() if namespace_of(sp) == [request.namespace]]
+        held = ({str((sp.get("metadata") or {}).get("name") or "") for sp in cached} | pending) - {name}
+        ctx = Context(policy=terms.policy, consumer_id=owner, namespace=request.namespace)
+        subject = {"counted": "twinNamespaces.maxObjects", "kind": pp.SHADOWPOD_COUNT_KIND, "held": len(held)}
+        violations = check(Kind.TENANT_COUNT, subject, ctx)
+        if not violations:
+            return None
+        return Decision.deny(403, "Forbidden", "; ".join(f"{v.problem}; {v.fix}" for v in violations))
+
     def _slice_decision(
-        self, request: AdmissionRequest, owner: str, consumer: Mapping[str, Any], slice_name: str, *, own: ResourceList | None = None
+        self, request: AdmissionRequest, owner: str, consumer: Mapping[str, Any], slice_name: str, *, own: ResourceList | None = None,
+        recorded_pool: str = "",
     ) -> tuple[Decision | None, Pool | None]:
         """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
         ``slice_name``, with the ledger's lock held: the refusal (None: admitted) and the
-        slice's pool. ``own``: what the slice's use counts of this very ShadowPod already
-        (judging its pod: left out, as its charges are the request judged)."""
+        pool its pod gets (``recorded_pool``, its status.slicePool, once its first pod was
+        made; else the slice's). ``own``: what the slice's use counts of this very ShadowPod
+        already (judging its pod: left out, as its charges are the request judged)."""
         tenant, _ = service_account_of(consumer)
         offload_slice = self._caches.offload_slice(tenant, slice_name)
         pool = None
         if offload_slice is not None:
             try:
-                pool = parse_pools(consumer.get("spec") or {}).get(str((offload_slice.get("spec") or {}).get("pool") or ""))
+                named = recorded_pool or str((offload_slice.get("spec") or {}).get("pool") or "")
+                pool = parse_pools(consumer.get("spec") or {}).get(named)
             except PoolError as exc:
                 return Decision.deny(403, "Forbidden", f'Consumer "{owner}" is misconfigured ({exc}); the provider must fix it'), None
         return slice_rules.decide(
@@ -233,6 +271,7 @@ class ShadowPodValidator:
             # object is in ``used`` and ``delta`` is new minus old, as for the quota.
             used=subtract(add(self.ledger.pending(owner, slice_name), self._slice_used(owner, slice_name)), own or {}),
             delta=validation.requests_delta(request),
+            recorded_pool=recorded_pool,
         ), pool
 
     def _slice_used(self, owner: str, slice_name: str) -> ResourceList:
@@ -256,6 +295,11 @@ class ShadowPodValidator:
         # The ledger first, then the informer: see Ledger.pending.
         pending = self.ledger.pending(consumer_id)
         return add(self._usage_of.used(consumer_id), pending)
+
+
+def _slice_pool_of(shadowpod: Mapping[str, Any] | None) -> str:
+    """The pool a ShadowPod's first pod was made on (status.slicePool), "" before it was."""
+    return str(((shadowpod or {}).get("status") or {}).get("slicePool") or "")
 
 
 def _int(value: object, *, default: int) -> int:

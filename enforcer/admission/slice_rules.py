@@ -14,9 +14,15 @@ judge what the consumer wrote):
 4. the consumer's pod spec does not contradict the pool's patch: a ``nodeSelector`` key
    the pool sets to another value, or another ``runtimeClassName`` (422);
 5. the requests of the slice's ShadowPods plus what this request adds stay within the
-   slice's ``status.accepted``, for each resource listed there (``pods`` counted when it
-   is). As for the quota, a request that adds nothing to a resource is never refused for it,
-   and an update that adds nothing at all passes rules 2-5 (its pod already runs there).
+   slice's ``status.accepted`` for **every** resource they request: one the slice did not
+   accept (a GPU asked of a ``pods: 1`` slice of a GPU pool) counts as 0 accepted, so the
+   pool's toleration never lets a pod take what its slice was not given; ``pods`` only
+   when the slice asked for it (without, the consumer's quota bounds its pods). As for the
+   quota, a request that adds nothing to a resource is never refused for it, and an update
+   that adds nothing at all passes rules 2-5 (its pod already runs there);
+6. a ShadowPod keeps the pool its first pod was made on (``status.slicePool``): while the
+   slice names another pool, no pod is made for it, on either (the slice accepted amounts of
+   the other pool; the first one is not what it accepts now).
 
 The pool's tolerations and runtime class are the provider's own grant: they are not in
 the ShadowPod, so the provider policy's checks (tolerations, runtimeClasses) never see them.
@@ -29,11 +35,13 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.pools import Pool, patch_conflicts
+from kube_offload.consumer_quota import LIMITS_PREFIX
 from kube_offload.resources import QuantityError, ResourceList, format_quantity, resource_sort_key, uses_binary_format
 from kube_offload.slices import accepted_of
 from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
+PODS = "pods"
 LABEL_FIELD = f"metadata.labels[{c.LABEL_SLICE}]"
 
 
@@ -91,13 +99,15 @@ def decide(
     pool: Pool | None,
     used: Mapping[str, int],
     delta: Mapping[str, int],
+    recorded_pool: str = "",
 ) -> Decision | None:
     """Rules 2-5 for a ShadowPod of ``slice_name``: None to admit, else the refusal.
 
     ``offload_slice``: the OffloadSlice in ``tenant`` (None: none); ``pool``: its pool from
     the Consumer's spec (None: gone); ``used``: the requests of the slice's live
     ShadowPods (this one's old object included on an UPDATE), in milli-units; ``delta``:
-    what this request adds (new minus old on an UPDATE)."""
+    what this request adds (new minus old on an UPDATE); ``recorded_pool``: the pool its
+    first pod was made on (the ShadowPod's status.slicePool; "" before its first pod)."""
     where = f'OffloadSlice "{slice_name}" in namespace "{tenant}"'
     if request.operation == "UPDATE" and not any(amount > 0 for amount in delta.values()):
         # A running pod's update that adds nothing (an image, a deadline) is never refused for
@@ -121,8 +131,15 @@ def decide(
             f"{LABEL_FIELD}={slice_name!r}: {where} is {phase}, not Accepted or PartiallyAccepted"
             f"{f' ({message})' if message else ''}; no pod runs in it until the provider accepts it"
         )
+    pool_name = str((offload_slice.get("spec") or {}).get("pool") or "")
+    if recorded_pool and recorded_pool != pool_name:
+        return _forbidden(
+            f"{LABEL_FIELD}={slice_name!r}: this ShadowPod's pod was made on pool {recorded_pool!r} (status.slicePool), and "
+            f"{where} now names pool {pool_name!r}: a pod keeps the pool it was admitted under, and the slice's acceptance "
+            f"is for {pool_name!r}; no pod is made until the slice names {recorded_pool!r} again, or delete the ShadowPod "
+            "and create it again"
+        )
     if pool is None:
-        pool_name = (offload_slice.get("spec") or {}).get("pool")
         return _forbidden(
             f"{LABEL_FIELD}={slice_name!r}: the pool {pool_name!r} of {where} is no longer among the provider's pools "
             "(Consumer spec.pools); the slice is decided again shortly"
@@ -132,12 +149,14 @@ def decide(
     if conflicts:
         return Decision.deny(422, "Invalid", "\n".join(conflicts))
     over = []
-    for name in sorted(accepted, key=resource_sort_key):
+    for name in sorted(delta, key=resource_sort_key):
         more = delta.get(name, 0)
-        if more <= 0:
-            continue
-        if used.get(name, 0) + more > accepted[name]:
-            over.append(f"{name}: requested {_q(name, more)}, used {_q(name, used.get(name, 0))}, accepted {_q(name, accepted[name])}")
+        if more <= 0 or name.startswith(LIMITS_PREFIX) or (name == PODS and name not in accepted):
+            continue  # limits are bounded through requests; pods only when the slice asked for them
+        most = accepted.get(name, 0)
+        if used.get(name, 0) + more > most:
+            unasked = "" if name in accepted else " (the slice did not ask for it: a slice bounds every resource its pods request)"
+            over.append(f"{name}: requested {_q(name, more)}, used {_q(name, used.get(name, 0))}, accepted {_q(name, most)}{unasked}")
     if over:
         return _forbidden(
             f"exceeded {where}: {'; '.join(over)}; wait until other pods of the slice end, or ask for a larger slice "

@@ -21,22 +21,16 @@ from typing import Any, Mapping
 
 from enforcer.admission.tenant_requests import by_consumer
 from kube_offload import constants as c
-from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
+from kube_offload.policy_rules import Context, Kind
+from kube_offload.rule_book import check
 
-# resource (the plural the request names) -> (kind, policy key, how the limit is read)
+# resource (the plural the request names) -> (kind, the policy key that bounds it: the rule
+# book's row, kube_offload.tenant_rules.held_too_many)
 LIMITED = {
     c.TWIN_NAMESPACE_PLURAL: (c.TWIN_NAMESPACE_KIND, "twinNamespaces.maxRequests"),
     c.SLICE_PLURAL: (c.SLICE_KIND, "slices.maxCount"),
 }
-
-
-def limit_of(policy: pp.ProviderPolicy, resource: str) -> int:
-    """The most objects of ``resource`` (a :data:`LIMITED` plural) the policy lets a
-    consumer keep in its tenant namespace."""
-    if resource == c.SLICE_PLURAL:
-        return policy.slices.max_count
-    return policy.twin_namespaces.max_requests
 
 
 def _forbidden(message: str) -> Decision:
@@ -55,10 +49,8 @@ def decide(request: AdmissionRequest, *, namespace: Mapping[str, Any] | None, co
         return who.verdict
     owner, terms = who.owner, who.terms
     assert terms is not None
-    most = limit_of(terms.policy, request.resource)
-    if held < most:
+    ctx = Context(policy=terms.policy, consumer_id=owner or "", namespace=request.namespace)
+    violations = check(Kind.TENANT_COUNT, {"counted": key, "held": held}, ctx)
+    if not violations:
         return Decision.allow()
-    return _forbidden(
-        f'consumer "{owner}" holds {held} {kind}s in namespace "{request.namespace}", the most it may (Consumer '
-        f"{pp.POLICY}.{key}: {most}); delete one it no longer needs, or ask the provider to raise the key"
-    )
+    return _forbidden("; ".join(f"{v.problem}; {v.fix}" for v in violations))

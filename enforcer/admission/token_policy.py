@@ -3,7 +3,8 @@ its identity makes in its tenant namespace (``serviceaccounts/token``, the way i
 kubelet renews its bound token; docs/security.md "The consumer's identity").
 
 RBAC lets the consumer ask for a token of its own ServiceAccount only; it said nothing of
-how long the token lives or whom it is for. So, for a request by the consumer's identity:
+how long the token lives or whom it is for. So, for a request by the consumer's identity
+(the rule book's TokenRequest rows, :mod:`kube_offload.tenant_rules`):
 
 * ``spec.expirationSeconds`` at most ``tokens.maxExpirationSeconds`` (default 24 h): a
   leaked token lives no longer than the provider accepts;
@@ -22,10 +23,9 @@ from typing import Any, Iterable, Mapping
 
 from enforcer.admission.tenant_requests import by_consumer
 from kube_offload import bound_tokens
-from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
-
-_KEY = f"Consumer {pp.POLICY}.tokens"
+from kube_offload.policy_rules import Context, Kind, refusal_lines
+from kube_offload.rule_book import check
 
 
 def audiences_of_token(token: str) -> tuple[str, ...]:
@@ -63,24 +63,8 @@ def decide(
         return who.verdict
     owner, terms = who.owner, who.terms
     assert terms is not None
-    spec = (request.object or {}).get("spec") or {}
-    problems = []
-    tokens = terms.policy.tokens
-    expiration = spec.get("expirationSeconds")
-    if isinstance(expiration, bool) or not isinstance(expiration, int) or expiration > tokens.max_expiration_seconds:
-        problems.append(
-            f"spec.expirationSeconds: {expiration} s is longer than consumer \"{owner}\" may ask for its token "
-            f"({tokens.max_expiration_seconds} s, {_KEY}.maxExpirationSeconds); ask for at most that"
-        )
-    allowed = set(api_audiences) | set(tokens.audiences)
-    audiences = spec.get("audiences") or []
-    foreign = [str(a) for a in audiences if str(a) not in allowed] if isinstance(audiences, list) else [str(audiences)]
-    if foreign:
-        granted = ", ".join(tokens.audiences) or "none"
-        problems.append(
-            f"spec.audiences: {', '.join(repr(a) for a in foreign)} not granted to consumer \"{owner}\": its tokens are for "
-            f"this API server (ask for no audience) or an audience in {_KEY}.audiences (granted: {granted})"
-        )
+    ctx = Context(policy=terms.policy, consumer_id=owner, api_audiences=tuple(api_audiences))
+    problems = refusal_lines(check(Kind.TOKEN_REQUEST, request.object or {}, ctx))
     if problems:
         return _forbidden("; ".join(problems))
     return Decision.allow()

@@ -37,10 +37,11 @@ from kube_offload.remote_resources import PodRequestsMemo, summarize_many
 
 log = logging.getLogger("kube_offload.enforcer.consumers")
 
+# The ShadowPods by namespace (the drain's, and the ShadowPod webhook's count of a twin's).
 SHADOWPODS_BY_NAMESPACE = "drain-namespace"
 
 
-def _namespace_of(obj: dict[str, Any]) -> list[str]:
+def namespace_of(obj: dict[str, Any]) -> list[str]:
     return [str((obj.get("metadata") or {}).get("namespace") or "")]
 
 
@@ -99,7 +100,7 @@ class ConsumerStatusLoop:
         self._by_namespace = hasattr(shadowpods, "add_indexer")
         if self._by_namespace:
             # A drained consumer's ShadowPods by twin namespace, not by walking every one.
-            shadowpods.add_indexer(SHADOWPODS_BY_NAMESPACE, _namespace_of)  # type: ignore[attr-defined]
+            shadowpods.add_indexer(SHADOWPODS_BY_NAMESPACE, namespace_of)  # type: ignore[attr-defined]
         # Seconds from the last pass to the next drain deadline (None: no drain pending).
         self._next_deadline: float | None = None
         self.passes = 0

@@ -13,19 +13,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.consumers import ConsumerLookup, consumer_name
-from kube_offload.provider_policy import (
-    ALWAYS_RESERVED_NAMESPACES,
-    POLICY,
-    ProviderPolicyError,
-    TwinNamespacePolicy,
-    name_matches,
-    parse_policy,
-)
+from kube_offload.policy_rules import Context, Kind, Malformed
+from kube_offload.provider_policy import POLICY, ProviderPolicy, ProviderPolicyError, TwinNamespacePolicy, parse_policy
+from kube_offload.rule_book import check
 
 # The policy keys a refusal names (Consumer spec.policy.twinNamespaces.*).
-SAME_NAMES_KEY = f"{POLICY}.twinNamespaces.sameNames"
-RESERVED_KEY = f"{POLICY}.twinNamespaces.reserved"
-MAX_COUNT_KEY = f"{POLICY}.twinNamespaces.maxCount"
+MAX_COUNT_RULE = "twinNamespaces.maxCount"
+MAX_COUNT_KEY = f"{POLICY}.{MAX_COUNT_RULE}"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes' own namespaces exist anyway (and would be refused as not ours); tenant
@@ -58,43 +52,49 @@ def plan_name_problem(
     *,
     release_namespace: str = "",
     consumers: ConsumerLookup = lambda _name: None,
+    older_consumers: Iterable[str] = (),
+    newer_consumers: Iterable[str] = (),
 ) -> str:
-    """Why the provider's plan has no room for twin ``name`` of ``consumer_id``, or "".
+    """Why the provider's plan has no room for twin ``name`` of ``consumer_id``, or "": the
+    rule book's twin rows (:mod:`kube_offload.tenant_rules`). A twin is either a DefaultName
+    twin, ending in ``-<consumer id>`` (what the virtual kubelet asks for by default:
+    vkubelet/twins/naming.py), or a name the provider grants as it is (EnforceSameName) in
+    ``sameNames``; never a reserved name (``default``, ``kube-*``, ``kube-offload-*``, the
+    enforcer's own namespace, and ``reserved``), whatever is granted; never a DefaultName twin
+    of another consumer whose id ends in this one's (consumer ``b`` may not take ``web-a-b``,
+    which is consumer ``a-b``'s twin of ``web``); and none at all for a consumer whose id
+    clashes so with one admitted before it (``older_consumers``): it could find every twin
+    it asks for taken (and so a name such a newer one would want, ``newer_consumers``, stays
+    this one's)."""
+    ctx = Context(policy=ProviderPolicy(twin_namespaces=policy), consumer_id=consumer_id, release_namespace=release_namespace,
+                  other_consumer=lambda other: consumers(other) is not None, older_consumers=tuple(older_consumers),
+                  newer_consumers=tuple(newer_consumers))
+    try:
+        violations = check(Kind.TWIN_REQUEST, {"metadata": {"name": name}}, ctx)
+    except Malformed as exc:
+        return str(exc)
+    if not violations:
+        return ""
+    v = violations[0]
+    where = f"{v.field} " if v.field == "metadata.name" else ""
+    return f"{where}{v.problem}; {v.fix}" if v.fix else f"{where}{v.problem}"
 
-    A twin is either a DefaultName twin, ending in ``-<consumer id>`` (what the virtual
-    kubelet asks for by default: vkubelet/twins/naming.py), or a name the provider grants as it
-    is (EnforceSameName) in ``sameNames``; never a reserved name (``default``, ``kube-*``,
-    ``kube-offload-*``, the enforcer's own namespace, and ``reserved``), whatever is
-    granted; and never a DefaultName twin of another consumer whose id ends in this one's
-    (consumer ``b`` may not take ``web-a-b``, which is consumer ``a-b``'s twin of ``web``)."""
-    if name_matches(name, ALWAYS_RESERVED_NAMESPACES) or (release_namespace and name == release_namespace):
-        return (
-            f"metadata.name {name!r} is reserved by the provider for itself (default, kube-*, kube-offload-* and "
-            "the enforcer's namespace are never given to a consumer); ask for another namespace name"
-        )
-    if name_matches(name, policy.reserved):
-        return (
-            f"metadata.name {name!r} is reserved by the provider (Consumer {RESERVED_KEY}); "
-            "ask for another namespace name"
-        )
-    suffix = f"-{consumer_id}"
-    if name.endswith(suffix) and len(name) > len(suffix):
-        for index, char in enumerate(name[: -len(suffix)]):
-            other = name[index + 1:]
-            if char == "-" and other != consumer_id and consumers(other) is not None:
-                return (
-                    f"metadata.name {name!r} ends in \"-{other}\": it belongs to the plan of consumer {other!r}; "
-                    f"ask for a name ending in \"{suffix}\" that is not another consumer's"
-                )
-        return ""
-    if name_matches(name, policy.same_names):
-        return ""
-    return (
-        f"metadata.name {name!r}: a twin namespace of consumer {consumer_id!r} must end in \"{suffix}\" (the "
-        f"DefaultName mapping); other names (EnforceSameName) only where the provider grants them in Consumer "
-        f"{SAME_NAMES_KEY}"
-        + (f" (granted: {', '.join(policy.same_names)})" if policy.same_names else " (none granted)")
-    )
+
+def consumers_around(consumer: Mapping[str, Any], every: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """The ids of the consumers admitted before ``consumer`` and after it (by
+    creationTimestamp, then name)."""
+    def order(obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return (str(meta.get("creationTimestamp") or "~"), str(meta.get("name") or ""))
+
+    mine = order(consumer)
+    older, newer = [], []
+    for other in every:
+        if order(other) < mine:
+            older.append(order(other)[1])
+        elif order(other) > mine:
+            newer.append(order(other)[1])
+    return older, newer
 
 
 def count_problem(
@@ -124,7 +124,9 @@ def count_problem(
         key=lambda r: (not served(r), str((r.get("metadata") or {}).get("creationTimestamp") or "~"), request_key(r)),
     )
     position = [request_key(r) for r in order].index(key)
-    if position < max_count:
+    # The rule book's row: refused once the requests ranked before it hold every place.
+    bound = ProviderPolicy(twin_namespaces=TwinNamespacePolicy(max_count=max_count))
+    if not check(Kind.TENANT_COUNT, {"counted": MAX_COUNT_RULE, "held": position}, Context(policy=bound)):
         return ""
     return (
         f"consumer has reached its maximum of {max_count} twin namespaces (Consumer {MAX_COUNT_KEY}); "

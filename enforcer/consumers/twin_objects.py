@@ -1,7 +1,8 @@
 """The objects the enforcer makes for a twin namespace, and what brings each to what it
 should be (pure): the namespace (labelled with the consumer's origin id and Pod Security
 level), the RoleBinding of the consumer's twin role, and the ResourceQuota bounding what
-the consumer may make in it (the object-count and storage keys of its quota).
+the consumer may make in it (the object-count and storage keys of its quota, and the
+per-twin object bounds of its policy, ``twinNamespaces.maxObjects``).
 
 A namespace is *ours* only when it carries all three marks the enforcer writes at
 creation — managed-by=enforcer, origin=<id> and twin-request=T/<name> — so a namespace
@@ -13,10 +14,11 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Mapping
 
-from kube_offload.consumer_quota import twin_object_quota
 from enforcer.consumers.twin_names import request_key
 from kube_offload import constants as c
+from kube_offload.consumer_quota import twin_count_quota
 from kube_offload.consumers import consumer_name, service_account_of
+from kube_offload.provider_policy import ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -143,11 +145,17 @@ def rolebinding_action(existing: Mapping[str, Any] | None, desired: Mapping[str,
 
 def desired_resourcequota(namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ResourceQuota of twin ``namespace``: the object-count and storage keys of the
-    Consumer's ``spec.quota``, each bounding this twin (enforcer/consumers/quota.py
-    :func:`~kube_offload.consumer_quota.twin_object_quota`); None when it has none (no ResourceQuota:
-    nothing is limited). Raises QuantityError naming the key of a figure that does not
-    parse (the provider's mistake)."""
-    hard = twin_object_quota((consumer.get("spec") or {}).get("quota"))
+    Consumer's ``spec.quota``, and the per-twin bounds of its policy
+    (``twinNamespaces.maxObjects``, built-in kinds), each bounding this twin
+    (:func:`kube_offload.consumer_quota.twin_count_quota`); None when there are none (a policy
+    whose every bound is for custom kinds only: nothing for a ResourceQuota). Raises
+    QuantityError naming the key of a figure that does not parse (the provider's mistake)."""
+    spec = consumer.get("spec") or {}
+    try:
+        policy = parse_policy(spec.get("policy"))
+    except ProviderPolicyError as exc:
+        raise QuantityError(str(exc)) from None
+    hard = twin_count_quota(spec.get("quota"), policy.twin_namespaces.max_objects)
     if not hard:
         return None
     return {

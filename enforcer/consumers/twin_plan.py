@@ -14,9 +14,16 @@ what makes one ours, and what brings each to what it should be
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from enforcer.consumers.twin_names import consumer_twin_policy, count_problem, name_problem, plan_name_problem, request_key
+from enforcer.consumers.twin_names import (
+    consumer_twin_policy,
+    consumers_around,
+    count_problem,
+    name_problem,
+    plan_name_problem,
+    request_key,
+)
 from enforcer.consumers.twin_objects import (
     ResourceQuotaAction,
     RoleBindingAction,
@@ -111,13 +118,15 @@ def plan_twin(
     siblings: Callable[[Mapping[str, Any]], list[Mapping[str, Any]]] = lambda _consumer: [],
     namespace_of: Callable[[str], Mapping[str, Any] | None] = lambda _name: None,
     release_namespace: str = "",
+    every_consumer: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
 ) -> TwinPlan:
     """The plan for ``request`` given the tenant namespace it lives in, the Consumers,
     the namespace it asks for, that namespace's twin RoleBinding and its twin
     ResourceQuota (each None if absent).
     ``siblings(consumer)``: that consumer's TwinNamespaces (for its maximum);
     ``namespace_of``: a namespace by name (whether a sibling is served already);
-    ``release_namespace``: the enforcer's own namespace (never a twin)."""
+    ``release_namespace``: the enforcer's own namespace (never a twin);
+    ``every_consumer``: the Consumers (a consumer whose id clashes with an older one's gets no twin)."""
     if _terminating(request):
         return _plan_deletion(request, namespace)
 
@@ -157,7 +166,9 @@ def plan_twin(
             other_name = str((other.get("metadata") or {}).get("name") or "")
             return is_ours(namespace_of(other_name), consumer_id, request_key(other))
 
-        problem = plan_name_problem(name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers)
+        older, newer = consumers_around(consumer, every_consumer())
+        problem = plan_name_problem(name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers,
+                                    older_consumers=older, newer_consumers=newer)
         if not problem:
             problem = count_problem(
                 request, siblings(consumer), max_count=policy.max_count, eligible=fits_plan, served=is_served

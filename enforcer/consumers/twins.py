@@ -175,6 +175,7 @@ class TwinReconciler:
             siblings=self._requests_of,
             namespace_of=self._namespaces.get,
             release_namespace=self._release_namespace,
+            every_consumer=lambda: [obj for key in self._consumers.keys() if (obj := self._consumers.get(key)) is not None],
         )
 
     def _twin_resourcequota(self, namespace: str) -> dict[str, Any] | None:

@@ -154,7 +154,7 @@ class Reconciler:
         api: EnforcerApi,
         recorder: EventRecorder,
         remote_api_access: Callable[[str], bool | None] = lambda _namespace: False,
-        slice_pool: Callable[[str, str], Pool | None] = lambda _namespace, _slice: None,
+        slice_pool: Callable[[str, str, str], Pool | None] = lambda _namespace, _slice, _recorded: None,
         max_grace: Callable[[str], int | None] = lambda _namespace: None,
         judge: Judge = admit_every_pod,
         status_coalesce_seconds: float = STATUS_COALESCE_SECONDS,
@@ -162,9 +162,10 @@ class Reconciler:
     ) -> None:
         """``remote_api_access``: whether the consumer owning a twin namespace is granted
         the provider's API (``pods.remoteAPIAccess``); None while not known yet.
-        ``slice_pool``: (twin namespace, slice name) -> the pool of that consumer's
-        OffloadSlice, whose patch the pod of a ShadowPod labelled with the slice gets; None
-        while not known (the pod waits).
+        ``slice_pool``: (twin namespace, slice name, recorded pool) -> the pool of that
+        consumer's OffloadSlice, whose patch the pod of a ShadowPod labelled with the slice
+        gets: the one its status recorded from its first pod, when it did (a pod keeps its
+        pool); None while not known (the pod waits).
         ``max_grace``: twin namespace -> its consumer's largest termination grace
         (``pods.maxTerminationGracePeriodSeconds``), which every pod made is cut to and
         every deletion passes explicitly; None: not cut (no Consumer known).
@@ -315,7 +316,7 @@ class Reconciler:
         pool = None
         slice_name = (meta.get("labels") or {}).get(LABEL_SLICE)
         if slice_name:
-            pool = self._slice_pool(namespace, str(slice_name))
+            pool = self._slice_pool(namespace, str(slice_name), str((view.get("status") or {}).get("slicePool") or ""))
             if pool is None:
                 raise Requeue(SLICE_POOL_RECHECK_SECONDS, f"waiting for the pool of resource slice {slice_name}")
         try:

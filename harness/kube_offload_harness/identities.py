@@ -22,6 +22,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from kube_offload.provider_policy import OBJECT_COUNT_KINDS
+
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CHART = REPO / "charts" / "kube-offload-local"
 REMOTE_CHART = REPO / "charts" / "kube-offload-remote"
@@ -159,6 +161,7 @@ TOLERATION_GRANTED_IN_TESTS = "e2e.kube-offload.io/extra"  # test_pod_updates ad
 E2E_INGRESS_CLASS = "e2e"  # test_reflection's Ingress
 E2E_INGRESS_DOMAIN = "e2e.example.com"
 E2E_STORAGE_CLASS = "local-path"  # the remote's real class (storage.py): test_stateful's claims
+E2E_MAX_OBJECTS = 100000
 E2E_POLICY: Mapping[str, Any] = {
     "pods": {"tolerations": [TOLERATION_GRANTED_IN_TESTS]},
     # The local pod range as the provider reaches it (cluster.LOCAL_POD_CIDR_REMAPPED):
@@ -168,6 +171,9 @@ E2E_POLICY: Mapping[str, Any] = {
     "endpoints": {"cidrs": ["10.200.0.0/16"]},
     "ingress": {"hostDomains": [E2E_INGRESS_DOMAIN], "classes": [E2E_INGRESS_CLASS]},
     "storage": {"classes": [E2E_STORAGE_CLASS]},
+    # Far above what any test or benchmark keeps in one twin (bench/bench_scale.py: thousands
+    # of pods, a token Secret each): the default bounds are tested with consumers of their own.
+    "twinNamespaces": {"maxObjects": {kind: E2E_MAX_OBJECTS for kind in OBJECT_COUNT_KINDS}},
 }
 
 
@@ -181,14 +187,18 @@ def e2e_policy(*, local_pods_remapped: Iterable[str]) -> dict:
     return policy
 
 
+# The test consumer's quota when a test names none: the chart admits no consumer without one
+# (no default fits every provider, docs/security.md), and this one bounds only the pod count,
+# far above what any test or benchmark runs, so the tests of everything else are not about it.
+E2E_QUOTA: Mapping[str, str] = {"pods": "100000"}
+
+
 def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None,
                   policy: Mapping[str, Any] | None = E2E_POLICY, pools: list[dict] | None = None) -> dict:
     """The remote chart's values admitting one consumer (what ``kube-offload peer`` does),
-    with the tests' provider policy (None: the chart's, i.e. the safe defaults) and the
-    node pools it may ask slices of (docs/slices.md)."""
-    consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False}
-    if quota:
-        consumer["quota"] = dict(quota)
+    with ``quota`` (None: E2E_QUOTA), the tests' provider policy (None: the chart's, i.e.
+    the safe defaults) and the node pools it may ask slices of (docs/slices.md)."""
+    consumer: dict[str, Any] = {"name": consumer_id, "createTokenSecret": False, "quota": dict(quota or E2E_QUOTA)}
     if pools:
         consumer["pools"] = copy.deepcopy(pools)
     if policy is not None:

@@ -33,7 +33,7 @@ import yaml
 
 from kube_offload import constants as C
 from kube_offload import peering as p
-from kube_offload_harness import chart_processes
+from kube_offload_harness import chart_processes, identities
 from kube_offload_harness.cluster import Cluster, ClusterError, ClusterSpec, Environment, Topology
 
 Say = Callable[[str], None]
@@ -80,6 +80,9 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
     server = remote_server(env, topology, spec)
     flags.append(("--remote-server", server, server))
     flags += [("--node-label", f"{k}={v}", f"{k}={v}") for k, v in sorted(spec.labels.items())]
+    # A provider admits no consumer without a bound (docs/security.md, "Quota: what counts").
+    quota = ",".join(f"{k}={v}" for k, v in sorted((spec.quota or identities.E2E_QUOTA).items()))
+    flags.append(("--quota", quota, quota))
     flags.append(("--local-values", str(values), str(values).replace(home, "~", 1)))
     if remote_values is not None:
         flags.append(("--remote-values", str(remote_values), str(remote_values).replace(home, "~", 1)))

@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     flag("--remote-server", default="",
          help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote "
               "kubeconfig (refused when it is a loopback address, which a pod cannot reach)")
-    flag("--quota", default="", help="the consumer's quota on the remote, e.g. cpu=8,memory=16Gi,pods=50; unset: keep (none: unlimited)")
+    flag("--quota", default="", help="the consumer's quota on the remote, e.g. cpu=8,memory=16Gi,pods=50; unset: keep the release's (required "
+                                         "when it has none: no default fits every provider)")
     flag("--pod-security-level", default="",
          help=f"{' | '.join(c.PSA_LEVELS)}: Pod Security level of the consumer's twin namespaces on the remote; unset: keep (chart default baseline)")
     add_flag(peer, "peer", "--node-label", default=[], action="append",

@@ -195,7 +195,7 @@ def test_remote_chart_installs_into_the_remote_cluster(remote: Cluster, tmp_path
     release = _release("helm-remote")
     consumer = release  # cluster-scoped names (tenant namespace, Consumer) are per consumer
     values = {
-        "consumers": [{"name": consumer}],
+        "consumers": [{"name": consumer, "quota": {"pods": "10"}}],
         "image": {"pullPolicy": "Never"},
         "enforcer": {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 1}},
     }

@@ -20,9 +20,11 @@ import pytest
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
+from kube_offload_harness import identities
 from kube_offload_harness.cluster import KWOK_POD_CIDR, Cluster, Environment, remote_pod_cidr_remapped
 from kube_offload_harness.naming import LOCAL_CLUSTER_ID, twin_namespace as twin, unique, virtual_node_name
 from kube_offload.resources import parse_quantity
+from support import clusters
 from support.clusters import delete_namespace, deployment, offloaded_namespace
 
 LOCAL_ID = LOCAL_CLUSTER_ID
@@ -148,8 +150,7 @@ def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider
     region = next(iter(remote.spec.labels))
 
     def patch_consumer(spec: dict) -> None:
-        remote.kubectl("patch", f"{c.CONSUMER_PLURAL}.{c.SHADOWPOD_GROUP}", LOCAL_ID, "--type=merge",
-                       "-p", json.dumps({"spec": spec}))
+        clusters.patch_consumer(remote, LOCAL_ID, spec)
 
     def node() -> dict:
         return local.kubectl_json("get", "node", virtual_node_name(remote.spec.cluster_id))
@@ -175,14 +176,14 @@ def test_capacity_is_capped_by_the_consumer_quota_and_labels_follow_the_provider
         assert labels[c.LABEL_HOSTNAME] == virtual_node_name(remote.spec.cluster_id)  # reserved: never the provider's
         assert "example.com/tier" in labelled["metadata"]["annotations"][c.ANNOTATION_PROVIDER_LABELS].split(",")
 
-        patch_consumer({"quota": None, "nodeLabels": {"example.com/tier": None, region: original_labels.get(region),
+        patch_consumer({"quota": dict(identities.E2E_QUOTA), "nodeLabels": {"example.com/tier": None, region: original_labels.get(region),
                                                      "kubernetes.io/hostname": None}})
         wait(lambda: "example.com/tier" not in node()["metadata"]["labels"], timeout=60,
              what="the withdrawn suggestion removed from the node")
         wait(lambda: parse_quantity(node()["status"]["capacity"]["cpu"]) > parse_quantity("1"), timeout=60,
              what="the capacity back to the sharing percentage once the quota is gone")
     finally:
-        patch_consumer({"quota": None, "nodeLabels": None})
+        patch_consumer({"quota": dict(identities.E2E_QUOTA), "nodeLabels": None})
         if original_labels:
             patch_consumer({"nodeLabels": original_labels})
 

@@ -39,7 +39,7 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import LOCAL_CLUSTER_ID, unique
-from support.clusters import find, patch_consumer, twin_status
+from support.clusters import find, patch_consumer, serve_twin
 
 CONSUMER = "e2e-runs"
 TENANT = c.tenant_namespace(CONSUMER)
@@ -79,19 +79,12 @@ def consumer(offload_env: Environment, remote: Cluster) -> Path:
 
 
 @pytest.fixture(scope="module")
-def twin(remote: Cluster, consumer: Path, wait) -> Iterator[str]:
+def twin(remote: Cluster, consumer: Path) -> Iterator[str]:
     name = f"{unique('runs')}-{CONSUMER}"
-    request = {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
-               "metadata": {"name": name, "namespace": TENANT}, "spec": {"localNamespace": name}}
-    made = remote.kubectl_as(consumer, "create", "-f", "-", input=json.dumps(request))
-    assert made.returncode == 0, made.stderr
-    wait(lambda: twin_status(remote, CONSUMER, name).get("phase") == c.TWIN_PHASE_READY, timeout=SERVE_SECONDS,
-         what=f"twin {name} Ready")
-    # The ServiceAccount admission refuses pods until the namespace's default account exists.
-    wait(lambda: find(remote, "serviceaccount", "default", "-n", name), timeout=60, what=f"ServiceAccount {name}/default")
+    serve_twin(remote, consumer, CONSUMER, name, timeout=SERVE_SECONDS)
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, CONSUMER, {"quota": None, "policy": identities.E2E_POLICY})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "policy": identities.E2E_POLICY})
 
 
 def create(remote: Cluster, consumer: Path, twin: str, obj: dict) -> subprocess.CompletedProcess:
@@ -168,10 +161,10 @@ def test_a_lowered_quota_holds_when_a_pod_is_made_again(remote: Cluster, consume
                        timeout=REACT_SECONDS, what="the recreation refused for the quota")
         assert f'exceeded quota of consumer "{CONSUMER}": cpu: requested 200m' in message, message
         assert find(remote, "pod", "counted", "-n", twin) is None
-        patch_consumer(remote, CONSUMER, {"quota": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
         wait(lambda: find(remote, "pod", "counted", "-n", twin), timeout=REACT_SECONDS, what="the pod made again once it fits")
     finally:
-        patch_consumer(remote, CONSUMER, {"quota": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
         delete_shadowpod(remote, consumer, twin, "counted")
 
 
@@ -302,7 +295,7 @@ def test_a_sidecar_counts_against_the_quota_like_a_container(remote: Cluster, co
         assert refused is not None and refused.returncode != 0, "a pod whose sidecar takes it over the quota was admitted"
         assert f'exceeded quota of consumer "{CONSUMER}": cpu: requested 150m' in refused.stderr, refused.stderr
     finally:
-        patch_consumer(remote, CONSUMER, {"quota": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
 
 
 # --- item 5: only the consumer's own pods reach its relay ------------------------------------------------

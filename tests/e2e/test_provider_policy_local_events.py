@@ -75,7 +75,7 @@ def test_a_system_node_critical_pod_runs_remotely_without_the_class_and_the_loca
         [event] = events
         assert event["type"] == "Warning"
         assert event["involvedObject"]["uid"] == local_pod["metadata"]["uid"]
-        assert event["message"].startswith('spec.priorityClassName "system-node-critical" dropped: ')
+        assert event["message"].startswith("spec.priorityClassName dropped: 'system-node-critical' is a system priority class")
         assert "never granted" in event["message"]
         # The local object is the user's: left as written.
         assert local.kubectl_json("get", "pod", "critical", "-n", ns)["spec"]["priorityClassName"] == "system-node-critical"
@@ -128,13 +128,15 @@ def test_a_nodeport_service_with_external_ips_is_reflected_as_clusterip_and_the_
         events = wait(both_told, timeout=TIMEOUT, what=f"two {REASON} Events on the local Service")
         messages = sorted(e["message"] for e in events)
         assert all(e["type"] == "Warning" and e["involvedObject"]["uid"] == local_svc["metadata"]["uid"] for e in events)
+        # The provider's own words for the refusal (kube_offload/rule_book.py), what was done first.
         assert messages[0] == (
-            f'spec.externalIPs "{EXTERNAL_IP}" dropped: outside the CIDRs the provider grants '
-            "(Consumer spec.policy.services.externalIPCIDRs: none)"
+            f"spec.externalIPs[0] dropped: {EXTERNAL_IP} is not inside a range granted to this consumer (granted: none): an "
+            "external IP captures that address for every pod of the provider; the provider grants it with Consumer "
+            "spec.policy.services.externalIPCIDRs"
         )
         assert messages[1] == (
-            "spec.type NodePort changed to ClusterIP: the provider grants no NodePort Services "
-            "(Consumer spec.policy.services.types: none)"
+            "spec.type NodePort changed to ClusterIP: NodePort is not granted to this consumer (granted: none); the provider "
+            "grants it with Consumer spec.policy.services.types"
         )
 
         # A change of the Service is reflected again; what was told is not told again.

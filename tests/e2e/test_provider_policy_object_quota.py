@@ -26,6 +26,11 @@ TENANT = c.tenant_namespace(CONSUMER)
 TWIN_KIND = f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}"
 QUOTA = c.TWIN_RESOURCEQUOTA_NAME
 SERVE_SECONDS = 90
+# The policy's per-twin bounds of the built-in kinds beside the quota's keys (the harness's
+# test policy: identities.E2E_POLICY), as the API server writes them back.
+POLICY_BOUNDS = {f"count/{kind}": "100k" for kind in ("configmaps", "secrets", "services", "endpointslices.discovery.k8s.io",
+                                                      "persistentvolumeclaims", "serviceaccounts", "ingresses.networking.k8s.io")}
+ONE_SERVICE = {**POLICY_BOUNDS, "count/services": "1"}  # the lower of the two figures for Services
 
 
 
@@ -74,7 +79,7 @@ def twin(remote: Cluster, consumer: Path, wait) -> str:
          what=f"twin {name} Ready")
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, CONSUMER, {"quota": None})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
 
 
 def test_the_twin_gets_the_resourcequota_with_object_keys_only(remote: Cluster, twin: str) -> None:
@@ -82,7 +87,7 @@ def test_the_twin_gets_the_resourcequota_with_object_keys_only(remote: Cluster, 
     # every Service with "status unknown for quota").
     quota = resourcequota(remote, twin)
     assert quota is not None, f"no ResourceQuota {QUOTA} in twin {twin}"
-    assert quota["spec"]["hard"] == {"count/services": "1"}  # never cpu
+    assert quota["spec"]["hard"] == ONE_SERVICE  # never cpu
     labels = quota["metadata"].get("labels") or {}
     assert labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
     assert labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == CONSUMER
@@ -108,7 +113,7 @@ def test_the_consumer_cannot_delete_or_edit_the_resourcequota(remote: Cluster, c
     made = remote.kubectl_as(consumer, "create", "-n", twin, "-f", "-", input=json.dumps({
         "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "mine"}, "spec": {"hard": {}}}))
     assert made.returncode != 0 and "forbidden" in made.stderr.lower(), made.stderr
-    assert resourcequota(remote, twin)["spec"]["hard"] == {"count/services": "1"}
+    assert resourcequota(remote, twin)["spec"]["hard"] == ONE_SERVICE
 
 
 def test_a_deleted_resourcequota_is_made_again(remote: Cluster, twin: str, wait) -> None:
@@ -116,7 +121,7 @@ def test_a_deleted_resourcequota_is_made_again(remote: Cluster, twin: str, wait)
     remote.kubectl("delete", "resourcequota", QUOTA, "-n", twin)
     wait(lambda: (resourcequota(remote, twin) or {}).get("metadata", {}).get("uid") not in (None, uid),
          timeout=30, what=f"ResourceQuota {QUOTA} made again in {twin}")
-    assert resourcequota(remote, twin)["spec"]["hard"] == {"count/services": "1"}
+    assert resourcequota(remote, twin)["spec"]["hard"] == ONE_SERVICE
 
 
 def test_raising_the_figure_on_the_consumer_lets_the_service_through(
@@ -131,7 +136,9 @@ def test_raising_the_figure_on_the_consumer_lets_the_service_through(
     assert third.returncode != 0 and f"exceeded quota: {QUOTA}" in third.stderr, third.stderr
 
 
-def test_no_object_key_no_resourcequota(remote: Cluster, twin: str, wait) -> None:
-    # The default: a Consumer whose quota has no object key has no ResourceQuota in its twins.
-    patch_consumer(remote, CONSUMER, {"quota": {"count/services": None}})  # a merge patch: null removes the key
-    wait(lambda: resourcequota(remote, twin) is None, timeout=30, what=f"ResourceQuota {QUOTA} gone from {twin}")
+def test_no_object_key_leaves_the_policys_bounds(remote: Cluster, twin: str, wait) -> None:
+    # A Consumer whose quota has no object key keeps the policy's per-twin bounds
+    # (twinNamespaces.maxObjects): no kind in a twin is unbounded.
+    patch_consumer(remote, CONSUMER, {"quota": {"cpu": "2"}})
+    wait(lambda: (q := resourcequota(remote, twin)) is not None and q["spec"]["hard"] == POLICY_BOUNDS, timeout=30,
+         what=f"ResourceQuota {QUOTA} in {twin} back to the policy's bounds")

@@ -84,7 +84,7 @@ def twin(remote: Cluster, consumer: Path, wait) -> str:
          what=f"twin {name} Ready")
     yield name
     remote.kubectl("delete", TWIN_KIND, "--all", "-n", TENANT, "--wait=true", "--timeout=120s", check=False, timeout=150)
-    patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "policy": None})
 
 
 def create(remote: Cluster, consumer: Path, twin: str, obj: dict, *, dry: bool = False) -> subprocess.CompletedProcess:
@@ -181,7 +181,7 @@ def test_a_deleted_shadowpod_counts_until_its_pod_is_gone(remote: Cluster, consu
     wait(lambda: create(remote, consumer, twin, shadowpod("second")).returncode == 0 or None, timeout=SERVE_SECONDS,
          what="the second ShadowPod admitted once the first pod is gone")
     delete_shadowpod(remote, consumer, twin, "second")
-    patch_consumer(remote, CONSUMER, {"quota": None})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA)})
 
 
 def test_quota_mode_limits_counts_limits_and_requires_them(remote: Cluster, consumer: Path, twin: str, wait) -> None:
@@ -200,7 +200,7 @@ def test_quota_mode_limits_counts_limits_and_requires_them(remote: Cluster, cons
         assert used == "500m"
         delete_shadowpod(remote, consumer, twin, "fits")
     finally:
-        patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "policy": None})
 
 
 def test_quota_mode_hard_admits_only_limits_equal_to_requests_and_keeps_what_ran_before(
@@ -236,7 +236,7 @@ def test_quota_mode_hard_admits_only_limits_equal_to_requests_and_keeps_what_ran
     finally:
         for name in ("before", "equal"):
             remote.kubectl_as(consumer, "delete", SHADOWPOD_KIND, name, "-n", twin, "--wait=false", "--ignore-not-found")
-        patch_consumer(remote, CONSUMER, {"quota": None, "policy": None})
+        patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "policy": None})
 
 
 # --- twin names and count follow the provider's plan --------------------------------------------

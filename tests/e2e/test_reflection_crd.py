@@ -182,7 +182,9 @@ def test_a_field_not_granted_is_not_sent(twin, local, remote, wait):
     ns, twin_ns = twin
     local.apply({**widget("w2", size=1, shape="round"), "metadata": {"name": "w2", "namespace": ns}})
     messages = wait(lambda: _refused_events(local, ns, "w2"), timeout=TIMEOUT, what="ProviderPolicyRefused on widget w2")
-    assert any("spec.shape is not granted" in m and "specFields: size, color" in m for m in messages), messages
+    # The rule book's words (kube_offload/object_rules.py): the field, the key that grants it, what it grants.
+    assert any("spec.shape: not granted" in m and f"customResources[widgets.{GROUP}].specFields: size, color" in m
+               for m in messages), messages
     assert get_or_none(remote, f"widgets.{GROUP}", twin_ns, "w2") is None
 
 

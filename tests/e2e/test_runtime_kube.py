@@ -105,7 +105,7 @@ def test_server_side_apply_owns_its_fields(kube: Kube):
 
 def test_custom_resource_and_status_subresource(kube: Kube):
     consumer = {"apiVersion": kinds.CONSUMERS.api_version, "kind": "Consumer", "metadata": {"name": "layer-consumer"},
-                "spec": {}}
+                "spec": {"quota": {"pods": "1"}}}
     created = kube.create(kinds.CONSUMERS, consumer)
     assert created["kind"] == "Consumer"
     patched = kube.patch(kinds.CONSUMERS, "layer-consumer", [{"op": "add", "path": "/status", "value": {"shadowPods": 1}}],

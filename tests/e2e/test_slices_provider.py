@@ -8,6 +8,10 @@ A consumer of its own (``e2e-slices``) is admitted through the chart, as
 test_provider_policy_quota does, so the session consumer is left alone. The pool is one
 remote kwok node labelled for the test (the label is removed at the end); the pools and the
 quota are set by patching the Consumer, as a provider's admin would. Tests run in file order.
+
+Issue 37 item 4: a slice bounds every resource its pods request (one it did not ask for
+counts as 0: a "pods: 1" slice of the GPU pool gives no GPU), and a ShadowPod keeps the pool
+its first pod was made on when the consumer points its slice at another pool.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ def shadowpod(name: str, slice_name: str | None, *, cpu: str = "100m", **pod_spe
         "metadata": {"name": name, "labels": labels},
         "spec": {"pod": {"metadata": {"labels": {"app": name, **origin}},
                          "spec": {"containers": [{"name": "app", "image": IMAGE, "imagePullPolicy": "Always",
-                                                  "resources": {"requests": {"cpu": cpu, "memory": "16Mi"}}}],
+                                                  # cpu only: a slice bounds every resource its pods
+                                                  # request, and these slices ask for cpu (and pods)
+                                                  "resources": {"requests": {"cpu": cpu}}}],
                                   "terminationGracePeriodSeconds": 1, **pod_spec}}},
     }
 
@@ -87,7 +93,7 @@ def pools(remote: Cluster, consumer: Path, pool_node: str) -> Iterator[None]:
     })
     yield
     remote.kubectl("delete", SLICE_KIND, "--all", "-n", TENANT, "--wait=false", check=False)
-    patch_consumer(remote, CONSUMER, {"quota": None, "pools": None})
+    patch_consumer(remote, CONSUMER, {"quota": dict(identities.E2E_QUOTA), "pools": None})
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +201,88 @@ def test_a_field_against_the_pools_patch_and_a_relabel_are_refused(remote: Clust
     relabel = remote.kubectl_as(consumer, "label", SHADOWPOD_KIND, "trainer", "-n", twin, f"{c.LABEL_SLICE}=big", "--overwrite")
     assert relabel.returncode != 0 and f"metadata.labels[{c.LABEL_SLICE}]: immutable ('train' -> 'big')" in relabel.stderr, \
         relabel.stderr
+
+
+# --- issue 37 item 4: every resource, and the pool a pod was made on ---------------------------------
+def test_a_slice_bounds_every_resource_its_pods_request(remote: Cluster, consumer: Path, twin: str, wait) -> None:
+    """A "pods: 1" slice of the gpu pool: its pod gets the pool's toleration (the pool's
+    patch), never a GPU the slice did not ask for. Before, only the resources listed in
+    status.accepted were bounded, so any number of GPUs passed."""
+    made = create(remote, consumer, offload_slice("tiny", "gpu", pods="1"))
+    assert made.returncode == 0, made.stderr
+    assert decided(remote, "tiny", wait)["accepted"] == {"pods": "1"}
+    gpu = {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}
+    greedy = shadowpod("greedy", "tiny")
+    greedy["spec"]["pod"]["spec"]["containers"][0]["resources"] = gpu
+    try:
+        refused = create(remote, consumer, greedy, twin)
+        assert refused.returncode != 0, "a pod of a 'pods: 1' slice took 4 GPUs the slice never asked for"
+        assert DENIED in refused.stderr, refused.stderr
+        assert "nvidia.com/gpu: requested 4, used 0, accepted 0 (the slice did not ask for it" in refused.stderr
+    finally:
+        remote.kubectl("delete", SHADOWPOD_KIND, "greedy", "-n", twin, "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_a_pod_keeps_the_pool_it_was_first_made_on(remote: Cluster, consumer: Path, twin: str, pool_node: str,
+                                                   wait) -> None:
+    """The consumer moves its slice from the gpu pool to another after its pod ran; the pod
+    is then lost (evicted, say: what the consumer can bring about). Before, the enforcer made
+    the next pod on the slice's new pool; now it makes none while the slice names another
+    pool than the one its first pod was made on, and makes it again, there, once it does."""
+    nodes = json.loads(remote.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    other = sorted(n["metadata"]["name"] for n in nodes
+                   if (n["metadata"].get("labels") or {}).get(c.LABEL_TYPE) != c.TYPE_VIRTUAL_NODE and n["metadata"]["name"] != pool_node)[0]
+    remote.kubectl("label", "node", other, f"{POOL_LABEL}=cpu", "--overwrite")
+    consumer_obj = remote.kubectl_json("get", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", CONSUMER)
+    pools = consumer_obj["spec"]["pools"]
+    # Room in the quota once the earlier slices ("big" asks 5 cpu) took theirs.
+    patch_consumer(remote, CONSUMER, {"quota": {"cpu": "10", "pods": "20"},
+                                      "pools": [*pools, {"name": "cpu", "nodeSelector": {POOL_LABEL: "cpu"}}]})
+    # The earlier test's "big" took what the gpu pool's node had left: it goes.
+    remote.kubectl("delete", SLICE_KIND, "big", "-n", TENANT, "--ignore-not-found", "--wait=true", check=False)
+    try:
+        made = create(remote, consumer, offload_slice("mover", "gpu", cpu="1", pods="2"))
+        assert made.returncode == 0, made.stderr
+        assert decided(remote, "mover", wait)["phase"] == c.SLICE_PHASE_ACCEPTED
+        made = create(remote, consumer, shadowpod("keeper", "mover", cpu="100m"), twin)
+        assert made.returncode == 0, made.stderr
+        pod = wait(lambda: (p := find(remote, "pod", "keeper", "-n", twin)) and (p.get("spec") or {}).get("nodeName") and p,
+                   timeout=SERVE_SECONDS, what="the slice's pod scheduled")
+        assert pod["spec"]["nodeSelector"] == {POOL_LABEL: "gpu"}
+        assert pod["metadata"]["annotations"][c.ANNOTATION_SLICE_POOL] == "gpu"
+        wait(lambda: ((find(remote, SHADOWPOD_KIND, "keeper", "-n", twin) or {}).get("status") or {}).get("slicePool") == "gpu",
+             timeout=SERVE_SECONDS, what="the ShadowPod's status recording the pool")
+
+        def repoint(pool: str) -> None:
+            """The consumer points its slice at ``pool`` (its Role may update its slices)."""
+            current = json.loads(remote.kubectl_as(consumer, "get", SLICE_KIND, "mover", "-n", TENANT, "-o", "json").stdout)
+            current["spec"]["pool"] = pool
+            replaced = remote.kubectl_as(consumer, "replace", "-f", "-", input=json.dumps(current))
+            assert replaced.returncode == 0, replaced.stderr
+
+        # The consumer points the slice at the cpu pool, the provider accepts it there, and
+        # the pod is lost.
+        repoint("cpu")
+        wait(lambda: (s := slice_status(remote, "mover")).get("phase") == c.SLICE_PHASE_ACCEPTED
+             and s.get("observedGeneration") == (find(remote, SLICE_KIND, "mover", "-n", TENANT) or {})["metadata"]["generation"],
+             timeout=SERVE_SECONDS, what="the slice accepted on its new pool")
+        uid = pod["metadata"]["uid"]
+        remote.kubectl("delete", "pod", "keeper", "-n", twin, "--wait=true", "--timeout=60s")
+        message = wait(lambda: "made on pool 'gpu'" in (m := ((find(remote, SHADOWPOD_KIND, "keeper", "-n", twin) or {})
+                                                             .get("status") or {}).get("message", "")) and m,
+                       timeout=SERVE_SECONDS, what="the recreation refused: the slice names another pool")
+        assert "now names pool 'cpu'" in message, message
+        again = find(remote, "pod", "keeper", "-n", twin)
+        assert again is None or again["metadata"]["uid"] == uid, f"the pod came back on another pool: {again['spec']}"
+
+        # The slice names the gpu pool again: the pod is made again, on that pool.
+        repoint("gpu")
+        remade = wait(lambda: (p := find(remote, "pod", "keeper", "-n", twin)) and p["metadata"]["uid"] != uid and p,
+                      timeout=SERVE_SECONDS, what="the pod made again on its own pool")
+        assert remade["spec"]["nodeSelector"] == {POOL_LABEL: "gpu"}
+    finally:
+        remote.kubectl("delete", SHADOWPOD_KIND, "keeper", "-n", twin, "--ignore-not-found", "--wait=true", "--timeout=60s",
+                       check=False)
+        remote.kubectl("delete", SLICE_KIND, "mover", "-n", TENANT, "--ignore-not-found", "--wait=false", check=False)
+        remote.kubectl("label", "node", other, f"{POOL_LABEL}-", check=False)
+        patch_consumer(remote, CONSUMER, {"quota": {"cpu": "2", "pods": "10"}, "pools": pools})

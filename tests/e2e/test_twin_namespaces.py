@@ -112,7 +112,7 @@ def admitted_consumer(offload_env, remote: Cluster, wait):
         {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.CONSUMER_KIND,
          "metadata": {"name": CONSUMER},
          "spec": {"serviceAccount": {"namespace": TENANT, "name": c.CONSUMER_SERVICE_ACCOUNT},
-                  "podSecurityLevel": "baseline"}},
+                  "podSecurityLevel": "baseline", "quota": {"pods": "10"}}},
     ])
     yield
     # Requests first (the enforcer removes their namespaces), then the consumer.

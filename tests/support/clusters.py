@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,6 +17,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload_harness.binaries import ensure_binaries
 from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment
+from support.waiting import wait_for
 
 
 def offloaded_namespace_manifest(name: str, placement: str = c.PLACEMENT_REMOTE, *, selector: str | None = None,
@@ -131,8 +133,18 @@ def find(cluster: Cluster, *args: str) -> dict[str, Any] | None:
 
 
 def patch_consumer(remote: Cluster, consumer: str, spec: dict[str, Any]) -> None:
-    """Merge ``spec`` into Consumer ``consumer``'s spec, as the provider's admin would."""
-    remote.kubectl("patch", f"{c.CONSUMER_PLURAL}.{c.DOMAIN}", consumer, "--type=merge", "-p", json.dumps({"spec": spec}))
+    """Merge ``spec`` into Consumer ``consumer``'s spec, as the provider's admin would; but
+    ``quota``, which replaces the consumer's quota whole (a merge would keep the keys it does
+    not name, and a Consumer cannot be without one: the CRD refuses)."""
+    spec = dict(spec)
+    kind = f"{c.CONSUMER_PLURAL}.{c.DOMAIN}"
+    if "quota" in spec:
+        quota = spec.pop("quota")
+        assert quota, "a Consumer cannot be without a quota (the CRD refuses): give the tests' default"
+        remote.kubectl("patch", kind, consumer, "--type=json", "-p",
+                       json.dumps([{"op": "add", "path": "/spec/quota", "value": quota}]))
+    if spec:
+        remote.kubectl("patch", kind, consumer, "--type=merge", "-p", json.dumps({"spec": spec}))
 
 
 def twin_status(remote: Cluster, consumer: str, name: str) -> dict[str, Any]:
@@ -140,3 +152,24 @@ def twin_status(remote: Cluster, consumer: str, name: str) -> dict[str, Any]:
     twin = find(remote, f"{c.TWIN_NAMESPACE_PLURAL}.{c.DOMAIN}", name, "-n", c.tenant_namespace(consumer)) or {}
     status: dict[str, Any] = twin.get("status") or {}
     return status
+
+
+def twin_request(consumer: str, name: str) -> dict[str, Any]:
+    """A TwinNamespace of ``consumer`` asking for twin ``name`` (of a local namespace so named)."""
+    return {"apiVersion": f"{c.DOMAIN}/{c.SHADOWPOD_VERSION}", "kind": c.TWIN_NAMESPACE_KIND,
+            "metadata": {"name": name, "namespace": c.tenant_namespace(consumer)}, "spec": {"localNamespace": name}}
+
+
+def ask_twin(remote: Cluster, kubeconfig: Path, consumer: str, name: str) -> subprocess.CompletedProcess:
+    """Create :func:`twin_request` as the consumer (``kubeconfig``, its chart-made identity)."""
+    return remote.kubectl_as(kubeconfig, "create", "-f", "-", input=json.dumps(twin_request(consumer, name)))
+
+
+def serve_twin(remote: Cluster, kubeconfig: Path, consumer: str, name: str, *, timeout: float = 90) -> None:
+    """Ask for twin ``name`` as the consumer and wait until it is Ready and pods can be made in
+    it (the ServiceAccount admission refuses pods until the namespace's default account exists)."""
+    made = ask_twin(remote, kubeconfig, consumer, name)
+    assert made.returncode == 0, made.stderr
+    wait_for(lambda: twin_status(remote, consumer, name).get("phase") == c.TWIN_PHASE_READY, timeout=timeout,
+             what=f"twin {name} Ready")
+    wait_for(lambda: find(remote, "serviceaccount", "default", "-n", name), timeout=60, what=f"ServiceAccount {name}/default")

@@ -151,9 +151,26 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(path, env)
 
 
-def render_sources(helm: Helm, chart: Path, values: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
+# Every consumer the remote chart admits needs a quota (it refuses one without: no default
+# fits every provider); the tests about something else give each one this.
+TEST_QUOTA = {"pods": "10"}
+
+
+def with_quotas(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``values`` with TEST_QUOTA for every consumer that names none."""
+    if not values or not isinstance(values.get("consumers"), list):
+        return values
+    consumers = [{**c, "quota": TEST_QUOTA} if isinstance(c, dict) and c.get("name") and "quota" not in c else c
+                 for c in values["consumers"]]
+    return {**values, "consumers": consumers}
+
+
+def render_sources(helm: Helm, chart: Path, values: dict[str, Any] | None = None, *, quotas: bool = True
+                   ) -> list[tuple[str, dict[str, Any]]]:
     """``helm template`` -> (template file, object) pairs, hooks included, CRDs not (crds/
-    is not templated), as release RELEASE in namespace NAMESPACE."""
+    is not templated), as release RELEASE in namespace NAMESPACE; ``quotas``: give every
+    consumer without one TEST_QUOTA."""
+    values = with_quotas(values) if quotas else values
     result = helm.run("template", RELEASE, str(chart), "--namespace", NAMESPACE, values=values)
     if result.returncode != 0:
         raise RenderError(result.stderr.strip())
@@ -167,8 +184,8 @@ def render_sources(helm: Helm, chart: Path, values: dict[str, Any] | None = None
     return pairs
 
 
-def render(helm: Helm, chart: Path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    return [doc for _, doc in render_sources(helm, chart, values)]
+def render(helm: Helm, chart: Path, values: dict[str, Any] | None = None, *, quotas: bool = True) -> list[dict[str, Any]]:
+    return [doc for _, doc in render_sources(helm, chart, values, quotas=quotas)]
 
 
 def find(docs: list[dict[str, Any]], kind: str, component: str | None = None) -> list[dict[str, Any]]:
@@ -314,6 +331,7 @@ def test_crd_schema(crd: dict[str, Any]) -> None:
         "observedGeneration": "integer",
         "conditions": "array",
         "runCompleted": "boolean",
+        "slicePool": "string",
     }
     assert status["conditions"]["items"]["type"] == "object"
 
@@ -1314,6 +1332,13 @@ def test_rendered_remote_chart(helm: Helm) -> None:
     with pytest.raises(RenderError, match=r"consumers\[local\]\.createTokenSecret: the chart makes no long-lived token Secret"):
         render(helm, REMOTE, {"consumers": [{"name": "local", "createTokenSecret": True}]})
     render(helm, REMOTE, {"consumers": [{"name": "local", "createTokenSecret": False}]})  # the harness's old value
+    # Two consumers whose DefaultName twins could take each other's names: one provider admits one.
+    with pytest.raises(RenderError, match=r'consumers\[eu-prod\] and consumers\[prod\]: the id "eu-prod" ends in "-prod"'):
+        render(helm, REMOTE, {"consumers": [{"name": "prod"}, {"name": "eu-prod"}]})
+    render(helm, REMOTE, {"consumers": [{"name": "prod"}, {"name": "euprod"}]})
+    # No consumer without a quota: no default fits every provider.
+    with pytest.raises(RenderError, match=r"consumers\[local\]\.quota is required"):
+        render(helm, REMOTE, {"consumers": [{"name": "local"}]}, quotas=False)
 
 
 def _chart_policy_keys() -> dict[str, list[str]]:

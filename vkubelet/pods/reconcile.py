@@ -312,7 +312,7 @@ class PodOffloader:
         read now unless the caller just read them)."""
         context = context or self.context()
         mode = mode or self.api_server_mode(local)
-        remote = translate_pod(local, context, api_server=mode.mode)
+        remote = translate_pod(local, context, api_server=mode.mode, remote_namespace=twin)
         return Desired(
             remote=remote,
             shadowpod=shadowpod_of(remote, local, twin, context),
@@ -321,12 +321,14 @@ class PodOffloader:
         )
 
     def context(self) -> TranslationContext:
+        policy, quota = self._policy.read()
         return TranslationContext(
             local_cluster_id=self.settings.local_cluster_id,
             virtual_node_labels=self.twins.node_labels(),
             virtual_node_name=self.settings.node_name,
             remote_priority_classes=frozenset(self.priority_classes.keys()),
-            policy=self._policy(),
+            policy=policy,
+            quota=quota,
             # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
             # namespace; without it the pod runs with no API identity (translation.py).
             reflection=self.settings.reflection.service_account_tokens,

@@ -47,6 +47,8 @@ class TranslationContext:
     # The provider's policy for us: what it does not grant is taken out (vkubelet/shared/policy_fit.py).
     # The default is the strictest, as for a Consumer without one.
     policy: ProviderPolicy = DEFAULT_POLICY
+    # Our Consumer's quota as read under its quota mode: the limits it counts (policy_fit).
+    quota: Mapping[str, int] = field(default_factory=dict)
     # Service-account token reflection is on (settings.reflection.service_account_tokens):
     # the pod's tokens come from the reflected token Secret (tokens of the home API
     # server) and kube-root-ca.crt from its reflected copy (vkubelet/reflection/).
@@ -116,7 +118,8 @@ def build_shadowpod_for(
     pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext, *, api_server: str = c.API_SERVER_HOME
 ) -> dict[str, Any]:
     """The ShadowPod (named like the local pod) that runs ``pod`` in ``remote_namespace``."""
-    return shadowpod_of(translate_pod(pod, context, api_server=api_server), pod, remote_namespace, context)
+    remote = translate_pod(pod, context, api_server=api_server, remote_namespace=remote_namespace)
+    return shadowpod_of(remote, pod, remote_namespace, context)
 
 
 def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict[str, Any]:
@@ -131,16 +134,20 @@ def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: st
     )
 
 
-def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_server: str = c.API_SERVER_HOME) -> RemotePod:
-    """``pod`` as the remote cluster runs it; ``api_server`` is the pod's API server mode
-    (vkubelet/home_api/pod_access.resolve_mode: home, remote or disabled)."""
+def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_server: str = c.API_SERVER_HOME,
+                  remote_namespace: str = "") -> RemotePod:
+    """``pod`` as the remote cluster runs it in ``remote_namespace`` (its twin); ``api_server``
+    is the pod's API server mode (vkubelet/home_api/pod_access.resolve_mode: home, remote or
+    disabled)."""
     meta = pod.get("metadata") or {}
     spec = copy.deepcopy(dict(pod.get("spec") or {}))
 
     spec.pop("nodeName", None)
     # The remote cluster's own default scheduler places the pod; a scheduler named for
-    # the local cluster does not exist there.
-    spec.pop("schedulerName", None)
+    # the local cluster does not exist there: only one the provider grants by that very
+    # name is kept (pods.schedulerNames), and the rest goes without a word.
+    if spec.get("schedulerName") not in context.policy.pods.scheduler_names:
+        spec.pop("schedulerName", None)
     # Set by local admission; the remote admission sets its own or refuses a mismatch.
     spec.pop("overhead", None)
     spec.pop("priority", None)
@@ -179,7 +186,8 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
     loop = offload_chain.loop_problem(chain, context.remote_cluster_id) if context.remote_cluster_id else None
     # Read here (the mode just applied); the provider would refuse the kube-offload.io key.
     annotations.pop(c.ANNOTATION_API_SERVER, None)
-    fit = fit_pod(labels, annotations, spec, context.policy)
+    fit = fit_pod(labels, annotations, spec, context.policy, consumer_id=context.local_cluster_id,
+                  namespace=remote_namespace, quota=context.quota)
     spec = fit.spec
     # A class the provider grants but does not have (yet): its admission would refuse
     # the pod; the remote default priority applies instead.

@@ -39,7 +39,7 @@ from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kube import ApiError, Kube, object_key
 from kube_offload.views import metadata as _meta
-from vkubelet.shared.policy_fit import Fit, Note
+from vkubelet.shared.policy_fit import Fit, fit_custom_resource
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
 from kube_offload.reasons import REASON_REFLECTION_FAILED
@@ -117,22 +117,8 @@ def _value(obj: Mapping[str, Any], path: str) -> Any:
 def fit_grant(desired: Mapping[str, Any], spec: CustomResource, policy: pp.ProviderPolicy) -> Fit:
     """``desired`` as the provider's grant admits it: the kind granted
     (``spec.policy.customResources``) and every top-level spec field it sets granted;
-    else refused, one note per kind or field (dropping a field would send another object
-    than the user wrote, so nothing is taken out)."""
-    where = f"Consumer {pp.POLICY}.{pp.CUSTOM_RESOURCES_KEY}"
-    grant = policy.custom_resource(spec.group, spec.plural)
-    if grant is None:
-        granted = ", ".join(g.name for g in policy.custom_resources) or "none"
-        return Fit(copy.deepcopy(dict(desired)), refused=(
-            Note("kind", f"kind {spec.kind} ({spec.key}) is not granted by the provider ({where}: {granted})"),))
-    fields = sorted((desired.get("spec") or {}).keys()) if isinstance(desired.get("spec"), Mapping) else []
-    refused = tuple(
-        Note(f"spec.{name}", f"spec.{name} is not granted by the provider for {spec.key} "
-                             f"({where}[{spec.key}].specFields: {', '.join(grant.spec_fields) or 'none'})")
-        for name in fields
-        if name not in grant.spec_fields
-    )
-    return Fit(copy.deepcopy(dict(desired)), refused=refused)
+    else refused (the rule book's row, vkubelet/shared/policy_fit.py)."""
+    return fit_custom_resource(desired, spec.group, spec.plural, policy)
 
 
 # --- back ----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
 from kube_offload import resources
+from kube_offload.consumer_quota import consumer_quota
 from kube_offload.remote_resources import CapacityStatusError, RemoteResources, decode_capacity_status, virtual_node_capacity
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.selector import label_key_problem, label_value_problem
@@ -168,21 +169,33 @@ def node_capacity(terms: ProviderTerms, sharing_percentage: int) -> ResourceList
 
 class PolicyReader:
     """The policy on our Consumer as its cache holds it now (parsed once per version of
-    the object): what the pod and reflection loops fit objects to before sending them.
+    the object): what the pod and reflection loops fit objects to before sending them, and
+    the quota as read under its quota mode (the limits a pod must set).
     ``consumer`` returns our Consumer from the informer's cache (None: not there)."""
 
     def __init__(self, consumer: Callable[[], Mapping[str, Any] | None]) -> None:
         self._consumer = consumer
-        self._cached: tuple[object, pp.ProviderPolicy] = (object(), pp.DEFAULT_POLICY)
+        self._cached: tuple[object, pp.ProviderPolicy, ResourceList] = (object(), pp.DEFAULT_POLICY, {})
 
     def __call__(self) -> pp.ProviderPolicy:
+        return self.read()[0]
+
+    def read(self) -> tuple[pp.ProviderPolicy, ResourceList]:
+        """The policy and the quota as the provider counts it (kube_offload.consumer_quota;
+        {} when none or unreadable: the provider's admission then says what is wrong), from
+        one version of the Consumer."""
         consumer = self._consumer()
         if consumer is None:
-            return pp.DEFAULT_POLICY
+            return pp.DEFAULT_POLICY, {}
         version = (consumer.get("metadata") or {}).get("resourceVersion") or id(consumer)
-        cached_version, policy = self._cached  # one read: another thread may replace it
+        cached_version, policy, quota = self._cached  # one read: another thread may replace it
         if cached_version == version:
-            return policy
-        policy, _problem = read_policy(consumer.get("spec") or {})  # logged by node/virtual_node.py
-        self._cached = (version, policy)
-        return policy
+            return policy, quota
+        spec = consumer.get("spec") or {}
+        policy, _problem = read_policy(spec)  # logged by node/virtual_node.py
+        try:
+            quota = consumer_quota(spec)
+        except QuantityError:
+            quota = {}
+        self._cached = (version, policy, quota)
+        return policy, quota

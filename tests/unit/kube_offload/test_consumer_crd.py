@@ -13,7 +13,7 @@ import yaml
 from kube_offload import provider_policy as pp
 
 CRD = Path(__file__).resolve().parents[3] / "kube_offload" / "manifests" / "consumer-crd.yaml"
-KIND_TO_SCHEMA = {"list": "array", "bool": "boolean", "string": "string", "int": "integer"}
+KIND_TO_SCHEMA = {"list": "array", "bool": "boolean", "string": "string", "int": "integer", "counts": "object"}
 
 
 def policy_schema() -> dict:
@@ -47,6 +47,8 @@ def test_the_sections_and_keys_are_the_modules():
             assert prop["type"] == KIND_TO_SCHEMA[kind], f"{section}.{name}"
             if kind == "list":
                 assert prop["items"]["type"] == "string", f"{section}.{name}"
+            if kind == "counts":
+                assert set(prop["properties"]) == set(pp.OBJECT_COUNT_KINDS), f"{section}.{name}"
 
 
 def test_the_custom_resource_entries_are_the_modules():

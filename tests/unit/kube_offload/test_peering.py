@@ -130,6 +130,12 @@ def test_omitted_options_keep_what_the_release_has():
     assert plans.changes(plans.plan_peer(peered_state(opts), bare)) == []
 
 
+def test_a_first_peering_without_a_quota_is_refused_naming_the_flag():
+    # No default fits every provider: the consumer is admitted with a bound or not at all.
+    with pytest.raises(p.PeeringError, match=r"--quota is required: consumer local has none"):
+        plans.plan_peer(p.PeerState(None, False, None, None, False, None, False, False), options(quota=None))
+
+
 def test_a_new_quota_upgrades_the_remote_release_and_leaves_the_local_one():
     opts = options()
     state = peered_state(opts)
@@ -551,7 +557,7 @@ def test_charts_from_an_oci_repository_are_installed_at_the_chart_version():
     assert helm.chart_args("/src/charts/kube-offload-local", "0.1.0", True) == ["/src/charts/kube-offload-local"]
     # the steps carry the version to helm
     options = p.PeerOptions(local_cluster_id="local", remote_cluster_id="remote-1", remote_server="https://10.0.0.2:6443",
-                            remote_ca_pem=None, remote_chart=remote, local_chart=local)
+                            remote_ca_pem=None, remote_chart=remote, local_chart=local, quota={"pods": "10"})
     steps = plans.plan_peer(p.PeerState(None, False, None, None, False, None, False, False), options)
     installs = [s for s in steps if s.action in (p.REMOTE_RELEASE, p.LOCAL_RELEASE)]
     assert [(s.data["chart"], s.data["version"]) for s in installs] == [(remote.path, "0.1.0"), (local.path, "0.1.0")]

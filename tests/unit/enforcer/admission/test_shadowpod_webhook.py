@@ -19,6 +19,7 @@ from enforcer.admission import dry_run
 from enforcer.admission.ledger import Ledger
 from enforcer.admission.shadowpod_webhook import ShadowPodValidator
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload.admission import Decision, build_review, parse_review
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
@@ -116,11 +117,12 @@ CACHE = Cache
 
 
 class Caches:
-    def __init__(self, quota: dict, cordoned: bool = False) -> None:
+    def __init__(self, quota: dict, cordoned: bool = False, policy: dict | None = None) -> None:
         self.namespaces = CACHE(
             {NS: {"metadata": {"name": NS, "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: "local"}}}}
         )
-        self.consumers = CACHE({"local": {"metadata": {"name": "local"}, "spec": {"quota": quota, "cordoned": cordoned}}})
+        self.consumers = CACHE({"local": {"metadata": {"name": "local"},
+                                          "spec": {"quota": quota, "cordoned": cordoned, "policy": policy or {}}}})
         self.synced = True
 
     def namespace(self, name):
@@ -146,7 +148,8 @@ def review(obj: dict, *, operation: str = "CREATE", old: dict | None = None, dry
     return parse_review(orjson.dumps(body))
 
 
-def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadowpods: Cache | None = None, clock=time.monotonic):
+def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadowpods: Cache | None = None, clock=time.monotonic,
+              policy: dict | None = None):
     calls: list[str] = []
 
     def fake_dry_run(namespace, obj, operation, probe):
@@ -156,7 +159,8 @@ def validator(quota: dict, *, verdict=Decision.allow, delay: float = 0.0, shadow
         return verdict()
 
     cache = shadowpods or CACHE()
-    v = ShadowPodValidator(shadowpods=cache, caches=Caches(quota), dry_run=fake_dry_run, ledger=Ledger(cache.get, clock=clock))
+    v = ShadowPodValidator(shadowpods=cache, caches=Caches(quota, policy=policy), dry_run=fake_dry_run,
+                           ledger=Ledger(cache.get, clock=clock))
     return v, calls, cache
 
 
@@ -184,6 +188,27 @@ def test_concurrent_creates_cannot_both_take_the_last_slot():
     assert len(admitted) == 1, admitted
     assert all("pods: requested 1, used 3, quota 3" in answer.message for answer in refused)
     assert calls == admitted  # refused by quota: no dry run at all
+
+
+def test_a_twin_holds_at_most_its_bound_of_shadowpods_finished_ones_and_admitted_ones_included():
+    # twinNamespaces.maxObjects[shadowpods.kube-offload.io]: a finished ShadowPod holds no
+    # quota but is etcd storage all the same; one admitted but not cached yet counts too.
+    finished = shadowpod("done")
+    finished["status"] = {"phase": "Succeeded"}
+    cache = CACHE({f"{NS}/done": finished})
+    v, calls, _ = validator({}, shadowpods=cache, policy={"twinNamespaces": {"maxObjects": {"shadowpods.kube-offload.io": 2}}})
+    assert v.review(review(shadowpod("a"))).allowed  # done + a
+    refused = v.review(review(shadowpod("b")))
+    assert not refused.allowed and refused.code == 403
+    assert 'consumer "local" holds 2 shadowpods.kube-offload.io in namespace "demo-local"' in refused.message
+    assert "Consumer spec.policy.twinNamespaces.maxObjects[shadowpods.kube-offload.io]: 2" in refused.message
+    assert calls == ["a"]
+    # An update of one it holds is not a new one: never refused for the count.
+    held = shadowpod("a", cpu="200m")
+    held["metadata"]["generation"] = 2
+    assert "holds" not in v.review(review(held, operation="UPDATE", old=shadowpod("a"))).message
+    # The default bound holds for a consumer whose policy says nothing.
+    assert pp.DEFAULT_POLICY.twin_namespaces.max_objects[pp.SHADOWPOD_COUNT_KIND] == 500
 
 
 def test_the_reservation_counts_until_the_informer_has_the_object():

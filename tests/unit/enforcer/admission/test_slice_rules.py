@@ -114,6 +114,41 @@ def test_a_pod_beyond_what_the_slice_accepted_is_refused_naming_each_resource() 
     assert "pods: requested 1, used 2, accepted 2" in v.review(review(shadowpod("c", "100m"))).message
 
 
+def test_a_slice_bounds_every_resource_its_pods_request_not_only_those_it_accepted() -> None:
+    # A "pods: 1" slice of a GPU pool: the pool's toleration must not let its pod take GPUs
+    # (or cpu, or memory) the slice was never given: what it did not ask for counts as 0.
+    v, _ = validator({f"{TENANT}/train": offload_slice(pods="1")})
+    gpu = {"containers": [builders.container(requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"})]}
+    decision = v.review(review(builders.shadowpod("g", NS, spec=gpu, origin="local", uid="uid-g", generation=1,
+                                                  labels={c.LABEL_SLICE: "train"})))
+    assert not decision.allowed and decision.code == 403
+    assert "nvidia.com/gpu: requested 8, used 0, accepted 0 (the slice did not ask for it" in decision.message
+    assert "limits." not in decision.message  # limits are bounded through the requests
+    assert "cpu: requested 1, used 0, accepted 0" in v.review(review(shadowpod("c", "1"))).message
+    # A pod requesting nothing the slice lacks passes; pods are bounded only when asked for.
+    bare = builders.shadowpod("b", NS, spec={"containers": [builders.container()]}, origin="local", uid="uid-b",
+                              generation=1, labels={c.LABEL_SLICE: "train"})
+    assert v.review(review(bare)).allowed
+    v, _ = validator({f"{TENANT}/train": offload_slice(cpu="2")}, existing=[shadowpod(f"p{i}", "100m") for i in range(5)])
+    assert v.review(review(shadowpod("q", "100m"))).allowed
+
+
+def test_a_pod_keeps_the_pool_its_first_pod_was_made_on() -> None:
+    # The consumer points its slice at another pool once the first pod ran: the pod is not
+    # made again on either (judge_pod reads the pool its status recorded).
+    moved = offload_slice(cpu="2", pods="2")
+    moved["spec"]["pool"] = "cpu-pool"
+    v, _ = validator({f"{TENANT}/train": moved})
+    made = shadowpod("a", "1")
+    made["status"] = {"phase": "Running", "slicePool": "gpu", "podUID": "p1"}
+    decision = v.judge_pod(made)
+    assert not decision.allowed and decision.code == 403
+    assert "made on pool 'gpu' (status.slicePool)" in decision.message and "now names pool 'cpu-pool'" in decision.message
+    # Back on its pool: made again, with that pool's patch.
+    v, _ = validator({f"{TENANT}/train": offload_slice(cpu="2", pods="2")})
+    assert v.judge_pod(made).allowed
+
+
 def test_pods_of_other_slices_and_ended_pods_do_not_count() -> None:
     other = shadowpod("x", "2", slice_name="other")
     ended = shadowpod("y", "2")

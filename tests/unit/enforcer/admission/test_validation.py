@@ -632,7 +632,7 @@ POLICY_REFUSALS = [
                  "spec.pod.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.storageClassName: volume \"scratch\" names no storage class",
                  "spec.policy.storage.classes", id="ephemeral-without-class"),
     pytest.param(shadowpod(pod_spec(volumes=[ephemeral("fast")])),
-                 "spec.pod.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.storageClassName: storage class 'fast' is not granted",
+                 "spec.pod.spec.volumes[0].ephemeral.volumeClaimTemplate.spec.storageClassName: volume \"scratch\": storage class 'fast' is not granted",
                  "spec.policy.storage.classes", id="ephemeral-class-not-granted"),
     pytest.param(shadowpod(pod_spec(volumes=[projected({"configMap": {"name": "cfg"}}, {"serviceAccountToken": {"path": "token"}})])),
                  'spec.pod.spec.volumes[0].projected.sources[1].serviceAccountToken: projected volume "bundle" may combine only',

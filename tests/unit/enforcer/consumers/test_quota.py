@@ -12,7 +12,8 @@ from enforcer.consumers.quota import (
     LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, ConsumerUsage, consumer_usage, live_requests, live_shadowpod,
     shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, uncounted_charges,
 )
-from kube_offload.consumer_quota import consumer_quota, counted_resources, pod_charges, quota_limits
+from kube_offload.consumer_quota import consumer_quota, counted_resources, limit_problems, pod_charges, quota_limits
+from kube_offload.provider_policy import QUOTA_MODES
 from kube_offload.resources import QuantityError, containers_without_limit, limits_unequal_to_requests, pod_limits
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
@@ -536,3 +537,27 @@ def test_the_running_join_equals_the_walk_through_every_change():
             pods.pop(key)
         for consumer in ("a", "b"):
             assert usage.used(consumer) == walking.used(consumer), (step, consumer)
+
+
+@pytest.mark.parametrize("mode", QUOTA_MODES)
+def test_a_sidecar_is_charged_and_limited_like_a_container_under_every_quota_mode(mode):
+    """Issue 37: a restartable init container (a sidecar) runs beside the app for the pod's
+    whole life, so under every quota mode it is charged as a second container would be, and
+    needs the limits one would."""
+    quota = quota_limits({"cpu": "1"}, mode)
+    app = container("app", requests={"cpu": "600m"}, limits={"cpu": "600m"})
+    proxy = {"requests": {"cpu": "600m"}, "limits": {"cpu": "600m"}}
+    as_sidecar = pod_of(app, init=[container("proxy", restartPolicy="Always", **proxy)])
+    as_container = pod_of(app, container("proxy", **proxy))
+    counted = [name for name in quota if name in ("cpu", "limits.cpu")]
+    assert counted, quota
+    for name in counted:
+        assert pod_charges(as_sidecar)[name] == pod_charges(as_container)[name] == 1200 > quota[name], (mode, name)
+
+    unlimited = {"requests": {"cpu": "600m"}}
+    sidecar_problems = limit_problems(pod_of(app, init=[container("proxy", restartPolicy="Always", **unlimited)]),
+                                      quota, mode, "c")
+    container_problems = limit_problems(pod_of(app, container("proxy", **unlimited)), quota, mode, "c")
+    assert len(sidecar_problems) == len(container_problems), (sidecar_problems, container_problems)
+    assert bool(sidecar_problems) == (mode != "requests"), (mode, sidecar_problems)
+    assert all("initContainers[0]" in problem for problem in sidecar_problems)

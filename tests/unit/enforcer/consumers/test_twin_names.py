@@ -78,6 +78,41 @@ def test_another_consumers_default_name_twin_is_not_this_ones():
     assert problem("web-y-local") == ""  # no consumer y-local
 
 
+def test_a_consumer_whose_id_clashes_with_an_older_ones_gets_no_twin():
+    # Consumer b was admitted first and may ask for web-a-b (its twin of web-a) at any
+    # time: consumer a-b, admitted later, would find its twin of web taken. So the later
+    # one gets none (the older keeps every twin it may ask for), whatever the name.
+    message = plan_name_problem("web-a-b", "a-b", TwinNamespacePolicy(), older_consumers=("b",))
+    assert "consumer 'a-b' cannot have twin namespaces here" in message and "consumer 'b'" in message
+    assert "never granted" in message
+    # The older one is not refused for the newer's existence (only names that are its twins).
+    assert plan_name_problem("web-x-b", "b", TwinNamespacePolicy(), older_consumers=()) == ""
+    assert plan_name_problem("web-a-b", "a-b", TwinNamespacePolicy(), older_consumers=("ab", "c")) == ""
+
+
+def test_the_twin_plan_refuses_the_newer_of_two_clashing_consumers():
+    older = {"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}
+    newer = {"metadata": {"name": "a-b", "creationTimestamp": "2026-01-02T00:00:00Z"}, "spec": {}}
+    consumers = {"b": older, "a-b": newer}
+
+    def plan_for(consumer_id: str, name: str):
+        tenant = c.tenant_namespace(consumer_id)
+        request = {"metadata": {"name": name, "namespace": tenant, "creationTimestamp": "2026-01-03T00:00:00Z", "uid": "u"},
+                   "spec": {"localNamespace": "web"}}
+        return plan_twin(request, tenant_namespace={"metadata": {"name": tenant, "labels": {c.LABEL_TENANT: consumer_id}}},
+                         consumers=consumers.get, namespace=None, rolebinding=None, twin_role="role",
+                         every_consumer=lambda: list(consumers.values()))
+
+    refused = plan_for("a-b", "web-a-b")
+    assert refused.status["phase"] == c.TWIN_PHASE_REFUSED and "admitted before it" in refused.status["message"]
+    assert refused.create_namespace is None
+    served = plan_for("b", "web-b")
+    assert served.status["phase"] == c.TWIN_PHASE_PENDING and served.create_namespace is not None
+    # The older one keeps the name the newer one would have wanted: the newer gets no twin.
+    kept = plan_for("b", "web-a-b")
+    assert kept.status["phase"] == c.TWIN_PHASE_PENDING and kept.create_namespace is not None
+
+
 # --- the maximum ---------------------------------------------------------------------------------
 def req(name: str, created: str, *, status: dict | None = None) -> dict:
     obj = {"metadata": {"name": name, "namespace": TENANT, "creationTimestamp": created, "uid": f"u-{name}"},

@@ -10,6 +10,7 @@ from enforcer.consumers.twin_names import name_problem
 from enforcer.consumers.twin_objects import (
     RoleBindingAction,
     desired_namespace,
+    desired_resourcequota,
     desired_rolebinding,
     is_ours,
     namespace_patch,
@@ -74,14 +75,27 @@ def binding(name: str = "demo-local", role: str = ROLE, consumer: dict | None = 
     return desired_rolebinding(name, request(name), consumer or CONSUMERS["local"], role)
 
 
+def counted_quota(req: dict, consumer: dict) -> dict | None:
+    """The twin's ResourceQuota as the enforcer writes it (every twin has one: the policy's
+    per-twin object bounds), counted by the quota controller."""
+    desired = desired_resourcequota(req["metadata"]["name"], req, consumer)
+    if desired is None:
+        return None
+    return {**desired, "metadata": {**desired["metadata"], "uid": "rq-uid"}, "status": {"hard": desired["spec"]["hard"]}}
+
+
 def plan(req=None, *, tenant_ns=None, consumers=None, ns=None, rb=None):
+    req = req if req is not None else request()
+    consumers = consumers if consumers is not None else CONSUMERS
+    owner = consumers.get("local")
     return plan_twin(
-        req if req is not None else request(),
+        req,
         tenant_namespace=tenant_ns if tenant_ns is not None else tenant(),
-        consumers=(consumers if consumers is not None else CONSUMERS).get,
+        consumers=consumers.get,
         namespace=ns,
         rolebinding=rb,
         twin_role=ROLE,
+        resourcequota=counted_quota(req, owner) if ns is not None and owner is not None else None,
     )
 
 

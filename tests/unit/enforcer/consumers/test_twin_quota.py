@@ -1,6 +1,7 @@
 """The twin ResourceQuota: what the enforcer writes into each twin namespace from a
-Consumer's spec.quota (object counts and storage only, never compute), and when it
-creates, updates, deletes or leaves it. tests/e2e/test_provider_policy_object_quota.py
+Consumer's spec.quota (object counts and storage only, never compute) and its policy's
+per-twin object bounds (twinNamespaces.maxObjects, built-in kinds: no twin without one), and
+when it creates, updates, deletes or leaves it. tests/e2e/test_provider_policy_object_quota.py
 shows the API server enforcing it under the consumer identity."""
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from enforcer.consumers.twin_objects import (
 )
 from enforcer.consumers.twin_plan import plan_twin
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload.resources import QuantityError
 
 TENANT = "kube-offload-tenant-local"
 KEY = f"{TENANT}/demo-local"
 GOLD_STORAGE = "gold.storageclass.storage.k8s.io/requests.storage"
 GOLD_CLAIMS = "gold.storageclass.storage.k8s.io/persistentvolumeclaims"
+# The policy's default per-twin bounds of the built-in kinds (ShadowPods are the webhook's).
+DEFAULTS = {f"count/{kind}": str(most) for kind, most in pp.DEFAULT_MAX_OBJECTS if kind != pp.SHADOWPOD_COUNT_KIND}
 
 
 @pytest.mark.parametrize(
@@ -89,14 +93,26 @@ def test_desired_resourcequota_is_marked_and_named():
             "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_ENFORCER, c.LABEL_ORIGIN_CLUSTER_ID: "local"},
             "annotations": {c.ANNOTATION_TWIN_REQUEST: KEY},
         },
-        "spec": {"hard": {"count/services": "1"}},
+        "spec": {"hard": {**DEFAULTS, "count/services": "1"}},
     }
 
 
 @pytest.mark.parametrize("quota", [None, {}, {"cpu": "2", "pods": "5"}])
-def test_no_object_key_no_resourcequota(quota):
-    # The default: nothing in a twin is bounded by a ResourceQuota (reflection as before).
-    assert desired_resourcequota("demo-local", request(), consumer(quota)) is None
+def test_no_object_key_the_policys_bounds(quota):
+    # No kind in a twin is unbounded by default: every built-in one the consumer writes.
+    hard = desired_resourcequota("demo-local", request(), consumer(quota))["spec"]["hard"]
+    assert hard == DEFAULTS
+    assert {"count/configmaps", "count/secrets", "count/services", "count/persistentvolumeclaims",
+            "count/serviceaccounts", "count/endpointslices.discovery.k8s.io", "count/ingresses.networking.k8s.io"} <= set(hard)
+    assert not any("shadowpods" in key for key in hard)  # a custom kind: the ShadowPod webhook counts it
+
+
+def test_the_policy_raises_a_bound_and_the_lower_of_two_figures_holds():
+    spec_quota = {"count/secrets": "5", "count/services": "999"}
+    the_consumer = consumer(spec_quota)
+    the_consumer["spec"]["policy"] = {"twinNamespaces": {"maxObjects": {"secrets": 10, "services": 20}}}
+    hard = desired_resourcequota("demo-local", request(), the_consumer)["spec"]["hard"]
+    assert hard["count/secrets"] == "5" and hard["count/services"] == "20"
 
 
 def stored(hard: dict, *, ours: bool = True, annotations: dict | None = None, counted: dict | None = None) -> dict:
@@ -113,28 +129,35 @@ def stored(hard: dict, *, ours: bool = True, annotations: dict | None = None, co
 
 
 WANT = {"count/services": "1", "requests.storage": "1Gi"}
+HARD = {**DEFAULTS, **WANT}
 
 
 @pytest.mark.parametrize(
     "existing, quota, action",
     [
-        (None, None, ResourceQuotaAction.NONE),
         (None, WANT, ResourceQuotaAction.CREATE),
-        (stored(WANT), WANT, ResourceQuotaAction.NONE),
+        (None, None, ResourceQuotaAction.CREATE),  # the policy's bounds alone
+        (stored(HARD), WANT, ResourceQuotaAction.NONE),
         # the API server writes quantities back canonically: not a difference
-        (stored({"count/services": "1000m", "requests.storage": "1024Mi"}), WANT, ResourceQuotaAction.NONE),
-        (stored({"count/services": "2", "requests.storage": "1Gi"}), WANT, ResourceQuotaAction.UPDATE),
+        (stored({**DEFAULTS, "count/services": "1000m", "requests.storage": "1024Mi"}), WANT, ResourceQuotaAction.NONE),
+        (stored({**HARD, "count/services": "2"}), WANT, ResourceQuotaAction.UPDATE),
         (stored({"count/services": "1"}), WANT, ResourceQuotaAction.UPDATE),
-        (stored({**WANT, "cpu": "1"}), WANT, ResourceQuotaAction.UPDATE),  # a compute key slipped in: removed
-        (stored(WANT, ours=False), WANT, ResourceQuotaAction.UPDATE),  # marks put back
-        (stored(WANT, annotations={}), WANT, ResourceQuotaAction.UPDATE),
-        (stored(WANT), None, ResourceQuotaAction.DELETE),  # the provider dropped every object key
-        (stored(WANT, ours=False), None, ResourceQuotaAction.NONE),  # the admin's own: never deleted
+        (stored({**HARD, "cpu": "1"}), WANT, ResourceQuotaAction.UPDATE),  # a compute key slipped in: removed
+        (stored(HARD, ours=False), WANT, ResourceQuotaAction.UPDATE),  # marks put back
+        (stored(HARD, annotations={}), WANT, ResourceQuotaAction.UPDATE),
+        (stored(HARD), None, ResourceQuotaAction.UPDATE),  # the provider dropped every object key: the defaults stay
     ],
 )
 def test_resourcequota_action(existing, quota, action):
     desired = desired_resourcequota("demo-local", request(), consumer(quota))
     assert resourcequota_action(existing, desired) is action
+
+
+@pytest.mark.parametrize("existing, action", [(stored(HARD), ResourceQuotaAction.DELETE),
+                                             (stored(HARD, ours=False), ResourceQuotaAction.NONE)])
+def test_nothing_desired_deletes_only_ours(existing, action):
+    # (No Consumer policy leaves nothing to bound today; the enforcer still never deletes the admin's own.)
+    assert resourcequota_action(existing, None) is action
 
 
 def ours_namespace() -> dict:
@@ -172,14 +195,14 @@ def plan(quota: dict | None, existing: dict | None):
 def test_plan_creates_the_resourcequota_and_waits_for_it():
     result = plan({"count/services": "1"}, None)
     assert result.resourcequota_action is ResourceQuotaAction.CREATE
-    assert result.resourcequota["spec"]["hard"] == {"count/services": "1"}
+    assert result.resourcequota["spec"]["hard"] == {**DEFAULTS, "count/services": "1"}
     assert result.rolebinding_action is RoleBindingAction.NONE
     assert result.status["phase"] == c.TWIN_PHASE_PENDING
     assert f"ResourceQuota {c.TWIN_RESOURCEQUOTA_NAME}" in result.status["message"]
 
 
 def test_plan_ready_when_the_resourcequota_matches():
-    result = plan({"count/services": "1"}, stored({"count/services": "1"}))
+    result = plan({"count/services": "1"}, stored({**DEFAULTS, "count/services": "1"}))
     assert result.resourcequota_action is ResourceQuotaAction.NONE
     assert result.status["phase"] == c.TWIN_PHASE_READY
 
@@ -187,22 +210,22 @@ def test_plan_ready_when_the_resourcequota_matches():
 @pytest.mark.parametrize("counted", [{}, {"count/services": "2"}])
 def test_plan_pending_until_the_quota_controller_counted_it(counted):
     # Until then the API server refuses every Service ("status unknown for quota").
-    result = plan({"count/services": "1"}, stored({"count/services": "1"}, counted=counted))
+    result = plan({"count/services": "1"}, stored({**DEFAULTS, "count/services": "1"}, counted=counted))
     assert result.resourcequota_action is ResourceQuotaAction.NONE
     assert result.status["phase"] == c.TWIN_PHASE_PENDING
     assert "quota controller" in result.status["message"]
 
 
 def test_plan_raising_the_figure_updates_it():
-    result = plan({"count/services": "2"}, stored({"count/services": "1"}))
+    result = plan({"count/services": "2"}, stored({**DEFAULTS, "count/services": "1"}))
     assert result.resourcequota_action is ResourceQuotaAction.UPDATE
-    assert result.resourcequota["spec"]["hard"] == {"count/services": "2"}
+    assert result.resourcequota["spec"]["hard"] == {**DEFAULTS, "count/services": "2"}
 
 
-def test_plan_deletes_ours_by_uid_when_no_key_is_left():
-    result = plan({"cpu": "2"}, stored({"count/services": "1"}))
-    assert result.resourcequota_action is ResourceQuotaAction.DELETE
-    assert result.resourcequota_uid == "rq-uid"
+def test_plan_keeps_the_policys_bounds_when_no_key_is_left():
+    result = plan({"cpu": "2"}, stored({**DEFAULTS, "count/services": "1"}))
+    assert result.resourcequota_action is ResourceQuotaAction.UPDATE
+    assert result.resourcequota["spec"]["hard"] == DEFAULTS
 
 
 def test_plan_keeps_the_resourcequota_when_the_quota_does_not_parse():

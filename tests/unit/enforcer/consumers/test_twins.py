@@ -12,6 +12,7 @@ import pytest
 
 from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
+from kube_offload import provider_policy as pp
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.informer import ADDED, MODIFIED
 from kube_offload.runtime.kube import ApiError
@@ -19,6 +20,9 @@ from kube_offload.runtime.kube import ApiError
 TENANT = "kube-offload-tenant-local"
 KEY = f"{TENANT}/demo-local"
 ROLE = "twin-role"
+
+
+DEFAULT_COUNTS = {f"count/{kind}": str(most) for kind, most in pp.DEFAULT_MAX_OBJECTS if kind != pp.SHADOWPOD_COUNT_KIND}
 
 
 class FakeApi:
@@ -196,7 +200,10 @@ def test_request_served_in_order_finalizer_namespace_binding_ready(api):
     labels = api.namespaces["demo-local"]["metadata"]["labels"]
     assert labels[c.LABEL_PSA_ENFORCE] == "baseline" and labels[c.LABEL_ORIGIN_CLUSTER_ID] == "local"
     rec(KEY)
-    assert api.writes[3] == ("create-rb", "demo-local", ROLE)
+    # The twin's bounds first (the policy's per-twin object counts), then the consumer's rights.
+    assert api.writes[3][0] == "create-rq"
+    rec(KEY)
+    assert ("create-rb", "demo-local", ROLE) in api.writes[4:]
     rec(KEY)
     assert api.requests[KEY]["status"]["phase"] == c.TWIN_PHASE_READY
     count = len(api.writes)
@@ -321,22 +328,23 @@ def test_resourcequota_before_rolebinding_then_kept_in_sync(api):
     converge(rec)
     kinds = [w[0] for w in api.writes]
     assert kinds.index("create-rq") < kinds.index("create-rb")
-    assert ("create-rq", "demo-local", {"count/services": "1"}) in api.writes
+    assert ("create-rq", "demo-local", {**DEFAULT_COUNTS, "count/services": "1"}) in api.writes
     assert api.requests[KEY]["status"]["phase"] == c.TWIN_PHASE_READY
     api.consumers["local"]["spec"]["quota"]["count/services"] = "2"
     converge(rec)
-    assert ("update-rq", "demo-local", {"count/services": "2"}) in api.writes
+    assert ("update-rq", "demo-local", {**DEFAULT_COUNTS, "count/services": "2"}) in api.writes
     del api.resourcequotas[f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}"]
     converge(rec)
-    assert api.resourcequotas[f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}"]["spec"]["hard"] == {"count/services": "2"}
+    assert api.resourcequotas[f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}"]["spec"]["hard"] == {**DEFAULT_COUNTS, "count/services": "2"}
     api.consumers["local"]["spec"]["quota"] = {"cpu": "2"}
     converge(rec)
-    assert f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}" not in api.resourcequotas
+    assert api.resourcequotas[f"demo-local/{c.TWIN_RESOURCEQUOTA_NAME}"]["spec"]["hard"] == DEFAULT_COUNTS
     assert api.requests[KEY]["status"]["phase"] == c.TWIN_PHASE_READY
 
 
-def test_no_object_key_writes_no_resourcequota(api):
+def test_no_object_key_still_writes_the_policys_bounds(api):
+    # No kind a consumer writes into a twin is unbounded by default (twinNamespaces.maxObjects).
     api.consumers["local"]["spec"]["quota"] = {"cpu": "2", "pods": "3"}
     converge(reconciler(api))
-    assert not api.resourcequotas
-    assert not any(w[0].endswith("-rq") for w in api.writes)
+    [quota] = api.resourcequotas.values()
+    assert quota["spec"]["hard"] == DEFAULT_COUNTS

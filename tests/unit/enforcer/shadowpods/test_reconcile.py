@@ -502,7 +502,7 @@ GPU_POOL = Pool(name="gpu", node_selector={"pool": "gpu"}, runtime_class_name="n
 def test_a_slices_pod_gets_its_pools_patch(world):
     asked: list[tuple[str, str]] = []
     world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
-                                 slice_pool=lambda ns, name: asked.append((ns, name)) or GPU_POOL)
+                                 slice_pool=lambda ns, name, recorded: asked.append((ns, name)) or GPU_POOL)
     world.add_shadowpod()
     world.api.shadowpods[KEY]["metadata"].setdefault("labels", {})[C.LABEL_SLICE] = "train"
     world.run()
@@ -510,11 +510,29 @@ def test_a_slices_pod_gets_its_pools_patch(world):
     assert asked == [("ns", "train")]
     assert spec["nodeSelector"] == {"pool": "gpu"} and spec["runtimeClassName"] == "nvidia"
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert world.api.pods[KEY]["metadata"]["annotations"][C.ANNOTATION_SLICE_POOL] == "gpu"
+    assert world.api.shadowpods[KEY]["status"]["slicePool"] == "gpu"
+
+
+def test_a_recreated_pod_keeps_the_pool_its_first_pod_was_made_on(world):
+    # The consumer points its slice at another pool after the first pod was made: the next
+    # pod is looked up by the pool recorded in the ShadowPod's status, never the slice's new one.
+    asked: list[str] = []
+    world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
+                                 slice_pool=lambda _ns, _name, recorded: asked.append(recorded) or GPU_POOL)
+    world.add_shadowpod()
+    world.api.shadowpods[KEY]["metadata"].setdefault("labels", {})[C.LABEL_SLICE] = "train"
+    world.run()
+    pod = world.api.pods[KEY]
+    world.api.delete_pod("ns", "web", pod["metadata"]["uid"])
+    world.run()
+    assert asked == ["", "gpu"]
+    assert world.api.shadowpods[KEY]["status"]["slicePool"] == "gpu" and world.api.shadowpods[KEY]["status"]["recreations"] == 1
 
 
 def test_a_slices_pod_waits_while_its_pool_is_unknown(world):
     world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
-                                 slice_pool=lambda _ns, _name: None)
+                                 slice_pool=lambda _ns, _name, _recorded: None)
     world.add_shadowpod()
     world.api.shadowpods[KEY]["metadata"].setdefault("labels", {})[C.LABEL_SLICE] = "train"
     with pytest.raises(Requeue):
@@ -523,7 +541,7 @@ def test_a_slices_pod_waits_while_its_pool_is_unknown(world):
 
 
 def test_a_pod_of_no_slice_never_looks_a_pool_up(world):
-    def lookup(_ns, _name):
+    def lookup(_ns, _name, _recorded):
         raise AssertionError("looked up")
     world.reconcile = Reconciler(shadowpods=world, pods=world.pods, api=world.api, recorder=world.recorder, status_coalesce_seconds=0,
                                  slice_pool=lookup)

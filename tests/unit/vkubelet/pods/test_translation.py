@@ -410,8 +410,8 @@ def test_system_node_critical_is_dropped_even_though_the_provider_has_it():
     remote = translate_pod(pod, ctx)
     assert "priorityClassName" not in remote.spec
     assert [n.message for n in remote.adjusted] == [
-        'spec.priorityClassName "system-node-critical" dropped: system-* classes preempt the provider\'s own '
-        "components and are never granted (Consumer spec.policy.pods.priorityClasses cannot list them)"
+        "spec.priorityClassName dropped: 'system-node-critical' is a system priority class, which preempts the provider's "
+        "own components and is never granted to a consumer (spec.policy.pods.priorityClasses cannot hold system-* classes)"
     ]
     shadow = build_shadowpod_for(pod, "demo-twin", ctx)
     assert "priorityClassName" not in shadow["spec"]["pod"]["spec"]
@@ -420,7 +420,7 @@ def test_system_node_critical_is_dropped_even_though_the_provider_has_it():
 def test_a_pod_mounting_a_volume_not_granted_carries_the_refusal():
     pod = _pod(volumes=[{"name": "share", "nfs": {"server": "192.0.2.1", "path": "/export"}}])
     remote = translate_pod(pod, CTX)
-    assert [n.field for n in remote.refused] == ["spec.volumes[0]"]
+    assert [n.field for n in remote.refused] == ["spec.volumes[0].nfs"]
     assert "Consumer spec.policy.pods.volumeTypes" in remote.refused[0].message
 
 

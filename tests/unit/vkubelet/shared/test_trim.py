@@ -181,8 +181,8 @@ def _context() -> TranslationContext:
         virtual_node_labels={c.LABEL_TYPE: c.TYPE_VIRTUAL_NODE},
         virtual_node_name=NODE,
         reflection=True,
-        # The toleration the changes below add is granted; the node lifecycle keys are
-        # the provider's (policy_fit.py), so a change of those carries nothing.
+        # The toleration the changes below add is granted; a node lifecycle toleration
+        # (NoExecute) the provider admits whatever its seconds (kube_offload/pod_rules.py).
         policy=parse_policy({"pods": {"tolerations": ["new"]}}),
     )
 
@@ -220,9 +220,10 @@ def test_the_template_update_is_the_same_patch_from_a_trimmed_shadowpod(objects)
     assert patches[0] is None  # nothing changed: no write (the cache agrees with the template)
     assert patches[4]["spec"]["containers"] == [{**shp["spec"]["pod"]["spec"]["containers"][0], "image": "busybox:1.37"}]
     assert all(patches[1:7]), "each change must produce a patch"
-    # A new tolerationSeconds of the not-ready toleration: a node lifecycle key, which
-    # the provider's policy reserves, so it is not sent at all.
-    assert patches[7] is None
+    # A new tolerationSeconds of the not-ready toleration: how long the pod stays on a failed
+    # node, which the provider's policy admits (as Kubernetes' own 300 s, which goes unsaid).
+    assert [t.get("tolerationSeconds") for t in patches[7]["spec"]["tolerations"]
+            if t["key"] == "node.kubernetes.io/not-ready"] == [60]
 
 
 # --- Events -------------------------------------------------------------------------------------
