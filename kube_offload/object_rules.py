@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
+from kube_offload import policy_matching as pm
 from kube_offload.policy_rules import Context, Edit, Violation, grant, granted_list, items, mapping, strings, text
 from kube_offload.resources import QuantityError, parse_quantity
 
@@ -254,7 +255,7 @@ def ingress_annotations(ing: Mapping[str, Any], ctx: Context) -> list[Violation]
     for key in mapping(mapping(ing, "metadata", ""), "annotations", "metadata"):
         key = str(key)
         # Our own bookkeeping (the origin annotations reflection writes) configures no controller.
-        if key.startswith(f"{c.DOMAIN}/") or pp.key_matches(key, granted):
+        if key.startswith(f"{c.DOMAIN}/") or pm.key_matches(key, granted):
             continue
         out.append(Violation(
             "ingress.annotations", f"metadata.annotations[{key}]",

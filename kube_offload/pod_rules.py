@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 from kube_offload import consumer_quota
 from kube_offload import provider_policy as pp
+from kube_offload import policy_matching as pm
 from kube_offload.policy_rules import (
     Context,
     Edit,
@@ -130,7 +131,7 @@ def tolerations(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
                 "a toleration without a key tolerates every taint (the provider's control plane and reserved nodes "
                 f"included) and is never granted to a consumer; tolerate named taints, which {grant('pods.tolerations')}",
                 "remove it", edits))
-        elif not _lifecycle(toleration) and not pp.reserved_node_key(key, ctx.policy) and key not in ctx.policy.pods.tolerations:
+        elif not _lifecycle(toleration) and not pm.reserved_node_key(key, ctx.policy) and key not in ctx.policy.pods.tolerations:
             out.append(Violation(
                 "pods.tolerations", f"spec.tolerations[{index}].key",
                 f"toleration of taint {key!r} is not granted to {ctx.who} (granted: "
@@ -147,7 +148,7 @@ def _reserved_description() -> str:
 
 def _reserved(field: str, key: str, verb: str, edits: tuple[Edit, ...], done: str = "dropped") -> Violation:
     # Always-reserved keys are never granted; the others the provider itself chose to reserve.
-    never = pp.key_matches(key, pp.ALWAYS_RESERVED_NODE_KEYS)
+    never = pm.key_matches(key, pp.ALWAYS_RESERVED_NODE_KEYS)
     return Violation(
         "" if never else "pods.reservedNodeLabelKeys", field,
         f"{key!r} is a node label key the provider reserves, which a consumer's pods may not {verb} (reserved: "
@@ -159,12 +160,12 @@ def reserved_node_keys(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
     spec = _spec(pod)
     out: list[Violation] = []
     for key in mapping(spec, "nodeSelector", "spec"):
-        if pp.reserved_node_key(str(key), ctx.policy):
+        if pm.reserved_node_key(str(key), ctx.policy):
             out.append(_reserved(f"spec.nodeSelector[{key}]", str(key), "select nodes by", _drop("spec", "nodeSelector", str(key))))
     for index, toleration in items(spec, "tolerations", "spec"):
         key = _toleration_key(toleration, index)
-        if key and not _lifecycle(toleration) and pp.reserved_node_key(key, ctx.policy):
-            never = pp.key_matches(key, pp.ALWAYS_RESERVED_NODE_KEYS)
+        if key and not _lifecycle(toleration) and pm.reserved_node_key(key, ctx.policy):
+            never = pm.key_matches(key, pp.ALWAYS_RESERVED_NODE_KEYS)
             out.append(Violation(
                 "" if never else "pods.reservedNodeLabelKeys", f"spec.tolerations[{index}].key",
                 f"{key!r} is a node key the provider reserves; tolerating it is never granted to a consumer (reserved: "
@@ -172,7 +173,7 @@ def reserved_node_keys(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
     out += _node_affinity(spec, ctx)
     for index, constraint in items(spec, "topologySpreadConstraints", "spec"):
         key = str(constraint.get("topologyKey") or "")
-        if pp.reserved_topology_key(key, ctx.policy):
+        if pm.reserved_topology_key(key, ctx.policy):
             out.append(_reserved(
                 f"spec.topologySpreadConstraints[{index}].topologyKey", key,
                 "spread over (nodes without the key are left out, so this selects nodes)",
@@ -207,7 +208,7 @@ def _term(term: Mapping[str, Any], path: Path, ctx: Context, *, void: Path, done
     expressions = list(items(term, "matchExpressions", where))
     for j, expression in expressions:
         key = str(expression.get("key") or "")
-        if pp.reserved_node_key(key, ctx.policy):
+        if pm.reserved_node_key(key, ctx.policy):
             bad.append((f"{where}.matchExpressions[{j}].key", key, (*path, "matchExpressions", j)))
     fields = term.get("matchFields")
     emptied = len(bad) == len(expressions) and (bool(bad) or bool(fields))
@@ -241,7 +242,7 @@ def _pod_affinity(spec: Mapping[str, Any], ctx: Context) -> list[Violation]:
         for where, term, path in terms:
             edits = (Edit(path),)
             key = str(term.get("topologyKey") or "")
-            if pp.reserved_topology_key(key, ctx.policy):
+            if pm.reserved_topology_key(key, ctx.policy):
                 out.append(_reserved(f"{where}.topologyKey", key, "place pods by", edits))
             namespaces = term.get("namespaces")
             if namespaces is not None and (not isinstance(namespaces, list) or any(n != ctx.namespace for n in namespaces)):
@@ -372,10 +373,10 @@ def image_registries(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
         for index, container in items(spec, kind, "spec"):
             field = f"spec.{kind}[{index}].image"
             image = text(container, "image", f"spec.{kind}[{index}]")
-            if image and not pp.image_allowed(image, allowed):
+            if image and not pm.image_allowed(image, allowed):
                 out.append(Violation(
                     "pods.imageRegistries", field,
-                    f"image {image!r} ({pp.image_name(image)}) is not from a registry granted to {ctx.who} (granted: "
+                    f"image {image!r} ({pm.image_name(image)}) is not from a registry granted to {ctx.who} (granted: "
                     f"{', '.join(allowed) or 'none'}): the provider's nodes pull with their own credentials, which may "
                     f"reach the provider's private images; {grant('pods.imageRegistries')}",
                     "or use an image from a granted registry"))

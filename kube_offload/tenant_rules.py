@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
+from kube_offload import policy_matching as pm
 from kube_offload.policy_rules import Context, Edit, Malformed, Violation, granted_list
 
 # --- tokens -----------------------------------------------------------------------------------------
@@ -69,12 +70,12 @@ def default_name_owner(name: str, consumer_id: str, other_consumer: Any) -> str 
 def twin_reserved(request: Mapping[str, Any], ctx: Context) -> list[Violation]:
     name = str((request.get("metadata") or {}).get("name") or "")
     field = "metadata.name"
-    if pp.name_matches(name, pp.ALWAYS_RESERVED_NAMESPACES) or (ctx.release_namespace and name == ctx.release_namespace):
+    if pm.name_matches(name, pp.ALWAYS_RESERVED_NAMESPACES) or (ctx.release_namespace and name == ctx.release_namespace):
         return [Violation(
             "", field,
             f"{name!r} is reserved by the provider for itself (default, kube-*, kube-offload-* and the enforcer's "
             "namespace are never given to a consumer)", "ask for another namespace name")]
-    if pp.name_matches(name, ctx.policy.twin_namespaces.reserved):
+    if pm.name_matches(name, ctx.policy.twin_namespaces.reserved):
         return [Violation("twinNamespaces.reserved", field,
                           f"{name!r} is reserved by the provider (Consumer {pp.POLICY}.twinNamespaces.reserved)",
                           "ask for another namespace name")]
@@ -86,7 +87,7 @@ def twin_same_names(request: Mapping[str, Any], ctx: Context) -> list[Violation]
     name only where the provider grants it (EnforceSameName)."""
     name = str((request.get("metadata") or {}).get("name") or "")
     field = "metadata.name"
-    if pp.name_matches(name, pp.ALWAYS_RESERVED_NAMESPACES):
+    if pm.name_matches(name, pp.ALWAYS_RESERVED_NAMESPACES):
         return []  # twin_reserved's
     suffix = f"-{ctx.consumer_id}"
     if name.endswith(suffix) and len(name) > len(suffix):
@@ -101,7 +102,7 @@ def twin_same_names(request: Mapping[str, Any], ctx: Context) -> list[Violation]
             f"{name!r} ends in \"-{other}\": it belongs to the plan of consumer {other!r}",
             f"ask for a name ending in \"{suffix}\" that is not another consumer's")]
     same = ctx.policy.twin_namespaces.same_names
-    if pp.name_matches(name, same):
+    if pm.name_matches(name, same):
         return []
     return [Violation(
         "twinNamespaces.sameNames", field,

@@ -62,6 +62,37 @@ def test_mypy_is_strict_on_every_product_package():
     assert "tests/support/recording_kube.py" in mypy["files"]
 
 
+# The largest a product module may grow (docs/architecture.md, "Layers"): past it a module
+# holds more than one domain and should be split by them; the virtual kubelet, where most
+# features land, is held tighter.
+MAX_MODULE_LINES = 600
+MAX_VKUBELET_MODULE_LINES = 500
+
+
+def oversized_modules(root: Path) -> list[str]:
+    """The product's modules over their line budget, as ``path: lines``."""
+    found = []
+    for package in PRODUCT:
+        limit = MAX_VKUBELET_MODULE_LINES if package == "vkubelet" else MAX_MODULE_LINES
+        for module in sorted((root / package).rglob("*.py")):
+            lines = len(module.read_text().splitlines())
+            if lines > limit:
+                found.append(f"{module.relative_to(root)}: {lines} > {limit}")
+    return found
+
+
+def test_no_product_module_outgrows_its_budget():
+    assert oversized_modules(ROOT) == []
+
+
+def test_an_oversized_module_is_found(tmp_path: Path):
+    for package in PRODUCT:
+        (tmp_path / package).mkdir()
+    (tmp_path / "vkubelet" / "big.py").write_text("x = 1\n" * (MAX_VKUBELET_MODULE_LINES + 1))
+    (tmp_path / "enforcer" / "fits.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert oversized_modules(tmp_path) == [f"vkubelet/big.py: {MAX_VKUBELET_MODULE_LINES + 1} > {MAX_VKUBELET_MODULE_LINES}"]
+
+
 def test_every_module_of_the_shared_package_has_a_layer():
     """A new module in kube_offload/ must be placed (domain, runtime, shared services or CLI),
     or the import contracts would not look at it."""

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kube_offload import provider_policy as pp
+from kube_offload.policy_matching import key_matches, name_matches
 
 from kube_offload.provider_policy import (
     DEFAULT_POLICY,
     NAMESPACED_VOLUME_TYPES,
     SCHEMA,
     ProviderPolicyError,
-    key_matches,
-    name_matches,
     parse_policy,
     policy_to_spec,
 )

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from kube_offload import provider_policy as pp
+from kube_offload import policy_matching as pm
 from kube_offload import rule_book
 from kube_offload.consumer_quota import consumer_quota
 from kube_offload.policy_rules import DELETE, Context, FitAction, Kind, ProviderAction, Violation, fit, refusal_lines
@@ -149,7 +150,7 @@ def test_a_required_term_left_with_nothing_voids_the_requirement():
     ],
 )
 def test_image_registries(image, allowed, ok):
-    assert pp.image_allowed(image, allowed) is ok
+    assert pm.image_allowed(image, allowed) is ok
 
 
 def test_an_empty_registry_list_is_the_providers_mistake():
