@@ -15,6 +15,7 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/pause-v1.37.2/pause                              Kubernetes' pause.c, gcc -static
     bin/registry-v3.1.2/registry                         the real nodes' OCI registry
     bin/coredns-v1.15.0/coredns                          cluster DNS (and its image)
+    bin/wireguard-go-<version>/wireguard-go              the gateway's userspace WireGuard
     build/<same names>/   wrapper go.mod, build logs
     build.lock            one build at a time
 
@@ -98,6 +99,7 @@ class NodeBinaries:
     pause: Path
     registry: Path
     coredns: Path
+    wireguard_go: Path
 
     def all(self) -> dict[str, Path]:
         found = {
@@ -109,6 +111,7 @@ class NodeBinaries:
             "pause": self.pause,
             "registry": self.registry,
             "coredns": self.coredns,
+            "wireguard-go": self.wireguard_go,
         }
         found.update({f"cni-{name}": self.cni_bin_dir / name for name in CNI_PLUGINS})
         return found
@@ -157,7 +160,13 @@ def node_binaries(root: Path | None = None) -> NodeBinaries:
         pause=root / "bin" / f"pause-{versions.KUBERNETES}" / "pause",
         registry=root / "bin" / f"registry-{versions.REGISTRY}" / "registry",
         coredns=root / "bin" / f"coredns-{versions.COREDNS}" / "coredns",
+        wireguard_go=wireguard_go_path(root),
     )
+
+
+def wireguard_go_path(root: Path | None = None) -> Path:
+    """Where wireguard-go is cached; scripts/build-image.sh builds into the same place."""
+    return (root or cache_root()) / "bin" / f"wireguard-go-{versions.WIREGUARD_GO}" / "wireguard-go"
 
 
 # --- pure helpers -------------------------------------------------------------------------
@@ -637,9 +646,24 @@ def _build_coredns(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str]
                 nbins.coredns, say)
 
 
+def _build_wireguard_go(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
+    # The module's main package is its root, so `go install` names the binary `wireguard`;
+    # it is installed under the name its README and `wg-quick` use.
+    version = versions.WIREGUARD_GO
+    work = root / "build" / f"wireguard-go-{version}"
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    say(f"- wireguard-go {version}: building")
+    _run_step(f"build wireguard-go {version}",
+              ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
+               f"golang.zx2c4.com/wireguard@{version}"],
+              cwd=work, log_path=work / "build.log", say=say)
+    _install(out / "wireguard", nbins.wireguard_go)
+
+
 def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> NodeBinaries:
     """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause,
-    the registry its images come from, CoreDNS),
+    the registry its images come from, CoreDNS, the gateway's wireguard-go),
     under the same lock as ensure_binaries: one Go build at a time on the machine."""
     root = root or cache_root()
     return _ensure(node_binaries(root), [
@@ -649,6 +673,7 @@ def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path
         ("pause".__eq__, _build_pause),
         ("registry".__eq__, _build_registry),
         ("coredns".__eq__, _build_coredns),
+        ("wireguard-go".__eq__, _build_wireguard_go),
     ], whose="the real node's ", kind="real-node ", root=root, say=say or _say_on_stderr)
 
 
