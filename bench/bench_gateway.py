@@ -117,9 +117,9 @@ def main() -> int:
               f"(+{t['rtt_p50_us'] - d['rtt_p50_us']:.1f} us added per round trip)")
     finally:
         left = lab_mod.remove(lab)
-        if left:
-            print(f"left behind: {left}", file=sys.stderr)
-            return 1
+    if left:
+        print(f"left behind: {left}", file=sys.stderr)
+        return 1
     return 0
 
 

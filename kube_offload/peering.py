@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
+from kube_offload import fabric as fb
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.selector import label_key_problem, label_value_problem
@@ -68,6 +69,9 @@ KUBECONFIG_SECRET = "kubeconfig-secret"
 LOCAL_RELEASE = "local-release"  # install/upgrade the local chart (remote added or removed)
 RESTART_VKUBELET = "restart-vkubelet"
 WAIT_NODE_READY = "wait-node-ready"
+GATEWAY_OBJECTS = "gateway-objects"  # the gateways' ConfigMaps (CIDRs) and empty key Secrets, both sides
+ROTATE_GATEWAY_KEYS = "rotate-gateway-keys"
+GATEWAY_PEERS = "gateway-peers"  # each gateway told the other's public key and endpoint
 # unpeer
 CORDON_NODE = "cordon-node"
 EVICT_PODS = "evict-pods"
@@ -79,6 +83,7 @@ DELETE_TWIN_REQUESTS = "delete-twin-requests"
 DELETE_TWIN_NAMESPACES = "delete-twin-namespaces"
 WAIT_TWINS_GONE = "wait-twins-gone"
 DELETE_CONSUMER = "delete-consumer"
+DELETE_GATEWAY_OBJECTS = "delete-gateway-objects"
 WAIT_CONSUMER_GONE = "wait-consumer-gone"
 NOTE = "note"
 
@@ -112,6 +117,26 @@ class ChartRef:
 
 
 @dataclass(frozen=True)
+class GatewayOptions:
+    """``peer --gateway``: kube-offload's own fabric for the pair (docs/networking.md)."""
+
+    cidrs: fb.FabricCIDRs
+    # HOST:PORT of the remote gateway as the local gateway reaches it, and the other way;
+    # "": read from the gateway's Service (its load balancer, or its node and NodePort).
+    remote_endpoint: str = ""
+    local_endpoint: str = ""
+    rotate_keys: bool = False
+
+
+@dataclass(frozen=True)
+class GatewaySide:
+    """One gateway's objects as peer reads them."""
+
+    config: Mapping[str, str] | None  # its ConfigMap's data; None: no ConfigMap
+    key_secret_exists: bool
+
+
+@dataclass(frozen=True)
 class PeerOptions:
     local_cluster_id: str
     remote_cluster_id: str
@@ -140,6 +165,7 @@ class PeerOptions:
     # shorten it. A stored token past renew_fraction of its lifetime is renewed.
     token_expiration_seconds: int = bt.DEFAULT_EXPIRATION_SECONDS
     renew_fraction: float = bt.DEFAULT_RENEW_FRACTION
+    gateway: GatewayOptions | None = None  # None: leave the fabric as the releases have it
 
 
 @dataclass(frozen=True)
@@ -156,6 +182,8 @@ class PeerState:
     # The consumer's ServiceAccount on the remote; gone (revoked by hand) while the release
     # still lists the consumer: the upgrade makes it again, with a new identity.
     consumer_service_account_exists: bool = True
+    local_gateway: GatewaySide = GatewaySide(None, False)
+    remote_gateway: GatewaySide = GatewaySide(None, False)
 
 
 @dataclass(frozen=True)
@@ -185,6 +213,8 @@ class UnpeerState:
     tenant_namespace_exists: bool
     consumer_exists: bool
     consumer_service_account_exists: bool = False  # its identity: deleting it revokes every token
+    local_gateway_objects: Sequence[str] = ()  # "kind/name" of the gateway's ConfigMap and Secret
+    remote_gateway_objects: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -213,6 +243,30 @@ def chart_fullname(release: str) -> str:
 
 def vkubelet_deployment_name(local_release: str, remote_cluster_id: str) -> str:
     return f"{chart_fullname(local_release)}-vkubelet-{remote_cluster_id}"
+
+
+def local_gateway_name(options: "PeerOptions | UnpeerOptions") -> str:
+    """The consumer's gateway to the remote (its Deployment, Service, ConfigMap)."""
+    return fb.gateway_name(chart_fullname(options.local_release), options.remote_cluster_id)
+
+
+def remote_gateway_name(options: "PeerOptions | UnpeerOptions") -> str:
+    """The provider's gateway to the consumer."""
+    return fb.gateway_name(chart_fullname(options.remote_release), options.local_cluster_id)
+
+
+def gateway_config_map(name: str, peer_id: str, namespace: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": PEER_MANAGER, fb.LABEL_GATEWAY_PEER: peer_id}},
+            "data": dict(data)}
+
+
+def gateway_key_secret(name: str, peer_id: str, namespace: str) -> dict[str, Any]:
+    """Empty: the gateway makes its key into it (the private key never leaves its cluster)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": PEER_MANAGER, fb.LABEL_GATEWAY_PEER: peer_id}}}
 
 
 def consumer_username(consumer_id: str) -> str:
@@ -414,6 +468,8 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
         entry["quota"] = dict(options.quota)
     if options.node_labels is not None:
         entry["nodeLabels"] = dict(options.node_labels)
+    if options.gateway is not None:
+        entry["gateway"] = {"enabled": True}
     if options.policy is not None or options.policy_grants:
         # Like --quota: a file replaces the consumer's whole policy; without one, the
         # --grant-* flags change their keys of the policy the release has.
@@ -463,6 +519,13 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     entry: dict[str, Any] = {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
     if options.slices is not None:
         entry["slices"] = slice_values(options.slices)
+    if options.gateway is not None:
+        # The vkubelet shows the translation the gateways make, from the same CIDRs.
+        entry["gateway"] = {"enabled": True}
+        entry.update(options.gateway.cidrs.vkubelet_values())
+        vkubelet = values.get("vkubelet")
+        values["vkubelet"] = {**(vkubelet if isinstance(vkubelet, Mapping) else {}),
+                              "podCIDR": str(options.gateway.cidrs.local_pod_cidr)}
     values["remoteClusters"] = _upsert(remotes, "id", entry)
     return values
 
@@ -632,6 +695,20 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
     consumer_id, rid, ns = options.local_cluster_id, options.remote_cluster_id, options.namespace
     tenant = c.tenant_namespace(consumer_id)
 
+    gateway = options.gateway
+    if gateway is not None:
+        # Before the releases: a gateway reads them as it starts.
+        local_data, remote_data = gateway.cidrs.local_gateway(), gateway.cidrs.remote_gateway()
+        if _gateway_objects_differ(state.local_gateway, local_data) or _gateway_objects_differ(state.remote_gateway, remote_data):
+            steps.append(Step(
+                GATEWAY_OBJECTS,
+                f"local+remote: write the gateways' ConfigMaps {ns}/{local_gateway_name(options)} (pods "
+                f"{gateway.cidrs.local_pod_cidr} seen remotely as {gateway.cidrs.local_pod_cidr_remapped}) and "
+                f"{ns}/{remote_gateway_name(options)} (pods {gateway.cidrs.remote_pod_cidr} seen locally as "
+                f"{gateway.cidrs.remote_pod_cidr_remapped}), and their key Secrets if missing (each gateway makes its own key)",
+                data={"local": local_data, "remote": remote_data},
+            ))
+
     remote_values = remote_values_with_consumer(state.remote_release.values if state.remote_release else {}, options)
     current = _release_is_current(state.remote_release, options.remote_chart, remote_values)
     # A long-lived token Secret left by an older chart: the upgrade removes it (and
@@ -703,9 +780,44 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             data={"name": deployment},
         ))
 
+    if gateway is not None:
+        if gateway.rotate_keys:
+            steps.append(Step(
+                ROTATE_GATEWAY_KEYS,
+                f"local+remote: drop the keys of gateways {local_gateway_name(options)} and {remote_gateway_name(options)}: "
+                "each makes a new pair in its own cluster",
+            ))
+        if gateway.rotate_keys or not _gateways_peered(state, gateway):
+            steps.append(Step(
+                GATEWAY_PEERS,
+                "local+remote: wait for both gateways' public keys, then give each the other's key and endpoint "
+                f"(remote gateway at {gateway.remote_endpoint or 'its Service'}, local gateway at "
+                f"{gateway.local_endpoint or 'its Service'})",
+                data={"previous": {"local": (state.local_gateway.config or {}).get(fb.PUBLIC_KEY, ""),
+                                   "remote": (state.remote_gateway.config or {}).get(fb.PUBLIC_KEY, "")}},
+            ))
+
     if options.wait:
         steps.append(Step(WAIT_NODE_READY, f"local: wait until node {node_name(rid)} is Ready", changes=False))
     return steps
+
+
+def _gateway_objects_differ(side: GatewaySide, data: Mapping[str, str]) -> bool:
+    return side.config is None or not side.key_secret_exists or any(side.config.get(k) != v for k, v in data.items())
+
+
+def _gateways_peered(state: PeerState, gateway: GatewayOptions) -> bool:
+    """Whether each gateway already holds the other's current public key and the endpoint
+    asked for (an endpoint read from a Service is kept once written)."""
+    local, remote = state.local_gateway.config or {}, state.remote_gateway.config or {}
+    local_key, remote_key = local.get(fb.PUBLIC_KEY), remote.get(fb.PUBLIC_KEY)
+    if not local_key or not remote_key:
+        return False
+    if local.get(fb.PEER_PUBLIC_KEY) != remote_key or remote.get(fb.PEER_PUBLIC_KEY) != local_key:
+        return False
+    if not local.get(fb.PEER_ENDPOINT) or (gateway.remote_endpoint and local.get(fb.PEER_ENDPOINT) != gateway.remote_endpoint):
+        return False
+    return not (gateway.local_endpoint and remote.get(fb.PEER_ENDPOINT) != gateway.local_endpoint)
 
 
 # --- unpeer ---------------------------------------------------------------------------------
@@ -750,6 +862,15 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
                           data={"name": kubeconfig_secret_name(rid)}))
     if state.node_exists:
         steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Lease goes with it)", data={"name": node}))
+    if state.local_gateway_objects or state.remote_gateway_objects:
+        # After the local release stopped the local gateway; the remote one stops with the
+        # consumer's removal below and takes its link and rules with it either way.
+        steps.append(Step(
+            DELETE_GATEWAY_OBJECTS,
+            f"local+remote: delete the gateways' objects (their keys go with them): "
+            f"{', '.join([*(f'local {o}' for o in state.local_gateway_objects), *(f'remote {o}' for o in state.remote_gateway_objects)])}",
+            data={"local": list(state.local_gateway_objects), "remote": list(state.remote_gateway_objects)},
+        ))
 
     if state.consumer_service_account_exists:
         # Explicit, not left to the release upgrade below: the identity goes first, so
