@@ -33,7 +33,7 @@ from typing import Callable, Protocol
 
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
-from kube_offload_harness import chart_pods, fabric, metrics_server, peer_driver
+from kube_offload_harness import chart_pods, fabric_gateways, metrics_server, peer_driver
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.partition import vkubelet_behind_link, vkubelet_pod_partition
 from kube_offload_harness.cluster import (
@@ -223,8 +223,8 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
         shared = (f"both clusters hand out {local_cidr}, as clusters built alike do; " if remote_plan.pod_cidr == local_cidr
                   else "")
         print(f"(on the remote's real node, at their own addresses: {shared}the local cluster shows them as "
-              f"{fabric.remapped_pod_cidr(remote_plan.slot)}, under which the fabric joining the two pod networks "
-              "carries them: docs/real-nodes.md)")
+              f"{fabric_gateways.remapped_pod_cidr(remote_plan.slot)}, under which kube-offload's WireGuard gateways (kube-offload peer --gateway) "
+              "carry them: docs/networking.md)")
     _show(remote, "get", "pods", "-n", twin, "-o", "wide")
 
     _step("Delete a remote pod behind the local cluster's back: the enforcer recreates it, the local pod stays")

@@ -31,7 +31,7 @@ import pytest
 
 from kube_offload import constants as C
 from kube_offload.resources import parse_quantity
-from kube_offload_harness import fabric, metrics_server
+from kube_offload_harness import fabric_gateways as fabric, metrics_server
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name
