@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     flag("--wireguard", default="auto", choices=MODES,
          help="kernel: the kernel's WireGuard module; userspace: wireguard-go; auto: the kernel's when it has one")
     flag("--wireguard-go", default="wireguard-go", help="the wireguard-go binary (userspace mode)")
+    flag("--allow-pods-of", default="",
+         help="on a provider: only the pods the enforcer made for this consumer id may use the link (listed every "
+              "--resync); unset: every pod of the pod CIDR (the consumer's side)")
     flag("--iptables", default="iptables-nft", help="iptables binary of the node's backend (iptables-nft or iptables-legacy)")
     _common(parser, "gateway")
     parser.set_defaults(func=run_gateway)
@@ -94,7 +97,7 @@ def run_gateway(args: argparse.Namespace) -> int:
             return 2
     settings = GatewaySettings(namespace=args.namespace, config_map=args.config_map, key_secret=args.key_secret,
                                interface=args.interface or f.interface_name(args.peer_id),
-                               listen_port=args.listen_port, resync=float(args.resync))
+                               listen_port=args.listen_port, resync=float(args.resync), allow_pods_of=args.allow_pods_of)
     if len(settings.interface) > 15:
         print(f"kube-offload gateway: --interface {settings.interface!r} is longer than 15 characters", file=sys.stderr)
         return 2

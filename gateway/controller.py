@@ -29,6 +29,7 @@ from typing import Any
 from gateway import dataplane as dp
 from gateway import keys
 from gateway.engine import Engine, EngineError
+from kube_offload import constants as c
 from kube_offload import fabric as f
 from kube_offload.runtime import kinds
 from kube_offload.runtime.kube import ApiError, Kube
@@ -44,6 +45,9 @@ class GatewaySettings:
     interface: str
     listen_port: int
     resync: float = 5.0
+    # On a provider: the consumer whose pods alone may use the link (their real addresses,
+    # found by the labels only the enforcer writes); "": every pod (the consumer's side).
+    allow_pods_of: str = ""
 
 
 class Gateway:
@@ -91,8 +95,20 @@ class Gateway:
         forwarding = self.engine.forwarding_problem()
         if forwarding:
             raise f.FabricError(forwarding)
-        self.engine.apply(private, dp.Plane(s.interface, s.listen_port, config))
+        self.engine.apply(private, dp.Plane(s.interface, s.listen_port, config, allowed=self.allowed_pods()))
         self.has_peer = config.has_peer
+
+    def allowed_pods(self) -> tuple[str, ...] | None:
+        """The consumer's own pods on this provider: made by the enforcer (its label, which
+        no consumer may set) for that consumer, with an IPv4 address."""
+        consumer = self.settings.allow_pods_of
+        if not consumer:
+            return None
+        selector = f"{c.LABEL_ORIGIN_CLUSTER_ID}={consumer},{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER}"
+        pods = self.kube.list(kinds.PODS, label_selector=selector).get("items") or []
+        ips = {entry.get("ip", "") for pod in pods if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+               for entry in (pod.get("status") or {}).get("podIPs") or []}
+        return tuple(sorted(ip for ip in ips if ip and ":" not in ip))
 
     def reconcile_once(self) -> None:
         """One pass; what went wrong becomes :attr:`problem` (readiness says it) and is

@@ -10,7 +10,9 @@
   remapped CIDR into its real pod CIDR (nat PREROUTING), and of the source of its pods'
   packets leaving into the link into its remapped CIDR (nat POSTROUTING), at the same
   offsets; conntrack translates the replies. filter FORWARD accepts what crosses the link
-  (a node whose FORWARD policy drops would otherwise drop it), and mangle FORWARD clamps
+  (a node whose FORWARD policy drops would otherwise drop it) — on a provider, only to and
+  from the consumer's own pods (:attr:`Plane.allowed`), everything else crossing the link
+  dropped — and mangle FORWARD clamps
   the MSS of TCP SYNs leaving into the link to its MTU, so that pods whose network says
   1500 never send segments the tunnel must fragment.
 
@@ -45,6 +47,9 @@ class Plane:
     listen_port: int
     config: GatewayConfig
     mtu: int = DEFAULT_MTU
+    # The pods (their real addresses) the peer may reach and be reached by through the
+    # link; None: every pod of the CIDR (the consumer's side: its own cluster).
+    allowed: tuple[str, ...] | None = None
 
 
 def chain_name(interface: str, suffix: str) -> str:
@@ -59,12 +64,30 @@ def chains(plane: Plane) -> list[Chain]:
             ("-i", dev, "-d", str(cfg.pod_cidr_remapped), "-j", "NETMAP", "--to", str(cfg.pod_cidr)),)),
         Chain("nat", "POSTROUTING", chain_name(dev, "POST"), (
             ("-o", dev, "-s", str(cfg.pod_cidr), "-j", "NETMAP", "--to", str(cfg.pod_cidr_remapped)),)),
-        Chain("filter", "FORWARD", chain_name(dev, "FWD"), (
-            ("-i", dev, "-j", "ACCEPT"),
-            ("-o", dev, "-j", "ACCEPT"))),
+        Chain("filter", "FORWARD", chain_name(dev, "FWD"), forward_rules(plane)),
         Chain("mangle", "FORWARD", chain_name(dev, "MSS"), (
             ("-o", dev, "-p", "tcp", "--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--clamp-mss-to-pmtu"),)),
     ]
+
+
+def forward_rules(plane: Plane) -> tuple[tuple[str, ...], ...]:
+    """What may cross the link. FORWARD sees a packet after PREROUTING's NETMAP and before
+    POSTROUTING's, so both directions are matched at the pods' real addresses."""
+    dev = plane.interface
+    if plane.allowed is None:
+        return (("-i", dev, "-j", "ACCEPT"), ("-o", dev, "-j", "ACCEPT"))
+    rules: list[tuple[str, ...]] = []
+    for ip in plane.allowed:
+        rules += [("-i", dev, "-d", f"{ip}/32", "-j", "ACCEPT"), ("-o", dev, "-s", f"{ip}/32", "-j", "ACCEPT")]
+    return (*rules, ("-i", dev, "-j", "DROP"), ("-o", dev, "-j", "DROP"))
+
+
+def restore_text(chain: Chain) -> str:
+    """``iptables-restore --noflush`` input that replaces the chain's rules in one
+    transaction: no packet ever meets it half-filled (an empty filter chain would let
+    everything through to the built-in chain's policy)."""
+    lines = [f"*{chain.table}", f"-F {chain.name}", *(f"-A {chain.name} {' '.join(rule)}" for rule in chain.rules), "COMMIT"]
+    return "\n".join(lines) + "\n"
 
 
 def jump(chain: Chain) -> tuple[str, ...]:

@@ -143,9 +143,7 @@ class Engine:
         present = [line for line in listed if line.startswith("-A ")]
         if len(present) != len(chain.rules) or any(
                 self._iptables(chain.table, "-C", chain.name, *rule, check=False).returncode != 0 for rule in chain.rules):
-            self._iptables(chain.table, "-F", chain.name)
-            for rule in chain.rules:
-                self._iptables(chain.table, "-A", chain.name, *rule)
+            self.run([f"{self.settings.iptables}-restore", "-w", "--noflush"], stdin=dp.restore_text(chain))
         jump = dp.jump(chain)
         if self._iptables(chain.table, "-C", chain.builtin, *jump, check=False).returncode != 0:
             self._iptables(chain.table, "-I", chain.builtin, "1", *jump)

@@ -115,9 +115,10 @@ def remote_server(env: Environment, topology: Topology, spec: ClusterSpec) -> st
     return chart_pods.apiserver_url_for_pods(env.real_node(spec).plan.host_ip, real_node.apiserver_port(config))
 
 
-def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -> None:
-    """Run ``kube-offload peer`` for ``spec`` and start what kwok cannot run; raises
-    ClusterError if peer fails (its output, printed above, says why)."""
+def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say, extra: tuple[str, ...] = ()) -> None:
+    """Run ``kube-offload peer`` for ``spec`` (``extra``: more switches, e.g.
+    ``--rotate-gateway-keys``) and start what kwok cannot run; raises ClusterError if peer
+    fails (its output, printed above, says why)."""
     local, remote = env.cluster(topology.local), env.cluster(spec)
     if topology.chart_pods:
         from kube_offload_harness import chart_pods
@@ -126,6 +127,7 @@ def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -
                            chart_pods.remote_values_file(env, topology))
     else:
         flags = peer_flags(env, topology, spec, local_values_file(env))
+    flags += [(switch, "", "") for switch in extra]
     # A flag with an empty value is a switch (--gateway).
     say("$ kube-offload peer " + " ".join(f"{flag} {shown}".rstrip() for flag, _, shown in flags))
     argv = [sys.executable, "-m", "kube_offload.cli", "peer", *(x for flag, value, _ in flags for x in ((flag, value) if value else (flag,)))]

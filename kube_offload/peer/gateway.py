@@ -110,20 +110,25 @@ def exchange(ctx: Context, options: p.PeerOptions, previous: Mapping[str, str]) 
     """Wait for both public keys, then write each side's peer key and endpoint."""
     gateway = options.gateway
     assert gateway is not None
-    ns = ctx.namespace
-    local_name, remote_name = p.local_gateway_name(options), p.remote_gateway_name(options)
+    return exchange_keys(ctx.local, ctx.remote, ctx.namespace, p.local_gateway_name(options), p.remote_gateway_name(options),
+                         remote_endpoint=gateway.remote_endpoint, local_endpoint=gateway.local_endpoint,
+                         timeout=ctx.timeout, previous=previous)
+
+
+def exchange_keys(local: Cluster, remote: Cluster, ns: str, local_name: str, remote_name: str, *, remote_endpoint: str,
+                  local_endpoint: str, timeout: float, previous: Mapping[str, str]) -> str:
     hint = "see `kubectl -n {ns} logs deploy/{name}` on the {side} cluster (is its pod scheduled? NET_ADMIN admitted?)"
-    local_key = wait(lambda: public_key(ctx.local, ns, local_name, previous.get("local", "")), timeout=ctx.timeout,
+    local_key = wait(lambda: public_key(local, ns, local_name, previous.get("local", "")), timeout=timeout,
                      what=f"for local gateway {local_name} to publish its key", hint=hint.format(ns=ns, name=local_name, side="local"))
-    remote_key = wait(lambda: public_key(ctx.remote, ns, remote_name, previous.get("remote", "")), timeout=ctx.timeout,
+    remote_key = wait(lambda: public_key(remote, ns, remote_name, previous.get("remote", "")), timeout=timeout,
                       what=f"for remote gateway {remote_name} to publish its key", hint=hint.format(ns=ns, name=remote_name, side="remote"))
-    remote_endpoint = gateway.remote_endpoint or wait(
-        lambda: service_endpoint(ctx.remote, ns, remote_name), timeout=ctx.timeout,
+    remote_endpoint = remote_endpoint or wait(
+        lambda: service_endpoint(remote, ns, remote_name), timeout=timeout,
         what=f"for the address of Service {ns}/{remote_name} on the remote cluster",
         hint="pass --gateway-endpoint HOST:PORT (where the local cluster's nodes reach the remote gateway)")
-    local_endpoint = gateway.local_endpoint or service_endpoint(ctx.local, ns, local_name)
-    for cluster, name, data in ((ctx.local, local_name, {fb.PEER_PUBLIC_KEY: remote_key, fb.PEER_ENDPOINT: remote_endpoint}),
-                                (ctx.remote, remote_name, {fb.PEER_PUBLIC_KEY: local_key, fb.PEER_ENDPOINT: local_endpoint})):
+    local_endpoint = local_endpoint or service_endpoint(local, ns, local_name)
+    for cluster, name, data in ((local, local_name, {fb.PEER_PUBLIC_KEY: remote_key, fb.PEER_ENDPOINT: remote_endpoint}),
+                                (remote, remote_name, {fb.PEER_PUBLIC_KEY: local_key, fb.PEER_ENDPOINT: local_endpoint})):
         try:
             cluster.kube.patch(kinds.CONFIG_MAPS, name, {"data": data}, namespace=ns)
         except ApiError as exc:

@@ -113,6 +113,24 @@ def test_apply_again_changes_nothing_and_mends_a_lost_rule(lab: Lab) -> None:
     assert exchange(PA1, PB1, lab.remapped(lab.pod_ip(PA1), REMAPPED_A)).returncode == 0
 
 
+def test_a_provider_gateway_lets_only_the_allowed_pods_use_the_link(lab: Lab) -> None:
+    from dataclasses import replace
+
+    engine, plane = lab.engines["b"], lab.planes["b"]
+    private = engine._applied[0]  # type: ignore[index]
+    toward_b = lab.remapped(lab.pod_ip(PB1), REMAPPED_B)
+    try:
+        engine.apply(private, replace(plane, allowed=()))  # no pod of B's is the consumer's
+        assert exchange(PB1, PA1, toward_b, timeout=3).returncode != 0
+        assert exchange(PA1, PB1, lab.remapped(lab.pod_ip(PA1), REMAPPED_A), timeout=3).returncode != 0
+        engine.apply(private, replace(plane, allowed=(lab.pod_ip(PB1),)))
+        answer = exchange(PB1, PA1, toward_b)
+        assert answer.stdout.strip() == lab.remapped(lab.pod_ip(PA1), REMAPPED_A), answer.stderr
+        assert exchange(PA1, PB1, lab.remapped(lab.pod_ip(PA1), REMAPPED_A)).returncode == 0
+    finally:
+        engine.apply(private, plane)
+
+
 def test_teardown_leaves_nothing_on_the_node(lab: Lab) -> None:
     engine, plane = lab.engines["b"], lab.planes["b"]
     engine.teardown(plane.interface)

@@ -1636,7 +1636,17 @@ def test_both_charts_share_one_gateway_template(helm: Helm) -> None:
     docs = render(helm, REMOTE, {"consumers": [{"name": "local", "gateway": {"enabled": True}}]})
     [deployment] = find(docs, "Deployment", "gateway")
     assert deployment["metadata"]["namespace"] != "kube-offload-tenant-local"  # never where the consumer may port-forward
-    assert parse_args(next(containers(deployment))["args"])["--listen-port"] == "51920"
+    args = parse_args(next(containers(deployment))["args"])
+    assert args["--listen-port"] == "51920"
+    # a provider's gateway lets only the consumer's own pods use the link, and may list pods for it
+    assert args["--allow-pods-of"] == "local"
+    [cluster_role] = find(docs, "ClusterRole", "gateway")
+    assert rules_of(cluster_role) == {("", "pods"): {"list"}}
+    # the consumer's own gateway has no such filter and no cluster-wide right
+    local_docs = render(helm, LOCAL, {"localClusterId": "l", "remoteClusters": [
+        {"id": "r", "kubeconfigSecret": "s", "gateway": {"enabled": True}}]})
+    assert "--allow-pods-of" not in parse_args(next(containers(find(local_docs, "Deployment", "gateway")[0]))["args"])
+    assert not find(local_docs, "ClusterRole", "gateway")
 
 
 def test_vkubelet_custom_resources_become_flags_and_least_rights(helm: Helm) -> None:

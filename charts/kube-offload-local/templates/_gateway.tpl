@@ -47,6 +47,38 @@ subjects:
   - kind: ServiceAccount
     name: {{ .name }}
     namespace: {{ .root.Release.Namespace }}
+{{- if .allow }}
+---
+# A provider's gateway lets only the consumer's own pods use the link: it lists the pods
+# the enforcer made for that consumer (by their labels, which no consumer may set).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ .name }}-pods
+  labels:
+    {{- .labels | nindent 4 }}
+    app.kubernetes.io/component: gateway
+rules:
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .name }}-pods
+  labels:
+    {{- .labels | nindent 4 }}
+    app.kubernetes.io/component: gateway
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ .name }}-pods
+subjects:
+  - kind: ServiceAccount
+    name: {{ .name }}
+    namespace: {{ .root.Release.Namespace }}
+{{- end }}
 ---
 # Where the peer's gateway sends: any node's port (NodePort, the default) or a load
 # balancer's address; `kube-offload peer` reads it unless --gateway-endpoint names one.
@@ -128,6 +160,9 @@ spec:
             - --wireguard={{ $v.wireguard }}
             - --iptables={{ $v.iptables }}
             - --resync={{ $v.resync }}
+            {{- with .allow }}
+            - --allow-pods-of={{ . }}
+            {{- end }}
             - --log-level={{ .root.Values.logLevel }}
             # On the node's own address only: the pod shares the node's network.
             - --health-bind=$(HOST_IP):{{ .health }}

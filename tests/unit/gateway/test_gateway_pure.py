@@ -81,3 +81,23 @@ def test_route_agent_reads_gateways_from_their_config_maps_and_pods() -> None:
 def test_public_key_of_a_bad_private_key_fails(bad: str) -> None:
     with pytest.raises(ValueError):
         keys.public_key(bad)
+
+
+def test_a_providers_link_carries_the_consumers_own_pods_only() -> None:
+    open_plane = plane()
+    assert dp.forward_rules(open_plane) == (("-i", "kowg0123456789", "-j", "ACCEPT"), ("-o", "kowg0123456789", "-j", "ACCEPT"))
+    fenced = dp.Plane(open_plane.interface, 51820, open_plane.config, allowed=("10.0.3.7",))
+    assert dp.forward_rules(fenced) == (
+        ("-i", "kowg0123456789", "-d", "10.0.3.7/32", "-j", "ACCEPT"),
+        ("-o", "kowg0123456789", "-s", "10.0.3.7/32", "-j", "ACCEPT"),
+        ("-i", "kowg0123456789", "-j", "DROP"),
+        ("-o", "kowg0123456789", "-j", "DROP"),
+    )
+    # replaced in one transaction, never flushed in the open
+    [forward] = [c for c in dp.chains(fenced) if c.table == "filter"]
+    assert dp.restore_text(forward).splitlines() == [
+        "*filter", "-F KO-kowg0123456789-FWD",
+        "-A KO-kowg0123456789-FWD -i kowg0123456789 -d 10.0.3.7/32 -j ACCEPT",
+        "-A KO-kowg0123456789-FWD -o kowg0123456789 -s 10.0.3.7/32 -j ACCEPT",
+        "-A KO-kowg0123456789-FWD -i kowg0123456789 -j DROP",
+        "-A KO-kowg0123456789-FWD -o kowg0123456789 -j DROP", "COMMIT"]
