@@ -14,7 +14,9 @@ annotations; node objects shaped like a kubelet's, images included) it measures:
 - in process, names mode (nodeCacheCapable): the same with node names and the node cache;
 - prioritize (nodes mode), for reference;
 - over HTTP (unless --no-http): POST /filter against POST /bench/passthrough (stdlib
-  loads + dumps on the same gunicorn + Flask stack), client-side wall time.
+  loads + dumps on the same gunicorn + WSGI stack), client-side wall time and the
+  server's CPU per call; ``--worker-class asyncio,gthread`` runs the server once per
+  worker class, alternating, to compare them.
 
 Each figure is the median of several runs of baseline and filter taken alternately.
 Goals at 5,000 nodes: nodes-mode filter ≤ 0.3× the stdlib baseline; names-mode filter
@@ -23,11 +25,13 @@ Goals at 5,000 nodes: nodes-mode filter ≤ 0.3× the stdlib baseline; names-mod
     .venv/bin/python bench/bench_extender.py            # about a minute on 2 cores
     .venv/bin/python bench/bench_extender.py --quick    # fewer sizes and runs
     .venv/bin/python bench/bench_extender.py --gc-off --no-http   # the algorithmic cost
+    .venv/bin/python bench/bench_extender.py --worker-class asyncio,gthread --baseline-tree DIR  # A/B
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -42,12 +46,14 @@ from typing import Callable
 
 import orjson
 
+import controlplane
 from kube_offload import constants as c
 from kube_offload.capacity import encode_remote_capacity
 from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.resources import parse_quantity as q
 
-from extender import core, wire
+from extender import wire
+from kube_offload import node_filter
 from extender.caches import StaticCaches
 
 NAMESPACE = {
@@ -201,12 +207,12 @@ def bench_in_process(nodes: list[dict], runs: int) -> dict:
         with collector_paused():
             return orjson.dumps(orjson.loads(nodes_payload))
 
-    # What extender.app does per call (the route adds the Flask request and metrics).
+    # What extender.app does per call (the route adds the body read and metrics).
     def filter_call(payload: bytes) -> Callable[[], object]:
         def run() -> bytes:
             with collector_paused():
                 args = wire.parse_extender_args(payload)
-                result = core.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace),
+                result = node_filter.filter_nodes(args.pod, args.candidates, caches.namespace_policy(args.namespace),
                                            caches.node, virtual_names=caches.virtual_node_names())
                 return wire.dumps(wire.filter_result(args, result))
         return run
@@ -214,8 +220,8 @@ def bench_in_process(nodes: list[dict], runs: int) -> dict:
     def prioritize_call() -> bytes:
         with collector_paused():
             args = wire.parse_extender_args(nodes_payload)
-            scores = core.prioritize(args.pod, args.candidates, caches.namespace_policy(args.namespace),
-                                     core.STRATEGY_MOST_FREE_REMOTE)
+            scores = node_filter.prioritize(args.pod, args.candidates, caches.namespace_policy(args.namespace),
+                                     node_filter.STRATEGY_MOST_FREE_REMOTE)
             return wire.dumps(wire.host_priority_list(scores))
 
     base_nodes, filter_nodes = measure_pair(baseline(nodes_payload), filter_call(nodes_payload), runs)
@@ -233,13 +239,34 @@ def bench_in_process(nodes: list[dict], runs: int) -> dict:
     }
 
 
-def bench_http(sizes: list[int], all_nodes: list[dict], runs: int) -> dict[int, dict[str, Figure]]:
+def measure_servers(calls: dict[str, tuple[Callable[[], object], int]], runs: int) -> dict[str, Figure]:
+    """Medians of each call (a label -> (call, server pid)), run in turn, round after round,
+    so a load burst hits all alike: client wall time, and the time the server's process tree
+    spent on a CPU meanwhile (controlplane.on_cpu_seconds: the arbiter and its worker, every
+    thread), which the neighbours on a shared machine move much less than the wall time."""
+    for call, _ in calls.values():
+        call()  # warm-up
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label in calls}
+    for _ in range(runs):
+        for label, (call, pid) in calls.items():
+            cpu = controlplane.on_cpu_seconds(pid)
+            wall = time.perf_counter()
+            call()
+            samples[label].append((time.perf_counter() - wall, controlplane.on_cpu_seconds(pid) - cpu))
+    return {label: Figure(statistics.median(w for w, _ in found), statistics.median(c for _, c in found))
+            for label, found in samples.items()}
+
+
+def bench_http(sizes: list[int], all_nodes: list[dict], runs: int, worker_classes: list[str],
+               baseline_tree: str | None) -> dict[int, dict[str, Figure]]:
+    """Over HTTP, one extender per worker class (and one from ``baseline_tree``, another
+    checkout, for an A/B of two versions), all started at once and called in turn."""
     import requests
 
     from extender.offline import running_server
 
     figures: dict[int, dict[str, Figure]] = {}
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
         snapshot = os.path.join(directory, "snapshot.json")
         with open(snapshot, "w") as handle:
             json.dump({"nodes": all_nodes, "namespaces": [NAMESPACE]}, handle)
@@ -247,24 +274,37 @@ def bench_http(sizes: list[int], all_nodes: list[dict], runs: int) -> dict[int, 
         # largest body the chart's parse memory budget holds, docs/extender.md "Request
         # size"); the budget is raised with it so that the cap's check passes.
         server_args = ("--bench-passthrough", "true", "--max-body-bytes", "64Mi", "--parse-memory-budget", "2368Mi")
-        with running_server(snapshot, extra_args=server_args) as url, requests.Session() as session:
-            for size in sizes:
-                nodes_payload, names_payload = payloads(all_nodes[:size])
+        servers: dict[str, tuple[str, int]] = {}
+        for worker_class in worker_classes:
+            pids: list[int] = []
+            url = stack.enter_context(running_server(snapshot, extra_args=(*server_args, "--worker-class", worker_class),
+                                                     pids=pids))
+            servers[worker_class] = (url, pids[0])
+        if baseline_tree:
+            pids = []
+            url = stack.enter_context(running_server(snapshot, extra_args=server_args, pids=pids,
+                                                     python_path=baseline_tree))
+            servers["baseline"] = (url, pids[0])
+        session = stack.enter_context(requests.Session())
+        first = next(iter(servers))
+        for size in sizes:
+            nodes_payload, names_payload = payloads(all_nodes[:size])
 
-                def post(path: str, payload: bytes) -> Callable[[], object]:
-                    def run() -> bytes:
-                        answer = session.post(f"{url}{path}", data=payload,
-                                              headers={"Content-Type": "application/json"}, timeout=120)
-                        answer.raise_for_status()
-                        return answer.content
-                    return run
+            def post(url: str, path: str, payload: bytes) -> Callable[[], object]:
+                def run() -> bytes:
+                    answer = session.post(f"{url}{path}", data=payload,
+                                          headers={"Content-Type": "application/json"}, timeout=120)
+                    answer.raise_for_status()
+                    return answer.content
+                return run
 
-                base_nodes, filter_nodes = measure_pair(post("/bench/passthrough", nodes_payload),
-                                                        post("/filter", nodes_payload), runs)
-                base_names, filter_names = measure_pair(post("/bench/passthrough", names_payload),
-                                                        post("/filter", names_payload), runs)
-                figures[size] = {"base_nodes": base_nodes, "filter_nodes": filter_nodes,
-                                 "base_names": base_names, "filter_names": filter_names}
+            found: dict[str, Figure] = {}
+            for mode, payload in (("nodes", nodes_payload), ("names", names_payload)):
+                calls = {f"{mode} passthrough": (post(servers[first][0], "/bench/passthrough", payload), servers[first][1])}
+                calls.update({f"{mode} {label}": (post(url, "/filter", payload), pid)
+                              for label, (url, pid) in servers.items()})
+                found.update(measure_servers(calls, runs))
+            figures[size] = found
     return figures
 
 
@@ -276,7 +316,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="sizes 100 and 1000, 3 runs each")
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurements")
+    parser.add_argument("--no-in-process", action="store_true", help="skip the in-process measurements")
     parser.add_argument("--runs", type=int, default=0, help="runs per figure (default 7, 3 with --quick)")
+    parser.add_argument("--http-runs", type=int, default=0, help="runs per figure over HTTP (default: --runs)")
+    parser.add_argument("--worker-class", default="asyncio",
+                        help="over HTTP, one server per worker class, comma-separated (asyncio,gthread: both, alternating)")
+    parser.add_argument("--baseline-tree", default=None,
+                        help="over HTTP, also run the extender of this checkout (e.g. an older commit's, unpacked with "
+                             "git archive) and compare: an A/B of two versions in one run")
     parser.add_argument("--gc-off", action="store_true",
                         help="disable Python's cyclic GC in this process (in-process figures): a full "
                              "collection lands on whichever call triggers it, which makes single ratios noisy")
@@ -294,32 +341,41 @@ def main() -> int:
           f"load average {load:.1f} at start; median of {runs} alternating runs"
           f"{'; GC off' if options.gc_off else ''}")
     print(f"node objects: {len(json.dumps(all_nodes[0]))} B physical, {len(json.dumps(all_nodes[5]))} B virtual")
-    print()
-    print("in process. filter = parse ExtenderArgs + decide + dump ExtenderFilterResult (msgspec, collector paused);")
-    print("stdlib baseline = json.dumps(json.loads(payload)) of the same payload. ms of CPU (ms of wall)")
-    print("| nodes | payload MB | stdlib baseline | orjson round trip | filter | ratio (CPU) | names mode: filter (wall) | prioritize |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    figures: dict[int, dict] = {}
-    for size in sizes:
-        f = figures[size] = bench_in_process(all_nodes[:size], runs)
-        base, filt, names = f["base_nodes"], f["filter_nodes"], f["filter_names"]
-        print(f"| {size} | {f['payload_mb']:.1f} | {ms(base.cpu)} ({ms(base.wall)}) | {ms(f['orjson_nodes'].cpu)} | "
-              f"{ms(filt.cpu)} ({ms(filt.wall)}) | {filt.cpu / base.cpu:.2f}x | {ms(names.cpu)} ({ms(names.wall)}) | "
-              f"{ms(f['prioritize_nodes'].cpu)} |")
-    largest = figures[max(sizes)]
-    print(f"at {max(sizes)} nodes: nodes-mode filter / stdlib baseline = "
-          f"{largest['filter_nodes'].cpu / largest['base_nodes'].cpu:.2f}x of CPU (goal <= 0.30x); "
-          f"names-mode filter {ms(largest['filter_names'].cpu)} ms of CPU, {ms(largest['filter_names'].wall)} ms wall "
-          f"(goal <= 10 ms)")
-    if not options.no_http:
+    if not options.no_in_process:
         print()
-        print("over HTTP (gunicorn gthread, 1 worker, keep-alive). client wall ms; /filter vs /bench/passthrough (stdlib json)")
-        print("| nodes | baseline | filter | ratio (wall) | names mode: baseline | names mode: filter |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for size, f in bench_http(sizes, all_nodes, runs).items():
-            base, filt = f["base_nodes"], f["filter_nodes"]
-            print(f"| {size} | {ms(base.wall)} | {ms(filt.wall)} | {filt.wall / base.wall:.2f}x | "
-                  f"{ms(f['base_names'].wall)} | {ms(f['filter_names'].wall)} |")
+        print("in process. filter = parse ExtenderArgs + decide + dump ExtenderFilterResult (msgspec, collector paused);")
+        print("stdlib baseline = json.dumps(json.loads(payload)) of the same payload. ms of CPU (ms of wall)")
+        print("| nodes | payload MB | stdlib baseline | orjson round trip | filter | ratio (CPU) | names mode: filter (wall) | prioritize |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        figures: dict[int, dict] = {}
+        for size in sizes:
+            f = figures[size] = bench_in_process(all_nodes[:size], runs)
+            base, filt, names = f["base_nodes"], f["filter_nodes"], f["filter_names"]
+            print(f"| {size} | {f['payload_mb']:.1f} | {ms(base.cpu)} ({ms(base.wall)}) | {ms(f['orjson_nodes'].cpu)} | "
+                  f"{ms(filt.cpu)} ({ms(filt.wall)}) | {filt.cpu / base.cpu:.2f}x | {ms(names.cpu)} ({ms(names.wall)}) | "
+                  f"{ms(f['prioritize_nodes'].cpu)} |")
+        largest = figures[max(sizes)]
+        print(f"at {max(sizes)} nodes: nodes-mode filter / stdlib baseline = "
+              f"{largest['filter_nodes'].cpu / largest['base_nodes'].cpu:.2f}x of CPU (goal <= 0.30x); "
+              f"names-mode filter {ms(largest['filter_names'].cpu)} ms of CPU, {ms(largest['filter_names'].wall)} ms wall "
+              f"(goal <= 10 ms)")
+    if not options.no_http:
+        classes = [name.strip() for name in options.worker_class.split(",") if name.strip()]
+        print()
+        print(f"over HTTP (gunicorn, 1 worker, keep-alive; worker classes {', '.join(classes)}"
+              f"{'; baseline: the extender of ' + options.baseline_tree if options.baseline_tree else ''}). "
+              "POST /filter, and /bench/passthrough (stdlib json) on the first server; median client wall ms "
+              f"(server CPU ms), ratio of wall to the first server's /filter")
+        print("| nodes | mode | server | wall (server CPU) | ratio |")
+        print("|---:|---|---|---:|---:|")
+        for size, found in bench_http(sizes, all_nodes, options.http_runs or runs, classes, options.baseline_tree).items():
+            for mode in ("nodes", "names"):
+                reference = found[f"{mode} {classes[0]}"]
+                for label, figure in found.items():
+                    if not label.startswith(f"{mode} "):
+                        continue
+                    print(f"| {size} | {mode} | {label.split(' ', 1)[1]} | {ms(figure.wall)} ({ms(figure.cpu)}) | "
+                          f"{figure.wall / reference.wall:.2f}x |")
     print()
     print(f"total bench time {time.perf_counter() - started:.0f} s")
     return 0

@@ -2,7 +2,7 @@
 and the body limits that follow (a script, not a test: it prints figures).
 
 Each case runs in a fresh subprocess and sends one body through the component's real
-WSGI app (the webhook's own, the extender's Flask app: the app reads the body, ``parse_review`` / ``wire`` parse it
+WSGI app (the webhook's, the extender's: the app reads the body, ``parse_review`` / ``wire`` parse it
 with orjson, the route decides and answers), the body waiting in an in-memory
 ``wsgi.input`` as gunicorn's would. Two figures per case:
 

@@ -154,7 +154,9 @@ def main() -> int:
 
     loop, local, twin, created = new_pod_loop()
     logger = logging.LoggerAdapter(logging.getLogger("bench"), {})
-    entries = walk(lambda: shadowpods.create(loop, local, twin, logger), packages)
+    attempt = loop.refusals.attempt((key, shadowpods.CREATE), local)
+    desired = loop.desired(local, twin)
+    entries = walk(lambda: shadowpods.create(loop, local, twin, desired, attempt, logger), packages)
     assert len(created) == 1, f"the create step created {len(created)} ShadowPods"
     report("pods/shadowpods.py:create alone", entries)
     return 0

@@ -27,6 +27,8 @@ from . import directory as certdir
 from . import pki
 
 if TYPE_CHECKING:
+    from kubernetes import client
+
     from kube_offload.runtime.kube import ApiError
 
 COMPONENT = "certs"
@@ -66,7 +68,7 @@ def _listed(args: argparse.Namespace, flag: str) -> list[str]:
 # --- registration ------------------------------------------------------------------------
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "certs",
         help="generate, store, register and renew TLS certificates",
@@ -97,7 +99,7 @@ def _add_kubeconfig(parser: argparse.ArgumentParser) -> None:
              help="kubeconfig file; unset: in-cluster service account, else $KUBECONFIG or ~/.kube/config")
 
 
-def _register_generate(actions: argparse._SubParsersAction) -> None:
+def _register_generate(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = actions.add_parser(
         "generate",
         help="write a CA and a serving certificate into a directory",
@@ -122,7 +124,7 @@ def _register_generate(actions: argparse._SubParsersAction) -> None:
     parser.set_defaults(certs_action=run_generate)
 
 
-def _register_secret(actions: argparse._SubParsersAction) -> None:
+def _register_secret(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = actions.add_parser(
         "secret",
         help="create or update the kubernetes.io/tls Secret (and the CA Secret) in a cluster",
@@ -156,7 +158,7 @@ def _register_secret(actions: argparse._SubParsersAction) -> None:
     parser.set_defaults(certs_action=run_secret)
 
 
-def _register_patch_ca_bundle(actions: argparse._SubParsersAction) -> None:
+def _register_patch_ca_bundle(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = actions.add_parser(
         "patch-ca-bundle",
         help="set caBundle on every webhook of named webhook configurations",
@@ -174,7 +176,7 @@ def _register_patch_ca_bundle(actions: argparse._SubParsersAction) -> None:
     parser.set_defaults(certs_action=run_patch_ca_bundle)
 
 
-def _register_renew(actions: argparse._SubParsersAction) -> None:
+def _register_renew(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = actions.add_parser(
         "renew",
         help="reissue a directory's serving certificate if it expires soon",
@@ -294,7 +296,7 @@ def _at_least_one_day(days: int, flag: str) -> int:
     return days
 
 
-def _api_client(args: argparse.Namespace):
+def _api_client(args: argparse.Namespace) -> client.ApiClient:
     """A client from kube_offload.runtime.kube, with the usual failure turned into a usage line."""
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         raise UsageError(f"--kubeconfig {args.kubeconfig}: no such file; pass a readable kubeconfig "

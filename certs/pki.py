@@ -19,11 +19,12 @@ import datetime as dt
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -272,8 +273,8 @@ def _issue_leaf(
     return KeyPair(cert_pem=_cert_pem(cert), key_pem=_key_pem(key))
 
 
-def _unique(items: Iterable) -> list:
-    seen: list = []
+def _unique(items: Iterable[Any]) -> list[Any]:
+    seen: list[Any] = []
     for item in items:
         if item not in seen:
             seen.append(item)
@@ -312,7 +313,7 @@ def load_certificate(cert_pem: bytes) -> x509.Certificate:
         raise ValueError(f"not a PEM certificate: {exc}") from None
 
 
-def _public_der(public_key) -> bytes:
+def _public_der(public_key: PublicKeyTypes) -> bytes:
     return public_key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE, VERDICT_CACHE_ENTRIES, VERDICT_CACHE_TTL_SECONDS,
@@ -19,6 +20,9 @@ from kube_offload.runtime.kube import load_api_client
 from kube_offload.runtime.logs import LEVELS, setup_logging
 from kube_offload.webhook_target import add_target_flags, target_from_args
 
+if TYPE_CHECKING:
+    from enforcer.admission.webhook_server import WebhookSettings
+
 COMPONENT = "enforcer"
 CONFIGURATION_COMPONENT = "enforcer-configuration"
 DEFAULT_WEBHOOK_BIND = "0.0.0.0:9443"
@@ -26,7 +30,7 @@ DEFAULT_WEBHOOK_BIND = "0.0.0.0:9443"
 log = logging.getLogger("kube_offload.enforcer")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "enforcer",
         help="run the ShadowPod controller in a remote cluster",
@@ -279,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _webhook_settings(args: argparse.Namespace):
+def _webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
     """The webhook's settings, or None when no certificate is given (no webhook)."""
     from enforcer.admission.webhook_server import WebhookSettings
 

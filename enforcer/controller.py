@@ -272,11 +272,11 @@ class Enforcer:
         self.recorder.stop(STOP_SECONDS)
 
 
-def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
+def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict[str, Any]:
     return {"list_func": Kube(api_client).list_func(SHADOWPODS, namespace=namespace or None)}
 
 
-def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict:
+def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict[str, Any]:
     return {
         "list_func": Kube(api_client).list_func(PODS, namespace=namespace or None),
         "list_kwargs": {"label_selector": MANAGED_SELECTOR},

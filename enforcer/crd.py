@@ -4,6 +4,8 @@ installs them in production)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import time
 from importlib import resources
@@ -20,7 +22,7 @@ MANIFESTS = ("shadowpod-crd.yaml", "consumer-crd.yaml", "twinnamespace-crd.yaml"
 log = logging.getLogger("kube_offload.enforcer.crd")
 
 
-def load_crds() -> list[dict]:
+def load_crds() -> list[dict[str, Any]]:
     manifests = resources.files("kube_offload") / "manifests"
     return [yaml.safe_load((manifests / name).read_text()) for name in MANIFESTS]
 
@@ -48,6 +50,6 @@ def ensure_crds(api_client: client.ApiClient, *, timeout: float = 30.0) -> None:
             time.sleep(0.2)
 
 
-def _established(crd: dict) -> bool:
+def _established(crd: dict[str, Any]) -> bool:
     conditions = (crd.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)

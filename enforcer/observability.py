@@ -97,7 +97,7 @@ def _owner_in(namespaces: "Any") -> "Callable[[str], str | None]":
     return lambda name: twin_owner(namespaces.get(name))
 
 
-def slice_usage(shadowpods: "list[dict]", owner_of: "Callable[[str], str | None]") -> dict[tuple[str, str], ResourceList]:
+def slice_usage(shadowpods: "list[dict[str, Any]]", owner_of: "Callable[[str], str | None]") -> dict[tuple[str, str], ResourceList]:
     """(consumer, slice) -> the summed requests of the live ShadowPods labelled with the slice."""
     usage: dict[tuple[str, str], ResourceList] = {}
     for shadowpod in shadowpods:

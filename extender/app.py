@@ -1,14 +1,18 @@
-"""The extender's Flask app: thin routes over :mod:`extender.wire` and :mod:`extender.core`.
+"""The extender's WSGI app: thin routes over :mod:`extender.wire` and
+:mod:`kube_offload.node_filter`, with no web framework (:mod:`kube_offload.runtime.wsgi`,
+as the webhook's: a table of paths and methods, handlers that return the whole answer).
 
 Each verb reads the body, parses ExtenderArgs, looks the namespace policy up, asks the
-core and answers. What kube-scheduler sees:
+node filter and answers. What kube-scheduler sees:
 
 - malformed ExtenderArgs: 400 with ``{"Error": message}`` (the scheduler treats any
   non-200 as an error for that pod, which is right for garbage);
 - caches not synced yet: ``filter`` answers 200 with ``Error`` set, so the message lands
   in the pod's events and the scheduler retries the pod later, instead of deciding on an
   empty cache; ``prioritize`` answers 503 (kube-scheduler ignores prioritize errors);
-- a bug: a logged 500, never a dead worker.
+- a bug: a logged 500, never a dead worker;
+- every other error (404, 405, 413, a bad Content-Length) as ``{"Error": message}`` too,
+  so every answer has one shape.
 
 All of it happens inside a reservation of the worker's parse memory budget
 (:class:`~kube_offload.runtime.body_limit.ParseBudget`): a request reserves 37 bytes per
@@ -25,24 +29,25 @@ import logging
 import time
 from typing import Any, Callable
 
-from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from wsgiref.types import WSGIEnvironment
 
-from kube_offload.runtime.body_limit import (
-    OverParseBudget,
-    ParseBudget,
-    ParseBudgetBusy,
-    body_length,
-    read_body,
-    too_large_message,
-)
+from kube_offload import node_filter
+from kube_offload.runtime.body_limit import ParseBudget, read_body
 from kube_offload.runtime.gcpause import collector_paused
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
-from kube_offload.runtime.flask_probes import add_probe_routes
 from kube_offload.runtime.probes import Check
+from kube_offload.runtime.wsgi import (
+    BAD_REQUEST,
+    ERROR,
+    Handler,
+    Reply,
+    WsgiApp,
+    probe_routes,
+    within_parse_budget,
+)
 
-from extender import core, wire
+from extender import wire
 from extender.caches import ExtenderCaches
 from extender.settings import ExtenderSettings
 
@@ -52,27 +57,30 @@ COMPONENT = "extender"
 OK = "ok"
 PASSTHROUGH = "passthrough"  # the pod's namespace is not offloaded: nothing checked
 NOT_SYNCED = "not_synced"
-BAD_REQUEST = "bad_request"
-ERROR = "error"
-UNAVAILABLE = "unavailable"  # the parse memory budget stayed taken: 503, retried by kube-scheduler
 
 FAILURE_REASONS = (
-    core.REASON_PLACEMENT,
-    core.REASON_NOT_READY,
-    core.REASON_CAPACITY,
-    core.REASON_UNKNOWN_NODE,
-    core.REASON_INVALID_POLICY,
-    core.REASON_HANDED_BACK,
+    node_filter.REASON_PLACEMENT,
+    node_filter.REASON_NOT_READY,
+    node_filter.REASON_CAPACITY,
+    node_filter.REASON_UNKNOWN_NODE,
+    node_filter.REASON_INVALID_POLICY,
+    node_filter.REASON_HANDED_BACK,
 )
-CAPACITY_UNKNOWN_REASONS = (core.CAPACITY_MISSING, core.CAPACITY_STALE, core.CAPACITY_INVALID)
+CAPACITY_UNKNOWN_REASONS = (node_filter.CAPACITY_MISSING, node_filter.CAPACITY_STALE, node_filter.CAPACITY_INVALID)
+JSON = "application/json"
 
 
 class _Rejected(Exception):
     """A request we answer with 400: the message says what is wrong."""
 
 
-def _json(status: int, body: Any) -> Response:
-    return Response(wire.dumps(body), status=status, mimetype="application/json")
+def _json(status: int, body: Any) -> Reply:
+    return Reply(status, wire.dumps(body), JSON)
+
+
+def _error(code: int, _reason: str, message: str) -> Reply:
+    """The extender's error answer: ``{"Error": message}`` (what kube-scheduler reads)."""
+    return _json(code, wire.bad_request(message))
 
 
 class ExtenderMetrics:
@@ -107,7 +115,7 @@ class ExtenderMetrics:
             lambda: 1.0 if caches.synced() else 0.0,
         )
 
-    def count_filter(self, result: core.FilterResult) -> None:
+    def count_filter(self, result: node_filter.FilterResult) -> None:
         counts: dict[str, int] = {}
         for failure in result.failures.values():
             counts[failure.reason] = counts.get(failure.reason, 0) + 1
@@ -120,17 +128,19 @@ class ExtenderMetrics:
             self.unchecked[reason].inc(count)
 
 
+# The extender's WSGI app (one per worker process): its errors are {"Error": ...} bodies.
+ExtenderApp = WsgiApp[ExtenderMetrics]
+
+
 def create_app(
     caches: ExtenderCaches,
     settings: ExtenderSettings | None = None,
     *,
     registry: CollectorRegistry | None = None,
-) -> Flask:
+) -> ExtenderApp:
     settings = settings or ExtenderSettings()
-    if settings.strategy not in core.STRATEGIES:
-        raise ValueError(f"unknown strategy {settings.strategy!r}; use one of {', '.join(core.STRATEGIES)}")
-    app = Flask("kube-offload-extender")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    if settings.strategy not in node_filter.STRATEGIES:
+        raise ValueError(f"unknown strategy {settings.strategy!r}; use one of {', '.join(node_filter.STRATEGIES)}")
     metrics = ExtenderMetrics(registry, caches)
     # One per worker process: create_app runs in the worker after the fork.
     budget = ParseBudget(
@@ -140,9 +150,9 @@ def create_app(
         wait_seconds=settings.parse_budget_wait_seconds,
     )
 
-    def parse() -> wire.ExtenderArgs:
+    def parse(environ: WSGIEnvironment) -> wire.ExtenderArgs:
         try:
-            args = wire.parse_extender_args(read_body(request.environ, settings.max_body_bytes))
+            args = wire.parse_extender_args(read_body(environ, settings.max_body_bytes))
         except wire.WireError as exc:
             raise _Rejected(str(exc)) from None
         if args.node_cache_mode and not caches.has_node_cache:
@@ -154,68 +164,51 @@ def create_app(
         return args
 
     def respond(
+        environ: WSGIEnvironment,
         verb: str,
-        not_synced: Callable[[], Response],
-        failure: dict,
-        decide: Callable[[wire.ExtenderArgs], tuple[str, Response]],
-    ) -> tuple[str, Response]:
+        not_synced: Callable[[], Reply],
+        decide: Callable[[wire.ExtenderArgs], tuple[str, Reply]],
+    ) -> tuple[str, Reply]:
         # Everything parsed from the body lives in this frame, so it is freed when this
-        # returns: before answer() gives the reservation back and another request parses.
+        # returns: before the parse budget's reservation is given back.
         try:
             # The parsed ExtenderArgs can be a few hundred thousand objects (a view of every
             # candidate Node): keep the cyclic collector from walking them while they are
             # built and read.
             with collector_paused():
-                args = parse()
+                args = parse(environ)
                 if not caches.synced():
                     return NOT_SYNCED, not_synced()
                 return decide(args)
         except _Rejected as exc:
             log.info("%s: bad request: %s", verb, exc)
             return BAD_REQUEST, _json(400, wire.bad_request(str(exc)))
-        except HTTPException:
-            raise  # e.g. 413 body too large: answered by the error handlers below
-        except Exception:
-            log.exception("%s: unexpected failure", verb)
-            return ERROR, _json(500, failure)
 
     def answer(
+        environ: WSGIEnvironment,
         verb: str,
-        not_synced: Callable[[], Response],
-        failure: dict,
-        decide: Callable[[wire.ExtenderArgs], tuple[str, Response]],
-    ) -> Response:
+        not_synced: Callable[[], Reply],
+        failure: dict[str, Any],
+        decide: Callable[[wire.ExtenderArgs], tuple[str, Reply]],
+    ) -> Reply:
         """The shape every verb shares: reserve the body's parse memory, parse, wait for the
         caches, decide; a client's mistake is a 400 with a message, and every call is
         counted and timed."""
         started = time.perf_counter()
         outcome = ERROR
+        failed = _json(500, failure)
         try:
-            with budget.reserve(body_length(request.environ)):
-                outcome, response = respond(verb, not_synced, failure, decide)
-            return response
-        except OverParseBudget as exc:
-            outcome = BAD_REQUEST
-            log.info("%s: %s", verb, exc)
-            return _json(413, wire.bad_request(str(exc)))
-        except ParseBudgetBusy as exc:
-            outcome = UNAVAILABLE
-            log.warning("%s: %s", verb, exc)
-            busy = _json(503, wire.bad_request(str(exc)))
-            busy.headers["Retry-After"] = "1"
-            return busy
-        except HTTPException:
-            outcome = BAD_REQUEST  # e.g. 413 body too large, or a bad Content-Length
-            raise
-        except Exception:
-            log.exception("%s: unexpected failure", verb)
-            return _json(500, failure)
+            outcome, reply = within_parse_budget(
+                environ, budget=budget, component=COMPONENT, endpoint=verb, max_body=settings.max_body_bytes,
+                error=_error, answer=lambda: respond(environ, verb, not_synced, decide), failed=failed,
+            )
+            return reply
         finally:
             metrics.http.observe(verb, outcome, time.perf_counter() - started)
 
-    def decide_filter(args: wire.ExtenderArgs) -> tuple[str, Response]:
+    def decide_filter(args: wire.ExtenderArgs) -> tuple[str, Reply]:
         policy = caches.namespace_policy(args.namespace)
-        result = core.filter_nodes(
+        result = node_filter.filter_nodes(
             args.pod,
             args.candidates,
             policy,
@@ -231,12 +224,12 @@ def create_app(
                 "; ".join(f"{n}: {f.message}" for n, f in result.failures.items()),
             )
         outcome = PASSTHROUGH if result.passthrough else OK
-        return outcome, Response(wire.dumps(wire.filter_result(args, result)), mimetype="application/json")
+        return outcome, Reply(200, wire.dumps(wire.filter_result(args, result)), JSON)
 
-    def decide_prioritize(args: wire.ExtenderArgs) -> tuple[str, Response]:
+    def decide_prioritize(args: wire.ExtenderArgs) -> tuple[str, Reply]:
         # A pod that opted in with the kube-offload RuntimeClass is not a passthrough.
-        policy = core.pod_lookup(args.pod, caches.namespace_policy(args.namespace))
-        scores = core.prioritize(
+        policy = node_filter.pod_lookup(args.pod, caches.namespace_policy(args.namespace))
+        scores = node_filter.prioritize(
             args.pod,
             args.candidates,
             policy,
@@ -244,62 +237,54 @@ def create_app(
             node_lookup=caches.node,
             capacity_max_age=settings.capacity_max_age,
         )
-        outcome = PASSTHROUGH if core.is_passthrough(policy) else OK
-        return outcome, Response(wire.dumps(wire.host_priority_list(scores)), mimetype="application/json")
+        outcome = PASSTHROUGH if node_filter.is_passthrough(policy) else OK
+        return outcome, Reply(200, wire.dumps(wire.host_priority_list(scores)), JSON)
 
-    @app.post("/filter")
-    def filter_route() -> Response:
+    def filter_route(environ: WSGIEnvironment) -> Reply:
         # Not synced: 200 with Error set, so the message reaches the pod's events.
         return answer(
+            environ,
             "filter",
             lambda: _json(200, wire.filter_error("kube-offload extender: caches not synced yet, retry later")),
             wire.filter_error("kube-offload extender failed unexpectedly; see its log"),
             decide_filter,
         )
 
-    @app.post("/prioritize")
-    def prioritize_route() -> Response:
+    def prioritize_route(environ: WSGIEnvironment) -> Reply:
         # Not synced: 503, which kube-scheduler ignores for prioritize.
         return answer(
+            environ,
             "prioritize",
             lambda: _json(503, wire.bad_request("kube-offload extender: caches not synced yet")),
             wire.bad_request("kube-offload extender failed unexpectedly; see its log"),
             decide_prioritize,
         )
 
-    # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
-    add_probe_routes(
-        app,
-        ready=[Check("caches", lambda: None if caches.synced() else "not synced yet")],
-        exposition=lambda: exposition(metrics.http.registry),
-    )
+    routes: dict[str, dict[str, Handler]] = {
+        "/filter": {"POST": filter_route},
+        "/prioritize": {"POST": prioritize_route},
+        # Answered as every server of the project answers them (kube_offload/runtime/probes.py).
+        **probe_routes(
+            ready=[Check("caches", lambda: None if caches.synced() else "not synced yet")],
+            exposition=lambda: exposition(metrics.http.registry),
+        ),
+    }
 
     if settings.bench_passthrough:
 
-        @app.post("/bench/passthrough")
-        def bench_passthrough() -> Response:
+        def bench_passthrough(environ: WSGIEnvironment) -> Reply:
             # The HTTP benchmark's baseline: the same server stack and the stdlib-json work
             # on the same payload (loads + compact dumps), as the extender did before it
             # moved to orjson; none of the extender's decisions.
             started = time.perf_counter()
             try:
-                document = json.loads(request.get_data(cache=False))
-                body = json.dumps(document, separators=(",", ":")).encode()
-                return Response(body, mimetype="application/json")
+                document = json.loads(read_body(environ, settings.max_body_bytes))
+                return Reply(200, json.dumps(document, separators=(",", ":")).encode(), JSON)
             except ValueError as exc:
                 return _json(400, wire.bad_request(str(exc)))
             finally:
                 metrics.http.observe("bench_passthrough", OK, time.perf_counter() - started)
 
-    @app.errorhandler(RequestEntityTooLarge)
-    def too_large(exc: RequestEntityTooLarge) -> Response:
-        return _json(413, wire.bad_request(too_large_message(COMPONENT, settings.max_body_bytes, request.content_length)))
+        routes["/bench/passthrough"] = {"POST": bench_passthrough}
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        # 404/405/413 and friends as JSON too, so every answer has one shape.
-        return _json(exc.code or 500, wire.bad_request(exc.description or exc.name))
-
-    app.extensions["kube_offload_metrics"] = metrics
-    app.extensions["kube_offload_parse_budget"] = budget
-    return app
+    return ExtenderApp(routes, component=COMPONENT, error=_error, metrics=metrics, parse_budget=budget)

@@ -25,7 +25,7 @@ class ExtenderCaches(Protocol):
     has_node_cache: bool
     """False when the extender runs without a node cache (not nodeCacheCapable)."""
 
-    def node(self, name: str) -> dict | None: ...
+    def node(self, name: str) -> dict[str, Any] | None: ...
 
     def virtual_node_names(self) -> Container[str] | None:
         """Names of the virtual nodes in the node cache (None without a node cache): lets
@@ -44,13 +44,13 @@ class ExtenderCaches(Protocol):
 class StaticCaches:
     """Fixed nodes and namespaces (API-shaped dicts) held in memory; always synced."""
 
-    def __init__(self, *, nodes: Iterable[dict] = (), namespaces: Iterable[dict] = (), node_cache: bool = True):
+    def __init__(self, *, nodes: Iterable[dict[str, Any]] = (), namespaces: Iterable[dict[str, Any]] = (), node_cache: bool = True):
         self.has_node_cache = node_cache
         self._nodes = {node_name(node): node for node in nodes}
         self._virtual = {name for name, node in self._nodes.items() if is_virtual_node(node)}
         self._policies = {namespace_name(ns): evaluate_policy(ns) for ns in namespaces}
 
-    def node(self, name: str) -> dict | None:
+    def node(self, name: str) -> dict[str, Any] | None:
         return self._nodes.get(name)
 
     def virtual_node_names(self) -> Container[str] | None:
@@ -69,7 +69,7 @@ class StaticCaches:
         pass
 
 
-def _strip_managed_fields(obj: dict) -> dict:
+def _strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     # managedFields can be most of a Node's size and the extender never reads them.
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
@@ -115,14 +115,14 @@ class InformerCaches:
         if self._nodes is not None:
             self._nodes.add_handler(self._on_node)
 
-    def _on_node(self, event: str, old: dict | None, new: dict) -> None:
+    def _on_node(self, event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         name = node_name(new)
         if event != DELETED and is_virtual_node(new):
             self._virtual.add(name)
         else:
             self._virtual.discard(name)
 
-    def node(self, name: str) -> dict | None:
+    def node(self, name: str) -> dict[str, Any] | None:
         return self._nodes.get(name) if self._nodes is not None else None
 
     def virtual_node_names(self) -> Container[str] | None:

@@ -9,28 +9,24 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from typing import TYPE_CHECKING
 
-from kube_offload.runtime.body_limit import budget_too_small, parse_budget_help
-from kube_offload.runtime.flags import add_flag, byte_size, non_negative_seconds, positive_int
-from kube_offload.runtime.logs import LEVELS, setup_logging
+from kube_offload.runtime.flags import add_flag, non_negative_seconds, positive_int
+from kube_offload.runtime.logs import setup_logging
+from kube_offload.runtime.serving import add_server_flags, read_server_flags
 
-from extender import core
+from kube_offload import node_filter
 from extender import registration as reg
-from extender.settings import (
-    BASELINE_BYTES,
-    DEFAULT_BIND,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
-    DEFAULT_PARSE_MEMORY_BUDGET,
-    DEFAULT_THREADS,
-    DEFAULT_WORKERS,
-)
+from extender.settings import SERVING_FLAGS
+
+if TYPE_CHECKING:
+    from extender.caches import ExtenderCaches
 
 COMPONENT = "extender"
 CONFIG_COMPONENT = "extender-scheduler-config"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "extender",
         help="serve the scheduler extender (filter and prioritize nodes for offloaded pods)",
@@ -43,30 +39,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_flag(parser, COMPONENT, "--kubeconfig", default=None,
              help="kubeconfig of the local cluster; unset: in-cluster config, then ~/.kube/config")
-    add_flag(parser, COMPONENT, "--bind", default=DEFAULT_BIND, help="HOST:PORT to serve on")
-    add_flag(parser, COMPONENT, "--tls-cert", default=None,
-             help="PEM serving certificate (with its chain); with --tls-key serves HTTPS, unset: plain HTTP")
-    add_flag(parser, COMPONENT, "--tls-key", default=None, help="PEM private key of --tls-cert")
     add_flag(parser, COMPONENT, "--node-cache-capable", default=False, type=bool,
              help="keep a node cache so kube-scheduler may send node names only "
                   "(must match nodeCacheCapable in the scheduler configuration)")
-    add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
+    add_flag(parser, COMPONENT, "--strategy", default=node_filter.DEFAULT_STRATEGY, choices=node_filter.STRATEGIES,
              help="how prioritize scores nodes: prefer-local, prefer-remote or most-free-remote")
-    add_flag(parser, COMPONENT, "--capacity-max-age", default=core.DEFAULT_CAPACITY_MAX_AGE, type=non_negative_seconds,
+    add_flag(parser, COMPONENT, "--capacity-max-age", default=node_filter.DEFAULT_CAPACITY_MAX_AGE, type=non_negative_seconds,
              help="seconds after which a virtual node's remote-capacity annotation is stale and "
                   "ignored (the node is then kept without a capacity check); 0: never stale")
-    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
-             help="largest request body accepted, in bytes or with Ki/Mi (413 above); the default is the "
-                  "largest body --parse-memory-budget can parse at the worst amplification; without "
-                  "nodeCacheCapable ExtenderArgs carry every candidate Node (docs/extender.md, 'Request size')")
-    add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
-             help=parse_budget_help(baseline_bytes=BASELINE_BYTES, wait_seconds=DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
-                                  doc="docs/extender.md"))
-    add_flag(parser, COMPONENT, "--workers", default=DEFAULT_WORKERS, type=positive_int,
-             help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring")
-    add_flag(parser, COMPONENT, "--threads", default=DEFAULT_THREADS, type=positive_int,
-             help="request threads per worker")
-    add_flag(parser, COMPONENT, "--log-level", default="INFO", type=str.upper, choices=LEVELS, help="log level")
+    add_server_flags(parser, SERVING_FLAGS)
     parser.set_defaults(func=run)
 
     actions = parser.add_subparsers(dest="extender_action", metavar="ACTION")
@@ -108,20 +89,10 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.kube import load_api_client
 
     from extender.server import serve
-    from extender.settings import ExtenderSettings, ServerSettings
+    from extender.settings import ExtenderSettings
 
     setup_logging(args.log_level)
-    problem = budget_too_small(component=COMPONENT, budget=args.parse_memory_budget, max_body=args.max_body_bytes)
-    if problem:
-        raise SystemExit(f"kube-offload extender: {problem}")
-    server = ServerSettings(
-        bind=args.bind,
-        tls_cert=args.tls_cert or None,
-        tls_key=args.tls_key or None,
-        workers=args.workers,
-        threads=args.threads,
-        log_level=args.log_level,
-    )
+    server = read_server_flags(args, SERVING_FLAGS)
     app_settings = ExtenderSettings(
         strategy=args.strategy,
         capacity_max_age=args.capacity_max_age or None,
@@ -135,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _informer_caches(kubeconfig: str | None, node_cache: bool):  # runs in the worker
+def _informer_caches(kubeconfig: str | None, node_cache: bool) -> ExtenderCaches:  # runs in the worker
     from kube_offload.runtime.kube import load_api_client
 
     from extender.caches import InformerCaches

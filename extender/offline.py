@@ -25,22 +25,28 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
-from kube_offload.runtime.flags import add_flag, byte_size
+from dataclasses import replace
 
-from extender import core
+from kube_offload.runtime.flags import add_flag
+from kube_offload.runtime.serving import add_server_flags, read_server_flags
+
+from kube_offload import node_filter
 from extender.caches import StaticCaches
-from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PARSE_MEMORY_BUDGET, ExtenderSettings, ServerSettings
+from extender.settings import SERVING_FLAGS, ExtenderSettings, ServerSettings
 
 COMPONENT = "extender-offline"
+# The extender's serving flags, on loopback, quieter.
+OFFLINE_FLAGS = replace(SERVING_FLAGS, component=COMPONENT,
+                        defaults=ServerSettings(bind="127.0.0.1:8080", threads=4, log_level="WARNING"))
 
 
 class SnapshotCaches(StaticCaches):
     """Static caches that report "not synced" until ``gate`` exists (when given): lets a
     test watch /readyz and the filter before and after the sync."""
 
-    def __init__(self, *, gate: str | None = None, **kwargs) -> None:
+    def __init__(self, *, gate: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._gate = gate
 
@@ -61,31 +67,22 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m extender.offline", description=__doc__.split("\n\n")[0])
     parser.add_argument("snapshot", help="JSON file with nodes and namespaces")
-    add_flag(parser, COMPONENT, "--bind", default="127.0.0.1:8080", help="HOST:PORT to serve on")
-    add_flag(parser, COMPONENT, "--tls-cert", default=None, help="PEM serving certificate; unset: plain HTTP")
-    add_flag(parser, COMPONENT, "--tls-key", default=None, help="PEM private key of --tls-cert")
     add_flag(parser, COMPONENT, "--node-cache-capable", default=True, type=bool,
              help="answer NodeNames requests from the snapshot's nodes")
-    add_flag(parser, COMPONENT, "--strategy", default=core.DEFAULT_STRATEGY, choices=core.STRATEGIES,
+    add_flag(parser, COMPONENT, "--strategy", default=node_filter.DEFAULT_STRATEGY, choices=node_filter.STRATEGIES,
              help="prioritize strategy")
     add_flag(parser, COMPONENT, "--sync-gate", default=None,
              help="report caches not synced until this file exists")
-    add_flag(parser, COMPONENT, "--threads", default=4, type=int, help="request threads")
-    add_flag(parser, COMPONENT, "--max-body-bytes", default=DEFAULT_MAX_BODY_BYTES, type=byte_size,
-             help="largest request body accepted (413 above)")
-    add_flag(parser, COMPONENT, "--parse-memory-budget", default=DEFAULT_PARSE_MEMORY_BUDGET, type=byte_size,
-             help="memory the bodies being parsed may take together (503 when taken, 413 past it)")
     add_flag(parser, COMPONENT, "--bench-passthrough", default=False, type=bool,
              help="serve POST /bench/passthrough (benchmark baseline)")
-    add_flag(parser, COMPONENT, "--log-level", default="WARNING", help="log level")
+    add_server_flags(parser, OFFLINE_FLAGS)
     args = parser.parse_args(argv)
 
     from kube_offload.runtime.logs import setup_logging
 
     setup_logging(args.log_level)
     serve(
-        ServerSettings(bind=args.bind, tls_cert=args.tls_cert, tls_key=args.tls_key, threads=args.threads,
-                       log_level=args.log_level),
+        read_server_flags(args, OFFLINE_FLAGS),
         ExtenderSettings(strategy=args.strategy, bench_passthrough=args.bench_passthrough,
                          max_body_bytes=args.max_body_bytes, parse_memory_budget=args.parse_memory_budget),
         lambda: load_caches(args.snapshot, node_cache=args.node_cache_capable, gate=args.sync_gate),
@@ -96,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @contextmanager
@@ -108,9 +106,13 @@ def running_server(
     ca_file: str | None = None,
     extra_args: tuple[str, ...] = (),
     startup_timeout: float = 30.0,
+    pids: list[int] | None = None,
+    python_path: str | None = None,
 ) -> Iterator[str]:
     """Start ``python -m extender.offline`` on a free loopback port; yields its base URL
-    once /healthz answers, and stops the process (only that one) afterwards."""
+    once /healthz answers, and stops the process (only that one) afterwards. ``pids``
+    receives the server's process id (the gunicorn arbiter); ``python_path``: the checkout
+    to run instead of this one (a benchmark's baseline)."""
     port = free_port()
     command = [sys.executable, "-m", "extender.offline", snapshot, "--bind", f"127.0.0.1:{port}", *extra_args]
     if tls_cert:
@@ -121,7 +123,11 @@ def running_server(
     # A file, not a pipe: nobody reads the pipe while the server runs, and a full pipe
     # would block the server on its next log line.
     log_file = tempfile.TemporaryFile()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file)
+    env = None if python_path is None else {**os.environ, "PYTHONPATH": python_path}
+    # -m puts the working directory first on sys.path: the other checkout's, then.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file, env=env, cwd=python_path)
+    if pids is not None:
+        pids.append(process.pid)
     try:
         deadline = time.monotonic() + startup_timeout
         while True:

@@ -7,6 +7,8 @@ function so the three never disagree on verbs or field names.
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 import re
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ class ExtenderRegistration:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
 
 
-def scheduler_configuration(registration: ExtenderRegistration) -> dict:
+def scheduler_configuration(registration: ExtenderRegistration) -> dict[str, Any]:
     """The KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) with our extender."""
     parts = urlsplit(registration.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -56,7 +58,7 @@ def scheduler_configuration(registration: ExtenderRegistration) -> dict:
     if not _GO_DURATION.fullmatch(registration.http_timeout):
         raise ValueError(f"httpTimeout must be a Go duration such as 5s or 1m30s, got {registration.http_timeout!r}")
     https = parts.scheme == "https"
-    extender: dict = {
+    extender: dict[str, Any] = {
         "urlPrefix": registration.url.rstrip("/"),
         "filterVerb": FILTER_VERB,
         "prioritizeVerb": PRIORITIZE_VERB,
@@ -67,7 +69,7 @@ def scheduler_configuration(registration: ExtenderRegistration) -> dict:
         "ignorable": registration.ignorable,
     }
     if https:
-        tls: dict = {"insecure": registration.insecure_skip_verify}
+        tls: dict[str, Any] = {"insecure": registration.insecure_skip_verify}
         if registration.server_name:
             tls["serverName"] = registration.server_name
         if registration.ca_file:

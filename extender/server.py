@@ -1,13 +1,17 @@
 """Serve the extender app with gunicorn, over HTTP or HTTPS, started from Python.
 
-Process model: by default ONE worker process with several gthread threads, because the
-caches (a watch on every namespace and, in nodeCacheCapable mode, on every node) and the
-Prometheus metrics live in the process that answers. With N workers there would be N
-watches on the API server, N copies of the node cache, N caches that sync at different
-moments and N disjoint sets of metrics. kube-scheduler calls the extender once per pod
-per verb, one scheduling cycle at a time, so one process keeps up (docs/performance.md);
-threads cover overlapping calls and the scrapes. ``--workers`` exists for experiments,
-with those caveats.
+Process model: by default ONE worker process, because the caches (a watch on every
+namespace and, in nodeCacheCapable mode, on every node) and the Prometheus metrics live
+in the process that answers. With N workers there would be N watches on the API server,
+N copies of the node cache, N caches that sync at different moments and N disjoint sets
+of metrics. kube-scheduler calls the extender once per pod per verb, one scheduling cycle
+at a time, so one process keeps up (docs/performance.md). The worker is the webhook's
+(:mod:`kube_offload.runtime.asyncio_worker`, ``--worker-class asyncio``): one event loop
+that parses each request and calls the WSGI app inline, no hand-off to a thread per
+request; a call in progress holds up the next (and a probe or scrape) for its duration,
+tens of milliseconds at most for thousands of nodes (docs/performance.md, "Extender").
+``--worker-class gthread`` (with ``--threads``) is the thread model of before;
+``--workers`` exists for experiments, with the caveats above.
 
 The caches are created and started inside the worker, after the fork (``load`` runs
 there because the app is not preloaded): threads do not survive ``fork()``, so a watch
@@ -20,11 +24,12 @@ import logging
 import os
 from typing import Any, Callable
 
-from kube_offload.runtime.serving import GunicornServer
+from kube_offload.runtime.serving import GunicornServer, check_tls_files
 
 from extender.app import create_app
 from extender.caches import ExtenderCaches
-from extender.settings import ExtenderSettings, ServerSettings
+from kube_offload.runtime.serving import ServerSettings
+from extender.settings import ExtenderSettings
 
 log = logging.getLogger("extender.server")
 
@@ -36,7 +41,7 @@ class ExtenderServer(GunicornServer):
         self._app_settings = app_settings
         self._caches_factory = caches_factory
         self._caches: ExtenderCaches | None = None
-        super().__init__(server, proc_name="kube-offload-extender")
+        super().__init__(server, proc_name="kube-offload-extender", max_body_bytes=app_settings.max_body_bytes)
 
     def load(self) -> Any:
         caches = self._caches_factory()
@@ -50,18 +55,9 @@ class ExtenderServer(GunicornServer):
             self._caches.stop()
 
 
-def check_tls_files(server: ServerSettings) -> None:
-    """Fail in the arbiter with a clear message rather than in every worker at boot."""
-    if bool(server.tls_cert) != bool(server.tls_key):
-        raise SystemExit("kube-offload extender: give both --tls-cert and --tls-key, or neither (plain HTTP)")
-    for flag, path in (("--tls-cert", server.tls_cert), ("--tls-key", server.tls_key)):
-        if path and not os.path.isfile(path):
-            raise SystemExit(f"kube-offload extender: {flag} {path!r} does not exist")
-
-
 def serve(server: ServerSettings, app_settings: ExtenderSettings, caches_factory: CachesFactory) -> None:
     """Run until SIGTERM/SIGINT. ``caches_factory`` is called in the worker process."""
-    check_tls_files(server)
+    check_tls_files(server, "extender", required=False)
     if server.workers > 1:
         log.warning("%d workers: each has its own caches, watches and /metrics", server.workers)
     ExtenderServer(server, app_settings, caches_factory).run()

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.core import DEFAULT_CAPACITY_MAX_AGE, DEFAULT_STRATEGY
+from kube_offload.node_filter import DEFAULT_CAPACITY_MAX_AGE, DEFAULT_STRATEGY
+from kube_offload.runtime import serving
 from kube_offload.runtime.body_limit import MIB, largest_parseable_body, worker_parse_budget
 
 DEFAULT_BIND = "0.0.0.0:8080"
-# One process, several threads: see extender/server.py for why.
+# One process, one event loop: see extender/server.py for why.
 DEFAULT_WORKERS = 1
-DEFAULT_THREADS = 8
+DEFAULT_WORKER_CLASS = serving.DEFAULT_WORKER_CLASS
+DEFAULT_THREADS = 8  # gthread only
 # The server at rest (one worker with its threads; PSS, bench/bench_parse_memory.py
 # measured 48 MiB), rounded up; and the chart's memory limit (resources.limits.memory).
 # tests/unit/kube_offload/runtime/test_body_limit.py holds the chart to both.
@@ -44,7 +46,7 @@ DEFAULT_PARSE_BUDGET_WAIT_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class ExtenderSettings:
-    """Behaviour of the Flask app."""
+    """Behaviour of the app (extender/app.py)."""
 
     strategy: str = DEFAULT_STRATEGY
     # Seconds after which a capacity annotation is stale (then ignored); None = never.
@@ -62,21 +64,25 @@ class ExtenderSettings:
 
 
 @dataclass(frozen=True)
-class ServerSettings:
-    """How gunicorn serves the app."""
+class ServerSettings(serving.ServerSettings):
+    """How gunicorn serves the app: the runtime's settings with the extender's defaults
+    (plain HTTP without a certificate)."""
 
     bind: str = DEFAULT_BIND
-    tls_cert: str | None = None
-    tls_key: str | None = None
     workers: int = DEFAULT_WORKERS
-    threads: int = DEFAULT_THREADS
-    log_level: str = "INFO"
-    # kube-scheduler reuses its connections to the extender; closing idle ones quickly
-    # would only cost it new (TLS) handshakes on the scheduling path.
-    keepalive_seconds: int = 30
-    # On SIGTERM, finish in-flight calls but do not outlive a pod's grace period.
-    graceful_timeout_seconds: int = 10
 
-    @property
-    def https(self) -> bool:
-        return bool(self.tls_cert)
+
+SERVING_FLAGS = serving.ServingFlags(
+    component="extender",
+    defaults=ServerSettings(),
+    max_body_bytes=DEFAULT_MAX_BODY_BYTES,
+    parse_memory_budget=DEFAULT_PARSE_MEMORY_BUDGET,
+    baseline_bytes=BASELINE_BYTES,
+    parse_budget_wait_seconds=DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
+    doc="docs/extender.md",
+    tls_required=False,
+    workers_help="gunicorn worker processes; each has its own caches and metrics, so keep 1 unless measuring",
+    max_body_help="largest request body accepted, in bytes or with Ki/Mi (413 above); the default is the "
+                  "largest body --parse-memory-budget can parse at the worst amplification; without "
+                  "nodeCacheCapable ExtenderArgs carry every candidate Node (docs/extender.md, 'Request size')",
+)

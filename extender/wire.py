@@ -23,7 +23,7 @@ was most of the filter's cost (docs/performance.md). So each Node is kept twice,
   unparsed for the nodes kept;
 - as a *view*: a plain dict holding only the fields the extender reads
   (:class:`NodeView`: name, labels, annotations, condition types and statuses,
-  allocatable), which is what ``extender.core`` and ``kube_offload.nodes`` get.
+  allocatable), which is what ``kube_offload.node_filter`` and ``kube_offload.nodes`` get.
 
 The Pod (a few KiB) is decoded whole. A body the typed decoder refuses is walked again,
 as plain JSON (orjson), by :func:`_explain`, whose messages name the field and the node;
@@ -47,7 +47,7 @@ import orjson
 
 from kube_offload import resources
 
-from extender.core import FilterResult
+from kube_offload.node_filter import FilterResult
 
 
 class WireError(ValueError):
@@ -55,7 +55,7 @@ class WireError(ValueError):
 
 
 # --- what the extender reads of a Node -----------------------------------------------------
-# Every field extender.core and kube_offload.nodes read, with the type they read it as
+# Every field kube_offload.node_filter and kube_offload.nodes read, with the type they read it as
 # (and nothing else: msgspec skips the rest of each Node without building it). A field
 # read anywhere in the extender must be added here, or the core will not see it.
 # TypedDicts decode to plain dicts, so the core reads views exactly as full Nodes.
@@ -99,8 +99,8 @@ _ENCODER = msgspec.json.Encoder()
 
 @dataclass(frozen=True)
 class ExtenderArgs:
-    pod: dict
-    nodes: list[dict] | None
+    pod: dict[str, Any]
+    nodes: list[dict[str, Any]] | None
     """Views of ``Nodes.items`` (:class:`NodeView`) when the scheduler sent Node objects
     (not nodeCacheCapable)."""
     node_names: list[str] | None
@@ -113,14 +113,15 @@ class ExtenderArgs:
         return self.node_names is not None
 
     @property
-    def candidates(self) -> list[dict] | list[str]:
+    def candidates(self) -> list[dict[str, Any]] | list[str]:
         if self.node_names is not None:
             return self.node_names
         return self.nodes or []
 
     @property
     def namespace(self) -> str:
-        return self.pod["metadata"]["namespace"]
+        namespace: str = self.pod["metadata"]["namespace"]  # a string: validated on decoding
+        return namespace
 
     @property
     def pod_key(self) -> str:
@@ -173,11 +174,11 @@ def _decode(body: bytes) -> ExtenderArgs:
         _check_names(args.NodeNames)
         return ExtenderArgs(pod=pod, nodes=None, node_names=args.NodeNames)
     raw_nodes = args.Nodes.items or []  # type: ignore[union-attr]  # _check_mode: Nodes is set
-    views: list[dict] = []
+    views: list[dict[str, Any]] = []
     decode = _NODE.decode
     for index, raw in enumerate(raw_nodes):
         try:
-            views.append(cast(dict, decode(raw)))  # a NodeView is a plain dict
+            views.append(cast(dict[str, Any], decode(raw)))  # a NodeView is a plain dict
         except msgspec.ValidationError as exc:
             raise _Refused(_located(str(exc), _where(index))) from None
     return ExtenderArgs(pod=pod, nodes=views, node_names=None, raw_nodes=raw_nodes)
@@ -209,7 +210,7 @@ def _check_names(names: Any) -> None:
         raise WireError("ExtenderArgs.NodeNames must be a list of non-empty node names")
 
 
-def _check_pod(pod: dict) -> None:
+def _check_pod(pod: dict[str, Any]) -> None:
     metadata = pod.get("metadata")
     if not isinstance(metadata, dict):
         raise WireError("ExtenderArgs.Pod.metadata must be an object")
@@ -308,7 +309,7 @@ def _kind(value: object) -> str:
 
 
 # --- answers -----------------------------------------------------------------------------
-def filter_result(args: ExtenderArgs, result: FilterResult) -> dict:
+def filter_result(args: ExtenderArgs, result: FilterResult) -> dict[str, Any]:
     """ExtenderFilterResult in the request's mode (see the module doc). In nodes mode the
     kept Node objects are the request's own bytes (``msgspec.Raw``): encode the answer
     with :func:`dumps`."""
@@ -325,7 +326,7 @@ def filter_result(args: ExtenderArgs, result: FilterResult) -> dict:
     }
 
 
-def _raw_of(args: ExtenderArgs, kept: list[dict]) -> list[Any]:
+def _raw_of(args: ExtenderArgs, kept: list[dict[str, Any]]) -> list[Any]:
     """The request's bytes of each kept view (the core keeps the very view objects)."""
     if args.raw_nodes is None:  # built by hand, not parsed: the views are all there is
         return kept
@@ -333,17 +334,17 @@ def _raw_of(args: ExtenderArgs, kept: list[dict]) -> list[Any]:
     return [raw_by_view[id(view)] for view in kept]
 
 
-def filter_error(message: str) -> dict:
+def filter_error(message: str) -> dict[str, Any]:
     """An ExtenderFilterResult that fails the pod's scheduling cycle with ``message``
     (kube-scheduler reports it in the pod's events and retries later)."""
     return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
 
 
-def host_priority_list(scores: Iterable[tuple[str, int]]) -> list[dict]:
+def host_priority_list(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"Host": host, "Score": int(score)} for host, score in scores]
 
 
-def bad_request(message: str) -> dict:
+def bad_request(message: str) -> dict[str, Any]:
     """Body of a 400 answer (kube-scheduler ignores it; curl users read it)."""
     return {"Error": message}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from kube_offload.runtime.flags import add_flag, positive_duration
 from kube_offload.runtime.health import add_health_flag
@@ -32,7 +33,7 @@ def _common(parser: argparse.ArgumentParser, component: str) -> None:
     add_health_flag(parser, component)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from gateway.engine import MODES
 
     parser = subparsers.add_parser(
@@ -46,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "all of it from the node."
         ),
     )
-    flag = lambda name, **kw: add_flag(parser, "gateway", name, **kw)  # noqa: E731
+    def flag(name: str, **kw: Any) -> None:
+        add_flag(parser, "gateway", name, **kw)
+
     flag("--peer-id", default="", help="the peer cluster's id (the remote's on the consumer, the consumer's on the provider)")
     flag("--config-map", default="", help="the gateway's ConfigMap (CIDRs, the peer's key and endpoint; its own public key)")
     flag("--key-secret", default="", help="the Secret holding this gateway's private key (made here when empty)")

@@ -18,7 +18,7 @@ import logging
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kube_offload import fabric as f
 from kube_offload.runtime import kinds
@@ -66,7 +66,7 @@ def route_commands(current: Mapping[str, str], desired: Mapping[str, str]) -> li
     return commands
 
 
-def places_from(config_maps: list[dict], pods: list[dict]) -> list[GatewayPlace]:
+def places_from(config_maps: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[GatewayPlace]:
     """Each gateway ConfigMap's peer range, and the node its Running pod is on."""
     running: dict[str, str] = {}
     for pod in pods:

@@ -229,9 +229,12 @@ TENANT_NAMESPACE_PREFIX: Final = "kube-offload-tenant-"
 LABEL_TENANT: Final = f"{DOMAIN}/tenant"
 # The ServiceAccount (in the tenant namespace) a consumer's virtual kubelet runs as.
 CONSUMER_SERVICE_ACCOUNT: Final = "consumer"
-# On the local kubeconfig Secret of a remote cluster: when its bound token (TokenRequest)
-# was issued and when it expires (RFC 3339), written by `kube-offload peer` and by the
-# virtual kubelet that renews it (kube_offload/bound_tokens.py, docs/security.md).
+# When the bound tokens (TokenRequest) in a Secret were issued and when the first of them
+# expires (RFC 3339): on the local kubeconfig Secret of a remote cluster, written by
+# `kube-offload peer` and by the virtual kubelet that renews it (kube_offload/bound_tokens.py,
+# docs/security.md); on the service-account token Secrets the vkubelet reflects, so that it
+# refreshes them before they expire without asking the API server
+# (vkubelet/reflection/serviceaccounts.py).
 ANNOTATION_TOKEN_ISSUED_AT: Final = f"{DOMAIN}/token-issued-at"
 ANNOTATION_TOKEN_EXPIRES_AT: Final = f"{DOMAIN}/token-expires-at"
 # RoleBinding the enforcer writes into each twin namespace, binding the consumer's

@@ -19,6 +19,7 @@ from kube_offload.consumer_quota import consumer_quota
 from kube_offload.provider_policy import ProviderPolicy, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, ResourceList, resource_sort_key
 from kube_offload.times import format_time, parse_time
+from kube_offload.views import ConsumerView
 
 ConsumerLookup = Callable[[str], "Mapping[str, Any] | None"]
 """Consumer name -> Consumer object (or None): e.g. a Consumer informer's ``get``."""
@@ -31,7 +32,7 @@ def consumer_name(consumer: Mapping[str, Any]) -> str:
 def service_account_of(consumer: Mapping[str, Any]) -> tuple[str, str]:
     """(namespace, name) of the consumer's identity here; each part defaults as the CRD
     documents: ServiceAccount ``consumer`` in ``kube-offload-tenant-<name>``."""
-    account = (consumer.get("spec") or {}).get("serviceAccount") or {}
+    account = ConsumerView(consumer).service_account
     namespace = account.get("namespace") or c.tenant_namespace(consumer_name(consumer))
     name = account.get("name") or c.CONSUMER_SERVICE_ACCOUNT
     return str(namespace), str(name)
@@ -46,7 +47,7 @@ def service_account_username(consumer: Mapping[str, Any]) -> str:
 def pod_security_level(consumer: Mapping[str, Any]) -> str:
     """The consumer's Pod Security level: the CRD's default (baseline) when unset, and
     ``restricted`` for a value this code does not know, so a typo never loosens it."""
-    level = (consumer.get("spec") or {}).get("podSecurityLevel")
+    level = ConsumerView(consumer).pod_security_level
     if level is None or level == "":
         return c.DEFAULT_PSA_LEVEL
     return level if level in c.PSA_LEVELS else "restricted"
@@ -106,7 +107,7 @@ def further_offloading(consumer: Mapping[str, Any]) -> str | None:
     providers, or None: not offloaded further (the default). Anything this code cannot
     read counts as None, so a typo never sends a consumer's pods to a third cluster (the
     CRD's schema names the field to the provider first)."""
-    raw = (consumer.get("spec") or {}).get("furtherOffloading")
+    raw = ConsumerView(consumer).further_offloading
     if not isinstance(raw, Mapping) or raw.get("enabled") is not True:
         return None
     placement = raw.get("podPlacement") or c.PLACEMENT_LOCAL_AND_REMOTE

@@ -7,7 +7,7 @@ invalid policy means for its own answer.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from kube_offload.runtime.informer import DELETED, Informer
 from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name, policy_from_namespace
@@ -15,7 +15,7 @@ from kube_offload.policy import NamespacePolicy, PolicyError, namespace_name, po
 Entry = NamespacePolicy | PolicyError
 
 
-def evaluate(namespace: dict) -> Entry:
+def evaluate(namespace: dict[str, Any]) -> Entry:
     """The namespace's policy, or the PolicyError that makes it invalid."""
     try:
         return policy_from_namespace(namespace)
@@ -36,7 +36,7 @@ class NamespacePolicies:
     def get(self, name: str) -> Entry | None:
         return self._entries.get(name)
 
-    def _on_event(self, event: str, old: dict | None, new: dict) -> None:
+    def _on_event(self, event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         name = namespace_name(new)
         if event == DELETED:
             with self._lock:
@@ -51,6 +51,6 @@ class NamespacePolicies:
             self._entries[name] = entry
 
 
-def _same_version(old: dict, new: dict) -> bool:
+def _same_version(old: dict[str, Any], new: dict[str, Any]) -> bool:
     old_rv = (old.get("metadata") or {}).get("resourceVersion")
     return bool(old_rv) and old_rv == (new.get("metadata") or {}).get("resourceVersion")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Container, Mapping, Sequence, Union
+from typing import Any, Callable, Container, Mapping, Sequence, Union
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
@@ -89,12 +89,12 @@ def policy_lookup(name: str, entry: NamespacePolicy | PolicyError | None) -> Pol
     return entry
 
 
-def evaluate_policy(namespace: dict) -> PolicyLookup:
+def evaluate_policy(namespace: dict[str, Any]) -> PolicyLookup:
     """The policy a Namespace object gives its pods, as the filter takes it."""
     return policy_lookup(namespace_name(namespace), evaluate(namespace))
 
 
-NodeLookup = Callable[[str], "dict | None"]
+NodeLookup = Callable[[str], "dict[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class NodeFailure:
 class FilterResult:
     passed: list[str] = field(default_factory=list)
     """Names of the nodes kept, in input order."""
-    passed_nodes: list[dict] = field(default_factory=list)
+    passed_nodes: list[dict[str, Any]] = field(default_factory=list)
     """Their Node objects when the input had them (not in NodeNames mode)."""
     failures: dict[str, NodeFailure] = field(default_factory=dict)
     capacity_unknown: dict[str, str] = field(default_factory=dict)
@@ -157,12 +157,12 @@ class CapacityReader:
 DEFAULT_READER = CapacityReader()
 
 
-def _annotation(node: Mapping, key: str) -> object:
+def _annotation(node: Mapping[str, Any], key: str) -> object:
     annotations = (node.get("metadata") or {}).get("annotations")
     return annotations.get(key) if isinstance(annotations, Mapping) else None
 
 
-def pod_lookup(pod: Mapping, policy: PolicyLookup) -> PolicyLookup:
+def pod_lookup(pod: Mapping[str, Any], policy: PolicyLookup) -> PolicyLookup:
     """The policy ``pod`` is held to, its namespace's being ``policy``: a pod that opts in
     with the kube-offload RuntimeClass gets Remote placement (kube_offload/opt_in.py), as
     the webhook gave it. Idempotent, so callers may apply it before filter/prioritize."""
@@ -179,8 +179,8 @@ def is_passthrough(policy: PolicyLookup) -> bool:
 
 
 def filter_nodes(
-    pod: Mapping,
-    nodes_or_names: Sequence[dict] | Sequence[str],
+    pod: Mapping[str, Any],
+    nodes_or_names: Sequence[dict[str, Any]] | Sequence[str],
     policy: PolicyLookup,
     node_lookup: NodeLookup,
     *,
@@ -277,7 +277,7 @@ def _physical_verdict(policy: NamespacePolicy | InvalidPolicy) -> NodeFailure | 
 
 
 def _judge_virtual(
-    node: dict,
+    node: dict[str, Any],
     name: str,
     policy: NamespacePolicy | InvalidPolicy,
     requests: Mapping[str, int],
@@ -322,7 +322,7 @@ def _judge_virtual(
     return failure, unknown
 
 
-def _handback_verdict(node: dict, name: str, pod: Mapping, now: datetime) -> NodeFailure | None:
+def _handback_verdict(node: dict[str, Any], name: str, pod: Mapping[str, Any], now: datetime) -> NodeFailure | None:
     """A virtual node that handed back a pod of this pod's workload, while that lasts."""
     record = handed_back.refused_until(node, pod, now)
     if record is None:
@@ -358,8 +358,8 @@ def _capacity_verdict(
 
 # --- prioritize ----------------------------------------------------------------------------
 def prioritize(
-    pod: Mapping,
-    nodes: Sequence[dict] | Sequence[str],
+    pod: Mapping[str, Any],
+    nodes: Sequence[dict[str, Any]] | Sequence[str],
     policy: PolicyLookup,
     strategy: str,
     *,
@@ -383,7 +383,7 @@ def prioritize(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     policy = pod_lookup(pod, policy)
-    resolved: list[tuple[str, dict | None]] = []
+    resolved: list[tuple[str, dict[str, Any] | None]] = []
     for item in nodes:
         if isinstance(item, str):
             resolved.append((item, node_lookup(item) if node_lookup else None))
@@ -406,7 +406,7 @@ _FREE_RESOURCES_SCORED = ("cpu", "memory")
 
 
 def _most_free_remote(
-    resolved: list[tuple[str, dict | None]],
+    resolved: list[tuple[str, dict[str, Any] | None]],
     now: datetime,
     capacity_max_age: float | None,
     reader: CapacityReader,
@@ -433,7 +433,7 @@ def _most_free_remote(
 
 
 def _remote_free(
-    node: dict, now: datetime, capacity_max_age: float | None, reader: CapacityReader
+    node: dict[str, Any], now: datetime, capacity_max_age: float | None, reader: CapacityReader
 ) -> Mapping[str, int]:
     text = _annotation(node, c.ANNOTATION_REMOTE_CAPACITY)
     if isinstance(text, str):

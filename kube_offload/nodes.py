@@ -7,35 +7,35 @@ and the scheduler extender calls this function as a filter, so that both agree.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload.policy import NamespacePolicy
 
 
-def _labels(node: dict[str, Any]) -> dict[str, Any]:
+def _labels(node: Mapping[str, Any]) -> dict[str, Any]:
     metadata = node.get("metadata") or {}
     labels = metadata.get("labels") if isinstance(metadata, dict) else None
     return labels if isinstance(labels, dict) else {}
 
 
-def node_name(node: dict[str, Any]) -> str:
+def node_name(node: Mapping[str, Any]) -> str:
     metadata = node.get("metadata") or {}
     name = metadata.get("name") if isinstance(metadata, dict) else None
     return name if isinstance(name, str) else ""
 
 
-def is_virtual_node(node: dict[str, Any]) -> bool:
+def is_virtual_node(node: Mapping[str, Any]) -> bool:
     return _labels(node).get(c.LABEL_TYPE) == c.TYPE_VIRTUAL_NODE
 
 
-def slice_of(node: dict[str, Any]) -> str | None:
+def slice_of(node: Mapping[str, Any]) -> str | None:
     """The slice a virtual node stands for (docs/slices.md); None for a peering's own node."""
     value = _labels(node).get(c.LABEL_SLICE) if is_virtual_node(node) else None
     return value if isinstance(value, str) and value else None
 
 
-def cluster_id_of(node: dict[str, Any]) -> str | None:
+def cluster_id_of(node: Mapping[str, Any]) -> str | None:
     """The remote cluster id of a virtual node; None for physical nodes or a missing label."""
     if not is_virtual_node(node):
         return None
@@ -43,7 +43,7 @@ def cluster_id_of(node: dict[str, Any]) -> str | None:
     return cluster_id if isinstance(cluster_id, str) and cluster_id else None
 
 
-def node_is_ready(node: dict[str, Any]) -> bool:
+def node_is_ready(node: Mapping[str, Any]) -> bool:
     """True when the node reports condition Ready=True (Unknown and missing are not ready)."""
     status = node.get("status") or {}
     conditions = status.get("conditions") if isinstance(status, dict) else None
@@ -53,7 +53,7 @@ def node_is_ready(node: dict[str, Any]) -> bool:
     return False
 
 
-def placement_allows(policy: NamespacePolicy, node: dict[str, Any]) -> tuple[bool, str]:
+def placement_allows(policy: NamespacePolicy, node: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether a pod of ``policy``'s namespace may run on ``node``; the reason when not.
 
     Readiness and remote capacity are deliberately not checked here: they are facts about

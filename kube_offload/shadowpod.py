@@ -23,11 +23,12 @@ The recreate rule (docs/enforcer.md explains it for users):
   ``kube-offload.io/deletion-grace-period-seconds``) has its pods deleted with that grace
   period and gets no new one: the local deletion's grace period reaches the remote pod.
 
-Over 400 lines on purpose: it is one contract, read from both ends. The pod a ShadowPod
-builds, the fate of that pod, the plan that follows and the status that reports it decide
-each other (the applied-template annotation written by ``build_pod`` is what ``pod_update``
-compares; ``run_completed`` reads what ``status_from_pod`` wrote), so one module keeps them
-in one table of tests (tests/unit/test_shadowpod.py) instead of four that must agree.
+One contract, read from both ends: the pod a ShadowPod builds, the fate of that pod and
+the plan that follows are here; the status that reports them is
+:mod:`kube_offload.shadowpod_status` (it reads this module, never the reverse; what it
+writes, ``runCompleted``, is what :func:`run_completed` reads back). The applied-template
+annotation written by ``build_pod`` is what ``pod_update`` compares. One table of tests
+covers both (tests/unit/kube_offload/test_shadowpod.py).
 """
 
 from __future__ import annotations
@@ -42,12 +43,11 @@ from kube_offload.pools import Pool, apply_pool_patch
 from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
     ANNOTATION_APPLIED_TEMPLATE,
-    ANNOTATION_DELETION_GRACE,
     SHADOWPOD_GROUP,
     SHADOWPOD_KIND,
     SHADOWPOD_VERSION,
 )
-from kube_offload.views import metadata as _meta
+from kube_offload.views import ShadowPodView, metadata as _meta, pod_template
 
 __all__ = [
     # building and reading (the virtual kubelet writes ShadowPods with build_shadowpod)
@@ -76,12 +76,7 @@ __all__ = [
     "Action",
     "Plan",
     "plan",
-    # status
-    "status_from_pod",
-    "status_without_pod",
-    "status_changed",
-    "with_recorded_pod",
-    "status_may_wait",
+    # what the status (kube_offload/shadowpod_status.py) reads
     "STATUS_FIELDS",
     "TERMINAL_PHASES",
     "KILLED_REASONS",
@@ -190,8 +185,8 @@ def build_shadowpod(
 def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
     """The pod template of a ShadowPod (copies); raises InvalidShadowPod when
     ``spec.pod.spec`` is missing or not an object."""
-    pod = (shadowpod.get("spec") or {}).get("pod")
-    if not isinstance(pod, Mapping):
+    pod = pod_template(shadowpod)
+    if pod is None:
         raise InvalidShadowPod("spec.pod is missing or not an object")
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
@@ -211,8 +206,7 @@ def read_pod_template(shadowpod: Mapping[str, Any]) -> PodTemplate:
 def asks_for_remote_api(shadowpod: Mapping[str, Any]) -> bool:
     """Whether the ShadowPod's pod asks for a token of the twin namespace's ServiceAccount
     (automountServiceAccountToken true: the consumer's API server mode ``remote``)."""
-    spec = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
-    return isinstance(spec, Mapping) and spec.get("automountServiceAccountToken") is True
+    return ShadowPodView(shadowpod).template_spec.get("automountServiceAccountToken") is True
 
 
 def build_pod(
@@ -418,14 +412,13 @@ def run_completed(shadowpod: Mapping[str, Any]) -> bool:
     before ``runCompleted`` existed holds a terminal phase only for such a run too; the
     template is read then, as it was (its spec can no longer change once the status is
     terminal: the webhook refuses it)."""
-    status = shadowpod.get("status") or {}
-    if status.get("phase") not in TERMINAL_PHASES:
+    view = ShadowPodView(shadowpod)
+    if view.phase not in TERMINAL_PHASES:
         return False
-    recorded = status.get("runCompleted")
-    if isinstance(recorded, bool):
+    recorded = view.run_completed
+    if recorded is not None:
         return recorded
-    pod = ((shadowpod.get("spec") or {}).get("pod") or {}).get("spec") or {}
-    return (pod.get("restartPolicy") or RESTART_ALWAYS) != RESTART_ALWAYS
+    return (view.template_spec.get("restartPolicy") or RESTART_ALWAYS) != RESTART_ALWAYS
 
 
 # --- the decision --------------------------------------------------------------------------
@@ -453,7 +446,7 @@ def deletion_grace(shadowpod: Mapping[str, Any]) -> int | None:
     annotation ``kube-offload.io/deletion-grace-period-seconds``), or None: not asked, or
     not a non-negative integer (then the ShadowPod is treated as not terminating, and the
     vkubelet's own deletion of it, later, ends the pod with its default grace)."""
-    value = (_meta(shadowpod).get("annotations") or {}).get(ANNOTATION_DELETION_GRACE)
+    value = ShadowPodView(shadowpod).deletion_grace_request
     try:
         grace = int(str(value).strip()) if value is not None else None
     except ValueError:
@@ -507,169 +500,6 @@ def plan(shadowpod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, max
     if any(_meta(p).get("name") == name for p in terminating):
         return Plan(Action.WAIT, delete=tuple(delete))
     return Plan(Action.CREATE, delete=tuple(delete), replaced=replaced)
-
-
-# --- status ----------------------------------------------------------------------------------
-def status_from_pod(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The ShadowPod status that mirrors ``pod``: its phase, name, UID and message, and
-    the recreations. Not the pod's conditions: nobody reads them from the ShadowPod (the
-    vkubelet mirrors the remote pod itself, vkubelet/pods/status.py), and mirroring them cost a
-    status write at every condition change, about 3.5 writes per pod instead of 1
-    (docs/performance.md). ``conditions`` is written as null, which the merge patch turns
-    into removing what an older enforcer wrote.
-
-    ``recreations`` grows by one whenever the pod observed is not the one the status last
-    recorded. Counting from the status itself (not from an in-memory counter) keeps the
-    number right across enforcer restarts, even one between creating a pod and writing
-    the status, provided the write is conditional on the ShadowPod's resourceVersion.
-    """
-    current = shadowpod.get("status") or {}
-    pod_meta = _meta(pod)
-    pod_status = pod.get("status") or {}
-    uid = str(pod_meta.get("uid") or "")
-    recreations = _recreations(current)
-    previous_uid = current.get("podUID")
-    if previous_uid and uid and previous_uid != uid:
-        recreations += 1
-    phase = str(pod_status.get("phase") or PHASE_PENDING)
-    # Said only of a pod that ended (so the status of a running pod is written as before):
-    # True for a run that finished on its own, False for a pod the system stopped.
-    completed = (pod_fate(pod) is PodFate.COMPLETED) if phase in TERMINAL_PHASES else None
-    return _status(
-        shadowpod,
-        phase=phase,
-        pod_name=str(pod_meta.get("name") or ""),
-        pod_uid=uid,
-        recreations=recreations,
-        message=str(pod_status.get("message") or ""),
-        run_completed=completed,
-    )
-
-
-def with_recorded_pod(shadowpod: Mapping[str, Any], uid: str | None) -> Mapping[str, Any]:
-    """``shadowpod`` as if its status already recorded the pod ``uid`` (named after the
-    ShadowPod, as every pod the enforcer makes is), when it records none yet: the pod the
-    enforcer created but whose status write it was still holding back (see
-    :func:`status_may_wait`), or a pod it saw end before it wrote anything. A status then
-    computed from this view counts the next pod as a recreation, as if the write had
-    happened. Returns ``shadowpod`` itself when there is nothing to add."""
-    current = shadowpod.get("status") or {}
-    if not uid or current.get("podUID"):
-        return shadowpod
-    view = dict(shadowpod)
-    view["status"] = {**current, "podUID": uid, "podName": current.get("podName") or _meta(shadowpod).get("name") or ""}
-    return view
-
-
-def status_may_wait(shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-    """Whether the status write for ``pod``, the first pod the ShadowPod has, may be held
-    back a moment so that "Pending" and "Running" become one write: the status records
-    no pod and no message yet (a creation failure must be cleared at once: the consumer's
-    vkubelet reads it, :func:`creation_failure`), and the pod is still Pending and not
-    being deleted. Everything else (a recreation, a pod that runs or ended) is written
-    at once; the count never depends on a write held back (:func:`with_recorded_pod`)."""
-    current = shadowpod.get("status") or {}
-    if current.get("podUID") or current.get("message"):
-        return False
-    if _meta(pod).get("deletionTimestamp"):
-        return False
-    return ((pod.get("status") or {}).get("phase") or PHASE_PENDING) == PHASE_PENDING
-
-
-_CREATION_FAILED_PREFIX = "creating pod "
-_CREATION_FAILED_INFIX = " failed: "
-
-
-def creation_failed_message(name: str, message: str) -> str:
-    """The ShadowPod's ``status.message`` when the provider refused to create its pod:
-    the consumer's vkubelet reads the API server's words back with
-    :func:`creation_failure` (a refusal for good hands the pod back)."""
-    return f"{_CREATION_FAILED_PREFIX}{name}{_CREATION_FAILED_INFIX}{message}"
-
-
-def creation_failure(shadowpod: Mapping[str, Any] | None) -> str | None:
-    """The API server's refusal of the ShadowPod's pod, while the status says its
-    creation failed (see :func:`creation_failed_message`); else None."""
-    status = (shadowpod or {}).get("status") or {}
-    text = str(status.get("message") or "")
-    if status.get("phase") not in (None, "", PHASE_PENDING) or not text.startswith(_CREATION_FAILED_PREFIX):
-        return None
-    _name, infix, message = text[len(_CREATION_FAILED_PREFIX):].partition(_CREATION_FAILED_INFIX)
-    return message.strip() if infix and message.strip() else None
-
-
-def status_without_pod(shadowpod: Mapping[str, Any], message: str) -> dict[str, Any]:
-    """The status while no pod exists (creation failed, or the old one is still going).
-
-    podName/podUID keep naming the last pod, so the next pod still counts as a
-    recreation.
-    """
-    current = shadowpod.get("status") or {}
-    return _status(
-        shadowpod,
-        phase=PHASE_PENDING,
-        pod_name=str(current.get("podName") or ""),
-        pod_uid=str(current.get("podUID") or ""),
-        recreations=_recreations(current),
-        message=message,
-    )
-
-
-def status_changed(shadowpod: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """True if writing ``desired`` would change what the status says."""
-    current = shadowpod.get("status") or {}
-    return any(_normal(current.get(field)) != _normal(desired.get(field)) for field in STATUS_FIELDS)
-
-
-def _status(
-    shadowpod: Mapping[str, Any],
-    *,
-    phase: str,
-    pod_name: str,
-    pod_uid: str,
-    recreations: int,
-    message: str,
-    run_completed: bool | None = None,
-) -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "phase": phase,
-        "podName": pod_name,
-        "podUID": pod_uid,
-        "recreations": recreations,
-        "message": message,
-        # Not mirrored any more (status_from_pod); null removes an older enforcer's copy.
-        "conditions": None,
-        # Whether the pod recorded, which ended, finished its own run (run_completed reads
-        # it); null (removed) while it has not ended.
-        "runCompleted": run_completed,
-    }
-    generation = _meta(shadowpod).get("generation")
-    if generation is not None:
-        status["observedGeneration"] = generation
-    return status
-
-
-def _recreations(status: Mapping[str, Any]) -> int:
-    try:
-        return max(0, int(status.get("recreations") or 0))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _clean(value: Any) -> Any:
-    """Drop nulls (e.g. a pod condition's ``lastProbeTime: null``): a structural schema
-    prunes them, and comparing against what was stored must not see a difference."""
-    if isinstance(value, Mapping):
-        return {k: _clean(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _normal(value: Any) -> Any:
-    """Absent, null, "" and [] all read as "nothing" when comparing statuses."""
-    value = _clean(value)
-    return None if value in ("", [], {}) else value
 
 
 def _str_map(value: Any) -> dict[str, str]:

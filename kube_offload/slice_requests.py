@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload import resources
 from kube_offload.resources import QuantityError, ResourceList
+from kube_offload.views import OffloadSliceView
 
 # A pool name is a DNS label of at most 20 characters (the provider's CRD says so); a
 # slice name the same, so that slice_node_name(kube-offload-<cluster id>, slice) stays a
@@ -186,27 +187,26 @@ def read_answer(obj: Mapping[str, Any] | None) -> SliceAnswer:
     on a guess would attract pods the provider refuses."""
     if not obj:
         return PENDING
-    status = obj.get("status") or {}
-    phase = str(status.get("phase") or c.SLICE_PHASE_PENDING)
+    view = OffloadSliceView(obj)
+    phase = view.phase or c.SLICE_PHASE_PENDING
     problems: list[str] = []
     try:
-        accepted = resources.parse_resource_list(status.get("accepted") or {})
+        accepted = resources.parse_resource_list(view.accepted or {})
     except QuantityError as exc:
         accepted = {}
         problems.append(f"status.accepted does not parse ({exc}): the node offers nothing")
-    labels = status.get("nodeLabels") or {}
+    labels = view.node_labels or {}
     node_labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
-    meta = obj.get("metadata") or {}
-    generation, observed = meta.get("generation"), status.get("observedGeneration")
-    stale = isinstance(generation, int) and isinstance(observed, int) and observed < generation
+    generation, observed = view.generation, view.observed_generation
+    stale = generation is not None and observed is not None and observed < generation
     if phase not in USABLE_PHASES:
         accepted = {}
     return SliceAnswer(
         phase=phase,
         accepted=accepted,
         node_labels=node_labels,
-        reason=str(status.get("reason") or ""),
-        message=str(status.get("message") or ""),
+        reason=view.reason,
+        message=view.message,
         stale=stale,
         problems=tuple(problems),
     )

@@ -36,6 +36,7 @@ from kube_offload import constants as c
 from kube_offload.consumer_quota import LIMITS_PREFIX, consumer_quota, is_object_quota_key
 from kube_offload.nodes import node_is_ready
 from kube_offload.pools import Pool, PoolError, parse_pools, pool_covers
+from kube_offload.views import OffloadSliceView
 from kube_offload.resources import (
     FRACTIONAL_RESOURCES,
     MILLI,
@@ -94,14 +95,13 @@ class SliceDecision:
 def read_slice(obj: Mapping[str, Any]) -> SliceRequest:
     """The parts of an OffloadSlice the decision uses; a spec the schema should have kept
     out (an unparsable quantity, a quota spelling, a negative amount) becomes ``problem``."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    name = str(meta.get("name") or "")
-    created = str(meta.get("creationTimestamp") or "")
-    generation = int(meta.get("generation") or 0)
-    first_decided = first_decided_of(obj)
-    pool = spec.get("pool") if isinstance(spec, Mapping) else None
-    raw = spec.get("resources") if isinstance(spec, Mapping) else None
+    view = OffloadSliceView(obj)
+    name = view.name
+    created = view.created
+    generation = int(view.generation or 0)
+    first_decided = view.first_decided
+    pool = view.pool
+    raw = view.resources
 
     def bad(problem: str) -> SliceRequest:
         return SliceRequest(name, str(pool or ""), {}, created, generation, problem, first_decided)
@@ -234,8 +234,7 @@ def consumer_name(consumer: Mapping[str, Any]) -> str:
 
 def first_decided_of(obj: Mapping[str, Any]) -> str:
     """An OffloadSlice's ``status.firstDecided``, "" when never decided."""
-    value = (obj.get("status") or {}).get("firstDecided")
-    return value if isinstance(value, str) else ""
+    return OffloadSliceView(obj).first_decided
 
 
 def slice_status(decision: SliceDecision, generation: int, first_decided: str) -> dict[str, Any]:
@@ -258,10 +257,10 @@ def accepted_of(obj: Mapping[str, Any]) -> ResourceList | None:
     """An OffloadSlice's ``status.accepted`` in milli-units when its phase lets pods in
     (Accepted or PartiallyAccepted), else None. Raises QuantityError on a status the
     enforcer did not write."""
-    status = obj.get("status") or {}
-    if status.get("phase") not in (c.SLICE_PHASE_ACCEPTED, c.SLICE_PHASE_PARTIAL):
+    view = OffloadSliceView(obj)
+    if view.phase not in (c.SLICE_PHASE_ACCEPTED, c.SLICE_PHASE_PARTIAL):
         return None
     accepted: ResourceList = {}
-    for name, value in (status.get("accepted") or {}).items():
+    for name, value in (view.accepted or {}).items():
         accepted[str(name)] = parse_quantity(value)
     return accepted

@@ -7,6 +7,8 @@ Helm charts), plus the CA bundle. The CLI flags and their checks are written onc
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import base64
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ class WebhookTarget:
         if self.url is not None and not self.url.startswith("https://"):
             raise ValueError(f"webhook url must start with https:// (got {self.url!r})")
 
-    def client_config(self, path: str) -> dict:
+    def client_config(self, path: str) -> dict[str, Any]:
         if self.url is not None:
             return {"url": self.url.rstrip("/") + path, "caBundle": self.ca_bundle}
         assert self.service is not None

@@ -22,7 +22,9 @@ import yaml
 
 from kube_offload.runtime.flags import add_flag, appended, positive_duration
 from kubectl_offload import render
-from kubectl_offload.kubeconfigs import DEFAULT_REQUEST_TIMEOUT, PluginError, Remotes, load_local, parse_remote_flags
+from kubectl_offload.kubeconfigs import (
+    DEFAULT_REQUEST_TIMEOUT, LocalCluster, PluginError, Remotes, load_local, parse_remote_flags,
+)
 
 EXIT_UNHEALTHY = 1
 EXIT_ERROR = 2
@@ -168,7 +170,7 @@ def _take_flag(parser: argparse.ArgumentParser, argv: list[str], index: int, ari
     return 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "explain",
         help="explain where a pod can run and why (kubectl offload explain pod NAME | -f FILE)",
@@ -210,7 +212,7 @@ def pod_name_from(target: list[str]) -> str:
     raise PluginError("explain takes `pod NAME` (or -f FILE for a pod not yet created); only pods can be explained")
 
 
-def pod_from_manifest(documents: list[Any], namespace: str | None, default_namespace: str) -> dict:
+def pod_from_manifest(documents: list[Any], namespace: str | None, default_namespace: str) -> dict[str, Any]:
     """The pod a manifest would create, in the namespace kubectl would create it in."""
     documents = [d for d in documents if d]
     if not documents:
@@ -254,7 +256,7 @@ def _read_manifest(path: str) -> list[Any]:
         raise PluginError(f"-f {path}: not YAML or JSON: {exc}") from None
 
 
-def _setup(args: argparse.Namespace):
+def _setup(args: argparse.Namespace) -> tuple[LocalCluster, Remotes, render.Style, render.Progress]:
     local = load_local(args.kubeconfig, args.context, timeout=args.request_timeout)
     remotes = Remotes.discover(local, parse_remote_flags(appended(args, "--remote-kubeconfig")))
     style = render.Style(render.use_colour(sys.stdout.isatty(), os.environ))

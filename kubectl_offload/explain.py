@@ -92,19 +92,19 @@ class RemoteView:
     """What was read of one provider: its Consumer for us (None: none exists), or why not."""
 
     cluster_id: str
-    consumer: Mapping | None = None
+    consumer: Mapping[str, Any] | None = None
     error: str = ""  # non-empty: the provider could not be read; says why and what to do
 
 
 @dataclass(frozen=True)
 class ExplainFacts:
-    pod: Mapping
+    pod: Mapping[str, Any]
     created: bool  # False: from a file (`explain -f`), not in the cluster
-    namespace: Mapping | None  # None: the namespace does not exist
-    nodes: Sequence[Mapping]
-    other_pods: Sequence[Mapping]  # the cluster's pods (for node resources); the pod itself is skipped
+    namespace: Mapping[str, Any] | None  # None: the namespace does not exist
+    nodes: Sequence[Mapping[str, Any]]
+    other_pods: Sequence[Mapping[str, Any]]  # the cluster's pods (for node resources); the pod itself is skipped
     now: datetime
-    local_events: Sequence[Mapping] = ()
+    local_events: Sequence[Mapping[str, Any]] = ()
     remotes: Mapping[str, RemoteView] = field(default_factory=dict)
     chain: RemoteChain | None = None
     local_cluster_id: str | None = None
@@ -120,7 +120,7 @@ class NodeVerdict:
     fits: bool
     check: str  # the first failing check, "" when it fits
     reason: str
-    failures: list[dict] = field(default_factory=list)  # every failing check: {check, reason}
+    failures: list[dict[str, Any]] = field(default_factory=list)  # every failing check: {check, reason}
     notes: list[str] = field(default_factory=list)
     bound: bool = False  # the pod is bound to this node
     # The slice this virtual node stands for (docs/slices.md); None: a peering's own node
@@ -130,30 +130,30 @@ class NodeVerdict:
 
 @dataclass
 class Explanation:
-    pod: dict
-    policy: dict
-    webhook: dict
+    pod: dict[str, Any]
+    policy: dict[str, Any]
+    webhook: dict[str, Any]
     nodes: list[NodeVerdict]
-    chain: dict | None
-    events: dict
-    logs: dict | None
+    chain: dict[str, Any] | None
+    events: dict[str, Any]
+    logs: dict[str, Any] | None
     summary: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return camel_keys(asdict(self))
 
 
 # --- the pieces ------------------------------------------------------------------------------
-def _spec(obj: Mapping | None) -> Mapping:
+def _spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     value = (obj or {}).get("spec")
     return value if isinstance(value, Mapping) else {}
 
 
-def pod_namespace(pod: Mapping) -> str:
+def pod_namespace(pod: Mapping[str, Any]) -> str:
     return str(_meta(pod).get("namespace") or "")
 
 
-def policy_section(namespace_name: str, namespace: Mapping | None, local_cluster_id: str | None) -> tuple[dict, NamespacePolicy | PolicyError | None]:
+def policy_section(namespace_name: str, namespace: Mapping[str, Any] | None, local_cluster_id: str | None) -> tuple[dict[str, Any], NamespacePolicy | PolicyError | None]:
     """The namespace's policy as the webhook and the extender read it."""
     if namespace is None:
         return {
@@ -185,7 +185,7 @@ def policy_section(namespace_name: str, namespace: Mapping | None, local_cluster
     return section, entry
 
 
-def describe_requirement(requirement: Mapping) -> str:
+def describe_requirement(requirement: Mapping[str, Any]) -> str:
     operator = requirement.get("operator")
     values = requirement.get("values") or []
     if operator in ("Exists", "DoesNotExist"):
@@ -193,7 +193,7 @@ def describe_requirement(requirement: Mapping) -> str:
     return f"{requirement.get('key')} {operator} [{', '.join(map(str, values))}]"
 
 
-def describe_terms(terms: Sequence[Mapping] | None) -> str:
+def describe_terms(terms: Sequence[Mapping[str, Any]] | None) -> str:
     """Required nodeSelectorTerms as "(a AND b) OR (c)"."""
     if not terms:
         return "(none)"
@@ -205,7 +205,7 @@ def describe_terms(terms: Sequence[Mapping] | None) -> str:
     return " OR ".join(parts)
 
 
-def describe_operation(op: Mapping) -> str:
+def describe_operation(op: Mapping[str, Any]) -> str:
     """One webhook JSON Patch operation, as a sentence."""
     path = str(op.get("path") or "")
     value = op.get("value")
@@ -223,16 +223,16 @@ def describe_operation(op: Mapping) -> str:
     return f"{op.get('op')} {path}"
 
 
-def _has_virtual_toleration(pod: Mapping) -> bool:
+def _has_virtual_toleration(pod: Mapping[str, Any]) -> bool:
     wanted = virtual_node_toleration()
     taint = {"key": wanted["key"], "value": wanted["value"], "effect": wanted["effect"]}
     return any(scheduling.tolerates(t, taint) for t in _spec(pod).get("tolerations") or [] if isinstance(t, Mapping))
 
 
 def webhook_section(
-    pod: Mapping, *, created: bool, namespace_name: str, entry: NamespacePolicy | PolicyError | None,
+    pod: Mapping[str, Any], *, created: bool, namespace_name: str, entry: NamespacePolicy | PolicyError | None,
     scheduler_name: str | None,
-) -> tuple[dict, list[dict]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """What the webhook added (a created pod) or would add (a pod from a file), and its patch."""
     # A pod the scheduler bound has spec.nodeName now, but not when the webhook saw it.
     as_admitted = copy.deepcopy(dict(pod))
@@ -275,7 +275,7 @@ def webhook_section(
     return section, patch
 
 
-def _quota_check(pod: Mapping, requests: Mapping[str, int], view: RemoteView | None, cluster_id: str) -> tuple[str, str]:
+def _quota_check(pod: Mapping[str, Any], requests: Mapping[str, int], view: RemoteView | None, cluster_id: str) -> tuple[str, str]:
     """("fail"|"note"|"", message) for the provider's quota (its mode's limit rules too) and cordon."""
     if view is None or view.error:
         why = view.error if view is not None else "no kubeconfig for it"
@@ -313,7 +313,7 @@ def _quota_check(pod: Mapping, requests: Mapping[str, int], view: RemoteView | N
     return "", ""
 
 
-def _charges(pod: Mapping, requests: Mapping[str, int]) -> Mapping[str, int]:
+def _charges(pod: Mapping[str, Any], requests: Mapping[str, int]) -> Mapping[str, int]:
     try:
         return pod_charges(pod)
     except QuantityError:
@@ -324,7 +324,7 @@ def _q(name: str, milli: int) -> str:
     return resources.format_quantity(milli, binary=resources.uses_binary_format(name))
 
 
-def node_verdicts(facts: ExplainFacts, pod: Mapping, entry: NamespacePolicy | PolicyError | None) -> list[NodeVerdict]:
+def node_verdicts(facts: ExplainFacts, pod: Mapping[str, Any], entry: NamespacePolicy | PolicyError | None) -> list[NodeVerdict]:
     """Every node, physical and virtual: does ``pod`` (as the scheduler sees it) fit, and the
     first reason it does not."""
     try:
@@ -387,14 +387,14 @@ def node_verdicts(facts: ExplainFacts, pod: Mapping, entry: NamespacePolicy | Po
     return verdicts
 
 
-def _scheduler_message(pod: Mapping) -> str:
+def _scheduler_message(pod: Mapping[str, Any]) -> str:
     for condition in _status(pod).get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return str(condition.get("message") or condition.get("reason") or "")
     return ""
 
 
-def summarize(facts: ExplainFacts, policy: dict, nodes: list[NodeVerdict], chain: dict | None) -> str:
+def summarize(facts: ExplainFacts, policy: dict[str, Any], nodes: list[NodeVerdict], chain: dict[str, Any] | None) -> str:
     pod = facts.pod
     bound_to = str(_spec(pod).get("nodeName") or "")
     if bound_to:

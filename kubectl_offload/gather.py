@@ -27,7 +27,7 @@ from kubectl_offload.kubeconfigs import LocalCluster, PluginError, Remotes, kube
 from kubectl_offload.status import REMOTE_REACHABLE, REMOTE_UNREACHABLE, REMOTE_UNREAD, RemoteFacts, StatusFacts
 
 Say = Callable[[str], None]
-Read = Callable[[Kube], dict]  # one request on a cluster, e.g. _get(kinds.NODES, name)
+Read = Callable[[Kube], dict[str, Any]]  # one request on a cluster, e.g. _get(kinds.NODES, name)
 LEASE_NAMESPACE = "kube-node-lease"
 REFLECTION_WARNINGS = (REASON_REFLECTION_FAILED, REASON_REFLECTION_CONFLICT)
 # The reflected kinds counted in status, by the name status shows (their plural).
@@ -69,7 +69,7 @@ class Provider:
     def usable(self) -> bool:
         return self.kube is not None and not self.error
 
-    def get(self, read: Read, *, what: str, missing_ok: bool = True) -> dict | None:
+    def get(self, read: Read, *, what: str, missing_ok: bool = True) -> dict[str, Any] | None:
         """The JSON ``read`` answers; None for 404 (when ``missing_ok``). A failure marks the
         provider unusable (unreachable) or raises :class:`ReadError` (anything else)."""
         if self.kube is None or self.error:
@@ -89,7 +89,7 @@ class ReadError(RuntimeError):
     pass
 
 
-def _local(local: LocalCluster, read: Read, *, what: str, missing_ok: bool = False) -> dict | None:
+def _local(local: LocalCluster, read: Read, *, what: str, missing_ok: bool = False) -> dict[str, Any] | None:
     try:
         return read(local.kube)
     except ApiError as exc:
@@ -117,7 +117,7 @@ def _consumer(provider: Provider, local_id: str | None) -> RemoteView:
 
 
 # --- explain -----------------------------------------------------------------------------------
-def read_pod(local: LocalCluster, namespace: str, name: str) -> dict:
+def read_pod(local: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
     pod = _local(local, _get(kinds.PODS, name, namespace=namespace),
                  what=f"pod {namespace}/{name}", missing_ok=True)
     if pod is None:
@@ -145,7 +145,7 @@ def _twin_namespace(provider: Provider, local_id: str, namespace: str, policy: o
     return c.twin_namespace_name(namespace, local_id, mapping)
 
 
-def _chain(provider: Provider, local_id: str | None, pod: Mapping, policy: object) -> RemoteChain:
+def _chain(provider: Provider, local_id: str | None, pod: Mapping[str, Any], policy: object) -> RemoteChain:
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace")), str(meta.get("name"))
     if not local_id:
@@ -169,7 +169,7 @@ def _chain(provider: Provider, local_id: str | None, pod: Mapping, policy: objec
 
 
 def explain_facts(
-    local: LocalCluster, remotes: Remotes, pod: dict, *, created: bool, local_cluster_id: str | None, say: Say,
+    local: LocalCluster, remotes: Remotes, pod: dict[str, Any], *, created: bool, local_cluster_id: str | None, say: Say,
 ) -> ExplainFacts:
     meta = pod.get("metadata") or {}
     namespace_name, name = str(meta.get("namespace")), str(meta.get("name") or "")
@@ -178,7 +178,7 @@ def explain_facts(
     nodes = list((_local(local, _list(kinds.NODES), what="nodes") or {}).get("items") or [])
     others = list((_local(local, _list(kinds.PODS, field_selector="status.phase!=Succeeded,status.phase!=Failed"),
                           what="pods") or {}).get("items") or [])
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     if created:
         listed = _local(local, _list(kinds.EVENTS, namespace=namespace_name,
                                      field_selector=f"involvedObject.name={name},involvedObject.kind=Pod"),
@@ -228,7 +228,7 @@ def _reflected(provider: Provider, local_id: str, twins: Sequence[str]) -> dict[
     return counts
 
 
-def _remote_facts(provider: Provider, local_id: str | None, base: dict) -> RemoteFacts:
+def _remote_facts(provider: Provider, local_id: str | None, base: dict[str, Any]) -> RemoteFacts:
     if provider.api is None:
         return RemoteFacts(**base, remote_state=REMOTE_UNREAD, remote_error=provider.error)
     try:
@@ -236,7 +236,7 @@ def _remote_facts(provider: Provider, local_id: str | None, base: dict) -> Remot
     except ReadError as exc:
         state = REMOTE_UNREACHABLE if not provider.usable else REMOTE_UNREAD
         return RemoteFacts(**base, remote_state=state, remote_error=str(exc))
-    extra: dict = {"ping_seconds": ping, "remote_state": REMOTE_REACHABLE}
+    extra: dict[str, Any] = {"ping_seconds": ping, "remote_state": REMOTE_REACHABLE}
     if not local_id:
         return RemoteFacts(**base, **extra, consumer_error="the local cluster id is unknown: pass --local-cluster-id")
     view = _consumer(provider, local_id)
@@ -278,7 +278,7 @@ def status_facts(local: LocalCluster, remotes: Remotes, *, local_cluster_id: str
                     what="nodes") or {}).get("items") or []
     # A peering's own node by cluster id; its slices' nodes (same cluster id) apart.
     by_id = {cid: n for n in nodes if (cid := cluster_id_of(n)) and slice_of(n) is None}
-    slice_nodes: dict[str, dict[str, dict]] = {}
+    slice_nodes: dict[str, dict[str, dict[str, Any]]] = {}
     for n in nodes:
         if (cid := cluster_id_of(n)) and (slice_name := slice_of(n)):
             slice_nodes.setdefault(cid, {})[slice_name] = n

@@ -27,7 +27,7 @@ import base64
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 from kubernetes import client, config
@@ -52,7 +52,7 @@ DEFAULT_REQUEST_TIMEOUT = 10.0
 RETRIES = Retry(total=1, read=0, redirect=0)
 
 
-def _api(load, *args, **kwargs) -> client.ApiClient:
+def _api(load: Callable[..., Any], *args: Any, **kwargs: Any) -> client.ApiClient:
     """An ApiClient configured by ``load(..., client_configuration=)`` with :data:`RETRIES`
     (the retries are read when the client's connection pool is made, so set before)."""
     configuration = client.Configuration()
@@ -100,12 +100,12 @@ class VkubeletDeployment:
     local_cluster_id: str
 
 
-def _containers(deployment: Mapping) -> list[Mapping]:
+def _containers(deployment: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = (((deployment.get("spec") or {}).get("template") or {}).get("spec")) or {}
     return [ct for ct in spec.get("containers") or [] if isinstance(ct, Mapping)]
 
 
-def parse_vkubelet_deployment(deployment: Mapping) -> VkubeletDeployment | None:
+def parse_vkubelet_deployment(deployment: Mapping[str, Any]) -> VkubeletDeployment | None:
     """None when ``deployment`` is not one the chart renders for a remote cluster."""
     meta = deployment.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -129,7 +129,7 @@ def parse_vkubelet_deployment(deployment: Mapping) -> VkubeletDeployment | None:
     )
 
 
-def webhook_scheduler_name(deployments: Iterable[Mapping]) -> str | None:
+def webhook_scheduler_name(deployments: Iterable[Mapping[str, Any]]) -> str | None:
     """The ``--scheduler-name`` the local chart's webhook runs with (None: it sets none)."""
     for deployment in deployments:
         if ((deployment.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL) != WEBHOOK_COMPONENT:
@@ -152,7 +152,7 @@ def local_id_from_username(username: str) -> str | None:
     return namespace[len(c.TENANT_NAMESPACE_PREFIX):] or None
 
 
-def context_namespace(contexts: list[Mapping], active: Mapping | None, wanted: str | None) -> str:
+def context_namespace(contexts: list[Mapping[str, Any]], active: Mapping[str, Any] | None, wanted: str | None) -> str:
     """The namespace of context ``wanted`` (else the active one), "default" when it sets none."""
     chosen = active
     if wanted:
@@ -227,7 +227,7 @@ class Remotes:
 
     local: LocalCluster
     flags: dict[str, str] = field(default_factory=dict)
-    deployments: list[Mapping] = field(default_factory=list)
+    deployments: list[Mapping[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _targets: dict[str, RemoteTarget] = field(default_factory=dict)
 

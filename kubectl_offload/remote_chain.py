@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from kube_offload.nodes import is_virtual_node, node_name
 from kube_offload.times import parse_time_or_none
@@ -23,20 +23,20 @@ class RemoteChain:
 
     cluster_id: str
     twin_namespace: str
-    shadowpod: Mapping | None = None
-    remote_pod: Mapping | None = None
-    events: Sequence[Mapping] = ()
+    shadowpod: Mapping[str, Any] | None = None
+    remote_pod: Mapping[str, Any] | None = None
+    events: Sequence[Mapping[str, Any]] = ()
     error: str = ""
 
 
-def event_time(event: Mapping) -> str:
+def event_time(event: Mapping[str, Any]) -> str:
     return str(
         event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
         or _meta(event).get("creationTimestamp") or ""
     )
 
 
-def last_events(events: Sequence[Mapping], now: datetime, limit: int = EVENTS_SHOWN) -> list[dict]:
+def last_events(events: Sequence[Mapping[str, Any]], now: datetime, limit: int = EVENTS_SHOWN) -> list[dict[str, Any]]:
     """The ``limit`` most recent events, oldest first, as {time, age, type, reason, object,
     message, count} (``age`` in seconds, None when the event has no time)."""
     ordered = sorted(events, key=_event_order)
@@ -56,7 +56,7 @@ def last_events(events: Sequence[Mapping], now: datetime, limit: int = EVENTS_SH
     return shown
 
 
-def _event_order(event: Mapping) -> tuple[datetime, int]:
+def _event_order(event: Mapping[str, Any]) -> tuple[datetime, int]:
     """Time to the second (eventTime has microseconds, lastTimestamp only seconds), then
     resourceVersion: among events of one second, the one written last comes last."""
     moment = parse_time_or_none(event_time(event)) or datetime.min.replace(tzinfo=timezone.utc)
@@ -64,16 +64,16 @@ def _event_order(event: Mapping) -> tuple[datetime, int]:
     return moment.replace(microsecond=0), int(version) if version.isdigit() else 0
 
 
-def phase(obj: Mapping | None) -> str:
+def phase(obj: Mapping[str, Any] | None) -> str:
     return str(_status(obj).get("phase") or "Unknown")
 
 
-def chain_section(pod: Mapping, chain: RemoteChain | None) -> dict | None:
+def chain_section(pod: Mapping[str, Any], chain: RemoteChain | None) -> dict[str, Any] | None:
     """local pod -> ShadowPod -> remote pod -> remote node, each with its state."""
     if chain is None:
         return None
     meta = _meta(pod)
-    links: list[dict] = [{
+    links: list[dict[str, Any]] = [{
         "kind": "Pod (local)", "name": f"{meta.get('namespace')}/{meta.get('name')}",
         "phase": phase(pod), "detail": f"bound to virtual node {_spec(pod).get('nodeName')}",
     }]
@@ -108,7 +108,7 @@ def chain_section(pod: Mapping, chain: RemoteChain | None) -> dict | None:
     return {"cluster": chain.cluster_id, "twinNamespace": chain.twin_namespace, "links": links, "complete": bool(remote_node)}
 
 
-def logs_section(pod: Mapping, nodes: Sequence[Mapping]) -> dict | None:
+def logs_section(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Where ``kubectl logs`` of an offloaded pod is served: the virtual node's kubelet API."""
     bound_to = _spec(pod).get("nodeName")
     node = next((n for n in nodes if node_name(dict(n)) == bound_to), None)

@@ -120,7 +120,7 @@ def human_quantity(resource: str, quantity: str) -> str:
 
 
 # --- explain -------------------------------------------------------------------------------
-def render_explain(doc: Mapping, style: Style) -> str:
+def render_explain(doc: Mapping[str, Any], style: Style) -> str:
     pod, policy, webhook = doc["pod"], doc["policy"], doc["webhook"]
     lines = []
     if pod["created"]:
@@ -184,7 +184,7 @@ def render_explain(doc: Mapping, style: Style) -> str:
 
 
 # --- status --------------------------------------------------------------------------------
-def _pair(row: Mapping, resource: str) -> str:
+def _pair(row: Mapping[str, Any], resource: str) -> str:
     advertised = row["advertised"].get(resource)
     free = row["remoteFree"].get(resource)
     left = human_quantity(resource, advertised) if advertised else "-"
@@ -205,7 +205,7 @@ def counts_cell(counts: Mapping[str, int]) -> str:
     return " ".join(f"{key}={value}" for key, value in counts.items()) or "0"
 
 
-def twins_cell(twins: Sequence[Mapping] | None) -> str:
+def twins_cell(twins: Sequence[Mapping[str, Any]] | None) -> str:
     if not twins:
         return "0"
     phases: dict[str, int] = {}
@@ -218,7 +218,7 @@ def _slice_amounts(amounts: Mapping[str, str]) -> str:
     return ",".join(f"{name}={human_quantity(name, quantity)}" for name, quantity in amounts.items()) or "-"
 
 
-def render_status(doc: Mapping, style: Style) -> str:
+def render_status(doc: Mapping[str, Any], style: Style) -> str:
     rows = []
     for row in doc["remotes"]:
         ready = style.ok(row["ready"]) if row["ready"] == "True" else style.bad(row["ready"])

@@ -10,7 +10,7 @@ Event, which ``explain`` shows beside this.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload import resources
@@ -23,19 +23,19 @@ UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoS
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def _mapping(value: object) -> Mapping:
+def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _spec(obj: Mapping) -> Mapping:
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(obj.get("spec"))
 
 
-def _labels(node: Mapping) -> Mapping[str, str]:
+def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
     return _mapping(_mapping(node.get("metadata")).get("labels"))
 
 
-def tolerates(toleration: Mapping, taint: Mapping) -> bool:
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """``v1.Toleration.ToleratesTaint``: an empty effect or key matches every effect or key;
     ``Exists`` ignores the value, ``Equal`` (the default) compares it."""
     effect = toleration.get("effect") or ""
@@ -52,12 +52,12 @@ def tolerates(toleration: Mapping, taint: Mapping) -> bool:
     return False
 
 
-def describe_taint(taint: Mapping) -> str:
+def describe_taint(taint: Mapping[str, Any]) -> str:
     value = taint.get("value")
     return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
 
 
-def untolerated_taint(pod: Mapping, node: Mapping) -> Mapping | None:
+def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The first NoSchedule/NoExecute taint of ``node`` that ``pod`` does not tolerate."""
     tolerations = [t for t in _spec(pod).get("tolerations") or [] if isinstance(t, Mapping)]
     for taint in _spec(node).get("taints") or []:
@@ -68,7 +68,7 @@ def untolerated_taint(pod: Mapping, node: Mapping) -> Mapping | None:
     return None
 
 
-def taints_allow(pod: Mapping, node: Mapping) -> tuple[bool, str]:
+def taints_allow(pod: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, str]:
     taint = untolerated_taint(pod, node)
     if taint is None:
         return True, ""
@@ -82,7 +82,7 @@ def taints_allow(pod: Mapping, node: Mapping) -> tuple[bool, str]:
     return False, why
 
 
-def unschedulable_allows(pod: Mapping, node: Mapping) -> tuple[bool, str]:
+def unschedulable_allows(pod: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, str]:
     """NodeUnschedulable: a cordoned node takes only pods tolerating its unschedulable taint."""
     if not _spec(node).get("unschedulable"):
         return True, ""
@@ -92,7 +92,7 @@ def unschedulable_allows(pod: Mapping, node: Mapping) -> tuple[bool, str]:
     return False, "node is cordoned (spec.unschedulable)"
 
 
-def required_node_terms(pod: Mapping) -> list[Mapping] | None:
+def required_node_terms(pod: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
     """The pod's required nodeSelectorTerms; None when it requires none."""
     affinity = _mapping(_mapping(_spec(pod).get("affinity")).get("nodeAffinity"))
     required = affinity.get(_REQUIRED)
@@ -101,7 +101,7 @@ def required_node_terms(pod: Mapping) -> list[Mapping] | None:
     return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
 
 
-def affinity_allows(pod: Mapping, node: Mapping) -> tuple[bool, str]:
+def affinity_allows(pod: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, str]:
     """NodeAffinity: every ``nodeSelector`` label, and at least one required term (ORed)."""
     labels = _labels(node)
     for key, value in sorted(_mapping(_spec(pod).get("nodeSelector")).items()):
@@ -115,10 +115,10 @@ def affinity_allows(pod: Mapping, node: Mapping) -> tuple[bool, str]:
     return False, "no required node-affinity term matches the node's labels"
 
 
-def bound_pods_by_node(pods: Iterable[Mapping], *, exclude_uid: str = "") -> dict[str, list[Mapping]]:
+def bound_pods_by_node(pods: Iterable[Mapping[str, Any]], *, exclude_uid: str = "") -> dict[str, list[Mapping[str, Any]]]:
     """Non-terminated pods grouped by ``spec.nodeName`` (the pod being explained left out,
     so a running pod is not counted against its own node)."""
-    grouped: dict[str, list[Mapping]] = {}
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
     for pod in pods:
         bound = _spec(pod).get("nodeName")
         if not bound or resources.pod_is_terminated(pod):
@@ -129,7 +129,7 @@ def bound_pods_by_node(pods: Iterable[Mapping], *, exclude_uid: str = "") -> dic
     return grouped
 
 
-def resources_fit(requests: Mapping[str, int], node: Mapping, bound: Iterable[Mapping]) -> tuple[bool, str]:
+def resources_fit(requests: Mapping[str, int], node: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> tuple[bool, str]:
     """NodeResourcesFit: ``requests`` (``resources.pod_requests``) within the node's
     allocatable minus the requests of the pods bound to it. Raises ``QuantityError``."""
     free = resources.free_resources(resources.node_allocatable(node), bound)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
@@ -44,25 +44,25 @@ class RemoteFacts:
     """Everything ``status`` reads about one remote cluster."""
 
     cluster_id: str
-    node: Mapping | None = None
-    lease: Mapping | None = None
-    pods: Sequence[Mapping] = ()  # local pods bound to the virtual node
-    reflection_warnings: Sequence[Mapping] = ()  # local Warning Events of its vkubelet's reflection
+    node: Mapping[str, Any] | None = None
+    lease: Mapping[str, Any] | None = None
+    pods: Sequence[Mapping[str, Any]] = ()  # local pods bound to the virtual node
+    reflection_warnings: Sequence[Mapping[str, Any]] = ()  # local Warning Events of its vkubelet's reflection
     kubeconfig_source: str = ""
     remote_state: str = ""  # REMOTE_REACHABLE | REMOTE_UNREACHABLE | REMOTE_UNREAD
     remote_error: str = ""  # why it is unreachable or unread
     ping_seconds: float | None = None  # how long the provider's /version took from here
-    consumer: Mapping | None = None
+    consumer: Mapping[str, Any] | None = None
     consumer_error: str = ""
-    twin_requests: Sequence[Mapping] | None = None
+    twin_requests: Sequence[Mapping[str, Any]] | None = None
     twin_error: str = ""
     reflected: Mapping[str, int] | None = None  # kind -> objects our reflectors wrote
     reflected_error: str = ""
     # Resource slices (docs/slices.md): our OffloadSlices on the provider, and the local
     # virtual node of each slice by slice name.
-    slices: Sequence[Mapping] = ()
+    slices: Sequence[Mapping[str, Any]] = ()
     slice_error: str = ""
-    slice_nodes: Mapping[str, Mapping] = field(default_factory=dict)
+    slice_nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class RemoteStatus:
     quota_mode: str  # the Consumer's spec.policy.quotaMode (requests|limits|both|hard); "" unread
     cordoned: bool | None
     pods: dict[str, int]  # phase -> count of local pods on the virtual node
-    twins: list[dict]  # {name, localNamespace, phase, message}
+    twins: list[dict[str, Any]]  # {name, localNamespace, phase, message}
     reflected: dict[str, int] | None  # kind -> objects written by the reflectors; None: not read
     reflection_errors: int  # recent
     reflection_errors_source: str = REFLECTION_ERRORS_SOURCE
@@ -112,7 +112,7 @@ class RemoteStatus:
     warnings: list[str] = field(default_factory=list)
     # Resource slices (docs/slices.md), by name: {name, node, ready, pool, phase, asked,
     # accepted, advertised, message}.
-    slices: list[dict] = field(default_factory=list)
+    slices: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -122,7 +122,7 @@ class StatusReport:
     healthy: bool
     notes: list[str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return camel_keys(asdict(self))
 
 
@@ -132,7 +132,7 @@ def _age(now: datetime, text: object) -> float | None:
     return None if moment is None else round(max(0.0, (now - moment).total_seconds()), 1)
 
 
-def _condition(node: Mapping | None, kind: str) -> Mapping:
+def _condition(node: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any]:
     for condition in ((node or {}).get("status") or {}).get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == kind:
             return condition
@@ -160,7 +160,7 @@ def _format(amounts: Mapping[str, int]) -> dict[str, str]:
     return resources.format_resource_list({k: v for k, v in amounts.items()})
 
 
-def _advertised(node: Mapping | None) -> dict[str, str]:
+def _advertised(node: Mapping[str, Any] | None) -> dict[str, str]:
     try:
         return _format(resources.node_allocatable(node or {}))
     except QuantityError:
@@ -184,7 +184,7 @@ def _remote_free(facts: RemoteFacts, warnings: list[str]) -> tuple[dict[str, str
     return {}, ""
 
 
-def _quota(consumer: Mapping | None) -> tuple[dict[str, dict[str, str]], bool | None, str]:
+def _quota(consumer: Mapping[str, Any] | None) -> tuple[dict[str, dict[str, str]], bool | None, str]:
     """(resource -> {used, limit}, cordoned, quota mode) of the provider's Consumer. The
     limits are spec.quota as the ShadowPod webhook reads it under spec.policy.quotaMode
     (a plain ``cpu`` under ``both`` or ``hard`` bounds ``cpu`` and ``limits.cpu``), so each
@@ -211,7 +211,7 @@ def _quota(consumer: Mapping | None) -> tuple[dict[str, dict[str, str]], bool | 
     return quota, cordoned, mode
 
 
-def _pods_by_phase(pods: Sequence[Mapping]) -> dict[str, int]:
+def _pods_by_phase(pods: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for pod in pods:
         phase = str((pod.get("status") or {}).get("phase") or "Unknown")
@@ -219,7 +219,7 @@ def _pods_by_phase(pods: Sequence[Mapping]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _twins(requests: Sequence[Mapping] | None) -> list[dict]:
+def _twins(requests: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     return [
         {
             "name": str((r.get("metadata") or {}).get("name") or ""),
@@ -238,7 +238,7 @@ def _amounts(raw: object) -> dict[str, str]:
         return {}
 
 
-def _slices(facts: RemoteFacts, problems: list[str], warnings: list[str]) -> list[dict]:
+def _slices(facts: RemoteFacts, problems: list[str], warnings: list[str]) -> list[dict[str, Any]]:
     """One row per slice, from our OffloadSlice (what was asked, what the provider
     answered) and its virtual node (what it offers). A slice the provider refused or cut
     is a warning (the peering works; that slice does not, or less); a slice's node missing
@@ -272,7 +272,7 @@ def _slices(facts: RemoteFacts, problems: list[str], warnings: list[str]) -> lis
     return rows
 
 
-def _recent(events: Sequence[Mapping], now: datetime) -> list[Mapping]:
+def _recent(events: Sequence[Mapping[str, Any]], now: datetime) -> list[Mapping[str, Any]]:
     recent = []
     for event in events:
         age = _age(now, event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))

@@ -7,6 +7,7 @@ Only settings and wiring live here; see vkubelet/runner.py for what runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import dataclasses
 import logging
 import sys
@@ -23,7 +24,8 @@ from vkubelet.kubeletapi.limits import add_limit_flags, limits_from_args
 from kube_offload.slice_requests import SliceError, SliceRequest, parse_slice
 from vkubelet.reflection.flags import add_reflection_flags, reflection_settings_from_args
 from vkubelet.reflection.settings import slice_reflection
-from vkubelet.settings import Settings, SettingsError, parse_node_labels
+from vkubelet.settings import Settings, parse_node_labels
+from vkubelet.shared.settings_error import SettingsError
 from vkubelet.storage.settings import add_storage_flags, storage_settings_from_args
 from vkubelet.home_api.settings import add_home_api_flags, home_api_settings_from_args
 
@@ -32,7 +34,7 @@ COMPONENT = "vkubelet"
 log = logging.getLogger("kube_offload.vkubelet")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "vkubelet",
         help="run the virtual kubelet of one remote cluster (runs in the local cluster)",
@@ -43,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "See docs/virtual-kubelet.md."
         ),
     )
-    flag = lambda name, **kw: add_flag(parser, COMPONENT, name, **kw)  # noqa: E731
+    flag = functools.partial(add_flag, parser, COMPONENT)
     flag("--local-kubeconfig", default=None,
          help="kubeconfig of the local cluster; unset: in-cluster config, then ~/.kube/config")
     flag("--remote-kubeconfig", default=None, help="kubeconfig of the remote cluster (required)")

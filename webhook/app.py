@@ -17,24 +17,29 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import orjson
-from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
-from wsgiref.types import StartResponse, WSGIEnvironment
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from wsgiref.types import WSGIEnvironment
 
-from kube_offload.runtime.body_limit import (
-    OverParseBudget,
-    ParseBudget,
-    ParseBudgetBusy,
-    body_length,
-    read_body,
-    too_large_message,
-)
+from kube_offload.runtime.body_limit import ParseBudget, body_length, read_body, too_large_message
 from kube_offload.runtime.http_metrics import NAMESPACE, HttpMetrics, exposition, state_gauge
 from kube_offload.runtime.probes import Check
 from kube_offload.runtime.workers import FunctionGauge, WorkerGroup
-from kube_offload.runtime.wsgi import Handler, Reply, Routes, probe_routes, send
+from kube_offload.runtime.wsgi import (
+    BAD_REQUEST,
+    ERROR,
+    UNAVAILABLE,
+    Handler,
+    Reply,
+    Routes,
+    WsgiApp,
+    http_error,
+    probe_routes,
+    within_parse_budget,
+)
+from kube_offload.runtime import wsgi
 from kube_offload.admission import (
     AdmissionRequest,
     BadRequest,
@@ -49,11 +54,7 @@ from webhook.settings import WebhookSettings
 
 log = logging.getLogger("webhook.app")
 
-BAD_REQUEST = "bad_request"
-UNAVAILABLE = "unavailable"
-ERROR = "error"
-
-
+COMPONENT = "webhook"
 JSON = "application/json"
 
 
@@ -62,48 +63,23 @@ def _json(status: int, body: Any) -> Reply:
 
 
 def _status(code: int, reason: str, message: str) -> Reply:
+    """The webhook's error answer: a metav1.Status, as the apiserver reads one."""
     return _json(code, error_status(code, reason, message))
 
 
-def _http_error(exc: HTTPException) -> Reply:
-    """A werkzeug HTTP error as a Status body (the 400 of a bad Content-Length, 404, 405)."""
-    code = exc.code or 500
-    return _status(code, exc.name.replace(" ", ""), exc.description or exc.name)
-
-
-NOT_FOUND = _http_error(NotFound())
 INTERNAL_ERROR = _status(500, "InternalError", "the webhook failed unexpectedly; see its log")
 
 
 def dispatch(routes: Routes, environ: WSGIEnvironment) -> Reply:
-    """The answer of the route for the request's path and method: 404 for a path not
-    routed, 405 (with ``Allow``) for a method the path does not take."""
-    methods = routes.get(environ.get("PATH_INFO", ""))
-    if methods is None:
-        return NOT_FOUND
-    handler = methods.get(environ.get("REQUEST_METHOD", ""))
-    if handler is None:
-        refused = _http_error(MethodNotAllowed())
-        return Reply(refused.status, refused.body, refused.content_type, (("Allow", ", ".join(sorted(methods))),))
-    return handler(environ)
+    """The answer of the route for the request's path and method (404, 405 as Status)."""
+    return wsgi.dispatch(routes, environ, _status)
 
 
-class WebhookApp:
-    """The WSGI callable of one worker process: its routes, and its metrics and parse
-    budget (which tests and benchmarks look at)."""
+class WebhookApp(WsgiApp[HttpMetrics]):
+    """The webhook's WSGI app (one per worker process): its errors are Status bodies."""
 
     def __init__(self, routes: Routes, *, metrics: HttpMetrics, parse_budget: ParseBudget) -> None:
-        self.routes = routes
-        self.metrics = metrics
-        self.parse_budget = parse_budget
-
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        try:
-            reply = dispatch(self.routes, environ)
-        except Exception:  # the admission routes catch their own; this is for the rest
-            log.exception("%s %s: unexpected failure", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
-            reply = INTERNAL_ERROR
-        return send(start_response, reply)
+        super().__init__(routes, component=COMPONENT, error=_status, metrics=metrics, parse_budget=parse_budget)
 
 
 SYNCED_DOC = "1 once the namespace cache has synced (in every worker: the webhook is ready), else 0."
@@ -114,10 +90,10 @@ def create_app(
 ) -> WebhookApp:
     """The app of one process; with ``workers`` (the server's worker group) readiness and
     metrics are those of every worker of the server together."""
-    metrics = HttpMetrics.create("webhook")
+    metrics = HttpMetrics.create(COMPONENT)
     # One per worker process: create_app runs in each worker after the fork.
     budget = ParseBudget(
-        component="webhook",
+        component=COMPONENT,
         capacity=settings.parse_memory_budget,
         max_body=settings.max_body_bytes,
         wait_seconds=settings.parse_budget_wait_seconds,
@@ -148,14 +124,12 @@ def create_app(
 
     def too_large(content_length: int | None) -> Reply:
         return _status(
-            413, "RequestEntityTooLarge", too_large_message("webhook", settings.max_body_bytes, content_length)
+            413, "RequestEntityTooLarge", too_large_message(COMPONENT, settings.max_body_bytes, content_length)
         )
 
-    def answer(
-        environ: WSGIEnvironment, endpoint: str, decide: Callable[[AdmissionRequest], Decision]
-    ) -> tuple[str, Reply]:
+    def answer(environ: WSGIEnvironment, endpoint: str, decide: Callable[[AdmissionRequest], Decision]) -> tuple[str, Reply]:
         # Everything parsed from the body lives in this frame, so it is freed when this
-        # returns: before admit() gives the reservation back and another request parses.
+        # returns: before the parse budget's reservation is given back.
         try:
             review = parse_review(read_body(environ, settings.max_body_bytes))
             decision = decide(review)
@@ -175,30 +149,11 @@ def create_app(
         started = time.perf_counter()
         outcome = ERROR
         try:
-            try:
-                length = body_length(environ)
-            except HTTPException as exc:  # a Content-Length that is not a number of bytes
-                outcome = BAD_REQUEST
-                return _http_error(exc)
-            try:
-                with budget.reserve(length):
-                    outcome, reply = answer(environ, endpoint, decide)
-                return reply
-            except RequestEntityTooLarge:  # over --max-body-bytes, announced or while reading
-                outcome = BAD_REQUEST
-                return too_large(length)
-            except OverParseBudget as exc:
-                outcome = BAD_REQUEST
-                return _status(413, "RequestEntityTooLarge", str(exc))
-            except ParseBudgetBusy as exc:
-                outcome = UNAVAILABLE
-                log.warning("%s: %s", endpoint, exc)
-                busy = _status(503, "ServiceUnavailable", str(exc))
-                return Reply(busy.status, busy.body, busy.content_type, (("Retry-After", "1"),))
-            except Exception:
-                outcome = ERROR
-                log.exception("%s: unexpected failure", endpoint)
-                return INTERNAL_ERROR
+            outcome, reply = within_parse_budget(
+                environ, budget=budget, component=COMPONENT, endpoint=endpoint, max_body=settings.max_body_bytes,
+                error=_status, answer=lambda: answer(environ, endpoint, decide), failed=INTERNAL_ERROR,
+            )
+            return reply
         finally:
             metrics.observe(endpoint, outcome, time.perf_counter() - started)
 
@@ -232,7 +187,7 @@ def create_app(
             except RequestEntityTooLarge:
                 return too_large(body_length(environ))
             except HTTPException as exc:
-                return _http_error(exc)
+                return http_error(_status, exc)
             finally:
                 metrics.observe("echo", "echoed", time.perf_counter() - started)
 

@@ -38,7 +38,7 @@ class NamespaceSource(Protocol):
         """True once policies can be answered (cache synced)."""
 
 
-def _answer(entry: Any) -> NamespacePolicy:
+def _answer(entry: NamespacePolicy | PolicyError) -> NamespacePolicy:
     if isinstance(entry, PolicyError):
         raise entry
     return entry
@@ -47,7 +47,7 @@ def _answer(entry: Any) -> NamespacePolicy:
 class StaticNamespaceSource:
     """Fixed namespaces (API-shaped dicts) held in memory; always ready."""
 
-    def __init__(self, namespaces: Iterable[dict] = ()) -> None:
+    def __init__(self, namespaces: Iterable[dict[str, Any]] = ()) -> None:
         self._entries = {namespace_name(ns): evaluate(ns) for ns in namespaces}
 
     def get_policy(self, name: str) -> NamespacePolicy | None:
@@ -97,7 +97,7 @@ class InformerNamespaceSource:
         # DELETED event and resurrect a namespace.
         return None if namespace is None else _answer(evaluate(namespace))
 
-    def _fetch(self, name: str) -> dict | None:
+    def _fetch(self, name: str) -> dict[str, Any] | None:
         from kube_offload.runtime.kinds import NAMESPACES
         from kube_offload.runtime.kube import NO_RETRY, ApiError
 

@@ -6,6 +6,8 @@ Two ways to reach the webhook (:class:`~kube_offload.webhook_target.WebhookTarge
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from kube_offload import constants as c
@@ -56,7 +58,7 @@ def mutating_configuration(
     *,
     failure_policy: str = DEFAULT_POD_FAILURE_POLICY,
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
-) -> dict:
+) -> dict[str, Any]:
     """Pod CREATE in namespaces labelled ``kube-offload.io/enabled=true``, and in every
     other namespace but kube-system for pods that opt in with the kube-offload RuntimeClass."""
     check_options(failure_policy, timeout_seconds)
@@ -119,7 +121,7 @@ def validating_configuration(
     *,
     failure_policy: str = DEFAULT_NAMESPACE_FAILURE_POLICY,
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
-) -> dict:
+) -> dict[str, Any]:
     """Namespace CREATE/UPDATE everywhere but kube-system."""
     check_options(failure_policy, timeout_seconds)
     return {

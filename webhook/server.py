@@ -25,16 +25,16 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import ssl
 import threading
 from typing import Any, Callable
 
-from kube_offload.runtime.serving import GunicornServer
+from kube_offload.runtime.serving import GunicornServer, check_tls_files
 from kube_offload.runtime.workers import WorkerGroup
 
 from webhook.app import create_app
 from webhook.namespace_cache import NamespaceSource
-from webhook.settings import ServerSettings, WebhookSettings
+from kube_offload.runtime.serving import ServerSettings
+from webhook.settings import WebhookSettings
 
 log = logging.getLogger("webhook.server")
 
@@ -54,12 +54,7 @@ class WebhookServer(GunicornServer):
         self._source: Any = None
         self._workers = workers
         self._stopping = threading.Event()
-        super().__init__(
-            server,
-            proc_name="kube-offload-webhook",
-            worker_class=server.worker_class,
-            max_body_bytes=app_settings.max_body_bytes,
-        )
+        super().__init__(server, proc_name="kube-offload-webhook", max_body_bytes=app_settings.max_body_bytes)
 
     def load(self) -> Any:
         # Before the app creates its metrics: they must write to the shared directory.
@@ -91,28 +86,10 @@ class WebhookServer(GunicornServer):
         self._workers.close()
 
 
-def check_tls_files(server: ServerSettings) -> None:
-    """Fail in the arbiter with a clear message rather than in every worker at boot."""
-    for flag, path in (("--tls-cert", server.tls_cert), ("--tls-key", server.tls_key)):
-        if not path:
-            raise SystemExit(f"kube-offload webhook: {flag} is required (a PEM file)")
-        if not os.path.isfile(path):
-            raise SystemExit(f"kube-offload webhook: {flag} {path!r} does not exist")
-    try:
-        # gunicorn only loads the pair when a client connects; a bad pair would then fail
-        # every handshake while the process looks healthy.
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(server.tls_cert, server.tls_key)
-    except (ssl.SSLError, OSError) as exc:
-        raise SystemExit(
-            f"kube-offload webhook: --tls-cert {server.tls_cert!r} and --tls-key {server.tls_key!r} "
-            f"are not a usable PEM certificate and key: {exc}"
-        ) from None
-
-
 def serve(server: ServerSettings, app_settings: WebhookSettings, source_factory: SourceFactory) -> None:
     """Run until SIGTERM/SIGINT. ``source_factory`` is called in the worker process; it
     must be picklable when this runs in a spawned process (a function or partial)."""
-    check_tls_files(server)
+    check_tls_files(server, "webhook", required=True)
     workers = WorkerGroup.create(server.workers, component="webhook")
     log.info("%d workers; shared metrics and readiness in %s", server.workers, workers.directory)
     try:

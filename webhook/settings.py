@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kube_offload.runtime import serving
 from kube_offload.runtime.body_limit import APISERVER_MAX_REQUEST_BODY_BYTES, MIB, worker_parse_budget
 
 DEFAULT_BIND = "0.0.0.0:8443"
 # Several processes (one is one core at most), each one event loop: see webhook/server.py.
 DEFAULT_WORKERS = 2
 # kube_offload/runtime/serving.py WORKER_CLASSES: "asyncio" or "gthread" (then with threads).
-DEFAULT_WORKER_CLASS = "asyncio"
+DEFAULT_WORKER_CLASS = serving.DEFAULT_WORKER_CLASS
 DEFAULT_THREADS = 8
 # Largest request body read (413 above): the apiserver's own request limit, so every Pod
 # it accepts can be admitted. Memory is bounded by the parse budget below, not by this.
@@ -58,18 +59,26 @@ class WebhookSettings:
 
 
 @dataclass(frozen=True)
-class ServerSettings:
-    """How gunicorn serves the app."""
+class ServerSettings(serving.ServerSettings):
+    """How gunicorn serves the app: the runtime's settings with the webhook's defaults
+    (HTTPS only: kube_offload/runtime/serving.py check_tls_files requires the pair)."""
 
-    tls_cert: str
-    tls_key: str
     bind: str = DEFAULT_BIND
     workers: int = DEFAULT_WORKERS
-    threads: int = DEFAULT_THREADS  # gthread only
-    worker_class: str = DEFAULT_WORKER_CLASS
-    log_level: str = "INFO"
-    # The apiserver keeps connections to webhooks alive and reuses them; closing idle ones
-    # quickly only costs it new TLS handshakes.
-    keepalive_seconds: int = 30
-    # On SIGTERM, finish in-flight admissions but do not outlive a pod's grace period.
-    graceful_timeout_seconds: int = 10
+
+
+SERVING_FLAGS = serving.ServingFlags(
+    component="webhook",
+    defaults=ServerSettings(),
+    max_body_bytes=DEFAULT_MAX_BODY_BYTES,
+    parse_memory_budget=DEFAULT_PARSE_MEMORY_BUDGET,
+    baseline_bytes=BASELINE_BYTES,
+    parse_budget_wait_seconds=DEFAULT_PARSE_BUDGET_WAIT_SECONDS,
+    doc="docs/webhook.md",
+    tls_required=True,
+    workers_help="gunicorn worker processes (each uses one core at most); each watches namespaces "
+                 "for its own cache, while /readyz and /metrics speak for all of them",
+    max_body_help="largest AdmissionReview accepted, in bytes or with Ki/Mi (413 above); the default is "
+                  "kube-apiserver's own request limit, so every Pod it accepts can be admitted "
+                  "(docs/webhook.md, 'Request size')",
+)

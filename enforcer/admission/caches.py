@@ -111,23 +111,23 @@ class ProviderCaches:
         return all(informer.has_synced() for informer in self.informers())
 
     # --- reads, with one live GET on a miss -------------------------------------------------
-    def namespace(self, name: str) -> dict | None:
+    def namespace(self, name: str) -> dict[str, Any] | None:
         return self.namespaces.get(name) or self._live(NAMESPACES, None, name)
 
-    def consumer(self, name: str) -> dict | None:
+    def consumer(self, name: str) -> dict[str, Any] | None:
         return self.consumers.get(name) or self._live(CONSUMERS, None, name)
 
-    def offload_slice(self, namespace: str, name: str) -> dict | None:
+    def offload_slice(self, namespace: str, name: str) -> dict[str, Any] | None:
         cached = self.slices.get(f"{namespace}/{name}") if self.slices is not None else None
         return cached or self._live(OFFLOAD_SLICES, namespace, name)
 
-    def service_account(self, namespace: str, name: str) -> dict | None:
+    def service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.service_accounts.get(f"{namespace}/{name}") or self._live(SERVICE_ACCOUNTS, namespace, name)
 
-    def in_namespace(self, informer: Informer | None, namespace: str) -> list[dict]:
+    def in_namespace(self, informer: Informer | None, namespace: str) -> list[dict[str, Any]]:
         return informer.by_index(NAMESPACE_INDEX, namespace) if informer is not None else []
 
-    def _live(self, resource: Resource, namespace: str | None, name: str) -> dict | None:
+    def _live(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
             return self._kube.get(resource, name, namespace=namespace)
         except ApiError as exc:
@@ -136,16 +136,16 @@ class ProviderCaches:
             return None
 
 
-def _metadata_only(obj: dict) -> dict:
+def _metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = obj.get("metadata") or {}
     keep = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp")
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {k: meta[k] for k in keep if k in meta}}
 
 
 
-def _namespace_of(obj: dict) -> list[str]:
+def _namespace_of(obj: dict[str, Any]) -> list[str]:
     return [str((obj.get("metadata") or {}).get("namespace") or "")]
 
 
-def _quota_hard(obj: dict) -> dict:
+def _quota_hard(obj: dict[str, Any]) -> dict[str, Any]:
     return {**_metadata_only(obj), "spec": {"hard": dict(((obj.get("spec") or {}).get("hard") or {}))}}

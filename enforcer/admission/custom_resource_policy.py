@@ -16,7 +16,7 @@ the twin namespace and the Consumer, all given: no I/O.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload import provider_policy as pp
 from kube_offload.admission import AdmissionRequest, Decision
@@ -32,7 +32,7 @@ def _forbidden(message: str) -> Decision:
     return Decision.deny(403, "Forbidden", message)
 
 
-def decide(request: AdmissionRequest, *, namespace: Mapping | None, consumer: Mapping | None) -> Decision:
+def decide(request: AdmissionRequest, *, namespace: Mapping[str, Any] | None, consumer: Mapping[str, Any] | None) -> Decision:
     """Allow or refuse (403, naming the kind or field and the policy key) one CREATE or
     UPDATE of a custom resource object in ``namespace`` (the request's namespace as the
     enforcer's cache has it) by the consumer that owns it (``consumer``: its Consumer)."""

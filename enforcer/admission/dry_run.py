@@ -44,7 +44,7 @@ DRY_RUN_TIMEOUT: tuple[float, float] = (2.0, 6.0)
 _RBAC_PODS = re.compile(r'cannot (?:create|get|patch) resource "pods"')
 
 
-def pod_for(shadowpod: Mapping[str, Any], pool: Pool | None = None) -> dict:
+def pod_for(shadowpod: Mapping[str, Any], pool: Pool | None = None) -> dict[str, Any]:
     """The Pod the enforcer would create for ``shadowpod`` (:func:`build_pod`; ``pool``:
     its resource slice's pool, whose patch the pod gets), built from an admission's
     object. The apiserver has set name and UID before it calls a validating webhook; the
@@ -63,18 +63,18 @@ def _kube(api_client: client.ApiClient) -> Kube:
     return Kube(api_client, timeout=DRY_RUN_TIMEOUT, retry=NO_RETRY)
 
 
-def dry_run_create(api_client: client.ApiClient, namespace: str, pod: dict) -> None:
+def dry_run_create(api_client: client.ApiClient, namespace: str, pod: dict[str, Any]) -> None:
     """Raises :class:`ApiError` when the API server would not create ``pod``."""
     _kube(api_client).create(PODS, pod, namespace=namespace, dry_run=True)
 
 
-def dry_run_patch(api_client: client.ApiClient, namespace: str, name: str, patch: dict) -> None:
+def dry_run_patch(api_client: client.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> None:
     """Raises :class:`ApiError` when the API server would not apply ``patch`` (a
     strategic merge patch) to the running pod."""
     _kube(api_client).patch(PODS, name, patch, namespace=namespace, content_type=STRATEGIC_MERGE_PATCH, dry_run=True)
 
 
-def get_pod(api_client: client.ApiClient, namespace: str, name: str) -> dict | None:
+def get_pod(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     return _kube(api_client).get_or_none(PODS, name, namespace=namespace)
 
 
@@ -125,7 +125,7 @@ def create_verdict(
     api_client: client.ApiClient,
     namespace: str,
     shadowpod: Mapping[str, Any],
-    pod: dict,
+    pod: dict[str, Any],
     verdicts: Verdicts | None,
     *,
     fresh: bool = False,

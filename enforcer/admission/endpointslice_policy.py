@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from enforcer.consumers.quota import twin_owner
 from kube_offload.consumers import service_account_username
@@ -102,7 +102,7 @@ def check_address(
     )
 
 
-def slice_addresses(endpoint_slice: Mapping) -> list[str]:
+def slice_addresses(endpoint_slice: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for endpoint in endpoint_slice.get("endpoints") or []:
         if isinstance(endpoint, Mapping):
@@ -113,8 +113,8 @@ def slice_addresses(endpoint_slice: Mapping) -> list[str]:
 def decide(
     request: AdmissionRequest,
     *,
-    namespace: Mapping | None,
-    consumer: Mapping | None,
+    namespace: Mapping[str, Any] | None,
+    consumer: Mapping[str, Any] | None,
     provider: ProviderAddresses,
     pod_at: PodAt,
 ) -> Decision:
@@ -168,7 +168,7 @@ def _refusals(
 
 
 # --- the facts, from the objects the webhook caches ---------------------------------------
-def node_addresses(nodes: Iterable[Mapping]) -> dict[str, str]:
+def node_addresses(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """address -> node name, over every address type a node reports."""
     out: dict[str, str] = {}
     for node in nodes:
@@ -180,7 +180,7 @@ def node_addresses(nodes: Iterable[Mapping]) -> dict[str, str]:
     return out
 
 
-def service_cidrs(objects: Iterable[Mapping]) -> tuple[Network, ...]:
+def service_cidrs(objects: Iterable[Mapping[str, Any]]) -> tuple[Network, ...]:
     """The ranges of the cluster's ServiceCIDR objects (networking.k8s.io/v1)."""
     out: list[Network] = []
     for obj in objects:
@@ -192,12 +192,12 @@ def service_cidrs(objects: Iterable[Mapping]) -> tuple[Network, ...]:
     return tuple(out)
 
 
-def api_server_addresses(endpoint_slices: Iterable[Mapping]) -> frozenset[str]:
+def api_server_addresses(endpoint_slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """The addresses of Service default/kubernetes: the API servers themselves."""
     return frozenset(_canonical(a) for s in endpoint_slices for a in slice_addresses(s))
 
 
-def pod_ip_keys(pod: Mapping) -> list[str]:
+def pod_ip_keys(pod: Mapping[str, Any]) -> list[str]:
     """Index function for the managed-pods informer: ``<namespace>/<ip>`` of each pod IP."""
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
     status = pod.get("status") or {}

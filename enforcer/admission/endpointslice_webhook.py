@@ -18,6 +18,7 @@ from kubernetes import client
 
 from enforcer.admission import endpointslice_policy as policy
 from enforcer.admission.caches import LIVE_GET_TIMEOUT, ProviderCaches
+from enforcer.consumers.quota import twin_owner
 from kube_offload import constants as c
 from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.runtime.informer import Informer
@@ -32,7 +33,7 @@ API_SERVER_SERVICE = "kubernetes"
 
 
 class PodCache(Protocol):
-    def by_index(self, name: str, value: str) -> list[dict]: ...
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]: ...
 
     def add_indexer(self, name: str, func: Any) -> None: ...
 
@@ -40,7 +41,7 @@ class PodCache(Protocol):
 
 
 class ListCache(Protocol):
-    def list(self) -> list[dict]: ...
+    def list(self) -> list[dict[str, Any]]: ...
 
     def has_synced(self) -> bool: ...
 
@@ -94,7 +95,7 @@ class EndpointSliceValidator:
         if not self.ready():
             return Decision.deny(503, "ServiceUnavailable", "could not verify the EndpointSlice: the enforcer's caches are not synced yet; retry later")
         namespace = self._caches.namespace(request.namespace) if request.namespace else None
-        owner = policy.twin_owner(namespace)
+        owner = twin_owner(namespace)
         consumer = self._caches.consumer(owner) if owner else None
         return policy.decide(request, namespace=namespace, consumer=consumer, provider=self.provider_addresses(), pod_at=self.pod_at)
 
@@ -139,12 +140,12 @@ def for_cluster(api_client: client.ApiClient, *, caches: ProviderCaches, pods: P
     return validator, owned
 
 
-def _spec_only(obj: dict) -> dict:
+def _spec_only(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {k: v for k, v in (obj.get("metadata") or {}).items() if k in ("name", "resourceVersion", "uid")},
             "spec": obj.get("spec") or {}}
 
 
-def _addresses_only(obj: dict) -> dict:
+def _addresses_only(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion", "uid") if k in meta},
             "endpoints": [{"addresses": e.get("addresses") or []} for e in obj.get("endpoints") or []]}

@@ -22,14 +22,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kube_offload.runtime.informer import DELETED
 from kube_offload.resources import ResourceList
 
 DEFAULT_TTL_SECONDS = 60.0
 
-CacheLookup = Callable[[str], "Mapping | None"]
+CacheLookup = Callable[[str], "Mapping[str, Any] | None"]
 """``namespace/name`` -> the informer's cached ShadowPod, or None."""
 
 
@@ -97,7 +97,7 @@ class Ledger:
             )
             return token
 
-    def on_event(self, event: str, old: Mapping | None, new: Mapping) -> None:
+    def on_event(self, event: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
         """Informer handler: settle the entries this ShadowPod event answers."""
         meta = new.get("metadata") or {}
         uid = meta.get("uid")
@@ -135,7 +135,7 @@ class Ledger:
         return meta.get("uid") == entry.uid and _generation(meta) >= entry.generation
 
 
-def _generation(meta: Mapping) -> int:
+def _generation(meta: Mapping[str, Any]) -> int:
     try:
         return int(meta.get("generation") or 0)
     except (TypeError, ValueError):

@@ -56,7 +56,7 @@ def _grant(key: str) -> str:
     return f"the provider grants it with Consumer {pp.POLICY}.{key}"
 
 
-def policy_problems(spec: Mapping, metadata: Mapping, policy: ProviderPolicy, consumer_id: str, namespace: str) -> list[str]:
+def policy_problems(spec: Mapping[str, Any], metadata: Mapping[str, Any], policy: ProviderPolicy, consumer_id: str, namespace: str) -> list[str]:
     """Every way the pod template (``spec``, ``metadata``) goes beyond ``policy``."""
     who = f'consumer "{consumer_id}"'
     problems: list[str] = []
@@ -70,7 +70,7 @@ def policy_problems(spec: Mapping, metadata: Mapping, policy: ProviderPolicy, co
 
 
 # --- priority ------------------------------------------------------------------------------------
-def priority_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+def priority_problems(spec: Mapping[str, Any], policy: ProviderPolicy, who: str) -> list[str]:
     name = spec.get("priorityClassName")
     if name in (None, ""):
         return []
@@ -88,7 +88,7 @@ def priority_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list[s
 
 
 # --- tolerations ---------------------------------------------------------------------------------
-def toleration_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+def toleration_problems(spec: Mapping[str, Any], policy: ProviderPolicy, who: str) -> list[str]:
     problems = []
     for index, toleration in _items(spec, "tolerations", POD_SPEC):
         field = f"{POD_SPEC}.tolerations[{index}]"
@@ -114,7 +114,7 @@ def toleration_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list
 
 
 # --- node selection ------------------------------------------------------------------------------
-def node_selection_problems(spec: Mapping, policy: ProviderPolicy, namespace: str) -> list[str]:
+def node_selection_problems(spec: Mapping[str, Any], policy: ProviderPolicy, namespace: str) -> list[str]:
     problems = []
     selector = field_mapping(spec, "nodeSelector", POD_SPEC)
     for key in selector:
@@ -193,7 +193,7 @@ def _reserved_key_problem(field: str, key: str, policy: ProviderPolicy, verb: st
 
 
 # --- volumes -------------------------------------------------------------------------------------
-def volume_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+def volume_problems(spec: Mapping[str, Any], policy: ProviderPolicy, who: str) -> list[str]:
     problems = []
     for index, volume in _items(spec, "volumes", POD_SPEC):
         path = f"{POD_SPEC}.volumes[{index}]"
@@ -238,7 +238,7 @@ def _ephemeral_problems(field: str, name: Any, ephemeral: Any, policy: ProviderP
             f"(granted: {_granted_list(policy.storage.classes)}); {_grant('storage.classes')}"]
 
 
-def _claim_size_problems(field: str, name: Any, claim: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+def _claim_size_problems(field: str, name: Any, claim: Mapping[str, Any], policy: ProviderPolicy, who: str) -> list[str]:
     """A generic ephemeral volume's claim is made by the provider's own controller, which
     the PVC admission policy does not judge: its size is bounded here, by the same key."""
     size_field = f"{field}.volumeClaimTemplate.spec.resources.requests.storage"
@@ -279,7 +279,7 @@ def _granted_list(items: tuple[str, ...]) -> str:
 
 
 # --- runtime class -------------------------------------------------------------------------------
-def runtime_class_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+def runtime_class_problems(spec: Mapping[str, Any], policy: ProviderPolicy, who: str) -> list[str]:
     name = spec.get("runtimeClassName")
     if name in (None, ""):
         return []
@@ -292,7 +292,7 @@ def runtime_class_problems(spec: Mapping, policy: ProviderPolicy, who: str) -> l
 
 
 # --- labels and annotations ----------------------------------------------------------------------
-def metadata_problems(metadata: Mapping, policy: ProviderPolicy, who: str) -> list[str]:
+def metadata_problems(metadata: Mapping[str, Any], policy: ProviderPolicy, who: str) -> list[str]:
     denied = (*pp.ALWAYS_DENIED_METADATA_PREFIXES, *policy.pods.denied_metadata_prefixes)
     problems = []
     for kind in ("labels", "annotations"):
@@ -311,7 +311,7 @@ def metadata_problems(metadata: Mapping, policy: ProviderPolicy, who: str) -> li
 
 
 # --- reading the template ------------------------------------------------------------------------
-def field_mapping(parent: Mapping, key: str, path: str) -> Mapping:
+def field_mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
     """``parent[key]`` as an object ({} when absent), or Invalid naming ``path.key``
     (shared with enforcer.admission.validation, which reads the same template)."""
     value = parent.get(key)
@@ -322,7 +322,7 @@ def field_mapping(parent: Mapping, key: str, path: str) -> Mapping:
     return value
 
 
-def _items(parent: Mapping, key: str, path: str) -> Iterator[tuple[int, Mapping]]:
+def _items(parent: Mapping[str, Any], key: str, path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
     value = parent.get(key)
     if value is None:
         return

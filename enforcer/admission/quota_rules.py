@@ -23,9 +23,10 @@ Each problem is one line naming the field, why, and what to do.
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
-from enforcer.consumers.quota import limit_problems, live_shadowpod, pod_charges, twin_owner
+from enforcer.consumers.quota import live_shadowpod, twin_owner
+from kube_offload.consumer_quota import limit_problems, pod_charges
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
 from kube_offload.provider_policy import QUOTA_MODE_HARD
@@ -37,6 +38,7 @@ from kube_offload.resources import (
     resource_sort_key,
     uses_binary_format,
 )
+from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
 CONTAINER_LISTS = ("initContainers", "containers")
@@ -52,7 +54,7 @@ def added_finalizers(request: AdmissionRequest) -> list[str]:
     return new
 
 
-def finalizer_problem(request: AdmissionRequest, *, namespace: Mapping | None, consumer: Mapping | None) -> str:
+def finalizer_problem(request: AdmissionRequest, *, namespace: Mapping[str, Any] | None, consumer: Mapping[str, Any] | None) -> str:
     """Why the consumer may not add these finalizers, or "" (none added, or added by
     someone else than the consumer whose twin this is: a provider's administrator, or
     Kubernetes itself)."""
@@ -78,7 +80,7 @@ def finalizer_problem(request: AdmissionRequest, *, namespace: Mapping | None, c
     )
 
 
-def _finalizers(obj: Mapping | None) -> list[str]:
+def _finalizers(obj: Mapping[str, Any] | None) -> list[str]:
     value = ((obj or {}).get("metadata") or {}).get("finalizers") or []
     return [str(f) for f in value] if isinstance(value, list) else []
 
@@ -135,13 +137,12 @@ def _lowered_message(field: str, name: str, was: int, now: int | None, kind: str
     )
 
 
-def _pod_spec(shadowpod: Mapping) -> Mapping | None:
-    pod = (shadowpod.get("spec") or {}).get("pod")
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+def _pod_spec(shadowpod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    spec = (pod_template(shadowpod) or {}).get("spec")
     return spec if isinstance(spec, Mapping) else None
 
 
-def _resource_pairs(old: Mapping, new: Mapping) -> Iterator[tuple[str, dict[str, ResourceList], dict[str, ResourceList]]]:
+def _resource_pairs(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, ResourceList], dict[str, ResourceList]]]:
     """(field path of a resources block, old amounts, new amounts) for every container of
     the old template (matched by name; a container gone from the new one has none), the
     pod-level resources, and the overhead (path "")."""
@@ -165,23 +166,21 @@ def _amounts(resources: object) -> dict[str, ResourceList]:
 
 
 def _parse(raw: object) -> ResourceList:
-    return parse_resource_list(raw) if isinstance(raw, Mapping) else {}  # type: ignore[arg-type]
+    return parse_resource_list(raw) if isinstance(raw, Mapping) else {}
 
 
-def _list(value: object) -> list:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
 # --- limits a quota counts ------------------------------------------------------------------------
 def missing_limits(request: AdmissionRequest, quota: Mapping[str, int], consumer_id: str, mode: str = "requests") -> list[str]:
     """One problem per container that sets no limit for a resource whose limit the
-    consumer's quota counts (``quota`` as :func:`enforcer.consumers.quota.quota_limits` gives
+    consumer's quota counts (``quota`` as :func:`kube_offload.consumer_quota.quota_limits` gives
     it), or, under quota mode ``hard``, whose limit is missing or differs from its request
     (:func:`kube_offload.consumer_quota.limit_problems`, which ``kubectl offload explain``
     asks too). [] when the template does not parse (other rules report that)."""
-    pod = (((request.object or {}).get("spec") or {}).get("pod")) or {}
-    if not isinstance(pod, Mapping):
-        return []
+    pod = pod_template(request.object) or {}
     try:
         return limit_problems(pod, quota, mode, consumer_id, field_prefix="spec.pod.")
     except QuantityError:

@@ -32,6 +32,8 @@ waits while the enforcer is down.
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from kube_offload import constants as c
@@ -48,7 +50,7 @@ PROVIDER_ENDPOINTSLICE_WRITERS: tuple[str, ...] = (
 )
 
 
-def endpointslice_match_condition() -> dict:
+def endpointslice_match_condition() -> dict[str, Any]:
     """A consumer is a ServiceAccount (Consumer spec.serviceAccount); users such as
     system:kube-controller-manager and the provider's admins are not judged."""
     writers = ", ".join(f"'{w}'" for w in PROVIDER_ENDPOINTSLICE_WRITERS)
@@ -58,7 +60,7 @@ def endpointslice_match_condition() -> dict:
     }
 
 
-def custom_resource_match_condition() -> dict:
+def custom_resource_match_condition() -> dict[str, Any]:
     """Custom kinds only (a group with a dot that is neither Kubernetes' nor ours: those
     have their own rules, and core/apps/batch... have no dot), written by a
     ServiceAccount (a consumer's identity is one)."""
@@ -73,7 +75,7 @@ def custom_resource_match_condition() -> dict:
 
 
 def tenant_webhook(target: WebhookTarget, name: str, path: str, *, group: str, version: str, resources: list[str],
-                   timeout_seconds: int) -> dict:
+                   timeout_seconds: int) -> dict[str, Any]:
     """A webhook on CREATE of ``resources`` in the consumers' tenant namespaces (label
     kube-offload.io/tenant), by those namespaces' own ServiceAccounts: every other request of
     the cluster (kubelets mounting tokens, controllers, the provider's admins) never waits on
@@ -93,7 +95,7 @@ def tenant_webhook(target: WebhookTarget, name: str, path: str, *, group: str, v
     }
 
 
-def token_match_condition() -> dict:
+def token_match_condition() -> dict[str, Any]:
     """A consumer is a ServiceAccount of its tenant namespace: the provider's admins (who
     mint the consumer's first token with kube-offload peer) are not judged, and never wait
     on the enforcer (the TokenRequest and the tenant-objects webhooks)."""
@@ -103,7 +105,7 @@ def token_match_condition() -> dict:
     }
 
 
-def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict:
+def validating_configuration(target: WebhookTarget, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
     check_options(FAILURE_POLICY, timeout_seconds)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",

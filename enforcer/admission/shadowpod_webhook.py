@@ -11,7 +11,7 @@ after it, and a refusal there gives the reservation back.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, SupportsIndex, SupportsInt
 
 from enforcer.admission import dry_run, slice_rules, validation
 from enforcer.admission.caches import ProviderCaches
@@ -24,11 +24,14 @@ from kube_offload.consumers import service_account_of
 from kube_offload.pools import Pool, PoolError, parse_pools
 from kube_offload.resources import ResourceList, add, subtract
 
+if TYPE_CHECKING:
+    from kubernetes import client
+
 # The ShadowPod informer's index of a resource slice's ShadowPods (by the slice label's value).
 SLICE_INDEX = "slice"
 
 
-def _slice_index(shadowpod: dict) -> list[str]:
+def _slice_index(shadowpod: dict[str, Any]) -> list[str]:
     name = slice_rules.slice_of(shadowpod)
     return [name] if name else []
 
@@ -42,9 +45,9 @@ it stands for; ``probe``: the ShadowPod write is itself a dry run (``kubectl
 
 
 class ShadowPodCache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
-    def list(self) -> list[dict]: ...
+    def list(self) -> list[dict[str, Any]]: ...
 
     def has_synced(self) -> bool: ...
 
@@ -81,7 +84,7 @@ class ShadowPodValidator:
     @classmethod
     def for_cluster(
         cls,
-        api_client,
+        api_client: client.ApiClient,
         *,
         shadowpods: ShadowPodCache,
         caches: ProviderCaches,
@@ -173,7 +176,7 @@ class ShadowPodValidator:
             self.ledger.release(token)
         return verdict
 
-    def judge_pod(self, shadowpod: Mapping) -> Decision:
+    def judge_pod(self, shadowpod: Mapping[str, Any]) -> Decision:
         """Whether the enforcer may create a pod for ``shadowpod`` now, its first or any
         later one: :func:`enforcer.admission.validation.judge_pod_create` and the slice rules
         (enforcer/admission/slice_rules.py), from the same caches, usage and ledger as an
@@ -206,7 +209,7 @@ class ShadowPodValidator:
             return refused if refused is not None else decision
 
     def _slice_decision(
-        self, request: AdmissionRequest, owner: str, consumer: Mapping, slice_name: str, *, own: ResourceList | None = None
+        self, request: AdmissionRequest, owner: str, consumer: Mapping[str, Any], slice_name: str, *, own: ResourceList | None = None
     ) -> tuple[Decision | None, Pool | None]:
         """The slice rules (enforcer/admission/slice_rules.py) for a ShadowPod of
         ``slice_name``, with the ledger's lock held: the refusal (None: admitted) and the
@@ -256,7 +259,9 @@ class ShadowPodValidator:
 
 
 def _int(value: object, *, default: int) -> int:
+    if not isinstance(value, (str, bytes, bytearray, SupportsInt, SupportsIndex)):
+        return default
     try:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     except (TypeError, ValueError):
         return default

@@ -31,6 +31,7 @@ from kube_offload.admission import AdmissionRequest, Decision
 from kube_offload.pools import Pool, patch_conflicts
 from kube_offload.resources import QuantityError, ResourceList, format_quantity, resource_sort_key, uses_binary_format
 from kube_offload.slices import accepted_of
+from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
 LABEL_FIELD = f"metadata.labels[{c.LABEL_SLICE}]"
@@ -62,8 +63,8 @@ def template_label(request: AdmissionRequest) -> Decision | None:
     remote pods by it) only with the ShadowPod's own value: a pod must never claim a slice
     its ShadowPod is not counted against."""
     shadowpod = request.object or {}
-    template = ((shadowpod.get("spec") or {}).get("pod") or {}) if isinstance(shadowpod.get("spec"), Mapping) else {}
-    labels = (template.get("metadata") or {}).get("labels") if isinstance(template, Mapping) else None
+    template = pod_template(shadowpod) or {}
+    labels = (template.get("metadata") or {}).get("labels")
     if not isinstance(labels, Mapping) or c.LABEL_SLICE not in labels:
         return None
     value = labels.get(c.LABEL_SLICE)
@@ -126,8 +127,7 @@ def decide(
             f"{LABEL_FIELD}={slice_name!r}: the pool {pool_name!r} of {where} is no longer among the provider's pools "
             "(Consumer spec.pools); the slice is decided again shortly"
         )
-    spec = ((request.object or {}).get("spec") or {}).get("pod") or {}
-    pod_spec = spec.get("spec") if isinstance(spec, Mapping) else None
+    pod_spec = (pod_template(request.object) or {}).get("spec")
     conflicts = patch_conflicts(pod_spec if isinstance(pod_spec, Mapping) else {}, pool, field_prefix=POD_SPEC)
     if conflicts:
         return Decision.deny(422, "Invalid", "\n".join(conflicts))

@@ -49,11 +49,12 @@ the field and says how to fix it.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from enforcer.admission import pod_policy, quota_rules
 from enforcer.admission.pod_policy import Invalid, field_mapping as _mapping
-from enforcer.consumers.quota import live_shadowpod, pod_charges, shadowpod_requests, twin_owner
+from enforcer.consumers.quota import live_shadowpod, shadowpod_requests, twin_owner
+from kube_offload.consumer_quota import pod_charges
 from kube_offload import constants as c
 from kube_offload import offload_chain
 from kube_offload.admission import AdmissionRequest, Decision, GroupVersionKind, UserInfo
@@ -67,6 +68,7 @@ from kube_offload.resources import (
     resource_sort_key,
     uses_binary_format,
 )
+from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
 POD_LABELS = "spec.pod.metadata.labels"
@@ -101,7 +103,7 @@ HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 DEFAULT_SERVICE_ACCOUNT = "default"
 
-ServiceAccountLookup = Callable[[str], "Mapping | None"]
+ServiceAccountLookup = Callable[[str], "Mapping[str, Any] | None"]
 """ServiceAccount name -> that ServiceAccount in the request's namespace, or None."""
 
 
@@ -109,8 +111,8 @@ ServiceAccountLookup = Callable[[str], "Mapping | None"]
 def decide(
     request: AdmissionRequest,
     *,
-    namespace: Mapping | None,
-    consumer: Mapping | None,
+    namespace: Mapping[str, Any] | None,
+    consumer: Mapping[str, Any] | None,
     usage: Mapping[str, int],
     service_account: ServiceAccountLookup,
     cluster_id: str = "",
@@ -157,10 +159,10 @@ def decide(
 
 
 def judge_pod_create(
-    shadowpod: Mapping,
+    shadowpod: Mapping[str, Any],
     *,
-    namespace: Mapping | None,
-    consumer: Mapping | None,
+    namespace: Mapping[str, Any] | None,
+    consumer: Mapping[str, Any] | None,
     usage: Mapping[str, int],
     service_account: ServiceAccountLookup,
     cluster_id: str = "",
@@ -187,7 +189,7 @@ def judge_pod_create(
                               service_account=service_account, cluster_id=cluster_id, new_shadowpod=False)
 
 
-def pod_create_request(shadowpod: Mapping, username: str = "") -> AdmissionRequest:
+def pod_create_request(shadowpod: Mapping[str, Any], username: str = "") -> AdmissionRequest:
     """The CREATE of ``shadowpod`` by ``username``, as it stands and live (its status, which
     may record an earlier pod, is not what is judged): how the rules that read a request
     judge the pod the enforcer is about to make."""
@@ -218,7 +220,7 @@ def terminal_spec_change(request: AdmissionRequest) -> str:
     )
 
 
-def _terms(namespace: Mapping | None, consumer: Mapping | None, ns_name: str) -> tuple[str | None, ConsumerTerms | None, Decision | None]:
+def _terms(namespace: Mapping[str, Any] | None, consumer: Mapping[str, Any] | None, ns_name: str) -> tuple[str | None, ConsumerTerms | None, Decision | None]:
     """Rule 1 and the Consumer's terms: (owner, terms, None), or the refusal."""
     owner = twin_owner(namespace)
     if owner is None:
@@ -325,7 +327,7 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
     delta: ResourceList = {}
     if live_shadowpod(new):
         try:
-            delta = pod_charges((new.get("spec") or {}).get("pod") or {})
+            delta = pod_charges(pod_template(new) or {})
         except QuantityError as exc:
             raise Invalid(f"{POD_SPEC}: {exc}") from None
     old = request.old_object
@@ -336,7 +338,7 @@ def requests_delta(request: AdmissionRequest) -> ResourceList:
 
 
 # --- the rules ----------------------------------------------------------------------------------
-def _origin_problems(shadowpod: Mapping, owner: str, ns_name: str) -> list[str]:
+def _origin_problems(shadowpod: Mapping[str, Any], owner: str, ns_name: str) -> list[str]:
     problems = []
     pod = _mapping((shadowpod.get("spec") or {}), "pod", "spec")
     labels = _mapping(_mapping(pod, "metadata", "spec.pod"), "labels", "spec.pod.metadata")
@@ -352,7 +354,7 @@ def _origin_problems(shadowpod: Mapping, owner: str, ns_name: str) -> list[str]:
     return problems
 
 
-def _pod_spec(shadowpod: Mapping) -> Mapping:
+def _pod_spec(shadowpod: Mapping[str, Any]) -> Mapping[str, Any]:
     pod = _mapping(shadowpod.get("spec") or {}, "pod", "spec")
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
@@ -360,11 +362,11 @@ def _pod_spec(shadowpod: Mapping) -> Mapping:
     return spec
 
 
-def _pod_metadata(shadowpod: Mapping) -> Mapping:
+def _pod_metadata(shadowpod: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(_mapping(shadowpod.get("spec") or {}, "pod", "spec"), "metadata", "spec.pod")
 
 
-def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_account: ServiceAccountLookup) -> list[str]:
+def _spec_problems(spec: Mapping[str, Any], terms: ConsumerTerms, ns_name: str, service_account: ServiceAccountLookup) -> list[str]:
     problems: list[str] = []
     level = terms.level
     who = f'consumer "{terms.consumer_id}" (Pod Security level {level})'
@@ -437,7 +439,7 @@ def _spec_problems(spec: Mapping, terms: ConsumerTerms, ns_name: str, service_ac
 
 
 # --- reading the template ------------------------------------------------------------------------
-def _containers(spec: Mapping) -> Iterator[tuple[str, Mapping]]:
+def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for field in CONTAINER_FIELDS:
         items = spec.get(field)
         if items is None:
@@ -451,11 +453,11 @@ def _containers(spec: Mapping) -> Iterator[tuple[str, Mapping]]:
             yield path, container
 
 
-def _windows_options(owner: Mapping, path: str) -> Mapping:
+def _windows_options(owner: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     return _mapping(_mapping(owner, "securityContext", path), "windowsOptions", f"{path}.securityContext")
 
 
-def _flag(parent: Mapping, key: str, path: str) -> bool:
+def _flag(parent: Mapping[str, Any], key: str, path: str) -> bool:
     """True only for a JSON ``true``; anything but a boolean is refused, so a string
     ``"true"`` cannot slip past a check the Pod's own validation would then read."""
     value = parent.get(key)

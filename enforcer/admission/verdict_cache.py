@@ -52,6 +52,7 @@ import orjson
 from kube_offload import constants as c
 from kube_offload.admission import Decision
 from kube_offload.consumer_quota import is_object_quota_key
+from kube_offload.views import pod_template
 
 # Placeholders for the per-pod identity. Not valid in a DNS name, so no real value equals them.
 NAME_PLACEHOLDER = "<name>"
@@ -82,8 +83,8 @@ def normalised_shadowpod(shadowpod: Mapping[str, Any]) -> dict[str, Any]:
     meta.pop("generateName", None)
     for volatile in ("resourceVersion", "generation", "creationTimestamp", "managedFields"):
         meta.pop(volatile, None)  # set by the API server, never copied into the Pod
-    pod = (obj.get("spec") or {}).get("pod")
-    if not isinstance(pod, dict):
+    pod = pod_template(obj)
+    if not isinstance(pod, dict):  # the copy's own template, changed in place below
         return obj
     annotations = (pod.get("metadata") or {}).get("annotations")
     origin_name = ""

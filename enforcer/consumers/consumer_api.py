@@ -7,7 +7,7 @@ Every call here is one RBAC rule of the enforcer's ClusterRole (docs/enforcer.md
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes import client
 
@@ -21,39 +21,39 @@ _GRANT_KINDS: dict[str, Resource] = {"roles": ROLES, "rolebindings": ROLE_BINDIN
 
 
 class ConsumerApi(Protocol):
-    def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict: ...
+    def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]: ...
 
-    def replace_twin_request_status(self, namespace: str, name: str, status: dict) -> dict: ...
+    def replace_twin_request_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]: ...
 
-    def get_namespace(self, name: str) -> dict | None: ...
+    def get_namespace(self, name: str) -> dict[str, Any] | None: ...
 
-    def create_namespace(self, body: dict) -> dict: ...
+    def create_namespace(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def patch_namespace(self, name: str, patch: dict) -> dict: ...
+    def patch_namespace(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
     def delete_namespace(self, name: str, uid: str) -> None: ...
 
-    def create_rolebinding(self, namespace: str, body: dict) -> dict: ...
+    def create_rolebinding(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def update_rolebinding(self, namespace: str, body: dict) -> dict: ...
+    def update_rolebinding(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def delete_rolebinding(self, namespace: str, name: str, uid: str) -> None: ...
 
-    def create_resourcequota(self, namespace: str, body: dict) -> dict: ...
+    def create_resourcequota(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def update_resourcequota(self, namespace: str, body: dict) -> dict: ...
+    def update_resourcequota(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None: ...
 
-    def create_grant(self, resource: str, namespace: str, body: dict) -> dict: ...
+    def create_grant(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def update_grant(self, resource: str, namespace: str, body: dict) -> dict: ...
+    def update_grant(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def delete_grant(self, resource: str, namespace: str, name: str, uid: str) -> None: ...
 
-    def replace_consumer_status(self, name: str, status: dict) -> dict: ...
+    def replace_consumer_status(self, name: str, status: dict[str, Any]) -> dict[str, Any]: ...
 
-    def replace_slice_status(self, namespace: str, name: str, status: dict) -> dict: ...
+    def replace_slice_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]: ...
 
     def delete_shadowpod(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -68,7 +68,7 @@ class KubeConsumerApi:
         self._kube = Kube(api_client)
 
     # --- TwinNamespace (twinnamespaces: patch; twinnamespaces/status: patch) --------------
-    def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict:
+    def set_twin_request_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> dict[str, Any]:
         # The resourceVersion makes the patch conditional: the list is computed from the
         # cached object, and a finalizer someone else added meanwhile must not be lost.
         return self._kube.patch(
@@ -80,7 +80,7 @@ class KubeConsumerApi:
             resource_version=resource_version or None,
         )
 
-    def replace_twin_request_status(self, namespace: str, name: str, status: dict) -> dict:
+    def replace_twin_request_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         # A JSON patch replacing the whole status: a merge patch would keep keys the new
         # status no longer has (the namespace of a request now refused, say).
         body = [{"op": "add", "path": "/status", "value": status}]
@@ -89,13 +89,13 @@ class KubeConsumerApi:
         )
 
     # --- namespaces (get, create, patch, delete) -----------------------------------------
-    def get_namespace(self, name: str) -> dict | None:
+    def get_namespace(self, name: str) -> dict[str, Any] | None:
         return self._kube.get_or_none(NAMESPACES, name)
 
-    def create_namespace(self, body: dict) -> dict:
+    def create_namespace(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(NAMESPACES, body)
 
-    def patch_namespace(self, name: str, patch: dict) -> dict:
+    def patch_namespace(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._kube.patch(NAMESPACES, name, patch, content_type=MERGE_PATCH)
 
     def delete_namespace(self, name: str, uid: str) -> None:
@@ -104,43 +104,43 @@ class KubeConsumerApi:
         self._delete(NAMESPACES, None, name, uid)
 
     # --- RoleBindings (create, update, delete) -------------------------------------------
-    def create_rolebinding(self, namespace: str, body: dict) -> dict:
+    def create_rolebinding(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(ROLE_BINDINGS, body, namespace=namespace)
 
-    def update_rolebinding(self, namespace: str, body: dict) -> dict:
+    def update_rolebinding(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.replace(ROLE_BINDINGS, body, namespace=namespace)
 
     def delete_rolebinding(self, namespace: str, name: str, uid: str) -> None:
         self._delete(ROLE_BINDINGS, namespace, name, uid)
 
     # --- twin ResourceQuotas (create, update, delete) ------------------------------------
-    def create_resourcequota(self, namespace: str, body: dict) -> dict:
+    def create_resourcequota(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(RESOURCE_QUOTAS, body, namespace=namespace)
 
-    def update_resourcequota(self, namespace: str, body: dict) -> dict:
+    def update_resourcequota(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.replace(RESOURCE_QUOTAS, body, namespace=namespace)
 
     def delete_resourcequota(self, namespace: str, name: str, uid: str) -> None:
         self._delete(RESOURCE_QUOTAS, namespace, name, uid)
 
     # --- the custom resource grant: Role or RoleBinding ("roles", "rolebindings") ----------
-    def create_grant(self, resource: str, namespace: str, body: dict) -> dict:
+    def create_grant(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(_GRANT_KINDS[resource], body, namespace=namespace)
 
-    def update_grant(self, resource: str, namespace: str, body: dict) -> dict:
+    def update_grant(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._kube.replace(_GRANT_KINDS[resource], body, namespace=namespace)
 
     def delete_grant(self, resource: str, namespace: str, name: str, uid: str) -> None:
         self._delete(_GRANT_KINDS[resource], namespace, name, uid)
 
     # --- Consumer status (consumers/status: patch) ---------------------------------------
-    def replace_consumer_status(self, name: str, status: dict) -> dict:
+    def replace_consumer_status(self, name: str, status: dict[str, Any]) -> dict[str, Any]:
         # Replaced whole: a merge patch would keep a node that left the capacity summary.
         body = [{"op": "add", "path": "/status", "value": status}]
         return self._kube.patch(CONSUMERS, name, body, subresource="status", content_type=JSON_PATCH)
 
     # --- OffloadSlice status (offloadslices/status: patch) --------------------------------
-    def replace_slice_status(self, namespace: str, name: str, status: dict) -> dict:
+    def replace_slice_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         # Replaced whole: a merge patch would keep an accepted resource the slice no longer asks.
         body = [{"op": "add", "path": "/status", "value": status}]
         return self._kube.patch(OFFLOAD_SLICES, name, body, namespace=namespace, subresource="status", content_type=JSON_PATCH)

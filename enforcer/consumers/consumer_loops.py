@@ -9,6 +9,8 @@ delay a ShadowPod's pod, and their workers are not the ShadowPod workers.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable
+
 import logging
 import threading
 
@@ -23,7 +25,7 @@ from enforcer.consumers.trim import content_changed, trim_namespace, trim_node, 
 from enforcer.consumers.twins import TwinReconciler, consumer_spec_changed
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller
-from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.informer import Handler, Informer
 from kube_offload.runtime.kinds import (
     CONSUMERS,
     ENDPOINT_SLICES,
@@ -61,7 +63,7 @@ class ConsumerLoops:
     ) -> None:
         kube = Kube(api_client)
 
-        def custom_list(resource: Resource) -> dict:
+        def custom_list(resource: Resource) -> dict[str, Any]:
             return {"list_func": kube.list_func(resource)}
 
         self.namespaces = Informer(
@@ -137,7 +139,7 @@ class ConsumerLoops:
         self.twins.watch(self.requests)
         self.namespaces.add_handler(self._fan_out(self.reconciler.keys_for_namespace))
 
-        def departed(event: str, old: dict | None, new: dict) -> None:
+        def departed(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             for key in self.reconciler.keys_for_departed(event, old, new):
                 self.twins.enqueue(key)
 
@@ -158,19 +160,19 @@ class ConsumerLoops:
         # One key per tenant namespace: its slices are decided together.
         self.slice_controller.watch(self.slices, lambda obj: namespace_of(obj))
 
-        def slices_of_consumer(event: str, old: dict | None, new: dict) -> None:
+        def slices_of_consumer(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             if consumer_spec_changed(event, old, new):
                 for key in self.slice_reconciler.keys_for_consumer(new):
                     self.slice_controller.enqueue(key)
 
-        def slices_of_nodes(event: str, old: dict | None, new: dict) -> None:
+        def slices_of_nodes(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             if content_changed(old, new):  # a heartbeat changes nothing the nodes' cache keeps
                 for key in self.slice_reconciler.all_keys():
                     self.slice_controller.enqueue(key)
 
         self.consumers.add_handler(slices_of_consumer)
         self.nodes.add_handler(slices_of_nodes)
-        def slices_of_namespace(event: str, old: dict | None, new: dict) -> None:
+        def slices_of_namespace(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             # A tenant namespace's label decides whose slices they are.
             name = str((new.get("metadata") or {}).get("name") or "")
             if self.slices.by_index(NAMESPACE_INDEX, name):
@@ -229,8 +231,8 @@ class ConsumerLoops:
         self._stopped = threading.Event()
         self._starter: threading.Thread | None = None
 
-    def _fan_out(self, key_func):
-        def handler(_event: str, old: dict | None, new: dict) -> None:
+    def _fan_out(self, key_func: Callable[[dict[str, Any]], Iterable[str]]) -> Handler:
+        def handler(_event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
             for obj in (old, new):
                 if obj is not None:
                     for key in key_func(obj):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from kube_offload.times import format_time
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.consumers import Drain, drain_phase
 from kube_offload.remote_resources import RemoteResources, encode_capacity_status
@@ -24,7 +24,7 @@ UPDATED = "updated"
 
 
 def desired_status(
-    consumer: Mapping,
+    consumer: Mapping[str, Any],
     *,
     used: ResourceList,
     twin_namespaces: list[str],
@@ -32,10 +32,10 @@ def desired_status(
     drain: Drain | None = None,
     shadowpods_left: int = 0,
     now: datetime | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The status without its timestamp (see :func:`stamped`); ``drain`` the consumer's
     spec.drain as read, ``shadowpods_left`` its ShadowPod objects still there."""
-    status: dict = {
+    status: dict[str, Any] = {
         "used": format_resource_list(used),
         "shadowPods": used.get("pods", 0) // MILLI,
         "twinNamespaces": list(twin_namespaces),
@@ -50,12 +50,12 @@ def desired_status(
     return status
 
 
-def status_changed(consumer: Mapping, desired: Mapping) -> bool:
+def status_changed(consumer: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     """Whether writing ``desired`` would change anything but the timestamp."""
     current = {k: v for k, v in (consumer.get("status") or {}).items() if k != UPDATED}
     return current != {k: v for k, v in desired.items() if k != UPDATED}
 
 
-def stamped(status: Mapping, now: datetime | None = None) -> dict:
+def stamped(status: Mapping[str, Any], now: datetime | None = None) -> dict[str, Any]:
     moment = now or datetime.now(timezone.utc)
     return {**status, UPDATED: format_time(moment)}

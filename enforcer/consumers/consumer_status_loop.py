@@ -40,22 +40,22 @@ log = logging.getLogger("kube_offload.enforcer.consumers")
 SHADOWPODS_BY_NAMESPACE = "drain-namespace"
 
 
-def _namespace_of(obj: dict) -> list[str]:
+def _namespace_of(obj: dict[str, Any]) -> list[str]:
     return [str((obj.get("metadata") or {}).get("namespace") or "")]
 
 
 class Cache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
-    def list(self) -> list[dict]: ...
+    def list(self) -> list[dict[str, Any]]: ...
 
     def has_synced(self) -> bool: ...
 
 
 class Recorder(Protocol):
-    def normal(self, obj: dict, reason: str, message: str) -> None: ...
+    def normal(self, obj: dict[str, Any], reason: str, message: str) -> None: ...
 
-    def warning(self, obj: dict, reason: str, message: str) -> None: ...
+    def warning(self, obj: dict[str, Any], reason: str, message: str) -> None: ...
 
 
 class ConsumerStatusLoop:
@@ -107,10 +107,10 @@ class ConsumerStatusLoop:
         self.drain_deletes = 0
 
     # --- informer handlers (on the informer threads: cheap) --------------------------------
-    def on_event(self, _event: str, _old: dict | None, _new: dict) -> None:
+    def on_event(self, _event: str, _old: dict[str, Any] | None, _new: dict[str, Any]) -> None:
         self._dirty.set()
 
-    def on_trimmed_event(self, _event: str, old: dict | None, new: dict) -> None:
+    def on_trimmed_event(self, _event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         """For nodes and pods: a heartbeat or a condition changes only the
         resourceVersion of the trimmed object, and is nothing to recompute for."""
         if old is None or old is new or content_changed(old, new):
@@ -210,7 +210,7 @@ class ConsumerStatusLoop:
         return self._next_deadline
 
     @staticmethod
-    def _read_drain(name: str, consumer: dict) -> Drain | None:
+    def _read_drain(name: str, consumer: dict[str, Any]) -> Drain | None:
         try:
             return read_drain(consumer.get("spec") or {})
         except ConsumerError as exc:
@@ -218,7 +218,7 @@ class ConsumerStatusLoop:
             log.warning("[%s] drain not carried out: %s", name, exc)
             return None
 
-    def _drain(self, consumer: dict, drain: Drain, twins: list[str], now: datetime) -> int:
+    def _drain(self, consumer: dict[str, Any], drain: Drain, twins: list[str], now: datetime) -> int:
         """Delete what is due of a drained consumer; the number of its ShadowPods left."""
         name = consumer_name(consumer)
         if self._by_namespace:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import Gauge
 
@@ -96,7 +96,7 @@ class ContinuityLoop:
         self.passes = 0
         self.writes = 0
 
-    def on_event(self, _event: str, _old: dict | None, _new: dict) -> None:
+    def on_event(self, _event: str, _old: dict[str, Any] | None, _new: dict[str, Any]) -> None:
         self._dirty.set()
 
     def start(self) -> None:
@@ -121,7 +121,7 @@ class ContinuityLoop:
         run_passes(stopped=self._stopped, dirty=self._dirty, sync=self.sync_all, period=self._period, resync=self._resync,
                    next_deadline=lambda: self._next_deadline, slack=0.5, log=log, what="service continuity")
 
-    def _state_of(self, consumer_id: str, now: datetime) -> tuple[Reachability, dict | None]:
+    def _state_of(self, consumer_id: str, now: datetime) -> tuple[Reachability, dict[str, Any] | None]:
         consumer = self._consumers.get(consumer_id)
         lease = None
         if consumer is not None:
@@ -134,7 +134,7 @@ class ContinuityLoop:
         self.passes += 1
         now = self._clock()
         self._next_deadline = None
-        states: dict[str, tuple[Reachability, dict | None]] = {}
+        states: dict[str, tuple[Reachability, dict[str, Any] | None]] = {}
         held: dict[str, int] = {}
         written: dict[str, int] = {}
         for consumer in self._consumers.list():
@@ -167,7 +167,7 @@ class ContinuityLoop:
             _forget(CONSUMER_REACHABLE, gone)
             _forget(ENDPOINTS_HELD, gone)
 
-    def _apply(self, owner: str, state: Reachability, endpoint_slice: dict) -> tuple[bool, dict | None]:
+    def _apply(self, owner: str, state: Reachability, endpoint_slice: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
         """Write what ``state`` asks of one slice: whether it wrote, and the slice as it is
         now (None: gone)."""
         meta = endpoint_slice.get("metadata") or {}
@@ -194,7 +194,7 @@ class ContinuityLoop:
             self._dirty.set()
             return False, endpoint_slice
 
-    def _report(self, owner: str, state: Reachability, consumer: dict | None, written: int) -> None:
+    def _report(self, owner: str, state: Reachability, consumer: dict[str, Any] | None, written: int) -> None:
         before = self._states.get(owner)
         self._states[owner] = state.state
         if before == state.state and not written:

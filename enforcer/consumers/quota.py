@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER
 from kube_offload.resources import (
@@ -44,32 +44,21 @@ from kube_offload.resources import (
     ResourceList,
     pod_is_terminated,
 )
-from kube_offload.consumer_quota import (  # noqa: F401  (re-exported: the enforcer reads them here)
-    LIMITS_PREFIX,
-    REQUESTS_PREFIX,
+from kube_offload.consumer_quota import (
     PODS,
-    OBJECT_QUOTA_KEYS,
-    OBJECT_QUOTA_PREFIXES,
-    STORAGE_CLASS_QUOTA_MARK,
-    is_object_quota_key,
-    twin_object_quota,
     pod_charges,
-    quota_limits,
-    consumer_quota,
-    limited_resources,
-    counted_resources,
-    limit_problems,
 )
 from kube_offload.runtime.informer import DELETED
 from kube_offload.shadowpod import controller_ref
+from kube_offload.views import pod_template
 
 log = logging.getLogger("kube_offload.enforcer.quota")
 
-NamespaceLookup = Callable[[str], "Mapping | None"]
+NamespaceLookup = Callable[[str], "Mapping[str, Any] | None"]
 """Namespace name -> Namespace object (or None): e.g. a namespace informer's ``get``."""
 
 
-def twin_owner(namespace: Mapping | None) -> str | None:
+def twin_owner(namespace: Mapping[str, Any] | None) -> str | None:
     """The consumer id a namespace is a twin of, or None when the enforcer did not make
     it a twin (no managed-by=enforcer label, or no origin label)."""
     if not namespace:
@@ -81,14 +70,14 @@ def twin_owner(namespace: Mapping | None) -> str | None:
     return owner or None
 
 
-def twin_namespaces_of(namespaces: Iterable[Mapping], consumer_id: str) -> list[str]:
+def twin_namespaces_of(namespaces: Iterable[Mapping[str, Any]], consumer_id: str) -> list[str]:
     """Names of the namespaces the enforcer made for ``consumer_id``, sorted."""
     return sorted(
         str((ns.get("metadata") or {}).get("name")) for ns in namespaces if twin_owner(ns) == consumer_id
     )
 
 
-def live_shadowpod(shadowpod: Mapping) -> bool:
+def live_shadowpod(shadowpod: Mapping[str, Any]) -> bool:
     """A ShadowPod that holds (or will hold) resources: not being deleted and not in a
     final phase. A Succeeded/Failed pod frees its node's resources, so it frees quota too."""
     metadata = shadowpod.get("metadata") or {}
@@ -109,7 +98,7 @@ _REQUESTS_CACHE: dict[str, tuple[str, ResourceList]] = {}
 _REQUESTS_CACHE_MAX = 100_000
 
 
-def shadowpod_requests(shadowpod: Mapping) -> ResourceList:
+def shadowpod_requests(shadowpod: Mapping[str, Any]) -> ResourceList:
     """The charges (:func:`pod_charges`: requests, ``limits.*``, ``pods``) of the Pod a
     ShadowPod stands for.
 
@@ -132,8 +121,8 @@ def shadowpod_requests(shadowpod: Mapping) -> ResourceList:
     return dict(requests)
 
 
-def _compute_requests(shadowpod: Mapping) -> ResourceList:
-    pod = (shadowpod.get("spec") or {}).get("pod") or {}
+def _compute_requests(shadowpod: Mapping[str, Any]) -> ResourceList:
+    pod = pod_template(shadowpod) or {}
     try:
         return pod_charges(pod)
     except QuantityError as exc:
@@ -151,7 +140,7 @@ LIVE_REQUESTS_BY_NAMESPACE = "live-requests-by-namespace"
 TWIN_NAMESPACES_BY_CONSUMER = "twin-namespaces-by-consumer"
 
 
-def live_requests(shadowpod: Mapping) -> tuple[str | None, ResourceList]:
+def live_requests(shadowpod: Mapping[str, Any]) -> tuple[str | None, ResourceList]:
     """Tally function: (namespace, requests) of a live ShadowPod; (None, {}) for one
     that holds nothing (deleting, or in a final phase)."""
     if not live_shadowpod(shadowpod):
@@ -160,7 +149,7 @@ def live_requests(shadowpod: Mapping) -> tuple[str | None, ResourceList]:
     return namespace, shadowpod_requests(shadowpod)
 
 
-def twin_owner_index(namespace: Mapping) -> str | None:
+def twin_owner_index(namespace: Mapping[str, Any]) -> str | None:
     """Index function for the namespace informer: the consumer a namespace is a twin of."""
     return twin_owner(namespace)
 
@@ -180,7 +169,7 @@ def usage_of_namespaces(namespace_sums: Callable[[str], Mapping[str, int]], name
 _POD_CHARGES_CACHE: dict[str, tuple[str, ResourceList]] = {}
 
 
-def running_pod_charges(pod: Mapping) -> ResourceList:
+def running_pod_charges(pod: Mapping[str, Any]) -> ResourceList:
     """:func:`pod_charges` of a Pod the enforcer made; {} once it is Succeeded/Failed
     (it holds nothing any more). A pod whose quantities do not parse (the apiserver
     validated it, so: our limitation) counts as one pod."""
@@ -202,7 +191,7 @@ def running_pod_charges(pod: Mapping) -> ResourceList:
     return dict(charges)
 
 
-def uncounted_charges(pod: Mapping, shadowpod: Mapping | None) -> ResourceList:
+def uncounted_charges(pod: Mapping[str, Any], shadowpod: Mapping[str, Any] | None) -> ResourceList:
     """What a pod the enforcer made holds that its ShadowPod does not count (positive
     amounts only): all of it when no live ShadowPod of that name and UID controls it
     (being deleted, gone, orphaned, or replaced by a new one of the same name), else
@@ -220,17 +209,17 @@ def uncounted_charges(pod: Mapping, shadowpod: Mapping | None) -> ResourceList:
     return {name: amount for name, amount in beyond.items() if amount > 0}
 
 
-def _key(obj: Mapping) -> str:
+def _key(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return f"{metadata.get('namespace')}/{metadata.get('name')}"
 
 
 def consumer_usage(
-    shadowpods: Iterable[Mapping],
+    shadowpods: Iterable[Mapping[str, Any]],
     consumer_id: str,
     *,
     namespace_of: NamespaceLookup,
-    pods: Iterable[Mapping] = (),
+    pods: Iterable[Mapping[str, Any]] = (),
 ) -> ResourceList:
     """What ``consumer_id`` uses, in milli-units (``pods`` always present: 1000 × count):
     the charges of its live ShadowPods plus :func:`uncounted_charges` of the pods the
@@ -241,9 +230,9 @@ def consumer_usage(
     """
     used: ResourceList = {"pods": 0}
     owners: dict[str, str | None] = {}
-    by_key: dict[str, Mapping] = {}
+    by_key: dict[str, Mapping[str, Any]] = {}
 
-    def mine(obj: Mapping) -> bool:
+    def mine(obj: Mapping[str, Any]) -> bool:
         namespace = (obj.get("metadata") or {}).get("namespace") or ""
         if namespace not in owners:
             owners[namespace] = twin_owner(namespace_of(namespace))
@@ -276,7 +265,7 @@ class DetachedPods:
     def __init__(self, shadowpods: object, pods: object) -> None:
         self._shadowpods = shadowpods
         self._lock = threading.Lock()
-        self._pods: dict[str, Mapping] = {}
+        self._pods: dict[str, Mapping[str, Any]] = {}
         self._counted: dict[str, tuple[str, ResourceList]] = {}  # key -> (namespace, charges)
         self._sums: dict[str, ResourceList] = {}
         pods.add_handler(self.on_pod_event)  # type: ignore[attr-defined]
@@ -284,7 +273,7 @@ class DetachedPods:
         for pod in pods.list():  # type: ignore[attr-defined]
             self.on_pod_event("ADDED", None, pod)
 
-    def on_pod_event(self, event: str, _old: Mapping | None, new: Mapping) -> None:
+    def on_pod_event(self, event: str, _old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
         key = _key(new)
         with self._lock:
             if event == DELETED or pod_is_terminated(new):
@@ -293,7 +282,7 @@ class DetachedPods:
                 self._pods[key] = new
             self._recount(key)
 
-    def on_shadowpod_event(self, _event: str, _old: Mapping | None, new: Mapping) -> None:
+    def on_shadowpod_event(self, _event: str, _old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
         key = _key(new)
         with self._lock:
             if key in self._pods or key in self._counted:

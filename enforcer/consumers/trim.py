@@ -10,7 +10,7 @@ the informer compares on a re-list. Pure.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload.runtime.interning import interned
@@ -18,16 +18,16 @@ from kube_offload.runtime.interning import interned
 _OUR_ANNOTATION_PREFIX = f"{c.DOMAIN}/"
 
 
-def _pick(source: Mapping | None, *keys: str) -> dict:
+def _pick(source: Mapping[str, Any] | None, *keys: str) -> dict[str, Any]:
     source = source or {}
     return {k: source[k] for k in keys if source.get(k) is not None}
 
 
-def _metadata(obj: Mapping, *keys: str) -> dict:
+def _metadata(obj: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return _pick(obj.get("metadata"), "name", "namespace", "uid", "resourceVersion", "deletionTimestamp", *keys)
 
 
-def trim_pod(pod: dict) -> dict:
+def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """Name, namespace, the origin label (the summary's "is it the consumer's own?"),
     deletionTimestamp, nodeName, the requests of containers and init containers (with the
     init containers' restartPolicy: sidecars count differently), pod-level resources,
@@ -46,12 +46,12 @@ def trim_pod(pod: dict) -> dict:
             spec[field] = [_trim_container(item) for item in containers]
         elif containers is not None:
             spec[field] = containers  # malformed: keep it so pod_requests says so, as before
-    trimmed: dict = {"metadata": metadata, "spec": spec}
+    trimmed: dict[str, Any] = {"metadata": metadata, "spec": spec}
     phase = (pod.get("status") or {}).get("phase")
     if phase is not None:
         trimmed["status"] = {"phase": phase}
     # Every pod of the provider is held: one copy of each repeated key and value.
-    result: dict = interned(trimmed)
+    result: dict[str, Any] = interned(trimmed)
     return result
 
 
@@ -67,7 +67,7 @@ def _trim_container(container: object) -> object:
     return trimmed
 
 
-def trim_node(node: dict) -> dict:
+def trim_node(node: dict[str, Any]) -> dict[str, Any]:
     """Name, the labels (the virtual-node type label; the pools of resource slices select
     nodes by any label: kube_offload/pools.py), unschedulable, allocatable, the addresses
     (which no consumer EndpointSlice may name: enforcer/admission/endpointslice_policy.py)
@@ -75,7 +75,7 @@ def trim_node(node: dict) -> dict:
     seconds). Nodes are few: their labels cost little next to the pods'."""
     metadata = _metadata(node, "labels")
     status = node.get("status") or {}
-    trimmed_status: dict = _pick(status, "allocatable")
+    trimmed_status: dict[str, Any] = _pick(status, "allocatable")
     addresses = status.get("addresses")
     if isinstance(addresses, list):
         trimmed_status["addresses"] = [_pick(a, "type", "address") for a in addresses if isinstance(a, Mapping)]
@@ -85,7 +85,7 @@ def trim_node(node: dict) -> dict:
     return {"metadata": metadata, "spec": _pick(node.get("spec"), "unschedulable"), "status": trimmed_status}
 
 
-def trim_namespace(namespace: dict) -> dict:
+def trim_namespace(namespace: dict[str, Any]) -> dict[str, Any]:
     """Name, UID, labels (tenant, origin, managed-by, Pod Security), our own annotations
     (twin-request, twin-of) and the phase."""
     metadata = _metadata(namespace, "labels")
@@ -93,14 +93,14 @@ def trim_namespace(namespace: dict) -> dict:
     ours = {k: v for k, v in annotations.items() if k.startswith(_OUR_ANNOTATION_PREFIX)}
     if ours:
         metadata["annotations"] = ours
-    trimmed: dict = {"metadata": metadata}
+    trimmed: dict[str, Any] = {"metadata": metadata}
     phase = (namespace.get("status") or {}).get("phase")
     if phase is not None:
         trimmed["status"] = {"phase": phase}
     return trimmed
 
 
-def content_changed(old: Mapping | None, new: Mapping) -> bool:
+def content_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether two trimmed versions of an object differ in anything but resourceVersion
     (a node's heartbeat, a pod's condition: nothing the summary reads)."""
     if old is None:
@@ -108,7 +108,7 @@ def content_changed(old: Mapping | None, new: Mapping) -> bool:
     return _without_version(old) != _without_version(new)
 
 
-def _without_version(obj: Mapping) -> dict:
+def _without_version(obj: Mapping[str, Any]) -> dict[str, Any]:
     copy = dict(obj)
     copy["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
     return copy

@@ -14,7 +14,7 @@ not list there cannot be granted by editing a Consumer alone.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Mapping
+from typing import Any, Mapping
 
 from enforcer.consumers.twin_names import request_key
 from kube_offload import constants as c
@@ -34,7 +34,7 @@ class GrantAction(Enum):
     DELETE = "delete"  # ours, and nothing is granted any more
 
 
-def grants_of(consumer: Mapping) -> tuple[pp.CustomResourceGrant, ...]:
+def grants_of(consumer: Mapping[str, Any]) -> tuple[pp.CustomResourceGrant, ...]:
     """The kinds granted; none when the policy does not parse (the strict reading)."""
     try:
         return pp.parse_policy((consumer.get("spec") or {}).get("policy")).custom_resources
@@ -42,7 +42,7 @@ def grants_of(consumer: Mapping) -> tuple[pp.CustomResourceGrant, ...]:
         return ()
 
 
-def _metadata(namespace: str, request: Mapping, consumer: Mapping) -> dict:
+def _metadata(namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": c.TWIN_CUSTOM_RESOURCES_NAME,
         "namespace": namespace,
@@ -51,7 +51,7 @@ def _metadata(namespace: str, request: Mapping, consumer: Mapping) -> dict:
     }
 
 
-def desired_role(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
+def desired_role(namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any] | None:
     grants = grants_of(consumer)
     if not grants:
         return None
@@ -63,7 +63,7 @@ def desired_role(namespace: str, request: Mapping, consumer: Mapping) -> dict | 
     }
 
 
-def desired_binding(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
+def desired_binding(namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any] | None:
     if not grants_of(consumer):
         return None
     account_namespace, account_name = service_account_of(consumer)
@@ -76,12 +76,12 @@ def desired_binding(namespace: str, request: Mapping, consumer: Mapping) -> dict
     }
 
 
-def _ours(existing: Mapping) -> bool:
+def _ours(existing: Mapping[str, Any]) -> bool:
     labels = (existing.get("metadata") or {}).get("labels") or {}
     return labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER
 
 
-def action(existing: Mapping | None, desired: Mapping | None, *, field: str) -> GrantAction:
+def action(existing: Mapping[str, Any] | None, desired: Mapping[str, Any] | None, *, field: str) -> GrantAction:
     """What brings the Role (``field`` "rules") or RoleBinding (``field`` "subjects";
     its roleRef never changes) of that name to ``desired``. One not ours (the provider's
     admin made it by hand) is left alone when nothing is granted, replaced otherwise."""

@@ -9,7 +9,7 @@ maximum. Every refusal names the policy key a provider would change.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.consumers import ConsumerLookup, consumer_name
@@ -34,7 +34,7 @@ _RESERVED_NAMES = frozenset({"default", "kube-system", "kube-public", "kube-node
 _RESERVED_PREFIXES = (c.TENANT_NAMESPACE_PREFIX,)
 
 
-def request_key(request: Mapping) -> str:
+def request_key(request: Mapping[str, Any]) -> str:
     metadata = request.get("metadata") or {}
     return f"{metadata.get('namespace')}/{metadata.get('name')}"
 
@@ -98,12 +98,12 @@ def plan_name_problem(
 
 
 def count_problem(
-    request: Mapping,
-    siblings: Iterable[Mapping],
+    request: Mapping[str, Any],
+    siblings: Iterable[Mapping[str, Any]],
     *,
     max_count: int,
-    eligible: Callable[[Mapping], bool],
-    served: Callable[[Mapping], bool],
+    eligible: Callable[[Mapping[str, Any]], bool],
+    served: Callable[[Mapping[str, Any]], bool],
 ) -> str:
     """Why ``request`` is over its consumer's maximum of twin namespaces, or "".
 
@@ -132,7 +132,7 @@ def count_problem(
     )
 
 
-def consumer_twin_policy(consumer: Mapping) -> tuple[TwinNamespacePolicy | None, str]:
+def consumer_twin_policy(consumer: Mapping[str, Any]) -> tuple[TwinNamespacePolicy | None, str]:
     """The consumer's twin namespace policy, or None and why (the provider's mistake)."""
     try:
         return parse_policy((consumer.get("spec") or {}).get("policy")).twin_namespaces, ""

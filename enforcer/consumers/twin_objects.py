@@ -11,9 +11,9 @@ made by anyone else, or for another request, is never adopted, relabelled or del
 from __future__ import annotations
 
 from enum import Enum
-from typing import Mapping
+from typing import Any, Mapping
 
-from enforcer.consumers.quota import twin_object_quota
+from kube_offload.consumer_quota import twin_object_quota
 from enforcer.consumers.twin_names import request_key
 from kube_offload import constants as c
 from kube_offload.consumers import consumer_name, service_account_of
@@ -36,7 +36,7 @@ class ResourceQuotaAction(Enum):
     DELETE = "delete"  # ours, and the Consumer's spec.quota has no object key any more
 
 
-def is_ours(namespace: Mapping | None, consumer_id: str, key: str) -> bool:
+def is_ours(namespace: Mapping[str, Any] | None, consumer_id: str, key: str) -> bool:
     """Whether the enforcer made ``namespace`` for request ``key`` of ``consumer_id``."""
     if not namespace:
         return False
@@ -50,7 +50,7 @@ def is_ours(namespace: Mapping | None, consumer_id: str, key: str) -> bool:
     )
 
 
-def made_for(namespace: Mapping | None, key: str) -> bool:
+def made_for(namespace: Mapping[str, Any] | None, key: str) -> bool:
     """Whether the enforcer made ``namespace`` for request ``key``, whichever consumer it
     was for (the deletion path, where the Consumer may be gone already)."""
     if not namespace:
@@ -79,14 +79,14 @@ def desired_labels(consumer_id: str, level: str, further: str | None = None) -> 
     }
 
 
-def desired_annotations(request: Mapping) -> dict[str, str]:
+def desired_annotations(request: Mapping[str, Any]) -> dict[str, str]:
     return {
         c.ANNOTATION_TWIN_OF: str((request.get("spec") or {}).get("localNamespace") or ""),
         c.ANNOTATION_TWIN_REQUEST: request_key(request),
     }
 
 
-def desired_namespace(request: Mapping, consumer_id: str, level: str, further: str | None = None) -> dict:
+def desired_namespace(request: Mapping[str, Any], consumer_id: str, level: str, further: str | None = None) -> dict[str, Any]:
     labels = {k: v for k, v in desired_labels(consumer_id, level, further).items() if v is not None}
     return {
         "apiVersion": "v1",
@@ -100,13 +100,13 @@ def desired_namespace(request: Mapping, consumer_id: str, level: str, further: s
 
 
 def namespace_patch(
-    namespace: Mapping, request: Mapping, consumer_id: str, level: str, further: str | None = None
-) -> dict | None:
+    namespace: Mapping[str, Any], request: Mapping[str, Any], consumer_id: str, level: str, further: str | None = None
+) -> dict[str, Any] | None:
     """A merge patch bringing our namespace's labels and annotations to what they should
     be (only the keys that differ; null removes a label that must be absent), or None
     when they already are."""
     metadata = namespace.get("metadata") or {}
-    patch: dict = {}
+    patch: dict[str, Any] = {}
     sections: tuple[tuple[str, Mapping[str, str | None]], ...] = (
         ("labels", desired_labels(consumer_id, level, further)),
         ("annotations", desired_annotations(request)),
@@ -119,7 +119,7 @@ def namespace_patch(
     return patch or None
 
 
-def desired_rolebinding(namespace: str, request: Mapping, consumer: Mapping, twin_role: str) -> dict:
+def desired_rolebinding(namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any], twin_role: str) -> dict[str, Any]:
     account_namespace, account_name = service_account_of(consumer)
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
@@ -130,7 +130,7 @@ def desired_rolebinding(namespace: str, request: Mapping, consumer: Mapping, twi
     }
 
 
-def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindingAction:
+def rolebinding_action(existing: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> RoleBindingAction:
     if existing is None:
         return RoleBindingAction.CREATE
     if existing.get("roleRef") != desired["roleRef"]:
@@ -141,10 +141,10 @@ def rolebinding_action(existing: Mapping | None, desired: Mapping) -> RoleBindin
     return RoleBindingAction.NONE
 
 
-def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -> dict | None:
+def desired_resourcequota(namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ResourceQuota of twin ``namespace``: the object-count and storage keys of the
     Consumer's ``spec.quota``, each bounding this twin (enforcer/consumers/quota.py
-    :func:`~enforcer.consumers.quota.twin_object_quota`); None when it has none (no ResourceQuota:
+    :func:`~kube_offload.consumer_quota.twin_object_quota`); None when it has none (no ResourceQuota:
     nothing is limited). Raises QuantityError naming the key of a figure that does not
     parse (the provider's mistake)."""
     hard = twin_object_quota((consumer.get("spec") or {}).get("quota"))
@@ -158,7 +158,7 @@ def desired_resourcequota(namespace: str, request: Mapping, consumer: Mapping) -
     }
 
 
-def same_hard(existing: Mapping, desired: Mapping) -> bool:
+def same_hard(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     """Whether two ``spec.hard`` say the same: compared as quantities, since the API
     server writes them back in its canonical form ("1000m" comes back as "1")."""
     if set(existing) != set(desired):
@@ -169,7 +169,7 @@ def same_hard(existing: Mapping, desired: Mapping) -> bool:
         return False
 
 
-def resourcequota_action(existing: Mapping | None, desired: Mapping | None) -> ResourceQuotaAction:
+def resourcequota_action(existing: Mapping[str, Any] | None, desired: Mapping[str, Any] | None) -> ResourceQuotaAction:
     """What brings the twin's ResourceQuota (``existing``, by its name) to ``desired``.
     One of that name without our mark (made by the provider's admin: the consumer has no
     rights on ResourceQuotas) is replaced when one is desired, else left alone."""
@@ -188,7 +188,7 @@ def resourcequota_action(existing: Mapping | None, desired: Mapping | None) -> R
     return ResourceQuotaAction.NONE
 
 
-def _marked_metadata(name: str, namespace: str, request: Mapping, consumer: Mapping) -> dict:
+def _marked_metadata(name: str, namespace: str, request: Mapping[str, Any], consumer: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata of a twin's RoleBinding or ResourceQuota: ours (managed-by), the
     consumer's (origin) and the request's (twin-request), so an event on it finds the
     request and an object of that name made by someone else is told apart."""
@@ -200,7 +200,7 @@ def _marked_metadata(name: str, namespace: str, request: Mapping, consumer: Mapp
     }
 
 
-def _has_marks(existing: Mapping, desired: Mapping) -> bool:
+def _has_marks(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     """Whether ``existing`` carries every label and annotation ``desired`` sets (others
     it may carry are left alone)."""
     metadata = existing.get("metadata") or {}
@@ -210,7 +210,7 @@ def _has_marks(existing: Mapping, desired: Mapping) -> bool:
     )
 
 
-def _subjects(binding: Mapping) -> list[tuple]:
+def _subjects(binding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return sorted(
         (s.get("kind"), s.get("name"), s.get("namespace") or "", s.get("apiGroup") or "")
         for s in binding.get("subjects") or []

@@ -14,7 +14,7 @@ what makes one ours, and what brings each to what it should be
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from enforcer.consumers.twin_names import consumer_twin_policy, count_problem, name_problem, plan_name_problem, request_key
 from enforcer.consumers.twin_objects import (
@@ -47,15 +47,15 @@ class TwinPlan:
     """The steps of one reconcile, carried out in this order: finalizer, namespace,
     ResourceQuota, RoleBinding, namespace deletion, finalizer removal, status, requeue."""
 
-    status: dict | None = None
+    status: dict[str, Any] | None = None
     """The desired status (None: leave it as it is)."""
     add_finalizer: bool = False
-    create_namespace: dict | None = None
-    namespace_patch: dict | None = None
+    create_namespace: dict[str, Any] | None = None
+    namespace_patch: dict[str, Any] | None = None
     """A merge patch of our namespace's labels/annotations (Pod Security level changed)."""
-    rolebinding: dict | None = None
+    rolebinding: dict[str, Any] | None = None
     rolebinding_action: RoleBindingAction = RoleBindingAction.NONE
-    resourcequota: dict | None = None
+    resourcequota: dict[str, Any] | None = None
     """The twin ResourceQuota to create or update (carried out before the RoleBinding:
     the consumer never has rights in a twin before its bounds exist)."""
     resourcequota_action: ResourceQuotaAction = ResourceQuotaAction.NONE
@@ -68,21 +68,21 @@ class TwinPlan:
     """Why, in words, for the debug log."""
 
 
-def has_finalizer(request: Mapping) -> bool:
+def has_finalizer(request: Mapping[str, Any]) -> bool:
     return c.TWIN_NAMESPACE_FINALIZER in ObjectMeta.of(request).finalizers
 
 
-def finalizers_with(request: Mapping) -> list[str]:
+def finalizers_with(request: Mapping[str, Any]) -> list[str]:
     current = list(ObjectMeta.of(request).finalizers)
     return current if c.TWIN_NAMESPACE_FINALIZER in current else [*current, c.TWIN_NAMESPACE_FINALIZER]
 
 
-def finalizers_without(request: Mapping) -> list[str]:
+def finalizers_without(request: Mapping[str, Any]) -> list[str]:
     return [f for f in ObjectMeta.of(request).finalizers if f != c.TWIN_NAMESPACE_FINALIZER]
 
 
-def status(request: Mapping, phase: str, message: str, namespace: str = "") -> dict:
-    desired: dict = {"phase": phase, "message": message}
+def status(request: Mapping[str, Any], phase: str, message: str, namespace: str = "") -> dict[str, Any]:
+    desired: dict[str, Any] = {"phase": phase, "message": message}
     if namespace:
         desired["namespace"] = namespace
     generation = ObjectMeta.of(request).generation
@@ -91,25 +91,25 @@ def status(request: Mapping, phase: str, message: str, namespace: str = "") -> d
     return desired
 
 
-def status_changed(request: Mapping, desired: Mapping) -> bool:
+def status_changed(request: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     return (request.get("status") or {}) != desired
 
 
-def _terminating(obj: Mapping | None) -> bool:
+def _terminating(obj: Mapping[str, Any] | None) -> bool:
     return ObjectMeta.of(obj).deleting
 
 
 def plan_twin(
-    request: Mapping,
+    request: Mapping[str, Any],
     *,
-    tenant_namespace: Mapping | None,
+    tenant_namespace: Mapping[str, Any] | None,
     consumers: ConsumerLookup,
-    namespace: Mapping | None,
-    rolebinding: Mapping | None,
+    namespace: Mapping[str, Any] | None,
+    rolebinding: Mapping[str, Any] | None,
     twin_role: str,
-    resourcequota: Mapping | None = None,
-    siblings: Callable[[Mapping], list[Mapping]] = lambda _consumer: [],
-    namespace_of: Callable[[str], Mapping | None] = lambda _name: None,
+    resourcequota: Mapping[str, Any] | None = None,
+    siblings: Callable[[Mapping[str, Any]], list[Mapping[str, Any]]] = lambda _consumer: [],
+    namespace_of: Callable[[str], Mapping[str, Any] | None] = lambda _name: None,
     release_namespace: str = "",
 ) -> TwinPlan:
     """The plan for ``request`` given the tenant namespace it lives in, the Consumers,
@@ -147,13 +147,13 @@ def plan_twin(
         return TwinPlan(status=status(request, c.TWIN_PHASE_REFUSED, bad_policy))
     if not served_already:
 
-        def fits_plan(other: Mapping) -> bool:
+        def fits_plan(other: Mapping[str, Any]) -> bool:
             other_name = str((other.get("metadata") or {}).get("name") or "")
             return not name_problem(other_name) and not plan_name_problem(
                 other_name, consumer_id, policy, release_namespace=release_namespace, consumers=consumers
             )
 
-        def is_served(other: Mapping) -> bool:
+        def is_served(other: Mapping[str, Any]) -> bool:
             other_name = str((other.get("metadata") or {}).get("name") or "")
             return is_ours(namespace_of(other_name), consumer_id, request_key(other))
 
@@ -243,7 +243,7 @@ def plan_twin(
     )
 
 
-def _plan_deletion(request: Mapping, namespace: Mapping | None) -> TwinPlan:
+def _plan_deletion(request: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> TwinPlan:
     """The request is being deleted: our namespace goes first (everything in it with it),
     then the finalizer. ``namespace`` must come from a live read here: a cache that has
     not seen the namespace yet must not let the finalizer go while it exists."""

@@ -12,7 +12,7 @@ AlreadyExists, deletes carry the UID, the finalizer patch carries the resourceVe
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 from kube_offload.consumers import consumer_name, requesting_consumer, service_account_of
 from enforcer.consumers import twin_grants
@@ -41,7 +41,7 @@ STALE_CACHE_RECHECK_SECONDS = 0.5
 
 
 class Cache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
     def keys(self) -> list[str]: ...
 
@@ -77,7 +77,7 @@ class TwinReconciler:
         self._release_namespace = release_namespace
 
     # --- keys: which requests an event concerns (informer handlers: cheap) ---------------
-    def keys_for_namespace(self, namespace: dict) -> list[str]:
+    def keys_for_namespace(self, namespace: dict[str, Any]) -> list[str]:
         """The request that made it, every request asking for its name (one may be waiting
         for a foreign namespace to go), and every request in it (a tenant namespace)."""
         metadata = namespace.get("metadata") or {}
@@ -92,7 +92,7 @@ class TwinReconciler:
                 keys.add(key)
         return sorted(keys)
 
-    def keys_for_rolebinding(self, binding: dict) -> list[str]:
+    def keys_for_rolebinding(self, binding: dict[str, Any]) -> list[str]:
         metadata = binding.get("metadata") or {}
         made_for = (metadata.get("annotations") or {}).get(c.ANNOTATION_TWIN_REQUEST)
         if made_for:
@@ -100,18 +100,18 @@ class TwinReconciler:
         namespace = metadata.get("namespace") or ""
         return [k for k in self._requests.keys() if split_key(k)[1] == namespace]
 
-    def keys_for_resourcequota(self, quota: dict) -> list[str]:
+    def keys_for_resourcequota(self, quota: dict[str, Any]) -> list[str]:
         """The request whose twin holds this ResourceQuota: re-created if deleted, put
         back if edited (only the provider's admin can: the consumer has no rights on it)."""
         return self.keys_for_rolebinding(quota)
 
-    def keys_for_consumer(self, consumer: Mapping) -> list[str]:
+    def keys_for_consumer(self, consumer: Mapping[str, Any]) -> list[str]:
         """Requests in the namespaces this Consumer may speak from: its tenant namespace
         and its ServiceAccount's namespace."""
         homes = {c.tenant_namespace(consumer_name(consumer)), service_account_of(consumer)[0]}
         return [k for k in self._requests.keys() if split_key(k)[0] in homes]
 
-    def keys_for_departed(self, event: str, _old: dict | None, request: dict) -> list[str]:
+    def keys_for_departed(self, event: str, _old: dict[str, Any] | None, request: dict[str, Any]) -> list[str]:
         """When a request is gone, the refused requests beside it: one refused for the
         consumer's maximum may now have a place (a request event otherwise concerns only
         itself)."""
@@ -161,7 +161,7 @@ class TwinReconciler:
                     raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"namespace {name} appeared and vanished") from exc
         self._carry_out(request, plan, logger, grants_in=name if not deleting and namespace is not None else None)
 
-    def _plan(self, request: dict, namespace: dict | None) -> TwinPlan:
+    def _plan(self, request: dict[str, Any], namespace: dict[str, Any] | None) -> TwinPlan:
         metadata = request.get("metadata") or {}
         name = metadata.get("name") or ""
         return plan_twin(
@@ -177,17 +177,17 @@ class TwinReconciler:
             release_namespace=self._release_namespace,
         )
 
-    def _twin_resourcequota(self, namespace: str) -> dict | None:
+    def _twin_resourcequota(self, namespace: str) -> dict[str, Any] | None:
         if self._resourcequotas is None:
             return None
         return self._resourcequotas.get(f"{namespace}/{c.TWIN_RESOURCEQUOTA_NAME}")
 
-    def _requests_of(self, consumer: Mapping) -> list[Mapping]:
+    def _requests_of(self, consumer: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The consumer's TwinNamespaces (what its maximum counts)."""
         found = (self._requests.get(key) for key in self.keys_for_consumer(consumer))
         return [request for request in found if request is not None]
 
-    def _prepare(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+    def _prepare(self, request: dict[str, Any], plan: TwinPlan, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """The finalizer, before anything is created for the request."""
         if not plan.add_finalizer or has_finalizer(request):
             return
@@ -210,7 +210,7 @@ class TwinReconciler:
         }
         logger.debug("finalizer added")
 
-    def _carry_out(self, request: dict, plan: TwinPlan, logger: logging.LoggerAdapter, *, grants_in: str | None = None) -> None:
+    def _carry_out(self, request: dict[str, Any], plan: TwinPlan, logger: logging.LoggerAdapter[logging.Logger], *, grants_in: str | None = None) -> None:
         metadata = request["metadata"]
         request_namespace, name = metadata["namespace"], metadata["name"]
         self._prepare(request, plan, logger)
@@ -251,7 +251,7 @@ class TwinReconciler:
         if plan.requeue_after is not None:
             raise Requeue(plan.requeue_after, "; ".join(plan.notes) or "waiting")
 
-    def _bind(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+    def _bind(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         assert plan.rolebinding is not None
         existing = self._rolebindings.get(f"{namespace}/{c.TWIN_ROLEBINDING_NAME}")
         try:
@@ -274,7 +274,7 @@ class TwinReconciler:
             raise
 
 
-    def _grant_custom_resources(self, namespace: str, request: dict, logger: logging.LoggerAdapter) -> None:
+    def _grant_custom_resources(self, namespace: str, request: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """The Role and RoleBinding of the kinds the Consumer grants (twin_grants.py), in a
         twin that is ours: created, corrected, or deleted when nothing is granted."""
         if self._grant_roles is None or self._grant_bindings is None:
@@ -310,7 +310,7 @@ class TwinReconciler:
                 raise Requeue(STALE_CACHE_RECHECK_SECONDS, "custom resource grant changed meanwhile") from exc
             raise
 
-    def _bound(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter) -> None:
+    def _bound(self, namespace: str, plan: TwinPlan, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         existing = self._twin_resourcequota(namespace)
         try:
             if plan.resourcequota_action is ResourceQuotaAction.CREATE and plan.resourcequota is not None:
@@ -330,7 +330,7 @@ class TwinReconciler:
             raise
 
 
-def consumer_spec_changed(event: str, old: dict | None, new: dict) -> bool:
+def consumer_spec_changed(event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Only a Consumer's arrival, departure or spec change concerns its requests; its
     status changes every few seconds and must not requeue them all."""
     if event in (ADDED, DELETED) or old is None:

@@ -9,7 +9,7 @@ cluster may well carry one. The apiserver is the judge of a pod, not the client.
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes import client
 
@@ -25,21 +25,21 @@ class EnforcerApi(Protocol):
     """What the reconcile needs from the API server (a real cluster in production and in
     the end-to-end tests; an in-memory record in the reconcile's unit tests)."""
 
-    def get_shadowpod(self, namespace: str, name: str) -> dict | None: ...
+    def get_shadowpod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def create_pod(self, namespace: str, pod: dict) -> dict: ...
+    def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]: ...
 
-    def get_pod(self, namespace: str, name: str) -> dict | None: ...
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None) -> None: ...
 
-    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict: ...
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
-    def patch_shadowpod_status(self, namespace: str, name: str, status: dict, resource_version: str) -> dict: ...
+    def patch_shadowpod_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> dict[str, Any]: ...
 
-    def create_event(self, namespace: str, event: dict) -> dict: ...
+    def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
 
-    def patch_event(self, namespace: str, name: str, patch: dict) -> dict: ...
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class KubeEnforcerApi:
@@ -49,10 +49,10 @@ class KubeEnforcerApi:
     def __init__(self, api_client: client.ApiClient) -> None:
         self._kube = Kube(api_client)
 
-    def get_shadowpod(self, namespace: str, name: str) -> dict | None:
+    def get_shadowpod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._kube.get_or_none(SHADOWPODS, name, namespace=namespace)
 
-    def patch_shadowpod_status(self, namespace: str, name: str, status: dict, resource_version: str) -> dict:
+    def patch_shadowpod_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> dict[str, Any]:
         # The resourceVersion makes the patch conditional: the status is computed from
         # the cached ShadowPod (recreations counts up from it), so a stale cache must
         # fail with 409 rather than overwrite a newer count.
@@ -66,10 +66,10 @@ class KubeEnforcerApi:
             resource_version=resource_version or None,
         )
 
-    def create_pod(self, namespace: str, pod: dict) -> dict:
+    def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(PODS, pod, namespace=namespace)
 
-    def get_pod(self, namespace: str, name: str) -> dict | None:
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._kube.get_or_none(PODS, name, namespace=namespace)
 
     def delete_pod(self, namespace: str, name: str, uid: str, *, grace_period_seconds: int | None = None) -> None:
@@ -85,15 +85,15 @@ class KubeEnforcerApi:
                 return
             raise
 
-    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A strategic merge patch: containers merge by name, so an image change names
         only its container (kube_offload.pod_updates.pod_patch)."""
         return self._kube.patch(PODS, name, patch, namespace=namespace, content_type=STRATEGIC_MERGE_PATCH)
 
-    def create_event(self, namespace: str, event: dict) -> dict:
+    def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(EVENTS, event, namespace=namespace)
 
-    def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._kube.patch(EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
-from enforcer.shadowpods import events
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
+from kube_offload import reasons
 from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
 from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
+from kube_offload.runtime.events import NORMAL, WARNING
 from kube_offload.runtime.kube import ApiError, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.predicates import WriteEchoes, only_status_changed
@@ -35,7 +36,6 @@ from kube_offload.shadowpod import (
     build_pod,
     capped_grace,
     controller_ref,
-    creation_failed_message,
     deletion_grace,
     describe_end,
     is_owned_by,
@@ -43,6 +43,9 @@ from kube_offload.shadowpod import (
     plan,
     pod_fate,
     pod_update,
+)
+from kube_offload.shadowpod_status import (
+    creation_failed_message,
     status_changed,
     status_from_pod,
     status_may_wait,
@@ -89,7 +92,7 @@ log = logging.getLogger("kube_offload.enforcer")
 BY_SHADOWPOD = "by-shadowpod"
 
 
-def shadowpod_of(pod: dict) -> str | None:
+def shadowpod_of(pod: dict[str, Any]) -> str | None:
     """The index function of :data:`BY_SHADOWPOD` (and the pod informer's key function
     for the controller): the ShadowPod controlling the pod; for a pod the enforcer made
     that has no controller at all any more, the ShadowPod it was made for, which has the
@@ -103,7 +106,7 @@ def shadowpod_of(pod: dict) -> str | None:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def is_enforcer_orphan(pod: dict) -> bool:
+def is_enforcer_orphan(pod: dict[str, Any]) -> bool:
     """A pod the enforcer made (its label and its applied-template record, which only
     ``build_pod`` writes) that no controller owns any more. Such a pod belongs to no live
     ShadowPod (every pod is created with a controller reference to its ShadowPod), so it
@@ -120,23 +123,23 @@ POD_INDEXERS = {BY_SHADOWPOD: shadowpod_of}
 
 
 class Cache(Protocol):
-    def get(self, key: str) -> dict | None: ...
+    def get(self, key: str) -> dict[str, Any] | None: ...
 
 
 class PodCache(Cache, Protocol):
     """The managed pods, with the :data:`POD_INDEXERS` (an Informer, or in tests an Indexer)."""
 
-    def by_index(self, name: str, value: str) -> list[dict]: ...
+    def by_index(self, name: str, value: str) -> list[dict[str, Any]]: ...
 
 
-Judge = Callable[[Mapping], Decision]
+Judge = Callable[[Mapping[str, Any]], Decision]
 """ShadowPod -> may the enforcer create its pod now? (enforcer/admission/shadowpod_webhook.py
 ``judge_pod``: the admission's own rules against the Consumer as it is now). A 503 means
 "could not verify yet" (caches still listing): the pod waits; any other refusal is the
 provider's no, written where the consumer reads it."""
 
 
-def admit_every_pod(_shadowpod: Mapping) -> Decision:
+def admit_every_pod(_shadowpod: Mapping[str, Any]) -> Decision:
     """The judge of an enforcer that serves no ShadowPod webhook (none configured): it has
     none of the admission's caches, so nothing is judged here either (as at admission)."""
     return Decision.allow()
@@ -230,8 +233,8 @@ class Reconciler:
             if pod is not decision.replaced and decision.action is not Action.TERMINATE:
                 self._recorder.record(
                     shadowpod,
-                    events.NORMAL,
-                    events.REASON_DELETED_EXTRA,
+                    NORMAL,
+                    reasons.REASON_EXTRA_POD_DELETED,
                     f"Deleted pod {_name(pod)}: only one pod may run for a ShadowPod",
                 )
 
@@ -250,8 +253,8 @@ class Reconciler:
         elif decision.action is Action.TERMINATE and decision.delete:
             self._recorder.record(
                 shadowpod,
-                events.NORMAL,
-                events.REASON_TERMINATING,
+                NORMAL,
+                reasons.REASON_POD_TERMINATING,
                 f"Deleting pod {name} with a grace period of {decision.grace}s: its local pod is being deleted",
             )
 
@@ -270,7 +273,7 @@ class Reconciler:
         with self._refused_lock:
             return self._refused.pop(key, None)
 
-    def _judged(self, shadowpod: dict, view: Mapping, logger: logging.LoggerAdapter) -> None:
+    def _judged(self, shadowpod: dict[str, Any], view: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """Ask the judge whether the pod may be made now; raises Requeue when not (yet)."""
         meta = shadowpod["metadata"]
         key, name = f"{meta['namespace']}/{meta['name']}", meta["name"]
@@ -291,11 +294,11 @@ class Reconciler:
             self._refused[key] = verdict.message
         if known != verdict.message:
             logger.warning("%s", message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_REFUSED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_REFUSED, message)
         self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
         raise Requeue(REFUSED_RECHECK_SECONDS, f"pod {name} refused by the provider's rules")
 
-    def _create(self, shadowpod: dict, replaced: dict | None, logger: logging.LoggerAdapter) -> None:
+    def _create(self, shadowpod: dict[str, Any], replaced: dict[str, Any] | None, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = shadowpod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         key = f"{namespace}/{name}"
@@ -318,7 +321,7 @@ class Reconciler:
         try:
             pod = build_pod(shadowpod, remote_api_access=granted, pool=pool, max_grace_seconds=self._max_grace(namespace))
         except InvalidShadowPod as exc:
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_INVALID, str(exc))
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_INVALID_SHADOWPOD, str(exc))
             self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)
             raise PermanentError(f"invalid ShadowPod: {exc}") from exc
         try:
@@ -332,7 +335,7 @@ class Reconciler:
             # PodSecurity, an admission webhook, validation. Say so where the user looks,
             # then let the controller retry with backoff (quota may free up).
             message = creation_failed_message(name, exc.message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_CREATE_FAILED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_CREATION_FAILED, message)
             self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
             raise
 
@@ -352,11 +355,11 @@ class Reconciler:
         else:
             message = f"Created pod {name} to replace pod {previous_uid}, which was deleted"
         logger.info("%s", message)
-        self._recorder.record(shadowpod, events.NORMAL, events.REASON_RECREATED, message)
+        self._recorder.record(shadowpod, NORMAL, reasons.REASON_POD_RECREATED, message)
         # Written at once: the count must not wait on anything an enforcer restart loses.
         self._write_status(shadowpod, status_from_pod(view, created), logger)
 
-    def _update_in_place(self, shadowpod: dict, pod: dict, logger: logging.LoggerAdapter) -> None:
+    def _update_in_place(self, shadowpod: dict[str, Any], pod: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """A changed template (labels, annotations, images, activeDeadlineSeconds,
         tolerations: what a running pod may change) reaches the running pod by a patch,
         never by recreating it (kube_offload.pod_updates). A provider that refuses the
@@ -392,13 +395,13 @@ class Reconciler:
                 "the pod keeps running as it was"
             )
             logger.warning("%s", message)
-            self._recorder.record(shadowpod, events.WARNING, events.REASON_UPDATE_REFUSED, message)
+            self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_UPDATE_REFUSED, message)
             return
         self._refused_updates.pop(key, None)
         logger.info("updated pod %s in place: %s", meta["name"], what)
-        self._recorder.record(shadowpod, events.NORMAL, events.REASON_UPDATED, f"Updated pod {meta['name']} in place: {what}")
+        self._recorder.record(shadowpod, NORMAL, reasons.REASON_POD_UPDATED, f"Updated pod {meta['name']} in place: {what}")
 
-    def _name_taken(self, shadowpod: dict, logger: logging.LoggerAdapter) -> None:
+    def _name_taken(self, shadowpod: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """The create met a pod of the same name that the cache does not show as ours
         (yet). Always raises: what to do depends on whose pod it is."""
         meta = shadowpod["metadata"]
@@ -415,12 +418,12 @@ class Reconciler:
             self._delete_orphans(namespace, name, [existing], logger)
             raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"deleted pod {name} of an earlier ShadowPod")
         message = f"a pod named {name} exists and is not managed by the enforcer; delete or rename it"
-        self._recorder.record(shadowpod, events.WARNING, events.REASON_NAME_TAKEN, message)
+        self._recorder.record(shadowpod, WARNING, reasons.REASON_POD_NAME_TAKEN, message)
         view = self._recorded(f"{namespace}/{name}", shadowpod)
         self._write_status(shadowpod, status_without_pod(view, message), logger, best_effort=True)
         raise Requeue(NAME_TAKEN_RECHECK_SECONDS, message)
 
-    def _delete(self, pod: dict, logger: logging.LoggerAdapter, *, grace: int | None = None) -> None:
+    def _delete(self, pod: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], *, grace: int | None = None) -> None:
         """Delete ``pod`` (by UID) with an explicit grace: ``grace``, or the pod's own cut to
         its consumer's largest (a pod made before the bound, or by hand, may ask for more)."""
         meta = pod["metadata"]
@@ -433,13 +436,13 @@ class Reconciler:
         logger.info("deleting pod %s (uid %s) with a grace period of %ds", meta["name"], meta.get("uid"), grace)
         self._api.delete_pod(meta["namespace"], meta["name"], meta["uid"], grace_period_seconds=grace)
 
-    def _pod_grace(self, pod: dict) -> int | None:
+    def _pod_grace(self, pod: dict[str, Any]) -> int | None:
         cap = self._max_grace(str(pod["metadata"].get("namespace") or ""))
         if cap is None:
             return None
         return capped_grace((pod.get("spec") or {}).get("terminationGracePeriodSeconds"), cap)
 
-    def _delete_orphans(self, namespace: str, name: str, pods: list[dict], logger: logging.LoggerAdapter) -> None:
+    def _delete_orphans(self, namespace: str, name: str, pods: list[dict[str, Any]], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """Delete the pods whose owning ShadowPod no longer exists, after checking with the
         API server itself: a cache that lags must never cost a live pod."""
         candidates = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -487,13 +490,13 @@ class Reconciler:
             written += key not in self._unrecorded
         return written
 
-    def _recorded(self, key: str, shadowpod: dict) -> dict:
+    def _recorded(self, key: str, shadowpod: dict[str, Any]) -> dict[str, Any]:
         """The ShadowPod as if the status of a pod held back (:attr:`_unrecorded`) had
         been written."""
         entry = self._unrecorded.get(key)
         return dict(with_recorded_pod(shadowpod, entry[0] if entry else None))
 
-    def _held_back(self, key: str, shadowpod: dict, pod: dict) -> float:
+    def _held_back(self, key: str, shadowpod: dict[str, Any], pod: dict[str, Any]) -> float:
         """Seconds the status write for ``pod`` may still wait (0: write it now): only
         for the first pod this enforcer created, while it is Pending, until the deadline."""
         entry = self._unrecorded.get(key)
@@ -503,7 +506,7 @@ class Reconciler:
         return left if left > 0 else 0.0
 
     def _write_status(
-        self, shadowpod: dict, desired: dict, logger: logging.LoggerAdapter, *, best_effort: bool = False
+        self, shadowpod: dict[str, Any], desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], *, best_effort: bool = False
     ) -> None:
         meta = shadowpod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
@@ -527,16 +530,17 @@ class Reconciler:
         if desired.get("podUID"):
             self._unrecorded.pop(key, None)  # the status records a pod now
 
-    def own_status_write(self, old: dict | None, new: dict) -> bool:
+    def own_status_write(self, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
         """Whether a ShadowPod update is only the echo of our own status write: the
         reconcile reads the ShadowPod's status (recreations, podUID), so someone else's
         status write is reconciled, but what we just wrote needs no second look."""
         return only_status_changed(old, new) and self._status_echoes.is_echo(new)
 
 
-def _uid(pod: dict | None) -> str | None:
-    return (pod or {}).get("metadata", {}).get("uid")
+def _uid(pod: dict[str, Any] | None) -> str | None:
+    uid: str | None = (pod or {}).get("metadata", {}).get("uid")
+    return uid
 
 
-def _name(pod: dict) -> str:
+def _name(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name"))

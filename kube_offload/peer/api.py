@@ -22,7 +22,7 @@ class Cluster:
         self.server = api.configuration.host
         self.kube = Kube(api)
 
-    def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict | None:
+    def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None if it does not exist."""
         try:
             return self.kube.get_or_none(resource, name, namespace=namespace)
@@ -47,7 +47,7 @@ class Cluster:
         return CommandError(f"{self.side}: {exc}")
 
     def list_items(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
-                   field_selector: str | None = None) -> list[dict]:
+                   field_selector: str | None = None) -> list[dict[str, Any]]:
         try:
             return self.kube.list(resource, namespace=namespace, label_selector=label_selector,
                                   field_selector=field_selector).get("items") or []

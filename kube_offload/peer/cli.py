@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 import kube_offload
 from kube_offload import bound_tokens as bt
@@ -23,7 +24,7 @@ def token_expiration(text: str) -> float:
     return seconds
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     peer = subparsers.add_parser(
         "peer",
         help="connect a local cluster to a remote one (both sides, idempotent)",
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _common_flags(peer, "peer")
-    flag = lambda name, **kw: add_flag(peer, "peer", name, **kw)  # noqa: E731
+    flag = functools.partial(add_flag, peer, "peer")
     flag("--remote-server", default="",
          help="URL of the remote API server as the local cluster's PODS reach it; unset: the server in the remote "
               "kubeconfig (refused when it is a loopback address, which a pod cannot reach)")
@@ -140,13 +141,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _provider_flags(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("consumer", metavar="CONSUMER", help="the consumer's cluster id (its Consumer's name: kubectl get consumers)")
-    flag = lambda name, **kw: add_flag(parser, command, name, **kw)  # noqa: E731
+    flag = functools.partial(add_flag, parser, command)
     flag("--kubeconfig", default=None, help="admin kubeconfig of the PROVIDER (remote) cluster; unset: $KUBECONFIG or ~/.kube/config")
     flag("--context", default=None, help="context of --kubeconfig; unset: its current context")
 
 
 def _common_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    flag = lambda name, **kw: add_flag(parser, command, name, **kw)  # noqa: E731
+    flag = functools.partial(add_flag, parser, command)
     flag("--local-kubeconfig", default=None, help="admin kubeconfig of the LOCAL (consumer) cluster; unset: $KUBECONFIG or ~/.kube/config")
     flag("--local-context", default=None, help="context of --local-kubeconfig; unset: its current context")
     flag("--remote-kubeconfig", default=None, help="admin kubeconfig of the REMOTE (provider) cluster; unset: $KUBECONFIG or ~/.kube/config")

@@ -1,4 +1,4 @@
-"""``kube-offload peer``: observe both clusters, plan (:func:`kube_offload.peering.plan_peer`),
+"""``kube-offload peer``: observe both clusters, plan (:func:`kube_offload.peering_plans.plan_peer`),
 print the plan, carry it out."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import base64
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 import yaml
 
@@ -14,6 +14,7 @@ from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload import fabric as fb
+from kube_offload import peering_plans as plans
 from kube_offload.peer import gateway as gw
 from kube_offload.peer.api import Cluster
 from kube_offload.peer.errors import CommandError
@@ -102,7 +103,7 @@ def request_token(remote: Cluster, consumer_id: str, expiration_seconds: int) ->
         raise CommandError(f"remote: {exc}") from None
 
 
-def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict | None]:
+def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: str) -> tuple[bool, dict[str, Any] | None]:
     secret = local.get(kinds.SECRETS, p.kubeconfig_secret_name(remote_cluster_id), namespace=namespace)
     if secret is None:
         return False, None
@@ -113,7 +114,7 @@ def read_kubeconfig_secret(local: Cluster, namespace: str, remote_cluster_id: st
         return True, None  # not a kubeconfig: rewrite it
 
 
-def node_is_ready(node: dict | None) -> bool:
+def node_is_ready(node: dict[str, Any] | None) -> bool:
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
     return any(cond.get("type") == "Ready" and cond.get("status") == "True" for cond in conditions)
 
@@ -213,7 +214,7 @@ class PeerRun:
             what=f"for ConfigMap {c.tenant_namespace(options.local_cluster_id)}/{p.ROOT_CA_CONFIGMAP} (the remote cluster's CA)",
             hint="the remote kubeconfig names no CA; is kube-controller-manager running on the remote cluster?",
         )
-        desired = p.desired_kubeconfig(options, grant.token, ca_pem)
+        desired = plans.desired_kubeconfig(options, grant.token, ca_pem)
         exists, _ = read_kubeconfig_secret(ctx.local, ctx.namespace, options.remote_cluster_id)
         body = {
             "apiVersion": "v1",
@@ -255,15 +256,15 @@ def _peer(args: argparse.Namespace) -> int:
     gateway_options(args)
     ctx = open_context(args)
     options = peer_options(args, ctx)
-    steps = p.plan_peer(observe_peer(ctx, options), options)
+    steps = plans.plan_peer(observe_peer(ctx, options), options)
     title = f"peer {options.local_cluster_id} -> {options.remote_cluster_id}"
-    say(p.render_plan(steps, title=title))
+    say(plans.render_plan(steps, title=title))
     if args.dry_run:
         say("dry run: nothing was changed")
         return 0
     execute(steps, PeerRun(ctx, options).do)
     node = p.node_name(options.remote_cluster_id)
-    if p.changes(steps):
+    if plans.changes(steps):
         say(f"peered: pods of {options.local_cluster_id} can run on {options.remote_cluster_id} through node {node}; "
              f"offload a namespace with `kubectl label namespace NAME {c.LABEL_ENABLED}={c.ENABLED_VALUE}`")
     else:

@@ -1,4 +1,4 @@
-"""``kube-offload unpeer``: observe both clusters, plan (:func:`kube_offload.peering.plan_unpeer`),
+"""``kube-offload unpeer``: observe both clusters, plan (:func:`kube_offload.peering_plans.plan_unpeer`),
 print the plan, carry it out: drain and remove the virtual node locally, then leave
 nothing of the consumer on the remote."""
 
@@ -9,6 +9,7 @@ import time
 
 from kube_offload import constants as c
 from kube_offload import peering as p
+from kube_offload import peering_plans as plans
 from kube_offload.peer import gateway as gw
 from kube_offload.peer.errors import CommandError
 from kube_offload.peer.session import POLL_SECONDS, Context, execute, open_context, run_command, say, wait
@@ -222,14 +223,14 @@ def _unpeer(args: argparse.Namespace) -> int:
         local_release=args.local_release,
         remote_release=args.remote_release,
     )
-    steps = p.plan_unpeer(observe_unpeer(ctx, options), options)
-    say(p.render_plan(steps, title=f"unpeer {options.local_cluster_id} -> {options.remote_cluster_id}"))
+    steps = plans.plan_unpeer(observe_unpeer(ctx, options), options)
+    say(plans.render_plan(steps, title=f"unpeer {options.local_cluster_id} -> {options.remote_cluster_id}"))
     if args.dry_run:
         say("dry run: nothing was changed")
         return 0
     execute(steps, UnpeerRun(ctx, options).do)
     say(f"unpeered: nothing of consumer {options.local_cluster_id} is left in {options.remote_cluster_id}"
-         if p.changes(steps) else "not peered: nothing changed")
+         if plans.changes(steps) else "not peered: nothing changed")
     return 0
 
 

@@ -15,6 +15,8 @@ Undrain removes ``spec.drain``; a cordon the provider set itself (``spec.cordone
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import time
 from datetime import datetime, timezone
@@ -38,7 +40,7 @@ def _provider(args: argparse.Namespace) -> Cluster:
     return Cluster(kubeconfig_path(args.kubeconfig, "--kubeconfig"), args.context, "provider")
 
 
-def _consumer(cluster: Cluster, name: str) -> dict:
+def _consumer(cluster: Cluster, name: str) -> dict[str, Any]:
     problem = p.cluster_id_problem("CONSUMER", name)
     if problem:
         raise p.PeeringError(problem)
@@ -53,7 +55,7 @@ def _consumer(cluster: Cluster, name: str) -> dict:
     return consumer
 
 
-def _patch_drain(cluster: Cluster, name: str, record: dict | None) -> dict:
+def _patch_drain(cluster: Cluster, name: str, record: dict[str, Any] | None) -> dict[str, Any]:
     try:
         return cluster.kube.patch(CONSUMERS, name, {"spec": {"drain": record}}, content_type=MERGE_PATCH)
     except ApiError as exc:

@@ -3,6 +3,8 @@ provider policy), read and checked before any cluster is, so a mistake costs no 
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import base64
 import os
@@ -66,8 +68,8 @@ def kubeconfig_path(value: str | None, flag: str) -> Path:
     return path
 
 
-def read_values_files(paths: list[str], flag: str) -> dict:
-    merged: dict = {}
+def read_values_files(paths: list[str], flag: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
     for name in paths:
         try:
             data = yaml.safe_load(Path(name).read_text())
@@ -103,7 +105,7 @@ def remote_endpoint(path: Path, context: str | None) -> tuple[str, bytes | None]
     return cluster["server"], None
 
 
-def read_policy_file(path: str) -> dict | None:
+def read_policy_file(path: str) -> dict[str, Any] | None:
     """--policy-file: the consumer's spec.policy (YAML or JSON), checked as the enforcer
     reads it; None when the flag is unset (keep the release's)."""
     if not path:

@@ -8,10 +8,14 @@ process needs, apart from what kube-offload decides.
 - loops: :mod:`.workqueue` (de-duplicating, rate-limited, delayed adds), :mod:`.controller`
   (workers over a queue), :mod:`.predicates` (updates a loop may skip: status only),
   :mod:`.events` (the Event recorder), :mod:`.leader_election`;
-- serving and watching: :mod:`.metrics` (queues, reconciles, API calls), :mod:`.health`
-  (``/healthz``, ``/readyz``, ``/metrics``), :mod:`.https_server` (in-process TLS servers),
-  :mod:`.serving` and :mod:`.workers` (gunicorn for the webhook and the extender),
-  :mod:`.http_metrics`, :mod:`.body_limit`, :mod:`.gcpause`;
+- serving and watching, two HTTP stacks (docs/runtime.md, "Serving HTTP: two stacks"):
+  the admission path of the webhook and the extender, :mod:`.serving` (gunicorn, the
+  server settings and flags), :mod:`.asyncio_worker` and :mod:`.http11` (the worker),
+  :mod:`.wsgi` (the app without a framework), :mod:`.workers`, :mod:`.http_metrics`,
+  :mod:`.body_limit`; the in-process servers and streams, :mod:`.https_server`,
+  :mod:`.health` (``/healthz``, ``/readyz``, ``/metrics``) and :mod:`.http_handler`; every
+  server's probe answers, :mod:`.probes`; :mod:`.metrics` (queues, reconciles, API calls),
+  :mod:`.gcpause`;
 - process plumbing: :mod:`.flags` (flags with environment twins), :mod:`.logs`.
 
 The domain modules (policy, selector, affinity, resources, capacity, shadowpod, ...) stay

@@ -1,4 +1,4 @@
-"""A gunicorn worker that serves HTTP/1.1 over TLS from one asyncio event loop and calls
+"""A gunicorn worker that serves HTTP/1.1 (over TLS, or plain) from one asyncio event loop and calls
 the WSGI app inline, in the loop: no thread hand-off per request.
 
 Why: with gunicorn's ``gthread`` worker every request goes from the main thread (which
@@ -235,11 +235,14 @@ class AsyncioWorker(Worker):
         if self.cfg.is_ssl:
             self._tls = TlsContexts(self.cfg, self.log)
             ssl_context = self._tls.listening
+        # Plain HTTP (the extender without a certificate): asyncio refuses a handshake
+        # timeout without TLS.
+        tls: dict[str, Any] = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT} if ssl_context else {}
         servers = []
         for listener in self.sockets:
             servers.append(await asyncio.start_server(
-                self._serve_connection, sock=getattr(listener, "sock", listener), ssl=ssl_context,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT, backlog=self.cfg.backlog, limit=READ_SIZE,
+                self._serve_connection, sock=getattr(listener, "sock", listener),
+                backlog=self.cfg.backlog, limit=READ_SIZE, **tls,
             ))
         ticker = asyncio.create_task(self._tick())
         await self._stopping.wait()

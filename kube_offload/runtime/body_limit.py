@@ -6,9 +6,10 @@ limit is refused before a byte is read, and a chunked body (no length: gunicorn
 de-chunks it and marks its input terminated) as soon as the read passes the limit, so at
 most the limit plus one read of 64 KiB is ever held. Either way ``RequestEntityTooLarge``
 is raised, and :func:`too_large_message` words the 413: how big, what the limit is, and
-which flag sets it. (Flask's ``MAX_CONTENT_LENGTH`` alone is not enough: on a chunked
-body werkzeug stops reading AT the limit and hands the truncated body on, a 400 for
-"not JSON" instead of a 413.) Why the limits are what they are:
+which flag sets it. (A framework's length limit alone is not enough: Flask's
+``MAX_CONTENT_LENGTH``, when the extender still ran on Flask, stopped reading a chunked
+body AT the limit and handed the truncated body on, a 400 for "not JSON" instead of a
+413.) Why the limits are what they are:
 bench/bench_parse_memory.py and docs/performance.md.
 
 A hard cap alone bounds memory only as ``concurrency x cap x amplification``, which forces

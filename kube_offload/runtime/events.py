@@ -73,10 +73,12 @@ class EventSink(Protocol):
 
 
 class KubeEventSink:
-    """core/v1 Events through :class:`kube_offload.runtime.kube.Kube` (raw JSON in and out)."""
+    """core/v1 Events through :class:`kube_offload.runtime.kube.Kube` (raw JSON in and out),
+    made from the official client's ``ApiClient`` or handed a ``Kube`` (a test's recording
+    one: tests/support/recording_kube.py)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self._kube = Kube(api_client)
+    def __init__(self, api_client: client.ApiClient | Kube) -> None:
+        self._kube = api_client if isinstance(api_client, Kube) else Kube(api_client)
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(EVENTS, event, namespace=namespace)

@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from kube_offload.runtime.flags import DEFAULT_LIST_PAGE_SIZE
@@ -312,8 +312,17 @@ class Informer:
 
     def _relist(self) -> str:
         body = self._list_all()
-        listed_at = self.last_contact
-        fresh: dict[str, dict[str, Any]] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in body["items"])}
+        self.replace(body["items"], listed_at=self.last_contact)
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def replace(self, items: builtins.list[dict[str, Any]], *, listed_at: float | None = None) -> None:
+        """Make the cache ``items`` (as cached: transformed), as a list does: the store and
+        its indexes first, then the difference delivered as events, then the informer is
+        synced, listed at ``listed_at`` (monotonic; None: now). The list-and-watch calls it
+        with each list's answer; tests feed an informer that never lists through it
+        (tests/support/informers.py), as they feed watch events through :meth:`apply`."""
+        listed_at = time.monotonic() if listed_at is None else listed_at
+        fresh: dict[str, dict[str, Any]] = {obj_key: obj for obj_key, obj in ((object_key(o), o) for o in items)}
         with self._dispatch_lock:
             with self._lock:
                 # The indexes are rebuilt with the store, before any difference is delivered.
@@ -333,7 +342,6 @@ class Informer:
         self.last_listed = listed_at
         self.list_count += 1
         self._synced.set()
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
     def _prepare(self, item: dict[str, Any], list_body: dict[str, Any]) -> dict[str, Any]:
         # Items of a list carry no apiVersion/kind; restore them so a cached object is

@@ -10,16 +10,18 @@ reader cannot tell. Interned strings are mortal: freed with their last user.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TypeVar, cast
+
+T = TypeVar("T")
 
 
-def interned(value: Any) -> Any:
+def interned(value: T) -> T:
     """``value`` with every string in it (dict keys and values) interned. Dicts and lists
-    are rebuilt; other scalars are kept as they are."""
-    if type(value) is str:
-        return sys.intern(value)
+    are rebuilt (of the same shape: the type is kept); other scalars are kept as they are."""
+    if isinstance(value, str) and type(value) is str:  # not a str subclass: intern takes exact str
+        return cast(T, sys.intern(value))
     if isinstance(value, dict):
-        return {(sys.intern(k) if type(k) is str else k): interned(v) for k, v in value.items()}
+        return cast(T, {(sys.intern(k) if type(k) is str else k): interned(v) for k, v in value.items()})
     if isinstance(value, list):
-        return [interned(item) for item in value]
+        return cast(T, [interned(item) for item in value])
     return value

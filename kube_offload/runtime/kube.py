@@ -35,7 +35,7 @@ from urllib.parse import urlencode
 import urllib3
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kube_offload.runtime.kinds import Resource

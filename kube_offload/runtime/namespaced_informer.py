@@ -203,6 +203,14 @@ class MultiNamespaceInformer:
         for child in children:
             child.relist()
 
+    def replace(self, namespace: str, items: builtins.list[dict[str, Any]]) -> None:
+        """:meth:`Informer.replace` on the informer of ``namespace``, as its list would; a
+        namespace not watched is ignored, as no list would reach it."""
+        with self._lock:
+            child = self._children.get(namespace)
+        if child is not None:
+            child.replace(items)
+
     def listed_since(self, namespace: str, since: float) -> bool:
         """Whether ``namespace`` was listed completely at or after monotonic time ``since``."""
         with self._lock:

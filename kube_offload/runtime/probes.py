@@ -1,8 +1,7 @@
 """The answers to ``GET /healthz``, ``/readyz`` and ``/metrics``, written once for every
 server of the project: the vkubelet's and the enforcer's health port
-(kube_offload/runtime/health.py, served by the process manager), the webhook's WSGI app
-(kube_offload/runtime/wsgi.py), the extender's Flask app (flask_probes.py), and the
-ShadowPod webhook. Their transports differ on purpose (gunicorn workers for the two apps,
+(kube_offload/runtime/health.py, served by the process manager), the webhook's and the
+extender's WSGI apps (kube_offload/runtime/wsgi.py), and the ShadowPod webhook. Their transports differ on purpose (gunicorn workers for the two apps,
 TLS for the webhooks; each module says why); what
 they answer does not.
 
@@ -82,7 +81,7 @@ def probe_answer(
 ) -> Answer | None:
     """The answer to ``GET path?query`` when ``path`` is ``/healthz``, ``/readyz`` or
     ``/metrics``, else None. The one way every server of the project answers them - the
-    health port here, the webhook's WSGI app and the extender's Flask app, the ShadowPod webhook -
+    health port here, the webhook's and the extender's WSGI apps, the ShadowPod webhook -
     whatever carries the bytes (their transports differ for reasons given in each)."""
     if path == METRICS:
         body, content_type = exposition()

@@ -41,7 +41,8 @@ import yaml
 
 from kube_offload import constants as C
 from kube_offload import peering as p
-from kube_offload_harness import chart_pods, netns, oci_image, previous_release
+from kube_offload_harness import chart_pods, netns, previous_release
+from kube_offload_harness.standin_recipe import BUSYBOX_IMAGE
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment
 from kube_offload_harness.naming import virtual_node_name
@@ -141,7 +142,7 @@ def _offloaded_pod(name: str, command: str = "echo started; exec sleep 3600") ->
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": OFFLOADED, "labels": {"day2": "pod"}},
         "spec": {"terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "main", "image": oci_image.BUSYBOX_IMAGE, "command": ["sh", "-c", command],
+                 "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", command],
                                  "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]},
     }
 

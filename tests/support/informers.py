@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from kube_offload.runtime.controller import Controller
 from kube_offload.runtime.informer import Informer
+from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
 
 
 def never_listed(**_kwargs: Any) -> Any:
@@ -29,6 +30,23 @@ def never_listed_in(namespace: str) -> Callable[..., Any]:
 def offline_informer(name: str, **kwargs: Any) -> Informer:
     """An :class:`Informer` that never lists: fed only through ``apply``."""
     return Informer(name=name, list_func=never_listed, **kwargs)
+
+
+def listed(informer: MultiNamespaceInformer, *namespaces: str) -> None:
+    """``informer`` has listed each of ``namespaces`` (it watches them already:
+    ``set_namespaces``) and found them empty, through the runtime's public
+    ``MultiNamespaceInformer.replace``, the path a list's answer takes: what a loop that
+    trusts an absence (a ShadowPod to create, a pod gone) waits for."""
+    for namespace in namespaces:
+        informer.replace(namespace, [])
+
+
+def answered_403(informer: MultiNamespaceInformer, namespace: str, message: str = "forbidden") -> None:
+    """``namespace``'s list or watch was answered 403 with ``message`` (the provider revoked
+    our access there), as the informer marks it (``Informer.forbidden``, public; its
+    per-namespace informer is reached through the private ``_children``, here only)."""
+    child = informer._children[namespace]
+    child.forbidden, child.forbidden_message = True, message
 
 
 def drain(controller: Controller) -> list[str]:

@@ -16,7 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
-PRODUCT = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "kubectl_offload")
+PRODUCT = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "kubectl_offload", "relay")
+# mypy's --strict, flag by flag (``strict`` itself is a global option only): pyproject.toml
+# sets each for the whole product.
+STRICT_FLAGS = (
+    "disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls", "disallow_untyped_defs",
+    "disallow_incomplete_defs", "check_untyped_defs", "disallow_untyped_decorators", "warn_unused_ignores",
+    "warn_return_any", "no_implicit_reexport", "strict_equality", "extra_checks", "warn_redundant_casts",
+)
+# What a per-module override may set without relaxing the checks.
+NEUTRAL_OVERRIDES = {"module", "ignore_missing_imports"}
 # The checkers' console scripts sit beside this interpreter (scripts/bootstrap.sh installs
 # them with the `lint` extra).
 BIN = Path(sys.executable).parent
@@ -31,11 +40,6 @@ def _layers() -> list[set[str]]:
     return [{m.strip() for m in re.split(r"[|:]", layer)} for layer in _contract("layers")["layers"]]
 
 
-def _strict_modules() -> set[str]:
-    (strict,) = [o for o in TOOL["mypy"]["overrides"] if o.get("disallow_untyped_defs") is True]
-    return set(strict["module"])
-
-
 def _run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True, timeout=300)
 
@@ -46,12 +50,16 @@ def test_the_domain_is_the_same_list_for_every_check():
     assert domain == set(_contract("domain-no-io")["source_modules"])
 
 
-def test_mypy_is_strict_on_exactly_the_domain_and_the_runtime():
-    """The two bottom layers: the domain (the contract modules included) and the runtime,
-    each of its packages with its submodules."""
-    domain, runtime = _layers()[-1], _layers()[-2]
-    assert runtime == {"kube_offload.runtime"}
-    assert _strict_modules() == domain | runtime | {f"{package}.*" for package in runtime}
+def test_mypy_is_strict_on_every_product_package():
+    """Every strict flag is set for the whole run, no override relaxes one for some
+    modules, and mypy checks every package of the product (and the typed fake of the tests'
+    support package)."""
+    mypy = TOOL["mypy"]
+    assert {flag: mypy.get(flag) for flag in STRICT_FLAGS} == dict.fromkeys(STRICT_FLAGS, True)
+    for override in mypy.get("overrides", []):
+        assert set(override) <= NEUTRAL_OVERRIDES, override
+    assert set(PRODUCT) <= set(mypy["files"])
+    assert "tests/support/recording_kube.py" in mypy["files"]
 
 
 def test_every_module_of_the_shared_package_has_a_layer():
@@ -140,16 +148,27 @@ def test_ruff_catches(tmp_path: Path, source: str, rule: str):
 
 
 @pytest.mark.parametrize(
-    ("module", "strict"),
-    [("kube_offload/selector.py", True), ("kube_offload/runtime/workqueue.py", True), ("webhook/review.py", False)],
+    ("module", "source", "strict"),
+    [
+        ("kube_offload/selector.py", "def untyped(x):\n    return x\n", True),
+        ("kube_offload/runtime/workqueue.py", "def untyped(x):\n    return x\n", True),
+        ("webhook/review.py", "def untyped(x):\n    return x\n", True),
+        ("vkubelet/pods/reconcile.py", "def untyped(x):\n    return x\n", True),
+        ("enforcer/shadowpods/reconcile.py", "def untyped(x):\n    return x\n", True),
+        ("relay/server.py", "def untyped(x):\n    return x\n", True),
+        # The control: the same function typed passes.
+        ("vkubelet/pods/reconcile.py", "def typed(x: int) -> int:\n    return x\n", False),
+    ],
 )
-def test_mypy_is_strict_on_the_domain_and_the_runtime_only(tmp_path: Path, module: str, strict: bool):
-    """An untyped function fails in a domain or runtime module and passes in a component."""
-    for package in {Path(module).parent, Path("kube_offload")}:
+def test_mypy_is_strict_everywhere(tmp_path: Path, module: str, source: str, strict: bool):
+    """An untyped function fails in any package of the product, domain, runtime or component."""
+    for package in {*Path(module).parents, Path("kube_offload")}:
+        if package == Path("."):
+            continue
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").touch()
     path = tmp_path / module
-    path.write_text("def untyped(x):\n    return x\n")
+    path.write_text(source)
     checked = _run(
         sys.executable, "-m", "mypy", "--config-file", ROOT / "pyproject.toml", "--cache-dir", tmp_path / ".mypy_cache",
         module, cwd=tmp_path,

@@ -132,7 +132,7 @@ def with_authenticated_group(user: UserInfo) -> UserInfo:
     return UserInfo(user.name, user.uid, user.groups + (AUTHENTICATED_GROUP,), user.extra)
 
 
-def token_review(token: str) -> dict:
+def token_review(token: str) -> dict[str, Any]:
     return {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",
@@ -154,7 +154,7 @@ def user_from_token_review(review: Mapping[str, Any]) -> tuple[UserInfo | None, 
 
 
 # --- I/O: TokenReview with a cache ------------------------------------------------------------
-ReviewCall = Callable[[dict], dict]
+ReviewCall = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def token_review_call(api_client: client.ApiClient) -> ReviewCall:

@@ -129,7 +129,7 @@ def request_attributes(method: str, path: str, node_name: str) -> list[NodeAttri
     return [NodeAttributes(verb, subresource, node_name, path) for subresource in subresources_for(path)]
 
 
-def subject_access_review(user: UserInfo, attributes: NodeAttributes) -> dict:
+def subject_access_review(user: UserInfo, attributes: NodeAttributes) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "user": user.name,
         "groups": list(user.groups),
@@ -173,7 +173,7 @@ def _describe(user: UserInfo, attributes: Sequence[NodeAttributes]) -> str:
 
 
 # --- I/O: SubjectAccessReview with a cache -------------------------------------------------------
-ReviewCall = Callable[[dict], dict]
+ReviewCall = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def subject_access_review_call(api_client: client.ApiClient) -> ReviewCall:

@@ -158,7 +158,7 @@ class KubeletRequestHandler(BaseHTTPRequestHandler):
     def leave_http(self) -> socket.socket:
         """The connection stops being HTTP (an upgrade is answered next): blocking from
         here on, kept alive by TCP, never answered with an HTTP error nor reused."""
-        sock = self.connection
+        sock: socket.socket = self.connection
         sock.settimeout(None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self._responded = True

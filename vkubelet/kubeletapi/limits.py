@@ -15,6 +15,7 @@ The flags (``--kubelet-max-connections`` ...) are declared here and read into
 from __future__ import annotations
 
 import argparse
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -61,7 +62,7 @@ class StreamLimits:
 
 
 def add_limit_flags(parser: argparse.ArgumentParser, component: str) -> None:
-    flag = lambda name, **kw: add_flag(parser, component, name, **kw)  # noqa: E731
+    flag = functools.partial(add_flag, parser, component)
     defaults = StreamLimits()
     flag("--kubelet-max-connections", default=defaults.max_connections, type=positive_int,
          help="connections the kubelet API serves at once; past it: 503 with Retry-After")

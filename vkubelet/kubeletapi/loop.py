@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 from kubernetes import client
 
@@ -52,7 +52,7 @@ WEBSOCKET_FEATURE = "ExtendWebSocketsToKubelet"
 TOKEN_DENIED_TTL = 30.0
 
 
-def declared_features_patch(node: Mapping | None, feature: str = WEBSOCKET_FEATURE) -> dict | None:
+def declared_features_patch(node: Mapping[str, Any] | None, feature: str = WEBSOCKET_FEATURE) -> dict[str, Any] | None:
     """The nodes/status merge patch adding ``feature`` to ``status.declaredFeatures``, or
     None when it is there (or the node does not exist yet). A merge patch replaces the
     whole list, so the others are kept; the API wants it sorted and without duplicates."""

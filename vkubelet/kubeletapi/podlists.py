@@ -38,28 +38,28 @@ namespace and name (a kubelet's order is the runtime's).
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 JSON_CONTENT_TYPE = "application/json"
 _TERMINAL = ("Succeeded", "Failed")
 
 
-def _pod_list(items: list[dict]) -> dict:
+def _pod_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
 
-def _sort_key(pod: Mapping) -> tuple[str, str]:
+def _sort_key(pod: Mapping[str, Any]) -> tuple[str, str]:
     meta = pod.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-def pod_list(pods: Iterable[Mapping]) -> dict:
+def pod_list(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """``/pods``: the pods as the informer holds them, without their own kind/apiVersion."""
     items = [{k: v for k, v in pod.items() if k not in ("kind", "apiVersion")} for pod in pods]
     return _pod_list(sorted(items, key=_sort_key))
 
 
-def running_containers(pod: Mapping, runtime: Mapping | None) -> list[dict]:
+def running_containers(pod: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """``[{"name", "image"}]`` of the containers ``runtime`` (the local ``pod``'s remote pod)
     shows running; none without a remote pod or once either side has finished."""
     if runtime is None or any(((p.get("status") or {}).get("phase")) in _TERMINAL for p in (pod, runtime)):
@@ -74,7 +74,7 @@ def running_containers(pod: Mapping, runtime: Mapping | None) -> list[dict]:
     return running
 
 
-def running_pod(pod: Mapping, runtime: Mapping | None) -> dict | None:
+def running_pod(pod: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The runtime-shaped pod, or None when nothing of it runs. The empty fields are
     spelt as Go writes an empty v1.Pod (``creationTimestamp: null``, ``resources: {}``,
     ``status: {}``) so a client decoding either gets the same object."""
@@ -94,12 +94,12 @@ def running_pod(pod: Mapping, runtime: Mapping | None) -> dict | None:
     }
 
 
-def running_pod_list(pods: Iterable[Mapping], runtime_of: Callable[[Mapping], Mapping | None]) -> dict:
+def running_pod_list(pods: Iterable[Mapping[str, Any]], runtime_of: Callable[[Mapping[str, Any]], Mapping[str, Any] | None]) -> dict[str, Any]:
     """``/runningpods/``: ``pods`` are the local pods bound to the node, ``runtime_of``
     gives each one's remote pod (None when it has none)."""
     items = [shaped for shaped in (running_pod(pod, runtime_of(pod)) for pod in pods) if shaped is not None]
     return _pod_list(sorted(items, key=_sort_key))
 
 
-def encode(document: Mapping) -> bytes:
+def encode(document: Mapping[str, Any]) -> bytes:
     return json.dumps(document).encode("utf-8")

@@ -21,7 +21,7 @@ pods owned by them, so the chain above cannot be forged by another tenant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from kube_offload.runtime.cache import Cache
 from kube_offload.remote_resources import is_ours
@@ -47,14 +47,14 @@ class TwinRule(Protocol):
     def twin_for(self, name: str) -> tuple[str | None, str]: ...
 
 
-def _stands_for(obj: Mapping, *, key: str, uid: str, local_cluster_id: str) -> bool:
+def _stands_for(obj: Mapping[str, Any], *, key: str, uid: str, local_cluster_id: str) -> bool:
     return is_ours(obj, local_cluster_id) and origin_key(obj) == key and origin_uid(obj) == uid
 
 
 def choose_remote_pod(
-    local_pod: Mapping | None,
-    shadowpods: Sequence[Mapping],
-    pods: Sequence[Mapping],
+    local_pod: Mapping[str, Any] | None,
+    shadowpods: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     *,
     twin: str | None,
     twin_problem: str = "",
@@ -151,7 +151,7 @@ class PodResolver:
             pod_uid=pod_uid,
         )
 
-    def remote_pod_of(self, local_pod: Mapping) -> dict | None:
+    def remote_pod_of(self, local_pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """The remote pod :meth:`resolve` names for ``local_pod``, as the remote pod cache
         holds it (the cache the status sync reads), or None when there is none."""
         meta = _meta(local_pod)

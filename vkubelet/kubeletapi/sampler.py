@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kubernetes import client
 
@@ -44,10 +44,10 @@ log = logging.getLogger("kube_offload.vkubelet.kubelet_api")
 METRICS_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 10.0)
 
 Resolve = Callable[[str, str, str], RemotePod]
-ListMetrics = Callable[[str], Mapping]
+ListMetrics = Callable[[str], Mapping[str, Any]]
 
 
-def local_pod_ref(pod: Mapping) -> PodRef:
+def local_pod_ref(pod: Mapping[str, Any]) -> PodRef:
     meta = pod.get("metadata") or {}
     return PodRef(namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""))
 
@@ -57,7 +57,7 @@ def _epoch(text: object) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
-def running_pods(local_pods: Iterable[Mapping], now: float) -> list[RunningPod]:
+def running_pods(local_pods: Iterable[Mapping[str, Any]], now: float) -> list[RunningPod]:
     """The local pods whose status shows a container running, with each running
     container's start (``state.running.startedAt``, else the pod's ``startTime``, else
     ``now``): what ``/stats/summary`` lists before their first sample."""
@@ -79,7 +79,7 @@ def running_pods(local_pods: Iterable[Mapping], now: float) -> list[RunningPod]:
     return found
 
 
-def targets(local_pods: Iterable[Mapping], resolve: Resolve) -> dict[str, dict[str, PodRef]]:
+def targets(local_pods: Iterable[Mapping[str, Any]], resolve: Resolve) -> dict[str, dict[str, PodRef]]:
     """twin namespace -> {remote pod name -> local pod} for every local pod that has a
     remote pod of ours now; pods without one (not created yet, no twin) are skipped."""
     found: dict[str, dict[str, PodRef]] = {}
@@ -95,7 +95,7 @@ def targets(local_pods: Iterable[Mapping], resolve: Resolve) -> dict[str, dict[s
     return found
 
 
-def samples_from(listing: Mapping, wanted: Mapping[str, PodRef]) -> tuple[list[PodSample], list[str]]:
+def samples_from(listing: Mapping[str, Any], wanted: Mapping[str, PodRef]) -> tuple[list[PodSample], list[str]]:
     """The samples of the ``wanted`` remote pods in one PodMetricsList (items of other
     pods are ignored), and the problems of items that could not be read."""
     samples: list[PodSample] = []
@@ -237,7 +237,7 @@ def metrics_lister(remote: client.ApiClient) -> ListMetrics:
     once: the next sampling round is the retry."""
     kube = Kube(remote, timeout=METRICS_REQUEST_TIMEOUT, retry=NO_RETRY)
 
-    def list_metrics(namespace: str) -> Mapping:
+    def list_metrics(namespace: str) -> Mapping[str, Any]:
         return kube.list(POD_METRICS, namespace=namespace)
 
     return list_metrics

@@ -2,7 +2,7 @@
 (vkubelet/kubeletapi/handler.py) serves from.
 
 Built on :class:`kube_offload.runtime.https_server.ThreadingHTTPSServer` (shared with the
-enforcer's ShadowPod webhook). Why not Flask/gunicorn like the local webhook: an exec
+enforcer's ShadowPod webhook). Why not gunicorn and WSGI like the local webhook: an exec
 turns the HTTP connection into a WebSocket, and the relay needs the raw TLS socket after
 the ``101`` - the standard library hands it over as ``self.connection``, a WSGI server
 does not (WSGI has no upgrade). A followed log is one long response per request, which a
@@ -57,7 +57,7 @@ class KubeletApi:
         access: AccessControl,
         usage: UsageSampler | None = None,
         limits: StreamLimits | None = None,
-        list_pods: Callable[[], Sequence[Mapping]] | None = None,
+        list_pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.access = access
         # The local pods bound to the node, from the vkubelet's informer (no API call

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from kubernetes import client
 
@@ -150,7 +150,7 @@ class ServingCertificate:
                 raise sc.ServingCSRError("stopping")
             obj = self._kube.get(kinds.CERTIFICATE_SIGNING_REQUESTS, request.name)
 
-    def _approve(self, obj: dict, request: sc.ServingRequest) -> dict:
+    def _approve(self, obj: dict[str, Any], request: sc.ServingRequest) -> dict[str, Any]:
         message = f"approved by the virtual kubelet of node {self.node_name} for its own kubelet API (--kubelet-serving-cert-approval=self)"
         try:
             return self._kube.replace(kinds.CERTIFICATE_SIGNING_REQUESTS, sc.approval(obj, message), subresource="approval")

@@ -20,7 +20,7 @@ import json
 import math
 from decimal import Decimal
 from kube_offload.times import format_epoch
-from typing import Iterable
+from typing import Any, Iterable
 
 from vkubelet.kubeletapi.usage import ContainerUsage, NodeUsage, PodUsage, UsageSnapshot
 
@@ -30,19 +30,19 @@ JSON_CONTENT_TYPE = "application/json"
 
 
 # --- /stats/summary ------------------------------------------------------------------------
-def _cpu(timestamp: float, nanocores: int | None, core_nanoseconds: int) -> dict:
-    cpu: dict = {"time": format_epoch(timestamp)}
+def _cpu(timestamp: float, nanocores: int | None, core_nanoseconds: int) -> dict[str, Any]:
+    cpu: dict[str, Any] = {"time": format_epoch(timestamp)}
     if nanocores is not None:
         cpu["usageNanoCores"] = nanocores
     cpu["usageCoreNanoSeconds"] = core_nanoseconds
     return cpu
 
 
-def _memory(timestamp: float, working_set: int) -> dict:
+def _memory(timestamp: float, working_set: int) -> dict[str, Any]:
     return {"time": format_epoch(timestamp), "workingSetBytes": working_set}
 
 
-def _container_stats(container: ContainerUsage) -> dict:
+def _container_stats(container: ContainerUsage) -> dict[str, Any]:
     return {
         "name": container.name,
         "startTime": format_epoch(container.start),
@@ -51,7 +51,7 @@ def _container_stats(container: ContainerUsage) -> dict:
     }
 
 
-def _pod_stats(pod: PodUsage) -> dict:
+def _pod_stats(pod: PodUsage) -> dict[str, Any]:
     return {
         "podRef": {"name": pod.pod.name, "namespace": pod.pod.namespace, "uid": pod.pod.uid},
         "startTime": format_epoch(pod.start),
@@ -61,8 +61,8 @@ def _pod_stats(pod: PodUsage) -> dict:
     }
 
 
-def _node_stats(node_name: str, node: NodeUsage, now: float) -> dict:
-    stats: dict = {"nodeName": node_name, "startTime": format_epoch(node.start)}
+def _node_stats(node_name: str, node: NodeUsage, now: float) -> dict[str, Any]:
+    stats: dict[str, Any] = {"nodeName": node_name, "startTime": format_epoch(node.start)}
     # The node's counter moves only with its pods' samples: without a current one the
     # figures stand at the time they were last true, and no rate is claimed.
     timestamp = node.timestamp if node.timestamp is not None else now
@@ -72,7 +72,7 @@ def _node_stats(node_name: str, node: NodeUsage, now: float) -> dict:
     return stats
 
 
-def summary(snapshot: UsageSnapshot, *, node_name: str, now: float) -> dict:
+def summary(snapshot: UsageSnapshot, *, node_name: str, now: float) -> dict[str, Any]:
     return {
         "node": _node_stats(node_name, snapshot.node, now),
         "pods": [_pod_stats(pod) for pod in snapshot.pods],
@@ -139,7 +139,7 @@ def _line(name: str, labels: Iterable[tuple[str, str]], value: float, timestamp:
 
 
 def resource_metrics(snapshot: UsageSnapshot) -> str:
-    samples: dict[str, list[tuple[tuple, str]]] = {name: [] for name in _FAMILIES}
+    samples: dict[str, list[tuple[tuple[Any, ...], str]]] = {name: [] for name in _FAMILIES}
 
     def add(name: str, labels: tuple[tuple[str, str], ...], value: float, timestamp: float | None) -> None:
         samples[name].append((tuple(sorted(labels)), _line(name, labels, value, timestamp)))

@@ -44,7 +44,7 @@ pod and drop it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kube_offload.resources import QuantityError, parse_quantity, parse_quantity_nano
 from kube_offload.times import parse_duration, parse_time
@@ -106,7 +106,7 @@ def parse_window(text: str) -> float:
         raise SampleError(f"window {text!r} is not a duration") from None
 
 
-def pod_sample(item: Mapping, pod: PodRef) -> PodSample:
+def pod_sample(item: Mapping[str, Any], pod: PodRef) -> PodSample:
     """A remote ``PodMetrics`` object as a :class:`PodSample` of local pod ``pod``."""
     where = f"PodMetrics {(item.get('metadata') or {}).get('namespace')}/{(item.get('metadata') or {}).get('name')}"
     try:

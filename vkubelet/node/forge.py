@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping
 
 import kube_offload
+from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload import reasons, resources
 from kube_offload.resources import QuantityError, ResourceList
@@ -109,8 +110,8 @@ def provider_drain_taint() -> dict[str, str]:
 
 
 def node_taints(
-    current: list[dict] | None, *, cordoned: bool, draining: bool = False, slice_refused: bool = False
-) -> list[dict]:
+    current: list[dict[str, Any]] | None, *, cordoned: bool, draining: bool = False, slice_refused: bool = False
+) -> list[dict[str, Any]]:
     """The node's taints as they should be: ours (the virtual-node taint always, the
     provider-cordon taint while the provider cordons us, the NoExecute drain taint while it
     drains us, the slice-not-accepted taint while a slice's provider has not accepted it)
@@ -142,7 +143,7 @@ class Observation:
     remote_version: str = ""
 
 
-def node_conditions(observation: Observation, previous: list[dict] | None, now: datetime) -> list[dict]:
+def node_conditions(observation: Observation, previous: list[dict[str, Any]] | None, now: datetime) -> list[dict[str, Any]]:
     """Ready plus the three pressure conditions; lastTransitionTime is kept from
     ``previous`` while a condition's status does not change."""
     before = {cond.get("type"): cond for cond in previous or []}
@@ -203,7 +204,7 @@ def node_info(settings: Settings, remote_version: str) -> dict[str, str]:
 
 def node_status(
     settings: Settings, observation: Observation, previous: Mapping[str, Any] | None, now: datetime
-) -> dict:
+) -> dict[str, Any]:
     """The whole status the vkubelet owns. With no capacity computed yet the previous
     capacity is kept: a vkubelet restart must not zero the node for a moment and make
     the scheduler think nothing fits."""
@@ -229,14 +230,14 @@ def node_status(
 
 def build_node(
     settings: Settings,
-    status: dict,
+    status: dict[str, Any],
     annotations: Mapping[str, str],
     suggested: Mapping[str, str] | None = None,
     *,
     cordoned: bool = False,
     draining: bool = False,
     slice_refused: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """The Node to create when none exists (status included: the API keeps a Node's
     status on create, as kubelet registration relies on)."""
     metadata: dict[str, Any] = {"name": settings.node_name, "labels": node_labels(settings, suggested)}
@@ -264,7 +265,7 @@ def metadata_patch(
     cordoned: bool = False,
     draining: bool = False,
     slice_refused: bool = False,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """A merge patch that puts our labels, annotations and taints on an existing node, or
     None when they are already there. A label the provider suggested earlier (listed in
     the provider-labels annotation) and no longer does is removed, and so is the
@@ -303,7 +304,7 @@ def metadata_patch(
     return patch or None
 
 
-def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any], now: datetime, report_seconds: float) -> dict | None:
+def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any], now: datetime, report_seconds: float) -> dict[str, Any] | None:
     """The merge patch for nodes/status, or None when nothing but heartbeat timestamps
     would change and the last heartbeat is younger than ``report_seconds``."""
     current = current or {}
@@ -348,7 +349,7 @@ def _amounts(raw: Any) -> ResourceList | None:
         return None
 
 
-def _conditions_key(conditions: Any) -> list[tuple]:
+def _conditions_key(conditions: Any) -> list[tuple[Any, ...]]:
     return sorted(
         (cond.get("type"), cond.get("status"), cond.get("reason"), cond.get("message"), cond.get("lastTransitionTime"))
         for cond in conditions or []
@@ -356,7 +357,7 @@ def _conditions_key(conditions: Any) -> list[tuple]:
 
 
 # --- lease -------------------------------------------------------------------------------------
-def build_lease(settings: Settings, node_uid: str | None) -> dict:
+def build_lease(settings: Settings, node_uid: str | None) -> dict[str, Any]:
     """The node's Lease, without renewTime (set by :func:`lease_renewal`). Owned by the
     Node, as a kubelet's is, so deleting the node deletes its lease."""
     metadata: dict[str, Any] = {"name": settings.node_name, "namespace": LEASE_NAMESPACE}
@@ -372,7 +373,7 @@ def build_lease(settings: Settings, node_uid: str | None) -> dict:
     }
 
 
-def lease_renewal(settings: Settings, now: datetime) -> dict:
+def lease_renewal(settings: Settings, now: datetime) -> dict[str, Any]:
     """A merge patch renewing the lease (sent as raw JSON: see virtual_node.py on MicroTime)."""
     return {
         "spec": {
@@ -381,3 +382,28 @@ def lease_renewal(settings: Settings, now: datetime) -> dict:
             "renewTime": format_micro_time(now),
         }
     }
+
+
+def annotation_due(current: str | None, fresh: str, now: datetime, refresh_seconds: float) -> bool:
+    """Whether to write ``fresh`` over ``current``: when what it says changed, or when
+    ``current`` is older than ``refresh_seconds`` (the extender ignores stale summaries,
+    so an unchanged one must still be re-stamped now and then)."""
+    if not current:
+        return True
+    try:
+        old = cap.decode_remote_capacity(current)
+        new = cap.decode_remote_capacity(fresh)
+    except cap.CapacityError:
+        return True
+    if (old.shapes, dict(old.total), old.remote_nodes, old.omitted) != (
+        new.shapes,
+        dict(new.total),
+        new.remote_nodes,
+        new.omitted,
+    ):
+        return True
+    return old.age_seconds(now) >= refresh_seconds
+
+
+def resources_text(amounts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in resources.format_resource_list(amounts).items()) or "nothing"

@@ -27,11 +27,10 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Any, Callable, TYPE_CHECKING
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
-from kube_offload import resources
 from kube_offload import slice_requests as slices
 from kube_offload.runtime.kinds import LEASES, NODES, OFFLOAD_SLICES
 from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube, MERGE_PATCH
@@ -52,27 +51,6 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def annotation_due(current: str | None, fresh: str, now: datetime, refresh_seconds: float) -> bool:
-    """Whether to write ``fresh`` over ``current``: when what it says changed, or when
-    ``current`` is older than ``refresh_seconds`` (the extender ignores stale summaries,
-    so an unchanged one must still be re-stamped now and then)."""
-    if not current:
-        return True
-    try:
-        old = cap.decode_remote_capacity(current)
-        new = cap.decode_remote_capacity(fresh)
-    except cap.CapacityError:
-        return True
-    if (old.shapes, dict(old.total), old.remote_nodes, old.omitted) != (
-        new.shapes,
-        dict(new.total),
-        new.remote_nodes,
-        new.omitted,
-    ):
-        return True
-    return old.age_seconds(now) >= refresh_seconds
 
 
 class VirtualNode:
@@ -102,7 +80,7 @@ class VirtualNode:
         self._terms: ProviderTerms | None = None  # None: our Consumer not listed yet
         self._terms_lock = threading.Lock()  # read from the status thread and the controllers
         self._label_listeners: list[Callable[[], None]] = []
-        self._written: dict | None = None  # the Node as our last write returned it
+        self._written: dict[str, Any] | None = None  # the Node as our last write returned it
         self._ready_listeners: list[Callable[[], None]] = []
         self._lost_listeners: list[Callable[[], None]] = []
         self._threads: list[threading.Thread] = []
@@ -246,7 +224,7 @@ class VirtualNode:
             self._stop.wait(max(0.0, self.settings.ping_interval - (time.monotonic() - started)))
 
     # --- status -----------------------------------------------------------------------------
-    def _on_consumer_change(self, _kind: str, _old: dict | None, _new: dict) -> None:
+    def _on_consumer_change(self, _kind: str, _old: dict[str, Any] | None, _new: dict[str, Any]) -> None:
         self._capacity_dirty.set()
         self._wake.set()
 
@@ -350,7 +328,7 @@ class VirtualNode:
         if fresh.usable:
             log.info(
                 "slice %s is %s: node %s offers %s%s", name, fresh.phase, self.settings.node_name,
-                resources_text(fresh.accepted), f" ({fresh.message})" if fresh.message else "",
+                forge.resources_text(fresh.accepted), f" ({fresh.message})" if fresh.message else "",
             )
         elif obj is not None:
             log.warning(
@@ -373,7 +351,7 @@ class VirtualNode:
             try:
                 self._remote.create(OFFLOAD_SLICES, desired, namespace=namespace)
                 log.info("asked cluster %s for slice %s: pool %s, %s", self.settings.cluster_id, request.name,
-                         request.pool, resources_text(request.resources))
+                         request.pool, forge.resources_text(request.resources))
             except ApiError as exc:
                 if not exc.already_exists:
                     raise
@@ -381,9 +359,9 @@ class VirtualNode:
         if slices.spec_differs(current, request):
             body = {**current, "spec": desired["spec"]}
             self._remote.replace(OFFLOAD_SLICES, body, namespace=namespace)
-            log.info("updated slice %s: pool %s, %s", request.name, request.pool, resources_text(request.resources))
+            log.info("updated slice %s: pool %s, %s", request.name, request.pool, forge.resources_text(request.resources))
 
-    def _current_node(self) -> dict | None:
+    def _current_node(self) -> dict[str, Any] | None:
         cached = self.node_informer.get(self.settings.node_name)
         written = self._written
         if cached is None or written is None:
@@ -414,7 +392,7 @@ class VirtualNode:
         if summary is not None:
             fresh = cap.encode_remote_capacity(summary.free_by_node, updated=now)
             current = ((node or {}).get("metadata") or {}).get("annotations", {}).get(c.ANNOTATION_REMOTE_CAPACITY)
-            if annotation_due(current, fresh, now, self.settings.node_status_report_seconds):
+            if forge.annotation_due(current, fresh, now, self.settings.node_status_report_seconds):
                 annotations[c.ANNOTATION_REMOTE_CAPACITY] = fresh
         desired = forge.node_status(self.settings, observation, (node or {}).get("status"), now)
 
@@ -509,11 +487,7 @@ class VirtualNode:
             self._stop.wait(delay)
 
 
-def resources_text(amounts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in resources.format_resource_list(amounts).items()) or "nothing"
-
-
-def _rv(obj: dict) -> int:
+def _rv(obj: dict[str, Any]) -> int:
     try:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:

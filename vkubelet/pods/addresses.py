@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.views import metadata as _meta
 
@@ -35,7 +35,7 @@ class OutsideAddresses:
         self._lock = threading.Lock()
         self._told: OrderedDict[str, None] = OrderedDict()
 
-    def first_time(self, pod: Mapping, outside: list[str]) -> bool:
+    def first_time(self, pod: Mapping[str, Any], outside: list[str]) -> bool:
         """Whether ``pod``, whose remote pod reports the addresses ``outside`` out of
         range (none: all in range), is to be told now."""
         uid = str(_meta(pod).get("uid") or "")

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 # status.reason of a DaemonSet pod left Pending (or ended) on a virtual node, and the
 # reason of the Event that says so.
-from kube_offload.reasons import REASON_DAEMONSET_NOT_OFFLOADED as REASON_NOT_OFFLOADED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_DAEMONSET_NOT_OFFLOADED as REASON_NOT_OFFLOADED
 
 DAEMONSET_KIND = "DaemonSet"
 DAEMONSET_GROUP = "apps"
@@ -59,7 +59,7 @@ def message(daemonset: str, cluster_id: str, node_name: str) -> str:
     )
 
 
-def pending_patch(pod: Mapping[str, Any], text: str) -> dict | None:
+def pending_patch(pod: Mapping[str, Any], text: str) -> dict[str, Any] | None:
     """A pods/status merge patch leaving a not-yet-started pod Pending with the reason and
     ``text``; None when it already says so, or when the pod is past Pending (see
     :func:`needs_ending`)."""

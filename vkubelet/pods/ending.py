@@ -6,6 +6,8 @@ is not offloaded (daemonsets.py). Each stops the remote side first."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 from datetime import datetime, timezone
 
@@ -14,7 +16,7 @@ from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kube import object_key
 from kube_offload.times import now_time, parse_time_or_none
 from vkubelet.pods import daemonsets
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.pods import readiness
 from vkubelet.pods import status as st
 from vkubelet.pods import termination as term
@@ -29,7 +31,7 @@ NOT_OFFLOADED_RETRY_SECONDS = 30.0
 TERMINATION_POLL_SECONDS = 2.0
 
 
-def terminate(loop: StepContext, local: dict, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+def terminate(loop: StepContext, local: dict[str, Any], shadows: list[dict[str, Any]], logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """The local pod is being deleted (termination.py): its grace period reaches the
     remote pod through the ShadowPod; the local pod goes once the remote side has."""
     key = object_key(local)
@@ -55,7 +57,7 @@ def terminate(loop: StepContext, local: dict, shadows: list[dict], logger: loggi
     loop.local.delete(local, logger, "remote pod gone: deleted the local pod")
 
 
-def _terminate_unreachable(loop: StepContext, local: dict, logger: logging.LoggerAdapter) -> None:
+def _terminate_unreachable(loop: StepContext, local: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """Nothing can be asked of the remote cluster nor confirmed by it: the local pod
     goes after its grace period plus the margin, with a Warning Event."""
     mark_unreachable(loop, local, logger)
@@ -66,11 +68,11 @@ def _terminate_unreachable(loop: StepContext, local: dict, logger: logging.Logge
         raise Requeue(max(0.5, (deadline - now).total_seconds()), "remote cluster unreachable: waiting out the grace period")
     message = term.unconfirmed_message(loop.settings.cluster_id, term.grace_seconds(local), margin)
     logger.warning("%s", message)
-    loop.recorder.warning(local, ev.REASON_TERMINATION_UNCONFIRMED, message)
+    loop.recorder.warning(local, reasons.REASON_TERMINATION_UNCONFIRMED, message)
     loop.local.delete(local, logger, "remote cluster unreachable: deleted the local pod after its grace period")
 
 
-def mark_unreachable(loop: StepContext, local: dict, logger: logging.LoggerAdapter) -> None:
+def mark_unreachable(loop: StepContext, local: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """Ready and ContainersReady false while the remote cluster does not answer
     (readiness.py); written once, not at every reconcile."""
     message = readiness.unreachable_message(loop.settings.node_name, loop.settings.cluster_id)
@@ -79,10 +81,10 @@ def mark_unreachable(loop: StepContext, local: dict, logger: logging.LoggerAdapt
         return
     loop.local.patch_status(local, patch)
     logger.warning("remote cluster %s unreachable: pod marked not Ready", loop.settings.cluster_id)
-    loop.recorder.warning(local, ev.REASON_NODE_NOT_READY, message)
+    loop.recorder.warning(local, reasons.REASON_NODE_NOT_READY, message)
 
 
-def not_placeable(loop: StepContext, local: dict, why: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+def not_placeable(loop: StepContext, local: dict[str, Any], why: str, shadows: list[dict[str, Any]], logger: logging.LoggerAdapter[logging.Logger]) -> None:
     meta = local["metadata"]
     plan = loop.twins.plan(meta["namespace"])
     if plan.twin is not None and plan.pods:
@@ -90,12 +92,12 @@ def not_placeable(loop: StepContext, local: dict, why: str, shadows: list[dict],
         created = parse_time_or_none(meta.get("creationTimestamp"))
         age = (datetime.now(timezone.utc) - created).total_seconds() if created else 0.0
         if age >= TWIN_WAIT_WARNING_SECONDS:
-            loop.recorder.warning(local, ev.REASON_OFFLOADING_FAILED, why)
+            loop.recorder.warning(local, reasons.REASON_OFFLOADING_FAILED, why)
         raise Requeue(1.0, why)
     message = f"cannot run on virtual node {loop.settings.node_name}: {why}"
     if plan.policy_error is not None:
         # A typo in a namespace label must not end running pods: wait for a fix.
-        loop.recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+        loop.recorder.warning(local, reasons.REASON_OFFLOADING_FAILED, message)
         raise Requeue(NOT_OFFLOADED_RETRY_SECONDS, message)
     # The namespace is no longer offloaded to this cluster (label removed, placement
     # Local, selector no longer matching): the pod cannot run here any more. Its
@@ -112,11 +114,11 @@ def not_placeable(loop: StepContext, local: dict, why: str, shadows: list[dict],
     patch = st.status_patch(local, failed)
     if patch is not None:
         logger.warning("%s: marking the pod Failed", message)
-        loop.recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+        loop.recorder.warning(local, reasons.REASON_OFFLOADING_FAILED, message)
         loop.local.patch_status(local, patch)
 
 
-def keep_home(loop: StepContext, local: dict, daemonset: str, shadows: list[dict], logger: logging.LoggerAdapter) -> None:
+def keep_home(loop: StepContext, local: dict[str, Any], daemonset: str, shadows: list[dict[str, Any]], logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """A DaemonSet pod is not offloaded (vkubelet/pods/daemonsets.py): Pending with a
     reason, so that its DaemonSet controller neither deletes nor recreates it; a pod
     offloaded before is stopped remotely first, then ends."""
@@ -127,11 +129,11 @@ def keep_home(loop: StepContext, local: dict, daemonset: str, shadows: list[dict
     if remaining:
         raise Requeue(TERMINATION_POLL_SECONDS, "DaemonSet pod: waiting for its remote pod to go")
     if daemonsets.needs_ending(local):
-        failed = st.failed_status(local, daemonsets.REASON_NOT_OFFLOADED, text, now_time())
+        failed = st.failed_status(local, reasons.REASON_DAEMONSET_NOT_OFFLOADED, text, now_time())
         patch = st.status_patch(local, failed) if failed is not None else None
         if patch is not None:
             logger.warning("%s: its remote pod is gone, marking the pod Failed", text)
-            loop.recorder.warning(local, daemonsets.REASON_NOT_OFFLOADED, text)
+            loop.recorder.warning(local, reasons.REASON_DAEMONSET_NOT_OFFLOADED, text)
             loop.local.patch_status(local, patch)
         return
     patch = daemonsets.pending_patch(local, text)
@@ -139,4 +141,4 @@ def keep_home(loop: StepContext, local: dict, daemonset: str, shadows: list[dict
         return  # already says so: nothing to write, no Event repeated at every resync
     loop.local.patch_status(local, patch)
     logger.info("DaemonSet %s: pod left Pending, not offloaded", daemonset)
-    loop.recorder.normal(local, daemonsets.REASON_NOT_OFFLOADED, text)
+    loop.recorder.normal(local, reasons.REASON_DAEMONSET_NOT_OFFLOADED, text)

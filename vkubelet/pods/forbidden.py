@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.namespaced_informer import MultiNamespaceInformer
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.shared.events import EventRecorder
 from vkubelet.twins.namespaces import FORBIDDEN_RETRY_SECONDS, TwinNamespaces
 
@@ -76,7 +76,7 @@ class ForbiddenTwins:
             "offloading there"
         )
 
-    def hold(self, local: dict, twin: str) -> None:
+    def hold(self, local: dict[str, Any], twin: str) -> None:
         """Leave ``local`` as it is: told (log once, Event each time), then a Requeue."""
         namespace = local["metadata"]["namespace"]
         message = self.message(twin, namespace)
@@ -85,5 +85,5 @@ class ForbiddenTwins:
             self._told.add(twin)
         if first:
             log.warning("%s", message)
-        self._recorder.warning(local, ev.REASON_TWIN_FORBIDDEN, message)
+        self._recorder.warning(local, reasons.REASON_TWIN_FORBIDDEN, message)
         raise Requeue(FORBIDDEN_RETRY_SECONDS, f"twin namespace {twin} forbidden")

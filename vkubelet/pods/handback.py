@@ -15,7 +15,7 @@ from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import NODES, PODS
 from kube_offload.runtime.kube import MERGE_PATCH, NO_RETRY, ApiError, Kube
 from kube_offload.times import utc_now
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.pods import handback_rules as hb
 from vkubelet.pods.step_context import StepContext
 
@@ -41,10 +41,10 @@ class HandbackCounts:
 
 def consider(
     pods: StepContext,
-    local: dict,
+    local: dict[str, Any],
     remote: Mapping[str, Any] | None,
     shadowpod: Mapping[str, Any] | None,
-    logger: logging.LoggerAdapter,
+    logger: logging.LoggerAdapter[logging.Logger],
 ) -> tuple[bool, float | None]:
     """(handed back, seconds until it may be due): hand ``local`` back when it is due
     and may be evicted."""
@@ -55,14 +55,14 @@ def consider(
     return hand_back(pods, local, verdict, logger), None
 
 
-def consider_refusal(pods: StepContext, local: dict, message: str, logger: logging.LoggerAdapter) -> bool:
+def consider_refusal(pods: StepContext, local: dict[str, Any], message: str, logger: logging.LoggerAdapter[logging.Logger]) -> bool:
     """Hand ``local`` back if the provider's refusal of its ShadowPod (``message``, the
     provider's words) is for good; True when it was evicted."""
     due = hb.refusal_due(message, after_seconds=pods.settings.handback_after)
     return due is not None and hand_back(pods, local, due, logger)
 
 
-def hand_back(pods: StepContext, local: dict, verdict: hb.Due, logger: logging.LoggerAdapter) -> bool:
+def hand_back(pods: StepContext, local: dict[str, Any], verdict: hb.Due, logger: logging.LoggerAdapter[logging.Logger]) -> bool:
     """Record, evict, tell (see the module doc); False when the pod may not be evicted
     (said in a NotHandedBack Event) or is gone already."""
     settings = pods.settings
@@ -71,7 +71,7 @@ def hand_back(pods: StepContext, local: dict, verdict: hb.Due, logger: logging.L
     if why_not is not None:
         pods.recorder.warning(
             local,
-            ev.REASON_NOT_HANDED_BACK,
+            reasons.REASON_NOT_HANDED_BACK,
             f"cluster {settings.cluster_id} cannot run the pod ({verdict.message}), but it is not evicted: {why_not}",
         )
         return False
@@ -84,7 +84,7 @@ def hand_back(pods: StepContext, local: dict, verdict: hb.Due, logger: logging.L
     pods.handbacks.add(verdict.cause)
     message = hb.event_message(verdict, settings.cluster_id, settings.node_name, refused_seconds)
     logger.warning("%s", message)
-    pods.recorder.warning(local, ev.REASON_HANDED_BACK, message)
+    pods.recorder.warning(local, reasons.REASON_HANDED_BACK, message)
     return True
 
 
@@ -104,7 +104,7 @@ def _record(kube: Kube, node_name: str, controller_uid: str, pod_uid: str, cause
     return max(0.0, (updated[controller_uid].until - now).total_seconds())
 
 
-def _evict(kube: Kube, local: Mapping[str, Any], logger: logging.LoggerAdapter) -> bool:
+def _evict(kube: Kube, local: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> bool:
     """Evict the pod (this UID only); False when it is gone already or was replaced."""
     meta = local["metadata"]
     body = {

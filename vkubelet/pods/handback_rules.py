@@ -11,7 +11,7 @@ Which refusals are for good is decided conservatively, from the provider API ser
 message: as the provider's ShadowPod webhook answers the create (it dry-runs the pod, so
 quota and Pod Security refusals usually come back there), or as the enforcer reports a
 pod creation it was refused in the ShadowPod's ``status.message``
-(kube_offload.shadowpod.creation_failed_message):
+(kube_offload.shadowpod_status.creation_failed_message):
 
 * a ResourceQuota the pod *alone* exceeds (``requested`` above ``limited`` in some
   resource): no other pod ending frees that; a quota exceeded only with what is ``used``
@@ -34,7 +34,7 @@ from typing import Any, Mapping
 from kube_offload import constants as c
 from kube_offload.handed_back import controller_of
 from kube_offload.resources import QuantityError, parse_quantity
-from kube_offload.shadowpod import creation_failure
+from kube_offload.shadowpod_status import creation_failure
 from kube_offload.times import parse_time_or_none
 from vkubelet.pods import status as st
 

@@ -4,6 +4,8 @@ end, and the orphan check that asks the API server before ShadowPods are deleted
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 
 from kube_offload.runtime.controller import Requeue
@@ -20,11 +22,11 @@ class LocalPods:
         # The resourceVersions our own pods/status patches produced (their echoes).
         self.status_echoes = WriteEchoes()
 
-    def own_status_write(self, old: dict | None, new: dict) -> bool:
+    def own_status_write(self, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
         """Whether a local pod update is only the echo of our own pods/status patch."""
         return only_status_changed(old, new) and self.status_echoes.is_echo(new)
 
-    def patch_status(self, local: dict, patch: dict) -> None:
+    def patch_status(self, local: dict[str, Any], patch: dict[str, Any]) -> None:
         meta = local["metadata"]
         try:
             written = self.kube.patch(
@@ -39,7 +41,7 @@ class LocalPods:
         # Its watch event may come before this line (then it is reconciled, harmlessly).
         self.status_echoes.wrote(written)
 
-    def delete(self, local: dict, logger: logging.LoggerAdapter, done: str) -> None:
+    def delete(self, local: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], done: str) -> None:
         """The final delete (grace 0, this pod's UID), as a kubelet confirms a pod's end."""
         meta = local["metadata"]
         try:
@@ -50,7 +52,7 @@ class LocalPods:
                 return
             raise
 
-    def still_exists_elsewhere(self, key: str, shadows: list[dict], logger: logging.LoggerAdapter) -> bool:
+    def still_exists_elsewhere(self, key: str, shadows: list[dict[str, Any]], logger: logging.LoggerAdapter[logging.Logger]) -> bool:
         """Before deleting ShadowPods as orphans, ask the API server itself: a cache
         that lags behind, or a pod bound to another virtual node of this same remote
         cluster (two vkubelets of one local cluster sharing a provider), must not cost

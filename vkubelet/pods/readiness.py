@@ -40,7 +40,7 @@ def unreachable_message(node_name: str, cluster_id: str) -> str:
     )
 
 
-def unreachable_status(local: Mapping[str, Any], message: str, now: str) -> dict | None:
+def unreachable_status(local: Mapping[str, Any], message: str, now: str) -> dict[str, Any] | None:
     """The managed status fields (vkubelet/pods/status.py) of ``local`` while its remote
     cluster is unreachable; None for a pod that already ended (its status is final).
     Written through :func:`vkubelet.pods.status.status_patch`, so a pod already marked is not
@@ -48,7 +48,7 @@ def unreachable_status(local: Mapping[str, Any], message: str, now: str) -> dict
     current = local.get("status") or {}
     if current.get("phase") in TERMINAL_PHASES:
         return None
-    conditions: list[dict] = []
+    conditions: list[dict[str, Any]] = []
     seen: set[str] = set()
     for cond in current.get("conditions") or []:
         kind = cond.get("type")
@@ -73,7 +73,7 @@ def marked_unreachable(local: Mapping[str, Any]) -> bool:
     and not yet replaced by the remote pod's own conditions)."""
     for cond in (local.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "False" and cond.get("reason") == REASON_UNREACHABLE
+            return bool(cond.get("status") == "False" and cond.get("reason") == REASON_UNREACHABLE)
     return False
 
 
@@ -84,7 +84,7 @@ def needs_fresh_truth(local: Mapping[str, Any], listed_since_reconnect: bool) ->
     return marked_unreachable(local) and not listed_since_reconnect
 
 
-def _not_ready(cond: Mapping[str, Any], message: str, now: str) -> dict:
+def _not_ready(cond: Mapping[str, Any], message: str, now: str) -> dict[str, Any]:
     if cond.get("status") == "False" and cond.get("reason") == REASON_UNREACHABLE and cond.get("message") == message:
         return dict(cond)
     updated = {k: v for k, v in cond.items() if k != "observedGeneration"}

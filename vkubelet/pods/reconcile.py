@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Mapping, cast
+from typing import Any, Callable, Mapping, TYPE_CHECKING, cast
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.controller import Controller, Requeue
@@ -17,7 +17,7 @@ from kube_offload.runtime.kube import Kube, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
 from vkubelet.pods import addresses, daemonsets
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.pods import readiness
 from vkubelet.pods import refusals as rf
 from vkubelet.pods import status as st
@@ -33,7 +33,8 @@ from vkubelet.pods.local import LocalPods
 from vkubelet.shared.policy_events import PolicyNotices
 from vkubelet.shared.provider_terms import PolicyReader
 from vkubelet.reflection import usage
-from vkubelet.pods.translation import TranslationContext
+from vkubelet.pods.step_context import Desired
+from vkubelet.pods.translation import TranslationContext, shadowpod_of, translate_pod
 from vkubelet.shared.origin import origin_key, origin_uid
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class PodOffloader:
         # By-use reflection (vkubelet/reflection/usage.py): each says what of its kind a
         # pod references and is not exported yet; set by the runner once the reflectors
         # exist. A new pod's ShadowPod waits for them (bounded).
-        self.export_gates: list[Callable[[Mapping], list[str]]] = []
+        self.export_gates: list[Callable[[Mapping[str, Any]], list[str]]] = []
         self.local = LocalPods(Kube(informers.local_client), settings.node_name)
         self.kube = Kube(informers.remote_client)
         self.twins = twins
@@ -118,7 +119,7 @@ class PodOffloader:
         # down, uncordoned), refused pods are tried again now, not at their backoff's end.
         twins.consumer.add_handler(self._on_consumer)
 
-    def _wait_for_exports(self, local: dict) -> None:
+    def _wait_for_exports(self, local: dict[str, Any]) -> None:
         """Hold a new pod's ShadowPod back until what it references is exported
         (by-use policy): the reflectors were kicked by the same pod event."""
         if not self.export_gates:
@@ -131,7 +132,7 @@ class PodOffloader:
             log.debug("pod %s/%s: %s", local["metadata"].get("namespace"), local["metadata"].get("name"), why)
             raise Requeue(usage.EXPORT_WAIT_RETRY_SECONDS, why)
 
-    def informers(self) -> list:
+    def informers(self) -> list[Any]:
         """Caches that must be complete before the first reconcile: deciding that a
         ShadowPod is an orphan from a half-listed cache would delete a live pod."""
         return [self.local_pods, self.shadowpods, self.remote_pods, *self.twins.informers()]
@@ -158,21 +159,21 @@ class PodOffloader:
             self.controller.enqueue(key)
 
     # --- event -> key ------------------------------------------------------------------------
-    def _is_ours(self, obj: Mapping) -> bool:
+    def _is_ours(self, obj: Mapping[str, Any]) -> bool:
         return is_ours(obj, self.settings.local_cluster_id)
 
-    def _shadows_of(self, key: str) -> list[dict]:
+    def _shadows_of(self, key: str) -> list[dict[str, Any]]:
         """Our ShadowPods standing for local pod ``key``."""
         return self.shadowpods.by_index(BY_ORIGIN, key)
 
-    def remote_pods_of(self, key: str) -> list[dict]:
+    def remote_pods_of(self, key: str) -> list[dict[str, Any]]:
         """Our remote pods standing for local pod ``key``."""
         return self.remote_pods.by_index(BY_ORIGIN, key)
 
-    def _local_key_of(self, obj: dict) -> str | None:
+    def _local_key_of(self, obj: dict[str, Any]) -> str | None:
         return origin_key(obj) if self._is_ours(obj) else None
 
-    def _pods_of_twin(self, request: dict) -> list[str]:
+    def _pods_of_twin(self, request: dict[str, Any]) -> list[str]:
         local_ns = self.twins.local_namespace_of(request)
         if not local_ns:
             return []
@@ -236,10 +237,20 @@ class PodOffloader:
             if blocked:
                 raise Requeue(1.0, "waiting for the previous ShadowPod of this name to go")
             self._wait_for_exports(local)
-            shadowpods.create(self, local, twin, logger)
+            attempt = self.refusals.attempt((key, shadowpods.CREATE), local)
+            if attempt.wait > 0:
+                raise Requeue(attempt.wait, "refused by the provider; waiting out the backoff")
+            desired = self.desired(local, twin)
+            if not desired.remote.loop:
+                # A pod the provider's policy refuses is tried again when the policy changes.
+                if desired.remote.refused:
+                    self.policy_refused(key)
+                else:
+                    self.not_policy_refused(key)
+            shadowpods.create(self, local, twin, desired, attempt, logger)
             return
 
-        shadowpods.sync_template(self, local, current, twin, logger)
+        shadowpods.sync_template(self, local, current, self.desired(local, twin), logger)
         remote = self.remote_pods.get(f"{twin}/{name}")
         if remote is not None and (not self._is_ours(remote) or not shadowpods.belongs_to(remote, current)):
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
@@ -255,7 +266,7 @@ class PodOffloader:
         if unschedulable:
             self.recorder.warning(
                 local,
-                ev.REASON_REMOTE_UNSCHEDULABLE,
+                reasons.REASON_REMOTE_UNSCHEDULABLE,
                 f"cluster {self.settings.cluster_id} cannot schedule the pod: {unschedulable}",
             )
             handed_back, due_in = handback.consider(self, local, remote, current, logger)
@@ -264,7 +275,20 @@ class PodOffloader:
             retry = UNSCHEDULABLE_RETRY_SECONDS if due_in is None else min(UNSCHEDULABLE_RETRY_SECONDS, due_in + 0.5)
             raise Requeue(retry, "remote pod unschedulable")
 
-    # --- what the steps share -----------------------------------------------------------------------------
+    # --- what the steps are handed ---------------------------------------------------------------------
+    def desired(self, local: dict[str, Any], twin: str) -> Desired:
+        """The pod as the remote cluster should run it and its ShadowPod in ``twin``, from
+        the inputs read once here (the translation context, the pod's API server mode)."""
+        context = self.context()
+        mode = self.api_server_mode(local)
+        remote = translate_pod(local, context, api_server=mode.mode)
+        return Desired(
+            remote=remote,
+            shadowpod=shadowpod_of(remote, local, twin, context),
+            mode=mode,
+            relay_missing=bool(context.reflection) and context.home_api is None,
+        )
+
     def context(self) -> TranslationContext:
         return TranslationContext(
             local_cluster_id=self.settings.local_cluster_id,
@@ -281,12 +305,12 @@ class PodOffloader:
             remote_cluster_id=self.settings.cluster_id,
         )
 
-    def api_server_mode(self, local: Mapping) -> APIServerMode:
+    def api_server_mode(self, local: Mapping[str, Any]) -> APIServerMode:
         """The pod's API server mode (its annotation, else its namespace's, else home)."""
         namespace = (local.get("metadata") or {}).get("namespace") or ""
         return resolve_mode(local, self.twins.local_namespaces.get(namespace))
 
-    def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
+    def _on_consumer(self, _event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         if rf.terms_eased(old, new):
             self.provider_terms_changed()
 
@@ -310,7 +334,7 @@ class PodOffloader:
         with self._policy_refused_lock:
             self._policy_refused.discard(key)
 
-    def _sync_status(self, local: dict, remote: dict, shp: dict, logger: logging.LoggerAdapter) -> None:
+    def _sync_status(self, local: dict[str, Any], remote: dict[str, Any], shp: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         pod_ips = self.settings.remapping.remote_pod_ips
         outside = pod_ips.outside(st.remote_pod_ips(remote))
         if self.outside_addresses.first_time(local, outside):
@@ -318,7 +342,7 @@ class PodOffloader:
             # has one (the enforcer refuses hostNetwork), or the range was set too narrow.
             message = addresses.outside_message(outside, self.settings.remapping.remote_pod_cidr, self.settings.cluster_id)
             logger.warning(message)
-            self.recorder.warning(local, ev.REASON_POD_IP_NOT_REMAPPED, message)
+            self.recorder.warning(local, reasons.REASON_POD_IP_NOT_REMAPPED, message)
         desired = st.desired_status(local, remote, shp, self.settings.node_address, pod_ips)
         patch = st.status_patch(local, desired)
         if patch is not None:

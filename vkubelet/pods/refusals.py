@@ -22,11 +22,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 from kube_offload.runtime.kube import ApiError
 from kube_offload.resources import QuantityError, parse_resource_list
 from kube_offload.times import doubling_delay
+from kube_offload.views import ConsumerView
 # status.reason of a local pod waiting for its provider to accept it; also the reason of
 # its Warning Events (the contract's word).
 from kube_offload.reasons import REASON_PROVIDER_REFUSED  # noqa: F401  (re-exported)
@@ -107,11 +108,21 @@ def fingerprint(*parts: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def pod_fingerprint(pod: Mapping) -> str:
+def pod_fingerprint(pod: Mapping[str, Any]) -> str:
     """What of a pod a provider judges: its labels, annotations and spec (not its status,
     which the virtual kubelet itself writes, nor its resourceVersion)."""
     meta = pod.get("metadata") or {}
     return fingerprint(meta.get("uid"), meta.get("labels"), meta.get("annotations"), pod.get("spec"))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request about to be sent under its backoff: what :meth:`RefusalBackoff.refused`
+    and :meth:`RefusalBackoff.accepted` need of it afterwards."""
+
+    key: Hashable
+    fingerprint: str  # of the pod as it is now (pod_fingerprint)
+    wait: float  # seconds until the request may be sent; 0: now
 
 
 @dataclass
@@ -152,6 +163,19 @@ class RefusalBackoff:
                 del self._states[key]  # the pod or the provider's terms changed: try now
                 return 0.0
             return max(0.0, state.next_at - self._clock())
+
+    def attempt(self, key: Hashable, pod: Mapping[str, Any]) -> Attempt:
+        """Whether ``pod``'s request ``key`` may be sent now (:meth:`wait` on its
+        fingerprint), as one value for the step that sends it."""
+        print_ = pod_fingerprint(pod)
+        return Attempt(key, print_, self.wait(key, print_))
+
+    def accepted(self, key: Hashable, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The provider accepted ``pod``'s request ``key``: its backoff is forgotten; the
+        status patch that clears the pod's waiting status, if it says it waits
+        (:func:`clear_waiting_patch`)."""
+        self.forget(key)
+        return clear_waiting_patch(pod)
 
     def refused(self, key: Hashable, print_: str) -> tuple[int, float]:
         with self._lock:
@@ -219,7 +243,7 @@ def not_sent_message(refusal: Refusal) -> str:
     return refusal.message[:MAX_STATUS_MESSAGE]
 
 
-def waiting_status_patch(pod: Mapping, cluster_id: str, refusal: Refusal) -> dict | None:
+def waiting_status_patch(pod: Mapping[str, Any], cluster_id: str, refusal: Refusal) -> dict[str, Any] | None:
     """A pods/status merge patch saying the pod waits for the provider (``kubectl get``
     shows ``ProviderRefused`` as its STATUS, ``kubectl describe`` the message); None when
     it already says so, or when the pod is past Pending (a running pod whose update was
@@ -235,7 +259,7 @@ def waiting_status_patch(pod: Mapping, cluster_id: str, refusal: Refusal) -> dic
     return {"status": {"reason": REASON_PROVIDER_REFUSED, "message": message}}
 
 
-def clear_waiting_patch(pod: Mapping) -> dict | None:
+def clear_waiting_patch(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """Undo :func:`waiting_status_patch` once the provider accepted the pod."""
     status = pod.get("status") or {}
     if status.get("reason") != REASON_PROVIDER_REFUSED:
@@ -244,20 +268,20 @@ def clear_waiting_patch(pod: Mapping) -> dict | None:
 
 
 # --- when the provider's terms ease ------------------------------------------------------------
-def _used(consumer: Mapping | None) -> dict[str, int] | None:
+def _used(consumer: Mapping[str, Any] | None) -> dict[str, int] | None:
     try:
-        return parse_resource_list(((consumer or {}).get("status") or {}).get("used") or {})
+        return parse_resource_list(ConsumerView(consumer).used or {})
     except QuantityError:
         return None  # unreadable: says nothing either way
 
 
-def terms_eased(old: Mapping | None, new: Mapping | None) -> bool:
+def terms_eased(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
     """Whether a change of our Consumer object (provider side) is worth trying refused
     pods again at once: its quota, cordon or Pod Security level changed, or the usage
     the provider counts for us went down in some resource (another pod of ours ended)."""
     if old is None or new is None:
         return new is not None
-    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    old_spec, new_spec = ConsumerView(old).spec, ConsumerView(new).spec
     if any(old_spec.get(field) != new_spec.get(field) for field in TERMS_FIELDS):
         return True
     before, after = _used(old), _used(new)

@@ -6,22 +6,23 @@ pod a per-pod exponential backoff (refusals.py) and says so on the pod."""
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload import shadowpod
+from kube_offload import views
 from kube_offload.pod_updates import template_patch
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import SHADOWPODS
 from kube_offload.runtime.kube import MERGE_PATCH, ApiError, Kube, object_key
-from vkubelet.shared import events as ev
+from kube_offload import reasons
+from kube_offload.runtime.events import NORMAL, WARNING
 from vkubelet.shared import policy_fit
 from vkubelet.pods import refusals as rf
 from vkubelet.pods import handback
 from vkubelet.pods import termination as term
 from vkubelet.home_api.pod_access import APIServerMode
-from vkubelet.pods.translation import shadowpod_of, translate_pod
-from vkubelet.pods.step_context import StepContext
+from vkubelet.pods.step_context import Desired, StepContext
 
 REJECTED_RETRY_SECONDS = 30.0
 # A pod the provider's policy refuses is looked at again this often (and at once when
@@ -35,23 +36,19 @@ UPDATE = "update"
 _UPDATABLE_FIELDS = ("metadata.labels", "metadata.annotations", "spec.tolerations")
 
 
-def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdapter) -> None:
-    backoff_key = (object_key(local), CREATE)
-    print_ = rf.pod_fingerprint(local)
-    wait = loop.refusals.wait(backoff_key, print_)
-    if wait > 0:
-        raise Requeue(wait, "refused by the provider; waiting out the backoff")
-    context = loop.context()
-    mode = loop.api_server_mode(local)
-    remote = translate_pod(local, context, api_server=mode.mode)
+def create(
+    loop: StepContext, local: dict[str, Any], twin: str, desired: Desired, attempt: rf.Attempt, logger: logging.LoggerAdapter[logging.Logger]
+) -> None:
+    """Send ``desired``'s ShadowPod. The reconcile translated the pod (``desired``) and found
+    its backoff over (``attempt``); a pod the provider's policy refuses, or that would loop
+    back to a cluster it came through, is not sent but said on the pod."""
+    remote = desired.remote
     if remote.loop:
         _refused_loop(loop, local, remote.loop, logger)
     if remote.refused:
         _refused_by_policy(loop, local, remote.refused, logger)
-    loop.not_policy_refused(object_key(local))
-    body = shadowpod_of(remote, local, twin, context)
     try:
-        loop.kube.create(SHADOWPODS, body, namespace=twin)
+        loop.kube.create(SHADOWPODS, desired.shadowpod, namespace=twin)
     except ApiError as exc:
         if exc.already_exists:
             raise Requeue(0.5, "ShadowPod exists but is not in the cache yet") from exc
@@ -61,7 +58,7 @@ def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdap
             raise Requeue(2.0, f"twin namespace {twin} not found yet") from exc
         refusal = rf.refusal_of(exc)
         if refusal is not None:
-            delay = _refused(loop, local, backoff_key, print_, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
+            delay = _refused(loop, local, attempt, refusal, f"ShadowPod {twin}/{local['metadata']['name']}", logger)
             _mark_waiting(loop, local, refusal)
             # A refusal for good (the provider's dry run of the pod meets a quota it alone
             # exceeds, Pod Security...): the pod goes elsewhere instead of waiting here.
@@ -70,38 +67,32 @@ def create(loop: StepContext, local: dict, twin: str, logger: logging.LoggerAdap
             raise Requeue(delay, f"refused by the provider: {refusal.message}") from exc
         message = f"cluster {loop.settings.cluster_id} refused the ShadowPod {twin}/{local['metadata']['name']}: {exc.message}"
         logger.warning(message)
-        loop.recorder.warning(local, ev.REASON_OFFLOADING_FAILED, message)
+        loop.recorder.warning(local, reasons.REASON_OFFLOADING_FAILED, message)
         raise Requeue(REJECTED_RETRY_SECONDS, message) from exc
-    loop.refusals.forget(backoff_key)
-    _clear_waiting(loop, local)
+    _clear_waiting(loop, local, loop.refusals.accepted(attempt.key, local))
     # What the provider's policy took out, on the pod that now runs without it.
     loop.notices.tell(local, adjusted=remote.adjusted)
     logger.info("created ShadowPod %s/%s in cluster %s", twin, local["metadata"]["name"], loop.settings.cluster_id)
-    kind, reason, message = offloaded_event(loop.settings.cluster_id, twin, local["metadata"]["name"], mode,
-                                            relay_missing=bool(context.reflection) and context.home_api is None)
-    if kind == ev.WARNING:
+    kind, reason, message = offloaded_event(loop.settings.cluster_id, twin, local["metadata"]["name"], desired.mode,
+                                            relay_missing=desired.relay_missing)
+    if kind == WARNING:
         loop.recorder.warning(local, reason, message)
     else:
         loop.recorder.normal(local, reason, message)
 
 
-def sync_template(loop: StepContext, local: dict, shp: dict, twin: str, logger: logging.LoggerAdapter) -> None:
+def sync_template(loop: StepContext, local: dict[str, Any], shp: dict[str, Any], desired: Desired, logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """What a running pod may change - labels and annotations (a controller adopting
     or releasing it, `kubectl label`), container images, activeDeadlineSeconds,
     tolerations - follows into the ShadowPod's template; the enforcer then patches
     the remote pod in place (kube_offload.pod_updates). The rest of the template is
     left as first written."""
-    context = loop.context()
-    remote = translate_pod(local, context, api_server=loop.api_server_mode(local).mode)
-    wanted = shadowpod_of(remote, local, twin, context)["spec"]["pod"]
-    have = (shp.get("spec") or {}).get("pod") or {}
-    patch = template_patch(have, wanted)
+    patch = template_patch(views.pod_template(shp) or {}, views.pod_template(desired.shadowpod) or {})
     if not patch:
         return
     meta = shp["metadata"]
-    backoff_key = (object_key(local), UPDATE)
-    print_ = rf.pod_fingerprint(local)
-    if loop.refusals.wait(backoff_key, print_) > 0:
+    attempt = loop.refusals.attempt((object_key(local), UPDATE), local)
+    if attempt.wait > 0:
         return  # refused before and nothing changed since; a timer brings us back
     try:
         loop.kube.patch(
@@ -113,17 +104,17 @@ def sync_template(loop: StepContext, local: dict, shp: dict, twin: str, logger: 
             raise
         # The pod runs on; only its new labels/annotations wait. The status sync
         # of this reconcile must still happen, so no Requeue: a timer instead.
-        delay = _refused(loop, local, backoff_key, print_, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
+        delay = _refused(loop, local, attempt, refusal, f"the update of ShadowPod {meta['namespace']}/{meta['name']}", logger)
         loop.controller.enqueue_after(object_key(local), delay)
         return
-    loop.refusals.forget(backoff_key)
+    loop.refusals.forget(attempt.key)
     # What the policy took out of what a running pod may change (labels,
     # annotations, tolerations); the rest of the template was told at creation.
-    loop.notices.tell(local, adjusted=[n for n in remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
+    loop.notices.tell(local, adjusted=[n for n in desired.remote.adjusted if n.field.startswith(_UPDATABLE_FIELDS)])
     logger.info("updated ShadowPod %s/%s: %s", meta["namespace"], meta["name"], ", ".join(_changed(patch)))
 
 
-def request_termination(loop: StepContext, shp: dict, grace: int, logger: logging.LoggerAdapter) -> None:
+def request_termination(loop: StepContext, shp: dict[str, Any], grace: int, logger: logging.LoggerAdapter[logging.Logger]) -> None:
     meta = shp["metadata"]
     patch = term.grace_request_patch(shp, grace)
     if patch is None or meta.get("deletionTimestamp"):
@@ -139,7 +130,7 @@ def request_termination(loop: StepContext, shp: dict, grace: int, logger: loggin
                 loop.settings.cluster_id, meta["namespace"], meta["name"], grace)
 
 
-def delete(kube: Kube, shp: dict, logger: logging.LoggerAdapter, why: str) -> None:
+def delete(kube: Kube, shp: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], why: str) -> None:
     meta = shp["metadata"]
     if meta.get("deletionTimestamp"):
         return
@@ -152,7 +143,7 @@ def delete(kube: Kube, shp: dict, logger: logging.LoggerAdapter, why: str) -> No
         raise
 
 
-def belongs_to(pod: Mapping, shp: Mapping) -> bool:
+def belongs_to(pod: Mapping[str, Any], shp: Mapping[str, Any]) -> bool:
     """The remote pod was made for this very ShadowPod (or carries no owner to say)."""
     if shadowpod.controller_ref(pod) is None:
         return True
@@ -170,22 +161,21 @@ def offloaded_event(cluster_id: str, twin: str, name: str, mode: APIServerMode, 
     folds repeats."""
     where = f"running in cluster {cluster_id} as {twin}/{name}"
     if mode.problem:
-        return ev.WARNING, ev.REASON_INVALID_API_SERVER_MODE, f"{where}, but {mode.problem}"
+        return WARNING, reasons.REASON_INVALID_API_SERVER_MODE, f"{where}, but {mode.problem}"
     if mode.mode == c.API_SERVER_HOME and relay_missing:
-        return ev.WARNING, ev.REASON_HOME_API_UNAVAILABLE, (
+        return WARNING, reasons.REASON_HOME_API_UNAVAILABLE, (
             f"{where}, but cluster {cluster_id} runs no relay to this cluster's API server for us (no Service "
             f"{c.HOME_API_SERVICE} in our tenant namespace there): the pod's in-cluster configuration reaches the "
             f"provider's API server, where its home token is worth nothing. Ask the provider to enable the relay "
             f"(docs/home-api.md), or set {c.ANNOTATION_API_SERVER}={c.API_SERVER_DISABLED} on the pod or namespace"
         )
-    return ev.NORMAL, ev.REASON_OFFLOADED, where
+    return NORMAL, reasons.REASON_OFFLOADED, where
 
 
-def _refused_by_policy(loop: StepContext, local: dict, refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter) -> None:
+def _refused_by_policy(loop: StepContext, local: dict[str, Any], refused: tuple[policy_fit.Note, ...], logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """The provider's policy refuses the pod whatever we drop: not sent, said on the
     pod (Events, once per note; status.reason ProviderRefused), looked at again
-    later or when the policy changes."""
-    loop.policy_refused(object_key(local))
+    later or when the policy changes (the reconcile keeps the pods it refuses)."""
     refusal = rf.policy_refusal(loop.settings.cluster_id, [note.message for note in refused])
     if loop.notices.tell(local, refused=refused):
         logger.warning("%s", refusal.message)
@@ -193,42 +183,41 @@ def _refused_by_policy(loop: StepContext, local: dict, refused: tuple[policy_fit
     raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "refused by the provider's policy: not sent")
 
 
-def _refused_loop(loop: StepContext, local: dict, problem: str, logger: logging.LoggerAdapter) -> None:
+def _refused_loop(loop: StepContext, local: dict[str, Any], problem: str, logger: logging.LoggerAdapter[logging.Logger]) -> None:
     """The pod came through the cluster it would go to (docs/multihop.md): not sent, said
     on the pod (Event OffloadingLoop, the waiting status), looked at again later. Nothing we
     can change makes it fit: only the peerings or the providers' furtherOffloading can.
     (The provider's enforcer refuses it too, when it knows its own cluster id.)"""
-    refusal = rf.Refusal(0, ev.REASON_OFFLOADING_LOOP, f"not sent to cluster {loop.settings.cluster_id}: {problem}")
+    refusal = rf.Refusal(0, reasons.REASON_OFFLOADING_LOOP, f"not sent to cluster {loop.settings.cluster_id}: {problem}")
     logger.warning("%s", refusal.message)
-    loop.recorder.warning(local, ev.REASON_OFFLOADING_LOOP, refusal.message)
+    loop.recorder.warning(local, reasons.REASON_OFFLOADING_LOOP, refusal.message)
     _mark_waiting(loop, local, refusal)
     raise Requeue(POLICY_REFUSED_RETRY_SECONDS, "offloading loop: not sent")
 
 
 def _refused(
-    loop: StepContext, local: dict, backoff_key: tuple, print_: str, refusal: rf.Refusal, what: str,
-    logger: logging.LoggerAdapter,
+    loop: StepContext, local: dict[str, Any], attempt: rf.Attempt, refusal: rf.Refusal, what: str, logger: logging.LoggerAdapter[logging.Logger],
 ) -> float:
     """Count one refusal: log it, tell the pod's Events, return the backoff delay.
     The recorder folds repeats (min_interval), so a refusal repeated at every step
     adds to one Event's count rather than writing Events faster than the steps."""
-    attempt, delay = loop.refusals.refused(backoff_key, print_)
+    count, delay = loop.refusals.refused(attempt.key, attempt.fingerprint)
+    operation = attempt.key[1] if isinstance(attempt.key, tuple) else attempt.key
     logger.warning(
         "cluster %s refused %s %s (HTTP %d, refusal %d in a row, next attempt in %.0fs): %s",
-        loop.settings.cluster_id, backoff_key[1], what, refusal.status, attempt, delay, refusal.message,
+        loop.settings.cluster_id, operation, what, refusal.status, count, delay, refusal.message,
     )
-    loop.recorder.warning(local, ev.REASON_PROVIDER_REFUSED, refusal.message)
+    loop.recorder.warning(local, reasons.REASON_PROVIDER_REFUSED, refusal.message)
     return delay
 
 
-def _mark_waiting(loop: StepContext, local: dict, refusal: rf.Refusal) -> None:
+def _mark_waiting(loop: StepContext, local: dict[str, Any], refusal: rf.Refusal) -> None:
     patch = rf.waiting_status_patch(local, loop.settings.cluster_id, refusal)
     if patch is not None:
         loop.local.patch_status(local, patch)
 
 
-def _clear_waiting(loop: StepContext, local: dict) -> None:
-    patch = rf.clear_waiting_patch(local)
+def _clear_waiting(loop: StepContext, local: dict[str, Any], patch: dict[str, Any] | None) -> None:
     if patch is not None:
         try:
             loop.local.patch_status(local, patch)
@@ -236,5 +225,5 @@ def _clear_waiting(loop: StepContext, local: dict) -> None:
             pass  # cosmetic: the remote pod's status overwrites it soon anyway
 
 
-def _changed(template_patch: Mapping) -> list[str]:
+def _changed(template_patch: Mapping[str, Any]) -> list[str]:
     return [*sorted((template_patch.get("metadata") or {}).keys()), *sorted((template_patch.get("spec") or {}).keys())]

@@ -32,8 +32,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from kube_offload.views import ShadowPodView
 from vkubelet.shared import provider_bounds as bounds
 from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
+from vkubelet.shared.trim import REMOTE_POD_STATUS
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # The phases the Pod API defines; a remote pod reporting another leaves the local phase.
@@ -41,20 +43,10 @@ PHASES = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 CONDITION_SCHEDULED = "PodScheduled"
 # Conditions a kubelet owns: taken from the remote pod, never kept from a stale local copy.
 KUBELET_CONDITIONS = bounds.COPIED_CONDITIONS
-# The status fields written here; anything else under status is left alone.
-MANAGED_FIELDS = (
-    "phase",
-    "conditions",
-    "containerStatuses",
-    "initContainerStatuses",
-    "podIP",
-    "podIPs",
-    "hostIP",
-    "hostIPs",
-    "startTime",
-    "reason",
-    "message",
-)
+# The status fields written here; anything else under status is left alone: those taken
+# from the remote pod (one list with what the remote pods' cache keeps of their status,
+# vkubelet/shared/trim.py), and the local facts.
+MANAGED_FIELDS = (*REMOTE_POD_STATUS, "hostIP", "hostIPs")
 # Removed when the remote pod no longer has them. Other fields are left as last seen
 # while the remote pod has none (a recreated pod has no IP or container statuses for a
 # moment; blanking them would only make the local pod flicker).
@@ -62,10 +54,7 @@ CLEARABLE_FIELDS = frozenset({"reason", "message"})
 
 
 def recreations_of(shadowpod: Mapping[str, Any] | None) -> int:
-    try:
-        return max(0, int(((shadowpod or {}).get("status") or {}).get("recreations") or 0))
-    except (TypeError, ValueError):
-        return 0
+    return ShadowPodView(shadowpod).recreations
 
 
 def desired_status(
@@ -74,7 +63,7 @@ def desired_status(
     shadowpod: Mapping[str, Any] | None,
     host_ip: str,
     pod_ips: Remapping = NO_REMAPPING,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The managed status fields the local pod should have; None to leave it as it is.
     ``pod_ips`` translates remote pod addresses into what the local cluster sees."""
     current = local.get("status") or {}
@@ -130,7 +119,7 @@ def remote_pod_ips(remote: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(str(a) for a in addresses if a))
 
 
-def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) -> dict | None:
+def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A merge patch for pods/status turning the local status into ``desired``; None
     when they already agree."""
     if desired is None:
@@ -151,7 +140,7 @@ def status_patch(local: Mapping[str, Any], desired: Mapping[str, Any] | None) ->
     return {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": changes}
 
 
-def failed_status(local: Mapping[str, Any], reason: str, message: str, now: str) -> dict | None:
+def failed_status(local: Mapping[str, Any], reason: str, message: str, now: str) -> dict[str, Any] | None:
     """The managed status fields of a pod that cannot run here any more (its namespace
     stopped being offloaded to this cluster and its remote pod is gone), as a kubelet
     rejects a pod it cannot admit: phase Failed, containers terminated, not ready. Its
@@ -174,7 +163,7 @@ def failed_status(local: Mapping[str, Any], reason: str, message: str, now: str)
     return status
 
 
-def _terminated(container: Mapping[str, Any], reason: str, now: str) -> dict:
+def _terminated(container: Mapping[str, Any], reason: str, now: str) -> dict[str, Any]:
     state = container.get("state") or {}
     if "terminated" in state:
         return copy.deepcopy(dict(container))
@@ -197,7 +186,7 @@ def remote_unschedulable(remote: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _conditions(local: list[dict], remote: list[dict]) -> list[dict]:
+def _conditions(local: list[dict[str, Any]], remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
     result = [copy.deepcopy(cond) for cond in local if cond.get("type") == CONDITION_SCHEDULED]
     remote_types = set()
     # The kubelet's conditions only: any other type the provider sets (posing as a local
@@ -214,7 +203,7 @@ def _conditions(local: list[dict], remote: list[dict]) -> list[dict]:
     return result
 
 
-def _container_statuses(local: list[dict], remote: list[dict], recreations: int) -> list[dict]:
+def _container_statuses(local: list[dict[str, Any]], remote: list[dict[str, Any]], recreations: int) -> list[dict[str, Any]]:
     before = {status.get("name"): status for status in local}
     result = []
     for status in remote:
@@ -235,7 +224,7 @@ def _normal(value: Any) -> Any:
     return None if value == "" else value
 
 
-def _milestones(pod: Mapping[str, Any]) -> tuple:
+def _milestones(pod: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a user waits for on a pod: its phase, whether it is ready, whether it is
     going, and how often its containers restarted."""
     status = pod.get("status") or {}

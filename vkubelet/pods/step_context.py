@@ -1,24 +1,41 @@
 """What the pod loop hands its steps (``shadowpods``, ``ending``, ``handback``): the
 services they use, typed as a Protocol, not the whole loop (``reconcile.PodOffloader``
-is the one implementation). In the spirit of virtual-kubelet's ``PodLifecycleHandler``
-(node/podcontroller.go): a step can reach the remote cluster, the local pod, the Event
-recorder and the backoffs, and nothing of the loop's watches, caches or indexes but the
-one question it asks them (``remote_pods_of``). A step needing more adds it here, in
-sight."""
+is the one implementation), and the values the reconcile resolved for them. In the
+spirit of virtual-kubelet's ``PodLifecycleHandler`` (node/podcontroller.go): a step can
+reach the remote cluster, the local pod, the Event recorder and the backoffs, and nothing
+of the loop's watches, caches or indexes but the one question it asks them
+(``remote_pods_of``). What a step needs of the world (the translation context, the pod's
+API server mode, the pod as the remote cluster should run it) the reconcile reads once
+and hands it as a value (:class:`Desired`): a step never calls back into the loop for
+its inputs. A step needing more adds it here, in sight."""
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import Kube
 from vkubelet.home_api.pod_access import APIServerMode
 from vkubelet.pods.local import LocalPods
 from vkubelet.pods.refusals import RefusalBackoff
-from vkubelet.pods.translation import TranslationContext
+from vkubelet.pods.translation import RemotePod
 from vkubelet.shared.events import EventRecorder
 from vkubelet.shared.policy_events import PolicyNotices
 from vkubelet.twins.namespaces import TwinPlan
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The local pod as the remote cluster should run it now, worked out once by the
+    reconcile from what it read (the translation context, the pod's API server mode)."""
+
+    remote: RemotePod  # the translation: what the policy adjusted or refuses, a loop
+    shadowpod: dict[str, Any]  # the ShadowPod carrying it (its template: views.pod_template)
+    mode: APIServerMode
+    # Reflection of tokens is on and the provider runs no relay to our API server for us:
+    # the Offloaded Event says so (shadowpods.offloaded_event).
+    relay_missing: bool
 
 
 class StepSettings(Protocol):
@@ -98,18 +115,6 @@ class StepContext(Protocol):
         """Whether the remote cluster answers (the virtual node's Ready rule)."""
         ...
 
-    def remote_pods_of(self, key: str) -> list[dict]:
+    def remote_pods_of(self, key: str) -> list[dict[str, Any]]:
         """Our remote pods standing for local pod ``key``."""
         ...
-
-    def context(self) -> TranslationContext:
-        """What the translation of a pod needs, read now."""
-        ...
-
-    def api_server_mode(self, local: Mapping) -> APIServerMode: ...
-
-    def policy_refused(self, key: str) -> None:
-        """The provider's policy refuses pod ``key``: looked at again when it changes."""
-        ...
-
-    def not_policy_refused(self, key: str) -> None: ...

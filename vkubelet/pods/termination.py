@@ -51,7 +51,7 @@ def grace_seconds(local: Mapping[str, Any]) -> int:
     return DEFAULT_GRACE_SECONDS
 
 
-def grace_request_patch(shadowpod: Mapping[str, Any], grace: int) -> dict | None:
+def grace_request_patch(shadowpod: Mapping[str, Any], grace: int) -> dict[str, Any] | None:
     """A merge patch asking the enforcer to end the ShadowPod's pod with ``grace``
     seconds; None when the ShadowPod already asks for that or less."""
     current = deletion_grace(shadowpod)

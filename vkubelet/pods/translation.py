@@ -114,12 +114,12 @@ def previous_hops(labels: Mapping[str, str], annotations: Mapping[str, str]) -> 
 
 def build_shadowpod_for(
     pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext, *, api_server: str = c.API_SERVER_HOME
-) -> dict:
+) -> dict[str, Any]:
     """The ShadowPod (named like the local pod) that runs ``pod`` in ``remote_namespace``."""
     return shadowpod_of(translate_pod(pod, context, api_server=api_server), pod, remote_namespace, context)
 
 
-def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict:
+def shadowpod_of(remote: RemotePod, pod: Mapping[str, Any], remote_namespace: str, context: TranslationContext) -> dict[str, Any]:
     """The ShadowPod carrying ``remote``, the translation of local ``pod``."""
     return shadowpod.build_shadowpod(
         name=str((pod.get("metadata") or {}).get("name")),
@@ -192,7 +192,7 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
 
 
 # --- scheduling ------------------------------------------------------------------------------
-def _drop_virtual_node_toleration(spec: dict) -> None:
+def _drop_virtual_node_toleration(spec: dict[str, Any]) -> None:
     """The virtual node's own taints (its NoExecute one, the provider-cordoned and -draining
     ones) are local: tolerating them means nothing to the remote nodes."""
     local_keys = (c.TAINT_KEY, c.TAINT_PROVIDER_CORDONED_KEY, c.TAINT_PROVIDER_DRAINING_KEY)
@@ -203,7 +203,7 @@ def _drop_virtual_node_toleration(spec: dict) -> None:
         spec.pop("tolerations", None)
 
 
-def _strip_node_selector(spec: dict, node_labels: Mapping[str, str]) -> None:
+def _strip_node_selector(spec: dict[str, Any], node_labels: Mapping[str, str]) -> None:
     selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if k not in node_labels}
     if selector:
         spec["nodeSelector"] = selector
@@ -211,7 +211,7 @@ def _strip_node_selector(spec: dict, node_labels: Mapping[str, str]) -> None:
         spec.pop("nodeSelector", None)
 
 
-def _strip_node_affinity(spec: dict, node_labels: Mapping[str, str], node_name: str) -> None:
+def _strip_node_affinity(spec: dict[str, Any], node_labels: Mapping[str, str], node_name: str) -> None:
     """Keep only what the user asked of the remote nodes.
 
     Required terms are alternatives (OR): a term the virtual node does not satisfy was
@@ -229,7 +229,7 @@ def _strip_node_affinity(spec: dict, node_labels: Mapping[str, str], node_name: 
 
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if isinstance(required, dict):
-        kept: list[dict] = []
+        kept: list[dict[str, Any]] = []
         void = False
         for term in required.get("nodeSelectorTerms") or []:
             if not term_matches(term, node_labels, node_name):
@@ -262,14 +262,14 @@ def _strip_node_affinity(spec: dict, node_labels: Mapping[str, str], node_name: 
         spec.pop("affinity")
 
 
-def _strip_term(term: Mapping[str, Any], node_labels: Mapping[str, str]) -> dict | None:
+def _strip_term(term: Mapping[str, Any], node_labels: Mapping[str, str]) -> dict[str, Any] | None:
     """The term without virtual-node expressions and matchFields; None if nothing is left."""
     expressions = [e for e in term.get("matchExpressions") or [] if e.get("key") not in node_labels]
     return {"matchExpressions": expressions} if expressions else None
 
 
 # --- service account -------------------------------------------------------------------------
-def _detach_service_account(spec: dict) -> None:
+def _detach_service_account(spec: dict[str, Any]) -> None:
     """Until reflection mirrors ServiceAccounts, the remote pod runs as its namespace's
     ``default`` account with no token: a token of the remote cluster would give the pod
     rights there, and a named account that does not exist remotely would make the
@@ -311,7 +311,7 @@ def _detach_service_account(spec: dict) -> None:
                 container.pop("volumeMounts", None)
 
 
-def _use_remote_identity(spec: dict) -> None:
+def _use_remote_identity(spec: dict[str, Any]) -> None:
     """Mode ``remote``: the pod runs as the twin namespace's ``default`` account with the
     token the provider's own admission mounts (automountServiceAccountToken true, which
     the provider admits only with ``pods.remoteAPIAccess``; policy_fit refuses the pod
@@ -321,7 +321,7 @@ def _use_remote_identity(spec: dict) -> None:
     spec["automountServiceAccountToken"] = True
 
 
-def _use_reflected_identity(spec: dict, pod_name: str) -> None:
+def _use_reflected_identity(spec: dict[str, Any], pod_name: str) -> None:
     """With reflection the pod keeps its LOCAL identity: every projected token becomes
     the same path read from the pod's reflected token Secret (tokens the local API
     server issued for this pod), the namespace file next to a token holds the LOCAL
@@ -357,9 +357,9 @@ def _use_reflected_identity(spec: dict, pod_name: str) -> None:
                     ref["name"] = reflection_names.REFLECTED_ROOT_CA_CONFIGMAP
 
 
-def _reflected_sources(sources: list[dict], token_secret: str) -> list[dict]:
+def _reflected_sources(sources: list[dict[str, Any]], token_secret: str) -> list[dict[str, Any]]:
     has_token = any(isinstance(s.get("serviceAccountToken"), dict) for s in sources)
-    result: list[dict] = []
+    result: list[dict[str, Any]] = []
     for source in sources:
         token = source.get("serviceAccountToken")
         config_map = source.get("configMap")

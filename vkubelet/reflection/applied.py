@@ -18,15 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import Mapping
+from typing import Any, Mapping
 
 
-def fingerprint(body: Mapping) -> str:
+def fingerprint(body: Mapping[str, Any]) -> str:
     """A digest of an apply body: equal bodies, equal digests, whatever the key order."""
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def resource_version(obj: Mapping | None) -> str:
+def resource_version(obj: Mapping[str, Any] | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
@@ -39,7 +39,7 @@ class AppliedMemo:
         self._lock = threading.Lock()
         self._applied: dict[str, tuple[str, str]] = {}
 
-    def unchanged(self, key: str, body: Mapping, current: Mapping | None) -> bool:
+    def unchanged(self, key: str, body: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
         """Whether applying ``body`` over ``current`` (the cached remote object) would
         change nothing: the same body was applied last and answered with ``current``'s
         version."""
@@ -50,7 +50,7 @@ class AppliedMemo:
             last = self._applied.get(key)
         return last is not None and last == (fingerprint(body), version)
 
-    def remember(self, key: str, body: Mapping, answer: Mapping) -> None:
+    def remember(self, key: str, body: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
         with self._lock:
             self._applied[key] = (fingerprint(body), resource_version(answer))
 

@@ -7,7 +7,7 @@ storage class (vkubelet/storage/virtual.py)."""
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable, Literal, overload
+from typing import Any, Callable, Literal, TYPE_CHECKING, overload
 
 from kube_offload import constants as c
 from kube_offload.runtime.indexer import IndexFunc
@@ -33,7 +33,7 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Informer: ...
 
 
@@ -46,7 +46,7 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> MultiNamespaceInformer: ...
 
 
@@ -58,7 +58,7 @@ def shared_informer(
     *,
     label_selector: str = "",
     field_selector: str = "",
-    transform: Callable[[dict], dict] | None = None,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Informer | MultiNamespaceInformer:
     """The process-wide informer on ``resource`` of one side (``local``: every
     namespace; ``remote``: the usable twin namespaces only, the one place the consumer

@@ -5,7 +5,7 @@ publishes its own kube-root-ca.crt in every namespace, twin namespaces included.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.runtime import kinds
 from kube_offload.views import metadata as _meta
@@ -17,7 +17,7 @@ from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import CONFIGMAPS
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
-def forge_configmap(local: Mapping, ctx: ForgeContext) -> dict | None:
+def forge_configmap(local: Mapping[str, Any], ctx: ForgeContext) -> dict[str, Any] | None:
     name = str(_meta(local).get("name") or "")
     if name == n.REFLECTED_ROOT_CA_CONFIGMAP:
         raise Unreflectable(
@@ -35,10 +35,10 @@ class ConfigMapReflector(Reflector):
     kind = "ConfigMap"
     api_kind = kinds.CONFIG_MAPS
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         return forge_configmap(local, ctx)
 
-    def selection(self, local: Mapping) -> Decision:
+    def selection(self, local: Mapping[str, Any]) -> Decision:
         # Every offloaded pod with a service-account token mounts the CA bundle, and
         # nobody annotates a ConfigMap the controller-manager writes: whatever the policy.
         # (A CA certificate is public: nothing secret is exported by it.)

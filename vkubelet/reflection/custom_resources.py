@@ -42,7 +42,8 @@ from kube_offload.views import metadata as _meta
 from vkubelet.shared.policy_fit import Fit, Note
 from vkubelet.reflection import forge as f
 from vkubelet.reflection import metrics
-from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED, Reflector, is_terminating
+from kube_offload.reasons import REASON_REFLECTION_FAILED
+from vkubelet.reflection.reflector import Reflector, is_terminating
 from vkubelet.reflection.settings import CustomResource
 
 if TYPE_CHECKING:
@@ -170,13 +171,13 @@ class CustomResourceReflector(Reflector):
         self._remote_kube = Kube(context.informers.remote_client)
         self._local_kube = Kube(context.informers.local_client)
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         return forge_custom_resource(local, ctx, self.custom)
 
-    def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
+    def fit(self, desired: dict[str, Any], policy: pp.ProviderPolicy) -> Fit:
         return fit_grant(desired, self.custom, policy)
 
-    def is_up_to_date(self, desired: Mapping, current: Mapping) -> bool:
+    def is_up_to_date(self, desired: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
         return is_up_to_date(desired, current, self.custom)
 
     def reconcile(self, key: str) -> None:
@@ -201,7 +202,7 @@ class CustomResourceReflector(Reflector):
         self._forge(local, twin, logging.LoggerAdapter(self.log, {"key": f"{self.kind} {key}"}))
         return True
 
-    def _apply(self, local: Mapping, desired: dict, logger: logging.LoggerAdapter) -> None:
+    def _apply(self, local: Mapping[str, Any], desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         current = self.remote.get(f"{namespace}/{name}")

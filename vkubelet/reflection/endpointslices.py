@@ -32,6 +32,7 @@ from vkubelet.reflection.forge import ForgeContext, copy_fields, forge_metadata
 from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
+from vkubelet.shared.loops import LoopContext
 
 # Local slices by the key (namespace/name) of their Service (label kubernetes.io/service-name),
 # kept by the informer: a Service event finds its slices without scanning every cached
@@ -42,7 +43,7 @@ from vkubelet.reflection.settings import ENDPOINTSLICES, SERVICES
 BY_SERVICE = "by-service"
 
 
-def slice_service_key(obj: dict) -> list[str]:
+def slice_service_key(obj: dict[str, Any]) -> list[str]:
     """Index function of :data:`BY_SERVICE`: the slice's Service key, if it names one."""
     service = service_name_of_slice(obj)
     namespace = (obj.get("metadata") or {}).get("namespace")
@@ -61,7 +62,7 @@ def routable_address(address: str) -> bool:
     return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
 
 
-def forge_endpointslice(local: Mapping, ctx: ForgeContext) -> dict | None:
+def forge_endpointslice(local: Mapping[str, Any], ctx: ForgeContext) -> dict[str, Any] | None:
     """The local endpoints of a Service that remote pods should reach as well.
 
     Endpoints of pods bound to the virtual node are left out: those pods run in the
@@ -102,7 +103,7 @@ def forge_endpointslice(local: Mapping, ctx: ForgeContext) -> dict | None:
     return desired
 
 
-def unremapped_endpoint_addresses(local: Mapping, ctx: ForgeContext) -> list[str]:
+def unremapped_endpoint_addresses(local: Mapping[str, Any], ctx: ForgeContext) -> list[str]:
     """The addresses :func:`forge_endpointslice` reflects as they are although a remapping
     is configured (outside ``--local-pod-cidr``: a host-network pod's node address, a pod
     offloaded to a third cluster); the remote cluster may not reach them."""
@@ -116,7 +117,7 @@ def unremapped_endpoint_addresses(local: Mapping, ctx: ForgeContext) -> list[str
     return ctx.endpoint_addresses.outside(addresses)
 
 
-def service_name_of_slice(slice_: Mapping) -> str | None:
+def service_name_of_slice(slice_: Mapping[str, Any]) -> str | None:
     return (_meta(slice_).get("labels") or {}).get(n.SERVICE_NAME_LABEL)
 
 
@@ -126,7 +127,7 @@ class EndpointSliceReflector(Reflector):
     kind = "EndpointSlice"
     api_kind = kinds.ENDPOINT_SLICES
 
-    def __init__(self, context) -> None:
+    def __init__(self, context: LoopContext) -> None:
         super().__init__(context)
         self.local.add_indexer(BY_SERVICE, slice_service_key)
         self.services = self.scope.local_informer(SERVICES, kinds.SERVICES)
@@ -138,7 +139,7 @@ class EndpointSliceReflector(Reflector):
     def extra_informers(self) -> list[Cache]:
         return [self.services]
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         outside = tuple(unremapped_endpoint_addresses(local, ctx))
         key = object_key(dict(local))
         with self._unremapped_lock:
@@ -153,10 +154,10 @@ class EndpointSliceReflector(Reflector):
             )
         return forge_endpointslice(local, ctx)
 
-    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+    def fit(self, desired: dict[str, Any], policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_endpointslice(desired, policy)
 
-    def selection(self, local: Mapping) -> Decision:
+    def selection(self, local: Mapping[str, Any]) -> Decision:
         own = decide(local, Policy.DENY_LIST, kind=self.kind)
         if not own.reflect:
             return own
@@ -168,5 +169,5 @@ class EndpointSliceReflector(Reflector):
         decision = decide(service, self.policy, kind="Service")
         return Decision(decision.reflect, f"its Service {service_name}: {decision.why}")
 
-    def _slices_of_service(self, service: dict) -> list[str]:
+    def _slices_of_service(self, service: dict[str, Any]) -> list[str]:
         return sorted(self.local.index_keys(BY_SERVICE, object_key(service)))

@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Final, Mapping
+from typing import Any, Callable, Final, Mapping
 
 from kube_offload.runtime import kinds
 from kube_offload.runtime.kinds import Resource
@@ -33,7 +33,7 @@ from kube_offload.times import parse_time_or_none
 from kube_offload.views import metadata as _meta
 from vkubelet.reflection import metrics
 from vkubelet.reflection.forge import event_count, event_fingerprint, event_time
-from vkubelet.reflection.reflector import REASON_REFLECTION_FAILED
+from kube_offload.reasons import REASON_REFLECTION_FAILED
 from vkubelet.shared import names as n
 from vkubelet.shared.provider_bounds import EVENT_MESSAGE_BYTES, REASON_BYTES, truncate_utf8
 
@@ -59,7 +59,7 @@ BOUND_REMOTE: Final = "remote"
 
 
 # --- the aggregate and its local Event (pure) -------------------------------------------------------
-def event_type_and_reason(event: Mapping) -> tuple[str, str] | None:
+def event_type_and_reason(event: Mapping[str, Any]) -> tuple[str, str] | None:
     """A remote Event's type and reason as a copy carries them (the reason bounded), or
     None when it has no reason or a type Kubernetes does not define."""
     type_ = str(event.get("type") or "Normal")
@@ -90,7 +90,7 @@ class Aggregate:
     def count(self) -> int:
         return sum(self.counts.values())
 
-    def add(self, event: Mapping) -> None:
+    def add(self, event: Mapping[str, Any]) -> None:
         """Count remote ``event`` in (its own count; the earliest first and latest last
         time; its source)."""
         meta = _meta(event)
@@ -135,7 +135,7 @@ def local_object_event_name(obj_name: str, kind: str, obj_uid: str, type_: str, 
     return n.local_event_name(obj_name, "\x00".join(key))
 
 
-def aggregate_event_name(local_obj: Mapping, kind: str, group: Aggregate) -> str:
+def aggregate_event_name(local_obj: Mapping[str, Any], kind: str, group: Aggregate) -> str:
     """The name of ``group``'s local Event about ``local_obj`` (of ``kind``)."""
     meta = _meta(local_obj)
     # A combined Event's key is its type and reason: no container's fieldPath looks like this.
@@ -146,14 +146,14 @@ def aggregate_event_name(local_obj: Mapping, kind: str, group: Aggregate) -> str
 
 def forge_object_event(
     group: Aggregate,
-    local_obj: Mapping,
+    local_obj: Mapping[str, Any],
     api_kind: Resource,
     *,
     count: int,
     host: str,
     component: str,
     reporting_controller: str,
-) -> dict:
+) -> dict[str, Any]:
     """The local Event of ``group`` about ``local_obj`` (a pod, Service, claim or Ingress
     of kind ``api_kind``), with ``count`` (the aggregate's, as remembered)."""
     meta = _meta(local_obj)
@@ -230,14 +230,14 @@ class Decision:
     (``write``), look again in ``wait`` seconds, or nothing; ``dropped``: remote
     occurrences a budget refused for good (``bound`` says which), when the ledger drops."""
 
-    event: dict
+    event: dict[str, Any]
     write: bool = False
     wait: float = 0.0
     dropped: int = 0
     bound: str = ""
 
 
-def _put(store: OrderedDict, key: str, value: object) -> None:
+def _put(store: OrderedDict[str, Any], key: str, value: object) -> None:
     store[key] = value
     store.move_to_end(key)
     while len(store) > REMEMBERED:
@@ -258,12 +258,12 @@ class CopyLedger:
         # A new Event its budgets refuse is dropped (True) or waits (False).
         self._drop = drop
         self._lock = threading.Lock()
-        self._written: OrderedDict[str, tuple[tuple, float]] = OrderedDict()
+        self._written: OrderedDict[str, tuple[tuple[Any, ...], float]] = OrderedDict()
         self._counts: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._dropped: OrderedDict[str, int] = OrderedDict()
         self._budgets: OrderedDict[str, TokenBucket] = OrderedDict()
 
-    def decide(self, name: str, counts: Mapping[str, int], forge: Callable[[int], dict], *, owner: str, now: float) -> Decision:
+    def decide(self, name: str, counts: Mapping[str, int], forge: Callable[[int], dict[str, Any]], *, owner: str, now: float) -> Decision:
         """Local Event ``name``, which the remote ``counts`` stand behind and ``forge``
         makes from a count, about the local object ``owner`` (its UID), at ``now``
         (monotonic seconds)."""
@@ -300,14 +300,14 @@ class CopyLedger:
             return 0.0, ""
         return (own, BOUND_OBJECT) if own >= shared else (shared, BOUND_REMOTE)
 
-    def wrote(self, name: str, event: Mapping, now: float) -> None:
+    def wrote(self, name: str, event: Mapping[str, Any], now: float) -> None:
         with self._lock:
             _put(self._written, name, (event_fingerprint(event), now))
 
 
 # --- the write (I/O) and the Events' age -------------------------------------------------------------------
-def converge(ledger: CopyLedger, local: Kube, name: str, counts: Mapping[str, int], forge: Callable[[int], dict], *,
-             owner: str, logger: logging.LoggerAdapter, resource: str) -> Decision:
+def converge(ledger: CopyLedger, local: Kube, name: str, counts: Mapping[str, int], forge: Callable[[int], dict[str, Any]], *,
+             owner: str, logger: logging.LoggerAdapter[logging.Logger], resource: str) -> Decision:
     """Write local Event ``name`` if the ledger says so (:meth:`CopyLedger.decide`) and
     remember it written; the decision says what else to do (wait, count what was dropped)."""
     decision = ledger.decide(name, counts, forge, owner=owner, now=time.monotonic())
@@ -316,7 +316,7 @@ def converge(ledger: CopyLedger, local: Kube, name: str, counts: Mapping[str, in
     return decision
 
 
-def write_local_event(local: Kube, desired: dict, logger: logging.LoggerAdapter, *, resource: str) -> bool:
+def write_local_event(local: Kube, desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger], *, resource: str) -> bool:
     """Create the local copy ``desired``; if it exists (a restart, a resync, another
     replica), merge-patch what a copy changes into it instead: no read first, so the
     vkubelet needs only create and patch on local Events. False when the local API server
@@ -341,7 +341,7 @@ def write_local_event(local: Kube, desired: dict, logger: logging.LoggerAdapter,
     return True
 
 
-def event_age_seconds(event: Mapping) -> float:
+def event_age_seconds(event: Mapping[str, Any]) -> float:
     stamp = None
     for name in ("lastTimestamp", "eventTime", "firstTimestamp"):
         stamp = parse_time_or_none(event.get(name))

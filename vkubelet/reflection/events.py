@@ -40,7 +40,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Final, Iterable, Mapping
+from typing import Any, Final, Iterable, Mapping, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.remote_resources import is_ours
@@ -94,7 +94,7 @@ REMOTE_DROP_LOG_SECONDS: Final = 60.0
 _CONTAINER_PATH = re.compile(r"^spec\.(?:containers|initContainers|ephemeralContainers)\{([^}]*)\}$")
 
 
-def container_names(pod: Mapping) -> frozenset[str]:
+def container_names(pod: Mapping[str, Any]) -> frozenset[str]:
     spec = pod.get("spec") or {}
     return frozenset(
         str(container.get("name"))
@@ -104,7 +104,7 @@ def container_names(pod: Mapping) -> frozenset[str]:
     )
 
 
-def copied_field_path(event: Mapping, containers: frozenset[str]) -> str:
+def copied_field_path(event: Mapping[str, Any], containers: frozenset[str]) -> str:
     """The remote Event's fieldPath if it names a container of the local pod, else none."""
     involved = event.get("involvedObject") or {}
     path = str(involved.get("fieldPath") or "")
@@ -112,7 +112,7 @@ def copied_field_path(event: Mapping, containers: frozenset[str]) -> str:
     return path if match and match.group(1) in containers else ""
 
 
-def pod_event_groups(events: Iterable[Mapping], containers: frozenset[str]) -> list[Aggregate]:
+def pod_event_groups(events: Iterable[Mapping[str, Any]], containers: frozenset[str]) -> list[Aggregate]:
     """The local Events that the remote Events about one offloaded pod (its remote pod's
     and its ShadowPod's) make, for a local pod with ``containers``: one per container,
     type, reason and message (texts bounded); per type and reason, the tenth distinct
@@ -155,11 +155,11 @@ def pod_event_groups(events: Iterable[Mapping], containers: frozenset[str]) -> l
     return result
 
 
-def pod_event_name(pod: Mapping, group: Aggregate) -> str:
+def pod_event_name(pod: Mapping[str, Any], group: Aggregate) -> str:
     return aggregate_event_name(pod, kinds.PODS.kind, group)
 
 
-def involved_key(event: Mapping) -> str | None:
+def involved_key(event: Mapping[str, Any]) -> str | None:
     """``namespace/name`` of the remote pod (or its ShadowPod, of the same name) an Event
     is about: the work queue's key."""
     involved = event.get("involvedObject") or {}
@@ -230,23 +230,23 @@ class EventReflector:
                     self.controller.enqueue(key)
 
     # --- reconcile ---------------------------------------------------------------------------
-    def _in_twin(self, event: Mapping) -> bool:
+    def _in_twin(self, event: Mapping[str, Any]) -> bool:
         namespace = (event.get("metadata") or {}).get("namespace")
         return bool(namespace) and namespace in self._informers.twin_namespaces()
 
-    def _key_if_relevant(self, event: dict) -> str | None:
+    def _key_if_relevant(self, event: dict[str, Any]) -> str | None:
         # The watches are scoped to the twins already; a twin that stopped being usable
         # delivers its Events as deletions, which need no copy.
         if not self._in_twin(event) or not says_something_new(event):
             return None
         return involved_key(event)
 
-    def _events_of_pod(self, key: str) -> dict[str, tuple[dict, list[dict]]]:
+    def _events_of_pod(self, key: str) -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
         """The remote Events behind ``key`` (the remote pod's and the ShadowPod's), by the
         local pod they are about (its UID): (the local pod, its Events). Events whose
         object is not ours, an earlier object of that name, or stands for no local pod
         are left out; raises Requeue while a young Event's object is not cached yet."""
-        by_pod: dict[str, tuple[dict, list[dict]]] = {}
+        by_pod: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         for informer, owners in ((self.pod_events, self.remote_pods), (self.shadowpod_events, self.shadowpods)):
             events = [e for e in informer.by_index(BY_INVOLVED, key) if self._in_twin(e)]
             if not events:
@@ -279,12 +279,12 @@ class EventReflector:
         if wait > 0:
             raise Requeue(wait, "local Events of this pod are rate-bounded")
 
-    def _converge(self, group: Aggregate, pod: Mapping, uid: str, logger: logging.LoggerAdapter) -> float:
+    def _converge(self, group: Aggregate, pod: Mapping[str, Any], uid: str, logger: logging.LoggerAdapter[logging.Logger]) -> float:
         """Write the local Event of ``group`` if it changed and its bounds allow; else the
         seconds until they do (0: nothing to wait for, or dropped)."""
         name = pod_event_name(pod, group)
 
-        def forge(count: int) -> dict:
+        def forge(count: int) -> dict[str, Any]:
             return forge_object_event(
                 group, pod, kinds.PODS, count=count, host=self.settings.node_name,
                 component=vk_events.COMPONENT, reporting_controller=vk_events.REPORTING_CONTROLLER,
@@ -296,7 +296,7 @@ class EventReflector:
             self._dropped(decision.dropped, decision.bound, uid, logger)
         return decision.wait
 
-    def _dropped(self, count: int, bound: str, uid: str, logger: logging.LoggerAdapter) -> None:
+    def _dropped(self, count: int, bound: str, uid: str, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         """Count what a budget dropped; say it once per pod (the remote's budget: at most
         once a minute, whichever pod it was)."""
         metrics.dropped_events(bound, count)

@@ -10,7 +10,7 @@ Event on the local Ingress."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime import kinds
@@ -21,7 +21,7 @@ from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import INGRESSES
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
-def forge_ingress(local: Mapping, ctx: ForgeContext) -> dict | None:
+def forge_ingress(local: Mapping[str, Any], ctx: ForgeContext) -> dict[str, Any] | None:
     desired = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": forge_metadata(local, ctx)}
     copy_fields(local, desired, ("spec",))
     return desired
@@ -33,8 +33,8 @@ class IngressReflector(Reflector):
     kind = "Ingress"
     api_kind = kinds.INGRESSES
 
-    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+    def fit(self, desired: dict[str, Any], policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_ingress(desired, policy)
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         return forge_ingress(local, ctx)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from vkubelet.reflection import settings as s
 from vkubelet.reflection.configmaps import ConfigMapReflector
@@ -19,7 +19,7 @@ from vkubelet.reflection.serviceaccounts import ServiceAccountTokenReflector
 from vkubelet.reflection.services import ServiceReflector
 from vkubelet.reflection.settings import ReflectionSettings
 
-REFLECTORS: dict[str, Callable] = {
+REFLECTORS: dict[str, Callable[..., Any]] = {
     s.CONFIGMAPS: ConfigMapReflector,
     s.SECRETS: SecretReflector,
     s.SERVICES: ServiceReflector,
@@ -31,7 +31,7 @@ REFLECTORS: dict[str, Callable] = {
 }
 
 
-def reflection_loops(settings: ReflectionSettings) -> list[Callable]:
+def reflection_loops(settings: ReflectionSettings) -> list[Callable[..., Any]]:
     """LoopFactory per enabled type; each reads its workers and policy from
     ``context.settings.reflection`` (the same settings)."""
     loops = [REFLECTORS[name] for name in s.RESOURCES if settings.enabled(name)]

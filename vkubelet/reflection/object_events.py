@@ -27,7 +27,7 @@ import ipaddress
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Mapping, Callable, Iterable
+from typing import Any, Callable, Final, Iterable, Mapping, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.runtime import kinds
@@ -114,7 +114,7 @@ _NODE = re.compile(
 )
 
 
-def _mask_address(match: re.Match) -> str:
+def _mask_address(match: re.Match[str]) -> str:
     """The match masked if its address group is a real IP address (a v4 candidate has no
     colon, a v6 one has colons, so one parser serves both patterns), else as written."""
     try:
@@ -124,7 +124,7 @@ def _mask_address(match: re.Match) -> str:
     return MASK_ADDRESS
 
 
-def _mask_node(match: re.Match) -> str:
+def _mask_node(match: re.Match[str]) -> str:
     quoted = match.group("quoted")
     if quoted is None:
         bare = match.group("bare")
@@ -150,12 +150,12 @@ def sanitize_message(message: str, *, twin_namespace: str, local_namespace: str)
     return truncate_utf8(text, MESSAGE_LIMIT)
 
 
-def copied(event: Mapping) -> bool:
+def copied(event: Mapping[str, Any]) -> bool:
     """Whether a remote Event about one of our remote copies is copied at all."""
     return bool(event.get("reason")) and event.get("reason") not in INTERNAL_REASONS
 
 
-def aggregate(events: Iterable[Mapping], sanitize: Callable[[str], str]) -> dict[tuple[str, str, str], Aggregate]:
+def aggregate(events: Iterable[Mapping[str, Any]], sanitize: Callable[[str], str]) -> dict[tuple[str, str, str], Aggregate]:
     """The remote Events about one remote copy, grouped by (type, reason, masked message);
     those not :func:`copied` left out."""
     groups: dict[tuple[str, str, str], Aggregate] = {}
@@ -180,7 +180,7 @@ FIELD_SELECTOR: Final = f"involvedObject.kind!=Pod,involvedObject.kind!={c.SHADO
 log = logging.getLogger("kube_offload.vkubelet.reflection.object_events")
 
 
-def by_involved(event: dict) -> list[str]:
+def by_involved(event: dict[str, Any]) -> list[str]:
     involved = event.get("involvedObject") or {}
     namespace = involved.get("namespace") or _meta(event).get("namespace")
     if not (namespace and involved.get("name") and involved.get("kind")):
@@ -236,7 +236,7 @@ class ObjectEventReflector(ReflectionLoop):
                 self.controller.enqueue(involved)
 
     # --- reconcile ---------------------------------------------------------------------------
-    def _key(self, event: dict) -> str | None:
+    def _key(self, event: dict[str, Any]) -> str | None:
         """``Kind/namespace/name`` of the remote object the Event is about, if it is of a
         kind whose reflection runs."""
         # The watches are scoped to the twins; a twin that stopped being usable delivers
@@ -282,13 +282,13 @@ class ObjectEventReflector(ReflectionLoop):
         if wait > 0:
             raise Requeue(wait, "local Events of this object are rate-bounded")
 
-    def _converge(self, group: Aggregate, local: Mapping, api_kind: Resource, logger: logging.LoggerAdapter) -> float:
+    def _converge(self, group: Aggregate, local: Mapping[str, Any], api_kind: Resource, logger: logging.LoggerAdapter[logging.Logger]) -> float:
         """Write the local Event of ``group`` if it changed and its bounds allow; else
         the seconds until they do (0: nothing to wait for)."""
         meta = _meta(local)
         name = aggregate_event_name(local, api_kind.kind, group)
 
-        def forge(count: int) -> dict:
+        def forge(count: int) -> dict[str, Any]:
             return forge_object_event(
                 group, local, api_kind, count=count, host=self.settings.node_name,
                 component=vk_events.COMPONENT, reporting_controller=vk_events.REPORTING_CONTROLLER,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload import constants as c
 
@@ -59,7 +59,7 @@ class Decision:
     why: str  # for logs: which rule decided
 
 
-def _annotated(obj: Mapping, key: str) -> bool:
+def _annotated(obj: Mapping[str, Any], key: str) -> bool:
     """Set unless absent or ``false``: ``kubectl annotate ... key=`` and ``key=true``
     both mean yes, while ``key=false`` can turn it off without removing it."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -68,7 +68,7 @@ def _annotated(obj: Mapping, key: str) -> bool:
     return str(annotations[key]).strip().lower() != "false"
 
 
-def never_reflected(obj: Mapping, kind: str) -> str | None:
+def never_reflected(obj: Mapping[str, Any], kind: str) -> str | None:
     """Why ``obj`` (of ``kind``, e.g. ``Secret``) is never exported, or None."""
     if kind == "Secret":
         return NEVER_REFLECTED_SECRET_TYPES.get(str(obj.get("type") or ""))
@@ -81,7 +81,7 @@ def never_reflected(obj: Mapping, kind: str) -> str | None:
     return None
 
 
-def decide(obj: Mapping, policy: Policy, *, kind: str = "", in_use: bool = False) -> Decision:
+def decide(obj: Mapping[str, Any], policy: Policy, *, kind: str = "", in_use: bool = False) -> Decision:
     """Whether ``obj`` (of ``kind``; "" = no kind-specific rule) is reflected under
     ``policy``, and why. Under an allow-list or by-use a skip annotation still wins, and
     nothing lifts a never-exported object. ``in_use``: whether an offloaded pod
@@ -102,5 +102,5 @@ def decide(obj: Mapping, policy: Policy, *, kind: str = "", in_use: bool = False
     return Decision(True, "the deny-list policy reflects it")
 
 
-def should_reflect(obj: Mapping, policy: Policy, *, kind: str = "", in_use: bool = False) -> bool:
+def should_reflect(obj: Mapping[str, Any], policy: Policy, *, kind: str = "", in_use: bool = False) -> bool:
     return decide(obj, policy, kind=kind, in_use=in_use).reflect

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime import kinds
@@ -61,7 +61,7 @@ def map_storage_class(name: str | None, mapping: Mapping[str, str]) -> str | Non
     return name
 
 
-def forge_pvc(local: Mapping, ctx: ForgeContext) -> dict | None:
+def forge_pvc(local: Mapping[str, Any], ctx: ForgeContext) -> dict[str, Any] | None:
     """The claim as the user wrote it, for the remote cluster to provision its own
     volume: nothing that names a local volume or snapshot, the class mapped."""
     spec = copy.deepcopy(dict(local.get("spec") or {}))
@@ -79,11 +79,11 @@ def forge_pvc(local: Mapping, ctx: ForgeContext) -> dict | None:
     }
 
 
-def pvc_requests(pvc: Mapping) -> dict:
+def pvc_requests(pvc: Mapping[str, Any]) -> dict[str, Any]:
     return dict(((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {})
 
 
-def pvc_apply_body(desired: Mapping, current: Mapping | None) -> dict:
+def pvc_apply_body(desired: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
     """What to apply for claim ``desired`` over the remote claim ``current`` (None: none
     yet). A claim's spec is immutable but for its requests (expansion): once the claim
     exists, every other spec field is applied as the remote claim has it (the same value
@@ -110,7 +110,7 @@ def pvc_apply_body(desired: Mapping, current: Mapping | None) -> dict:
 
 
 # --- the reflector ------------------------------------------------------------
-def virtual_claim_selection(local: Mapping, *, virtual_class: str, node_name: str) -> Decision | None:
+def virtual_claim_selection(local: Mapping[str, Any], *, virtual_class: str, node_name: str) -> Decision | None:
     """For a claim of the virtual class: reflected only when selected for ``node_name``;
     None for every other claim (the ordinary policy decides)."""
     if not is_virtual_claim(local, virtual_class):
@@ -137,7 +137,7 @@ class PersistentVolumeClaimReflector(Reflector):
     api_kind = kinds.PERSISTENT_VOLUME_CLAIMS
     recreate_on_invalid = False
 
-    def selection(self, local: Mapping) -> Decision:
+    def selection(self, local: Mapping[str, Any]) -> Decision:
         storage_settings = self.settings.storage
         virtual = virtual_claim_selection(local, virtual_class=storage_settings.virtual_class, node_name=self.settings.node_name)
         return virtual if virtual is not None else super().selection(local)
@@ -147,11 +147,11 @@ class PersistentVolumeClaimReflector(Reflector):
         mapping = storage_class_mapping(ctx.storage_classes, self.settings.storage.virtual_class)
         return dataclasses.replace(ctx, storage_classes=mapping)
 
-    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+    def fit(self, desired: dict[str, Any], policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_pvc(desired, policy)
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         return forge_pvc(local, ctx)
 
-    def apply_body(self, desired: dict, current: Mapping | None) -> dict:
+    def apply_body(self, desired: dict[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
         return pvc_apply_body(desired, current)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from typing import TYPE_CHECKING, ClassVar, Mapping, NoReturn
+from typing import Any, ClassVar, Mapping, NoReturn, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
@@ -55,7 +55,7 @@ from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.runtime.informer import Informer
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
-from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED  # noqa: F401  (re-exported)
+from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
 from vkubelet.shared.indexes import BY_ORIGIN
 from vkubelet.twins.namespaces import FORBIDDEN_RETRY_SECONDS
 from vkubelet.shared.policy_events import PolicyNotices
@@ -83,7 +83,7 @@ REFUSED_RETRY_SECONDS = 60.0
 log = logging.getLogger("kube_offload.vkubelet.reflection")
 
 
-def is_terminating(obj: Mapping) -> bool:
+def is_terminating(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
@@ -176,10 +176,10 @@ class Reflector(ReflectionLoop):
 
     # --- what subclasses say ------------------------------------------------------------------
     @abc.abstractmethod
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         """The remote object ``local`` should be reflected as, or None for none."""
 
-    def selection(self, local: Mapping) -> Decision:
+    def selection(self, local: Mapping[str, Any]) -> Decision:
         """Whether ``local`` is reflected (policy.py: never-exported kinds, skip
         annotation, deny-list or allow-list), and why."""
         return decide(local, self.policy, kind=self.kind, in_use=self.in_use(object_key(local)))
@@ -191,7 +191,7 @@ class Reflector(ReflectionLoop):
             return False
         return bool(self.pods.index_keys(usage.USES_INDEX[self.kind], key))
 
-    def apply_body(self, desired: dict, current: Mapping | None) -> dict:
+    def apply_body(self, desired: dict[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
         """What to apply for ``desired`` over the remote object ``current`` (None: none
         yet): ``desired`` itself, but for kinds whose remote copy has immutable fields
         that the local object cannot be followed in (a claim)."""
@@ -200,16 +200,16 @@ class Reflector(ReflectionLoop):
     def extra_informers(self) -> list[Cache]:
         return []
 
-    def fit(self, desired: dict, policy: pp.ProviderPolicy) -> Fit:
+    def fit(self, desired: dict[str, Any], policy: pp.ProviderPolicy) -> Fit:
         """``desired`` as the provider's policy admits it (vkubelet/shared/policy_fit.py); kinds the
         policy says nothing about are sent as forged."""
         return Fit(desired)
 
     # --- event -> key ------------------------------------------------------------------------
-    def owns(self, remote: Mapping) -> bool:
+    def owns(self, remote: Mapping[str, Any]) -> bool:
         return f.is_owned(remote, self._local_id, self.resource)
 
-    def remote_of(self, key: str) -> list[dict]:
+    def remote_of(self, key: str) -> list[dict[str, Any]]:
         """Our remote objects standing for local object ``key``."""
         return self.remote.by_index(BY_ORIGIN, key)
 
@@ -221,7 +221,7 @@ class Reflector(ReflectionLoop):
         namespace, _ = split_key(key)
         return bool(namespace) and self._twins.plan(namespace or "").twin is not None
 
-    def _local_key(self, obj: dict) -> str | None:
+    def _local_key(self, obj: dict[str, Any]) -> str | None:
         key = object_key(obj)
         # Objects of namespaces that are not offloaded here cost nothing, unless a remote
         # copy of ours is left to clean up.
@@ -229,10 +229,10 @@ class Reflector(ReflectionLoop):
             return key
         return None
 
-    def _remote_key(self, obj: dict) -> str | None:
+    def _remote_key(self, obj: dict[str, Any]) -> str | None:
         return origin_key(obj) if self.owns(obj) else None
 
-    def export_pending(self, pod: Mapping) -> list[str]:
+    def export_pending(self, pod: Mapping[str, Any]) -> list[str]:
         """By-use: what of this kind ``pod`` references that is to be exported and has
         no remote copy yet (``ConfigMap name``...). The pod loop holds the pod's ShadowPod
         back while any is (an optional reference would otherwise start the remote pod
@@ -253,17 +253,17 @@ class Reflector(ReflectionLoop):
                 pending.append(f"{self.kind} {name}")
         return pending
 
-    def _keys_used_by(self, pod: dict) -> list[str]:
+    def _keys_used_by(self, pod: dict[str, Any]) -> list[str]:
         # Every reference, finished pod or not: a pod that finished or dropped a
         # reference must bring the object back to be withdrawn.
         namespace = (pod.get("metadata") or {}).get("namespace") or ""
         return [f"{namespace}/{name}" for name in sorted(usage.references(pod).of(self.kind))] if namespace else []
 
-    def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
+    def _on_consumer(self, _event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         if ((old or {}).get("spec") or {}).get("policy") != ((new or {}).get("spec") or {}).get("policy"):
             self.resync_all()
 
-    def _keys_of_twin(self, request: dict) -> list[str]:
+    def _keys_of_twin(self, request: dict[str, Any]) -> list[str]:
         local_ns = self._twins.local_namespace_of(request)
         if not local_ns:
             return []
@@ -287,7 +287,7 @@ class Reflector(ReflectionLoop):
         logger = ObjectLogger(self.log, {"key": f"{self.kind} {key}"})
         namespace, _ = split_key(key)
         local = self.local.get(key)
-        desired: dict | None = None
+        desired: dict[str, Any] | None = None
         keep_remote = False
         why = "its local object no longer exists"
         if local is None and namespace and not self.local.namespace_synced(namespace) and self._offloaded(key):
@@ -325,7 +325,7 @@ class Reflector(ReflectionLoop):
         if desired is not None and local is not None:
             self._apply(local, desired, logger)
 
-    def _forge(self, local: Mapping, twin: str, logger: logging.LoggerAdapter) -> tuple[dict | None, bool]:
+    def _forge(self, local: Mapping[str, Any], twin: str, logger: logging.LoggerAdapter[logging.Logger]) -> tuple[dict[str, Any] | None, bool]:
         """The remote object to write (None: none) and whether the provider's policy
         refuses it."""
         try:
@@ -348,7 +348,7 @@ class Reflector(ReflectionLoop):
             return None, True
         return fit.obj, False
 
-    def _delete(self, remote: Mapping, logger: logging.LoggerAdapter, why: str) -> None:
+    def _delete(self, remote: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger], why: str) -> None:
         meta = remote.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return
@@ -356,7 +356,7 @@ class Reflector(ReflectionLoop):
         if self.ops.delete(meta["namespace"], meta["name"], meta.get("uid")):
             logger.info("deleted remote %s %s/%s: %s", self.kind, meta["namespace"], meta["name"], why)
 
-    def _apply(self, local: Mapping, desired: dict, logger: logging.LoggerAdapter) -> None:
+    def _apply(self, local: Mapping[str, Any], desired: dict[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         key = f"{namespace}/{name}"
@@ -397,7 +397,7 @@ class Reflector(ReflectionLoop):
         self._applied.remember(key, body, answer)
         logger.info("%s remote %s %s/%s", "created" if current is None else "applied", self.kind, namespace, name)
 
-    def _conflict(self, local: Mapping, current: Mapping, logger: logging.LoggerAdapter) -> None:
+    def _conflict(self, local: Mapping[str, Any], current: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = current.get("metadata") or {}
         owner = (meta.get("labels") or {}).get(c.LABEL_ORIGIN_CLUSTER_ID)
         message = (
@@ -415,7 +415,7 @@ class Reflector(ReflectionLoop):
         metrics.failed(self.resource, REASON_REFLECTION_CONFLICT)
         raise Requeue(CONFLICT_RETRY_SECONDS, message)
 
-    def _refused(self, local: Mapping, what: str, logger: logging.LoggerAdapter) -> NoReturn:
+    def _refused(self, local: Mapping[str, Any], what: str, logger: logging.LoggerAdapter[logging.Logger]) -> NoReturn:
         message = f"cluster {self.settings.cluster_id} {what}"
         logger.warning(message)
         self._recorder.warning(local, REASON_REFLECTION_FAILED, message)

@@ -8,7 +8,7 @@ defaults, its controllers add) stay whoever's they are."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube
@@ -26,7 +26,7 @@ class RemoteOps:
         self._resource = resource
         self.field_manager = field_manager
 
-    def apply(self, namespace: str, body: Mapping, *, creates: bool, force: bool = True) -> dict:
+    def apply(self, namespace: str, body: Mapping[str, Any], *, creates: bool, force: bool = True) -> dict[str, Any]:
         """Server-side apply of ``body`` (forced unless ``force`` is False: then a field
         another manager holds with another value is a 409); ``creates``: no object of that
         name was known (counted as a create, else as an update)."""
@@ -34,7 +34,7 @@ class RemoteOps:
         metrics.wrote(self._resource, metrics.OPERATION_CREATE if creates else metrics.OPERATION_UPDATE)
         return applied
 
-    def read(self, namespace: str, name: str) -> dict | None:
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None if there is none of that name."""
         return self._kube.get_or_none(self._kind, name, namespace=namespace)
 

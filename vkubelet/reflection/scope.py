@@ -86,7 +86,7 @@ class OffloadedNamespaces:
     def is_offloaded(self, namespace: str) -> bool:
         return self._twins.plan(namespace).twin is not None
 
-    def _on_namespace(self, _event: str, old: dict | None, new: dict) -> None:
+    def _on_namespace(self, _event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         # Called on the namespaces informer's thread, after its cache took the change:
         # plan() reads the new state (None once deleted). Starting or stopping a watch
         # is a thread start or a socket shutdown: cheap enough for a handler.
@@ -107,7 +107,7 @@ class OffloadedNamespaces:
             for informer in self._scoped.values():
                 informer.set_namespaces(self._current)
 
-    def _on_consumer(self, _event: str, old: dict | None, new: dict) -> None:
+    def _on_consumer(self, _event: str, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
         # Its status changes every few seconds (usage, capacity); only its suggested
         # labels can change a plan.
         if old is None or (old.get("spec") or {}).get("nodeLabels") != (new.get("spec") or {}).get("nodeLabels"):
@@ -132,7 +132,7 @@ class OffloadedNamespaces:
         name = f"local-{resource}"
         kube = Kube(self._informers.local_client)
 
-        def make() -> Any:
+        def make() -> MultiNamespaceInformer:
             informer = MultiNamespaceInformer(
                 name=name,
                 list_for_namespace=lambda namespace: kube.list_func(kind, namespace=namespace),
@@ -148,4 +148,4 @@ class OffloadedNamespaces:
 
 def offloaded_namespaces(informers: "SharedInformers", twins: "TwinNamespaces") -> OffloadedNamespaces:
     """The process's one :class:`OffloadedNamespaces` (created on first use)."""
-    return informers.shared(REGISTRY_NAME, lambda: OffloadedNamespaces(informers, twins))  # type: ignore[return-value]
+    return informers.shared(REGISTRY_NAME, lambda: OffloadedNamespaces(informers, twins))

@@ -6,7 +6,7 @@ of serviceaccounts.py."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.runtime import kinds
 from kube_offload.views import metadata as _meta
@@ -18,7 +18,7 @@ from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SECRETS
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
-def forge_secret(local: Mapping, ctx: ForgeContext) -> dict | None:
+def forge_secret(local: Mapping[str, Any], ctx: ForgeContext) -> dict[str, Any] | None:
     # The reflector never gets here with one (policy.decide); a second check costs
     # nothing and keeps a credential from leaking through any other caller.
     if never_reflected(local, "Secret") is not None:
@@ -40,5 +40,5 @@ class SecretReflector(Reflector):
     kind = "Secret"
     api_kind = kinds.SECRETS
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         return forge_secret(local, ctx)

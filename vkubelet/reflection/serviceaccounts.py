@@ -22,7 +22,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Mapping, Iterable
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.constants import API_SERVER_HOME
@@ -41,7 +41,8 @@ from vkubelet.reflection import forge as f, metrics
 from vkubelet.shared import names as n
 from vkubelet.reflection.caches import owned_by_origin, owned_selector, shared_informer
 from vkubelet.reflection.forge import ForgeContext
-from vkubelet.reflection.reflector import CONFLICT_RETRY_SECONDS, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED, REFUSED_RETRY_SECONDS, is_terminating
+from kube_offload.reasons import REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
+from vkubelet.reflection.reflector import CONFLICT_RETRY_SECONDS, REFUSED_RETRY_SECONDS, is_terminating
 from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.reflection.settings import SECRETS, SERVICEACCOUNTS
 from vkubelet.shared.origin import origin_key
@@ -63,12 +64,12 @@ class TokenSource:
     audience: str | None
 
 
-def service_account_name(pod: Mapping) -> str:
+def service_account_name(pod: Mapping[str, Any]) -> str:
     spec = pod.get("spec") or {}
     return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
 
 
-def token_sources(pod: Mapping) -> list[TokenSource]:
+def token_sources(pod: Mapping[str, Any]) -> list[TokenSource]:
     """The tokens ``pod`` mounts (projected serviceAccountToken sources), one per audience."""
     found: dict[str, TokenSource] = {}
     for volume in (pod.get("spec") or {}).get("volumes") or []:
@@ -86,14 +87,14 @@ def _b64(text: str) -> str:
 
 
 def forge_token_secret(
-    pod: Mapping,
+    pod: Mapping[str, Any],
     ctx: ForgeContext,
     *,
     tokens: Mapping[str, str],
     issued: datetime,
     expires: datetime,
     slice_name: str = "",
-) -> dict:
+) -> dict[str, Any]:
     """The remote Secret the offloaded pod mounts in place of its projected token:
     ``tokens`` (key -> JWT of the LOCAL API server), and the pod's LOCAL namespace (the
     remote pod's own namespace is the twin's name). ``slice_name``: the slice whose node
@@ -117,8 +118,8 @@ def forge_token_secret(
                 c.ANNOTATION_ORIGIN_NAMESPACE: str(meta.get("namespace") or ""),
                 c.ANNOTATION_ORIGIN_NAME: str(meta.get("name") or ""),
                 c.ANNOTATION_ORIGIN_UID: str(meta.get("uid") or ""),
-                n.ANNOTATION_TOKEN_ISSUED: format_time(issued),
-                n.ANNOTATION_TOKEN_EXPIRES: format_time(expires),
+                c.ANNOTATION_TOKEN_ISSUED_AT: format_time(issued),
+                c.ANNOTATION_TOKEN_EXPIRES_AT: format_time(expires),
             },
         },
         "data": data,
@@ -134,18 +135,18 @@ def token_secret_selector(local_cluster_id: str, slice_name: str) -> str:
     return f"{owned},{c.LABEL_SLICE}={slice_name}" if slice_name else f"{owned},!{c.LABEL_SLICE}"
 
 
-def token_refresh_at(secret: Mapping, refresh_fraction: float) -> datetime | None:
+def token_refresh_at(secret: Mapping[str, Any], refresh_fraction: float) -> datetime | None:
     """When the tokens of ``secret`` are due for renewal (None: unknown, now)."""
     annotations = _meta(secret).get("annotations") or {}
-    issued = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_ISSUED))
-    expires = parse_time_or_none(annotations.get(n.ANNOTATION_TOKEN_EXPIRES))
+    issued = parse_time_or_none(annotations.get(c.ANNOTATION_TOKEN_ISSUED_AT))
+    expires = parse_time_or_none(annotations.get(c.ANNOTATION_TOKEN_EXPIRES_AT))
     if issued is None or expires is None or expires <= issued:
         return None
     return issued + (expires - issued) * refresh_fraction
 
 
 def token_secret_is_current(
-    secret: Mapping, pod: Mapping, sources: Iterable[TokenSource], *, now: datetime, refresh_fraction: float
+    secret: Mapping[str, Any], pod: Mapping[str, Any], sources: Iterable[TokenSource], *, now: datetime, refresh_fraction: float
 ) -> bool:
     """Whether ``secret`` serves ``pod`` as it is: made for this pod (UID), holds a token
     for every audience the pod mounts and its namespace, and is not due for renewal."""
@@ -219,30 +220,30 @@ class ServiceAccountTokenReflector:
             self.controller.enqueue(key)
 
     # --- event -> key ------------------------------------------------------------------------
-    def owns(self, remote: Mapping) -> bool:
+    def owns(self, remote: Mapping[str, Any]) -> bool:
         return f.is_owned(remote, self._local_id, self.resource)
 
-    def _remote_key(self, obj: dict) -> str | None:
+    def _remote_key(self, obj: dict[str, Any]) -> str | None:
         return origin_key(obj) if self.owns(obj) else None
 
-    def _pods_of_twin(self, request: dict) -> list[str]:
+    def _pods_of_twin(self, request: dict[str, Any]) -> list[str]:
         local_ns = self._twins.local_namespace_of(request)
         if not local_ns:
             return []
         return [key for key in self.local_pods.keys() if key.startswith(f"{local_ns}/")]
 
-    def _pods_of_namespace(self, namespace: dict) -> list[str]:
+    def _pods_of_namespace(self, namespace: dict[str, Any]) -> list[str]:
         name = (namespace.get("metadata") or {}).get("name")
         return [key for key in self.local_pods.keys() if key.startswith(f"{name}/")] if name else []
 
-    def _home_mode(self, pod: Mapping, namespace: str) -> bool:
+    def _home_mode(self, pod: Mapping[str, Any], namespace: str) -> bool:
         """Only a pod in API server mode ``home`` gets its home token: ``disabled`` and
         ``remote`` pods (and an unknown value, which runs as disabled) hold no home
         credential on the provider (vkubelet/home_api/pod_access.py)."""
         return resolve_mode(pod, self._twins.local_namespaces.get(namespace)).mode == API_SERVER_HOME
 
     # --- the pod loop's gate ------------------------------------------------------------------
-    def export_pending(self, pod: Mapping) -> list[str]:
+    def export_pending(self, pod: Mapping[str, Any]) -> list[str]:
         """The token Secret ``pod`` mounts, while the remote cache has none made for it (this
         UID). The pod loop holds the pod's ShadowPod back meanwhile (bounded, as for by-use
         exports: usage.hold_for_exports): the same pod event started the mint here, and a
@@ -319,9 +320,9 @@ class ServiceAccountTokenReflector:
             self._scheduled[key] = at
         self.controller.enqueue_after(key, max(1.0, (at - now).total_seconds()))
 
-    def _request_token(self, pod: Mapping, source: TokenSource, logger: logging.LoggerAdapter) -> tuple[str, datetime]:
+    def _request_token(self, pod: Mapping[str, Any], source: TokenSource, logger: logging.LoggerAdapter[logging.Logger]) -> tuple[str, datetime]:
         meta = pod["metadata"]
-        spec: dict = {
+        spec: dict[str, Any] = {
             "expirationSeconds": self._token_seconds,
             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
         }
@@ -348,7 +349,7 @@ class ServiceAccountTokenReflector:
             raise Requeue(REFUSED_RETRY_SECONDS, "the TokenRequest answer carried no token")
         return str(status["token"]), expiry
 
-    def _apply(self, pod: Mapping, desired: dict, current: Mapping | None, logger: logging.LoggerAdapter) -> None:
+    def _apply(self, pod: Mapping[str, Any], desired: dict[str, Any], current: Mapping[str, Any] | None, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = desired["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         if current is None:

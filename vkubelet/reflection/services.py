@@ -12,7 +12,7 @@ the local Service."""
 from __future__ import annotations
 
 import copy
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime import kinds
@@ -23,7 +23,7 @@ from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import SERVICES
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
-def without_allocations(spec: Mapping) -> dict:
+def without_allocations(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A Service spec without what a cluster allocates for it: cluster IPs and their
     families, node ports, the health-check node port. A headless Service (clusterIP
     None) keeps saying so."""
@@ -39,7 +39,7 @@ def without_allocations(spec: Mapping) -> dict:
     return kept
 
 
-def forge_service(local: Mapping, ctx: ForgeContext) -> dict | None:
+def forge_service(local: Mapping[str, Any], ctx: ForgeContext) -> dict[str, Any] | None:
     """Cluster IPs, node ports and the health-check node port are the local cluster's
     allocations: cleared so the remote cluster allocates its own. The selector is kept:
     remote pods with the same labels (the offloaded ones) back the remote Service."""
@@ -53,8 +53,8 @@ class ServiceReflector(Reflector):
     kind = "Service"
     api_kind = kinds.SERVICES
 
-    def fit(self, desired: dict, policy: ProviderPolicy) -> policy_fit.Fit:
+    def fit(self, desired: dict[str, Any], policy: ProviderPolicy) -> policy_fit.Fit:
         return policy_fit.fit_service(desired, policy)
 
-    def forge(self, local: Mapping, ctx: f.ForgeContext) -> dict | None:
+    def forge(self, local: Mapping[str, Any], ctx: f.ForgeContext) -> dict[str, Any] | None:
         return forge_service(local, ctx)

@@ -68,7 +68,7 @@ class References:
         raise KeyError(f"no references of kind {kind!r} (known: {', '.join(KINDS)})")
 
 
-def _dicts(value: Any) -> Iterable[Mapping]:
+def _dicts(value: Any) -> Iterable[Mapping[str, Any]]:
     return [item for item in (value or []) if isinstance(item, Mapping)]
 
 
@@ -76,12 +76,12 @@ def _name(ref: Any, field: str = "name") -> str:
     return str(ref.get(field) or "") if isinstance(ref, Mapping) else ""
 
 
-def _containers(spec: Mapping) -> Iterable[Mapping]:
+def _containers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     for field in ("initContainers", "containers", "ephemeralContainers"):
         yield from _dicts(spec.get(field))
 
 
-def references(pod: Mapping) -> References:
+def references(pod: Mapping[str, Any]) -> References:
     """Every ConfigMap and Secret ``pod`` references (see the module docstring)."""
     spec = pod.get("spec") or {}
     configmaps: set[str] = set()
@@ -111,12 +111,12 @@ def references(pod: Mapping) -> References:
     return References(configmaps=frozenset(configmaps), secrets=frozenset(secrets))
 
 
-def is_using(pod: Mapping) -> bool:
+def is_using(pod: Mapping[str, Any]) -> bool:
     """Whether ``pod`` still reads what it references: until it has finished."""
     return str((pod.get("status") or {}).get("phase") or "") not in FINISHED_PHASES
 
 
-def used_keys(pod: Mapping, kind: str) -> list[str]:
+def used_keys(pod: Mapping[str, Any], kind: str) -> list[str]:
     """``namespace/name`` of each object of ``kind`` that ``pod`` uses now (none once
     it has finished), sorted."""
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
@@ -125,11 +125,11 @@ def used_keys(pod: Mapping, kind: str) -> list[str]:
     return sorted(f"{namespace}/{name}" for name in references(pod).of(kind))
 
 
-def _index_configmaps(pod: dict) -> list[str]:
+def _index_configmaps(pod: dict[str, Any]) -> list[str]:
     return used_keys(pod, CONFIGMAP)
 
 
-def _index_secrets(pod: dict) -> list[str]:
+def _index_secrets(pod: dict[str, Any]) -> list[str]:
     return used_keys(pod, SECRET)
 
 
@@ -146,7 +146,7 @@ def index_func(kind: str) -> IndexFunc:
         raise KeyError(f"no use index of kind {kind!r} (known: {', '.join(KINDS)})") from None
 
 
-def use_changed(old: Mapping | None, new: Mapping) -> bool:
+def use_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether a pod update can change what it uses (its spec, or it finishing): the
     by-use reflectors skip every other pod update (status changes the pod loop mirrors)."""
     if old is None or old is new:

@@ -5,7 +5,7 @@ virtual storage class's claims alone, and by the virtual storage class itself
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload.views import metadata as _meta, spec as _spec
 
@@ -13,14 +13,14 @@ ANNOTATION_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 LEGACY_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 
 
-def storage_class_of(claim: Mapping) -> str:
+def storage_class_of(claim: Mapping[str, Any]) -> str:
     """The claim's class (the legacy annotation counts, as for the PV controller)."""
     return _spec(claim).get("storageClassName") or (_meta(claim).get("annotations") or {}).get(LEGACY_CLASS_ANNOTATION) or ""
 
 
-def is_virtual_claim(claim: Mapping | None, virtual_class: str) -> bool:
+def is_virtual_claim(claim: Mapping[str, Any] | None, virtual_class: str) -> bool:
     return bool(claim) and bool(virtual_class) and storage_class_of(claim) == virtual_class  # type: ignore[arg-type]
 
 
-def selected_node(claim: Mapping) -> str:
+def selected_node(claim: Mapping[str, Any]) -> str:
     return (_meta(claim).get("annotations") or {}).get(ANNOTATION_SELECTED_NODE) or ""

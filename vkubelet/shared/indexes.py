@@ -16,7 +16,7 @@ takes as one index, not a conflict.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kube_offload.remote_resources import is_ours
 from kube_offload.runtime.indexer import IndexFunc
@@ -25,10 +25,10 @@ from vkubelet.shared.origin import origin_key
 BY_ORIGIN = "by-origin"
 
 
-def by_origin(accept: Callable[[Mapping], bool]) -> IndexFunc:
+def by_origin(accept: Callable[[Mapping[str, Any]], bool]) -> IndexFunc:
     """Index function: the origin key of an object ``accept`` says is ours, else none."""
 
-    def index(obj: dict) -> list[str]:
+    def index(obj: dict[str, Any]) -> list[str]:
         key = origin_key(obj) if accept(obj) else None
         return [key] if key else []
 

@@ -15,7 +15,7 @@ namespace-scoped list+watch per usable twin namespace.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, TypeVar, cast
+from typing import Any, Callable, Iterable, Protocol, TYPE_CHECKING, TypeVar, cast
 
 from kubernetes import client
 
@@ -109,7 +109,7 @@ class SharedInformers:
             remote = [inf for name, inf in self._informers.items() if name.startswith(REMOTE)]
         return max((inf.last_contact for inf in remote), default=0.0)
 
-    def _new(self, name: str, list_func: Callable, transform: Callable[[dict], dict] | None = None, **list_kwargs) -> Informer:
+    def _new(self, name: str, list_func: Callable[..., Any], transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None, **list_kwargs: Any) -> Informer:
         return Informer(
             name=name,
             list_func=list_func,
@@ -199,8 +199,8 @@ class SharedInformers:
         self,
         name: str,
         list_for_namespace: ListForNamespace,
-        transform: Callable[[dict], dict] | None = None,
-        **list_kwargs,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        **list_kwargs: Any,
     ) -> MultiNamespaceInformer:
         """The process-wide informer registered as ``name`` (``remote-...``): one
         namespace-scoped list+watch per usable twin namespace, the only place the
@@ -240,7 +240,7 @@ class SharedInformers:
     def remote_shadowpods(self) -> MultiNamespaceInformer:
         kube = Kube(self.remote_client)
 
-        def list_for(ns: str):
+        def list_for(ns: str) -> Callable[..., Any]:
             return kube.list_func(SHADOWPODS, namespace=ns)
 
         return self.remote_in_twins("remote-shadowpods", list_for, trim.trim_shadowpod, label_selector=self._ours())

@@ -38,10 +38,8 @@ def field_manager(node_name: str) -> str:
 TOKEN_SECRET_PREFIX: Final = "kube-offload-token-"
 TOKEN_KEY: Final = "token"
 NAMESPACE_KEY: Final = "namespace"
-# When the tokens in a token Secret were issued and when the first of them expires
-# (RFC 3339): the reflector refreshes before expiry without asking the API server.
-ANNOTATION_TOKEN_ISSUED: Final = f"{c.DOMAIN}/token-issued-at"
-ANNOTATION_TOKEN_EXPIRES: Final = f"{c.DOMAIN}/token-expires-at"
+# When the tokens in a token Secret were issued and when the first of them expires: the
+# contract's c.ANNOTATION_TOKEN_ISSUED_AT / c.ANNOTATION_TOKEN_EXPIRES_AT.
 # Where the kubelet mounts a pod's service-account credentials.
 SERVICE_ACCOUNT_MOUNT_PATH: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 

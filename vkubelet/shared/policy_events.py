@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
+from kube_offload import reasons
 from vkubelet.shared import events as ev
 from vkubelet.shared.policy_fit import Note
 
@@ -30,12 +31,12 @@ class PolicyNotices:
         self._lock = threading.Lock()
         self._told: OrderedDict[str, frozenset[tuple[str, str]]] = OrderedDict()
 
-    def tell(self, obj: Mapping, *, adjusted: Iterable[Note] = (), refused: Iterable[Note] = ()) -> list[tuple[str, Note]]:
+    def tell(self, obj: Mapping[str, Any], *, adjusted: Iterable[Note] = (), refused: Iterable[Note] = ()) -> list[tuple[str, Note]]:
         """Record the notes on ``obj`` not told for it yet; returns those recorded
         (reason, note). No notes: forgets ``obj`` (a later note is new again)."""
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-        notes = [(ev.REASON_POLICY_ADJUSTED, n) for n in adjusted] + [(ev.REASON_POLICY_REFUSED, n) for n in refused]
+        notes = [(reasons.REASON_POLICY_ADJUSTED, n) for n in adjusted] + [(reasons.REASON_POLICY_REFUSED, n) for n in refused]
         current = frozenset((reason, note.message) for reason, note in notes)
         with self._lock:
             previous = self._told.get(uid, frozenset())
@@ -51,7 +52,7 @@ class PolicyNotices:
             self._recorder.warning(obj, reason, note.message)
         return new
 
-    def forget(self, obj: Mapping) -> None:
+    def forget(self, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         with self._lock:
             self._told.pop(str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"), None)

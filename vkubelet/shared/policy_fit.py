@@ -166,7 +166,7 @@ def _fit_metadata(where: str, items: Mapping[str, str], policy: pp.ProviderPolic
     return kept
 
 
-def _fit_priority_class(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_priority_class(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     name = spec.get("priorityClassName")
     if not name or name in policy.pods.priority_classes:
         return
@@ -182,7 +182,7 @@ def _fit_priority_class(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]
     notes.append(Note(path, f"{path} {_q(name)} dropped: {why}"))
 
 
-def _fit_runtime_class(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_runtime_class(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     name = spec.get("runtimeClassName")
     if not name or name in policy.pods.runtime_classes:
         return
@@ -215,7 +215,7 @@ def _toleration_text(toleration: Mapping[str, Any]) -> str:
     return text
 
 
-def _fit_tolerations(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_tolerations(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     tolerations = spec.get("tolerations")
     if not isinstance(tolerations, list):
         return
@@ -248,7 +248,7 @@ def _reserved_why(key: str) -> str:
     )
 
 
-def _fit_node_selector(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_node_selector(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     selector = spec.get("nodeSelector")
     if not isinstance(selector, dict):
         return
@@ -265,10 +265,10 @@ def _fit_node_selector(spec: dict, policy: pp.ProviderPolicy, notes: list[Note])
         spec.pop("nodeSelector")
 
 
-def _fit_term(term: Mapping[str, Any], path: str, policy: pp.ProviderPolicy, notes: list[Note]) -> dict | None:
+def _fit_term(term: Mapping[str, Any], path: str, policy: pp.ProviderPolicy, notes: list[Note]) -> dict[str, Any] | None:
     """A NodeSelectorTerm without requirements on reserved keys (matchFields name nodes,
     which is pinning: dropped too); None when nothing is left (the term matches any node)."""
-    kept: dict[str, list] = {}
+    kept: dict[str, list[Any]] = {}
     for part in ("matchExpressions", "matchFields"):
         items = []
         for index, requirement in enumerate(term.get(part) or []):
@@ -284,7 +284,7 @@ def _fit_term(term: Mapping[str, Any], path: str, policy: pp.ProviderPolicy, not
     return kept or None
 
 
-def _fit_node_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_node_affinity(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     affinity = spec.get("affinity")
     if not isinstance(affinity, dict) or not isinstance(affinity.get("nodeAffinity"), dict):
         return
@@ -323,8 +323,8 @@ def _fit_node_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note])
 
 
 def _without_reserved_topology(
-    items: list, path: str, policy: pp.ProviderPolicy, notes: list[Note], *, term_of: Callable[[Any], Mapping[str, Any]]
-) -> list:
+    items: list[Any], path: str, policy: pp.ProviderPolicy, notes: list[Note], *, term_of: Callable[[Any], Mapping[str, Any]]
+) -> list[Any]:
     """``items`` without those whose ``topologyKey`` (read from ``term_of(item)``) the
     provider reserves, a note for each one dropped: spread constraints and pod
     (anti-)affinity terms are judged alike."""
@@ -339,7 +339,7 @@ def _without_reserved_topology(
     return kept
 
 
-def _fit_pod_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_pod_affinity(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     affinity = spec.get("affinity")
     if not isinstance(affinity, dict):
         return
@@ -368,7 +368,7 @@ def _fit_pod_affinity(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) 
         spec.pop("affinity")
 
 
-def _fit_topology_spread(spec: dict, policy: pp.ProviderPolicy, notes: list[Note]) -> None:
+def _fit_topology_spread(spec: dict[str, Any], policy: pp.ProviderPolicy, notes: list[Note]) -> None:
     constraints = spec.get("topologySpreadConstraints")
     if not isinstance(constraints, list):
         return
@@ -381,7 +381,7 @@ def _fit_topology_spread(spec: dict, policy: pp.ProviderPolicy, notes: list[Note
         spec.pop("topologySpreadConstraints")
 
 
-def _fit_image_pull_policy(spec: dict, notes: list[Note]) -> None:
+def _fit_image_pull_policy(spec: dict[str, Any], notes: list[Note]) -> None:
     for kind in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(kind) or []):
             before = container.get("imagePullPolicy")

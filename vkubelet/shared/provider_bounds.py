@@ -77,10 +77,10 @@ def _bounded(value: Any, limit: int) -> Any:
     return copy.deepcopy(value)
 
 
-def _with_texts(value: Mapping[str, Any], *, message: int) -> dict:
+def _with_texts(value: Mapping[str, Any], *, message: int) -> dict[str, Any]:
     """``value``'s strings bounded, its ``reason`` to :data:`REASON_BYTES` and its
     ``message`` to ``message`` bytes, the rest to :data:`OTHER_TEXT_BYTES`."""
-    bounded = _bounded({k: v for k, v in value.items() if k not in ("reason", "message")}, OTHER_TEXT_BYTES)
+    bounded: dict[str, Any] = _bounded({k: v for k, v in value.items() if k not in ("reason", "message")}, OTHER_TEXT_BYTES)
     for key, limit in (("reason", REASON_BYTES), ("message", message)):
         if isinstance(value.get(key), str):
             bounded[key] = truncate_utf8(value[key], limit)
@@ -94,7 +94,7 @@ def container_message_bytes(containers: int) -> int:
 
 
 def bounded_container_status(status: Mapping[str, Any], message_bytes: int = CONTAINER_MESSAGE_BYTES,
-                             mounts: int | None = None) -> dict:
+                             mounts: int | None = None) -> dict[str, Any]:
     """One container status with its texts bounded: each state's reason and message,
     every other string; at most ``mounts`` ``volumeMounts`` (None: as many as given)."""
     bounded = _with_texts({k: v for k, v in status.items() if k not in _STATE_FIELDS}, message=OTHER_TEXT_BYTES)
@@ -110,11 +110,11 @@ def bounded_container_status(status: Mapping[str, Any], message_bytes: int = CON
     return bounded
 
 
-def bounded_condition(condition: Mapping[str, Any]) -> dict:
+def bounded_condition(condition: Mapping[str, Any]) -> dict[str, Any]:
     return _with_texts(condition, message=STATUS_MESSAGE_BYTES)
 
 
-def bounded_status_texts(status: Mapping[str, Any]) -> dict:
+def bounded_status_texts(status: Mapping[str, Any]) -> dict[str, Any]:
     """A remote pod's status with every text bounded (the pod's reason and message, each
     condition's, each container state's at the largest per-container bound) and nothing
     else changed: what the remote pod cache keeps (trim.py). The counts, which need the
@@ -131,7 +131,7 @@ def bounded_status_texts(status: Mapping[str, Any]) -> dict:
     return bounded
 
 
-def copied_conditions(remote: Iterable[Any]) -> list[dict]:
+def copied_conditions(remote: Iterable[Any]) -> list[dict[str, Any]]:
     """The remote pod's conditions the local pod shows: those of :data:`COPIED_CONDITIONS`,
     the first of each type, texts bounded."""
     seen: set[str] = set()
@@ -146,7 +146,7 @@ def copied_conditions(remote: Iterable[Any]) -> list[dict]:
     return kept
 
 
-def copied_container_statuses(remote: Iterable[Any], declared: Iterable[Mapping[str, Any]], message_bytes: int) -> list[dict]:
+def copied_container_statuses(remote: Iterable[Any], declared: Iterable[Mapping[str, Any]], message_bytes: int) -> list[dict[str, Any]]:
     """The remote statuses of the containers ``declared`` (the local pod's spec list of
     that kind), the first for each name, in the remote's order, texts bounded."""
     mounts = {str(c.get("name")): len(c.get("volumeMounts") or []) for c in declared if isinstance(c, Mapping)}

@@ -24,7 +24,7 @@ type, as the NodeRestriction admission allows a kubelet) are dropped with a warn
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kube_offload import constants as c
 from kube_offload import provider_policy as pp
@@ -32,6 +32,7 @@ from kube_offload import resources
 from kube_offload.remote_resources import CapacityStatusError, RemoteResources, decode_capacity_status, virtual_node_capacity
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.selector import label_key_problem, label_value_problem
+from kube_offload.views import ConsumerView
 
 # Kubernetes-reserved label prefixes a provider may still suggest (what a kubelet may set
 # on its own node under NodeRestriction).
@@ -75,7 +76,7 @@ def suggested_label_problem(key: str, value: str) -> str | None:
     return None
 
 
-def read_policy(spec: Mapping) -> tuple[pp.ProviderPolicy, str | None]:
+def read_policy(spec: Mapping[str, Any]) -> tuple[pp.ProviderPolicy, str | None]:
     """The policy in a Consumer's ``spec`` and, when it does not parse, why (then the
     strictest: :data:`~kube_offload.provider_policy.DEFAULT_POLICY`)."""
     try:
@@ -84,23 +85,23 @@ def read_policy(spec: Mapping) -> tuple[pp.ProviderPolicy, str | None]:
         return pp.DEFAULT_POLICY, f"spec.policy ignored, the defaults (the strictest) apply: {exc}"
 
 
-def read_consumer(consumer: Mapping | None) -> ProviderTerms:
+def read_consumer(consumer: Mapping[str, Any] | None) -> ProviderTerms:
     """The terms in ``consumer`` (None: no Consumer object of ours on the provider)."""
     if consumer is None:
         return NOT_ADMITTED
-    spec = consumer.get("spec") or {}
-    status = consumer.get("status") or {}
+    view = ConsumerView(consumer)
+    spec = view.spec
     problems: list[str] = []
 
     summary = None
-    if status.get("capacity") is not None:
+    if view.capacity is not None:
         try:
-            summary = decode_capacity_status(status.get("capacity"))
+            summary = decode_capacity_status(view.capacity)
         except CapacityStatusError as exc:
             problems.append(f"capacity summary ignored: {exc}")
 
     quota: ResourceList = {}
-    raw_quota = spec.get("quota") or {}
+    raw_quota = view.quota or {}
     if isinstance(raw_quota, Mapping):
         for name, value in raw_quota.items():
             try:
@@ -111,7 +112,7 @@ def read_consumer(consumer: Mapping | None) -> ProviderTerms:
         problems.append("spec.quota ignored: it must be an object of resource -> quantity")
 
     labels: dict[str, str] = {}
-    raw_labels = spec.get("nodeLabels") or {}
+    raw_labels = view.node_labels or {}
     if isinstance(raw_labels, Mapping):
         for key, value in sorted(raw_labels.items()):
             problem = suggested_label_problem(str(key), str(value))
@@ -130,10 +131,10 @@ def read_consumer(consumer: Mapping | None) -> ProviderTerms:
         admitted=True,
         summary=summary,
         quota=quota,
-        cordoned=bool(spec.get("cordoned")),
+        cordoned=view.cordoned,
         # Present at all: a drain record this consumer cannot read still means "leave" (the
         # provider deletes what is left after its grace either way).
-        draining=spec.get("drain") is not None,
+        draining=view.drain is not None,
         suggested_labels=labels,
         policy=policy,
         problems=tuple(problems),
@@ -170,7 +171,7 @@ class PolicyReader:
     the object): what the pod and reflection loops fit objects to before sending them.
     ``consumer`` returns our Consumer from the informer's cache (None: not there)."""
 
-    def __init__(self, consumer: Callable[[], Mapping | None]) -> None:
+    def __init__(self, consumer: Callable[[], Mapping[str, Any] | None]) -> None:
         self._consumer = consumer
         self._cached: tuple[object, pp.ProviderPolicy] = (object(), pp.DEFAULT_POLICY)
 

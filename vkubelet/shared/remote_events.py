@@ -4,7 +4,7 @@ Event reflector (vkubelet/reflection/events.py), which copies only the others.""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from kube_offload import constants as c
 from kube_offload.reasons import REASON_POD_CREATED
@@ -20,7 +20,7 @@ from kube_offload.reasons import REASON_POD_CREATED
 ROUTINE_REMOTE_EVENTS = frozenset({(c.SHADOWPOD_KIND, "Normal", REASON_POD_CREATED)})
 
 
-def says_something_new(remote_event: Mapping) -> bool:
+def says_something_new(remote_event: Mapping[str, Any]) -> bool:
     """Whether a remote Event is worth a local copy (ROUTINE_REMOTE_EVENTS are not)."""
     involved = remote_event.get("involvedObject") or {}
     return (involved.get("kind"), remote_event.get("type") or "Normal", remote_event.get("reason")) not in ROUTINE_REMOTE_EVENTS

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kube_offload import constants as c
+from kube_offload.views import pod_template
 from kube_offload.runtime.interning import interned  # the caches share it; the bench swaps it here
 from vkubelet.shared import names as reflection_names
 from vkubelet.shared.provider_bounds import EVENT_MESSAGE_BYTES, REASON_BYTES, bounded_status_texts, truncate_utf8
@@ -39,8 +40,10 @@ _IDENTITY = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
 _ORIGIN_ANNOTATIONS = (c.ANNOTATION_ORIGIN_NAMESPACE, c.ANNOTATION_ORIGIN_NAME, c.ANNOTATION_ORIGIN_UID)
 
 # Remote pod status: what vkubelet/pods/status.py desired_status / remote_pod_ips /
-# remote_unschedulable read. Entries are kept whole, their texts bounded as the local pod
-# will show them (provider_bounds.py): a provider's 1 MB message costs no memory here.
+# remote_unschedulable read, and so the status fields the local pod takes from the remote
+# one (status.MANAGED_FIELDS is this list and the local facts: one list, so the two
+# cannot drift). Entries are kept whole, their texts bounded as the local pod will show
+# them (provider_bounds.py): a provider's 1 MB message costs no memory here.
 REMOTE_POD_STATUS = (
     "phase",
     "conditions",
@@ -70,13 +73,13 @@ EVENT_INVOLVED = ("kind", "namespace", "name", "uid", "fieldPath")
 
 
 
-def _pick(source: Any, keys: tuple[str, ...]) -> dict:
+def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(source, Mapping):
         return {}
     return {k: source[k] for k in keys if source.get(k) is not None}
 
 
-def _metadata(obj: Mapping, *, labels: tuple[str, ...] = (), annotations: tuple[str, ...] = ()) -> dict:
+def _metadata(obj: Mapping[str, Any], *, labels: tuple[str, ...] = (), annotations: tuple[str, ...] = ()) -> dict[str, Any]:
     source = obj.get("metadata") or {}
     metadata = _pick(source, _IDENTITY)
     picked_labels = _pick(source.get("labels"), labels)
@@ -88,16 +91,16 @@ def _metadata(obj: Mapping, *, labels: tuple[str, ...] = (), annotations: tuple[
     return metadata
 
 
-def _type_meta(obj: Mapping) -> dict:
+def _type_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return _pick(obj, ("apiVersion", "kind"))
 
 
-def keep_whole(obj: dict) -> dict:
+def keep_whole(obj: dict[str, Any]) -> dict[str, Any]:
     """For the local pods: everything (managedFields are already gone), keys interned."""
     return interned(obj)
 
 
-def trim_remote_pod(pod: dict) -> dict:
+def trim_remote_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The consumer's remote pods (remote-pods), read by the pod loop (vkubelet/pods/:
     origin index, owner check, status sync, termination), the kubelet API's resolver
     (vkubelet/kubeletapi/resolver.py) and Event reflection. Keeps: identity; the origin
@@ -116,7 +119,7 @@ def trim_remote_pod(pod: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_shadowpod(shadowpod: dict) -> dict:
+def trim_shadowpod(shadowpod: dict[str, Any]) -> dict[str, Any]:
     """The consumer's ShadowPods (remote-shadowpods), read by the pod loop (origin index,
     which one is current, deletion, the termination request, the template update, the
     recreations count in restartCount), the resolver and Event reflection. Keeps:
@@ -132,10 +135,9 @@ def trim_shadowpod(shadowpod: dict) -> dict:
         labels=(c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_SLICE),
         annotations=(*_ORIGIN_ANNOTATIONS, c.ANNOTATION_DELETION_GRACE),
     )
-    spec = shadowpod.get("spec")
-    template = spec.get("pod") if isinstance(spec, Mapping) else None
-    if isinstance(template, Mapping):
-        kept: dict = {"metadata": _pick(template.get("metadata"), ("labels", "annotations"))}
+    template = pod_template(shadowpod)
+    if template is not None:
+        kept: dict[str, Any] = {"metadata": _pick(template.get("metadata"), ("labels", "annotations"))}
         kept["spec"] = _pick(template.get("spec"), SHADOWPOD_TEMPLATE_SPEC)
         trimmed["spec"] = {"pod": kept}
     status = _pick(shadowpod.get("status"), ("recreations",))
@@ -144,7 +146,7 @@ def trim_shadowpod(shadowpod: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_event(event: dict) -> dict:
+def trim_event(event: dict[str, Any]) -> dict[str, Any]:
     """Remote Events about Pods and ShadowPods, and about reflected Services, claims and
     Ingresses, in the twin namespaces, read by Event reflection
     (vkubelet/reflection/events.py, object_events.py and their forge/ modules). Keeps:
@@ -180,7 +182,7 @@ def trim_event(event: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_token_secret(secret: dict) -> dict:
+def trim_token_secret(secret: dict[str, Any]) -> dict[str, Any]:
     """The token Secrets of offloaded pods (service-account reflection), read by
     vkubelet/reflection/serviceaccounts.py: token_secret_is_current (origin UID,
     issue and expiry annotations, which data keys exist and the namespace entry) and the
@@ -197,7 +199,7 @@ def trim_token_secret(secret: dict) -> dict:
     return interned(trimmed)
 
 
-def trim_to_identity(obj: dict) -> dict:
+def trim_to_identity(obj: dict[str, Any]) -> dict[str, Any]:
     """Objects of which only the name is read (the remote PriorityClasses: the
     translation keeps a pod's priorityClassName only if one of that name exists)."""
     trimmed = _type_meta(obj)

@@ -11,7 +11,7 @@ kubelet watches there - only while the request is ours and Ready (docs/virtual-k
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.times import doubling_delay
@@ -25,7 +25,7 @@ REFUSED_RETRY_FIRST_SECONDS = 10.0
 REFUSED_RETRY_MAX_SECONDS = 300.0
 
 
-def build_request(twin: str, *, tenant_namespace: str, local_namespace: str, local_cluster_id: str) -> dict:
+def build_request(twin: str, *, tenant_namespace: str, local_namespace: str, local_cluster_id: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": c.TWIN_NAMESPACE_KIND,
@@ -38,30 +38,30 @@ def build_request(twin: str, *, tenant_namespace: str, local_namespace: str, loc
     }
 
 
-def local_namespace_of(request: Mapping) -> str | None:
+def local_namespace_of(request: Mapping[str, Any]) -> str | None:
     """The consumer namespace a request twins (None: not a well-formed request)."""
     value = (request.get("spec") or {}).get("localNamespace")
     return value if isinstance(value, str) and value else None
 
 
-def is_ours(request: Mapping, local_cluster_id: str) -> bool:
+def is_ours(request: Mapping[str, Any], local_cluster_id: str) -> bool:
     labels = (request.get("metadata") or {}).get("labels") or {}
     return labels.get(c.LABEL_ORIGIN_CLUSTER_ID) == local_cluster_id
 
 
-def phase(request: Mapping) -> str:
+def phase(request: Mapping[str, Any]) -> str:
     return str((request.get("status") or {}).get("phase") or c.TWIN_PHASE_PENDING)
 
 
-def message(request: Mapping) -> str:
+def message(request: Mapping[str, Any]) -> str:
     return str((request.get("status") or {}).get("message") or "")
 
 
-def is_deleting(request: Mapping) -> bool:
+def is_deleting(request: Mapping[str, Any]) -> bool:
     return bool((request.get("metadata") or {}).get("deletionTimestamp")) or phase(request) == c.TWIN_PHASE_TERMINATING
 
 
-def is_usable(request: Mapping, local_cluster_id: str) -> bool:
+def is_usable(request: Mapping[str, Any], local_cluster_id: str) -> bool:
     """Ours, Ready, and not on its way out: the twin namespace exists, is the provider's
     answer to this very request, and our role is bound in it."""
     if not is_ours(request, local_cluster_id) or is_deleting(request):
@@ -73,7 +73,31 @@ def is_usable(request: Mapping, local_cluster_id: str) -> bool:
     return bool(name) and granted in (None, "", name)
 
 
-def usable_twins(requests: Iterable[Mapping], local_cluster_id: str) -> set[str]:
+@dataclass(frozen=True)
+class TwinRequest:
+    """A cached TwinNamespace request as the consumer reads it (the functions above, read
+    once): whose it is, which local namespace it twins, where the provider's answer stands."""
+
+    ours: bool
+    local_namespace: str | None
+    deleting: bool
+    phase: str
+    message: str
+    usable: bool
+
+    @classmethod
+    def of(cls, request: Mapping[str, Any], local_cluster_id: str) -> TwinRequest:
+        return cls(
+            ours=is_ours(request, local_cluster_id),
+            local_namespace=local_namespace_of(request),
+            deleting=is_deleting(request),
+            phase=phase(request),
+            message=message(request),
+            usable=is_usable(request, local_cluster_id),
+        )
+
+
+def usable_twins(requests: Iterable[Mapping[str, Any]], local_cluster_id: str) -> set[str]:
     """The provider namespaces the consumer may use (and watch) now."""
     return {r["metadata"]["name"] for r in requests if is_usable(r, local_cluster_id)}
 

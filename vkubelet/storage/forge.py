@@ -32,25 +32,25 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 STORAGE = "storage"
 
 
-def claim_key(claim: Mapping) -> str:
+def claim_key(claim: Mapping[str, Any]) -> str:
     return f"{_meta(claim).get('namespace')}/{_meta(claim).get('name')}"
 
 
-def is_terminating(obj: Mapping | None) -> bool:
+def is_terminating(obj: Mapping[str, Any] | None) -> bool:
     return bool(_meta(obj).get("deletionTimestamp"))
 
 
-def standin_name(claim: Mapping) -> str:
+def standin_name(claim: Mapping[str, Any]) -> str:
     """``pvc-<claim uid>``: the name the PV controller and external provisioners give a
     volume provisioned for a claim; deterministic, so a restart finds what it made."""
     return f"pvc-{_meta(claim).get('uid')}"
 
 
-def requested_storage(claim: Mapping) -> str:
+def requested_storage(claim: Mapping[str, Any]) -> str:
     return str(((_spec(claim).get("resources") or {}).get("requests") or {}).get(STORAGE) or "")
 
 
-def bound_capacity(claim: Mapping | None) -> str:
+def bound_capacity(claim: Mapping[str, Any] | None) -> str:
     """The capacity of a Bound claim (its volume's), or ""."""
     status = (claim or {}).get("status") or {}
     if status.get("phase") != "Bound":
@@ -66,7 +66,7 @@ def larger(a: str, b: str) -> str:
     return a if parse_quantity(a) >= parse_quantity(b) else b
 
 
-def claim_ref(claim: Mapping) -> dict:
+def claim_ref(claim: Mapping[str, Any]) -> dict[str, Any]:
     meta = _meta(claim)
     return {
         "apiVersion": "v1",
@@ -77,18 +77,18 @@ def claim_ref(claim: Mapping) -> dict:
     }
 
 
-def claim_ref_key(volume: Mapping) -> str | None:
+def claim_ref_key(volume: Mapping[str, Any]) -> str | None:
     ref = _spec(volume).get("claimRef") or {}
     if ref.get("namespace") and ref.get("name"):
         return f"{ref['namespace']}/{ref['name']}"
     return None
 
 
-def reclaim_policy(storage_class: Mapping | None) -> str:
+def reclaim_policy(storage_class: Mapping[str, Any] | None) -> str:
     return (storage_class or {}).get("reclaimPolicy") or "Delete"
 
 
-def claim_is_gone(volume: Mapping, claim: Mapping | None) -> bool:
+def claim_is_gone(volume: Mapping[str, Any], claim: Mapping[str, Any] | None) -> bool:
     """The claim a stand-in volume was made for no longer exists (deleted, or replaced by
     another claim of the same name: a StatefulSet's claim deleted and made again)."""
     ref = _spec(volume).get("claimRef") or {}
@@ -96,7 +96,7 @@ def claim_is_gone(volume: Mapping, claim: Mapping | None) -> bool:
 
 
 # --- claims of a virtual node ---------------------------------------------------------------------
-def virtual_node_affinity(node_name: str) -> dict:
+def virtual_node_affinity(node_name: str) -> dict[str, Any]:
     """Only that virtual node: its hostname AND the virtual-node type (a physical node
     that happened to carry the same hostname label is still refused)."""
     return {
@@ -112,13 +112,13 @@ def virtual_node_affinity(node_name: str) -> dict:
 
 
 def remote_standin(
-    claim: Mapping,
-    remote_claim: Mapping,
+    claim: Mapping[str, Any],
+    remote_claim: Mapping[str, Any],
     *,
     node_name: str,
     cluster_id: str,
-    storage_class: Mapping | None,
-) -> dict:
+    storage_class: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     """The local PersistentVolume that stands for ``remote_claim`` (the reflected copy of
     ``claim`` in cluster ``cluster_id``), pre-bound to ``claim``.
 
@@ -158,7 +158,7 @@ def remote_standin(
     }
 
 
-def capacity_update(volume: Mapping, remote_claim: Mapping | None) -> str | None:
+def capacity_update(volume: Mapping[str, Any], remote_claim: Mapping[str, Any] | None) -> str | None:
     """The new capacity of a remote stand-in when its remote claim grew (expansion done
     remotely), else None."""
     current = str((_spec(volume).get("capacity") or {}).get(STORAGE) or "")
@@ -169,7 +169,7 @@ def capacity_update(volume: Mapping, remote_claim: Mapping | None) -> str | None
 
 
 # --- claims of a physical node (the physical delegate) -------------------------------------------
-def real_claim(claim: Mapping, *, local_class: str, namespace: str, node_name: str) -> dict:
+def real_claim(claim: Mapping[str, Any], *, local_class: str, namespace: str, node_name: str) -> dict[str, Any]:
     """The claim of the real local class that provisions a volume for ``claim`` on
     physical node ``node_name``: in the storage namespace, named by the claim's UID (a
     claim deleted and made again under the same name gets a new volume), the node
@@ -201,17 +201,17 @@ def real_claim(claim: Mapping, *, local_class: str, namespace: str, node_name: s
     }
 
 
-def real_claim_origin(real: Mapping) -> str | None:
+def real_claim_origin(real: Mapping[str, Any]) -> str | None:
     annotations = _meta(real).get("annotations") or {}
     namespace, name = annotations.get(c.ANNOTATION_ORIGIN_NAMESPACE), annotations.get(c.ANNOTATION_ORIGIN_NAME)
     return f"{namespace}/{name}" if namespace and name else None
 
 
-def not_virtual_term() -> dict:
+def not_virtual_term() -> dict[str, Any]:
     return {"key": c.LABEL_TYPE, "operator": "NotIn", "values": [c.TYPE_VIRTUAL_NODE]}
 
 
-def physical_affinity(real_volume: Mapping) -> dict:
+def physical_affinity(real_volume: Mapping[str, Any]) -> dict[str, Any]:
     """The real volume's node affinity with "not a virtual node" ANDed into every term
     (a real volume without affinity: every physical node)."""
     terms = (((_spec(real_volume).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms")) or [{}]
@@ -230,11 +230,11 @@ _NOT_SOURCE = {
 }
 
 
-def volume_source(volume: Mapping) -> dict:
+def volume_source(volume: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in _spec(volume).items() if k not in _NOT_SOURCE}
 
 
-def local_standin(claim: Mapping, real: Mapping, real_volume: Mapping, *, storage_class: Mapping | None) -> dict:
+def local_standin(claim: Mapping[str, Any], real: Mapping[str, Any], real_volume: Mapping[str, Any], *, storage_class: Mapping[str, Any] | None) -> dict[str, Any]:
     """The volume bound to ``claim`` that mounts the same storage as ``real_volume`` (the
     volume the real class provisioned for the ``real`` claim): its source and node
     affinity, its capacity, our class and claim."""
@@ -267,7 +267,7 @@ def local_standin(claim: Mapping, real: Mapping, real_volume: Mapping, *, storag
     }
 
 
-def real_claim_key_of(volume: Mapping) -> tuple[str, str] | None:
+def real_claim_key_of(volume: Mapping[str, Any]) -> tuple[str, str] | None:
     value = (_meta(volume).get("annotations") or {}).get(c.ANNOTATION_REAL_CLAIM) or ""
     namespace, sep, name = value.partition("/")
     return (namespace, name) if sep and namespace and name else None

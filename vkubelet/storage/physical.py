@@ -19,7 +19,7 @@ two processes running it by mistake converge on the same objects.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
@@ -61,14 +61,14 @@ class PhysicalDelegate:
         self.controller.watch(self.claims, self._key)
         self.controller.watch(self.volumes, f.claim_ref_key)
 
-    def _key(self, claim: dict) -> str | None:
+    def _key(self, claim: dict[str, Any]) -> str | None:
         meta = claim.get("metadata") or {}
         if meta.get("namespace") == self._namespace and f.real_claim_origin(claim):
             return f.real_claim_origin(claim)
         return f.claim_key(claim) if is_virtual_claim(claim, self._class) else None
 
     # --- the Loop protocol ---------------------------------------------------------------------
-    def informers(self) -> list:
+    def informers(self) -> list[Any]:
         return [self.claims, self.volumes, self.classes]
 
     def start(self) -> None:
@@ -135,7 +135,7 @@ class PhysicalDelegate:
             raise
         return ((node.get("metadata") or {}).get("labels") or {}).get(c.LABEL_TYPE) != c.TYPE_VIRTUAL_NODE
 
-    def _collect_orphans(self, key: str, claim: dict | None) -> None:
+    def _collect_orphans(self, key: str, claim: dict[str, Any] | None) -> None:
         """Real claims made for a claim of this name that is gone (or was made again)
         before any stand-in was bound: nothing uses them."""
         uid = ((claim or {}).get("metadata") or {}).get("uid")
@@ -147,7 +147,7 @@ class PhysicalDelegate:
                 continue
             self._delete_claim(self._namespace, meta["name"], meta.get("uid"))
 
-    def _release(self, volume: dict) -> None:
+    def _release(self, volume: dict[str, Any]) -> None:
         meta = volume.get("metadata") or {}
         if meta.get("deletionTimestamp") or (volume.get("spec") or {}).get("persistentVolumeReclaimPolicy") != "Delete":
             return

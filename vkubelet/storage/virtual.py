@@ -27,7 +27,7 @@ reclaim policy decides about the remote volume) or kept (``Retain``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from kube_offload.runtime import kinds
 from kube_offload import constants as c
@@ -45,6 +45,8 @@ from vkubelet.storage import forge as f
 from vkubelet.shared.origin import origin_key
 
 if TYPE_CHECKING:
+    # The process's settings (the wiring's): handed in, named here for the type checker only.
+    from vkubelet.settings import Settings
     from vkubelet.shared.informers import SharedInformers
     from vkubelet.shared.loops import LoopContext
 
@@ -69,7 +71,7 @@ def standin_volumes(informers: "SharedInformers", selector: str) -> Informer:
         resync_seconds=informers.settings.resync_period))
 
 
-def volume_for(volumes: Informer, key: str) -> dict | None:
+def volume_for(volumes: Informer, key: str) -> dict[str, Any] | None:
     return next((v for v in volumes.list() if f.claim_ref_key(v) == key), None)
 
 
@@ -102,7 +104,7 @@ class VirtualNodeStorage:
         self.controller.watch(self.volumes, f.claim_ref_key)
 
     # --- the Loop protocol ---------------------------------------------------------------------
-    def informers(self) -> list:
+    def informers(self) -> list[Any]:
         return [self._scope, self.claims, self.remote, self.volumes, self.classes, *self._twins.informers()]
 
     def start(self) -> None:
@@ -157,7 +159,7 @@ class VirtualNodeStorage:
             f"pods using this claim run on {self._node} only",
         )
 
-    def _release(self, volume: dict) -> None:
+    def _release(self, volume: dict[str, Any]) -> None:
         meta = volume.get("metadata") or {}
         if meta.get("deletionTimestamp") or f.reclaim_policy({"reclaimPolicy": (volume.get("spec") or {}).get(
                 "persistentVolumeReclaimPolicy")}) != "Delete":
@@ -169,7 +171,7 @@ class VirtualNodeStorage:
             if not (exc.not_found or exc.conflict):
                 raise
 
-    def _follow_remote(self, volume: dict, claim: dict | None) -> None:
+    def _follow_remote(self, volume: dict[str, Any], claim: dict[str, Any] | None) -> None:
         """Expansion done remotely: the stand-in and the local claim's status follow."""
         if claim is None:
             return
@@ -189,11 +191,11 @@ class VirtualNodeStorage:
         log.info("[%s/%s] remote claim grew to %s: stand-in %s follows", namespace, name, grown, vname)
 
 
-def storage_loops(settings) -> list:
+def storage_loops(settings: Settings) -> list[Any]:
     """Loop factories (vkubelet.shared.loops) for vkubelet.runner (nothing when the virtual class is off)."""
     from vkubelet.storage.physical import PhysicalDelegate
 
-    loops: list = []
+    loops: list[Any] = []
     if settings.storage.enabled:
         loops.append(VirtualNodeStorage)
     if settings.storage.physical_delegate:
@@ -201,7 +203,7 @@ def storage_loops(settings) -> list:
     return loops
 
 
-def read_claim(kube: Kube, key: str) -> dict | None:
+def read_claim(kube: Kube, key: str) -> dict[str, Any] | None:
     """The claim as the API server has it (None once it is gone): the caches hold offloaded
     namespaces only, and a namespace that stops being offloaded, or a claim made again under
     the same name, must not cost a bound claim its volume."""

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Any, Callable, Mapping, TYPE_CHECKING
 
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
@@ -38,7 +38,7 @@ from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.opt_in import opts_in, opt_in_policy
 from kube_offload.policy import PolicyError, policy_from_namespace
 from kube_offload.times import now_time
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.shared import twin_requests as tr
 from vkubelet.shared.events import EventRecorder
 from vkubelet.shared.informers import SharedInformers
@@ -75,7 +75,7 @@ class TwinPlan:
 
 
 def plan_twin(
-    namespace: Mapping | None,
+    namespace: Mapping[str, Any] | None,
     *,
     name: str,
     virtual_node_labels: Mapping[str, str],
@@ -131,27 +131,27 @@ class RequestState:
     waiting: bool = False  # Pending or terminating: the provider's move
 
 
-def request_state(request: Mapping | None, *, twin: str, local_namespace: str, local_cluster_id: str, cluster_id: str) -> RequestState:
+def request_state(request: Mapping[str, Any] | None, *, twin: str, local_namespace: str, local_cluster_id: str, cluster_id: str) -> RequestState:
     """The state of ``request`` (the cached TwinNamespace named ``twin``; None: none)."""
     if request is None:
         return RequestState(False, f"twin namespace {twin} not requested from cluster {cluster_id} yet", waiting=True)
-    if not tr.is_ours(request, local_cluster_id) or tr.local_namespace_of(request) != local_namespace:
-        other = tr.local_namespace_of(request)
+    read = tr.TwinRequest.of(request, local_cluster_id)
+    if not read.ours or read.local_namespace != local_namespace:
+        other = read.local_namespace
         return RequestState(
             False,
             f"cannot offload to cluster {cluster_id}: twin namespace {twin} is already requested "
-            + (f"for local namespace {other}" if other and tr.is_ours(request, local_cluster_id) else "by someone else")
+            + (f"for local namespace {other}" if other and read.ours else "by someone else")
             + "; it is never taken over (use another name or the DefaultName mapping)",
             conflict=True,
         )
-    if tr.is_deleting(request):
+    if read.deleting:
         return RequestState(False, f"twin namespace {twin} is being deleted in cluster {cluster_id}", waiting=True)
-    phase = tr.phase(request)
-    if phase == c.TWIN_PHASE_REFUSED:
-        detail = tr.message(request) or "no reason given"
+    if read.phase == c.TWIN_PHASE_REFUSED:
+        detail = read.message or "no reason given"
         return RequestState(False, f"cluster {cluster_id} refused twin namespace {twin}: {detail}", refused=True)
-    if not tr.is_usable(request, local_cluster_id):
-        return RequestState(False, f"twin namespace {twin} is {phase} in cluster {cluster_id}", waiting=True)
+    if not read.usable:
+        return RequestState(False, f"twin namespace {twin} is {read.phase} in cluster {cluster_id}", waiting=True)
     return RequestState(True, "")
 
 
@@ -160,12 +160,12 @@ def request_state(request: Mapping | None, *, twin: str, local_namespace: str, l
 OPTED_IN = "opted-in"
 
 
-def _opted_in_namespace(pod: dict) -> list[str]:
+def _opted_in_namespace(pod: dict[str, Any]) -> list[str]:
     namespace = (pod.get("metadata") or {}).get("namespace")
     return [namespace] if namespace and opts_in(pod) else []
 
 
-def _opted_in_key(pod: dict) -> str | None:
+def _opted_in_key(pod: dict[str, Any]) -> str | None:
     keys = _opted_in_namespace(pod)
     return keys[0] if keys else None
 
@@ -236,11 +236,11 @@ class TwinNamespaces:
             opted_in=bool(self.local_pods.index_keys(OPTED_IN, name)),
         )
 
-    def local_namespace_of(self, request: Mapping) -> str | None:
+    def local_namespace_of(self, request: Mapping[str, Any]) -> str | None:
         """The local namespace a cached TwinNamespace request of ours stands for."""
         return tr.local_namespace_of(request) if tr.is_ours(request, self.settings.local_cluster_id) else None
 
-    def _state(self, name: str, twin: str, request: Mapping | None = None) -> RequestState:
+    def _state(self, name: str, twin: str, request: Mapping[str, Any] | None = None) -> RequestState:
         if request is None:
             request = self.requests.get(f"{self.settings.tenant_namespace}/{twin}")
         return request_state(
@@ -256,13 +256,7 @@ class TwinNamespaces:
         take them (offloaded here, requested, and the provider's answer is Ready); else
         None and why (the provider's refusal message included). Pods ask
         :meth:`pod_twin_for`."""
-        plan = self.plan(name)
-        if plan.twin is None:
-            return None, plan.reason
-        state = self._state(name, plan.twin)
-        if not state.usable:
-            return None, state.reason
-        return plan.twin, ""
+        return self._usable_twin(name, self.plan(name))
 
     def pod_twin_for(self, name: str) -> tuple[str | None, str]:
         """Like :meth:`twin_for`, for the namespace's pods: None (and why) as well when the
@@ -270,7 +264,15 @@ class TwinNamespaces:
         plan = self.plan(name)
         if plan.twin is not None and not plan.pods:
             return None, plan.reason
-        return self.twin_for(name)
+        return self._usable_twin(name, plan)
+
+    def _usable_twin(self, name: str, plan: TwinPlan) -> tuple[str | None, str]:
+        if plan.twin is None:
+            return None, plan.reason
+        state = self._state(name, plan.twin)
+        if not state.usable:
+            return None, state.reason
+        return plan.twin, ""
 
     def resync_all(self) -> None:
         for name in self.local_namespaces.keys():
@@ -287,10 +289,10 @@ class TwinNamespaces:
             # A typo in a label must not delete a twin full of running pods: keep things
             # as they are until the policy reads again (the webhook refuses most typos).
             logger.warning("invalid offloading policy, leaving the twin namespace as it is: %s", plan.reason)
-            self._warn(name, ev.REASON_POLICY_INVALID, plan.reason)
+            self._warn(name, reasons.REASON_POLICY_INVALID, plan.reason)
             return
 
-        request: dict | None  # each request in turn, then the one for the planned twin
+        request: dict[str, Any] | None  # each request in turn, then the one for the planned twin
         for request in self.requests.list():
             if self.local_namespace_of(request) == name and request["metadata"]["name"] != plan.twin:
                 self._delete(request, logger, plan.reason)
@@ -309,7 +311,7 @@ class TwinNamespaces:
             return
         if state.conflict:
             logger.warning(state.reason)
-            self._warn(name, ev.REASON_TWIN_CONFLICT, state.reason)
+            self._warn(name, reasons.REASON_TWIN_CONFLICT, state.reason)
             raise Requeue(self.CONFLICT_RETRY_SECONDS, state.reason)
         if state.refused:
             self._refused(name, state.reason, logger, request)
@@ -318,7 +320,7 @@ class TwinNamespaces:
         raise Requeue(PENDING_RECHECK_SECONDS, state.reason)  # the provider's answer brings us back sooner
 
     # --- steps ---------------------------------------------------------------------------------
-    def _create(self, name: str, twin: str, logger: logging.LoggerAdapter) -> None:
+    def _create(self, name: str, twin: str, logger: logging.LoggerAdapter[logging.Logger]) -> None:
         tenant = self.settings.tenant_namespace
         body = tr.build_request(
             twin, tenant_namespace=tenant, local_namespace=name, local_cluster_id=self.settings.local_cluster_id
@@ -344,11 +346,11 @@ class TwinNamespaces:
         state = self._state(name, twin, current)
         if state.conflict:
             logger.warning(state.reason)
-            self._warn(name, ev.REASON_TWIN_CONFLICT, state.reason)
+            self._warn(name, reasons.REASON_TWIN_CONFLICT, state.reason)
             raise Requeue(self.CONFLICT_RETRY_SECONDS, state.reason)
         # Ours: the cache had not seen it yet; its events bring us back.
 
-    def _refused(self, name: str, reason: str, logger: logging.LoggerAdapter, request: Mapping | None) -> None:
+    def _refused(self, name: str, reason: str, logger: logging.LoggerAdapter[logging.Logger], request: Mapping[str, Any] | None) -> None:
         """Tell the user (Warning Event on the local namespace), then look again with
         exponential backoff, nudging the provider at each look (twin_requests.refusal_step)."""
         with self._refusals_lock:
@@ -356,7 +358,7 @@ class TwinNamespaces:
             self._refusals[name] = step.backoff
         if step.tell:
             logger.warning("%s (looking again in %.0fs)", reason, step.wait)
-            self._warn(name, ev.REASON_TWIN_REFUSED, reason)
+            self._warn(name, reasons.REASON_TWIN_REFUSED, reason)
         if step.nudge and request is not None:
             self._nudge(request, logger)
         raise Requeue(max(0.5, step.wait), f"{reason} (look {step.backoff.attempts + 1})")
@@ -365,7 +367,7 @@ class TwinNamespaces:
         with self._refusals_lock:
             return self._refusals.pop(name, None) is not None
 
-    def _nudge(self, request: Mapping, logger: logging.LoggerAdapter) -> None:
+    def _nudge(self, request: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger]) -> None:
         meta = request.get("metadata") or {}
         stamp = now_time()
         try:
@@ -381,7 +383,7 @@ class TwinNamespaces:
             if not exc.not_found:
                 raise
 
-    def _delete(self, request: Mapping, logger: logging.LoggerAdapter, why: str) -> None:
+    def _delete(self, request: Mapping[str, Any], logger: logging.LoggerAdapter[logging.Logger], why: str) -> None:
         meta = request.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return
@@ -399,5 +401,5 @@ class TwinNamespaces:
             self._recorder.warning(_with_kind(namespace), reason, message)
 
 
-def _with_kind(namespace: Mapping) -> dict:
+def _with_kind(namespace: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", **namespace}

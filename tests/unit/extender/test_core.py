@@ -14,7 +14,8 @@ from kube_offload.capacity import encode_remote_capacity
 from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
 
-from extender import core, registration, wire
+from extender import registration, wire
+from kube_offload import node_filter as core
 from extender.caches import StaticCaches, evaluate_policy
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from werkzeug.test import Client
 
 from extender.app import create_app
 from extender.caches import StaticCaches
@@ -45,8 +46,8 @@ def _args(padding: int = 0) -> bytes:
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
 def test_the_extender_answers_503_with_retry_after_while_its_budget_is_taken(verb: str) -> None:
     app = _app(parse_budget_wait_seconds=0.05)
-    budget: ParseBudget = app.extensions["kube_offload_parse_budget"]
-    client = app.test_client()
+    budget: ParseBudget = app.parse_budget
+    client = Client(app)
     with budget.reserve(DEFAULT_MAX_BODY_BYTES - 2 * MIB):  # a large call in flight ...
         # ... leaves room for small ones,
         assert client.post(f"/{verb}", data=_args()).status_code == 200
@@ -65,14 +66,14 @@ def test_the_extender_answers_503_with_retry_after_while_its_budget_is_taken(ver
 
 
 def test_filter_keeps_the_node_of_a_large_body_once_it_fits() -> None:
-    client = _app().test_client()
+    client = Client(_app())
     answer = client.post("/filter", data=_args(DEFAULT_MAX_BODY_BYTES - 64 * KIB)).get_json()
     assert answer["Error"] == "" and [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == [VIRTUAL]
     assert list(answer["FailedAndUnresolvableNodes"]) == ["worker-1"]  # the namespace is Remote
 
 
 def test_the_extender_answers_413_for_a_body_its_whole_budget_cannot_parse() -> None:
-    client = _app(parse_memory_budget=MIB).test_client()
+    client = Client(_app(parse_memory_budget=MIB))
     response = client.post("/filter", data=_args(64 * KIB))  # 64 KiB x 37 > 1 MiB
     assert response.status_code == 413
     message = response.get_json()["Error"]
@@ -81,12 +82,12 @@ def test_the_extender_answers_413_for_a_body_its_whole_budget_cannot_parse() -> 
 
 
 def test_a_body_over_the_cap_is_413_naming_max_body_bytes() -> None:
-    client = _app(max_body_bytes=64 * KIB).test_client()
+    client = Client(_app(max_body_bytes=64 * KIB))
     response = client.post("/filter", data=_args(64 * KIB))
     assert response.status_code == 413
     message = response.get_json()["Error"]
     assert "--max-body-bytes" in message and "extender.maxBodyBytes" in message
-    assert _app().extensions["kube_offload_parse_budget"].in_use == 0
+    assert _app().parse_budget.in_use == 0
 
 
 def test_budget_too_small_for_the_extender_cap() -> None:

@@ -19,7 +19,8 @@ from kube_offload.capacity import encode_remote_capacity
 from kube_offload.policy import policy_from_namespace
 from kube_offload.resources import parse_quantity as q
 
-from extender import core, wire
+from extender import wire
+from kube_offload import node_filter as core
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 ROOMY = encode_remote_capacity({"r1": {"cpu": q("8"), "memory": q("32Gi"), "pods": q("110")}}, updated=NOW)

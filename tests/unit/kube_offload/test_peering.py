@@ -10,10 +10,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace as _replace
 
 import pytest
 
+from kube_offload import fabric as fb
 from kube_offload import peering as p
+from kube_offload import peering_plans as plans
 
 REMOTE_CHART = p.ChartRef(p.REMOTE_CHART, "0.1.0", "/charts/kube-offload-remote")
 LOCAL_CHART = p.ChartRef(p.LOCAL_CHART, "0.1.0", "/charts/kube-offload-local")
@@ -77,7 +80,7 @@ def peered_state(opts: p.PeerOptions, *, remote_values: dict | None = None, loca
         remote_release=release(REMOTE_CHART, remote_values),
         legacy_token_secret_exists=False,
         remote_ca_pem=ROOT_CA,
-        kubeconfig_secret=p.desired_kubeconfig(opts, TOKEN, ROOT_CA),
+        kubeconfig_secret=plans.desired_kubeconfig(opts, TOKEN, ROOT_CA),
         kubeconfig_secret_exists=True,
         local_release=release(LOCAL_CHART, local_values, revision=7),
         vkubelet_deployed=True,
@@ -92,7 +95,7 @@ def actions(steps) -> list[str]:
 
 # --- peer -----------------------------------------------------------------------------------
 def test_fresh_pair_installs_both_sides_in_order():
-    steps = p.plan_peer(fresh_state(), options())
+    steps = plans.plan_peer(fresh_state(), options())
     assert actions(steps) == [p.REMOTE_RELEASE, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.LOCAL_RELEASE, p.WAIT_NODE_READY]
     assert [s.changes for s in steps] == [True, True, True, True, False]
     assert steps[1].data == {"expiration_seconds": DAY} and "valid 24h" in steps[1].description
@@ -111,28 +114,28 @@ def test_fresh_pair_installs_both_sides_in_order():
 
 def test_a_peered_pair_plans_no_change():
     opts = options()
-    steps = p.plan_peer(peered_state(opts), opts)
-    assert p.changes(steps) == []
+    steps = plans.plan_peer(peered_state(opts), opts)
+    assert plans.changes(steps) == []
     assert actions(steps) == [p.WAIT_NODE_READY]
-    assert "nothing to change" in p.render_plan(steps, title="peer")
+    assert "nothing to change" in plans.render_plan(steps, title="peer")
 
 
 def test_no_wait_plans_no_node_check():
     opts = options(wait=False)
-    assert p.plan_peer(peered_state(opts), opts) == []
+    assert plans.plan_peer(peered_state(opts), opts) == []
 
 
 def test_omitted_options_keep_what_the_release_has():
     """A second `peer` without --quota/--pod-security-level/--node-label is still a no-op."""
     opts = options()
     bare = options(quota=None, pod_security_level=None, node_labels=None)
-    assert p.changes(p.plan_peer(peered_state(opts), bare)) == []
+    assert plans.changes(plans.plan_peer(peered_state(opts), bare)) == []
 
 
 def test_a_new_quota_upgrades_the_remote_release_and_leaves_the_local_one():
     opts = options()
     state = peered_state(opts)
-    steps = p.plan_peer(state, options(quota={"cpu": "4"}))
+    steps = plans.plan_peer(state, options(quota={"cpu": "4"}))
     assert p.LOCAL_RELEASE not in actions(steps)
     assert steps[0].action == p.REMOTE_RELEASE
     assert steps[0].data["values"]["consumers"][0]["quota"] == {"cpu": "4"}
@@ -153,7 +156,7 @@ def test_other_consumers_and_remote_clusters_are_never_dropped():
                                             "webhook": {"replicas": 1}}),
         vkubelet_deployed=False, node_ready=False,
     )
-    steps = {s.action: s for s in p.plan_peer(state, opts)}
+    steps = {s.action: s for s in plans.plan_peer(state, opts)}
     remote = steps[p.REMOTE_RELEASE].data["values"]
     assert remote["consumers"][0] == other_consumer
     assert [e["name"] for e in remote["consumers"]] == ["team-b", "local"]
@@ -173,7 +176,7 @@ def test_the_remote_entry_keeps_fields_set_by_hand():
     assert merged["remoteClusters"] == [{
         "id": "remote-2", "kubeconfigSecret": "remote-2-kubeconfig", "sharingPercentage": 50, "labels": {"tier": "spot"},
     }]
-    assert p.changes(p.plan_peer(peered_state(opts, local_values=current), opts)) == []
+    assert plans.changes(plans.plan_peer(peered_state(opts, local_values=current), opts)) == []
 
 
 def test_values_files_merge_into_the_release_values():
@@ -188,7 +191,7 @@ def test_values_files_merge_into_the_release_values():
 def test_another_local_cluster_id_is_refused():
     state = peered_state(options())
     with pytest.raises(p.PeeringError, match="already has localClusterId 'local'; pass --local-cluster-id local"):
-        p.plan_peer(state, options(local_cluster_id="other"))
+        plans.plan_peer(state, options(local_cluster_id="other"))
 
 
 @pytest.mark.parametrize(
@@ -203,8 +206,8 @@ def test_a_failed_or_older_release_is_upgraded(change, why):
     state = peered_state(opts)
     remote = state.remote_release
     state = p.PeerState(**{**state.__dict__, "remote_release": p.Release(**{**remote.__dict__, **change})})
-    steps = p.plan_peer(state, opts)
-    assert actions(p.changes(steps))[0] == p.REMOTE_RELEASE
+    steps = plans.plan_peer(state, opts)
+    assert actions(plans.changes(steps))[0] == p.REMOTE_RELEASE
     assert why in steps[0].description
 
 
@@ -219,8 +222,8 @@ def test_a_long_lived_token_secret_is_replaced_by_a_bound_token():
     legacy_token = jwt({"iss": "kubernetes/serviceaccount", "sub": "system:serviceaccount:kube-offload-tenant-local:consumer"})
     state = peered_state(opts, remote_values=old)
     state = p.PeerState(**{**state.__dict__, "legacy_token_secret_exists": True,
-                           "kubeconfig_secret": p.desired_kubeconfig(opts, legacy_token, ROOT_CA)})
-    steps = p.plan_peer(state, opts)
+                           "kubeconfig_secret": plans.desired_kubeconfig(opts, legacy_token, ROOT_CA)})
+    steps = plans.plan_peer(state, opts)
     assert actions(steps) == [p.REMOTE_RELEASE, p.DELETE_LEGACY_TOKEN, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET,
                               p.RESTART_VKUBELET, p.WAIT_NODE_READY]
     assert "createTokenSecret" not in steps[0].data["values"]["consumers"][0]
@@ -228,7 +231,7 @@ def test_a_long_lived_token_secret_is_replaced_by_a_bound_token():
     assert "never expires" in steps[3].description
     # the same, once the values were already rewritten: the Secret alone still forces an upgrade
     state = p.PeerState(**{**state.__dict__, "remote_release": release(REMOTE_CHART, p.remote_values_with_consumer({}, opts))})
-    steps = p.plan_peer(state, opts)
+    steps = plans.plan_peer(state, opts)
     assert actions(steps)[:2] == [p.REMOTE_RELEASE, p.DELETE_LEGACY_TOKEN]
     assert "replaces the long-lived token Secret" in steps[0].description
 
@@ -242,9 +245,9 @@ def test_a_token_past_its_renewal_point_is_renewed_without_a_restart(now, why):
     """The virtual kubelet renews at 80%; a token found past that (it was down) or expired
     is renewed by peer; the running virtual kubelet follows its Secret, no restart."""
     opts = options()
-    steps = p.plan_peer(peered_state(opts, now=now), opts)
+    steps = plans.plan_peer(peered_state(opts, now=now), opts)
     if why is None:
-        assert p.changes(steps) == []
+        assert plans.changes(steps) == []
         return
     assert actions(steps) == [p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.WAIT_NODE_READY]
     assert why in steps[1].description
@@ -255,37 +258,37 @@ def test_a_revoked_identity_is_made_again_with_a_new_token():
     the release, which recreates it, and issues a token of the new identity."""
     opts = options()
     state = p.PeerState(**{**peered_state(opts).__dict__, "consumer_service_account_exists": False})
-    steps = p.plan_peer(state, opts)
+    steps = plans.plan_peer(state, opts)
     assert actions(steps) == [p.REMOTE_RELEASE, p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.WAIT_NODE_READY]
     assert "recreates ServiceAccount kube-offload-tenant-local/consumer (revoked" in steps[0].description
     assert "(its token's ServiceAccount was deleted (revoked))" in steps[2].description
     # a fresh pair has no ServiceAccount yet: nothing revoked there
     fresh = p.PeerState(**{**fresh_state().__dict__, "consumer_service_account_exists": False})
-    assert "recreates" not in p.plan_peer(fresh, opts)[0].description
+    assert "recreates" not in plans.plan_peer(fresh, opts)[0].description
 
 
 def test_token_renewal_reason():
-    config = p.desired_kubeconfig(options(), TOKEN, ROOT_CA)
-    assert p.token_renewal_reason(config, ISSUED + 10, 0.8) is None
-    assert "due for renewal" in (p.token_renewal_reason(config, ISSUED + 10, 0.00001) or "")
-    assert p.token_renewal_reason(None, ISSUED, 0.8) == "it holds no token"
-    assert "never expires" in (p.token_renewal_reason(p.desired_kubeconfig(options(), "opaque", ROOT_CA), ISSUED, 0.8) or "")
+    config = plans.desired_kubeconfig(options(), TOKEN, ROOT_CA)
+    assert plans.token_renewal_reason(config, ISSUED + 10, 0.8) is None
+    assert "due for renewal" in (plans.token_renewal_reason(config, ISSUED + 10, 0.00001) or "")
+    assert plans.token_renewal_reason(None, ISSUED, 0.8) == "it holds no token"
+    assert "never expires" in (plans.token_renewal_reason(plans.desired_kubeconfig(options(), "opaque", ROOT_CA), ISSUED, 0.8) or "")
 
 
 def test_a_different_server_rewrites_the_secret_and_restarts():
     opts = options()
     state = peered_state(opts)
-    steps = p.plan_peer(state, options(remote_server="https://remote.example:6443"))
-    assert actions(p.changes(steps)) == [p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET]
+    steps = plans.plan_peer(state, options(remote_server="https://remote.example:6443"))
+    assert actions(plans.changes(steps)) == [p.REQUEST_TOKEN, p.KUBECONFIG_SECRET, p.RESTART_VKUBELET]
 
 
 def test_the_consumer_kubeconfig_holds_server_ca_and_token_only():
-    config = p.desired_kubeconfig(options(), TOKEN, ROOT_CA)
+    config = plans.desired_kubeconfig(options(), TOKEN, ROOT_CA)
     cluster = config["clusters"][0]["cluster"]
     assert cluster == {"server": "https://10.0.0.2:6443", "certificate-authority-data": base64.b64encode(REMOTE_CA).decode()}
     assert config["users"][0]["user"] == {"token": TOKEN}
     # without a CA in the remote kubeconfig, the cluster's own (kube-root-ca.crt)
-    fallback = p.desired_kubeconfig(options(remote_ca_pem=None), TOKEN, ROOT_CA)
+    fallback = plans.desired_kubeconfig(options(remote_ca_pem=None), TOKEN, ROOT_CA)
     assert base64.b64decode(fallback["clusters"][0]["cluster"]["certificate-authority-data"]) == ROOT_CA
 
 
@@ -369,7 +372,7 @@ def peered_unpeer_state(**overrides) -> p.UnpeerState:
 
 
 def test_unpeer_removes_the_local_side_first_then_the_remote():
-    steps = p.plan_unpeer(peered_unpeer_state(), unpeer_options())
+    steps = plans.plan_unpeer(peered_unpeer_state(), unpeer_options())
     assert actions(steps) == [
         p.CORDON_NODE, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_VKUBELET_GONE, p.DELETE_KUBECONFIG_SECRET, p.DELETE_NODE,
         p.REVOKE_CONSUMER, p.DELETE_TWIN_REQUESTS, p.DELETE_TWIN_NAMESPACES, p.WAIT_TWINS_GONE, p.REMOTE_RELEASE, p.WAIT_CONSUMER_GONE,
@@ -393,12 +396,12 @@ def test_unpeer_of_an_unpeered_pair_plans_nothing():
         local_release=release(LOCAL_CHART, {"localClusterId": "local", "remoteClusters": []}),
         remote_release=release(REMOTE_CHART, {"consumers": []}),
     )
-    assert p.plan_unpeer(gone, unpeer_options()) == []
+    assert plans.plan_unpeer(gone, unpeer_options()) == []
 
 
 def test_unpeer_removes_a_consumer_admitted_by_hand():
     state = peered_unpeer_state(remote_release=release(REMOTE_CHART, {"consumers": []}))
-    steps = {s.action: s for s in p.plan_unpeer(state, unpeer_options())}
+    steps = {s.action: s for s in plans.plan_unpeer(state, unpeer_options())}
     assert p.REMOTE_RELEASE not in steps
     assert steps[p.DELETE_CONSUMER].data == {"consumer": True, "namespace": True}
     assert p.WAIT_CONSUMER_GONE in steps
@@ -406,7 +409,7 @@ def test_unpeer_removes_a_consumer_admitted_by_hand():
 
 def test_unpeer_leaves_namespaces_it_did_not_make_and_says_so():
     state = peered_unpeer_state(foreign_namespaces=["handmade"])
-    notes = [s for s in p.plan_unpeer(state, unpeer_options()) if s.action == p.NOTE]
+    notes = [s for s in plans.plan_unpeer(state, unpeer_options()) if s.action == p.NOTE]
     assert len(notes) == 1 and not notes[0].changes and "handmade" in notes[0].description
 
 
@@ -423,7 +426,7 @@ def test_a_policy_file_becomes_the_consumers_policy_and_grants_go_on_top():
     assert entry["policy"] == {"pods": {"priorityClasses": ["batch-high"], "tolerations": ["dedicated"]}, "quotaMode": "both",
                                "services": {"types": ["NodePort"]}}
     assert policy == {"pods": {"priorityClasses": ["batch-low"], "tolerations": ["dedicated"]}, "quotaMode": "both"}, "input not aliased"
-    step = p.plan_peer(fresh_state(), opts)[0]
+    step = plans.plan_peer(fresh_state(), opts)[0]
     assert "policy pods.priorityClasses=batch-high, pods.tolerations=dedicated, quotaMode=both, services.types=NodePort" in step.description
 
 
@@ -432,8 +435,8 @@ def test_grants_without_a_file_change_only_their_keys_of_the_releases_policy():
     current = p.remote_values_with_consumer({}, before)
     grant = options(quota=None, pod_security_level=None, node_labels=None,
                     policy_grants={("pods", "priorityClasses"): (), ("storage", "classes"): ("standard",)})
-    steps = p.plan_peer(peered_state(before, remote_values=current), grant)
-    assert actions(p.changes(steps))[0] == p.REMOTE_RELEASE
+    steps = plans.plan_peer(peered_state(before, remote_values=current), grant)
+    assert actions(plans.changes(steps))[0] == p.REMOTE_RELEASE
     assert consumer_entry(steps[0].data["values"])["policy"] == {
         "pods": {"priorityClasses": []}, "ingress": {"hostDomains": ["apps.example.com"]}, "storage": {"classes": ["standard"]}}
 
@@ -441,9 +444,9 @@ def test_grants_without_a_file_change_only_their_keys_of_the_releases_policy():
 def test_no_policy_option_keeps_the_releases_policy():
     opts = options(policy={"pods": {"runtimeClasses": ["gvisor"]}})
     bare = options(quota=None, pod_security_level=None, node_labels=None)
-    assert p.changes(p.plan_peer(peered_state(opts), bare)) == []
+    assert plans.changes(plans.plan_peer(peered_state(opts), bare)) == []
     same = options(policy={"pods": {"runtimeClasses": ["gvisor"]}})
-    assert p.changes(p.plan_peer(peered_state(opts), same)) == []
+    assert plans.changes(plans.plan_peer(peered_state(opts), same)) == []
 
 
 @pytest.mark.parametrize(
@@ -551,7 +554,7 @@ def test_charts_from_an_oci_repository_are_installed_at_the_chart_version():
     # the steps carry the version to helm
     options = p.PeerOptions(local_cluster_id="local", remote_cluster_id="remote-1", remote_server="https://10.0.0.2:6443",
                             remote_ca_pem=None, remote_chart=remote, local_chart=local)
-    steps = p.plan_peer(p.PeerState(None, False, None, None, False, None, False, False), options)
+    steps = plans.plan_peer(p.PeerState(None, False, None, None, False, None, False, False), options)
     installs = [s for s in steps if s.action in (p.REMOTE_RELEASE, p.LOCAL_RELEASE)]
     assert [(s.data["chart"], s.data["version"]) for s in installs] == [(remote.path, "0.1.0"), (local.path, "0.1.0")]
 
@@ -599,7 +602,7 @@ def test_peer_sets_the_providers_cluster_id_so_its_enforcer_refuses_loops():
     assert again["clusterId"] == "remote-2" and [e["name"] for e in again["consumers"]] == ["local", "team-b"]
     # A peering made before peer set it: the next peer plans the upgrade that sets it.
     older = {k: v for k, v in values.items() if k != "clusterId"}
-    steps = p.plan_peer(peered_state(options(), remote_values=older), options())
+    steps = plans.plan_peer(peered_state(options(), remote_values=older), options())
     assert steps[0].action == p.REMOTE_RELEASE and steps[0].data["values"]["clusterId"] == "remote-2"
 
 
@@ -620,10 +623,6 @@ def test_the_token_peer_grants_must_be_renewable_under_the_consumers_policy():
 
 
 # --- peer --gateway: kube-offload's own fabric (docs/networking.md) ---------------------------
-from dataclasses import replace as _replace  # noqa: E402
-
-from kube_offload import fabric as fb  # noqa: E402
-
 CIDRS = fb.FabricCIDRs.parse(local="10.0.0.0/16", local_remapped="10.200.0.0/16", remote="10.0.0.0/16",
                              remote_remapped="10.100.0.0/16")
 LOCAL_KEY, REMOTE_KEY = "L" * 43 + "=", "R" * 43 + "="
@@ -637,7 +636,7 @@ def gateway_peered(opts: p.PeerOptions) -> p.PeerState:
 
 def test_gateway_peering_plans_objects_releases_and_the_key_exchange() -> None:
     opts = options(gateway=p.GatewayOptions(CIDRS))
-    steps = p.plan_peer(fresh_state(), opts)
+    steps = plans.plan_peer(fresh_state(), opts)
     actions = [s.action for s in steps]
     # the objects before the releases start the gateways; the exchange after them
     assert actions.index(p.GATEWAY_OBJECTS) < actions.index(p.REMOTE_RELEASE) < actions.index(p.LOCAL_RELEASE)
@@ -658,19 +657,19 @@ def test_gateway_peering_plans_objects_releases_and_the_key_exchange() -> None:
 
 def test_a_gateway_peered_pair_plans_no_change() -> None:
     opts = options(gateway=p.GatewayOptions(CIDRS))
-    assert p.changes(p.plan_peer(gateway_peered(opts), opts)) == []
+    assert plans.changes(plans.plan_peer(gateway_peered(opts), opts)) == []
     # an endpoint asked for that the local gateway does not hold yet is given again
     moved = options(gateway=p.GatewayOptions(CIDRS, remote_endpoint="192.0.2.9:31000"))
-    assert [s.action for s in p.changes(p.plan_peer(gateway_peered(moved), moved))] == [p.GATEWAY_PEERS]
+    assert [s.action for s in plans.changes(plans.plan_peer(gateway_peered(moved), moved))] == [p.GATEWAY_PEERS]
     # a gateway that made a new key (its Secret was emptied): exchanged again
     state = gateway_peered(opts)
     stale = _replace(state, remote_gateway=p.GatewaySide({**state.remote_gateway.config, fb.PUBLIC_KEY: "N" * 43 + "="}, True))
-    assert [s.action for s in p.changes(p.plan_peer(stale, opts))] == [p.GATEWAY_PEERS]
+    assert [s.action for s in plans.changes(plans.plan_peer(stale, opts))] == [p.GATEWAY_PEERS]
 
 
 def test_rotating_keys_is_one_run_of_peer() -> None:
     opts = options(gateway=p.GatewayOptions(CIDRS, rotate_keys=True))
-    steps = p.changes(p.plan_peer(gateway_peered(opts), opts))
+    steps = plans.changes(plans.plan_peer(gateway_peered(opts), opts))
     assert [s.action for s in steps] == [p.ROTATE_GATEWAY_KEYS, p.GATEWAY_PEERS]
     # the exchange waits for keys other than the dropped ones
     assert steps[1].data["previous"] == {"local": LOCAL_KEY, "remote": REMOTE_KEY}
@@ -683,6 +682,6 @@ def test_unpeer_deletes_the_gateways_objects() -> None:
                           local_gateway_objects=["ConfigMap/kube-offload-gateway-remote-2"],
                           remote_gateway_objects=["Secret/kube-offload-gateway-local-key"])
     opts = p.UnpeerOptions(local_cluster_id="local", remote_cluster_id="remote-2", remote_chart=REMOTE_CHART, local_chart=LOCAL_CHART)
-    steps = p.plan_unpeer(state, opts)
+    steps = plans.plan_unpeer(state, opts)
     assert [s.action for s in steps] == [p.DELETE_GATEWAY_OBJECTS]
     assert steps[0].data == {"local": ["ConfigMap/kube-offload-gateway-remote-2"], "remote": ["Secret/kube-offload-gateway-local-key"]}

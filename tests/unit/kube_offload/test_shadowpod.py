@@ -33,6 +33,8 @@ from kube_offload.shadowpod import (
     pod_update,
     read_pod_template,
     run_completed,
+)
+from kube_offload.shadowpod_status import (
     status_changed,
     status_from_pod,
     status_may_wait,

@@ -17,7 +17,7 @@ from kubectl_offload.explain import (
 )
 from kubectl_offload import render
 from kubectl_offload.remote_chain import RemoteChain, last_events
-from webhook.mutation import mutate_pod
+from kube_offload.pod_mutation import mutate_pod
 from support import builders
 
 NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -21,7 +21,7 @@ from kube_offload.admission import (
     parse_review,
     review_response,
 )
-from webhook.mutation import MalformedPod, mutate_pod, skip_reason
+from kube_offload.pod_mutation import MalformedPod, mutate_pod, skip_reason
 from webhook.namespace_cache import (
     InformerNamespaceSource,
     NamespaceUnavailable,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
 from kube_offload.times import format_time, parse_time_or_none
@@ -53,8 +53,8 @@ class ForgeContext:
 
 # --- metadata -------------------------------------------------------------------------------
 def forge_metadata(
-    local: Mapping, ctx: ForgeContext, *, name: str | None = None, drop_annotation: Callable[[str], bool] | None = None
-) -> dict:
+    local: Mapping[str, Any], ctx: ForgeContext, *, name: str | None = None, drop_annotation: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
     meta = _meta(local)
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     labels[c.LABEL_ORIGIN_CLUSTER_ID] = ctx.local_cluster_id
@@ -74,7 +74,7 @@ def forge_metadata(
     }
 
 
-def is_owned(remote: Mapping, local_cluster_id: str, reflector: str) -> bool:
+def is_owned(remote: Mapping[str, Any], local_cluster_id: str, reflector: str) -> bool:
     """Written by this cluster's reflector of this type: the only remote objects a
     reflector ever updates or deletes."""
     labels = _meta(remote).get("labels") or {}
@@ -82,7 +82,7 @@ def is_owned(remote: Mapping, local_cluster_id: str, reflector: str) -> bool:
 
 
 # --- copying -----------------------------------------------------------------------------------------
-def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
+def copy_fields(source: Mapping[str, Any], target: dict[str, Any], keys: Iterable[str]) -> None:
     """Deep copies: a forged object must never share structure with the informer's cache."""
     for key in keys:
         if key in source and source[key] is not None:
@@ -90,7 +90,7 @@ def copy_fields(source: Mapping, target: dict, keys: Iterable[str]) -> None:
 
 
 # --- Events (the two Event reflectors, events.py and object_events.py, and the cache trimmer) ---
-def event_time(event: Mapping, *names: str) -> str | None:
+def event_time(event: Mapping[str, Any], *names: str) -> str | None:
     """The first of ``names`` the Event has, at second precision (what a core/v1 Event's
     timestamps carry; Events written through events.k8s.io have only eventTime)."""
     for name in names:
@@ -103,10 +103,10 @@ def event_time(event: Mapping, *names: str) -> str | None:
     return format_time(moment) if moment is not None else None
 
 
-def event_count(event: Mapping) -> int:
+def event_count(event: Mapping[str, Any]) -> int:
     return int(event.get("count") or (event.get("series") or {}).get("count") or 1)
 
 
-def event_fingerprint(event: Mapping) -> tuple:
+def event_fingerprint(event: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a write of a local copy changes: equal fingerprints, nothing to write."""
     return tuple(event.get(k) for k in ("type", "reason", "message", "count", "lastTimestamp"))

@@ -10,9 +10,9 @@ import pytest
 
 from enforcer.consumers.quota import (
     LIVE_REQUESTS_BY_NAMESPACE, TWIN_NAMESPACES_BY_CONSUMER, ConsumerUsage, consumer_usage, live_requests, live_shadowpod,
-    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, consumer_quota, counted_resources, pod_charges,
-    quota_limits, uncounted_charges,
+    shadowpod_requests, twin_owner, twin_owner_index, usage_of_namespaces, uncounted_charges,
 )
+from kube_offload.consumer_quota import consumer_quota, counted_resources, pod_charges, quota_limits
 from kube_offload.resources import QuantityError, containers_without_limit, limits_unequal_to_requests, pod_limits
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.constants import LABEL_MANAGED_BY, LABEL_ORIGIN_CLUSTER_ID, MANAGED_BY_ENFORCER

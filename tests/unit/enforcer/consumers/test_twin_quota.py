@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from enforcer.consumers.quota import is_object_quota_key, twin_object_quota
+from kube_offload.consumer_quota import is_object_quota_key, twin_object_quota
 from enforcer.consumers.twin_objects import (
     ResourceQuotaAction,
     RoleBindingAction,

@@ -3,7 +3,8 @@ POD_INDEXERS, fed here the way a watch feeds it), and the Event recorder."""
 
 from __future__ import annotations
 
-from enforcer.shadowpods.events import AGGREGATE_SECONDS, EventRecorder
+from enforcer.shadowpods.events import EventRecorder
+from kube_offload.runtime.event_correlator import AGGREGATE_SECONDS
 from enforcer.shadowpods.reconcile import BY_SHADOWPOD, POD_INDEXERS
 from kube_offload.runtime.informer import ADDED, DELETED, MODIFIED, Informer
 from kube_offload.runtime.kube import ApiError

@@ -10,16 +10,16 @@ import itertools
 
 import pytest
 
-from enforcer.shadowpods import events
 from enforcer.shadowpods.events import EventRecorder
 from enforcer.shadowpods.reconcile import POD_INDEXERS, REFUSED_RECHECK_SECONDS, Reconciler
+from kube_offload import reasons
 from kube_offload.admission import Decision
 from kube_offload import constants as C
 from kube_offload.pools import Pool
 from kube_offload.runtime.controller import PermanentError, Requeue
 from kube_offload.runtime.indexer import Indexer
 from kube_offload.runtime.kube import ApiError
-from kube_offload.shadowpod import creation_failure
+from kube_offload.shadowpod_status import creation_failure
 from support import builders
 
 KEY = "ns/web"
@@ -184,7 +184,7 @@ def test_vanished_pod_is_recreated_and_counted(world):
     world.run()
     assert world.api.pods[KEY]["metadata"]["uid"] != first_uid
     assert world.api.shadowpods[KEY]["status"]["recreations"] == 1
-    assert world.reasons() == [events.REASON_RECREATED]
+    assert world.reasons() == [reasons.REASON_POD_RECREATED]
     assert world.api.events[0]["involvedObject"]["kind"] == "ShadowPod"
 
 
@@ -236,7 +236,7 @@ def test_name_taken_by_a_foreign_pod_is_reported(world):
     world.api.pods[KEY] = {"metadata": {"name": "web", "namespace": "ns", "uid": "foreign"}}
     with pytest.raises(Requeue):
         world.reconcile(KEY)  # the foreign pod is not labelled, so not in the index
-    assert world.reasons() == [events.REASON_NAME_TAKEN]
+    assert world.reasons() == [reasons.REASON_POD_NAME_TAKEN]
     assert "not managed by the enforcer" in world.api.shadowpods[KEY]["status"]["message"]
     assert world.api.pods[KEY]["metadata"]["uid"] == "foreign"
 
@@ -258,7 +258,7 @@ def test_rejected_creation_is_reported_then_retried(world):
     world.api.create_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: exceeded quota: q')
     with pytest.raises(ApiError):
         world.run()
-    assert world.reasons() == [events.REASON_CREATE_FAILED]
+    assert world.reasons() == [reasons.REASON_POD_CREATION_FAILED]
     assert "exceeded quota" in world.api.events[0]["message"]
     status = world.api.shadowpods[KEY]["status"]
     assert status["phase"] == "Pending" and "exceeded quota" in status["message"]
@@ -283,7 +283,7 @@ def test_invalid_shadowpod_is_permanent(world):
     shp["spec"]["pod"]["spec"] = "not a pod spec"
     with pytest.raises(PermanentError):
         world.run()
-    assert world.reasons() == [events.REASON_INVALID]
+    assert world.reasons() == [reasons.REASON_INVALID_SHADOWPOD]
 
 
 def test_extra_pods_are_deleted_keeping_the_oldest(world):
@@ -294,7 +294,7 @@ def test_extra_pods_are_deleted_keeping_the_oldest(world):
     world.api.pods["ns/web-copy"] = extra
     world.run()
     assert "ns/web-copy" not in world.api.pods and KEY in world.api.pods
-    assert events.REASON_DELETED_EXTRA in world.reasons()
+    assert reasons.REASON_EXTRA_POD_DELETED in world.reasons()
 
 
 def test_stale_shadowpod_cache_makes_the_status_write_conflict_and_requeue(world):
@@ -349,7 +349,7 @@ def test_template_change_updates_the_running_pod_in_place(world):
     assert pod["metadata"]["labels"]["a"] == "c" and pod["metadata"]["labels"]["new"] == "x"
     assert pod["spec"]["containers"][0]["image"] == "i:2"
     assert ("patch", "web") in world.api.writes and not any(w[0] in ("create", "delete") for w in world.api.writes)
-    assert world.reasons()[-1] == events.REASON_UPDATED
+    assert world.reasons()[-1] == reasons.REASON_POD_UPDATED
     assert "labels, images" in world.api.events[-1]["message"]
     world.api.writes.clear()
     world.run()
@@ -363,7 +363,7 @@ def test_refused_update_is_reported_once_and_retried_only_for_a_new_template(wor
     world.api.patch_error = ApiError(403, "Forbidden", 'pods "web" is forbidden: image i:bad is not allowed here')
     _change_template(world, image="i:bad")
     world.run()
-    assert world.reasons()[-1] == events.REASON_UPDATE_REFUSED
+    assert world.reasons()[-1] == reasons.REASON_POD_UPDATE_REFUSED
     assert world.api.events[-1]["type"] == "Warning"
     assert "image i:bad is not allowed here" in world.api.events[-1]["message"]
     assert world.api.pods[KEY]["spec"]["containers"][0]["image"] == "i", "the pod runs on as it was"
@@ -405,7 +405,7 @@ def test_deletion_grace_annotation_deletes_the_pod_with_that_grace_and_creates_n
     world.run()
     assert ("delete", "web", uid) in world.api.writes and world.api.delete_graces[-1] == 7
     assert KEY not in world.api.pods  # the fake deletes at once; nothing replaced it
-    assert world.reasons()[-1] == events.REASON_TERMINATING
+    assert world.reasons()[-1] == reasons.REASON_POD_TERMINATING
     world.api.writes.clear()
     world.run()
     assert not [w for w in world.api.writes if w[0] == "create"]
@@ -582,7 +582,7 @@ def test_a_pod_lost_before_its_status_was_written_still_counts(coalescing):
     world.run()  # a recreation is written at once: no Requeue
     status = world.api.shadowpods[KEY]["status"]
     assert status["recreations"] == 1 and status["podUID"] != first_uid
-    assert world.reasons() == [events.REASON_RECREATED]
+    assert world.reasons() == [reasons.REASON_POD_RECREATED]
     assert first_uid in world.api.events[0]["message"]
 
 
@@ -695,12 +695,12 @@ def test_a_recreation_the_providers_rules_refuse_makes_no_pod_and_says_why(world
     assert status["phase"] == "Pending" and status["podUID"] == first_uid
     assert creation_failure(world.api.shadowpods[KEY]) is not None
     assert "the provider's rules refuse to run it again now" in status["message"] and "tolerations[0].key" in status["message"]
-    assert world.reasons() == [events.REASON_REFUSED]
+    assert world.reasons() == [reasons.REASON_POD_REFUSED]
     assert world.reconcile.refused_keys() == [KEY]
     # Judged again (a resync, or its Consumer changed): still refused, no second Event.
     with pytest.raises(Requeue):
         world.run()
-    assert world.reasons() == [events.REASON_REFUSED]
+    assert world.reasons() == [reasons.REASON_POD_REFUSED]
     # The grant comes back: the pod is made, counted as a recreation, the refusal forgotten.
     verdicts.append(Decision.allow())
     world.run()

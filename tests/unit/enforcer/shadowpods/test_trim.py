@@ -17,7 +17,8 @@ from enforcer.consumers.quota import uncounted_charges
 from enforcer.shadowpods.reconcile import is_enforcer_orphan, shadowpod_of
 from enforcer.shadowpods.trim import keep_shadowpod, trim_managed_pod
 from kube_offload.resources import pod_requests
-from kube_offload.shadowpod import describe_end, killed_by_system, plan, pod_fate, pod_update, status_from_pod
+from kube_offload.shadowpod import describe_end, killed_by_system, plan, pod_fate, pod_update
+from kube_offload.shadowpod_status import status_from_pod
 
 FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "vkubelet_pod_objects.json"
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from kube_offload.runtime.asyncio_worker import ByteBudget
-from kube_offload.runtime.serving import WORKER_CLASSES, GunicornServer
+from kube_offload.runtime.serving import WORKER_CLASSES, GunicornServer, ServerSettings
 
 
 def test_bodies_that_fit_are_granted_at_once_and_others_wait_in_order() -> None:
@@ -69,4 +69,4 @@ def test_a_body_larger_than_the_budget_takes_all_of_it() -> None:
 def test_worker_classes_are_named_not_free_form() -> None:
     assert WORKER_CLASSES["asyncio"] == "kube_offload.runtime.asyncio_worker.AsyncioWorker"
     with pytest.raises(ValueError, match="use one of"):
-        GunicornServer(None, proc_name="x", worker_class="gevent")  # type: ignore[arg-type]
+        GunicornServer(ServerSettings(worker_class="gevent"), proc_name="x")

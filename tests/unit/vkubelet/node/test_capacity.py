@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload.resources import parse_quantity
-from vkubelet.node.virtual_node import annotation_due
+from vkubelet.node.forge import annotation_due
 from kube_offload.remote_resources import node_is_schedulable, summarize, virtual_node_capacity
 
 LOCAL_ID = "local"

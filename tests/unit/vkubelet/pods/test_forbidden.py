@@ -17,7 +17,7 @@ from kubernetes import client
 from kube_offload import constants as c
 from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.informer import ADDED
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.shared.events import EventRecorder
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.twins.namespaces import TwinNamespaces
@@ -95,7 +95,7 @@ def test_a_terminating_pod_of_a_forbidden_twin_is_not_confirmed_gone(loop):
         loop.reconcile(KEY)
     assert loop.calls == []  # the remote pod may still run: the local pod stays
     reason, message = loop.warnings[-1]
-    assert reason == ev.REASON_TWIN_FORBIDDEN
+    assert reason == reasons.REASON_TWIN_FORBIDDEN
     assert TWIN in message and c.TWIN_ROLEBINDING_NAME in message and "403" in message and DENIED in message
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kube_offload import constants as c
-from kube_offload.shadowpod import creation_failed_message, creation_failure
+from kube_offload.shadowpod_status import creation_failed_message, creation_failure
 from kube_offload.times import format_time
 from vkubelet.pods import handback_rules as hb
 

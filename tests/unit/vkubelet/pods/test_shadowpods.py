@@ -13,7 +13,7 @@ from kubernetes import client
 
 from kube_offload import constants as c
 from kube_offload.runtime.informer import ADDED
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.shared.events import EventRecorder
 from vkubelet.home_api import HomeAPIEndpoint
 from vkubelet.shared.informers import SharedInformers
@@ -51,7 +51,8 @@ class Loop:
     def create(self, **annotations: str) -> dict:
         local = builders.pod(uid="u1", annotations=annotations,
                              containers=[{"name": "app", "image": "nginx"}], spec={"nodeName": "kube-offload-remote"})
-        shadowpods.create(self.offloader, local, TWIN, LOG)
+        attempt = self.offloader.refusals.attempt(("ns/web", shadowpods.CREATE), local)
+        shadowpods.create(self.offloader, local, TWIN, self.offloader.desired(local, TWIN), attempt, LOG)
         return self.created[-1]["spec"]["pod"]["spec"]
 
 
@@ -66,7 +67,7 @@ def test_a_known_relay_points_the_pod_at_it_and_nothing_is_said(monkeypatch):
     assert spec["hostAliases"][0]["ip"] == RELAY.ip
     assert "kubernetes.default.svc.corp.example" in spec["hostAliases"][0]["hostnames"]
     assert loop.warnings == []
-    assert loop.normals == [(ev.REASON_OFFLOADED, f"running in cluster remote as {TWIN}/web")]
+    assert loop.normals == [(reasons.REASON_OFFLOADED, f"running in cluster remote as {TWIN}/web")]
 
 
 def test_the_endpoint_is_read_at_each_translation(monkeypatch):
@@ -81,7 +82,7 @@ def test_no_relay_keeps_todays_pod_and_says_so(monkeypatch):
     spec = loop.create()
     assert "KUBERNETES_SERVICE_HOST" not in _env(spec) and "hostAliases" not in spec
     [(reason, message)] = loop.warnings
-    assert reason == ev.REASON_HOME_API_UNAVAILABLE == "HomeAPIUnavailable"
+    assert reason == reasons.REASON_HOME_API_UNAVAILABLE == "HomeAPIUnavailable"
     assert c.HOME_API_SERVICE in message and f"{c.ANNOTATION_API_SERVER}={c.API_SERVER_DISABLED}" in message
     # The Warning stands in for Offloaded: it says where the pod runs, and nothing else is written.
     assert message.startswith(f"running in cluster remote as {TWIN}/")
@@ -93,7 +94,7 @@ def test_a_namespace_opting_out_gets_no_address_and_no_warning_about_it(monkeypa
     spec = loop.create()
     assert spec["automountServiceAccountToken"] is False and "hostAliases" not in spec
     assert loop.warnings == []
-    assert [reason for reason, _ in loop.normals] == [ev.REASON_OFFLOADED]
+    assert [reason for reason, _ in loop.normals] == [reasons.REASON_OFFLOADED]
 
 
 def test_an_unknown_mode_runs_the_pod_with_no_api_access_and_says_which_values_exist(monkeypatch):

@@ -388,7 +388,7 @@ def test_token_secret_holds_tokens_and_the_local_namespace():
     assert secret["metadata"]["labels"] == {c.LABEL_ORIGIN_CLUSTER_ID: "local", n.LABEL_REFLECTOR: "serviceaccounts"}
     annotations = secret["metadata"]["annotations"]
     assert annotations[c.ANNOTATION_ORIGIN_UID] == "pod-uid"
-    assert annotations[n.ANNOTATION_TOKEN_EXPIRES] == "2026-01-01T13:00:00Z"
+    assert annotations[c.ANNOTATION_TOKEN_EXPIRES_AT] == "2026-01-01T13:00:00Z"
     assert token_refresh_at(secret, 0.8) == issued + timedelta(minutes=48)
 
 
@@ -405,7 +405,7 @@ def test_token_secret_is_renewed_at_80_percent_and_for_another_pod_or_audience()
     assert not current(issued, recreated)
     assert not current(issued, pod, [*sources, TokenSource(n.token_key("vault"), "vault")])
     no_annotations = copy.deepcopy(secret)
-    del no_annotations["metadata"]["annotations"][n.ANNOTATION_TOKEN_ISSUED]
+    del no_annotations["metadata"]["annotations"][c.ANNOTATION_TOKEN_ISSUED_AT]
     assert not token_secret_is_current(no_annotations, pod, sources, now=issued, refresh_fraction=0.8)
 
 

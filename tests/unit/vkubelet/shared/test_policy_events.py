@@ -2,7 +2,7 @@
 (vkubelet/shared/policy_events.py), through the real Event recorder."""
 
 from kube_offload.runtime.events import EventRecorder
-from vkubelet.shared import events as ev
+from kube_offload import reasons
 from vkubelet.shared.policy_events import PolicyNotices
 from vkubelet.shared.policy_fit import Note
 
@@ -40,8 +40,8 @@ def test_each_note_is_one_warning_event_and_a_resync_adds_none():
         notices.tell(POD, adjusted=[CLASS], refused=[VOLUME])
     recorder.stop(2.0)
     assert [(e["type"], e["reason"], e["message"]) for e in sink.created] == [
-        ("Warning", ev.REASON_POLICY_ADJUSTED, CLASS.message),
-        ("Warning", ev.REASON_POLICY_REFUSED, VOLUME.message),
+        ("Warning", reasons.REASON_POLICY_ADJUSTED, CLASS.message),
+        ("Warning", reasons.REASON_POLICY_REFUSED, VOLUME.message),
     ]
     assert sink.patched == []  # not even a count bump
     assert {e["involvedObject"]["uid"] for e in sink.created} == {"u1"}
@@ -69,4 +69,4 @@ def test_only_new_notes_are_told_when_the_notes_change():
     notices.tell(POD, adjusted=[CLASS])
     told = notices.tell(POD, adjusted=[CLASS], refused=[VOLUME])
     recorder.stop(2.0)
-    assert told == [(ev.REASON_POLICY_REFUSED, VOLUME)]
+    assert told == [(reasons.REASON_POLICY_REFUSED, VOLUME)]

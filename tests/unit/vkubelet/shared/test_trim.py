@@ -296,7 +296,7 @@ def test_token_secret_readers_answer_the_same_from_a_trimmed_secret(objects):
     secret, pod = objects["token_secret"], copy.deepcopy(objects["local_pod"])
     pod["metadata"]["uid"] = secret["metadata"]["annotations"][c.ANNOTATION_ORIGIN_UID]
     trimmed = trim.trim_token_secret(copy.deepcopy(secret))
-    issued = parse_time_or_none(secret["metadata"]["annotations"][n.ANNOTATION_TOKEN_ISSUED])
+    issued = parse_time_or_none(secret["metadata"]["annotations"][c.ANNOTATION_TOKEN_ISSUED_AT])
     sources = token_sources(pod)
     other_pod = copy.deepcopy(pod)
     other_pod["metadata"]["uid"] = "someone-else"
