@@ -58,7 +58,12 @@ class Engine:
         return argv
 
     def run(self, argv: list[str], *, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(self._argv(argv), input=stdin, capture_output=True, text=True, check=False, timeout=30)
+        try:
+            result = subprocess.run(self._argv(argv), input=stdin, capture_output=True, text=True, check=False, timeout=30)
+        except FileNotFoundError as exc:
+            # the image lacks a tool the node's setup needs: say which, not a traceback
+            raise EngineError(f"`{argv[0]}` not found ({exc.filename}): the gateway's image needs iproute2, iptables "
+                              "and wireguard-tools (docs/networking.md)") from exc
         if check and result.returncode != 0:
             shown = " ".join(argv[:8])
             raise EngineError(f"`{shown}` failed (exit {result.returncode}): {result.stderr.strip()[-500:]}")
@@ -162,7 +167,13 @@ class Engine:
     def forwarding_problem(self) -> str | None:
         """The node must forward (every Kubernetes node does; kube-proxy and the network plugin
         need it too)."""
-        value = self.run(["cat", str(IP_FORWARD)], check=False).stdout.strip()
+        if self.settings.netns:  # the tests' and the bench's node: read it there
+            value = self.run(["cat", str(IP_FORWARD)], check=False).stdout.strip()
+        else:  # the gateway's own network namespace (its node's); the image has no `cat`
+            try:
+                value = IP_FORWARD.read_text().strip()
+            except OSError:
+                value = ""
         if value == "0":
             return ("IPv4 forwarding is off on this node (net.ipv4.ip_forward=0): packets between the tunnel "
                     "and the pods would be dropped; turn it on (sysctl) or choose another node (gateway.nodeSelector)")

@@ -253,7 +253,7 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
     print(described[described.find("Events:"):].rstrip())
 
     if real:
-        _service_call(local, namespace)
+        _service_call(local, remote, namespace)
 
     _step("Ask kube-offload: `kubectl offload explain` says where a pod can run and why, "
           "`kubectl offload status` how every peering is doing")
@@ -271,12 +271,17 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
         _readiness_round_trip(env, local, remote, namespace)
 
 
-def _service_call(local: Cluster, namespace: str) -> None:
+def _service_call(local: Cluster, remote: Cluster, namespace: str) -> None:
     """A pod on the LOCAL real node calls the offloaded pods through the local Service's
-    name: local DNS, the local kube-proxy, then the fabric to the remote node; each answer
-    is written by the remote container that served it, which logs the request."""
+    name: local DNS, the local kube-proxy, then kube-offload's WireGuard gateways to the
+    remote node; each answer is written by the remote container that served it, which logs
+    the request. The gateways' byte counters, read before and after, show the calls went
+    through their tunnel."""
     _step(f"A Service call across the clusters: a local pod calls http://{SERVICE}.{namespace} and offloaded "
-          "containers in the remote cluster answer")
+          "containers in the remote cluster answer, through kube-offload's gateways (docs/networking.md)")
+    for cluster in (local, remote):
+        _show(cluster, "get", "pods", "-n", chart_pods.NAMESPACE, "-l", GATEWAY_SELECTOR, "-o", "wide")
+    before = _gateway_bytes(local)
     # (a client left by an earlier run may be another pod: a pod's command cannot change)
     local.kubectl("delete", "pod", "-n", CLIENT_NAMESPACE, CLIENT, "--ignore-not-found", "--wait=true", timeout=60)
     local.apply(_client_pod())
@@ -290,6 +295,32 @@ def _service_call(local: Cluster, namespace: str) -> None:
             raise ClusterError(f"{CLIENT} -> http://{url}: no answer from an offloaded container ({out.strip()})")
     print("\n(and the container logged the requests, seen from the local cluster:)")
     _show(local, "logs", "-n", namespace, "-l", "app=hello", "--tail=2", "--prefix")
+    after = _gateway_bytes(local)
+    print(f"\n(the local gateway's WireGuard link: received {after[0] - before[0]} and sent {after[1] - before[1]} "
+          "bytes during the calls)")
+    if after[0] <= before[0] or after[1] <= before[1]:
+        raise ClusterError("the calls were answered but the local gateway's link carried nothing: "
+                           "they did not cross kube-offload's gateway")
+
+
+GATEWAY_SELECTOR = "app.kubernetes.io/component=gateway"
+
+
+def _gateway_bytes(cluster: Cluster) -> tuple[int, int]:
+    """(received, sent) bytes of every WireGuard peer of the cluster's gateway pod(s), as
+    `wg show all transfer` in the gateway container prints them."""
+    pods = cluster.kubectl("get", "pods", "-n", chart_pods.NAMESPACE, "-l", GATEWAY_SELECTOR,
+                           "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+    if not pods:
+        raise ClusterError(f"no gateway pod in {chart_pods.NAMESPACE} ({GATEWAY_SELECTOR})")
+    received = sent = 0
+    for pod in pods:
+        out = _show(cluster, "exec", "-n", chart_pods.NAMESPACE, pod, "--", "wg", "show", "all", "transfer")
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) == 4 and fields[2].isdigit() and fields[3].isdigit():
+                received, sent = received + int(fields[2]), sent + int(fields[3])
+    return received, sent
 
 
 def _top(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin: str, *, real: bool,
