@@ -648,17 +648,8 @@ def _build_coredns(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str]
 
 def _build_wireguard_go(root: Path, nbins: NodeBinaries, go: str, say: Callable[[str], None]) -> None:
     # The module's main package is its root, so `go install` names the binary `wireguard`;
-    # it is installed under the name its README and `wg-quick` use.
-    version = versions.WIREGUARD_GO
-    work = root / "build" / f"wireguard-go-{version}"
-    out = work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    say(f"- wireguard-go {version}: building")
-    _run_step(f"build wireguard-go {version}",
-              ["env", f"GOBIN={out}", go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
-               f"golang.zx2c4.com/wireguard@{version}"],
-              cwd=work, log_path=work / "build.log", say=say)
-    _install(out / "wireguard", nbins.wireguard_go)
+    # it is installed under the name its README and `wg-quick` use. No replace directives.
+    _go_install(root, go, "golang.zx2c4.com/wireguard", versions.WIREGUARD_GO, "-s -w", nbins.wireguard_go, say)
 
 
 def ensure_node_binaries(*, say: Callable[[str], None] | None = None, root: Path | None = None) -> NodeBinaries:
