@@ -477,6 +477,8 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
         if base is None:
             base = next((e.get("policy") for e in consumers if e.get("name") == options.local_cluster_id), None)
         entry["policy"] = policy_with_grants(base, options.policy_grants, f"consumer {options.local_cluster_id} {POLICY}")
+    if options.gateway is not None:
+        entry["policy"] = _with_gateway_endpoints(entry.get("policy", _policy_of(consumers, options.local_cluster_id)), options.gateway)
     values["consumers"] = _upsert(consumers, "name", entry)
     for admitted in values["consumers"]:
         if admitted.get("name") == options.local_cluster_id:
@@ -484,6 +486,23 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
             admitted.pop("createTokenSecret", None)
             _check_token_fits(admitted.get("policy"), options)
     return values
+
+
+def _policy_of(consumers: Sequence[Mapping[str, Any]], name: str) -> Any:
+    return next((e.get("policy") for e in consumers if e.get("name") == name), None)
+
+
+def _with_gateway_endpoints(policy: Any, gateway: GatewayOptions) -> dict[str, Any]:
+    """``policy`` admitting EndpointSlice addresses in the consumer's remapped pod CIDR: the
+    addresses at which the provider's gateway reaches the consumer's pods, and nothing
+    else, so a local Service the virtual kubelet reflects is served across the tunnel."""
+    out = dict(policy) if isinstance(policy, Mapping) else {}
+    endpoints = dict(out.get("endpoints") or {})
+    cidrs = [str(c) for c in endpoints.get("cidrs") or []]
+    remapped = str(gateway.cidrs.local_pod_cidr_remapped)
+    endpoints["cidrs"] = cidrs if remapped in cidrs else [*cidrs, remapped]
+    out["endpoints"] = endpoints
+    return out
 
 
 def _check_token_fits(policy: Any, options: PeerOptions) -> None:

@@ -12,7 +12,8 @@ its pods when the network between the clusters is cut and healed.
 With --real-nodes true (the default as root) every cluster has a real node (kubelet,
 containerd, runc, CNI) and everything runs for real: kube-offload's charts are pods pulled
 from a local registry, the offloaded pods are containers on the remote's real node, and
-the two pod networks are joined (docs/real-nodes.md); kwok simulates only one spare local
+the two pod networks are joined by kube-offload's WireGuard gateways (docs/networking.md),
+which the Service call across the clusters goes through; kwok simulates only one spare local
 node. With --real-nodes false the nodes are kwok's and so are the pods: their log lines
 are kwok's and exec runs on this machine (kube-offload's components then run as processes).
 """
@@ -132,7 +133,8 @@ def _what_is_real(topology: Topology) -> str:
     if topology.real_nodes:
         return ("real here: kube-apiserver, etcd, kube-scheduler, kube-controller-manager; one node per cluster with "
                 "kubelet, kube-proxy, containerd, runc and CNI; kube-offload's charts running as pods from its image; "
-                "the offloaded containers; the pod networks, joined; CoreDNS. Simulated by kwok: one spare local node.")
+                "the offloaded containers; the pod networks, joined by kube-offload's WireGuard gateways (pods of both charts); "
+                "CoreDNS. Simulated by kwok: one spare local node.")
     return ("real here: the control planes; simulated by kwok: every node and every pod (log lines, exec on this "
             "machine); kube-offload's components run as processes. `kube-offload demo --real-nodes true` (as root) "
             "runs it all for real (docs/real-nodes.md).")

@@ -117,11 +117,17 @@ def _offloaded_call(env: Environment, target: str, timeout: int = 5) -> str | No
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def _twin_of_local_service_ns(env: Environment) -> str:
+    """The local Service's namespace as the remote cluster names it (its twin, where the
+    virtual kubelet reflects the Service): the name an offloaded pod calls it by."""
+    return C.twin_namespace_name(LOCAL_SERVICE_NS, env.topology().local.cluster_id)
+
+
 def _all_calls(env: Environment, far_ip: str) -> dict[str, str | None]:
     return {
         "local -> offloaded by Service name": _local_call(env, f"http://far.{OFFLOADED}.svc.{rc.CLUSTER_DOMAIN}"),
         "local -> offloaded by pod IP": _local_call(env, f"http://{far_ip}:8080"),
-        "offloaded -> local Service by name": _offloaded_call(env, f"http://near.{LOCAL_SERVICE_NS}"),
+        "offloaded -> local Service by name": _offloaded_call(env, f"http://near.{_twin_of_local_service_ns(env)}"),
     }
 
 
@@ -136,7 +142,10 @@ def _calls_work(env: Environment, far_ip: str, timeout: float = 120) -> None:
         last.update(_all_calls(env, far_ip))
         return last == EXPECTED
 
-    wait_for(ok, timeout=timeout, interval=2, what=f"every cross-cluster call answered (last: {last})")
+    try:
+        wait_for(ok, timeout=timeout, interval=2, what="every cross-cluster call answered")
+    except pytest.fail.Exception:
+        pytest.fail(f"not every cross-cluster call was answered in {timeout:g}s: last answers {last} (expected {EXPECTED})")
 
 
 # --- the gateways ---------------------------------------------------------------------------------
@@ -221,7 +230,7 @@ def test_a_cut_link_stops_the_calls_and_healing_it_brings_them_back(env: Environ
         netns.in_netns(local_plan.netns, ["iptables-nft", "-w", "-I", *rule, *comment, "-j", "DROP"])
     try:
         assert _local_call(env, f"http://{workloads['far_ip']}:8080", timeout=3) is None
-        assert _offloaded_call(env, f"http://near.{LOCAL_SERVICE_NS}", timeout=3) is None
+        assert _offloaded_call(env, f"http://near.{_twin_of_local_service_ns(env)}", timeout=3) is None
     finally:
         for rule in rules:
             netns.in_netns(local_plan.netns, ["iptables-nft", "-w", "-D", *rule, *comment, "-j", "DROP"], check=False)

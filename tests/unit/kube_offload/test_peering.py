@@ -685,3 +685,20 @@ def test_unpeer_deletes_the_gateways_objects() -> None:
     steps = plans.plan_unpeer(state, opts)
     assert [s.action for s in steps] == [p.DELETE_GATEWAY_OBJECTS]
     assert steps[0].data == {"local": ["ConfigMap/kube-offload-gateway-remote-2"], "remote": ["Secret/kube-offload-gateway-local-key"]}
+
+
+def test_a_gateway_admits_the_consumers_remapped_pods_as_endpoints_and_keeps_the_policy() -> None:
+    """Reflected Services of local pods name them at the consumer's remapped CIDR, which
+    only the gateway carries: peer --gateway adds that range to endpoints.cidrs, once,
+    keeping what the policy had."""
+    opts = options(gateway=p.GatewayOptions(CIDRS))
+    entry = p.remote_values_with_consumer({}, opts)["consumers"][0]
+    assert entry["policy"]["endpoints"]["cidrs"] == ["10.200.0.0/16"]
+    current = {"consumers": [{"name": "local", "policy": {"endpoints": {"cidrs": ["192.0.2.0/24"]},
+                                                          "pods": {"tolerations": ["x"]}}}]}
+    again = p.remote_values_with_consumer(current, opts)["consumers"][0]["policy"]
+    assert again == {"endpoints": {"cidrs": ["192.0.2.0/24", "10.200.0.0/16"]}, "pods": {"tolerations": ["x"]}}
+    twice = p.remote_values_with_consumer({"consumers": [{"name": "local", "policy": again}]}, opts)["consumers"][0]["policy"]
+    assert twice == again
+    # without --gateway nothing is granted
+    assert "policy" not in p.remote_values_with_consumer({}, options())["consumers"][0]
