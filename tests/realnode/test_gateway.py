@@ -112,7 +112,8 @@ def _local_call(env: Environment, url: str, timeout: float = 5) -> str | None:
 def _offloaded_call(env: Environment, target: str, timeout: int = 5) -> str | None:
     """From the offloaded pod (busybox wget), through the local kubectl exec."""
     local, _ = local_and_remote(env)
-    result = local.kubectl("exec", "-n", OFFLOADED, "far", "--", "wget", "-q", "-T", str(timeout), "-O", "-", target,
+    # busybox's `timeout`, not wget's -T: the stand-in busybox's wget dies of SIGSEGV with -T
+    result = local.kubectl("exec", "-n", OFFLOADED, "far", "--", "timeout", str(timeout), "wget", "-q", "-O", "-", target,
                            check=False, timeout=timeout + 30)
     return result.stdout.strip() if result.returncode == 0 else None
 
