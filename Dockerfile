@@ -1,5 +1,5 @@
 # kube-offload's container image: one image, entrypoint `kube-offload`; each container runs
-# one subcommand (webhook, extender, vkubelet, enforcer, certs). See docs/image.md.
+# one subcommand (webhook, extender, vkubelet, enforcer, relay, gateway, certs). See docs/image.md.
 #
 #   docker build --build-arg VERSION=0.1.0 -t kube-offload:0.1.0 .
 #
@@ -9,6 +9,16 @@
 # Both stages on python.org's Python; `make image` passes Debian-built bases instead.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG BUILDER_IMAGE=python:3.11-slim-bookworm
+# The gateway's userspace WireGuard is built from its Go module here; `make image` passes a
+# base holding the binary it built with the host's Go instead.
+ARG WIREGUARD_GO_IMAGE=golang:1.26-bookworm
+
+# --- wireguard-go: the gateway's WireGuard where the node's kernel has no module ---------
+FROM ${WIREGUARD_GO_IMAGE} AS wireguard-go
+# One place for the version (harness versions.py WIREGUARD_GO must equal it: a unit test).
+ARG WIREGUARD_GO_VERSION=v0.0.0-20260522210424-ecfc5a8d5446
+COPY scripts/image/wireguard-go.sh /wireguard-go.sh
+RUN sh /wireguard-go.sh "${WIREGUARD_GO_VERSION}" /out
 
 # --- builder: the project's wheel and a venv with it and its runtime dependencies --------
 FROM ${BUILDER_IMAGE} AS builder
@@ -32,6 +42,10 @@ LABEL org.opencontainers.image.title="kube-offload" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/etc/passwd /out/etc/group /etc/
 COPY --from=builder /opt/kube-offload /opt/kube-offload
+COPY --from=wireguard-go /out/wireguard-go /usr/local/bin/wireguard-go
+# ip, iptables and wg for the gateway (Debian's); exec form: the `make image` base has no shell.
+COPY scripts/image/gateway-tools.py /tmp/gateway-tools.py
+RUN ["python3.11", "/tmp/gateway-tools.py"]
 # Read-only root file system: Python writes no bytecode, HOME (kubeconfig lookup, gunicorn)
 # and TMPDIR (gunicorn's worker heartbeat files, the kubernetes client's certificate
 # files) are /tmp, which the charts mount as an emptyDir.

@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "vkubelet.cli",
     "enforcer.cli",
     "relay.cli",  # the home API relay (provider side; docs/home-api.md)
+    "gateway.cli",  # gateway, gateway-routes: the WireGuard fabric (both sides; docs/networking.md)
     "kube_offload.peer.cli",  # peer, unpeer
     "kubectl_offload.cli",  # explain, status (also the kubectl plugin: kubectl offload ...)
 )

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
+from kube_offload import fabric as fb
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.selector import label_key_problem, label_value_problem
@@ -68,6 +69,9 @@ KUBECONFIG_SECRET = "kubeconfig-secret"
 LOCAL_RELEASE = "local-release"  # install/upgrade the local chart (remote added or removed)
 RESTART_VKUBELET = "restart-vkubelet"
 WAIT_NODE_READY = "wait-node-ready"
+GATEWAY_OBJECTS = "gateway-objects"  # the gateways' ConfigMaps (CIDRs) and empty key Secrets, both sides
+ROTATE_GATEWAY_KEYS = "rotate-gateway-keys"
+GATEWAY_PEERS = "gateway-peers"  # each gateway told the other's public key and endpoint
 # unpeer
 CORDON_NODE = "cordon-node"
 EVICT_PODS = "evict-pods"
@@ -79,6 +83,7 @@ DELETE_TWIN_REQUESTS = "delete-twin-requests"
 DELETE_TWIN_NAMESPACES = "delete-twin-namespaces"
 WAIT_TWINS_GONE = "wait-twins-gone"
 DELETE_CONSUMER = "delete-consumer"
+DELETE_GATEWAY_OBJECTS = "delete-gateway-objects"
 WAIT_CONSUMER_GONE = "wait-consumer-gone"
 NOTE = "note"
 
@@ -112,6 +117,26 @@ class ChartRef:
 
 
 @dataclass(frozen=True)
+class GatewayOptions:
+    """``peer --gateway``: kube-offload's own fabric for the pair (docs/networking.md)."""
+
+    cidrs: fb.FabricCIDRs
+    # HOST:PORT of the remote gateway as the local gateway reaches it, and the other way;
+    # "": read from the gateway's Service (its load balancer, or its node and NodePort).
+    remote_endpoint: str = ""
+    local_endpoint: str = ""
+    rotate_keys: bool = False
+
+
+@dataclass(frozen=True)
+class GatewaySide:
+    """One gateway's objects as peer reads them."""
+
+    config: Mapping[str, str] | None  # its ConfigMap's data; None: no ConfigMap
+    key_secret_exists: bool
+
+
+@dataclass(frozen=True)
 class PeerOptions:
     local_cluster_id: str
     remote_cluster_id: str
@@ -140,6 +165,7 @@ class PeerOptions:
     # shorten it. A stored token past renew_fraction of its lifetime is renewed.
     token_expiration_seconds: int = bt.DEFAULT_EXPIRATION_SECONDS
     renew_fraction: float = bt.DEFAULT_RENEW_FRACTION
+    gateway: GatewayOptions | None = None  # None: leave the fabric as the releases have it
 
 
 @dataclass(frozen=True)
@@ -156,6 +182,8 @@ class PeerState:
     # The consumer's ServiceAccount on the remote; gone (revoked by hand) while the release
     # still lists the consumer: the upgrade makes it again, with a new identity.
     consumer_service_account_exists: bool = True
+    local_gateway: GatewaySide = GatewaySide(None, False)
+    remote_gateway: GatewaySide = GatewaySide(None, False)
 
 
 @dataclass(frozen=True)
@@ -185,6 +213,8 @@ class UnpeerState:
     tenant_namespace_exists: bool
     consumer_exists: bool
     consumer_service_account_exists: bool = False  # its identity: deleting it revokes every token
+    local_gateway_objects: Sequence[str] = ()  # "kind/name" of the gateway's ConfigMap and Secret
+    remote_gateway_objects: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -213,6 +243,30 @@ def chart_fullname(release: str) -> str:
 
 def vkubelet_deployment_name(local_release: str, remote_cluster_id: str) -> str:
     return f"{chart_fullname(local_release)}-vkubelet-{remote_cluster_id}"
+
+
+def local_gateway_name(options: "PeerOptions | UnpeerOptions") -> str:
+    """The consumer's gateway to the remote (its Deployment, Service, ConfigMap)."""
+    return fb.gateway_name(chart_fullname(options.local_release), options.remote_cluster_id)
+
+
+def remote_gateway_name(options: "PeerOptions | UnpeerOptions") -> str:
+    """The provider's gateway to the consumer."""
+    return fb.gateway_name(chart_fullname(options.remote_release), options.local_cluster_id)
+
+
+def gateway_config_map(name: str, peer_id: str, namespace: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": PEER_MANAGER, fb.LABEL_GATEWAY_PEER: peer_id}},
+            "data": dict(data)}
+
+
+def gateway_key_secret(name: str, peer_id: str, namespace: str) -> dict[str, Any]:
+    """Empty: the gateway makes its key into it (the private key never leaves its cluster)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": PEER_MANAGER, fb.LABEL_GATEWAY_PEER: peer_id}}}
 
 
 def consumer_username(consumer_id: str) -> str:
@@ -414,6 +468,8 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
         entry["quota"] = dict(options.quota)
     if options.node_labels is not None:
         entry["nodeLabels"] = dict(options.node_labels)
+    if options.gateway is not None:
+        entry["gateway"] = {"enabled": True}
     if options.policy is not None or options.policy_grants:
         # Like --quota: a file replaces the consumer's whole policy; without one, the
         # --grant-* flags change their keys of the policy the release has.
@@ -421,6 +477,8 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
         if base is None:
             base = next((e.get("policy") for e in consumers if e.get("name") == options.local_cluster_id), None)
         entry["policy"] = policy_with_grants(base, options.policy_grants, f"consumer {options.local_cluster_id} {POLICY}")
+    if options.gateway is not None:
+        entry["policy"] = _with_gateway_endpoints(entry.get("policy", _policy_of(consumers, options.local_cluster_id)), options.gateway)
     values["consumers"] = _upsert(consumers, "name", entry)
     for admitted in values["consumers"]:
         if admitted.get("name") == options.local_cluster_id:
@@ -434,6 +492,23 @@ def remote_values_with_consumer(current: Mapping[str, Any], options: PeerOptions
                     "provider bounds what a consumer's pods hold (e.g. --quota cpu=8,memory=16Gi,pods=50; docs/security.md)"
                 )
     return values
+
+
+def _policy_of(consumers: Sequence[Mapping[str, Any]], name: str) -> Any:
+    return next((e.get("policy") for e in consumers if e.get("name") == name), None)
+
+
+def _with_gateway_endpoints(policy: Any, gateway: GatewayOptions) -> dict[str, Any]:
+    """``policy`` admitting EndpointSlice addresses in the consumer's remapped pod CIDR: the
+    addresses at which the provider's gateway reaches the consumer's pods, and nothing
+    else, so a local Service the virtual kubelet reflects is served across the tunnel."""
+    out = dict(policy) if isinstance(policy, Mapping) else {}
+    endpoints = dict(out.get("endpoints") or {})
+    cidrs = [str(c) for c in endpoints.get("cidrs") or []]
+    remapped = str(gateway.cidrs.local_pod_cidr_remapped)
+    endpoints["cidrs"] = cidrs if remapped in cidrs else [*cidrs, remapped]
+    out["endpoints"] = endpoints
+    return out
 
 
 def _check_token_fits(policy: Any, options: PeerOptions) -> None:
@@ -469,6 +544,13 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     entry: dict[str, Any] = {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
     if options.slices is not None:
         entry["slices"] = slice_values(options.slices)
+    if options.gateway is not None:
+        # The vkubelet shows the translation the gateways make, from the same CIDRs.
+        entry["gateway"] = {"enabled": True}
+        entry.update(options.gateway.cidrs.vkubelet_values())
+        vkubelet = values.get("vkubelet")
+        values["vkubelet"] = {**(vkubelet if isinstance(vkubelet, Mapping) else {}),
+                              "podCIDR": str(options.gateway.cidrs.local_pod_cidr)}
     values["remoteClusters"] = _upsert(remotes, "id", entry)
     return values
 

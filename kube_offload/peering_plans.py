@@ -13,16 +13,22 @@ from typing import Any, Mapping, Sequence
 
 from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
+from kube_offload import fabric as fb
 from kube_offload.peering import (
     CORDON_NODE,
     ChartRef,
     DELETE_CONSUMER,
+    DELETE_GATEWAY_OBJECTS,
     DELETE_KUBECONFIG_SECRET,
     DELETE_LEGACY_TOKEN,
     DELETE_NODE,
     DELETE_TWIN_NAMESPACES,
     DELETE_TWIN_REQUESTS,
     EVICT_PODS,
+    GATEWAY_OBJECTS,
+    GATEWAY_PEERS,
+    GatewayOptions,
+    GatewaySide,
     KUBECONFIG_SECRET,
     LEGACY_TOKEN_SECRET,
     LOCAL_RELEASE,
@@ -33,6 +39,7 @@ from kube_offload.peering import (
     REQUEST_TOKEN,
     RESTART_VKUBELET,
     REVOKE_CONSUMER,
+    ROTATE_GATEWAY_KEYS,
     Release,
     Step,
     UnpeerOptions,
@@ -45,8 +52,10 @@ from kube_offload.peering import (
     has_consumer,
     has_remote,
     kubeconfig_secret_name,
+    local_gateway_name,
     local_values_with_remote,
     local_values_without_remote,
+    remote_gateway_name,
     remote_values_with_consumer,
     remote_values_without_consumer,
     vkubelet_deployment_name,
@@ -182,6 +191,20 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
     consumer_id, rid, ns = options.local_cluster_id, options.remote_cluster_id, options.namespace
     tenant = c.tenant_namespace(consumer_id)
 
+    gateway = options.gateway
+    if gateway is not None:
+        # Before the releases: a gateway reads them as it starts.
+        local_data, remote_data = gateway.cidrs.local_gateway(), gateway.cidrs.remote_gateway()
+        if _gateway_objects_differ(state.local_gateway, local_data) or _gateway_objects_differ(state.remote_gateway, remote_data):
+            steps.append(Step(
+                GATEWAY_OBJECTS,
+                f"local+remote: write the gateways' ConfigMaps {ns}/{local_gateway_name(options)} (pods "
+                f"{gateway.cidrs.local_pod_cidr} seen remotely as {gateway.cidrs.local_pod_cidr_remapped}) and "
+                f"{ns}/{remote_gateway_name(options)} (pods {gateway.cidrs.remote_pod_cidr} seen locally as "
+                f"{gateway.cidrs.remote_pod_cidr_remapped}), and their key Secrets if missing (each gateway makes its own key)",
+                data={"local": local_data, "remote": remote_data},
+            ))
+
     remote_values = remote_values_with_consumer(state.remote_release.values if state.remote_release else {}, options)
     current = _release_is_current(state.remote_release, options.remote_chart, remote_values)
     # A long-lived token Secret left by an older chart: the upgrade removes it (and
@@ -253,9 +276,44 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             data={"name": deployment},
         ))
 
+    if gateway is not None:
+        if gateway.rotate_keys:
+            steps.append(Step(
+                ROTATE_GATEWAY_KEYS,
+                f"local+remote: drop the keys of gateways {local_gateway_name(options)} and {remote_gateway_name(options)}: "
+                "each makes a new pair in its own cluster",
+            ))
+        if gateway.rotate_keys or not _gateways_peered(state, gateway):
+            steps.append(Step(
+                GATEWAY_PEERS,
+                "local+remote: wait for both gateways' public keys, then give each the other's key and endpoint "
+                f"(remote gateway at {gateway.remote_endpoint or 'its Service'}, local gateway at "
+                f"{gateway.local_endpoint or 'its Service'})",
+                data={"previous": {"local": (state.local_gateway.config or {}).get(fb.PUBLIC_KEY, ""),
+                                   "remote": (state.remote_gateway.config or {}).get(fb.PUBLIC_KEY, "")}},
+            ))
+
     if options.wait:
         steps.append(Step(WAIT_NODE_READY, f"local: wait until node {c.virtual_node_name(rid)} is Ready", changes=False))
     return steps
+
+
+def _gateway_objects_differ(side: GatewaySide, data: Mapping[str, str]) -> bool:
+    return side.config is None or not side.key_secret_exists or any(side.config.get(k) != v for k, v in data.items())
+
+
+def _gateways_peered(state: PeerState, gateway: GatewayOptions) -> bool:
+    """Whether each gateway already holds the other's current public key and the endpoint
+    asked for (an endpoint read from a Service is kept once written)."""
+    local, remote = state.local_gateway.config or {}, state.remote_gateway.config or {}
+    local_key, remote_key = local.get(fb.PUBLIC_KEY), remote.get(fb.PUBLIC_KEY)
+    if not local_key or not remote_key:
+        return False
+    if local.get(fb.PEER_PUBLIC_KEY) != remote_key or remote.get(fb.PEER_PUBLIC_KEY) != local_key:
+        return False
+    if not local.get(fb.PEER_ENDPOINT) or (gateway.remote_endpoint and local.get(fb.PEER_ENDPOINT) != gateway.remote_endpoint):
+        return False
+    return not (gateway.local_endpoint and remote.get(fb.PEER_ENDPOINT) != gateway.local_endpoint)
 
 
 # --- unpeer ---------------------------------------------------------------------------------
@@ -300,6 +358,15 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
                           data={"name": kubeconfig_secret_name(rid)}))
     if state.node_exists:
         steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Lease goes with it)", data={"name": node}))
+    if state.local_gateway_objects or state.remote_gateway_objects:
+        # After the local release stopped the local gateway; the remote one stops with the
+        # consumer's removal below and takes its link and rules with it either way.
+        steps.append(Step(
+            DELETE_GATEWAY_OBJECTS,
+            f"local+remote: delete the gateways' objects (their keys go with them): "
+            f"{', '.join([*(f'local {o}' for o in state.local_gateway_objects), *(f'remote {o}' for o in state.remote_gateway_objects)])}",
+            data={"local": list(state.local_gateway_objects), "remote": list(state.remote_gateway_objects)},
+        ))
 
     if state.consumer_service_account_exists:
         # Explicit, not left to the release upgrade below: the identity goes first, so

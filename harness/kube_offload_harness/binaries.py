@@ -15,6 +15,7 @@ Layout under the cache root (``$KUBE_OFFLOAD_CACHE`` or ``~/.cache/kube-offload`
     bin/pause-v1.37.2/pause                              Kubernetes' pause.c, gcc -static
     bin/registry-v3.1.2-<digest>/registry                the real nodes' OCI registry (a small main)
     bin/coredns-v1.15.0-<digest>/coredns                 cluster DNS and its image (a small main)
+    bin/wireguard-go-<version>/wireguard-go              the gateway's userspace WireGuard
     build/<same names>/   wrapper modules (go_wrapper.py; shared/: in the control plane's
                           module graph), prepare and build logs
     build.lock            one build at a time
@@ -102,6 +103,7 @@ class NodeBinaries:
     pause: Path
     registry: Path
     coredns: Path
+    wireguard_go: Path
 
     def all(self) -> dict[str, Path]:
         found = {
@@ -113,6 +115,7 @@ class NodeBinaries:
             "pause": self.pause,
             "registry": self.registry,
             "coredns": self.coredns,
+            "wireguard-go": self.wireguard_go,
         }
         found.update({f"cni-{name}": self.cni_bin_dir / name for name in CNI_PLUGINS})
         return found
@@ -164,7 +167,13 @@ def node_binaries(root: Path | None = None) -> NodeBinaries:
         / "registry",
         coredns=root / "bin" / go_wrapper.cache_key("coredns", versions.COREDNS, go_wrapper.coredns_main().digest())
         / "coredns",
+        wireguard_go=wireguard_go_path(root),
     )
+
+
+def wireguard_go_path(root: Path | None = None) -> Path:
+    """Where wireguard-go is cached; scripts/build-image.sh builds into the same place."""
+    return (root or cache_root()) / "bin" / f"wireguard-go-{versions.WIREGUARD_GO}" / "wireguard-go"
 
 
 # --- pure helpers -------------------------------------------------------------------------
@@ -323,6 +332,11 @@ def programs(bins: Binaries, nbins: NodeBinaries) -> list[GoProgram]:
                   tuple(f"github.com/containernetworking/plugins/plugins/{kind}/{name}" for name, kind in CNI_PLUGINS.items()),
                   {name: nbins.cni_bin_dir / name for name in CNI_PLUGINS},
                   stamp=_stamped(cni_plugins_ldflags(versions.CNI_PLUGINS))),
+        # The gateway's userspace WireGuard (docs/networking.md). The module's main package is
+        # its root, so `go build` names the binary `wireguard`; it is installed under the name
+        # its README and `wg-quick` use. No replace directives: built as released.
+        GoProgram("wireguard-go", "golang.zx2c4.com/wireguard", versions.WIREGUARD_GO, ("golang.zx2c4.com/wireguard",),
+                  {"wireguard": nbins.wireguard_go}),
     ]
 
 
@@ -498,7 +512,7 @@ def ensure_binaries(*, say: Say | None = None, root: Path | None = None) -> Bina
 
 def ensure_node_binaries(*, say: Say | None = None, root: Path | None = None) -> NodeBinaries:
     """Build what a real node needs (kubelet, kube-proxy, containerd, CNI plugins, pause,
-    the registry its images come from, CoreDNS),
+    the registry its images come from, CoreDNS, the gateway's wireguard-go),
     under the same lock as ensure_binaries: one Go build at a time on the machine."""
     root = root or cache_root()
     nbins = node_binaries(root)

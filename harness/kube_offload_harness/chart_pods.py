@@ -15,10 +15,9 @@ the pure functions below say which and why:
 - the vkubelet trusts the CA of the apiserver's kubelet client certificate (the harness
   signs it with a CA of its own, kwokctl gives it none) from a ConfigMap it mounts, where
   kubeadm clusters use the cluster CA the chart's default names;
-- when a remote's pods run on its real node, joined by the fabric (fabric.py), ``peer``
-  gets that remote's ``remoteClusters`` entry with the pod IP remapping the fabric makes
-  (``podCIDR``, ``podCIDRRemapped``, ``localPodCIDRRemapped``) and ``vkubelet.podCIDR``:
-  the values a user gives when two clusters' pod CIDRs overlap (docs/virtual-kubelet.md).
+- the gateways (and the route agent) run on the real node too; ``peer --gateway``
+  (fabric_gateways.peer_flags) sets their values and the vkubelet's remapping from the
+  four CIDRs, as a user does when two clusters' pod CIDRs overlap (docs/networking.md).
 
 How each caller reaches each pod: the apiserver calls the webhook through its Service
 (resolved to the pod's address, which the machine routes to the node); the chart's
@@ -39,11 +38,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 import yaml
 
 from kube_offload import peering as p
-from kube_offload_harness import fabric, oci_image, versions
+from kube_offload_harness import oci_image, versions
 from kube_offload_harness.real_node_config import REAL_NODE_KEY
 
 if TYPE_CHECKING:  # cluster.py imports this module lazily; avoid the cycle at run time
-    from kube_offload_harness.cluster import Cluster, ClusterSpec, Environment, Topology
+    from kube_offload_harness.cluster import Cluster, Environment, Topology
 
 NAMESPACE = p.DEFAULT_NAMESPACE
 RELEASE = p.DEFAULT_RELEASE
@@ -52,8 +51,8 @@ KUBELET_CLIENT_CA_CONFIGMAP = "kube-offload-kubelet-client-ca"
 KUBELET_CLIENT_CA_DIR = "/etc/kube-offload/kubelet-client-ca"
 KUBELET_CLIENT_CA_KEY = "ca.crt"
 # Sections of each chart's values that place a pod (nodeSelector, tolerations, affinity).
-LOCAL_POD_SECTIONS = ("webhook", "extender", "scheduler", "vkubelet", "certificates")
-REMOTE_POD_SECTIONS = ("enforcer", "certificates", "homeAPIRelay")
+LOCAL_POD_SECTIONS = ("webhook", "extender", "scheduler", "vkubelet", "certificates", "gateway")
+REMOTE_POD_SECTIONS = ("enforcer", "certificates", "homeAPIRelay", "gateway")
 # Deployments of the local chart with a replicas value (the vkubelet's is per remote).
 LOCAL_REPLICATED = ("webhook", "extender", "scheduler", "vkubelet")
 HELM_TIMEOUT_SECONDS = 300
@@ -84,6 +83,7 @@ def _local_values(local_cluster_id: str) -> dict[str, Any]:
         values[section] = dict(real_node_placement())
     for section in LOCAL_REPLICATED:
         values[section]["replicas"] = 1
+    values["gateway"]["routeAgent"] = dict(real_node_placement())
     values["vkubelet"]["kubeletClientCA"] = f"{KUBELET_CLIENT_CA_DIR}/{KUBELET_CLIENT_CA_KEY}"
     values["vkubelet"]["extraVolumes"] = [
         {"name": "kubelet-client-ca", "configMap": {"name": KUBELET_CLIENT_CA_CONFIGMAP}}]
@@ -92,26 +92,12 @@ def _local_values(local_cluster_id: str) -> dict[str, Any]:
     return values
 
 
-def remapping_values(remote_cluster_id: str, local: "fabric.Member", remote: "fabric.Member") -> dict[str, Any]:
-    """The local chart's values for the fabric's translation between ``local`` and
-    ``remote`` (the flags fabric.remapping_args gives a vkubelet process), merged by ``peer``
-    into the remote's ``remoteClusters`` entry by its id."""
-    return {
-        "vkubelet": {"podCIDR": local.pod_cidr},
-        "remoteClusters": [{
-            "id": remote_cluster_id,
-            "podCIDR": remote.pod_cidr,
-            "podCIDRRemapped": fabric.remapped_pod_cidr(remote.slot),
-            "localPodCIDRRemapped": fabric.remapped_pod_cidr(local.slot),
-        }],
-    }
-
-
 def remote_values(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The remote chart's values for pods on the real node, ``overrides``
     (Topology.chart_values["remote"]) on top."""
     values: dict[str, Any] = {section: dict(real_node_placement()) for section in REMOTE_POD_SECTIONS}
     values["enforcer"]["replicas"] = 1
+    values["gateway"]["routeAgent"] = dict(real_node_placement())
     return p.deep_merge(values, overrides or {})
 
 
@@ -168,20 +154,6 @@ def values_file(env: "Environment", name: str, values: dict[str, Any]) -> Path:
 
 def local_values_file(env: "Environment", topology: "Topology") -> Path:
     return values_file(env, "local", local_values(topology.local.cluster_id, topology.chart_values.get("local")))
-
-
-def peer_local_values_file(env: "Environment", topology: "Topology", spec: "ClusterSpec") -> Path:
-    """The local chart's values ``peer`` gets for remote ``spec``: the pods' placement and,
-    when the remote's pods run on its real node, the fabric's remapping."""
-    from kube_offload_harness.cluster import pods_on_real_node
-
-    if not pods_on_real_node(topology, spec):
-        return local_values_file(env, topology)
-    values = local_values(topology.local.cluster_id, topology.chart_values.get("local"))
-    remapping = remapping_values(spec.cluster_id, env.fabric_member(topology.local), env.fabric_member(spec))
-    values["vkubelet"].update(remapping["vkubelet"])
-    values["remoteClusters"] = remapping["remoteClusters"]
-    return values_file(env, f"local-peer-{spec.cluster_id}", values)
 
 
 def remote_values_file(env: "Environment", topology: "Topology") -> Path:

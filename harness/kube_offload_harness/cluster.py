@@ -48,7 +48,7 @@ import yaml
 import kube_offload
 from kube_offload_harness.binaries import Binaries, NodeBinaries, binaries, ensure_binaries, ensure_node_binaries
 from kube_offload_harness import identities, run_records, storage
-from kube_offload_harness import fabric, metrics_server
+from kube_offload_harness import fabric_gateways, metrics_server
 from kube_offload.constants import slice_node_name
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.processes import ProcessTable
@@ -99,12 +99,12 @@ def pods_on_real_node(topology: "Topology", spec: "ClusterSpec") -> bool:
 
 
 def local_pod_cidr_remapped(topology: "Topology", spec: "ClusterSpec") -> str:
-    """Where remote ``spec`` reaches the local cluster's pods: the fabric's remapped CIDR of
-    the local real node when the remote's pods run on its real node (fabric.py), kwok's
+    """Where remote ``spec`` reaches the local cluster's pods: the gateways' remapped CIDR of
+    the local real node when the remote's pods run on its real node (fabric_gateways.py), kwok's
     stand-in range otherwise. The vkubelet translates reflected endpoints into it and the
     provider policy admits it (identities.e2e_policy), so both follow from here."""
     if pods_on_real_node(topology, spec):
-        return fabric.remapped_pod_cidr(topology.local.real_node_slot)
+        return fabric_gateways.remapped_pod_cidr(topology.local.real_node_slot)
     return LOCAL_POD_CIDR_REMAPPED
 
 
@@ -868,7 +868,8 @@ class Environment:
 
         self.install_identities(local, identities.LOCAL_CHART, identities.local_values(
             topology.local.cluster_id, [spec.cluster_id for spec in topology.remotes] if wired else [],
-            serving_cert=real_node_config.VKUBELET_SERVING_CERT if topology.local.verify_kubelets else None),
+            serving_cert=real_node_config.VKUBELET_SERVING_CERT if topology.local.verify_kubelets else None,
+            gateways=[spec.cluster_id for spec in topology.remotes if wired and pods_on_real_node(topology, spec)]),
             components=None if wired else ("webhook", "extender"))
         for spec in topology.remotes:
             remote = self.cluster(spec)
@@ -887,9 +888,11 @@ class Environment:
             self.install_identities(remote, identities.REMOTE_CHART, identities.remote_values(
                 topology.local.cluster_id, node_labels=spec.labels, quota=spec.quota or None,
                 policy=identities.e2e_policy(local_pods_remapped=[local_pod_cidr_remapped(topology, spec)]),
-                pools=[pool.consumer_pool() for pool in spec.pools]))
-        if topology.real_nodes and topology.remotes:
-            self.connect_fabric(topology)
+                pools=[pool.consumer_pool() for pool in spec.pools], gateway=pods_on_real_node(topology, spec)))
+        if wired:
+            for spec in topology.remotes:
+                if pods_on_real_node(topology, spec):
+                    fabric_gateways.start_processes(self, topology, spec)
         if middle is not None:
             self._up_further(topology, middle)
 
@@ -993,9 +996,10 @@ class Environment:
             remote.add_physical_nodes()
             self.start_real_node(spec)
             storage.start_local_path_provisioner(self, remote, default_class=True)
-        if topology.remotes:
-            # peer gives each vkubelet the fabric's remapping (chart_pods.peer_local_values_file)
-            self.connect_fabric(topology)
+        for spec in topology.remotes:
+            # peer --gateway runs the gateways and gives each vkubelet their remapping; the
+            # relays are the harness's stand-ins for the UDP load balancers in front of them
+            fabric_gateways.start_relays(self, topology, spec)
         # The chart's kube-scheduler calls the extender at its Service name; the vkubelet and
         # the enforcer resolve the kubernetes Service's name too.
         for spec in topology.clusters():
@@ -1122,30 +1126,6 @@ class Environment:
             raise ClusterError(str(exc)) from None
         self.say(f"- {spec.name}: real node {node.plan.node_name} Ready")
 
-    def fabric_member(self, spec: ClusterSpec) -> "fabric.Member":
-        plan = self.real_node(spec).plan
-        return fabric.Member(plan.netns, plan.slot, plan.pod_cidr)
-
-    def connect_fabric(self, topology: Topology) -> None:
-        """Join the local real node's pod network to each remote's (fabric.py): what a
-        network fabric does between real clusters, inside the nodes' namespaces only. The
-        namespaces' deletion by ``down`` removes it."""
-        from kube_offload_harness import netns
-
-        local = self.fabric_member(topology.local)
-        for link in fabric.links_for(local, [self.fabric_member(spec) for spec in topology.remotes]):
-            try:
-                fabric.connect(link, netns.in_netns)
-            except netns.NetnsError as exc:
-                raise ClusterError(f"fabric link {link.name('a')} ({link.a.netns} <-> {link.b.netns}): {exc}") from None
-            self.say(f"- fabric: pods of {link.a.netns} and {link.b.netns} reach each other as "
-                     f"{fabric.remapped_pod_cidr(link.a.slot)} / {fabric.remapped_pod_cidr(link.b.slot)} "
-                     f"(link {link.name('a')}, NETMAP; docs/real-nodes.md)")
-
-    def fabric_remapping_args(self, topology: Topology, spec: ClusterSpec) -> list[str]:
-        """The virtual kubelet flags for remote ``spec`` that show what the fabric does."""
-        return fabric.remapping_args(self.fabric_member(topology.local), self.fabric_member(spec))
-
     def start_cluster_dns(self, spec: ClusterSpec) -> None:
         """CoreDNS on ``spec``'s real node (cluster_dns.py); returns once it is Ready. Called
         once the local cluster's scheduler extender answers: the scheduler calls it for every
@@ -1159,11 +1139,11 @@ class Environment:
         self.say(f"- {spec.name}: cluster DNS (CoreDNS) Ready at {real_node_config.CLUSTER_DNS_IP}")
 
     def remapping_args(self, topology: Topology, spec: ClusterSpec) -> list[str]:
-        """The vkubelet's pod IP remapping for remote ``spec``: the fabric's translation
+        """The vkubelet's pod IP remapping for remote ``spec``: the gateways' translation
         when its pods run on its real node (real addresses, a real data plane), kwok's
         stand-in ranges otherwise."""
         if pods_on_real_node(topology, spec):
-            return self.fabric_remapping_args(topology, spec)
+            return fabric_gateways.remapping_args(fabric_gateways.cidrs(self, topology, spec))
         return pod_ip_remapping_args(topology, spec)
 
     @property

@@ -12,7 +12,8 @@ its pods when the network between the clusters is cut and healed.
 With --real-nodes true (the default as root) every cluster has a real node (kubelet,
 containerd, runc, CNI) and everything runs for real: kube-offload's charts are pods pulled
 from a local registry, the offloaded pods are containers on the remote's real node, and
-the two pod networks are joined (docs/real-nodes.md); kwok simulates only one spare local
+the two pod networks are joined by kube-offload's WireGuard gateways (docs/networking.md),
+which the Service call across the clusters goes through; kwok simulates only one spare local
 node. With --real-nodes false the nodes are kwok's and so are the pods: their log lines
 are kwok's and exec runs on this machine (kube-offload's components then run as processes).
 """
@@ -33,7 +34,7 @@ from typing import Callable, Protocol
 
 from kube_offload import constants as C
 from kube_offload_harness.binaries import BuildError
-from kube_offload_harness import chart_pods, fabric, metrics_server, peer_driver
+from kube_offload_harness import chart_pods, fabric_gateways, metrics_server, peer_driver
 from kube_offload_harness.naming import virtual_node_name
 from kube_offload_harness.partition import vkubelet_behind_link, vkubelet_pod_partition
 from kube_offload_harness.cluster import (
@@ -132,7 +133,8 @@ def _what_is_real(topology: Topology) -> str:
     if topology.real_nodes:
         return ("real here: kube-apiserver, etcd, kube-scheduler, kube-controller-manager; one node per cluster with "
                 "kubelet, kube-proxy, containerd, runc and CNI; kube-offload's charts running as pods from its image; "
-                "the offloaded containers; the pod networks, joined; CoreDNS. Simulated by kwok: one spare local node.")
+                "the offloaded containers; the pod networks, joined by kube-offload's WireGuard gateways (pods of both charts); "
+                "CoreDNS. Simulated by kwok: one spare local node.")
     return ("real here: the control planes; simulated by kwok: every node and every pod (log lines, exec on this "
             "machine); kube-offload's components run as processes. `kube-offload demo --real-nodes true` (as root) "
             "runs it all for real (docs/real-nodes.md).")
@@ -223,8 +225,8 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
         shared = (f"both clusters hand out {local_cidr}, as clusters built alike do; " if remote_plan.pod_cidr == local_cidr
                   else "")
         print(f"(on the remote's real node, at their own addresses: {shared}the local cluster shows them as "
-              f"{fabric.remapped_pod_cidr(remote_plan.slot)}, under which the fabric joining the two pod networks "
-              "carries them: docs/real-nodes.md)")
+              f"{fabric_gateways.remapped_pod_cidr(remote_plan.slot)}, under which kube-offload's WireGuard gateways (kube-offload peer --gateway) "
+              "carry them: docs/networking.md)")
     _show(remote, "get", "pods", "-n", twin, "-o", "wide")
 
     _step("Delete a remote pod behind the local cluster's back: the enforcer recreates it, the local pod stays")
@@ -253,7 +255,7 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
     print(described[described.find("Events:"):].rstrip())
 
     if real:
-        _service_call(local, namespace)
+        _service_call(local, remote, namespace)
 
     _step("Ask kube-offload: `kubectl offload explain` says where a pod can run and why, "
           "`kubectl offload status` how every peering is doing")
@@ -271,12 +273,17 @@ def _walkthrough(env: Environment, topology: Topology, local: Cluster, remote: C
         _readiness_round_trip(env, local, remote, namespace)
 
 
-def _service_call(local: Cluster, namespace: str) -> None:
+def _service_call(local: Cluster, remote: Cluster, namespace: str) -> None:
     """A pod on the LOCAL real node calls the offloaded pods through the local Service's
-    name: local DNS, the local kube-proxy, then the fabric to the remote node; each answer
-    is written by the remote container that served it, which logs the request."""
+    name: local DNS, the local kube-proxy, then kube-offload's WireGuard gateways to the
+    remote node; each answer is written by the remote container that served it, which logs
+    the request. The gateways' byte counters, read before and after, show the calls went
+    through their tunnel."""
     _step(f"A Service call across the clusters: a local pod calls http://{SERVICE}.{namespace} and offloaded "
-          "containers in the remote cluster answer")
+          "containers in the remote cluster answer, through kube-offload's gateways (docs/networking.md)")
+    for cluster in (local, remote):
+        _show(cluster, "get", "pods", "-n", chart_pods.NAMESPACE, "-l", GATEWAY_SELECTOR, "-o", "wide")
+    before = _gateway_bytes(local)
     # (a client left by an earlier run may be another pod: a pod's command cannot change)
     local.kubectl("delete", "pod", "-n", CLIENT_NAMESPACE, CLIENT, "--ignore-not-found", "--wait=true", timeout=60)
     local.apply(_client_pod())
@@ -290,6 +297,32 @@ def _service_call(local: Cluster, namespace: str) -> None:
             raise ClusterError(f"{CLIENT} -> http://{url}: no answer from an offloaded container ({out.strip()})")
     print("\n(and the container logged the requests, seen from the local cluster:)")
     _show(local, "logs", "-n", namespace, "-l", "app=hello", "--tail=2", "--prefix")
+    after = _gateway_bytes(local)
+    print(f"\n(the local gateway's WireGuard link: received {after[0] - before[0]} and sent {after[1] - before[1]} "
+          "bytes during the calls)")
+    if after[0] <= before[0] or after[1] <= before[1]:
+        raise ClusterError("the calls were answered but the local gateway's link carried nothing: "
+                           "they did not cross kube-offload's gateway")
+
+
+GATEWAY_SELECTOR = "app.kubernetes.io/component=gateway"
+
+
+def _gateway_bytes(cluster: Cluster) -> tuple[int, int]:
+    """(received, sent) bytes of every WireGuard peer of the cluster's gateway pod(s), as
+    `wg show all transfer` in the gateway container prints them."""
+    pods = cluster.kubectl("get", "pods", "-n", chart_pods.NAMESPACE, "-l", GATEWAY_SELECTOR,
+                           "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+    if not pods:
+        raise ClusterError(f"no gateway pod in {chart_pods.NAMESPACE} ({GATEWAY_SELECTOR})")
+    received = sent = 0
+    for pod in pods:
+        out = _show(cluster, "exec", "-n", chart_pods.NAMESPACE, pod, "--", "wg", "show", "all", "transfer")
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) == 4 and fields[2].isdigit() and fields[3].isdigit():
+                received, sent = received + int(fields[2]), sent + int(fields[3])
+    return received, sent
 
 
 def _top(env: Environment, local: Cluster, remote: Cluster, namespace: str, twin: str, *, real: bool,

@@ -139,12 +139,16 @@ def release_namespace() -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}}
 
 
-def local_values(local_cluster_id: str, remote_ids: Iterable[str], *, serving_cert: Mapping[str, str] | None = None) -> dict:
+def local_values(local_cluster_id: str, remote_ids: Iterable[str], *, serving_cert: Mapping[str, str] | None = None,
+                 gateways: Iterable[str] = ()) -> dict:
     """The local chart's values for this topology (what docs/install.md shows a user);
-    ``serving_cert``: the vkubelet's ``servingCert`` (its RBAC for the CSR API)."""
+    ``serving_cert``: the vkubelet's ``servingCert`` (its RBAC for the CSR API);
+    ``gateways``: the remotes joined by kube-offload's gateway (its identity)."""
+    with_gateway = set(gateways)
     values: dict[str, Any] = {
         "localClusterId": local_cluster_id,
-        "remoteClusters": [{"id": rid, "kubeconfigSecret": f"{rid}-kubeconfig"} for rid in remote_ids],
+        "remoteClusters": [{"id": rid, "kubeconfigSecret": f"{rid}-kubeconfig",
+                            **({"gateway": {"enabled": True}} if rid in with_gateway else {})} for rid in remote_ids],
         # The real local class of the virtual storage class (harness/.../storage.py).
         "storage": {"localClass": "local-path"},
     }
@@ -194,7 +198,7 @@ E2E_QUOTA: Mapping[str, str] = {"pods": "100000"}
 
 
 def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Mapping[str, str] | None = None,
-                  policy: Mapping[str, Any] | None = E2E_POLICY, pools: list[dict] | None = None) -> dict:
+                  policy: Mapping[str, Any] | None = E2E_POLICY, pools: list[dict] | None = None, gateway: bool = False) -> dict:
     """The remote chart's values admitting one consumer (what ``kube-offload peer`` does),
     with ``quota`` (None: E2E_QUOTA), the tests' provider policy (None: the chart's, i.e.
     the safe defaults) and the node pools it may ask slices of (docs/slices.md)."""
@@ -203,6 +207,8 @@ def remote_values(consumer_id: str, *, node_labels: Mapping[str, str], quota: Ma
         consumer["pools"] = copy.deepcopy(pools)
     if policy is not None:
         consumer["policy"] = copy.deepcopy(dict(policy))
+    if gateway:
+        consumer["gateway"] = {"enabled": True}
     return {"nodeLabels": dict(node_labels), "consumers": [consumer]}
 
 

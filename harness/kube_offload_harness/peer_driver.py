@@ -95,6 +95,13 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
         from kube_offload_harness import chart_pods
 
         flags += [(flag, value, value) for flag, value in chart_pods.peer_flags(env, topology)]
+        from kube_offload_harness.cluster import pods_on_real_node
+
+        if pods_on_real_node(topology, spec):
+            # kube-offload's gateways join the two pod networks (docs/networking.md)
+            from kube_offload_harness import fabric_gateways
+
+            flags += [(flag, value, value) for flag, value in fabric_gateways.peer_flags(env, topology, spec)]
     flags.append(("--helm", helm, helm.replace(home, "~", 1)))
     return flags
 
@@ -111,19 +118,22 @@ def remote_server(env: Environment, topology: Topology, spec: ClusterSpec) -> st
     return chart_pods.apiserver_url_for_pods(env.real_node(spec).plan.host_ip, real_node.apiserver_port(config))
 
 
-def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say) -> None:
-    """Run ``kube-offload peer`` for ``spec`` and start what kwok cannot run; raises
-    ClusterError if peer fails (its output, printed above, says why)."""
+def peer(env: Environment, topology: Topology, spec: ClusterSpec, *, say: Say, extra: tuple[str, ...] = ()) -> None:
+    """Run ``kube-offload peer`` for ``spec`` (``extra``: more switches, e.g.
+    ``--rotate-gateway-keys``) and start what kwok cannot run; raises ClusterError if peer
+    fails (its output, printed above, says why)."""
     local, remote = env.cluster(topology.local), env.cluster(spec)
     if topology.chart_pods:
         from kube_offload_harness import chart_pods
 
-        flags = peer_flags(env, topology, spec, chart_pods.peer_local_values_file(env, topology, spec),
+        flags = peer_flags(env, topology, spec, chart_pods.local_values_file(env, topology),
                            chart_pods.remote_values_file(env, topology))
     else:
         flags = peer_flags(env, topology, spec, local_values_file(env))
-    say("$ kube-offload peer " + " ".join(f"{flag} {shown}" for flag, _, shown in flags))
-    argv = [sys.executable, "-m", "kube_offload.cli", "peer", *(x for flag, value, _ in flags for x in (flag, value))]
+    flags += [(switch, "", "") for switch in extra]
+    # A flag with an empty value is a switch (--gateway).
+    say("$ kube-offload peer " + " ".join(f"{flag} {shown}".rstrip() for flag, _, shown in flags))
+    argv = [sys.executable, "-m", "kube_offload.cli", "peer", *(x for flag, value, _ in flags for x in ((flag, value) if value else (flag,)))]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env._process_env())
     lines: queue.Queue[str | None] = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(process, lines), daemon=True)

@@ -1,7 +1,7 @@
 """Two clusters with the same pod CIDR on one machine (docs/real-nodes.md, "Overlapping
 pod CIDRs").
 
-Clusters built alike hand out the same pod addresses; the fabric (fabric.py) and the
+Clusters built alike hand out the same pod addresses; the gateways (gateway/, docs/networking.md) and the
 virtual kubelet's remapping exist for exactly that. The harness gives a remote's real node
 the local real node's pod CIDR when the topology asks (``Topology.overlapping_pod_cidrs``),
 and then one thing needs care: both kube-apiservers run in the machine's network namespace

@@ -255,8 +255,14 @@ def machine_routes(plan: NodePlan) -> list[list[str]]:
 def node_routes(plan: NodePlan) -> list[list[str]]:
     """``ip route`` arguments of the node's namespace: every machine end of every slot's
     link (this cluster's apiserver forwarder, and another cluster's, which a virtual
-    kubelet pod calls) through this node's own machine end."""
-    return [[str(LINK_NETWORK), "via", plan.host_ip, "dev", plan.veth_node]]
+    kubelet pod calls) through this node's own machine end; and the Service CIDR the same
+    way, as a real node's default route would carry it: a process in the node's own
+    namespace (a hostNetwork pod such as kube-offload's gateway, calling the API at
+    ``10.0.0.1``) needs a route before kube-proxy's OUTPUT rules translate the ClusterIP
+    into its endpoint, the machine end itself. Nothing untranslated is sent there: the
+    machine does not forward."""
+    return [[str(LINK_NETWORK), "via", plan.host_ip, "dev", plan.veth_node],
+            [str(SERVICE_CIDR), "via", plan.host_ip, "dev", plan.veth_node]]
 
 
 def apiserver_cert_sans(slot: int) -> list[str]:

@@ -30,6 +30,11 @@ CNI_PLUGINS: Final = "v1.10.0"
 REGISTRY: Final = "v3.1.2"
 # Cluster DNS of the real nodes (and its image, registry.k8s.io/coredns/coredns).
 COREDNS: Final = "v1.15.0"
+# The gateway's userspace WireGuard where the kernel has no module (docs/networking.md):
+# wireguard-go, module golang.zx2c4.com/wireguard (its only published version is a pseudo
+# version). The image builds the same one: the Dockerfile's ARG WIREGUARD_GO_VERSION
+# (tests/unit/test_gateway_image.py keeps the two equal).
+WIREGUARD_GO: Final = "v0.0.0-20260522210424-ecfc5a8d5446"
 # virtual-kubelet's own e2e suite (tests/e2e/test_virtual_kubelet_suite.py) is pinned in its
 # wrapper module, tests/vk-e2e/go.mod, with go.sum beside it: a Go module of its own, read
 # by vk_suite.py; its Kubernetes modules are KUBERNETES's (tests/unit/harness/test_vk_suite.py).

@@ -68,6 +68,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
          help="lifetime asked for the consumer's bound token (TokenRequest; the remote API server may shorten it, "
               "at least 10m); the virtual kubelet renews it itself at 80%% of its lifetime, and peer renews one "
               "found expired or past that point (docs/security.md)")
+    peer.add_argument("--gateway", action="store_true",
+                      help="run kube-offload's own network fabric for the pair: a WireGuard gateway in each cluster, "
+                           "pods of each reaching the other's under remapped addresses (docs/networking.md); needs the "
+                           "four --*-pod-cidr* flags; the virtual kubelet's remapping is set from them; unset: keep")
+    flag("--local-pod-cidr", default="", help="with --gateway: the local cluster's pod CIDR (as its network plugin assigns it)")
+    flag("--local-pod-cidr-remapped", default="",
+         help="with --gateway: a range of the same size, free in the remote cluster, under which its pods reach the local ones")
+    flag("--remote-pod-cidr", default="", help="with --gateway: the remote cluster's pod CIDR")
+    flag("--remote-pod-cidr-remapped", default="",
+         help="with --gateway: a range of the same size, free in the local cluster, under which local pods reach the remote ones "
+              "(offloaded pods' IPs are shown in it)")
+    flag("--gateway-endpoint", default="",
+         help="with --gateway: HOST:PORT where the local cluster's nodes reach the remote gateway (UDP); unset: its Service "
+              "(load balancer, or NodePort on its node's address)")
+    flag("--local-gateway-endpoint", default="",
+         help="with --gateway: HOST:PORT where the remote cluster's nodes reach the local gateway; unset: its Service, or none "
+              "(the local gateway then dials out and the remote one answers)")
+    peer.add_argument("--rotate-gateway-keys", action="store_true",
+                      help="with --gateway: both gateways make new key pairs and get each other's new public key")
     peer.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                       help="wait for the releases' workloads and until the virtual node is Ready (default: wait)")
     peer.set_defaults(func=run_peer)

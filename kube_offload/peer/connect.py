@@ -13,7 +13,9 @@ import yaml
 from kube_offload import bound_tokens as bt
 from kube_offload import constants as c
 from kube_offload import peering as p
+from kube_offload import fabric as fb
 from kube_offload import peering_plans as plans
+from kube_offload.peer import gateway as gw
 from kube_offload.peer.api import Cluster
 from kube_offload.peer.errors import CommandError
 from kube_offload.peer.inputs import pod_security_level, policy_grants, read_policy_file, read_values_files, remote_endpoint
@@ -52,7 +54,32 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
         remote_values=read_values_files(appended(args, "--remote-values"), "--remote-values"),
         wait=bool(args.wait),
         token_expiration_seconds=int(args.token_expiration),
+        gateway=gateway_options(args),
     )
+
+
+def gateway_options(args: argparse.Namespace) -> p.GatewayOptions | None:
+    """--gateway and its flags, checked before any cluster is read."""
+    cidr_flags = ("local_pod_cidr", "local_pod_cidr_remapped", "remote_pod_cidr", "remote_pod_cidr_remapped")
+    given = [name for name in cidr_flags if getattr(args, name)]
+    if not args.gateway:
+        if given or args.gateway_endpoint or args.local_gateway_endpoint or args.rotate_gateway_keys:
+            raise p.PeeringError("--local-pod-cidr, --remote-pod-cidr (and -remapped), --gateway-endpoint, --local-gateway-endpoint "
+                                 "and --rotate-gateway-keys configure kube-offload's gateway: add --gateway (docs/networking.md)")
+        return None
+    missing = [f"--{name.replace('_', '-')}" for name in cidr_flags if name not in given]
+    if missing:
+        raise p.PeeringError(f"--gateway needs the four CIDRs of the pair: {', '.join(missing)} missing "
+                             "(the pod CIDR of each cluster and a free range of the same size under which the other "
+                             "reaches it; docs/networking.md)")
+    try:
+        cidrs = fb.FabricCIDRs.parse(local=args.local_pod_cidr, local_remapped=args.local_pod_cidr_remapped,
+                                     remote=args.remote_pod_cidr, remote_remapped=args.remote_pod_cidr_remapped)
+    except fb.FabricError as exc:
+        raise p.PeeringError(str(exc)) from None
+    return p.GatewayOptions(cidrs=cidrs, remote_endpoint=gw.check_endpoint(args.gateway_endpoint, "--gateway-endpoint"),
+                            local_endpoint=gw.check_endpoint(args.local_gateway_endpoint, "--local-gateway-endpoint"),
+                            rotate_keys=bool(args.rotate_gateway_keys))
 
 
 def read_root_ca(remote: Cluster, consumer_id: str) -> bytes | None:
@@ -111,6 +138,8 @@ def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
         node_ready=node_is_ready(node),
         now=time.time(),
         consumer_service_account_exists=ctx.remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
+        local_gateway=gw.observe_side(ctx.local, ctx.namespace, p.local_gateway_name(options)),
+        remote_gateway=gw.observe_side(ctx.remote, ctx.namespace, p.remote_gateway_name(options)),
     )
 
 
@@ -151,6 +180,18 @@ class PeerRun:
             except ApiError as exc:
                 raise ctx.local.error(exc) from None
             return "restarted"
+        if step.action == p.GATEWAY_OBJECTS:
+            local = gw.write_objects(ctx.local, ctx.namespace, p.local_gateway_name(options), options.remote_cluster_id,
+                                     step.data["local"])
+            remote = gw.write_objects(ctx.remote, ctx.namespace, p.remote_gateway_name(options), options.local_cluster_id,
+                                      step.data["remote"])
+            return f"{local}; {remote}"
+        if step.action == p.ROTATE_GATEWAY_KEYS:
+            gw.drop_key(ctx.local, ctx.namespace, p.local_gateway_name(options))
+            gw.drop_key(ctx.remote, ctx.namespace, p.remote_gateway_name(options))
+            return "both keys dropped: each gateway makes a new pair"
+        if step.action == p.GATEWAY_PEERS:
+            return gw.exchange(ctx, options, step.data["previous"])
         if step.action == p.WAIT_NODE_READY:
             node = p.node_name(options.remote_cluster_id)
             deployment = p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id)
@@ -212,6 +253,7 @@ def _peer(args: argparse.Namespace) -> int:
     pod_security_level(args.pod_security_level)
     read_policy_file(args.policy_file)
     policy_grants(args)
+    gateway_options(args)
     ctx = open_context(args)
     options = peer_options(args, ctx)
     steps = plans.plan_peer(observe_peer(ctx, options), options)

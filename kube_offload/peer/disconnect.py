@@ -10,6 +10,7 @@ import time
 from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload import peering_plans as plans
+from kube_offload.peer import gateway as gw
 from kube_offload.peer.errors import CommandError
 from kube_offload.peer.session import POLL_SECONDS, Context, execute, open_context, run_command, say, wait
 from kube_offload.runtime import kinds
@@ -44,6 +45,8 @@ def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
         tenant_namespace_exists=remote.get(kinds.NAMESPACES, tenant) is not None,
         consumer_exists=consumer is not None,
         consumer_service_account_exists=remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
+        local_gateway_objects=gw.objects_of(local, ctx.namespace, p.local_gateway_name(options)),
+        remote_gateway_objects=gw.objects_of(remote, ctx.namespace, p.remote_gateway_name(options)),
     )
 
 
@@ -93,6 +96,10 @@ class UnpeerRun:
                 local.delete(kinds.NODES, node)
                 local.delete(kinds.LEASES, node, namespace="kube-node-lease")
                 wait(lambda: local.get(kinds.NODES, node) is None, timeout=ctx.timeout, what=f"for node {node} to go")
+                return "deleted"
+            if step.action == p.DELETE_GATEWAY_OBJECTS:
+                gw.delete_objects(local, ctx.namespace, step.data["local"])
+                gw.delete_objects(remote, ctx.namespace, step.data["remote"])
                 return "deleted"
             if step.action == p.DELETE_TWIN_REQUESTS:
                 for name in step.data["names"]:

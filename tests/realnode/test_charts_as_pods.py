@@ -32,7 +32,7 @@ import pytest
 
 from kube_offload import constants as C
 from kube_offload import peering as p
-from kube_offload_harness import chart_pods, fabric
+from kube_offload_harness import chart_pods, fabric_gateways as fabric
 from kube_offload_harness.standin_recipe import BUSYBOX_IMAGE, PYTHON_IMAGE
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment

@@ -4,7 +4,7 @@ the remote cluster's real node; everything the user sees of it comes through the
 cluster's kubectl.
 
 The environment (conftest ``offload_real_env``): local + one remote, each with a real
-node, joined by the fabric (harness fabric.py); webhook, extender, virtual kubelet and
+node, joined by kube-offload's gateways (fabric_gateways.py, as processes); webhook, extender, virtual kubelet and
 enforcer run as processes under their charts' identities, as in the e2e tier
 (PEERING_HARNESS); the remote has no kwok node and its real node is untainted.
 
@@ -31,7 +31,7 @@ import pytest
 
 from kube_offload import constants as C
 from kube_offload.resources import parse_quantity
-from kube_offload_harness import fabric, metrics_server
+from kube_offload_harness import fabric_gateways as fabric, metrics_server
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import virtual_node_name

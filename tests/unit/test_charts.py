@@ -99,11 +99,17 @@ VALUE_SETS: dict[str, dict[str, dict[str, Any]]] = {
         # docs/reflection.md, "Custom resources".
         "custom-resources": {**TWO_REMOTES, "vkubelet": {**TWO_REMOTES["vkubelet"], "customResources": [
             {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget", "out": ["spec.size"]}]}},
+        # docs/networking.md: what `peer --gateway` sets.
+        "gateway": {"localClusterId": "local", "vkubelet": {"podCIDR": "10.0.0.0/16"},
+                    "remoteClusters": [{"id": "remote-1", "kubeconfigSecret": "remote-1-kubeconfig", "gateway": {"enabled": True},
+                                        "podCIDR": "10.0.0.0/16", "podCIDRRemapped": "10.100.0.0/16",
+                                        "localPodCIDRRemapped": "10.200.0.0/16"}]},
     },
     REMOTE.name: {
         "defaults": {},
         "one-consumer": ONE_CONSUMER,
         "two-consumers": {"consumers": [{"name": "local-a"}, {"name": "local-b"}]},
+        "gateway": {"consumers": [{"name": "local", "gateway": {"enabled": True}}]},
         "with-policy": {"consumers": [{"name": "local", "policy": {
             "pods": {"priorityClasses": ["batch-low"], "tolerations": ["dedicated"]},
             "ingress": {"hostDomains": ["apps.example.com"], "classes": ["nginx"]},
@@ -1583,26 +1589,89 @@ def test_the_scheduler_image_the_real_node_tier_makes_is_the_one_the_chart_runs(
     assert binary.mode & 0o005 == 0o005  # the chart's non-root user runs it
 
 
-def test_peer_values_give_the_vkubelet_pod_the_fabric_translation(helm: Helm) -> None:
-    """The real-node demo's vkubelet Deployment (peer merges the remote's remoteClusters
-    entry by id) runs with exactly the remapping flags the fabric's translation needs
-    (fabric.remapping_args, what a vkubelet process is given)."""
+def test_peer_gateway_gives_the_vkubelet_pod_the_gateways_translation(helm: Helm) -> None:
+    """``peer --gateway`` sets the vkubelet Deployment's remapping from the same four CIDRs
+    the gateways are given (the vkubelet's flags never come from the user), and runs a
+    gateway for the remote."""
+    from kube_offload import fabric as fb
     from kube_offload import peering
-    from kube_offload_harness import chart_pods, fabric
+    from kube_offload_harness import fabric_gateways
 
-    local, remote = fabric.Member("kon-4", 4, "172.31.4.0/24"), fabric.Member("kon-7", 7, "172.31.7.0/24")
-    remapping = chart_pods.remapping_values("remote-1", local, remote)
-    values = chart_pods.local_values("local")
-    values["vkubelet"].update(remapping["vkubelet"])
+    cidrs = fb.FabricCIDRs.parse(local="172.31.4.0/24", local_remapped="172.30.4.0/24", remote="172.31.4.0/24",
+                                 remote_remapped="172.30.7.0/24")
     options = peering.PeerOptions(
         local_cluster_id="local", remote_cluster_id="remote-1", remote_server="https://172.31.250.5:6443",
         remote_ca_pem=None, remote_chart=peering.ChartRef("r", "0", "."), local_chart=peering.ChartRef("l", "0", "."),
-        local_values={**values, "remoteClusters": remapping["remoteClusters"]})
-    [deployment] = find(render(helm, LOCAL, peering.local_values_with_remote({}, options)), "Deployment", "vkubelet")
+        gateway=peering.GatewayOptions(cidrs))
+    docs = render(helm, LOCAL, peering.local_values_with_remote({}, options))
+    [deployment] = find(docs, "Deployment", "vkubelet")
     args = parse_component_args(next(containers(deployment))["args"])
-    expected = fabric.remapping_args(local, remote)
     assert [args.remote_pod_cidr, args.remote_pod_cidr_remapped, args.local_pod_cidr, args.local_pod_cidr_remapped] == \
-        expected[1::2]
+        fabric_gateways.remapping_args(cidrs)[1::2]
+    [gateway] = find(docs, "Deployment", "gateway")
+    assert gateway["metadata"]["name"] == peering.local_gateway_name(options)
+
+
+def test_gateway_runs_with_net_admin_only_and_reads_its_own_objects_only(helm: Helm) -> None:
+    """The gateway (docs/security.md, "The gateway"): the node's network, root with NET_ADMIN
+    alone, read-only root, one replica replaced by Recreate; its Role names its own key
+    Secret and ConfigMap and nothing else; its Service carries WireGuard's UDP port."""
+    values = {**TWO_REMOTES, "remoteClusters": [{**e, "gateway": {"enabled": True}} for e in TWO_REMOTES["remoteClusters"]]}
+    docs = render(helm, LOCAL, values)
+    gateways = find(docs, "Deployment", "gateway")
+    assert len(gateways) == 2
+    ports = set()
+    for deployment in gateways:
+        name = deployment["metadata"]["name"]
+        spec = deployment["spec"]
+        assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+        pod = spec["template"]["spec"]
+        assert pod["hostNetwork"] is True and pod["serviceAccountName"] == name
+        [container] = pod["containers"]
+        security = container["securityContext"]
+        assert security["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+        assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+        assert not security.get("privileged")
+        args = parse_args(container["args"])
+        assert args["--config-map"] == name and args["--key-secret"] == f"{name}-key"
+        ports.add(args["--listen-port"])
+        [role] = [r for r in find(docs, "Role", "gateway") if r["metadata"]["name"] == name]
+        assert rules_of(role) == {("", "secrets"): {"get", "update"}, ("", "configmaps"): {"get", "patch"}}
+        assert {n for rule in role["rules"] for n in rule["resourceNames"]} == {name, f"{name}-key"}
+        [service] = [s for s in find(docs, "Service", "gateway") if s["metadata"]["name"] == name]
+        assert service["spec"]["type"] == "NodePort" and service["spec"]["ports"][0]["protocol"] == "UDP"
+    assert len(ports) == 2  # two gateways on one node: two ports
+    [daemonset] = find(docs, "DaemonSet", "gateway-routes")
+    terms = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0] == {"key": "kube-offload.io/type", "operator": "NotIn",
+                                                                    "values": ["virtual-node"]}
+    # no gateway asked for: none rendered, no route agent either
+    assert not find(render(helm, LOCAL, TWO_REMOTES), "Deployment", "gateway")
+    assert not find(render(helm, LOCAL, TWO_REMOTES), "DaemonSet", "gateway-routes")
+
+
+def parse_args(args: list[str]) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+
+
+def test_both_charts_share_one_gateway_template(helm: Helm) -> None:
+    local = (LOCAL / "templates" / "_gateway.tpl").read_text().splitlines()[1:]
+    remote = (REMOTE / "templates" / "_gateway.tpl").read_text().splitlines()[1:]
+    assert local == remote
+    docs = render(helm, REMOTE, {"consumers": [{"name": "local", "gateway": {"enabled": True}}]})
+    [deployment] = find(docs, "Deployment", "gateway")
+    assert deployment["metadata"]["namespace"] != "kube-offload-tenant-local"  # never where the consumer may port-forward
+    args = parse_args(next(containers(deployment))["args"])
+    assert args["--listen-port"] == "51920"
+    # a provider's gateway lets only the consumer's own pods use the link, and may list pods for it
+    assert args["--allow-pods-of"] == "local"
+    [cluster_role] = find(docs, "ClusterRole", "gateway")
+    assert rules_of(cluster_role) == {("", "pods"): {"list"}}
+    # the consumer's own gateway has no such filter and no cluster-wide right
+    local_docs = render(helm, LOCAL, {"localClusterId": "l", "remoteClusters": [
+        {"id": "r", "kubeconfigSecret": "s", "gateway": {"enabled": True}}]})
+    assert "--allow-pods-of" not in parse_args(next(containers(find(local_docs, "Deployment", "gateway")[0]))["args"])
+    assert not find(local_docs, "ClusterRole", "gateway")
 
 
 def test_vkubelet_custom_resources_become_flags_and_least_rights(helm: Helm) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kube_offload.provider_policy import parse_policy
-from kube_offload_harness import cluster, fabric, identities
+from kube_offload_harness import cluster, fabric_gateways, identities
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import (
     LOCAL_POD_CIDR_REMAPPED, ClusterError, Environment, default_topology, local_pod_cidr_remapped,
@@ -60,7 +60,7 @@ def test_the_vkubelet_is_told_the_fabric_translation_and_the_policy_admits_the_l
     assert args == ["--remote-pod-cidr", "172.31.7.0/24", "--remote-pod-cidr-remapped", "172.30.7.0/24",
                     "--local-pod-cidr", "172.31.4.0/24", "--local-pod-cidr-remapped", "172.30.4.0/24"]
     assert args != pod_ip_remapping_args(topology, remote)
-    assert local_pod_cidr_remapped(topology, remote) == fabric.remapped_pod_cidr(4) == args[-1]
+    assert local_pod_cidr_remapped(topology, remote) == fabric_gateways.remapped_pod_cidr(4) == args[-1]
     policy = parse_policy(identities.e2e_policy(local_pods_remapped=[local_pod_cidr_remapped(topology, remote)]))
     assert policy.endpoints.cidrs == ("172.30.4.0/24",)
     # everything else granted as in the kwok tiers
@@ -119,27 +119,26 @@ def test_the_demo_runs_the_shape_cluster_up_makes_with_real_nodes():
     assert not demo_topology(real_nodes=False).real_nodes
 
 
-def test_peer_gets_the_fabric_translation_as_chart_values(tmp_path: Path):
-    """With the charts as pods, the vkubelet Deployment peer installs is told the same
-    translation a vkubelet process gets as flags (Environment.remapping_args)."""
-    import yaml
-
+def test_peer_gets_the_gateway_flags_of_the_same_translation(tmp_path: Path):
+    """With the charts as pods, ``peer --gateway`` is given the four CIDRs the vkubelet
+    process would get as flags (Environment.remapping_args), and the relays' addresses on
+    the harness's own node links as the gateways' endpoints."""
     from kube_offload_harness import chart_pods
 
     topology = real_pods_topology(local_slot=4, remote_slot=7)
     topology.chart_pods = True
     remote = topology.remotes[0]
     env = Environment(tmp_path, say=lambda line: None, bins=object())
-    values = yaml.safe_load(chart_pods.peer_local_values_file(env, topology, remote).read_text())
-    [entry] = values["remoteClusters"]
-    assert entry == {"id": remote.cluster_id, "podCIDR": "172.31.7.0/24", "podCIDRRemapped": "172.30.7.0/24",
-                     "localPodCIDRRemapped": "172.30.4.0/24"}
-    assert values["vkubelet"]["podCIDR"] == "172.31.4.0/24"
-    assert values["vkubelet"]["nodeSelector"] == chart_pods.real_node_placement()["nodeSelector"]
-    # a remote whose pods run on kwok nodes: no remapping values, the plain file
-    remote.real_node_tainted, remote.nodes = True, 2
-    values = yaml.safe_load(chart_pods.peer_local_values_file(env, topology, remote).read_text())
-    assert "remoteClusters" not in values and "podCIDR" not in values["vkubelet"]
+    flags = dict(fabric_gateways.peer_flags(env, topology, remote))
+    assert flags == {"--gateway": "", "--local-pod-cidr": "172.31.4.0/24", "--local-pod-cidr-remapped": "172.30.4.0/24",
+                     "--remote-pod-cidr": "172.31.7.0/24", "--remote-pod-cidr-remapped": "172.30.7.0/24",
+                     "--gateway-endpoint": "172.31.250.29:51920", "--local-gateway-endpoint": "172.31.250.17:51820"}
+    assert fabric_gateways.remapping_args(fabric_gateways.cidrs(env, topology, remote)) == env.remapping_args(topology, remote)
+    # the gateways and the route agent run on the real node too
+    values = chart_pods.local_values("local")
+    assert values["gateway"]["nodeSelector"] == chart_pods.real_node_placement()["nodeSelector"]
+    assert values["gateway"]["routeAgent"]["tolerations"] == chart_pods.real_node_placement()["tolerations"]
+    assert chart_pods.remote_values()["gateway"]["nodeSelector"] == chart_pods.real_node_placement()["nodeSelector"]
 
 
 @pytest.mark.parametrize("arg", [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_offload_harness import cluster, fabric
+from kube_offload_harness import cluster, fabric_gateways
 from kube_offload_harness import pod_cidr_overlap as po
 from kube_offload_harness import real_node_config as rc
 from kube_offload_harness.cluster import ClusterError, Environment, validate_topology
@@ -34,8 +34,8 @@ def test_a_node_sharing_the_local_cidr_routes_it_in_a_table_of_its_own_only():
     assert po.route(overlap) == ["172.31.0.0/24", "via", remote.node_ip, "dev", remote.veth_host,
                                  "table", str(po.TABLE_BASE + 1)]
     assert po.rule(overlap)[:4] == ["fwmark", hex(po.MARK_BASE + 1), "lookup", str(po.TABLE_BASE + 1)]
-    # the fabric still tells them apart: each node's remapped CIDR is its slot's
-    assert fabric.remapped_pod_cidr(local.slot) != fabric.remapped_pod_cidr(remote.slot)
+    # the gateways still tell them apart: each node's remapped CIDR is its slot's
+    assert fabric_gateways.remapped_pod_cidr(local.slot) != fabric_gateways.remapped_pod_cidr(remote.slot)
 
 
 def test_what_the_remote_apiserver_opens_and_what_arrives_from_its_node_are_marked():

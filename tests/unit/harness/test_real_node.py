@@ -48,7 +48,8 @@ def test_routes_join_the_machine_to_the_pods_and_the_node_to_every_machine_end()
     # the apiserver (machine namespace) reaches the node's pods through the node end
     assert rc.machine_routes(p) == [["172.31.3.0/24", "via", "172.31.250.14", "dev", "kon3h"]]
     # the node reaches every slot's machine end (another cluster's apiserver forwarder) through its own
-    assert rc.node_routes(p) == [["172.31.250.0/24", "via", "172.31.250.13", "dev", "kon3n"]]
+    assert rc.node_routes(p) == [["172.31.250.0/24", "via", "172.31.250.13", "dev", "kon3n"],
+                                 ["10.0.0.0/24", "via", "172.31.250.13", "dev", "kon3n"]]
     other = plan(5)
     assert ipaddress.ip_address(other.host_ip) in ipaddress.ip_network(rc.node_routes(p)[0][0])
 

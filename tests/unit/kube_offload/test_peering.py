@@ -10,9 +10,11 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace as _replace
 
 import pytest
 
+from kube_offload import fabric as fb
 from kube_offload import peering as p
 from kube_offload import peering_plans as plans
 
@@ -624,3 +626,85 @@ def test_the_token_peer_grants_must_be_renewable_under_the_consumers_policy():
         p.remote_values_with_consumer({}, options(token_expiration_seconds=2 * 86400))
     allowed = options(token_expiration_seconds=2 * 86400, policy={"tokens": {"maxExpirationSeconds": 2 * 86400}})
     assert p.remote_values_with_consumer({}, allowed)["consumers"][0]["policy"]["tokens"]["maxExpirationSeconds"] == 2 * 86400
+
+
+# --- peer --gateway: kube-offload's own fabric (docs/networking.md) ---------------------------
+CIDRS = fb.FabricCIDRs.parse(local="10.0.0.0/16", local_remapped="10.200.0.0/16", remote="10.0.0.0/16",
+                             remote_remapped="10.100.0.0/16")
+LOCAL_KEY, REMOTE_KEY = "L" * 43 + "=", "R" * 43 + "="
+
+
+def gateway_peered(opts: p.PeerOptions) -> p.PeerState:
+    local = {**CIDRS.local_gateway(), fb.PUBLIC_KEY: LOCAL_KEY, fb.PEER_PUBLIC_KEY: REMOTE_KEY, fb.PEER_ENDPOINT: "192.0.2.2:31000"}
+    remote = {**CIDRS.remote_gateway(), fb.PUBLIC_KEY: REMOTE_KEY, fb.PEER_PUBLIC_KEY: LOCAL_KEY, fb.PEER_ENDPOINT: "192.0.2.1:31001"}
+    return _replace(peered_state(opts), local_gateway=p.GatewaySide(local, True), remote_gateway=p.GatewaySide(remote, True))
+
+
+def test_gateway_peering_plans_objects_releases_and_the_key_exchange() -> None:
+    opts = options(gateway=p.GatewayOptions(CIDRS))
+    steps = plans.plan_peer(fresh_state(), opts)
+    actions = [s.action for s in steps]
+    # the objects before the releases start the gateways; the exchange after them
+    assert actions.index(p.GATEWAY_OBJECTS) < actions.index(p.REMOTE_RELEASE) < actions.index(p.LOCAL_RELEASE)
+    assert actions.index(p.LOCAL_RELEASE) < actions.index(p.GATEWAY_PEERS) < actions.index(p.WAIT_NODE_READY)
+    objects = next(s for s in steps if s.action == p.GATEWAY_OBJECTS)
+    assert objects.data["local"] == CIDRS.local_gateway() and objects.data["remote"] == CIDRS.remote_gateway()
+    # the vkubelet's remapping comes from the same CIDRs; both releases run a gateway
+    local_values = next(s for s in steps if s.action == p.LOCAL_RELEASE).data["values"]
+    entry = local_values["remoteClusters"][0]
+    assert entry["gateway"] == {"enabled": True}
+    assert (entry["podCIDR"], entry["podCIDRRemapped"], entry["localPodCIDRRemapped"]) == ("10.0.0.0/16", "10.100.0.0/16", "10.200.0.0/16")
+    assert local_values["vkubelet"]["podCIDR"] == "10.0.0.0/16"
+    remote_values = next(s for s in steps if s.action == p.REMOTE_RELEASE).data["values"]
+    assert remote_values["consumers"][0]["gateway"] == {"enabled": True}
+    assert p.local_gateway_name(opts) == "kube-offload-gateway-remote-2"
+    assert p.remote_gateway_name(opts) == "kube-offload-gateway-local"
+
+
+def test_a_gateway_peered_pair_plans_no_change() -> None:
+    opts = options(gateway=p.GatewayOptions(CIDRS))
+    assert plans.changes(plans.plan_peer(gateway_peered(opts), opts)) == []
+    # an endpoint asked for that the local gateway does not hold yet is given again
+    moved = options(gateway=p.GatewayOptions(CIDRS, remote_endpoint="192.0.2.9:31000"))
+    assert [s.action for s in plans.changes(plans.plan_peer(gateway_peered(moved), moved))] == [p.GATEWAY_PEERS]
+    # a gateway that made a new key (its Secret was emptied): exchanged again
+    state = gateway_peered(opts)
+    stale = _replace(state, remote_gateway=p.GatewaySide({**state.remote_gateway.config, fb.PUBLIC_KEY: "N" * 43 + "="}, True))
+    assert [s.action for s in plans.changes(plans.plan_peer(stale, opts))] == [p.GATEWAY_PEERS]
+
+
+def test_rotating_keys_is_one_run_of_peer() -> None:
+    opts = options(gateway=p.GatewayOptions(CIDRS, rotate_keys=True))
+    steps = plans.changes(plans.plan_peer(gateway_peered(opts), opts))
+    assert [s.action for s in steps] == [p.ROTATE_GATEWAY_KEYS, p.GATEWAY_PEERS]
+    # the exchange waits for keys other than the dropped ones
+    assert steps[1].data["previous"] == {"local": LOCAL_KEY, "remote": REMOTE_KEY}
+
+
+def test_unpeer_deletes_the_gateways_objects() -> None:
+    state = p.UnpeerState(node_exists=False, node_unschedulable=False, pods_on_node=[], local_release=None, vkubelet_pods=[],
+                          kubeconfig_secret_exists=False, twin_requests=[], twin_namespaces=[], foreign_namespaces=[],
+                          remote_release=None, tenant_namespace_exists=False, consumer_exists=False,
+                          local_gateway_objects=["ConfigMap/kube-offload-gateway-remote-2"],
+                          remote_gateway_objects=["Secret/kube-offload-gateway-local-key"])
+    opts = p.UnpeerOptions(local_cluster_id="local", remote_cluster_id="remote-2", remote_chart=REMOTE_CHART, local_chart=LOCAL_CHART)
+    steps = plans.plan_unpeer(state, opts)
+    assert [s.action for s in steps] == [p.DELETE_GATEWAY_OBJECTS]
+    assert steps[0].data == {"local": ["ConfigMap/kube-offload-gateway-remote-2"], "remote": ["Secret/kube-offload-gateway-local-key"]}
+
+
+def test_a_gateway_admits_the_consumers_remapped_pods_as_endpoints_and_keeps_the_policy() -> None:
+    """Reflected Services of local pods name them at the consumer's remapped CIDR, which
+    only the gateway carries: peer --gateway adds that range to endpoints.cidrs, once,
+    keeping what the policy had."""
+    opts = options(gateway=p.GatewayOptions(CIDRS))
+    entry = p.remote_values_with_consumer({}, opts)["consumers"][0]
+    assert entry["policy"]["endpoints"]["cidrs"] == ["10.200.0.0/16"]
+    current = {"consumers": [{"name": "local", "policy": {"endpoints": {"cidrs": ["192.0.2.0/24"]},
+                                                          "pods": {"tolerations": ["x"]}}}]}
+    again = p.remote_values_with_consumer(current, opts)["consumers"][0]["policy"]
+    assert again == {"endpoints": {"cidrs": ["192.0.2.0/24", "10.200.0.0/16"]}, "pods": {"tolerations": ["x"]}}
+    twice = p.remote_values_with_consumer({"consumers": [{"name": "local", "policy": again}]}, opts)["consumers"][0]["policy"]
+    assert twice == again
+    # without --gateway nothing is granted
+    assert "policy" not in p.remote_values_with_consumer({}, options())["consumers"][0]
