@@ -97,13 +97,23 @@ def peer_flags(env: Environment, topology: Topology, spec: ClusterSpec, values: 
         flags += [(flag, value, value) for flag, value in chart_pods.peer_flags(env, topology)]
         from kube_offload_harness.cluster import pods_on_real_node
 
-        if pods_on_real_node(topology, spec):
+        if pods_on_real_node(topology, spec) and _release_has_gateway(topology):
             # kube-offload's gateways join the two pod networks (docs/networking.md)
             from kube_offload_harness import fabric_gateways
 
             flags += [(flag, value, value) for flag, value in fabric_gateways.peer_flags(env, topology, spec)]
     flags.append(("--helm", helm, helm.replace(home, "~", 1)))
     return flags
+
+
+def _release_has_gateway(topology: Topology) -> bool:
+    """Whether the release peer installs has the gateway: the checkout's does; a previous
+    release (the day-2 upgrade test's) may be older than it (previous_release.has_gateway)."""
+    if not topology.previous_release:
+        return True
+    from kube_offload_harness import previous_release
+
+    return previous_release.has_gateway(topology.previous_release)
 
 
 def remote_server(env: Environment, topology: Topology, spec: ClusterSpec) -> str:

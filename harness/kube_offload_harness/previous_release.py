@@ -100,6 +100,19 @@ def default_ref(repo: Path = REPO) -> str:
     return _git("rev-parse", "--verify", f"{newest}^1", repo=repo)
 
 
+# The remote chart's gateway template, which `peer --gateway` needs in both charts (issue 42).
+GATEWAY_TEMPLATE = "charts/kube-offload-remote/templates/gateway.yaml"
+
+
+def has_gateway(commit: str, repo: Path = REPO) -> bool:
+    """Whether the release at ``commit`` ships kube-offload's gateway. A release from before
+    it is peered as its users peered it, without ``--gateway`` (its charts have no gateway to
+    configure); the upgrade then keeps its values, so the gateway stays off after it too."""
+    found = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}:{GATEWAY_TEMPLATE}"],
+                           capture_output=True, check=False, timeout=60)
+    return found.returncode == 0
+
+
 def export_tree(commit: str, dest: Path, repo: Path = REPO) -> Path:
     """The commit's files (``git archive``) under ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)

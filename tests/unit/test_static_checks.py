@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
-PRODUCT = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "kubectl_offload", "relay")
+PRODUCT = ("kube_offload", "webhook", "extender", "vkubelet", "enforcer", "certs", "kubectl_offload", "relay", "gateway")
 # mypy's --strict, flag by flag (``strict`` itself is a global option only): pyproject.toml
 # sets each for the whole product.
 STRICT_FLAGS = (

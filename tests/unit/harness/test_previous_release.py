@@ -65,6 +65,18 @@ def test_the_default_previous_release_is_the_parent_of_the_newest_chart_change(m
         pr.default_ref(REPO)
 
 
+def test_a_release_from_before_the_gateway_is_peered_without_it():
+    """The commit that added the gateway has it; its parent (a release before it) has not,
+    so the harness peers that release as its users did, without --gateway."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    added = subprocess.run(["git", "-C", str(REPO), "log", "--diff-filter=A", "--format=%H", "--", pr.GATEWAY_TEMPLATE],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert added, f"no commit added {pr.GATEWAY_TEMPLATE}"
+    assert pr.has_gateway(added[-1], REPO) and pr.has_gateway("HEAD", REPO)
+    assert not pr.has_gateway(f"{added[-1]}^1", REPO)
+
+
 def test_day2_values_go_over_the_harness_placement_and_csr_makes_the_apiserver_verify_kubelets():
     overrides = {"vkubelet": {"replicas": 2, "servingCert": {"mode": "csr", "approval": "self"}}}
     values = chart_pods.local_values("local", overrides)
