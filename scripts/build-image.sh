@@ -156,29 +156,37 @@ make_base "$builder_base" "$builder_packages" "builder (Debian's Python 3.11 wit
 
 # --- 2b. wireguard-go (the gateway's userspace WireGuard) --------------------------------
 # Built with the host's Go (the project needs Go anyway) into the same cache the harness
-# uses, then given to the Dockerfile's wireguard-go stage in a base that holds it.
-wireguard_go_version=$(sed -n 's/^ARG WIREGUARD_GO_VERSION=//p' Dockerfile)
-[ -n "$wireguard_go_version" ] || die "no ARG WIREGUARD_GO_VERSION= line in the Dockerfile"
-wireguard_go_base=localhost/kube-offload-base:wireguard-go-$wireguard_go_version
-step "wireguard-go $wireguard_go_version -> $wireguard_go_base"
-wireguard_go_dir=${KUBE_OFFLOAD_CACHE:-$HOME/.cache/kube-offload}/bin/wireguard-go-$wireguard_go_version
-if [ ! -x "$wireguard_go_dir/wireguard-go" ]; then
-  command -v go >/dev/null || die "Go is needed to build wireguard-go (golang.zx2c4.com/wireguard); install Go >= 1.26"
-  mkdir -p "$wireguard_go_dir"
-  env CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod GOBIN="$work/wireguard-go-bin" \
-    go install -trimpath -ldflags "-s -w" "golang.zx2c4.com/wireguard@$wireguard_go_version"
-  mv "$work/wireguard-go-bin/wireguard" "$wireguard_go_dir/wireguard-go"
+# uses, then given to the Dockerfile's wireguard-go stage in a base that holds it. A
+# Dockerfile without that stage (a release from before the gateway, which the day-2 upgrade
+# test builds with this script) needs none.
+wireguard_go_args=()
+if grep -q ' AS wireguard-go$' Dockerfile; then
+  wireguard_go_version=$(sed -n 's/^ARG WIREGUARD_GO_VERSION=//p' Dockerfile)
+  [ -n "$wireguard_go_version" ] || die "no ARG WIREGUARD_GO_VERSION= line in the Dockerfile"
+  wireguard_go_base=localhost/kube-offload-base:wireguard-go-$wireguard_go_version
+  step "wireguard-go $wireguard_go_version -> $wireguard_go_base"
+  wireguard_go_dir=${KUBE_OFFLOAD_CACHE:-$HOME/.cache/kube-offload}/bin/wireguard-go-$wireguard_go_version
+  if [ ! -x "$wireguard_go_dir/wireguard-go" ]; then
+    command -v go >/dev/null || die "Go is needed to build wireguard-go (golang.zx2c4.com/wireguard); install Go >= 1.26"
+    mkdir -p "$wireguard_go_dir"
+    env CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod GOBIN="$work/wireguard-go-bin" \
+      go install -trimpath -ldflags "-s -w" "golang.zx2c4.com/wireguard@$wireguard_go_version"
+    mv "$work/wireguard-go-bin/wireguard" "$wireguard_go_dir/wireguard-go"
+  fi
+  if [ "$(image_label "$wireguard_go_base" io.kube-offload.base-recipe)" != "$recipe" ]; then
+    ctr=$(buildah from --quiet --pull=false "$builder_base")
+    containers+=("$ctr")
+    buildah copy --quiet "$ctr" "$wireguard_go_dir/wireguard-go" /out/wireguard-go >/dev/null
+    printf '%s\n' "$wireguard_go_version" >"$work/wireguard-go.version"
+    buildah copy --quiet "$ctr" "$work/wireguard-go.version" /out/wireguard-go.version >/dev/null
+    buildah config --label io.kube-offload.base-recipe="$recipe" "$ctr"
+    buildah commit --quiet "$ctr" "$wireguard_go_base" >/dev/null
+  fi
+  echo "$wireguard_go_base: $(du -h "$wireguard_go_dir/wireguard-go" | cut -f1) binary"
+  wireguard_go_args=(--build-arg WIREGUARD_GO_IMAGE="$wireguard_go_base")
+else
+  step "wireguard-go: the Dockerfile has no wireguard-go stage (a release from before the gateway): none built"
 fi
-if [ "$(image_label "$wireguard_go_base" io.kube-offload.base-recipe)" != "$recipe" ]; then
-  ctr=$(buildah from --quiet --pull=false "$builder_base")
-  containers+=("$ctr")
-  buildah copy --quiet "$ctr" "$wireguard_go_dir/wireguard-go" /out/wireguard-go >/dev/null
-  printf '%s\n' "$wireguard_go_version" >"$work/wireguard-go.version"
-  buildah copy --quiet "$ctr" "$work/wireguard-go.version" /out/wireguard-go.version >/dev/null
-  buildah config --label io.kube-offload.base-recipe="$recipe" "$ctr"
-  buildah commit --quiet "$ctr" "$wireguard_go_base" >/dev/null
-fi
-echo "$wireguard_go_base: $(du -h "$wireguard_go_dir/wireguard-go" | cut -f1) binary"
 
 # --- 3. the Dockerfile ------------------------------------------------------------------
 step "buildah bud Dockerfile -> $image"
@@ -187,7 +195,7 @@ revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 buildah bud --pull=false \
   --build-arg PYTHON_IMAGE="$runtime_base" \
   --build-arg BUILDER_IMAGE="$builder_base" \
-  --build-arg WIREGUARD_GO_IMAGE="$wireguard_go_base" \
+  "${wireguard_go_args[@]}" \
   --build-arg VERSION="$version" \
   --label org.opencontainers.image.revision="$revision" \
   --volume "$ca_bundle:/etc/ssl/certs/ca-certificates.crt:ro" \
