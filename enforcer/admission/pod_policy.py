@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from kube_offload import provider_policy as pp
 from kube_offload import rule_book
-from kube_offload.policy_rules import Context, Kind, Malformed, Violation, refusal_lines
+from kube_offload.policy_rules import Context, Kind, Malformed, Violation, mapping, refusal_lines
 from kube_offload.provider_policy import ProviderPolicy
 
 TEMPLATE = "spec.pod."
@@ -53,11 +53,10 @@ def policy_problems(spec: Mapping[str, Any], metadata: Mapping[str, Any], policy
 
 # --- reading the template ------------------------------------------------------------------------
 def field_mapping(parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
-    """``parent[key]`` as an object ({} when absent), or Invalid naming ``path.key``
+    """``parent[key]`` as an object ({} when absent), or Invalid naming ``path.key``: the rule
+    book's reader (:func:`kube_offload.policy_rules.mapping`) under the webhook's error
     (enforcer.admission.validation reads the same template)."""
-    value = parent.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise Invalid(f"{path}.{key}: must be an object")
-    return value
+    try:
+        return mapping(parent, key, path)
+    except Malformed as exc:
+        raise Invalid(str(exc)) from None

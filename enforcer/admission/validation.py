@@ -68,6 +68,7 @@ from kube_offload.resources import (
     resource_sort_key,
     uses_binary_format,
 )
+from kube_offload.policy_rules import Malformed, items
 from kube_offload.views import pod_template
 
 POD_SPEC = "spec.pod.spec"
@@ -440,17 +441,14 @@ def _spec_problems(spec: Mapping[str, Any], terms: ConsumerTerms, ns_name: str, 
 
 # --- reading the template ------------------------------------------------------------------------
 def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for field in CONTAINER_FIELDS:
-        items = spec.get(field)
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            raise Invalid(f"{POD_SPEC}.{field}: must be a list")
-        for index, container in enumerate(items):
-            path = f"{POD_SPEC}.{field}[{index}]"
-            if not isinstance(container, Mapping):
-                raise Invalid(f"{path}: must be an object")
-            yield path, container
+    """(path, container) of every container list, read as the rule book reads them
+    (:func:`kube_offload.policy_rules.items`), a malformed one :class:`Invalid`."""
+    try:
+        for field in CONTAINER_FIELDS:
+            for index, container in items(spec, field, POD_SPEC):
+                yield f"{POD_SPEC}.{field}[{index}]", container
+    except Malformed as exc:
+        raise Invalid(str(exc)) from None
 
 
 def _windows_options(owner: Mapping[str, Any], path: str) -> Mapping[str, Any]:
