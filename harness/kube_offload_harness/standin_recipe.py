@@ -212,7 +212,49 @@ def _busybox(context: Context) -> list[Entry]:
     links = {merged_usr_path(applet) for applet in context.applets if "/" in applet.strip("/") and not applet.endswith("/busybox")}
     if "usr/bin/sh" not in links or "usr/bin/wget" not in links:
         raise ValueError(f"busybox --list-full has no sh or wget ({len(links)} applets): not the busybox this recipe expects")
-    return [_link(path, "/usr/bin/busybox") for path in sorted(links)]
+    return [_text(path, WGET, mode=0o755) if path == "usr/bin/wget" else _link(path, "/usr/bin/busybox")
+            for path in sorted(links)]
+
+
+# Debian bookworm's busybox is built without wget's timeout (FEATURE_WGET_TIMEOUT): `-T SEC`
+# crashes it (exit 139) and `--timeout=SEC` is refused, while the original busybox:1.36 has
+# both, and manifests use them everywhere (`wget -q -T 1 -O- http://svc`). `wget` is this
+# script, which takes the timeout off the command line and runs busybox's wget under
+# busybox's `timeout`, failing as the original does ("download timed out", exit 1). The
+# original's is a read timeout; this one bounds the whole transfer, the same for the
+# short requests it is used for. Only `busybox wget -T` itself still crashes.
+WGET = """\
+#!/usr/bin/busybox sh
+# kube-offload's stand-in for busybox's wget -T/--timeout (docs/real-nodes.md, "Stand-in images")
+secs="" want=""
+for arg do
+  shift
+  if [ -n "$want" ]; then secs=$arg want=""; continue; fi
+  case $arg in
+    --timeout=*) secs=${arg#--timeout=} ;;
+    --timeout|-T) want=1 ;;
+    -T*) secs=${arg#-T} ;;
+    -*T*)
+      flags=${arg%%T*}
+      case ${flags#-} in
+        *[!cqS]*) set -- "$@" "$arg" ;;
+        *) set -- "$@" "$flags"; secs=${arg#*T}; [ -n "$secs" ] || want=1 ;;
+      esac ;;
+    *) set -- "$@" "$arg" ;;
+  esac
+done
+if [ -n "$want" ]; then echo "wget: option requires an argument: T" >&2; exit 1; fi
+[ -n "$secs" ] || exec /usr/bin/busybox wget "$@"
+case $secs in ""|*[!0-9]*) echo "wget: invalid number '$secs'" >&2; exit 1 ;; esac
+# sh reports a child killed by SIGTERM as "Terminated" on its own stderr, which the original
+# never prints: that stderr is /dev/null while it waits, wget's is the caller's (fd 3)
+exec 3>&2 2>/dev/null
+/usr/bin/busybox timeout "$secs" /usr/bin/busybox sh -c 'exec /usr/bin/busybox wget "$@" 2>&3 3>&-' wget "$@"
+status=$?
+exec 2>&3 3>&-
+if [ "$status" = 143 ]; then echo "wget: download timed out" >&2; exit 1; fi
+exit "$status"
+"""
 
 
 ALPINE_VERSION = "3.19.0"

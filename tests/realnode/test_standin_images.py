@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Iterator
 
 import pytest
 
@@ -59,7 +60,7 @@ def _deployment(name: str, image: str, namespace: str, *, placement: bool) -> li
 
 
 @pytest.fixture(scope="module")
-def servers(local: Cluster) -> str:
+def servers(local: Cluster) -> Iterator[str]:
     """nginx (Debian) and nginx:alpine on the local real node behind Services, and a
     headless Service naming the alpine one's pod (what `ping <name>` reaches)."""
     local.kubectl("create", "namespace", NAMESPACE)
@@ -68,7 +69,9 @@ def servers(local: Cluster) -> str:
     local.apply([obj for name, image in SERVERS.items() for obj in _deployment(name, image, NAMESPACE, placement=True)] + [headless])
     for name in SERVERS:
         local.kubectl("rollout", "status", "-n", NAMESPACE, f"deployment/{name}", "--timeout=150s", timeout=160)
-    return NAMESPACE
+    yield NAMESPACE
+    # the environment is shared with the modules after this one (conftest.SHARED)
+    local.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 
 def _run(cluster: Cluster, image: str, *args: str, namespace: str = "default", local_node: bool = True) -> tuple[str, str]:
@@ -132,6 +135,22 @@ def test_busybox_wget_and_ping_resolve_service_names_through_the_search_path(loc
     # the other tag, and a shell line
     logs = _ok(local, "busybox:latest", "sh", "-c", f"wget -qO- http://web-debian.{servers}.svc.{rc.CLUSTER_DOMAIN} | grep -c nginx")
     assert int(logs.strip().splitlines()[-1]) > 0, logs
+
+
+def test_busybox_wget_honours_a_timeout_as_the_original_does(local, servers):
+    """`wget -T SEC` and `--timeout=SEC`, as manifests and NetworkPolicy tutorials write
+    them: a Service answers within it; a server that accepts and never answers ends in the
+    original's "download timed out" and exit 1 (Debian's busybox has no wget timeout and
+    crashed on -T with a segmentation fault, exit 139, before the stand-in's wget)."""
+    script = (f"wget -q -T 5 -O- http://web.{servers} | grep -c nginx; "
+              f"wget -q --timeout=5 -O- http://web.{servers} | grep -c nginx; "
+              "sleep 30 | nc -l -p 9000 >/dev/null & sleep 1; "
+              "wget -q -T 1 -O- http://127.0.0.1:9000/; echo timed-out-exit=$?")
+    logs = _ok(local, "busybox:1.36", "sh", "-c", script)
+    lines = logs.strip().splitlines()
+    assert int(lines[0]) > 0 and int(lines[1]) > 0, logs
+    assert "wget: download timed out" in logs and lines[-1] == "timed-out-exit=1", logs
+    assert "Terminated" not in logs and "Segmentation" not in logs, logs
 
 
 # --- python ------------------------------------------------------------------------------------------------
@@ -201,7 +220,7 @@ def test_debian_and_ubuntu_run_bash_with_coreutils_and_glibc_resolution(local):
 
 # --- through the virtual node ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def offloaded(offload_real_env: Environment, local: Cluster) -> str:
+def offloaded(offload_real_env: Environment, local: Cluster) -> Iterator[str]:
     """A namespace offloaded to the remote: nginx:alpine serving there behind a Service."""
     local.kubectl("create", "namespace", OFFLOADED)
     local.kubectl("label", "namespace", OFFLOADED, f"{C.LABEL_ENABLED}=true", f"{C.LABEL_POD_PLACEMENT}={C.PLACEMENT_REMOTE}")
@@ -209,7 +228,8 @@ def offloaded(offload_real_env: Environment, local: Cluster) -> str:
     local.kubectl("rollout", "status", "-n", OFFLOADED, "deployment/web", "--timeout=150s", timeout=160)
     [pod] = local.kubectl_json("get", "pods", "-n", OFFLOADED, "-l", "app=web")["items"]
     assert pod["spec"]["nodeName"] == virtual_node_name(offload_real_env.topology().remotes[0].cluster_id)
-    return OFFLOADED
+    yield OFFLOADED
+    local.kubectl("delete", "namespace", OFFLOADED, "--wait=false", check=False)
 
 
 def test_an_offloaded_busybox_resolves_names_from_the_remote_cluster_dns(local, offloaded):

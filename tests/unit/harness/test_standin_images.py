@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -173,7 +174,12 @@ def test_busybox_applets_are_links_to_busybox_where_list_full_puts_them():
     applets = ("bin/sh", "usr/bin/wget", "sbin/ifconfig", "bin/busybox", "linuxrc", "usr/bin/nslookup")
     entries = {e.path: e for e in recipe.extra_entries("busybox", recipe.Context(applets=applets))}
     assert set(entries) == {"usr/bin/sh", "usr/bin/wget", "usr/sbin/ifconfig", "usr/bin/nslookup"}
-    assert {e.kind for e in entries.values()} == {"symlink"} and {e.target for e in entries.values()} == {"/usr/bin/busybox"}
+    links = {path: e for path, e in entries.items() if path != "usr/bin/wget"}
+    assert {e.kind for e in links.values()} == {"symlink"} and {e.target for e in links.values()} == {"/usr/bin/busybox"}
+    # wget is the script that gives Debian's busybox wget the original's -T/--timeout
+    wget = entries["usr/bin/wget"]
+    assert wget.kind == "file" and wget.mode == 0o755 and wget.data == recipe.WGET.encode()
+    assert wget.data.startswith(b"#!/usr/bin/busybox sh\n") and b"busybox timeout" in wget.data
     with pytest.raises(ValueError, match="no sh or wget"):
         recipe.extra_entries("busybox", recipe.Context(applets=("bin/ls",)))
 
@@ -291,3 +297,41 @@ def test_a_build_keeps_the_most_recently_used_other_builds(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.glob("standins-*")) == sorted([built.name, "standins-old3", "standins-old4"])
     assert json.loads((built / standin_images.SUMMARY).read_text())["built_seconds"] >= 0
     assert not list(tmp_path.glob(".standins-*"))  # the work directory is gone
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["-qO-", "http://a"], ["wget", "-qO-", "http://a"]),
+    (["-q", "-T", "2", "-O-", "http://a"], ["timeout", "2", "wget", "-q", "-O-", "http://a"]),
+    (["-T2", "http://a"], ["timeout", "2", "wget", "http://a"]),
+    (["-qT", "3", "http://a"], ["timeout", "3", "wget", "-q", "http://a"]),
+    (["-qT3", "-O-", "http://a"], ["timeout", "3", "wget", "-q", "-O-", "http://a"]),
+    (["--spider", "--timeout=1", "http://a"], ["timeout", "1", "wget", "--spider", "http://a"]),
+    (["--timeout", "4", "http://a"], ["timeout", "4", "wget", "http://a"]),
+    # -O takes an argument: "-OT" is the file T, and a word that is an option's value stays
+    (["-OT", "-U", "Tool", "http://a"], ["wget", "-OT", "-U", "Tool", "http://a"]),
+])
+def test_the_wget_script_takes_the_timeout_off_the_command_line(tmp_path, argv, expected):
+    """The stand-in's wget, run by /bin/sh with a busybox that prints what it was asked to
+    run: the timeout goes to busybox's `timeout`, every other word to wget unchanged."""
+    busybox = tmp_path / "busybox"
+    # timeout SECS busybox sh -c '...' wget ARGS... -> "timeout SECS wget ARGS"; wget ARGS -> "wget ARGS"
+    busybox.write_text('#!/bin/sh\nif [ "$1" = timeout ]; then echo timeout "$2"; shift 6; fi\n'
+                       'for word do echo "$word"; done\n')
+    busybox.chmod(0o755)
+    script = tmp_path / "wget"
+    script.write_text(recipe.WGET.replace("/usr/bin/busybox", str(busybox)))
+    done = subprocess.run(["/bin/sh", str(script), *argv], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split("\n")[:-1]
+    if words[0].startswith("timeout "):
+        words = words[0].split() + words[1:]
+    assert words == expected
+
+
+@pytest.mark.parametrize("argv, message", [(["-T"], "option requires an argument: T"),
+                                           (["-T", "x", "http://a"], "invalid number 'x'")])
+def test_the_wget_script_refuses_a_bad_timeout_as_busybox_does(tmp_path, argv, message):
+    script = tmp_path / "wget"
+    script.write_text(recipe.WGET)
+    done = subprocess.run(["/bin/sh", str(script), *argv], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1 and message in done.stderr
