@@ -37,6 +37,16 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/tests/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+    users = [item for item in items if "offload_env" in getattr(item, "fixturenames", ())]
+    _last_user[:] = users[-1:]
+
+
+# The session's environment while it is up. The last test that uses it takes it down
+# (pytest_runtest_teardown below) rather than the session's end, so that the image and
+# real-node tiers after it do not share two cores with its idle control planes, kwok
+# nodes and components.
+_env: list[Environment] = []
+_last_user: list[pytest.Item] = []
 
 
 @pytest.fixture(scope="session")
@@ -44,13 +54,28 @@ def offload_env(tmp_path_factory) -> Iterator[Environment]:
     state_dir = tmp_path_factory.mktemp("kube-offload-e2e")
     env = Environment(state_dir, say=lambda line: print(line, flush=True))
     topology = default_topology(prefix="e2e", remotes=1, local_nodes=2, remote_nodes=2)
+    _env.append(env)
     try:
         env.up(topology)
         yield env
     finally:
+        _down()
+
+
+def _down() -> None:
+    """Take the session's environment down, once (logs kept first when an e2e test failed)."""
+    while _env:
+        env = _env.pop()
         if _failed or os.environ.get("KUBE_OFFLOAD_KEEP_LOGS"):
             _keep_logs(env)
         env.down()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if item in _last_user:
+        _down()
 
 
 def _keep_logs(env: Environment) -> None:

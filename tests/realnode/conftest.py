@@ -1,11 +1,15 @@
 """The real-node tier: a loopback cluster whose extra node is a real kubelet + containerd +
 runc in a network namespace of its own (docs/real-nodes.md, docs/testing.md).
 
-One environment per module, made by the same code as `kube-offload cluster up --real-nodes
-true`: ``real_env`` a local cluster only (the claims of test_real_node.py are about one
-node), ``offload_real_env`` a local and a remote cluster joined by the fabric, whose
-remote real node runs the offloaded pods (test_offloaded_pods.py). Torn down by the
-module's last test or, on failure, by the fixture. Needs root (namespaces, cgroups, mounts) and the
+Environments made by the same code as `kube-offload cluster up --real-nodes true`:
+``real_env`` a local cluster only (the claims of test_pod_network.py and test_real_node.py
+are about one node), ``offload_real_env`` a local and a remote cluster joined by the fabric,
+whose remote real node runs the offloaded pods (test_offloaded_pods.py and the modules that
+run ordinary pods on it). Each is up once for all the modules that use it: their tests run
+one after the other (pytest_collection_modifyitems), the owner's module last, whose last
+test takes the environment down and checks that nothing is left; the fixture takes it
+down otherwise (a failure, a run of some of the modules). Other modules make their own
+(test_charts_as_pods, test_day2, test_gateway*). Needs root (namespaces, cgroups, mounts) and the
 real-node binaries (scripts/bootstrap.sh builds them); with CI=true anything missing fails
 instead of skipping.
 """
@@ -27,10 +31,68 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / ".artifacts" / "realnode-logs"
 
 
+# A shared environment's fixture -> the module whose last test takes it down (and checks it).
+SHARED = {"real_env": "test_real_node.py", "offload_real_env": "test_offloaded_pods.py"}
+_up: dict[str, Iterator[Environment]] = {}  # a shared environment's generator while it is up
+_last_user: dict[str, pytest.Item] = {}
+
+
+def _shared_by(item: pytest.Item) -> str | None:
+    names = getattr(item, "fixturenames", ())
+    return next((name for name in SHARED if name in names), None)
+
+
 def pytest_collection_modifyitems(items):
+    """Mark the tier, and run the users of each shared environment one after the other,
+    where its first user was, with its owner's module last."""
+    slots = [index for index, item in enumerate(items) if "/tests/realnode/" in str(item.fspath)]
+    for index in slots:
+        items[index].add_marker(pytest.mark.realnode)
+    tier = [items[index] for index in slots]
+    first: dict[str, int] = {}
+    for position, item in enumerate(tier):
+        shared = _shared_by(item)
+        if shared is not None:
+            first.setdefault(shared, position)
+
+    def order(pair: tuple[int, pytest.Item]) -> tuple[int, bool, int]:
+        position, item = pair
+        shared = _shared_by(item)
+        if shared is None:
+            return position, False, position
+        return first[shared], item.path.name == SHARED[shared], position
+
+    for index, (_, item) in zip(slots, sorted(enumerate(tier), key=order), strict=True):
+        items[index] = item
+    _last_user.clear()
     for item in items:
-        if "/tests/realnode/" in str(item.fspath):
-            item.add_marker(pytest.mark.realnode)
+        shared = _shared_by(item)
+        if shared is not None:
+            _last_user[shared] = item
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    for shared, last in list(_last_user.items()):
+        if item is last:
+            _down(shared)
+
+
+def _shared(name: str, envs: Iterator[Environment]) -> Iterator[Environment]:
+    """Yield the environment ``envs`` brings up, kept until its last user's teardown (or the
+    session's end)."""
+    _up[name] = envs
+    try:
+        yield next(envs)
+    finally:
+        _down(name)
+
+
+def _down(name: str) -> None:
+    envs = _up.pop(name, None)
+    if envs is not None:
+        envs.close()  # environment()'s finally: logs kept on failure, then down
 
 
 def _unmet() -> list[str]:
@@ -65,16 +127,16 @@ def environment(tmp_path_factory, request, topology: Topology,
         env.down()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_env(tmp_path_factory, request) -> Iterator[Environment]:
     """The local cluster alone, its components as harness processes: the claims of
-    test_real_node.py are about the node."""
+    test_pod_network.py and test_real_node.py are about the node."""
     topology = default_topology(prefix="rn", remotes=0, local_nodes=1)
     topology.chart_pods = False
-    yield from environment(tmp_path_factory, request, topology)
+    yield from _shared("real_env", environment(tmp_path_factory, request, topology))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def offload_real_env(tmp_path_factory, request) -> Iterator[Environment]:
     """A local cluster and one remote, each with a real node, joined by the fabric, with
     our components wired as in the e2e tier (PEERING_HARNESS, harness processes). The remote
@@ -82,7 +144,7 @@ def offload_real_env(tmp_path_factory, request) -> Iterator[Environment]:
     container (docs/real-nodes.md, "Offloaded pods on a remote's real node")."""
     topology = real_pods_topology(prefix="op")
     topology.chart_pods = False
-    yield from environment(tmp_path_factory, request, topology, "kube-offload-offload")
+    yield from _shared("offload_real_env", environment(tmp_path_factory, request, topology, "kube-offload-offload"))
 
 
 def charts_as_pods_topology(prefix: str) -> Topology:
