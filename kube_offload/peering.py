@@ -72,6 +72,15 @@ WAIT_NODE_READY = "wait-node-ready"
 GATEWAY_OBJECTS = "gateway-objects"  # the gateways' ConfigMaps (CIDRs) and empty key Secrets, both sides
 ROTATE_GATEWAY_KEYS = "rotate-gateway-keys"
 GATEWAY_PEERS = "gateway-peers"  # each gateway told the other's public key and endpoint
+# peer, a slice removed (docs/slices.md "Removing a slice"): its pods evicted while its
+# vkubelet still runs, then its Deployment gone with the local release's upgrade, then what
+# that vkubelet had made and no one else deletes: its node (with the node's Lease), its
+# leader-election Lease, ShadowPods left over and its OffloadSlice on the provider.
+CORDON_SLICE_NODES = "cordon-slice-nodes"
+WAIT_SLICE_VKUBELETS_GONE = "wait-slice-vkubelets-gone"
+DELETE_SLICE_NODES = "delete-slice-nodes"
+DELETE_SLICE_SHADOWPODS = "delete-slice-shadowpods"
+DELETE_OFFLOAD_SLICES = "delete-offload-slices"
 # unpeer
 CORDON_NODE = "cordon-node"
 EVICT_PODS = "evict-pods"
@@ -169,6 +178,14 @@ class PeerOptions:
 
 
 @dataclass(frozen=True)
+class SliceNode:
+    """A slice's virtual node of this peering, as peer reads it."""
+
+    unschedulable: bool = False
+    pods: tuple[str, ...] = ()  # "namespace/name" of the pods bound to it
+
+
+@dataclass(frozen=True)
 class PeerState:
     remote_release: Release | None
     legacy_token_secret_exists: bool  # the long-lived consumer-token Secret of an older chart
@@ -184,6 +201,14 @@ class PeerState:
     consumer_service_account_exists: bool = True
     local_gateway: GatewaySide = GatewaySide(None, False)
     remote_gateway: GatewaySide = GatewaySide(None, False)
+    # What slices of this peering left in both clusters (docs/slices.md), whether peer
+    # asks for them or not: the slices' virtual nodes by slice name, the leader-election
+    # Leases of this remote's vkubelets (names), our OffloadSlices on the provider (names)
+    # and the ShadowPods of slices there ("namespace/name" by slice name).
+    slice_nodes: Mapping[str, SliceNode] = field(default_factory=dict)
+    leader_leases: Sequence[str] = ()
+    offload_slices: Sequence[str] = ()
+    slice_shadowpods: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,6 +240,10 @@ class UnpeerState:
     consumer_service_account_exists: bool = False  # its identity: deleting it revokes every token
     local_gateway_objects: Sequence[str] = ()  # "kind/name" of the gateway's ConfigMap and Secret
     remote_gateway_objects: Sequence[str] = ()
+    # The peering's slices' virtual nodes by slice name, and the leader-election Leases of
+    # its vkubelets (names), as for peer.
+    slice_nodes: Mapping[str, SliceNode] = field(default_factory=dict)
+    leader_leases: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -243,6 +272,17 @@ def chart_fullname(release: str) -> str:
 
 def vkubelet_deployment_name(local_release: str, remote_cluster_id: str) -> str:
     return f"{chart_fullname(local_release)}-vkubelet-{remote_cluster_id}"
+
+
+def slice_deployment_name(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
+    """The local chart's vkubelet Deployment of one slice (charts/kube-offload-local/templates/vkubelet.yaml)."""
+    return f"{vkubelet_deployment_name(local_release, remote_cluster_id)}-{slice_name}"
+
+
+def slice_vkubelet_selector(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
+    """The chart's selector labels of one slice's vkubelet pods."""
+    return (f"app.kubernetes.io/instance={local_release},app.kubernetes.io/component=vkubelet,"
+            f"{c.LABEL_SLICE_NODE}={c.slice_node_name(node_name(remote_cluster_id), slice_name)}")
 
 
 def local_gateway_name(options: "PeerOptions | UnpeerOptions") -> str:
@@ -560,11 +600,21 @@ def slice_values(slices: Sequence[SliceRequest]) -> list[dict[str, Any]]:
     return [{"name": s.name, "pool": s.pool, "resources": s.resource_strings()} for s in slices]
 
 
+# ``--slice none``: no slice at all (leaving --slice out keeps the release's slices).
+NO_SLICES = "none"
+
+
 def parse_slice_flags(values: Sequence[str]) -> tuple[SliceRequest, ...] | None:
     """Every ``--slice`` of ``kube-offload peer`` (None when none is given: keep the
-    release's); a bad one raises PeeringError naming the flag and the fix."""
+    release's; ``()`` for ``--slice none``: remove them all); a bad one raises
+    PeeringError naming the flag and the fix."""
     if not values:
         return None
+    if NO_SLICES in values:
+        if len(values) > 1:
+            raise PeeringError(f"--slice={NO_SLICES} removes every slice of the peering: give it alone, or list only "
+                               "the slices to keep (a slice left out is removed)")
+        return ()
     try:
         return tuple(parse_slices(list(values), flag="--slice"))
     except SliceError as exc:
