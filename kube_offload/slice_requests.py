@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kube_offload import constants as c
-from kube_offload import resources
+from kube_offload import reasons, resources
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.views import OffloadSliceView
 
@@ -225,6 +225,36 @@ def node_capacity(answer: SliceAnswer, *, default_pods: int = 0) -> ResourceList
     capacity = dict(answer.accepted)
     capacity.setdefault("pods", default_pods)
     return capacity
+
+
+# The Event of each phase of a slice's answer, and whether it is a warning.
+_DECISION_EVENTS: Mapping[str, tuple[str, bool]] = {
+    c.SLICE_PHASE_ACCEPTED: (reasons.REASON_SLICE_ACCEPTED, False),
+    c.SLICE_PHASE_PARTIAL: (reasons.REASON_SLICE_PARTIALLY_ACCEPTED, True),
+    c.SLICE_PHASE_REFUSED: (reasons.REASON_SLICE_REFUSED, True),
+    c.SLICE_PHASE_PENDING: (reasons.REASON_SLICE_PENDING, True),
+}
+
+
+@dataclass(frozen=True)
+class DecisionEvent:
+    """The Event that says a slice's answer (docs/slices.md "Events")."""
+
+    reason: str
+    warning: bool
+    message: str
+
+
+def decision_event(name: str, pool: str, phase: str, reason: str, message: str) -> DecisionEvent:
+    """The Event for the provider's answer ``phase`` (``reason``, ``message``) to slice
+    ``name`` of ``pool``: the same words on both sides of the peering."""
+    event_reason, warning = _DECISION_EVENTS.get(phase, (reasons.REASON_SLICE_PENDING, True))
+    text = f"slice {name} (pool {pool or '?'}) is {phase or c.SLICE_PHASE_PENDING}"
+    if reason and reason != phase:
+        text += f" ({reason})"
+    if message:
+        text += f": {message}"
+    return DecisionEvent(event_reason, warning, text)
 
 
 def not_accepted_message(name: str, answer: SliceAnswer) -> str:

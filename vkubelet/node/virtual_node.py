@@ -18,7 +18,10 @@ or pods. Capacity is capped by the Consumer's quota, and the labels the provider
 go on the node under the configured ones.
 
 The Node is never deleted here, not even on shutdown: pods bound to it must survive a
-vkubelet restart (deleting the node would make the pod GC delete them).
+vkubelet restart (deleting the node would make the pod GC delete them), and a process
+cannot tell its restart from its removal. The node of a slice no longer asked for is
+deleted by ``kube-offload peer``, which removed it, as the cluster's admin: the vkubelet
+keeps no right to delete nodes (docs/slices.md "Removing a slice").
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, TYPE_CHECKING
+from typing import Any, Callable, Protocol, TYPE_CHECKING
 
 from kube_offload import capacity as cap
 from kube_offload import constants as c
@@ -49,6 +52,12 @@ log = logging.getLogger("kube_offload.vkubelet.node")
 Clock = Callable[[], datetime]
 
 
+class Recorder(Protocol):
+    def normal(self, obj: dict[str, Any], reason: str, message: str) -> None: ...
+
+    def warning(self, obj: dict[str, Any], reason: str, message: str) -> None: ...
+
+
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -60,8 +69,13 @@ class VirtualNode:
         informers: SharedInformers,
         *,
         clock: Clock = utc_now,
+        recorder: Recorder | None = None,
     ) -> None:
         self.settings = settings
+        self._recorder = recorder
+        # The Event saying the provider's latest answer to our slice, written once the
+        # node exists (its uid is how `kubectl describe node` finds its Events).
+        self._slice_event: slices.DecisionEvent | None = None
         self._clock = clock
         self._local = Kube(informers.local_client)
         self._remote = Kube(informers.remote_client)
@@ -337,6 +351,18 @@ class VirtualNode:
             )
         for problem in fresh.problems:
             log.warning("OffloadSlice %s: %s", name, problem)
+        if obj is not None and (previous is None or (previous.phase, previous.reason, previous.message) != (
+            fresh.phase, fresh.reason, fresh.message
+        )):
+            self._slice_event = slices.decision_event(name, self.settings.slice.pool, fresh.phase, fresh.reason, fresh.message)
+
+    def _record_slice_event(self, node: dict[str, Any]) -> None:
+        event, self._slice_event = self._slice_event, None
+        uid = (node.get("metadata") or {}).get("uid")
+        if event is None or self._recorder is None or not uid:
+            return
+        involved = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.settings.node_name, "uid": uid}}
+        (self._recorder.warning if event.warning else self._recorder.normal)(involved, event.reason, event.message)
 
     def ensure_slice(self) -> None:
         """Create our OffloadSlice, or update its spec to what --slice asks (the flag is the
@@ -420,6 +446,8 @@ class VirtualNode:
             self._written = self._local.patch(
                 NODES, self.settings.node_name, patch, subresource="status", content_type=MERGE_PATCH
             )
+        if self._slice_event is not None:
+            self._record_slice_event(node)
 
     def _status_loop(self) -> None:
         backoff = 0.5
