@@ -39,7 +39,7 @@ from kube_offload import fabric as fb
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.selector import label_key_problem, label_value_problem
-from kube_offload.slice_requests import SliceError, SliceRequest, parse_slices
+from kube_offload.slice_requests import SliceError, SliceLeftovers, SliceRequest, chart_values, parse_slice_list
 
 REMOTE_CHART = "kube-offload-remote"
 LOCAL_CHART = "kube-offload-local"
@@ -72,10 +72,7 @@ WAIT_NODE_READY = "wait-node-ready"
 GATEWAY_OBJECTS = "gateway-objects"  # the gateways' ConfigMaps (CIDRs) and empty key Secrets, both sides
 ROTATE_GATEWAY_KEYS = "rotate-gateway-keys"
 GATEWAY_PEERS = "gateway-peers"  # each gateway told the other's public key and endpoint
-# peer, a slice removed (docs/slices.md "Removing a slice"): its pods evicted while its
-# vkubelet still runs, then its Deployment gone with the local release's upgrade, then what
-# that vkubelet had made and no one else deletes: its node (with the node's Lease), its
-# leader-election Lease, ShadowPods left over and its OffloadSlice on the provider.
+# peer removing a slice, and unpeer (docs/slices.md "Removing a slice")
 CORDON_SLICE_NODES = "cordon-slice-nodes"
 WAIT_SLICE_VKUBELETS_GONE = "wait-slice-vkubelets-gone"
 DELETE_SLICE_NODES = "delete-slice-nodes"
@@ -178,14 +175,6 @@ class PeerOptions:
 
 
 @dataclass(frozen=True)
-class SliceNode:
-    """A slice's virtual node of this peering, as peer reads it."""
-
-    unschedulable: bool = False
-    pods: tuple[str, ...] = ()  # "namespace/name" of the pods bound to it
-
-
-@dataclass(frozen=True)
 class PeerState:
     remote_release: Release | None
     legacy_token_secret_exists: bool  # the long-lived consumer-token Secret of an older chart
@@ -201,14 +190,7 @@ class PeerState:
     consumer_service_account_exists: bool = True
     local_gateway: GatewaySide = GatewaySide(None, False)
     remote_gateway: GatewaySide = GatewaySide(None, False)
-    # What slices of this peering left in both clusters (docs/slices.md), whether peer
-    # asks for them or not: the slices' virtual nodes by slice name, the leader-election
-    # Leases of this remote's vkubelets (names), our OffloadSlices on the provider (names)
-    # and the ShadowPods of slices there ("namespace/name" by slice name).
-    slice_nodes: Mapping[str, SliceNode] = field(default_factory=dict)
-    leader_leases: Sequence[str] = ()
-    offload_slices: Sequence[str] = ()
-    slice_shadowpods: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    slices: SliceLeftovers = SliceLeftovers()
 
 
 @dataclass(frozen=True)
@@ -240,10 +222,7 @@ class UnpeerState:
     consumer_service_account_exists: bool = False  # its identity: deleting it revokes every token
     local_gateway_objects: Sequence[str] = ()  # "kind/name" of the gateway's ConfigMap and Secret
     remote_gateway_objects: Sequence[str] = ()
-    # The peering's slices' virtual nodes by slice name, and the leader-election Leases of
-    # its vkubelets (names), as for peer.
-    slice_nodes: Mapping[str, SliceNode] = field(default_factory=dict)
-    leader_leases: Sequence[str] = ()
+    slices: SliceLeftovers = SliceLeftovers()
 
 
 @dataclass(frozen=True)
@@ -272,17 +251,6 @@ def chart_fullname(release: str) -> str:
 
 def vkubelet_deployment_name(local_release: str, remote_cluster_id: str) -> str:
     return f"{chart_fullname(local_release)}-vkubelet-{remote_cluster_id}"
-
-
-def slice_deployment_name(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
-    """The local chart's vkubelet Deployment of one slice (charts/kube-offload-local/templates/vkubelet.yaml)."""
-    return f"{vkubelet_deployment_name(local_release, remote_cluster_id)}-{slice_name}"
-
-
-def slice_vkubelet_selector(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
-    """The chart's selector labels of one slice's vkubelet pods."""
-    return (f"app.kubernetes.io/instance={local_release},app.kubernetes.io/component=vkubelet,"
-            f"{c.LABEL_SLICE_NODE}={c.slice_node_name(node_name(remote_cluster_id), slice_name)}")
 
 
 def local_gateway_name(options: "PeerOptions | UnpeerOptions") -> str:
@@ -583,7 +551,7 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     values["localClusterId"] = options.local_cluster_id
     entry: dict[str, Any] = {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
     if options.slices is not None:
-        entry["slices"] = slice_values(options.slices)
+        entry["slices"] = chart_values(options.slices)
     if options.gateway is not None:
         # The vkubelet shows the translation the gateways make, from the same CIDRs.
         entry["gateway"] = {"enabled": True}
@@ -595,28 +563,11 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     return values
 
 
-def slice_values(slices: Sequence[SliceRequest]) -> list[dict[str, Any]]:
-    """The local chart's remoteClusters[].slices for ``slices``."""
-    return [{"name": s.name, "pool": s.pool, "resources": s.resource_strings()} for s in slices]
-
-
-# ``--slice none``: no slice at all (leaving --slice out keeps the release's slices).
-NO_SLICES = "none"
-
-
 def parse_slice_flags(values: Sequence[str]) -> tuple[SliceRequest, ...] | None:
-    """Every ``--slice`` of ``kube-offload peer`` (None when none is given: keep the
-    release's; ``()`` for ``--slice none``: remove them all); a bad one raises
-    PeeringError naming the flag and the fix."""
-    if not values:
-        return None
-    if NO_SLICES in values:
-        if len(values) > 1:
-            raise PeeringError(f"--slice={NO_SLICES} removes every slice of the peering: give it alone, or list only "
-                               "the slices to keep (a slice left out is removed)")
-        return ()
+    """Every ``--slice`` of ``kube-offload peer`` (:func:`~kube_offload.slice_requests.parse_slice_list`);
+    a bad one raises PeeringError naming the flag and the fix."""
     try:
-        return tuple(parse_slices(list(values), flag="--slice"))
+        return parse_slice_list(list(values), flag="--slice")
     except SliceError as exc:
         raise PeeringError(str(exc)) from None
 

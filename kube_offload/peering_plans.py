@@ -63,8 +63,7 @@ from kube_offload.peering import (
     remote_gateway_name,
     remote_values_with_consumer,
     remote_values_without_consumer,
-    slice_deployment_name,
-    slice_vkubelet_selector,
+    node_name,
     vkubelet_deployment_name,
 )
 
@@ -310,6 +309,17 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
     return steps
 
 
+def slice_deployment_name(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
+    """The local chart's vkubelet Deployment of one slice (charts/kube-offload-local/templates/vkubelet.yaml)."""
+    return f"{vkubelet_deployment_name(local_release, remote_cluster_id)}-{slice_name}"
+
+
+def slice_vkubelet_selector(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
+    """The chart's selector labels of one slice's vkubelet pods."""
+    return (f"app.kubernetes.io/instance={local_release},app.kubernetes.io/component=vkubelet,"
+            f"{c.LABEL_SLICE_NODE}={c.slice_node_name(node_name(remote_cluster_id), slice_name)}")
+
+
 def _slice_names(values: Mapping[str, Any], remote_cluster_id: str) -> set[str]:
     entry = _entry(values, "remoteClusters", "id", remote_cluster_id)
     return {str(s.get("name")) for s in entry.get("slices") or [] if isinstance(s, Mapping) and s.get("name")}
@@ -322,7 +332,7 @@ def removed_slices(state: PeerState, options: PeerOptions, local_values: Mapping
     rid = options.remote_cluster_id
     kept = _slice_names(local_values, rid)
     released = _slice_names(state.local_release.values, rid) if state.local_release else set()
-    found = released | set(state.slice_nodes) | set(state.offload_slices) | set(state.slice_shadowpods)
+    found = released | set(state.slices.nodes) | set(state.slices.offload_slices) | set(state.slices.shadowpods)
     return sorted(found - kept)
 
 
@@ -335,13 +345,13 @@ def _slice_removal(state: PeerState, options: PeerOptions, removed: Sequence[str
         return [], []
     rid, ns, release = options.remote_cluster_id, options.namespace, options.local_release
     nodes = {name: c.slice_node_name(c.virtual_node_name(rid), name) for name in removed}
-    present = [name for name in removed if name in state.slice_nodes]
+    present = [name for name in removed if name in state.slices.nodes]
     before: list[Step] = []
-    cordon = [nodes[name] for name in present if not state.slice_nodes[name].unschedulable]
+    cordon = [nodes[name] for name in present if not state.slices.nodes[name].unschedulable]
     if cordon:
         before.append(Step(CORDON_SLICE_NODES, f"local: cordon node(s) {', '.join(cordon)} of removed slice(s) "
                                                "(no new pods are scheduled there)", data={"nodes": cordon}))
-    pods = sorted(pod for name in present for pod in state.slice_nodes[name].pods)
+    pods = sorted(pod for name in present for pod in state.slices.nodes[name].pods)
     if pods:
         shown = ", ".join(pods[:5]) + (" ..." if len(pods) > 5 else "")
         before.append(Step(
@@ -359,14 +369,14 @@ def _slice_removal(state: PeerState, options: PeerOptions, removed: Sequence[str
                               for name in removed}},
     )]
     leases = [c.vkubelet_leader_lease_name(rid, name) for name in removed
-              if c.vkubelet_leader_lease_name(rid, name) in state.leader_leases]
+              if c.vkubelet_leader_lease_name(rid, name) in state.slices.leader_leases]
     if present or leases:
         what = [f"node(s) {', '.join(nodes[name] for name in present)} (with their Leases in kube-node-lease)"] if present else []
         if leases:
             what.append(f"leader-election Lease(s) {', '.join(f'{ns}/{lease}' for lease in leases)}")
         after.append(Step(DELETE_SLICE_NODES, f"local: delete {' and '.join(what)}",
                           data={"nodes": [nodes[name] for name in present], "leases": leases}))
-    orphans = [name for name in removed if state.slice_shadowpods.get(name) or (name in present and state.slice_nodes[name].pods)]
+    orphans = [name for name in removed if state.slices.shadowpods.get(name) or (name in present and state.slices.nodes[name].pods)]
     if orphans:
         after.append(Step(
             DELETE_SLICE_SHADOWPODS,
@@ -374,7 +384,7 @@ def _slice_removal(state: PeerState, options: PeerOptions, removed: Sequence[str
             "kubelets have stopped (no one else would: their local pods are gone)",
             data={"slices": orphans},
         ))
-    asked = [name for name in removed if name in state.offload_slices]
+    asked = [name for name in removed if name in state.slices.offload_slices]
     if asked:
         after.append(Step(
             DELETE_OFFLOAD_SLICES,
@@ -415,17 +425,17 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
 
     if state.node_exists and not state.node_unschedulable:
         steps.append(Step(CORDON_NODE, f"local: cordon node {node} (no new pods are scheduled there)"))
-    slices = sorted(_slice_names(state.local_release.values, rid) | set(state.slice_nodes) if state.local_release
-                    else set(state.slice_nodes))
+    slices = sorted(_slice_names(state.local_release.values, rid) | set(state.slices.nodes) if state.local_release
+                    else set(state.slices.nodes))
     slice_nodes = {name: c.slice_node_name(node, name) for name in slices}
-    cordon = [slice_nodes[name] for name, found in sorted(state.slice_nodes.items()) if not found.unschedulable]
+    cordon = [slice_nodes[name] for name, found in sorted(state.slices.nodes.items()) if not found.unschedulable]
     if cordon:
         steps.append(Step(CORDON_SLICE_NODES, f"local: cordon the slices' node(s) {', '.join(cordon)} "
                                               "(no new pods are scheduled there)", data={"nodes": cordon}))
-    pods = [*state.pods_on_node, *sorted(pod for found in state.slice_nodes.values() for pod in found.pods)]
+    pods = [*state.pods_on_node, *sorted(pod for found in state.slices.nodes.values() for pod in found.pods)]
     if pods:
         shown = ", ".join(pods[:5]) + (" ..." if len(pods) > 5 else "")
-        where = f"{node} and its slices' nodes" if any(found.pods for found in state.slice_nodes.values()) else node
+        where = f"{node} and its slices' nodes" if any(found.pods for found in state.slices.nodes.values()) else node
         steps.append(Step(
             EVICT_PODS,
             f"local: evict the {len(pods)} pod(s) on {where} and wait until they are gone "
@@ -464,13 +474,13 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
     if state.node_exists:
         steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Leases go with it)", data={"name": node}))
     leases = [c.vkubelet_leader_lease_name(rid, name) for name in slices
-              if c.vkubelet_leader_lease_name(rid, name) in state.leader_leases]
-    if state.slice_nodes or leases:
+              if c.vkubelet_leader_lease_name(rid, name) in state.slices.leader_leases]
+    if state.slices.nodes or leases:
         steps.append(Step(
             DELETE_SLICE_NODES,
-            f"local: delete the slices' node(s) {', '.join(slice_nodes[name] for name in sorted(state.slice_nodes)) or 'none'} "
+            f"local: delete the slices' node(s) {', '.join(slice_nodes[name] for name in sorted(state.slices.nodes)) or 'none'} "
             f"and Lease(s) {', '.join(leases) or 'none'}",
-            data={"nodes": [slice_nodes[name] for name in sorted(state.slice_nodes)], "leases": leases},
+            data={"nodes": [slice_nodes[name] for name in sorted(state.slices.nodes)], "leases": leases},
         ))
     if state.local_gateway_objects or state.remote_gateway_objects:
         # After the local release stopped the local gateway; the remote one stops with the

@@ -174,7 +174,7 @@ def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
         consumer_service_account_exists=ctx.remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
         local_gateway=gw.observe_side(ctx.local, ctx.namespace, p.local_gateway_name(options)),
         remote_gateway=gw.observe_side(ctx.remote, ctx.namespace, p.remote_gateway_name(options)),
-        **slice_removal.observe(ctx, options.local_cluster_id, options.remote_cluster_id),
+        slices=slice_removal.observe(ctx, options.local_cluster_id, options.remote_cluster_id),
     )
 
 

@@ -48,8 +48,7 @@ def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
         consumer_service_account_exists=remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
         local_gateway_objects=gw.objects_of(local, ctx.namespace, p.local_gateway_name(options)),
         remote_gateway_objects=gw.objects_of(remote, ctx.namespace, p.remote_gateway_name(options)),
-        slice_nodes=slices["slice_nodes"],
-        leader_leases=slices["leader_leases"],
+        slices=slices,
     )
 
 

@@ -7,7 +7,6 @@ as the clusters' admin."""
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from kube_offload import constants as c
 from kube_offload import peering as p
@@ -15,22 +14,22 @@ from kube_offload.peer.eviction import evict_pods
 from kube_offload.peer.session import Context, wait
 from kube_offload.runtime import kinds
 from kube_offload.runtime.kube import ApiError
+from kube_offload.slice_requests import SliceLeftovers, SliceNode
 
 ACTIONS = frozenset({p.CORDON_SLICE_NODES, p.EVICT_PODS, p.WAIT_SLICE_VKUBELETS_GONE, p.DELETE_SLICE_NODES,
                      p.DELETE_SLICE_SHADOWPODS, p.DELETE_OFFLOAD_SLICES})
 
 
-def observe(ctx: Context, consumer_id: str, remote_cluster_id: str) -> dict[str, Any]:
-    """What the slices of the peering left in both clusters, asked for or not (the plan
-    removes what is no longer asked for): :class:`~kube_offload.peering.PeerState`'s slice fields."""
+def observe(ctx: Context, consumer_id: str, remote_cluster_id: str) -> SliceLeftovers:
+    """What the slices of the peering left in both clusters, asked for or not."""
     rid = remote_cluster_id
     nodes = ctx.local.list_items(kinds.NODES, label_selector=(
         f"{c.LABEL_TYPE}={c.TYPE_VIRTUAL_NODE},{c.LABEL_CLUSTER_ID}={rid},{c.LABEL_SLICE}"))
-    slice_nodes = {}
+    slice_nodes: dict[str, SliceNode] = {}
     for node in nodes:
         name = node["metadata"]["name"]
         pods = ctx.local.list_items(kinds.PODS, field_selector=f"spec.nodeName={name}")
-        slice_nodes[node["metadata"]["labels"][c.LABEL_SLICE]] = p.SliceNode(
+        slice_nodes[node["metadata"]["labels"][c.LABEL_SLICE]] = SliceNode(
             unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
             pods=tuple(sorted(f"{x['metadata']['namespace']}/{x['metadata']['name']}" for x in pods)),
         )
@@ -43,12 +42,12 @@ def observe(ctx: Context, consumer_id: str, remote_cluster_id: str) -> dict[str,
     for item in ctx.remote.list_items(kinds.SHADOWPODS, label_selector=f"{origin},{c.LABEL_SLICE}"):
         meta = item["metadata"]
         shadowpods.setdefault(meta["labels"][c.LABEL_SLICE], []).append(f"{meta['namespace']}/{meta['name']}")
-    return {
-        "slice_nodes": slice_nodes,
-        "leader_leases": sorted(leases),
-        "offload_slices": sorted(x["metadata"]["name"] for x in asked),
-        "slice_shadowpods": {name: sorted(keys) for name, keys in shadowpods.items()},
-    }
+    return SliceLeftovers(
+        nodes=slice_nodes,
+        leader_leases=tuple(sorted(leases)),
+        offload_slices=tuple(sorted(x["metadata"]["name"] for x in asked)),
+        shadowpods={name: tuple(sorted(keys)) for name, keys in shadowpods.items()},
+    )
 
 
 def carry_out(ctx: Context, consumer_id: str, step: p.Step) -> str:

@@ -18,6 +18,7 @@ from kube_offload import constants as c
 from kube_offload import fabric as fb
 from kube_offload import peering as p
 from kube_offload import peering_plans as plans
+from kube_offload import slice_requests as sr
 
 REMOTE_CHART = p.ChartRef(p.REMOTE_CHART, "0.1.0", "/charts/kube-offload-remote")
 LOCAL_CHART = p.ChartRef(p.LOCAL_CHART, "0.1.0", "/charts/kube-offload-local")
@@ -712,12 +713,12 @@ def test_a_gateway_admits_the_consumers_remapped_pods_as_endpoints_and_keeps_the
 
 
 def test_slice_none_removes_every_slice_and_must_stand_alone():
-    assert p.parse_slice_flags([p.NO_SLICES]) == ()
+    assert p.parse_slice_flags([sr.NO_SLICES]) == ()
     with pytest.raises(p.PeeringError, match="--slice=none removes every slice of the peering: give it alone"):
-        p.parse_slice_flags([p.NO_SLICES, "gpu=gpu:cpu=1"])
+        p.parse_slice_flags([sr.NO_SLICES, "gpu=gpu:cpu=1"])
     slices = p.parse_slice_flags(["gpu=gpu:cpu=2"])
     values = p.local_values_with_remote({}, options(slices=slices))
-    emptied = p.local_values_with_remote(values, options(slices=p.parse_slice_flags([p.NO_SLICES])))
+    emptied = p.local_values_with_remote(values, options(slices=p.parse_slice_flags([sr.NO_SLICES])))
     assert emptied["remoteClusters"][0]["slices"] == []
 
 
@@ -742,17 +743,17 @@ def sliced(opts: p.PeerOptions, **state) -> p.PeerState:
     """Peered as ``opts`` says, with slice ``gpu`` (and its leftovers) in both clusters."""
     asked = _replace(opts, slices=p.parse_slice_flags(["gpu=gpu:cpu=2"]))
     base = peered_state(asked)
-    fields = dict(slice_nodes={"gpu": p.SliceNode(pods=("demo/trainer",))},
-                  leader_leases=["kube-offload-vkubelet-remote-2", "kube-offload-vkubelet-remote-2-gpu"],
-                  offload_slices=["gpu"], slice_shadowpods={"gpu": ["demo-local/trainer"]})
+    fields = dict(nodes={"gpu": sr.SliceNode(pods=("demo/trainer",))},
+                  leader_leases=("kube-offload-vkubelet-remote-2", "kube-offload-vkubelet-remote-2-gpu"),
+                  offload_slices=("gpu",), shadowpods={"gpu": ("demo-local/trainer",)})
     fields.update(state)
-    return _replace(base, **fields)
+    return _replace(base, slices=sr.SliceLeftovers(**fields))
 
 
 def test_a_slice_left_out_is_drained_then_its_node_leases_and_offloadslice_deleted():
     """Issue 41: a slice removed with peer left its node (NotReady, status unhealthy), its
     leader Lease and its OffloadSlice behind."""
-    opts = options(slices=p.parse_slice_flags([p.NO_SLICES]))
+    opts = options(slices=p.parse_slice_flags([sr.NO_SLICES]))
     steps = plans.plan_peer(sliced(opts), opts)
     assert actions(steps) == [p.CORDON_SLICE_NODES, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_SLICE_VKUBELETS_GONE,
                               p.DELETE_SLICE_NODES, p.DELETE_SLICE_SHADOWPODS, p.DELETE_OFFLOAD_SLICES, p.WAIT_NODE_READY]
@@ -771,7 +772,7 @@ def test_a_slice_left_out_is_drained_then_its_node_leases_and_offloadslice_delet
     assert all("\n" not in s.description for s in steps)
     # Once done, a second run plans nothing.
     done = _replace(sliced(opts), local_release=release(LOCAL_CHART, by_action[p.LOCAL_RELEASE].data["values"], revision=8),
-                    slice_nodes={}, leader_leases=["kube-offload-vkubelet-remote-2"], offload_slices=[], slice_shadowpods={})
+                    slices=sr.SliceLeftovers(leader_leases=("kube-offload-vkubelet-remote-2",)))
     assert plans.changes(plans.plan_peer(done, opts)) == []
 
 
@@ -789,8 +790,8 @@ def test_leftovers_of_a_slice_removed_before_are_cleaned_up_by_the_next_peer():
     """A node and OffloadSlice of a slice the release no longer has (removed by an older
     peer or by hand): nothing to evict, the rest deleted; a cordoned node is not cordoned again."""
     opts = options()
-    state = sliced(opts, slice_nodes={"old": p.SliceNode(unschedulable=True)}, offload_slices=["gpu", "old"],
-                   slice_shadowpods={}, leader_leases=[])
+    state = sliced(opts, nodes={"old": sr.SliceNode(unschedulable=True)}, offload_slices=("gpu", "old"),
+                   shadowpods={}, leader_leases=())
     steps = plans.plan_peer(state, opts)
     assert actions(steps) == [p.WAIT_SLICE_VKUBELETS_GONE, p.DELETE_SLICE_NODES, p.DELETE_OFFLOAD_SLICES, p.WAIT_NODE_READY]
     assert steps[1].data == {"nodes": ["kube-offload-remote-2-old"], "leases": []}
@@ -803,8 +804,8 @@ def test_unpeer_takes_the_slices_nodes_down_with_the_peerings_own():
     opts = options(slices=p.parse_slice_flags(["gpu=gpu:cpu=2"]))
     local_values = p.local_values_with_remote({}, opts)
     state = peered_unpeer_state(local_release=release(LOCAL_CHART, local_values),
-                                slice_nodes={"gpu": p.SliceNode(pods=("demo/trainer",))},
-                                leader_leases=["kube-offload-vkubelet-remote-2", "kube-offload-vkubelet-remote-2-gpu"])
+                                slices=sr.SliceLeftovers(nodes={"gpu": sr.SliceNode(pods=("demo/trainer",))}, leader_leases=(
+                                    "kube-offload-vkubelet-remote-2", "kube-offload-vkubelet-remote-2-gpu")))
     steps = plans.plan_unpeer(state, unpeer_options())
     assert actions(steps)[:8] == [p.CORDON_NODE, p.CORDON_SLICE_NODES, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_VKUBELET_GONE,
                                   p.WAIT_SLICE_VKUBELETS_GONE, p.DELETE_KUBECONFIG_SECRET, p.DELETE_NODE]
