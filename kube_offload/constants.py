@@ -55,6 +55,8 @@ VIRTUAL_NODE_PREFIX: Final = "kube-offload-"
 # cluster (<prefix><cluster-id>, in the vkubelet's namespace of the local cluster; not the
 # node heartbeat Lease in kube-node-lease) and the enforcer's (its namespace, provider side).
 VKUBELET_LEADER_LEASE_PREFIX: Final = "kube-offload-vkubelet-"
+# Where every node's heartbeat Lease is, a kubelet's as a virtual kubelet's (named as its node).
+NODE_LEASE_NAMESPACE: Final = "kube-node-lease"
 ENFORCER_LEADER_LEASE: Final = "kube-offload-enforcer"
 # The ShadowPod webhook's cache of Pod dry-run verdicts per template (enforcer/admission/
 # verdict_cache.py): how long a verdict serves, and how many templates are kept.
@@ -294,6 +296,12 @@ TAINT_SLICE_NOT_ACCEPTED_EFFECT: Final = "NoSchedule"
 def slice_node_name(base_node_name: str, slice_name: str) -> str:
     """The virtual node of slice ``slice_name`` of the peering whose node is ``base_node_name``."""
     return f"{base_node_name}-{slice_name}"
+
+
+def vkubelet_leader_lease_name(cluster_id: str, slice_name: str | None = None) -> str:
+    """The leader-election Lease of the vkubelets of one remote cluster (of one of its
+    slices), in their namespace: only its holder runs the loops."""
+    return f"{VKUBELET_LEADER_LEASE_PREFIX}{cluster_id}" + (f"-{slice_name}" if slice_name else "")
 
 
 # Pod Security admission (upstream keys); level per consumer, default baseline.

@@ -39,7 +39,7 @@ from kube_offload import fabric as fb
 from kube_offload.provider_policy import POLICY, ProviderPolicyError, parse_policy
 from kube_offload.resources import QuantityError, parse_quantity
 from kube_offload.selector import label_key_problem, label_value_problem
-from kube_offload.slice_requests import SliceError, SliceRequest, parse_slices
+from kube_offload.slice_requests import SliceError, SliceLeftovers, SliceRequest, chart_values, parse_slice_list
 
 REMOTE_CHART = "kube-offload-remote"
 LOCAL_CHART = "kube-offload-local"
@@ -72,6 +72,12 @@ WAIT_NODE_READY = "wait-node-ready"
 GATEWAY_OBJECTS = "gateway-objects"  # the gateways' ConfigMaps (CIDRs) and empty key Secrets, both sides
 ROTATE_GATEWAY_KEYS = "rotate-gateway-keys"
 GATEWAY_PEERS = "gateway-peers"  # each gateway told the other's public key and endpoint
+# peer removing a slice, and unpeer (docs/slices.md "Removing a slice")
+CORDON_SLICE_NODES = "cordon-slice-nodes"
+WAIT_SLICE_VKUBELETS_GONE = "wait-slice-vkubelets-gone"
+DELETE_SLICE_NODES = "delete-slice-nodes"
+DELETE_SLICE_SHADOWPODS = "delete-slice-shadowpods"
+DELETE_OFFLOAD_SLICES = "delete-offload-slices"
 # unpeer
 CORDON_NODE = "cordon-node"
 EVICT_PODS = "evict-pods"
@@ -184,6 +190,7 @@ class PeerState:
     consumer_service_account_exists: bool = True
     local_gateway: GatewaySide = GatewaySide(None, False)
     remote_gateway: GatewaySide = GatewaySide(None, False)
+    slices: SliceLeftovers = SliceLeftovers()
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,7 @@ class UnpeerState:
     consumer_service_account_exists: bool = False  # its identity: deleting it revokes every token
     local_gateway_objects: Sequence[str] = ()  # "kind/name" of the gateway's ConfigMap and Secret
     remote_gateway_objects: Sequence[str] = ()
+    slices: SliceLeftovers = SliceLeftovers()
 
 
 @dataclass(frozen=True)
@@ -543,7 +551,7 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     values["localClusterId"] = options.local_cluster_id
     entry: dict[str, Any] = {"id": options.remote_cluster_id, "kubeconfigSecret": kubeconfig_secret_name(options.remote_cluster_id)}
     if options.slices is not None:
-        entry["slices"] = slice_values(options.slices)
+        entry["slices"] = chart_values(options.slices)
     if options.gateway is not None:
         # The vkubelet shows the translation the gateways make, from the same CIDRs.
         entry["gateway"] = {"enabled": True}
@@ -555,18 +563,11 @@ def local_values_with_remote(current: Mapping[str, Any], options: PeerOptions) -
     return values
 
 
-def slice_values(slices: Sequence[SliceRequest]) -> list[dict[str, Any]]:
-    """The local chart's remoteClusters[].slices for ``slices``."""
-    return [{"name": s.name, "pool": s.pool, "resources": s.resource_strings()} for s in slices]
-
-
 def parse_slice_flags(values: Sequence[str]) -> tuple[SliceRequest, ...] | None:
-    """Every ``--slice`` of ``kube-offload peer`` (None when none is given: keep the
-    release's); a bad one raises PeeringError naming the flag and the fix."""
-    if not values:
-        return None
+    """Every ``--slice`` of ``kube-offload peer`` (:func:`~kube_offload.slice_requests.parse_slice_list`);
+    a bad one raises PeeringError naming the flag and the fix."""
     try:
-        return tuple(parse_slices(list(values), flag="--slice"))
+        return parse_slice_list(list(values), flag="--slice")
     except SliceError as exc:
         raise PeeringError(str(exc)) from None
 

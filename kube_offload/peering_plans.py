@@ -16,6 +16,11 @@ from kube_offload import constants as c
 from kube_offload import fabric as fb
 from kube_offload.peering import (
     CORDON_NODE,
+    CORDON_SLICE_NODES,
+    DELETE_OFFLOAD_SLICES,
+    DELETE_SLICE_NODES,
+    DELETE_SLICE_SHADOWPODS,
+    WAIT_SLICE_VKUBELETS_GONE,
     ChartRef,
     DELETE_CONSUMER,
     DELETE_GATEWAY_OBJECTS,
@@ -58,6 +63,7 @@ from kube_offload.peering import (
     remote_gateway_name,
     remote_values_with_consumer,
     remote_values_without_consumer,
+    node_name,
     vkubelet_deployment_name,
 )
 
@@ -255,6 +261,9 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
         ))
 
     local_values = local_values_with_remote(state.local_release.values if state.local_release else {}, options)
+    removed = removed_slices(state, options, local_values)
+    before_release, after_release = _slice_removal(state, options, removed)
+    steps += before_release
     if not _release_is_current(state.local_release, options.local_chart, local_values):
         added = "add" if not has_remote(state.local_release, rid) else "keep"
         steps.append(Step(
@@ -264,6 +273,8 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
             f"remoteClusters: {_names(local_values['remoteClusters'], 'id')}",
             data={"values": local_values, "release": options.local_release, "chart": options.local_chart.path, "version": options.local_chart.version},
         ))
+
+    steps += after_release
 
     if (differs or legacy) and state.kubeconfig_secret_exists and state.vkubelet_deployed:
         # The virtual kubelet follows a new token in its Secret as it runs; a new server
@@ -298,6 +309,92 @@ def plan_peer(state: PeerState, options: PeerOptions) -> list[Step]:
     return steps
 
 
+def slice_deployment_name(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
+    """The local chart's vkubelet Deployment of one slice (charts/kube-offload-local/templates/vkubelet.yaml)."""
+    return f"{vkubelet_deployment_name(local_release, remote_cluster_id)}-{slice_name}"
+
+
+def slice_vkubelet_selector(local_release: str, remote_cluster_id: str, slice_name: str) -> str:
+    """The chart's selector labels of one slice's vkubelet pods."""
+    return (f"app.kubernetes.io/instance={local_release},app.kubernetes.io/component=vkubelet,"
+            f"{c.LABEL_SLICE_NODE}={c.slice_node_name(node_name(remote_cluster_id), slice_name)}")
+
+
+def _slice_names(values: Mapping[str, Any], remote_cluster_id: str) -> set[str]:
+    entry = _entry(values, "remoteClusters", "id", remote_cluster_id)
+    return {str(s.get("name")) for s in entry.get("slices") or [] if isinstance(s, Mapping) and s.get("name")}
+
+
+def removed_slices(state: PeerState, options: PeerOptions, local_values: Mapping[str, Any]) -> list[str]:
+    """The slices of this peering that the local values about to be installed no longer
+    ask for, but that left something behind: in the release as it is, a virtual node, our
+    OffloadSlice on the provider, ShadowPods there. Sorted."""
+    rid = options.remote_cluster_id
+    kept = _slice_names(local_values, rid)
+    released = _slice_names(state.local_release.values, rid) if state.local_release else set()
+    found = released | set(state.slices.nodes) | set(state.slices.offload_slices) | set(state.slices.shadowpods)
+    return sorted(found - kept)
+
+
+def _slice_removal(state: PeerState, options: PeerOptions, removed: Sequence[str]) -> tuple[list[Step], list[Step]]:
+    """The steps that remove ``removed`` slices: before the local release's upgrade, their
+    nodes cordoned and their pods evicted while their vkubelets still run (each deletes its
+    pods' ShadowPods, then the pods); after it, once those vkubelets have stopped, what
+    they made and nobody else deletes (docs/slices.md "Removing a slice")."""
+    if not removed:
+        return [], []
+    rid, ns, release = options.remote_cluster_id, options.namespace, options.local_release
+    nodes = {name: c.slice_node_name(c.virtual_node_name(rid), name) for name in removed}
+    present = [name for name in removed if name in state.slices.nodes]
+    before: list[Step] = []
+    cordon = [nodes[name] for name in present if not state.slices.nodes[name].unschedulable]
+    if cordon:
+        before.append(Step(CORDON_SLICE_NODES, f"local: cordon node(s) {', '.join(cordon)} of removed slice(s) "
+                                               "(no new pods are scheduled there)", data={"nodes": cordon}))
+    pods = sorted(pod for name in present for pod in state.slices.nodes[name].pods)
+    if pods:
+        shown = ", ".join(pods[:5]) + (" ..." if len(pods) > 5 else "")
+        before.append(Step(
+            EVICT_PODS,
+            f"local: evict the {len(pods)} pod(s) on the removed slices' node(s) and wait until they are gone "
+            f"(their controllers recreate them elsewhere): {shown}",
+            data={"pods": pods},
+        ))
+    after = [Step(
+        WAIT_SLICE_VKUBELETS_GONE,
+        f"local: wait until the virtual kubelets of removed slice(s) {', '.join(removed)} have stopped "
+        f"(Deployment(s) {', '.join(slice_deployment_name(release, rid, name) for name in removed)})",
+        changes=False,
+        data={"deployments": {slice_deployment_name(release, rid, name): slice_vkubelet_selector(release, rid, name)
+                              for name in removed}},
+    )]
+    leases = [c.vkubelet_leader_lease_name(rid, name) for name in removed
+              if c.vkubelet_leader_lease_name(rid, name) in state.slices.leader_leases]
+    if present or leases:
+        what = [f"node(s) {', '.join(nodes[name] for name in present)} (with their Leases in kube-node-lease)"] if present else []
+        if leases:
+            what.append(f"leader-election Lease(s) {', '.join(f'{ns}/{lease}' for lease in leases)}")
+        after.append(Step(DELETE_SLICE_NODES, f"local: delete {' and '.join(what)}",
+                          data={"nodes": [nodes[name] for name in present], "leases": leases}))
+    orphans = [name for name in removed if state.slices.shadowpods.get(name) or (name in present and state.slices.nodes[name].pods)]
+    if orphans:
+        after.append(Step(
+            DELETE_SLICE_SHADOWPODS,
+            f"remote: delete the ShadowPods of removed slice(s) {', '.join(orphans)} still there once their virtual "
+            "kubelets have stopped (no one else would: their local pods are gone)",
+            data={"slices": orphans},
+        ))
+    asked = [name for name in removed if name in state.slices.offload_slices]
+    if asked:
+        after.append(Step(
+            DELETE_OFFLOAD_SLICES,
+            f"remote: delete OffloadSlice(s) {', '.join(asked)} in {c.tenant_namespace(options.local_cluster_id)} "
+            "(what they held of the consumer's quota goes back to its other slices)",
+            data={"names": asked},
+        ))
+    return before, after
+
+
 def _gateway_objects_differ(side: GatewaySide, data: Mapping[str, str]) -> bool:
     return side.config is None or not side.key_secret_exists or any(side.config.get(k) != v for k, v in data.items())
 
@@ -328,13 +425,22 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
 
     if state.node_exists and not state.node_unschedulable:
         steps.append(Step(CORDON_NODE, f"local: cordon node {node} (no new pods are scheduled there)"))
-    if state.pods_on_node:
-        shown = ", ".join(list(state.pods_on_node)[:5]) + (" ..." if len(state.pods_on_node) > 5 else "")
+    slices = sorted(_slice_names(state.local_release.values, rid) | set(state.slices.nodes) if state.local_release
+                    else set(state.slices.nodes))
+    slice_nodes = {name: c.slice_node_name(node, name) for name in slices}
+    cordon = [slice_nodes[name] for name, found in sorted(state.slices.nodes.items()) if not found.unschedulable]
+    if cordon:
+        steps.append(Step(CORDON_SLICE_NODES, f"local: cordon the slices' node(s) {', '.join(cordon)} "
+                                              "(no new pods are scheduled there)", data={"nodes": cordon}))
+    pods = [*state.pods_on_node, *sorted(pod for found in state.slices.nodes.values() for pod in found.pods)]
+    if pods:
+        shown = ", ".join(pods[:5]) + (" ..." if len(pods) > 5 else "")
+        where = f"{node} and its slices' nodes" if any(found.pods for found in state.slices.nodes.values()) else node
         steps.append(Step(
             EVICT_PODS,
-            f"local: evict the {len(state.pods_on_node)} pod(s) on {node} and wait until they are gone "
+            f"local: evict the {len(pods)} pod(s) on {where} and wait until they are gone "
             f"(their controllers recreate them elsewhere): {shown}",
-            data={"pods": list(state.pods_on_node)},
+            data={"pods": pods},
         ))
     deployment = vkubelet_deployment_name(options.local_release, rid)
     if has_remote(state.local_release, rid):
@@ -353,11 +459,29 @@ def plan_unpeer(state: UnpeerState, options: UnpeerOptions) -> list[Step]:
             changes=False,
             data={"name": deployment},
         ))
+    if slices:
+        release = options.local_release
+        steps.append(Step(
+            WAIT_SLICE_VKUBELETS_GONE,
+            f"local: wait until the virtual kubelets of slice(s) {', '.join(slices)} have stopped",
+            changes=False,
+            data={"deployments": {slice_deployment_name(release, rid, name): slice_vkubelet_selector(release, rid, name)
+                                  for name in slices}},
+        ))
     if state.kubeconfig_secret_exists:
         steps.append(Step(DELETE_KUBECONFIG_SECRET, f"local: delete Secret {ns}/{kubeconfig_secret_name(rid)}",
                           data={"name": kubeconfig_secret_name(rid)}))
     if state.node_exists:
-        steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Lease goes with it)", data={"name": node}))
+        steps.append(Step(DELETE_NODE, f"local: delete node {node} (its Leases go with it)", data={"name": node}))
+    leases = [c.vkubelet_leader_lease_name(rid, name) for name in slices
+              if c.vkubelet_leader_lease_name(rid, name) in state.slices.leader_leases]
+    if state.slices.nodes or leases:
+        steps.append(Step(
+            DELETE_SLICE_NODES,
+            f"local: delete the slices' node(s) {', '.join(slice_nodes[name] for name in sorted(state.slices.nodes)) or 'none'} "
+            f"and Lease(s) {', '.join(leases) or 'none'}",
+            data={"nodes": [slice_nodes[name] for name in sorted(state.slices.nodes)], "leases": leases},
+        ))
     if state.local_gateway_objects or state.remote_gateway_objects:
         # After the local release stopped the local gateway; the remote one stops with the
         # consumer's removal below and takes its link and rules with it either way.

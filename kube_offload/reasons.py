@@ -102,6 +102,16 @@ REASON_INVALID_SHADOWPOD: Final = "InvalidShadowPod"
 REASON_POD_UPDATED: Final = "PodUpdated"
 REASON_POD_UPDATE_REFUSED: Final = "PodUpdateRefused"
 
+# --- enforcer and vkubelet: a slice's decision (docs/slices.md "Events") ----------------------
+# One Event per change of the provider's answer to an OffloadSlice: on the OffloadSlice by
+# the enforcer (provider; `kubectl describe offloadslice`), and on the slice's virtual node
+# by its vkubelet (consumer; `kubectl describe node`). Normal when accepted in full, Warning
+# otherwise (kube_offload/slice_requests.py decision_event).
+REASON_SLICE_ACCEPTED: Final = "SliceAccepted"
+REASON_SLICE_PARTIALLY_ACCEPTED: Final = "SlicePartiallyAccepted"
+REASON_SLICE_REFUSED: Final = "SliceRefused"
+REASON_SLICE_PENDING: Final = "SlicePending"
+
 # --- enforcer: Events on Consumers (cluster-scoped: in namespace default; docs/enforcer.md) ------
 # A drain's grace ended with ShadowPods of the consumer still here: the enforcer deleted them.
 REASON_DRAIN_GRACE_EXPIRED: Final = "DrainGraceExpired"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kube_offload import constants as c
-from kube_offload import resources
+from kube_offload import reasons, resources
 from kube_offload.resources import QuantityError, ResourceList
 from kube_offload.views import OffloadSliceView
 
@@ -129,6 +129,47 @@ def parse_slices(values: list[str], *, flag: str = "--slice") -> list[SliceReque
     return requests
 
 
+# ``--slice none`` of ``kube-offload peer``: no slice at all (no --slice keeps the release's).
+NO_SLICES = "none"
+
+
+def parse_slice_list(values: list[str], *, flag: str = "--slice") -> tuple[SliceRequest, ...] | None:
+    """Every ``--slice`` of ``kube-offload peer``: None when none is given (keep what the
+    release has), ``()`` for ``--slice none`` (remove them all)."""
+    if not values:
+        return None
+    if NO_SLICES in values:
+        if len(values) > 1:
+            raise SliceError(f"{flag}={NO_SLICES} removes every slice of the peering: give it alone, or list only "
+                             "the slices to keep (a slice left out is removed)")
+        return ()
+    return tuple(parse_slices(values, flag=flag))
+
+
+def chart_values(requests: list[SliceRequest] | tuple[SliceRequest, ...]) -> list[dict[str, Any]]:
+    """The local chart's ``remoteClusters[].slices`` for ``requests``."""
+    return [{"name": s.name, "pool": s.pool, "resources": s.resource_strings()} for s in requests]
+
+
+@dataclass(frozen=True)
+class SliceNode:
+    """A slice's virtual node, as ``kube-offload peer`` reads it."""
+
+    unschedulable: bool = False
+    pods: tuple[str, ...] = ()  # "namespace/name" of the pods bound to it
+
+
+@dataclass(frozen=True)
+class SliceLeftovers:
+    """What the slices of one peering left in both clusters, asked for or not (``peer``
+    removes what is no longer asked for, ``unpeer`` all of it; docs/slices.md)."""
+
+    nodes: Mapping[str, SliceNode] = field(default_factory=dict)  # the slices' virtual nodes by slice name
+    leader_leases: tuple[str, ...] = ()  # the leader-election Leases of the remote's vkubelets (names)
+    offload_slices: tuple[str, ...] = ()  # our OffloadSlices on the provider (names)
+    shadowpods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # slice -> "namespace/name" there
+
+
 # --- the object the consumer writes ----------------------------------------------------------
 def desired_slice(request: SliceRequest, *, namespace: str, local_cluster_id: str) -> dict[str, Any]:
     """The OffloadSlice asking for ``request`` in our tenant namespace ``namespace``. The
@@ -225,6 +266,36 @@ def node_capacity(answer: SliceAnswer, *, default_pods: int = 0) -> ResourceList
     capacity = dict(answer.accepted)
     capacity.setdefault("pods", default_pods)
     return capacity
+
+
+# The Event of each phase of a slice's answer, and whether it is a warning.
+_DECISION_EVENTS: Mapping[str, tuple[str, bool]] = {
+    c.SLICE_PHASE_ACCEPTED: (reasons.REASON_SLICE_ACCEPTED, False),
+    c.SLICE_PHASE_PARTIAL: (reasons.REASON_SLICE_PARTIALLY_ACCEPTED, True),
+    c.SLICE_PHASE_REFUSED: (reasons.REASON_SLICE_REFUSED, True),
+    c.SLICE_PHASE_PENDING: (reasons.REASON_SLICE_PENDING, True),
+}
+
+
+@dataclass(frozen=True)
+class DecisionEvent:
+    """The Event that says a slice's answer (docs/slices.md "Events")."""
+
+    reason: str
+    warning: bool
+    message: str
+
+
+def decision_event(name: str, pool: str, phase: str, reason: str, message: str) -> DecisionEvent:
+    """The Event for the provider's answer ``phase`` (``reason``, ``message``) to slice
+    ``name`` of ``pool``: the same words on both sides of the peering."""
+    event_reason, warning = _DECISION_EVENTS.get(phase, (reasons.REASON_SLICE_PENDING, True))
+    text = f"slice {name} (pool {pool or '?'}) is {phase or c.SLICE_PHASE_PENDING}"
+    if reason and reason != phase:
+        text += f" ({reason})"
+    if message:
+        text += f": {message}"
+    return DecisionEvent(event_reason, warning, text)
 
 
 def not_accepted_message(name: str, answer: SliceAnswer) -> str:

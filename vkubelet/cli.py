@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         elector = LeaderElector(
             local,
             # One Lease per virtual node: each slice's process elects its own leader.
-            name=f"{c.VKUBELET_LEADER_LEASE_PREFIX}{settings.cluster_id}" + (f"-{settings.slice_name}" if settings.slice else ""),
+            name=c.vkubelet_leader_lease_name(settings.cluster_id, settings.slice_name if settings.slice else None),
             namespace=args.leader_elect_namespace or default_namespace(),
             timing=timing,
         )

@@ -83,7 +83,7 @@ class VirtualKubelet:
         self.settings = settings
         self.informers = SharedInformers(settings, local, remote)
         self.recorder = EventRecorder(local, host=settings.node_name)
-        self.node = VirtualNode(settings, self.informers)
+        self.node = VirtualNode(settings, self.informers, recorder=self.recorder)
         self.twins = TwinNamespaces(
             settings, self.informers, self.recorder, labels=self.node.peering_labels, node_labels=self.node.labels
         )

@@ -154,7 +154,8 @@ class ConsumerLoops:
         )
 
         self.slice_reconciler = SliceReconciler(
-            slices=self.slices, namespaces=self.namespaces, consumers=self.consumers, nodes=self.nodes, api=api
+            slices=self.slices, namespaces=self.namespaces, consumers=self.consumers, nodes=self.nodes, api=api,
+            recorder=recorder,  # an Event on each OffloadSlice whose decision changes
         )
         self.slice_controller = Controller(name="offload-slices", reconcile=self.slice_reconciler, workers=1, logger=log)
         # One key per tenant namespace: its slices are decided together.

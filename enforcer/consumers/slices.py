@@ -1,5 +1,6 @@
 """The OffloadSlice loop: the enforcer decides each consumer's resource slices and writes the
-decision into their status (docs/slices.md "How a slice is decided").
+decision into their status (docs/slices.md "How a slice is decided"), with an Event on the
+slice when the decision changes (docs/slices.md "Events").
 
 Keys are tenant namespaces: a consumer's slices are decided together
 (:func:`kube_offload.slices.decide_slices`, pure), oldest first, so one slice's change may
@@ -16,9 +17,11 @@ import logging
 from typing import Any, Mapping, Protocol
 
 from enforcer.consumers.consumer_api import ConsumerApi
+from enforcer.consumers.consumer_status_loop import Recorder
 from kube_offload import constants as c
 from kube_offload.consumers import requesting_consumer, service_account_of
 from kube_offload.runtime.kube import ApiError
+from kube_offload.slice_requests import SLICE_API_VERSION, decision_event
 from kube_offload.slices import REASON_NO_CONSUMER, SliceDecision, decide_slices, first_decided_of, slice_status
 from kube_offload.times import format_micro_time, utc_now
 
@@ -44,8 +47,10 @@ def namespace_of(obj: Mapping[str, Any]) -> list[str]:
 
 
 class SliceReconciler:
-    def __init__(self, *, slices: SliceCache, namespaces: Cache, consumers: Cache, nodes: Cache, api: ConsumerApi) -> None:
+    def __init__(self, *, slices: SliceCache, namespaces: Cache, consumers: Cache, nodes: Cache, api: ConsumerApi,
+                 recorder: Recorder | None = None) -> None:
         self._slices = slices
+        self._recorder = recorder
         self._namespaces = namespaces
         self._consumers = consumers
         self._nodes = nodes
@@ -76,6 +81,23 @@ class SliceReconciler:
                         continue
                     raise
                 log.info("OffloadSlice %s/%s: %s (%s) %s", tenant, name, decision.phase, decision.reason, decision.message)
+                self._record(obj, decision)
+
+    def _record(self, obj: Mapping[str, Any], decision: SliceDecision) -> None:
+        """An Event on the OffloadSlice when the decision differs from the stored one (a
+        status rewritten only for its generation or its amounts says nothing new)."""
+        before = obj.get("status") or {}
+        if self._recorder is None or (before.get("phase"), before.get("reason"), before.get("message")) == (
+            decision.phase, decision.reason, decision.message
+        ):
+            return
+        meta = obj.get("metadata") or {}
+        event = decision_event(str(meta.get("name") or ""), str((obj.get("spec") or {}).get("pool") or ""),
+                               decision.phase, decision.reason, decision.message)
+        # Informer items carry no kind: the Event's involvedObject needs one.
+        involved = {"apiVersion": SLICE_API_VERSION, "kind": c.SLICE_KIND,
+                    "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if meta.get(k)}}
+        (self._recorder.warning if event.warning else self._recorder.normal)(involved, event.reason, event.message)
 
     # --- which keys an event concerns --------------------------------------------------------
     def keys_for_consumer(self, consumer: Mapping[str, Any]) -> list[str]:

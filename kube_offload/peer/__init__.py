@@ -8,6 +8,8 @@ Kubernetes API for everything else, both with the admin kubeconfigs the user pas
 One module per concern: :mod:`.cli` (the flags), :mod:`.inputs` (flag values and the
 local files they name, checked before any cluster is read), :mod:`.helm` (the releases),
 :mod:`.api` (one cluster through the Kubernetes API), :mod:`.session` (what both commands
-share: the resolved context, waiting, running a plan, exit codes), :mod:`.connect`
+share: the resolved context, waiting, running a plan, exit codes), :mod:`.eviction` (a
+going node's pods evicted: ``unpeer``, and ``peer`` removing a slice), :mod:`.slice_removal`
+(what removed slices left, and taking it down), :mod:`.connect`
 (``peer``) and :mod:`.disconnect` (``unpeer``).
 """

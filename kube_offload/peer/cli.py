@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                   "gpu=gpu:cpu=2,memory=4Gi,nvidia.com/gpu=1, repeatable: each slice is one more virtual node "
                   "(kube-offload-<remote id>-NAME) and vkubelet Deployment, sized from what the provider accepts "
                   "(docs/slices.md); the provider's admin defines the pools (remote chart consumers[].pools); "
-                  "unset: keep the slices the release has")
+                  "a slice the release has that is not listed is removed: its pods evicted, then its node, Leases and "
+                  "OffloadSlice deleted; 'none': remove every slice; unset: keep the slices the release has")
     flag("--policy-file", default="",
          help="YAML/JSON file holding the consumer's provider policy (Consumer spec.policy, docs/security.md); "
               "replaces its whole policy; unset: keep (none: the safe defaults)")

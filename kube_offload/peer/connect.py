@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import base64
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import yaml
@@ -18,11 +19,13 @@ from kube_offload import peering_plans as plans
 from kube_offload.peer import gateway as gw
 from kube_offload.peer.api import Cluster
 from kube_offload.peer.errors import CommandError
+from kube_offload.peer import slice_removal
 from kube_offload.peer.inputs import pod_security_level, policy_grants, read_policy_file, read_values_files, remote_endpoint
 from kube_offload.peer.session import Context, execute, open_context, run_command, say, wait
 from kube_offload.runtime.flags import appended
 from kube_offload.runtime import kinds
 from kube_offload.runtime.kube import ApiError
+from kube_offload.slice_requests import SliceRequest
 from kube_offload.times import now_time
 
 
@@ -31,9 +34,40 @@ def _b64(data: Mapping[str, str] | None, key: str) -> bytes | None:
     return base64.b64decode(value) if value else None
 
 
-def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
-    server, ca_pem = remote_endpoint(ctx.remote_kubeconfig, args.remote_context)
+@dataclass(frozen=True)
+class PeerFlags:
+    """The flags of ``peer`` that need no cluster, and the files they name, read and checked
+    before anything else (Helm, the charts, the kubeconfigs): a mistake in one is the first
+    thing reported, naming the flag and the fix."""
+
+    quota: Mapping[str, str] | None
+    pod_security_level: str | None
+    node_labels: Mapping[str, str] | None
+    slices: tuple[SliceRequest, ...] | None
+    policy: Mapping[str, Any] | None
+    policy_grants: Mapping[tuple[str, str], tuple[str, ...]]
+    local_values: Mapping[str, Any]
+    remote_values: Mapping[str, Any]
+    gateway: p.GatewayOptions | None
+
+
+def check_flags(args: argparse.Namespace) -> PeerFlags:
     labels = appended(args, "--node-label")
+    return PeerFlags(
+        quota=p.parse_quota(args.quota) if args.quota else None,
+        pod_security_level=pod_security_level(args.pod_security_level),
+        node_labels=p.parse_node_labels(labels) if labels else None,
+        slices=p.parse_slice_flags(appended(args, "--slice")),
+        policy=read_policy_file(args.policy_file),
+        policy_grants=policy_grants(args),
+        local_values=read_values_files(appended(args, "--local-values"), "--local-values"),
+        remote_values=read_values_files(appended(args, "--remote-values"), "--remote-values"),
+        gateway=gateway_options(args),
+    )
+
+
+def peer_options(args: argparse.Namespace, ctx: Context, flags: PeerFlags) -> p.PeerOptions:
+    server, ca_pem = remote_endpoint(ctx.remote_kubeconfig, args.remote_context)
     return p.PeerOptions(
         local_cluster_id=args.local_cluster_id,
         remote_cluster_id=args.remote_cluster_id,
@@ -44,17 +78,17 @@ def peer_options(args: argparse.Namespace, ctx: Context) -> p.PeerOptions:
         namespace=args.namespace,
         local_release=args.local_release,
         remote_release=args.remote_release,
-        quota=p.parse_quota(args.quota) if args.quota else None,
-        pod_security_level=pod_security_level(args.pod_security_level),
-        node_labels=p.parse_node_labels(labels) if labels else None,
-        slices=p.parse_slice_flags(appended(args, "--slice")),
-        policy=read_policy_file(args.policy_file),
-        policy_grants=policy_grants(args),
-        local_values=read_values_files(appended(args, "--local-values"), "--local-values"),
-        remote_values=read_values_files(appended(args, "--remote-values"), "--remote-values"),
+        quota=flags.quota,
+        pod_security_level=flags.pod_security_level,
+        node_labels=flags.node_labels,
+        slices=flags.slices,
+        policy=flags.policy,
+        policy_grants=flags.policy_grants,
+        local_values=flags.local_values,
+        remote_values=flags.remote_values,
         wait=bool(args.wait),
         token_expiration_seconds=int(args.token_expiration),
-        gateway=gateway_options(args),
+        gateway=flags.gateway,
     )
 
 
@@ -140,6 +174,7 @@ def observe_peer(ctx: Context, options: p.PeerOptions) -> p.PeerState:
         consumer_service_account_exists=ctx.remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
         local_gateway=gw.observe_side(ctx.local, ctx.namespace, p.local_gateway_name(options)),
         remote_gateway=gw.observe_side(ctx.remote, ctx.namespace, p.remote_gateway_name(options)),
+        slices=slice_removal.observe(ctx, options.local_cluster_id, options.remote_cluster_id),
     )
 
 
@@ -192,6 +227,8 @@ class PeerRun:
             return "both keys dropped: each gateway makes a new pair"
         if step.action == p.GATEWAY_PEERS:
             return gw.exchange(ctx, options, step.data["previous"])
+        if step.action in slice_removal.ACTIONS:
+            return slice_removal.carry_out(ctx, options.local_cluster_id, step)
         if step.action == p.WAIT_NODE_READY:
             node = p.node_name(options.remote_cluster_id)
             deployment = p.vkubelet_deployment_name(options.local_release, options.remote_cluster_id)
@@ -246,16 +283,9 @@ def run_peer(args: argparse.Namespace) -> int:
 
 
 def _peer(args: argparse.Namespace) -> int:
-    # The flags that need no cluster are checked before anything is read.
-    if args.quota:
-        p.parse_quota(args.quota)
-    p.parse_node_labels(appended(args, "--node-label"))
-    pod_security_level(args.pod_security_level)
-    read_policy_file(args.policy_file)
-    policy_grants(args)
-    gateway_options(args)
+    flags = check_flags(args)  # before Helm, the charts and the clusters are looked for
     ctx = open_context(args)
-    options = peer_options(args, ctx)
+    options = peer_options(args, ctx, flags)
     steps = plans.plan_peer(observe_peer(ctx, options), options)
     title = f"peer {options.local_cluster_id} -> {options.remote_cluster_id}"
     say(plans.render_plan(steps, title=title))

@@ -5,16 +5,16 @@ nothing of the consumer on the remote."""
 from __future__ import annotations
 
 import argparse
-import time
 
 from kube_offload import constants as c
 from kube_offload import peering as p
 from kube_offload import peering_plans as plans
 from kube_offload.peer import gateway as gw
-from kube_offload.peer.errors import CommandError
-from kube_offload.peer.session import POLL_SECONDS, Context, execute, open_context, run_command, say, wait
+from kube_offload.peer import slice_removal
+from kube_offload.peer.eviction import evict_pods
+from kube_offload.peer.session import Context, execute, open_context, run_command, say, wait
 from kube_offload.runtime import kinds
-from kube_offload.runtime.kube import NO_RETRY, ApiError
+from kube_offload.runtime.kube import ApiError
 
 
 def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
@@ -31,6 +31,7 @@ def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
                                label_selector=f"{c.LABEL_ORIGIN_CLUSTER_ID}={options.local_cluster_id}")
     ours = [n for n in origin if ((n["metadata"].get("labels") or {}).get(c.LABEL_MANAGED_BY) == c.MANAGED_BY_ENFORCER)]
     consumer = remote.get(kinds.CONSUMERS, options.local_cluster_id)
+    slices = slice_removal.observe(ctx, options.local_cluster_id, options.remote_cluster_id)
     return p.UnpeerState(
         node_exists=node is not None,
         node_unschedulable=bool(((node or {}).get("spec") or {}).get("unschedulable")),
@@ -47,6 +48,7 @@ def observe_unpeer(ctx: Context, options: p.UnpeerOptions) -> p.UnpeerState:
         consumer_service_account_exists=remote.get(kinds.SERVICE_ACCOUNTS, c.CONSUMER_SERVICE_ACCOUNT, namespace=tenant) is not None,
         local_gateway_objects=gw.objects_of(local, ctx.namespace, p.local_gateway_name(options)),
         remote_gateway_objects=gw.objects_of(remote, ctx.namespace, p.remote_gateway_name(options)),
+        slices=slices,
     )
 
 
@@ -71,7 +73,7 @@ class UnpeerRun:
                 local.kube.patch(kinds.NODES, node, {"spec": {"unschedulable": True}})
                 return "cordoned"
             if step.action == p.EVICT_PODS:
-                return self._drain(step.data["pods"])
+                return evict_pods(local, step.data["pods"], timeout=ctx.timeout, command="unpeer")
             if step.action == p.LOCAL_RELEASE:
                 release = ctx.local_helm.upgrade(step.data["release"], step.data["chart"], step.data["values"], version=step.data.get("version", ""),
                                                  wait=False, timeout=ctx.timeout)
@@ -92,9 +94,12 @@ class UnpeerRun:
             if step.action == p.DELETE_KUBECONFIG_SECRET:
                 local.delete(kinds.SECRETS, step.data["name"], namespace=ctx.namespace)
                 return "deleted"
+            if step.action in (p.CORDON_SLICE_NODES, p.WAIT_SLICE_VKUBELETS_GONE, p.DELETE_SLICE_NODES):
+                return slice_removal.carry_out(ctx, options.local_cluster_id, step)
             if step.action == p.DELETE_NODE:
                 local.delete(kinds.NODES, node)
-                local.delete(kinds.LEASES, node, namespace="kube-node-lease")
+                local.delete(kinds.LEASES, node, namespace=c.NODE_LEASE_NAMESPACE)
+                local.delete(kinds.LEASES, c.vkubelet_leader_lease_name(options.remote_cluster_id), namespace=ctx.namespace)
                 wait(lambda: local.get(kinds.NODES, node) is None, timeout=ctx.timeout, what=f"for node {node} to go")
                 return "deleted"
             if step.action == p.DELETE_GATEWAY_OBJECTS:
@@ -158,54 +163,6 @@ class UnpeerRun:
         namespaces = remote.list_items(kinds.NAMESPACES, label_selector=(
             f"{c.LABEL_ORIGIN_CLUSTER_ID}={options.local_cluster_id},{c.LABEL_MANAGED_BY}={c.MANAGED_BY_ENFORCER}"))
         return not requests and not namespaces
-
-    def _drain(self, pods: list[str]) -> str:
-        """Evict every pod (PodDisruptionBudgets honoured, refusals retried) and wait until
-        they are gone: the virtual kubelet deletes each one's remote ShadowPod, then the pod.
-        A pod still terminating at the deadline (its virtual kubelet is down) is deleted at
-        once; its remote copy goes with the twin namespaces next."""
-        local, timeout = self.ctx.local, self.ctx.timeout
-        remaining = set(pods)
-        refused: dict[str, str] = {}
-        forced: list[str] = []
-        deadline = time.monotonic() + timeout
-        while remaining:
-            late = time.monotonic() >= deadline
-            for key in sorted(remaining):
-                namespace, name = key.split("/", 1)
-                pod = local.get(kinds.PODS, name, namespace=namespace)
-                if pod is None:
-                    remaining.discard(key)
-                    refused.pop(key, None)
-                elif pod["metadata"].get("deletionTimestamp"):
-                    if late and key not in forced:
-                        local.delete(kinds.PODS, name, namespace=namespace, grace_period_seconds=0)
-                        forced.append(key)
-                else:
-                    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
-                    try:
-                        # One try: a refusal is retried by this loop, until the deadline.
-                        local.kube.create(kinds.PODS, eviction, namespace=namespace, subresource="eviction", retry=NO_RETRY)
-                        refused.pop(key, None)
-                    except ApiError as exc:
-                        if exc.status == 429:  # a PodDisruptionBudget says not now
-                            refused[key] = exc.message
-                        elif not exc.not_found:
-                            raise local.error(exc) from None
-            if not remaining:
-                break
-            if late and refused:
-                details = "; ".join(f"{key}: {message}" for key, message in sorted(refused.items()))
-                raise CommandError(
-                    f"local: eviction refused until the deadline ({int(timeout)}s) for {details}; "
-                    "scale the workload or relax its PodDisruptionBudget, then run unpeer again"
-                )
-            if time.monotonic() >= deadline + 60:
-                raise CommandError(f"local: pods {', '.join(sorted(remaining))} are still there after deletion")
-            time.sleep(POLL_SECONDS)
-        if forced:
-            return f"evicted; still terminating after {int(timeout)}s, so deleted at once: {', '.join(forced)}"
-        return "evicted"
 
 
 def run_unpeer(args: argparse.Namespace) -> int:

@@ -78,6 +78,12 @@ NOT_COUNTED = {"events", "events.events.k8s.io"}
 TOKEN_EXPIRATION = 600  # seconds: the shortest the API server grants
 RENEW_FRACTION = 0.05  # renewed every 30 s
 KUBECONFIG_SECRET = f"{REMOTE_ID}-kubeconfig"
+# A slice (docs/slices.md) of the pool "general" the remote release grants the consumer
+# (through --remote-values), on one of the remote's nodes.
+SLICE = "web"
+SLICE_FLAG = f"{SLICE}=general:cpu=500m,memory=1Gi,pods=4"
+SLICE_NODE = c.slice_node_name(NODE, SLICE)
+SLICE_DEPLOYMENT = f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}-{SLICE}"
 
 
 class Pair:
@@ -98,8 +104,12 @@ class Pair:
             "optIn": {"runtimeClass": False},
             "vkubelet": {"remoteTokenRenewFraction": RENEW_FRACTION},
         }))
+        self.remote_values = env.state_dir / "peering-remote-values.yaml"
+        self.remote_values.write_text(yaml.safe_dump({
+            "consumers": [{"name": LOCAL_ID, "pools": [{"name": "general", "nodeSelector": {"pool": "general"}}]}],
+        }))
         self.stop_watching = threading.Event()
-        self.watcher: threading.Thread | None = None
+        self.processes: list[str] = []  # the vkubelet processes started, each tied to its Deployment's pod
         self.chart_client_config: list[dict] = []  # the remote chart's registration of the enforcer's webhooks
 
     # --- the CLI ---------------------------------------------------------------------------
@@ -120,6 +130,7 @@ class Pair:
         return ["--remote-server", server, "--token-expiration", f"{TOKEN_EXPIRATION}s",
                 "--quota", "cpu=2,memory=4Gi,pods=10", "--pod-security-level", "baseline",
                 "--node-label", "topology.kubernetes.io/region=eu-peer", "--local-values", str(self.values),
+                "--remote-values", str(self.remote_values),
                 "--grant-priority-classes", "e2e-peer-batch", "--grant-storage-classes", "local-path"]
 
     def run(self, command: str, *extra: str, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -151,16 +162,17 @@ class Pair:
         on the next upgrade does not meet a url it never wrote."""
         chart_processes.set_enforcer_webhook_client_config(self.remote, self.chart_client_config)
 
-    def start_vkubelet(self, pod: str) -> None:
+    def start_vkubelet(self, pod: str, deployment: str = f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}",
+                       process: str = f"vkubelet-{REMOTE_ID}") -> None:
         chart_processes.start_vkubelet(
-            self.env, self.local, namespace=NAMESPACE, deployment=f"{LOCAL_RELEASE}-vkubelet-{REMOTE_ID}",
-            process=f"vkubelet-{REMOTE_ID}", kubelet_port=free_port(),
+            self.env, self.local, namespace=NAMESPACE, deployment=deployment,
+            process=process, kubelet_port=free_port(),
             service_account_ca=chart_processes.service_account_ca(self.env, self.local, NAMESPACE),
         )
-        self.watcher = threading.Thread(target=self._tie_process_to_pod, args=(pod,), daemon=True)
-        self.watcher.start()
+        self.processes.append(process)
+        threading.Thread(target=self._tie_process_to_pod, args=(pod, process), daemon=True).start()
 
-    def _tie_process_to_pod(self, pod: str) -> None:
+    def _tie_process_to_pod(self, pod: str, process: str) -> None:
         """Stop the vkubelet process once its pod is being deleted, then let the pod go."""
         while not self.stop_watching.wait(0.3):
             result = self.local.kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "json", check=False)
@@ -168,7 +180,7 @@ class Pair:
                 continue
             if result.returncode == 0 and not json.loads(result.stdout)["metadata"].get("deletionTimestamp"):
                 continue
-            self.env.processes.stop(f"vkubelet-{REMOTE_ID}")
+            self.env.processes.stop(process)
             if result.returncode == 0:
                 self.drop_finalizer(pod)
             return
@@ -177,15 +189,15 @@ class Pair:
         self.local.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=merge", "-p",
                            json.dumps({"metadata": {"finalizers": None}}), check=False)
 
-    def vkubelet_pods(self) -> list[dict]:
+    def vkubelet_pods(self, selector: str = f"{c.LABEL_CLUSTER_ID}={REMOTE_ID}") -> list[dict]:
         return self.local.kubectl_json(
             "get", "pods", "-n", NAMESPACE,
-            "-l", f"app.kubernetes.io/instance={LOCAL_RELEASE},app.kubernetes.io/component=vkubelet,{c.LABEL_CLUSTER_ID}={REMOTE_ID}",
+            "-l", f"app.kubernetes.io/instance={LOCAL_RELEASE},app.kubernetes.io/component=vkubelet,{selector}",
         )["items"]
 
     def stop(self) -> None:
         self.stop_watching.set()
-        for name in (f"vkubelet-{REMOTE_ID}", f"enforcer-{REMOTE_ID}"):
+        for name in (*self.processes, f"vkubelet-{REMOTE_ID}", f"enforcer-{REMOTE_ID}"):
             self.env.processes.stop(name)
 
 
@@ -195,18 +207,21 @@ def pair(offload_env: Environment, local: Cluster) -> Iterator[Pair]:
     remote = offload_env.cluster(spec)
     remote.create()
     remote.add_physical_nodes()
+    # The pool "general" the remote values grant: one of its nodes.
+    first = remote.kubectl_json("get", "nodes")["items"][0]["metadata"]["name"]
+    remote.kubectl("label", "node", first, "pool=general")
     pair = Pair(offload_env, local, remote)
     try:
         yield pair
     finally:
         pair.stop()
-        for item in pair.vkubelet_pods():
+        for item in [*pair.vkubelet_pods(), *pair.vkubelet_pods(f"{c.LABEL_SLICE_NODE}={SLICE_NODE}")]:
             pair.drop_finalizer(item["metadata"]["name"])
         local.kubectl("delete", "namespace", DEMO, "--ignore-not-found", "--wait=false", check=False)
         subprocess.run([str(offload_env.bins.helm), "--kubeconfig", str(local.kubeconfig), "-n", NAMESPACE,
                         "uninstall", LOCAL_RELEASE, "--ignore-not-found"], capture_output=True, timeout=120)
         local.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
-        local.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
+        local.kubectl("delete", "node", NODE, SLICE_NODE, "--ignore-not-found", check=False)
         remote.delete()
 
 
@@ -433,6 +448,74 @@ def test_the_token_rotates_while_pods_keep_running_and_offloading(pair: Pair, wa
          timeout=120, what="a pod made after the rotation Running on the virtual node")
     assert pair.local.kubectl_json("get", "pod", "after-rotation", "-n", DEMO)["spec"]["nodeName"] == NODE
     assert len(pair.remote.kubectl_json("get", "shadowpods.kube-offload.io", "-n", TWIN)["items"]) == 2
+
+
+def offload_status(pair: Pair) -> dict:
+    """`kube-offload status -o json`'s row of this module's remote."""
+    result = subprocess.run(
+        [sys.executable, "-m", "kube_offload.cli", "status", "--kubeconfig", str(pair.local.kubeconfig),
+         "--remote-kubeconfig", f"{REMOTE_ID}={pair.remote.kubeconfig}", "-o", "json"],
+        capture_output=True, text=True, timeout=120, env=pair.env._process_env())
+    assert "Traceback" not in result.stderr, result.stderr
+    [row] = [r for r in json.loads(result.stdout)["remotes"] if r["cluster"] == REMOTE_ID]
+    return row
+
+
+def test_a_slice_removed_with_peer_leaves_nothing_behind(pair: Pair, wait):
+    """Issue 41: `peer` without a slice it had (here `--slice none`) left the slice's node
+    (NotReady: `kubectl offload status` unhealthy), its leader Lease and its OffloadSlice
+    behind. Now it drains the node while its vkubelet runs, then deletes them all."""
+    added = pair.run("peer", *pair.peer_args(), "--slice", SLICE_FLAG)
+    assert added.returncode == 0, f"peer --slice failed:\n{added.stdout}\n{added.stderr}"
+    assert f"local: upgrade release {NAMESPACE}/{LOCAL_RELEASE}" in added.stdout, added.stdout
+    pods = wait(lambda: [p for p in pair.vkubelet_pods(f"{c.LABEL_SLICE_NODE}={SLICE_NODE}")
+                         if not p["metadata"].get("deletionTimestamp")], timeout=120, what=f"the pod of {SLICE_DEPLOYMENT}")
+    pod = pods[0]["metadata"]["name"]
+    pair.local.kubectl("patch", "pod", pod, "-n", NAMESPACE, "--type=merge", "-p",
+                       json.dumps({"metadata": {"finalizers": [FINALIZER]}}))
+    pair.start_vkubelet(pod, deployment=SLICE_DEPLOYMENT, process=f"vkubelet-{REMOTE_ID}-{SLICE}")
+
+    def accepted():
+        obj = pair.remote.kubectl("get", f"{c.SLICE_PLURAL}.{c.DOMAIN}", SLICE, "-n", TENANT, "-o", "json", check=False)
+        return obj.returncode == 0 and (json.loads(obj.stdout).get("status") or {}).get("phase") == c.SLICE_PHASE_ACCEPTED
+
+    wait(accepted, timeout=120, what=f"OffloadSlice {SLICE} Accepted")
+    wait(lambda: pair.local.kubectl("get", "node", SLICE_NODE, "-o", "jsonpath={.status.allocatable.pods}",
+                                    check=False).stdout.strip() == "4", timeout=120, what=f"node {SLICE_NODE} sized")
+    # A pod on the slice's node: the removal must take it home, not strand it.
+    pair.local.apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-slice", "namespace": DEMO},
+        "spec": {"nodeSelector": {c.LABEL_SLICE: SLICE}, "terminationGracePeriodSeconds": 2,
+                 "containers": [{"name": "app", "image": IMAGE, "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}}}]},
+    })
+    wait(lambda: (pair.local.kubectl_json("get", "pod", "on-slice", "-n", DEMO).get("status") or {}).get("phase") == "Running",
+         timeout=120, what=f"a pod Running on {SLICE_NODE}")
+    assert pair.local.kubectl_json("get", "pod", "on-slice", "-n", DEMO)["spec"]["nodeName"] == SLICE_NODE
+    assert exists(pair.remote, f"{c.SHADOWPOD_PLURAL}.{c.DOMAIN}", "on-slice", "-n", TWIN)
+    leader_lease = c.vkubelet_leader_lease_name(REMOTE_ID, SLICE)
+    wait(lambda: exists(pair.local, "lease", leader_lease, "-n", NAMESPACE), timeout=60, what=f"Lease {leader_lease}")
+    assert exists(pair.local, "lease", SLICE_NODE, "-n", c.NODE_LEASE_NAMESPACE)
+    assert [s["name"] for s in offload_status(pair)["slices"]] == [SLICE]
+
+    removed = pair.run("peer", *pair.peer_args(), "--slice", "none")
+    assert removed.returncode == 0, f"peer --slice none failed:\n{removed.stdout}\n{removed.stderr}"
+    assert "local: evict the 1 pod(s) on the removed slices' node(s)" in removed.stdout, removed.stdout
+    assert "deleted at once" not in removed.stdout, removed.stdout  # it left through its vkubelet
+
+    assert not exists(pair.local, "pod", "on-slice", "-n", DEMO)
+    assert not exists(pair.local, "deployment", SLICE_DEPLOYMENT, "-n", NAMESPACE)
+    assert not exists(pair.local, "node", SLICE_NODE)
+    assert not exists(pair.local, "lease", SLICE_NODE, "-n", c.NODE_LEASE_NAMESPACE)
+    assert not exists(pair.local, "lease", leader_lease, "-n", NAMESPACE)
+    assert exists(pair.local, "lease", c.vkubelet_leader_lease_name(REMOTE_ID), "-n", NAMESPACE)  # the peering's own stays
+    assert not exists(pair.remote, f"{c.SLICE_PLURAL}.{c.DOMAIN}", SLICE, "-n", TENANT)
+    assert pair.remote.kubectl_json("get", f"{c.SHADOWPOD_PLURAL}.{c.DOMAIN}", "-A", "-l", c.LABEL_SLICE)["items"] == []
+    row = offload_status(pair)
+    assert row["health"] == "healthy" and row["slices"] == [], (row["problems"], row["slices"])
+    # The peering itself is untouched, and peering again changes nothing.
+    assert node_ready(pair.local)
+    again = pair.run("peer", *pair.peer_args())
+    assert again.returncode == 0 and "nothing to change" in again.stdout, again.stdout + again.stderr
 
 
 def test_unpeer_leaves_nothing_of_the_consumer(pair: Pair, wait):

@@ -9,11 +9,13 @@ own ``kube-offload vkubelet --slice`` process (the harness's, under the chart's 
 
 * ``gpu``     = pool gpu:     cpu=2, memory=4Gi, nvidia.com/gpu=2 -> Accepted;
 * ``general`` = pool general: cpu=8, memory=8Gi                   -> PartiallyAccepted:
-  the quota leaves 6 - 2 = 4 cpu (the pool's node has 8).
+  the quota leaves 6 - 2 = 4 cpu (the pool's node has 8);
+* ``fpga``    = pool fpga (the provider has none): cpu=1           -> Refused (UnknownPool).
 
 Proven here: the provider's answers, the two virtual nodes (named, labelled and sized from
-what was accepted), and pods that land on the right pool's provider node (the remote pod's
-nodeName) through the pool's patch, which the consumer never wrote.
+what was accepted; the refused one tainted and offering nothing), pods that land on the
+right pool's provider node (the remote pod's nodeName) through the pool's patch, which the
+consumer never wrote, and an Event per decision on both sides (issue 41).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ GPU = "nvidia.com/gpu"
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
 GPU_SLICE = SliceSpec("gpu=gpu:cpu=2,memory=4Gi,nvidia.com/gpu=2")
 GENERAL_SLICE = SliceSpec("general=general:cpu=8,memory=8Gi")
+REFUSED_SLICE = SliceSpec("fpga=fpga:cpu=1")
 
 
 def slices_topology() -> Any:
@@ -53,7 +56,7 @@ def slices_topology() -> Any:
         NodePool("general", nodes=1),
     ]
     remote.quota = {"cpu": "6"}
-    remote.slices = [GPU_SLICE, GENERAL_SLICE]
+    remote.slices = [GPU_SLICE, GENERAL_SLICE, REFUSED_SLICE]
     return topology
 
 
@@ -230,3 +233,59 @@ def test_pods_land_on_their_slice_pool(local: Cluster, remote: Cluster) -> None:
         assert token_secrets() == expected
     finally:
         delete_namespace(local, namespace)
+
+
+def test_a_refused_slices_node_is_tainted_and_offers_nothing(local: Cluster, remote: Cluster) -> None:
+    fpga = decided(remote, "fpga")
+    assert fpga["status"]["phase"] == c.SLICE_PHASE_REFUSED and fpga["status"]["reason"] == "UnknownPool", fpga["status"]
+
+    def tainted() -> dict[str, Any] | None:
+        node = find(local, "node", slice_node("fpga"))
+        taints = {(t["key"], t["effect"]) for t in ((node or {}).get("spec") or {}).get("taints") or []}
+        return node if (c.TAINT_SLICE_NOT_ACCEPTED_KEY, c.TAINT_SLICE_NOT_ACCEPTED_EFFECT) in taints else None
+
+    node = wait_for(tainted, what=f"node {slice_node('fpga')} tainted {c.TAINT_SLICE_NOT_ACCEPTED_KEY}", timeout=60)
+    assert amount(node, "pods") == 0 and amount(node, "cpu") == 0, node["status"]["allocatable"]
+    assert node["metadata"]["labels"][c.LABEL_SLICE] == "fpga"
+
+
+# (slice, Event reason, Event type) for each decision of this module's provider.
+DECISIONS = [("gpu", "SliceAccepted", "Normal"), ("general", "SlicePartiallyAccepted", "Warning"),
+             ("fpga", "SliceRefused", "Warning")]
+
+
+def _events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.kind={kind},involvedObject.name={name}")["items"]
+    return items
+
+
+@pytest.mark.parametrize("slice_name, reason, event_type", DECISIONS)
+def test_each_slice_decision_is_an_event_on_the_offloadslice_and_on_its_node(
+        local: Cluster, remote: Cluster, slice_name: str, reason: str, event_type: str) -> None:
+    """Issue 41: a slice's decision wrote no Event. The enforcer writes one on the
+    OffloadSlice (provider), the slice's vkubelet one on its node (consumer), both where
+    ``kubectl describe`` shows them."""
+    decided(remote, slice_name)
+    tenant = c.tenant_namespace(LOCAL_ID)
+    node = slice_node(slice_name)
+
+    def event(cluster: Cluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        return next((e for e in _events(cluster, namespace, kind, name) if e["reason"] == reason), None)
+
+    provider = wait_for(lambda: event(remote, tenant, c.SLICE_KIND, slice_name),
+                        what=f"a {reason} Event on OffloadSlice {slice_name}", timeout=60)
+    consumer = wait_for(lambda: event(local, "default", "Node", node), what=f"a {reason} Event on node {node}", timeout=60)
+    for seen in (provider, consumer):
+        assert seen["type"] == event_type, seen
+        assert seen["message"].startswith(f"slice {slice_name} (pool "), seen["message"]
+    if slice_name == "general":
+        assert "cpu: asked 8, accepted 4" in provider["message"] and "cpu: asked 8, accepted 4" in consumer["message"]
+    # One per decision: the slice was decided once, whatever the passes since.
+    assert [e["reason"] for e in _events(remote, tenant, c.SLICE_KIND, slice_name)].count(reason) == 1
+    assert provider.get("count", 1) == 1, provider
+    # Where users look: `kubectl describe` finds them by the object's uid.
+    described = remote.kubectl("describe", f"{c.SLICE_PLURAL}.{c.DOMAIN}", slice_name, "-n", tenant).stdout
+    assert reason in described, described
+    described = local.kubectl("describe", "node", node).stdout
+    assert reason in described, described

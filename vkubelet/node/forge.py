@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 READY = "Ready"
 CONDITION_TYPES = (READY, *PRESSURE_CONDITIONS)
-LEASE_NAMESPACE = "kube-node-lease"
+LEASE_NAMESPACE = c.NODE_LEASE_NAMESPACE
 
 # Reasons shown by `kubectl describe node`, kubelet-style.
 REASON_READY = reasons.REASON_REMOTE_REACHABLE

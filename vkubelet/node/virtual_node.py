@@ -18,7 +18,8 @@ or pods. Capacity is capped by the Consumer's quota, and the labels the provider
 go on the node under the configured ones.
 
 The Node is never deleted here, not even on shutdown: pods bound to it must survive a
-vkubelet restart (deleting the node would make the pod GC delete them).
+vkubelet restart (deleting the node would make the pod GC delete them). A removed slice's
+node is ``kube-offload peer``'s to delete (docs/slices.md "Removing a slice").
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from typing import Any, Callable, TYPE_CHECKING
 from kube_offload import capacity as cap
 from kube_offload import constants as c
 from kube_offload import slice_requests as slices
-from kube_offload.runtime.kinds import LEASES, NODES, OFFLOAD_SLICES
+from kube_offload.runtime.kinds import LEASES, NODES
 from kube_offload.runtime.kube import NO_RETRY, ApiError, Kube, MERGE_PATCH
 from vkubelet.node import forge
+from vkubelet.node.slice_request import NodeSlice, Recorder
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.shared import provider_terms as terms
 from vkubelet.shared.provider_terms import ProviderTerms
@@ -60,6 +62,7 @@ class VirtualNode:
         informers: SharedInformers,
         *,
         clock: Clock = utc_now,
+        recorder: Recorder | None = None,  # Events on the node
     ) -> None:
         self.settings = settings
         self._clock = clock
@@ -88,10 +91,9 @@ class VirtualNode:
         self.consumer.add_handler(self._on_consumer_change)
         self.node_informer.add_handler(lambda _kind, _old, _new: self._wake.set())
         # Slice mode: our OffloadSlice (what we ask for, the provider's answer) sizes the node.
-        self.slice_informer = informers.remote_slice() if settings.slice is not None else None
-        self._slice_answer: slices.SliceAnswer | None = None  # None: not listed yet
-        if self.slice_informer is not None:
-            self.slice_informer.add_handler(self._on_consumer_change)
+        self.slice = None if settings.slice is None else NodeSlice(settings, informers.remote_slice(), self._remote, recorder)
+        if self.slice is not None:
+            self.slice.informer.add_handler(self._on_consumer_change)
 
     # --- public ----------------------------------------------------------------------------
     @property
@@ -121,14 +123,10 @@ class VirtualNode:
             labels[c.LABEL_HOSTNAME] = c.virtual_node_name(self.settings.cluster_id)
         return labels
 
-    def slice_answer(self) -> slices.SliceAnswer | None:
-        """The provider's answer to our slice as last read (None: not a slice, or not listed yet)."""
-        return self._slice_answer
-
     def _suggested(self) -> dict[str, str] | None:
         current = self.terms()
         suggested = current.suggested_labels if current else None
-        answer = self._slice_answer
+        answer = self.slice.answer if self.slice else None
         if answer is None or not answer.node_labels:
             return suggested
         merged, _ = forge.slice_suggested(suggested, answer.node_labels)
@@ -284,10 +282,11 @@ class VirtualNode:
 
     def observe(self) -> forge.Observation:
         """Re-read the provider's terms if our Consumer (or our slice) changed (once it listed)."""
-        if self._capacity_dirty.is_set() and self.consumer.has_synced() and self._slice_listed():
+        if self._capacity_dirty.is_set() and self.consumer.has_synced() and (self.slice is None or self.slice.listed()):
             self._capacity_dirty.clear()
             self._read_terms()
-            self._read_slice()
+            if self.slice is not None:
+                self.slice.read()
         last = max(self._last_answer, self._informers.remote_last_contact())
         with self._lock:
             reachable, version = self._reachable, self._remote_version
@@ -297,7 +296,7 @@ class VirtualNode:
         if self.settings.slice is not None and current is not None and current.admitted:
             # A slice's node offers what the provider accepted, never the Consumer's
             # summary of the whole provider (the pool is a part of it).
-            answer = self._slice_answer
+            answer = self.slice.answer if self.slice else None
             # Pods a slice does not bound: as many as the peering's own node offers.
             pods = (capacity or {}).get("pods", 0)
             capacity = slices.node_capacity(answer, default_pods=pods) if answer is not None else None
@@ -308,58 +307,6 @@ class VirtualNode:
             pressure=summary.pressure if summary else {},
             remote_version=version,
         )
-
-    # --- slice ----------------------------------------------------------------------------
-    def _slice_listed(self) -> bool:
-        return self.slice_informer is None or self.slice_informer.has_synced()
-
-    def _read_slice(self) -> None:
-        """Re-read our OffloadSlice from its cache; log what the provider's answer changed."""
-        if self.slice_informer is None or self.settings.slice is None:
-            return
-        name = self.settings.slice.name
-        obj = self.slice_informer.get(f"{self.settings.tenant_namespace}/{name}")
-        fresh = slices.read_answer(obj)
-        previous, self._slice_answer = self._slice_answer, fresh
-        if previous is not None and (previous.phase, previous.accepted, previous.message, previous.stale) == (
-            fresh.phase, fresh.accepted, fresh.message, fresh.stale
-        ):
-            return
-        if fresh.usable:
-            log.info(
-                "slice %s is %s: node %s offers %s%s", name, fresh.phase, self.settings.node_name,
-                forge.resources_text(fresh.accepted), f" ({fresh.message})" if fresh.message else "",
-            )
-        elif obj is not None:
-            log.warning(
-                "%s: node %s keeps the taint %s:%s and offers nothing", slices.not_accepted_message(name, fresh),
-                self.settings.node_name, c.TAINT_SLICE_NOT_ACCEPTED_KEY, c.TAINT_SLICE_NOT_ACCEPTED_EFFECT,
-            )
-        for problem in fresh.problems:
-            log.warning("OffloadSlice %s: %s", name, problem)
-
-    def ensure_slice(self) -> None:
-        """Create our OffloadSlice, or update its spec to what --slice asks (the flag is the
-        consumer's source of truth; the provider re-decides on the new generation)."""
-        request = self.settings.slice
-        if request is None or self.slice_informer is None or not self.slice_informer.has_synced():
-            return
-        namespace = self.settings.tenant_namespace
-        current = self.slice_informer.get(f"{namespace}/{request.name}")
-        desired = slices.desired_slice(request, namespace=namespace, local_cluster_id=self.settings.local_cluster_id)
-        if current is None:
-            try:
-                self._remote.create(OFFLOAD_SLICES, desired, namespace=namespace)
-                log.info("asked cluster %s for slice %s: pool %s, %s", self.settings.cluster_id, request.name,
-                         request.pool, forge.resources_text(request.resources))
-            except ApiError as exc:
-                if not exc.already_exists:
-                    raise
-            return
-        if slices.spec_differs(current, request):
-            body = {**current, "spec": desired["spec"]}
-            self._remote.replace(OFFLOAD_SLICES, body, namespace=namespace)
-            log.info("updated slice %s: pool %s, %s", request.name, request.pool, forge.resources_text(request.resources))
 
     def _current_node(self) -> dict[str, Any] | None:
         cached = self.node_informer.get(self.settings.node_name)
@@ -372,7 +319,8 @@ class VirtualNode:
     def sync(self) -> None:
         """Converge the Node once (idempotent)."""
         now = self._clock()
-        self.ensure_slice()
+        if self.slice is not None:
+            self.slice.ensure()
         observation = self.observe()
         node = self._current_node()
         annotations: dict[str, str] = {}
@@ -381,7 +329,7 @@ class VirtualNode:
         suggested = self._suggested()
         cordoned = bool(current and current.admitted and current.cordoned)
         draining = bool(current and current.admitted and current.draining)
-        answer = self._slice_answer
+        answer = self.slice.answer if self.slice else None
         slice_refused = self.settings.slice is not None and not (answer is not None and answer.usable)
         if (current is not None and not current.admitted) or self.settings.slice is not None:
             # A slice's node publishes no remote-capacity summary: the consumer does not
@@ -420,6 +368,8 @@ class VirtualNode:
             self._written = self._local.patch(
                 NODES, self.settings.node_name, patch, subresource="status", content_type=MERGE_PATCH
             )
+        if self.slice is not None:
+            self.slice.record_event(node)
 
     def _status_loop(self) -> None:
         backoff = 0.5

@@ -14,9 +14,11 @@ from dataclasses import replace as _replace
 
 import pytest
 
+from kube_offload import constants as c
 from kube_offload import fabric as fb
 from kube_offload import peering as p
 from kube_offload import peering_plans as plans
+from kube_offload import slice_requests as sr
 
 REMOTE_CHART = p.ChartRef(p.REMOTE_CHART, "0.1.0", "/charts/kube-offload-remote")
 LOCAL_CHART = p.ChartRef(p.LOCAL_CHART, "0.1.0", "/charts/kube-offload-local")
@@ -708,3 +710,106 @@ def test_a_gateway_admits_the_consumers_remapped_pods_as_endpoints_and_keeps_the
     assert twice == again
     # without --gateway nothing is granted
     assert "policy" not in p.remote_values_with_consumer({}, options())["consumers"][0]
+
+
+def test_slice_none_removes_every_slice_and_must_stand_alone():
+    assert p.parse_slice_flags([sr.NO_SLICES]) == ()
+    with pytest.raises(p.PeeringError, match="--slice=none removes every slice of the peering: give it alone"):
+        p.parse_slice_flags([sr.NO_SLICES, "gpu=gpu:cpu=1"])
+    slices = p.parse_slice_flags(["gpu=gpu:cpu=2"])
+    values = p.local_values_with_remote({}, options(slices=slices))
+    emptied = p.local_values_with_remote(values, options(slices=p.parse_slice_flags([sr.NO_SLICES])))
+    assert emptied["remoteClusters"][0]["slices"] == []
+
+
+def test_a_bad_slice_is_reported_before_helm_is_looked_for(capsys):
+    """Issue 41: --slice was checked only once Helm and the charts were found, so a missing
+    Helm hid the user's real mistake."""
+    code, err = run_peer_cli(capsys, "--slice", "gpu=gpu:nvidia.com/gpu=500m", "--helm", "/nonexistent/helm")
+    assert code == 2, err
+    assert "--slice='gpu=gpu:nvidia.com/gpu=500m': nvidia.com/gpu=500m must be a whole number" in err, err
+    assert "--helm" not in err, err
+    code, err = run_peer_cli(capsys, "--slice", "none", "--slice", "gpu=gpu:cpu=1", "--helm", "/nonexistent/helm")
+    assert code == 2 and "--slice=none" in err and "--helm" not in err, err
+    # ... as are the values files
+    code, err = run_peer_cli(capsys, "--local-values", "/nonexistent/values.yaml", "--helm", "/nonexistent/helm")
+    assert code == 2 and "--local-values '/nonexistent/values.yaml'" in err and "--helm" not in err, err
+
+
+SLICE_NODE = "kube-offload-remote-2-gpu"
+
+
+def sliced(opts: p.PeerOptions, **state) -> p.PeerState:
+    """Peered as ``opts`` says, with slice ``gpu`` (and its leftovers) in both clusters."""
+    asked = _replace(opts, slices=p.parse_slice_flags(["gpu=gpu:cpu=2"]))
+    base = peered_state(asked)
+    fields = dict(nodes={"gpu": sr.SliceNode(pods=("demo/trainer",))},
+                  leader_leases=("kube-offload-vkubelet-remote-2", "kube-offload-vkubelet-remote-2-gpu"),
+                  offload_slices=("gpu",), shadowpods={"gpu": ("demo-local/trainer",)})
+    fields.update(state)
+    return _replace(base, slices=sr.SliceLeftovers(**fields))
+
+
+def test_a_slice_left_out_is_drained_then_its_node_leases_and_offloadslice_deleted():
+    """Issue 41: a slice removed with peer left its node (NotReady, status unhealthy), its
+    leader Lease and its OffloadSlice behind."""
+    opts = options(slices=p.parse_slice_flags([sr.NO_SLICES]))
+    steps = plans.plan_peer(sliced(opts), opts)
+    assert actions(steps) == [p.CORDON_SLICE_NODES, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_SLICE_VKUBELETS_GONE,
+                              p.DELETE_SLICE_NODES, p.DELETE_SLICE_SHADOWPODS, p.DELETE_OFFLOAD_SLICES, p.WAIT_NODE_READY]
+    by_action = {s.action: s for s in steps}
+    assert by_action[p.CORDON_SLICE_NODES].data == {"nodes": [SLICE_NODE]}
+    assert by_action[p.EVICT_PODS].data == {"pods": ["demo/trainer"]}
+    assert by_action[p.LOCAL_RELEASE].data["values"]["remoteClusters"][0]["slices"] == []
+    assert by_action[p.WAIT_SLICE_VKUBELETS_GONE].data == {"deployments": {
+        "kube-offload-vkubelet-remote-2-gpu":
+            f"app.kubernetes.io/instance=kube-offload,app.kubernetes.io/component=vkubelet,{c.LABEL_SLICE_NODE}={SLICE_NODE}"}}
+    assert not by_action[p.WAIT_SLICE_VKUBELETS_GONE].changes
+    # the peering's own leader Lease stays
+    assert by_action[p.DELETE_SLICE_NODES].data == {"nodes": [SLICE_NODE], "leases": ["kube-offload-vkubelet-remote-2-gpu"]}
+    assert by_action[p.DELETE_SLICE_SHADOWPODS].data == {"slices": ["gpu"]}
+    assert by_action[p.DELETE_OFFLOAD_SLICES].data == {"names": ["gpu"]}
+    assert all("\n" not in s.description for s in steps)
+    # Once done, a second run plans nothing.
+    done = _replace(sliced(opts), local_release=release(LOCAL_CHART, by_action[p.LOCAL_RELEASE].data["values"], revision=8),
+                    slices=sr.SliceLeftovers(leader_leases=("kube-offload-vkubelet-remote-2",)))
+    assert plans.changes(plans.plan_peer(done, opts)) == []
+
+
+def test_slices_kept_or_listed_are_left_alone_and_one_left_out_goes():
+    kept = options()  # no --slice: keep the release's
+    assert plans.changes(plans.plan_peer(sliced(kept), kept)) == []
+    both = options(slices=p.parse_slice_flags(["gpu=gpu:cpu=2", "web=general:cpu=1"]))
+    assert p.CORDON_SLICE_NODES not in actions(plans.plan_peer(sliced(both), both))
+    # Listing only web removes gpu.
+    web = options(slices=p.parse_slice_flags(["web=general:cpu=1"]))
+    assert p.DELETE_OFFLOAD_SLICES in actions(plans.plan_peer(sliced(web), web))
+
+
+def test_leftovers_of_a_slice_removed_before_are_cleaned_up_by_the_next_peer():
+    """A node and OffloadSlice of a slice the release no longer has (removed by an older
+    peer or by hand): nothing to evict, the rest deleted; a cordoned node is not cordoned again."""
+    opts = options()
+    state = sliced(opts, nodes={"old": sr.SliceNode(unschedulable=True)}, offload_slices=("gpu", "old"),
+                   shadowpods={}, leader_leases=())
+    steps = plans.plan_peer(state, opts)
+    assert actions(steps) == [p.WAIT_SLICE_VKUBELETS_GONE, p.DELETE_SLICE_NODES, p.DELETE_OFFLOAD_SLICES, p.WAIT_NODE_READY]
+    assert steps[1].data == {"nodes": ["kube-offload-remote-2-old"], "leases": []}
+    assert steps[2].data == {"names": ["old"]}
+
+
+def test_unpeer_takes_the_slices_nodes_down_with_the_peerings_own():
+    """Issue 41: unpeer evicted and deleted only the peering's own node, leaving its slices'
+    nodes (and their leader Leases) behind."""
+    opts = options(slices=p.parse_slice_flags(["gpu=gpu:cpu=2"]))
+    local_values = p.local_values_with_remote({}, opts)
+    state = peered_unpeer_state(local_release=release(LOCAL_CHART, local_values),
+                                slices=sr.SliceLeftovers(nodes={"gpu": sr.SliceNode(pods=("demo/trainer",))}, leader_leases=(
+                                    "kube-offload-vkubelet-remote-2", "kube-offload-vkubelet-remote-2-gpu")))
+    steps = plans.plan_unpeer(state, unpeer_options())
+    assert actions(steps)[:8] == [p.CORDON_NODE, p.CORDON_SLICE_NODES, p.EVICT_PODS, p.LOCAL_RELEASE, p.WAIT_VKUBELET_GONE,
+                                  p.WAIT_SLICE_VKUBELETS_GONE, p.DELETE_KUBECONFIG_SECRET, p.DELETE_NODE]
+    by_action = {s.action: s for s in steps}
+    assert by_action[p.EVICT_PODS].data["pods"] == ["demo/web-1", "demo/web-2", "demo/trainer"]
+    assert by_action[p.DELETE_SLICE_NODES].data == {"nodes": [SLICE_NODE], "leases": ["kube-offload-vkubelet-remote-2-gpu"]}
+    assert list(by_action[p.WAIT_SLICE_VKUBELETS_GONE].data["deployments"]) == ["kube-offload-vkubelet-remote-2-gpu"]

@@ -128,3 +128,38 @@ def test_status_lists_each_slice_with_asked_and_accepted():
     assert row[:6] == ["remote-1", "web", "-", "missing", "general", "PartiallyAccepted"]
     assert row[6].startswith("cpu=8,memory=") and row[7].startswith("cpu=4,memory=")
     assert "cpu: asked 8, accepted 4 (quota cpu)" in lines[start + 2]
+
+
+def test_the_slices_example_in_the_docs_is_what_status_prints():
+    """docs/kubectl-plugin.md's Slices table (issue 41: its message was not the one the code
+    writes): the provider's own decisions on two slices under a quota of 6 cpu, printed."""
+    from pathlib import Path
+
+    from kube_offload.slices import decide_slices, slice_status
+
+    pools = [{"name": "gpu", "nodeSelector": {"pool": "gpu"}}, {"name": "general", "nodeSelector": {"pool": "general"}}]
+    consumer = {"metadata": {"name": "local"}, "spec": {"pools": pools, "quota": {"cpu": "6"}}}
+
+    def provider_node(pool: str, **allocatable: str) -> dict:
+        return {"metadata": {"name": pool, "labels": {"pool": pool}}, "spec": {},
+                "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    objects = [
+        {"metadata": {"name": "gpu", "creationTimestamp": "2026-11-27T09:00:00Z", "generation": 1},
+         "spec": {"pool": "gpu", "resources": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "2"}}},
+        {"metadata": {"name": "general", "creationTimestamp": "2026-11-27T09:01:00Z", "generation": 1},
+         "spec": {"pool": "general", "resources": {"cpu": "8", "memory": "8Gi"}}},
+    ]
+    decisions = decide_slices(objects, consumer, [provider_node("gpu", cpu="8", memory="32Gi", **{"nvidia.com/gpu": "4"}),
+                                                  provider_node("general", cpu="8", memory="32Gi")])
+    answered = [{**o, "status": slice_status(decisions[o["metadata"]["name"]], 1, "")} for o in objects]
+    nodes = {name: {"metadata": {"name": f"kube-offload-remote-1-{name}"},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for name in ("gpu", "general")}
+    facts = RemoteFacts(cluster_id="remote-1", remote_state="unread", remote_error="no kubeconfig", slices=answered,
+                        slice_nodes=nodes)
+    lines = render.render_status(report(StatusFacts(NOW, "local", [facts])).to_dict(), render.Style(colour=False)).splitlines()
+    printed = lines[lines.index("Slices:"):lines.index("Slices:") + 4]
+    assert len(printed) == 4 and "quota cpu leaves 4" in printed[2], printed
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "kubectl-plugin.md").read_text().splitlines()
+    shown = docs[docs.index("Slices:"):docs.index("Slices:") + 4]
+    assert shown == printed, "\n".join(["docs/kubectl-plugin.md shows:", *shown, "status prints:", *printed])

@@ -145,3 +145,38 @@ def test_a_slice_deleted_before_its_status_is_written_is_skipped() -> None:
     reconciler(TENANT)
     assert [name for _, name, _ in api.writes] == ["b"]
     assert reconciler.all_keys() == [TENANT]
+
+
+class RecordingRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any], str, str]] = []
+
+    def normal(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        self.events.append(("Normal", obj, reason, message))
+
+    def warning(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        self.events.append(("Warning", obj, reason, message))
+
+
+def test_each_change_of_a_decision_is_one_event_on_the_offloadslice() -> None:
+    """Issue 41: a slice decision wrote no Event (docs/slices.md "Events")."""
+    _, (slices, namespaces, consumers, nodes), api, controller = setup()
+    recorder = RecordingRecorder()
+    reconciler = SliceReconciler(slices=slices, namespaces=namespaces, consumers=consumers, nodes=nodes, api=api,
+                                 recorder=recorder)
+    obj = offload_slice("a", "2")
+    obj["metadata"]["uid"] = "uid-a"
+    slices.apply("ADDED", obj)
+    settle(reconciler, controller)
+    [(kind, involved, reason, message)] = recorder.events
+    assert (kind, reason) == ("Normal", "SliceAccepted")
+    assert involved == {"apiVersion": "kube-offload.io/v1alpha1", "kind": "OffloadSlice",
+                        "metadata": {"name": "a", "namespace": TENANT, "uid": "uid-a"}}
+    assert message == "slice a (pool general) is Accepted: accepted in full from pool general"
+    # The quota cut below it: one Warning, with the provider's words; passes since write none.
+    consumers.apply("MODIFIED", dict(consumer({"cpu": "1"}), metadata={"name": "local", "generation": 2, "resourceVersion": "2"}))
+    reconciler(TENANT)
+    settle(reconciler, controller)
+    assert [(k, r) for k, _, r, _ in recorder.events] == [("Normal", "SliceAccepted"), ("Warning", "SlicePartiallyAccepted")]
+    assert recorder.events[1][3] == ("slice a (pool general) is PartiallyAccepted (QuotaExceeded): "
+                                     "cpu: asked 2, accepted 1: quota cpu leaves 1 (Consumer spec.quota)")
