@@ -126,6 +126,11 @@ ANNOTATION_DELETION_GRACE: Final = f"{DOMAIN}/deletion-grace-period-seconds"
 # touches (docs/reflection.md "The rules").
 REFLECTION_FIELD_MANAGER_PREFIX: Final = "kube-offload/"
 ANNOTATION_APPLIED_TEMPLATE: Final = f"{DOMAIN}/applied-template"
+# On a pod the enforcer made to replace one that vanished: the names of the template's
+# ephemeral containers (kubectl debug) that ran, or were meant to run, in an earlier pod,
+# comma-separated. An ephemeral container runs once and is never restarted (as on any
+# node): the enforcer does not add these to the new pod (kube_offload/ephemeral_containers.py).
+ANNOTATION_EPHEMERAL_NOT_RUN: Final = f"{DOMAIN}/ephemeral-containers-not-run"
 # Offloading over several hops (docs/multihop.md): on a ShadowPod and in its pod template,
 # so on the pod the enforcer makes, the cluster ids the pod went through, oldest first,
 # comma-separated ("a,b": made in a, offloaded from a to b, now from b to here). Each

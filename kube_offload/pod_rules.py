@@ -27,7 +27,10 @@ with the consumer's fit in their edits:
   consumer does not send a pod that asks for the provider's API it is not granted (it would
   run without the API its owner chose), and lowers a grace beyond the bound;
 * ``quotaMode``: a container without the limits the quota counts (equal to its requests
-  under ``hard``) is refused by the provider: not sent.
+  under ``hard``) is refused by the provider: not sent;
+* ``pods.ephemeralContainers``: an ephemeral container (``kubectl debug``) not granted is
+  dropped: the pod runs on without it, and the consumer's virtual kubelet shows the refusal
+  in that container's local status (docs/logs-and-exec.md "kubectl debug").
 """
 
 from __future__ import annotations
@@ -380,6 +383,24 @@ def image_registries(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
                     f"{', '.join(allowed) or 'none'}): the provider's nodes pull with their own credentials, which may "
                     f"reach the provider's private images; {grant('pods.imageRegistries')}",
                     "or use an image from a granted registry"))
+    return out
+
+
+# --- ephemeral containers (kubectl debug) --------------------------------------------------------------
+def ephemeral_containers(pod: Mapping[str, Any], ctx: Context) -> list[Violation]:
+    """A debug container runs a process of the consumer's choice inside a running pod's
+    namespaces, outside what the pod was admitted with: a grant of its own. Its image,
+    security context and mounts are judged by the other rules, like any container's."""
+    if ctx.policy.pods.ephemeral_containers:
+        return []
+    out = []
+    for index, container in items(_spec(pod), "ephemeralContainers", "spec"):
+        name = container.get("name")
+        out.append(Violation(
+            "pods.ephemeralContainers", f"spec.ephemeralContainers[{index}]",
+            f"ephemeral container {name!r} (kubectl debug) is not granted to {ctx.who} (Consumer "
+            f"{pp.POLICY}.pods.ephemeralContainers: false); {grant('pods.ephemeralContainers')}: true",
+            "or debug the pod at home", _drop("spec", "ephemeralContainers", index)))
     return out
 
 

@@ -254,6 +254,12 @@ class PodPolicy:
     # Where the consumer's images may come from: registries ("registry.example.com",
     # "docker.io"), or name prefixes ending in "/" ("docker.io/library/"); "*": anywhere.
     image_registries: tuple[str, ...] = (ANY_REGISTRY,)
+    # Ephemeral containers (``kubectl debug``) may be added to the consumer's running pods:
+    # a process of the consumer's choice, with the consumer's image, inside the pod's
+    # namespaces (the target container's processes with ``--target``). Judged like any
+    # container (images, security context, volumes); off: a consumer's pods run only the
+    # containers they were made with.
+    ephemeral_containers: bool = False
 
 
 @dataclass(frozen=True)
@@ -364,6 +370,7 @@ SCHEMA: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "maxTerminationGracePeriodSeconds": ("max_termination_grace_seconds", _INT),
         "schedulerNames": ("scheduler_names", _LIST),
         "imageRegistries": ("image_registries", _LIST),
+        "ephemeralContainers": ("ephemeral_containers", _BOOL),
     }),
     "twinNamespaces": ("twin_namespaces", {
         "sameNames": ("same_names", _LIST),

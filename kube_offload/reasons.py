@@ -101,6 +101,10 @@ REASON_POD_NAME_TAKEN: Final = "PodNameTaken"
 REASON_INVALID_SHADOWPOD: Final = "InvalidShadowPod"
 REASON_POD_UPDATED: Final = "PodUpdated"
 REASON_POD_UPDATE_REFUSED: Final = "PodUpdateRefused"
+# Ephemeral containers (kubectl debug) of the template added to the running pod through
+# pods/ephemeralcontainers, or refused (the provider's rules, or its API server's admission).
+REASON_EPHEMERAL_CONTAINERS_ADDED: Final = "EphemeralContainersAdded"
+REASON_EPHEMERAL_CONTAINERS_REFUSED: Final = "EphemeralContainersRefused"
 
 # --- enforcer and vkubelet: a slice's decision (docs/slices.md "Events") ----------------------
 # One Event per change of the provider's answer to an OffloadSlice: on the OffloadSlice by

@@ -62,6 +62,7 @@ RULES: tuple[Rule, ...] = (
     Rule("pods.deniedMetadataPrefixes", Kind.POD, pod.denied_metadata, DROP, SHADOWPODS),
     Rule("pods.schedulerNames", Kind.POD, pod.scheduler_names, DROP, SHADOWPODS),
     Rule("pods.imageRegistries", Kind.POD, pod.image_registries, REFUSE, SHADOWPODS),
+    Rule("pods.ephemeralContainers", Kind.POD, pod.ephemeral_containers, DROP, SHADOWPODS),
     Rule("pods.remoteAPIAccess", Kind.POD, pod.remote_api_access, REFUSE, "the enforcer, at every pod create",
          ProviderAction.SETS),
     Rule("pods.maxTerminationGracePeriodSeconds", Kind.POD, pod.termination_grace, ADJUST,

@@ -38,7 +38,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, cast
 
-from kube_offload import pod_updates
+from kube_offload import ephemeral_containers, pod_updates
 from kube_offload.pools import Pool, apply_pool_patch
 from kube_offload.provider_policy import ENFORCED_IMAGE_PULL_POLICY
 from kube_offload.constants import (
@@ -217,6 +217,7 @@ def build_pod(
     remote_api_access: bool = False,
     pool: Pool | None = None,
     max_grace_seconds: int | None = None,
+    replacing: bool = False,
 ) -> dict[str, Any]:
     """The Pod the enforcer creates for ``shadowpod``.
 
@@ -232,6 +233,9 @@ def build_pod(
     ``pool``: the pool of the ShadowPod's resource slice, whose patch (node selector,
     tolerations, runtime class: :func:`kube_offload.pools.apply_pool_patch`) the pod gets;
     not in the applied-template record, so in-place updates never take it away.
+    The template's ephemeral containers are not in it (a pod cannot be created with them:
+    they are added afterwards, kube_offload/ephemeral_containers.py); ``replacing`` (the
+    ShadowPod had a pod before) records them as never to run in this pod.
     """
     template = read_pod_template(shadowpod)
     meta = shadowpod.get("metadata") or {}
@@ -249,7 +253,10 @@ def build_pod(
         "annotations": annotations,
         "ownerReferences": [owner_reference(shadowpod)],
     }
-    spec = neutralized_spec(template.spec, remote_api_access=remote_api_access, max_grace_seconds=max_grace_seconds)
+    if replacing:
+        annotations.update(ephemeral_containers.not_run_annotation(template.spec))
+    spec = neutralized_spec(ephemeral_containers.without(template.spec), remote_api_access=remote_api_access,
+                            max_grace_seconds=max_grace_seconds)
     if pool is not None:
         spec = apply_pool_patch(spec, pool)
         annotations[ANNOTATION_SLICE_POOL] = pool.name  # status.slicePool: later pods keep it

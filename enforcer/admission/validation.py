@@ -49,6 +49,7 @@ the field and says how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterator, Mapping
 
 from enforcer.admission import pod_policy, quota_rules
@@ -56,7 +57,7 @@ from enforcer.admission.pod_policy import Invalid, field_mapping as _mapping
 from enforcer.consumers.quota import live_shadowpod, shadowpod_requests, twin_owner
 from kube_offload.consumer_quota import pod_charges
 from kube_offload import constants as c
-from kube_offload import offload_chain
+from kube_offload import ephemeral_containers, offload_chain
 from kube_offload.admission import AdmissionRequest, Decision, GroupVersionKind, UserInfo
 # The Consumer's terms and the quota check are the domain's (kubectl offload explain asks them too).
 from kube_offload.consumers import ConsumerError, ConsumerTerms, consumer_terms, quota_excess  # noqa: F401  (re-exported)
@@ -155,7 +156,10 @@ def decide(
             f'user "{username}" may not write ShadowPods in namespace "{ns_name}": it belongs to consumer '
             f'"{owner}", and only that consumer\'s identity may'
         )
-    return _template_decision(request, terms=terms, owner=owner, ns_name=ns_name, usage=usage,
+    # Of the template's ephemeral containers (kubectl debug), only those this request adds
+    # are judged: the others were judged when they came (kube_offload/ephemeral_containers.py).
+    judged = dataclasses.replace(request, object=dict(ephemeral_containers.admission_view(new, request.old_object)))
+    return _template_decision(judged, terms=terms, owner=owner, ns_name=ns_name, usage=usage,
                               service_account=service_account, cluster_id=cluster_id, new_shadowpod=True)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
+from kube_offload import ephemeral_containers
 from kube_offload.runtime.kinds import EVENTS, PODS, SHADOWPODS
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 
@@ -36,6 +37,8 @@ class EnforcerApi(Protocol):
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
     def patch_shadowpod_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> dict[str, Any]: ...
+
+    def add_ephemeral_containers(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -89,6 +92,12 @@ class KubeEnforcerApi:
         """A strategic merge patch: containers merge by name, so an image change names
         only its container (kube_offload.pod_updates.pod_patch)."""
         return self._kube.patch(PODS, name, patch, namespace=namespace, content_type=STRATEGIC_MERGE_PATCH)
+
+    def add_ephemeral_containers(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch of ``pods/ephemeralcontainers`` (what ``kubectl debug``
+        sends): the only way to add a container to a running pod."""
+        return self._kube.patch(PODS, name, patch, namespace=namespace, subresource=ephemeral_containers.SUBRESOURCE,
+                                content_type=STRATEGIC_MERGE_PATCH)
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(EVENTS, event, namespace=namespace)

@@ -17,8 +17,9 @@ import time
 from typing import Any, Callable, Mapping, Protocol
 
 from enforcer.shadowpods.api import EnforcerApi, pod_message
+from enforcer.shadowpods.debugging import EphemeralContainers
 from enforcer.shadowpods.events import EventRecorder
-from kube_offload import reasons
+from kube_offload import ephemeral_containers, reasons
 from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
 from kube_offload.pools import Pool
@@ -199,6 +200,8 @@ class Reconciler:
         # when the pod, if it still exists, is written at once by the next enforcer.
         # A key is reconciled by one worker at a time, so entries are never raced.
         self._unrecorded: dict[str, tuple[str, float]] = {}
+        # Ephemeral containers (kubectl debug) of the template, added to the running pod.
+        self._ephemeral = EphemeralContainers(api, recorder, lambda: self._judge, clock)
 
     def __call__(self, key: str) -> None:
         namespace, name = split_key(key)
@@ -212,6 +215,7 @@ class Reconciler:
             self._refused_updates.pop(key, None)
             self._status_echoes.forget(key)
             self._unrecorded.pop(key, None)
+            self._ephemeral.forget(key)
             # The garbage collector deletes these through the owner reference; this is
             # the safety net for when it cannot (no kube-controller-manager, say).
             self._delete_orphans(namespace, name, pods, logger)
@@ -245,6 +249,7 @@ class Reconciler:
             if not wait:
                 self._write_status(shadowpod, status_from_pod(self._recorded(key, shadowpod), decision.pod), logger)
             self._update_in_place(shadowpod, decision.pod, logger)
+            self._ephemeral.sync(shadowpod, decision.pod, logger)
             if wait:
                 raise Requeue(wait, f"status of pod {name} held back while it is Pending")
         elif decision.action is Action.WAIT:
@@ -278,7 +283,8 @@ class Reconciler:
         """Ask the judge whether the pod may be made now; raises Requeue when not (yet)."""
         meta = shadowpod["metadata"]
         key, name = f"{meta['namespace']}/{meta['name']}", meta["name"]
-        verdict = self._judge(shadowpod)
+        # The pod as it is created: its ephemeral containers are judged when they are added.
+        verdict = self._judge(ephemeral_containers.for_pod_create(shadowpod))
         if verdict.allowed:
             if self._forget_refusal(key) is not None:
                 logger.info("pod %s is admitted again by the provider's rules", name)
@@ -320,7 +326,8 @@ class Reconciler:
             if pool is None:
                 raise Requeue(SLICE_POOL_RECHECK_SECONDS, f"waiting for the pool of resource slice {slice_name}")
         try:
-            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool, max_grace_seconds=self._max_grace(namespace))
+            pod = build_pod(shadowpod, remote_api_access=granted, pool=pool, max_grace_seconds=self._max_grace(namespace),
+                            replacing=bool((view.get("status") or {}).get("podUID")))
         except InvalidShadowPod as exc:
             self._recorder.record(shadowpod, WARNING, reasons.REASON_INVALID_SHADOWPOD, str(exc))
             self._write_status(shadowpod, status_without_pod(view, f"invalid ShadowPod: {exc}"), logger)

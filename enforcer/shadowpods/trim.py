@@ -12,7 +12,8 @@ The enforcer holds every ShadowPod of every consumer and every pod it made for t
   and deletion timestamps, the deletion grace period; ``restartPolicy``; the status,
   whole: phase, reason, message, conditions are mirrored into the ShadowPod);
   :func:`kube_offload.pod_updates.pod_patch` (the mutable spec fields: each container's
-  name and image, ``activeDeadlineSeconds``, tolerations); the explicit grace of every
+  name and image, ``activeDeadlineSeconds``, tolerations; the ephemeral containers' names:
+  enforcer/shadowpods/debugging.py); the explicit grace of every
   deletion (``terminationGracePeriodSeconds``); the quota's
   :func:`kube_offload.resources.pod_requests` (containers' requests and init
   containers' ``restartPolicy``, pod-level resources, overhead, ``nodeName``); the
@@ -33,7 +34,9 @@ POD_SPEC_FIELDS = (
     "terminationGracePeriodSeconds",
 )
 CONTAINER_FIELDS = ("name", "image", "restartPolicy", "resources")
-CONTAINER_LISTS = ("containers", "initContainers")
+# Ephemeral containers by name: which of the template's the pod already has
+# (enforcer/shadowpods/debugging.py).
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
 def keep_shadowpod(shadowpod: dict[str, Any]) -> dict[str, Any]:

@@ -573,6 +573,101 @@ def _state_dir_leftovers(plan) -> list[str]:
     return found
 
 
+# --- kubectl debug (issue 41 item 1) --------------------------------------------------------------
+def _ephemeral_state(local: Cluster, name: str) -> dict:
+    statuses = _pod(local, APP)["status"].get("ephemeralContainerStatuses") or []
+    return next((s.get("state") or {} for s in statuses if s["name"] == name), {})
+
+
+def _debug_grant(env: Environment, remote: Cluster, granted: bool) -> None:
+    remote.kubectl("patch", f"{C.CONSUMER_PLURAL}.{C.DOMAIN}", env.topology().local.cluster_id, "--type=merge", "-p",
+                   json.dumps({"spec": {"policy": {"pods": {"ephemeralContainers": granted}}}}))
+
+
+def _debug_interactively(local: Cluster, name: str, command: str) -> tuple[str, str, int]:
+    """`kubectl debug -i --target=web` typing ``command`` into the debug shell, as a user
+    would: the shell's stdin stays open until its output had time to come back (a piped
+    input's end would close the attach at once), then `exit`. (stdout, stderr, exit code)."""
+    argv = [str(local.bins.kubectl), "--kubeconfig", str(local.kubeconfig), "debug", "-i", "-q", "-n", NAMESPACE, APP,
+            f"--image={BUSYBOX}", "--target=web", "--profile=baseline", "-c", name, "--", "sh"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=local.env()) as debug:
+        assert debug.stdin is not None
+        debug.stdin.write(f"{command}\n")
+        debug.stdin.flush()
+        wait_for(lambda: _ephemeral_state(local, name).get("running"), timeout=120, what=f"{name} running")
+        time.sleep(5)
+        try:
+            output, errors = debug.communicate("exit 0\n", timeout=60)
+        except subprocess.TimeoutExpired:
+            debug.kill()
+            output, errors = debug.communicate()
+        return output, errors, debug.returncode
+
+
+def test_kubectl_debug_is_refused_where_kubectl_looks_until_the_provider_grants_it(env, local, remote, workload):
+    """The tests' Consumer does not grant debugging (the default): the ephemeral container
+    is not sent, and its local status waits with the refusal, naming the key and value that
+    grant it (what `kubectl debug -it` prints while it waits), with a Warning Event."""
+    name = f"refused-{RUN}"
+    local.kubectl("debug", "-n", NAMESPACE, APP, f"--image={BUSYBOX}", "--target=web", "--profile=baseline", "-c", name,
+                  "--", "sleep", "3600")
+
+    def refused():
+        waiting = _ephemeral_state(local, name).get("waiting") or {}
+        return waiting if waiting.get("reason") == "ProviderRefused" else None
+
+    waiting = wait_for(refused, timeout=60, what=f"{name} waiting, refused by the provider")
+    assert "spec.policy.pods.ephemeralContainers: true" in waiting["message"], waiting
+    events = local.kubectl_json("get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={APP}")["items"]
+    assert any(e["reason"] == "ProviderRefused" and name in e["message"] for e in events)
+    twin = twin_namespace_name(NAMESPACE, env.topology().local.cluster_id)
+    remote_pod = remote.kubectl_json("get", "pod", "-n", twin, APP)
+    assert not remote_pod["spec"].get("ephemeralContainers"), "nothing of it reached the provider"
+    # Granted, the same container is sent, added to the remote pod and runs.
+    _debug_grant(env, remote, True)
+    try:
+        wait_for(lambda: _ephemeral_state(local, name).get("running"), timeout=120, what=f"{name} running once granted")
+    finally:
+        _debug_grant(env, remote, False)
+    # exec reaches it by name through the virtual node, and it sees the target's processes.
+    ps = local.kubectl("exec", "-n", NAMESPACE, APP, "-c", name, "--", "ps", timeout=60).stdout
+    assert "httpd -f -p 8080" in ps, ps
+
+
+def test_kubectl_debug_with_a_target_sees_the_target_containers_processes(env, local, remote, workload):
+    """`kubectl debug -i --target=web` on the offloaded pod: the debug container is added
+    to the remote pod through its ShadowPod, kubectl attaches to it through the virtual
+    node, and its `ps` shows the web container's httpd (the target's PID namespace,
+    which only the remote node's runtime can share); its status, logs and exec come back
+    through the virtual node too."""
+    name = f"debugger-{RUN}"
+    _debug_grant(env, remote, True)
+    try:
+        # --profile=baseline: kubectl's default profile (general) adds SYS_PTRACE, beyond the
+        # Pod Security level baseline the tests' Consumer has (below).
+        output, errors, code = _debug_interactively(local, name, "ps")
+        # Granted, a debug container is still judged like any container: SYS_PTRACE is beyond
+        # the Consumer's Pod Security level, and the provider's refusal comes back to its status.
+        traced = f"traced-{RUN}"
+        local.kubectl("debug", "-n", NAMESPACE, APP, f"--image={BUSYBOX}", "--target=web", "-c", traced, "--", "sleep", "60")
+        waiting = wait_for(lambda: (_ephemeral_state(local, traced).get("waiting") or {}).get("message"), timeout=60,
+                           what=f"{traced} refused by the provider")
+        assert "SYS_PTRACE" in waiting, waiting
+    finally:
+        _debug_grant(env, remote, False)
+    assert code == 0, errors
+    assert "httpd -f -p 8080" in output, (output, errors)
+    assert "while read line" not in output, "the echo container's processes are not shared, only the target's"
+    state = wait_for(lambda: _ephemeral_state(local, name).get("terminated"), timeout=60, what=f"{name} terminated")
+    assert state["exitCode"] == 0, state
+    assert "httpd -f -p 8080" in _logs(local, APP, "-c", name)
+    twin = twin_namespace_name(NAMESPACE, env.topology().local.cluster_id)
+    remote_pod = remote.kubectl_json("get", "pod", "-n", twin, APP)
+    [added] = [c for c in remote_pod["spec"]["ephemeralContainers"] if c["name"] == name]
+    assert added["targetContainerName"] == "web" and added["imagePullPolicy"] == "Always"
+
+
 def test_a_remote_pod_deleted_behind_our_back_is_recreated_and_the_local_pod_stays(env, local, remote, workload):
     """A real kubelet moves a pod it deletes to phase Failed before it goes (1.27+): the
     vkubelet must not copy that onto the local pod, whose phase would then be final and

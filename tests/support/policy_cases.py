@@ -32,6 +32,7 @@ GRANTED: dict[str, Any] = {
         "reservedNodeLabelKeys": ["pool.example.com/"], "volumeTypes": ["configMap", "secret", "emptyDir", "nfs", "ephemeral"],
         "runtimeClasses": [RUNTIME_CLASS], "deniedMetadataPrefixes": ["internal.example.com/"], "remoteAPIAccess": True,
         "maxTerminationGracePeriodSeconds": 60, "schedulerNames": ["agree-scheduler"], "imageRegistries": ["registry.k8s.io/"],
+        "ephemeralContainers": True,
     },
     "tokens": {"maxExpirationSeconds": 7200, "audiences": ["vault.example.com"]},
     "twinNamespaces": {"sameNames": ["agree-shared"], "reserved": ["agree-secret-*"]},
@@ -116,6 +117,8 @@ P, S, E, ING, C = Kind.POD, Kind.SERVICE, Kind.ENDPOINT_SLICE, Kind.INGRESS, Kin
 G = "granted"
 NFS = {"name": "share", "nfs": {"server": "192.0.2.10", "path": "/exports"}}
 HARD = {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}
+# What `kubectl debug --target=app` adds to a running pod (the ShadowPod's template carries it).
+DEBUG = {"name": "debugger", "image": IMAGE, "targetContainerName": "app", "stdin": True, "tty": True}
 
 CASES: tuple[Case, ...] = (
     # --- pods -------------------------------------------------------------------------------------
@@ -173,6 +176,10 @@ CASES: tuple[Case, ...] = (
     Case("remote-api-not-granted", "pods.remoteAPIAccess", P, pod(automountServiceAccountToken=True), False,
          why="the provider does not refuse it: it makes the pod without a token; the consumer does not send it"),
     Case("remote-api-granted", "pods.remoteAPIAccess", P, pod(automountServiceAccountToken=True), False, G),
+    Case("debug-not-granted", "pods.ephemeralContainers", P, pod(ephemeralContainers=[DEBUG]), True),
+    Case("debug-granted", "pods.ephemeralContainers", P, pod(ephemeralContainers=[DEBUG]), False, G),
+    Case("debug-image-not-granted", "pods.imageRegistries", P,
+         pod(ephemeralContainers=[{**DEBUG, "image": "busybox:1.36"}]), True, G),
     Case("grace-eight-days", "pods.maxTerminationGracePeriodSeconds", P, pod(terminationGracePeriodSeconds=8 * 24 * 3600),
          False, why="the provider does not refuse it: it cuts the grace; the consumer lowers it"),
     Case("ephemeral-class-not-granted", "storage.classes", P, pod(volumes=[ephemeral("local-path", "1Gi")]), True),

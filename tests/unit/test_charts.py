@@ -826,6 +826,8 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/status"): {"patch"},
         (C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/finalizers"): {"update"},
         ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
+        # kubectl debug: the template's ephemeral containers (enforcer/shadowpods/debugging.py).
+        ("", "pods/ephemeralcontainers"): {"patch"},
         ("", "nodes"): {"list", "watch"},
         ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "update", "delete"},

@@ -107,7 +107,7 @@ def point_at_home_api(spec: dict[str, Any], endpoint: HomeAPIEndpoint, cluster_d
     """Point ``spec``'s in-cluster configuration at the home API server through the
     relay at ``endpoint`` (in place).
 
-    Every container and init container gets :func:`home_api_env` first in its ``env``:
+    Every container (init and ephemeral ones too) gets :func:`home_api_env` first in its ``env``:
     container variables win over the ones the provider's kubelet derives from ITS
     ``kubernetes`` Service (kubelet makeEnvironmentVariables adds a service variable
     only where the container does not set the name), and being first, the user's own
@@ -117,7 +117,7 @@ def point_at_home_api(spec: dict[str, Any], endpoint: HomeAPIEndpoint, cluster_d
     The pod's hostAliases map the API server's names to the relay's ClusterIP; a name
     the user already aliases keeps the user's address."""
     env = home_api_env(endpoint)
-    for kind in ("initContainers", "containers"):
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
         for container in spec.get(kind) or []:
             own = [e for e in container.get("env") or [] if isinstance(e, dict)]
             names = {e.get("name") for e in own}

@@ -27,7 +27,7 @@ from vkubelet.home_api.pod_access import APIServerMode, resolve_mode
 from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.twins.namespaces import TwinNamespaces
-from vkubelet.pods import ending, handback, shadowpods
+from vkubelet.pods import debugging, ending, handback, shadowpods
 from vkubelet.pods.first_status import FirstWriteHolds
 from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
@@ -299,7 +299,14 @@ class PodOffloader:
         inputs = (_version(local), shp["metadata"].get("uid"), _version(shp), twin, context, mode)
         if self._templates_in_sync.get(key) == inputs:
             return
-        if shadowpods.sync_template(self, local, shp, self.desired(local, twin, context=context, mode=mode), logger):
+        desired = self.desired(local, twin, context=context, mode=mode)
+        # A debug container the policy refuses is sent when the provider grants it.
+        if desired.remote.ephemeral_refused:
+            self.policy_refused(key)
+        else:
+            self.not_policy_refused(key)
+        in_sync = shadowpods.sync_template(self, local, shp, desired, logger)
+        if debugging.sync(self, local, shp, desired, logger) and in_sync:
             self._templates_in_sync[key] = inputs
         else:
             self._templates_in_sync.pop(key, None)

@@ -3,8 +3,9 @@
 The local pod is what users look at, so it tells the truth about the remote pod, with
 the facts that belong to the local cluster kept local:
 
-* phase, conditions (except PodScheduled), container and init-container statuses, pod
-  IPs, reason and message come from the remote pod;
+* phase, conditions (except PodScheduled), container, init-container and ephemeral
+  container statuses, pod IPs, reason and message come from the remote pod (an ephemeral
+  container the remote pod does not report keeps what the local pod says of it);
 * restartCount is the remote container's restarts plus the ShadowPod's
   ``status.recreations`` (a remote pod deleted and recreated by the enforcer is a
   restart from the user's point of view), and never goes down;
@@ -32,6 +33,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
+from kube_offload.constants import ANNOTATION_EPHEMERAL_NOT_RUN
 from kube_offload.views import ShadowPodView
 from vkubelet.shared import provider_bounds as bounds
 from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
@@ -91,6 +93,9 @@ def desired_status(
         copied = bounds.copied_container_statuses(theirs.get(field) or [], spec.get(declared) or [], message_bytes)
         if copied:
             status[field] = _container_statuses(current.get(field) or [], copied, recreations)
+    ephemeral = _ephemeral_statuses(current, remote, spec.get("ephemeralContainers") or [], message_bytes)
+    if ephemeral:
+        status["ephemeralContainerStatuses"] = ephemeral
     reported = remote_pod_ips(remote)
     shown, _outside = bounds.shown_pod_ips(reported, pod_ips)
     if shown:
@@ -232,6 +237,47 @@ def _container_statuses(local: list[dict[str, Any]], remote: list[dict[str, Any]
         mapped["restartCount"] = max(previous, int(status.get("restartCount") or 0) + recreations)
         result.append(mapped)
     return result
+
+
+def _ephemeral_statuses(current: Mapping[str, Any], remote: Mapping[str, Any], declared: list[Any],
+                        message_bytes: int) -> list[dict[str, Any]]:
+    """The local pod's ephemeral container (kubectl debug) statuses: the remote pod's, as
+    it reports them; for one it does not report, what the local pod shows (the vkubelet's
+    own word that the provider refuses it: vkubelet/pods/debugging.py), except that one
+    the remote pod will never run (it replaced the pod it ran in, and an ephemeral
+    container is never restarted) is shown terminated."""
+    copied = {s["name"]: s for s in bounds.copied_container_statuses(
+        (remote.get("status") or {}).get("ephemeralContainerStatuses") or [], declared, message_bytes)}
+    before = {s.get("name"): s for s in current.get("ephemeralContainerStatuses") or [] if isinstance(s, Mapping)}
+    not_run = set(str(((remote.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_EPHEMERAL_NOT_RUN) or "").split(","))
+    result = []
+    for container in declared:
+        name = container.get("name") if isinstance(container, Mapping) else None
+        if name in copied:
+            result.append(copied[name])
+        elif name in not_run:
+            result.append(_not_run_again(before.get(name), container, (remote.get("status") or {}).get("startTime")))
+        elif name in before:
+            result.append(copy.deepcopy(dict(before[name])))
+    return result
+
+
+def _not_run_again(status: Mapping[str, Any] | None, container: Mapping[str, Any], replaced_at: Any) -> dict[str, Any]:
+    """The status of an ephemeral container whose pod the provider replaced: ended."""
+    state = (status or {}).get("state") or {}
+    if "terminated" in state:
+        return copy.deepcopy(dict(status or {}))
+    terminated: dict[str, Any] = {
+        "exitCode": 137, "reason": "PodReplaced",
+        "message": "the remote pod it ran in was replaced; an ephemeral container is never restarted",
+    }
+    started = (state.get("running") or {}).get("startedAt")
+    if started:
+        terminated["startedAt"] = started
+    if replaced_at:
+        terminated["finishedAt"] = replaced_at
+    return {"name": container.get("name"), "image": container.get("image") or "", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": terminated}}
 
 
 def _normal(value: Any) -> Any:

@@ -33,6 +33,8 @@ from vkubelet.shared.origin import origin_annotations, origin_labels
 # The volume the ServiceAccount admission plugin adds to every pod (kube-api-access-<rand>).
 SERVICE_ACCOUNT_VOLUME_PREFIX = "kube-api-access-"
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+# Every list of containers whose mounts and environment follow the pod's identity.
+CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class RemotePod:
     # refuse the pod whatever we drop (non-empty: the pod must not be sent).
     adjusted: tuple[Note, ...] = ()
     refused: tuple[Note, ...] = ()
+    # The local pod's ephemeral containers the provider's policy refuses: (name, why);
+    # not sent, said in their local status (vkubelet/pods/debugging.py).
+    ephemeral_refused: tuple[tuple[str, str], ...] = ()
     # The clusters the pod went through, this one last (offload_chain.py), and why it must
     # not go on to the remote cluster ("": it may): a loop, or too many hops.
     chain: tuple[str, ...] = ()
@@ -152,8 +157,8 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
     spec.pop("overhead", None)
     spec.pop("priority", None)
     spec.pop("preemptionPolicy", None)
-    # Ephemeral containers cannot be created with a pod; the remote pod starts without.
-    spec.pop("ephemeralContainers", None)
+    # Ephemeral containers (kubectl debug) go into the template, translated like the
+    # others; the provider's enforcer adds them to the running pod (kube_offload/ephemeral_containers.py).
     spec.pop("schedulingGates", None)
     # Readiness gates are conditions set by local controllers; nobody sets them remotely.
     spec.pop("readinessGates", None)
@@ -195,7 +200,7 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
         spec.pop("priorityClassName")
     return RemotePod(
         labels=fit.labels, annotations=fit.annotations, spec=spec, adjusted=fit.adjusted, refused=fit.refused,
-        chain=chain, loop=loop or "",
+        ephemeral_refused=fit.ephemeral_refused, chain=chain, loop=loop or "",
     )
 
 
@@ -310,7 +315,7 @@ def _detach_service_account(spec: dict[str, Any]) -> None:
         spec.pop("volumes", None)
     if not dropped:
         return
-    for kind in ("initContainers", "containers"):
+    for kind in CONTAINER_KINDS:
         for container in spec.get(kind) or []:
             mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") not in dropped]
             if mounts:
@@ -353,7 +358,7 @@ def _use_reflected_identity(spec: dict[str, Any], pod_name: str) -> None:
         volumes.append(volume)
     if volumes:
         spec["volumes"] = volumes
-    for kind in ("initContainers", "containers"):
+    for kind in CONTAINER_KINDS:
         for container in spec.get(kind) or []:
             for env in container.get("env") or []:
                 ref = (env.get("valueFrom") or {}).get("configMapKeyRef")

@@ -50,6 +50,7 @@ def policy_key(section: str, name: str) -> str:
 DEFAULT_TOLERATION_KEYS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 DEFAULT_TOLERATION_SECONDS = 300
 ALWAYS = "Always"
+EPHEMERAL = "ephemeralContainers"
 # The annotation Ingress controllers read before spec.ingressClassName existed.
 LEGACY_INGRESS_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
 
@@ -82,6 +83,8 @@ class PodFit:
     spec: dict[str, Any]
     adjusted: tuple[Note, ...] = ()
     refused: tuple[Note, ...] = ()
+    # Ephemeral containers taken out: (name, why), each judged on its own (_fit_ephemeral).
+    ephemeral_refused: tuple[tuple[str, str], ...] = ()
 
 
 def _notes(violations: tuple[Violation, ...]) -> tuple[Note, ...]:
@@ -110,16 +113,42 @@ def fit_pod(
     ``quota``: our Consumer's quota as read under its quota mode
     (kube_offload.consumer_quota.consumer_quota)."""
     sent: dict[str, Any] = copy.deepcopy(dict(spec))
+    ephemeral = sent.pop(EPHEMERAL, None)
     _drop_default_tolerations(sent)
     pull_notes = _fit_image_pull_policy(sent)
     pod = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": sent}
     ctx = Context(policy=policy, consumer_id=consumer_id, namespace=namespace, quota=dict(quota or {}))
     fitted = rule_book.fitted(Kind.POD, pod, ctx)
     meta = fitted.obj.get("metadata") or {}
+    fitted_spec = fitted.obj.get("spec") or {}
+    kept, refused = _fit_ephemeral(fitted.obj, ephemeral, ctx)
+    if kept:
+        fitted_spec[EPHEMERAL] = kept
     return PodFit(
-        dict(meta.get("labels") or {}), dict(meta.get("annotations") or {}), fitted.obj.get("spec") or {},
-        (*_notes(fitted.adjusted), *pull_notes), _notes(fitted.refused),
+        dict(meta.get("labels") or {}), dict(meta.get("annotations") or {}), fitted_spec,
+        (*_notes(fitted.adjusted), *pull_notes), _notes(fitted.refused), refused,
     )
+
+
+def _fit_ephemeral(pod: Mapping[str, Any], containers: Any, ctx: Context) -> tuple[list[dict[str, Any]], tuple[tuple[str, str], ...]]:
+    """The ephemeral containers (kubectl debug) the provider admits into the fitted ``pod``,
+    and (name, why) of the others. Each is judged alone, in the pod as it will run with it:
+    one the provider refuses (debugging not granted, an image from a registry not granted)
+    is taken out without refusing the pod, which runs on (an ephemeral container cannot be
+    removed, so refusing the pod for it would hold the pod's every later update)."""
+    kept: list[dict[str, Any]] = []
+    refused: list[tuple[str, str]] = []
+    for container in containers if isinstance(containers, list) else []:
+        if not isinstance(container, Mapping):
+            continue
+        candidate = {**copy.deepcopy(dict(container)), "imagePullPolicy": ALWAYS}
+        alone = {**pod, "spec": {**(pod.get("spec") or {}), EPHEMERAL: [candidate]}}
+        problems = [v for v in rule_book.check(Kind.POD, alone, ctx) if v.field.startswith(f"spec.{EPHEMERAL}")]
+        if problems:
+            refused.append((str(container.get("name")), "; ".join(v.problem for v in problems)))
+        else:
+            kept.append(candidate)
+    return kept, tuple(refused)
 
 
 def _is_default_toleration(toleration: Mapping[str, Any]) -> bool:

@@ -114,18 +114,21 @@ def bounded_condition(condition: Mapping[str, Any]) -> dict[str, Any]:
     return _with_texts(condition, message=STATUS_MESSAGE_BYTES)
 
 
+CONTAINER_STATUS_FIELDS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+
+
 def bounded_status_texts(status: Mapping[str, Any]) -> dict[str, Any]:
     """A remote pod's status with every text bounded (the pod's reason and message, each
     condition's, each container state's at the largest per-container bound) and nothing
     else changed: what the remote pod cache keeps (trim.py). The counts, which need the
     local pod, are :func:`copied_conditions` and :func:`copied_container_statuses`."""
     bounded = _with_texts(
-        {k: v for k, v in status.items() if k not in ("conditions", "containerStatuses", "initContainerStatuses")},
+        {k: v for k, v in status.items() if k not in ("conditions", *CONTAINER_STATUS_FIELDS)},
         message=STATUS_MESSAGE_BYTES,
     )
     if isinstance(status.get("conditions"), list):
         bounded["conditions"] = [bounded_condition(c) for c in status["conditions"] if isinstance(c, Mapping)]
-    for field in ("containerStatuses", "initContainerStatuses"):
+    for field in CONTAINER_STATUS_FIELDS:
         if isinstance(status.get(field), list):
             bounded[field] = [bounded_container_status(s) for s in status[field] if isinstance(s, Mapping)]
     return bounded

@@ -49,6 +49,7 @@ REMOTE_POD_STATUS = (
     "conditions",
     "containerStatuses",
     "initContainerStatuses",
+    "ephemeralContainerStatuses",
     "podIP",
     "podIPs",
     "startTime",
@@ -58,7 +59,9 @@ REMOTE_POD_STATUS = (
 # ShadowPod template spec: what kube_offload/pod_updates.py template_patch compares and
 # sends. The lists are kept whole: a merge patch replaces a list, so the containers and
 # tolerations sent must be the template's own, complete.
-SHADOWPOD_TEMPLATE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations")
+SHADOWPOD_TEMPLATE_SPEC = ("containers", "initContainers", "activeDeadlineSeconds", "tolerations",
+                           # kubectl debug: what the template has (vkubelet/pods/debugging.py)
+                           "ephemeralContainers")
 # Event fields vkubelet/reflection/events.py (pod_event_groups and its reflector) reads.
 EVENT_FIELDS = (
     "type",
@@ -110,7 +113,9 @@ def trim_remote_pod(pod: dict[str, Any]) -> dict[str, Any]:
     exec name the remote pod, the remote apiserver knows its containers), the other
     labels and annotations (the template's, and the enforcer's applied-template record)."""
     trimmed = _type_meta(pod)
-    metadata = _metadata(pod, labels=(c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_SLICE), annotations=_ORIGIN_ANNOTATIONS)
+    # The ephemeral containers a recreated pod never runs: their local status says so (status.py).
+    metadata = _metadata(pod, labels=(c.LABEL_ORIGIN_CLUSTER_ID, c.LABEL_SLICE),
+                         annotations=(*_ORIGIN_ANNOTATIONS, c.ANNOTATION_EPHEMERAL_NOT_RUN))
     owners = (pod.get("metadata") or {}).get("ownerReferences")
     if owners:
         metadata["ownerReferences"] = owners

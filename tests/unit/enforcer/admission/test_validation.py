@@ -970,3 +970,30 @@ def test_a_sidecar_must_set_the_limits_the_quota_counts(mode, quota, fragment):
 def test_a_sidecar_is_judged_when_its_pod_is_made_too():
     over = sidecar_pod({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})
     refused(judged(over, the_consumer=consumer(quota={"cpu": "1"})), 403, "exceeded quota")
+
+
+# --- ephemeral containers (kubectl debug) -------------------------------------------------------------
+DEBUG = {"name": "debugger", "image": "busybox:1.36", "targetContainerName": "app"}
+
+
+def test_an_ephemeral_container_is_refused_unless_granted_naming_key_and_value():
+    debugged = shadowpod(pod_spec(ephemeralContainers=[DEBUG]))
+    refused(run(debugged, operation="UPDATE", old=shadowpod()), 422, "spec.pod.spec.ephemeralContainers[0]",
+            "spec.policy.pods.ephemeralContainers: true")
+    granted = consumer(quota={"pods": "10"}, policy={"pods": {"ephemeralContainers": True}})
+    assert run(debugged, operation="UPDATE", old=shadowpod(), the_consumer=granted).allowed
+
+
+def test_only_the_ephemeral_containers_an_update_adds_are_judged():
+    # Added while granted, then the grant withdrawn: the pod's other updates still pass...
+    debugged = shadowpod(pod_spec(ephemeralContainers=[DEBUG]))
+    relabelled = copy.deepcopy(debugged)
+    relabelled["spec"]["pod"]["metadata"]["labels"]["tier"] = "web"
+    relabelled["spec"]["pod"]["spec"]["containers"][0]["image"] = "nginx:2"
+    assert run(relabelled, operation="UPDATE", old=debugged).allowed
+    # ...and a new debug container is refused; privileged is refused by the baseline rules.
+    more = shadowpod(pod_spec(ephemeralContainers=[DEBUG, {**DEBUG, "name": "debugger-2"}]))
+    refused(run(more, operation="UPDATE", old=debugged), 422, "spec.pod.spec.ephemeralContainers[0]", "debugger-2")
+    granted = consumer(quota={"pods": "10"}, policy={"pods": {"ephemeralContainers": True}})
+    privileged = shadowpod(pod_spec(ephemeralContainers=[DEBUG, {**DEBUG, "name": "root", "securityContext": {"privileged": True}}]))
+    refused(run(privileged, operation="UPDATE", old=debugged, the_consumer=granted), 422, "may not be privileged")

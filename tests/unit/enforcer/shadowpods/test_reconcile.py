@@ -36,6 +36,7 @@ class FakeApi:
         self.writes: list[tuple] = []
         self.create_error: ApiError | None = None
         self.patch_error: ApiError | None = None
+        self.ephemeral_error: ApiError | None = None
         self.delete_graces: list[int | None] = []  # gracePeriodSeconds of each pod delete
         self._uids = itertools.count(1)
 
@@ -92,6 +93,17 @@ class FakeApi:
             for container in pod["spec"]["containers"]:
                 if container["name"] == change["name"]:
                     container.update(change)
+        return copy.deepcopy(pod)
+
+    def add_ephemeral_containers(self, namespace, name, patch):
+        """pods/ephemeralcontainers: a strategic merge patch adding containers by name."""
+        self.writes.append(("ephemeral", name))
+        if self.ephemeral_error is not None:
+            raise self.ephemeral_error
+        pod = self.pods[f"{namespace}/{name}"]
+        have = pod["spec"].setdefault("ephemeralContainers", [])
+        names = {c["name"] for c in have}
+        have += [c for c in patch["spec"]["ephemeralContainers"] if c["name"] not in names]
         return copy.deepcopy(pod)
 
     def create_event(self, namespace, event):
@@ -775,3 +787,86 @@ def test_the_pod_made_and_every_deletion_have_a_bounded_grace():
     world.api.shadowpods[KEY]["metadata"].setdefault("annotations", {})[C.ANNOTATION_DELETION_GRACE] = str(8 * 24 * 3600)
     world.run()
     assert world.api.delete_graces[-1] == 300
+
+
+# --- ephemeral containers (kubectl debug) ---------------------------------------------------------------
+DEBUGGER = {"name": "debugger", "image": "busybox:1.36", "targetContainerName": "c", "stdin": True, "tty": True}
+
+
+def _debug(world, *containers):
+    world.api.shadowpods[KEY]["spec"]["pod"]["spec"]["ephemeralContainers"] = [dict(c) for c in containers]
+
+
+def test_a_template_with_ephemeral_containers_makes_a_pod_without_them_then_adds_them(world):
+    world.add_shadowpod()
+    _debug(world, DEBUGGER)
+    world.run()
+    created = world.api.pods[KEY]
+    assert C.ANNOTATION_EPHEMERAL_NOT_RUN not in created["metadata"]["annotations"], "a first pod runs them"
+    world.run()  # the pod's event: now it is added, through the subresource, pulling Always
+    [added] = world.api.pods[KEY]["spec"]["ephemeralContainers"]
+    assert added["name"] == "debugger" and added["targetContainerName"] == "c" and added["imagePullPolicy"] == "Always"
+    assert ("ephemeral", "web") in world.api.writes
+    assert world.reasons() == [reasons.REASON_EPHEMERAL_CONTAINERS_ADDED]
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "added once"
+
+
+def test_a_pod_made_to_replace_one_never_runs_its_ephemeral_containers_again(world):
+    world.add_shadowpod()
+    world.run()
+    _debug(world, DEBUGGER)
+    world.run()
+    assert world.api.pods[KEY]["spec"]["ephemeralContainers"]
+    world.api.pods.pop(KEY)  # the remote pod vanished: the enforcer recreates it
+    world.run()
+    replacement = world.api.pods[KEY]
+    assert "ephemeralContainers" not in replacement["spec"]
+    assert replacement["metadata"]["annotations"][C.ANNOTATION_EPHEMERAL_NOT_RUN] == "debugger"
+    world.api.writes.clear()
+    world.run()
+    assert ("ephemeral", "web") not in world.api.writes
+    # A new debug session on the replacement is added.
+    _debug(world, DEBUGGER, {**DEBUGGER, "name": "debugger-2"})
+    world.run()
+    assert [c["name"] for c in world.api.pods[KEY]["spec"]["ephemeralContainers"]] == ["debugger-2"]
+
+
+def test_ephemeral_containers_are_judged_when_added_and_a_refusal_is_told_once(world):
+    judged = []
+
+    def judge(shp):
+        judged.append(shp["spec"]["pod"]["spec"].get("ephemeralContainers"))
+        if shp["spec"]["pod"]["spec"].get("ephemeralContainers"):
+            return Decision.deny(422, "Invalid", "spec.pod.spec.ephemeralContainers[0]: not granted")
+        return Decision.allow()
+
+    world.reconcile.set_judge(judge)
+    world.add_shadowpod()
+    _debug(world, DEBUGGER)
+    world.run()
+    assert judged == [None], "the pod is created (and judged) without its ephemeral containers"
+    assert KEY in world.api.pods
+    with pytest.raises(Requeue):
+        world.run()
+    assert judged[-1] == [DEBUGGER], "then judged with the ones it adds"
+    assert "ephemeralContainers" not in world.api.pods[KEY]["spec"]
+    world.run()  # within the recheck: neither judged nor told again
+    assert world.reasons() == [reasons.REASON_EPHEMERAL_CONTAINERS_REFUSED]
+    assert "not granted" in world.api.events[-1]["message"]
+    world.reconcile.set_judge(lambda shp: Decision.allow())
+    world.now += 31
+    world.run()
+    assert world.api.pods[KEY]["spec"]["ephemeralContainers"][0]["name"] == "debugger"
+
+
+def test_the_api_servers_refusal_of_an_ephemeral_container_is_a_warning(world):
+    world.add_shadowpod()
+    world.run()
+    _debug(world, {**DEBUGGER, "securityContext": {"privileged": True}})
+    world.api.ephemeral_error = ApiError(422, "Invalid", 'pods "web" is forbidden: violates PodSecurity "baseline:latest"')
+    with pytest.raises(Requeue):
+        world.run()
+    assert world.reasons() == [reasons.REASON_EPHEMERAL_CONTAINERS_REFUSED]
+    assert "violates PodSecurity" in world.api.events[-1]["message"]

@@ -380,3 +380,38 @@ def test_a_mirror_write_always_sets_what_ends_the_hold():
     assert patch is not None and patch["status"]["hostIP"] == HOST
     merged = _local(**patch["status"])
     assert not st.first_write_may_wait(merged, _remote(phase="Pending"))
+
+
+# --- ephemeral containers (kubectl debug) -------------------------------------------------------------
+DEBUGGER = {"name": "debugger", "image": "busybox:1.36", "targetContainerName": "app"}
+RUNNING = {"name": "debugger", "image": "busybox:1.36", "imageID": "x", "ready": False, "restartCount": 0,
+           "state": {"running": {"startedAt": "2026-01-01T00:01:00Z"}}}
+
+
+def _debugged(**status) -> dict:
+    local = _local(**status)
+    local["spec"]["ephemeralContainers"] = [dict(DEBUGGER)]
+    return local
+
+
+def test_ephemeral_container_statuses_come_from_the_remote_pod():
+    desired = desired_status(_debugged(), _remote(ephemeralContainerStatuses=[RUNNING, {**RUNNING, "name": "stranger"}]),
+                             _shadowpod(2), HOST)
+    assert desired["ephemeralContainerStatuses"] == [RUNNING], "only the local pod's own, never restarted by recreations"
+
+
+def test_an_ephemeral_container_the_remote_pod_does_not_report_keeps_its_local_word():
+    refused = {**RUNNING, "state": {"waiting": {"reason": "ProviderRefused", "message": "not granted"}}}
+    desired = desired_status(_debugged(ephemeralContainerStatuses=[refused]), _remote(), _shadowpod(0), HOST)
+    assert desired["ephemeralContainerStatuses"] == [refused]
+    assert "ephemeralContainerStatuses" not in desired_status(_debugged(), _remote(), _shadowpod(0), HOST)
+
+
+def test_an_ephemeral_container_a_replaced_remote_pod_never_runs_is_shown_ended():
+    remote = _remote()
+    remote["metadata"]["annotations"] = {"kube-offload.io/ephemeral-containers-not-run": "debugger"}
+    desired = desired_status(_debugged(ephemeralContainerStatuses=[RUNNING]), remote, _shadowpod(1), HOST)
+    [shown] = desired["ephemeralContainerStatuses"]
+    terminated = shown["state"]["terminated"]
+    assert terminated["reason"] == "PodReplaced" and terminated["startedAt"] == "2026-01-01T00:01:00Z"
+    assert terminated["finishedAt"] == "2026-01-01T00:00:05Z" and not shown["ready"]

@@ -188,11 +188,24 @@ def test_priority_class_kept_only_if_granted_and_the_remote_cluster_has_it():
     assert "priority" not in spec and "preemptionPolicy" not in spec
 
 
-@pytest.mark.parametrize("field", ["overhead", "ephemeralContainers", "schedulingGates", "readinessGates"])
+def test_ephemeral_containers_go_as_the_provider_grants_translated_like_the_others():
+    pod = _pod(ephemeralContainers=[{"name": "debug", "image": "busybox", "targetContainerName": "app", "volumeMounts": [
+        {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}])
+    refused = translate_pod(pod, CTX)
+    assert "ephemeralContainers" not in refused.spec and not refused.refused, "the pod goes; the debug container does not"
+    assert [name for name, _why in refused.ephemeral_refused] == ["debug"]
+    granted = TranslationContext(**{**CTX.__dict__, "policy": parse_policy({"pods": {"ephemeralContainers": True}})})
+    remote = translate_pod(pod, granted)
+    [debug] = remote.spec["ephemeralContainers"]
+    assert debug["targetContainerName"] == "app" and debug["imagePullPolicy"] == "Always"
+    assert "volumeMounts" not in debug, "the local token's mount goes with its volume, as for every container"
+    assert remote.ephemeral_refused == ()
+
+
+@pytest.mark.parametrize("field", ["overhead", "schedulingGates", "readinessGates"])
 def test_fields_set_by_local_machinery_are_dropped(field):
     values = {
         "overhead": {"cpu": "250m"},
-        "ephemeralContainers": [{"name": "debug", "image": "busybox"}],
         "schedulingGates": [{"name": "x"}],
         "readinessGates": [{"conditionType": "example.com/lb"}],
     }

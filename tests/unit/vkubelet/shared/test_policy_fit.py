@@ -22,6 +22,34 @@ def _fit(spec: dict, policy=DEFAULT_POLICY, labels=None, annotations=None) -> pf
     return pf.fit_pod(labels or {}, annotations or {}, spec, policy)
 
 
+# --- pods: ephemeral containers (kubectl debug), each judged on its own --------------------------
+DEBUGGER = {"name": "debugger", "image": "busybox:1.36", "targetContainerName": "app", "imagePullPolicy": "IfNotPresent"}
+
+
+def test_an_ephemeral_container_not_granted_is_taken_out_and_the_pod_still_sent():
+    fit = _fit(_spec(ephemeralContainers=[DEBUGGER]))
+    assert "ephemeralContainers" not in fit.spec and not fit.refused, "the pod runs on without it"
+    [(name, why)] = fit.ephemeral_refused
+    assert name == "debugger"
+    assert "spec.policy.pods.ephemeralContainers: true" in why, "says how the provider grants it: key and value"
+
+
+def test_an_ephemeral_container_granted_is_sent_pulling_always():
+    fit = _fit(_spec(ephemeralContainers=[DEBUGGER]), parse_policy({"pods": {"ephemeralContainers": True}}))
+    assert fit.spec["ephemeralContainers"] == [{**DEBUGGER, "imagePullPolicy": "Always"}]
+    assert fit.ephemeral_refused == () and not fit.refused
+
+
+def test_an_ephemeral_container_from_a_registry_not_granted_is_refused_alone():
+    policy = parse_policy({"pods": {"ephemeralContainers": True, "imageRegistries": ["docker.io/library/"]}})
+    other = {**DEBUGGER, "name": "other", "image": "quay.io/someone/tools:1"}
+    fit = _fit(_spec(ephemeralContainers=[DEBUGGER, other]), policy)
+    assert [c["name"] for c in fit.spec["ephemeralContainers"]] == ["debugger"]
+    [(name, why)] = fit.ephemeral_refused
+    assert name == "other" and "quay.io/someone/tools:1" in why and "pods.imageRegistries" in why
+    assert not fit.refused, "the pod itself is still sent"
+
+
 # --- pods: what is dropped, and the note that says so --------------------------------------------
 @pytest.mark.parametrize(
     "extra, policy, gone, field, words",
