@@ -101,6 +101,10 @@ REASON_POD_NAME_TAKEN: Final = "PodNameTaken"
 REASON_INVALID_SHADOWPOD: Final = "InvalidShadowPod"
 REASON_POD_UPDATED: Final = "PodUpdated"
 REASON_POD_UPDATE_REFUSED: Final = "PodUpdateRefused"
+# In-place resize (kube_offload/pod_resize.py): the enforcer resized the running pod through
+# pods/resize, or the provider refused that; the kubelet's own Events then say how it went.
+REASON_POD_RESIZED: Final = "PodResized"
+REASON_POD_RESIZE_REFUSED: Final = "PodResizeRefused"
 
 # --- enforcer: Events on Consumers (cluster-scoped: in namespace default; docs/enforcer.md) ------
 # A drain's grace ended with ShadowPods of the consumer still here: the enforcer deleted them.

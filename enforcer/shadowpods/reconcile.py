@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
+from enforcer.shadowpods.resize import Resizer
 from kube_offload import reasons
 from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
@@ -189,6 +190,7 @@ class Reconciler:
         # ShadowPod key -> the applied-template record of an update the provider refused:
         # not tried again (at every pod event) until the template changes.
         self._refused_updates: dict[str, str] = {}
+        self._resizer = Resizer(api, recorder)  # in-place resize (enforcer/shadowpods/resize.py)
         # The resourceVersions our own ShadowPod status writes produced (their echoes).
         self._status_echoes = WriteEchoes()
         self._coalesce = max(0.0, status_coalesce_seconds)
@@ -210,6 +212,7 @@ class Reconciler:
         if shadowpod is None:
             self._forget_refusal(key)
             self._refused_updates.pop(key, None)
+            self._resizer.forget(key)
             self._status_echoes.forget(key)
             self._unrecorded.pop(key, None)
             # The garbage collector deletes these through the owner reference; this is
@@ -245,6 +248,7 @@ class Reconciler:
             if not wait:
                 self._write_status(shadowpod, status_from_pod(self._recorded(key, shadowpod), decision.pod), logger)
             self._update_in_place(shadowpod, decision.pod, logger)
+            self._resizer.resize(shadowpod, decision.pod, logger)
             if wait:
                 raise Requeue(wait, f"status of pod {name} held back while it is Pending")
         elif decision.action is Action.WAIT:

@@ -826,6 +826,7 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         (C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/status"): {"patch"},
         (C.SHADOWPOD_GROUP, f"{C.SHADOWPOD_PLURAL}/finalizers"): {"update"},
         ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("", "pods/resize"): {"patch"},  # in-place resize (enforcer/shadowpods/resize.py)
         ("", "nodes"): {"list", "watch"},
         ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "update", "delete"},
