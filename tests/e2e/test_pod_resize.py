@@ -1,6 +1,9 @@
 """In-place resize of an offloaded pod (issue 41, item 2), end to end on the shared loopback
 environment (conftest.py), the remote pods on kwok nodes: what reaches the provider and what
-it refuses. (What a real kubelet does with a resize, cgroups and all, is the real-node
+it refuses. kwok reports no container resources, so the tests write them into the remote
+pod's status as a kubelet would (without them no API server resizes a pod, and the local
+pod, mirroring the remote one, is refused its resize too: as for a remote kubelet older
+than 1.33). (What a real kubelet does with a resize, cgroups and all, is the real-node
 tier's: tests/realnode/test_offloaded_pods.py.)
 
 * `kubectl patch pod --subresource resize` on an offloaded pod reaches its ShadowPod's
@@ -26,7 +29,7 @@ import pytest
 from kube_offload import constants as c
 from kube_offload.resources import format_quantity, parse_quantity
 from kube_offload_harness.cluster import Cluster
-from support.clusters import delete_namespace, find, offloaded_namespace, patch_consumer
+from support.clusters import delete_namespace, find, offloaded_namespace, patch_consumer, report_container_resources
 
 LOCAL_ID = "local"  # the harness's local cluster id (the session consumer)
 IMAGE = "registry.k8s.io/pause:3.10"  # kwok never pulls it
@@ -58,9 +61,15 @@ def _condition(local: Cluster, ns: str, name: str, kind: str) -> dict | None:
 
 
 def _running(local: Cluster, remote: Cluster, wait, ns: str, name: str) -> dict:
+    """The remote pod, Running, with the container resources a kubelet reports (which kwok
+    does not: report_container_resources), and the local pod showing them: without them
+    neither API server resizes the pod ("Pod running on node without support for resize")."""
     twin = f"{ns}-{LOCAL_ID}"
-    return wait(lambda: (lambda p: p if (p or {}).get("status", {}).get("phase") == "Running" else None)(
-        find(remote, "pod", name, "-n", twin)), timeout=TIMEOUT, what=f"remote pod {twin}/{name} Running")
+    pod = wait(lambda: report_container_resources(remote, twin, name), timeout=TIMEOUT,
+               what=f"remote pod {twin}/{name} running, its resources reported")
+    wait(lambda: (((find(local, "pod", name, "-n", ns) or {}).get("status") or {}).get("containerStatuses") or [{}])[0]
+         .get("resources"), timeout=TIMEOUT, what=f"the local pod {ns}/{name} showing its container's resources")
+    return pod
 
 
 @pytest.fixture

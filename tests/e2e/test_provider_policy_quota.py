@@ -25,7 +25,7 @@ from kube_offload import constants as c
 from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster, Environment
 from kube_offload_harness.naming import unique
-from support.clusters import find, patch_consumer, twin_status
+from support.clusters import find, patch_consumer, report_container_resources, twin_status
 
 CONSUMER = "e2e-quota"
 TENANT = c.tenant_namespace(CONSUMER)
@@ -117,6 +117,9 @@ def test_an_update_removing_a_limit_is_refused_naming_the_field_and_a_resize_is_
         assert "the running pod keeps its old limits" in removed.stderr
         # Lowering a container's cpu is a resize: the enforcer resizes the running pod to it
         # (pods/resize), and its status counts the old figure until the kubelet applied it.
+        # kwok reports no container resources, without which no API server resizes a pod
+        # (and the webhook's dry run of the resize would say so): reported as a kubelet does.
+        wait(lambda: report_container_resources(remote, twin, "lower"), timeout=90, what="the pod running, its resources reported")
         lowered = remote.kubectl_as(consumer, "patch", SHADOWPOD_KIND, "lower", "-n", twin, "--type=json", "-p", json.dumps(
             [{"op": "replace", "path": "/spec/pod/spec/containers/0/resources/requests/cpu", "value": "100m"}]))
         assert lowered.returncode == 0, lowered.stderr
