@@ -115,6 +115,10 @@ REASON_SLICE_ACCEPTED: Final = "SliceAccepted"
 REASON_SLICE_PARTIALLY_ACCEPTED: Final = "SlicePartiallyAccepted"
 REASON_SLICE_REFUSED: Final = "SliceRefused"
 REASON_SLICE_PENDING: Final = "SlicePending"
+# In-place resize (kube_offload/pod_resize.py): the enforcer resized the running pod through
+# pods/resize, or the provider refused that; the kubelet's own Events then say how it went.
+REASON_POD_RESIZED: Final = "PodResized"
+REASON_POD_RESIZE_REFUSED: Final = "PodResizeRefused"
 
 # --- enforcer: Events on Consumers (cluster-scoped: in namespace default; docs/enforcer.md) ------
 # A drain's grace ended with ShadowPods of the consumer still here: the enforcer deleted them.

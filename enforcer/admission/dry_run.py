@@ -33,15 +33,17 @@ from enforcer.shadowpods.api import pod_message
 from enforcer.admission import verdict_cache
 from kube_offload import constants as c
 from kube_offload.admission import Decision
+from kube_offload.pod_resize import pod_resize_patch
 from kube_offload.pools import Pool
 from kube_offload.runtime.kinds import PODS
 from kube_offload.runtime.kube import ApiError, Kube, NO_RETRY, STRATEGIC_MERGE_PATCH
 from kube_offload.shadowpod import InvalidShadowPod, PodFate, build_pod, is_owned_by, pod_fate, pod_update
+from kube_offload.views import pod_template
 
 # Connect and read timeouts of the dry run. The apiserver gives this webhook 10 s in all
 # (timeoutSeconds); the dry run must leave time for the answer to travel back.
 DRY_RUN_TIMEOUT: tuple[float, float] = (2.0, 6.0)
-_RBAC_PODS = re.compile(r'cannot (?:create|get|patch) resource "pods"')
+_RBAC_PODS = re.compile(r'cannot (?:create|get|patch) resource "pods(?:/resize)?"')
 
 
 def pod_for(shadowpod: Mapping[str, Any], pool: Pool | None = None) -> dict[str, Any]:
@@ -185,15 +187,36 @@ def check_update(api_client: client.ApiClient, namespace: str, shadowpod: Mappin
         patch = pod_update(shadowpod, existing)
     except InvalidShadowPod as exc:
         return Decision.deny(422, "Invalid", f"{exc}")
+    if patch is not None:
+        # The resourceVersion was read just now; a dry run conditional on it would only
+        # fail on a status update of the pod racing this check.
+        patch["metadata"].pop("resourceVersion", None)
+        try:
+            dry_run_patch(api_client, namespace, name, patch)
+        except ApiError as exc:
+            return verdict(exc, update=True)
+    return check_resize(api_client, namespace, shadowpod, existing)
+
+
+def check_resize(api_client: client.ApiClient, namespace: str, shadowpod: Mapping[str, Any], pod: Mapping[str, Any]) -> Decision:
+    """A template that resizes the running ``pod`` (kube_offload.pod_resize): the resize the
+    enforcer would ask of ``pods/resize`` is dry-run, so what the provider's API server
+    refuses of it (a QoS class changed, a figure over its node's allocatable, a resource
+    that cannot be resized) is refused with the ShadowPod update itself."""
+    patch = pod_resize_patch(pod.get("spec") or {}, (pod_template(shadowpod) or {}).get("spec") or {})
     if patch is None:
         return Decision.allow()
-    # The resourceVersion was read just now; a dry run conditional on it would only
-    # fail on a status update of the pod racing this check.
-    patch["metadata"].pop("resourceVersion", None)
+    name = str((pod.get("metadata") or {}).get("name") or "")
     try:
-        dry_run_patch(api_client, namespace, name, patch)
+        _kube(api_client).patch(PODS, name, patch, namespace=namespace, subresource="resize",
+                                content_type=STRATEGIC_MERGE_PATCH, dry_run=True)
     except ApiError as exc:
-        return verdict(exc, update=True)
+        decision = verdict(exc, update=True)
+        if decision.code == 403:
+            # Not a matter of waiting (as the quota's 403 is): the running pod cannot take
+            # this resize at all (its node's allocatable, say), what a kubelet calls Infeasible.
+            return Decision.deny(422, "Invalid", decision.message)
+        return decision
     return Decision.allow()
 
 

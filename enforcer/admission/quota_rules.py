@@ -6,9 +6,12 @@ let that count drift from what the provider's nodes actually hold:
 * a **finalizer** the consumer puts on a ShadowPod (on create or by an update) is refused:
   the enforcer never needs one of the consumer's, and one would hold a deleted ShadowPod
   for as long as the consumer likes;
-* an UPDATE that **lowers** a request or limit of a live ShadowPod is refused: the
-  running pod keeps the resources it was created with (a ShadowPod update reaches the pod
-  only in what a running pod may change), so a lower figure would count less than runs;
+* an UPDATE that **lowers** a request or limit of a live ShadowPod is refused, but for the
+  cpu and memory of its containers and sidecars, which the enforcer resizes the running pod
+  to (``pods/resize``, :mod:`kube_offload.pod_resize`; until the kubelet has applied it, the
+  pod's status keeps counting the old figures): anything else the running pod keeps as it
+  was created (a ShadowPod update reaches the pod only in what a running pod may change),
+  so a lower figure would count less than runs;
 * when the quota counts **limits** (``limits.<name>``, or a plain key under
   ``spec.policy.quotaMode: limits|both``), every container must set that limit, as
   Kubernetes' ResourceQuota requires: a pod without one is unbounded;
@@ -28,6 +31,7 @@ from typing import Any, Iterator, Mapping
 
 from enforcer.consumers.quota import live_shadowpod, twin_owner
 from kube_offload.consumer_quota import pod_charges
+from kube_offload.pod_resize import RESIZABLE_RESOURCES, template_resize
 from kube_offload.consumers import service_account_username
 from kube_offload.admission import AdmissionRequest
 from kube_offload.policy_rules import Context, Kind, Malformed, refusal_lines
@@ -102,18 +106,22 @@ def lowered_resources(request: AdmissionRequest) -> list[str]:
         return []
     problems: list[str] = []
     try:
-        for path, before, after in _resource_pairs(old_spec, new_spec):
+        for path, before, after, resizable in _resource_pairs(old_spec, new_spec):
             for kind in ("requests", "limits"):
                 old_amounts, new_amounts = before.get(kind, {}), after.get(kind, {})
                 for name in sorted(old_amounts, key=resource_sort_key):
                     was, now = old_amounts[name], new_amounts.get(name)
+                    if resizable and name in RESIZABLE_RESOURCES and now is not None:
+                        continue  # a resize: the enforcer resizes the running pod to it
                     if now is None or now < was:
                         field = f"{path}.{kind}.{name}" if path else f"{POD_SPEC}.overhead.{name}"
                         problems.append(_lowered_message(field, name, was, now, kind))
         if not problems:
             # No single figure went down, but the pod's total did (a sidecar turned into
             # an ordinary init container, say): still less than what runs.
-            before_total, after_total = pod_charges({"spec": old_spec}), pod_charges({"spec": new_spec})
+            # A resize lowers the total too: judged with the resize undone.
+            unresized = {**new_spec, **(template_resize(new_spec, old_spec) or {})}
+            before_total, after_total = pod_charges({"spec": old_spec}), pod_charges({"spec": unresized})
             lowered = sorted(
                 (n for n, a in before_total.items() if after_total.get(n, 0) < a), key=resource_sort_key
             )
@@ -135,8 +143,9 @@ def _lowered_message(field: str, name: str, was: int, now: int | None, kind: str
     else:
         got = f"lowered from {format_quantity(was, binary=binary)} to {format_quantity(now, binary=binary)}"
     return (
-        f"{field}: {got}; refused: the running pod keeps its old {kind} (an update of its ShadowPod does not "
-        "resize a running pod), and the quota counts what runs; to lower them, delete the ShadowPod and create it again"
+        f"{field}: {got}; refused: the running pod keeps its old {kind} (an update of its ShadowPod resizes a "
+        "running pod only in the cpu and memory figures of its containers and sidecars, never removing one), and the "
+        "quota counts what runs; to lower them, delete the ShadowPod and create it again"
     )
 
 
@@ -145,19 +154,22 @@ def _pod_spec(shadowpod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return spec if isinstance(spec, Mapping) else None
 
 
-def _resource_pairs(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, ResourceList], dict[str, ResourceList]]]:
-    """(field path of a resources block, old amounts, new amounts) for every container of
-    the old template (matched by name; a container gone from the new one has none), the
-    pod-level resources, and the overhead (path "")."""
+def _resource_pairs(old: Mapping[str, Any], new: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, ResourceList], dict[str, ResourceList], bool]]:
+    """(field path of a resources block, old amounts, new amounts, whether a resize may
+    change it) for every container of the old template (matched by name; a container gone
+    from the new one has none), the pod-level resources, and the overhead (path "").
+    Resizable: the containers, and the sidecars (restartPolicy Always in both)."""
     for field in CONTAINER_LISTS:
         new_by_name = {c.get("name"): c for c in _list(new.get(field)) if isinstance(c, Mapping)}
         for index, container in enumerate(_list(old.get(field))):
             if not isinstance(container, Mapping):
                 continue
             path = f"{POD_SPEC}.{field}[{index}].resources"
-            yield path, _amounts(container.get("resources")), _amounts((new_by_name.get(container.get("name")) or {}).get("resources"))
-    yield f"{POD_SPEC}.resources", _amounts(old.get("resources")), _amounts(new.get("resources"))
-    yield "", {"requests": _parse(old.get("overhead"))}, {"requests": _parse(new.get("overhead"))}
+            other = new_by_name.get(container.get("name")) or {}
+            resizable = field == "containers" or container.get("restartPolicy") == other.get("restartPolicy") == "Always"
+            yield path, _amounts(container.get("resources")), _amounts(other.get("resources")), resizable
+    yield f"{POD_SPEC}.resources", _amounts(old.get("resources")), _amounts(new.get("resources")), False
+    yield "", {"requests": _parse(old.get("overhead"))}, {"requests": _parse(new.get("overhead"))}, False
 
 
 def _amounts(resources: object) -> dict[str, ResourceList]:

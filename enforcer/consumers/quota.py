@@ -16,7 +16,8 @@ What counts (docs/security.md "Quota"):
   the garbage collector came by), with that pod's own charges: a ShadowPod counts until
   its pod is gone, not until its deletionTimestamp;
 * of a pod its live ShadowPod counts for, whatever the pod holds beyond the ShadowPod
-  (overhead a RuntimeClass added, requests a LimitRange defaulted): quota counts what runs.
+  (overhead a RuntimeClass added, requests a LimitRange defaulted, the old figures of a
+  resize down that its kubelet has not applied yet): quota counts what runs.
 
 ``spec.quota`` keys (:func:`quota_limits`): ``requests.<name>`` and ``limits.<name>`` as
 in a ResourceQuota; a plain ``<name>`` (``cpu``) is what ``spec.policy.quotaMode`` says:
@@ -48,6 +49,7 @@ from kube_offload.consumer_quota import (
     PODS,
     pod_charges,
 )
+from kube_offload.pod_resize import held_pod
 from kube_offload.runtime.informer import DELETED
 from kube_offload.shadowpod import controller_ref
 from kube_offload.views import pod_template
@@ -170,7 +172,9 @@ _POD_CHARGES_CACHE: dict[str, tuple[str, ResourceList]] = {}
 
 
 def running_pod_charges(pod: Mapping[str, Any]) -> ResourceList:
-    """:func:`pod_charges` of a Pod the enforcer made; {} once it is Succeeded/Failed
+    """:func:`pod_charges` of a Pod the enforcer made, of what it holds
+    (:func:`kube_offload.pod_resize.held_pod`: during a resize, the larger of what it asks
+    and what its status reports); {} once it is Succeeded/Failed
     (it holds nothing any more). A pod whose quantities do not parse (the apiserver
     validated it, so: our limitation) counts as one pod."""
     if pod_is_terminated(pod):
@@ -181,7 +185,8 @@ def running_pod_charges(pod: Mapping[str, Any]) -> ResourceList:
     if cached is not None and cached[0] == version:
         return dict(cached[1])
     try:
-        charges = pod_charges(pod)
+        # A resize that lowers a container frees nothing until the kubelet applied it.
+        charges = pod_charges(held_pod(pod))
     except QuantityError:
         charges = {PODS: MILLI}
     if uid and version:

@@ -39,6 +39,7 @@ class EnforcerApi(Protocol):
     def patch_shadowpod_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> dict[str, Any]: ...
 
     def add_ephemeral_containers(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+    def resize_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -98,6 +99,10 @@ class KubeEnforcerApi:
         sends): the only way to add a container to a running pod."""
         return self._kube.patch(PODS, name, patch, namespace=namespace, subresource=ephemeral_containers.SUBRESOURCE,
                                 content_type=STRATEGIC_MERGE_PATCH)
+    def resize_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch of the pod's ``resize`` subresource (containers by name:
+        kube_offload.pod_resize.pod_resize_patch); the kubelet then resizes in place."""
+        return self._kube.patch(PODS, name, patch, namespace=namespace, subresource="resize", content_type=STRATEGIC_MERGE_PATCH)
 
     def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         return self._kube.create(EVENTS, event, namespace=namespace)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Protocol
 from enforcer.shadowpods.api import EnforcerApi, pod_message
 from enforcer.shadowpods.debugging import EphemeralContainers
 from enforcer.shadowpods.events import EventRecorder
+from enforcer.shadowpods.resize import Resizer
 from kube_offload import ephemeral_containers, reasons
 from kube_offload.admission import Decision
 from kube_offload.constants import ANNOTATION_APPLIED_TEMPLATE, LABEL_MANAGED_BY, LABEL_SLICE, MANAGED_BY_ENFORCER
@@ -190,6 +191,7 @@ class Reconciler:
         # ShadowPod key -> the applied-template record of an update the provider refused:
         # not tried again (at every pod event) until the template changes.
         self._refused_updates: dict[str, str] = {}
+        self._resizer = Resizer(api, recorder)  # in-place resize (enforcer/shadowpods/resize.py)
         # The resourceVersions our own ShadowPod status writes produced (their echoes).
         self._status_echoes = WriteEchoes()
         self._coalesce = max(0.0, status_coalesce_seconds)
@@ -213,6 +215,7 @@ class Reconciler:
         if shadowpod is None:
             self._forget_refusal(key)
             self._refused_updates.pop(key, None)
+            self._resizer.forget(key)
             self._status_echoes.forget(key)
             self._unrecorded.pop(key, None)
             self._ephemeral.forget(key)
@@ -250,6 +253,7 @@ class Reconciler:
                 self._write_status(shadowpod, status_from_pod(self._recorded(key, shadowpod), decision.pod), logger)
             self._update_in_place(shadowpod, decision.pod, logger)
             self._ephemeral.sync(shadowpod, decision.pod, logger)
+            self._resizer.resize(shadowpod, decision.pod, logger)
             if wait:
                 raise Requeue(wait, f"status of pod {name} held back while it is Pending")
         elif decision.action is Action.WAIT:

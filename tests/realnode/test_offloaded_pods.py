@@ -561,6 +561,93 @@ def test_the_apiserver_verifies_a_serving_certificate_from_the_csr_api_and_a_rot
     logs_and_exec_work()
 
 
+# --- in-place resize (issue 41, item 2) ------------------------------------------------------------
+RESIZED, NEIGHBOUR = f"resized-{RUN}", f"neighbour-{RUN}"
+# What the container reads of its own cgroup: cgroup v2's files, else v1's (the machine's).
+CGROUP_CPU = "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+CGROUP_MEMORY = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+
+
+def _sized_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "main", "image": BUSYBOX, "command": ["sleep", "3600"],
+                "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                                 {"resourceName": "memory", "restartPolicy": "NotRequired"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}
+
+
+def _cgroup(local: Cluster, name: str, command: str) -> int:
+    result = local.kubectl("exec", "-n", NAMESPACE, name, "--", "sh", "-c", command, check=False)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split()[0])
+
+
+def _resize(local: Cluster, name: str, **resources: dict) -> None:
+    body = {"spec": {"containers": [{"name": "main", "resources": resources}]}}
+    local.kubectl("patch", "pod", name, "-n", NAMESPACE, "--subresource", "resize", "-p", json.dumps(body))
+
+
+def _resize_condition(pod: dict, kind: str) -> dict | None:
+    return next((c for c in pod["status"].get("conditions") or [] if c["type"] == kind), None)
+
+
+def test_an_in_place_resize_reaches_the_remote_container_without_a_restart_and_the_quota_is_judged(env, local, remote, workload):
+    """`kubectl patch pod --subresource resize` on the offloaded pod: the remote kubelet
+    resizes the container in place (its cgroup's cpu and memory limits, read from inside,
+    change; the same container, never restarted) and the local pod's status shows the
+    resources the kubelet reports. A resize the provider's quota has no room for (another
+    pod holds it) is refused by the provider and shown as the kubelet shows one,
+    PodResizePending/Deferred with the provider's words, until the quota is raised."""
+    local.apply([_sized_pod(RESIZED), _sized_pod(NEIGHBOUR)])
+    local.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", f"pod/{RESIZED}", f"pod/{NEIGHBOUR}", "--timeout=90s", timeout=100)
+    before = _pod(local, RESIZED)["status"]["containerStatuses"][0]
+    assert _cgroup(local, RESIZED, CGROUP_CPU) == 20000  # 200m of a 100 ms period
+    assert _cgroup(local, RESIZED, CGROUP_MEMORY) == 64 * 2**20
+
+    _resize(local, RESIZED, limits={"cpu": "400m", "memory": "96Mi"})
+
+    def resized():
+        pod = _pod(local, RESIZED)
+        shown = pod["status"]["containerStatuses"][0]
+        limits = (shown.get("resources") or {}).get("limits") or {}
+        done = parse_quantity(limits.get("cpu", "0")) == 400 and parse_quantity(limits.get("memory", "0")) == 96 * 2**20 * 1000
+        busy = _resize_condition(pod, "PodResizeInProgress") or _resize_condition(pod, "PodResizePending")
+        return shown if done and busy is None else None
+
+    after = wait_for(resized, timeout=60, what="the local status showing the remote kubelet's resize")
+    assert _cgroup(local, RESIZED, CGROUP_CPU) == 40000
+    assert _cgroup(local, RESIZED, CGROUP_MEMORY) == 96 * 2**20
+    assert after["restartCount"] == before["restartCount"] == 0
+    assert after["containerID"] == before["containerID"], "the same container, resized in place"
+
+    # The provider's quota: what runs (both pods' 100m) and 50m more. A resize of 100m more
+    # fits the virtual node (it advertises the whole quota) but not what the others hold.
+    consumer = env.topology().local.cluster_id
+    kind = f"{C.CONSUMER_PLURAL}.{C.DOMAIN}"
+    quota = remote.kubectl_json("get", kind, consumer)["spec"]["quota"]
+    used = parse_quantity(remote.kubectl_json("get", kind, consumer).get("status", {}).get("used", {}).get("cpu", "0"))
+    try:
+        remote.kubectl("patch", kind, consumer, "--type=json", "-p", json.dumps(
+            [{"op": "add", "path": "/spec/quota", "value": {**quota, "cpu": f"{max(used, 200) + 50}m"}}]))
+        _resize(local, RESIZED, requests={"cpu": "200m"})
+        pending = wait_for(lambda: (lambda c: c if c and c.get("reason") == "Deferred" else None)(
+            _resize_condition(_pod(local, RESIZED), "PodResizePending")), timeout=60, what="PodResizePending Deferred")
+        assert "exceeded quota" in pending["message"] and "Consumer spec.quota" in pending["message"], pending["message"]
+        twin = twin_namespace_name(NAMESPACE, consumer)
+        remote_pod = remote.kubectl_json("get", "pod", "-n", twin, RESIZED)
+        assert remote_pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m", "not resized remotely"
+    finally:
+        remote.kubectl("patch", kind, consumer, "--type=json", "-p", json.dumps(
+            [{"op": "add", "path": "/spec/quota", "value": quota}]))
+    # Room again: the deferred resize goes through by itself, as a kubelet retries one.
+    wait_for(lambda: parse_quantity(((_pod(local, RESIZED)["status"]["containerStatuses"][0].get("resources") or {})
+                                     .get("requests") or {}).get("cpu", "0")) == 200
+             and _resize_condition(_pod(local, RESIZED), "PodResizePending") is None,
+             timeout=60, what="the deferred resize applied once the quota was raised")
+    assert _pod(local, RESIZED)["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
 # --- teardown ---------------------------------------------------------------------------------------
 def _state_dir_leftovers(plan) -> list[str]:
     """What of a node is named by the environment's own state dir (never by its slot)."""

@@ -173,3 +173,20 @@ def serve_twin(remote: Cluster, kubeconfig: Path, consumer: str, name: str, *, t
     wait_for(lambda: twin_status(remote, consumer, name).get("phase") == c.TWIN_PHASE_READY, timeout=timeout,
              what=f"twin {name} Ready")
     wait_for(lambda: find(remote, "serviceaccount", "default", "-n", name), timeout=60, what=f"ServiceAccount {name}/default")
+
+
+def report_container_resources(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """Write into a kwok pod's status the container ``resources`` a kubelet of 1.33+ reports
+    (what it actuated: here, the spec's), which kwok does not: without them the API server
+    refuses to resize the pod ("Pod running on node without support for resize",
+    isPodResizeRequestSupported). The pod as written, or None while it has no running
+    container to report on (ask again)."""
+    pod = find(cluster, "pod", name, "-n", namespace)
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    if not pod or not any((s.get("state") or {}).get("running") for s in statuses):
+        return None
+    resources = {cont["name"]: cont.get("resources") or {} for cont in pod["spec"]["containers"]}
+    reported = [{**s, "resources": resources.get(s["name"], {})} for s in statuses]
+    result = cluster.kubectl("patch", "pod", name, "-n", namespace, "--subresource", "status", "--type=merge",
+                             "-p", json.dumps({"status": {"containerStatuses": reported}}), check=False)
+    return pod if result.returncode == 0 else None

@@ -828,6 +828,7 @@ def test_remote_rbac(remote_docs: list[dict[str, Any]]) -> None:
         ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
         # kubectl debug: the template's ephemeral containers (enforcer/shadowpods/debugging.py).
         ("", "pods/ephemeralcontainers"): {"patch"},
+        ("", "pods/resize"): {"patch"},  # in-place resize (enforcer/shadowpods/resize.py)
         ("", "nodes"): {"list", "watch"},
         ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "update", "delete"},

@@ -27,7 +27,7 @@ from vkubelet.home_api.pod_access import APIServerMode, resolve_mode
 from vkubelet.shared.indexes import BY_ORIGIN, ours_by_origin
 from vkubelet.shared.informers import SharedInformers
 from vkubelet.twins.namespaces import TwinNamespaces
-from vkubelet.pods import debugging, ending, handback, shadowpods
+from vkubelet.pods import debugging, ending, handback, resizes, shadowpods
 from vkubelet.pods.first_status import FirstWriteHolds
 from vkubelet.pods.forbidden import ForbiddenTwins
 from vkubelet.pods.local import LocalPods
@@ -261,6 +261,7 @@ class PodOffloader:
             return
 
         self._sync_template(key, local, current, twin, logger)
+        resizes.sync_resize(self, local, current, self._policy.read()[1], logger)
         remote = self.remote_pods.get(f"{twin}/{name}")
         if remote is not None and (not self._is_ours(remote) or not shadowpods.belongs_to(remote, current)):
             remote = None  # a leftover of an older ShadowPod: its status is not this pod's
@@ -359,7 +360,7 @@ class PodOffloader:
         tried again now, not at the end of its backoff."""
         # RefusalBackoff keys any Hashable; this loop keys it by (pod key, operation).
         for key, operation in cast("list[tuple[str, str]]", self.refusals.keys()):
-            if operation == shadowpods.CREATE and self.refusals.allow_now((key, operation)):
+            if operation in (shadowpods.CREATE, resizes.RESIZE) and self.refusals.allow_now((key, operation)):
                 self.controller.enqueue(key)
         with self._policy_refused_lock:
             refused = list(self._policy_refused)

@@ -4,8 +4,12 @@ The local pod is what users look at, so it tells the truth about the remote pod,
 the facts that belong to the local cluster kept local:
 
 * phase, conditions (except PodScheduled), container, init-container and ephemeral
-  container statuses, pod IPs, reason and message come from the remote pod (an ephemeral
-  container the remote pod does not report keeps what the local pod says of it);
+  container statuses (their ``resources`` and ``allocatedResources`` too: what the
+  remote kubelet gave them), pod IPs, reason and message come from the remote pod (an
+  ephemeral container the remote pod does not report keeps what the local pod says of
+  it); the resize conditions (``PodResizePending``, ``PodResizeInProgress``) too once the
+  provider took the local pod's resize, else the ones that say why not
+  (vkubelet/pods/resizes.py);
 * restartCount is the remote container's restarts plus the ShadowPod's
   ``status.recreations`` (a remote pod deleted and recreated by the enforcer is a
   restart from the user's point of view), and never goes down;
@@ -34,6 +38,7 @@ import copy
 from typing import Any, Mapping
 
 from kube_offload.constants import ANNOTATION_EPHEMERAL_NOT_RUN
+from kube_offload import pod_resize, views
 from kube_offload.views import ShadowPodView
 from vkubelet.shared import provider_bounds as bounds
 from vkubelet.shared.ip_remapping import NO_REMAPPING, Remapping
@@ -85,6 +90,8 @@ def desired_status(
     if phase in PHASES and not (phase in TERMINAL_PHASES and _deleted_behind_our_back(local, remote)):
         status["phase"] = phase
     status["conditions"] = _conditions(current.get("conditions") or [], theirs.get("conditions") or [])
+    status["conditions"] += _resize_conditions(current.get("conditions") or [], theirs.get("conditions") or [],
+                                               spec, shadowpod)
     # The kubelet's share of its termination messages: 12 KiB over every container.
     message_bytes = bounds.container_message_bytes(
         sum(len(spec.get(field) or []) for field in ("containers", "initContainers", "ephemeralContainers"))
@@ -223,9 +230,21 @@ def _conditions(local: list[dict[str, Any]], remote: list[dict[str, Any]]) -> li
     for cond in local:
         kind = cond.get("type")
         # e.g. DisruptionTarget set by a local eviction: not ours to remove.
-        if kind != CONDITION_SCHEDULED and kind not in remote_types and kind not in KUBELET_CONDITIONS:
+        if kind != CONDITION_SCHEDULED and kind not in remote_types and kind not in KUBELET_CONDITIONS \
+                and kind not in pod_resize.RESIZE_CONDITIONS:
             result.append(copy.deepcopy(cond))
     return result
+
+
+def _resize_conditions(local: list[dict[str, Any]], remote: list[dict[str, Any]], spec: Mapping[str, Any],
+                       shadowpod: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The resize conditions (kube_offload/pod_resize.py): the remote kubelet's once the
+    ShadowPod's template has the local pod's resources, else the ones the resize step
+    wrote (vkubelet/pods/resizes.py: why the provider did not take it)."""
+    template = (views.pod_template(shadowpod) or {}).get("spec") or {} if shadowpod is not None else None
+    is_carried = template is None or pod_resize.carried(spec, template)
+    theirs = [bounds.bounded_condition(c) for c in remote if isinstance(c, Mapping) and c.get("type") in pod_resize.RESIZE_CONDITIONS]
+    return pod_resize.local_conditions(local, theirs, is_carried=is_carried)
 
 
 def _container_statuses(local: list[dict[str, Any]], remote: list[dict[str, Any]], recreations: int) -> list[dict[str, Any]]:

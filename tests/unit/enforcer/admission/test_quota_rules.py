@@ -87,12 +87,34 @@ def test_a_finalizer_added_by_someone_else_or_removed_is_not_the_consumers():
 
 # --- lowering requests and limits ---------------------------------------------------------------
 def test_an_update_lowering_a_request_is_refused_naming_the_field_and_why():
-    old = shadowpod({"cpu": "500m", "memory": "256Mi"})
-    new = shadowpod({"cpu": "100m", "memory": "256Mi"})
+    old = shadowpod({"cpu": "500m", "ephemeral-storage": "1Gi"})
+    new = shadowpod({"cpu": "500m", "ephemeral-storage": "512Mi"})
     decision = run(new, operation="UPDATE", old=old)
     assert not decision.allowed and decision.code == 422
-    assert decision.message.startswith("spec.pod.spec.containers[0].resources.requests.cpu: lowered from 500m to 100m")
+    assert decision.message.startswith("spec.pod.spec.containers[0].resources.requests.ephemeral-storage: lowered from 1Gi to 512Mi")
     assert "the running pod keeps its old requests" in decision.message
+
+
+def _with_init(spec_owner: dict, name: str, cpu: str, *, sidecar: bool) -> dict:
+    init = {"name": name, "image": "p", "resources": {"requests": {"cpu": cpu}}}
+    if sidecar:
+        init["restartPolicy"] = "Always"
+    spec_owner["spec"]["pod"]["spec"]["initContainers"] = [init]
+    return spec_owner
+
+
+def test_lowering_the_cpu_and_memory_of_a_container_or_sidecar_is_a_resize_and_admitted():
+    old = _with_init(shadowpod({"cpu": "500m", "memory": "256Mi"}, {"cpu": "1", "memory": "512Mi"}), "proxy", "1", sidecar=True)
+    new = _with_init(shadowpod({"cpu": "100m", "memory": "128Mi"}, {"cpu": "200m", "memory": "256Mi"}), "proxy", "100m", sidecar=True)
+    assert lowered_resources(request(new, operation="UPDATE", old=old)) == []
+    assert run(new, operation="UPDATE", old=old).allowed
+
+
+def test_an_ordinary_init_container_is_not_resized_so_lowering_it_is_refused():
+    old = _with_init(shadowpod({"cpu": "100m"}), "setup", "1", sidecar=False)
+    new = _with_init(shadowpod({"cpu": "100m"}), "setup", "100m", sidecar=False)
+    problems = lowered_resources(request(new, operation="UPDATE", old=old))
+    assert [p.split(":", 1)[0] for p in problems] == ["spec.pod.spec.initContainers[0].resources.requests.cpu"]
 
 
 def test_removing_a_limit_or_the_overhead_counts_as_lowering():

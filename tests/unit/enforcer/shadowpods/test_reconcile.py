@@ -37,6 +37,7 @@ class FakeApi:
         self.create_error: ApiError | None = None
         self.patch_error: ApiError | None = None
         self.ephemeral_error: ApiError | None = None
+        self.resize_error: ApiError | None = None
         self.delete_graces: list[int | None] = []  # gracePeriodSeconds of each pod delete
         self._uids = itertools.count(1)
 
@@ -104,6 +105,20 @@ class FakeApi:
         have = pod["spec"].setdefault("ephemeralContainers", [])
         names = {c["name"] for c in have}
         have += [c for c in patch["spec"]["ephemeralContainers"] if c["name"] not in names]
+        return copy.deepcopy(pod)
+
+    def resize_pod(self, namespace, name, patch):
+        """The resize subresource: each named container's cpu and memory figures."""
+        self.writes.append(("resize", name))
+        if self.resize_error is not None:
+            raise self.resize_error
+        pod = self.pods[f"{namespace}/{name}"]
+        for field, changes in (patch.get("spec") or {}).items():
+            for change in changes:
+                for container in pod["spec"].get(field) or []:
+                    if container["name"] == change["name"]:
+                        for kind, figures in change["resources"].items():
+                            container.setdefault("resources", {}).setdefault(kind, {}).update(figures)
         return copy.deepcopy(pod)
 
     def create_event(self, namespace, event):
@@ -870,3 +885,43 @@ def test_the_api_servers_refusal_of_an_ephemeral_container_is_a_warning(world):
         world.run()
     assert world.reasons() == [reasons.REASON_EPHEMERAL_CONTAINERS_REFUSED]
     assert "violates PodSecurity" in world.api.events[-1]["message"]
+# --- in-place resize (enforcer/shadowpods/resize.py) ----------------------------------------------
+def _resize_template(world: World, cpu: str, memory: str = "64Mi") -> None:
+    world.api.shadowpods[KEY]["spec"]["pod"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": "1", "memory": "128Mi"}}
+
+
+def test_a_resized_template_resizes_the_running_pod_through_the_resize_subresource(world):
+    world.add_shadowpod()
+    _resize_template(world, "100m")
+    world.run()
+    uid = world.api.pods[KEY]["metadata"]["uid"]
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    _resize_template(world, "250m", "96Mi")
+    world.api.writes.clear()
+    world.run()
+    pod = world.api.pods[KEY]
+    assert pod["metadata"]["uid"] == uid, "resized, not recreated"
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "250m", "memory": "96Mi"}
+    assert ("resize", "web") in world.api.writes and not any(w[0] in ("create", "delete") for w in world.api.writes)
+    assert world.reasons()[-1] == reasons.REASON_POD_RESIZED
+    assert "c: requests.cpu=250m, requests.memory=96Mi" in world.api.events[-1]["message"]
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "resized once"
+
+
+def test_a_refused_resize_is_told_once_and_the_pod_runs_on(world):
+    world.add_shadowpod()
+    _resize_template(world, "100m")
+    world.run()
+    world.api.pods[KEY]["status"] = {"phase": "Running"}
+    world.api.resize_error = ApiError(422, "Invalid", 'Pod "web" is invalid: spec: Forbidden: Pod QOS Class may not change')
+    _resize_template(world, "1", "128Mi")
+    world.run()
+    assert world.reasons()[-1] == reasons.REASON_POD_RESIZE_REFUSED
+    assert "Pod QOS Class may not change" in world.api.events[-1]["message"]
+    assert world.api.pods[KEY]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
+    world.api.writes.clear()
+    world.run()
+    assert world.api.writes == [], "the same resize is not asked again at every pod event"

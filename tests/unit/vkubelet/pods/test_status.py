@@ -415,3 +415,35 @@ def test_an_ephemeral_container_a_replaced_remote_pod_never_runs_is_shown_ended(
     terminated = shown["state"]["terminated"]
     assert terminated["reason"] == "PodReplaced" and terminated["startedAt"] == "2026-01-01T00:01:00Z"
     assert terminated["finishedAt"] == "2026-01-01T00:00:05Z" and not shown["ready"]
+# --- in-place resize (kube_offload/pod_resize.py, vkubelet/pods/resizes.py) ------------------------
+def _resized(cpu: str) -> tuple[dict, dict, dict]:
+    """(local pod asking ``cpu``, its ShadowPod whose template has 100m, the remote pod
+    whose kubelet reports a resize in progress and the resources it actuated)."""
+    local = _local(phase="Running")
+    local["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+    shadowpod = {"metadata": {"name": "web-1"}, "status": {"recreations": 0},
+                 "spec": {"pod": {"metadata": {}, "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "100m"}}}]}}}}
+    remote = _remote()
+    remote["status"]["conditions"].append({"type": "PodResizeInProgress", "status": "True", "observedGeneration": 7})
+    remote["status"]["containerStatuses"][0]["resources"] = {"requests": {"cpu": "100m"}}
+    remote["status"]["containerStatuses"][0]["allocatedResources"] = {"cpu": "100m"}
+    return local, shadowpod, remote
+
+
+def test_a_carried_resize_shows_the_remote_kubelets_conditions_and_container_resources():
+    local, shadowpod, remote = _resized("100m")
+    local["status"]["conditions"].append({"type": "PodResizePending", "status": "True", "reason": "Deferred"})
+    status = desired_status(local, remote, shadowpod, HOST)
+    assert {"type": "PodResizeInProgress", "status": "True"} in status["conditions"], "observedGeneration is the remote's"
+    assert not any(c["type"] == "PodResizePending" for c in status["conditions"]), "our own verdict is over"
+    assert status["containerStatuses"][0]["resources"] == {"requests": {"cpu": "100m"}}
+    assert status["containerStatuses"][0]["allocatedResources"] == {"cpu": "100m"}
+
+
+def test_a_resize_the_provider_did_not_take_keeps_the_pending_condition_written_for_it():
+    local, shadowpod, remote = _resized("500m")
+    pending = {"type": "PodResizePending", "status": "True", "reason": "Deferred", "message": "exceeded quota"}
+    local["status"]["conditions"].append(pending)
+    status = desired_status(local, remote, shadowpod, HOST)
+    resize = [c for c in status["conditions"] if c["type"].startswith("PodResize")]
+    assert resize == [pending], "the remote kubelet's word is about the old resources"
