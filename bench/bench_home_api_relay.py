@@ -188,10 +188,15 @@ def samples(pids: dict[str, int]) -> dict[str, Sample]:
 
 
 def relay_metric(health_port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
+    """A gauge the relay serves; 0 while it is not serving yet (still importing on a busy machine)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
     return 0.0
 
 
