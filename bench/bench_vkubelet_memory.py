@@ -33,7 +33,7 @@ tracemalloc, over the pods (what the allocator really keeps, fragmentation inclu
 and the CPU time of parsing, cleaning, transforming and storing, per pod (the cost of
 the transforms, paid once per watch event).
 
-Usage: ``.venv/bin/python bench/bench_vkubelet_memory.py [--pods 1000 5000] [--parse watch|list]``
+Usage: ``.venv/bin/python bench/bench_vkubelet_memory.py [--pods 1000 5000] [--parse watch|list] [--variants ...]``
 (about 5 min on 2 vCPUs; ``--pods 1000`` alone, about 1 min).
 """
 
@@ -305,6 +305,8 @@ def main() -> int:
     parser.add_argument("--pods", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--profiles", nargs="+", default=["scale", "app"], choices=["scale", "app"])
     parser.add_argument("--parse", default="watch", choices=["watch", "list"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
+                        help="the variants measured (default all; the ratio is to the baseline when it is among them)")
     parser.add_argument("--case", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
@@ -320,15 +322,15 @@ def main() -> int:
             print(f"\n== profile {profile}, {pods} pods (objects per pod: 1 local pod, 1 ShadowPod, 1 remote pod, "
                   "1 token Secret, 2 Events)")
             print(f"{'variant':<42} {'tracemalloc KiB/pod':>20} {'RSS KiB/pod':>12} {'vs baseline':>12} {'parse+transform us/pod':>23}")
-            for variant in VARIANTS:
+            for variant in args.variants:
                 traced = subprocess_case(profile, pods, variant, "tracemalloc", args.parse)
                 rss = subprocess_case(profile, pods, variant, "rss", args.parse)
                 results[(profile, pods, variant)] = (traced, rss)
-                base = results[(profile, pods, "baseline")][0]["bytes_per_pod"]
+                base = results.get((profile, pods, "baseline"), (traced,))[0]["bytes_per_pod"]
                 print(f"{VARIANT_TITLES[variant]:<42} {traced['bytes_per_pod'] / 1024:>20.1f} "
                       f"{rss['bytes_per_pod'] / 1024:>12.1f} {traced['bytes_per_pod'] / base:>11.2f}x {rss['cpu_us_per_pod']:>23.0f}")
-            split_base = results[(profile, pods, "baseline")][0]["per_cache"]
-            split_trim = results[(profile, pods, "trimmed")][0]["per_cache"]
+            split_base = results.get((profile, pods, "baseline"), ({"per_cache": {}},))[0]["per_cache"]
+            split_trim = results.get((profile, pods, "trimmed"), ({"per_cache": {}},))[0]["per_cache"]
             if split_base and split_trim:
                 print("  per cache (deep getsizeof, bytes/pod): " + "; ".join(
                     f"{cache} {split_base[cache]:.0f} -> {split_trim[cache]:.0f}" for cache in CACHES))
