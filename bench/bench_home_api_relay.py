@@ -81,6 +81,7 @@ class Target:
     host_header: str
     context: ssl.SSLContext
     auth: str  # an Authorization header line, or ""
+    direct: tuple[str, int]  # the API server's own address
 
 
 @dataclass
@@ -88,6 +89,8 @@ class Conn:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     broken: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one request at a time on it
 
 
 @dataclass
@@ -106,6 +109,7 @@ class Stats:
 
 async def request(conn: Conn, target: Target) -> float:
     """Seconds for one GET and its whole answer on an open connection (checked)."""
+    conn.last_used = time.monotonic()
     started = time.perf_counter()
     conn.writer.write(f"GET {PATH} HTTP/1.1\r\nHost: {target.host_header}\r\nAccept: application/json\r\n"
                       f"{target.auth}\r\n".encode())
@@ -144,12 +148,37 @@ async def open_conn(target: Target, stats: Stats) -> Conn | None:
     return conn
 
 
-async def open_all(target: Target, count: int, concurrency: int, stats: Stats) -> list[Conn]:
+# The home API server closes a kept-alive connection idle for 90 s (the apiserver's
+# http.Server IdleTimeout), as it would a pod's: the bench keeps each one busier than that.
+KEEPALIVE_SECONDS = 30.0
+
+
+async def keep_alive(conns: list[tuple[Conn, Target]], stats: dict[str, "Stats"], stop: asyncio.Event) -> None:
+    """A GET on every open connection idle for KEEPALIVE_SECONDS (not counted in the
+    latencies; a failure marks the connection broken and counts in ``keepalive_failures``)."""
+    while not stop.is_set():
+        now = time.monotonic()
+        due = [(conn, target) for conn, target in conns
+               if not conn.broken and not conn.lock.locked() and now - conn.last_used > KEEPALIVE_SECONDS]
+        for conn, target in due:
+            name = "relay" if target.address != target.direct else "direct"
+            await timed(conn, target, stats[name], [])
+        try:
+            await asyncio.wait_for(stop.wait(), 2)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def open_all(target: Target, count: int, concurrency: int, stats: Stats,
+                   held: list[tuple[Conn, Target]]) -> list[Conn]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> Conn | None:
         async with gate:
-            return await open_conn(target, stats)
+            conn = await open_conn(target, stats)
+        if conn is not None:
+            held.append((conn, target))  # kept alive from now on
+        return conn
 
     return [c for c in await asyncio.gather(*(one() for _ in range(count))) if c is not None]
 
@@ -158,7 +187,8 @@ async def timed(conn: Conn, target: Target, stats: Stats, into: list[float]) -> 
     if conn.broken:
         return
     try:
-        into.append(await asyncio.wait_for(request(conn, target), 60))
+        async with conn.lock:
+            into.append(await asyncio.wait_for(request(conn, target), 60))
     except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, RuntimeError, ValueError) as exc:
         conn.broken = True
         stats.failed_requests += 1
@@ -269,20 +299,23 @@ def target_of(kubeconfig: Path, address: tuple[str, int] | None = None) -> Targe
     token = (config.api_key or {}).get("authorization") or (config.api_key or {}).get("BearerToken") or ""
     auth = f"Authorization: {token}\r\n" if token else ""
     direct = (parts.hostname or "127.0.0.1", parts.port or 443)
-    return Target(address or direct, parts.hostname or "", f"{direct[0]}:{direct[1]}", context, auth)
+    return Target(address or direct, parts.hostname or "", f"{direct[0]}:{direct[1]}", context, auth, direct)
 
 
 async def measure(direct: Target, relayed: Target, args: argparse.Namespace, pids: dict[str, int], health: int) -> dict:
     stats = {"relay": Stats(), "direct": Stats()}
+    held_conns: list[tuple[Conn, Target]] = []
+    stop = asyncio.Event()
+    keeper = asyncio.create_task(keep_alive(held_conns, stats, stop))
     before = samples(pids)
     t0 = time.monotonic()
     say(f"- opening {args.connections} connections through the relay ({args.open_concurrency} at a time)")
-    relay_conns = await open_all(relayed, args.connections, args.open_concurrency, stats["relay"])
+    relay_conns = await open_all(relayed, args.connections, args.open_concurrency, stats["relay"], held_conns)
     opened_s = time.monotonic() - t0
     await asyncio.sleep(3)
     held = samples(pids)
     say(f"- opening {args.connections} direct connections")
-    direct_conns = await open_all(direct, args.connections, args.open_concurrency, stats["direct"])
+    direct_conns = await open_all(direct, args.connections, args.open_concurrency, stats["direct"], held_conns)
     paired = relay_metric(health, "kube_offload_relay_active_connections")
     say(f"- serial: {args.serial} requests each way, interleaved")
     for i in range(args.serial):
@@ -297,6 +330,8 @@ async def measure(direct: Target, relayed: Target, args: argparse.Namespace, pid
             await asyncio.gather(*(timed(conn, target, stats[name], stats[name].concurrent) for conn in conns))
         end = samples(pids)
         cpu_rounds[name] = {k: end[k].cpu - start[k].cpu for k in pids}
+    stop.set()
+    await keeper
     for conn in relay_conns + direct_conns:
         conn.writer.close()
     return {"stats": stats, "before": before, "held": held, "opened_s": opened_s, "paired": paired,
