@@ -74,6 +74,9 @@ LOCAL_NAMESPACE = "bench-scale-local"  # the local baseline: pods stay on local 
 RATIO_GOAL = 0.85  # offloaded pods/s against local pods/s (issue 27)
 POLL_SECONDS = 3.0
 
+# Issue 39: a vkubelet's memory per offloaded pod at 5,000 pods, in every reading.
+GOAL_KIB_PER_POD = 30
+
 
 def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
@@ -440,8 +443,12 @@ def main() -> int:
               f"ratio ours/apiservers {ours / apiservers if apiservers else float('nan'):.2f}; "
               f"rest of the control planes {rest:.1f}s")
         print("   " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v >= 0.5))
+    each = args.pods / args.remotes
     for key, mib in result["vkubelet_peak_rss_mib"].items():
-        print(f"vkubelet {key}: peak RSS {mib:.0f} MiB (idle {result['vkubelet_rss_idle_mib'][key]:.0f} MiB)")
+        idle = result['vkubelet_rss_idle_mib'][key]
+        print(f"vkubelet {key}: peak RSS {mib:.0f} MiB (idle {idle:.0f} MiB); per offloaded pod ({each:.0f} on it): "
+              f"whole process {mib * 1024 / each:.1f} KiB, what the pods add {(mib - idle) * 1024 / each:.1f} KiB "
+              f"(goal, issue 39: <= {GOAL_KIB_PER_POD} KiB in both readings at 5,000 pods)")
     work = result.pop("work", None)
     local_window = result.pop("local_window", None)
     if work:

@@ -33,7 +33,7 @@ tracemalloc, over the pods (what the allocator really keeps, fragmentation inclu
 and the CPU time of parsing, cleaning, transforming and storing, per pod (the cost of
 the transforms, paid once per watch event).
 
-Usage: ``.venv/bin/python bench/bench_vkubelet_memory.py [--pods 1000 5000] [--parse watch|list]``
+Usage: ``.venv/bin/python bench/bench_vkubelet_memory.py [--pods 1000 5000] [--parse watch|list] [--variants ...]``
 (about 5 min on 2 vCPUs; ``--pods 1000`` alone, about 1 min).
 """
 
@@ -69,6 +69,7 @@ LIST_PAGE = 500  # the informer's LIST page size (kube_offload/runtime/informer.
 IDLE_RSS_MIB = 98.5
 OBSERVED_MIB_PER_POD = (350.0 - 98.5) / 3333
 GOAL_MIB_AT_5000 = 300.0
+GOAL_KIB_PER_POD = 30  # issue 39, every reading (the whole process / pods too)
 
 VARIANTS = ("baseline", "interned-only", "trimmed-no-intern", "trimmed-keys", "trimmed")
 VARIANT_TITLES = {
@@ -218,6 +219,8 @@ def run_case(profile: str, pods: int, variant: str, metric: str, parse: str) -> 
 
     gc.collect()
     cpu = 0.0
+    if metric == "gc":
+        return gc_case(texts, variant, parse)
     if metric == "tracemalloc":
         import tracemalloc
 
@@ -243,6 +246,35 @@ def run_case(profile: str, pods: int, variant: str, metric: str, parse: str) -> 
         "objects": sum(len(s) for s in stores.values()),
         "cpu_us_per_pod": cpu * 1e6 / pods if metric == "rss" else None,
     }
+
+
+def gc_case(texts: list[dict[str, list[str]]], variant: str, parse: str) -> dict:
+    """gc.freeze A/B in one process over the same caches: a full collection's pause with
+    every cached object walked (as the vkubelet ran until now), then after ``gc.freeze()``
+    (kube_offload/runtime/gc_freeze.py, ``--gc-thaw-period``), and what the freeze does to
+    RSS (nothing is copied: it only moves the objects to the permanent generation)."""
+    stores = build_stores(texts, variant, parse)
+    del texts
+    gc.collect()
+    tracked = len(gc.get_objects())
+    unfrozen = _full_collection_ms()
+    rss_before = rss_bytes()
+    gc.freeze()
+    frozen = _full_collection_ms()
+    result = {"tracked": tracked, "full_ms_unfrozen": unfrozen, "full_ms_frozen": frozen,
+              "frozen": gc.get_freeze_count(), "rss_change": rss_bytes() - rss_before,
+              "objects": sum(len(s) for s in stores.values())}
+    gc.unfreeze()
+    return result
+
+
+def _full_collection_ms(times: int = 5) -> float:
+    pauses = []
+    for _ in range(times):
+        started = time.perf_counter()
+        gc.collect()
+        pauses.append((time.perf_counter() - started) * 1000)
+    return sorted(pauses)[times // 2]
 
 
 def _deep_size(value, seen: set | None = None) -> int:
@@ -273,6 +305,8 @@ def main() -> int:
     parser.add_argument("--pods", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--profiles", nargs="+", default=["scale", "app"], choices=["scale", "app"])
     parser.add_argument("--parse", default="watch", choices=["watch", "list"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
+                        help="the variants measured (default all; the ratio is to the baseline when it is among them)")
     parser.add_argument("--case", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
@@ -288,21 +322,36 @@ def main() -> int:
             print(f"\n== profile {profile}, {pods} pods (objects per pod: 1 local pod, 1 ShadowPod, 1 remote pod, "
                   "1 token Secret, 2 Events)")
             print(f"{'variant':<42} {'tracemalloc KiB/pod':>20} {'RSS KiB/pod':>12} {'vs baseline':>12} {'parse+transform us/pod':>23}")
-            for variant in VARIANTS:
+            for variant in args.variants:
                 traced = subprocess_case(profile, pods, variant, "tracemalloc", args.parse)
                 rss = subprocess_case(profile, pods, variant, "rss", args.parse)
                 results[(profile, pods, variant)] = (traced, rss)
-                base = results[(profile, pods, "baseline")][0]["bytes_per_pod"]
+                base = results.get((profile, pods, "baseline"), (traced,))[0]["bytes_per_pod"]
                 print(f"{VARIANT_TITLES[variant]:<42} {traced['bytes_per_pod'] / 1024:>20.1f} "
                       f"{rss['bytes_per_pod'] / 1024:>12.1f} {traced['bytes_per_pod'] / base:>11.2f}x {rss['cpu_us_per_pod']:>23.0f}")
-            split_base = results[(profile, pods, "baseline")][0]["per_cache"]
-            split_trim = results[(profile, pods, "trimmed")][0]["per_cache"]
+            split_base = results.get((profile, pods, "baseline"), ({"per_cache": {}},))[0]["per_cache"]
+            split_trim = results.get((profile, pods, "trimmed"), ({"per_cache": {}},))[0]["per_cache"]
             if split_base and split_trim:
                 print("  per cache (deep getsizeof, bytes/pod): " + "; ".join(
                     f"{cache} {split_base[cache]:.0f} -> {split_trim[cache]:.0f}" for cache in CACHES))
 
-    print("\n== projection at 5,000 pods per vkubelet (goal <= 300 MiB peak RSS)")
     largest = max(args.pods)
+    print(f"\n== gc.freeze A/B, shipped caches, {largest} pods (one process, the same objects; "
+          "kube_offload/runtime/gc_freeze.py)")
+    for profile in args.profiles:
+        freeze = subprocess_case(profile, largest, "trimmed", "gc", args.parse)
+        print(f"profile {profile}: {freeze['tracked']:,} objects tracked by the collector; a full collection "
+              f"{freeze['full_ms_unfrozen']:.1f} ms walking them all, {freeze['full_ms_frozen']:.2f} ms after gc.freeze() "
+              f"({freeze['frozen']:,} frozen); RSS change from the freeze {freeze['rss_change'] / 1024:.0f} KiB")
+
+    print(f"\n== goal (issue 39): <= {GOAL_KIB_PER_POD} KiB per offloaded pod at 5,000 pods in every reading")
+    for profile in args.profiles:
+        if (profile, largest, "trimmed") in results:
+            caches = results[(profile, largest, "trimmed")][1]["bytes_per_pod"] / 1024
+            print(f"profile {profile}: the caches alone {caches:.1f} KiB/pod RSS ({largest} pods); the whole process "
+                  f"and what the pods add are bench_scale.py's readings (--pods 5000 --remotes 1)")
+
+    print("\n== projection at 5,000 pods per vkubelet (goal of issue 27: <= 300 MiB peak RSS)")
     print(f"observed untrimmed (bench_scale.py, 10,000 pods / 3 remotes): {IDLE_RSS_MIB:.1f} MiB idle + "
           f"{OBSERVED_MIB_PER_POD * 1024:.1f} KiB/pod -> {IDLE_RSS_MIB + OBSERVED_MIB_PER_POD * 5000:.0f} MiB at 5,000")
     if ("scale", largest, "baseline") not in results:

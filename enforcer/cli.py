@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE, VERDICT_CACHE_ENTRIES, VERDICT_CACHE_TTL_SECONDS,
 )
-from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, non_negative_duration, positive_duration, positive_int
+from kube_offload.runtime.flags import add_flag, add_gc_thaw_period_flag, add_list_page_size_flag, non_negative_duration, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.runtime.kube import load_api_client
@@ -105,17 +105,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
     add_list_page_size_flag(parser, COMPONENT)
-    add_flag(
-        parser,
-        COMPONENT,
-        "--gc-thaw-period",
-        default="30m",
-        type=non_negative_duration,
-        help="after each full garbage collection, keep what survived (the caches, mostly) out of the next "
-        "ones, so a full pass walks only what is new; every this long, walk everything once to reclaim any "
-        "cycle kept meanwhile (kube_offload/runtime/gc_freeze.py); 0 turns this off: every full pass walks "
-        "every object, a pause of up to ~1 s at 10,000 ShadowPods",
-    )
+    add_gc_thaw_period_flag(parser, COMPONENT)
     add_leader_election_flags(parser, COMPONENT)
     add_flag(
         parser,
@@ -190,10 +180,9 @@ def run(args: argparse.Namespace) -> int:
     from kube_offload.runtime.metrics import CLUSTER_REMOTE, instrument_api_client
 
     set_default_page_size(args.list_page_size)  # before any informer is built
-    if args.gc_thaw_period > 0:
-        from kube_offload.runtime.gc_freeze import freeze_after_full_collections
+    from kube_offload.runtime.gc_freeze import freeze_from_flag
 
-        freeze_after_full_collections(float(args.gc_thaw_period))
+    freeze_from_flag(args.gc_thaw_period)
     setup_logging(args.log_level, json_format=args.log_json)
     timing = timing_from_args(args)
     if args.leader_elect and (problem := timing.problem()):

@@ -10,13 +10,12 @@ sockets are spliced until either side closes.
 from __future__ import annotations
 
 import collections
-import select
 import socket
 import threading
 import time
 from typing import Callable
 
-from kube_offload.runtime.sockets import close_quietly
+from kube_offload.runtime.sockets import close_quietly, readable
 
 # What the relay writes on an uplink when a pod is paired with it: "dial home now". The
 # only byte the relay ever adds; everything after it is the pod's.
@@ -113,8 +112,8 @@ def pump(a: socket.socket, b: socket.socket, *, stop: threading.Event | None = N
     peer = {a: b, b: a}
     try:
         while stop is None or not stop.is_set():
-            readable, _, _ = select.select([a, b], [], [], SELECT_SECONDS)
-            for src in readable:
+            readable_now = readable([a, b], SELECT_SECONDS)
+            for src in readable_now:
                 try:
                     data = src.recv(PUMP_CHUNK)
                 except OSError:

@@ -9,9 +9,12 @@
   grants to the consumer's identity only (docs/home-api.md, "Trust"). No other pod can
   pose as an uplink and receive a pod's (encrypted) traffic.
 
-Threads, not asyncio: one per paired connection, blocking on select over two plain
-sockets, as the vkubelet's stream relays do; connections are few (an API client keeps
-one or two open).
+Threads, not asyncio: one per paired connection, blocking on poll over two plain sockets
+(kube_offload/runtime/sockets.py ``readable``: select() refuses descriptors above 1023,
+which a relay holding 500 connections already has), as the vkubelet's stream relays do.
+An API client keeps one or two connections open; bench/bench_home_api_relay.py measures
+1,000 at once, each thread and its sockets, against direct connections
+(docs/performance.md, "Home API relay at scale").
 """
 
 from __future__ import annotations

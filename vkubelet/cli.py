@@ -15,7 +15,7 @@ import sys
 import kube_offload
 from kube_offload import constants as c
 from kube_offload.bound_tokens import DEFAULT_RENEW_FRACTION
-from kube_offload.runtime.flags import add_flag, add_list_page_size_flag, appended, non_negative_duration, positive_duration, positive_int
+from kube_offload.runtime.flags import add_flag, add_gc_thaw_period_flag, add_list_page_size_flag, appended, non_negative_duration, positive_duration, positive_int
 from kube_offload.runtime.health import add_health_flag
 from kube_offload.runtime.leader_election import add_leader_election_flags, timing_from_args
 from kube_offload.runtime.logs import LEVELS, setup_logging
@@ -134,6 +134,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     flag("--log-json", default=False, type=bool, help="log JSON lines instead of text")
     add_health_flag(parser, COMPONENT)
     add_list_page_size_flag(parser, COMPONENT)
+    add_gc_thaw_period_flag(parser, COMPONENT)
     add_leader_election_flags(parser, COMPONENT)
     add_limit_flags(parser, COMPONENT)
     add_reflection_flags(parser, COMPONENT)
@@ -239,6 +240,11 @@ def run(args: argparse.Namespace) -> int:
     from vkubelet.runner import VirtualKubelet
 
     set_default_page_size(args.list_page_size)  # before any informer is built
+    # The caches (5,000 pods: ~300,000 objects) out of every full collection but one per
+    # period, as the enforcer's (docs/performance.md, "vkubelet memory", gc.freeze A/B).
+    from kube_offload.runtime.gc_freeze import freeze_from_flag
+
+    freeze_from_flag(args.gc_thaw_period)
     local = load_api_client(settings.local_kubeconfig)
     remote = load_api_client(settings.remote_kubeconfig)
     # The user agent names the field manager: managedFields then say who wrote what.

@@ -105,6 +105,23 @@ def add_list_page_size_flag(parser: Any, component: str) -> None:
                   "cluster, smaller: less memory per page in the API server and here")
 
 
+
+def add_gc_thaw_period_flag(parser: Any, component: str) -> None:
+    """``--gc-thaw-period``: ``gc.freeze`` after each full collection, everything walked
+    again once per period (kube_offload/runtime/gc_freeze.py; 0 turns it off). For the
+    processes that hold large caches: the enforcer, the virtual kubelet."""
+    add_flag(
+        parser,
+        component,
+        "--gc-thaw-period",
+        default="30m",
+        type=non_negative_duration,
+        help="after each full garbage collection, keep what survived (the caches, mostly) out of the next "
+        "ones, so a full pass walks only what is new; every this long, walk everything once to reclaim any "
+        "cycle kept meanwhile (kube_offload/runtime/gc_freeze.py); 0 turns this off: every full pass walks "
+        "every cached object, a pause that grows with them (~1 s at 10,000 pods' worth)",
+    )
+
 # --- argparse value types shared by every component's flags ---------------------------------
 def positive_duration(text: str) -> float:
     """argparse type: a duration > 0 (see :func:`parse_duration`), errors worded for the flag."""

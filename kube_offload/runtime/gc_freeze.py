@@ -97,3 +97,9 @@ def freeze_after_full_collections(thaw_every: float = DEFAULT_THAW_SECONDS) -> F
             gc.callbacks.append(_installed)
             rm.REGISTRY.register(_installed)
         return _installed
+
+
+def freeze_from_flag(thaw_period: float) -> FreezeAfterFullCollection | None:
+    """What ``--gc-thaw-period`` asks (kube_offload/runtime/flags.py): the hook installed
+    with that period, or nothing at 0."""
+    return freeze_after_full_collections(float(thaw_period)) if thaw_period > 0 else None

@@ -22,7 +22,6 @@ per cause.
 from __future__ import annotations
 
 import logging
-import select
 import socket
 import threading
 import time
@@ -34,6 +33,7 @@ from prometheus_client import Counter, Gauge
 
 from kube_offload import constants as c
 from kube_offload.runtime.metrics import REGISTRY
+from kube_offload.runtime.sockets import readable
 from vkubelet.home_api.discovery import Discovery
 from vkubelet.home_api.settings import HomeAPISettings
 from vkubelet.kubeletapi import remote
@@ -120,8 +120,7 @@ def wait_for_go(peer: ws.Peer, reader: ChannelReader, stop: threading.Event) -> 
         if peer.closed or stop.is_set():
             return None
         if not peer.has_pending():
-            readable, _, _ = select.select([peer.sock], [], [], SELECT_SECONDS)
-            if not readable:
+            if not readable([peer.sock], SELECT_SECONDS):
                 messages = []
                 continue
         messages = peer.receive()
@@ -132,8 +131,8 @@ def splice(peer: ws.Peer, reader: ChannelReader, home: socket.socket, stop: thre
     side closes (or we stop)."""
     while not stop.is_set():
         pending = peer.has_pending()
-        readable, _, _ = select.select([peer.sock, home], [], [], 0 if pending else SELECT_SECONDS)
-        if pending or peer.sock in readable:
+        ready = readable([peer.sock, home], 0 if pending else SELECT_SECONDS)
+        if pending or peer.sock in ready:
             for message in peer.receive():
                 data, error = reader.feed(message.data)
                 if error:
@@ -142,7 +141,7 @@ def splice(peer: ws.Peer, reader: ChannelReader, home: socket.socket, stop: thre
                     home.sendall(data)
             if peer.closed:
                 return
-        if home in readable:
+        if home in ready:
             data = home.recv(CHUNK)
             if not data:
                 return

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import json
 import logging
-import select
 import socket
 import ssl
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from kube_offload.runtime.sockets import close_quietly
+from kube_offload.runtime.sockets import close_quietly, readable
 from vkubelet.kubeletapi import websocket as ws
 from vkubelet.kubeletapi.paths import ATTACH, EXEC, PORT_FORWARD, RequestError, query_value
 from vkubelet.kubeletapi.remote import RemoteError
@@ -232,7 +231,7 @@ def relay(local: ws.Peer, remote: ws.Peer, *, stopped: Callable[[], bool] = lamb
                 return f"closed: {reason}"
             ready: Sequence[ws.Peer] = [peer for peer in peers if peer.has_pending()]
             if not ready:
-                ready, _, _ = select.select(peers, [], [], activity.wait())
+                ready = readable(peers, activity.wait())
             for peer in ready:
                 other = remote if peer is local else local
                 ended = _pass_on(peer, other, peer.receive(), activity)
@@ -291,7 +290,7 @@ def splice(local: socket.socket, remote: socket.socket, *, leftover: bytes = b""
                 return f"closed: idle for {idle_timeout:g}s"
             ready: list[socket.socket] = [sock for sock in other if isinstance(sock, ssl.SSLSocket) and sock.pending()]
             if not ready:
-                ready, _, _ = select.select(list(other), [], [], activity.wait())
+                ready = readable(list(other), activity.wait())
             for sock in ready:
                 try:
                     data = sock.recv(ws.RECV_SIZE)

@@ -10,6 +10,7 @@ import pytest
 
 from relay.pairing import GO, UplinkPool, pump, uplink_open
 from relay.server import Relay, RelaySettings
+from support.descriptors import high_socketpair
 from support.waiting import wait_for
 
 
@@ -206,3 +207,20 @@ def test_uplinks_past_the_bound_are_closed_on_arrival():
             sock.close()
     finally:
         relay.stop()
+
+
+def test_pump_relays_sockets_whose_descriptors_are_above_fd_setsize():
+    # A relay holding 1,000 pod connections has over 2,000 descriptors: select() refused
+    # every one above 1023 (ValueError), so connections past ~500 died at once.
+    a_client, a = high_socketpair(1500)
+    b, b_client = high_socketpair(1510)
+    result: list[tuple[int, int]] = []
+    thread = threading.Thread(target=lambda: result.append(pump(a, b)))
+    thread.start()
+    a_client.sendall(b"to home")
+    assert _recv_exactly(b_client, 7) == b"to home"
+    b_client.sendall(b"to pod")
+    assert _recv_exactly(a_client, 6) == b"to pod"
+    a_client.close()
+    thread.join(5)
+    assert result == [(7, 6)]

@@ -88,3 +88,25 @@ def test_the_frozen_count_is_served_and_the_period_must_be_positive() -> None:
     assert "kube_offload_python_gc_frozen_objects 1234.0" in generate_latest(registry).decode()
     with pytest.raises(ValueError, match="thaw_every"):
         FreezeAfterFullCollection(0)
+
+
+@pytest.mark.parametrize("component", ["vkubelet", "enforcer"])
+def test_gc_thaw_period_flag_installs_the_hook_by_default_and_nothing_at_zero(component, monkeypatch):
+    # Both processes that hold large caches parse the same flag (kube_offload/runtime/flags.py).
+    import argparse
+
+    from kube_offload.runtime import gc_freeze
+    from kube_offload.runtime.flags import add_gc_thaw_period_flag
+
+    installed: list[float] = []
+    monkeypatch.setattr(gc_freeze, "freeze_after_full_collections", lambda period: installed.append(period) or "hook")
+    parser = argparse.ArgumentParser()
+    add_gc_thaw_period_flag(parser, component)
+    assert gc_freeze.freeze_from_flag(parser.parse_args([]).gc_thaw_period) == "hook"
+    assert installed == [1800.0]
+    assert gc_freeze.freeze_from_flag(parser.parse_args(["--gc-thaw-period", "0"]).gc_thaw_period) is None
+    assert installed == [1800.0]
+    monkeypatch.setenv(f"KUBE_OFFLOAD_{component.upper()}_GC_THAW_PERIOD", "5m")
+    parser = argparse.ArgumentParser()
+    add_gc_thaw_period_flag(parser, component)
+    assert parser.parse_args([]).gc_thaw_period == 300.0
