@@ -108,11 +108,14 @@ class MultiNamespaceInformer:
             children = list(self._children.values())
         return [obj for child in children for obj in child.list()]
 
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        """:meth:`Informer.apply` on the informer of ``obj``'s namespace, as its watch would;
-        an object of a namespace not watched is dropped, as no watch would see it."""
+    def apply(self, kind: str, obj: dict[str, Any], *, partition: str | None = None) -> None:
+        """:meth:`Informer.apply` on the informer of ``obj``'s namespace (or of ``partition``,
+        for an informer whose partitions are not namespaces), as its watch would; an object
+        of a namespace not watched is dropped, as no watch would see it."""
+        if partition is None:
+            partition = (obj.get("metadata") or {}).get("namespace") or ""
         with self._lock:
-            child = self._children.get((obj.get("metadata") or {}).get("namespace") or "")
+            child = self._children.get(partition)
         if child is not None:
             child.apply(kind, obj)
 
