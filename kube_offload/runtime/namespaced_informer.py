@@ -35,9 +35,9 @@ from __future__ import annotations
 import builtins
 import logging
 import threading
-import time
 from typing import Any, Callable, Iterable, Mapping
 
+from kube_offload.runtime.cache import poll_synced
 from kube_offload.runtime.indexer import IndexFunc
 from kube_offload.runtime.informer import DELETED, Handler, Informer
 from kube_offload.runtime.kube import split_key
@@ -163,12 +163,7 @@ class MultiNamespaceInformer:
             return self._started and all(child.has_synced() or child.forbidden for child in self._children.values())
 
     def wait_for_sync(self, timeout: float, poll: float = 0.1) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.has_synced():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(poll)
-        return True
+        return poll_synced(self.has_synced, timeout, poll)
 
     @property
     def last_contact(self) -> float:

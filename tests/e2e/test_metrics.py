@@ -30,6 +30,7 @@ from kube_offload_harness import metrics_server
 from vkubelet.twins.naming import twin_namespace_name
 from support.clusters import offloaded_namespace
 from support.top import close, top
+from support.top import metrics_servers as running_metrics_servers
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 # name -> (containers, cpu and memory each container uses): kwok applies the annotations
@@ -55,15 +56,8 @@ def pod_manifest(name: str, namespace: str, containers, cpu: str, memory: str, *
 
 @pytest.fixture(scope="module")
 def metrics_servers(offload_env, local, remote):
-    started = []
-    try:
-        for cluster in (remote, local):
-            metrics_server.start(offload_env, cluster)
-            started.append(cluster)
+    with running_metrics_servers(offload_env, remote, local):
         yield
-    finally:
-        for cluster in started:
-            metrics_server.stop(offload_env, cluster)
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ from kube_offload_harness.cluster import Cluster, Environment, chain_topology
 from support.clusters import delete_namespace, keep_logs, offloaded_namespace, running_on
 from support.port_forward import FORWARDING, EchoServer, round_trip
 from support.top import close, top
+from support.top import metrics_servers as running_metrics_servers
 from support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,15 +206,8 @@ def test_port_forward_from_a_reaches_the_port_in_c(chain, a, namespace, far_pod)
 def metrics_servers(chain, a, b, c_) -> Iterator[None]:
     """metrics-server in each cluster of the chain, c first: each hop's vkubelet reads the
     pod metrics of the cluster after it (docs/metrics.md)."""
-    started = []
-    try:
-        for cluster in (c_, b, a):
-            metrics_server.start(chain, cluster)
-            started.append(cluster)
+    with running_metrics_servers(chain, c_, b, a):
         yield
-    finally:
-        for cluster in started:
-            metrics_server.stop(chain, cluster)
 
 
 MEASURED_CPU, MEASURED_MEMORY = "120m", "40Mi"

@@ -1,9 +1,29 @@
-"""``kubectl top`` read as numbers, for the e2e modules that compare a cluster's figures
-with another's (tests/e2e/test_metrics.py, test_multihop.py)."""
+"""``kubectl top`` read as numbers, and metrics-server run for it, for the e2e modules that
+compare a cluster's figures with another's (tests/e2e/test_metrics.py, test_multihop.py)."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from kube_offload.resources import parse_quantity
+from kube_offload_harness import metrics_server
+from kube_offload_harness.cluster import Cluster, Environment
+
+
+@contextlib.contextmanager
+def metrics_servers(env: Environment, *clusters: Cluster) -> Iterator[None]:
+    """metrics-server in each of ``clusters``, started in that order (the cluster whose
+    figures the next one reads first), each stopped on exit (unregistered first)."""
+    started = []
+    try:
+        for cluster in clusters:
+            metrics_server.start(env, cluster)
+            started.append(cluster)
+        yield
+    finally:
+        for cluster in started:
+            metrics_server.stop(env, cluster)
 
 
 def top(cluster, *args: str) -> dict[str, tuple[int, int]] | None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import builtins
 import functools
 import logging
-import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from kube_offload import constants as c
+from kube_offload.runtime.cache import poll_synced
 from kube_offload.runtime.indexer import IndexFunc
 from kube_offload.runtime.informer import Handler, Informer
 from kube_offload.runtime.kinds import NODES, PODS
@@ -130,12 +130,7 @@ class PeeringPods:
         return self._own.has_synced() and self._nodes.nodes.has_synced() and self._slices.has_synced()
 
     def wait_for_sync(self, timeout: float, poll: float = 0.1) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.has_synced():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(poll)
-        return True
+        return poll_synced(self.has_synced, timeout, poll)
 
     # --- what a pod informer offers (kube_offload.runtime.cache.Cache) --------------------------
     def add_handler(self, handler: Handler) -> None:
