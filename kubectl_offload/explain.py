@@ -276,7 +276,7 @@ def webhook_section(
 
 
 def _quota_check(pod: Mapping[str, Any], requests: Mapping[str, int], view: RemoteView | None, cluster_id: str) -> tuple[str, str]:
-    """("fail"|"note"|"", message) for the provider's quota (its mode's limit rules too) and cordon."""
+    """("fail"|"note"|"", message) for the provider's drain, cordon and quota (its mode's limit rules too)."""
     if view is None or view.error:
         why = view.error if view is not None else "no kubeconfig for it"
         return "note", f"provider quota not checked: {why}"
@@ -286,12 +286,18 @@ def _quota_check(pod: Mapping[str, Any], requests: Mapping[str, int], view: Remo
         terms = consumer_terms(view.consumer)
     except ConsumerError as exc:
         return "fail", f"the provider's Consumer is misconfigured ({exc}): every ShadowPod is refused"
+    mode = terms.policy.quota_mode
+    # In the ShadowPod webhook's order: drain and cordon (they stay when quota frees up), then
+    # the limits the quota mode asks for, then the quota.
+    if terms.draining:
+        return "fail", (f"consumer {terms.consumer_id} is drained by provider {cluster_id}: no new pods are admitted, "
+                        "and the pods there are sent home (until the provider runs kube-offload undrain)")
+    if terms.cordoned:
+        return "fail", f"consumer {terms.consumer_id} is cordoned by provider {cluster_id}: no new pods are admitted"
     try:
         used = resources.parse_resource_list(_status(view.consumer).get("used"))
     except QuantityError as exc:
         return "note", f"provider quota not checked: Consumer status.used does not parse ({exc})"
-    mode = terms.policy.quota_mode
-    # In the ShadowPod webhook's order: the limits the quota mode asks for, quota, then cordon.
     try:
         unbounded = limit_problems(pod, terms.quota, mode, terms.consumer_id)
     except QuantityError:
@@ -305,11 +311,6 @@ def _quota_check(pod: Mapping[str, Any], requests: Mapping[str, int], view: Remo
             for name, more, have, limit in exceeded
         )
         return "fail", f"exceeds the quota of consumer {terms.consumer_id} on provider {cluster_id}: {details} (quota mode {mode})"
-    if terms.draining:
-        return "fail", (f"consumer {terms.consumer_id} is drained by provider {cluster_id}: no new pods are admitted, "
-                        "and the pods there are sent home (until the provider runs kube-offload undrain)")
-    if terms.cordoned:
-        return "fail", f"consumer {terms.consumer_id} is cordoned by provider {cluster_id}: no new pods are admitted"
     return "", ""
 
 

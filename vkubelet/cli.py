@@ -190,12 +190,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         slice=_slice_from_args(args),
     )
     if settings.slice is not None:
-        # A slice's vkubelet reflects only its pods' Events, and so serves no virtual
-        # storage class (its claims are reflected objects, the peering's): docs/slices.md.
+        # A slice's vkubelet reflects only its pods' Events and tokens (docs/slices.md). It
+        # serves the virtual storage class on its node (the stand-ins of claims selected for
+        # it; the peering's own vkubelet reflects the claims), never the physical delegate,
+        # which is one process's per cluster.
         settings = dataclasses.replace(
             settings,
             reflection=slice_reflection(settings.reflection),
-            storage=dataclasses.replace(settings.storage, virtual_class="", local_class=""),
+            storage=dataclasses.replace(settings.storage, local_class=""),
         )
     settings.validate()
     if not settings.remote_kubeconfig:

@@ -242,7 +242,7 @@ class Settings:
         problem = self.storage.problem()
         if problem:
             raise SettingsError(problem)
-        if self.storage.enabled and not self.reflection.enabled("persistentvolumeclaims"):
+        if self.storage.enabled and not (self.reflection.enabled("persistentvolumeclaims") or self.reflection.claims_by_peering):
             raise SettingsError(
                 "--virtual-storage-class needs claims reflected: set --reflect-persistentvolumeclaims-workers "
                 "above 0, or --virtual-storage-class '' to turn the virtual storage class off"

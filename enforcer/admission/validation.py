@@ -25,14 +25,15 @@ one round trip shows everything to fix:
 8. no ``nodeName`` (the provider's scheduler places pods; a pinned pod would bypass it);
 9. ``serviceAccountName`` is ``default`` or a ServiceAccount of that namespace the
    consumer reflected (labelled with its origin);
-10. the consumer's usage plus what this request adds stays within ``spec.quota`` for every
+10. a cordoned or drained consumer (``spec.cordoned``, ``spec.drain``) creates nothing and may not
+    raise requests by an update: judged before the quota, since freeing quota does not end it
+    (a drained consumer over quota is told about the drain);
+11. the consumer's usage plus what this request adds stays within ``spec.quota`` for every
     resource listed there (absent = unlimited; ``pods`` counts pods; keys and what counts:
     :mod:`enforcer.consumers.quota`), every container sets the limits the quota counts (equal to
     its requests under quota mode ``hard``), and an
     update lowers no request or limit (:mod:`enforcer.admission.quota_rules`; the running pod keeps
-    its old ones);
-11. a cordoned or drained consumer (``spec.cordoned``, ``spec.drain``) creates nothing and may not
-    raise requests by an update.
+    its old ones; reported with rules 3-9, as a 422);
 
 The same rules 3-11 judge every pod the enforcer creates, the first and each recreation,
 against the Consumer as it is then (:func:`judge_pod_create`).
@@ -42,7 +43,7 @@ the Pod's own validation) the provider's API server decides, through a dry-run c
 the very Pod the enforcer would make (:mod:`enforcer.admission.dry_run`).
 
 Refusals: 403 Forbidden for who may write where (1, 2), for a Consumer whose spec does
-not parse (the provider's mistake) and for quota and cordon (as the apiserver's own
+not parse (the provider's mistake) and for cordon, drain and quota (as the apiserver's own
 ResourceQuota does), 422 Invalid for the spec (3-9). Every message names
 the field and says how to fix it.
 """
@@ -280,20 +281,8 @@ def _template_decision(
     except Invalid as exc:
         return _invalid([str(exc)])
 
-    unbounded = quota_rules.missing_limits(request, terms.quota, owner, terms.policy.quota_mode)
-    if unbounded:
-        return _forbidden("\n".join(unbounded))
-    exceeded = quota_excess(terms.quota, usage, delta)
-    if exceeded:
-        added = "requested" if request.operation == "CREATE" else "added by this update"
-        details = "; ".join(
-            f"{name}: {added} {_q(name, more)}, used {_q(name, used)}, quota {_q(name, limit)}"
-            for name, more, used, limit in exceeded
-        )
-        return _forbidden(
-            f'exceeded quota of consumer "{owner}": {details}; wait until other ShadowPods of this consumer end, '
-            "or ask the provider to raise Consumer spec.quota"
-        )
+    # Rule 10 before the quota (11): a drain or a cordon does not end when quota frees up,
+    # so a consumer that is both over quota and drained is told the reason that stays.
     if terms.draining or (terms.cordoned and new_shadowpod):
         if terms.draining:
             state, until = "drained", "the provider undrains it (kube-offload undrain, which removes Consumer spec.drain)"
@@ -316,6 +305,20 @@ def _template_decision(
                 f'consumer "{owner}" is {state} by the provider: an update may not raise requests '
                 f"(this one raises {', '.join(raised)})"
             )
+    unbounded = quota_rules.missing_limits(request, terms.quota, owner, terms.policy.quota_mode)
+    if unbounded:
+        return _forbidden("\n".join(unbounded))
+    exceeded = quota_excess(terms.quota, usage, delta)
+    if exceeded:
+        added = "requested" if request.operation == "CREATE" else "added by this update"
+        details = "; ".join(
+            f"{name}: {added} {_q(name, more)}, used {_q(name, used)}, quota {_q(name, limit)}"
+            for name, more, used, limit in exceeded
+        )
+        return _forbidden(
+            f'exceeded quota of consumer "{owner}": {details}; wait until other ShadowPods of this consumer end, '
+            "or ask the provider to raise Consumer spec.quota"
+        )
     return Decision.allow()
 
 

@@ -12,7 +12,8 @@ the other).
 from __future__ import annotations
 
 import builtins
-from typing import Any, Protocol
+import time
+from typing import Any, Callable, Protocol
 
 from kube_offload.runtime.indexer import IndexFunc
 from kube_offload.runtime.informer import Handler
@@ -50,3 +51,15 @@ class Cache(Protocol):
     def index_keys(self, name: str, value: str) -> builtins.list[str]: ...
 
     def index_values(self, name: str) -> builtins.list[str]: ...
+
+
+def poll_synced(has_synced: Callable[[], bool], timeout: float, poll: float = 0.1) -> bool:
+    """``wait_for_sync`` of a cache made of others (a set of informers that come and go):
+    ``has_synced`` asked every ``poll`` seconds until it answers True (True) or ``timeout``
+    seconds have passed (False)."""
+    deadline = time.monotonic() + timeout
+    while not has_synced():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True

@@ -35,9 +35,9 @@ from __future__ import annotations
 import builtins
 import logging
 import threading
-import time
 from typing import Any, Callable, Iterable, Mapping
 
+from kube_offload.runtime.cache import poll_synced
 from kube_offload.runtime.indexer import IndexFunc
 from kube_offload.runtime.informer import DELETED, Handler, Informer
 from kube_offload.runtime.kube import split_key
@@ -108,11 +108,14 @@ class MultiNamespaceInformer:
             children = list(self._children.values())
         return [obj for child in children for obj in child.list()]
 
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        """:meth:`Informer.apply` on the informer of ``obj``'s namespace, as its watch would;
-        an object of a namespace not watched is dropped, as no watch would see it."""
+    def apply(self, kind: str, obj: dict[str, Any], *, partition: str | None = None) -> None:
+        """:meth:`Informer.apply` on the informer of ``obj``'s namespace (or of ``partition``,
+        for an informer whose partitions are not namespaces), as its watch would; an object
+        of a namespace not watched is dropped, as no watch would see it."""
+        if partition is None:
+            partition = (obj.get("metadata") or {}).get("namespace") or ""
         with self._lock:
-            child = self._children.get((obj.get("metadata") or {}).get("namespace") or "")
+            child = self._children.get(partition)
         if child is not None:
             child.apply(kind, obj)
 
@@ -160,12 +163,7 @@ class MultiNamespaceInformer:
             return self._started and all(child.has_synced() or child.forbidden for child in self._children.values())
 
     def wait_for_sync(self, timeout: float, poll: float = 0.1) -> bool:
-        deadline = time.monotonic() + timeout
-        while not self.has_synced():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(poll)
-        return True
+        return poll_synced(self.has_synced, timeout, poll)
 
     @property
     def last_contact(self) -> float:

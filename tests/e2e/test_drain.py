@@ -4,7 +4,7 @@ spec.drain; the consumer's vkubelet taints its virtual node NoExecute, the consu
 taint manager evicts the Deployment's offloaded pod and the ReplicaSet recreates it on a
 local node; nothing of the consumer is left on the provider (no ShadowPod, no pod) and the
 command reports ``Drained``. ``kube-offload undrain`` lifts it all: the taint goes and a new
-pod is offloaded again.
+pod is offloaded again. A drained consumer that is over quota too is refused for the drain.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from kube_offload import constants as c
+from kube_offload import shadowpod
+from kube_offload_harness import identities
 from kube_offload_harness.cluster import Cluster
 from kube_offload_harness.naming import twin_namespace as twin, unique, virtual_node_name
-from support.clusters import delete_namespace, deployment, offloaded_namespace
+from support.clusters import delete_namespace, deployment, offloaded_namespace, patch_consumer
 
 TIMEOUT = 90
 GRACE = "45s"
@@ -115,6 +118,29 @@ def test_a_drained_consumer_comes_home_and_undrain_lets_it_offload_again(offload
         delete_namespace(local, away)
 
 
+def _a_drained_consumer_over_quota_is_told_about_the_drain(offload_env, remote: Cluster, consumer: str, twin_ns: str) -> None:
+    """Over quota as well (it asks 2 cpu of a quota of 1, whatever else runs): the provider's
+    refusal names the drain, which freeing quota would not end (docs/enforcer.md, rule 10
+    before 11)."""
+    body = shadowpod.build_shadowpod(
+        name="one-more", namespace=twin_ns, pod_metadata={"labels": {"app": "one-more"}},
+        pod_spec={"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                  "resources": {"requests": {"cpu": "2"}}}]},
+        origin_labels={c.LABEL_ORIGIN_CLUSTER_ID: consumer},
+        origin_annotations={c.ANNOTATION_ORIGIN_NAMESPACE: "x", c.ANNOTATION_ORIGIN_NAME: "one-more", c.ANNOTATION_ORIGIN_UID: "u"},
+    )
+    as_consumer = offload_env.identity_kubeconfig(remote, identities.consumer_sa(consumer))
+    patch_consumer(remote, consumer, {"quota": {**identities.E2E_QUOTA, "cpu": "1"}})
+    try:
+        time.sleep(3)  # the webhook's Consumer cache takes the new quota (a watch event away)
+        result = remote.kubectl_as(as_consumer, "create", "-f", "-", input=json.dumps(body))
+    finally:
+        patch_consumer(remote, consumer, {"quota": dict(identities.E2E_QUOTA)})
+    assert result.returncode != 0, result.stdout
+    assert f'consumer "{consumer}" is drained by the provider: no new ShadowPods are admitted' in result.stderr, result.stderr
+    assert "exceeded quota" not in result.stderr, result.stderr
+
+
 def test_a_pod_that_will_not_leave_is_deleted_on_the_provider_when_the_grace_ends(offload_env, local, remote, wait):
     # A consumer that does not cooperate: its pod tolerates the drain taint (the toleration
     # is the user's own; the vkubelet never sends it to the provider), so its own cluster
@@ -141,6 +167,7 @@ def test_a_pod_that_will_not_leave_is_deleted_on_the_provider_when_the_grace_end
                               .get("status", {}).get("drain") or {}).get("phase"), timeout=TIMEOUT, what="the drain's phase")
         assert phase == "Draining"
         assert _items(remote, "shadowpods", twin(ns))
+        _a_drained_consumer_over_quota_is_told_about_the_drain(offload_env, remote, consumer, twin(ns))
 
         wait(lambda: not _items(remote, "shadowpods", twin(ns)) and not _items(remote, "pods", twin(ns)),
              timeout=TIMEOUT, what="its ShadowPod and pod deleted by the provider after the grace")

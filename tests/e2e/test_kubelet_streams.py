@@ -26,11 +26,11 @@ from kube_offload import constants as C
 from kube_offload_harness import kwok_sim
 from vkubelet.kubeletapi.limits import StreamLimits
 from support.clusters import offloaded_namespace, running_on
+from support.port_forward import FORWARDING, EchoServer, round_trip
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 POD = "streamer"
 CONTAINER = "app"
-FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> 8080")
 
 
 def offloaded_pod(local, namespace: str, name: str) -> dict:
@@ -70,56 +70,11 @@ def kubectl_argv(cluster, *args: str) -> list[str]:
 
 
 # --- port-forward -----------------------------------------------------------------------------
-class EchoServer:
-    """A TCP echo on the address kwok forwards every pod port to; counts connections."""
-
-    def __init__(self, port: int) -> None:
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.listener.bind((kwok_sim.PORT_FORWARD_ADDRESS, port))
-        except OSError as exc:
-            pytest.fail(f"cannot serve on the kwok port-forward target 127.0.0.1:{port} ({exc}); something else took it")
-        self.listener.listen(16)
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-
-    def close(self) -> None:
-        self.listener.close()
-
-
 @pytest.fixture(scope="module")
 def echo(offload_env):
     server = EchoServer(kwok_sim.port_forward_target(offload_env.state_dir))
     yield server
     server.close()
-
-
-def round_trip(port: int, payload: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        threading.Thread(target=sock.sendall, args=(payload,), daemon=True).start()
-        received = b""
-        while len(received) < len(payload):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            received += chunk
-        return received
 
 
 @pytest.mark.parametrize("transport", ["websocket", "spdy"])

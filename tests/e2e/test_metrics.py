@@ -29,6 +29,8 @@ from kube_offload.resources import parse_quantity
 from kube_offload_harness import metrics_server
 from vkubelet.twins.naming import twin_namespace_name
 from support.clusters import offloaded_namespace
+from support.top import close, top
+from support.top import metrics_servers as running_metrics_servers
 
 VIRTUAL_NODE = f"{C.VIRTUAL_NODE_PREFIX}remote-1"
 # name -> (containers, cpu and memory each container uses): kwok applies the annotations
@@ -54,15 +56,8 @@ def pod_manifest(name: str, namespace: str, containers, cpu: str, memory: str, *
 
 @pytest.fixture(scope="module")
 def metrics_servers(offload_env, local, remote):
-    started = []
-    try:
-        for cluster in (remote, local):
-            metrics_server.start(offload_env, cluster)
-            started.append(cluster)
+    with running_metrics_servers(offload_env, remote, local):
         yield
-    finally:
-        for cluster in started:
-            metrics_server.stop(offload_env, cluster)
 
 
 @pytest.fixture(scope="module")
@@ -100,30 +95,9 @@ def offloaded(local, remote, offload_env, wait, metrics_servers):
     local.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def top(cluster, *args: str) -> dict[str, tuple[int, int]] | None:
-    """``kubectl top`` rows as name -> (cpu milli-cores, memory bytes); None until it answers."""
-    result = cluster.kubectl("top", *args, "--no-headers", check=False)
-    if result.returncode != 0:
-        return None
-    rows = {}
-    for line in result.stdout.splitlines():
-        fields = line.split()
-        if args[0] == "node":  # NAME CPU CPU% MEMORY MEMORY%
-            rows[fields[0]] = (parse_quantity(fields[1]), parse_quantity(fields[3]) // 1000)
-        elif "--containers" in args:  # POD NAME CPU MEMORY
-            rows[f"{fields[0]}/{fields[1]}"] = (parse_quantity(fields[2]), parse_quantity(fields[3]) // 1000)
-        else:  # NAME CPU MEMORY
-            rows[fields[0]] = (parse_quantity(fields[1]), parse_quantity(fields[2]) // 1000)
-    return rows
-
-
 def expected_pod(name: str) -> tuple[int, int]:
     containers, cpu, memory = PODS[name]
     return len(containers) * parse_quantity(cpu), len(containers) * parse_quantity(memory) // 1000
-
-
-def close(a: int, b: int, tolerance: float = 0.05, slack: int = 2) -> bool:
-    return abs(a - b) <= max(slack, tolerance * max(a, b))
 
 
 @pytest.fixture(scope="module")

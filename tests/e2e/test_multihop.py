@@ -10,7 +10,10 @@ Proven here, in this order (the setting is off first, then turned on):
   node of b, nothing in c), and its twin namespace carries no offloading label;
 * with it, a pod created in a runs in c through b's virtual node, with the chain a,b;
 * ``kubectl logs`` and ``kubectl exec`` from a reach the container in c (kwok's simulated
-  logs and exec, through both virtual kubelets);
+  logs and exec, through both virtual kubelets), and so does ``kubectl port-forward`` (each
+  hop's vkubelet forwards the stream to the next cluster, kwok in c to an echo served here);
+* ``kubectl top pod`` in a shows c's figures (metrics-server in each cluster; each hop's
+  vkubelet serves the next cluster's pod metrics as its node's resource metrics);
 * loops are refused naming the chain: c's enforcer refuses a ShadowPod whose chain already
   went through c (c -> b -> c), and b's virtual kubelet does not send on a pod whose chain
   holds c (c -> a -> b -> c); the shortest loop, a -> b -> a, seen from each side of the
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -33,9 +38,13 @@ import yaml
 from kube_offload import constants as c
 from kube_offload import shadowpod
 from kube_offload.reasons import REASON_OFFLOADING_LOOP
-from kube_offload_harness import identities, kwok_sim
+from kube_offload.resources import parse_quantity
+from kube_offload_harness import identities, kwok_sim, metrics_server
 from kube_offload_harness.cluster import Cluster, Environment, chain_topology
 from support.clusters import delete_namespace, keep_logs, offloaded_namespace, running_on
+from support.port_forward import FORWARDING, EchoServer, round_trip
+from support.top import close, top
+from support.top import metrics_servers as running_metrics_servers
 from support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,6 +172,64 @@ def test_exec_from_a_runs_in_c(a, namespace, far_pod):
                        "sh", "-c", f"echo out-$((6*7)) ${kwok_sim.EXEC_ENV_NAME}", check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"out-42 {kwok_sim.EXEC_ENV_VALUE}\n"
+
+
+def test_port_forward_from_a_reaches_the_port_in_c(chain, a, namespace, far_pod):
+    """kubectl port-forward in a: a's vkubelet asks b's API server, which asks b's virtual
+    node (b's vkubelet), which asks c's API server, whose kwok forwards the pod's port to
+    the echo served here."""
+    echo = EchoServer(kwok_sim.port_forward_target(chain.state_dir))
+    process = subprocess.Popen(
+        [str(a.bins.kubectl), "--kubeconfig", str(a.kubeconfig), "port-forward", "-n", namespace, "pod/far", ":8080"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=a.env(),
+    )
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        match = FORWARDING.search(line)
+        assert match, f"kubectl port-forward printed {line!r}; stderr: {process.stderr.read() if process.poll() is not None and process.stderr else ''}"
+        payload = os.urandom(256 * 1024)
+        assert round_trip(int(match.group(1)), payload) == payload, "port-forwarded data came back altered"
+        assert echo.connections == 1
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+        echo.close()
+    # Each hop's vkubelet forwarded it to the next cluster: a's to b, b's to c.
+    twin, _ = far_pod
+    for process_name, pod_key, cluster_id in (("vkubelet-b", f"{namespace}/far", "b"), ("vkubelet-c", f"{twin}/far", "c")):
+        log = chain.log_path(process_name).read_text(errors="replace")
+        assert re.search(rf"portForward {re.escape(pod_key)} -> {cluster_id}:\S+: started", log), \
+            f"{process_name} did not forward {pod_key} to cluster {cluster_id}"
+
+
+@pytest.fixture(scope="module")
+def metrics_servers(chain, a, b, c_) -> Iterator[None]:
+    """metrics-server in each cluster of the chain, c first: each hop's vkubelet reads the
+    pod metrics of the cluster after it (docs/metrics.md)."""
+    with running_metrics_servers(chain, c_, b, a):
+        yield
+
+
+MEASURED_CPU, MEASURED_MEMORY = "120m", "40Mi"
+METRICS_SETTLE = 240  # three metrics-servers and two vkubelets, each sampling on its own period
+
+
+def test_kubectl_top_in_a_shows_the_figures_of_c(a, b, c_, namespace, far_pod, metrics_servers):
+    twin, far_twin = far_pod
+    annotations = {metrics_server.USAGE_CPU_ANNOTATION: MEASURED_CPU, metrics_server.USAGE_MEMORY_ANNOTATION: MEASURED_MEMORY}
+    a.apply(pod_manifest(namespace, "measured", annotations=annotations))
+    wait_for(lambda: running_on(a, namespace, "measured", NODE_OF_B), timeout=180, what="pod measured Running in a")
+    wait_for(lambda: running_on(b, twin, "measured", NODE_OF_C), timeout=60, what="its twin Running on c's virtual node")
+
+    def row(cluster, ns):
+        return lambda: (rows := top(cluster, "pod", "-n", ns)) and rows.get("measured")
+
+    in_c = wait_for(row(c_, far_twin), timeout=METRICS_SETTLE, what="kubectl top pod in c")
+    in_b = wait_for(row(b, twin), timeout=METRICS_SETTLE, what="kubectl top pod in b (c's figures, one hop)")
+    in_a = wait_for(row(a, namespace), timeout=METRICS_SETTLE, what="kubectl top pod in a (c's figures, two hops)")
+    assert close(in_c[0], parse_quantity(MEASURED_CPU)), in_c  # kwok in c simulates what the pod asked
+    assert close(in_b[0], in_c[0], tolerance=0.1) and close(in_a[0], in_c[0], tolerance=0.1), (in_a, in_b, in_c)
+    assert in_a[1] == in_b[1] == in_c[1] == parse_quantity(MEASURED_MEMORY) // 1000, (in_a, in_b, in_c)
 
 
 # --- loops -----------------------------------------------------------------------------------------

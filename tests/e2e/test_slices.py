@@ -15,7 +15,10 @@ own ``kube-offload vkubelet --slice`` process (the harness's, under the chart's 
 Proven here: the provider's answers, the two virtual nodes (named, labelled and sized from
 what was accepted; the refused one tainted and offering nothing), pods that land on the
 right pool's provider node (the remote pod's nodeName) through the pool's patch, which the
-consumer never wrote, and an Event per decision on both sides (issue 41).
+consumer never wrote, and an Event per decision on both sides (issue 41); by-use reflection
+counting a slice's pods (the peering's own vkubelet exports what they use and withdraws it
+when they go); a claim of the virtual storage class whose pod goes to a slice's node
+(reflected by the peering's vkubelet, its stand-in made by the slice's, pinned to that node).
 """
 
 from __future__ import annotations
@@ -289,3 +292,86 @@ def test_each_slice_decision_is_an_event_on_the_offloadslice_and_on_its_node(
     assert reason in described, described
     described = local.kubectl("describe", "node", node).stdout
     assert reason in described, described
+
+
+def _restart_peering_vkubelet(env: Environment, local: Cluster, extra_args: list[str]) -> None:
+    """The peering's own vkubelet again, with ``extra_args`` (its slices' keep running)."""
+    topology = env.topology()
+    spec = topology.remotes[0]
+    env.processes.stop(f"vkubelet-{spec.cluster_id}")
+    env.start_vkubelet(topology, spec, extra_args)
+    env.wait_virtual_node_ready(local, spec)
+
+
+def _ours(obj: dict[str, Any] | None) -> bool:
+    return bool(obj) and (obj or {}).get("metadata", {}).get("labels", {}).get(c.LABEL_ORIGIN_CLUSTER_ID) == LOCAL_ID
+
+
+def test_by_use_reflection_exports_what_a_slice_pod_uses(slices_env: Environment, local: Cluster, remote: Cluster) -> None:
+    """ConfigMaps are the peering's, reflected by its own vkubelet only: under by-use it
+    exports what the pods of its slices' nodes use too, and withdraws it when they go."""
+    decided(remote, "general")
+    namespace = unique("slices-by-use")
+    offloaded_namespace(local, namespace)
+    twin = f"{namespace}-{LOCAL_ID}"
+    try:
+        _restart_peering_vkubelet(slices_env, local, ["--reflect-configmaps-policy", "by-use"])
+        for name in ("slice-used", "unused"):
+            local.kubectl("create", "configmap", name, "-n", namespace, f"--from-literal=k={name}")
+        pod = _pod("reader", namespace, "general", {"cpu": "100m", "memory": "64Mi"})
+        pod["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "slice-used"}}]
+        local.apply(pod)
+        assert _bound(local, namespace, "reader") == slice_node("general")
+
+        copy = wait_for(lambda: (cm := find(remote, "configmap", "slice-used", "-n", twin)) and _ours(cm) and cm,
+                        what="the ConfigMap a slice's pod uses, exported", timeout=90)
+        assert copy["data"] == {"k": "slice-used"}
+        assert find(remote, "configmap", "unused", "-n", twin) is None, "no pod uses it: not exported under by-use"
+        wait_for(lambda: (find(local, "pod", "reader", "-n", namespace) or {}).get("status", {}).get("phase") == "Running",
+                 what="the slice's pod Running", timeout=90)
+
+        # The slice's pod goes: what only it used is withdrawn.
+        local.kubectl("delete", "pod", "reader", "-n", namespace, "--wait=false")
+        wait_for(lambda: find(remote, "configmap", "slice-used", "-n", twin) is None,
+                 what="the ConfigMap withdrawn once no pod uses it", timeout=90)
+    finally:
+        _restart_peering_vkubelet(slices_env, local, [])  # as the harness started it
+        delete_namespace(local, namespace)
+
+
+def test_a_claim_of_the_virtual_storage_class_follows_its_pod_to_a_slice(local: Cluster, remote: Cluster) -> None:
+    """The virtual storage class on a slice's node: the peering's own vkubelet reflects the
+    claim selected for the slice's node, the slice's vkubelet makes its stand-in, pinned to
+    that node, and the pod runs there with its remote claim."""
+    decided(remote, "general")
+    namespace = unique("slices-storage")
+    offloaded_namespace(local, namespace)
+    twin = f"{namespace}-{LOCAL_ID}"
+    node = slice_node("general")
+    try:
+        local.apply({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": namespace},
+            "spec": {"storageClassName": c.DEFAULT_VIRTUAL_STORAGE_CLASS, "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        })
+        pod = _pod("db", namespace, "general", {"cpu": "100m", "memory": "64Mi"})
+        pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        local.apply(pod)
+
+        claim = wait_for(lambda: (pvc := find(local, "pvc", "data", "-n", namespace)) and pvc.get("status", {}).get("phase") == "Bound"
+                         and pvc, what="the local claim Bound to a stand-in", timeout=120)
+        volume = find(local, "pv", claim["spec"]["volumeName"]) or {}
+        labels = volume["metadata"]["labels"]
+        assert labels[c.LABEL_VOLUME_LOCATION] == c.VOLUME_LOCATION_REMOTE and labels[c.LABEL_SLICE] == "general", labels
+        assert volume["metadata"]["annotations"][c.ANNOTATION_REMOTE_CLAIM] == f"{twin}/data"
+        [term] = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]} in term["matchExpressions"]
+        assert _ours(find(remote, "pvc", "data", "-n", twin)), "the claim is reflected by the peering's own vkubelet"
+        assert _bound(local, namespace, "db") == node
+        wait_for(lambda: (find(local, "pod", "db", "-n", namespace) or {}).get("status", {}).get("phase") == "Running",
+                 what="the slice's pod Running with its remote claim", timeout=120)
+        remote_pod = wait_for(lambda: _remote_pod(remote, twin, "db"), what="remote pod db scheduled", timeout=30)
+        assert remote_pod["spec"]["nodeName"] == f"{REMOTE_ID}-general-node-0"
+    finally:
+        delete_namespace(local, namespace)

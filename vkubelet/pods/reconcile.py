@@ -16,6 +16,7 @@ from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.kube import Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
 from kube_offload.times import parse_time_or_none
+from kube_offload.views import ConsumerView
 from vkubelet.pods import addresses, daemonsets
 from kube_offload import reasons
 from vkubelet.pods import readiness
@@ -330,6 +331,7 @@ class PodOffloader:
 
     def context(self) -> TranslationContext:
         policy, quota = self._policy.read()
+        consumer = ConsumerView(self.twins.consumer.get(self.settings.local_cluster_id))
         return TranslationContext(
             local_cluster_id=self.settings.local_cluster_id,
             virtual_node_labels=self.twins.node_labels(),
@@ -337,6 +339,7 @@ class PodOffloader:
             remote_priority_classes=frozenset(self.priority_classes.keys()),
             policy=policy,
             quota=quota,
+            provider_closed=consumer.cordoned or consumer.drain is not None,
             # Reflection provides the pod's tokens and kube-root-ca.crt in the twin
             # namespace; without it the pod runs with no API identity (translation.py).
             reflection=self.settings.reflection.service_account_tokens,

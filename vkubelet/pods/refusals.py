@@ -36,7 +36,7 @@ from kube_offload.reasons import REASON_PROVIDER_REFUSED  # noqa: F401  (re-expo
 MAX_STATUS_MESSAGE = 1024
 # Consumer.spec fields that make a refusal worth trying again at once when they change.
 # (A changed policy may grant what a pod was refused, or what we dropped from it.)
-TERMS_FIELDS = ("quota", "cordoned", "podSecurityLevel", "policy")
+TERMS_FIELDS = ("quota", "cordoned", "drain", "podSecurityLevel", "policy")
 
 BACKOFF_START_SECONDS = 2.0
 BACKOFF_CAP_SECONDS = 300.0
@@ -277,7 +277,7 @@ def _used(consumer: Mapping[str, Any] | None) -> dict[str, int] | None:
 
 def terms_eased(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
     """Whether a change of our Consumer object (provider side) is worth trying refused
-    pods again at once: its quota, cordon or Pod Security level changed, or the usage
+    pods again at once: its quota, cordon, drain or Pod Security level changed, or the usage
     the provider counts for us went down in some resource (another pod of ours ended)."""
     if old is None or new is None:
         return new is not None

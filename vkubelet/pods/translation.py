@@ -51,6 +51,11 @@ class TranslationContext:
     policy: ProviderPolicy = DEFAULT_POLICY
     # Our Consumer's quota as read under its quota mode: the limits it counts (policy_fit).
     quota: Mapping[str, int] = field(default_factory=dict)
+    # The provider drains or cordons us (Consumer spec.drain, spec.cordoned): it refuses every
+    # new ShadowPod for that before its quota rules (docs/enforcer.md, rules 10 and 11), so the
+    # quota's limits are not judged here then: the pod is sent and the provider's refusal, which
+    # names the drain, is what the pod says. A drain does not end when quota frees up.
+    provider_closed: bool = False
     # Service-account token reflection is on (settings.reflection.service_account_tokens):
     # the pod's tokens come from the reflected token Secret (tokens of the home API
     # server) and kube-root-ca.crt from its reflected copy (vkubelet/reflection/).
@@ -192,7 +197,7 @@ def translate_pod(pod: Mapping[str, Any], context: TranslationContext, *, api_se
     # Read here (the mode just applied); the provider would refuse the kube-offload.io key.
     annotations.pop(c.ANNOTATION_API_SERVER, None)
     fit = fit_pod(labels, annotations, spec, context.policy, consumer_id=context.local_cluster_id,
-                  namespace=remote_namespace, quota=context.quota)
+                  namespace=remote_namespace, quota={} if context.provider_closed else context.quota)
     spec = fit.spec
     # A class the provider grants but does not have (yet): its admission would refuse
     # the pod; the remote default priority applies instead.

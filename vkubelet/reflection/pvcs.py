@@ -9,9 +9,9 @@ and a write the remote API refuses is never "fixed" by deleting and recreating t
 claim: that would lose the remote volume's data.
 
 Claims of the virtual storage class (docs/storage.md) live in one cluster only: they are
-reflected by the virtual kubelet whose node the scheduler selected for them
-(``volume.kubernetes.io/selected-node``), never by the others, and their class maps to
-the remote default class unless ``--reflect-storage-class`` names it.
+reflected by the peering whose node (its own, or a slice's: docs/slices.md) the scheduler
+selected for them (``volume.kubernetes.io/selected-node``), never by the others, and their
+class maps to the remote default class unless ``--reflect-storage-class`` names it.
 
 A claim whose (mapped) class the provider's policy does not grant, or larger than the
 largest claim it grants, is not reflected (policy_fit.fit_pvc), with a Warning Event on
@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Container, Mapping
 
 from kube_offload.provider_policy import ProviderPolicy
 from kube_offload.runtime import kinds
+from kube_offload.runtime.informer import ADDED, DELETED
 from kube_offload.views import metadata as _meta
 from vkubelet.shared import policy_fit
 from vkubelet.reflection import forge as f
@@ -35,6 +36,11 @@ from vkubelet.reflection.policy import Decision
 from vkubelet.reflection.reflector import Reflector
 from vkubelet.reflection.settings import PERSISTENTVOLUMECLAIMS, ANY_STORAGE_CLASS
 from vkubelet.shared.claims import is_virtual_claim, selected_node
+from vkubelet.shared.peering_nodes import PeeringNodes
+
+if TYPE_CHECKING:
+    from kube_offload.runtime.cache import Cache
+    from vkubelet.shared.loops import LoopContext
 
 # --- the forge (pure): the object to write, from the local one ------------------------------
 # Annotations the PersistentVolume controller and the scheduler write on claims: they
@@ -110,13 +116,14 @@ def pvc_apply_body(desired: Mapping[str, Any], current: Mapping[str, Any] | None
 
 
 # --- the reflector ------------------------------------------------------------
-def virtual_claim_selection(local: Mapping[str, Any], *, virtual_class: str, node_name: str) -> Decision | None:
-    """For a claim of the virtual class: reflected only when selected for ``node_name``;
-    None for every other claim (the ordinary policy decides)."""
+def virtual_claim_selection(local: Mapping[str, Any], *, virtual_class: str, nodes: Container[str]) -> Decision | None:
+    """For a claim of the virtual class: reflected only when selected for one of ``nodes``
+    (the peering's: its own and its slices'); None for every other claim (the ordinary
+    policy decides)."""
     if not is_virtual_claim(local, virtual_class):
         return None
     selected = selected_node(local)
-    if selected == node_name:
+    if selected and selected in nodes:
         return None
     where = f"node {selected}" if selected else "no node yet"
     return Decision(False, f"a claim of the virtual storage class {virtual_class} lives where its first pod was scheduled ({where})")
@@ -137,9 +144,25 @@ class PersistentVolumeClaimReflector(Reflector):
     api_kind = kinds.PERSISTENT_VOLUME_CLAIMS
     recreate_on_invalid = False
 
+    def __init__(self, context: "LoopContext") -> None:
+        super().__init__(context)
+        # Claims are the peering's (this process is its own node's): one selected for a
+        # slice's node is reflected here too, and that slice's process makes its stand-in.
+        self._nodes = PeeringNodes(context.informers)
+        self._nodes.nodes.add_handler(self._on_slice_node)
+
+    def _on_slice_node(self, event: str, _old: dict[str, Any] | None, _new: dict[str, Any]) -> None:
+        # A slice node that comes or goes may change where a claim of it is reflected;
+        # its heartbeats (MODIFIED) change nothing of that.
+        if event in (ADDED, DELETED):
+            self.resync_all()
+
+    def extra_informers(self) -> list[Cache]:
+        return [self._nodes.nodes]
+
     def selection(self, local: Mapping[str, Any]) -> Decision:
         storage_settings = self.settings.storage
-        virtual = virtual_claim_selection(local, virtual_class=storage_settings.virtual_class, node_name=self.settings.node_name)
+        virtual = virtual_claim_selection(local, virtual_class=storage_settings.virtual_class, nodes=self._nodes)
         return virtual if virtual is not None else super().selection(local)
 
     def forge_context(self, twin: str) -> f.ForgeContext:

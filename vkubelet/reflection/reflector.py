@@ -53,7 +53,6 @@ from kube_offload.runtime.manager import Synced
 from kube_offload.runtime.kinds import Resource
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key
 from kube_offload.runtime.logs import ObjectLogger
-from kube_offload.runtime.informer import Informer
 # Reasons of the local Events reflection records: the contract's (docs/reflection.md lists them).
 from kube_offload.reasons import REASON_POLICY_REFUSED, REASON_REFLECTION_CONFLICT, REASON_REFLECTION_FAILED
 from vkubelet.shared.indexes import BY_ORIGIN
@@ -71,6 +70,7 @@ from vkubelet.reflection.policy import Decision, Policy, decide
 from vkubelet.reflection.remote_ops import RemoteOps
 from vkubelet.reflection.scope import offloaded_namespaces
 from vkubelet.shared.origin import origin_key
+from vkubelet.shared.peering_nodes import PeeringPods, peering_pods
 
 if TYPE_CHECKING:
     from vkubelet.shared.loops import LoopContext
@@ -154,10 +154,11 @@ class Reflector(ReflectionLoop):
         self._policy = PolicyReader(lambda: self._twins.consumer.get(self._local_id))
         self._notices = PolicyNotices(self._recorder)
         self._twins.consumer.add_handler(self._on_consumer)
-        # By-use: which objects the offloaded pods reference, from the pod informer.
-        self.pods: Informer | None = None
+        # By-use: which objects the offloaded pods reference, from the pods bound to every
+        # node of the peering: its own and its slices' (objects are the peering's: docs/slices.md).
+        self.pods: PeeringPods | None = None
         if self.policy is Policy.BY_USE:
-            self.pods = context.informers.local_pods()
+            self.pods = peering_pods(context.informers)
             self.pods.add_indexer(usage.USES_INDEX[self.kind], usage.index_func(self.kind))
             self.controller.watch(self.pods, self._keys_used_by, skip=lambda old, new: not usage.use_changed(old, new))
 
@@ -185,8 +186,9 @@ class Reflector(ReflectionLoop):
         return decide(local, self.policy, kind=self.kind, in_use=self.in_use(object_key(local)))
 
     def in_use(self, key: str) -> bool:
-        """Whether a running pod bound to the virtual node references local object
-        ``key`` (by-use policy; False under the others, which do not ask)."""
+        """Whether a running pod bound to a node of the peering (its own or a slice's)
+        references local object ``key`` (by-use policy; False under the others, which do
+        not ask)."""
         if self.pods is None:
             return False
         return bool(self.pods.index_keys(usage.USES_INDEX[self.kind], key))

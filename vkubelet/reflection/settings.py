@@ -191,6 +191,8 @@ class ReflectionSettings:
     # them, are reflected by the peering's own vkubelet, so token reflection here does not
     # need ConfigMap reflection of its own.
     configmaps_by_peering: bool = False
+    # Likewise the claims (the virtual storage class of a slice's node needs them reflected).
+    claims_by_peering: bool = False
 
     def of(self, resource: str) -> ResourceSettings:
         custom = self.custom_resource(resource)
@@ -272,4 +274,5 @@ def slice_reflection(settings: ReflectionSettings) -> ReflectionSettings:
         token_seconds=settings.token_seconds,
         token_renew_fraction=settings.token_renew_fraction,
         configmaps_by_peering=settings.enabled(CONFIGMAPS),
+        claims_by_peering=settings.enabled(PERSISTENTVOLUMECLAIMS),
     )

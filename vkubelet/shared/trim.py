@@ -210,3 +210,15 @@ def trim_to_identity(obj: dict[str, Any]) -> dict[str, Any]:
     trimmed = _type_meta(obj)
     trimmed["metadata"] = _metadata(obj)
     return interned(trimmed)
+
+
+def trim_to_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    """Objects of which only the name and labels are read (the local nodes of a peering's
+    slices: vkubelet/shared/peering_nodes.py)."""
+    trimmed = _type_meta(obj)
+    metadata = _metadata(obj)
+    labels = (obj.get("metadata") or {}).get("labels")
+    if isinstance(labels, Mapping) and labels:
+        metadata["labels"] = dict(labels)
+    trimmed["metadata"] = metadata
+    return interned(trimmed)

@@ -118,9 +118,12 @@ def remote_standin(
     node_name: str,
     cluster_id: str,
     storage_class: Mapping[str, Any] | None,
+    slice_name: str = "",
 ) -> dict[str, Any]:
     """The local PersistentVolume that stands for ``remote_claim`` (the reflected copy of
-    ``claim`` in cluster ``cluster_id``), pre-bound to ``claim``.
+    ``claim`` in cluster ``cluster_id``), pre-bound to ``claim``; ``slice_name``: the slice
+    whose node ``node_name`` is ("" for the peering's own), labelled so that each process
+    selects only its own stand-ins (:func:`standin_selector`).
 
     Its capacity is the remote volume's once the remote claim is bound, the request until
     then; its source is a CSI volume of a driver no node has (REMOTE_VOLUME_CSI_DRIVER),
@@ -134,7 +137,8 @@ def remote_standin(
         "kind": "PersistentVolume",
         "metadata": {
             "name": standin_name(claim),
-            "labels": {c.LABEL_VOLUME_LOCATION: c.VOLUME_LOCATION_REMOTE, c.LABEL_CLUSTER_ID: cluster_id},
+            "labels": {c.LABEL_VOLUME_LOCATION: c.VOLUME_LOCATION_REMOTE, c.LABEL_CLUSTER_ID: cluster_id,
+                       **({c.LABEL_SLICE: slice_name} if slice_name else {})},
             "annotations": {ANNOTATION_PROVISIONED_BY: c.STORAGE_PROVISIONER, c.ANNOTATION_REMOTE_CLAIM: remote_key},
         },
         "spec": {
@@ -156,6 +160,14 @@ def remote_standin(
             },
         },
     }
+
+
+def standin_selector(cluster_id: str, slice_name: str = "") -> str:
+    """The stand-ins of one virtual node of peering ``cluster_id``: its slice ``slice_name``'s,
+    or ("") the peering's own node's (no slice label: those made before slices had stand-ins
+    too), so no process releases or grows another's."""
+    node = f"{c.LABEL_SLICE}={slice_name}" if slice_name else f"!{c.LABEL_SLICE}"
+    return f"{c.LABEL_VOLUME_LOCATION}={c.VOLUME_LOCATION_REMOTE},{c.LABEL_CLUSTER_ID}={cluster_id},{node}"
 
 
 def capacity_update(volume: Mapping[str, Any], remote_claim: Mapping[str, Any] | None) -> str | None:

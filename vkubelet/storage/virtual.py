@@ -1,13 +1,14 @@
 """Provisioner of the virtual storage class for ONE virtual node (a loop of its virtual
-kubelet; docs/storage.md).
+kubelet; docs/storage.md): the peering's own node, or one of its slices' (docs/slices.md).
 
 A claim of the virtual class whose ``volume.kubernetes.io/selected-node`` is this
 virtual node lives in this node's remote cluster:
 
 * the PVC reflector (reflection/pvcs.py) reflects it there - and only there: a claim of
-  the virtual class is reflected by the virtual kubelet of the node it was selected for,
-  with the storage-class mapping (the virtual class itself maps to the remote default
-  class unless ``--reflect-storage-class`` says otherwise);
+  the virtual class is reflected by the peering's own virtual kubelet when the claim was
+  selected for one of the peering's nodes (its own or a slice's), with the storage-class
+  mapping (the virtual class itself maps to the remote default class unless
+  ``--reflect-storage-class`` says otherwise);
 * once the remote cluster holds our copy, this loop creates the local stand-in
   PersistentVolume (forge.remote_standin), pre-bound to the claim; the PV controller
   binds them and the scheduler binds the pod to this node.
@@ -30,7 +31,6 @@ import logging
 from typing import Any, TYPE_CHECKING
 
 from kube_offload.runtime import kinds
-from kube_offload import constants as c
 from kube_offload.runtime.controller import Controller, Requeue
 from kube_offload.runtime.informer import Informer
 from kube_offload.runtime.kube import ApiError, Kube, object_key, split_key, MERGE_PATCH
@@ -95,8 +95,7 @@ class VirtualNodeStorage:
             informers, "remote", PERSISTENTVOLUMECLAIMS, kinds.PERSISTENT_VOLUME_CLAIMS,
             label_selector=owned_selector(settings.local_cluster_id, PERSISTENTVOLUMECLAIMS),
         )
-        selector = f"{c.LABEL_VOLUME_LOCATION}={c.VOLUME_LOCATION_REMOTE},{c.LABEL_CLUSTER_ID}={self._cluster_id}"
-        self.volumes = standin_volumes(informers, selector)
+        self.volumes = standin_volumes(informers, f.standin_selector(self._cluster_id, settings.slice_name))
         self.classes = storage_classes(informers)
         self.controller = Controller(name=self.name, reconcile=self.reconcile, workers=2, logger=log)
         self.controller.watch(self.claims)
@@ -145,7 +144,8 @@ class VirtualNodeStorage:
             # The reflector creates it (same events); look again soon in any case.
             raise Requeue(1.0, f"waiting for the remote claim {twin}/{name} in cluster {self._cluster_id}")
         storage_class = self.classes.get(self._class)
-        body = f.remote_standin(claim, remote, node_name=self._node, cluster_id=self._cluster_id, storage_class=storage_class)
+        body = f.remote_standin(claim, remote, node_name=self._node, cluster_id=self._cluster_id, storage_class=storage_class,
+                                slice_name=self._settings.slice_name)
         try:
             self._kube.create(kinds.PERSISTENT_VOLUMES, body)
         except ApiError as exc:

@@ -173,6 +173,12 @@ def test_node_resources_count_the_pods_already_bound():
         (RemoteView("remote-1", consumer=consumer(cordoned=True)), False, "cordoned by provider remote-1"),
         (RemoteView("remote-1", consumer=consumer(drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})), False,
          "consumer local is drained by provider remote-1: no new pods are admitted"),
+        # Over quota and drained (or cordoned): the reason that stays when quota frees up.
+        (RemoteView("remote-1", consumer=consumer(quota={"cpu": "1"}, used={"cpu": "800m"},
+                                                  drain={"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60})),
+         False, "consumer local is drained by provider remote-1"),
+        (RemoteView("remote-1", consumer=consumer(quota={"cpu": "1"}, used={"cpu": "800m"}, cordoned=True)), False,
+         "consumer local is cordoned by provider remote-1"),
         (RemoteView("remote-1", consumer=None), False, "admits no consumer"),
         (RemoteView("remote-1", consumer=consumer(quota={"cpu": "4"}, used={"cpu": "1"})), True, ""),
         (RemoteView("remote-1", error="unreachable from here"), True, "provider quota not checked: unreachable from here"),

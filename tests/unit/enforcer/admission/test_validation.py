@@ -368,7 +368,7 @@ def test_a_template_without_a_spec_is_invalid():
     refused(run(obj), 422, "spec.pod.spec: must be an object")
 
 
-# --- 10: quota -----------------------------------------------------------------------------------
+# --- 11: quota -----------------------------------------------------------------------------------
 def gpu_spec(gpus: str = "1", *, limits_only: bool = False) -> dict:
     resources = {"limits": {"nvidia.com/gpu": gpus}} if limits_only else {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}}
     return pod_spec(containers=[{"name": "train", "image": "cuda", "resources": resources}])
@@ -470,7 +470,7 @@ def test_quota_excess_ignores_what_a_request_does_not_add():
     assert quota_excess(quota, milli(cpu="1"), {"cpu": 1}) == [("cpu", 1, 1000, 1000)]
 
 
-# --- 11: cordon ------------------------------------------------------------------------------------
+# --- 10: cordon, drain ------------------------------------------------------------------------------------
 def test_a_cordoned_consumer_creates_nothing():
     cordoned = consumer(cordoned=True)
     refused(run(shadowpod(), the_consumer=cordoned), 403, 'consumer "local" is cordoned by the provider', "existing ones keep running")
@@ -497,9 +497,33 @@ def test_a_drained_consumer_creates_nothing_and_is_told_how_it_ends():
     refused(run(bigger, operation="UPDATE", old=old, the_consumer=drained), 403, "is drained by the provider: an update may not raise requests")
 
 
-def test_quota_is_checked_before_cordon():
-    message = refused(run(shadowpod(), the_consumer=consumer(cordoned=True, quota={"pods": "1"}), usage=milli(pods="1")), 403)
-    assert message.startswith("exceeded quota")
+DRAIN = {"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60}
+
+
+@pytest.mark.parametrize("standing", [{"drain": DRAIN}, {"cordoned": True}], ids=["drained", "cordoned"])
+def test_a_drain_or_cordon_is_named_before_the_quota(standing):
+    # Freeing quota ends neither: a consumer both over quota and drained (cordoned) is told
+    # the reason that stays, whatever else is wrong with its quota.
+    state = "drained" if "drain" in standing else "cordoned"
+    over = consumer(quota={"pods": "1"}, **standing)
+    message = refused(run(shadowpod(), the_consumer=over, usage=milli(pods="1")), 403)
+    assert message.startswith(f'consumer "local" is {state} by the provider'), message
+    # An update that raises a request past the quota: the same.
+    old = shadowpod()
+    bigger = copy.deepcopy(old)
+    bigger["spec"]["pod"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    message = refused(run(bigger, operation="UPDATE", old=old, the_consumer=consumer(quota={"cpu": "1"}, **standing),
+                          usage=milli(cpu="500m", pods="1")), 403)
+    assert f"is {state} by the provider: an update may not raise requests" in message, message
+    # Missing limits the quota mode counts come after it too.
+    limits = consumer(quota={"limits.cpu": "4"}, **standing)
+    message = refused(run(shadowpod(), the_consumer=limits), 403)
+    assert message.startswith(f'consumer "local" is {state} by the provider'), message
+
+
+def test_a_pod_of_a_drained_consumer_over_quota_is_refused_for_the_drain():
+    message = refused(judged(shadowpod(), the_consumer=consumer(quota={"cpu": "1"}, drain=DRAIN), usage=milli(cpu="800m")), 403)
+    assert message.startswith('consumer "local" is drained by the provider: no pod is made'), message
 
 
 # --- the Consumer object -----------------------------------------------------------------------------

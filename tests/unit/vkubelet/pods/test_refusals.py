@@ -224,12 +224,16 @@ def test_accepted_pod_loses_the_waiting_reason_only_if_it_is_ours():
 
 
 # --- the provider's terms ------------------------------------------------------------------------------
-def _consumer(quota=None, cordoned=False, used=None, level="baseline") -> dict:
+def _consumer(quota=None, cordoned=False, used=None, level="baseline", drain=None) -> dict:
     return {
         "metadata": {"name": "local"},
-        "spec": {"quota": quota or {"cpu": "2"}, "cordoned": cordoned, "podSecurityLevel": level},
+        "spec": {"quota": quota or {"cpu": "2"}, "cordoned": cordoned, "podSecurityLevel": level,
+                 **({"drain": drain} if drain else {})},
         "status": {"used": used or {"cpu": "1500m", "pods": "3"}},
     }
+
+
+DRAIN = {"startedAt": "2026-11-27T03:00:00Z", "gracePeriodSeconds": 60}
 
 
 @pytest.mark.parametrize(
@@ -238,6 +242,7 @@ def _consumer(quota=None, cordoned=False, used=None, level="baseline") -> dict:
         (_consumer(), _consumer(), False),
         (_consumer(), _consumer(quota={"cpu": "4"}), True),
         (_consumer(cordoned=True), _consumer(cordoned=False), True),
+        (_consumer(drain=DRAIN), _consumer(), True),  # undrained: pods refused for the drain go again at once
         (_consumer(level="restricted"), _consumer(level="baseline"), True),
         (_consumer(), _consumer(used={"cpu": "1", "pods": "2"}), True),  # a pod of ours ended
         (_consumer(), _consumer(used={"cpu": "2", "pods": "4"}), False),  # only more used

@@ -593,3 +593,14 @@ def test_a_pod_is_not_sent_back_to_a_cluster_it_came_through():
     remote = translate_pod(_forwarded_pod(), dataclasses.replace(CTX, remote_cluster_id="first"))
     assert "first -> local -> first" in remote.loop
     assert translate_pod(_forwarded_pod(), dataclasses.replace(CTX, remote_cluster_id="third")).loop == ""
+
+
+def test_a_drained_or_cordoned_provider_is_left_to_refuse_a_pod_before_its_quota_limits():
+    # The quota counts limits.cpu and the pod sets none: refused by the fit, not sent...
+    counted = TranslationContext(**{**CTX.__dict__, "quota": {"limits.cpu": 4000}})
+    refused = translate_pod(_pod(), counted).refused
+    assert [note.field for note in refused] == ["spec.containers[0].resources.limits.cpu"], refused
+    # ...unless the provider drains or cordons us: it refuses every new ShadowPod for that
+    # first (rule 10 before the quota's 11), so the pod is sent and its refusal names the drain.
+    closed = TranslationContext(**{**counted.__dict__, "provider_closed": True})
+    assert translate_pod(_pod(), closed).refused == ()

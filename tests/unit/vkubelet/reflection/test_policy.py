@@ -274,3 +274,7 @@ def test_a_slice_vkubelet_reflects_only_its_own_pods_events_and_tokens():
     no_configmaps = ReflectionSettings(resources={"configmaps": ResourceSettings(workers=0),
                                                   "serviceaccounts": ResourceSettings(workers=2)})
     assert "needs --reflect-configmaps-workers" in (slice_reflection(no_configmaps).problem() or "")
+    # The claims are the peering's too: a slice's node serves the virtual storage class
+    # (its stand-ins) while the peering's own vkubelet reflects them.
+    assert kept.claims_by_peering and not kept.enabled("persistentvolumeclaims")
+    assert not slice_reflection(ReflectionSettings(resources={"persistentvolumeclaims": ResourceSettings(workers=0)})).claims_by_peering

@@ -109,14 +109,35 @@ def test_local_standin_mounts_the_real_volume_on_physical_nodes_only():
 
 
 def test_a_virtual_claim_is_reflected_only_to_the_cluster_of_its_selected_node():
-    assert virtual_claim_selection(claim(), virtual_class="kube-offload", node_name=NODE) is None
-    other = virtual_claim_selection(claim(node="kube-offload-remote-2"), virtual_class="kube-offload", node_name=NODE)
+    ours = {NODE}
+    assert virtual_claim_selection(claim(), virtual_class="kube-offload", nodes=ours) is None
+    other = virtual_claim_selection(claim(node="kube-offload-remote-2"), virtual_class="kube-offload", nodes=ours)
     assert other is not None and not other.reflect and "kube-offload-remote-2" in other.why
-    unscheduled = virtual_claim_selection(claim(node=None), virtual_class="kube-offload", node_name=NODE)
+    unscheduled = virtual_claim_selection(claim(node=None), virtual_class="kube-offload", nodes=ours)
     assert unscheduled is not None and not unscheduled.reflect
     # Claims of other classes: the ordinary policy decides.
-    assert virtual_claim_selection(claim(cls="fast"), virtual_class="kube-offload", node_name=NODE) is None
-    assert virtual_claim_selection(claim(), virtual_class="", node_name=NODE) is None
+    assert virtual_claim_selection(claim(cls="fast"), virtual_class="kube-offload", nodes=ours) is None
+    assert virtual_claim_selection(claim(), virtual_class="", nodes=ours) is None
+
+
+def test_a_virtual_claim_selected_for_a_slice_node_of_the_peering_is_reflected_by_it():
+    gpu = c.slice_node_name(NODE, "gpu")
+    assert virtual_claim_selection(claim(node=gpu), virtual_class="kube-offload", nodes={NODE, gpu}) is None
+    # Not a node of this peering (another peering's slice): not here.
+    elsewhere = virtual_claim_selection(claim(node=gpu), virtual_class="kube-offload", nodes={NODE})
+    assert elsewhere is not None and not elsewhere.reflect
+
+
+def test_a_slice_nodes_stand_in_is_labelled_with_its_slice_and_selected_apart():
+    pv = f.remote_standin(claim(node=c.slice_node_name(NODE, "gpu")), remote_claim(), node_name=c.slice_node_name(NODE, "gpu"),
+                          cluster_id="remote-1", storage_class=None, slice_name="gpu")
+    assert pv["metadata"]["labels"][c.LABEL_SLICE] == "gpu"
+    [term] = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert {"key": "kubernetes.io/hostname", "operator": "In", "values": [c.slice_node_name(NODE, "gpu")]} in term["matchExpressions"]
+    assert c.LABEL_SLICE not in f.remote_standin(claim(), remote_claim(), node_name=NODE, cluster_id="remote-1",
+                                                 storage_class=None)["metadata"]["labels"]
+    assert f.standin_selector("remote-1", "gpu").endswith(f",{c.LABEL_SLICE}=gpu")
+    assert f.standin_selector("remote-1").endswith(f",!{c.LABEL_SLICE}")
 
 
 @pytest.mark.parametrize("mapping,expected", [
