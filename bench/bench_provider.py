@@ -50,9 +50,10 @@ too; py-spy costs the 2 cores some CPU.
 ``--arms A,B[,...]`` (issue #39: the webhooks in a process of their own): the same probes
 in ONE run for each arm in turn, the enforcer restarted with the arm's flags between them
 (:data:`ARMS`: ``shared``, the webhooks in the enforcer's process beside the controllers;
-``own``, in a child process of their own, the default; ``shared-1ms``, in the enforcer's
-process with ``--gil-switch-interval=1ms``), each after the restarted enforcer has listed
-everything and idled (its CPU below 15 % of a core over 5 s) and ``--settle`` s more; it
+``own``, in a child process of their own; ``shared-1ms``, in the enforcer's
+process with ``--gil-switch-interval=1ms``), each after the restarted enforcer's webhook and health port are ready (every cache of
+both processes listed) and its CPU has stayed below 15 % of a core for three 5 s windows in
+a row, and ``--settle`` s more; it
 prints each arm's figures, then a table per rate: the enforcer's p50/p99 and the
 consumer's, each arm's ratio to the first arm's p99, the goal beside them, and each arm's
 RSS (the enforcer's and its child's, summed) and CPU per create. With ``--rounds 2`` the
@@ -114,6 +115,7 @@ ARMS: dict[str, tuple[str, ...]] = {
 # The restarted enforcer is idle once its CPU over IDLE_WINDOW_S is below this share of a core.
 IDLE_CPU_SHARE = 0.15
 IDLE_WINDOW_S = 5.0
+IDLE_WINDOWS = 3
 
 
 def log(line: str) -> None:
@@ -441,19 +443,39 @@ def restart_enforcer(env, spec, argv: list[str], extra: Iterable[str]) -> int:
     env.processes.stop(name, timeout=30)
     record = env.processes.start(name, [*argv, *extra], log=env.log_path(name), env=env._process_env())
     env._wait_https_ready(name, spec.enforcer_webhook_port, timeout=600)
+    # The webhook's /readyz says only that its caches listed; with the webhooks in a process
+    # of their own the enforcer's controllers may still be listing: its /readyz covers them.
+    wait_health_ready(spec.enforcer_health_port)
     wait_idle(record.pid)
     return record.pid
+
+
+def wait_health_ready(port: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    log(f"enforcer /readyz not 200 after {timeout:.0f}s; probing anyway")
 
 
 def wait_idle(pid: int, timeout: float = 600) -> None:
     """Until the process tree's CPU over :data:`IDLE_WINDOW_S` is below
     :data:`IDLE_CPU_SHARE` of a core: the restarted enforcer has reconciled everything."""
     deadline = time.monotonic() + timeout
+    quiet = 0
     while time.monotonic() < deadline:
         before = controlplane.cpu_seconds(pid)
         time.sleep(IDLE_WINDOW_S)
         share = (controlplane.cpu_seconds(pid) - before) / IDLE_WINDOW_S
-        if share < IDLE_CPU_SHARE:
+        # Several windows in a row: the enforcer's loops start in stages (the controllers,
+        # then the consumer loops' lists), with lulls between them.
+        quiet = quiet + 1 if share < IDLE_CPU_SHARE else 0
+        if quiet >= IDLE_WINDOWS:
             return
         log(f"  enforcer busy ({share * 100:.0f}% of a core), waiting")
     log(f"enforcer not idle after {timeout:.0f}s; probing anyway")

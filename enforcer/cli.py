@@ -100,12 +100,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser,
         COMPONENT,
         "--webhook-process",
-        default=OWN,
+        default=SHARED,
         choices=MODES,
-        help="own: the webhooks run in a process of their own, started and stopped by this one, with their own "
-        "caches (no controller competes with an admission for the interpreter: a p99 of a few ms instead of "
-        "tens at 10,000 ShadowPods, for about twice the memory per ShadowPod; enforcer/webhook_process.py); "
-        "shared: in this process, beside the controllers, reading their caches",
+        help="shared: the webhooks run in this process, beside the controllers, reading their caches; own: in a "
+        "process of their own, started and stopped by this one, with caches of their own (no controller competes "
+        "with an admission for the interpreter, for about twice the memory per ShadowPod; not yet shown faster: "
+        "docs/performance.md; enforcer/webhook_process.py)",
     )
     parser.set_defaults(func=run)
 

@@ -73,9 +73,9 @@ def test_workers_must_be_positive(capsys):
         parse(["--workers", "0"])
 
 
-def test_webhooks_run_in_their_own_process_by_default():
-    assert parse([]).webhook_process == "own"
-    assert parse(["--webhook-process", "shared"]).webhook_process == "shared"
+def test_webhooks_run_in_the_enforcers_process_unless_told():
+    assert parse([]).webhook_process == "shared"
+    assert parse(["--webhook-process", "own"]).webhook_process == "own"
     with pytest.raises(SystemExit):
         parse(["--webhook-process", "both"])
 
