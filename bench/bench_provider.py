@@ -3,6 +3,7 @@ Goals: the enforcer's RSS per ShadowPod <= 20 KiB, ShadowPod admission p99 <= 20
 
     .venv/bin/python bench/bench_provider.py [--shadowpods 2000] [--clients 8]
     .venv/bin/python bench/bench_provider.py --shadowpods 10000 --probe-rates 5,10,20,40 [--probe-profile DIR]
+    .venv/bin/python bench/bench_provider.py --shadowpods 10000 --probe-rates 10 --arms shared,own   (A/B, issue #39)
     .venv/bin/python bench/bench_provider.py --caches [--shadowpods 2000]   (no cluster, ~1 min)
 
 One local cluster and one remote (provider) cluster from the harness, the enforcer as the
@@ -36,7 +37,8 @@ threads, so a slow create delays no other; the lag behind schedule is reported),
 timed end to end (exact p50/p99/max), with the enforcer's and the apiserver's admission
 histograms diffed over the probe's window only, the enforcer's CPU per create and its
 garbage collector's pauses over the window (``kube_offload_python_gc_pause_seconds`` on its
-health port: how many full collections, how long). Between
+health port, or on the webhook port when the webhooks run in their own process: the
+collector whose pauses an admission waits for). Between
 probes the bench waits for the probe's pods to run and the enforcer to idle.
 ``--probe-profile DIR`` repeats each probe with py-spy on the enforcer, twice at once:
 ``--idle`` (wall time: a webhook request waiting for the GIL or a socket counts) and
@@ -44,6 +46,18 @@ without (running samples only); the report gives, for the samples inside a webho
 request (``WebhookRequestHandler.do_POST``), the functions by inclusive and by self
 samples, and the process's samples by thread. The profiled probe's latencies are printed
 too; py-spy costs the 2 cores some CPU.
+
+``--arms A,B[,...]`` (issue #39: the webhooks in a process of their own): the same probes
+in ONE run for each arm in turn, the enforcer restarted with the arm's flags between them
+(:data:`ARMS`: ``shared``, the webhooks in the enforcer's process beside the controllers;
+``own``, in a child process of their own; ``shared-1ms``, in the enforcer's
+process with ``--gil-switch-interval=1ms``), each after the restarted enforcer's webhook and health port are ready (every cache of
+both processes listed) and its CPU has stayed below 15 % of a core for three 5 s windows in
+a row, and ``--settle`` s more; it
+prints each arm's figures, then a table per rate: the enforcer's p50/p99 and the
+consumer's, each arm's ratio to the first arm's p99, the goal beside them, and each arm's
+RSS (the enforcer's and its child's, summed) and CPU per create. With ``--rounds 2`` the
+arms run A, B, A, B: a drift of the machine's load shows as a difference between rounds.
 
 ``--caches``: no cluster; what the enforcer's three per-ShadowPod caches (ShadowPods,
 managed pods, the capacity summary's pods) hold, before and after their transforms
@@ -92,6 +106,16 @@ APISERVER_WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_secon
 GC_PAUSE_METRIC = "kube_offload_python_gc_pause_seconds"  # kube_offload/runtime/metrics.py, on the health port
 RSS_GOAL_KIB = 20.0
 ADMISSION_P99_GOAL_S = 0.020
+# --arms: the enforcer's flags for each (enforcer/cli.py --webhook-process, --gil-switch-interval).
+ARMS: dict[str, tuple[str, ...]] = {
+    "shared": ("--webhook-process=shared",),
+    "own": ("--webhook-process=own",),
+    "shared-1ms": ("--webhook-process=shared", "--gil-switch-interval=1ms"),
+}
+# The restarted enforcer is idle once its CPU over IDLE_WINDOW_S is below this share of a core.
+IDLE_CPU_SHARE = 0.15
+IDLE_WINDOW_S = 5.0
+IDLE_WINDOWS = 3
 
 
 def log(line: str) -> None:
@@ -341,7 +365,8 @@ def admission_figures(env, remote, spec) -> dict:
     ca = env.pki_dir / "ca.crt"
     enforcer = apirequests.parse_prometheus(
         metrics_text(f"https://127.0.0.1:{spec.enforcer_webhook_port}/metrics", ca),
-        names=[f"{ENFORCER_WEBHOOK_METRIC}_{part}" for part in ("bucket", "sum", "count")])
+        names=[f"{metric}_{part}" for metric in (ENFORCER_WEBHOOK_METRIC, GC_PAUSE_METRIC)
+               for part in ("bucket", "sum", "count")])
     apiserver = apirequests.parse_prometheus(
         remote.kubectl("get", "--raw", "/metrics", timeout=120).stdout,
         names=[f"{APISERVER_WEBHOOK_METRIC}_{part}" for part in ("bucket", "sum", "count")])
@@ -352,6 +377,7 @@ def admission_figures(env, remote, spec) -> dict:
     except OSError as exc:
         log(f"enforcer /metrics on the health port: {exc}")
         process = {}
+    process = gc_source(enforcer, process)
     return {
         "gc_full": histogram(process, GC_PAUSE_METRIC, generation="2"),
         "enforcer": histogram(enforcer, ENFORCER_WEBHOOK_METRIC, endpoint=WEBHOOK_ENDPOINT),
@@ -361,6 +387,98 @@ def admission_figures(env, remote, spec) -> dict:
                  "gc_full": histogram_sum(process, GC_PAUSE_METRIC, generation="2"),
                  "gc_all": histogram_sum(process, GC_PAUSE_METRIC)},
     }
+
+
+def gc_source(webhook_port: Mapping[tuple[str, tuple], float], health_port: Mapping[tuple[str, tuple], float]
+              ) -> Mapping[tuple[str, tuple], float]:
+    """Whose collector an admission waits for: the webhook process's (its pauses are on the
+    webhook port when the webhooks run in a process of their own), else the enforcer's."""
+    if any(name.startswith(GC_PAUSE_METRIC) for name, _ in webhook_port):
+        return webhook_port
+    return health_port
+
+
+def parse_arms(text: str) -> list[str]:
+    arms = [arm.strip() for arm in text.split(",") if arm.strip()]
+    unknown = [arm for arm in arms if arm not in ARMS]
+    if unknown:
+        raise SystemExit(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS)})")
+    return arms
+
+
+def arm_order(arms: list[str], rounds: int) -> list[str]:
+    """A, B, A, B ...: each round runs every arm once, in the order given."""
+    return [arm for _ in range(rounds) for arm in arms]
+
+
+def arm_table(probes: list[dict]) -> list[str]:
+    """Per rate, each arm's (and round's) admission figures beside the first arm's: the
+    enforcer's own histogram (p50/p99, the p99's ratio to the first arm's) and the
+    consumer's exact p99, the goal beside them."""
+    lines = []
+    for rate in sorted({probe["rate"] for probe in probes}):
+        rows = [probe for probe in probes if probe["rate"] == rate and probe.get("arm")]
+        if not rows:
+            continue
+        base = histogram_quantile(rows[0]["enforcer_buckets"], 0.99)
+        lines.append(f"\n== A/B at {rate:g}/s: the enforcer's ShadowPod admission, goal p99 <= "
+                     f"{ADMISSION_P99_GOAL_S * 1000:g} ms (ratio: p99 / the first arm's)")
+        lines.append(f"{'arm':<12} {'held':>6} {'p50':>9} {'p99':>9} {'ratio':>6} {'goal':<7} {'client p99':>11} "
+                     f"{'RSS MiB':>8} {'CPU/create':>10} {'load':>5}")
+        for probe in rows:
+            p50, p99 = histogram_quantile(probe["enforcer_buckets"], 0.5), histogram_quantile(probe["enforcer_buckets"], 0.99)
+            ratio = p99[0] / base[0] if p99 and base and base[0] else float("nan")
+            lines.append(
+                f"{probe['arm']:<12} {probe['held']:>6} {ms(p50[0] if p50 else None):>9} {ms(p99[0] if p99 else None):>9} "
+                f"{ratio:>6.2f} {verdict(p99[0] if p99 else None, ADMISSION_P99_GOAL_S):<7} "
+                f"{ms(probe['client']['p99']):>11} {probe.get('rss_kib', 0) / 1024:>8.1f} "
+                f"{probe['cpu_s'] / probe['count'] * 1000:>8.1f}ms {probe['load']:>5.1f}")
+    return lines
+
+
+def restart_enforcer(env, spec, argv: list[str], extra: Iterable[str]) -> int:
+    """The enforcer stopped and started again with ``extra`` flags; its PID once its
+    webhook is ready (every cache listed) and it has idled."""
+    name = f"enforcer-{spec.cluster_id}"
+    env.processes.stop(name, timeout=30)
+    record = env.processes.start(name, [*argv, *extra], log=env.log_path(name), env=env._process_env())
+    env._wait_https_ready(name, spec.enforcer_webhook_port, timeout=600)
+    # The webhook's /readyz says only that its caches listed; with the webhooks in a process
+    # of their own the enforcer's controllers may still be listing: its /readyz covers them.
+    wait_health_ready(spec.enforcer_health_port)
+    wait_idle(record.pid)
+    return record.pid
+
+
+def wait_health_ready(port: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    log(f"enforcer /readyz not 200 after {timeout:.0f}s; probing anyway")
+
+
+def wait_idle(pid: int, timeout: float = 600) -> None:
+    """Until the process tree's CPU over :data:`IDLE_WINDOW_S` is below
+    :data:`IDLE_CPU_SHARE` of a core: the restarted enforcer has reconciled everything."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while time.monotonic() < deadline:
+        before = controlplane.cpu_seconds(pid)
+        time.sleep(IDLE_WINDOW_S)
+        share = (controlplane.cpu_seconds(pid) - before) / IDLE_WINDOW_S
+        # Several windows in a row: the enforcer's loops start in stages (the controllers,
+        # then the consumer loops' lists), with lulls between them.
+        quiet = quiet + 1 if share < IDLE_CPU_SHARE else 0
+        if quiet >= IDLE_WINDOWS:
+            return
+        log(f"  enforcer busy ({share * 100:.0f}% of a core), waiting")
+    log(f"enforcer not idle after {timeout:.0f}s; probing anyway")
 
 
 def tree_kib(pid: int, key: str) -> int:
@@ -623,6 +741,7 @@ def print_probe(probe: dict) -> None:
     """The report of one probe (:func:`probe_once`)."""
     n, rate = probe["count"], probe["rate"]
     print(f"\n== probe: {n} creates at {rate:g}/s (open loop) holding {probe['held']} ShadowPods"
+          + (f", arm {probe['arm']}" if probe.get("arm") else "")
           + (", py-spy attached (wall + cpu)" if probe["profiled"] else "")
           + f": {probe['window_s']:.1f}s ({n / probe['window_s']:.1f}/s), {len(probe['errors'])} failed, "
           f"load {probe['load']:.1f}; enforcer CPU {probe['cpu_s'] / n * 1000:.2f} ms per create")
@@ -683,12 +802,19 @@ def main() -> int:
     parser.add_argument("--probe-profile", type=Path, default=None, metavar="DIR",
                         help="after each probe, the same probe again with py-spy on the enforcer (wall and cpu "
                              "profiles into DIR, summarised: where a webhook request spends its time)")
+    parser.add_argument("--arms", default="", metavar="A,B[,...]",
+                        help=f"run the probes once per arm, the enforcer restarted with its flags between them "
+                             f"(known: {', '.join(ARMS)}; default: no restart, the harness's enforcer as it is)")
+    parser.add_argument("--rounds", type=int, default=1, help="with --arms: run every arm this many times (A, B, A, B)")
     parser.add_argument("--keep", action="store_true", help="leave the environment up at the end")
     parser.add_argument("--caches", action="store_true", help="no cluster: the caches' bytes per ShadowPod, before/after")
     args = parser.parse_args()
     rates = parse_rates(args.probe_rates) if args.probe_rates else []
     if args.probe_rate is not None:
         rates.append(args.probe_rate)
+    arms = arm_order(parse_arms(args.arms), args.rounds) if args.arms else []
+    if arms and not rates:
+        parser.error("--arms needs --probe-rates (what each arm is measured with)")
     if args.probe_profile is not None:
         args.probe_profile.mkdir(parents=True, exist_ok=True)
     if args.caches:
@@ -698,7 +824,7 @@ def main() -> int:
 
     state = Path(tempfile.mkdtemp(prefix="kube-offload-bench-provider-"))
     env = Environment(state, say=log)
-    probes = len(rates) * args.probe_count * (2 if args.probe_profile else 1)
+    probes = len(rates) * args.probe_count * (2 if args.probe_profile else 1) * max(len(arms), 1)
     per_node = math.ceil((args.shadowpods + probes) * 1.5 / 2) + 50
     topology = default_topology(prefix="prov", remotes=1, local_nodes=1, remote_nodes=2,
                                 node_cpu="1000", node_memory="4Ti", node_pods=per_node)
@@ -756,21 +882,31 @@ def main() -> int:
             "apiserver_buckets": bucket_delta(hist_before["apiserver"], hist_after["apiserver"]),
         })
         held = expected
-        for rate in rates:
-            for profile_dir in ((None, args.probe_profile) if args.probe_profile else (None,)):
-                log(f"probe: {args.probe_count} creates at {rate:g}/s holding {held}"
-                    + (f", py-spy into {profile_dir}" if profile_dir else "") + f", load {os.getloadavg()[0]:.1f}")
-                probe = probe_once(env, remote, spec, consumer, namespace, consumer_id, pid, rate=rate,
-                                   count=args.probe_count, first_index=args.shadowpods + len(result["probes"]) * args.probe_count,
-                                   workers=args.probe_workers, profile_dir=profile_dir)
-                probe["held"] = held
-                probe["load"] = os.getloadavg()[0]
-                result["probes"].append(probe)
-                problems += [f"probe create failed: {e}" for e in probe["errors"][:3]]
-                held += args.probe_count - len(probe["errors"])
-                if not wait_running(remote, namespace, held, 300):
-                    problems.append(f"probe at {rate:g}/s: pods not all running after 300s")
-                time.sleep(args.settle)  # the enforcer idle again before the next probe
+        base_argv = list(record.argv)
+        for arm in arms or [None]:
+            if arm is not None:
+                log(f"arm {arm}: restarting the enforcer with {' '.join(ARMS[arm])}, holding {held}")
+                pid = restart_enforcer(env, spec, base_argv, ARMS[arm])
+                time.sleep(args.settle)
+                log(f"arm {arm}: enforcer PID {pid} ready and idle, RSS (with its child) {tree_kib(pid, 'VmRSS') / 1024:.0f} MiB")
+            for rate in rates:
+                for profile_dir in ((None, args.probe_profile) if args.probe_profile else (None,)):
+                    log(f"probe: {args.probe_count} creates at {rate:g}/s holding {held}" + (f", arm {arm}" if arm else "")
+                        + (f", py-spy into {profile_dir}" if profile_dir else "") + f", load {os.getloadavg()[0]:.1f}")
+                    probe = probe_once(env, remote, spec, consumer, namespace, consumer_id, pid, rate=rate,
+                                       count=args.probe_count,
+                                       first_index=args.shadowpods + len(result["probes"]) * args.probe_count,
+                                       workers=args.probe_workers, profile_dir=profile_dir)
+                    probe["held"] = held
+                    probe["load"] = os.getloadavg()[0]
+                    probe["arm"] = arm
+                    probe["rss_kib"] = tree_kib(pid, "VmRSS")
+                    result["probes"].append(probe)
+                    problems += [f"probe create failed: {e}" for e in probe["errors"][:3]]
+                    held += args.probe_count - len(probe["errors"])
+                    if not wait_running(remote, namespace, held, 300):
+                        problems.append(f"probe at {rate:g}/s: pods not all running after 300s")
+                    time.sleep(args.settle)  # the enforcer idle again before the next probe
     finally:
         if not args.keep:
             env.down()
@@ -808,6 +944,8 @@ def main() -> int:
           f"max {max(lat) * 1000:.1f} ms")
     for probe in result["probes"]:
         print_probe(probe)
+    for line in arm_table(result["probes"]):
+        print(line)
     summary = {k: v for k, v in result.items() if k not in ("client_latencies", "probes")}
     summary.update({"client_p50_s": c50, "client_p99_s": c99, "rss_kib_per_shadowpod": per})
     print(json.dumps({k: ({str(le): c for le, c in v.items()} if isinstance(v, dict) else v) for k, v in summary.items()}))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kube_offload.constants import (
     DEFAULT_CONSUMER_TWIN_ROLE, ENFORCER_LEADER_LEASE, VERDICT_CACHE_ENTRIES, VERDICT_CACHE_TTL_SECONDS,
@@ -22,10 +22,16 @@ from kube_offload.webhook_target import add_target_flags, target_from_args
 
 if TYPE_CHECKING:
     from enforcer.admission.webhook_server import WebhookSettings
+    from enforcer.controller import Enforcer
+    from kube_offload.runtime.manager import Manager
 
 COMPONENT = "enforcer"
 CONFIGURATION_COMPONENT = "enforcer-configuration"
 DEFAULT_WEBHOOK_BIND = "0.0.0.0:9443"
+# --webhook-process: the webhooks in a child process of their own, or in this one.
+OWN = "own"
+SHARED = "shared"
+MODES = (OWN, SHARED)
 
 log = logging.getLogger("kube_offload.enforcer")
 
@@ -39,22 +45,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "deleted or evicted. Runs in the remote (provider) cluster."
         ),
     )
-    add_flag(
-        parser,
-        COMPONENT,
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig of the cluster to enforce in; unset: in-cluster config, then ~/.kube/config",
-    )
+    _add_process_flags(parser)
     add_flag(parser, COMPONENT, "--workers", default=4, type=positive_int, help="ShadowPods reconciled in parallel")
-    add_flag(
-        parser,
-        COMPONENT,
-        "--resync-period",
-        default="300s",
-        type=positive_duration,
-        help="reconcile every ShadowPod again after this long even if nothing changed (e.g. 90s, 5m)",
-    )
     add_flag(
         parser,
         COMPONENT,
@@ -101,12 +93,88 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "the endpoints it reflected into its twin namespaces are marked not ready until it renews it again "
         "(docs/reflection.md, Service continuity); 0 turns this off",
     )
+    add_health_flag(parser, COMPONENT)
+    add_leader_election_flags(parser, COMPONENT)
+    _add_webhook_flags(parser)
+    add_flag(
+        parser,
+        COMPONENT,
+        "--webhook-process",
+        default=SHARED,
+        choices=MODES,
+        help="shared: the webhooks run in this process, beside the controllers, reading their caches; own: in a "
+        "process of their own, started and stopped by this one, with caches of their own (no controller competes "
+        "with an admission for the interpreter, for about twice the memory per ShadowPod; not yet shown faster: "
+        "docs/performance.md; enforcer/webhook_process.py)",
+    )
+    parser.set_defaults(func=run)
+
+    actions = parser.add_subparsers(dest="enforcer_action", metavar="ACTION")
+    conf = actions.add_parser(
+        "configuration",
+        help="print the ValidatingWebhookConfiguration of the ShadowPod webhook",
+        description=(
+            "Print the ValidatingWebhookConfiguration that registers the enforcer's ShadowPod webhook "
+            "(ShadowPod CREATE/UPDATE, failurePolicy Fail) for 'kubectl apply -f -'. Give --url for a "
+            "webhook reached by URL, or --service-namespace/--service-name for one behind a Service."
+        ),
+    )
+    add_target_flags(conf, CONFIGURATION_COMPONENT, example_url="https://127.0.0.1:9443")
+    add_flag(conf, CONFIGURATION_COMPONENT, "--timeout-seconds", default=10, type=int,
+             help="timeoutSeconds of the webhook (1-30)")
+    conf.set_defaults(func=print_configuration)
+
+    alone = actions.add_parser(
+        "webhook",
+        help="serve only the enforcer's webhooks (the enforcer starts this with --webhook-process=own)",
+        description=(
+            "Serve the enforcer's validating webhooks (ShadowPods, EndpointSlices, custom resources, "
+            "TokenRequests, tenant objects) over caches of their own, with no controller beside them. "
+            "The enforcer runs this as its child with --webhook-process=own, under its own identity, "
+            "and stops it with itself: the child stops when its stdin reaches its end (the parent closed "
+            "it or is gone), and says 'ready' on its stdout once its caches have listed."
+        ),
+    )
+    _add_process_flags(alone)
+    _add_webhook_flags(alone)
+    alone.set_defaults(func=run_webhook)
+
+
+def _add_process_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of any enforcer process: the enforcer's and its webhooks' own."""
+    add_flag(
+        parser,
+        COMPONENT,
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig of the cluster to enforce in; unset: in-cluster config, then ~/.kube/config",
+    )
+    add_flag(
+        parser,
+        COMPONENT,
+        "--resync-period",
+        default="300s",
+        type=positive_duration,
+        help="reconcile every ShadowPod again after this long even if nothing changed (e.g. 90s, 5m); "
+        "the caches' resync period",
+    )
     add_flag(parser, COMPONENT, "--log-level", default="INFO", choices=LEVELS, help="log level")
     add_flag(parser, COMPONENT, "--log-json", default=False, type=bool, help="log JSON lines instead of text")
-    add_health_flag(parser, COMPONENT)
     add_list_page_size_flag(parser, COMPONENT)
     add_gc_thaw_period_flag(parser, COMPONENT)
-    add_leader_election_flags(parser, COMPONENT)
+    add_flag(
+        parser,
+        COMPONENT,
+        "--gil-switch-interval",
+        default="5ms",
+        type=positive_duration,
+        help="how long a busy thread keeps the interpreter before another waiting thread gets it "
+        "(sys.setswitchinterval; Python's default 5ms): shorter lets a request thread back in sooner "
+        "behind busy controllers, at the cost of more switching",
+    )
+
+
+def _add_webhook_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
         COMPONENT,
@@ -148,22 +216,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         help="pod templates whose dry-run verdict the ShadowPod webhook keeps (least recently used out first)",
     )
-    parser.set_defaults(func=run)
 
-    actions = parser.add_subparsers(dest="enforcer_action", metavar="ACTION")
-    conf = actions.add_parser(
-        "configuration",
-        help="print the ValidatingWebhookConfiguration of the ShadowPod webhook",
-        description=(
-            "Print the ValidatingWebhookConfiguration that registers the enforcer's ShadowPod webhook "
-            "(ShadowPod CREATE/UPDATE, failurePolicy Fail) for 'kubectl apply -f -'. Give --url for a "
-            "webhook reached by URL, or --service-namespace/--service-name for one behind a Service."
-        ),
-    )
-    add_target_flags(conf, CONFIGURATION_COMPONENT, example_url="https://127.0.0.1:9443")
-    add_flag(conf, CONFIGURATION_COMPONENT, "--timeout-seconds", default=10, type=int,
-             help="timeoutSeconds of the webhook (1-30)")
-    conf.set_defaults(func=print_configuration)
+
+def _apply_process_flags(args: argparse.Namespace) -> None:
+    """What every enforcer process sets up before anything else (the informers' page size
+    before any is built)."""
+    from kube_offload.runtime.informer import set_default_page_size
+
+    set_default_page_size(args.list_page_size)
+    from kube_offload.runtime.gc_freeze import freeze_from_flag
+
+    freeze_from_flag(args.gc_thaw_period)
+    sys.setswitchinterval(float(args.gil_switch_interval))
+    setup_logging(args.log_level, json_format=args.log_json)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,17 +238,12 @@ def run(args: argparse.Namespace) -> int:
     from enforcer.crd import ensure_crds
     from enforcer.admission.webhook_server import ShadowPodWebhook
     from kube_offload.runtime.health import HealthSetupError
-    from kube_offload.runtime.informer import set_default_page_size
     from kube_offload.runtime.https_server import TLSSetupError
     from kube_offload.runtime.leader_election import LeaderElector, default_namespace
     from kube_offload.runtime.manager import Loop, Manager, serve
     from kube_offload.runtime.metrics import CLUSTER_REMOTE, instrument_api_client
 
-    set_default_page_size(args.list_page_size)  # before any informer is built
-    from kube_offload.runtime.gc_freeze import freeze_from_flag
-
-    freeze_from_flag(args.gc_thaw_period)
-    setup_logging(args.log_level, json_format=args.log_json)
+    _apply_process_flags(args)
     timing = timing_from_args(args)
     if args.leader_elect and (problem := timing.problem()):
         raise SystemExit(f"kube-offload enforcer: {problem}")
@@ -218,7 +278,9 @@ def run(args: argparse.Namespace) -> int:
 
     enforcer = Enforcer(api_client, settings)
     webhook = None
-    if webhook_settings is not None:
+    if webhook_settings is not None and args.webhook_process == OWN:
+        _declare_webhook_process(manager, enforcer, args, webhook_settings, api_client)
+    elif webhook_settings is not None:
         try:
             # The consumer loops' namespace and Consumer informers are shared, not duplicated.
             # (--namespace rules out both the webhook and the consumer loops.)
@@ -259,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         settings.namespace or "all",
         settings.workers,
         settings.resync_seconds,
-        webhook_settings.bind if webhook_settings else "off",
+        f"{webhook_settings.bind}, {args.webhook_process} process" if webhook_settings else "off",
         f"on, twin role {settings.consumer_twin_role}" if enforcer.consumer_loops else "off (--namespace)",
     )
     code = manager.run()
@@ -272,6 +334,91 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _declare_webhook_process(manager: Manager, enforcer: Enforcer, args: argparse.Namespace, settings: WebhookSettings,
+                             api_client: Any) -> None:
+    """--webhook-process=own: the webhooks in a child process (enforcer/webhook_process.py),
+    a loop of this one; here only what the controllers need of the admission, the pod judge."""
+    from pathlib import Path
+
+    from enforcer.webhook_process import PodJudge, WebhookProcess
+    from kube_offload.runtime.https_server import parse_bind
+    from kube_offload.runtime.manager import Loop, serve
+
+    # What the child would refuse at its start, refused here, before anything runs.
+    try:
+        parse_bind(settings.bind)
+    except ValueError as exc:
+        raise SystemExit(f"kube-offload enforcer: --webhook-bind: {exc}") from None
+    for flag, path in (("--webhook-tls-cert", settings.tls_cert), ("--webhook-tls-key", settings.tls_key)):
+        if not Path(path).is_file():
+            raise SystemExit(f"kube-offload enforcer: {flag}: no such file {path!r}")
+    loops = enforcer.consumer_loops
+    judge = PodJudge(
+        api_client, shadowpods=enforcer.shadowpods, pods=enforcer.pods,
+        namespaces=loops.namespaces if loops else None, consumers=loops.consumers if loops else None,
+        slices=loops.slices if loops else None, resync_seconds=enforcer.settings.resync_seconds,
+        cluster_id=settings.cluster_id,
+    )
+    # Every pod the enforcer makes (the first and each recreation) is judged by the
+    # admission's own rules against the Consumer as it is then (docs/enforcer.md).
+    enforcer.judge_pods_with(judge.validator.judge_pod)
+    manager.add_loop(Loop(name="pod-judge-caches", run=serve(judge.start, judge.stop),
+                          readiness_informers=judge.caches.informers(), logger=log))
+    child = WebhookProcess(webhook_process_argv(args))
+    # A standby runs no child: the port is not even bound (the chart's Service sends only to
+    # the Ready leader). When leading, /readyz waits for the child's caches.
+    manager.add_loop(Loop(name="shadowpod-webhook", run=child.run, readiness_informers=[child.readiness], logger=log))
+
+
+def webhook_process_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of the webhooks' own process: this interpreter, ``kube-offload
+    enforcer webhook`` and every flag it shares with the enforcer, as the enforcer has it."""
+    flags = {
+        "--resync-period": f"{float(args.resync_period)}s",
+        "--log-level": args.log_level,
+        "--log-json": str(bool(args.log_json)).lower(),
+        "--list-page-size": str(args.list_page_size),
+        "--gc-thaw-period": f"{float(args.gc_thaw_period)}s",
+        "--gil-switch-interval": f"{float(args.gil_switch_interval)}s",
+        "--cluster-id": args.cluster_id,
+        "--webhook-bind": args.webhook_bind,
+        "--webhook-tls-cert": args.webhook_tls_cert,
+        "--webhook-tls-key": args.webhook_tls_key,
+        "--webhook-verdict-cache-ttl": str(args.webhook_verdict_cache_ttl),
+        "--webhook-verdict-cache-entries": str(args.webhook_verdict_cache_entries),
+    }
+    if args.kubeconfig:
+        flags["--kubeconfig"] = args.kubeconfig
+    return [sys.executable, "-m", "kube_offload.cli", "enforcer", "webhook", *(f"{k}={v}" for k, v in flags.items())]
+
+
+def run_webhook(args: argparse.Namespace) -> int:
+    """``kube-offload enforcer webhook``: the webhooks alone, until stdin ends or a signal."""
+    import signal
+    import threading
+
+    from enforcer.webhook_process import serve_alone, watch_lifeline
+    from kube_offload.runtime.https_server import TLSSetupError
+    from kube_offload.runtime.metrics import CLUSTER_REMOTE, instrument_api_client
+
+    _apply_process_flags(args)
+    settings = _webhook_settings(args)
+    if settings is None:
+        raise SystemExit("kube-offload enforcer webhook: --webhook-tls-cert and --webhook-tls-key are required")
+    api_client = load_api_client(args.kubeconfig or None)
+    instrument_api_client(api_client, CLUSTER_REMOTE)
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda _n, _f: stop.set())
+    watch_lifeline(stop)
+    try:
+        serve_alone(api_client, settings, resync_seconds=float(args.resync_period), stop=stop)
+    except TLSSetupError as exc:
+        raise SystemExit(f"kube-offload enforcer webhook: {exc}") from None
+    log.info("enforcer webhooks stopped")
+    return 0
+
+
 def _webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
     """The webhook's settings, or None when no certificate is given (no webhook)."""
     from enforcer.admission.webhook_server import WebhookSettings
@@ -280,7 +427,7 @@ def _webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
         return None
     if not (args.webhook_tls_cert and args.webhook_tls_key):
         raise SystemExit("kube-offload enforcer: --webhook-tls-cert and --webhook-tls-key must be given together")
-    if args.namespace:
+    if getattr(args, "namespace", None):
         # Quota sums a consumer's ShadowPods over all its twin namespaces.
         raise SystemExit(
             "kube-offload enforcer: the ShadowPod webhook needs every ShadowPod of the cluster; "

@@ -122,22 +122,8 @@ class Enforcer:
         # Both caches' transforms (enforcer/shadowpods/trim.py) keep what the reconcile,
         # the admission and the quota read, strings interned: at 10,000 ShadowPods they
         # are most of the enforcer's memory.
-        self.shadowpods = Informer(
-            name="shadowpods",
-            resync_seconds=settings.resync_seconds,
-            transform=keep_shadowpod,
-            **_shadowpod_list(api_client, settings.namespace),
-        )
-        # Only the enforcer's own pods: the rest of the cluster's pods are none of its
-        # business, and caching them would cost memory in proportion to the cluster.
-        self.pods = Informer(
-            name="managed-pods",
-            resync_seconds=settings.resync_seconds,
-            # Kept by the informer itself, current before any handler hears of a change.
-            indexers=POD_INDEXERS,
-            transform=trim_managed_pod,
-            **_pod_list(api_client, settings.namespace),
-        )
+        self.shadowpods = shadowpod_informer(api_client, namespace=settings.namespace, resync_seconds=settings.resync_seconds)
+        self.pods = managed_pod_informer(api_client, namespace=settings.namespace, resync_seconds=settings.resync_seconds)
         api = KubeEnforcerApi(api_client)
         # Events are written by the recorder's own thread, never by a reconcile worker.
         self.recorder = EventRecorder(api)
@@ -277,12 +263,27 @@ class Enforcer:
         self.recorder.stop(STOP_SECONDS)
 
 
-def _shadowpod_list(api_client: client.ApiClient, namespace: str | None) -> dict[str, Any]:
-    return {"list_func": Kube(api_client).list_func(SHADOWPODS, namespace=namespace or None)}
+def shadowpod_informer(api_client: client.ApiClient, *, namespace: str | None, resync_seconds: float) -> Informer:
+    """The ShadowPod cache, as the controllers and the webhooks read it (the same
+    definition in the webhook's own process, enforcer/webhook_process.py)."""
+    return Informer(
+        name="shadowpods",
+        resync_seconds=resync_seconds,
+        transform=keep_shadowpod,
+        list_func=Kube(api_client).list_func(SHADOWPODS, namespace=namespace or None),
+    )
 
 
-def _pod_list(api_client: client.ApiClient, namespace: str | None) -> dict[str, Any]:
-    return {
-        "list_func": Kube(api_client).list_func(PODS, namespace=namespace or None),
-        "list_kwargs": {"label_selector": MANAGED_SELECTOR},
-    }
+def managed_pod_informer(api_client: client.ApiClient, *, namespace: str | None, resync_seconds: float) -> Informer:
+    """The pods the enforcer made, indexed by their ShadowPod. Only those: the rest of the
+    cluster's pods are none of its business, and caching them would cost memory in
+    proportion to the cluster."""
+    return Informer(
+        name="managed-pods",
+        resync_seconds=resync_seconds,
+        # Kept by the informer itself, current before any handler hears of a change.
+        indexers=POD_INDEXERS,
+        transform=trim_managed_pod,
+        list_func=Kube(api_client).list_func(PODS, namespace=namespace or None),
+        list_kwargs={"label_selector": MANAGED_SELECTOR},
+    )

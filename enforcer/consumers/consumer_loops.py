@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 import logging
 import threading
+from dataclasses import dataclass
 
 from kubernetes import client
 
@@ -38,12 +39,44 @@ from kube_offload.runtime.kinds import (
     ROLE_BINDINGS,
     ROLES,
     TWIN_NAMESPACES,
-    Resource,
 )
 from kube_offload.runtime.kube import Kube
 
 # The name is in every log line of these loops: kept from before "consumer" was the one word.
 log = logging.getLogger("kube_offload.enforcer.tenants")
+
+
+@dataclass(frozen=True)
+class AdmissionInformers:
+    """The caches of these loops that the enforcer's webhooks read too: built here once,
+    shared with the webhooks in the enforcer's process, or built alone in the webhooks' own
+    process (enforcer/webhook_process.py), the same definitions either way."""
+
+    namespaces: Informer
+    consumers: Informer
+    # By tenant namespace too: the tenant-objects webhook counts a consumer's requests.
+    requests: Informer
+    nodes: Informer
+    # Every consumer's OffloadSlices, by tenant namespace (docs/slices.md).
+    slices: Informer
+
+    @classmethod
+    def build(cls, api_client: client.ApiClient, resync_seconds: float) -> "AdmissionInformers":
+        kube = Kube(api_client)
+        return cls(
+            namespaces=Informer(name="namespaces", list_func=kube.list_func(NAMESPACES), resync_seconds=resync_seconds,
+                                transform=trim_namespace),
+            consumers=Informer(name="consumers", list_func=kube.list_func(CONSUMERS), resync_seconds=resync_seconds),
+            requests=Informer(name="twinnamespaces", list_func=kube.list_func(TWIN_NAMESPACES), resync_seconds=resync_seconds,
+                              indexers={NAMESPACE_INDEX: namespace_of}),
+            nodes=Informer(name="capacity-nodes", list_func=kube.list_func(NODES), resync_seconds=resync_seconds,
+                           transform=trim_node),
+            slices=Informer(name="offloadslices", list_func=kube.list_func(OFFLOAD_SLICES), resync_seconds=resync_seconds,
+                            indexers={NAMESPACE_INDEX: namespace_of}),
+        )
+
+    def all(self) -> list[Informer]:
+        return [self.namespaces, self.consumers, self.requests, self.nodes, self.slices]
 
 
 class ConsumerLoops:
@@ -63,20 +96,10 @@ class ConsumerLoops:
     ) -> None:
         kube = Kube(api_client)
 
-        def custom_list(resource: Resource) -> dict[str, Any]:
-            return {"list_func": kube.list_func(resource)}
-
-        self.namespaces = Informer(
-            name="namespaces", list_func=kube.list_func(NAMESPACES), resync_seconds=resync_seconds, transform=trim_namespace
-        )
-        self.consumers = Informer(name="consumers", resync_seconds=resync_seconds, **custom_list(CONSUMERS))
-        # By tenant namespace too: the tenant-objects webhook counts a consumer's requests.
-        self.requests = Informer(
-            name="twinnamespaces",
-            resync_seconds=resync_seconds,
-            indexers={NAMESPACE_INDEX: namespace_of},
-            **custom_list(TWIN_NAMESPACES),
-        )
+        admission = AdmissionInformers.build(api_client, resync_seconds)
+        self.namespaces = admission.namespaces
+        self.consumers = admission.consumers
+        self.requests = admission.requests
         # Only the twin RoleBindings (one name, every namespace), not all of them.
         self.rolebindings = Informer(
             name="twin-rolebindings",
@@ -104,18 +127,12 @@ class ConsumerLoops:
             list_kwargs={"field_selector": f"metadata.name={c.TWIN_CUSTOM_RESOURCES_NAME}"},
             resync_seconds=resync_seconds,
         )
-        self.nodes = Informer(name="capacity-nodes", list_func=kube.list_func(NODES), resync_seconds=resync_seconds, transform=trim_node)
+        self.nodes = admission.nodes
         self.pods = Informer(
             name="capacity-pods", list_func=kube.list_func(PODS), resync_seconds=resync_seconds, transform=trim_pod
         )
-        # Every consumer's OffloadSlices, by tenant namespace (docs/slices.md). Not among the
-        # readiness caches: an install whose CRD predates slices still serves the rest.
-        self.slices = Informer(
-            name="offloadslices",
-            resync_seconds=resync_seconds,
-            indexers={NAMESPACE_INDEX: namespace_of},
-            **custom_list(OFFLOAD_SLICES),
-        )
+        # Not among the readiness caches: an install whose CRD predates slices still serves the rest.
+        self.slices = admission.slices
         self._informers = [
             self.namespaces, self.consumers, self.requests, self.rolebindings, self.resourcequotas, self.nodes, self.pods,
             self.grant_roles, self.grant_bindings,

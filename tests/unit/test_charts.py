@@ -908,6 +908,9 @@ def test_enforcer_deployment(remote_docs: list[dict[str, Any]]) -> None:
     assert container["args"][0] == "enforcer"
     assert {"--leader-elect=true", f"--leader-elect-namespace={NAMESPACE}", "--leader-elect-lease-duration=15s",
             "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"} <= set(container["args"])
+    # The webhooks in the enforcer's process until a process of their own is shown faster
+    # (docs/enforcer.md, "The webhooks' own process").
+    assert "--webhook-process=shared" in container["args"]
     # The election Lease only, in the release namespace only.
     [role] = [r for r in find(remote_docs, "Role", "enforcer") if r["metadata"]["namespace"] == NAMESPACE]
     assert rules_of(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}

@@ -214,3 +214,39 @@ def test_max_bound_is_the_bucket_of_the_largest() -> None:
     assert bp.max_bound({0.01: 1.0, math.inf: 2.0}) == math.inf
     assert bp.max_bound({0.01: 0.0, math.inf: 0.0}) is None
     assert bp.max_bound({}) is None
+
+
+def test_arms_run_in_rounds_and_unknown_ones_are_refused() -> None:
+    assert bp.arm_order(bp.parse_arms("shared, own"), 2) == ["shared", "own", "shared", "own"]
+    assert bp.arm_order(["own"], 1) == ["own"]
+    with pytest.raises(SystemExit, match="unknown both"):
+        bp.parse_arms("shared,both")
+
+
+def test_gc_pauses_are_read_where_the_webhooks_run() -> None:
+    gc = """\
+kube_offload_python_gc_pause_seconds_count{generation="2"} 3.0
+"""
+    own = ar.parse_prometheus(EXPOSITION + gc)
+    health = ar.parse_prometheus(gc.replace("3.0", "9.0"))
+    assert bp.gc_source(own, health) is own  # the webhook process's own collector
+    shared = ar.parse_prometheus(EXPOSITION)
+    assert bp.gc_source(shared, health) is health  # one process: the enforcer's
+
+
+def _probe(arm: str, p99_bucket: float, rate: float = 10.0) -> dict:
+    # 100 observations: 98 under 5 ms, 2 in the bucket up to p99_bucket
+    buckets = {0.005: 98.0, p99_bucket: 100.0, math.inf: 100.0}
+    return {"rate": rate, "arm": arm, "held": 10_000, "enforcer_buckets": buckets, "client": {"p99": 0.03},
+            "rss_kib": 400 * 1024, "cpu_s": 4.0, "count": 100, "load": 3.0}
+
+
+def test_arm_table_compares_each_arm_with_the_first() -> None:
+    lines = bp.arm_table([_probe("shared", 0.1), _probe("own", 0.01)])
+    assert "goal p99 <= 20 ms" in lines[0]
+    shared, own = lines[2], lines[3]
+    # the 99th of 100 is half-way into the last bucket: 52.5 ms (5-100) and 7.5 ms (5-10)
+    assert shared.startswith("shared") and " 52.5 ms   1.00 misses " in shared
+    assert own.startswith("own") and f" 7.5 ms {7.5 / 52.5:>6.2f} meets " in own
+    assert " 400.0 " in own and "40.0ms" in own  # the arm's RSS (MiB) and CPU per create
+    assert bp.arm_table([{**_probe("x", 0.1), "arm": None}]) == []

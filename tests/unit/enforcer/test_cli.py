@@ -71,3 +71,33 @@ def test_parse_duration_rejects(text):
 def test_workers_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         parse(["--workers", "0"])
+
+
+def test_webhooks_run_in_the_enforcers_process_unless_told():
+    assert parse([]).webhook_process == "shared"
+    assert parse(["--webhook-process", "own"]).webhook_process == "own"
+    with pytest.raises(SystemExit):
+        parse(["--webhook-process", "both"])
+
+
+def test_the_webhook_process_gets_every_setting_the_enforcer_has():
+    """The child's command line, parsed as the child parses it, gives its webhooks the
+    settings the enforcer was given (a flag dropped on the way would serve with a default)."""
+    from enforcer.cli import run_webhook, webhook_process_argv
+
+    given = parse([
+        "--kubeconfig", "/k", "--resync-period", "90s", "--log-level", "DEBUG", "--log-json", "yes",
+        "--list-page-size", "123", "--gc-thaw-period", "0", "--gil-switch-interval", "1ms", "--cluster-id", "prov-a",
+        "--webhook-bind", "127.0.0.1:9555", "--webhook-tls-cert", "/c.crt", "--webhook-tls-key", "/c.key",
+        "--webhook-verdict-cache-ttl", "3.5", "--webhook-verdict-cache-entries", "77",
+    ])
+    argv = webhook_process_argv(given)
+    assert argv[1:5] == ["-m", "kube_offload.cli", "enforcer", "webhook"]
+    child = parse(argv[4:])
+    assert child.func is run_webhook
+    shared = ["kubeconfig", "resync_period", "log_level", "log_json", "list_page_size", "gc_thaw_period",
+              "gil_switch_interval", "cluster_id", "webhook_bind", "webhook_tls_cert", "webhook_tls_key",
+              "webhook_verdict_cache_ttl", "webhook_verdict_cache_entries"]
+    assert {name: getattr(child, name) for name in shared} == {name: getattr(given, name) for name in shared}
+    # Without --kubeconfig the child too finds its in-cluster identity.
+    assert parse(webhook_process_argv(parse(["--webhook-tls-cert", "/c", "--webhook-tls-key", "/k"]))[4:]).kubeconfig is None
