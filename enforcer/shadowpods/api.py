@@ -111,6 +111,16 @@ class KubeEnforcerApi:
         return self._kube.patch(EVENTS, name, patch, namespace=namespace, content_type=MERGE_PATCH)
 
 
+# How a provider refuses a write to a pod for what it asks (Forbidden: an admission policy or
+# webhook; Invalid: the pod's own validation; BadRequest: a webhook's odd answer), as opposed
+# to trouble of the server or the network, which is retried: an in-place update, a resize,
+# an ephemeral container.
+REFUSAL_CODES = frozenset({400, 403, 422})
+# After a write was refused because the cache is behind: the informer is about to
+# deliver the newer object, look again shortly after.
+STALE_CACHE_RECHECK_SECONDS = 0.5
+
+
 def pod_message(error: ApiError) -> str:
     """The API server's refusal of a pod write without its preamble, in ShadowPod field
     paths: what the consumer reads, whether the reconcile's in-place update or the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping
 
-from enforcer.shadowpods.api import EnforcerApi, pod_message
+from enforcer.shadowpods.api import REFUSAL_CODES, EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
 from kube_offload import ephemeral_containers as ec
 from kube_offload import reasons
@@ -27,8 +27,6 @@ from kube_offload.views import pod_template
 
 REFUSED_RECHECK_SECONDS = 30.0
 GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
-# The API server's answers that refuse the request for what it is (not a passing fault).
-REFUSAL_CODES = frozenset({400, 403, 422})
 
 Judge = Callable[[Mapping[str, Any]], Decision]
 

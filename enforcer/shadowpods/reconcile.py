@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Protocol
 
-from enforcer.shadowpods.api import EnforcerApi, pod_message
+from enforcer.shadowpods.api import REFUSAL_CODES, STALE_CACHE_RECHECK_SECONDS, EnforcerApi, pod_message
 from enforcer.shadowpods.debugging import EphemeralContainers
 from enforcer.shadowpods.events import EventRecorder
 from enforcer.shadowpods.resize import Resizer
@@ -58,13 +58,6 @@ from kube_offload.shadowpod_status import (
 # How soon to look again at a name still held by a terminating pod. The pod's DELETED
 # event normally triggers the reconcile first; this is the fallback.
 TERMINATING_RECHECK_SECONDS = 2.0
-# After a write was refused because the cache is behind: the informer is about to
-# deliver the newer object, look again shortly after.
-STALE_CACHE_RECHECK_SECONDS = 0.5
-# How a provider refuses a pod update itself (Forbidden: an admission policy or webhook;
-# Invalid: the pod's own validation; BadRequest: a webhook's odd answer), as opposed to
-# trouble of the server or the network, which is retried.
-UPDATE_REFUSAL_CODES = frozenset({400, 403, 422})
 # A pod of that name that the enforcer does not own blocks the ShadowPod; poll for it to go.
 NAME_TAKEN_RECHECK_SECONDS = 30.0
 # A ShadowPod asking for the provider's API waits this long for the Consumer caches that
@@ -399,7 +392,7 @@ class Reconciler:
                 return  # gone meanwhile; its DELETED event brings us back
             if exc.conflict:
                 raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {meta['name']} changed meanwhile") from exc
-            if exc.transient or exc.status not in UPDATE_REFUSAL_CODES:
+            if exc.transient or exc.status not in REFUSAL_CODES:
                 raise
             self._refused_updates[key] = applied
             message = (

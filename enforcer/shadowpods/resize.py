@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import Any
 
-from enforcer.shadowpods.api import EnforcerApi, pod_message
+from enforcer.shadowpods.api import REFUSAL_CODES, STALE_CACHE_RECHECK_SECONDS, EnforcerApi, pod_message
 from enforcer.shadowpods.events import EventRecorder
 from kube_offload import reasons
 from kube_offload.pod_resize import describe_resize, pod_resize_patch
@@ -23,10 +23,6 @@ from kube_offload.runtime.events import NORMAL, WARNING
 from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import PodFate, pod_fate
 from kube_offload.views import pod_template
-
-# The answers with which an API server refuses a resize for what it asks (not a fault).
-REFUSAL_CODES = frozenset({400, 403, 422})
-STALE_RECHECK_SECONDS = 0.5
 
 
 class Resizer:
@@ -64,7 +60,7 @@ class Resizer:
             if exc.not_found:
                 return  # gone meanwhile; its DELETED event brings us back
             if exc.conflict:
-                raise Requeue(STALE_RECHECK_SECONDS, f"pod {name} changed meanwhile") from exc
+                raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {name} changed meanwhile") from exc
             if exc.transient or exc.status not in REFUSAL_CODES:
                 raise
             with self._lock:
