@@ -34,7 +34,11 @@ sys.stdout.flush()
 if os.environ.get("CHILD_DIES"):
     sys.exit(3)
 stop.wait()
-open(os.environ["CHILD_MARK"], "w").write("stopped cleanly")
+# Written aside, then renamed: a reader polling for the mark never sees it empty (the
+# parent-killed test once read it between open() and write()).
+with open(os.environ["CHILD_MARK"] + ".part", "w") as mark:
+    mark.write("stopped cleanly")
+os.replace(os.environ["CHILD_MARK"] + ".part", os.environ["CHILD_MARK"])
 """
 
 
