@@ -248,6 +248,13 @@ class Uplinks:
         except (remote.RemoteError, UplinkError, OSError, ws.ProtocolError) as exc:
             if not went_active:
                 self._failed(pod, exc)
+        except Exception as exc:  # noqa: BLE001 - see below
+            # Anything else (a bug, an answer no one foresaw) must back off too: a thread that
+            # died of it would be replaced at once by top_up, a tight reopen loop.
+            if went_active:
+                log.warning("home API connection through relay pod %s ended on an unexpected error: %r", pod, exc)
+            else:
+                self._failed(pod, exc)
         finally:
             if peer is not None:
                 peer.send_close(ws.CLOSE_NORMAL)

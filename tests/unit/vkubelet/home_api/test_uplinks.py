@@ -220,3 +220,20 @@ def test_an_uplink_that_cannot_be_opened_backs_off(path):
     assert wait_for(lambda: uplinks._pods["relay-0"].delay > 0 and uplinks._pods["relay-0"].idle == 0, timeout=10)
     uplinks.top_up(("relay-0",))
     assert uplinks._pods["relay-0"].idle == 0  # not retried before the backoff ends
+
+
+def test_an_uplink_that_fails_unexpectedly_backs_off_too(path, monkeypatch):
+    """An error none of the known kinds (here from opening the port-forward): the thread
+    must not die and be replaced at once, a tight loop; it backs off as any failure."""
+    relay, forwarder, home, uplinks = path
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(args)
+        raise RuntimeError("an answer no one foresaw")
+
+    monkeypatch.setattr(remote, "open_websocket", broken)
+    uplinks.top_up(("relay-0",))
+    assert wait_for(lambda: uplinks._pods["relay-0"].delay > 0 and uplinks._pods["relay-0"].idle == 0, timeout=10)
+    uplinks.top_up(("relay-0",))
+    assert uplinks._pods["relay-0"].idle == 0 and len(calls) == 2  # the two first uplinks, no more
