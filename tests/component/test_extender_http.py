@@ -379,18 +379,14 @@ def test_bodies_under_the_limit_are_answered(limited_url: str, chunked: bool) ->
 # --- a large cluster without nodeCacheCapable (docs/extender.md, "Request size") ------------
 def _bench_extender():
     """bench/bench_extender.py, whose Node objects are shaped like a kubelet's (images,
-    conditions, addresses: 4.6 KiB each) and whose namespace selects two of three regions."""
-    import importlib.util
+    conditions, addresses: 4.6 KiB each) and whose namespace selects two of three regions.
+    Loaded with bench/ on sys.path, as it runs (it imports its sibling controlplane): the
+    test failed when run alone, passing only after another test had loaded a bench script."""
     import sys
 
-    name = "bench_extender_for_tests"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[2] / "bench" / "bench_extender.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    from support.bench_scripts import load_bench_script
+
+    return sys.modules.get("bench_extender_for_tests") or load_bench_script("bench_extender.py")
 
 
 def test_a_thousand_node_extender_args_is_filtered_under_the_default_limit(tmp_path: Path) -> None:
