@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from kube_offload import ephemeral_containers
+from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.kinds import EVENTS, PODS, SHADOWPODS
 from kube_offload.runtime.kube import ApiError, Kube, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 
@@ -119,7 +120,31 @@ REFUSAL_CODES = frozenset({400, 403, 422})
 # After a write was refused because the cache is behind: the informer is about to
 # deliver the newer object, look again shortly after.
 STALE_CACHE_RECHECK_SECONDS = 0.5
+# A write the provider's rules refuse (a pod's create, its ephemeral containers: the
+# Consumer changed since admission, a grant withdrawn, the quota lowered, a drain) is
+# judged again this often, and at once when its Consumer changes (Enforcer: the Consumer
+# informer's handler).
+REFUSED_RECHECK_SECONDS = 30.0
+# A write that asks for a grant waits this long for the Consumer caches that say whether
+# its consumer has it (never guessed).
+GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 
+
+
+def write_refused(error: ApiError, pod_name: str) -> bool:
+    """What a failed write to a running pod (an in-place update, a resize, ephemeral
+    containers) means for its reconcile: False when the pod is gone meanwhile (its DELETED
+    event brings the reconcile back); True when the provider refused what the write asks
+    (REFUSAL_CODES: the caller records it once and leaves the pod as it is). A conflict
+    (the cache was behind) raises Requeue; the rest (the server's or the network's
+    trouble) is raised again, for the controller's backoff."""
+    if error.not_found:
+        return False
+    if error.conflict:
+        raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {pod_name} changed meanwhile") from error
+    if error.transient or error.status not in REFUSAL_CODES:
+        raise error
+    return True
 
 def pod_message(error: ApiError) -> str:
     """The API server's refusal of a pod write without its preamble, in ShadowPod field

@@ -14,7 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping
 
-from enforcer.shadowpods.api import REFUSAL_CODES, EnforcerApi, pod_message
+from enforcer.shadowpods.api import (
+    GRANT_UNKNOWN_RECHECK_SECONDS,
+    REFUSED_RECHECK_SECONDS,
+    EnforcerApi,
+    pod_message,
+    write_refused,
+)
 from enforcer.shadowpods.events import EventRecorder
 from kube_offload import ephemeral_containers as ec
 from kube_offload import reasons
@@ -25,8 +31,6 @@ from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import PodFate, pod_fate
 from kube_offload.views import pod_template
 
-REFUSED_RECHECK_SECONDS = 30.0
-GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 
 Judge = Callable[[Mapping[str, Any]], Decision]
 
@@ -70,12 +74,8 @@ class EphemeralContainers:
         try:
             self._api.add_ephemeral_containers(pod_meta["namespace"], pod_meta["name"], ec.add_patch(adding))
         except ApiError as exc:
-            if exc.not_found:
-                return  # gone meanwhile; its DELETED event brings us back
-            if exc.conflict:
-                raise Requeue(0.5, f"pod {pod_meta['name']} changed meanwhile") from exc
-            if exc.transient or exc.status not in REFUSAL_CODES:
-                raise
+            if not write_refused(exc, pod_meta["name"]):
+                return
             self._refuse(key, shadowpod, names, pod_message(exc), logger)
         self._refused.pop(key, None)
         message = f"Added ephemeral container{'s' if len(names) > 1 else ''} {', '.join(names)} to pod {pod_meta['name']}"

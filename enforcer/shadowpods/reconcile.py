@@ -16,7 +16,14 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Protocol
 
-from enforcer.shadowpods.api import REFUSAL_CODES, STALE_CACHE_RECHECK_SECONDS, EnforcerApi, pod_message
+from enforcer.shadowpods.api import (
+    GRANT_UNKNOWN_RECHECK_SECONDS,
+    REFUSED_RECHECK_SECONDS,
+    STALE_CACHE_RECHECK_SECONDS,
+    EnforcerApi,
+    pod_message,
+    write_refused,
+)
 from enforcer.shadowpods.debugging import EphemeralContainers
 from enforcer.shadowpods.events import EventRecorder
 from enforcer.shadowpods.resize import Resizer
@@ -60,16 +67,9 @@ from kube_offload.shadowpod_status import (
 TERMINATING_RECHECK_SECONDS = 2.0
 # A pod of that name that the enforcer does not own blocks the ShadowPod; poll for it to go.
 NAME_TAKEN_RECHECK_SECONDS = 30.0
-# A ShadowPod asking for the provider's API waits this long for the Consumer caches that
-# say whether its consumer is granted it (never guessed: the field is immutable on the pod).
-GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 # A resource slice's ShadowPod whose pool is not known (caches still listing, the slice
 # or its pool gone meanwhile): its pod waits, never made without the pool's patch.
 SLICE_POOL_RECHECK_SECONDS = 5.0
-# A pod the provider's rules refuse to create (the ShadowPod's Consumer changed since it was
-# admitted: a grant withdrawn, the quota lowered, a drain) is judged again this often, and at
-# once when its Consumer changes (Enforcer: the Consumer informer's handler).
-REFUSED_RECHECK_SECONDS = 30.0
 # How long the status of a ShadowPod's first pod may wait for that pod to leave Pending,
 # so that creating and starting it is one status write instead of two (or, with the
 # pod's conditions mirrored as before, three or four). A pod still Pending then is
@@ -388,12 +388,8 @@ class Reconciler:
         try:
             self._api.patch_pod(meta["namespace"], meta["name"], patch)
         except ApiError as exc:
-            if exc.not_found:
-                return  # gone meanwhile; its DELETED event brings us back
-            if exc.conflict:
-                raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {meta['name']} changed meanwhile") from exc
-            if exc.transient or exc.status not in REFUSAL_CODES:
-                raise
+            if not write_refused(exc, meta["name"]):
+                return
             self._refused_updates[key] = applied
             message = (
                 f"the provider refused to update pod {meta['name']} in place ({what}): {pod_message(exc)}; "

@@ -14,11 +14,10 @@ import logging
 import threading
 from typing import Any
 
-from enforcer.shadowpods.api import REFUSAL_CODES, STALE_CACHE_RECHECK_SECONDS, EnforcerApi, pod_message
+from enforcer.shadowpods.api import EnforcerApi, pod_message, write_refused
 from enforcer.shadowpods.events import EventRecorder
 from kube_offload import reasons
 from kube_offload.pod_resize import describe_resize, pod_resize_patch
-from kube_offload.runtime.controller import Requeue
 from kube_offload.runtime.events import NORMAL, WARNING
 from kube_offload.runtime.kube import ApiError
 from kube_offload.shadowpod import PodFate, pod_fate
@@ -57,12 +56,8 @@ class Resizer:
         try:
             self._api.resize_pod(pod["metadata"]["namespace"], name, patch)
         except ApiError as exc:
-            if exc.not_found:
-                return  # gone meanwhile; its DELETED event brings us back
-            if exc.conflict:
-                raise Requeue(STALE_CACHE_RECHECK_SECONDS, f"pod {name} changed meanwhile") from exc
-            if exc.transient or exc.status not in REFUSAL_CODES:
-                raise
+            if not write_refused(exc, name):
+                return
             with self._lock:
                 self._refused[key] = what
             message = f"the provider refused to resize pod {name} in place ({what}): {pod_message(exc)}; the pod keeps running as it was"
