@@ -71,6 +71,12 @@ class Indexer:
         """The keys of the objects found under ``value`` in index ``name``, sorted."""
         return sorted(self._index(name).get(value, ()))
 
+    def index_key_set(self, name: str, value: str) -> frozenset[str]:
+        """The keys found under ``value`` in index ``name``, unsorted: a copy of the index's
+        own set (made in C), for a count or a membership test where sorting and reading
+        every object (:meth:`by_index`) would be O(n) in Python."""
+        return frozenset(self._index(name).get(value, ()))
+
     def index_values(self, name: str) -> list[str]:
         """Every value of index ``name`` that at least one stored object is found under."""
         return sorted(self._index(name))

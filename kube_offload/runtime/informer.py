@@ -198,6 +198,11 @@ class Informer:
         with self._lock:
             return self._store.index_keys(name, value)
 
+    def index_key_set(self, name: str, value: str) -> frozenset[str]:
+        """The keys found under ``value`` in index ``name`` (Indexer.index_key_set)."""
+        with self._lock:
+            return self._store.index_key_set(name, value)
+
     def index_values(self, name: str) -> builtins.list[str]:
         """Every value of index ``name`` at least one cached object is found under."""
         with self._lock:

@@ -91,6 +91,10 @@ class StoreCache:
         with self.lock:
             return self.store.index_keys(name, value)
 
+    def index_key_set(self, name, value) -> frozenset[str]:
+        with self.lock:
+            return self.store.index_key_set(name, value)
+
 
 class _StoreView:
     def __init__(self, cache: StoreCache) -> None:
@@ -203,6 +207,11 @@ def test_a_twin_holds_at_most_its_bound_of_shadowpods_finished_ones_and_admitted
     assert 'consumer "local" holds 2 shadowpods.kube-offload.io in namespace "demo-local"' in refused.message
     assert "Consumer spec.policy.twinNamespaces.maxObjects[shadowpods.kube-offload.io]: 2" in refused.message
     assert calls == ["a"]
+    # Once the informer has "a" too, it counts once (cached and admitted are one name), and
+    # a create under a name already held is not counted against itself.
+    cache.objects[f"{NS}/a"] = shadowpod("a")
+    assert not v.review(review(shadowpod("b"))).allowed
+    assert "holds" not in v.review(review(shadowpod("a"))).message
     # An update of one it holds is not a new one: never refused for the count.
     held = shadowpod("a", cpu="200m")
     held["metadata"]["generation"] = 2

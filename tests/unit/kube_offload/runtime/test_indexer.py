@@ -44,6 +44,11 @@ def test_store_moves_an_object_between_values_and_forgets_it_when_removed():
     assert store.index_values(BY_TEAM) == ["red"] and len(store) == 3
     store.put(obj("b", "blue", rv="2"))
     assert store.index_keys(BY_TEAM, "red") == ["ns/a"] and store.index_keys(BY_TEAM, "blue") == ["ns/b"]
+    key_set = store.index_key_set(BY_TEAM, "red")
+    assert key_set == {"ns/a"} and store.index_key_set(BY_TEAM, "green") == frozenset()
+    store.put(obj("d", "red"))
+    assert key_set == {"ns/a"}  # a copy: later changes of the index do not show in it
+    store.pop("ns/d")
     assert store.by_index(BY_TEAM, "blue")[0]["metadata"]["resourceVersion"] == "2"
     assert store.pop("ns/a")["metadata"]["name"] == "a"
     assert store.pop("ns/a") is None  # a repeated delete is harmless
