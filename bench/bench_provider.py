@@ -886,7 +886,13 @@ def main() -> int:
         for arm in arms or [None]:
             if arm is not None:
                 log(f"arm {arm}: restarting the enforcer with {' '.join(ARMS[arm])}, holding {held}")
-                pid = restart_enforcer(env, spec, base_argv, ARMS[arm])
+                try:
+                    pid = restart_enforcer(env, spec, base_argv, ARMS[arm])
+                except Exception as exc:  # noqa: BLE001 - the arms measured so far are still reported
+                    kept = Path(tempfile.gettempdir()) / f"bench-provider-enforcer-{arm}-{os.getpid()}.log"
+                    kept.write_bytes(env.log_path(f"enforcer-{spec.cluster_id}").read_bytes())
+                    problems.append(f"arm {arm}: the enforcer did not come back ({str(exc).splitlines()[0]}); its log: {kept}")
+                    break
                 time.sleep(args.settle)
                 log(f"arm {arm}: enforcer PID {pid} ready and idle, RSS (with its child) {tree_kib(pid, 'VmRSS') / 1024:.0f} MiB")
             for rate in rates:
@@ -902,6 +908,8 @@ def main() -> int:
                     probe["arm"] = arm
                     probe["rss_kib"] = tree_kib(pid, "VmRSS")
                     result["probes"].append(probe)
+                    print_probe(probe)  # now as well as in the report: a later failure loses no arm
+                    sys.stdout.flush()
                     problems += [f"probe create failed: {e}" for e in probe["errors"][:3]]
                     held += args.probe_count - len(probe["errors"])
                     if not wait_running(remote, namespace, held, 300):
