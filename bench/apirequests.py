@@ -406,6 +406,45 @@ def work_report(phases: Mapping[str, Window], local: str, *, per: str, idle: Win
             lines += ["", title, *indented(table)]
     lines += ["", f"CPU ms per {per} (/proc/<pid>/stat of the processes started for the run):",
               *indented(cpu_table(phases))]
+    goals = goals_report(phases, local)
+    if goals:
+        lines += ["", *goals]
+    return lines
+
+
+# Issue 39's goals for the work per offloaded pod, printed beside the figures.
+GOAL_OURS_CPU_MS = 15.0
+GOAL_CPU_RATIO = 2.2
+GOAL_LOCAL_REQUESTS = 6.0
+GOAL_REMOTE_REQUESTS = 5.0
+
+
+def goals_report(phases: Mapping[str, Window], local: str) -> list[str]:
+    """Issue 39's goals beside the figures of the phase "offloaded pod" (and, for the
+    CPU ratio, of "local pod"): kube-offload's own CPU per pod, all processes' CPU against
+    a local pod's, API requests per pod on the local and on the remote clusters. Empty
+    without an "offloaded pod" phase."""
+    offloaded = phases.get("offloaded pod")
+    if offloaded is None or not offloaded.pods:
+        return []
+
+    def verdict(value: float, goal: float) -> str:
+        return "meets" if value <= goal else "misses"
+
+    ours = offloaded.per_pod(sum(v for p, v in offloaded.cpu.items() if p.startswith("ours/"))) * 1000
+    local_requests = offloaded.per_pod(sum(sum(k.values()) for c, k in offloaded.requests.items() if c == local))
+    remote_requests = offloaded.per_pod(sum(sum(k.values()) for c, k in offloaded.requests.items() if c != local))
+    lines = ["Goals (issue 39), per offloaded pod:",
+             f"  ours CPU {ours:.1f} ms (goal <= {GOAL_OURS_CPU_MS:g}): {verdict(ours, GOAL_OURS_CPU_MS)}"]
+    baseline = phases.get("local pod")
+    if baseline is not None and baseline.pods and sum(baseline.cpu.values()):
+        ratio = offloaded.per_pod(sum(offloaded.cpu.values())) / baseline.per_pod(sum(baseline.cpu.values()))
+        lines.append(f"  all processes' CPU {ratio:.2f} x a local pod's (goal <= {GOAL_CPU_RATIO:g}): "
+                     f"{verdict(ratio, GOAL_CPU_RATIO)}")
+    lines += [f"  requests on the local apiserver {local_requests:.2f} (goal <= {GOAL_LOCAL_REQUESTS:g}): "
+              f"{verdict(local_requests, GOAL_LOCAL_REQUESTS)}",
+              f"  requests on the remote apiservers {remote_requests:.2f} (goal <= {GOAL_REMOTE_REQUESTS:g}): "
+              f"{verdict(remote_requests, GOAL_REMOTE_REQUESTS)}"]
     return lines
 
 

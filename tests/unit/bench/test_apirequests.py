@@ -264,5 +264,28 @@ def test_work_report_holds_every_table_and_leaves_out_empty_ones() -> None:
     assert "By our process, from its own kube_offload_api_requests_total:" not in lines  # no component figures
     cpu = lines.index("CPU ms per pod, 10 pods (/proc/<pid>/stat of the processes started for the run):")
     assert any(line.split()[0] == "ours/enforcer" and line.split()[-1] == "50.0" for line in lines[cpu + 1:])
-    assert all(line.startswith("  ") for line in lines[cpu + 1:])
+    goals = lines.index("Goals (issue 39), per offloaded pod:")
+    assert all(line.startswith("  ") for line in lines[cpu + 1:goals - 1]) and lines[goals - 1] == ""
     assert not ar.work_report({"offloaded pod": offloaded}, "local", per="pod")[1].startswith("idle")
+
+
+def test_goals_report_sets_issue_39s_goals_beside_the_offloaded_pods_figures() -> None:
+    local_pod = _window(100, 5, {"local": {("create", "pods"): 500}}, cpu={"local/kube-apiserver": 5.0, "ours/webhook": 0.1})
+    offloaded = _window(100, 8, {"local": {("create", "pods"): 100, ("patch", "pods/status"): 450},
+                                 "remote-1": {("create", "shadowpods"): 100, ("create", "pods"): 300}},
+                        cpu={"ours/vkubelet-remote-1": 1.0, "ours/enforcer-remote-1": 0.4, "local/kube-apiserver": 9.0})
+    lines = ar.goals_report({"local pod": local_pod, "offloaded pod": offloaded}, "local")
+    assert lines == [
+        "Goals (issue 39), per offloaded pod:",
+        "  ours CPU 14.0 ms (goal <= 15): meets",  # (1.0 + 0.4) s / 100 pods
+        "  all processes' CPU 2.04 x a local pod's (goal <= 2.2): meets",  # 104 ms / 51 ms
+        "  requests on the local apiserver 5.50 (goal <= 6): meets",
+        "  requests on the remote apiservers 4.00 (goal <= 5): meets",
+    ]
+    offloaded.cpu["ours/vkubelet-remote-1"] = 2.0
+    offloaded.requests["remote-1"][("create", "events")] = 101
+    lines = ar.goals_report({"offloaded pod": offloaded}, "local")  # no local pods: no ratio
+    assert lines[1] == "  ours CPU 24.0 ms (goal <= 15): misses"
+    assert not any("a local pod's" in line for line in lines)
+    assert lines[-1] == "  requests on the remote apiservers 5.01 (goal <= 5): misses"
+    assert ar.goals_report({"scale up": offloaded}, "local") == []
