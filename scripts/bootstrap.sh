@@ -19,9 +19,11 @@ fi
 # The real-node tier (docs/real-nodes.md) needs root and, from Debian: runc (containerd's
 # runtime), iptables and conntrack (CNI portmap, kube-proxy), mmdebstrap (the stand-in
 # images: busybox, alpine, python, nginx, debian, made from Debian packages), gcc and
-# libc6-dev (Kubernetes' pause.c, static), iproute2 (namespaces, veths).
+# libc6-dev (Kubernetes' pause.c, static), iproute2 (namespaces, veths), wireguard-tools
+# (`wg`: the gateways the harness runs as processes configure their WireGuard link with it;
+# the tunnel itself is wireguard-go, built below, as this kernel may have no module).
 # Without root it is skipped (it fails under CI=true), and so is its build.
-REAL_NODE_PACKAGES="runc iptables conntrack mmdebstrap gcc libc6-dev iproute2"
+REAL_NODE_PACKAGES="runc iptables conntrack mmdebstrap gcc libc6-dev iproute2 wireguard-tools"
 build_args=(build)
 if [ "$(id -u)" = 0 ]; then
   missing=""
