@@ -171,6 +171,8 @@ def preflight() -> list[str]:
     for tool in ("ip", "nsenter", "iptables"):
         if shutil.which(tool) is None:
             problems.append(f"`{tool}` on PATH: install iproute2, util-linux, iptables")
+    if shutil.which("wg") is None:  # the fabric's gateways configure their WireGuard link with it
+        problems.append("`wg` on PATH: install Debian's wireguard-tools (scripts/bootstrap.sh does, as root)")
     for tool in ("mmdebstrap", "dpkg-deb"):  # the stand-in images (standin_images.py)
         if shutil.which(tool) is None:
             problems.append(f"`{tool}` on PATH: install Debian's mmdebstrap (scripts/bootstrap.sh does, as root)")
