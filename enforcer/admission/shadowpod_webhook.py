@@ -234,7 +234,8 @@ class ShadowPodValidator:
         pending = self.ledger.pending_names(request.namespace)
         # By the index's own key set (namespace/name), copied in C: reading every cached
         # ShadowPod of the twin to collect its name was most of an admission's time at
-        # 10,000 held (docs/performance.md, "The count of a twin's ShadowPods").
+        # 10,000 held (docs/performance.md, "The webhooks in a process of
+        # their own": the profile and the cut).
         key_set = getattr(self._shadowpods, "index_key_set", None)
         if key_set is not None:
             prefix = f"{request.namespace}/"

@@ -130,7 +130,6 @@ REFUSED_RECHECK_SECONDS = 30.0
 GRANT_UNKNOWN_RECHECK_SECONDS = 2.0
 
 
-
 def write_refused(error: ApiError, pod_name: str) -> bool:
     """What a failed write to a running pod (an in-place update, a resize, ephemeral
     containers) means for its reconcile: False when the pod is gone meanwhile (its DELETED
@@ -145,6 +144,7 @@ def write_refused(error: ApiError, pod_name: str) -> bool:
     if error.transient or error.status not in REFUSAL_CODES:
         raise error
     return True
+
 
 def pod_message(error: ApiError) -> str:
     """The API server's refusal of a pod write without its preamble, in ShadowPod field
