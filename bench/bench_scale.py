@@ -3,8 +3,15 @@ back to 0 with nothing left behind; CPU of our processes per pod against the
 kube-apiservers' in the same run, and each virtual kubelet's peak memory.
 
     .venv/bin/python bench/bench_scale.py [--pods 10000] [--remotes 3] [--per-deployment 1000] [--no-local-baseline]
-                                          [--profile DIR]
+                                          [--profile DIR] [--tracemalloc DIR] [--steady 60]
     .venv/bin/python bench/bench_scale.py --failover vkubelet|enforcer [--failover-at 0.3]
+
+--steady SECONDS (default 60): once all pods run, our processes' CPU while nothing
+changes (what holding the pods costs: resyncs, usage sampling, leases), per second and
+per pod per minute. --tracemalloc DIR (bench/memtrace.py): what each vkubelet's memory
+per pod is made of, from tracemalloc snapshots of the live process before the burst and
+with all pods running (caches by transform, the rest by function), and the garbage that
+gc.freeze kept; it slows the vkubelets, so its RSS readings are not the goal's.
 
 With --failover (default 1,000 pods on 1 remote) the burst runs twice in the same
 environment: first as the baseline, then with a standby replica of the first remote's
@@ -65,6 +72,7 @@ from kube_offload_harness.cluster import Cluster, Environment, default_topology
 import apirequests
 import controlplane
 import failover
+import memtrace
 import profiles
 from bench_offloading import deployment
 from failover import Failover
@@ -198,13 +206,26 @@ def leftovers(local: Cluster, remotes: list[Cluster]) -> dict[str, int]:
     return counts
 
 
+def steady_line(cpu: dict[str, float], seconds: float, pods_each: float) -> str:
+    """Our processes' CPU while the pods are only held: ms per second and ms per pod per
+    minute (each vkubelet holds ``pods_each``), largest first."""
+    parts = []
+    for key, used in sorted(cpu.items(), key=lambda kv: -kv[1]):
+        rate = used / seconds * 1000
+        parts.append(f"{key.removeprefix('ours/')} {rate:.0f} ms/s ({rate * 60 / pods_each:.2f} ms per pod per minute)")
+    return ", ".join(parts)
+
+
 def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: str, pods: int, per_deployment: int,
           timeout: float, vkubelets: dict[str, int], driver: Failover | None = None,
-          profiler: profiles.Profiler | None = None) -> dict:
+          profiler: profiles.Profiler | None = None, trace: Path | None = None, steady: float = 0.0) -> dict:
     """Apply ``pods`` pods in Deployments named ``<label>-<i>``, wait until they all run,
     check 1:1, scale to 0 and check nothing is left, then delete the Deployments (so a
     second burst in the same namespace starts from nothing). With ``driver``, its
-    thread kills the leader during the burst."""
+    thread kills the leader during the burst. With ``trace`` (--tracemalloc), each
+    vkubelet's allocations are snapshot before the apply and once all pods run. With
+    ``steady`` seconds, the CPU of our processes while all pods run and nothing changes
+    (what holding the pods costs: resyncs, usage sampling, leases) is measured too."""
     topology = env.topology()
     assert topology is not None
     meter = apirequests.Meter(env, [local, *remotes], apirequests.component_metrics_urls(topology))
@@ -212,6 +233,10 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
     count = len(sizes)
     problems: list[str] = []
 
+    snapshots: dict[str, dict[str, str]] = {}
+    if trace is not None:
+        for key, pid in vkubelets.items():
+            snapshots[key] = {"before": str(memtrace.take(trace, pid, f"{label}-before"))}
     before = meter.snapshot()
     if profiler is not None:
         profiler.start(f"{label}-offloaded")
@@ -249,6 +274,16 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
         log(f"[{label}] converged in {converged:.1f}s; checking 1:1")
         problems += check_one_to_one(local, remotes, pods)
     peak = {k: controlplane.status_kib(pid, "VmHWM") / 1024 for k, pid in vkubelets.items()}
+    if trace is not None and converged is not None:
+        for key, pid in vkubelets.items():
+            snapshots[key]["running"] = str(memtrace.take(trace, pid, f"{label}-running"))
+    steady_cpu: dict[str, float] = {}
+    if steady > 0 and converged is not None:
+        log(f"[{label}] all pods running: measuring {steady:.0f}s of steady state")
+        quiet = meter.snapshot()
+        time.sleep(steady)
+        held = meter.snapshot()
+        steady_cpu = {k: held.cpu[k] - quiet.cpu.get(k, 0.0) for k in held.cpu if k.startswith("ours/")}
 
     log(f"[{label}] scaling to 0")
     down_started = time.monotonic()
@@ -272,7 +307,7 @@ def burst(env: Environment, local: Cluster, remotes: list[Cluster], *, label: st
         "cpu_up": {k: after_up.cpu[k] - before.cpu[k] for k in before.cpu},
         "cpu_whole": {k: after_down.cpu[k] - before.cpu[k] for k in before.cpu},
         "work": {"scale up": meter.window(before, after_up, pods), "up + down": meter.window(before, after_down, pods)},
-        "problems": problems,
+        "problems": problems, "tracemalloc": snapshots, "steady_s": steady, "steady_cpu": steady_cpu,
     }
 
 
@@ -353,6 +388,13 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="profile the kube-apiservers (pprof) and the vkubelets and enforcers (py-spy) during the "
                              "local baseline and the offloaded scale-up; print CPU ms per pod by category")
+    parser.add_argument("--tracemalloc", type=Path, default=None, metavar="DIR",
+                        help="trace each vkubelet's Python allocations (bench/memtrace.py) and print what its memory "
+                             "per pod is made of; slows the vkubelets 2-4x and inflates their RSS, so the RSS "
+                             "readings of such a run are not the goal's")
+    parser.add_argument("--steady", type=float, default=60.0, metavar="SECONDS",
+                        help="once all pods run, measure our processes' CPU for this long while nothing changes "
+                             "(default 60; 0: skip)")
     args = parser.parse_args()
     if args.pods is None:
         args.pods = 1000 if args.failover else 10_000
@@ -388,6 +430,8 @@ def main() -> int:
     profiler: profiles.Profiler | None = None
     load_before = os.getloadavg()
     try:
+        if args.tracemalloc is not None:
+            memtrace.enable(args.tracemalloc.resolve())
         env.up(topology)
         local = env.cluster(topology.local)
         remotes = [env.cluster(spec) for spec in topology.remotes]
@@ -403,7 +447,7 @@ def main() -> int:
             meter = apirequests.Meter(env, [local, *remotes]) if profiler is not None else None
             result.update(local_burst(local, profiler=profiler, meter=meter, **sizes))
         result.update(burst(env, local, remotes, label="baseline" if args.failover else "scale", vkubelets=vkubelets,
-                            profiler=profiler, **sizes))
+                            profiler=profiler, trace=args.tracemalloc and args.tracemalloc.resolve(), steady=args.steady, **sizes))
         result["problems"] = result.pop("local_problems", []) + result["problems"]
         result.update({"vkubelet_rss_idle_mib": rss_idle, "load_before": load_before, "load_after": os.getloadavg()})
         if args.failover:
@@ -449,6 +493,20 @@ def main() -> int:
         print(f"vkubelet {key}: peak RSS {mib:.0f} MiB (idle {idle:.0f} MiB); per offloaded pod ({each:.0f} on it): "
               f"whole process {mib * 1024 / each:.1f} KiB, what the pods add {(mib - idle) * 1024 / each:.1f} KiB "
               f"(goal, issue 39: <= {GOAL_KIB_PER_POD} KiB in both readings at 5,000 pods)")
+    if result.get("steady_cpu"):
+        print(f"steady state, {result['steady_s']:.0f}s with all {args.pods} pods running: "
+              + steady_line(result["steady_cpu"], result["steady_s"], args.pods / args.remotes))
+    for key, files in result.get("tracemalloc", {}).items():
+        if "running" in files:
+            print(f"vkubelet {key} (--tracemalloc {args.tracemalloc}: RSS above is inflated by the tracing):")
+            trace = memtrace.breakdown(memtrace.blocks_of(memtrace.tracemalloc.Snapshot.load(files["before"])),
+                                       memtrace.blocks_of(memtrace.tracemalloc.Snapshot.load(files["running"])), round(each))
+            print("\n".join("   " + line for line in memtrace.report(trace)))
+            kept = Path(files["running"].removesuffix(".snap") + "-frozen-kept.snap")
+            if kept.is_file():
+                frozen = memtrace.total_traced(kept) - trace.after
+                print(f"   garbage kept by gc.freeze (collected only at a thaw): {frozen / 2**20:.1f} MiB, "
+                      f"{frozen / 1024 / each:.1f} KiB per pod")
     work = result.pop("work", None)
     local_window = result.pop("local_window", None)
     if work:

@@ -48,3 +48,10 @@ def test_throughput_report_without_a_converged_run_has_no_ratio(offloaded, local
     assert ratio is None
     assert "not converged" in lines[0]
     assert lines[1].startswith("ratio offloaded/local pods/s: - ")
+
+
+def test_steady_line_gives_ms_per_second_and_per_pod_per_minute_largest_first():
+    line = bs.steady_line({"ours/enforcer-remote-1": 3.0, "ours/vkubelet-remote-1": 12.0}, seconds=60, pods_each=1000)
+    # 12 s over 60 s = 200 ms/s; x 60 s / 1000 pods = 12 ms per pod per minute.
+    assert line == ("vkubelet-remote-1 200 ms/s (12.00 ms per pod per minute), "
+                    "enforcer-remote-1 50 ms/s (3.00 ms per pod per minute)")
