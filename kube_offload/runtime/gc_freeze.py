@@ -9,8 +9,12 @@ them, and then reference counting frees them, frozen or not (they hold no cycles
 
 :class:`FreezeAfterFullCollection` is a ``gc.callbacks`` hook: when a full collection ends,
 it moves what survived into the permanent generation (``gc.freeze()``), so the next full
-pass walks only what was promoted since. What a frozen object costs: if it later becomes
-part of a reference cycle and then garbage, no collection finds it. So every ``thaw_every``
+pass walks only what was promoted since. What a frozen object costs: if it is part of a
+reference cycle that becomes garbage later, no collection finds it; a cycle that was alive
+at the freeze (in-flight work: an exception kept in a local of the frame it was raised
+from holds every caller's frame and what they hold) is kept with all it refers to. So hot
+paths must not make cycles (vkubelet/kubeletapi/resolver.py; ``bench/bench_scale.py
+--tracemalloc`` prints the garbage freezing kept). And every ``thaw_every``
 seconds the hook does the opposite at a full collection's end (``gc.unfreeze()``): the next
 full pass walks everything once, reclaims any such cycle, and its end freezes again. One
 long pause per ``thaw_every`` instead of one per full collection; the frozen count is

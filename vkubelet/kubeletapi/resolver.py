@@ -21,7 +21,7 @@ pods owned by them, so the chain above cannot be forged by another tenant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from kube_offload.runtime.cache import Cache
 from kube_offload.remote_resources import is_ours
@@ -51,6 +51,14 @@ def _stands_for(obj: Mapping[str, Any], *, key: str, uid: str, local_cluster_id:
     return is_ours(obj, local_cluster_id) and origin_key(obj) == key and origin_uid(obj) == uid
 
 
+def _not_running_yet(key: str, cluster_id: str) -> RequestError:
+    return RequestError(
+        400,
+        f"pod {key} has no running counterpart in remote cluster {cluster_id} yet "
+        "(not created yet, or being recreated); try again in a moment",
+    )
+
+
 def choose_remote_pod(
     local_pod: Mapping[str, Any] | None,
     shadowpods: Sequence[Mapping[str, Any]],
@@ -74,11 +82,6 @@ def choose_remote_pod(
     uid = _meta(local_pod).get("uid", "")
     if pod_uid and pod_uid != uid:
         raise RequestError(404, f"pod {key} with UID {pod_uid} is not bound to virtual node {node_name}")
-    not_yet = RequestError(
-        400,
-        f"pod {key} has no running counterpart in remote cluster {cluster_id} yet "
-        "(not created yet, or being recreated); try again in a moment",
-    )
     if twin is None:
         namespace = key.split("/", 1)[0]
         raise RequestError(
@@ -98,7 +101,12 @@ def choose_remote_pod(
         and any(is_owned_by(pod, shp) for shp in owners)
     ]
     if not matching:
-        raise not_yet
+        # Made here, not kept in a local: an exception a frame's local refers to is a
+        # reference cycle (exception -> traceback -> frame -> exception) that pins the
+        # frames of every caller, the usage sampler's list of all pods included; frozen
+        # by a full collection (kube_offload/runtime/gc_freeze.py) it stays until the
+        # next thaw (issue 39: about 6 KiB per pod).
+        raise _not_running_yet(key, cluster_id)
     # A pod being deleted and its replacement may coexist for a moment: prefer the live
     # one, then the newest.
     matching.sort(
@@ -136,8 +144,27 @@ class PodResolver:
         self._shadowpods = shadowpods
 
     def resolve(self, namespace: str, pod: str, pod_uid: str = "") -> RemotePod:
+        return self._choose(namespace, pod, pod_uid, self._twins.twin_for(namespace))
+
+    def for_one_pass(self) -> Callable[[str, str, str], RemotePod]:
+        """:meth:`resolve` for one pass over many pods (a usage-sampling round): each
+        namespace's twin is decided once for the pass instead of once per pod (the twin
+        rule parses the namespace's policy and builds the node's labels each time: at
+        5,000 pods, most of a round's CPU). A pass lasts a moment; the next one decides
+        again, as a kubelet request always does."""
+        twins: dict[str, tuple[str | None, str]] = {}
+
+        def resolve(namespace: str, pod: str, pod_uid: str = "") -> RemotePod:
+            twin = twins.get(namespace)
+            if twin is None:
+                twin = twins[namespace] = self._twins.twin_for(namespace)
+            return self._choose(namespace, pod, pod_uid, twin)
+
+        return resolve
+
+    def _choose(self, namespace: str, pod: str, pod_uid: str, twin_and_problem: tuple[str | None, str]) -> RemotePod:
         key = f"{namespace}/{pod}"
-        twin, problem = self._twins.twin_for(namespace)
+        twin, problem = twin_and_problem
         return choose_remote_pod(
             self._local_pods.get(key),
             self._shadowpods.by_index(BY_ORIGIN, key),

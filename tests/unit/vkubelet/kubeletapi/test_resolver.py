@@ -174,3 +174,30 @@ def test_cert_and_key_go_together():
     with pytest.raises(SettingsError, match="--kubelet-tls-cert and --kubelet-tls-key"):
         Settings(cluster_id="r", local_cluster_id="l", kubelet_tls_cert="/x.crt").validate()
     Settings(cluster_id="r", local_cluster_id="l", kubelet_tls_cert="/x.crt", kubelet_tls_key="/x.key").validate()
+
+
+class Pod(dict):
+    """A local pod a weak reference can follow."""
+
+
+def test_a_pod_not_running_yet_leaves_no_reference_cycle_behind():
+    """Issue 39: the refusal is raised, not kept in a local of the resolver's frame. A kept
+    one is a cycle (exception -> traceback -> frame -> exception) that holds the frames of
+    every caller and what they hold (the usage sampler's list of all pods): garbage for
+    the collector, and kept until the next thaw once a full collection froze it
+    (kube_offload/runtime/gc_freeze.py). Without the collector, nothing may hold the pod."""
+    import gc
+    import weakref
+
+    pod = Pod(local_pod())
+    held = weakref.ref(pod)
+    gc.disable()
+    try:
+        try:
+            choose(pod, [])
+        except RequestError as exc:
+            assert "no running counterpart" in exc.message
+        del pod
+        assert held() is None, "the refused lookup left a reference cycle holding the pod"
+    finally:
+        gc.enable()
