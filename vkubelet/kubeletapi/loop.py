@@ -115,7 +115,7 @@ class KubeletApiLoop:
         # read from the remote metrics.k8s.io API through the same resolver.
         self.usage = UsageSampler(
             local_pods=self._local_pods,
-            resolve=resolver.resolve,
+            resolve_pass=resolver.for_one_pass,
             list_metrics=metrics_lister(context.informers.remote_client),
             cluster_id=settings.cluster_id,
             node_name=settings.node_name,

@@ -143,7 +143,7 @@ class UsageSampler:
         self,
         *,
         local_pods: Informer,
-        resolve: Resolve,
+        resolve_pass: Callable[[], Resolve],
         list_metrics: ListMetrics,
         cluster_id: str,
         node_name: str,
@@ -151,7 +151,8 @@ class UsageSampler:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._local_pods = local_pods
-        self._resolve = resolve
+        # A resolve per round (PodResolver.for_one_pass): each namespace's twin decided once.
+        self._resolve_pass = resolve_pass
         self._list_metrics = list_metrics
         self._cluster_id = cluster_id
         self.node_name = node_name
@@ -181,7 +182,7 @@ class UsageSampler:
 
     def sample_once(self) -> SamplerState:
         pods = self._local_pods.list()
-        wanted = targets(pods, self._resolve)
+        wanted = targets(pods, self._resolve_pass())
         samples: list[PodSample] = []
         errors = 0
         for namespace in sorted(wanted):

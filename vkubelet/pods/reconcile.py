@@ -86,6 +86,10 @@ class PodOffloader:
         # (_sync_template): the same inputs give the same answer, so the translation is
         # not done again for each remote pod event, status echo and resync.
         self._templates_in_sync: dict[str, tuple[Any, ...]] = {}
+        # The last context built (context()): an equal one is this object, so the entries
+        # above share one context instead of holding a copy each (its node labels, quota
+        # and policy: about 1.6 KiB per pod, issue 39), and comparing them is an identity check.
+        self._last_context: TranslationContext | None = None
         # Pods not sent because the policy refuses them: tried again when it changes.
         self._policy_refused: set[str] = set()
         self._policy_refused_lock = threading.Lock()
@@ -330,6 +334,16 @@ class PodOffloader:
         )
 
     def context(self) -> TranslationContext:
+        """The translation's context now; the same object as the last one while nothing in
+        it changed (``_last_context``)."""
+        built = self._build_context()
+        last = self._last_context
+        if last is not None and last == built:
+            return last
+        self._last_context = built  # a race between workers only costs a copy
+        return built
+
+    def _build_context(self) -> TranslationContext:
         policy, quota = self._policy.read()
         consumer = ConsumerView(self.twins.consumer.get(self.settings.local_cluster_id))
         return TranslationContext(

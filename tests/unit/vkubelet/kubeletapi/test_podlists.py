@@ -246,3 +246,34 @@ def test_pods_without_a_pod_source_is_404(kubelet_auth):
     with pytest.raises(RequestError) as info:
         app.pods_document(parse_request_path("/pods"))
     assert info.value.status == 404
+
+
+class CountingTwins(Twins):
+    def __init__(self):
+        self.asked = []
+
+    def twin_for(self, name):
+        self.asked.append(name)
+        return super().twin_for(name)
+
+
+def test_one_pass_decides_each_namespace_twin_once_and_resolves_as_resolve_does(caches):
+    """A usage-sampling round resolves every pod: the twin rule (a policy parse each time)
+    runs once per namespace per pass, and every pod resolves as :meth:`resolve` says."""
+    twins = CountingTwins()
+    caches.resolver._twins = twins
+    names = [f"web-{i}" for i in range(5)]
+    for name in names:
+        caches.offloaded(pod("demo", name), remote_statuses=[running("app")])
+    caches.local_pods.apply(ADDED, pod("other", "x"))
+    one_pass = caches.resolver.for_one_pass()
+    found = [str(one_pass("demo", name, f"uid-{name}")) for name in names]
+    with pytest.raises(RequestError):
+        one_pass("other", "x", "uid-x")
+    with pytest.raises(RequestError):
+        one_pass("other", "x", "uid-x")
+    assert twins.asked == ["demo", "other"]
+    assert found == [str(caches.resolver.resolve("demo", name, f"uid-{name}")) for name in names]
+    # The next pass decides again (a namespace whose policy changed is seen at once).
+    caches.resolver.for_one_pass()("demo", names[0], f"uid-{names[0]}")
+    assert twins.asked.count("demo") == 2 + len(names)

@@ -88,7 +88,7 @@ def sampler(listings, pods, clock=lambda: T0):
             raise found
         return found
 
-    return UsageSampler(local_pods=Pods(pods), resolve=resolve, list_metrics=list_metrics, cluster_id="r1",
+    return UsageSampler(local_pods=Pods(pods), resolve_pass=lambda: resolve, list_metrics=list_metrics, cluster_id="r1",
                         node_name=NODE, interval=15, clock=clock)
 
 

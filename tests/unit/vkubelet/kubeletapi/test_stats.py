@@ -152,7 +152,7 @@ def served(kubelet_auth):
     listing = {"items": [pod_metrics("web-remote", "250m", "64Mi"), pod_metrics("not-ours", "4", "1Gi")]}
     sampler = UsageSampler(
         local_pods=Pods([local_pod("web", "uid-web"), local_pod("pending", "uid-p")]),
-        resolve=resolve, list_metrics=lambda ns: listing, cluster_id="r1", node_name=NODE, interval=15,
+        resolve_pass=lambda: resolve, list_metrics=lambda ns: listing, cluster_id="r1", node_name=NODE, interval=15,
         clock=lambda: T0 + 1,
     )
     sampler.sample_once()
@@ -206,7 +206,7 @@ def test_stats_summary_lists_a_running_pod_before_its_first_sample(kubelet_auth)
     fresh = local_pod("fresh", "uid-fresh")
     fresh["status"]["containerStatuses"] = [{"name": "app", "state": {"running": {"startedAt": "2027-01-15T08:00:00Z"}}}]
     sampler = UsageSampler(
-        local_pods=Pods([fresh]), resolve=lambda *a: RemotePod("demo-local", "fresh"),
+        local_pods=Pods([fresh]), resolve_pass=lambda: lambda *a: RemotePod("demo-local", "fresh"),
         list_metrics=lambda ns: {"items": []}, cluster_id="r1", node_name=NODE, interval=15, clock=lambda: T0,
     )
     app = KubeletApi(resolver=None, remote=client.ApiClient(), cluster_id="r1",

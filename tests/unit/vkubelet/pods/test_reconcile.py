@@ -310,3 +310,16 @@ def test_a_running_pods_reconciles_translate_it_again_only_when_an_input_changed
     loop.pods.home_api = lambda: HomeAPIEndpoint(ip="10.96.99.99", port=443)
     loop.reconcile()
     assert len(translated) == count + 1
+
+
+def test_the_translation_context_is_one_object_while_nothing_in_it_changes(loop: Loop) -> None:
+    """Issue 39: every pod's remembered template inputs hold the context; an equal context
+    is the same object (one copy for all pods, not one each), and a change gives a new one."""
+    first = loop.pods.context()
+    again = loop.pods.context()
+    assert again is first
+    loop.pods.home_api = lambda: HomeAPIEndpoint(ip="10.96.99.99", port=443)
+    moved = loop.pods.context()
+    assert moved is not first and moved != first
+    assert moved.home_api == HomeAPIEndpoint(ip="10.96.99.99", port=443)
+    assert loop.pods.context() is moved
