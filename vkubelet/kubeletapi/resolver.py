@@ -149,9 +149,9 @@ class PodResolver:
     def for_one_pass(self) -> Callable[[str, str, str], RemotePod]:
         """:meth:`resolve` for one pass over many pods (a usage-sampling round): each
         namespace's twin is decided once for the pass instead of once per pod (the twin
-        rule parses the namespace's policy and builds the node's labels each time: at
-        5,000 pods, most of a round's CPU). A pass lasts a moment; the next one decides
-        again, as a kubelet request always does."""
+        rule parses the namespace's policy and builds the node's labels each time: a
+        fifth of the vkubelet's CPU while it holds 2,000 pods, docs/performance.md).
+        A pass lasts a moment; the next one decides again, as a kubelet request always does."""
         twins: dict[str, tuple[str | None, str]] = {}
 
         def resolve(namespace: str, pod: str, pod_uid: str = "") -> RemotePod:
