@@ -147,11 +147,12 @@ class PodResolver:
         return self._choose(namespace, pod, pod_uid, self._twins.twin_for(namespace))
 
     def for_one_pass(self) -> Callable[[str, str, str], RemotePod]:
-        """:meth:`resolve` for one pass over many pods (a usage-sampling round): each
-        namespace's twin is decided once for the pass instead of once per pod (the twin
-        rule parses the namespace's policy and builds the node's labels each time: a
-        fifth of the vkubelet's CPU while it holds 2,000 pods, docs/performance.md).
-        A pass lasts a moment; the next one decides again, as a kubelet request always does."""
+        """:meth:`resolve` for one pass over many pods (a usage-sampling round, a
+        ``/runningpods/`` listing): each namespace's twin is decided once for the pass
+        instead of once per pod (the twin rule parses the namespace's policy and builds
+        the node's labels each time: a fifth of the vkubelet's CPU while it holds 2,000
+        pods, docs/performance.md). A pass lasts a moment; the next one decides again, as
+        a kubelet request always does."""
         twins: dict[str, tuple[str | None, str]] = {}
 
         def resolve(namespace: str, pod: str, pod_uid: str = "") -> RemotePod:
@@ -178,12 +179,18 @@ class PodResolver:
             pod_uid=pod_uid,
         )
 
-    def remote_pod_of(self, local_pod: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The remote pod :meth:`resolve` names for ``local_pod``, as the remote pod cache
-        holds it (the cache the status sync reads), or None when there is none."""
-        meta = _meta(local_pod)
-        try:
-            found = self.resolve(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
-        except RequestError:
-            return None
-        return self._pods.get(str(found))
+    def remote_pods_of_one_pass(self) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+        """For one pass over many local pods (``/runningpods/``, as :meth:`for_one_pass`):
+        the remote pod :meth:`resolve` names for each, as the remote pod cache holds it
+        (the cache the status sync reads), or None when there is none."""
+        resolve = self.for_one_pass()
+
+        def remote_pod_of(local_pod: Mapping[str, Any]) -> dict[str, Any] | None:
+            meta = _meta(local_pod)
+            try:
+                found = resolve(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+            except RequestError:
+                return None
+            return self._pods.get(str(found))
+
+        return remote_pod_of

@@ -99,7 +99,7 @@ class KubeletApi:
             document = podlists.pod_list(pods)
         else:
             # The runtime's view is the remote pods, as the status sync reads them (podlists.py).
-            document = podlists.running_pod_list(pods, self.resolver.remote_pod_of)
+            document = podlists.running_pod_list(pods, self.resolver.remote_pods_of_one_pass())
         return podlists.JSON_CONTENT_TYPE, podlists.encode(document)
 
     def busy_message(self) -> str:
