@@ -428,10 +428,11 @@ def main() -> int:
         spec.audit = args.audit
     result: dict = {"pods": args.pods, "remotes": args.remotes, "per_deployment": args.per_deployment}
     profiler: profiles.Profiler | None = None
+    trace_dir = args.tracemalloc.resolve() if args.tracemalloc is not None else None
     load_before = os.getloadavg()
     try:
-        if args.tracemalloc is not None:
-            memtrace.enable(args.tracemalloc.resolve())
+        if trace_dir is not None:
+            memtrace.enable(trace_dir)
         env.up(topology)
         local = env.cluster(topology.local)
         remotes = [env.cluster(spec) for spec in topology.remotes]
@@ -447,7 +448,7 @@ def main() -> int:
             meter = apirequests.Meter(env, [local, *remotes]) if profiler is not None else None
             result.update(local_burst(local, profiler=profiler, meter=meter, **sizes))
         result.update(burst(env, local, remotes, label="baseline" if args.failover else "scale", vkubelets=vkubelets,
-                            profiler=profiler, trace=args.tracemalloc and args.tracemalloc.resolve(), steady=args.steady, **sizes))
+                            profiler=profiler, trace=trace_dir, steady=args.steady, **sizes))
         result["problems"] = result.pop("local_problems", []) + result["problems"]
         result.update({"vkubelet_rss_idle_mib": rss_idle, "load_before": load_before, "load_after": os.getloadavg()})
         if args.failover:
@@ -499,12 +500,10 @@ def main() -> int:
     for key, files in result.get("tracemalloc", {}).items():
         if "running" in files:
             print(f"vkubelet {key} (--tracemalloc {args.tracemalloc}: RSS above is inflated by the tracing):")
-            trace = memtrace.breakdown(memtrace.blocks_of(memtrace.tracemalloc.Snapshot.load(files["before"])),
-                                       memtrace.blocks_of(memtrace.tracemalloc.Snapshot.load(files["running"])), round(each))
+            trace = memtrace.breakdown_of(Path(files["before"]), Path(files["running"]), round(each))
             print("\n".join("   " + line for line in memtrace.report(trace)))
-            kept = Path(files["running"].removesuffix(".snap") + "-frozen-kept.snap")
-            if kept.is_file():
-                frozen = memtrace.total_traced(kept) - trace.after
+            frozen = memtrace.frozen_garbage(Path(files["running"]), trace)
+            if frozen is not None:
                 print(f"   garbage kept by gc.freeze (collected only at a thaw): {frozen / 2**20:.1f} MiB, "
                       f"{frozen / 1024 / each:.1f} KiB per pod")
     work = result.pop("work", None)

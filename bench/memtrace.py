@@ -43,12 +43,11 @@ ENV_DEPTH = "KUBE_OFFLOAD_BENCH_TRACEMALLOC_DEPTH"
 OURS = ("kube_offload/", "vkubelet/")
 # The informer's own machinery: a block allocated under these on an informer thread is
 # what the cache holds (the parsed object, its transformed copy, interned strings, index).
-CACHE_MACHINERY = (
-    "kube_offload/runtime/informer.py",
-    "kube_offload/runtime/namespaced_informer.py",
-    "kube_offload/runtime/indexer.py",
-    "kube_offload/runtime/interning.py",
-)
+INFORMERS = ("kube_offload/runtime/informer.py", "kube_offload/runtime/namespaced_informer.py")
+STORES = ("kube_offload/runtime/indexer.py", "kube_offload/runtime/interning.py")
+CACHE_MACHINERY = INFORMERS + STORES
+# What the hook names the snapshot taken before it unfreezes (memtrace_hook/sitecustomize.py).
+FROZEN_KEPT_SUFFIX = "-frozen-kept.snap"
 TRANSFORMS = ("vkubelet/shared/trim.py", "vkubelet/reflection/events.py", "vkubelet/reflection/serviceaccounts.py")
 CACHE = "cache"
 
@@ -113,7 +112,7 @@ def charge(frames: Sequence[tuple[str, int]]) -> str:
     gives it): ``cache`` or ``cache: <transform>``, else ``<file>:<function>`` of the
     innermost frame of our code, else ``other: <file>``."""
     ours = [(rel, line) for rel, line in ((_relative(f), n) for f, n in frames) if rel is not None]
-    if any(rel == CACHE_MACHINERY[0] or rel == CACHE_MACHINERY[1] for rel, _ in ours):
+    if any(rel in INFORMERS for rel, _ in ours):
         # On an informer's thread: below the informer, either its machinery (the cache)
         # or a handler it calls (charged as any other code).
         below = [(rel, line) for rel, line in ours if not rel.startswith(CACHE_MACHINERY)]
@@ -127,7 +126,7 @@ def charge(frames: Sequence[tuple[str, int]]) -> str:
         return f"{rel}:{function_at(str(ROOT / rel), line)}"
     if ours:
         rel, line = ours[-1]
-        if rel.startswith(CACHE_MACHINERY[2:]):
+        if rel in STORES:
             return CACHE  # deeper than the traceback's depth reaches: an interned or indexed copy
         return f"{rel}:{function_at(str(ROOT / rel), line)}"
     return "other: " + os.path.basename(frames[-1][0]) if frames else "other: ?"
@@ -162,17 +161,26 @@ def breakdown(before: Iterable[tuple[Sequence[tuple[str, int]], int]],
     return Breakdown(pods=pods, before=totals[0], after=totals[1], by_charge=dict(sums))
 
 
-def blocks_of(snapshot: tracemalloc.Snapshot) -> list[tuple[tuple[tuple[str, int], ...], int]]:
-    """(traceback as (file, line) oldest first, size) of every block of ``snapshot``,
-    tracemalloc's own allocations left out."""
-    snapshot = snapshot.filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+def blocks_in(path: Path) -> list[tuple[tuple[tuple[str, int], ...], int]]:
+    """(traceback as (file, line) oldest first, size) of every block of the snapshot at
+    ``path``, tracemalloc's own allocations left out."""
+    snapshot = tracemalloc.Snapshot.load(str(path)).filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
     return [(tuple((frame.filename, frame.lineno) for frame in trace.traceback), trace.size)
             for trace in snapshot.traces]
 
 
-def total_traced(path: Path) -> int:
-    """The bytes traced in the snapshot at ``path`` (tracemalloc's own left out)."""
-    return sum(size for _, size in blocks_of(tracemalloc.Snapshot.load(str(path))))
+def breakdown_of(before: Path, after: Path, pods: int) -> Breakdown:
+    """:func:`breakdown` of the snapshots at ``before`` and ``after``."""
+    return breakdown(blocks_in(before), blocks_in(after), pods)
+
+
+def frozen_garbage(after: Path, result: Breakdown) -> int | None:
+    """The bytes of garbage ``gc.freeze`` kept at ``after``: its frozen-kept twin (taken
+    before the hook unfroze) minus what ``result`` counted there; None without the twin."""
+    kept = after.with_name(after.name.removesuffix(".snap") + FROZEN_KEPT_SUFFIX)
+    if not kept.is_file():
+        return None
+    return sum(size for _, size in blocks_in(kept)) - result.after
 
 
 def report(result: Breakdown, top: int = 25) -> list[str]:
@@ -184,7 +192,7 @@ def report(result: Breakdown, top: int = 25) -> list[str]:
         f"  rest   {result.per_pod(added - result.cache_bytes):5.1f} KiB (per-pod state of the loops, work in flight)",
     ]
     ranked = sorted(result.by_charge.items(), key=lambda kv: -abs(kv[1]))[:top]
-    lines += [f"  {result.pods and value / result.pods:8.0f} B/pod  {key}" for key, value in ranked]
+    lines += [f"  {value / result.pods:8.0f} B/pod  {key}" for key, value in ranked]
     return lines
 
 
@@ -198,9 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.before, args.after):
         if not path.is_file():
             parser.error(f"{path}: no such snapshot file")
-    result = breakdown(blocks_of(tracemalloc.Snapshot.load(str(args.before))),
-                       blocks_of(tracemalloc.Snapshot.load(str(args.after))), args.pods)
-    print("\n".join(report(result, args.top)))
+    print("\n".join(report(breakdown_of(args.before, args.after, args.pods), args.top)))
     return 0
 
 

@@ -47,7 +47,7 @@ if _DIR and _is_vkubelet():
             # First as the process holds it: a full collection does not look at what
             # gc.freeze (kube_offload/runtime/gc_freeze.py) put in the permanent generation.
             gc.collect()
-            _dump(os.path.join(directory, f"{pid}-{label}-frozen-kept.snap"))
+            _dump(os.path.join(directory, f"{pid}-{label}-frozen-kept.snap"))  # memtrace.FROZEN_KEPT_SUFFIX
             # Then what is really referenced: frozen garbage too is collected. The
             # process's own hook freezes again at its next full collection.
             gc.unfreeze()

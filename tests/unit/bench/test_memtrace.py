@@ -76,3 +76,24 @@ def test_breakdown_is_the_difference_per_charge():
 def test_breakdown_refuses_no_pods():
     with pytest.raises(ValueError, match="pods must be at least 1"):
         mt.breakdown([], [], pods=0)
+
+
+def test_frozen_garbage_is_the_frozen_kept_twin_less_what_was_counted(tmp_path):
+    """Real snapshots: the hook's ``-frozen-kept`` twin holds more (here: a list kept
+    alive) than the snapshot the breakdown counted; without the twin there is no figure."""
+    import tracemalloc
+
+    tracemalloc.start(5)
+    try:
+        counted = tmp_path / "1-scale-running.snap"
+        tracemalloc.take_snapshot().dump(str(counted))
+        kept_alive = [bytes(1000) for _ in range(200)]
+        tracemalloc.take_snapshot().dump(str(tmp_path / ("1-scale-running" + mt.FROZEN_KEPT_SUFFIX)))
+    finally:
+        tracemalloc.stop()
+    result = mt.breakdown_of(counted, counted, pods=1)
+    assert result.before == result.after > 0
+    frozen = mt.frozen_garbage(counted, result)
+    assert frozen is not None and frozen >= 200 * 1000
+    assert len(kept_alive) == 200
+    assert mt.frozen_garbage(tmp_path / "2-scale-running.snap", result) is None
